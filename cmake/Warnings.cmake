@@ -1,0 +1,12 @@
+# The house warning set (style.md, rule 19), for gcc 12 and clang 14.
+set(DLOCK_WARNINGS
+  -Wall -Wextra -Wpedantic -Wshadow -Wstrict-prototypes -Wmissing-prototypes
+  -Wold-style-definition -Wwrite-strings -Wcast-qual -Wformat=2 -Wundef)
+if(DLOCK_WERROR)
+  list(APPEND DLOCK_WARNINGS -Werror)
+endif()
+
+# dlock_warnings(target): apply them to one of our own targets.
+function(dlock_warnings target)
+  target_compile_options(${target} PRIVATE ${DLOCK_WARNINGS})
+endfunction()

@@ -1,0 +1,245 @@
+/*
+ * dlock.h: distributed locks on Redis (single node and Redlock over N masters).
+ *
+ * This is the only public header of libdlock and its API reference.
+ *
+ * Thread-safety, unless a function says otherwise:
+ *   - dlock_client: any thread, at any time (it keeps a pool of connections);
+ *   - dlock_lock:   one thread at a time;
+ *   - the log callback runs on the thread whose call produced the message.
+ *
+ * Ownership: strings passed in are copied before the call returns. A returned
+ * `const char *` is borrowed and its lifetime is stated next to the function.
+ *
+ * Errors: every fallible call returns DLOCK_OK (0) or a DLOCK_ERR_* code. The
+ * code has a fixed message (dlock_strerror) and the calling thread's last
+ * failure has a detail (which server, what it said) from dlock_errmsg().
+ *
+ * Not reentrant: a thread that waits for a name it already holds waits until
+ * its own lease ends.
+ */
+#ifndef DLOCK_H
+#define DLOCK_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* The version lives here only; CMakeLists.txt reads it from these lines. */
+#define DLOCK_VERSION_MAJOR 0
+#define DLOCK_VERSION_MINOR 1
+#define DLOCK_VERSION_PATCH 0
+#define DLOCK_VERSION_STRING "0.1.0"
+/* One number that orders versions: 0x00MMmmpp. */
+#define DLOCK_VERSION_HEX                                                                          \
+    ((DLOCK_VERSION_MAJOR << 16) | (DLOCK_VERSION_MINOR << 8) | DLOCK_VERSION_PATCH)
+
+#if defined(DLOCK_BUILDING) && defined(__GNUC__)
+#define DLOCK_API __attribute__((visibility("default")))
+#else
+#define DLOCK_API
+#endif
+
+/* Limits of the arguments the API accepts; outside them a call is DLOCK_ERR_INVALID. */
+#define DLOCK_TTL_MIN_MS     10          /* shortest lease */
+#define DLOCK_TTL_MAX_MS     2147483647  /* longest lease, 2^31-1 ms (about 24.8 days) */
+#define DLOCK_TTL_DEFAULT_MS 30000       /* lease when dlock_opts.ttl_ms is 0 */
+#define DLOCK_NAME_MAX       4096        /* bytes in a lock name, not counting the NUL */
+#define DLOCK_PREFIX_MAX     256         /* bytes in a key prefix */
+#define DLOCK_LABEL_MAX      256         /* bytes in a holder label */
+#define DLOCK_SERVERS_MAX    32          /* servers in one client */
+#define DLOCK_TOKEN_LEN      32          /* a token is 128 random bits in lowercase hex */
+
+/*
+ * Error codes. The list is append-only: a number is never reused or renumbered.
+ * XX(name, number, message) generates the enum, dlock_strerror() and dlock_errname().
+ */
+#define DLOCK_ERR_MAP(XX)                                                                          \
+    XX(OK, 0, "success")                                                                           \
+    XX(ERR_BUSY, 1, "lock is held by another owner")                                               \
+    XX(ERR_NOQUORUM, 2, "not enough servers answered to reach a quorum")                           \
+    XX(ERR_LOST, 3, "lock is no longer held by this owner")                                        \
+    XX(ERR_INVALID, 4, "invalid argument")                                                         \
+    XX(ERR_IO, 5, "connection to the server failed")                                               \
+    XX(ERR_TIMEOUT, 6, "server did not answer in time")                                            \
+    XX(ERR_PROTOCOL, 7, "unexpected reply from the server")                                        \
+    XX(ERR_AUTH, 8, "authentication or permission refused by the server")                          \
+    XX(ERR_NOMEM, 9, "out of memory")                                                              \
+    XX(ERR_CLOSED, 10, "client is closed or was inherited across fork()")                          \
+    XX(ERR_CANCELED, 11, "wait canceled through cancel_fd")                                        \
+    XX(ERR_UNAVAILABLE, 12, "server is temporarily unable to serve (loading, busy, read-only)")
+
+enum dlock_error {
+#define DLOCK_XX_(name, num, msg) DLOCK_##name = num,
+    DLOCK_ERR_MAP(DLOCK_XX_)
+#undef DLOCK_XX_
+};
+
+/* The fixed message of an error code; "unknown error" for a code not in the list.
+ * Borrowed, static: valid for the life of the process. Thread-safety: any thread. */
+DLOCK_API const char *dlock_strerror(int err);
+
+/* The code's name, e.g. "DLOCK_ERR_BUSY"; "DLOCK_ERR_UNKNOWN" for a code not in the list.
+ * Borrowed, static. Thread-safety: any thread. */
+DLOCK_API const char *dlock_errname(int err);
+
+/* Detail of the calling thread's last failed dlock call: which server, what it said,
+ * or which argument was wrong. Empty string after a success. Borrowed: valid until
+ * this thread's next dlock call. Thread-safety: per thread. */
+DLOCK_API const char *dlock_errmsg(void);
+
+/* "0.1.0" (DLOCK_VERSION_STRING of the library actually loaded). */
+DLOCK_API const char *dlock_version(void);
+
+typedef struct dlock_client dlock_client; /* opaque; safe to share between threads */
+typedef struct dlock_lock dlock_lock;     /* opaque; one held lock; one thread at a time */
+
+/* Log levels of dlock_config.log. */
+enum dlock_log_level { DLOCK_LOG_ERROR = 0, DLOCK_LOG_WARN = 1, DLOCK_LOG_INFO = 2 };
+
+/* Called for conditions worth a human's attention (a server whose eviction policy
+ * can drop lock keys, a failed reconnect). `msg` is valid only during the call.
+ * It runs on the thread whose dlock call met the condition and must not call back
+ * into the same client. */
+typedef void (*dlock_log_fn)(void *user, int level, const char *msg);
+
+/*
+ * Client configuration. Zero-initialize it and set what you need: every zero field
+ * means its default. Strings are copied by dlock_client_new.
+ */
+typedef struct dlock_config {
+    const char *prefix;         /* key prefix; NULL or "" means "dlock:" */
+    const char *password;       /* for servers whose URL carries none; NULL: none */
+    int64_t timeout_ms;         /* per-node deadline of one command; 0: 50 ms */
+    int64_t connect_timeout_ms; /* added to it when a node must be (re)connected; 0: 1000 ms */
+    double drift_factor;        /* clock drift per ms of lease; 0: 0.01 */
+    int64_t drift_min_ms;       /* constant drift allowance; 0: 2 ms */
+    int strict;                 /* 1: a server whose maxmemory-policy can evict lock keys
+                                   makes calls on it fail (DLOCK_ERR_UNAVAILABLE) */
+    dlock_log_fn log;           /* NULL: messages are dropped */
+    void *log_user;             /* passed to log */
+    uint64_t reserved[8];       /* must be zero */
+} dlock_config;
+
+/*
+ * Create a client for one or more servers.
+ *
+ * servers: comma-separated URLs, each
+ *     redis://[[user]:password@]host[:port][/db]   (IPv6 host as [::1]; port 6379; db 0)
+ *     unix://[:password@]/path/to/socket[?db=N]
+ *   user and password may be percent-encoded (a comma must be written %2C). A bare
+ *   "user@" is refused as ambiguous; rediss:// (TLS) is not supported yet.
+ *   With one server, locks live there; with N > 1 they are taken on a quorum of
+ *   N/2+1 independent masters (Redlock).
+ * cfg: NULL for defaults.
+ * out: receives the client, to be freed with dlock_client_free.
+ *
+ * No connection is made here: each server is connected on first use, so a client
+ * can be created while its servers are down.
+ *
+ * Returns DLOCK_OK, DLOCK_ERR_INVALID (malformed URL or config, with the bad part
+ * in dlock_errmsg) or DLOCK_ERR_NOMEM.
+ */
+DLOCK_API int dlock_client_new(const char *servers, const dlock_config *cfg, dlock_client **out);
+
+/* Release every lock still attached to the client (best effort, one round), free
+ * those handles, close the connections and free the client. NULL is a no-op.
+ * Thread-safety: no other thread may use the client or its locks during or after. */
+DLOCK_API void dlock_client_free(dlock_client *c);
+
+/* Number of servers the client was created with. */
+DLOCK_API int dlock_client_nservers(const dlock_client *c);
+
+/*
+ * Options of one acquisition. Zero-initialize: every zero field means its default.
+ */
+typedef struct dlock_opts {
+    int64_t ttl_ms;     /* lease; 0: DLOCK_TTL_DEFAULT_MS; else in [DLOCK_TTL_MIN_MS,
+                           DLOCK_TTL_MAX_MS] */
+    int64_t wait_ms;    /* 0: try once; > 0: retry until this much time has passed;
+                           -1: wait forever */
+    int cancel_fd;      /* 0: none (fd 0 cannot be used); else a descriptor that becomes
+                           readable to make a waiting acquire return DLOCK_ERR_CANCELED */
+    const char *label;  /* free text stored with the lock for `dlock status`
+                           (at most DLOCK_LABEL_MAX bytes); NULL: none */
+    uint64_t reserved[8]; /* must be zero */
+} dlock_opts;
+
+/*
+ * Take the lock `name` (1 to DLOCK_NAME_MAX bytes, any bytes but NUL).
+ *
+ * On DLOCK_OK, *out is a new handle; on any other return *out is set to NULL.
+ * Returns DLOCK_ERR_BUSY when another owner holds the name (after waiting up to
+ * wait_ms), DLOCK_ERR_CANCELED when cancel_fd became readable, and for an
+ * unavailable server the error its failure maps to (with N > 1: DLOCK_ERR_NOQUORUM,
+ * each node's reason in dlock_errmsg).
+ * Thread-safety: any thread; the new handle belongs to the calling thread.
+ */
+DLOCK_API int dlock_acquire(dlock_client *c, const char *name, const dlock_opts *opts,
+                            dlock_lock **out);
+
+/* Set the lease to ttl_ms from now (it does not add), if this handle still holds the
+ * lock on a quorum. Returns DLOCK_OK, DLOCK_ERR_LOST (another owner or nobody holds
+ * it: the handle stays lost), DLOCK_ERR_INVALID (ttl outside the lease range, 0
+ * included) or an unavailability error (the lock may still be held). */
+DLOCK_API int dlock_extend(dlock_lock *l, int64_t ttl_ms);
+
+/* Release the lock and free the handle, whatever it returns. Returns DLOCK_OK when
+ * a quorum deleted our token, DLOCK_ERR_LOST when the lease had run out or another
+ * owner holds the name (nothing of theirs is touched), or an unavailability error.
+ * NULL is DLOCK_ERR_INVALID. */
+DLOCK_API int dlock_release(dlock_lock *l);
+
+/* Free the handle and keep the lock on the servers (another process can release
+ * or extend it with dlock_lock_adopt and the token). NULL is DLOCK_ERR_INVALID. */
+DLOCK_API int dlock_lock_detach(dlock_lock *l);
+
+/* A handle for a lock taken elsewhere (dlock release/extend NAME TOKEN). No server
+ * is asked; the handle's validity is unknown (dlock_remaining_ms says 0) until a
+ * dlock_extend or dlock_check succeeds. Fence 0. */
+DLOCK_API int dlock_lock_adopt(dlock_client *c, const char *name, const char *token,
+                               dlock_lock **out);
+
+/* Ask the servers whether this handle still holds the lock on a quorum: DLOCK_OK,
+ * DLOCK_ERR_LOST or an unavailability error. */
+DLOCK_API int dlock_check(dlock_lock *l);
+
+/* Fence of this acquisition: strictly greater than that of every earlier successful
+ * acquisition of the same name. 0 for NULL or an adopted handle. */
+DLOCK_API uint64_t dlock_fence(const dlock_lock *l);
+
+/* Validity left in ms, from this process's clock: <= 0 when expired or known lost. */
+DLOCK_API int64_t dlock_remaining_ms(const dlock_lock *l);
+
+/* The token (DLOCK_TOKEN_LEN hex characters). Borrowed: valid while l lives. */
+DLOCK_API const char *dlock_token(const dlock_lock *l);
+
+/* The lock's name. Borrowed: valid while l lives. */
+DLOCK_API const char *dlock_lock_name(const dlock_lock *l);
+
+/* A descriptor (eventfd) that becomes readable once this library finds the lock
+ * lost (by dlock_check or dlock_extend). Created on first call, closed with the
+ * handle; do not close it yourself. -1 and DLOCK_ERR_* in dlock_errmsg on failure. */
+DLOCK_API int dlock_lost_fd(dlock_lock *l);
+
+/* What the servers say about a name, for `dlock status`. */
+typedef struct dlock_holder {
+    int held;                       /* 1: a holder owns the name on a quorum */
+    char token[DLOCK_TOKEN_LEN + 1]; /* holder's token ("" when free) */
+    char description[512];          /* "host:pid label" of the holder, truncated */
+    int64_t remaining_ms;           /* lease left on a quorum (0 when free) */
+    uint64_t fence;                 /* last fence issued for the name (0: none yet) */
+    uint64_t reserved[4];
+} dlock_holder;
+
+/* Fill *out for `name`. Returns DLOCK_OK whether the name is held or free. */
+DLOCK_API int dlock_inspect(dlock_client *c, const char *name, dlock_holder *out);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* DLOCK_H */

@@ -1,0 +1,228 @@
+/*
+ * client.c: dlock_client, its configuration, and its pool of connection sets.
+ *
+ * A client is shared by threads. Each call takes a "connection set" (one connection
+ * per node) from the pool for its duration and puts it back after, so calls from
+ * different threads run in parallel on different sockets, and a connection is only
+ * ever used by one thread at a time without any lock around the I/O. The pool grows
+ * to the number of calls that were ever in flight at once, which is bounded by the
+ * caller's threads.
+ */
+#include "internal.h"
+
+#include <assert.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+/* Options structs only grow by taking reserved words (style.md, rule 13); these sizes
+ * are those of LP64 (x86_64, aarch64). */
+_Static_assert(sizeof(void *) != 8 || sizeof(dlock_config) == 136,
+               "dlock_config changed size: take a reserved word instead");
+_Static_assert(sizeof(void *) != 8 || sizeof(dlock_opts) == 96,
+               "dlock_opts changed size: take a reserved word instead");
+_Static_assert(sizeof(void *) != 8 || sizeof(dlock_holder) == 600,
+               "dlock_holder changed size: take a reserved word instead");
+
+static bool all_zero(const uint64_t *w, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        if (w[i] != 0)
+            return false;
+    return true;
+}
+
+/* Check cfg and copy its values (or the defaults) into c. */
+static int apply_config(dlock_client *c, const dlock_config *cfg)
+{
+    static const dlock_config defaults = {0};
+    if (cfg == NULL)
+        cfg = &defaults;
+    if (!all_zero(cfg->reserved, sizeof cfg->reserved / sizeof *cfg->reserved))
+        return dlock__fail(DLOCK_ERR_INVALID, "dlock_config.reserved must be zero");
+    if (cfg->timeout_ms < 0 || cfg->timeout_ms > 3600000)
+        return dlock__fail(DLOCK_ERR_INVALID, "timeout_ms must be 0 (default) to 3600000");
+    if (cfg->connect_timeout_ms < 0 || cfg->connect_timeout_ms > 3600000)
+        return dlock__fail(DLOCK_ERR_INVALID,
+                           "connect_timeout_ms must be 0 (default) to 3600000");
+    if (!(cfg->drift_factor >= 0 && cfg->drift_factor < 0.5))
+        return dlock__fail(DLOCK_ERR_INVALID, "drift_factor must be in [0, 0.5)");
+    if (cfg->drift_min_ms < 0 || cfg->drift_min_ms > 60000)
+        return dlock__fail(DLOCK_ERR_INVALID, "drift_min_ms must be 0 (default) to 60000");
+    const char *prefix = cfg->prefix && cfg->prefix[0] ? cfg->prefix : "dlock:";
+    size_t plen = strlen(prefix);
+    if (plen > DLOCK_PREFIX_MAX)
+        return dlock__fail(DLOCK_ERR_INVALID, "prefix longer than %d bytes", DLOCK_PREFIX_MAX);
+    if ((c->prefix = strdup(prefix)) == NULL)
+        return dlock__fail(DLOCK_ERR_NOMEM, "out of memory");
+    c->prefix_len = plen;
+    if (cfg->password != NULL && cfg->password[0] != '\0' &&
+        (c->password = strdup(cfg->password)) == NULL)
+        return dlock__fail(DLOCK_ERR_NOMEM, "out of memory");
+    c->timeout_us = (cfg->timeout_ms ? cfg->timeout_ms : 50) * 1000;
+    c->connect_timeout_us = (cfg->connect_timeout_ms ? cfg->connect_timeout_ms : 1000) * 1000;
+    c->drift_factor = cfg->drift_factor > 0 ? cfg->drift_factor : 0.01;
+    c->drift_min_us = (cfg->drift_min_ms ? cfg->drift_min_ms : 2) * 1000;
+    c->strict = cfg->strict != 0;
+    c->log = cfg->log;
+    c->log_user = cfg->log_user;
+    return DLOCK_OK;
+}
+
+int dlock_client_new(const char *servers, const dlock_config *cfg, dlock_client **out)
+{
+    dlock__clear_error();
+    if (out == NULL)
+        return dlock__fail(DLOCK_ERR_INVALID, "out is NULL");
+    *out = NULL;
+    if (servers == NULL)
+        return dlock__fail(DLOCK_ERR_INVALID, "servers is NULL");
+    dlock_client *c = calloc(1, sizeof *c);
+    if (c == NULL)
+        return dlock__fail(DLOCK_ERR_NOMEM, "out of memory");
+    c->magic = DLOCK_CLIENT_MAGIC;
+    c->pid = getpid();
+    pthread_mutex_init(&c->mu, NULL);
+
+    int rc = apply_config(c, cfg);
+    dlock__addr *addrs = NULL;
+    char err[512];
+    if (rc == DLOCK_OK) {
+        rc = dlock__url_parse_list(servers, DLOCK_SERVERS_MAX, &addrs, &c->n, err, sizeof err);
+        if (rc != DLOCK_OK)
+            dlock__fail(rc, "%s", err);
+    }
+    if (rc == DLOCK_OK && (c->nodes = calloc((size_t)c->n, sizeof *c->nodes)) == NULL)
+        rc = dlock__fail(DLOCK_ERR_NOMEM, "out of memory");
+    if (rc == DLOCK_OK) {
+        for (int i = 0; i < c->n; i++) {
+            c->nodes[i].addr = addrs[i]; /* the node owns the strings now */
+            c->nodes[i].index = i;
+            pthread_mutex_init(&c->nodes[i].mu, NULL);
+        }
+        free(addrs);
+        addrs = NULL;
+        c->quorum = dlock__quorum(c->n);
+        rc = dlock__scripts_init(&c->scripts);
+    }
+    if (rc != DLOCK_OK) {
+        if (addrs != NULL) {
+            for (int i = 0; i < c->n; i++)
+                dlock__addr_clear(&addrs[i]);
+            free(addrs);
+            c->n = 0;
+        }
+        dlock_client_free(c);
+        return rc;
+    }
+    char host[256];
+    if (gethostname(host, sizeof host) != 0)
+        strcpy(host, "unknown");
+    host[sizeof host - 1] = '\0';
+    snprintf(c->holder, sizeof c->holder, "%s:%ld", host, (long)c->pid);
+    *out = c;
+    return DLOCK_OK;
+}
+
+void dlock_client_free(dlock_client *c)
+{
+    if (c == NULL)
+        return;
+    assert(c->magic == DLOCK_CLIENT_MAGIC);
+    if (c->magic != DLOCK_CLIENT_MAGIC)
+        return;
+    /* Release what is still held. A forked child must not: those locks are its
+     * parent's, so it only frees its copies of the handles. */
+    bool owner = getpid() == c->pid;
+    for (;;) {
+        pthread_mutex_lock(&c->mu);
+        dlock_lock *l = c->locks;
+        pthread_mutex_unlock(&c->mu);
+        if (l == NULL)
+            break;
+        if (owner)
+            dlock__lock_release_quietly(l);
+        else
+            dlock_lock_detach(l);
+    }
+    while (c->pool != NULL) {
+        dlock__connset *s = c->pool;
+        c->pool = s->next;
+        for (int i = 0; i < c->n; i++)
+            dlock__conn_free(&s->conns[i]);
+        free(s);
+    }
+    for (int i = 0; i < c->n; i++) {
+        dlock__addr_clear(&c->nodes[i].addr);
+        pthread_mutex_destroy(&c->nodes[i].mu);
+    }
+    free(c->nodes);
+    free(c->prefix);
+    if (c->password != NULL) {
+        memset(c->password, 0, strlen(c->password));
+        free(c->password);
+    }
+    pthread_mutex_destroy(&c->mu);
+    c->magic = 0;
+    free(c);
+}
+
+int dlock_client_nservers(const dlock_client *c)
+{
+    return c != NULL && c->magic == DLOCK_CLIENT_MAGIC ? c->n : 0;
+}
+
+int dlock__client_enter(dlock_client *c)
+{
+    if (c == NULL)
+        return dlock__fail(DLOCK_ERR_INVALID, "client is NULL");
+    assert(c->magic == DLOCK_CLIENT_MAGIC);
+    if (c->magic != DLOCK_CLIENT_MAGIC)
+        return dlock__fail(DLOCK_ERR_INVALID, "not a dlock_client (freed or corrupted?)");
+    /* After fork() the child shares the parent's sockets: one byte written by the
+     * child would corrupt the parent's stream. The child must make its own client. */
+    if (getpid() != c->pid)
+        return dlock__fail(DLOCK_ERR_CLOSED, "client was created by process %ld; create a "
+                                             "new client after fork()",
+                           (long)c->pid);
+    return DLOCK_OK;
+}
+
+dlock__connset *dlock__connset_get(dlock_client *c)
+{
+    pthread_mutex_lock(&c->mu);
+    dlock__connset *s = c->pool;
+    if (s != NULL)
+        c->pool = s->next;
+    pthread_mutex_unlock(&c->mu);
+    if (s != NULL)
+        return s;
+    s = malloc(sizeof *s + (size_t)c->n * sizeof s->conns[0]);
+    if (s == NULL)
+        return NULL;
+    s->next = NULL;
+    for (int i = 0; i < c->n; i++)
+        dlock__conn_init(&s->conns[i], &c->nodes[i]);
+    return s;
+}
+
+void dlock__connset_put(dlock_client *c, dlock__connset *s)
+{
+    pthread_mutex_lock(&c->mu);
+    s->next = c->pool;
+    c->pool = s;
+    pthread_mutex_unlock(&c->mu);
+}
+
+void dlock__log(dlock_client *c, int level, const char *fmt, ...)
+{
+    if (c->log == NULL)
+        return;
+    char msg[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    c->log(c->log_user, level, msg);
+}

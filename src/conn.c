@@ -1,0 +1,405 @@
+/*
+ * conn.c: one connection to one node.
+ *
+ * Everything here is non-blocking and step-wise, because the caller (fanout.c) drives
+ * N connections at once from one poll() loop under one deadline: it starts a connect,
+ * queues bytes, flushes when the socket is writable, reads when it is readable, and
+ * asks for the next reply. hiredis does the protocol (redisReader); sockets, deadlines
+ * and buffers are ours, since hiredis 0.14's blocking context cannot wait on N
+ * servers at once.
+ *
+ * A new connection queues a handshake before anything else: AUTH (when there is a
+ * password), SELECT (when the db is not 0) and INFO (for the eviction policy and the
+ * server's run_id). Its replies are consumed here; the caller only ever sees replies
+ * to its own commands. Replies of commands that a caller abandoned (sent, then not
+ * awaited or timed out) are counted in `skip` and discarded in order, so a late reply
+ * can never be taken for the answer to a later command.
+ *
+ * Every descriptor is CLOEXEC (dlock run forks and execs) and every send uses
+ * MSG_NOSIGNAL (the library installs no signal handlers, and a closed peer must not
+ * kill the process with SIGPIPE).
+ */
+#include "internal.h"
+
+#include <errno.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+/* Handshake steps, in the order their replies arrive. */
+enum { HS_AUTH = 1, HS_SELECT, HS_INFO };
+
+void dlock__conn_init(dlock__conn *c, dlock__node *node)
+{
+    memset(c, 0, sizeof *c);
+    c->node = node;
+    c->fd = -1;
+    c->state = DLOCK_CONN_CLOSED;
+}
+
+void dlock__conn_close(dlock__conn *c)
+{
+    if (c->fd >= 0)
+        close(c->fd);
+    c->fd = -1;
+    c->state = DLOCK_CONN_CLOSED;
+    if (c->reader != NULL)
+        redisReaderFree(c->reader);
+    c->reader = NULL;
+    c->outlen = c->outpos = 0;
+    c->handshake = c->hs_next = 0;
+    c->skip = 0;
+    c->too_big = false;
+    if (c->ai != NULL)
+        freeaddrinfo(c->ai);
+    c->ai = c->ai_next = NULL;
+}
+
+void dlock__conn_free(dlock__conn *c)
+{
+    dlock__conn_close(c);
+    free(c->out);
+    c->out = NULL;
+    c->outcap = 0;
+}
+
+int dlock__conn_queue(dlock__conn *c, const char *buf, size_t len)
+{
+    /* Drop what was already sent before growing: the buffer holds one round. */
+    if (c->outpos == c->outlen)
+        c->outpos = c->outlen = 0;
+    if (c->outlen + len > c->outcap) {
+        size_t cap = c->outcap ? c->outcap : 256;
+        while (cap < c->outlen + len)
+            cap *= 2;
+        char *p = realloc(c->out, cap);
+        if (p == NULL)
+            return dlock__fail(DLOCK_ERR_NOMEM, "out of memory queueing a command");
+        c->out = p;
+        c->outcap = cap;
+    }
+    memcpy(c->out + c->outlen, buf, len);
+    c->outlen += len;
+    return DLOCK_OK;
+}
+
+/* Queue one handshake command, remembering which step it is. */
+static int queue_handshake(dlock__conn *c, int step, int argc, const char **argv)
+{
+    char *cmd = NULL;
+    int len = redisFormatCommandArgv(&cmd, argc, argv, NULL);
+    if (len < 0)
+        return DLOCK_ERR_NOMEM;
+    int rc = dlock__conn_queue(c, cmd, (size_t)len);
+    redisFreeCommand(cmd);
+    if (rc == DLOCK_OK)
+        c->hs[c->handshake++] = (unsigned char)step;
+    return rc;
+}
+
+static int set_detail(char *detail, size_t n, int err, const dlock__conn *c, const char *fmt, ...)
+    __attribute__((format(printf, 5, 6)));
+
+static int set_detail(char *detail, size_t n, int err, const dlock__conn *c, const char *fmt, ...)
+{
+    int used = snprintf(detail, n, "%s: ", c->node->addr.display);
+    if (used < 0 || (size_t)used >= n)
+        return err;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(detail + used, n - (size_t)used, fmt, ap);
+    va_end(ap);
+    return err;
+}
+
+/* Start a non-blocking connect to c->ai_next (TCP) or the socket path (unix). */
+static int start_connect(dlock__conn *c, char *detail, size_t n)
+{
+    const dlock__addr *a = &c->node->addr;
+    for (;;) {
+        int family, rc;
+        struct sockaddr_un sun;
+        const struct sockaddr *sa;
+        socklen_t salen;
+        if (a->is_unix) {
+            memset(&sun, 0, sizeof sun);
+            sun.sun_family = AF_UNIX;
+            memcpy(sun.sun_path, a->path, strlen(a->path) + 1);
+            family = AF_UNIX;
+            sa = (const struct sockaddr *)&sun;
+            salen = sizeof sun;
+        } else {
+            if (c->ai_next == NULL)
+                return DLOCK_ERR_IO; /* detail was set by the last failure */
+            family = c->ai_next->ai_family;
+            sa = c->ai_next->ai_addr;
+            salen = c->ai_next->ai_addrlen;
+            c->ai_next = c->ai_next->ai_next;
+        }
+        int fd = socket(family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+        if (fd < 0)
+            return set_detail(detail, n, DLOCK_ERR_IO, c, "socket: %s", strerror(errno));
+        if (family != AF_UNIX) {
+            /* Lock commands are small and latency-bound: never wait for Nagle. */
+            int one = 1;
+            setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+        }
+        c->fd = fd;
+        do
+            rc = connect(fd, sa, salen);
+        while (rc < 0 && errno == EINTR);
+        if (rc == 0) {
+            c->state = DLOCK_CONN_READY;
+            return DLOCK_OK;
+        }
+        if (errno == EINPROGRESS) {
+            c->state = DLOCK_CONN_CONNECTING;
+            return DLOCK_OK;
+        }
+        set_detail(detail, n, DLOCK_ERR_IO, c, "connect: %s", strerror(errno));
+        close(fd);
+        c->fd = -1;
+        if (a->is_unix)
+            return DLOCK_ERR_IO;
+    }
+}
+
+int dlock__conn_open(dlock__conn *c, struct dlock_client *cl, char *detail, size_t n)
+{
+    const dlock__addr *a = &c->node->addr;
+    dlock__conn_close(c);
+    if ((c->reader = dlock__reader_new()) == NULL)
+        return set_detail(detail, n, DLOCK_ERR_NOMEM, c, "out of memory");
+    redisReaderSetPrivdata(c->reader, &c->too_big);
+    if (!a->is_unix) {
+        /* Name resolution is the one step not bounded by our deadline (getaddrinfo
+         * blocks); numeric addresses, the common case for lock servers, do not touch
+         * the resolver. */
+        struct addrinfo hints = {0};
+        hints.ai_socktype = SOCK_STREAM;
+        hints.ai_flags = AI_NUMERICSERV;
+        char port[8];
+        snprintf(port, sizeof port, "%d", a->port);
+        int gai = getaddrinfo(a->host, port, &hints, &c->ai);
+        if (gai != 0) {
+            c->ai = NULL;
+            dlock__conn_close(c);
+            return set_detail(detail, n, DLOCK_ERR_IO, c, "cannot resolve host: %s",
+                              gai_strerror(gai));
+        }
+        c->ai_next = c->ai;
+    }
+    int rc = start_connect(c, detail, n);
+    if (rc == DLOCK_OK) {
+        const char *pass = a->password ? a->password : cl->password;
+        if (pass != NULL && a->user != NULL)
+            rc = queue_handshake(c, HS_AUTH, 3, (const char *[]){"AUTH", a->user, pass});
+        else if (pass != NULL)
+            rc = queue_handshake(c, HS_AUTH, 2, (const char *[]){"AUTH", pass});
+        if (rc == DLOCK_OK && a->db != 0) {
+            char db[16];
+            snprintf(db, sizeof db, "%d", a->db);
+            rc = queue_handshake(c, HS_SELECT, 2, (const char *[]){"SELECT", db});
+        }
+        if (rc == DLOCK_OK)
+            rc = queue_handshake(c, HS_INFO, 1, (const char *[]){"INFO"});
+        if (rc != DLOCK_OK)
+            set_detail(detail, n, rc, c, "out of memory");
+    }
+    if (rc != DLOCK_OK)
+        dlock__conn_close(c);
+    return rc;
+}
+
+int dlock__conn_on_connect(dlock__conn *c, char *detail, size_t n)
+{
+    int err = 0;
+    socklen_t len = sizeof err;
+    if (getsockopt(c->fd, SOL_SOCKET, SO_ERROR, &err, &len) < 0)
+        err = errno;
+    if (err == 0) {
+        c->state = DLOCK_CONN_READY;
+        return DLOCK_OK;
+    }
+    set_detail(detail, n, DLOCK_ERR_IO, c, "connect: %s", strerror(err));
+    close(c->fd);
+    c->fd = -1;
+    /* Try the host's next address (say 127.0.0.1 after ::1); the queued handshake
+     * and command stay queued for it. */
+    int rc = c->node->addr.is_unix ? DLOCK_ERR_IO : start_connect(c, detail, n);
+    if (rc != DLOCK_OK)
+        c->state = DLOCK_CONN_CLOSED;
+    return rc;
+}
+
+int dlock__conn_flush(dlock__conn *c, char *detail, size_t n)
+{
+    while (c->outpos < c->outlen) {
+        ssize_t w = send(c->fd, c->out + c->outpos, c->outlen - c->outpos, MSG_NOSIGNAL);
+        if (w < 0) {
+            if (errno == EINTR)
+                continue;
+            if (errno == EAGAIN || errno == EWOULDBLOCK)
+                return DLOCK_OK;
+            return set_detail(detail, n, DLOCK_ERR_IO, c, "send: %s", strerror(errno));
+        }
+        c->outpos += (size_t)w;
+    }
+    return DLOCK_OK;
+}
+
+int dlock__conn_read(dlock__conn *c, char *detail, size_t n)
+{
+    char buf[16384];
+    for (;;) {
+        ssize_t r = recv(c->fd, buf, sizeof buf, 0);
+        if (r < 0) {
+            if (errno == EINTR)
+                continue;
+            if (errno == EAGAIN || errno == EWOULDBLOCK)
+                return DLOCK_OK;
+            return set_detail(detail, n, DLOCK_ERR_IO, c, "recv: %s", strerror(errno));
+        }
+        if (r == 0)
+            return set_detail(detail, n, DLOCK_ERR_IO, c, "connection closed by the server");
+        /* Refuse to buffer past the cap: a reply that large is not a lock reply. */
+        size_t buffered = c->reader->len - c->reader->pos;
+        if (buffered + (size_t)r > DLOCK_REPLY_MAX_BYTES)
+            return set_detail(detail, n, DLOCK_ERR_PROTOCOL, c,
+                              "reply larger than %d bytes refused", DLOCK_REPLY_MAX_BYTES);
+        if (redisReaderFeed(c->reader, buf, (size_t)r) != REDIS_OK)
+            return set_detail(detail, n, DLOCK_ERR_NOMEM, c, "out of memory reading a reply");
+        if ((size_t)r < sizeof buf)
+            return DLOCK_OK;
+    }
+}
+
+/* Copy the value of "field:" from an INFO reply into out (at most n-1 bytes). */
+static bool info_field(const redisReply *r, const char *field, char *out, size_t n)
+{
+    size_t flen = strlen(field);
+    for (const char *p = r->str; p != NULL && *p; p = strchr(p, '\n'), p = p ? p + 1 : NULL) {
+        if (strncmp(p, field, flen) == 0 && p[flen] == ':') {
+            const char *v = p + flen + 1;
+            size_t len = strcspn(v, "\r\n");
+            if (len >= n)
+                len = n - 1;
+            memcpy(out, v, len);
+            out[len] = '\0';
+            return true;
+        }
+    }
+    return false;
+}
+
+/* Take what the INFO reply says: the run_id, and whether the eviction policy can drop
+ * lock keys (reported once per node; in strict mode the node is refused). */
+static int on_info(dlock__conn *c, struct dlock_client *cl, const redisReply *r, char *detail,
+                   size_t n)
+{
+    dlock__node *node = c->node;
+    if (r->type == REDIS_REPLY_ERROR) {
+        /* INFO may be denied by an ACL; locking still works without it. */
+        pthread_mutex_lock(&node->mu);
+        bool first = !node->policy_reported;
+        node->policy_reported = true;
+        pthread_mutex_unlock(&node->mu);
+        if (first)
+            dlock__log(cl, DLOCK_LOG_WARN,
+                       "%s: INFO refused (%.100s): cannot check maxmemory-policy", node->addr.display,
+                       r->str);
+        return DLOCK_OK;
+    }
+    if (r->type != REDIS_REPLY_STRING && r->type != REDIS_REPLY_STATUS)
+        return set_detail(detail, n, DLOCK_ERR_PROTOCOL, c, "INFO: unexpected reply type %d",
+                          r->type);
+    char policy[64] = "", run_id[41] = "";
+    info_field(r, "maxmemory_policy", policy, sizeof policy);
+    info_field(r, "run_id", run_id, sizeof run_id);
+    bool evicting = strncmp(policy, "allkeys-", 8) == 0 || strncmp(policy, "volatile-", 9) == 0;
+    pthread_mutex_lock(&node->mu);
+    bool report = evicting && !node->policy_reported;
+    node->policy_reported |= evicting;
+    node->evicting = evicting;
+    memcpy(node->run_id, run_id, sizeof run_id);
+    pthread_mutex_unlock(&node->mu);
+    if (report)
+        dlock__log(cl, cl->strict ? DLOCK_LOG_ERROR : DLOCK_LOG_WARN,
+                   "%s: maxmemory-policy is %s: the server may evict lock keys%s and lose "
+                   "locks; use noeviction",
+                   node->addr.display, policy, policy[0] == 'a' ? " and fence counters" : "");
+    if (evicting && cl->strict)
+        return set_detail(detail, n, DLOCK_ERR_UNAVAILABLE, c,
+                          "maxmemory-policy %s can evict lock keys (strict mode)", policy);
+    return DLOCK_OK;
+}
+
+/* A handshake reply: AUTH and SELECT must succeed; INFO is informative. */
+static int on_handshake(dlock__conn *c, struct dlock_client *cl, const redisReply *r,
+                        char *detail, size_t n)
+{
+    int step = c->hs[c->hs_next++];
+    c->handshake--;
+    if (step == HS_INFO)
+        return on_info(c, cl, r, detail, n);
+    if (r->type != REDIS_REPLY_ERROR)
+        return DLOCK_OK;
+    if (step == HS_AUTH)
+        return set_detail(detail, n, DLOCK_ERR_AUTH, c, "AUTH refused: %.200s", r->str);
+    return set_detail(detail, n, DLOCK_ERR_INVALID, c, "SELECT %d refused: %.200s",
+                      c->node->addr.db, r->str);
+}
+
+int dlock__conn_next_reply(dlock__conn *c, struct dlock_client *cl, redisReply **out,
+                           char *detail, size_t n)
+{
+    *out = NULL;
+    for (;;) {
+        void *obj = NULL;
+        if (redisReaderGetReply(c->reader, &obj) != REDIS_OK) {
+            if (c->too_big)
+                return set_detail(detail, n, DLOCK_ERR_PROTOCOL, c,
+                                  "reply with more than %d elements refused",
+                                  DLOCK_REPLY_MAX_ELEMENTS);
+            return set_detail(detail, n, DLOCK_ERR_PROTOCOL, c, "bad reply: %s",
+                              c->reader->errstr);
+        }
+        if (obj == NULL)
+            return DLOCK_OK; /* incomplete: wait for more bytes */
+        redisReply *r = obj;
+        int rc = DLOCK_OK;
+        if (c->handshake > 0) {
+            rc = on_handshake(c, cl, r, detail, n);
+        } else if (c->skip > 0) {
+            c->skip--; /* the late answer to an abandoned command */
+        } else {
+            *out = r;
+            return DLOCK_OK;
+        }
+        freeReplyObject(r);
+        if (rc != DLOCK_OK)
+            return rc;
+    }
+}
+
+bool dlock__conn_stale(dlock__conn *c)
+{
+    if (c->state != DLOCK_CONN_READY)
+        return c->state == DLOCK_CONN_CONNECTING; /* a connect left over: start again */
+    /* An idle connection that the server closed (a restart, a timeout, CLIENT KILL)
+     * shows as EOF or an error; unexpected bytes with no reply owed mean the stream is
+     * out of step. Either way, reconnect now rather than fail the caller's command. */
+    char b;
+    ssize_t r = recv(c->fd, &b, 1, MSG_PEEK | MSG_DONTWAIT);
+    if (r == 0)
+        return true;
+    if (r < 0)
+        return errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR;
+    return c->skip == 0 && c->handshake == 0;
+}

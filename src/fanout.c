@@ -1,0 +1,211 @@
+/*
+ * fanout.c: one round = one command to each of N nodes, sent at once, replies
+ * gathered by one ppoll() loop until each node's deadline.
+ *
+ * Redlock's safety argument needs the time from the first send to the last reply to
+ * be small against the lease, and its availability needs a dead node to cost one
+ * timeout, not N. So nodes are never visited one after the other: every command is
+ * queued and sent first, then the loop waits on all sockets together. A single node
+ * is the case N = 1 of the same loop.
+ *
+ * A node that misses its deadline counts as failed for the round. Its connection is
+ * kept only when the command went out whole on an established connection: the late
+ * reply is then counted in conn->skip and discarded by the next round, which is what
+ * keeps a slow node's answer from being read as the answer to a later command.
+ * Anything less certain (a half-sent command, a connect or handshake in progress)
+ * closes the connection.
+ */
+#include "internal.h"
+
+#include <errno.h>
+#include <poll.h>
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+
+/* Abandoned replies a connection may owe before it is cheaper to reconnect. */
+#define SKIP_MAX 4
+
+static void fail(dlock__conn *c, dlock__req *r, int err)
+{
+    r->err = err;
+    r->done = true;
+    dlock__conn_close(c);
+}
+
+/* Send the request's command (or its EVAL retry) on c. */
+static int send_cmd(dlock__conn *c, dlock__req *r, const char *cmd, size_t len)
+{
+    int rc = dlock__conn_queue(c, cmd, len);
+    if (rc != DLOCK_OK) {
+        snprintf(r->detail, sizeof r->detail, "%s: out of memory", c->node->addr.display);
+        return rc;
+    }
+    if (c->state == DLOCK_CONN_READY)
+        rc = dlock__conn_flush(c, r->detail, sizeof r->detail);
+    return rc;
+}
+
+/* Start node i's part of the round. */
+static void begin(struct dlock_client *cl, dlock__conn *c, dlock__req *r, int64_t start)
+{
+    r->reply = NULL;
+    r->err = DLOCK_OK;
+    r->detail[0] = '\0';
+    r->retried = false;
+    r->done = false;
+    if (dlock__conn_stale(c))
+        dlock__conn_close(c);
+    bool fresh = r->fresh = c->state == DLOCK_CONN_CLOSED;
+    if (fresh) {
+        int rc = dlock__conn_open(c, cl, r->detail, sizeof r->detail);
+        if (rc != DLOCK_OK) {
+            fail(c, r, rc);
+            return;
+        }
+    }
+    r->deadline_us = start + cl->timeout_us + (fresh ? cl->connect_timeout_us : 0);
+    int rc = send_cmd(c, r, r->cmd, r->cmdlen);
+    if (rc != DLOCK_OK) {
+        fail(c, r, rc);
+        return;
+    }
+    if (!r->await) {
+        /* Fire and forget (the clean-up release of a failed attempt): keep the
+         * connection only if the command left whole on an established connection. */
+        if (c->state == DLOCK_CONN_READY && c->outpos == c->outlen && c->skip < SKIP_MAX)
+            c->skip++;
+        else
+            dlock__conn_close(c);
+        r->done = true;
+    }
+}
+
+/* The node missed its deadline. */
+static void expire(dlock__conn *c, dlock__req *r, const struct dlock_client *cl)
+{
+    bool fresh = r->fresh;
+    const char *what = c->state == DLOCK_CONN_CONNECTING ? "connect" : "reply";
+    snprintf(r->detail, sizeof r->detail, "%s: no %s within %lld ms", c->node->addr.display,
+             what, (long long)((cl->timeout_us + (fresh ? cl->connect_timeout_us : 0)) / 1000));
+    r->err = DLOCK_ERR_TIMEOUT;
+    r->done = true;
+    if (c->state == DLOCK_CONN_READY && c->handshake == 0 && c->outpos == c->outlen &&
+        c->skip < SKIP_MAX)
+        c->skip++;
+    else
+        dlock__conn_close(c);
+}
+
+/* Act on poll's report for node i. */
+static void step(struct dlock_client *cl, dlock__conn *c, dlock__req *r, short revents)
+{
+    int rc;
+    if (c->state == DLOCK_CONN_CONNECTING) {
+        if (!(revents & (POLLOUT | POLLERR | POLLHUP)))
+            return;
+        if ((rc = dlock__conn_on_connect(c, r->detail, sizeof r->detail)) != DLOCK_OK) {
+            fail(c, r, rc);
+            return;
+        }
+        if (c->state != DLOCK_CONN_READY)
+            return; /* trying the host's next address */
+        revents |= POLLOUT;
+    }
+    if ((revents & POLLOUT) && c->outpos < c->outlen &&
+        (rc = dlock__conn_flush(c, r->detail, sizeof r->detail)) != DLOCK_OK) {
+        fail(c, r, rc);
+        return;
+    }
+    if (!(revents & (POLLIN | POLLERR | POLLHUP)))
+        return;
+    if ((rc = dlock__conn_read(c, r->detail, sizeof r->detail)) != DLOCK_OK) {
+        fail(c, r, rc);
+        return;
+    }
+    for (;;) {
+        redisReply *reply;
+        rc = dlock__conn_next_reply(c, cl, &reply, r->detail, sizeof r->detail);
+        if (rc != DLOCK_OK) {
+            fail(c, r, rc);
+            return;
+        }
+        if (reply == NULL)
+            return;
+        if (dlock__is_noscript(reply) && r->retry != NULL && !r->retried) {
+            /* The server lost its script cache (restart, SCRIPT FLUSH): send the
+             * script itself, once. EVAL also caches it for the next EVALSHA. */
+            freeReplyObject(reply);
+            r->retried = true;
+            if ((rc = send_cmd(c, r, r->retry, r->retrylen)) != DLOCK_OK) {
+                fail(c, r, rc);
+                return;
+            }
+            continue;
+        }
+        r->reply = reply;
+        r->done = true;
+        return;
+    }
+}
+
+void dlock__fanout(struct dlock_client *cl, dlock__conn *conns, dlock__req *reqs, int n)
+{
+    struct pollfd pfd[DLOCK_SERVERS_MAX];
+    int idx[DLOCK_SERVERS_MAX];
+    int64_t start = dlock__now_us();
+
+    /* Queue and send everything before waiting on anything. */
+    for (int i = 0; i < n; i++) {
+        if (reqs[i].cmd == NULL) {
+            reqs[i].done = true;
+            reqs[i].reply = NULL;
+            reqs[i].err = DLOCK_OK;
+            continue;
+        }
+        begin(cl, &conns[i], &reqs[i], start);
+    }
+
+    for (;;) {
+        int64_t now = dlock__now_us(), next = INT64_MAX;
+        int nfds = 0;
+        for (int i = 0; i < n; i++) {
+            dlock__req *r = &reqs[i];
+            if (r->done)
+                continue;
+            if (now >= r->deadline_us) {
+                expire(&conns[i], r, cl);
+                continue;
+            }
+            short ev = POLLIN;
+            if (conns[i].state == DLOCK_CONN_CONNECTING || conns[i].outpos < conns[i].outlen)
+                ev |= POLLOUT;
+            pfd[nfds] = (struct pollfd){.fd = conns[i].fd, .events = ev};
+            idx[nfds++] = i;
+            if (r->deadline_us < next)
+                next = r->deadline_us;
+        }
+        if (nfds == 0)
+            return;
+        int64_t wait_us = next - now;
+        struct timespec ts = {(time_t)(wait_us / 1000000), (long)(wait_us % 1000000) * 1000};
+        int ready = ppoll(pfd, (nfds_t)nfds, &ts, NULL);
+        if (ready < 0) {
+            if (errno == EINTR)
+                continue;
+            /* poll itself failed (ENOMEM): nothing can be waited for. */
+            for (int k = 0; k < nfds; k++) {
+                dlock__req *r = &reqs[idx[k]];
+                snprintf(r->detail, sizeof r->detail, "poll: %s", strerror(errno));
+                fail(&conns[idx[k]], r, DLOCK_ERR_IO);
+            }
+            return;
+        }
+        for (int k = 0; k < nfds && ready > 0; k++) {
+            if (pfd[k].revents == 0)
+                continue;
+            ready--;
+            step(cl, &conns[idx[k]], &reqs[idx[k]], pfd[k].revents);
+        }
+    }
+}

@@ -1,0 +1,275 @@
+/*
+ * internal.h: what the files of src/ share. Nothing here is installed or exported:
+ * non-static names are dlock__*, and the version script hides them from libdlock.so.
+ *
+ * The parts, from the bottom up (design.md section 3):
+ *   error.c    per-thread detail message, dlock_strerror
+ *   clock.c    the one clock (CLOCK_BOOTTIME) for elapsed time and lease deadlines
+ *   token.c    128-bit tokens and jitter from getrandom(2)
+ *   url.c      server addresses
+ *   reply.c    hiredis's redisReader with our size caps; server errors to DLOCK_ERR_*
+ *   conn.c     one node: non-blocking connect, handshake (AUTH, SELECT, INFO), buffers
+ *   fanout.c   one command to N nodes in parallel under one deadline (poll)
+ *   scripts.c  the Lua scripts, their SHA1s, EVALSHA with the EVAL fallback
+ *   lock.c     acquire / extend / release / check / inspect: quorum, validity, fences
+ *   client.c   dlock_client: config, the node list, the pool of connection sets
+ */
+#ifndef DLOCK_INTERNAL_H
+#define DLOCK_INTERNAL_H
+
+#include "dlock.h"
+
+#include <hiredis/hiredis.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <sys/types.h>
+
+/* ---- error.c ---------------------------------------------------------------- */
+
+/* Record a detail for the calling thread and return err (so `return dlock__fail(...)`). */
+int dlock__fail(int err, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* Empty the calling thread's detail (start of every public call). */
+void dlock__clear_error(void);
+/* Append "; " and more text to the detail (several nodes' reasons in one message). */
+void dlock__append_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+/* ---- clock.c ---------------------------------------------------------------- */
+
+/* Microseconds on CLOCK_BOOTTIME: monotonic, and it keeps counting through a suspend,
+ * as leases do on the servers. Every elapsed time and deadline in src/ uses it. */
+int64_t dlock__now_us(void);
+
+/* ---- token.c ---------------------------------------------------------------- */
+
+/* Fill out with DLOCK_TOKEN_LEN lowercase hex characters and a NUL, from getrandom. */
+int dlock__token_new(char out[DLOCK_TOKEN_LEN + 1]);
+/* True when s is DLOCK_TOKEN_LEN lowercase hex characters. */
+bool dlock__token_valid(const char *s);
+/* A uniform random number in [0, bound) (bound > 0), for jitter. */
+uint64_t dlock__random_below(uint64_t bound);
+
+/* ---- url.c ------------------------------------------------------------------ */
+
+typedef struct dlock__addr {
+    bool is_unix;
+    char *host; /* TCP: host name or address, without IPv6 brackets */
+    int port;   /* TCP */
+    char *path; /* unix */
+    char *user; /* NULL: none (AUTH with a password alone) */
+    char *password; /* NULL: none */
+    int db;
+    char *display; /* the URL without its password, for messages */
+} dlock__addr;
+
+/* Parse one URL of len bytes. On error, returns DLOCK_ERR_INVALID and writes a message
+ * naming the bad part to err. *out owns its strings: free with dlock__addr_clear. */
+int dlock__url_parse(const char *url, size_t len, dlock__addr *out, char *err, size_t errlen);
+void dlock__addr_clear(dlock__addr *a);
+/* Parse a comma-separated list into a new array of *n addresses (at most max). */
+int dlock__url_parse_list(const char *list, int max, dlock__addr **out, int *n, char *err,
+                          size_t errlen);
+
+/* ---- reply.c ---------------------------------------------------------------- */
+
+/* The largest reply we accept, and the most elements in one array. A lock reply is
+ * tens of bytes; INFO is a few KiB. Anything past these is refused, not buffered. */
+#define DLOCK_REPLY_MAX_BYTES    (256 * 1024)
+#define DLOCK_REPLY_MAX_ELEMENTS 64
+
+/* A redisReader whose replies are hiredis redisReply objects (freeReplyObject), and
+ * that refuses arrays longer than DLOCK_REPLY_MAX_ELEMENTS. NULL when out of memory. */
+redisReader *dlock__reader_new(void);
+
+/* What an error reply (-PREFIX message) means: DLOCK_ERR_UNAVAILABLE, _AUTH or
+ * _PROTOCOL, as design.md's "Which error a call returns" says. */
+int dlock__server_error_code(const char *str, size_t len);
+/* True for a -NOSCRIPT reply. */
+bool dlock__is_noscript(const redisReply *r);
+
+/* ---- conn.c / fanout.c ------------------------------------------------------ */
+
+/* What the client knows of one server, shared by all its connections. */
+typedef struct dlock__node {
+    dlock__addr addr;
+    int index;                /* position in the server list, for messages */
+    pthread_mutex_t mu;       /* guards the fields below */
+    char run_id[41];          /* from INFO on the last handshake ("" before) */
+    bool policy_reported;     /* the eviction warning was logged for this node */
+    bool evicting;            /* its maxmemory-policy can evict lock keys */
+} dlock__node;
+
+enum dlock__conn_state { DLOCK_CONN_CLOSED, DLOCK_CONN_CONNECTING, DLOCK_CONN_READY };
+
+/* One connection to one node. Used by one thread at a time (it lives in a connset
+ * that a call takes from the client's pool). */
+typedef struct dlock__conn {
+    dlock__node *node;
+    int fd;
+    enum dlock__conn_state state;
+    redisReader *reader;
+    char *out; /* bytes queued for the socket: out[outpos, outlen) */
+    size_t outlen, outpos, outcap;
+    int handshake;           /* handshake replies still to come (AUTH, SELECT, INFO) */
+    unsigned char hs[3];     /* which handshake step each of those replies answers */
+    int hs_next;             /* index in hs of the next handshake reply */
+    int skip;                /* replies of abandoned commands still to come, to discard */
+    bool too_big;            /* set by the reader when it refused an array */
+    struct addrinfo *ai, *ai_next; /* TCP addresses and the next one to try */
+} dlock__conn;
+
+struct dlock_client;
+
+void dlock__conn_init(dlock__conn *c, dlock__node *node);
+/* Close the socket and forget queued bytes and expected replies. */
+void dlock__conn_close(dlock__conn *c);
+/* Free everything (closes first). */
+void dlock__conn_free(dlock__conn *c);
+
+/* Close any connection and start a new one: non-blocking connect, handshake queued.
+ * On failure the connection is closed and detail says why. */
+int dlock__conn_open(dlock__conn *c, struct dlock_client *cl, char *detail, size_t n);
+/* The socket of a CONNECTING connection became writable: finish, or try the next
+ * address. DLOCK_OK while connected or still connecting. */
+int dlock__conn_on_connect(dlock__conn *c, char *detail, size_t n);
+/* Append bytes to the output buffer (sent by dlock__conn_flush). */
+int dlock__conn_queue(dlock__conn *c, const char *buf, size_t len);
+/* Send what the socket takes without blocking. */
+int dlock__conn_flush(dlock__conn *c, char *detail, size_t n);
+/* Read what the socket has into the reader (refusing more than the reply cap). */
+int dlock__conn_read(dlock__conn *c, char *detail, size_t n);
+/* The next complete reply to one of the caller's commands, or *out NULL if none is
+ * complete yet. Handshake replies and replies to abandoned commands are consumed. */
+int dlock__conn_next_reply(dlock__conn *c, struct dlock_client *cl, redisReply **out,
+                           char *detail, size_t n);
+/* True when an idle connection must be reopened before use (closed by the server,
+ * or out of step). */
+bool dlock__conn_stale(dlock__conn *c);
+
+/* One node's part of a round. */
+typedef struct dlock__req {
+    const char *cmd;   /* RESP bytes to send (not owned); NULL: nothing for this node */
+    size_t cmdlen;
+    const char *retry; /* sent once instead when the reply is -NOSCRIPT (EVAL form) */
+    size_t retrylen;
+    bool await;        /* false: send and leave the reply to be discarded later */
+    /* results */
+    redisReply *reply; /* the reply (caller frees with freeReplyObject), or NULL */
+    int err;           /* DLOCK_OK when reply is set, else why not */
+    char detail[160];  /* why not, for dlock_errmsg */
+    /* private to fanout.c */
+    int64_t deadline_us;
+    bool done, retried, fresh;
+} dlock__req;
+
+/* Send reqs[i] on conns[i] for every i with a cmd, in parallel, and wait for the
+ * awaited replies until each node's deadline: now + timeout (+ connect timeout for a
+ * node that must first connect). A node that misses its deadline keeps its socket
+ * only if its command was sent whole (its late reply is then discarded by the next
+ * round); otherwise its connection is closed. */
+void dlock__fanout(struct dlock_client *cl, dlock__conn *conns, dlock__req *reqs, int n);
+
+/* ---- scripts.c -------------------------------------------------------------- */
+
+enum dlock__script_id {
+    DLOCK_SCRIPT_ACQUIRE,
+    DLOCK_SCRIPT_RELEASE,
+    DLOCK_SCRIPT_EXTEND,
+    DLOCK_SCRIPT_INSPECT,
+    DLOCK_SCRIPT_COUNT
+};
+
+typedef struct dlock__scripts {
+    char sha[DLOCK_SCRIPT_COUNT][41];
+} dlock__scripts;
+
+int dlock__scripts_init(dlock__scripts *s);
+
+/* A formatted script call: EVALSHA, and the EVAL fallback. Free with _free. */
+typedef struct dlock__call {
+    char *evalsha;
+    int evalsha_len;
+    char *eval;
+    int eval_len;
+} dlock__call;
+
+int dlock__call_format(const dlock__scripts *s, enum dlock__script_id id, int nkeys,
+                       int nargs, const char *const *args, const size_t *lens, dlock__call *out);
+void dlock__call_free(dlock__call *call);
+/* Point reqs[0..n) at call, awaited or not. */
+void dlock__call_reqs(const dlock__call *call, dlock__req *reqs, int n, bool await);
+
+/* ---- client.c --------------------------------------------------------------- */
+
+/* A set of N connections, one per node, that one call uses at a time. */
+typedef struct dlock__connset {
+    struct dlock__connset *next; /* in the client's free list */
+    dlock__conn conns[];
+} dlock__connset;
+
+struct dlock_lock;
+
+struct dlock_client {
+    uint32_t magic;
+    pid_t pid; /* the process that created it: a forked child gets DLOCK_ERR_CLOSED */
+    int n;     /* nodes */
+    int quorum;
+    dlock__node *nodes;
+    char *prefix;
+    size_t prefix_len;
+    int64_t timeout_us, connect_timeout_us;
+    double drift_factor;
+    int64_t drift_min_us;
+    bool strict;
+    dlock_log_fn log;
+    void *log_user;
+    char *password;   /* cfg->password, for servers whose URL has none */
+    char holder[300]; /* "host:pid" for the lock value */
+    dlock__scripts scripts;
+
+    pthread_mutex_t mu; /* guards pool and locks */
+    dlock__connset *pool;
+    int pool_idle;
+    struct dlock_lock *locks; /* attached handles, for dlock_client_free */
+};
+
+#define DLOCK_CLIENT_MAGIC 0x646c636bU /* "dlck" */
+#define DLOCK_LOCK_MAGIC   0x646c6c6bU /* "dllk" */
+
+/* Check c and the process; on failure record why and return the error. */
+int dlock__client_enter(struct dlock_client *c);
+/* Take a connection set from the pool (or make one); NULL when out of memory. */
+dlock__connset *dlock__connset_get(struct dlock_client *c);
+void dlock__connset_put(struct dlock_client *c, dlock__connset *s);
+/* Log through the client's callback, if any. */
+void dlock__log(struct dlock_client *c, int level, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+/* ---- lock.c ----------------------------------------------------------------- */
+
+struct dlock_lock {
+    uint32_t magic;
+    struct dlock_client *client;
+    struct dlock_lock *prev, *next; /* in client->locks */
+    char *name;
+    size_t name_len;
+    char token[DLOCK_TOKEN_LEN + 1];
+    uint64_t fence;
+    int64_t valid_until_us; /* on dlock__now_us(); 0: unknown (adopted) */
+    bool lost;
+    bool attached; /* on client->locks */
+    int lost_fd; /* -1 until dlock_lost_fd */
+};
+
+/* Quorum of n nodes: n/2 + 1. */
+int dlock__quorum(int n);
+/* Validity left after a round: ttl - elapsed - drift, in microseconds. */
+int64_t dlock__validity_us(int64_t ttl_us, int64_t elapsed_us, double drift_factor,
+                           int64_t drift_min_us);
+/* Check a ttl against the lease range. */
+int dlock__check_ttl(int64_t ttl_ms, const char *what);
+/* Release l on every node without waiting for the replies, then free it. Used by
+ * dlock_client_free; the client's mutex is not held. */
+void dlock__lock_release_quietly(struct dlock_lock *l);
+
+#endif /* DLOCK_INTERNAL_H */

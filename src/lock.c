@@ -1,0 +1,830 @@
+/*
+ * lock.c: acquire, extend, release, check and inspect, over the fan-out.
+ *
+ * One code path for every N (design.md section 2): a round sends one script call to
+ * all N nodes at once; the outcome counts grants against the quorum N/2+1, and a
+ * grant only counts as a lock while validity = ttl - elapsed - drift is positive.
+ * With N = 1 the quorum is 1 and the same arithmetic applies.
+ *
+ * How a round's outcome becomes an error code (design.md, "Which error a call
+ * returns"): refused by holders on enough nodes that no quorum was possible is
+ * DLOCK_ERR_BUSY; too few answers to decide is, for N = 1, the node's own error and,
+ * for N > 1, DLOCK_ERR_NOQUORUM with every node's reason in dlock_errmsg().
+ */
+#include "internal.h"
+
+#include <errno.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+int dlock__quorum(int n)
+{
+    return n / 2 + 1;
+}
+
+int64_t dlock__validity_us(int64_t ttl_us, int64_t elapsed_us, double drift_factor,
+                           int64_t drift_min_us)
+{
+    return ttl_us - elapsed_us - (int64_t)((double)ttl_us * drift_factor) - drift_min_us;
+}
+
+int dlock__check_ttl(int64_t ttl_ms, const char *what)
+{
+    if (ttl_ms < DLOCK_TTL_MIN_MS || ttl_ms > DLOCK_TTL_MAX_MS)
+        return dlock__fail(DLOCK_ERR_INVALID, "%s %lld ms is outside [%d, %d] ms", what,
+                           (long long)ttl_ms, DLOCK_TTL_MIN_MS, DLOCK_TTL_MAX_MS);
+    return DLOCK_OK;
+}
+
+static int check_name(const char *name)
+{
+    if (name == NULL)
+        return dlock__fail(DLOCK_ERR_INVALID, "name is NULL");
+    size_t len = strnlen(name, DLOCK_NAME_MAX + 1);
+    if (len == 0)
+        return dlock__fail(DLOCK_ERR_INVALID, "name is empty");
+    if (len > DLOCK_NAME_MAX)
+        return dlock__fail(DLOCK_ERR_INVALID, "name longer than %d bytes", DLOCK_NAME_MAX);
+    return DLOCK_OK;
+}
+
+/* ---- keys ------------------------------------------------------------------- */
+
+/* The three names of a lock, in one allocation: P{name}, P{name}:fence, P{name}:wake. */
+typedef struct keys {
+    char *buf;
+    const char *lock, *fence, *wake;
+    size_t lock_len, fence_len, wake_len;
+} keys;
+
+static int keys_make(const dlock_client *c, const char *name, size_t name_len, keys *k)
+{
+    size_t base = c->prefix_len + name_len + 2;
+    k->buf = malloc(3 * base + sizeof ":fence" + sizeof ":wake" + 1);
+    if (k->buf == NULL)
+        return dlock__fail(DLOCK_ERR_NOMEM, "out of memory");
+    char *p = k->buf;
+    const char *suffix[3] = {"", ":fence", ":wake"};
+    const char **dst[3] = {&k->lock, &k->fence, &k->wake};
+    size_t *len[3] = {&k->lock_len, &k->fence_len, &k->wake_len};
+    for (int i = 0; i < 3; i++) {
+        *dst[i] = p;
+        *len[i] = (size_t)sprintf(p, "%s{", c->prefix);
+        memcpy(p + *len[i], name, name_len);
+        *len[i] += name_len;
+        *len[i] += (size_t)sprintf(p + *len[i], "}%s", suffix[i]);
+        p += *len[i] + 1;
+    }
+    return DLOCK_OK;
+}
+
+/* ---- rounds ----------------------------------------------------------------- */
+
+/* What the nodes said in one round. */
+typedef struct tally {
+    int yes;        /* granted / deleted / extended / holds our token */
+    int no;         /* refused by a holder / not our token */
+    int failed;     /* no usable answer */
+    int permanent;  /* failed with an error that retrying cannot fix */
+    int last_err;   /* the error of a failed node (N = 1: the node's own) */
+    int64_t busy_remaining_ms; /* largest holder PTTL seen in a refusal */
+} tally;
+
+static bool is_permanent(int err)
+{
+    return err == DLOCK_ERR_AUTH || err == DLOCK_ERR_PROTOCOL || err == DLOCK_ERR_INVALID ||
+           err == DLOCK_ERR_NOMEM;
+}
+
+/* Count a node that gave no usable answer; its reason is in r->detail. */
+static void count_failure(tally *t, dlock__req *r, int err)
+{
+    r->err = err;
+    t->failed++;
+    t->last_err = err;
+    if (is_permanent(err))
+        t->permanent++;
+}
+
+/* Read an integer reply into *v; any other reply counts as a failure of the node. */
+static bool int_reply(tally *t, dlock__req *r, dlock__conn *conn, const char *what,
+                      long long *v)
+{
+    if (r->err != DLOCK_OK) {
+        count_failure(t, r, r->err);
+        return false;
+    }
+    const redisReply *rep = r->reply;
+    if (rep->type == REDIS_REPLY_INTEGER) {
+        *v = rep->integer;
+        return true;
+    }
+    if (rep->type == REDIS_REPLY_ERROR) {
+        snprintf(r->detail, sizeof r->detail, "%s: %s: -%.100s", conn->node->addr.display, what,
+                 rep->str);
+        count_failure(t, r, dlock__server_error_code(rep->str, rep->len));
+    } else {
+        snprintf(r->detail, sizeof r->detail, "%s: %s: unexpected reply type %d",
+                 conn->node->addr.display, what, rep->type);
+        count_failure(t, r, DLOCK_ERR_PROTOCOL);
+    }
+    return false;
+}
+
+static void free_replies(dlock__req *reqs, int n)
+{
+    for (int i = 0; i < n; i++) {
+        freeReplyObject(reqs[i].reply);
+        reqs[i].reply = NULL;
+    }
+}
+
+/* The error of a round that could not decide, with every failed node's reason. */
+static int undecided(const dlock_client *c, const tally *t, const dlock__req *reqs)
+{
+    if (c->n == 1)
+        return dlock__fail(t->last_err, "%s", reqs[0].detail);
+    dlock__fail(DLOCK_ERR_NOQUORUM, "%d of %d servers answered, %d needed", c->n - t->failed,
+                c->n, c->quorum);
+    for (int i = 0; i < c->n; i++)
+        if (reqs[i].err != DLOCK_OK)
+            dlock__append_error("%s", reqs[i].detail);
+    return DLOCK_ERR_NOQUORUM;
+}
+
+/* Run one script call on every node (awaited) and return a connection set's requests. */
+typedef struct round {
+    dlock__connset *set;
+    dlock__req reqs[DLOCK_SERVERS_MAX];
+    int64_t start_us, end_us;
+} round;
+
+static int round_run(dlock_client *c, round *rd, const dlock__call *call)
+{
+    dlock__call_reqs(call, rd->reqs, c->n, true);
+    rd->start_us = dlock__now_us();
+    dlock__fanout(c, rd->set->conns, rd->reqs, c->n);
+    rd->end_us = dlock__now_us();
+    return DLOCK_OK;
+}
+
+/* ---- the lock handle -------------------------------------------------------- */
+
+static void attach(dlock_client *c, dlock_lock *l)
+{
+    pthread_mutex_lock(&c->mu);
+    l->next = c->locks;
+    if (c->locks != NULL)
+        c->locks->prev = l;
+    c->locks = l;
+    l->attached = true;
+    pthread_mutex_unlock(&c->mu);
+}
+
+/* Free a handle, taking it off its client's list first if it is on it. */
+static void lock_free(dlock_lock *l)
+{
+    dlock_client *c = l->client;
+    if (l->attached) {
+        pthread_mutex_lock(&c->mu);
+        if (l->prev != NULL)
+            l->prev->next = l->next;
+        else
+            c->locks = l->next;
+        if (l->next != NULL)
+            l->next->prev = l->prev;
+        pthread_mutex_unlock(&c->mu);
+    }
+    if (l->lost_fd >= 0)
+        close(l->lost_fd);
+    free(l->name);
+    l->magic = 0;
+    free(l);
+}
+
+static int lock_new(dlock_client *c, const char *name, dlock_lock **out)
+{
+    dlock_lock *l = calloc(1, sizeof *l);
+    if (l == NULL || (l->name = strdup(name)) == NULL) {
+        free(l);
+        return dlock__fail(DLOCK_ERR_NOMEM, "out of memory");
+    }
+    l->magic = DLOCK_LOCK_MAGIC;
+    l->client = c;
+    l->name_len = strlen(name);
+    l->lost_fd = -1;
+    *out = l;
+    return DLOCK_OK;
+}
+
+static void mark_lost(dlock_lock *l)
+{
+    l->lost = true;
+    l->valid_until_us = 0;
+    if (l->lost_fd >= 0) {
+        uint64_t one = 1;
+        /* A full counter (never, at one write per loss) only means already readable. */
+        ssize_t w = write(l->lost_fd, &one, sizeof one);
+        (void)w;
+    }
+}
+
+/* Check a handle and its client on entry to a call. */
+static int enter_lock(dlock_lock *l)
+{
+    dlock__clear_error();
+    if (l == NULL)
+        return dlock__fail(DLOCK_ERR_INVALID, "lock is NULL");
+    if (l->magic != DLOCK_LOCK_MAGIC)
+        return dlock__fail(DLOCK_ERR_INVALID, "not a dlock_lock (released or corrupted?)");
+    return dlock__client_enter(l->client);
+}
+
+/* ---- acquire ---------------------------------------------------------------- */
+
+/* Sleep before the next attempt: exponential backoff (1 ms doubling to 32 ms) with
+ * full jitter, never past the holder's remaining lease or the caller's deadline. The
+ * waiting issue replaces this with wake-ups from releases. */
+static int backoff(int attempt, int64_t busy_ms, int64_t deadline_us, int cancel_fd)
+{
+    int64_t cap_us = (int64_t)1000 << (attempt < 5 ? attempt : 5);
+    if (busy_ms > 0 && busy_ms * 1000 + 1000 < cap_us)
+        cap_us = busy_ms * 1000 + 1000;
+    int64_t delay_us = cap_us / 2 + (int64_t)dlock__random_below((uint64_t)cap_us / 2 + 1);
+    int64_t left = deadline_us - dlock__now_us();
+    if (delay_us > left)
+        delay_us = left > 0 ? left : 0;
+    struct pollfd p = {.fd = cancel_fd > 0 ? cancel_fd : -1, .events = POLLIN};
+    struct timespec ts = {(time_t)(delay_us / 1000000), (long)(delay_us % 1000000) * 1000};
+    for (;;) {
+        int r = ppoll(&p, 1, &ts, NULL);
+        if (r > 0)
+            return dlock__fail(DLOCK_ERR_CANCELED, "canceled through cancel_fd");
+        if (r == 0 || errno != EINTR)
+            return DLOCK_OK;
+    }
+}
+
+static bool opts_ok(const dlock_opts *o, int64_t *ttl_ms, int64_t *wait_ms, int *rc)
+{
+    static const dlock_opts defaults = {0};
+    if (o == NULL)
+        o = &defaults;
+    for (size_t i = 0; i < sizeof o->reserved / sizeof *o->reserved; i++)
+        if (o->reserved[i] != 0) {
+            *rc = dlock__fail(DLOCK_ERR_INVALID, "dlock_opts.reserved must be zero");
+            return false;
+        }
+    *ttl_ms = o->ttl_ms ? o->ttl_ms : DLOCK_TTL_DEFAULT_MS;
+    if ((*rc = dlock__check_ttl(*ttl_ms, "ttl_ms")) != DLOCK_OK)
+        return false;
+    *wait_ms = o->wait_ms;
+    if (*wait_ms < -1) {
+        *rc = dlock__fail(DLOCK_ERR_INVALID, "wait_ms %lld: use -1 (forever), 0 or more",
+                          (long long)*wait_ms);
+        return false;
+    }
+    if (o->cancel_fd < 0) {
+        *rc = dlock__fail(DLOCK_ERR_INVALID, "cancel_fd is negative (0 means none)");
+        return false;
+    }
+    if (o->label != NULL && strnlen(o->label, DLOCK_LABEL_MAX + 1) > DLOCK_LABEL_MAX) {
+        *rc = dlock__fail(DLOCK_ERR_INVALID, "label longer than %d bytes", DLOCK_LABEL_MAX);
+        return false;
+    }
+    return true;
+}
+
+/* One acquisition attempt. Returns DLOCK_OK with l filled in, or the attempt's error;
+ * *retry says whether another attempt could succeed. */
+static int attempt(dlock_client *c, round *rd, const dlock__call *acq, const dlock__call *rel,
+                   dlock_lock *l, int64_t ttl_ms, tally *t)
+{
+    memset(t, 0, sizeof *t);
+    round_run(c, rd, acq);
+    uint64_t fence = 0;
+    bool outcome_known[DLOCK_SERVERS_MAX];
+    for (int i = 0; i < c->n; i++) {
+        long long v;
+        outcome_known[i] = false;
+        if (!int_reply(t, &rd->reqs[i], &rd->set->conns[i], "acquire", &v))
+            continue;
+        outcome_known[i] = true;
+        if (v > 0) {
+            t->yes++;
+            if ((uint64_t)v > fence)
+                fence = (uint64_t)v;
+        } else {
+            t->no++;
+            if (-v > t->busy_remaining_ms)
+                t->busy_remaining_ms = -v;
+        }
+    }
+    int64_t validity =
+        dlock__validity_us(ttl_ms * 1000, rd->end_us - rd->start_us, c->drift_factor,
+                           c->drift_min_us);
+    int rc;
+    if (t->yes >= c->quorum && validity > 0) {
+        l->fence = fence;
+        l->valid_until_us = rd->end_us + validity;
+        free_replies(rd->reqs, c->n);
+        return DLOCK_OK;
+    }
+    if (t->yes >= c->quorum) {
+        rc = dlock__fail(DLOCK_ERR_TIMEOUT,
+                         "granted, but the round took %lld ms of a %lld ms lease (no validity "
+                         "left)",
+                         (long long)((rd->end_us - rd->start_us) / 1000), (long long)ttl_ms);
+    } else if (t->yes + t->no >= c->quorum) {
+        rc = dlock__fail(DLOCK_ERR_BUSY, "held by another owner");
+    } else {
+        rc = undecided(c, t, rd->reqs);
+    }
+    /* Not acquired: undo every grant, and every outcome we do not know (a node that
+     * failed may have executed the script). A clean refusal needs nothing. The
+     * release is sent, not awaited, so a failed attempt costs no extra round trip. */
+    bool any = false;
+    for (int i = 0; i < c->n; i++) {
+        bool granted = outcome_known[i] && rd->reqs[i].reply->integer > 0;
+        rd->reqs[i].cmd = NULL;
+        if (granted || !outcome_known[i]) {
+            rd->reqs[i].cmd = rel->evalsha;
+            rd->reqs[i].cmdlen = (size_t)rel->evalsha_len;
+            rd->reqs[i].retry = NULL; /* no second chance on NOSCRIPT: it is best effort */
+            rd->reqs[i].await = false;
+            any = true;
+        }
+    }
+    free_replies(rd->reqs, c->n);
+    if (any)
+        dlock__fanout(c, rd->set->conns, rd->reqs, c->n);
+    return rc;
+}
+
+int dlock_acquire(dlock_client *c, const char *name, const dlock_opts *opts, dlock_lock **out)
+{
+    dlock__clear_error();
+    if (out == NULL)
+        return dlock__fail(DLOCK_ERR_INVALID, "out is NULL");
+    *out = NULL;
+    int rc = dlock__client_enter(c);
+    if (rc != DLOCK_OK || (rc = check_name(name)) != DLOCK_OK)
+        return rc;
+    int64_t ttl_ms, wait_ms;
+    if (!opts_ok(opts, &ttl_ms, &wait_ms, &rc))
+        return rc;
+    int cancel_fd = opts ? opts->cancel_fd : 0;
+    const char *label = opts && opts->label && opts->label[0] ? opts->label : NULL;
+
+    dlock_lock *l = NULL;
+    keys k = {0};
+    dlock__call acq = {0}, rel = {0};
+    round rd = {0};
+    if ((rc = lock_new(c, name, &l)) != DLOCK_OK || (rc = dlock__token_new(l->token)) != DLOCK_OK ||
+        (rc = keys_make(c, name, l->name_len, &k)) != DLOCK_OK)
+        goto out;
+
+    /* The lock's value: "<token> <host:pid>[ <label>]" (what `dlock status` shows). */
+    char value[DLOCK_TOKEN_LEN + sizeof c->holder + DLOCK_LABEL_MAX + 4];
+    int vlen = snprintf(value, sizeof value, "%s %s%s%s", l->token, c->holder, label ? " " : "",
+                        label ? label : "");
+    char ttl[24];
+    int tlen = snprintf(ttl, sizeof ttl, "%lld", (long long)ttl_ms);
+    const char *acq_args[] = {k.lock, k.fence, value, ttl};
+    const size_t acq_lens[] = {k.lock_len, k.fence_len, (size_t)vlen, (size_t)tlen};
+    const char *rel_args[] = {k.lock, k.fence, l->token, "0", k.wake};
+    const size_t rel_lens[] = {k.lock_len, k.fence_len, DLOCK_TOKEN_LEN, 1, k.wake_len};
+    if ((rc = dlock__call_format(&c->scripts, DLOCK_SCRIPT_ACQUIRE, 2, 4, acq_args, acq_lens,
+                                 &acq)) != DLOCK_OK ||
+        (rc = dlock__call_format(&c->scripts, DLOCK_SCRIPT_RELEASE, 2, 5, rel_args, rel_lens,
+                                 &rel)) != DLOCK_OK)
+        goto out;
+    if ((rd.set = dlock__connset_get(c)) == NULL) {
+        rc = dlock__fail(DLOCK_ERR_NOMEM, "out of memory");
+        goto out;
+    }
+
+    int64_t start = dlock__now_us();
+    int64_t deadline = wait_ms < 0 ? INT64_MAX : start + wait_ms * 1000;
+    /* Servers that stay unreachable end even an endless wait: a wait is for a holder
+     * to go away, not for an outage to end (the CLI's exit 69 even with -w forever). */
+    int64_t outage_since = 0;
+    for (int n = 0;; n++) {
+        tally t;
+        rc = attempt(c, &rd, &acq, &rel, l, ttl_ms, &t);
+        if (rc == DLOCK_OK || rc == DLOCK_ERR_NOMEM)
+            break;
+        int64_t now = dlock__now_us();
+        if (rc == DLOCK_ERR_BUSY) {
+            outage_since = 0;
+        } else {
+            if (outage_since == 0)
+                outage_since = now;
+            /* An error that no retry can fix, on enough nodes that no quorum is
+             * possible, ends the call now. */
+            if (t.permanent > c->n - c->quorum)
+                break;
+            if (now - outage_since >= c->connect_timeout_us)
+                break;
+        }
+        if (now >= deadline)
+            break;
+        char saved[512];
+        snprintf(saved, sizeof saved, "%s", dlock_errmsg());
+        int brc = backoff(n, t.busy_remaining_ms, deadline, cancel_fd);
+        if (brc != DLOCK_OK) {
+            rc = brc;
+            break;
+        }
+        dlock__fail(rc, "%s", saved);
+    }
+out:
+    if (rd.set != NULL)
+        dlock__connset_put(c, rd.set);
+    dlock__call_free(&acq);
+    dlock__call_free(&rel);
+    free(k.buf);
+    if (rc != DLOCK_OK) {
+        if (l != NULL)
+            lock_free(l);
+        return rc;
+    }
+    attach(c, l);
+    dlock__clear_error();
+    *out = l;
+    return DLOCK_OK;
+}
+
+/* ---- extend, release, check ------------------------------------------------- */
+
+/* Run a token-checked script (1: the node had our token and acted, 0: it did not) on
+ * every node and decide: DLOCK_OK on a quorum of 1s, DLOCK_ERR_LOST when so many
+ * nodes said 0 that no quorum can hold our token, else the unavailability error. */
+static int token_round(dlock_lock *l, enum dlock__script_id id, int nkeys, int nargs,
+                       const char *const *args, const size_t *lens, const char *what,
+                       int64_t *start_us)
+{
+    dlock_client *c = l->client;
+    dlock__call call;
+    round rd = {0};
+    int rc = dlock__call_format(&c->scripts, id, nkeys, nargs, args, lens, &call);
+    if (rc != DLOCK_OK)
+        return rc;
+    if ((rd.set = dlock__connset_get(c)) == NULL) {
+        dlock__call_free(&call);
+        return dlock__fail(DLOCK_ERR_NOMEM, "out of memory");
+    }
+    round_run(c, &rd, &call);
+    *start_us = rd.start_us;
+    tally t = {0};
+    for (int i = 0; i < c->n; i++) {
+        long long v;
+        if (int_reply(&t, &rd.reqs[i], &rd.set->conns[i], what, &v)) {
+            if (v == 1)
+                t.yes++;
+            else
+                t.no++;
+        }
+    }
+    if (t.yes >= c->quorum)
+        rc = DLOCK_OK;
+    else if (t.no > c->n - c->quorum)
+        rc = dlock__fail(DLOCK_ERR_LOST, "%s: the lock is not held with this token (expired, "
+                                         "released or taken by another owner)",
+                         what);
+    else
+        rc = undecided(c, &t, rd.reqs);
+    free_replies(rd.reqs, c->n);
+    dlock__connset_put(c, rd.set);
+    dlock__call_free(&call);
+    return rc;
+}
+
+int dlock_extend(dlock_lock *l, int64_t ttl_ms)
+{
+    int rc = enter_lock(l);
+    if (rc != DLOCK_OK || (rc = dlock__check_ttl(ttl_ms, "ttl_ms")) != DLOCK_OK)
+        return rc;
+    if (l->lost)
+        return dlock__fail(DLOCK_ERR_LOST, "this handle already found the lock lost");
+    dlock_client *c = l->client;
+    keys k;
+    if ((rc = keys_make(c, l->name, l->name_len, &k)) != DLOCK_OK)
+        return rc;
+    char ttl[24];
+    int tlen = snprintf(ttl, sizeof ttl, "%lld", (long long)ttl_ms);
+    const char *args[] = {k.lock, l->token, ttl};
+    const size_t lens[] = {k.lock_len, DLOCK_TOKEN_LEN, (size_t)tlen};
+    int64_t start;
+    rc = token_round(l, DLOCK_SCRIPT_EXTEND, 1, 3, args, lens, "extend", &start);
+    free(k.buf);
+    if (rc == DLOCK_OK) {
+        /* The new lease runs from when the round started, at the latest. */
+        int64_t validity = dlock__validity_us(ttl_ms * 1000, dlock__now_us() - start,
+                                              c->drift_factor, c->drift_min_us);
+        if (validity <= 0)
+            return dlock__fail(DLOCK_ERR_TIMEOUT,
+                               "extended, but the round used up the new lease");
+        l->valid_until_us = dlock__now_us() + validity;
+    } else if (rc == DLOCK_ERR_LOST) {
+        mark_lost(l);
+    }
+    return rc;
+}
+
+int dlock_release(dlock_lock *l)
+{
+    int rc = enter_lock(l);
+    if (rc != DLOCK_OK) {
+        /* "Frees l, whatever it returns": a handle inherited across fork() is freed
+         * without touching the servers (the lock is the parent's). */
+        if (l != NULL && l->magic == DLOCK_LOCK_MAGIC)
+            lock_free(l);
+        return rc;
+    }
+    dlock_client *c = l->client;
+    keys k;
+    if ((rc = keys_make(c, l->name, l->name_len, &k)) != DLOCK_OK) {
+        lock_free(l);
+        return rc;
+    }
+    /* With N > 1 the release raises every node's fence counter to this lock's fence
+     * (design.md's default fence mode), so a later quorum, which meets at least one
+     * of these nodes, hands out a larger fence. With N = 1 the counter is already
+     * there. */
+    char fence[24] = "0";
+    if (c->n > 1)
+        snprintf(fence, sizeof fence, "%llu", (unsigned long long)l->fence);
+    const char *args[] = {k.lock, k.fence, l->token, fence, k.wake};
+    const size_t lens[] = {k.lock_len, k.fence_len, DLOCK_TOKEN_LEN, strlen(fence), k.wake_len};
+    int64_t start;
+    bool expired = l->valid_until_us != 0 && dlock__now_us() >= l->valid_until_us;
+    rc = token_round(l, DLOCK_SCRIPT_RELEASE, 2, 5, args, lens, "release", &start);
+    free(k.buf);
+    if (rc == DLOCK_OK && expired)
+        rc = dlock__fail(DLOCK_ERR_LOST, "released, but the lease had run out before the "
+                                         "release: work after that was not protected");
+    lock_free(l);
+    return rc;
+}
+
+int dlock_lock_detach(dlock_lock *l)
+{
+    dlock__clear_error();
+    if (l == NULL)
+        return dlock__fail(DLOCK_ERR_INVALID, "lock is NULL");
+    if (l->magic != DLOCK_LOCK_MAGIC)
+        return dlock__fail(DLOCK_ERR_INVALID, "not a dlock_lock (released or corrupted?)");
+    lock_free(l);
+    return DLOCK_OK;
+}
+
+int dlock_lock_adopt(dlock_client *c, const char *name, const char *token, dlock_lock **out)
+{
+    dlock__clear_error();
+    if (out == NULL)
+        return dlock__fail(DLOCK_ERR_INVALID, "out is NULL");
+    *out = NULL;
+    int rc = dlock__client_enter(c);
+    if (rc != DLOCK_OK || (rc = check_name(name)) != DLOCK_OK)
+        return rc;
+    if (token == NULL || !dlock__token_valid(token))
+        return dlock__fail(DLOCK_ERR_INVALID, "token must be %d lowercase hex characters",
+                           DLOCK_TOKEN_LEN);
+    dlock_lock *l;
+    if ((rc = lock_new(c, name, &l)) != DLOCK_OK)
+        return rc;
+    memcpy(l->token, token, DLOCK_TOKEN_LEN + 1);
+    attach(c, l);
+    *out = l;
+    return DLOCK_OK;
+}
+
+/* ---- inspect and check ------------------------------------------------------ */
+
+/* What one node holds for a name (from the INSPECT script). */
+typedef struct node_view {
+    bool ok;
+    char value[600]; /* "<token> <description>", truncated; "" when free */
+    long long pttl;
+    uint64_t fence;
+} node_view;
+
+static bool parse_view(tally *t, dlock__req *r, dlock__conn *conn, node_view *v)
+{
+    memset(v, 0, sizeof *v);
+    if (r->err != DLOCK_OK) {
+        count_failure(t, r, r->err);
+        return false;
+    }
+    const redisReply *rep = r->reply;
+    if (rep->type == REDIS_REPLY_ERROR) {
+        snprintf(r->detail, sizeof r->detail, "%s: inspect: -%.100s", conn->node->addr.display,
+                 rep->str);
+        count_failure(t, r, dlock__server_error_code(rep->str, rep->len));
+        return false;
+    }
+    if (rep->type != REDIS_REPLY_ARRAY || rep->elements != 3 ||
+        rep->element[0]->type != REDIS_REPLY_STRING ||
+        rep->element[1]->type != REDIS_REPLY_INTEGER ||
+        rep->element[2]->type != REDIS_REPLY_STRING) {
+        snprintf(r->detail, sizeof r->detail, "%s: inspect: unexpected reply shape",
+                 conn->node->addr.display);
+        count_failure(t, r, DLOCK_ERR_PROTOCOL);
+        return false;
+    }
+    snprintf(v->value, sizeof v->value, "%s", rep->element[0]->str);
+    v->pttl = rep->element[1]->integer;
+    v->fence = strtoull(rep->element[2]->str, NULL, 10);
+    v->ok = true;
+    return true;
+}
+
+static int cmp_desc(const void *a, const void *b)
+{
+    long long x = *(const long long *)a, y = *(const long long *)b;
+    return (x < y) - (x > y);
+}
+
+/* Ask every node what it holds for the name; views[i].ok tells who answered. */
+static int inspect_round(dlock_client *c, const char *name, size_t name_len, node_view *views,
+                         tally *t, round *rd)
+{
+    keys k;
+    dlock__call call;
+    int rc = keys_make(c, name, name_len, &k);
+    if (rc != DLOCK_OK)
+        return rc;
+    const char *args[] = {k.lock, k.fence};
+    const size_t lens[] = {k.lock_len, k.fence_len};
+    rc = dlock__call_format(&c->scripts, DLOCK_SCRIPT_INSPECT, 2, 2, args, lens, &call);
+    free(k.buf);
+    if (rc != DLOCK_OK)
+        return rc;
+    if ((rd->set = dlock__connset_get(c)) == NULL) {
+        dlock__call_free(&call);
+        return dlock__fail(DLOCK_ERR_NOMEM, "out of memory");
+    }
+    round_run(c, rd, &call);
+    memset(t, 0, sizeof *t);
+    for (int i = 0; i < c->n; i++)
+        parse_view(t, &rd->reqs[i], &rd->set->conns[i], &views[i]);
+    free_replies(rd->reqs, c->n);
+    dlock__connset_put(c, rd->set);
+    dlock__call_free(&call);
+    return DLOCK_OK;
+}
+
+/* Among the nodes whose value starts with `token`, the lease a quorum still has: the
+ * quorum-th largest PTTL. -1 when fewer than a quorum hold it. */
+static long long quorum_pttl(const dlock_client *c, const node_view *views, const char *token)
+{
+    long long p[DLOCK_SERVERS_MAX];
+    int m = 0;
+    for (int i = 0; i < c->n; i++)
+        if (views[i].ok && strncmp(views[i].value, token, DLOCK_TOKEN_LEN) == 0 &&
+            views[i].value[0] != '\0')
+            p[m++] = views[i].pttl;
+    if (m < c->quorum)
+        return -1;
+    qsort(p, (size_t)m, sizeof *p, cmp_desc);
+    return p[c->quorum - 1];
+}
+
+int dlock_check(dlock_lock *l)
+{
+    int rc = enter_lock(l);
+    if (rc != DLOCK_OK)
+        return rc;
+    if (l->lost)
+        return dlock__fail(DLOCK_ERR_LOST, "this handle already found the lock lost");
+    dlock_client *c = l->client;
+    node_view views[DLOCK_SERVERS_MAX];
+    tally t;
+    round rd = {0};
+    if ((rc = inspect_round(c, l->name, l->name_len, views, &t, &rd)) != DLOCK_OK)
+        return rc;
+    long long pttl = quorum_pttl(c, views, l->token);
+    if (pttl >= 0) {
+        /* The servers' remaining lease, less drift, counted from the round's start. */
+        int64_t validity =
+            dlock__validity_us(pttl * 1000, 0, c->drift_factor, c->drift_min_us);
+        l->valid_until_us = rd.start_us + (validity > 0 ? validity : 0);
+        return DLOCK_OK;
+    }
+    int holders = c->n - t.failed - 0;
+    int ours = 0;
+    for (int i = 0; i < c->n; i++)
+        if (views[i].ok && views[i].value[0] != '\0' &&
+            strncmp(views[i].value, l->token, DLOCK_TOKEN_LEN) == 0)
+            ours++;
+    /* Nodes that answered without our token: if they leave no room for a quorum, the
+     * lock is lost; otherwise too few answered to tell. */
+    if (holders - ours > c->n - c->quorum) {
+        mark_lost(l);
+        return dlock__fail(DLOCK_ERR_LOST, "the lock is not held with this token");
+    }
+    return undecided(c, &t, rd.reqs);
+}
+
+int dlock_inspect(dlock_client *c, const char *name, dlock_holder *out)
+{
+    dlock__clear_error();
+    if (out == NULL)
+        return dlock__fail(DLOCK_ERR_INVALID, "out is NULL");
+    memset(out, 0, sizeof *out);
+    int rc = dlock__client_enter(c);
+    if (rc != DLOCK_OK || (rc = check_name(name)) != DLOCK_OK)
+        return rc;
+    node_view views[DLOCK_SERVERS_MAX];
+    tally t;
+    round rd = {0};
+    if ((rc = inspect_round(c, name, strlen(name), views, &t, &rd)) != DLOCK_OK)
+        return rc;
+    if (c->n - t.failed < c->quorum)
+        return undecided(c, &t, rd.reqs);
+    for (int i = 0; i < c->n; i++) {
+        if (!views[i].ok)
+            continue;
+        if (views[i].fence > out->fence)
+            out->fence = views[i].fence;
+        if (out->held || views[i].value[0] == '\0')
+            continue;
+        long long pttl = quorum_pttl(c, views, views[i].value);
+        if (pttl < 0)
+            continue;
+        out->held = 1;
+        out->remaining_ms = pttl;
+        /* A value written by another tool may not have our "<token> <description>"
+         * shape; show it whole as the description then. */
+        const char *v = views[i].value;
+        size_t vlen = strlen(v);
+        bool ours = vlen >= DLOCK_TOKEN_LEN && (vlen == DLOCK_TOKEN_LEN || v[DLOCK_TOKEN_LEN] == ' ');
+        if (ours) {
+            memcpy(out->token, v, DLOCK_TOKEN_LEN);
+            out->token[DLOCK_TOKEN_LEN] = '\0';
+            v += vlen > DLOCK_TOKEN_LEN ? DLOCK_TOKEN_LEN + 1 : DLOCK_TOKEN_LEN;
+        }
+        snprintf(out->description, sizeof out->description, "%s", v);
+    }
+    return DLOCK_OK;
+}
+
+/* ---- accessors -------------------------------------------------------------- */
+
+uint64_t dlock_fence(const dlock_lock *l)
+{
+    return l != NULL && l->magic == DLOCK_LOCK_MAGIC ? l->fence : 0;
+}
+
+int64_t dlock_remaining_ms(const dlock_lock *l)
+{
+    if (l == NULL || l->magic != DLOCK_LOCK_MAGIC || l->lost || l->valid_until_us == 0)
+        return 0;
+    int64_t left = l->valid_until_us - dlock__now_us();
+    /* Round down: never claim a millisecond that is not all there. */
+    return left > 0 ? left / 1000 : left / 1000 - 1;
+}
+
+const char *dlock_token(const dlock_lock *l)
+{
+    return l != NULL && l->magic == DLOCK_LOCK_MAGIC ? l->token : NULL;
+}
+
+const char *dlock_lock_name(const dlock_lock *l)
+{
+    return l != NULL && l->magic == DLOCK_LOCK_MAGIC ? l->name : NULL;
+}
+
+int dlock_lost_fd(dlock_lock *l)
+{
+    int rc = enter_lock(l);
+    if (rc != DLOCK_OK)
+        return -1;
+    if (l->lost_fd < 0) {
+        l->lost_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+        if (l->lost_fd < 0) {
+            dlock__fail(DLOCK_ERR_IO, "eventfd: %s", strerror(errno));
+            return -1;
+        }
+        if (l->lost) {
+            uint64_t one = 1;
+            ssize_t w = write(l->lost_fd, &one, sizeof one);
+            (void)w;
+        }
+    }
+    return l->lost_fd;
+}
+
+void dlock__lock_release_quietly(dlock_lock *l)
+{
+    /* Keep the caller's view of errors: freeing a client is not a failing call. */
+    char saved[512];
+    snprintf(saved, sizeof saved, "%s", dlock_errmsg());
+    dlock_release(l);
+    dlock__fail(0, "%s", saved);
+}

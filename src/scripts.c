@@ -1,0 +1,159 @@
+/*
+ * scripts.c: the Lua scripts that make each lock operation one atomic round trip.
+ *
+ * Key layout (design.md, fixed so that other tools interoperate), with prefix P:
+ *   P{name}         the lock: "<32-hex token> <holder description>", with a PX lease
+ *   P{name}:fence   the fence counter
+ *   P{name}:wake    the channel a release publishes on
+ * All share the hash tag {name}, so they live in one Cluster slot.
+ *
+ * Calls go by EVALSHA; a -NOSCRIPT reply (the server restarted or SCRIPT FLUSH ran)
+ * makes fanout.c resend the same call as EVAL, once, which also re-caches the script.
+ */
+#include "internal.h"
+
+#include <openssl/evp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/*
+ * ACQUIRE  KEYS: lock, fence   ARGV: value, ttl_ms
+ * Granted: the new fence (> 0). Refused: -(holder's PTTL), 0 when it has none.
+ *
+ * The fence is max(counter + 1, server TIME in microseconds): a server restarted
+ * without persistence forgets its counter, and the TIME floor keeps fences from going
+ * back unless its clock does. 2^53 microseconds is 285 years, so Lua's double holds
+ * the value exactly. replicate_commands lets a Redis older than 5 write after TIME.
+ */
+static const char acquire_lua[] =
+    "if redis.replicate_commands then redis.replicate_commands() end\n"
+    "if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then\n"
+    "  local t = redis.call('TIME')\n"
+    "  local floor = tonumber(t[1]) * 1000000 + tonumber(t[2])\n"
+    "  local f = redis.call('INCR', KEYS[2])\n"
+    "  if f < floor then\n"
+    "    f = floor\n"
+    "    redis.call('SET', KEYS[2], string.format('%d', f))\n"
+    "  end\n"
+    "  return f\n"
+    "end\n"
+    "local pttl = redis.call('PTTL', KEYS[1])\n"
+    "if pttl < 0 then pttl = 0 end\n"
+    "return -pttl\n";
+
+/*
+ * RELEASE  KEYS: lock, fence   ARGV: token, fence floor ("0": none), wake channel
+ * 1 when our token was deleted, 0 when the key is gone or another owner's.
+ * The fence floor is how Redlock's default mode raises every node's counter to the
+ * fence the quorum handed out, without an extra round trip.
+ */
+static const char release_lua[] =
+    "local v = redis.call('GET', KEYS[1])\n"
+    "if not v or string.sub(v, 1, 32) ~= ARGV[1] then return 0 end\n"
+    "redis.call('DEL', KEYS[1])\n"
+    "local f = tonumber(ARGV[2])\n"
+    "if f and f > 0 and (tonumber(redis.call('GET', KEYS[2])) or 0) < f then\n"
+    "  redis.call('SET', KEYS[2], ARGV[2])\n"
+    "end\n"
+    "redis.call('PUBLISH', ARGV[3], ARGV[1])\n"
+    "return 1\n";
+
+/*
+ * EXTEND  KEYS: lock   ARGV: token, ttl_ms (> 0, checked by the caller: PEXPIRE with
+ * ttl <= 0 deletes the key, a silent release). 1 when extended, 0 when not ours.
+ */
+static const char extend_lua[] = "local v = redis.call('GET', KEYS[1])\n"
+                                 "if v and string.sub(v, 1, 32) == ARGV[1] then\n"
+                                 "  redis.call('PEXPIRE', KEYS[1], ARGV[2])\n"
+                                 "  return 1\n"
+                                 "end\n"
+                                 "return 0\n";
+
+/* INSPECT  KEYS: lock, fence   -> {value or "", PTTL, fence or "0"} */
+static const char inspect_lua[] = "return {redis.call('GET', KEYS[1]) or '',\n"
+                                  "        redis.call('PTTL', KEYS[1]),\n"
+                                  "        redis.call('GET', KEYS[2]) or '0'}\n";
+
+static const char *const bodies[DLOCK_SCRIPT_COUNT] = {
+    [DLOCK_SCRIPT_ACQUIRE] = acquire_lua,
+    [DLOCK_SCRIPT_RELEASE] = release_lua,
+    [DLOCK_SCRIPT_EXTEND] = extend_lua,
+    [DLOCK_SCRIPT_INSPECT] = inspect_lua,
+};
+
+int dlock__scripts_init(dlock__scripts *s)
+{
+    static const char hex[] = "0123456789abcdef";
+    for (int i = 0; i < DLOCK_SCRIPT_COUNT; i++) {
+        unsigned char md[EVP_MAX_MD_SIZE];
+        unsigned int len = 0;
+        if (!EVP_Digest(bodies[i], strlen(bodies[i]), md, &len, EVP_sha1(), NULL) || len != 20)
+            return dlock__fail(DLOCK_ERR_NOMEM, "SHA1 of a script failed (OpenSSL)");
+        for (unsigned int k = 0; k < len; k++) {
+            s->sha[i][2 * k] = hex[md[k] >> 4];
+            s->sha[i][2 * k + 1] = hex[md[k] & 15];
+        }
+        s->sha[i][40] = '\0';
+    }
+    return DLOCK_OK;
+}
+
+/* Format "VERB head nkeys args..." into *out. */
+static int format(const char *verb, const char *head, int nkeys, int nargs,
+                  const char *const *args, const size_t *lens, char **out, int *outlen)
+{
+    const char *argv[3 + 8];
+    size_t argvlen[3 + 8];
+    char nk[8];
+    if (nargs > 8)
+        return dlock__fail(DLOCK_ERR_INVALID, "too many script arguments");
+    snprintf(nk, sizeof nk, "%d", nkeys);
+    argv[0] = verb;
+    argv[1] = head;
+    argv[2] = nk;
+    argvlen[0] = strlen(verb);
+    argvlen[1] = strlen(head);
+    argvlen[2] = strlen(nk);
+    for (int i = 0; i < nargs; i++) {
+        argv[3 + i] = args[i];
+        argvlen[3 + i] = lens[i];
+    }
+    *outlen = redisFormatCommandArgv(out, 3 + nargs, argv, argvlen);
+    if (*outlen < 0) {
+        *out = NULL;
+        return dlock__fail(DLOCK_ERR_NOMEM, "out of memory formatting a command");
+    }
+    return DLOCK_OK;
+}
+
+int dlock__call_format(const dlock__scripts *s, enum dlock__script_id id, int nkeys,
+                       int nargs, const char *const *args, const size_t *lens, dlock__call *out)
+{
+    memset(out, 0, sizeof *out);
+    int rc = format("EVALSHA", s->sha[id], nkeys, nargs, args, lens, &out->evalsha,
+                    &out->evalsha_len);
+    if (rc == DLOCK_OK)
+        rc = format("EVAL", bodies[id], nkeys, nargs, args, lens, &out->eval, &out->eval_len);
+    if (rc != DLOCK_OK)
+        dlock__call_free(out);
+    return rc;
+}
+
+void dlock__call_free(dlock__call *call)
+{
+    redisFreeCommand(call->evalsha);
+    redisFreeCommand(call->eval);
+    call->evalsha = call->eval = NULL;
+}
+
+void dlock__call_reqs(const dlock__call *call, dlock__req *reqs, int n, bool await)
+{
+    for (int i = 0; i < n; i++) {
+        reqs[i].cmd = call->evalsha;
+        reqs[i].cmdlen = (size_t)call->evalsha_len;
+        reqs[i].retry = call->eval;
+        reqs[i].retrylen = (size_t)call->eval_len;
+        reqs[i].await = await;
+    }
+}

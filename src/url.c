@@ -1,0 +1,366 @@
+/*
+ * url.c: server addresses (design.md, "Server addresses").
+ *
+ *   redis://[[user]:password@]host[:port][/db]
+ *   unix://[:password@]/path/to/socket[?db=N]
+ *
+ * The parser is pure (no I/O, no globals) so that unit tests and the fuzzer can drive
+ * it directly. Every refusal names the part that is wrong, because a user staring at
+ * "invalid URL" in a list of five servers has no way to tell which one and why.
+ */
+#include "internal.h"
+
+#include <ctype.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/un.h>
+
+/* A bounded piece of the input; URLs are parsed without copying until the end. */
+typedef struct span {
+    const char *p;
+    size_t n;
+} span;
+
+static int bad(char *err, size_t errlen, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+static int bad(char *err, size_t errlen, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(err, errlen, fmt, ap);
+    va_end(ap);
+    return DLOCK_ERR_INVALID;
+}
+
+static int hexval(char c)
+{
+    if (c >= '0' && c <= '9')
+        return c - '0';
+    if (c >= 'a' && c <= 'f')
+        return c - 'a' + 10;
+    if (c >= 'A' && c <= 'F')
+        return c - 'A' + 10;
+    return -1;
+}
+
+/* Percent-decode s into a new NUL-terminated string. *out is NULL on a bad escape
+ * (or a decoded NUL byte, which a C string cannot carry) and on allocation failure;
+ * the return code tells which. */
+static int decode(span s, char **out, const char *what, char *err, size_t errlen)
+{
+    *out = NULL;
+    char *d = malloc(s.n + 1);
+    if (d == NULL)
+        return DLOCK_ERR_NOMEM;
+    size_t k = 0;
+    for (size_t i = 0; i < s.n; i++) {
+        if (s.p[i] != '%') {
+            d[k++] = s.p[i];
+            continue;
+        }
+        int hi = i + 2 < s.n ? hexval(s.p[i + 1]) : -1;
+        int lo = i + 2 < s.n ? hexval(s.p[i + 2]) : -1;
+        if (hi < 0 || lo < 0 || (hi == 0 && lo == 0)) {
+            free(d);
+            return bad(err, errlen, "bad percent-encoding in the %s", what);
+        }
+        d[k++] = (char)(hi * 16 + lo);
+        i += 2;
+    }
+    d[k] = '\0';
+    *out = d;
+    return DLOCK_OK;
+}
+
+static char *dup_span(span s)
+{
+    char *d = malloc(s.n + 1);
+    if (d != NULL) {
+        memcpy(d, s.p, s.n);
+        d[s.n] = '\0';
+    }
+    return d;
+}
+
+/* Parse a decimal number in [lo, hi] from s; -1 when it is not one. */
+static long parse_num(span s, long lo, long hi)
+{
+    if (s.n == 0 || s.n > 10)
+        return -1;
+    long v = 0;
+    for (size_t i = 0; i < s.n; i++) {
+        if (!isdigit((unsigned char)s.p[i]))
+            return -1;
+        v = v * 10 + (s.p[i] - '0');
+    }
+    return v >= lo && v <= hi ? v : -1;
+}
+
+static const char *find(span s, char c)
+{
+    return s.n ? memchr(s.p, c, s.n) : NULL;
+}
+
+/* Split off "[user]:password@" from the front of *rest, if there is an '@' before
+ * the first '/' (the host part cannot contain one). */
+static int parse_userinfo(span *rest, dlock__addr *a, bool allow_user, char *err, size_t errlen)
+{
+    span head = *rest;
+    const char *slash = find(head, '/');
+    if (slash != NULL && allow_user)
+        head.n = (size_t)(slash - head.p);
+    if (!allow_user) {
+        /* unix://: the path starts with '/', so credentials are whatever precedes the
+         * first "@/" and must start with ':'. */
+        if (rest->n == 0 || rest->p[0] != ':')
+            return DLOCK_OK;
+        const char *at = NULL;
+        for (size_t i = 0; i + 1 < rest->n; i++)
+            if (rest->p[i] == '@' && rest->p[i + 1] == '/') {
+                at = rest->p + i;
+                break;
+            }
+        if (at == NULL)
+            return bad(err, errlen, "expected \":password@\" before the socket path");
+        head.n = (size_t)(at - rest->p);
+    }
+    const char *at = NULL;
+    for (size_t i = head.n; i > 0; i--)
+        if (head.p[i - 1] == '@') {
+            at = head.p + i - 1;
+            break;
+        }
+    if (at == NULL)
+        return DLOCK_OK;
+    span info = {head.p, (size_t)(at - head.p)};
+    const char *colon = find(info, ':');
+    if (colon == NULL)
+        return bad(err, errlen,
+                   "\"user@\" without a password is ambiguous: write \":password@\" for a "
+                   "password alone, or \"user:password@\"");
+    span user = {info.p, (size_t)(colon - info.p)};
+    span pass = {colon + 1, info.n - user.n - 1};
+    if (pass.n == 0)
+        return bad(err, errlen, "empty password before '@'");
+    int rc;
+    if (user.n > 0 && (rc = decode(user, &a->user, "user name", err, errlen)) != DLOCK_OK)
+        return rc;
+    if ((rc = decode(pass, &a->password, "password", err, errlen)) != DLOCK_OK)
+        return rc;
+    rest->p = at + 1;
+    rest->n -= info.n + 1;
+    return DLOCK_OK;
+}
+
+static bool host_char_ok(char c)
+{
+    return isalnum((unsigned char)c) || c == '.' || c == '-' || c == '_';
+}
+
+static int parse_redis(span rest, dlock__addr *a, char *err, size_t errlen)
+{
+    int rc = parse_userinfo(&rest, a, true, err, errlen);
+    if (rc != DLOCK_OK)
+        return rc;
+    const char *slash = find(rest, '/');
+    span hostport = {rest.p, slash ? (size_t)(slash - rest.p) : rest.n};
+    span path = {slash ? slash + 1 : rest.p + rest.n, slash ? rest.n - hostport.n - 1 : 0};
+    span host, port = {NULL, 0};
+
+    if (hostport.n > 0 && hostport.p[0] == '[') {
+        const char *close = find(hostport, ']');
+        if (close == NULL)
+            return bad(err, errlen, "IPv6 address without its closing ']'");
+        host.p = hostport.p + 1;
+        host.n = (size_t)(close - host.p);
+        span after = {close + 1, hostport.n - host.n - 2};
+        if (after.n > 0) {
+            if (after.p[0] != ':')
+                return bad(err, errlen, "unexpected text after the IPv6 address");
+            port.p = after.p + 1;
+            port.n = after.n - 1;
+            if (port.n == 0)
+                return bad(err, errlen, "empty port after ':'");
+        }
+        for (size_t i = 0; i < host.n; i++)
+            if (!isxdigit((unsigned char)host.p[i]) && host.p[i] != ':' && host.p[i] != '.')
+                return bad(err, errlen, "bad character in the IPv6 address");
+    } else {
+        const char *colon = find(hostport, ':');
+        host.p = hostport.p;
+        host.n = colon ? (size_t)(colon - hostport.p) : hostport.n;
+        if (colon != NULL) {
+            port.p = colon + 1;
+            port.n = hostport.n - host.n - 1;
+            if (port.n == 0)
+                return bad(err, errlen, "empty port after ':'");
+        }
+        for (size_t i = 0; i < host.n; i++)
+            if (!host_char_ok(host.p[i]))
+                return bad(err, errlen, "bad character '%c' in the host name", host.p[i]);
+    }
+    if (host.n == 0)
+        return bad(err, errlen, "missing host");
+    if (host.n > 253)
+        return bad(err, errlen, "host name longer than 253 characters");
+    a->port = 6379;
+    if (port.p != NULL) {
+        long v = parse_num(port, 1, 65535);
+        if (v < 0)
+            return bad(err, errlen, "port \"%.*s\" is not a number from 1 to 65535", (int)port.n,
+                       port.p);
+        a->port = (int)v;
+    }
+    if (path.n > 0) {
+        long v = parse_num(path, 0, 2147483647);
+        if (v < 0)
+            return bad(err, errlen, "database \"%.*s\" is not a non-negative number",
+                       (int)(path.n > 40 ? 40 : path.n), path.p);
+        a->db = (int)v;
+    }
+    if ((a->host = dup_span(host)) == NULL)
+        return DLOCK_ERR_NOMEM;
+    return DLOCK_OK;
+}
+
+static int parse_unix(span rest, dlock__addr *a, char *err, size_t errlen)
+{
+    int rc = parse_userinfo(&rest, a, false, err, errlen);
+    if (rc != DLOCK_OK)
+        return rc;
+    if (rest.n == 0)
+        return bad(err, errlen, "missing socket path");
+    if (rest.p[0] != '/')
+        return bad(err, errlen, "the socket path must be absolute (unix:///path)");
+    const char *q = find(rest, '?');
+    span path = {rest.p, q ? (size_t)(q - rest.p) : rest.n};
+    if (path.n >= sizeof(((struct sockaddr_un *)0)->sun_path))
+        return bad(err, errlen, "socket path longer than %zu bytes",
+                   sizeof(((struct sockaddr_un *)0)->sun_path) - 1);
+    if (q != NULL) {
+        span query = {q + 1, rest.n - path.n - 1};
+        if (query.n < 3 || memcmp(query.p, "db=", 3) != 0)
+            return bad(err, errlen, "the only query parameter is ?db=N");
+        long v = parse_num((span){query.p + 3, query.n - 3}, 0, 2147483647);
+        if (v < 0)
+            return bad(err, errlen, "database in ?db= is not a non-negative number");
+        a->db = (int)v;
+    }
+    if ((a->path = dup_span(path)) == NULL)
+        return DLOCK_ERR_NOMEM;
+    return DLOCK_OK;
+}
+
+/* The URL with the password left out, for messages and dlock_errmsg. */
+static int make_display(dlock__addr *a)
+{
+    char buf[600];
+    const char *user = a->user ? a->user : "";
+    const char *at = a->user ? "@" : "";
+    if (a->is_unix)
+        snprintf(buf, sizeof buf, "unix://%s", a->path);
+    else if (strchr(a->host, ':') != NULL)
+        snprintf(buf, sizeof buf, "redis://%.64s%s[%s]:%d", user, at, a->host, a->port);
+    else
+        snprintf(buf, sizeof buf, "redis://%.64s%s%s:%d", user, at, a->host, a->port);
+    if (a->db != 0) {
+        size_t used = strlen(buf);
+        snprintf(buf + used, sizeof buf - used, a->is_unix ? "?db=%d" : "/%d", a->db);
+    }
+    a->display = strdup(buf);
+    return a->display ? DLOCK_OK : DLOCK_ERR_NOMEM;
+}
+
+int dlock__url_parse(const char *url, size_t len, dlock__addr *out, char *err, size_t errlen)
+{
+    memset(out, 0, sizeof *out);
+    span s = {url, len};
+    static const char redis[] = "redis://", rediss[] = "rediss://", unix_[] = "unix://";
+    int rc;
+    if (len >= sizeof rediss - 1 && memcmp(url, rediss, sizeof rediss - 1) == 0) {
+        return bad(err, errlen,
+                   "rediss:// (TLS) is not supported yet: use redis:// over a trusted network "
+                   "or a TLS tunnel");
+    } else if (len >= sizeof redis - 1 && memcmp(url, redis, sizeof redis - 1) == 0) {
+        s.p += sizeof redis - 1;
+        s.n -= sizeof redis - 1;
+        rc = parse_redis(s, out, err, errlen);
+    } else if (len >= sizeof unix_ - 1 && memcmp(url, unix_, sizeof unix_ - 1) == 0) {
+        s.p += sizeof unix_ - 1;
+        s.n -= sizeof unix_ - 1;
+        out->is_unix = true;
+        rc = parse_unix(s, out, err, errlen);
+    } else {
+        rc = bad(err, errlen, "unsupported scheme: expected redis:// or unix://");
+    }
+    if (rc == DLOCK_OK)
+        rc = make_display(out);
+    if (rc != DLOCK_OK) {
+        if (rc == DLOCK_ERR_NOMEM)
+            snprintf(err, errlen, "out of memory");
+        dlock__addr_clear(out);
+    }
+    return rc;
+}
+
+void dlock__addr_clear(dlock__addr *a)
+{
+    if (a == NULL)
+        return;
+    free(a->host);
+    free(a->path);
+    free(a->user);
+    if (a->password != NULL) {
+        /* Do not leave the password in freed memory. */
+        memset(a->password, 0, strlen(a->password));
+        free(a->password);
+    }
+    free(a->display);
+    memset(a, 0, sizeof *a);
+}
+
+int dlock__url_parse_list(const char *list, int max, dlock__addr **out, int *n, char *err,
+                          size_t errlen)
+{
+    *out = NULL;
+    *n = 0;
+    int count = 1;
+    for (const char *p = list; *p; p++)
+        count += *p == ',';
+    if (count > max)
+        return bad(err, errlen, "%d servers given, at most %d are supported", count, max);
+    dlock__addr *addrs = calloc((size_t)count, sizeof *addrs);
+    if (addrs == NULL)
+        return DLOCK_ERR_NOMEM;
+    const char *p = list;
+    for (int i = 0; i < count; i++) {
+        const char *end = strchr(p, ',');
+        if (end == NULL)
+            end = p + strlen(p);
+        /* Allow "a, b" as people write lists, but nothing else around a URL. */
+        while (p < end && *p == ' ')
+            p++;
+        size_t len = (size_t)(end - p);
+        while (len > 0 && p[len - 1] == ' ')
+            len--;
+        char sub[400];
+        int rc = len == 0 ? bad(sub, sizeof sub, "empty address")
+                          : dlock__url_parse(p, len, &addrs[i], sub, sizeof sub);
+        if (rc != DLOCK_OK) {
+            if (count > 1)
+                snprintf(err, errlen, "server %d of %d: %s", i + 1, count, sub);
+            else
+                snprintf(err, errlen, "%s", sub);
+            for (int j = 0; j < i; j++)
+                dlock__addr_clear(&addrs[j]);
+            free(addrs);
+            return rc;
+        }
+        p = *end ? end + 1 : end;
+    }
+    *out = addrs;
+    *n = count;
+    return DLOCK_OK;
+}
