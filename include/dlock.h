@@ -29,9 +29,9 @@ extern "C" {
 #endif
 
 /* The version lives here only; CMakeLists.txt reads it from these lines. */
-#define DLOCK_VERSION_MAJOR 0
-#define DLOCK_VERSION_MINOR 1
-#define DLOCK_VERSION_PATCH 0
+#define DLOCK_VERSION_MAJOR  0
+#define DLOCK_VERSION_MINOR  1
+#define DLOCK_VERSION_PATCH  0
 #define DLOCK_VERSION_STRING "0.1.0"
 /* One number that orders versions: 0x00MMmmpp. */
 #define DLOCK_VERSION_HEX                                                                          \
@@ -44,14 +44,14 @@ extern "C" {
 #endif
 
 /* Limits of the arguments the API accepts; outside them a call is DLOCK_ERR_INVALID. */
-#define DLOCK_TTL_MIN_MS     10          /* shortest lease */
-#define DLOCK_TTL_MAX_MS     2147483647  /* longest lease, 2^31-1 ms (about 24.8 days) */
-#define DLOCK_TTL_DEFAULT_MS 30000       /* lease when dlock_opts.ttl_ms is 0 */
-#define DLOCK_NAME_MAX       4096        /* bytes in a lock name, not counting the NUL */
-#define DLOCK_PREFIX_MAX     256         /* bytes in a key prefix */
-#define DLOCK_LABEL_MAX      256         /* bytes in a holder label */
-#define DLOCK_SERVERS_MAX    32          /* servers in one client */
-#define DLOCK_TOKEN_LEN      32          /* a token is 128 random bits in lowercase hex */
+#define DLOCK_TTL_MIN_MS     10         /* shortest lease */
+#define DLOCK_TTL_MAX_MS     2147483647 /* longest lease, 2^31-1 ms (about 24.8 days) */
+#define DLOCK_TTL_DEFAULT_MS 30000      /* lease when dlock_opts.ttl_ms is 0 */
+#define DLOCK_NAME_MAX       4096       /* bytes in a lock name, not counting the NUL */
+#define DLOCK_PREFIX_MAX     256        /* bytes in a key prefix */
+#define DLOCK_LABEL_MAX      256        /* bytes in a holder label */
+#define DLOCK_SERVERS_MAX    32         /* servers in one client */
+#define DLOCK_TOKEN_LEN      32         /* a token is 128 random bits in lowercase hex */
 
 /*
  * Error codes. The list is append-only: a number is never reused or renumbered.
@@ -106,6 +106,30 @@ enum dlock_log_level { DLOCK_LOG_ERROR = 0, DLOCK_LOG_WARN = 1, DLOCK_LOG_INFO =
  * into the same client. */
 typedef void (*dlock_log_fn)(void *user, int level, const char *msg);
 
+/* dlock_config.fence_mode (docs/guarantees.md has the argument for each). */
+enum dlock_fence_mode {
+    /* N > 1: the fence is the largest value the granting nodes returned; the release
+     * raises every node's counter to it, and the server-TIME floor covers a lease
+     * that expires unreleased (safe while server clocks differ by less than the
+     * shortest lease). No extra round trip. */
+    DLOCK_FENCE_DEFAULT = 0,
+    /* N > 1: after acquiring, a second, token-checked round raises the counters of a
+     * quorum to the fence before dlock_acquire returns. One more round trip; no clock
+     * assumption. */
+    DLOCK_FENCE_STRICT = 1
+};
+
+/* dlock_config.restart_voting: whether a node that restarted (it may have forgotten
+ * the locks it granted) may vote before it has been up longer than the longest lease. */
+enum dlock_restart_voting {
+    DLOCK_RESTART_AUTO = 0,     /* OBSERVED when N > 1, OFF when N = 1 */
+    DLOCK_RESTART_OFF = 1,      /* every grant counts */
+    DLOCK_RESTART_OBSERVED = 2, /* a node seen to change run_id does not vote until its
+                                   uptime exceeds max_lease_ms */
+    DLOCK_RESTART_STRICT = 3    /* the same rule for a node on first contact too: safer,
+                                   but a fresh deployment waits out one max lease */
+};
+
 /*
  * Client configuration. Zero-initialize it and set what you need: every zero field
  * means its default. Strings are copied by dlock_client_new.
@@ -121,7 +145,11 @@ typedef struct dlock_config {
                                    makes calls on it fail (DLOCK_ERR_UNAVAILABLE) */
     dlock_log_fn log;           /* NULL: messages are dropped */
     void *log_user;             /* passed to log */
-    uint64_t reserved[8];       /* must be zero */
+    int fence_mode;             /* enum dlock_fence_mode; 0: DLOCK_FENCE_DEFAULT */
+    int restart_voting;         /* enum dlock_restart_voting; 0: DLOCK_RESTART_AUTO */
+    int64_t max_lease_ms;       /* longest lease any client takes on these servers, for
+                                   restart voting; 0: the longest this client has used */
+    uint64_t reserved[6];       /* must be zero */
 } dlock_config;
 
 /*
@@ -157,14 +185,14 @@ DLOCK_API int dlock_client_nservers(const dlock_client *c);
  * Options of one acquisition. Zero-initialize: every zero field means its default.
  */
 typedef struct dlock_opts {
-    int64_t ttl_ms;     /* lease; 0: DLOCK_TTL_DEFAULT_MS; else in [DLOCK_TTL_MIN_MS,
-                           DLOCK_TTL_MAX_MS] */
-    int64_t wait_ms;    /* 0: try once; > 0: retry until this much time has passed;
-                           -1: wait forever */
-    int cancel_fd;      /* 0: none (fd 0 cannot be used); else a descriptor that becomes
-                           readable to make a waiting acquire return DLOCK_ERR_CANCELED */
-    const char *label;  /* free text stored with the lock for `dlock status`
-                           (at most DLOCK_LABEL_MAX bytes); NULL: none */
+    int64_t ttl_ms;       /* lease; 0: DLOCK_TTL_DEFAULT_MS; else in [DLOCK_TTL_MIN_MS,
+                             DLOCK_TTL_MAX_MS] */
+    int64_t wait_ms;      /* 0: try once; > 0: retry until this much time has passed;
+                             -1: wait forever */
+    int cancel_fd;        /* 0: none (fd 0 cannot be used); else a descriptor that becomes
+                             readable to make a waiting acquire return DLOCK_ERR_CANCELED */
+    const char *label;    /* free text stored with the lock for `dlock status`
+                             (at most DLOCK_LABEL_MAX bytes); NULL: none */
     uint64_t reserved[8]; /* must be zero */
 } dlock_opts;
 
@@ -227,11 +255,11 @@ DLOCK_API int dlock_lost_fd(dlock_lock *l);
 
 /* What the servers say about a name, for `dlock status`. */
 typedef struct dlock_holder {
-    int held;                       /* 1: a holder owns the name on a quorum */
+    int held;                        /* 1: a holder owns the name on a quorum */
     char token[DLOCK_TOKEN_LEN + 1]; /* holder's token ("" when free) */
-    char description[512];          /* "host:pid label" of the holder, truncated */
-    int64_t remaining_ms;           /* lease left on a quorum (0 when free) */
-    uint64_t fence;                 /* last fence issued for the name (0: none yet) */
+    char description[512];           /* "host:pid label" of the holder, truncated */
+    int64_t remaining_ms;            /* lease left on a quorum (0 when free) */
+    uint64_t fence;                  /* last fence issued for the name (0: none yet) */
     uint64_t reserved[4];
 } dlock_holder;
 

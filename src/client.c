@@ -44,8 +44,7 @@ static int apply_config(dlock_client *c, const dlock_config *cfg)
     if (cfg->timeout_ms < 0 || cfg->timeout_ms > 3600000)
         return dlock__fail(DLOCK_ERR_INVALID, "timeout_ms must be 0 (default) to 3600000");
     if (cfg->connect_timeout_ms < 0 || cfg->connect_timeout_ms > 3600000)
-        return dlock__fail(DLOCK_ERR_INVALID,
-                           "connect_timeout_ms must be 0 (default) to 3600000");
+        return dlock__fail(DLOCK_ERR_INVALID, "connect_timeout_ms must be 0 (default) to 3600000");
     if (!(cfg->drift_factor >= 0 && cfg->drift_factor < 0.5))
         return dlock__fail(DLOCK_ERR_INVALID, "drift_factor must be in [0, 0.5)");
     if (cfg->drift_min_ms < 0 || cfg->drift_min_ms > 60000)
@@ -65,6 +64,18 @@ static int apply_config(dlock_client *c, const dlock_config *cfg)
     c->drift_factor = cfg->drift_factor > 0 ? cfg->drift_factor : 0.01;
     c->drift_min_us = (cfg->drift_min_ms ? cfg->drift_min_ms : 2) * 1000;
     c->strict = cfg->strict != 0;
+    if (cfg->fence_mode != DLOCK_FENCE_DEFAULT && cfg->fence_mode != DLOCK_FENCE_STRICT)
+        return dlock__fail(DLOCK_ERR_INVALID, "fence_mode %d is not a dlock_fence_mode",
+                           cfg->fence_mode);
+    c->fence_mode = cfg->fence_mode;
+    if (cfg->restart_voting < DLOCK_RESTART_AUTO || cfg->restart_voting > DLOCK_RESTART_STRICT)
+        return dlock__fail(DLOCK_ERR_INVALID, "restart_voting %d is not a dlock_restart_voting",
+                           cfg->restart_voting);
+    c->restart_voting = cfg->restart_voting;
+    if (cfg->max_lease_ms < 0 || cfg->max_lease_ms > DLOCK_TTL_MAX_MS)
+        return dlock__fail(DLOCK_ERR_INVALID, "max_lease_ms must be 0 (default) to %d",
+                           DLOCK_TTL_MAX_MS);
+    c->max_lease_ms = cfg->max_lease_ms;
     c->log = cfg->log;
     c->log_user = cfg->log_user;
     return DLOCK_OK;
@@ -104,6 +115,8 @@ int dlock_client_new(const char *servers, const dlock_config *cfg, dlock_client 
         free(addrs);
         addrs = NULL;
         c->quorum = dlock__quorum(c->n);
+        if (c->restart_voting == DLOCK_RESTART_AUTO)
+            c->restart_voting = c->n > 1 ? DLOCK_RESTART_OBSERVED : DLOCK_RESTART_OFF;
         rc = dlock__scripts_init(&c->scripts);
     }
     if (rc != DLOCK_OK) {
@@ -183,8 +196,9 @@ int dlock__client_enter(dlock_client *c)
     /* After fork() the child shares the parent's sockets: one byte written by the
      * child would corrupt the parent's stream. The child must make its own client. */
     if (getpid() != c->pid)
-        return dlock__fail(DLOCK_ERR_CLOSED, "client was created by process %ld; create a "
-                                             "new client after fork()",
+        return dlock__fail(DLOCK_ERR_CLOSED,
+                           "client was created by process %ld; create a "
+                           "new client after fork()",
                            (long)c->pid);
     return DLOCK_OK;
 }
@@ -212,6 +226,24 @@ void dlock__connset_put(dlock_client *c, dlock__connset *s)
     pthread_mutex_lock(&c->mu);
     s->next = c->pool;
     c->pool = s;
+    pthread_mutex_unlock(&c->mu);
+}
+
+int64_t dlock__max_lease_ms(dlock_client *c)
+{
+    if (c->max_lease_ms > 0)
+        return c->max_lease_ms;
+    pthread_mutex_lock(&c->mu);
+    int64_t m = c->max_ttl_used_ms;
+    pthread_mutex_unlock(&c->mu);
+    return m;
+}
+
+void dlock__note_ttl(dlock_client *c, int64_t ttl_ms)
+{
+    pthread_mutex_lock(&c->mu);
+    if (ttl_ms > c->max_ttl_used_ms)
+        c->max_ttl_used_ms = ttl_ms;
     pthread_mutex_unlock(&c->mu);
 }
 

@@ -280,6 +280,11 @@ int dlock__conn_read(dlock__conn *c, char *detail, size_t n)
     }
 }
 
+static bool starts_with(const char *s, const char *prefix)
+{
+    return strncmp(s, prefix, strlen(prefix)) == 0;
+}
+
 /* Copy the value of "field:" from an INFO reply into out (at most n-1 bytes). */
 static bool info_field(const redisReply *r, const char *field, char *out, size_t n)
 {
@@ -304,6 +309,9 @@ static int on_info(dlock__conn *c, struct dlock_client *cl, const redisReply *r,
                    size_t n)
 {
     dlock__node *node = c->node;
+    if (r->type == REDIS_REPLY_ERROR &&
+        starts_with(r->str, "NOAUTH")) /* no password given to a server that needs one */
+        return set_detail(detail, n, DLOCK_ERR_AUTH, c, "%.200s", r->str);
     if (r->type == REDIS_REPLY_ERROR) {
         /* INFO may be denied by an ACL; locking still works without it. */
         pthread_mutex_lock(&node->mu);
@@ -312,23 +320,44 @@ static int on_info(dlock__conn *c, struct dlock_client *cl, const redisReply *r,
         pthread_mutex_unlock(&node->mu);
         if (first)
             dlock__log(cl, DLOCK_LOG_WARN,
-                       "%s: INFO refused (%.100s): cannot check maxmemory-policy", node->addr.display,
-                       r->str);
+                       "%s: INFO refused (%.100s): cannot check maxmemory-policy",
+                       node->addr.display, r->str);
         return DLOCK_OK;
     }
     if (r->type != REDIS_REPLY_STRING && r->type != REDIS_REPLY_STATUS)
         return set_detail(detail, n, DLOCK_ERR_PROTOCOL, c, "INFO: unexpected reply type %d",
                           r->type);
-    char policy[64] = "", run_id[41] = "";
+    char policy[64] = "", run_id[41] = "", uptime[24] = "";
     info_field(r, "maxmemory_policy", policy, sizeof policy);
     info_field(r, "run_id", run_id, sizeof run_id);
+    info_field(r, "uptime_in_seconds", uptime, sizeof uptime);
     bool evicting = strncmp(policy, "allkeys-", 8) == 0 || strncmp(policy, "volatile-", 9) == 0;
+
+    /* Restart-aware voting (docs/guarantees.md): a node whose run_id changed has
+     * restarted and may have forgotten locks it granted, so its grants must not count
+     * until it has been up longer than any lease it could have forgotten. Uptime is
+     * whole seconds, rounded down, so the wait is never short. */
+    int64_t now = dlock__now_us();
+    int64_t up_ms = strtoll(uptime, NULL, 10) * 1000;
+    int64_t wait_ms = dlock__max_lease_ms(cl) - up_ms;
     pthread_mutex_lock(&node->mu);
+    bool known = node->run_id[0] != '\0';
+    bool restarted = known && run_id[0] != '\0' && strcmp(node->run_id, run_id) != 0;
+    bool distrust = restarted || (!known && cl->restart_voting == DLOCK_RESTART_STRICT);
+    if (cl->restart_voting != DLOCK_RESTART_OFF && distrust && wait_ms > 0)
+        node->votes_from_us = now + wait_ms * 1000;
     bool report = evicting && !node->policy_reported;
     node->policy_reported |= evicting;
     node->evicting = evicting;
-    memcpy(node->run_id, run_id, sizeof run_id);
+    if (run_id[0] != '\0')
+        memcpy(node->run_id, run_id, sizeof run_id);
     pthread_mutex_unlock(&node->mu);
+    if (restarted)
+        dlock__log(cl, DLOCK_LOG_WARN, "%s restarted (run_id changed, up %s s)%s",
+                   node->addr.display, uptime,
+                   cl->restart_voting != DLOCK_RESTART_OFF && wait_ms > 0
+                       ? ": its grants do not count until it has been up for the longest lease"
+                       : "");
     if (report)
         dlock__log(cl, cl->strict ? DLOCK_LOG_ERROR : DLOCK_LOG_WARN,
                    "%s: maxmemory-policy is %s: the server may evict lock keys%s and lose "
@@ -341,8 +370,8 @@ static int on_info(dlock__conn *c, struct dlock_client *cl, const redisReply *r,
 }
 
 /* A handshake reply: AUTH and SELECT must succeed; INFO is informative. */
-static int on_handshake(dlock__conn *c, struct dlock_client *cl, const redisReply *r,
-                        char *detail, size_t n)
+static int on_handshake(dlock__conn *c, struct dlock_client *cl, const redisReply *r, char *detail,
+                        size_t n)
 {
     int step = c->hs[c->hs_next++];
     c->handshake--;
@@ -352,12 +381,15 @@ static int on_handshake(dlock__conn *c, struct dlock_client *cl, const redisRepl
         return DLOCK_OK;
     if (step == HS_AUTH)
         return set_detail(detail, n, DLOCK_ERR_AUTH, c, "AUTH refused: %.200s", r->str);
-    return set_detail(detail, n, DLOCK_ERR_INVALID, c, "SELECT %d refused: %.200s",
-                      c->node->addr.db, r->str);
+    /* SELECT: -NOAUTH is a missing password, -LOADING a node not ready; a plain -ERR is
+     * a database number the server does not have, which is the URL's fault. */
+    int err = dlock__server_error_code(r->str, r->len);
+    return set_detail(detail, n, err == DLOCK_ERR_PROTOCOL ? DLOCK_ERR_INVALID : err, c,
+                      "SELECT %d refused: %.200s", c->node->addr.db, r->str);
 }
 
-int dlock__conn_next_reply(dlock__conn *c, struct dlock_client *cl, redisReply **out,
-                           char *detail, size_t n)
+int dlock__conn_next_reply(dlock__conn *c, struct dlock_client *cl, redisReply **out, char *detail,
+                           size_t n)
 {
     *out = NULL;
     for (;;) {
@@ -367,8 +399,7 @@ int dlock__conn_next_reply(dlock__conn *c, struct dlock_client *cl, redisReply *
                 return set_detail(detail, n, DLOCK_ERR_PROTOCOL, c,
                                   "reply with more than %d elements refused",
                                   DLOCK_REPLY_MAX_ELEMENTS);
-            return set_detail(detail, n, DLOCK_ERR_PROTOCOL, c, "bad reply: %s",
-                              c->reader->errstr);
+            return set_detail(detail, n, DLOCK_ERR_PROTOCOL, c, "bad reply: %s", c->reader->errstr);
         }
         if (obj == NULL)
             return DLOCK_OK; /* incomplete: wait for more bytes */

@@ -65,6 +65,18 @@ static void begin(struct dlock_client *cl, dlock__conn *c, dlock__req *r, int64_
         }
     }
     r->deadline_us = start + cl->timeout_us + (fresh ? cl->connect_timeout_us : 0);
+    if (c->handshake > 0) {
+        /* The command waits for the handshake to succeed: pipelined behind a SELECT
+         * or an AUTH that fails, it would run in the wrong database or as the wrong
+         * user. step() sends it when the last handshake reply is in. */
+        r->held = true;
+        if (!r->await) {
+            dlock__conn_close(c); /* nothing to send on a new connection unawaited */
+            r->done = true;
+        }
+        return;
+    }
+    r->held = false;
     int rc = send_cmd(c, r, r->cmd, r->cmdlen);
     if (rc != DLOCK_OK) {
         fail(c, r, rc);
@@ -85,9 +97,11 @@ static void begin(struct dlock_client *cl, dlock__conn *c, dlock__req *r, int64_
 static void expire(dlock__conn *c, dlock__req *r, const struct dlock_client *cl)
 {
     bool fresh = r->fresh;
-    const char *what = c->state == DLOCK_CONN_CONNECTING ? "connect" : "reply";
-    snprintf(r->detail, sizeof r->detail, "%s: no %s within %lld ms", c->node->addr.display,
-             what, (long long)((cl->timeout_us + (fresh ? cl->connect_timeout_us : 0)) / 1000));
+    const char *what = c->state == DLOCK_CONN_CONNECTING ? "connect"
+                       : c->handshake > 0                ? "handshake reply"
+                                                         : "reply";
+    snprintf(r->detail, sizeof r->detail, "%s: no %s within %lld ms", c->node->addr.display, what,
+             (long long)((cl->timeout_us + (fresh ? cl->connect_timeout_us : 0)) / 1000));
     r->err = DLOCK_ERR_TIMEOUT;
     r->done = true;
     if (c->state == DLOCK_CONN_READY && c->handshake == 0 && c->outpos == c->outlen &&
@@ -129,6 +143,13 @@ static void step(struct dlock_client *cl, dlock__conn *c, dlock__req *r, short r
         if (rc != DLOCK_OK) {
             fail(c, r, rc);
             return;
+        }
+        if (r->held && c->handshake == 0) {
+            r->held = false;
+            if ((rc = send_cmd(c, r, r->cmd, r->cmdlen)) != DLOCK_OK) {
+                fail(c, r, rc);
+                return;
+            }
         }
         if (reply == NULL)
             return;

@@ -53,10 +53,10 @@ uint64_t dlock__random_below(uint64_t bound);
 
 typedef struct dlock__addr {
     bool is_unix;
-    char *host; /* TCP: host name or address, without IPv6 brackets */
-    int port;   /* TCP */
-    char *path; /* unix */
-    char *user; /* NULL: none (AUTH with a password alone) */
+    char *host;     /* TCP: host name or address, without IPv6 brackets */
+    int port;       /* TCP */
+    char *path;     /* unix */
+    char *user;     /* NULL: none (AUTH with a password alone) */
     char *password; /* NULL: none */
     int db;
     char *display; /* the URL without its password, for messages */
@@ -92,11 +92,12 @@ bool dlock__is_noscript(const redisReply *r);
 /* What the client knows of one server, shared by all its connections. */
 typedef struct dlock__node {
     dlock__addr addr;
-    int index;                /* position in the server list, for messages */
-    pthread_mutex_t mu;       /* guards the fields below */
-    char run_id[41];          /* from INFO on the last handshake ("" before) */
-    bool policy_reported;     /* the eviction warning was logged for this node */
-    bool evicting;            /* its maxmemory-policy can evict lock keys */
+    int index;             /* position in the server list, for messages */
+    pthread_mutex_t mu;    /* guards the fields below */
+    char run_id[41];       /* from INFO on the last handshake ("" before) */
+    int64_t votes_from_us; /* dlock__now_us() from which its grants count (0: now) */
+    bool policy_reported;  /* the eviction warning was logged for this node */
+    bool evicting;         /* its maxmemory-policy can evict lock keys */
 } dlock__node;
 
 enum dlock__conn_state { DLOCK_CONN_CLOSED, DLOCK_CONN_CONNECTING, DLOCK_CONN_READY };
@@ -110,11 +111,11 @@ typedef struct dlock__conn {
     redisReader *reader;
     char *out; /* bytes queued for the socket: out[outpos, outlen) */
     size_t outlen, outpos, outcap;
-    int handshake;           /* handshake replies still to come (AUTH, SELECT, INFO) */
-    unsigned char hs[3];     /* which handshake step each of those replies answers */
-    int hs_next;             /* index in hs of the next handshake reply */
-    int skip;                /* replies of abandoned commands still to come, to discard */
-    bool too_big;            /* set by the reader when it refused an array */
+    int handshake;                 /* handshake replies still to come (AUTH, SELECT, INFO) */
+    unsigned char hs[3];           /* which handshake step each of those replies answers */
+    int hs_next;                   /* index in hs of the next handshake reply */
+    int skip;                      /* replies of abandoned commands still to come, to discard */
+    bool too_big;                  /* set by the reader when it refused an array */
     struct addrinfo *ai, *ai_next; /* TCP addresses and the next one to try */
 } dlock__conn;
 
@@ -140,26 +141,26 @@ int dlock__conn_flush(dlock__conn *c, char *detail, size_t n);
 int dlock__conn_read(dlock__conn *c, char *detail, size_t n);
 /* The next complete reply to one of the caller's commands, or *out NULL if none is
  * complete yet. Handshake replies and replies to abandoned commands are consumed. */
-int dlock__conn_next_reply(dlock__conn *c, struct dlock_client *cl, redisReply **out,
-                           char *detail, size_t n);
+int dlock__conn_next_reply(dlock__conn *c, struct dlock_client *cl, redisReply **out, char *detail,
+                           size_t n);
 /* True when an idle connection must be reopened before use (closed by the server,
  * or out of step). */
 bool dlock__conn_stale(dlock__conn *c);
 
 /* One node's part of a round. */
 typedef struct dlock__req {
-    const char *cmd;   /* RESP bytes to send (not owned); NULL: nothing for this node */
+    const char *cmd; /* RESP bytes to send (not owned); NULL: nothing for this node */
     size_t cmdlen;
     const char *retry; /* sent once instead when the reply is -NOSCRIPT (EVAL form) */
     size_t retrylen;
-    bool await;        /* false: send and leave the reply to be discarded later */
+    bool await; /* false: send and leave the reply to be discarded later */
     /* results */
     redisReply *reply; /* the reply (caller frees with freeReplyObject), or NULL */
     int err;           /* DLOCK_OK when reply is set, else why not */
     char detail[160];  /* why not, for dlock_errmsg */
     /* private to fanout.c */
     int64_t deadline_us;
-    bool done, retried, fresh;
+    bool done, retried, fresh, held;
 } dlock__req;
 
 /* Send reqs[i] on conns[i] for every i with a cmd, in parallel, and wait for the
@@ -176,6 +177,7 @@ enum dlock__script_id {
     DLOCK_SCRIPT_RELEASE,
     DLOCK_SCRIPT_EXTEND,
     DLOCK_SCRIPT_INSPECT,
+    DLOCK_SCRIPT_FENCE,
     DLOCK_SCRIPT_COUNT
 };
 
@@ -193,8 +195,8 @@ typedef struct dlock__call {
     int eval_len;
 } dlock__call;
 
-int dlock__call_format(const dlock__scripts *s, enum dlock__script_id id, int nkeys,
-                       int nargs, const char *const *args, const size_t *lens, dlock__call *out);
+int dlock__call_format(const dlock__scripts *s, enum dlock__script_id id, int nkeys, int nargs,
+                       const char *const *args, const size_t *lens, dlock__call *out);
 void dlock__call_free(dlock__call *call);
 /* Point reqs[0..n) at call, awaited or not. */
 void dlock__call_reqs(const dlock__call *call, dlock__req *reqs, int n, bool await);
@@ -221,6 +223,10 @@ struct dlock_client {
     double drift_factor;
     int64_t drift_min_us;
     bool strict;
+    int fence_mode;
+    int restart_voting;      /* resolved: never DLOCK_RESTART_AUTO */
+    int64_t max_lease_ms;    /* configured; 0: max_ttl_used_ms */
+    int64_t max_ttl_used_ms; /* longest ttl of this client so far (guarded by mu) */
     dlock_log_fn log;
     void *log_user;
     char *password;   /* cfg->password, for servers whose URL has none */
@@ -241,6 +247,10 @@ int dlock__client_enter(struct dlock_client *c);
 /* Take a connection set from the pool (or make one); NULL when out of memory. */
 dlock__connset *dlock__connset_get(struct dlock_client *c);
 void dlock__connset_put(struct dlock_client *c, dlock__connset *s);
+/* The longest lease restart voting must wait out. */
+int64_t dlock__max_lease_ms(struct dlock_client *c);
+/* Record a ttl this client used. */
+void dlock__note_ttl(struct dlock_client *c, int64_t ttl_ms);
 /* Log through the client's callback, if any. */
 void dlock__log(struct dlock_client *c, int level, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
@@ -258,7 +268,7 @@ struct dlock_lock {
     int64_t valid_until_us; /* on dlock__now_us(); 0: unknown (adopted) */
     bool lost;
     bool attached; /* on client->locks */
-    int lost_fd; /* -1 until dlock_lost_fd */
+    int lost_fd;   /* -1 until dlock_lost_fd */
 };
 
 /* Quorum of n nodes: n/2 + 1. */

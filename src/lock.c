@@ -29,7 +29,12 @@ int dlock__quorum(int n)
 int64_t dlock__validity_us(int64_t ttl_us, int64_t elapsed_us, double drift_factor,
                            int64_t drift_min_us)
 {
-    return ttl_us - elapsed_us - (int64_t)((double)ttl_us * drift_factor) - drift_min_us;
+    /* Drift is rounded up, so validity is never overstated by a fraction. */
+    double drift = (double)ttl_us * drift_factor;
+    int64_t drift_us = (int64_t)drift;
+    if ((double)drift_us < drift)
+        drift_us++;
+    return ttl_us - elapsed_us - drift_us - drift_min_us;
 }
 
 int dlock__check_ttl(int64_t ttl_ms, const char *what)
@@ -86,11 +91,11 @@ static int keys_make(const dlock_client *c, const char *name, size_t name_len, k
 
 /* What the nodes said in one round. */
 typedef struct tally {
-    int yes;        /* granted / deleted / extended / holds our token */
-    int no;         /* refused by a holder / not our token */
-    int failed;     /* no usable answer */
-    int permanent;  /* failed with an error that retrying cannot fix */
-    int last_err;   /* the error of a failed node (N = 1: the node's own) */
+    int yes;                   /* granted / deleted / extended / holds our token */
+    int no;                    /* refused by a holder / not our token */
+    int failed;                /* no usable answer */
+    int permanent;             /* failed with an error that retrying cannot fix */
+    int last_err;              /* the error of a failed node (N = 1: the node's own) */
     int64_t busy_remaining_ms; /* largest holder PTTL seen in a refusal */
 } tally;
 
@@ -111,8 +116,7 @@ static void count_failure(tally *t, dlock__req *r, int err)
 }
 
 /* Read an integer reply into *v; any other reply counts as a failure of the node. */
-static bool int_reply(tally *t, dlock__req *r, dlock__conn *conn, const char *what,
-                      long long *v)
+static bool int_reply(tally *t, dlock__req *r, dlock__conn *conn, const char *what, long long *v)
 {
     if (r->err != DLOCK_OK) {
         count_failure(t, r, r->err);
@@ -148,8 +152,8 @@ static int undecided(const dlock_client *c, const tally *t, const dlock__req *re
 {
     if (c->n == 1)
         return dlock__fail(t->last_err, "%s", reqs[0].detail);
-    dlock__fail(DLOCK_ERR_NOQUORUM, "%d of %d servers answered, %d needed", c->n - t->failed,
-                c->n, c->quorum);
+    dlock__fail(DLOCK_ERR_NOQUORUM, "%d of %d servers answered, %d needed", c->n - t->failed, c->n,
+                c->quorum);
     for (int i = 0; i < c->n; i++)
         if (reqs[i].err != DLOCK_OK)
             dlock__append_error("%s", reqs[i].detail);
@@ -299,69 +303,152 @@ static bool opts_ok(const dlock_opts *o, int64_t *ttl_ms, int64_t *wait_ms, int 
     return true;
 }
 
-/* One acquisition attempt. Returns DLOCK_OK with l filled in, or the attempt's error;
- * *retry says whether another attempt could succeed. */
-static int attempt(dlock_client *c, round *rd, const dlock__call *acq, const dlock__call *rel,
-                   dlock_lock *l, int64_t ttl_ms, tally *t)
+/* Whether node's grants count now (restart-aware voting). */
+static bool node_votes(dlock__node *node, int64_t now)
+{
+    pthread_mutex_lock(&node->mu);
+    bool v = node->votes_from_us <= now;
+    pthread_mutex_unlock(&node->mu);
+    return v;
+}
+
+/* Strict fence mode, second round: raise the counters of a quorum to `fence`, each
+ * node checking that it still holds our token. DLOCK_OK when a quorum confirmed. */
+static int raise_fences(dlock_client *c, round *rd, const keys *k, const dlock_lock *l)
+{
+    char fence[24];
+    int flen = snprintf(fence, sizeof fence, "%llu", (unsigned long long)l->fence);
+    const char *args[] = {k->lock, k->fence, l->token, fence};
+    const size_t lens[] = {k->lock_len, k->fence_len, DLOCK_TOKEN_LEN, (size_t)flen};
+    dlock__call call;
+    int rc = dlock__call_format(&c->scripts, DLOCK_SCRIPT_FENCE, 2, 4, args, lens, &call);
+    if (rc != DLOCK_OK)
+        return rc;
+    int64_t start = rd->start_us;
+    round_run(c, rd, &call);
+    rd->start_us = start; /* validity counts from the first round */
+    tally t = {0};
+    for (int i = 0; i < c->n; i++) {
+        long long v;
+        if (int_reply(&t, &rd->reqs[i], &rd->set->conns[i], "fence", &v))
+            v == 1 ? t.yes++ : t.no++;
+    }
+    if (t.yes >= c->quorum)
+        rc = DLOCK_OK;
+    else if (t.no > c->n - c->quorum)
+        rc = dlock__fail(DLOCK_ERR_BUSY, "the lock was lost before its fence was confirmed");
+    else
+        rc = undecided(c, &t, rd->reqs);
+    free_replies(rd->reqs, c->n);
+    dlock__call_free(&call);
+    return rc;
+}
+
+/* Send a release, not awaited, to the nodes marked in undo[]. */
+static void undo_grants(dlock_client *c, round *rd, const keys *k, const dlock_lock *l,
+                        const bool *undo)
+{
+    dlock__call rel;
+    const char *args[] = {k->lock, k->fence, l->token, "0", k->wake};
+    const size_t lens[] = {k->lock_len, k->fence_len, DLOCK_TOKEN_LEN, 1, k->wake_len};
+    if (dlock__call_format(&c->scripts, DLOCK_SCRIPT_RELEASE, 2, 5, args, lens, &rel) != DLOCK_OK)
+        return; /* out of memory: the leases will expire */
+    /* Nobody reads the reply, so a -NOSCRIPT would go unnoticed and the grant would
+     * stay until its lease ends; a node that just restarted has no scripts cached. So
+     * send the script itself (EVAL), not its SHA. */
+    for (int i = 0; i < c->n; i++) {
+        rd->reqs[i].cmd = undo[i] ? rel.eval : NULL;
+        rd->reqs[i].cmdlen = (size_t)rel.eval_len;
+        rd->reqs[i].retry = NULL;
+        rd->reqs[i].await = false;
+    }
+    dlock__fanout(c, rd->set->conns, rd->reqs, c->n);
+    dlock__call_free(&rel);
+}
+
+/* One acquisition attempt. DLOCK_OK with l's fence and validity set, or the attempt's
+ * error, with what the nodes said in *t. */
+static int attempt(dlock_client *c, round *rd, const dlock__call *acq, const keys *k, dlock_lock *l,
+                   int64_t ttl_ms, tally *t)
 {
     memset(t, 0, sizeof *t);
     round_run(c, rd, acq);
     uint64_t fence = 0;
-    bool outcome_known[DLOCK_SERVERS_MAX];
+    int nonvoting = 0;
+    bool undo[DLOCK_SERVERS_MAX], any = false;
     for (int i = 0; i < c->n; i++) {
         long long v;
-        outcome_known[i] = false;
+        /* Until we know better, a node's outcome is unknown: it may have run the
+         * script even if its answer never arrived. */
+        undo[i] = true;
         if (!int_reply(t, &rd->reqs[i], &rd->set->conns[i], "acquire", &v))
             continue;
-        outcome_known[i] = true;
-        if (v > 0) {
-            t->yes++;
-            if ((uint64_t)v > fence)
-                fence = (uint64_t)v;
-        } else {
+        if (v <= 0) {
+            undo[i] = false; /* a clean refusal: nothing of ours there */
             t->no++;
             if (-v > t->busy_remaining_ms)
                 t->busy_remaining_ms = -v;
+            continue;
         }
+        if ((uint64_t)v > fence)
+            fence = (uint64_t)v;
+        if (node_votes(rd->set->conns[i].node, rd->end_us))
+            t->yes++;
+        else
+            nonvoting++;
     }
-    int64_t validity =
-        dlock__validity_us(ttl_ms * 1000, rd->end_us - rd->start_us, c->drift_factor,
-                           c->drift_min_us);
+    free_replies(rd->reqs, c->n);
+    int64_t validity = dlock__validity_us(ttl_ms * 1000, rd->end_us - rd->start_us, c->drift_factor,
+                                          c->drift_min_us);
     int rc;
     if (t->yes >= c->quorum && validity > 0) {
         l->fence = fence;
-        l->valid_until_us = rd->end_us + validity;
-        free_replies(rd->reqs, c->n);
-        return DLOCK_OK;
-    }
-    if (t->yes >= c->quorum) {
+        rc = DLOCK_OK;
+        if (c->n > 1 && c->fence_mode == DLOCK_FENCE_STRICT) {
+            rc = raise_fences(c, rd, k, l);
+            validity = dlock__validity_us(ttl_ms * 1000, rd->end_us - rd->start_us, c->drift_factor,
+                                          c->drift_min_us);
+            if (rc == DLOCK_OK && validity <= 0)
+                rc = dlock__fail(DLOCK_ERR_TIMEOUT, "fences raised, but no validity left");
+        }
+        if (rc == DLOCK_OK) {
+            l->valid_until_us = rd->end_us + validity;
+            return DLOCK_OK;
+        }
+    } else if (t->yes >= c->quorum) {
         rc = dlock__fail(DLOCK_ERR_TIMEOUT,
                          "granted, but the round took %lld ms of a %lld ms lease (no validity "
                          "left)",
                          (long long)((rd->end_us - rd->start_us) / 1000), (long long)ttl_ms);
-    } else if (t->yes + t->no >= c->quorum) {
-        rc = dlock__fail(DLOCK_ERR_BUSY, "held by another owner");
+    } else if (t->yes + t->no + nonvoting >= c->quorum && t->no > 0) {
+        if (t->busy_remaining_ms > 0)
+            rc = dlock__fail(DLOCK_ERR_BUSY,
+                             "%d of %d servers refused: their holder's lease "
+                             "has %lld ms left",
+                             t->no, c->n, (long long)t->busy_remaining_ms);
+        else
+            rc = dlock__fail(
+                DLOCK_ERR_BUSY,
+                "%d of %d servers refused: the holder's lease is ending or has no expiry", t->no,
+                c->n);
+        if (nonvoting > 0)
+            dlock__append_error("%d grant(s) from restarted servers not counted", nonvoting);
     } else {
         rc = undecided(c, t, rd->reqs);
+        if (nonvoting > 0)
+            dlock__append_error("%d grant(s) from restarted servers not counted (they vote "
+                                "again once up for the longest lease)",
+                                nonvoting);
     }
-    /* Not acquired: undo every grant, and every outcome we do not know (a node that
-     * failed may have executed the script). A clean refusal needs nothing. The
+    /* Not acquired: undo every grant, and every outcome we do not know. A node whose
+     * connection is gone needs nothing (nothing of ours can be in flight there). The
      * release is sent, not awaited, so a failed attempt costs no extra round trip. */
-    bool any = false;
     for (int i = 0; i < c->n; i++) {
-        bool granted = outcome_known[i] && rd->reqs[i].reply->integer > 0;
-        rd->reqs[i].cmd = NULL;
-        if (granted || !outcome_known[i]) {
-            rd->reqs[i].cmd = rel->evalsha;
-            rd->reqs[i].cmdlen = (size_t)rel->evalsha_len;
-            rd->reqs[i].retry = NULL; /* no second chance on NOSCRIPT: it is best effort */
-            rd->reqs[i].await = false;
-            any = true;
-        }
+        undo[i] = undo[i] && rd->set->conns[i].state == DLOCK_CONN_READY;
+        any |= undo[i];
     }
-    free_replies(rd->reqs, c->n);
     if (any)
-        dlock__fanout(c, rd->set->conns, rd->reqs, c->n);
+        undo_grants(c, rd, k, l, undo);
     return rc;
 }
 
@@ -378,11 +465,12 @@ int dlock_acquire(dlock_client *c, const char *name, const dlock_opts *opts, dlo
     if (!opts_ok(opts, &ttl_ms, &wait_ms, &rc))
         return rc;
     int cancel_fd = opts ? opts->cancel_fd : 0;
+    dlock__note_ttl(c, ttl_ms);
     const char *label = opts && opts->label && opts->label[0] ? opts->label : NULL;
 
     dlock_lock *l = NULL;
     keys k = {0};
-    dlock__call acq = {0}, rel = {0};
+    dlock__call acq = {0};
     round rd = {0};
     if ((rc = lock_new(c, name, &l)) != DLOCK_OK || (rc = dlock__token_new(l->token)) != DLOCK_OK ||
         (rc = keys_make(c, name, l->name_len, &k)) != DLOCK_OK)
@@ -396,12 +484,8 @@ int dlock_acquire(dlock_client *c, const char *name, const dlock_opts *opts, dlo
     int tlen = snprintf(ttl, sizeof ttl, "%lld", (long long)ttl_ms);
     const char *acq_args[] = {k.lock, k.fence, value, ttl};
     const size_t acq_lens[] = {k.lock_len, k.fence_len, (size_t)vlen, (size_t)tlen};
-    const char *rel_args[] = {k.lock, k.fence, l->token, "0", k.wake};
-    const size_t rel_lens[] = {k.lock_len, k.fence_len, DLOCK_TOKEN_LEN, 1, k.wake_len};
     if ((rc = dlock__call_format(&c->scripts, DLOCK_SCRIPT_ACQUIRE, 2, 4, acq_args, acq_lens,
-                                 &acq)) != DLOCK_OK ||
-        (rc = dlock__call_format(&c->scripts, DLOCK_SCRIPT_RELEASE, 2, 5, rel_args, rel_lens,
-                                 &rel)) != DLOCK_OK)
+                                 &acq)) != DLOCK_OK)
         goto out;
     if ((rd.set = dlock__connset_get(c)) == NULL) {
         rc = dlock__fail(DLOCK_ERR_NOMEM, "out of memory");
@@ -409,13 +493,15 @@ int dlock_acquire(dlock_client *c, const char *name, const dlock_opts *opts, dlo
     }
 
     int64_t start = dlock__now_us();
-    int64_t deadline = wait_ms < 0 ? INT64_MAX : start + wait_ms * 1000;
+    /* A wait longer than a century is a wait forever (and must not overflow). */
+    int64_t deadline =
+        wait_ms < 0 || wait_ms > INT64_C(3153600000000) ? INT64_MAX : start + wait_ms * 1000;
     /* Servers that stay unreachable end even an endless wait: a wait is for a holder
      * to go away, not for an outage to end (the CLI's exit 69 even with -w forever). */
     int64_t outage_since = 0;
     for (int n = 0;; n++) {
         tally t;
-        rc = attempt(c, &rd, &acq, &rel, l, ttl_ms, &t);
+        rc = attempt(c, &rd, &acq, &k, l, ttl_ms, &t);
         if (rc == DLOCK_OK || rc == DLOCK_ERR_NOMEM)
             break;
         int64_t now = dlock__now_us();
@@ -446,7 +532,6 @@ out:
     if (rd.set != NULL)
         dlock__connset_put(c, rd.set);
     dlock__call_free(&acq);
-    dlock__call_free(&rel);
     free(k.buf);
     if (rc != DLOCK_OK) {
         if (l != NULL)
@@ -493,8 +578,9 @@ static int token_round(dlock_lock *l, enum dlock__script_id id, int nkeys, int n
     if (t.yes >= c->quorum)
         rc = DLOCK_OK;
     else if (t.no > c->n - c->quorum)
-        rc = dlock__fail(DLOCK_ERR_LOST, "%s: the lock is not held with this token (expired, "
-                                         "released or taken by another owner)",
+        rc = dlock__fail(DLOCK_ERR_LOST,
+                         "%s: the lock is not held with this token (expired, "
+                         "released or taken by another owner)",
                          what);
     else
         rc = undecided(c, &t, rd.reqs);
@@ -527,8 +613,7 @@ int dlock_extend(dlock_lock *l, int64_t ttl_ms)
         int64_t validity = dlock__validity_us(ttl_ms * 1000, dlock__now_us() - start,
                                               c->drift_factor, c->drift_min_us);
         if (validity <= 0)
-            return dlock__fail(DLOCK_ERR_TIMEOUT,
-                               "extended, but the round used up the new lease");
+            return dlock__fail(DLOCK_ERR_TIMEOUT, "extended, but the round used up the new lease");
         l->valid_until_us = dlock__now_us() + validity;
     } else if (rc == DLOCK_ERR_LOST) {
         mark_lost(l);
@@ -711,20 +796,18 @@ int dlock_check(dlock_lock *l)
     long long pttl = quorum_pttl(c, views, l->token);
     if (pttl >= 0) {
         /* The servers' remaining lease, less drift, counted from the round's start. */
-        int64_t validity =
-            dlock__validity_us(pttl * 1000, 0, c->drift_factor, c->drift_min_us);
+        int64_t validity = dlock__validity_us(pttl * 1000, 0, c->drift_factor, c->drift_min_us);
         l->valid_until_us = rd.start_us + (validity > 0 ? validity : 0);
         return DLOCK_OK;
     }
-    int holders = c->n - t.failed - 0;
-    int ours = 0;
+    int answered = c->n - t.failed, ours = 0;
     for (int i = 0; i < c->n; i++)
         if (views[i].ok && views[i].value[0] != '\0' &&
             strncmp(views[i].value, l->token, DLOCK_TOKEN_LEN) == 0)
             ours++;
     /* Nodes that answered without our token: if they leave no room for a quorum, the
      * lock is lost; otherwise too few answered to tell. */
-    if (holders - ours > c->n - c->quorum) {
+    if (answered - ours > c->n - c->quorum) {
         mark_lost(l);
         return dlock__fail(DLOCK_ERR_LOST, "the lock is not held with this token");
     }
@@ -763,7 +846,8 @@ int dlock_inspect(dlock_client *c, const char *name, dlock_holder *out)
          * shape; show it whole as the description then. */
         const char *v = views[i].value;
         size_t vlen = strlen(v);
-        bool ours = vlen >= DLOCK_TOKEN_LEN && (vlen == DLOCK_TOKEN_LEN || v[DLOCK_TOKEN_LEN] == ' ');
+        bool ours =
+            vlen >= DLOCK_TOKEN_LEN && (vlen == DLOCK_TOKEN_LEN || v[DLOCK_TOKEN_LEN] == ' ');
         if (ours) {
             memcpy(out->token, v, DLOCK_TOKEN_LEN);
             out->token[DLOCK_TOKEN_LEN] = '\0';

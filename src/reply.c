@@ -90,8 +90,8 @@ redisReader *dlock__reader_new(void)
 {
     /* hiredis takes a non-const pointer but never writes through it; this table is
      * constant in all but type. */
-    static redisReplyObjectFunctions fns = {create_string, create_array, create_integer,
-                                            create_nil, free_object};
+    static redisReplyObjectFunctions fns = {create_string, create_array, create_integer, create_nil,
+                                            free_object};
     return redisReaderCreateWithFunctions(&fns);
 }
 
@@ -106,10 +106,9 @@ int dlock__server_error_code(const char *str, size_t len)
 {
     /* Errors that say "this node cannot serve right now": the attempt failed on this
      * node, but nobody else holds the lock because of it (never DLOCK_ERR_BUSY). */
-    static const char *const unavailable[] = {"BUSY",        "LOADING", "MASTERDOWN",
-                                              "TRYAGAIN",    "READONLY", "OOM",
-                                              "MISCONF",     "NOREPLICAS", "CLUSTERDOWN",
-                                              "UNBLOCKED"};
+    static const char *const unavailable[] = {"BUSY",        "LOADING",  "MASTERDOWN", "TRYAGAIN",
+                                              "READONLY",    "OOM",      "MISCONF",    "NOREPLICAS",
+                                              "CLUSTERDOWN", "UNBLOCKED"};
     static const char *const auth[] = {"NOAUTH", "WRONGPASS", "NOPERM"};
     for (size_t i = 0; i < sizeof unavailable / sizeof *unavailable; i++)
         if (starts_with_word(str, len, unavailable[i]))

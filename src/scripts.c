@@ -46,16 +46,18 @@ static const char acquire_lua[] =
  * RELEASE  KEYS: lock, fence   ARGV: token, fence floor ("0": none), wake channel
  * 1 when our token was deleted, 0 when the key is gone or another owner's.
  * The fence floor is how Redlock's default mode raises every node's counter to the
- * fence the quorum handed out, without an extra round trip.
+ * fence the quorum handed out, without an extra round trip. It is applied even where
+ * our key is gone: a counter only ever goes up, and a fence that was handed out is
+ * a floor every later fence must clear.
  */
 static const char release_lua[] =
-    "local v = redis.call('GET', KEYS[1])\n"
-    "if not v or string.sub(v, 1, 32) ~= ARGV[1] then return 0 end\n"
-    "redis.call('DEL', KEYS[1])\n"
     "local f = tonumber(ARGV[2])\n"
     "if f and f > 0 and (tonumber(redis.call('GET', KEYS[2])) or 0) < f then\n"
     "  redis.call('SET', KEYS[2], ARGV[2])\n"
     "end\n"
+    "local v = redis.call('GET', KEYS[1])\n"
+    "if not v or string.sub(v, 1, 32) ~= ARGV[1] then return 0 end\n"
+    "redis.call('DEL', KEYS[1])\n"
     "redis.call('PUBLISH', ARGV[3], ARGV[1])\n"
     "return 1\n";
 
@@ -70,16 +72,28 @@ static const char extend_lua[] = "local v = redis.call('GET', KEYS[1])\n"
                                  "end\n"
                                  "return 0\n";
 
+/*
+ * FENCE  KEYS: lock, fence   ARGV: token, fence
+ * Strict fence mode's second round: raise the counter to the fence the quorum handed
+ * out, but only on a node that still holds our token. 1 when done, 0 when not ours.
+ */
+static const char fence_lua[] =
+    "local v = redis.call('GET', KEYS[1])\n"
+    "if not v or string.sub(v, 1, 32) ~= ARGV[1] then return 0 end\n"
+    "if (tonumber(redis.call('GET', KEYS[2])) or 0) < tonumber(ARGV[2]) then\n"
+    "  redis.call('SET', KEYS[2], ARGV[2])\n"
+    "end\n"
+    "return 1\n";
+
 /* INSPECT  KEYS: lock, fence   -> {value or "", PTTL, fence or "0"} */
 static const char inspect_lua[] = "return {redis.call('GET', KEYS[1]) or '',\n"
                                   "        redis.call('PTTL', KEYS[1]),\n"
                                   "        redis.call('GET', KEYS[2]) or '0'}\n";
 
 static const char *const bodies[DLOCK_SCRIPT_COUNT] = {
-    [DLOCK_SCRIPT_ACQUIRE] = acquire_lua,
-    [DLOCK_SCRIPT_RELEASE] = release_lua,
-    [DLOCK_SCRIPT_EXTEND] = extend_lua,
-    [DLOCK_SCRIPT_INSPECT] = inspect_lua,
+    [DLOCK_SCRIPT_ACQUIRE] = acquire_lua, [DLOCK_SCRIPT_RELEASE] = release_lua,
+    [DLOCK_SCRIPT_EXTEND] = extend_lua,   [DLOCK_SCRIPT_INSPECT] = inspect_lua,
+    [DLOCK_SCRIPT_FENCE] = fence_lua,
 };
 
 int dlock__scripts_init(dlock__scripts *s)
@@ -100,8 +114,8 @@ int dlock__scripts_init(dlock__scripts *s)
 }
 
 /* Format "VERB head nkeys args..." into *out. */
-static int format(const char *verb, const char *head, int nkeys, int nargs,
-                  const char *const *args, const size_t *lens, char **out, int *outlen)
+static int format(const char *verb, const char *head, int nkeys, int nargs, const char *const *args,
+                  const size_t *lens, char **out, int *outlen)
 {
     const char *argv[3 + 8];
     size_t argvlen[3 + 8];
@@ -127,12 +141,12 @@ static int format(const char *verb, const char *head, int nkeys, int nargs,
     return DLOCK_OK;
 }
 
-int dlock__call_format(const dlock__scripts *s, enum dlock__script_id id, int nkeys,
-                       int nargs, const char *const *args, const size_t *lens, dlock__call *out)
+int dlock__call_format(const dlock__scripts *s, enum dlock__script_id id, int nkeys, int nargs,
+                       const char *const *args, const size_t *lens, dlock__call *out)
 {
     memset(out, 0, sizeof *out);
-    int rc = format("EVALSHA", s->sha[id], nkeys, nargs, args, lens, &out->evalsha,
-                    &out->evalsha_len);
+    int rc =
+        format("EVALSHA", s->sha[id], nkeys, nargs, args, lens, &out->evalsha, &out->evalsha_len);
     if (rc == DLOCK_OK)
         rc = format("EVAL", bodies[id], nkeys, nargs, args, lens, &out->eval, &out->eval_len);
     if (rc != DLOCK_OK)

@@ -124,7 +124,7 @@ static int parse_userinfo(span *rest, dlock__addr *a, bool allow_user, char *err
             }
         if (at == NULL)
             return bad(err, errlen, "expected \":password@\" before the socket path");
-        head.n = (size_t)(at - rest->p);
+        head.n = (size_t)(at - rest->p) + 1; /* up to and including the '@' */
     }
     const char *at = NULL;
     for (size_t i = head.n; i > 0; i--)
