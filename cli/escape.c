@@ -1,0 +1,116 @@
+/*
+ * escape.c: untrusted bytes to a terminal or to JSON (see escape.h for why).
+ */
+#include "escape.h"
+
+#include <stdint.h>
+
+size_t cli_utf8_len(const unsigned char *s, size_t len)
+{
+    unsigned char c = s[0];
+    if (c < 0x80)
+        return 1;
+    /* Lead byte: the sequence length, and the smallest code point it may encode
+     * (anything below is an overlong form, a classic way to smuggle '/' or '"'). */
+    size_t n;
+    uint32_t cp, min;
+    if (c >= 0xc2 && c <= 0xdf) {
+        n = 2;
+        cp = c & 0x1fu;
+        min = 0x80;
+    } else if (c >= 0xe0 && c <= 0xef) {
+        n = 3;
+        cp = c & 0x0fu;
+        min = 0x800;
+    } else if (c >= 0xf0 && c <= 0xf4) {
+        n = 4;
+        cp = c & 0x07u;
+        min = 0x10000;
+    } else {
+        return 0; /* a continuation byte, 0xc0/0xc1 (always overlong) or past 0xf4 */
+    }
+    if (len < n)
+        return 0;
+    for (size_t i = 1; i < n; i++) {
+        if ((s[i] & 0xc0u) != 0x80u)
+            return 0;
+        cp = (cp << 6) | (s[i] & 0x3fu);
+    }
+    if (cp < min || cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff))
+        return 0;
+    return n;
+}
+
+void cli_write_safe(FILE *f, const char *s, size_t len)
+{
+    const unsigned char *u = (const unsigned char *)s;
+    size_t i = 0;
+    while (i < len) {
+        if (u[i] >= 0x20 && u[i] < 0x7f) {
+            fputc(u[i], f);
+            i++;
+            continue;
+        }
+        size_t n = u[i] >= 0x80 ? cli_utf8_len(u + i, len - i) : 0;
+        /* U+0080..U+009F (0xc2 0x80..0x9f) are C1 controls: some terminals obey
+         * 0xc2 0x9b as CSI, so they are escaped like their ASCII cousins. */
+        if (n > 0 && !(n == 2 && u[i] == 0xc2 && u[i + 1] < 0xa0)) {
+            fwrite(u + i, 1, n, f);
+            i += n;
+        } else {
+            fprintf(f, "\\x%02x", u[i]);
+            i++;
+        }
+    }
+}
+
+void cli_write_json_string(FILE *f, const char *s, size_t len)
+{
+    const unsigned char *u = (const unsigned char *)s;
+    fputc('"', f);
+    size_t i = 0;
+    while (i < len) {
+        unsigned char c = u[i];
+        if (c == '"' || c == '\\') {
+            fputc('\\', f);
+            fputc(c, f);
+            i++;
+        } else if (c < 0x20 || c == 0x7f) {
+            /* The short forms JSON has, else the \u form (RFC 8259, section 7). */
+            switch (c) {
+            case '\b':
+                fputs("\\b", f);
+                break;
+            case '\f':
+                fputs("\\f", f);
+                break;
+            case '\n':
+                fputs("\\n", f);
+                break;
+            case '\r':
+                fputs("\\r", f);
+                break;
+            case '\t':
+                fputs("\\t", f);
+                break;
+            default:
+                fprintf(f, "\\u%04x", c);
+                break;
+            }
+            i++;
+        } else if (c < 0x80) {
+            fputc(c, f);
+            i++;
+        } else {
+            size_t n = cli_utf8_len(u + i, len - i);
+            if (n > 0) {
+                fwrite(u + i, 1, n, f);
+                i += n;
+            } else {
+                fputs("\\ufffd", f);
+                i++;
+            }
+        }
+    }
+    fputc('"', f);
+}
