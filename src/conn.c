@@ -176,7 +176,9 @@ int dlock__conn_open(dlock__conn *c, struct dlock_client *cl, char *detail, size
     dlock__conn_close(c);
     if ((c->reader = dlock__reader_new()) == NULL)
         return set_detail(detail, n, DLOCK_ERR_NOMEM, c, "out of memory");
-    redisReaderSetPrivdata(c->reader, &c->too_big);
+    /* Not redisReaderSetPrivdata: hiredis 0.14 casts its result to int, which clang
+     * rejects as a pointer truncation. */
+    c->reader->privdata = &c->too_big;
     if (!a->is_unix) {
         /* Name resolution is the one step not bounded by our deadline (getaddrinfo
          * blocks); numeric addresses, the common case for lock servers, do not touch

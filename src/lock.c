@@ -691,6 +691,15 @@ int dlock_lock_adopt(dlock_client *c, const char *name, const char *token, dlock
 
 /* ---- inspect and check ------------------------------------------------------ */
 
+/* Copy src into dst[size], cutting it short if it does not fit (descriptions are for
+ * people; the token is compared on its first DLOCK_TOKEN_LEN bytes only). */
+static void copy_truncated(char *dst, size_t size, const char *src)
+{
+    size_t len = strnlen(src, size - 1);
+    memcpy(dst, src, len);
+    dst[len] = '\0';
+}
+
 /* What one node holds for a name (from the INSPECT script). */
 typedef struct node_view {
     bool ok;
@@ -722,7 +731,7 @@ static bool parse_view(tally *t, dlock__req *r, dlock__conn *conn, node_view *v)
         count_failure(t, r, DLOCK_ERR_PROTOCOL);
         return false;
     }
-    snprintf(v->value, sizeof v->value, "%s", rep->element[0]->str);
+    copy_truncated(v->value, sizeof v->value, rep->element[0]->str);
     v->pttl = rep->element[1]->integer;
     v->fence = strtoull(rep->element[2]->str, NULL, 10);
     v->ok = true;
@@ -853,7 +862,7 @@ int dlock_inspect(dlock_client *c, const char *name, dlock_holder *out)
             out->token[DLOCK_TOKEN_LEN] = '\0';
             v += vlen > DLOCK_TOKEN_LEN ? DLOCK_TOKEN_LEN + 1 : DLOCK_TOKEN_LEN;
         }
-        snprintf(out->description, sizeof out->description, "%s", v);
+        copy_truncated(out->description, sizeof out->description, v);
     }
     return DLOCK_OK;
 }

@@ -1,0 +1,140 @@
+/*
+ * itest.c: helpers shared by the integration tests (see itest.h).
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cmocka.h>
+
+#include "itest.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+int64_t it_timeout_ms(void)
+{
+    return 100 * dh_slack();
+}
+
+dlock_client *it_client_cfg(const char *servers, const dlock_config *cfg)
+{
+    dlock_client *c = NULL;
+    int rc = dlock_client_new(servers, cfg, &c);
+    if (rc != DLOCK_OK)
+        fprintf(stderr, "dlock_client_new(%s): %s: %s\n", servers, dlock_errname(rc),
+                dlock_errmsg());
+    assert_int_equal(rc, DLOCK_OK);
+    assert_non_null(c);
+    return c;
+}
+
+dlock_client *it_client(dh_server *s, int64_t timeout_ms)
+{
+    dlock_config cfg = {0};
+    cfg.timeout_ms = timeout_ms;
+    /* Connecting to a local server takes microseconds; a second is plenty and keeps a
+     * broken test from hanging long. */
+    cfg.connect_timeout_ms = 1000 * dh_slack();
+    return it_client_cfg(s->url, &cfg);
+}
+
+void it_key(char *buf, size_t len, const char *name)
+{
+    snprintf(buf, len, "dlock:{%s}", name);
+}
+
+void it_fence_key(char *buf, size_t len, const char *name)
+{
+    snprintf(buf, len, "dlock:{%s}:fence", name);
+}
+
+static long long int_reply(dh_server *s, const char *cmd, const char *key)
+{
+    redisReply *r = dh_cmd(s, "%s %s", cmd, key);
+    assert_non_null(r);
+    assert_int_equal(r->type, REDIS_REPLY_INTEGER);
+    long long v = r->integer;
+    freeReplyObject(r);
+    return v;
+}
+
+long long it_pttl(dh_server *s, const char *key)
+{
+    return int_reply(s, "PTTL", key);
+}
+
+long long it_exists(dh_server *s, const char *key)
+{
+    return int_reply(s, "EXISTS", key);
+}
+
+char *it_get(dh_server *s, const char *key)
+{
+    redisReply *r = dh_cmd(s, "GET %s", key);
+    assert_non_null(r);
+    char *v = NULL;
+    if (r->type == REDIS_REPLY_STRING)
+        v = strdup(r->str);
+    else
+        assert_int_equal(r->type, REDIS_REPLY_NIL);
+    freeReplyObject(r);
+    return v;
+}
+
+void it_del(dh_server *s, const char *key)
+{
+    redisReply *r = dh_cmd(s, "DEL %s", key);
+    assert_non_null(r);
+    freeReplyObject(r);
+}
+
+dlock_lock *it_acquire(dlock_client *c, const char *name, int64_t ttl_ms)
+{
+    dlock_opts o = {0};
+    o.ttl_ms = ttl_ms;
+    dlock_lock *l = NULL;
+    int rc = dlock_acquire(c, name, &o, &l);
+    if (rc != DLOCK_OK)
+        fprintf(stderr, "dlock_acquire(%s): %s: %s\n", name, dlock_errname(rc), dlock_errmsg());
+    assert_int_equal(rc, DLOCK_OK);
+    assert_non_null(l);
+    return l;
+}
+
+void it_show(const char *what, int err)
+{
+    printf("INFO %s -> %s (%s)\n", what, dlock_errname(err), err ? dlock_errmsg() : "");
+}
+
+void it_log_init(it_log *lg)
+{
+    memset(lg, 0, sizeof *lg);
+    pthread_mutex_init(&lg->mu, NULL);
+}
+
+void it_log_cb(void *user, int level, const char *msg)
+{
+    it_log *lg = user;
+    pthread_mutex_lock(&lg->mu);
+    if (lg->n < IT_LOG_MAX) {
+        lg->level[lg->n] = level;
+        snprintf(lg->msg[lg->n], sizeof lg->msg[0], "%s", msg);
+        lg->n++;
+    }
+    pthread_mutex_unlock(&lg->mu);
+    printf("LOG level=%d %s\n", level, msg);
+}
+
+int it_log_count(it_log *lg, int level, const char *needle)
+{
+    int n = 0;
+    pthread_mutex_lock(&lg->mu);
+    for (int i = 0; i < lg->n; i++)
+        if (lg->level[i] == level && (!needle || strstr(lg->msg[i], needle)))
+            n++;
+    pthread_mutex_unlock(&lg->mu);
+    return n;
+}

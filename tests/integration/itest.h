@@ -1,0 +1,58 @@
+/*
+ * itest.h: helpers shared by the integration tests (on top of the harness): clients
+ * with explicit deadlines, looking at the lock keys from outside, capturing the log.
+ *
+ * Include after <cmocka.h>: the helpers assert.
+ */
+#ifndef DLOCK_ITEST_H
+#define DLOCK_ITEST_H
+
+#include "dlock.h"
+#include "harness.h"
+
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+/* Per-node command deadline for tests where timing matters: 100 ms, times the slack
+ * (design.md: at least 100 ms under valgrind or TSan). */
+int64_t it_timeout_ms(void);
+
+/* A client for server s (its url) with timeout_ms and connect_timeout_ms set
+ * explicitly; asserts success. */
+dlock_client *it_client(dh_server *s, int64_t timeout_ms);
+
+/* Same, with a caller's config (its timeouts are used as given). */
+dlock_client *it_client_cfg(const char *servers, const dlock_config *cfg);
+
+/* "dlock:{name}" and "dlock:{name}:fence" (the fixed default key layout). */
+void it_key(char *buf, size_t len, const char *name);
+void it_fence_key(char *buf, size_t len, const char *name);
+
+/* Looking at a key from outside, through dh_cmd. */
+long long it_pttl(dh_server *s, const char *key); /* -2 missing, -1 no expiry */
+long long it_exists(dh_server *s, const char *key);
+char *it_get(dh_server *s, const char *key); /* malloc'd copy or NULL when missing */
+void it_del(dh_server *s, const char *key);
+
+/* Acquire with a ttl and no wait; asserts DLOCK_OK and returns the handle. */
+dlock_lock *it_acquire(dlock_client *c, const char *name, int64_t ttl_ms);
+
+/* Print a code and the thread's detail, for results a test shows but does not assert. */
+void it_show(const char *what, int err);
+
+/* The log callback's messages, for dlock_config.log. */
+#define IT_LOG_MAX 64
+typedef struct it_log {
+    pthread_mutex_t mu;
+    int n;
+    int level[IT_LOG_MAX];
+    char msg[IT_LOG_MAX][512];
+} it_log;
+
+void it_log_init(it_log *lg);
+void it_log_cb(void *user, int level, const char *msg);
+/* Messages at `level` containing `needle` (NULL: any). */
+int it_log_count(it_log *lg, int level, const char *needle);
+
+#endif /* DLOCK_ITEST_H */

@@ -1,0 +1,390 @@
+/*
+ * test_url.c: server addresses (src/url.c), against the grammar of design.md "Server
+ * addresses" and dlock_client_new's comment in dlock.h:
+ *
+ *   redis://[[user]:password@]host[:port][/db]
+ *   unix://[:password@]/path/to/socket[?db=N]
+ *
+ * Every refusal is DLOCK_ERR_INVALID with a message naming the bad part; no
+ * accepted form may leak its password into the display string used in messages.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cmocka.h>
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "internal.h"
+
+/* Parse a whole NUL-terminated URL and expect success. */
+static void parse_ok(const char *url, dlock__addr *a)
+{
+    char err[256] = "";
+    int rc = dlock__url_parse(url, strlen(url), a, err, sizeof err);
+    if (rc != DLOCK_OK)
+        fail_msg("\"%s\": %s (%s)", url, dlock_errname(rc), err);
+    assert_non_null(a->display);
+    /* The display string goes into messages and logs: never the password. */
+    if (a->password != NULL && strstr(a->display, a->password) != NULL)
+        fail_msg("\"%s\": display \"%s\" shows the password", url, a->display);
+}
+
+/* Expect url refused as DLOCK_ERR_INVALID with `why` in the message. */
+static void parse_bad(const char *url, const char *why)
+{
+    dlock__addr a;
+    memset(&a, 0x5a, sizeof a); /* whatever was there before must not matter */
+    char err[256] = "";
+    int rc = dlock__url_parse(url, strlen(url), &a, err, sizeof err);
+    if (rc != DLOCK_ERR_INVALID) {
+        if (rc == DLOCK_OK)
+            dlock__addr_clear(&a);
+        fail_msg("\"%s\": %s, want DLOCK_ERR_INVALID", url, dlock_errname(rc));
+    }
+    if (strstr(err, why) == NULL)
+        fail_msg("\"%s\": message \"%s\" lacks \"%s\"", url, err, why);
+    /* Nothing is left owned by a failed parse (ASan's leak check would say so). */
+    assert_null(a.host);
+    assert_null(a.path);
+    assert_null(a.user);
+    assert_null(a.password);
+    assert_null(a.display);
+}
+
+static void expect_tcp(const char *url, const char *host, int port, int db, const char *user,
+                       const char *password)
+{
+    dlock__addr a;
+    parse_ok(url, &a);
+    assert_false(a.is_unix);
+    assert_non_null(a.host);
+    assert_string_equal(a.host, host);
+    assert_int_equal(a.port, port);
+    assert_int_equal(a.db, db);
+    assert_null(a.path);
+    if (user == NULL)
+        assert_null(a.user);
+    else
+        assert_string_equal(a.user, user);
+    if (password == NULL)
+        assert_null(a.password);
+    else
+        assert_string_equal(a.password, password);
+    dlock__addr_clear(&a);
+}
+
+static void expect_unix(const char *url, const char *path, int db, const char *password)
+{
+    dlock__addr a;
+    parse_ok(url, &a);
+    assert_true(a.is_unix);
+    assert_non_null(a.path);
+    assert_string_equal(a.path, path);
+    assert_int_equal(a.db, db);
+    assert_null(a.user);
+    if (password == NULL)
+        assert_null(a.password);
+    else
+        assert_string_equal(a.password, password);
+    dlock__addr_clear(&a);
+}
+
+static void test_tcp_hosts_ports(void **state)
+{
+    (void)state;
+    expect_tcp("redis://127.0.0.1:6379", "127.0.0.1", 6379, 0, NULL, NULL);
+    expect_tcp("redis://localhost", "localhost", 6379, 0, NULL, NULL);
+    expect_tcp("redis://redis-1.example.com:7000", "redis-1.example.com", 7000, 0, NULL, NULL);
+    expect_tcp("redis://h:1", "h", 1, 0, NULL, NULL);
+    expect_tcp("redis://h:65535", "h", 65535, 0, NULL, NULL);
+    expect_tcp("redis://h:06379", "h", 6379, 0, NULL, NULL);
+}
+
+static void test_tcp_db(void **state)
+{
+    (void)state;
+    expect_tcp("redis://h/3", "h", 6379, 3, NULL, NULL);
+    expect_tcp("redis://h:7000/15", "h", 7000, 15, NULL, NULL);
+    expect_tcp("redis://h/0", "h", 6379, 0, NULL, NULL);
+    expect_tcp("redis://h:7000/", "h", 7000, 0, NULL, NULL); /* empty path: db 0 */
+}
+
+static void test_tcp_ipv6(void **state)
+{
+    (void)state;
+    expect_tcp("redis://[::1]", "::1", 6379, 0, NULL, NULL);
+    expect_tcp("redis://[::1]:7000", "::1", 7000, 0, NULL, NULL);
+    expect_tcp("redis://[2001:db8::42]:6380/4", "2001:db8::42", 6380, 4, NULL, NULL);
+    expect_tcp("redis://[::ffff:127.0.0.1]", "::ffff:127.0.0.1", 6379, 0, NULL, NULL);
+    expect_tcp("redis://:pw@[::1]:7001", "::1", 7001, 0, NULL, "pw");
+
+    /* The display keeps the brackets, or "::1:7000" could not be read back. */
+    dlock__addr a;
+    parse_ok("redis://[::1]:7000", &a);
+    assert_non_null(strstr(a.display, "[::1]:7000"));
+    dlock__addr_clear(&a);
+}
+
+static void test_tcp_credentials(void **state)
+{
+    (void)state;
+    expect_tcp("redis://:secret@h", "h", 6379, 0, NULL, "secret");
+    expect_tcp("redis://alice:secret@h:6380/2", "h", 6380, 2, "alice", "secret");
+    /* A password may hold ':' (only the first one ends the user). */
+    expect_tcp("redis://:a:b@h", "h", 6379, 0, NULL, "a:b");
+    expect_tcp("redis://bob:a:b@h", "h", 6379, 0, "bob", "a:b");
+}
+
+static void test_percent_encoding(void **state)
+{
+    (void)state;
+    expect_tcp("redis://al%69ce:p%40ss%2Cw%3Ard@h", "h", 6379, 0, "alice", "p@ss,w:rd");
+    expect_tcp("redis://:%2c%2C@h", "h", 6379, 0, NULL, ",,"); /* either case of hex */
+    expect_tcp("redis://:%2F%3f%23%25@h", "h", 6379, 0, NULL, "/?#%");
+    expect_tcp("redis://u%3Ax:p@h", "h", 6379, 0, "u:x", "p"); /* ':' in a user name */
+    expect_tcp("redis://:%c3%a9@h", "h", 6379, 0, NULL, "\xc3\xa9");
+    expect_unix("unix://:a%2Cb@/tmp/redis.sock", "/tmp/redis.sock", 0, "a,b");
+
+    parse_bad("redis://:p%zz@h", "percent");
+    parse_bad("redis://:p%2@h", "percent");
+    parse_bad("redis://:p%@h", "percent");
+    parse_bad("redis://:%00@h", "percent"); /* a NUL cannot be in a C string */
+    parse_bad("redis://u%g1:p@h", "percent");
+}
+
+static void test_tcp_refused(void **state)
+{
+    (void)state;
+    parse_bad("redis://", "host");
+    parse_bad("redis://:6379", "host");
+    parse_bad("redis://:pw@", "host");
+    parse_bad("redis:///0", "host");
+    parse_bad("redis://alice@h", "ambiguous"); /* bare user@ */
+    parse_bad("redis://@h", "password");
+    parse_bad("redis://alice:@h", "password");
+    parse_bad("redis://h:0", "port");
+    parse_bad("redis://h:65536", "port");
+    parse_bad("redis://h:-1", "port");
+    parse_bad("redis://h:abc", "port");
+    parse_bad("redis://h:", "port");
+    parse_bad("redis://h:99999999999", "port");
+    parse_bad("redis://h:+80", "port");
+    parse_bad("redis://h:80x", "port");
+    parse_bad("redis://h/-1", "database");
+    parse_bad("redis://h/x", "database");
+    parse_bad("redis://h/1.5", "database");
+    parse_bad("redis://h/2147483648", "database");
+    parse_bad("redis://h/0/", "database");
+    parse_bad("redis://h/?db=1", "database");
+    parse_bad("redis://h%41", "host");
+    parse_bad("redis://h ost", "host");
+    parse_bad("redis://[::1", "]");
+    parse_bad("redis://[::1]x", "IPv6");
+    parse_bad("redis://[::1]:", "port");
+    parse_bad("redis://[::g]", "IPv6");
+    parse_bad("redis://[]", "host");
+}
+
+static void test_schemes(void **state)
+{
+    (void)state;
+    parse_bad("rediss://h:6380", "TLS");
+    parse_bad("rediss://h:6380", "not supported");
+    parse_bad("rediss://:pw@h", "TLS");
+    parse_bad("http://h", "scheme");
+    parse_bad("h:6379", "scheme");
+    parse_bad("redis:/h", "scheme");
+    parse_bad("", "scheme");
+    parse_bad(" redis://h", "scheme");
+}
+
+static void test_unix(void **state)
+{
+    (void)state;
+    expect_unix("unix:///tmp/redis.sock", "/tmp/redis.sock", 0, NULL);
+    expect_unix("unix:///tmp/redis.sock?db=2", "/tmp/redis.sock", 2, NULL);
+    expect_unix("unix://:pw@/tmp/redis.sock", "/tmp/redis.sock", 0, "pw");
+    expect_unix("unix://:pw@/tmp/redis.sock?db=7", "/tmp/redis.sock", 7, "pw");
+    expect_unix("unix:///var/run/redis/redis-server.sock", "/var/run/redis/redis-server.sock", 0,
+                NULL);
+
+    parse_bad("unix://", "path");
+    parse_bad("unix://tmp/redis.sock", "absolute");
+    parse_bad("unix:///tmp/s?db=x", "db");
+    parse_bad("unix:///tmp/s?db=-1", "db");
+    parse_bad("unix:///tmp/s?db=", "db");
+    parse_bad("unix:///tmp/s?foo=1", "db=N");
+    parse_bad("unix://:pw/tmp/s", "password");
+
+    /* sun_path holds 108 bytes with the NUL: 107 characters is the longest path. */
+    char url[256], path[200];
+    memset(path, 'a', sizeof path);
+    path[0] = '/';
+    path[107] = '\0';
+    snprintf(url, sizeof url, "unix://%s", path);
+    expect_unix(url, path, 0, NULL);
+    path[107] = 'a';
+    path[108] = '\0';
+    snprintf(url, sizeof url, "unix://%s", path);
+    parse_bad(url, "longer");
+}
+
+/* The parser reads len bytes, not up to the NUL: url_parse_list hands it pieces. */
+static void test_length_bounded(void **state)
+{
+    (void)state;
+    const char *s = "redis://h:1,redis://other:2";
+    dlock__addr a;
+    char err[256];
+    assert_int_equal(dlock__url_parse(s, strlen("redis://h:1"), &a, err, sizeof err), DLOCK_OK);
+    assert_string_equal(a.host, "h");
+    assert_int_equal(a.port, 1);
+    dlock__addr_clear(&a);
+    assert_int_equal(dlock__url_parse(s, strlen("redis://h"), &a, err, sizeof err), DLOCK_OK);
+    assert_int_equal(a.port, 6379);
+    dlock__addr_clear(&a);
+    assert_int_equal(dlock__url_parse(s, strlen("redis://h:"), &a, err, sizeof err),
+                     DLOCK_ERR_INVALID);
+}
+
+static void test_display(void **state)
+{
+    (void)state;
+    dlock__addr a;
+    parse_ok("redis://alice:hunter2@h:7000/3", &a);
+    assert_null(strstr(a.display, "hunter2"));
+    assert_non_null(strstr(a.display, "h"));
+    assert_non_null(strstr(a.display, "7000"));
+    dlock__addr_clear(&a);
+    parse_ok("unix://:hunter2@/tmp/r.sock?db=1", &a);
+    assert_null(strstr(a.display, "hunter2"));
+    assert_non_null(strstr(a.display, "/tmp/r.sock"));
+    dlock__addr_clear(&a);
+}
+
+static void test_addr_clear(void **state)
+{
+    (void)state;
+    dlock__addr a;
+    parse_ok("redis://alice:pw@h:7000/3", &a);
+    dlock__addr_clear(&a);
+    assert_null(a.host);
+    assert_null(a.user);
+    assert_null(a.password);
+    assert_null(a.display);
+    dlock__addr_clear(&a); /* twice is harmless */
+    dlock__addr_clear(NULL);
+}
+
+static void test_list(void **state)
+{
+    (void)state;
+    dlock__addr *addrs = NULL;
+    int n = -1;
+    char err[256] = "";
+    int rc = dlock__url_parse_list("redis://a:1,redis://b:2,unix:///tmp/c.sock", DLOCK_SERVERS_MAX,
+                                   &addrs, &n, err, sizeof err);
+    assert_int_equal(rc, DLOCK_OK);
+    assert_int_equal(n, 3);
+    assert_string_equal(addrs[0].host, "a");
+    assert_int_equal(addrs[0].port, 1);
+    assert_string_equal(addrs[1].host, "b");
+    assert_int_equal(addrs[1].port, 2);
+    assert_true(addrs[2].is_unix);
+    assert_string_equal(addrs[2].path, "/tmp/c.sock");
+    for (int i = 0; i < n; i++)
+        dlock__addr_clear(&addrs[i]);
+    free(addrs);
+
+    /* One server; spaces around the commas, as people write lists. */
+    rc = dlock__url_parse_list("redis://a:1", 1, &addrs, &n, err, sizeof err);
+    assert_int_equal(rc, DLOCK_OK);
+    assert_int_equal(n, 1);
+    dlock__addr_clear(&addrs[0]);
+    free(addrs);
+    rc = dlock__url_parse_list("redis://a:1, redis://b:2", 4, &addrs, &n, err, sizeof err);
+    assert_int_equal(rc, DLOCK_OK);
+    assert_int_equal(n, 2);
+    assert_string_equal(addrs[1].host, "b");
+    for (int i = 0; i < n; i++)
+        dlock__addr_clear(&addrs[i]);
+    free(addrs);
+
+    /* %2C is a comma inside a password, not a separator. */
+    rc = dlock__url_parse_list("redis://:a%2Cb@h1,redis://h2", 4, &addrs, &n, err, sizeof err);
+    assert_int_equal(rc, DLOCK_OK);
+    assert_int_equal(n, 2);
+    assert_string_equal(addrs[0].password, "a,b");
+    assert_string_equal(addrs[1].host, "h2");
+    for (int i = 0; i < n; i++)
+        dlock__addr_clear(&addrs[i]);
+    free(addrs);
+}
+
+static void list_bad(const char *list, int max, const char *why)
+{
+    dlock__addr *addrs = (dlock__addr *)&addrs; /* garbage that must be replaced */
+    int n = -1;
+    char err[256] = "";
+    int rc = dlock__url_parse_list(list, max, &addrs, &n, err, sizeof err);
+    if (rc != DLOCK_ERR_INVALID)
+        fail_msg("\"%s\": %s, want DLOCK_ERR_INVALID", list, dlock_errname(rc));
+    assert_null(addrs);
+    assert_int_equal(n, 0);
+    if (strstr(err, why) == NULL)
+        fail_msg("\"%s\": message \"%s\" lacks \"%s\"", list, err, why);
+}
+
+static void test_list_refused(void **state)
+{
+    (void)state;
+    list_bad("", 4, "empty");
+    list_bad(",", 4, "empty");
+    list_bad("redis://a,", 4, "server 2 of 2");
+    list_bad("redis://a,,redis://b", 4, "server 2 of 3");
+    list_bad("redis://a,redis://b:0,redis://c", 4, "server 2 of 3: port");
+    list_bad("redis://a,rediss://b", 4, "TLS");
+    list_bad("redis://a,redis://b,redis://c", 2, "at most 2");
+}
+
+static void test_list_max(void **state)
+{
+    (void)state;
+    /* DLOCK_SERVERS_MAX servers are accepted, one more is refused. */
+    char list[64 * (DLOCK_SERVERS_MAX + 1)];
+    size_t len = 0;
+    for (int i = 0; i < DLOCK_SERVERS_MAX; i++)
+        len += (size_t)snprintf(list + len, sizeof list - len, "%sredis://h%d:%d", i ? "," : "", i,
+                                7000 + i);
+    dlock__addr *addrs = NULL;
+    int n = 0;
+    char err[256] = "";
+    assert_int_equal(dlock__url_parse_list(list, DLOCK_SERVERS_MAX, &addrs, &n, err, sizeof err),
+                     DLOCK_OK);
+    assert_int_equal(n, DLOCK_SERVERS_MAX);
+    assert_int_equal(addrs[DLOCK_SERVERS_MAX - 1].port, 7000 + DLOCK_SERVERS_MAX - 1);
+    for (int i = 0; i < n; i++)
+        dlock__addr_clear(&addrs[i]);
+    free(addrs);
+    snprintf(list + len, sizeof list - len, ",redis://one-more");
+    list_bad(list, DLOCK_SERVERS_MAX, "at most");
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_tcp_hosts_ports),  cmocka_unit_test(test_tcp_db),
+        cmocka_unit_test(test_tcp_ipv6),         cmocka_unit_test(test_tcp_credentials),
+        cmocka_unit_test(test_percent_encoding), cmocka_unit_test(test_tcp_refused),
+        cmocka_unit_test(test_schemes),          cmocka_unit_test(test_unix),
+        cmocka_unit_test(test_length_bounded),   cmocka_unit_test(test_display),
+        cmocka_unit_test(test_addr_clear),       cmocka_unit_test(test_list),
+        cmocka_unit_test(test_list_refused),     cmocka_unit_test(test_list_max),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
