@@ -70,7 +70,8 @@ extern "C" {
     XX(ERR_NOMEM, 9, "out of memory")                                                              \
     XX(ERR_CLOSED, 10, "client is closed or was inherited across fork()")                          \
     XX(ERR_CANCELED, 11, "wait canceled through cancel_fd")                                        \
-    XX(ERR_UNAVAILABLE, 12, "server is temporarily unable to serve (loading, busy, read-only)")
+    XX(ERR_UNAVAILABLE, 12, "server is temporarily unable to serve (loading, busy, read-only)")    \
+    XX(ERR_FENCED, 13, "refused: a write with a newer fence was already accepted")
 
 enum dlock_error {
 #define DLOCK_XX_(name, num, msg) DLOCK_##name = num,
@@ -265,6 +266,27 @@ typedef struct dlock_holder {
 
 /* Fill *out for `name`. Returns DLOCK_OK whether the name is held or free. */
 DLOCK_API int dlock_inspect(dlock_client *c, const char *name, dlock_holder *out);
+
+/*
+ * The resource side of fencing. A lock can end while its holder still works (a long
+ * pause); only the resource can then refuse the stale holder, by accepting a write
+ * only if its fence is not lower than the highest fence it has accepted.
+ */
+
+/* A fenced register kept in Redis: set the hash `key` (taken literally, no prefix) to
+ * {value, fence} if `fence` is not lower than the fence it holds, in one atomic script
+ * on each of the client's servers (with N > 1, on a quorum). Equal fences are
+ * accepted: one holder may write several times. Returns DLOCK_OK when written,
+ * DLOCK_ERR_FENCED when a higher fence was already accepted (the caller's lock is
+ * stale; nothing was written), DLOCK_ERR_INVALID for a NULL or empty key, fence 0 or
+ * a value over 512 MiB, else an unavailability error. The value is copied. */
+DLOCK_API int dlock_fenced_set(dlock_client *c, const char *key, uint64_t fence, const void *value,
+                               size_t value_len);
+
+/* For a resource that keeps its own state: if fence >= *highest, raise *highest to
+ * fence and return DLOCK_OK, else return DLOCK_ERR_FENCED and leave it. Atomic:
+ * threads may share one `highest`. Does not touch dlock_errmsg(). */
+DLOCK_API int dlock_fence_admit(uint64_t *highest, uint64_t fence);
 
 #ifdef __cplusplus
 }

@@ -546,14 +546,13 @@ out:
 
 /* ---- extend, release, check ------------------------------------------------- */
 
-/* Run a token-checked script (1: the node had our token and acted, 0: it did not) on
- * every node and decide: DLOCK_OK on a quorum of 1s, DLOCK_ERR_LOST when so many
- * nodes said 0 that no quorum can hold our token, else the unavailability error. */
-static int token_round(dlock_lock *l, enum dlock__script_id id, int nkeys, int nargs,
-                       const char *const *args, const size_t *lens, const char *what,
-                       int64_t *start_us)
+/* Run a script that answers 1 (yes: done) or 0 (no: refused) on every node and
+ * decide: DLOCK_OK on a quorum of 1s; `no_err` with `no_msg` when so many nodes said 0
+ * that no quorum of 1s is possible; else the unavailability error. */
+static int vote_round(dlock_client *c, enum dlock__script_id id, int nkeys, int nargs,
+                      const char *const *args, const size_t *lens, const char *what, int no_err,
+                      const char *no_msg, int64_t *start_us)
 {
-    dlock_client *c = l->client;
     dlock__call call;
     round rd = {0};
     int rc = dlock__call_format(&c->scripts, id, nkeys, nargs, args, lens, &call);
@@ -578,16 +577,24 @@ static int token_round(dlock_lock *l, enum dlock__script_id id, int nkeys, int n
     if (t.yes >= c->quorum)
         rc = DLOCK_OK;
     else if (t.no > c->n - c->quorum)
-        rc = dlock__fail(DLOCK_ERR_LOST,
-                         "%s: the lock is not held with this token (expired, "
-                         "released or taken by another owner)",
-                         what);
+        rc = dlock__fail(no_err, "%s: %s", what, no_msg);
     else
         rc = undecided(c, &t, rd.reqs);
     free_replies(rd.reqs, c->n);
     dlock__connset_put(c, rd.set);
     dlock__call_free(&call);
     return rc;
+}
+
+/* A token-checked script on the lock's servers: DLOCK_ERR_LOST when not ours. */
+static int token_round(dlock_lock *l, enum dlock__script_id id, int nkeys, int nargs,
+                       const char *const *args, const size_t *lens, const char *what,
+                       int64_t *start_us)
+{
+    return vote_round(l->client, id, nkeys, nargs, args, lens, what, DLOCK_ERR_LOST,
+                      "the lock is not held with this token (expired, released or taken by "
+                      "another owner)",
+                      start_us);
 }
 
 int dlock_extend(dlock_lock *l, int64_t ttl_ms)
@@ -920,4 +927,43 @@ void dlock__lock_release_quietly(dlock_lock *l)
     snprintf(saved, sizeof saved, "%s", dlock_errmsg());
     dlock_release(l);
     dlock__fail(0, "%s", saved);
+}
+
+/* ---- the resource side -------------------------------------------------------- */
+
+int dlock_fenced_set(dlock_client *c, const char *key, uint64_t fence, const void *value,
+                     size_t value_len)
+{
+    dlock__clear_error();
+    int rc = dlock__client_enter(c);
+    if (rc != DLOCK_OK)
+        return rc;
+    if (key == NULL || key[0] == '\0')
+        return dlock__fail(DLOCK_ERR_INVALID, "key is NULL or empty");
+    if (fence == 0)
+        return dlock__fail(DLOCK_ERR_INVALID, "fence 0 is not a fence (adopted handle?)");
+    if (value == NULL && value_len > 0)
+        return dlock__fail(DLOCK_ERR_INVALID, "value is NULL");
+    if (value_len > (size_t)512 * 1024 * 1024)
+        return dlock__fail(DLOCK_ERR_INVALID, "value larger than 512 MiB");
+    char f[24];
+    int flen = snprintf(f, sizeof f, "%llu", (unsigned long long)fence);
+    const char *args[] = {key, f, value ? value : ""};
+    const size_t lens[] = {strlen(key), (size_t)flen, value_len};
+    int64_t start;
+    return vote_round(c, DLOCK_SCRIPT_FENCED_SET, 1, 3, args, lens, "fenced write",
+                      DLOCK_ERR_FENCED, "a newer fence was already accepted", &start);
+}
+
+int dlock_fence_admit(uint64_t *highest, uint64_t fence)
+{
+    if (highest == NULL)
+        return DLOCK_ERR_INVALID;
+    uint64_t seen = __atomic_load_n(highest, __ATOMIC_ACQUIRE);
+    do {
+        if (fence < seen)
+            return DLOCK_ERR_FENCED;
+    } while (!__atomic_compare_exchange_n(highest, &seen, fence, false, __ATOMIC_ACQ_REL,
+                                          __ATOMIC_ACQUIRE));
+    return DLOCK_OK;
 }

@@ -85,6 +85,17 @@ static const char fence_lua[] =
     "end\n"
     "return 1\n";
 
+/*
+ * FENCED_SET  KEYS: register   ARGV: fence, value
+ * The resource side: write {value, fence} unless a higher fence was accepted. 1 when
+ * written, 0 when refused. Fences are compared as numbers (they fit a double exactly).
+ */
+static const char fenced_set_lua[] =
+    "local last = tonumber(redis.call('HGET', KEYS[1], 'fence')) or 0\n"
+    "if tonumber(ARGV[1]) < last then return 0 end\n"
+    "redis.call('HSET', KEYS[1], 'fence', ARGV[1], 'value', ARGV[2])\n"
+    "return 1\n";
+
 /* INSPECT  KEYS: lock, fence   -> {value or "", PTTL, fence or "0"} */
 static const char inspect_lua[] = "return {redis.call('GET', KEYS[1]) or '',\n"
                                   "        redis.call('PTTL', KEYS[1]),\n"
@@ -93,7 +104,7 @@ static const char inspect_lua[] = "return {redis.call('GET', KEYS[1]) or '',\n"
 static const char *const bodies[DLOCK_SCRIPT_COUNT] = {
     [DLOCK_SCRIPT_ACQUIRE] = acquire_lua, [DLOCK_SCRIPT_RELEASE] = release_lua,
     [DLOCK_SCRIPT_EXTEND] = extend_lua,   [DLOCK_SCRIPT_INSPECT] = inspect_lua,
-    [DLOCK_SCRIPT_FENCE] = fence_lua,
+    [DLOCK_SCRIPT_FENCE] = fence_lua,     [DLOCK_SCRIPT_FENCED_SET] = fenced_set_lua,
 };
 
 int dlock__scripts_init(dlock__scripts *s)

@@ -336,7 +336,12 @@ static void malformed_urls(void **state)
 static void error_names_and_messages(void **state)
 {
     (void)state;
-    for (int e = 0; e <= 12; e++) {
+    /* Every code of the list, whatever its length: the list is the X-macro. */
+#define COUNT_(name, num, msg) +1
+    const int ncodes = 0 DLOCK_ERR_MAP(COUNT_);
+#undef COUNT_
+    assert_true(ncodes >= 14);
+    for (int e = 0; e < ncodes; e++) {
         const char *m = dlock_strerror(e), *n = dlock_errname(e);
         assert_non_null(m);
         assert_non_null(n);
@@ -350,7 +355,7 @@ static void error_names_and_messages(void **state)
     }
     assert_string_equal(dlock_errname(DLOCK_OK), "DLOCK_OK");
     assert_string_equal(dlock_errname(DLOCK_ERR_BUSY), "DLOCK_ERR_BUSY");
-    const int unknown[] = {999, -1, 13};
+    const int unknown[] = {999, -1, ncodes};
     for (size_t i = 0; i < sizeof unknown / sizeof unknown[0]; i++) {
         assert_non_null(strstr(dlock_strerror(unknown[i]), "unknown"));
         assert_string_equal(dlock_errname(unknown[i]), "DLOCK_ERR_UNKNOWN");
