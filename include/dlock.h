@@ -192,6 +192,8 @@ typedef struct dlock_opts {
                              -1: wait forever */
     int cancel_fd;        /* 0: none (fd 0 cannot be used); else a descriptor that becomes
                              readable to make a waiting acquire return DLOCK_ERR_CANCELED */
+    int fair;             /* 1: waiters get the lock in arrival order, across processes and
+                             hosts (docs/waiting.md); 0: whoever asks when it is free */
     const char *label;    /* free text stored with the lock for `dlock status`
                              (at most DLOCK_LABEL_MAX bytes); NULL: none */
     uint64_t reserved[8]; /* must be zero */

@@ -159,6 +159,8 @@ void dlock_client_free(dlock_client *c)
         else
             dlock_lock_detach(l);
     }
+    if (owner)
+        dlock__wait_stop(c);
     while (c->pool != NULL) {
         dlock__connset *s = c->pool;
         c->pool = s->next;

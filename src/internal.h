@@ -12,6 +12,7 @@
  *   fanout.c   one command to N nodes in parallel under one deadline (poll)
  *   scripts.c  the Lua scripts, their SHA1s, EVALSHA with the EVAL fallback
  *   lock.c     acquire / extend / release / check / inspect: quorum, validity, fences
+ *   wait.c     blocking acquisition: the subscriber thread, wake-ups by token
  *   client.c   dlock_client: config, the node list, the pool of connection sets
  */
 #ifndef DLOCK_INTERNAL_H
@@ -39,6 +40,9 @@ void dlock__append_error(const char *fmt, ...) __attribute__((format(printf, 1, 
 /* Microseconds on CLOCK_BOOTTIME: monotonic, and it keeps counting through a suspend,
  * as leases do on the servers. Every elapsed time and deadline in src/ uses it. */
 int64_t dlock__now_us(void);
+/* Microseconds on CLOCK_REALTIME: not for durations, only to order waiters' arrivals
+ * across hosts (the fair queue's tickets). */
+int64_t dlock__wallclock_us(void);
 
 /* ---- token.c ---------------------------------------------------------------- */
 
@@ -179,6 +183,7 @@ enum dlock__script_id {
     DLOCK_SCRIPT_INSPECT,
     DLOCK_SCRIPT_FENCE,
     DLOCK_SCRIPT_FENCED_SET,
+    DLOCK_SCRIPT_LEAVE,
     DLOCK_SCRIPT_COUNT
 };
 
@@ -201,6 +206,36 @@ int dlock__call_format(const dlock__scripts *s, enum dlock__script_id id, int nk
 void dlock__call_free(dlock__call *call);
 /* Point reqs[0..n) at call, awaited or not. */
 void dlock__call_reqs(const dlock__call *call, dlock__req *reqs, int n, bool await);
+
+/* ---- wait.c ----------------------------------------------------------------- */
+
+/* A waiter's queue entry lives DLOCK_QUEUE_TTL_MS past its last attempt, and a waiter
+ * attempts at least every DLOCK_QUEUE_REFRESH_MS: a waiter that died blocks a fair
+ * queue for at most the former, and costs its peers at most the latter. */
+#define DLOCK_QUEUE_REFRESH_MS 1000
+#define DLOCK_QUEUE_TTL_MS     3000
+
+/* One thread waiting for a name, registered with the client's subscriber thread. */
+typedef struct dlock__waiter {
+    struct dlock__waiter *next;
+    struct dlock__channel *ch;
+    char token[DLOCK_TOKEN_LEN + 1];
+    int efd; /* written when a wake-up for token arrives */
+} dlock__waiter;
+
+struct dlock__waitsys;
+
+/* Register a waiter for the wake-up channel `chan` (starting the client's subscriber
+ * thread on first use), and give the subscription a moment to be confirmed. */
+int dlock__wait_join(struct dlock_client *c, const char *chan, size_t len, const char *token,
+                     dlock__waiter **out);
+/* Sleep until a wake-up, until_us (dlock__now_us), or cancel_fd is readable
+ * (DLOCK_ERR_CANCELED). */
+int dlock__wait_sleep(dlock__waiter *w, int64_t until_us, int cancel_fd);
+/* Unregister and free the waiter. */
+void dlock__wait_leave(struct dlock_client *c, dlock__waiter *w);
+/* Stop the subscriber thread and free the wait system (dlock_client_free). */
+void dlock__wait_stop(struct dlock_client *c);
 
 /* ---- client.c --------------------------------------------------------------- */
 
@@ -234,7 +269,8 @@ struct dlock_client {
     char holder[300]; /* "host:pid" for the lock value */
     dlock__scripts scripts;
 
-    pthread_mutex_t mu; /* guards pool and locks */
+    struct dlock__waitsys *wait; /* blocking waits; created on first use (under mu) */
+    pthread_mutex_t mu;          /* guards pool, locks and the creation of wait */
     dlock__connset *pool;
     int pool_idle;
     struct dlock_lock *locks; /* attached handles, for dlock_client_free */

@@ -59,24 +59,25 @@ static int check_name(const char *name)
 
 /* ---- keys ------------------------------------------------------------------- */
 
-/* The three names of a lock, in one allocation: P{name}, P{name}:fence, P{name}:wake. */
+/* The names of a lock, in one allocation: P{name}, P{name}:fence, P{name}:wake,
+ * P{name}:queue and P{name}:qexp (scripts.c has the layout). */
 typedef struct keys {
     char *buf;
-    const char *lock, *fence, *wake;
-    size_t lock_len, fence_len, wake_len;
+    const char *lock, *fence, *wake, *queue, *qexp;
+    size_t lock_len, fence_len, wake_len, queue_len, qexp_len;
 } keys;
 
 static int keys_make(const dlock_client *c, const char *name, size_t name_len, keys *k)
 {
-    size_t base = c->prefix_len + name_len + 2;
-    k->buf = malloc(3 * base + sizeof ":fence" + sizeof ":wake" + 1);
+    static const char *const suffix[5] = {"", ":fence", ":wake", ":queue", ":qexp"};
+    const char **dst[5] = {&k->lock, &k->fence, &k->wake, &k->queue, &k->qexp};
+    size_t *len[5] = {&k->lock_len, &k->fence_len, &k->wake_len, &k->queue_len, &k->qexp_len};
+    size_t base = c->prefix_len + name_len + sizeof "{}";
+    k->buf = malloc(5 * base + sizeof ":fence:wake:queue:qexp");
     if (k->buf == NULL)
         return dlock__fail(DLOCK_ERR_NOMEM, "out of memory");
     char *p = k->buf;
-    const char *suffix[3] = {"", ":fence", ":wake"};
-    const char **dst[3] = {&k->lock, &k->fence, &k->wake};
-    size_t *len[3] = {&k->lock_len, &k->fence_len, &k->wake_len};
-    for (int i = 0; i < 3; i++) {
+    for (int i = 0; i < 5; i++) {
         *dst[i] = p;
         *len[i] = (size_t)sprintf(p, "%s{", c->prefix);
         memcpy(p + *len[i], name, name_len);
@@ -344,26 +345,54 @@ static int raise_fences(dlock_client *c, round *rd, const keys *k, const dlock_l
     return rc;
 }
 
+/* Send a script call, not awaited, to the nodes marked in mask[] whose connection is
+ * up. Nobody reads the reply, so a -NOSCRIPT would go unnoticed; a node that just
+ * restarted has no scripts cached. So the script itself goes (EVAL), not its SHA. */
+static void send_unawaited(dlock_client *c, dlock__connset *set, const dlock__call *call,
+                           const bool *mask)
+{
+    dlock__req reqs[DLOCK_SERVERS_MAX];
+    bool any = false;
+    for (int i = 0; i < c->n; i++) {
+        memset(&reqs[i], 0, sizeof reqs[i]);
+        if (mask[i] && set->conns[i].state == DLOCK_CONN_READY) {
+            reqs[i].cmd = call->eval;
+            reqs[i].cmdlen = (size_t)call->eval_len;
+            any = true;
+        }
+    }
+    if (any)
+        dlock__fanout(c, set->conns, reqs, c->n);
+}
+
 /* Send a release, not awaited, to the nodes marked in undo[]. */
 static void undo_grants(dlock_client *c, round *rd, const keys *k, const dlock_lock *l,
                         const bool *undo)
 {
     dlock__call rel;
-    const char *args[] = {k->lock, k->fence, l->token, "0", k->wake};
-    const size_t lens[] = {k->lock_len, k->fence_len, DLOCK_TOKEN_LEN, 1, k->wake_len};
-    if (dlock__call_format(&c->scripts, DLOCK_SCRIPT_RELEASE, 2, 5, args, lens, &rel) != DLOCK_OK)
+    const char *args[] = {k->lock, k->fence, k->queue, k->qexp, l->token, "0", k->wake, "0"};
+    const size_t lens[] = {
+        k->lock_len, k->fence_len, k->queue_len, k->qexp_len, DLOCK_TOKEN_LEN, 1, k->wake_len, 1};
+    if (dlock__call_format(&c->scripts, DLOCK_SCRIPT_RELEASE, 4, 8, args, lens, &rel) != DLOCK_OK)
         return; /* out of memory: the leases will expire */
-    /* Nobody reads the reply, so a -NOSCRIPT would go unnoticed and the grant would
-     * stay until its lease ends; a node that just restarted has no scripts cached. So
-     * send the script itself (EVAL), not its SHA. */
-    for (int i = 0; i < c->n; i++) {
-        rd->reqs[i].cmd = undo[i] ? rel.eval : NULL;
-        rd->reqs[i].cmdlen = (size_t)rel.eval_len;
-        rd->reqs[i].retry = NULL;
-        rd->reqs[i].await = false;
-    }
-    dlock__fanout(c, rd->set->conns, rd->reqs, c->n);
+    send_unawaited(c, rd->set, &rel, undo);
     dlock__call_free(&rel);
+}
+
+/* A waiter that gives up leaves the queue on every node, passing on a wake-up it may
+ * have been sent (not awaited). */
+static void leave_queue(dlock_client *c, dlock__connset *set, const keys *k, const char *token)
+{
+    dlock__call call;
+    const char *args[] = {k->lock, k->queue, k->qexp, token, k->wake};
+    const size_t lens[] = {k->lock_len, k->queue_len, k->qexp_len, DLOCK_TOKEN_LEN, k->wake_len};
+    bool all[DLOCK_SERVERS_MAX];
+    for (int i = 0; i < c->n; i++)
+        all[i] = true;
+    if (dlock__call_format(&c->scripts, DLOCK_SCRIPT_LEAVE, 3, 5, args, lens, &call) != DLOCK_OK)
+        return; /* the entry expires by itself */
+    send_unawaited(c, set, &call, all);
+    dlock__call_free(&call);
 }
 
 /* One acquisition attempt. DLOCK_OK with l's fence and validity set, or the attempt's
@@ -443,13 +472,44 @@ static int attempt(dlock_client *c, round *rd, const dlock__call *acq, const key
     /* Not acquired: undo every grant, and every outcome we do not know. A node whose
      * connection is gone needs nothing (nothing of ours can be in flight there). The
      * release is sent, not awaited, so a failed attempt costs no extra round trip. */
-    for (int i = 0; i < c->n; i++) {
-        undo[i] = undo[i] && rd->set->conns[i].state == DLOCK_CONN_READY;
-        any |= undo[i];
-    }
+    for (int i = 0; i < c->n; i++)
+        any |= undo[i] && rd->set->conns[i].state == DLOCK_CONN_READY;
     if (any)
         undo_grants(c, rd, k, l, undo);
     return rc;
+}
+
+/* Format the acquire call; ticket "0" is a plain try, anything else queues. */
+static int format_acquire(dlock_client *c, const keys *k, const char *value, size_t vlen,
+                          int64_t ttl_ms, int64_t ticket, bool fair, const char *token,
+                          dlock__call *out)
+{
+    char ttl[24], tk[24], qttl[24];
+    int tlen = snprintf(ttl, sizeof ttl, "%lld", (long long)ttl_ms);
+    int tklen = snprintf(tk, sizeof tk, "%lld", (long long)ticket);
+    int qlen = snprintf(qttl, sizeof qttl, "%d", DLOCK_QUEUE_TTL_MS);
+    const char *args[] = {k->lock, k->fence, k->queue, k->qexp,          value,
+                          ttl,     token,    tk,       fair ? "1" : "0", qttl};
+    const size_t lens[] = {k->lock_len,  k->fence_len,    k->queue_len,  k->qexp_len, vlen,
+                           (size_t)tlen, DLOCK_TOKEN_LEN, (size_t)tklen, 1,           (size_t)qlen};
+    return dlock__call_format(&c->scripts, DLOCK_SCRIPT_ACQUIRE, 4, 10, args, lens, out);
+}
+
+/* When a waiter retries if nothing wakes it: when the holder's lease should be over
+ * (an expiry publishes nothing), with jitter so that waiters of several processes do
+ * not arrive together, and at least every DLOCK_QUEUE_REFRESH_MS (which keeps its
+ * queue entry alive). */
+static int64_t retry_at(int64_t now, int64_t busy_ms, int64_t deadline)
+{
+    int64_t at = now + DLOCK_QUEUE_REFRESH_MS * 1000;
+    if (busy_ms > 0) {
+        int64_t spread = busy_ms * 100 < 5000 ? busy_ms * 100 : 5000; /* 10 %, <= 5 ms */
+        int64_t expiry =
+            now + busy_ms * 1000 + 1000 + (int64_t)dlock__random_below((uint64_t)spread + 1);
+        if (expiry < at)
+            at = expiry;
+    }
+    return at < deadline ? at : deadline;
 }
 
 int dlock_acquire(dlock_client *c, const char *name, const dlock_opts *opts, dlock_lock **out)
@@ -464,7 +524,10 @@ int dlock_acquire(dlock_client *c, const char *name, const dlock_opts *opts, dlo
     int64_t ttl_ms, wait_ms;
     if (!opts_ok(opts, &ttl_ms, &wait_ms, &rc))
         return rc;
+    /* The arrival time orders fair waiters: the same number on every node. */
+    int64_t ticket = dlock__wallclock_us();
     int cancel_fd = opts ? opts->cancel_fd : 0;
+    bool fair = opts && opts->fair;
     dlock__note_ttl(c, ttl_ms);
     const char *label = opts && opts->label && opts->label[0] ? opts->label : NULL;
 
@@ -472,6 +535,7 @@ int dlock_acquire(dlock_client *c, const char *name, const dlock_opts *opts, dlo
     keys k = {0};
     dlock__call acq = {0};
     round rd = {0};
+    dlock__waiter *w = NULL;
     if ((rc = lock_new(c, name, &l)) != DLOCK_OK || (rc = dlock__token_new(l->token)) != DLOCK_OK ||
         (rc = keys_make(c, name, l->name_len, &k)) != DLOCK_OK)
         goto out;
@@ -480,12 +544,8 @@ int dlock_acquire(dlock_client *c, const char *name, const dlock_opts *opts, dlo
     char value[DLOCK_TOKEN_LEN + sizeof c->holder + DLOCK_LABEL_MAX + 4];
     int vlen = snprintf(value, sizeof value, "%s %s%s%s", l->token, c->holder, label ? " " : "",
                         label ? label : "");
-    char ttl[24];
-    int tlen = snprintf(ttl, sizeof ttl, "%lld", (long long)ttl_ms);
-    const char *acq_args[] = {k.lock, k.fence, value, ttl};
-    const size_t acq_lens[] = {k.lock_len, k.fence_len, (size_t)vlen, (size_t)tlen};
-    if ((rc = dlock__call_format(&c->scripts, DLOCK_SCRIPT_ACQUIRE, 2, 4, acq_args, acq_lens,
-                                 &acq)) != DLOCK_OK)
+    if ((rc = format_acquire(c, &k, value, (size_t)vlen, ttl_ms, 0, fair, l->token, &acq)) !=
+        DLOCK_OK)
         goto out;
     if ((rd.set = dlock__connset_get(c)) == NULL) {
         rc = dlock__fail(DLOCK_ERR_NOMEM, "out of memory");
@@ -519,9 +579,25 @@ int dlock_acquire(dlock_client *c, const char *name, const dlock_opts *opts, dlo
         }
         if (now >= deadline)
             break;
+        if (rc == DLOCK_ERR_BUSY && w == NULL) {
+            /* Start waiting: listen for wake-ups first, then retry at once, queued.
+             * A release between the try and the subscription would otherwise pass
+             * unseen. If listening cannot start, the backoff below still works. */
+            dlock__call queued;
+            if (dlock__wait_join(c, k.wake, k.wake_len, l->token, &w) == DLOCK_OK &&
+                format_acquire(c, &k, value, (size_t)vlen, ttl_ms, ticket, fair, l->token,
+                               &queued) == DLOCK_OK) {
+                dlock__call_free(&acq);
+                acq = queued;
+                continue;
+            }
+        }
         char saved[512];
         snprintf(saved, sizeof saved, "%s", dlock_errmsg());
-        int brc = backoff(n, t.busy_remaining_ms, deadline, cancel_fd);
+        int brc =
+            w != NULL && rc == DLOCK_ERR_BUSY
+                ? dlock__wait_sleep(w, retry_at(now, t.busy_remaining_ms, deadline), cancel_fd)
+                : backoff(n, t.busy_remaining_ms, deadline, cancel_fd);
         if (brc != DLOCK_OK) {
             rc = brc;
             break;
@@ -529,6 +605,15 @@ int dlock_acquire(dlock_client *c, const char *name, const dlock_opts *opts, dlo
         dlock__fail(rc, "%s", saved);
     }
 out:
+    if (w != NULL) {
+        dlock__wait_leave(c, w);
+        if (rc != DLOCK_OK) {
+            char saved[512];
+            snprintf(saved, sizeof saved, "%s", dlock_errmsg());
+            leave_queue(c, rd.set, &k, l->token);
+            dlock__fail(rc, "%s", saved);
+        }
+    }
     if (rd.set != NULL)
         dlock__connset_put(c, rd.set);
     dlock__call_free(&acq);
@@ -651,11 +736,12 @@ int dlock_release(dlock_lock *l)
     char fence[24] = "0";
     if (c->n > 1)
         snprintf(fence, sizeof fence, "%llu", (unsigned long long)l->fence);
-    const char *args[] = {k.lock, k.fence, l->token, fence, k.wake};
-    const size_t lens[] = {k.lock_len, k.fence_len, DLOCK_TOKEN_LEN, strlen(fence), k.wake_len};
+    const char *args[] = {k.lock, k.fence, k.queue, k.qexp, l->token, fence, k.wake, "1"};
+    const size_t lens[] = {k.lock_len,      k.fence_len,   k.queue_len, k.qexp_len,
+                           DLOCK_TOKEN_LEN, strlen(fence), k.wake_len,  1};
     int64_t start;
     bool expired = l->valid_until_us != 0 && dlock__now_us() >= l->valid_until_us;
-    rc = token_round(l, DLOCK_SCRIPT_RELEASE, 2, 5, args, lens, "release", &start);
+    rc = token_round(l, DLOCK_SCRIPT_RELEASE, 4, 8, args, lens, "release", &start);
     free(k.buf);
     if (rc == DLOCK_OK && expired)
         rc = dlock__fail(DLOCK_ERR_LOST, "released, but the lease had run out before the "

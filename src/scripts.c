@@ -4,7 +4,8 @@
  * Key layout (design.md, fixed so that other tools interoperate), with prefix P:
  *   P{name}         the lock: "<32-hex token> <holder description>", with a PX lease
  *   P{name}:fence   the fence counter
- *   P{name}:wake    the channel a release publishes on
+ *   P{name}:wake    the channel a release publishes on (the woken waiter's token)
+ *   P{name}:queue   waiters, scored by ticket;  P{name}:qexp  their liveness deadlines
  * All share the hash tag {name}, so they live in one Cluster slot.
  *
  * Calls go by EVALSHA; a -NOSCRIPT reply (the server restarted or SCRIPT FLUSH ran)
@@ -18,23 +19,89 @@
 #include <string.h>
 
 /*
- * ACQUIRE  KEYS: lock, fence   ARGV: value, ttl_ms
- * Granted: the new fence (> 0). Refused: -(holder's PTTL), 0 when it has none.
+ * The wait queue (docs/waiting.md): waiters of a name are members of the sorted set
+ * P{name}:queue, scored by a ticket (the waiter's first-attempt time, the same on
+ * every node), with a liveness deadline in P{name}:qexp (server time, ms) that each
+ * waiter's attempts refresh. A release, and a waiter leaving, publish the token of
+ * the live head of the queue on P{name}:wake: one waiter is woken, not all of them.
+ *
+ * now_ms() and wake_head() are shared by the scripts below. replicate_commands lets a
+ * Redis older than 5 write after TIME.
+ */
+#define PRELUDE_LUA                                                                                \
+    "if redis.replicate_commands then redis.replicate_commands() end\n"                            \
+    "local now\n"                                                                                  \
+    "local function now_ms()\n"                                                                    \
+    "  if not now then\n"                                                                          \
+    "    local t = redis.call('TIME')\n"                                                           \
+    "    now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)\n"                        \
+    "  end\n"                                                                                      \
+    "  return now\n"                                                                               \
+    "end\n"                                                                                        \
+    "local function wake_head(queue, qexp, channel)\n"                                             \
+    "  for i = 1, 16 do\n"                                                                         \
+    "    local head = redis.call('ZRANGE', queue, 0, 0)[1]\n"                                      \
+    "    if not head then return end\n"                                                            \
+    "    local e = tonumber(redis.call('ZSCORE', qexp, head))\n"                                   \
+    "    if e and e >= now_ms() then\n"                                                            \
+    "      redis.call('PUBLISH', channel, head)\n"                                                 \
+    "      return\n"                                                                               \
+    "    end\n"                                                                                    \
+    "    redis.call('ZREM', queue, head)\n"                                                        \
+    "    redis.call('ZREM', qexp, head)\n"                                                         \
+    "  end\n"                                                                                      \
+    "end\n"
+
+/*
+ * ACQUIRE  KEYS: lock, fence, queue, qexp
+ *          ARGV: value, ttl_ms, token, ticket ("0": not queued), fair ("1"), queue ttl ms
+ * Granted: the new fence (> 0). Refused: -(holder's PTTL), 0 when it has none (or
+ * when the lock is free but waiters come first).
+ *
+ * Who may take a free lock: with nobody queued, anyone. With waiters queued, a
+ * newcomer may not barge past them (it must queue; otherwise a holder that releases
+ * and asks again would re-take the lock before the waiter it woke can), and then any
+ * queued waiter may (default), or only the head of the queue (fair; dead entries are
+ * purged first).
  *
  * The fence is max(counter + 1, server TIME in microseconds): a server restarted
  * without persistence forgets its counter, and the TIME floor keeps fences from going
  * back unless its clock does. 2^53 microseconds is 285 years, so Lua's double holds
- * the value exactly. replicate_commands lets a Redis older than 5 write after TIME.
+ * the value exactly. The ticket goes to ZADD as the string it came in: Lua would print
+ * a 16-digit number with 14 significant digits.
+ *
+ * A plain try (ticket "0", not fair) is the SET NX and nothing else.
  */
-static const char acquire_lua[] =
-    "if redis.replicate_commands then redis.replicate_commands() end\n"
-    "if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then\n"
+static const char acquire_lua[] = PRELUDE_LUA
+    "local token = ARGV[3]\n"
+    "local queued = ARGV[4] ~= '0'\n"
+    "if queued then\n"
+    "  redis.call('ZADD', KEYS[3], 'NX', ARGV[4], token)\n"
+    "  redis.call('ZADD', KEYS[4], now_ms() + tonumber(ARGV[6]), token)\n"
+    "end\n"
+    "local may\n"
+    "if ARGV[5] ~= '1' then\n"
+    "  may = queued or redis.call('EXISTS', KEYS[3]) == 0\n"
+    "else\n"
+    "  local dead = redis.call('ZRANGEBYSCORE', KEYS[4], '-inf', '(' .. now_ms(), 'LIMIT', 0, 16)\n"
+    "  for i = 1, #dead do\n"
+    "    redis.call('ZREM', KEYS[3], dead[i])\n"
+    "    redis.call('ZREM', KEYS[4], dead[i])\n"
+    "  end\n"
+    "  local head = redis.call('ZRANGE', KEYS[3], 0, 0)[1]\n"
+    "  may = not head or head == token\n"
+    "end\n"
+    "if may and redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then\n"
     "  local t = redis.call('TIME')\n"
     "  local floor = tonumber(t[1]) * 1000000 + tonumber(t[2])\n"
     "  local f = redis.call('INCR', KEYS[2])\n"
     "  if f < floor then\n"
     "    f = floor\n"
     "    redis.call('SET', KEYS[2], string.format('%d', f))\n"
+    "  end\n"
+    "  if queued then\n"
+    "    redis.call('ZREM', KEYS[3], token)\n"
+    "    redis.call('ZREM', KEYS[4], token)\n"
     "  end\n"
     "  return f\n"
     "end\n"
@@ -43,22 +110,41 @@ static const char acquire_lua[] =
     "return -pttl\n";
 
 /*
- * RELEASE  KEYS: lock, fence   ARGV: token, fence floor ("0": none), wake channel
+ * RELEASE  KEYS: lock, fence, queue, qexp
+ *          ARGV: token, fence floor ("0": none), channel, dequeue ("1": leave the queue)
  * 1 when our token was deleted, 0 when the key is gone or another owner's.
  * The fence floor is how Redlock's default mode raises every node's counter to the
  * fence the quorum handed out, without an extra round trip. It is applied even where
  * our key is gone: a counter only ever goes up, and a fence that was handed out is
- * a floor every later fence must clear.
+ * a floor every later fence must clear. So is the dequeue: a waiter that got the lock
+ * from a quorum stays queued on the nodes that refused it, and must not stay at the
+ * head there. (The clean-up of a failed attempt keeps the waiter queued.) With nobody
+ * queued, the wake-up costs one ZRANGE of a missing key.
  */
 static const char release_lua[] =
-    "local f = tonumber(ARGV[2])\n"
-    "if f and f > 0 and (tonumber(redis.call('GET', KEYS[2])) or 0) < f then\n"
-    "  redis.call('SET', KEYS[2], ARGV[2])\n"
-    "end\n"
-    "local v = redis.call('GET', KEYS[1])\n"
-    "if not v or string.sub(v, 1, 32) ~= ARGV[1] then return 0 end\n"
-    "redis.call('DEL', KEYS[1])\n"
-    "redis.call('PUBLISH', ARGV[3], ARGV[1])\n"
+    PRELUDE_LUA "if ARGV[4] == '1' then\n"
+                "  redis.call('ZREM', KEYS[3], ARGV[1])\n"
+                "  redis.call('ZREM', KEYS[4], ARGV[1])\n"
+                "end\n"
+                "local f = tonumber(ARGV[2])\n"
+                "if f and f > 0 and (tonumber(redis.call('GET', KEYS[2])) or 0) < f then\n"
+                "  redis.call('SET', KEYS[2], ARGV[2])\n"
+                "end\n"
+                "local v = redis.call('GET', KEYS[1])\n"
+                "if not v or string.sub(v, 1, 32) ~= ARGV[1] then return 0 end\n"
+                "redis.call('DEL', KEYS[1])\n"
+                "wake_head(KEYS[3], KEYS[4], ARGV[3])\n"
+                "return 1\n";
+
+/*
+ * LEAVE  KEYS: lock, queue, qexp   ARGV: token, channel
+ * A waiter gives up (deadline, cancel): leave the queue, and if the lock is free, pass
+ * the wake-up it may have been sent to the next waiter.
+ */
+static const char leave_lua[] = PRELUDE_LUA
+    "redis.call('ZREM', KEYS[2], ARGV[1])\n"
+    "redis.call('ZREM', KEYS[3], ARGV[1])\n"
+    "if redis.call('EXISTS', KEYS[1]) == 0 then wake_head(KEYS[2], KEYS[3], ARGV[2]) end\n"
     "return 1\n";
 
 /*
@@ -105,6 +191,7 @@ static const char *const bodies[DLOCK_SCRIPT_COUNT] = {
     [DLOCK_SCRIPT_ACQUIRE] = acquire_lua, [DLOCK_SCRIPT_RELEASE] = release_lua,
     [DLOCK_SCRIPT_EXTEND] = extend_lua,   [DLOCK_SCRIPT_INSPECT] = inspect_lua,
     [DLOCK_SCRIPT_FENCE] = fence_lua,     [DLOCK_SCRIPT_FENCED_SET] = fenced_set_lua,
+    [DLOCK_SCRIPT_LEAVE] = leave_lua,
 };
 
 int dlock__scripts_init(dlock__scripts *s)
@@ -128,10 +215,10 @@ int dlock__scripts_init(dlock__scripts *s)
 static int format(const char *verb, const char *head, int nkeys, int nargs, const char *const *args,
                   const size_t *lens, char **out, int *outlen)
 {
-    const char *argv[3 + 8];
-    size_t argvlen[3 + 8];
+    const char *argv[3 + 12];
+    size_t argvlen[3 + 12];
     char nk[8];
-    if (nargs > 8)
+    if (nargs > 12)
         return dlock__fail(DLOCK_ERR_INVALID, "too many script arguments");
     snprintf(nk, sizeof nk, "%d", nkeys);
     argv[0] = verb;

@@ -1,0 +1,460 @@
+/*
+ * wait.c: blocking acquisition without polling (docs/waiting.md).
+ *
+ * Waiting threads do not retry on a timer. Each waiter is a member of the name's
+ * wait queue on the servers (scripts.c), and a release publishes the token of the
+ * queue's head on P{name}:wake. So one release wakes one waiter, in whatever process
+ * it lives, and the commands a section costs stay flat as waiters are added.
+ *
+ * In a process, one background thread per client holds one subscriber connection
+ * per node and SUBSCRIBEs to the channels of the names that have waiters; threads
+ * waiting on the same name share that path. A wake-up message carries a token; the
+ * thread writes to that waiter's eventfd, and the waiter, asleep in ppoll() on its
+ * eventfd and its cancel_fd, retries. A message for a token that is not ours (a
+ * waiter in another process) is ignored.
+ *
+ * Nothing depends on a message arriving: a waiter also retries when the holder's
+ * lease should have run out (an expiry publishes nothing) and at least every
+ * DLOCK_QUEUE_REFRESH_MS, which also keeps its queue entry alive. A lost wake-up
+ * therefore costs time, never a hang. When a subscriber connection is remade, every
+ * waiter retries once: a release may have gone by while it was down.
+ */
+#include "internal.h"
+
+#include <errno.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <time.h>
+#include <unistd.h>
+
+/* A channel with waiters in this process, and which nodes we subscribed it on. */
+typedef struct dlock__channel channel;
+struct dlock__channel {
+    channel *next;
+    char *name;
+    size_t len;
+    int refs;           /* waiters registered on it */
+    uint32_t sent;      /* nodes it was SUBSCRIBEd on (bit per node) */
+    uint32_t confirmed; /* nodes that confirmed the subscription */
+    dlock__waiter *waiters;
+};
+
+struct dlock__waitsys {
+    pthread_mutex_t mu;       /* everything below, except conns (the thread's own) */
+    pthread_cond_t confirmed; /* a subscription was confirmed, or the thread stopped */
+    pthread_t thread;
+    bool stop;
+    int ctl; /* eventfd: wakes the thread to sync subscriptions or stop */
+    channel *channels;
+    dlock__conn *conns;   /* one subscriber connection per node */
+    int64_t *retry_at_us; /* when to reconnect a closed node */
+    int64_t *backoff_us;
+    bool *connected_once;
+};
+
+/* ---- helpers ------------------------------------------------------------------ */
+
+static void kick(int fd)
+{
+    uint64_t one = 1;
+    ssize_t w = write(fd, &one, sizeof one);
+    (void)w; /* a full counter means a wake-up is already pending */
+}
+
+static void drain(int fd)
+{
+    uint64_t v;
+    ssize_t r = read(fd, &v, sizeof v);
+    (void)r;
+}
+
+static channel *find_channel(struct dlock__waitsys *ws, const char *name, size_t len)
+{
+    for (channel *ch = ws->channels; ch != NULL; ch = ch->next)
+        if (ch->len == len && memcmp(ch->name, name, len) == 0)
+            return ch;
+    return NULL;
+}
+
+static void wake_all(struct dlock__waitsys *ws)
+{
+    for (channel *ch = ws->channels; ch != NULL; ch = ch->next)
+        for (dlock__waiter *w = ch->waiters; w != NULL; w = w->next)
+            kick(w->efd);
+}
+
+/* Queue "VERB channel" on a subscriber connection. */
+static int queue_cmd(dlock__conn *conn, const char *verb, const channel *ch)
+{
+    const char *argv[2] = {verb, ch->name};
+    size_t lens[2] = {strlen(verb), ch->len};
+    char *cmd;
+    int len = redisFormatCommandArgv(&cmd, 2, argv, lens);
+    if (len < 0)
+        return DLOCK_ERR_NOMEM;
+    int rc = dlock__conn_queue(conn, cmd, (size_t)len);
+    redisFreeCommand(cmd);
+    return rc;
+}
+
+/* ---- the subscriber thread -------------------------------------------------- */
+
+/* Bring node i's subscriptions in line with the channels that have waiters, and
+ * forget channels nobody waits on any more. Called with ws->mu held. */
+static void sync_node(struct dlock__waitsys *ws, int i)
+{
+    dlock__conn *conn = &ws->conns[i];
+    uint32_t bit = 1u << i;
+    if (conn->state != DLOCK_CONN_READY || conn->handshake > 0)
+        return;
+    for (channel *ch = ws->channels; ch != NULL; ch = ch->next) {
+        if (ch->refs > 0 && !(ch->sent & bit)) {
+            if (queue_cmd(conn, "SUBSCRIBE", ch) == DLOCK_OK)
+                ch->sent |= bit;
+        } else if (ch->refs == 0 && (ch->sent & bit)) {
+            if (queue_cmd(conn, "UNSUBSCRIBE", ch) == DLOCK_OK)
+                ch->sent &= ~bit;
+            ch->confirmed &= ~bit;
+        }
+    }
+}
+
+static void gc_channels(struct dlock__waitsys *ws)
+{
+    for (channel **p = &ws->channels; *p != NULL;) {
+        channel *ch = *p;
+        if (ch->refs == 0 && ch->sent == 0) {
+            *p = ch->next;
+            free(ch->name);
+            free(ch);
+        } else {
+            p = &ch->next;
+        }
+    }
+}
+
+/* A node's subscriber connection failed: close it, forget what it had subscribed,
+ * and try again later (100 ms, doubling to 2 s). */
+static void node_down(struct dlock__waitsys *ws, int i, const char *why)
+{
+    (void)why;
+    dlock__conn_close(&ws->conns[i]);
+    pthread_mutex_lock(&ws->mu);
+    for (channel *ch = ws->channels; ch != NULL; ch = ch->next) {
+        ch->sent &= ~(1u << i);
+        ch->confirmed &= ~(1u << i);
+    }
+    pthread_mutex_unlock(&ws->mu);
+    int64_t b = ws->backoff_us[i];
+    ws->backoff_us[i] = b == 0 ? 100000 : (b * 2 > 2000000 ? 2000000 : b * 2);
+    ws->retry_at_us[i] = dlock__now_us() + ws->backoff_us[i];
+}
+
+/* A push from a subscriber connection: a message, or a (un)subscribe confirmation. */
+static int on_push(struct dlock__waitsys *ws, int i, const redisReply *r)
+{
+    if (r->type != REDIS_REPLY_ARRAY || r->elements != 3 ||
+        r->element[0]->type != REDIS_REPLY_STRING || r->element[1]->type != REDIS_REPLY_STRING)
+        return DLOCK_ERR_PROTOCOL;
+    const char *kind = r->element[0]->str;
+    const redisReply *chan = r->element[1], *arg = r->element[2];
+    pthread_mutex_lock(&ws->mu);
+    channel *ch = find_channel(ws, chan->str, chan->len);
+    if (strcmp(kind, "message") == 0 && ch != NULL && arg->type == REDIS_REPLY_STRING) {
+        for (dlock__waiter *w = ch->waiters; w != NULL; w = w->next)
+            if (arg->len == DLOCK_TOKEN_LEN && memcmp(w->token, arg->str, DLOCK_TOKEN_LEN) == 0)
+                kick(w->efd);
+    } else if (strcmp(kind, "subscribe") == 0 && ch != NULL) {
+        ch->confirmed |= 1u << i;
+        pthread_cond_broadcast(&ws->confirmed);
+    }
+    pthread_mutex_unlock(&ws->mu);
+    return DLOCK_OK;
+}
+
+/* Read what node i sent and act on every complete push. */
+static int on_readable(dlock_client *c, struct dlock__waitsys *ws, int i)
+{
+    dlock__conn *conn = &ws->conns[i];
+    char detail[160];
+    int rc = dlock__conn_read(conn, detail, sizeof detail);
+    while (rc == DLOCK_OK) {
+        redisReply *r;
+        bool was_handshaking = conn->handshake > 0;
+        rc = dlock__conn_next_reply(conn, c, &r, detail, sizeof detail);
+        if (rc != DLOCK_OK)
+            break;
+        if (was_handshaking && conn->handshake == 0) {
+            /* Connected and authenticated: subscribe. If this is a reconnection, a
+             * release may have gone by unseen, so every waiter retries once. */
+            pthread_mutex_lock(&ws->mu);
+            sync_node(ws, i);
+            if (ws->connected_once[i])
+                wake_all(ws);
+            pthread_mutex_unlock(&ws->mu);
+            ws->connected_once[i] = true;
+            ws->backoff_us[i] = 0;
+            rc = dlock__conn_flush(conn, detail, sizeof detail);
+            if (rc != DLOCK_OK)
+                break;
+        }
+        if (r == NULL)
+            return DLOCK_OK;
+        rc = on_push(ws, i, r);
+        freeReplyObject(r);
+    }
+    node_down(ws, i, detail);
+    return rc;
+}
+
+static void *subscriber_main(void *arg)
+{
+    dlock_client *c = arg;
+    struct dlock__waitsys *ws = c->wait;
+    struct pollfd pfd[DLOCK_SERVERS_MAX + 1];
+    int idx[DLOCK_SERVERS_MAX + 1];
+    char detail[160];
+    for (;;) {
+        pthread_mutex_lock(&ws->mu);
+        bool stop = ws->stop;
+        for (int i = 0; i < c->n && !stop; i++)
+            sync_node(ws, i);
+        gc_channels(ws);
+        pthread_mutex_unlock(&ws->mu);
+        if (stop)
+            break;
+
+        int64_t now = dlock__now_us(), next = INT64_MAX;
+        int nfds = 0;
+        pfd[nfds] = (struct pollfd){.fd = ws->ctl, .events = POLLIN};
+        idx[nfds++] = -1;
+        for (int i = 0; i < c->n; i++) {
+            dlock__conn *conn = &ws->conns[i];
+            if (conn->state == DLOCK_CONN_CLOSED && now >= ws->retry_at_us[i]) {
+                if (dlock__conn_open(conn, c, detail, sizeof detail) != DLOCK_OK) {
+                    node_down(ws, i, detail);
+                } else if (conn->state == DLOCK_CONN_READY &&
+                           dlock__conn_flush(conn, detail, sizeof detail) != DLOCK_OK) {
+                    node_down(ws, i, detail);
+                }
+            }
+            if (conn->state == DLOCK_CONN_CLOSED) {
+                if (ws->retry_at_us[i] < next)
+                    next = ws->retry_at_us[i];
+                continue;
+            }
+            short ev = POLLIN;
+            if (conn->state == DLOCK_CONN_CONNECTING || conn->outpos < conn->outlen)
+                ev |= POLLOUT;
+            pfd[nfds] = (struct pollfd){.fd = conn->fd, .events = ev};
+            idx[nfds++] = i;
+        }
+        int64_t wait_us = next == INT64_MAX ? 1000000 : next - now;
+        if (wait_us < 0)
+            wait_us = 0;
+        struct timespec ts = {(time_t)(wait_us / 1000000), (long)(wait_us % 1000000) * 1000};
+        if (ppoll(pfd, (nfds_t)nfds, &ts, NULL) < 0)
+            continue; /* EINTR; any other failure is retried on the next turn */
+        for (int k = 0; k < nfds; k++) {
+            if (pfd[k].revents == 0)
+                continue;
+            if (idx[k] < 0) {
+                drain(ws->ctl);
+                continue;
+            }
+            int i = idx[k];
+            dlock__conn *conn = &ws->conns[i];
+            if (conn->state == DLOCK_CONN_CONNECTING) {
+                if (dlock__conn_on_connect(conn, detail, sizeof detail) != DLOCK_OK) {
+                    node_down(ws, i, detail);
+                    continue;
+                }
+                if (conn->state != DLOCK_CONN_READY)
+                    continue;
+            }
+            if (conn->outpos < conn->outlen &&
+                dlock__conn_flush(conn, detail, sizeof detail) != DLOCK_OK) {
+                node_down(ws, i, detail);
+                continue;
+            }
+            if (pfd[k].revents & (POLLIN | POLLERR | POLLHUP))
+                on_readable(c, ws, i);
+        }
+    }
+    return NULL;
+}
+
+/* ---- the client's side ------------------------------------------------------ */
+
+/* Create the wait system and start its thread, once per client. Called with c->mu. */
+static int start(dlock_client *c)
+{
+    struct dlock__waitsys *ws = calloc(1, sizeof *ws);
+    if (ws == NULL)
+        return dlock__fail(DLOCK_ERR_NOMEM, "out of memory");
+    ws->conns = calloc((size_t)c->n, sizeof *ws->conns);
+    ws->retry_at_us = calloc((size_t)c->n, sizeof *ws->retry_at_us);
+    ws->backoff_us = calloc((size_t)c->n, sizeof *ws->backoff_us);
+    ws->connected_once = calloc((size_t)c->n, sizeof *ws->connected_once);
+    ws->ctl = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&ws->confirmed, &ca);
+    pthread_condattr_destroy(&ca);
+    pthread_mutex_init(&ws->mu, NULL);
+    int rc = DLOCK_OK;
+    if (!ws->conns || !ws->retry_at_us || !ws->backoff_us || !ws->connected_once)
+        rc = dlock__fail(DLOCK_ERR_NOMEM, "out of memory");
+    else if (ws->ctl < 0)
+        rc = dlock__fail(DLOCK_ERR_IO, "eventfd: %s", strerror(errno));
+    if (rc == DLOCK_OK) {
+        for (int i = 0; i < c->n; i++)
+            dlock__conn_init(&ws->conns[i], &c->nodes[i]);
+        c->wait = ws;
+        int err = pthread_create(&ws->thread, NULL, subscriber_main, c);
+        if (err != 0) {
+            c->wait = NULL;
+            rc = dlock__fail(DLOCK_ERR_NOMEM, "cannot start the wait thread: %s", strerror(err));
+        }
+    }
+    if (rc != DLOCK_OK) {
+        if (ws->ctl >= 0)
+            close(ws->ctl);
+        pthread_cond_destroy(&ws->confirmed);
+        pthread_mutex_destroy(&ws->mu);
+        free(ws->conns);
+        free(ws->retry_at_us);
+        free(ws->backoff_us);
+        free(ws->connected_once);
+        free(ws);
+    }
+    return rc;
+}
+
+int dlock__wait_join(dlock_client *c, const char *chan, size_t len, const char *token,
+                     dlock__waiter **out)
+{
+    *out = NULL;
+    pthread_mutex_lock(&c->mu);
+    int rc = c->wait ? DLOCK_OK : start(c);
+    pthread_mutex_unlock(&c->mu);
+    if (rc != DLOCK_OK)
+        return rc;
+    struct dlock__waitsys *ws = c->wait;
+    dlock__waiter *w = calloc(1, sizeof *w);
+    if (w == NULL)
+        return dlock__fail(DLOCK_ERR_NOMEM, "out of memory");
+    memcpy(w->token, token, DLOCK_TOKEN_LEN + 1);
+    if ((w->efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)) < 0) {
+        free(w);
+        return dlock__fail(DLOCK_ERR_IO, "eventfd: %s", strerror(errno));
+    }
+    pthread_mutex_lock(&ws->mu);
+    channel *ch = find_channel(ws, chan, len);
+    if (ch == NULL) {
+        ch = calloc(1, sizeof *ch);
+        if (ch == NULL || (ch->name = malloc(len + 1)) == NULL) {
+            pthread_mutex_unlock(&ws->mu);
+            free(ch);
+            close(w->efd);
+            free(w);
+            return dlock__fail(DLOCK_ERR_NOMEM, "out of memory");
+        }
+        memcpy(ch->name, chan, len);
+        ch->name[len] = '\0';
+        ch->len = len;
+        ch->next = ws->channels;
+        ws->channels = ch;
+    }
+    ch->refs++;
+    w->ch = ch;
+    w->next = ch->waiters;
+    ch->waiters = w;
+    kick(ws->ctl);
+    /* Wait (briefly) until a node confirms the subscription: the caller's next attempt
+     * queues it, and a release after that must find it listening. If no node confirms
+     * in time, the waiter still works, on its timers. */
+    struct timespec until;
+    clock_gettime(CLOCK_MONOTONIC, &until);
+    int64_t ns = until.tv_nsec + (c->timeout_us + c->connect_timeout_us) * 1000;
+    until.tv_sec += (time_t)(ns / 1000000000);
+    until.tv_nsec = (long)(ns % 1000000000);
+    while (ch->confirmed == 0 && !ws->stop)
+        if (pthread_cond_timedwait(&ws->confirmed, &ws->mu, &until) != 0)
+            break;
+    pthread_mutex_unlock(&ws->mu);
+    *out = w;
+    return DLOCK_OK;
+}
+
+int dlock__wait_sleep(dlock__waiter *w, int64_t until_us, int cancel_fd)
+{
+    struct pollfd p[2] = {{.fd = w->efd, .events = POLLIN},
+                          {.fd = cancel_fd > 0 ? cancel_fd : -1, .events = POLLIN}};
+    for (;;) {
+        int64_t left = until_us - dlock__now_us();
+        if (left < 0)
+            left = 0;
+        struct timespec ts = {(time_t)(left / 1000000), (long)(left % 1000000) * 1000};
+        int r = ppoll(p, 2, &ts, NULL);
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r > 0 && (p[1].revents & (POLLIN | POLLHUP | POLLERR)))
+            return dlock__fail(DLOCK_ERR_CANCELED, "canceled through cancel_fd");
+        if (r > 0)
+            drain(w->efd);
+        return DLOCK_OK;
+    }
+}
+
+void dlock__wait_leave(dlock_client *c, dlock__waiter *w)
+{
+    struct dlock__waitsys *ws = c->wait;
+    pthread_mutex_lock(&ws->mu);
+    channel *ch = w->ch;
+    for (dlock__waiter **p = &ch->waiters; *p != NULL; p = &(*p)->next)
+        if (*p == w) {
+            *p = w->next;
+            break;
+        }
+    ch->refs--;
+    if (ch->refs == 0)
+        kick(ws->ctl); /* unsubscribe */
+    pthread_mutex_unlock(&ws->mu);
+    close(w->efd);
+    free(w);
+}
+
+void dlock__wait_stop(dlock_client *c)
+{
+    struct dlock__waitsys *ws = c->wait;
+    if (ws == NULL)
+        return;
+    pthread_mutex_lock(&ws->mu);
+    ws->stop = true;
+    pthread_cond_broadcast(&ws->confirmed);
+    pthread_mutex_unlock(&ws->mu);
+    kick(ws->ctl);
+    pthread_join(ws->thread, NULL);
+    for (int i = 0; i < c->n; i++)
+        dlock__conn_free(&ws->conns[i]);
+    while (ws->channels != NULL) {
+        channel *ch = ws->channels;
+        ws->channels = ch->next;
+        free(ch->name);
+        free(ch);
+    }
+    close(ws->ctl);
+    pthread_cond_destroy(&ws->confirmed);
+    pthread_mutex_destroy(&ws->mu);
+    free(ws->conns);
+    free(ws->retry_at_us);
+    free(ws->backoff_us);
+    free(ws->connected_once);
+    free(ws);
+    c->wait = NULL;
+}
