@@ -6,7 +6,9 @@
  * Thread-safety, unless a function says otherwise:
  *   - dlock_client: any thread, at any time (it keeps a pool of connections);
  *   - dlock_lock:   one thread at a time;
- *   - the log callback runs on the thread whose call produced the message.
+ *   - the log callback runs on the thread whose call produced the message, or on the
+ *     client's background thread (started by the first dlock_acquire that waits,
+ *     stopped by dlock_client_free).
  *
  * Ownership: strings passed in are copied before the call returns. A returned
  * `const char *` is borrowed and its lifetime is stated next to the function.
@@ -102,9 +104,9 @@ typedef struct dlock_lock dlock_lock;     /* opaque; one held lock; one thread a
 enum dlock_log_level { DLOCK_LOG_ERROR = 0, DLOCK_LOG_WARN = 1, DLOCK_LOG_INFO = 2 };
 
 /* Called for conditions worth a human's attention (a server whose eviction policy
- * can drop lock keys, a failed reconnect). `msg` is valid only during the call.
- * It runs on the thread whose dlock call met the condition and must not call back
- * into the same client. */
+ * can drop lock keys, a server seen to restart). `msg` is valid only during the call.
+ * It runs on the thread whose dlock call met the condition, or on the client's
+ * background thread, and must not call back into the same client. */
 typedef void (*dlock_log_fn)(void *user, int level, const char *msg);
 
 /* dlock_config.fence_mode (docs/guarantees.md has the argument for each). */
