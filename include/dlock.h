@@ -184,21 +184,33 @@ DLOCK_API void dlock_client_free(dlock_client *c);
 /* Number of servers the client was created with. */
 DLOCK_API int dlock_client_nservers(const dlock_client *c);
 
+/* Called once, on the client's renewal thread, when an auto-renewed lock is found
+ * lost (another owner's token, or no quorum until validity ran out). It may read the
+ * handle (dlock_lock_name, dlock_token, dlock_fence, dlock_remaining_ms) and signal
+ * the thread that owns it; it must not release, detach or extend it, nor block long
+ * (other locks' renewals wait for it). */
+typedef void (*dlock_lost_fn)(dlock_lock *l, void *user);
+
 /*
  * Options of one acquisition. Zero-initialize: every zero field means its default.
  */
 typedef struct dlock_opts {
-    int64_t ttl_ms;       /* lease; 0: DLOCK_TTL_DEFAULT_MS; else in [DLOCK_TTL_MIN_MS,
-                             DLOCK_TTL_MAX_MS] */
-    int64_t wait_ms;      /* 0: try once; > 0: retry until this much time has passed;
-                             -1: wait forever */
-    int cancel_fd;        /* 0: none (fd 0 cannot be used); else a descriptor that becomes
-                             readable to make a waiting acquire return DLOCK_ERR_CANCELED */
-    int fair;             /* 1: waiters get the lock in arrival order, across processes and
-                             hosts (docs/waiting.md); 0: whoever asks when it is free */
-    const char *label;    /* free text stored with the lock for `dlock status`
-                             (at most DLOCK_LABEL_MAX bytes); NULL: none */
-    uint64_t reserved[8]; /* must be zero */
+    int64_t ttl_ms;        /* lease; 0: DLOCK_TTL_DEFAULT_MS; else in [DLOCK_TTL_MIN_MS,
+                              DLOCK_TTL_MAX_MS] */
+    int64_t wait_ms;       /* 0: try once; > 0: retry until this much time has passed;
+                              -1: wait forever */
+    int cancel_fd;         /* 0: none (fd 0 cannot be used); else a descriptor that becomes
+                              readable to make a waiting acquire return DLOCK_ERR_CANCELED */
+    int fair;              /* 1: waiters get the lock in arrival order, across processes and
+                              hosts (docs/waiting.md); 0: whoever asks when it is free */
+    const char *label;     /* free text stored with the lock for `dlock status`
+                              (at most DLOCK_LABEL_MAX bytes); NULL: none */
+    int auto_renew;        /* 1: the client's renewal thread extends the lock to ttl_ms
+                              every ttl_ms/3 until it is released, detached or lost */
+    int reserved32;        /* must be zero */
+    dlock_lost_fn on_lost; /* with auto_renew: called once if the lock is lost */
+    void *on_lost_user;    /* passed to on_lost */
+    uint64_t reserved[5];  /* must be zero */
 } dlock_opts;
 
 /*
@@ -254,8 +266,9 @@ DLOCK_API const char *dlock_token(const dlock_lock *l);
 DLOCK_API const char *dlock_lock_name(const dlock_lock *l);
 
 /* A descriptor (eventfd) that becomes readable once this library finds the lock
- * lost (by dlock_check or dlock_extend). Created on first call, closed with the
- * handle; do not close it yourself. -1 and DLOCK_ERR_* in dlock_errmsg on failure. */
+ * lost (by the renewal thread, dlock_check or dlock_extend), for event loops (epoll,
+ * libuv, libevent). Created on first call, closed with the handle; do not close it
+ * yourself. -1 with the reason in dlock_errmsg on failure. */
 DLOCK_API int dlock_lost_fd(dlock_lock *l);
 
 /* What the servers say about a name, for `dlock status`. */

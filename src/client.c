@@ -148,16 +148,23 @@ void dlock_client_free(dlock_client *c)
     /* Release what is still held. A forked child must not: those locks are its
      * parent's, so it only frees its copies of the handles. */
     bool owner = getpid() == c->pid;
+    if (owner)
+        dlock__watchdog_stop(c); /* no renewal may race the releases below */
+    if (!owner) {
+        /* In a forked child, a mutex may have been copied locked: take none. */
+        for (dlock_lock *l = c->locks, *next; l != NULL; l = next) {
+            next = l->next;
+            dlock_lock_detach(l);
+        }
+        c->locks = NULL;
+    }
     for (;;) {
         pthread_mutex_lock(&c->mu);
         dlock_lock *l = c->locks;
         pthread_mutex_unlock(&c->mu);
         if (l == NULL)
             break;
-        if (owner)
-            dlock__lock_release_quietly(l);
-        else
-            dlock_lock_detach(l);
+        dlock__lock_release_quietly(l);
     }
     if (owner)
         dlock__wait_stop(c);

@@ -23,6 +23,7 @@
 #include <hiredis/hiredis.h>
 #include <pthread.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <sys/types.h>
 
@@ -184,6 +185,7 @@ enum dlock__script_id {
     DLOCK_SCRIPT_FENCE,
     DLOCK_SCRIPT_FENCED_SET,
     DLOCK_SCRIPT_LEAVE,
+    DLOCK_SCRIPT_RENEW,
     DLOCK_SCRIPT_COUNT
 };
 
@@ -237,6 +239,21 @@ void dlock__wait_leave(struct dlock_client *c, dlock__waiter *w);
 /* Stop the subscriber thread and free the wait system (dlock_client_free). */
 void dlock__wait_stop(struct dlock_client *c);
 
+/* ---- watchdog.c ------------------------------------------------------------- */
+
+struct dlock__watchdog;
+
+/* Renew l every ttl_ms/3 until it is released, detached or lost (starting the
+ * client's renewal thread on first use). */
+int dlock__watchdog_add(struct dlock_client *c, struct dlock_lock *l, int64_t ttl_ms,
+                        dlock_lost_fn on_lost, void *user);
+/* Stop renewing l; waits for a renewal round that includes it to finish. */
+void dlock__watchdog_remove(struct dlock_client *c, struct dlock_lock *l);
+/* dlock_extend changed the lease: renew to the new ttl from now on. */
+void dlock__watchdog_set_ttl(struct dlock_client *c, struct dlock_lock *l, int64_t ttl_ms);
+/* Stop the renewal thread and free it (dlock_client_free). */
+void dlock__watchdog_stop(struct dlock_client *c);
+
 /* ---- client.c --------------------------------------------------------------- */
 
 /* A set of N connections, one per node, that one call uses at a time. */
@@ -270,6 +287,7 @@ struct dlock_client {
     dlock__scripts scripts;
 
     struct dlock__waitsys *wait; /* blocking waits; created on first use (under mu) */
+    struct dlock__watchdog *wd;  /* renewals; created on first use (under mu) */
     pthread_mutex_t mu;          /* guards pool, locks and the creation of wait */
     dlock__connset *pool;
     int pool_idle;
@@ -302,10 +320,20 @@ struct dlock_lock {
     size_t name_len;
     char token[DLOCK_TOKEN_LEN + 1];
     uint64_t fence;
-    int64_t valid_until_us; /* on dlock__now_us(); 0: unknown (adopted) */
-    bool lost;
+    /* Written by the renewal thread too, hence atomic. */
+    _Atomic int64_t valid_until_us; /* on dlock__now_us(); 0: unknown (adopted) */
+    _Atomic bool lost;
     bool attached; /* on client->locks */
-    int lost_fd;   /* -1 until dlock_lost_fd */
+    int lost_fd;   /* guarded by client->mu */
+    /* Renewal (watchdog.c), guarded by the watchdog's mutex. */
+    bool renewing;   /* registered with the watchdog */
+    bool in_batch;   /* in a renewal round now: the handle must not be freed */
+    char *renew_key; /* P{name} */
+    size_t renew_key_len;
+    int64_t ttl_ms, next_renew_us;
+    dlock_lost_fn on_lost;
+    void *on_lost_user;
+    struct dlock_lock *wd_next; /* -1 until dlock_lost_fd */
 };
 
 /* Quorum of n nodes: n/2 + 1. */
@@ -315,8 +343,19 @@ int64_t dlock__validity_us(int64_t ttl_us, int64_t elapsed_us, double drift_fact
                            int64_t drift_min_us);
 /* Check a ttl against the lease range. */
 int dlock__check_ttl(int64_t ttl_ms, const char *what);
-/* Release l on every node without waiting for the replies, then free it. Used by
+/* Release l (one round), then free it, keeping the caller's dlock_errmsg. Used by
  * dlock_client_free; the client's mutex is not held. */
 void dlock__lock_release_quietly(struct dlock_lock *l);
+/* The handle is lost: say so to dlock_remaining_ms, the lost fd and later calls. */
+void dlock__lock_mark_lost(struct dlock_lock *l);
+/* Validity after a round of start..end for a lease of ttl_us. */
+int64_t dlock__round_validity_us(const struct dlock_client *c, int64_t ttl_us, int64_t start_us,
+                                 int64_t end_us);
+/* One round: the call on every node, awaited, on a connection set from the pool. */
+typedef struct dlock__round {
+    dlock__connset *set;
+    dlock__req reqs[DLOCK_SERVERS_MAX];
+    int64_t start_us, end_us;
+} dlock__round;
 
 #endif /* DLOCK_INTERNAL_H */

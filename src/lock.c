@@ -161,12 +161,8 @@ static int undecided(const dlock_client *c, const tally *t, const dlock__req *re
     return DLOCK_ERR_NOQUORUM;
 }
 
-/* Run one script call on every node (awaited) and return a connection set's requests. */
-typedef struct round {
-    dlock__connset *set;
-    dlock__req reqs[DLOCK_SERVERS_MAX];
-    int64_t start_us, end_us;
-} round;
+/* One round of one script call on every node (dlock__round in internal.h). */
+typedef dlock__round round;
 
 static int round_run(dlock_client *c, round *rd, const dlock__call *call)
 {
@@ -190,10 +186,24 @@ static void attach(dlock_client *c, dlock_lock *l)
     pthread_mutex_unlock(&c->mu);
 }
 
-/* Free a handle, taking it off its client's list first if it is on it. */
+/* Free a handle, taking it off the renewal thread and its client's list first. */
 static void lock_free(dlock_lock *l)
 {
     dlock_client *c = l->client;
+    if (getpid() != c->pid) {
+        /* A copy inherited across fork(): the parent's threads are not here, and a
+         * mutex copied while one of them held it would never be released. Free the
+         * memory and touch nothing shared. */
+        if (l->lost_fd >= 0)
+            close(l->lost_fd);
+        free(l->renew_key);
+        free(l->name);
+        l->magic = 0;
+        free(l);
+        return;
+    }
+    if (l->renewing)
+        dlock__watchdog_remove(c, l);
     if (l->attached) {
         pthread_mutex_lock(&c->mu);
         if (l->prev != NULL)
@@ -206,6 +216,7 @@ static void lock_free(dlock_lock *l)
     }
     if (l->lost_fd >= 0)
         close(l->lost_fd);
+    free(l->renew_key);
     free(l->name);
     l->magic = 0;
     free(l);
@@ -226,16 +237,32 @@ static int lock_new(dlock_client *c, const char *name, dlock_lock **out)
     return DLOCK_OK;
 }
 
-static void mark_lost(dlock_lock *l)
+void dlock__lock_mark_lost(dlock_lock *l)
 {
-    l->lost = true;
+    dlock_client *c = l->client;
     l->valid_until_us = 0;
+    l->lost = true;
+    pthread_mutex_lock(&c->mu);
     if (l->lost_fd >= 0) {
         uint64_t one = 1;
         /* A full counter (never, at one write per loss) only means already readable. */
         ssize_t w = write(l->lost_fd, &one, sizeof one);
         (void)w;
     }
+    pthread_mutex_unlock(&c->mu);
+}
+
+static void mark_lost(dlock_lock *l)
+{
+    if (l->renewing)
+        dlock__watchdog_remove(l->client, l);
+    dlock__lock_mark_lost(l);
+}
+
+int64_t dlock__round_validity_us(const dlock_client *c, int64_t ttl_us, int64_t start_us,
+                                 int64_t end_us)
+{
+    return dlock__validity_us(ttl_us, end_us - start_us, c->drift_factor, c->drift_min_us);
 }
 
 /* Check a handle and its client on entry to a call. */
@@ -295,6 +322,14 @@ static bool opts_ok(const dlock_opts *o, int64_t *ttl_ms, int64_t *wait_ms, int 
     }
     if (o->cancel_fd < 0) {
         *rc = dlock__fail(DLOCK_ERR_INVALID, "cancel_fd is negative (0 means none)");
+        return false;
+    }
+    if (o->reserved32 != 0) {
+        *rc = dlock__fail(DLOCK_ERR_INVALID, "dlock_opts.reserved32 must be zero");
+        return false;
+    }
+    if (o->on_lost != NULL && !o->auto_renew) {
+        *rc = dlock__fail(DLOCK_ERR_INVALID, "on_lost is only called with auto_renew");
         return false;
     }
     if (o->label != NULL && strnlen(o->label, DLOCK_LABEL_MAX + 1) > DLOCK_LABEL_MAX) {
@@ -623,6 +658,15 @@ out:
             lock_free(l);
         return rc;
     }
+    if (opts != NULL && opts->auto_renew &&
+        (rc = dlock__watchdog_add(c, l, ttl_ms, opts->on_lost, opts->on_lost_user)) != DLOCK_OK) {
+        /* Without renewal the caller would hold a lock that silently expires. */
+        char saved[512];
+        snprintf(saved, sizeof saved, "%s", dlock_errmsg());
+        attach(c, l);
+        dlock_release(l);
+        return dlock__fail(rc, "%s", saved);
+    }
     attach(c, l);
     dlock__clear_error();
     *out = l;
@@ -707,6 +751,8 @@ int dlock_extend(dlock_lock *l, int64_t ttl_ms)
         if (validity <= 0)
             return dlock__fail(DLOCK_ERR_TIMEOUT, "extended, but the round used up the new lease");
         l->valid_until_us = dlock__now_us() + validity;
+        if (l->renewing)
+            dlock__watchdog_set_ttl(c, l, ttl_ms);
     } else if (rc == DLOCK_ERR_LOST) {
         mark_lost(l);
     }
@@ -991,19 +1037,23 @@ int dlock_lost_fd(dlock_lock *l)
     int rc = enter_lock(l);
     if (rc != DLOCK_OK)
         return -1;
+    dlock_client *c = l->client;
+    /* The renewal thread may find the lock lost at any moment: create the fd and
+     * check `lost` under the mutex that dlock__lock_mark_lost takes. */
+    pthread_mutex_lock(&c->mu);
     if (l->lost_fd < 0) {
         l->lost_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
-        if (l->lost_fd < 0) {
-            dlock__fail(DLOCK_ERR_IO, "eventfd: %s", strerror(errno));
-            return -1;
-        }
-        if (l->lost) {
+        if (l->lost_fd < 0)
+            rc = dlock__fail(DLOCK_ERR_IO, "eventfd: %s", strerror(errno));
+        else if (l->lost) {
             uint64_t one = 1;
             ssize_t w = write(l->lost_fd, &one, sizeof one);
             (void)w;
         }
     }
-    return l->lost_fd;
+    int fd = l->lost_fd;
+    pthread_mutex_unlock(&c->mu);
+    return rc == DLOCK_OK ? fd : -1;
 }
 
 void dlock__lock_release_quietly(dlock_lock *l)

@@ -182,6 +182,26 @@ static const char fenced_set_lua[] =
     "redis.call('HSET', KEYS[1], 'fence', ARGV[1], 'value', ARGV[2])\n"
     "return 1\n";
 
+/*
+ * RENEW  KEYS: lock 1..K   ARGV: token 1, ttl_ms 1, ..., token K, ttl_ms K
+ * The watchdog's batch: extend every lock that still holds its token. Returns a
+ * string of K characters, '1' extended, '0' not ours: one reply of K bytes, not an
+ * array of K replies, whatever K. A key of the wrong type counts as not ours rather
+ * than failing the whole batch.
+ */
+static const char renew_lua[] =
+    "local r = {}\n"
+    "for i = 1, #KEYS do\n"
+    "  local v = redis.pcall('GET', KEYS[i])\n"
+    "  if type(v) == 'string' and string.sub(v, 1, 32) == ARGV[2 * i - 1] then\n"
+    "    redis.call('PEXPIRE', KEYS[i], ARGV[2 * i])\n"
+    "    r[i] = '1'\n"
+    "  else\n"
+    "    r[i] = '0'\n"
+    "  end\n"
+    "end\n"
+    "return table.concat(r)\n";
+
 /* INSPECT  KEYS: lock, fence   -> {value or "", PTTL, fence or "0"} */
 static const char inspect_lua[] = "return {redis.call('GET', KEYS[1]) or '',\n"
                                   "        redis.call('PTTL', KEYS[1]),\n"
@@ -191,7 +211,7 @@ static const char *const bodies[DLOCK_SCRIPT_COUNT] = {
     [DLOCK_SCRIPT_ACQUIRE] = acquire_lua, [DLOCK_SCRIPT_RELEASE] = release_lua,
     [DLOCK_SCRIPT_EXTEND] = extend_lua,   [DLOCK_SCRIPT_INSPECT] = inspect_lua,
     [DLOCK_SCRIPT_FENCE] = fence_lua,     [DLOCK_SCRIPT_FENCED_SET] = fenced_set_lua,
-    [DLOCK_SCRIPT_LEAVE] = leave_lua,
+    [DLOCK_SCRIPT_LEAVE] = leave_lua,     [DLOCK_SCRIPT_RENEW] = renew_lua,
 };
 
 int dlock__scripts_init(dlock__scripts *s)
@@ -211,15 +231,28 @@ int dlock__scripts_init(dlock__scripts *s)
     return DLOCK_OK;
 }
 
-/* Format "VERB head nkeys args..." into *out. */
+/* Format "VERB head nkeys args..." into *out. Calls with a few arguments (every lock
+ * operation) use the stack; a renewal batch, with thousands, the heap. */
 static int format(const char *verb, const char *head, int nkeys, int nargs, const char *const *args,
                   const size_t *lens, char **out, int *outlen)
 {
-    const char *argv[3 + 12];
-    size_t argvlen[3 + 12];
-    char nk[8];
-    if (nargs > 12)
-        return dlock__fail(DLOCK_ERR_INVALID, "too many script arguments");
+    const char *argv_stack[3 + 12];
+    size_t len_stack[3 + 12];
+    const char **argv = argv_stack;
+    size_t *argvlen = len_stack;
+    char nk[16];
+    *out = NULL;
+    if (nargs < 0 || nargs > 1000000)
+        return dlock__fail(DLOCK_ERR_INVALID, "bad number of script arguments");
+    if (nargs > 12) {
+        argv = malloc((size_t)(3 + nargs) * sizeof *argv);
+        argvlen = malloc((size_t)(3 + nargs) * sizeof *argvlen);
+        if (argv == NULL || argvlen == NULL) {
+            free(argv);
+            free(argvlen);
+            return dlock__fail(DLOCK_ERR_NOMEM, "out of memory formatting a command");
+        }
+    }
     snprintf(nk, sizeof nk, "%d", nkeys);
     argv[0] = verb;
     argv[1] = head;
@@ -232,6 +265,10 @@ static int format(const char *verb, const char *head, int nkeys, int nargs, cons
         argvlen[3 + i] = lens[i];
     }
     *outlen = redisFormatCommandArgv(out, 3 + nargs, argv, argvlen);
+    if (argv != argv_stack) {
+        free(argv);
+        free(argvlen);
+    }
     if (*outlen < 0) {
         *out = NULL;
         return dlock__fail(DLOCK_ERR_NOMEM, "out of memory formatting a command");

@@ -1,0 +1,329 @@
+/*
+ * watchdog.c: automatic renewal of leases, and lost-lock notification.
+ *
+ * A job that runs longer than its lease is the most common way Redis locks fail: the
+ * lease runs out, a second holder enters, both act. A lock taken with auto_renew is
+ * extended every ttl/3 by one background thread per client, until it is released,
+ * detached or lost.
+ *
+ * Renewals are batched: every lock due in a turn (or due within a twelfth of its ttl)
+ * goes to each node in ONE script call
+ * (RENEW, scripts.c) whose reply is a string of '1'/'0', one character per lock. So
+ * 1,000 held locks cost one round trip per node per turn, not 1,000.
+ *
+ * Per lock, a turn's outcome is:
+ *   - a quorum renewed it: its validity is recomputed as for an acquire (ttl less the
+ *     round's time less drift), next renewal in ttl/3;
+ *   - so many nodes answered "not ours" that no quorum can hold it: lost at once
+ *     (deleted or stolen);
+ *   - neither (nodes down or slow): tried again soon, the last try starting a timeout
+ *     before validity ends; if that fails too, lost (so the loss is known before the
+ *     lease can end on any server). Lost means dlock_remaining_ms() <= 0, later calls on the handle
+ * say DLOCK_ERR_LOST, the lost fd becomes readable, and on_lost runs once, here.
+ *
+ * A handle in a round cannot be freed (dlock__watchdog_remove waits for the round),
+ * so the thread never touches freed memory and on_lost always gets a live handle.
+ */
+#include "internal.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+struct dlock__watchdog {
+    pthread_mutex_t mu;
+    pthread_cond_t wake; /* a lock was added, or stop */
+    pthread_cond_t idle; /* a round finished: in_batch flags were cleared */
+    pthread_t thread;
+    bool stop;
+    dlock_lock *locks; /* registered, linked by wd_next */
+};
+
+/* How soon a renewal that reached no decision is tried again: a tenth of the lease,
+ * between 10 ms and 1 s, so that several tries fit before validity runs out. */
+static int64_t retry_us(int64_t ttl_ms)
+{
+    int64_t r = ttl_ms * 100;
+    return r < 10000 ? 10000 : r > 1000000 ? 1000000 : r;
+}
+
+static void deadline_from_now(struct timespec *ts, int64_t rel_us)
+{
+    clock_gettime(CLOCK_MONOTONIC, ts);
+    int64_t ns = ts->tv_nsec + rel_us * 1000;
+    ts->tv_sec += (time_t)(ns / 1000000000);
+    ts->tv_nsec = (long)(ns % 1000000000);
+}
+
+/* Format the RENEW call for the locks marked in_batch. Called with wd->mu held (the
+ * handles' keys and tokens are stable while in_batch). */
+static int format_batch(dlock_client *c, dlock_lock **batch, int k, dlock__call *call)
+{
+    const char **args = malloc((size_t)k * 3 * sizeof *args);
+    size_t *lens = malloc((size_t)k * 3 * sizeof *lens);
+    char(*ttl)[24] = malloc((size_t)k * sizeof *ttl);
+    int rc = DLOCK_ERR_NOMEM;
+    if (args != NULL && lens != NULL && ttl != NULL) {
+        for (int j = 0; j < k; j++) {
+            dlock_lock *l = batch[j];
+            args[j] = l->renew_key;
+            lens[j] = l->renew_key_len;
+            args[k + 2 * j] = l->token;
+            lens[k + 2 * j] = DLOCK_TOKEN_LEN;
+            lens[k + 2 * j + 1] =
+                (size_t)snprintf(ttl[j], sizeof ttl[j], "%lld", (long long)l->ttl_ms);
+            args[k + 2 * j + 1] = ttl[j];
+        }
+        rc = dlock__call_format(&c->scripts, DLOCK_SCRIPT_RENEW, k, 3 * k, args, lens, call);
+    }
+    free(args);
+    free(lens);
+    free(ttl);
+    return rc;
+}
+
+/* One turn: renew the k locks of batch on every node, then act on the outcome. */
+static void renew(dlock_client *c, struct dlock__watchdog *wd, dlock_lock **batch, int k)
+{
+    dlock__call call;
+    dlock__round rd;
+    pthread_mutex_lock(&wd->mu);
+    int rc = format_batch(c, batch, k, &call);
+    pthread_mutex_unlock(&wd->mu);
+    rd.set = rc == DLOCK_OK ? dlock__connset_get(c) : NULL;
+    if (rd.set != NULL) {
+        dlock__call_reqs(&call, rd.reqs, c->n, true);
+        rd.start_us = dlock__now_us();
+        dlock__fanout(c, rd.set->conns, rd.reqs, c->n);
+        rd.end_us = dlock__now_us();
+    }
+
+    /* Each node's answer: a string of k '0'/'1', or nothing usable. */
+    const char *answer[DLOCK_SERVERS_MAX];
+    for (int i = 0; i < c->n; i++) {
+        const redisReply *r = rd.set ? rd.reqs[i].reply : NULL;
+        answer[i] = r && r->type == REDIS_REPLY_STRING && r->len == (size_t)k ? r->str : NULL;
+    }
+    int64_t now = dlock__now_us();
+    dlock_lock **lost = malloc((size_t)k * sizeof *lost);
+    int nlost = 0;
+    pthread_mutex_lock(&wd->mu);
+    for (int j = 0; j < k; j++) {
+        dlock_lock *l = batch[j];
+        int yes = 0, no = 0;
+        for (int i = 0; i < c->n; i++)
+            if (answer[i] != NULL)
+                answer[i][j] == '1' ? yes++ : no++;
+        bool is_lost = no > c->n - c->quorum;
+        if (!is_lost && yes >= c->quorum) {
+            int64_t v = dlock__round_validity_us(c, l->ttl_ms * 1000, rd.start_us, rd.end_us);
+            if (v > 0)
+                l->valid_until_us = rd.end_us + v;
+            l->next_renew_us = rd.start_us + l->ttl_ms * 1000 / 3;
+        } else if (!is_lost) {
+            /* Undecided: keep trying while a round can still end within validity. The
+             * last try starts a timeout before validity ends, so that when it fails
+             * too, the loss is reported before the lease can end on the servers. */
+            int64_t last_start = l->valid_until_us - c->timeout_us;
+            is_lost = now > last_start;
+            l->next_renew_us = now + retry_us(l->ttl_ms);
+            if (l->next_renew_us > last_start)
+                l->next_renew_us = last_start;
+        }
+        if (is_lost) {
+            /* Off the list now; the handle stays alive (in_batch) until after on_lost. */
+            for (dlock_lock **p = &wd->locks; *p != NULL; p = &(*p)->wd_next)
+                if (*p == l) {
+                    *p = l->wd_next;
+                    break;
+                }
+            l->renewing = false;
+            if (lost != NULL)
+                lost[nlost++] = l;
+            else
+                l->in_batch = false; /* out of memory: marked below without callback */
+        }
+    }
+    pthread_mutex_unlock(&wd->mu);
+
+    for (int j = 0; j < nlost; j++) {
+        dlock__lock_mark_lost(lost[j]);
+        if (lost[j]->on_lost != NULL)
+            lost[j]->on_lost(lost[j], lost[j]->on_lost_user);
+    }
+    pthread_mutex_lock(&wd->mu);
+    for (int j = 0; j < k; j++)
+        batch[j]->in_batch = false;
+    pthread_cond_broadcast(&wd->idle);
+    pthread_mutex_unlock(&wd->mu);
+
+    free(lost);
+    if (rd.set != NULL) {
+        for (int i = 0; i < c->n; i++)
+            freeReplyObject(rd.reqs[i].reply);
+        dlock__connset_put(c, rd.set);
+    }
+    if (rc == DLOCK_OK)
+        dlock__call_free(&call);
+}
+
+static void *watchdog_main(void *arg)
+{
+    dlock_client *c = arg;
+    struct dlock__watchdog *wd = c->wd;
+    pthread_mutex_lock(&wd->mu);
+    while (!wd->stop) {
+        /* Gather every lock due now; find when the next one is. */
+        int64_t now = dlock__now_us(), next = INT64_MAX;
+        int k = 0, cap = 0;
+        dlock_lock **batch = NULL;
+        for (dlock_lock *l = wd->locks; l != NULL; l = l->wd_next) {
+            /* Renewing up to ttl/12 early is harmless and lets locks taken close
+             * together share rounds instead of each waking the thread. */
+            if (l->next_renew_us - l->ttl_ms * 1000 / 12 > now) {
+                if (l->next_renew_us < next)
+                    next = l->next_renew_us;
+                continue;
+            }
+            if (k == cap) {
+                int ncap = cap ? cap * 2 : 64;
+                dlock_lock **nb = realloc(batch, (size_t)ncap * sizeof *nb);
+                if (nb == NULL)
+                    break; /* renew what fits; the rest next turn */
+                batch = nb;
+                cap = ncap;
+            }
+            l->in_batch = true;
+            batch[k++] = l;
+        }
+        if (k == 0) {
+            free(batch);
+            if (next == INT64_MAX) {
+                pthread_cond_wait(&wd->wake, &wd->mu);
+            } else {
+                struct timespec ts;
+                deadline_from_now(&ts, next - now);
+                pthread_cond_timedwait(&wd->wake, &wd->mu, &ts);
+            }
+            continue;
+        }
+        pthread_mutex_unlock(&wd->mu);
+        renew(c, wd, batch, k);
+        free(batch);
+        pthread_mutex_lock(&wd->mu);
+    }
+    pthread_mutex_unlock(&wd->mu);
+    return NULL;
+}
+
+/* Create the watchdog and start its thread, once per client. Called with c->mu. */
+static int start(dlock_client *c)
+{
+    struct dlock__watchdog *wd = calloc(1, sizeof *wd);
+    if (wd == NULL)
+        return dlock__fail(DLOCK_ERR_NOMEM, "out of memory");
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&wd->wake, &ca);
+    pthread_condattr_destroy(&ca);
+    pthread_cond_init(&wd->idle, NULL);
+    pthread_mutex_init(&wd->mu, NULL);
+    c->wd = wd;
+    int err = pthread_create(&wd->thread, NULL, watchdog_main, c);
+    if (err != 0) {
+        c->wd = NULL;
+        pthread_cond_destroy(&wd->wake);
+        pthread_cond_destroy(&wd->idle);
+        pthread_mutex_destroy(&wd->mu);
+        free(wd);
+        return dlock__fail(DLOCK_ERR_NOMEM, "cannot start the renewal thread: %s", strerror(err));
+    }
+    return DLOCK_OK;
+}
+
+int dlock__watchdog_add(dlock_client *c, dlock_lock *l, int64_t ttl_ms, dlock_lost_fn on_lost,
+                        void *user)
+{
+    size_t len = c->prefix_len + l->name_len + 2;
+    char *key = malloc(len + 1);
+    if (key == NULL)
+        return dlock__fail(DLOCK_ERR_NOMEM, "out of memory");
+    memcpy(key, c->prefix, c->prefix_len);
+    key[c->prefix_len] = '{';
+    memcpy(key + c->prefix_len + 1, l->name, l->name_len);
+    memcpy(key + len - 1, "}", 2);
+    pthread_mutex_lock(&c->mu);
+    int rc = c->wd ? DLOCK_OK : start(c);
+    pthread_mutex_unlock(&c->mu);
+    if (rc != DLOCK_OK) {
+        free(key);
+        return rc;
+    }
+    struct dlock__watchdog *wd = c->wd;
+    pthread_mutex_lock(&wd->mu);
+    l->renew_key = key;
+    l->renew_key_len = len;
+    l->ttl_ms = ttl_ms;
+    l->on_lost = on_lost;
+    l->on_lost_user = user;
+    l->next_renew_us = dlock__now_us() + ttl_ms * 1000 / 3;
+    l->renewing = true;
+    l->wd_next = wd->locks;
+    wd->locks = l;
+    pthread_cond_signal(&wd->wake);
+    pthread_mutex_unlock(&wd->mu);
+    return DLOCK_OK;
+}
+
+void dlock__watchdog_remove(dlock_client *c, dlock_lock *l)
+{
+    struct dlock__watchdog *wd = c->wd;
+    if (wd == NULL)
+        return;
+    pthread_mutex_lock(&wd->mu);
+    while (l->in_batch)
+        pthread_cond_wait(&wd->idle, &wd->mu);
+    if (l->renewing) {
+        for (dlock_lock **p = &wd->locks; *p != NULL; p = &(*p)->wd_next)
+            if (*p == l) {
+                *p = l->wd_next;
+                break;
+            }
+        l->renewing = false;
+    }
+    pthread_mutex_unlock(&wd->mu);
+}
+
+void dlock__watchdog_set_ttl(dlock_client *c, dlock_lock *l, int64_t ttl_ms)
+{
+    struct dlock__watchdog *wd = c->wd;
+    pthread_mutex_lock(&wd->mu);
+    l->ttl_ms = ttl_ms;
+    l->next_renew_us = dlock__now_us() + ttl_ms * 1000 / 3;
+    pthread_cond_signal(&wd->wake);
+    pthread_mutex_unlock(&wd->mu);
+}
+
+void dlock__watchdog_stop(dlock_client *c)
+{
+    struct dlock__watchdog *wd = c->wd;
+    if (wd == NULL)
+        return;
+    pthread_mutex_lock(&wd->mu);
+    wd->stop = true;
+    pthread_cond_signal(&wd->wake);
+    pthread_mutex_unlock(&wd->mu);
+    pthread_join(wd->thread, NULL);
+    /* The handles stay with their owners (dlock_client_free releases them next);
+     * they are just no longer renewed. */
+    for (dlock_lock *l = wd->locks; l != NULL; l = l->wd_next)
+        l->renewing = false;
+    pthread_cond_destroy(&wd->wake);
+    pthread_cond_destroy(&wd->idle);
+    pthread_mutex_destroy(&wd->mu);
+    free(wd);
+    c->wd = NULL;
+}
