@@ -197,6 +197,7 @@ int dlock__conn_open(dlock__conn *c, struct dlock_client *cl, char *detail, size
         }
         c->ai_next = c->ai;
     }
+    c->connect_deadline_us = dlock__now_us() + cl->connect_timeout_us + cl->timeout_us;
     int rc = start_connect(c, detail, n);
     if (rc == DLOCK_OK) {
         const char *pass = a->password ? a->password : cl->password;
@@ -423,8 +424,12 @@ int dlock__conn_next_reply(dlock__conn *c, struct dlock_client *cl, redisReply *
 
 bool dlock__conn_stale(dlock__conn *c)
 {
+    /* A connect or handshake left over from an earlier round goes on until its
+     * deadline. */
+    if (c->state == DLOCK_CONN_CONNECTING || (c->state == DLOCK_CONN_READY && c->handshake > 0))
+        return dlock__now_us() >= c->connect_deadline_us;
     if (c->state != DLOCK_CONN_READY)
-        return c->state == DLOCK_CONN_CONNECTING; /* a connect left over: start again */
+        return false;
     /* An idle connection that the server closed (a restart, a timeout, CLIENT KILL)
      * shows as EOF or an error; unexpected bytes with no reply owed mean the stream is
      * out of step. Either way, reconnect now rather than fail the caller's command. */

@@ -56,24 +56,25 @@ static void begin(struct dlock_client *cl, dlock__conn *c, dlock__req *r, int64_
     r->done = false;
     if (dlock__conn_stale(c))
         dlock__conn_close(c);
-    bool fresh = r->fresh = c->state == DLOCK_CONN_CLOSED;
-    if (fresh) {
+    if (c->state == DLOCK_CONN_CLOSED) {
         int rc = dlock__conn_open(c, cl, r->detail, sizeof r->detail);
         if (rc != DLOCK_OK) {
             fail(c, r, rc);
             return;
         }
     }
-    r->deadline_us = start + cl->timeout_us + (fresh ? cl->connect_timeout_us : 0);
+    r->start_us = start;
+    r->deadline_us = start + cl->timeout_us;
     if (c->handshake > 0) {
         /* The command waits for the handshake to succeed: pipelined behind a SELECT
          * or an AUTH that fails, it would run in the wrong database or as the wrong
-         * user. step() sends it when the last handshake reply is in. */
+         * user. step() sends it when the last handshake reply is in. A connection
+         * still being made may take until its connect deadline. */
         r->held = true;
-        if (!r->await) {
-            dlock__conn_close(c); /* nothing to send on a new connection unawaited */
-            r->done = true;
-        }
+        if (c->connect_deadline_us > r->deadline_us)
+            r->deadline_us = c->connect_deadline_us;
+        if (!r->await)
+            r->done = true; /* unawaited: dropped; the connection goes on */
         return;
     }
     r->held = false;
@@ -94,21 +95,25 @@ static void begin(struct dlock_client *cl, dlock__conn *c, dlock__req *r, int64_
 }
 
 /* The node missed its deadline. */
-static void expire(dlock__conn *c, dlock__req *r, const struct dlock_client *cl)
+static void expire(dlock__conn *c, dlock__req *r)
 {
-    bool fresh = r->fresh;
     const char *what = c->state == DLOCK_CONN_CONNECTING ? "connect"
                        : c->handshake > 0                ? "handshake reply"
                                                          : "reply";
     snprintf(r->detail, sizeof r->detail, "%s: no %s within %lld ms", c->node->addr.display, what,
-             (long long)((cl->timeout_us + (fresh ? cl->connect_timeout_us : 0)) / 1000));
+             (long long)((r->deadline_us - r->start_us) / 1000));
     r->err = DLOCK_ERR_TIMEOUT;
     r->done = true;
-    if (c->state == DLOCK_CONN_READY && c->handshake == 0 && c->outpos == c->outlen &&
-        c->skip < SKIP_MAX)
+    if (r->held) {
+        /* Nothing of ours went out; the connection may go on until its deadline. */
+        if (dlock__now_us() >= c->connect_deadline_us)
+            dlock__conn_close(c);
+    } else if (c->state == DLOCK_CONN_READY && c->handshake == 0 && c->outpos == c->outlen &&
+               c->skip < SKIP_MAX) {
         c->skip++;
-    else
+    } else {
         dlock__conn_close(c);
+    }
 }
 
 /* Act on poll's report for node i. */
@@ -170,7 +175,42 @@ static void step(struct dlock_client *cl, dlock__conn *c, dlock__req *r, short r
     }
 }
 
+/* Stop waiting for node i, whose command is still held behind its connect or
+ * handshake: the round was decided without it. Nothing of this round was sent there,
+ * and the connection is kept: its handshake goes on in later rounds (until its own
+ * connect deadline), so a node that is merely slower to connect than the others take
+ * to answer is not abandoned for good. */
+static void abandon(dlock__conn *c, dlock__req *r)
+{
+    snprintf(r->detail, sizeof r->detail, "%s: still connecting when a quorum had decided",
+             c->node->addr.display);
+    r->err = DLOCK_ERR_TIMEOUT;
+    r->done = true;
+}
+
+/* With a vote function: true once the answers so far decide the round, either way. */
+static bool decided(const struct dlock_client *cl, const dlock__req *reqs, int n,
+                    dlock__vote_fn vote, void *arg)
+{
+    int yes = 0, pending = 0;
+    for (int i = 0; i < n; i++) {
+        if (reqs[i].cmd == NULL)
+            continue;
+        if (!reqs[i].done)
+            pending++;
+        else if (reqs[i].err == DLOCK_OK && vote(&reqs[i], i, arg))
+            yes++;
+    }
+    return pending > 0 && (yes >= cl->quorum || yes + pending < cl->quorum);
+}
+
 void dlock__fanout(struct dlock_client *cl, dlock__conn *conns, dlock__req *reqs, int n)
+{
+    dlock__fanout_vote(cl, conns, reqs, n, NULL, NULL);
+}
+
+void dlock__fanout_vote(struct dlock_client *cl, dlock__conn *conns, dlock__req *reqs, int n,
+                        dlock__vote_fn vote, void *arg)
 {
     struct pollfd pfd[DLOCK_SERVERS_MAX];
     int idx[DLOCK_SERVERS_MAX];
@@ -195,7 +235,7 @@ void dlock__fanout(struct dlock_client *cl, dlock__conn *conns, dlock__req *reqs
             if (r->done)
                 continue;
             if (now >= r->deadline_us) {
-                expire(&conns[i], r, cl);
+                expire(&conns[i], r);
                 continue;
             }
             short ev = POLLIN;
@@ -228,5 +268,14 @@ void dlock__fanout(struct dlock_client *cl, dlock__conn *conns, dlock__req *reqs
             ready--;
             step(cl, &conns[idx[k]], &reqs[idx[k]], pfd[k].revents);
         }
+        /* A node still connecting (a fresh connection may take the connect timeout)
+         * must not hold up a round whose outcome the others have decided: that time
+         * would come off the lease's validity. Nodes that were sent the command are
+         * still waited for (their deadline is the per-node timeout), so that their
+         * replies are read and their connections stay in step. */
+        if (vote != NULL && decided(cl, reqs, n, vote, arg))
+            for (int i = 0; i < n; i++)
+                if (reqs[i].cmd != NULL && !reqs[i].done && reqs[i].held)
+                    abandon(&conns[i], &reqs[i]);
     }
 }

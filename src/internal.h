@@ -121,6 +121,7 @@ typedef struct dlock__conn {
     int hs_next;                   /* index in hs of the next handshake reply */
     int skip;                      /* replies of abandoned commands still to come, to discard */
     bool too_big;                  /* set by the reader when it refused an array */
+    int64_t connect_deadline_us;   /* when a connect or handshake in progress gives up */
     struct addrinfo *ai, *ai_next; /* TCP addresses and the next one to try */
 } dlock__conn;
 
@@ -164,8 +165,8 @@ typedef struct dlock__req {
     int err;           /* DLOCK_OK when reply is set, else why not */
     char detail[160];  /* why not, for dlock_errmsg */
     /* private to fanout.c */
-    int64_t deadline_us;
-    bool done, retried, fresh, held;
+    int64_t start_us, deadline_us;
+    bool done, retried, held;
 } dlock__req;
 
 /* Send reqs[i] on conns[i] for every i with a cmd, in parallel, and wait for the
@@ -174,6 +175,14 @@ typedef struct dlock__req {
  * only if its command was sent whole (its late reply is then discarded by the next
  * round); otherwise its connection is closed. */
 void dlock__fanout(struct dlock_client *cl, dlock__conn *conns, dlock__req *reqs, int n);
+
+/* Whether node i's reply (r->reply, r->err == DLOCK_OK) is a "yes" in a quorum vote. */
+typedef bool (*dlock__vote_fn)(const dlock__req *r, int i, void *arg);
+/* dlock__fanout for a quorum vote: the round also ends as soon as a quorum said yes or
+ * too few nodes are left to make one; the nodes not heard from are abandoned as if
+ * timed out. */
+void dlock__fanout_vote(struct dlock_client *cl, dlock__conn *conns, dlock__req *reqs, int n,
+                        dlock__vote_fn vote, void *arg);
 
 /* ---- scripts.c -------------------------------------------------------------- */
 

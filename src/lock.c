@@ -164,13 +164,37 @@ static int undecided(const dlock_client *c, const tally *t, const dlock__req *re
 /* One round of one script call on every node (dlock__round in internal.h). */
 typedef dlock__round round;
 
-static int round_run(dlock_client *c, round *rd, const dlock__call *call)
+/* Votes: an acquire's grant (a positive fence) from a node whose grants count, and a
+ * token-checked script's 1. */
+static bool node_votes(dlock__node *node, int64_t now);
+
+static bool grant_vote(const dlock__req *r, int i, void *arg)
+{
+    const round *rd = arg;
+    return r->reply->type == REDIS_REPLY_INTEGER && r->reply->integer > 0 &&
+           node_votes(rd->set->conns[i].node, dlock__now_us());
+}
+
+static bool one_vote(const dlock__req *r, int i, void *arg)
+{
+    (void)i;
+    (void)arg;
+    return r->reply->type == REDIS_REPLY_INTEGER && r->reply->integer == 1;
+}
+
+/* Run call on every node, awaited; with a vote function, the round ends once decided. */
+static int round_run_vote(dlock_client *c, round *rd, const dlock__call *call, dlock__vote_fn vote)
 {
     dlock__call_reqs(call, rd->reqs, c->n, true);
     rd->start_us = dlock__now_us();
-    dlock__fanout(c, rd->set->conns, rd->reqs, c->n);
+    dlock__fanout_vote(c, rd->set->conns, rd->reqs, c->n, vote, rd);
     rd->end_us = dlock__now_us();
     return DLOCK_OK;
+}
+
+static int round_run(dlock_client *c, round *rd, const dlock__call *call)
+{
+    return round_run_vote(c, rd, call, NULL);
 }
 
 /* ---- the lock handle -------------------------------------------------------- */
@@ -202,8 +226,7 @@ static void lock_free(dlock_lock *l)
         free(l);
         return;
     }
-    if (l->renewing)
-        dlock__watchdog_remove(c, l);
+    dlock__watchdog_remove(c, l);
     if (l->attached) {
         pthread_mutex_lock(&c->mu);
         if (l->prev != NULL)
@@ -254,8 +277,7 @@ void dlock__lock_mark_lost(dlock_lock *l)
 
 static void mark_lost(dlock_lock *l)
 {
-    if (l->renewing)
-        dlock__watchdog_remove(l->client, l);
+    dlock__watchdog_remove(l->client, l);
     dlock__lock_mark_lost(l);
 }
 
@@ -361,7 +383,7 @@ static int raise_fences(dlock_client *c, round *rd, const keys *k, const dlock_l
     if (rc != DLOCK_OK)
         return rc;
     int64_t start = rd->start_us;
-    round_run(c, rd, &call);
+    round_run_vote(c, rd, &call, one_vote);
     rd->start_us = start; /* validity counts from the first round */
     tally t = {0};
     for (int i = 0; i < c->n; i++) {
@@ -436,7 +458,7 @@ static int attempt(dlock_client *c, round *rd, const dlock__call *acq, const key
                    int64_t ttl_ms, tally *t)
 {
     memset(t, 0, sizeof *t);
-    round_run(c, rd, acq);
+    round_run_vote(c, rd, acq, grant_vote);
     uint64_t fence = 0;
     int nonvoting = 0;
     bool undo[DLOCK_SERVERS_MAX], any = false;
@@ -691,7 +713,7 @@ static int vote_round(dlock_client *c, enum dlock__script_id id, int nkeys, int 
         dlock__call_free(&call);
         return dlock__fail(DLOCK_ERR_NOMEM, "out of memory");
     }
-    round_run(c, &rd, &call);
+    round_run_vote(c, &rd, &call, one_vote);
     *start_us = rd.start_us;
     tally t = {0};
     for (int i = 0; i < c->n; i++) {
@@ -751,8 +773,7 @@ int dlock_extend(dlock_lock *l, int64_t ttl_ms)
         if (validity <= 0)
             return dlock__fail(DLOCK_ERR_TIMEOUT, "extended, but the round used up the new lease");
         l->valid_until_us = dlock__now_us() + validity;
-        if (l->renewing)
-            dlock__watchdog_set_ttl(c, l, ttl_ms);
+        dlock__watchdog_set_ttl(c, l, ttl_ms);
     } else if (rc == DLOCK_ERR_LOST) {
         mark_lost(l);
     }

@@ -278,9 +278,20 @@ int dlock__watchdog_add(dlock_client *c, dlock_lock *l, int64_t ttl_ms, dlock_lo
     return DLOCK_OK;
 }
 
+/* The client's watchdog, or NULL if it never started. c->wd is written under c->mu;
+ * read it there too (without holding it while taking wd->mu: the renewal thread takes
+ * wd->mu, then c->mu). */
+static struct dlock__watchdog *get_wd(dlock_client *c)
+{
+    pthread_mutex_lock(&c->mu);
+    struct dlock__watchdog *wd = c->wd;
+    pthread_mutex_unlock(&c->mu);
+    return wd;
+}
+
 void dlock__watchdog_remove(dlock_client *c, dlock_lock *l)
 {
-    struct dlock__watchdog *wd = c->wd;
+    struct dlock__watchdog *wd = get_wd(c);
     if (wd == NULL)
         return;
     pthread_mutex_lock(&wd->mu);
@@ -299,17 +310,21 @@ void dlock__watchdog_remove(dlock_client *c, dlock_lock *l)
 
 void dlock__watchdog_set_ttl(dlock_client *c, dlock_lock *l, int64_t ttl_ms)
 {
-    struct dlock__watchdog *wd = c->wd;
+    struct dlock__watchdog *wd = get_wd(c);
+    if (wd == NULL)
+        return;
     pthread_mutex_lock(&wd->mu);
-    l->ttl_ms = ttl_ms;
-    l->next_renew_us = dlock__now_us() + ttl_ms * 1000 / 3;
-    pthread_cond_signal(&wd->wake);
+    if (l->renewing) {
+        l->ttl_ms = ttl_ms;
+        l->next_renew_us = dlock__now_us() + ttl_ms * 1000 / 3;
+        pthread_cond_signal(&wd->wake);
+    }
     pthread_mutex_unlock(&wd->mu);
 }
 
 void dlock__watchdog_stop(dlock_client *c)
 {
-    struct dlock__watchdog *wd = c->wd;
+    struct dlock__watchdog *wd = get_wd(c);
     if (wd == NULL)
         return;
     pthread_mutex_lock(&wd->mu);
@@ -325,5 +340,7 @@ void dlock__watchdog_stop(dlock_client *c)
     pthread_cond_destroy(&wd->idle);
     pthread_mutex_destroy(&wd->mu);
     free(wd);
+    pthread_mutex_lock(&c->mu);
     c->wd = NULL;
+    pthread_mutex_unlock(&c->mu);
 }

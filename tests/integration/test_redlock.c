@@ -149,7 +149,7 @@ static void test_three_of_five_down_is_noquorum(void **state)
     printf("FIG noquorum_killed_ms %lld ms\n", (long long)took);
     assert_int_equal(rc, DLOCK_ERR_NOQUORUM);
     assert_null(l);
-    assert_non_null(strstr(dlock_errmsg(), "2 of 5"));
+    assert_non_null(strstr(dlock_errmsg(), "of 5 servers answered, 3 needed"));
     /* Reconnecting to each dead node is bounded by the connect timeout. */
     assert_true(took <= (it_timeout_ms() + 1000) * dh_slack());
     assert_true(key_gone(3, key));
@@ -197,6 +197,43 @@ static void test_paused_node_costs_one_timeout(void **state)
     assert_int_equal(dlock_release(l), DLOCK_OK);
     printf("FIG release_with_paused_node_ms %lld ms\n", (long long)(dh_now_ms() - t0));
     dh_server_resume(&g_srv[2]);
+    dlock_client_free(c);
+}
+
+/* A node that restarted and then froze: the client must reconnect to it, the kernel
+ * accepts the connection, and the handshake never gets an answer. The other two
+ * decide the round; the frozen node must not cost the connect timeout. */
+static void test_reconnecting_node_does_not_delay(void **state)
+{
+    (void)state;
+    dlock_client *c = client(DLOCK_RESTART_OFF, 0, 0);
+    dlock_lock *l = it_acquire(c, "warmup", 5000);
+    assert_int_equal(dlock_release(l), DLOCK_OK);
+    assert_int_equal(dh_server_restart(&g_srv[1]), 0);
+    dh_server_pause(&g_srv[1]);
+    for (int i = 0; i < 3; i++) {
+        int64_t t0 = dh_now_ms();
+        l = it_acquire(c, "reconnecting", 5000);
+        int64_t took = dh_now_ms() - t0;
+        printf("FIG acquire_with_frozen_reconnect_ms %lld ms\n", (long long)took);
+        /* Well under the per-node timeout, let alone the 1 s connect timeout. */
+        assert_true(took < it_timeout_ms());
+        t0 = dh_now_ms();
+        assert_int_equal(dlock_release(l), DLOCK_OK);
+        assert_true(dh_now_ms() - t0 < it_timeout_ms());
+    }
+    dh_server_resume(&g_srv[1]);
+    /* Once it answers, the same connection finishes its handshake and takes part. */
+    l = it_acquire(c, "reconnecting", 5000);
+    char key[64];
+    it_key(key, sizeof key, "reconnecting");
+    int64_t until = dh_now_ms() + 500 * dh_slack();
+    while (it_exists(&g_srv[1], key) == 0 && dh_now_ms() < until) {
+        assert_int_equal(dlock_extend(l, 5000), DLOCK_OK);
+        dh_sleep_ms(10);
+    }
+    assert_int_equal(it_exists(&g_srv[1], key), 1);
+    assert_int_equal(dlock_release(l), DLOCK_OK);
     dlock_client_free(c);
 }
 
@@ -318,17 +355,22 @@ static void test_fences_strict_mode(void **state)
 {
     (void)state;
     fences_across_quorums(DLOCK_FENCE_STRICT);
-    /* Strict mode raised every granting node's counter before acquire returned. */
+    /* Strict mode raised a quorum's counters to the fence before acquire returned
+     * (a node still reconnecting may sit the round out), and none is above it. */
     dlock_client *c = client(DLOCK_RESTART_OFF, DLOCK_FENCE_STRICT, 0);
     dlock_lock *l = it_acquire(c, "strict", 5000);
     char key[64];
     it_fence_key(key, sizeof key, "strict");
+    int at_fence = 0;
     for (int i = 0; i < 3; i++) {
         char *v = it_get(&g_srv[i], key);
-        assert_non_null(v);
-        assert_int_equal(strtoull(v, NULL, 10), dlock_fence(l));
+        if (v != NULL) {
+            assert_true(strtoull(v, NULL, 10) <= dlock_fence(l));
+            at_fence += strtoull(v, NULL, 10) == dlock_fence(l);
+        }
         free(v);
     }
+    assert_true(at_fence >= 2);
     assert_int_equal(dlock_release(l), DLOCK_OK);
     dlock_client_free(c);
 }
@@ -477,6 +519,8 @@ int main(void)
     };
     const struct CMUnitTest three[] = {
         cmocka_unit_test_setup_teardown(test_paused_node_costs_one_timeout, setup3, teardown_nodes),
+        cmocka_unit_test_setup_teardown(test_reconnecting_node_does_not_delay, setup3,
+                                        teardown_nodes),
         cmocka_unit_test_setup_teardown(test_restart_voting, setup3, teardown_nodes),
         cmocka_unit_test_setup_teardown(test_fences_default_mode, setup3, teardown_nodes),
         cmocka_unit_test_setup_teardown(test_fences_strict_mode, setup3, teardown_nodes),

@@ -122,7 +122,7 @@ static void renewal_keeps_a_lock_past_its_ttl(void **state)
 static void steal_is_lost_at_once(void **state)
 {
     (void)state;
-    const int64_t ttl = 900;
+    const int64_t ttl = 900 * dh_slack();
     dlock_client *c = it_client(&g_srv, it_timeout_ms());
     lost_log lg = {0};
     dlock_lock *l = renewed(c, "stolen", ttl, &lg);
@@ -162,7 +162,8 @@ static void steal_is_lost_at_once(void **state)
 static void unreachable_is_lost_before_the_lease_ends(void **state)
 {
     (void)state;
-    const int64_t ttl = 900;
+    /* The lease must leave room for several per-node timeouts (100 ms * slack). */
+    const int64_t ttl = 900 * dh_slack();
     dlock_client *c = it_client(&g_srv, it_timeout_ms());
     lost_log lg = {0};
     dlock_lock *l = renewed(c, "paused", ttl, &lg);
@@ -186,7 +187,7 @@ static void unreachable_is_lost_before_the_lease_ends(void **state)
 static void short_blip_is_not_a_loss(void **state)
 {
     (void)state;
-    const int64_t ttl = 1500;
+    const int64_t ttl = 1500 * dh_slack();
     dlock_client *c = it_client(&g_srv, it_timeout_ms());
     lost_log lg = {0};
     dlock_lock *l = renewed(c, "blip", ttl, &lg);
