@@ -15,6 +15,7 @@
 #include "dlock.h"
 #include "duration.h"
 #include "escape.h"
+#include "run.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -124,6 +125,8 @@ struct cmd_opts {
     int64_t ttl_ms;
     int64_t wait_ms;
     const char *label;
+    const char *signal; /* run -k, checked by run.c */
+    const char *grace;  /* run -g, checked by run.c */
 };
 
 struct command {
@@ -131,6 +134,7 @@ struct command {
     const char *shortopts; /* beyond the common "s:qh" */
     int nargs;             /* exact number of operands */
     const char *operands;  /* for messages: "NAME TOKEN" */
+    bool takes_cmd;        /* operands end at "--", CMD [ARG...] follows (run) */
     int (*run)(struct cli *cli, char **args, const struct cmd_opts *o);
     const char *help;
 };
@@ -388,6 +392,30 @@ static int cmd_status(struct cli *cli, char **args, const struct cmd_opts *o)
     return 0;
 }
 
+/* run: args are NAME, "--", CMD [ARG...] (NULL-terminated). run.c does the work;
+ * its own options are checked before the client is made. */
+static int cmd_run(struct cli *cli, char **args, const struct cmd_opts *o)
+{
+    struct cli_run_args a;
+    memset(&a, 0, sizeof a);
+    a.name = args[0];
+    a.cmd = args + 2;
+    a.ttl_ms = o->ttl_ms;
+    a.wait_ms = o->wait_ms;
+    a.label = o->label;
+    a.signal = o->signal;
+    a.grace = o->grace;
+    a.quiet = cli->quiet;
+    a.fail_call = fail_call;
+    int code = cli_run_check(&a);
+    if (code != 0)
+        return code;
+    code = client_open(cli);
+    if (code != 0)
+        return code;
+    return cli_run(cli->client, &a);
+}
+
 /* ---- help ------------------------------------------------------------------- */
 
 #define DURATIONS_HELP                                                                             \
@@ -407,6 +435,8 @@ static const char main_help[] =
     "                       set the lease of a held lock to TTL from now\n"
     "  release NAME TOKEN   release a held lock\n"
     "  status NAME          who holds NAME, for how long, and its last fence\n"
+    "  run [-t TTL] [-w WAIT] [-k SIGNAL] [-g GRACE] [-l LABEL] NAME -- CMD [ARG...]\n"
+    "                       hold NAME while CMD runs, renewing it; exit with CMD's status\n"
     "\n"
     "Options (also accepted after the command):\n"
     "  -s, --servers URLS   comma-separated servers (default $DLOCK_SERVERS, else\n"
@@ -429,9 +459,12 @@ static const char main_help[] =
     "  64  usage error or invalid argument\n"
     "  69  servers unreachable, no quorum, or timeout\n"
     "  70  internal error\n"
-    "  73  lock lost or not held by this TOKEN\n"
+    "  73  lock lost or not held by this TOKEN (run: lost while CMD ran)\n"
     "  75  not acquired within WAIT, or the wait was canceled\n"
-    "  77  authentication refused\n";
+    "  77  authentication refused\n"
+    "  126 run: CMD could not be executed\n"
+    "  127 run: CMD not found\n"
+    "Otherwise run exits with CMD's status (128+n if signal n killed it).\n";
 
 static const char acquire_help[] =
     "Usage: dlock [OPTIONS] acquire [-t TTL] [-w WAIT] [-l LABEL] NAME\n"
@@ -495,11 +528,54 @@ static const char status_help[] =
     "Exit status: 0 whenever the servers answered (held or free), 69 servers\n"
     "unreachable, 64 usage error (see dlock --help).\n";
 
+static const char run_help[] =
+    "Usage: dlock [OPTIONS] run [-t TTL] [-w WAIT] [-k SIGNAL] [-g GRACE] [-l LABEL]\n"
+    "                           NAME -- CMD [ARG...]\n"
+    "\n"
+    "Take the lock NAME (waiting up to WAIT), run CMD while holding it, renewing the\n"
+    "lease every TTL/3, and release it when CMD ends. CMD's environment has\n"
+    "DLOCK_NAME, DLOCK_TOKEN and DLOCK_FENCE; CMD leads its own process group, and\n"
+    "SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1 and SIGUSR2 sent to dlock are passed\n"
+    "on to that group.\n"
+    "\n"
+    "If the lock is lost (a renewal finds another owner, or reaches no quorum before\n"
+    "the lease runs out), CMD's process group gets SIGNAL, then SIGKILL after GRACE,\n"
+    "and dlock exits 73. dlock does not wait for the loss to be certain: it keeps a\n"
+    "safe-until time, the end of the lease it last had confirmed minus GRACE minus a\n"
+    "margin of max(100ms, TTL/20), on CLOCK_BOOTTIME (time suspended counts); when\n"
+    "no renewal has been confirmed by then, the same sequence starts, so that CMD is\n"
+    "dead before anyone else can obtain the lock.\n"
+    "\n"
+    "  -t, --ttl TTL        lease, renewed every TTL/3 (default 30s)\n"
+    "  -w, --wait WAIT      how long to wait while another owner holds NAME: a\n"
+    "                       duration, 0 to try once, or forever (the default)\n"
+    "  -k, --signal SIGNAL  sent first when the lock is lost (default TERM): a name\n"
+    "                       (TERM, INT, HUP, KILL, USR1, ..., SIG optional) or a number\n"
+    "  -g, --grace GRACE    from SIGNAL to SIGKILL (default TTL/4); shorter than TTL/2,\n"
+    "                       and TTL - GRACE - margin must exceed TTL/3\n"
+    "  -l, --label LABEL    text stored with the lock, shown by `dlock status`\n"
+    "  -q, --quiet          no status line while waiting on a terminal\n"
+    "  -h, --help           this help\n"
+    "\n" DURATIONS_HELP "\n"
+    "While it waits on a terminal, one status line says who holds NAME and for how\n"
+    "long. Before CMD starts, SIGINT, SIGTERM or SIGHUP cancels the wait (exit 75).\n"
+    "Processes that CMD leaves running in the background when it exits normally are\n"
+    "not waited for; after a loss, what is left of its process group is killed.\n"
+    "\n"
+    "Exit status: CMD's (128+n if signal n killed it), 126 CMD could not be\n"
+    "executed, 127 CMD not found, 73 the lock was lost while CMD ran, 75 not\n"
+    "acquired within WAIT or canceled, 69 servers unreachable, 77 authentication\n"
+    "refused, 64 usage error (see dlock --help).\n"
+    "\n"
+    "Example:\n"
+    "  dlock run -t 1m -w 0 nightly-backup -- ./backup.sh --full\n";
+
 static const struct command commands[] = {
-    {"acquire", "t:w:l:", 1, "NAME", cmd_acquire, acquire_help},
-    {"extend", "t:", 2, "NAME TOKEN", cmd_extend, extend_help},
-    {"release", "", 2, "NAME TOKEN", cmd_release, release_help},
-    {"status", "", 1, "NAME", cmd_status, status_help},
+    {"acquire", "t:w:l:", 1, "NAME", false, cmd_acquire, acquire_help},
+    {"extend", "t:", 2, "NAME TOKEN", false, cmd_extend, extend_help},
+    {"release", "", 2, "NAME TOKEN", false, cmd_release, release_help},
+    {"status", "", 1, "NAME", false, cmd_status, status_help},
+    {"run", "t:w:l:k:g:", 1, "NAME", true, cmd_run, run_help},
 };
 
 /* ---- command line ----------------------------------------------------------- */
@@ -512,7 +588,8 @@ static const struct option long_options[] = {
     {"quiet", no_argument, NULL, 'q'},         {"json", no_argument, NULL, OPT_JSON},
     {"help", no_argument, NULL, 'h'},          {"version", no_argument, NULL, 'V'},
     {"ttl", required_argument, NULL, 't'},     {"wait", required_argument, NULL, 'w'},
-    {"label", required_argument, NULL, 'l'},   {NULL, 0, NULL, 0},
+    {"label", required_argument, NULL, 'l'},   {"signal", required_argument, NULL, 'k'},
+    {"grace", required_argument, NULL, 'g'},   {NULL, 0, NULL, 0},
 };
 
 static int usage_error(const struct command *cmd, const char *fmt, ...)
@@ -607,6 +684,12 @@ static int parse_options(struct cli *cli, const struct command *cmd, int argc, c
         case 'l':
             o->label = optarg;
             break;
+        case 'k':
+            o->signal = optarg;
+            break;
+        case 'g':
+            o->grace = optarg;
+            break;
         case ':':
             return usage_error(cmd, "option %s needs a value",
                                bad_option(argv, optbuf, sizeof optbuf));
@@ -638,7 +721,7 @@ int main(int argc, char **argv)
     signal(SIGPIPE, SIG_IGN);
 
     struct cli cli = {NULL, NULL, false, false, NULL};
-    struct cmd_opts o = {DLOCK_TTL_DEFAULT_MS, CLI_WAIT_FOREVER, NULL};
+    struct cmd_opts o = {DLOCK_TTL_DEFAULT_MS, CLI_WAIT_FOREVER, NULL, NULL, NULL};
     int code = parse_options(&cli, NULL, argc, argv, &o);
     if (code != -1)
         return code;
@@ -654,9 +737,32 @@ int main(int argc, char **argv)
 
     int cargc = argc - optind;
     char **cargv = argv + optind;
-    code = parse_options(&cli, cmd, cargc, cargv, &o);
+    /* run: options and NAME end at the first "--"; what follows is CMD, whose
+     * options are its own, so getopt never sees it. */
+    int dashes = -1;
+    if (cmd->takes_cmd)
+        for (int i = 1; i < cargc && dashes < 0; i++)
+            if (strcmp(cargv[i], "--") == 0)
+                dashes = i;
+    code = parse_options(&cli, cmd, dashes >= 0 ? dashes : cargc, cargv, &o);
     if (code != -1)
         return code;
+    if (cmd->takes_cmd) {
+        int nargs = (dashes >= 0 ? dashes : cargc) - optind;
+        if (nargs == 0)
+            return usage_error(cmd, "missing NAME");
+        if (dashes < 0)
+            return usage_error(cmd, "missing \"--\" and CMD after NAME (dlock run NAME -- CMD)");
+        if (nargs > 1)
+            return usage_error(cmd, "unexpected argument \"%.64s\" before \"--\"",
+                               cargv[optind + 1]);
+        if (dashes + 1 >= cargc)
+            return usage_error(cmd, "missing CMD after \"--\"");
+        /* getopt moved NAME next to "--": the command gets NAME, "--", CMD... */
+        code = cmd->run(&cli, cargv + optind, &o);
+        dlock_client_free(cli.client);
+        return code;
+    }
     int nargs = cargc - optind;
     if (nargs < cmd->nargs) {
         /* Name the operands still missing: "NAME TOKEN" after none, "TOKEN" after one. */

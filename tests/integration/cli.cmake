@@ -3,3 +3,8 @@
 dlock_add_test(test_cli SOURCES test_cli.c itest.c LABELS integration)
 # The test runs the built command ($DLOCK_CLI), so build it first.
 add_dependencies(test_cli dlock_cli)
+# `dlock run` (tests/integration/test_run.c): it also checks that the man page
+# (docs/dlock.1 and its source docs/dlock.1.md) names every command and exit code.
+dlock_add_test(test_run SOURCES test_run.c itest.c LABELS integration)
+add_dependencies(test_run dlock_cli)
+target_compile_definitions(test_run PRIVATE DLOCK_SOURCE_DIR="${PROJECT_SOURCE_DIR}")

@@ -499,7 +499,7 @@ static void test_usage_errors(void **state)
     expect_failure(&r, 64, NULL, true);
     RUN(&r, "frobnicate", "x");
     expect_failure(&r, 64, "frobnicate", true);
-    RUN(&r, "run", "cli-use", "--", "true"); /* a later issue; not a command yet */
+    RUN(&r, "run", "cli-use", "true"); /* no "--" before the command */
     expect_failure(&r, 64, NULL, true);
     RUN(&r, "--no-such-option", "status", "x");
     expect_failure(&r, 64, "--no-such-option", true);
