@@ -84,6 +84,16 @@ static int format_batch(dlock_client *c, dlock_lock **batch, int k, dlock__call 
     return rc;
 }
 
+/* For the round's early end: a node answered the batch (whatever it said per lock).
+ * With a quorum of answers, a node still connecting cannot change more than it could
+ * in the next turn, and waiting for it (up to the connect timeout) would come off
+ * every lock's validity. */
+static bool answered(const dlock__req *r, int i, void *arg)
+{
+    (void)i;
+    return r->reply->type == REDIS_REPLY_STRING && r->reply->len == *(const size_t *)arg;
+}
+
 /* One turn: renew the k locks of batch on every node, then act on the outcome. */
 static void renew(dlock_client *c, struct dlock__watchdog *wd, dlock_lock **batch, int k)
 {
@@ -94,9 +104,10 @@ static void renew(dlock_client *c, struct dlock__watchdog *wd, dlock_lock **batc
     pthread_mutex_unlock(&wd->mu);
     rd.set = rc == DLOCK_OK ? dlock__connset_get(c) : NULL;
     if (rd.set != NULL) {
+        size_t want = (size_t)k;
         dlock__call_reqs(&call, rd.reqs, c->n, true);
         rd.start_us = dlock__now_us();
-        dlock__fanout(c, rd.set->conns, rd.reqs, c->n);
+        dlock__fanout_vote(c, rd.set->conns, rd.reqs, c->n, answered, &want);
         rd.end_us = dlock__now_us();
     }
 
