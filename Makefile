@@ -7,7 +7,7 @@ JOBS     ?= $(shell nproc 2>/dev/null || echo 2)
 CMAKE_FLAGS ?=
 WERROR   ?= OFF
 
-.PHONY: all deps test test-asan test-faults demo install format format-check clean
+.PHONY: all deps test test-asan test-tsan test-faults demo install format format-check clean
 
 all: deps
 	@cmake -S . -B $(BUILD) -DDLOCK_WERROR=$(WERROR) -DCMAKE_INSTALL_PREFIX=$(PREFIX) $(CMAKE_FLAGS) >/dev/null
@@ -24,6 +24,14 @@ test: all
 test-asan: deps
 	@$(MAKE) --no-print-directory test BUILD=build-asan \
 	  CMAKE_FLAGS="-DDLOCK_SANITIZE=address,undefined -DCMAKE_BUILD_TYPE=Debug $(CMAKE_FLAGS)"
+
+# The same suite under ThreadSanitizer. Liveness bounds get DLOCK_TEST_SLACK=10
+# (docs/testing.md): TSan slows everything down, safety assertions stay exact.
+test-tsan: deps
+	@$(MAKE) --no-print-directory all BUILD=build-tsan \
+	  CMAKE_FLAGS="-DDLOCK_SANITIZE=thread -DCMAKE_BUILD_TYPE=Debug $(CMAKE_FLAGS)"
+	cd build-tsan && DLOCK_TEST_SLACK=10 TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1" \
+	  ctest --output-on-failure -j $(JOBS) -E 'bench_quick|demo_quick'
 
 # The flash sale, a node killed mid-run, a stale holder fenced off: tools/demo.sh, on
 # redis-server processes it starts itself. The build's output is shown only if it fails.
