@@ -238,6 +238,40 @@ static void test_reconnecting_node_does_not_delay(void **state)
     dlock_client_free(c);
 }
 
+/* The CLI takes several servers with no other change (issue 3): -s a,b,c or
+ * $DLOCK_SERVERS, and works with one of three nodes killed. */
+static void test_cli_with_three_servers(void **state)
+{
+    (void)state;
+    char out[512], err[512], key[64];
+    it_key(key, sizeof key, "cli-redlock");
+    const char *acquire[] = {dh_cli_path(), "-s",  g_urls,        "acquire",
+                             "-t",          "10s", "cli-redlock", NULL};
+    assert_int_equal(dh_run(acquire, NULL, out, sizeof out, err, sizeof err), 0);
+    char token[64];
+    unsigned long long fence = 0;
+    assert_int_equal(sscanf(out, "%63s %llu", token, &fence), 2);
+    assert_true(fence > 0);
+    for (int i = 0; i < 3; i++)
+        assert_true(it_pttl(&g_srv[i], key) > 9000);
+    /* A second holder is refused on the quorum: exit 75. */
+    const char *again[] = {dh_cli_path(), "-s", g_urls, "acquire", "-w", "0", "cli-redlock", NULL};
+    assert_int_equal(dh_run(again, NULL, out, sizeof out, err, sizeof err), 75);
+    /* One node down: status and release still reach a quorum. */
+    dh_server_kill(&g_srv[2]);
+    char env[sizeof g_urls + 16];
+    snprintf(env, sizeof env, "DLOCK_SERVERS=%s", g_urls);
+    const char *const envs[] = {env, NULL};
+    const char *status[] = {dh_cli_path(), "--json", "status", "cli-redlock", NULL};
+    assert_int_equal(dh_run(status, envs, out, sizeof out, err, sizeof err), 0);
+    assert_non_null(strstr(out, "\"state\":\"held\""));
+    const char *release[] = {dh_cli_path(), "release", "cli-redlock", token, NULL};
+    assert_int_equal(dh_run(release, envs, out, sizeof out, err, sizeof err), 0);
+    assert_int_equal(it_exists(&g_srv[0], key), 0);
+    assert_int_equal(it_exists(&g_srv[1], key), 0);
+    assert_int_equal(dh_server_restart(&g_srv[2]), 0);
+}
+
 /* ---- restarts ------------------------------------------------------------------ */
 
 /* Make node i refuse writes (-NOREPLICAS), or accept them again. */
@@ -522,6 +556,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_paused_node_costs_one_timeout, setup3, teardown_nodes),
         cmocka_unit_test_setup_teardown(test_reconnecting_node_does_not_delay, setup3,
                                         teardown_nodes),
+        cmocka_unit_test_setup_teardown(test_cli_with_three_servers, setup3, teardown_nodes),
         cmocka_unit_test_setup_teardown(test_restart_voting, setup3, teardown_nodes),
         cmocka_unit_test_setup_teardown(test_fences_default_mode, setup3, teardown_nodes),
         cmocka_unit_test_setup_teardown(test_fences_strict_mode, setup3, teardown_nodes),
