@@ -53,11 +53,11 @@ static int apply_config(dlock_client *c, const dlock_config *cfg)
     size_t plen = strlen(prefix);
     if (plen > DLOCK_PREFIX_MAX)
         return dlock__fail(DLOCK_ERR_INVALID, "prefix longer than %d bytes", DLOCK_PREFIX_MAX);
-    if ((c->prefix = strdup(prefix)) == NULL)
+    if ((c->prefix = dlock__strdup(prefix)) == NULL)
         return dlock__fail(DLOCK_ERR_NOMEM, "out of memory");
     c->prefix_len = plen;
     if (cfg->password != NULL && cfg->password[0] != '\0' &&
-        (c->password = strdup(cfg->password)) == NULL)
+        (c->password = dlock__strdup(cfg->password)) == NULL)
         return dlock__fail(DLOCK_ERR_NOMEM, "out of memory");
     c->timeout_us = (cfg->timeout_ms ? cfg->timeout_ms : 50) * 1000;
     c->connect_timeout_us = (cfg->connect_timeout_ms ? cfg->connect_timeout_ms : 1000) * 1000;
@@ -89,7 +89,7 @@ int dlock_client_new(const char *servers, const dlock_config *cfg, dlock_client 
     *out = NULL;
     if (servers == NULL)
         return dlock__fail(DLOCK_ERR_INVALID, "servers is NULL");
-    dlock_client *c = calloc(1, sizeof *c);
+    dlock_client *c = dlock__calloc(1, sizeof *c);
     if (c == NULL)
         return dlock__fail(DLOCK_ERR_NOMEM, "out of memory");
     c->magic = DLOCK_CLIENT_MAGIC;
@@ -104,7 +104,7 @@ int dlock_client_new(const char *servers, const dlock_config *cfg, dlock_client 
         if (rc != DLOCK_OK)
             dlock__fail(rc, "%s", err);
     }
-    if (rc == DLOCK_OK && (c->nodes = calloc((size_t)c->n, sizeof *c->nodes)) == NULL)
+    if (rc == DLOCK_OK && (c->nodes = dlock__calloc((size_t)c->n, sizeof *c->nodes)) == NULL)
         rc = dlock__fail(DLOCK_ERR_NOMEM, "out of memory");
     if (rc == DLOCK_OK) {
         for (int i = 0; i < c->n; i++) {
@@ -221,7 +221,7 @@ dlock__connset *dlock__connset_get(dlock_client *c)
     pthread_mutex_unlock(&c->mu);
     if (s != NULL)
         return s;
-    s = malloc(sizeof *s + (size_t)c->n * sizeof s->conns[0]);
+    s = dlock__malloc(sizeof *s + (size_t)c->n * sizeof s->conns[0]);
     if (s == NULL)
         return NULL;
     s->next = NULL;

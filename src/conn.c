@@ -78,7 +78,7 @@ int dlock__conn_queue(dlock__conn *c, const char *buf, size_t len)
         size_t cap = c->outcap ? c->outcap : 256;
         while (cap < c->outlen + len)
             cap *= 2;
-        char *p = realloc(c->out, cap);
+        char *p = dlock__realloc(c->out, cap);
         if (p == NULL)
             return dlock__fail(DLOCK_ERR_NOMEM, "out of memory queueing a command");
         c->out = p;

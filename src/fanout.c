@@ -138,6 +138,7 @@ static void step(struct dlock_client *cl, dlock__conn *c, dlock__req *r, short r
     }
     if (!(revents & (POLLIN | POLLERR | POLLHUP)))
         return;
+    DLOCK_PAUSE_POINT(DLOCK_HOOK_BEFORE_READ);
     if ((rc = dlock__conn_read(c, r->detail, sizeof r->detail)) != DLOCK_OK) {
         fail(c, r, rc);
         return;
@@ -227,6 +228,7 @@ void dlock__fanout_vote(struct dlock_client *cl, dlock__conn *conns, dlock__req 
         begin(cl, &conns[i], &reqs[i], start);
     }
 
+    DLOCK_PAUSE_POINT(DLOCK_HOOK_AFTER_SEND);
     for (;;) {
         int64_t now = dlock__now_us(), next = INT64_MAX;
         int nfds = 0;

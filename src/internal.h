@@ -27,6 +27,17 @@
 #include <stdbool.h>
 #include <sys/types.h>
 
+#include "hooks.h"
+
+/* ---- alloc.c ---------------------------------------------------------------- */
+
+/* The library's allocations (the test build can make any of them fail). Free with
+ * free(). */
+void *dlock__malloc(size_t n);
+void *dlock__calloc(size_t count, size_t size);
+void *dlock__realloc(void *p, size_t n);
+char *dlock__strdup(const char *s);
+
 /* ---- error.c ---------------------------------------------------------------- */
 
 /* Record a detail for the calling thread and return err (so `return dlock__fail(...)`). */

@@ -73,7 +73,7 @@ static int keys_make(const dlock_client *c, const char *name, size_t name_len, k
     const char **dst[5] = {&k->lock, &k->fence, &k->wake, &k->queue, &k->qexp};
     size_t *len[5] = {&k->lock_len, &k->fence_len, &k->wake_len, &k->queue_len, &k->qexp_len};
     size_t base = c->prefix_len + name_len + sizeof "{}";
-    k->buf = malloc(5 * base + sizeof ":fence:wake:queue:qexp");
+    k->buf = dlock__malloc(5 * base + sizeof ":fence:wake:queue:qexp");
     if (k->buf == NULL)
         return dlock__fail(DLOCK_ERR_NOMEM, "out of memory");
     char *p = k->buf;
@@ -247,8 +247,8 @@ static void lock_free(dlock_lock *l)
 
 static int lock_new(dlock_client *c, const char *name, dlock_lock **out)
 {
-    dlock_lock *l = calloc(1, sizeof *l);
-    if (l == NULL || (l->name = strdup(name)) == NULL) {
+    dlock_lock *l = dlock__calloc(1, sizeof *l);
+    if (l == NULL || (l->name = dlock__strdup(name)) == NULL) {
         free(l);
         return dlock__fail(DLOCK_ERR_NOMEM, "out of memory");
     }
@@ -690,6 +690,7 @@ out:
         return dlock__fail(rc, "%s", saved);
     }
     attach(c, l);
+    DLOCK_PAUSE_POINT(DLOCK_HOOK_ACQUIRED);
     dlock__clear_error();
     *out = l;
     return DLOCK_OK;

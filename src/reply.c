@@ -18,7 +18,7 @@
 /* Attach a new reply object to its parent array, if it has one. */
 static redisReply *new_reply(const redisReadTask *task, int type)
 {
-    redisReply *r = calloc(1, sizeof *r);
+    redisReply *r = dlock__calloc(1, sizeof *r);
     if (r == NULL)
         return NULL;
     r->type = type;
@@ -31,7 +31,7 @@ static redisReply *new_reply(const redisReadTask *task, int type)
 
 static void *create_string(const redisReadTask *task, char *str, size_t len)
 {
-    char *copy = malloc(len + 1);
+    char *copy = dlock__malloc(len + 1);
     if (copy == NULL)
         return NULL;
     redisReply *r = new_reply(task, task->type);
@@ -56,7 +56,7 @@ static void *create_array(const redisReadTask *task, int elements)
         return NULL;
     }
     redisReply **el = NULL;
-    if (elements > 0 && (el = calloc((size_t)elements, sizeof *el)) == NULL)
+    if (elements > 0 && (el = dlock__calloc((size_t)elements, sizeof *el)) == NULL)
         return NULL;
     redisReply *r = new_reply(task, REDIS_REPLY_ARRAY);
     if (r == NULL) {

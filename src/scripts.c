@@ -245,8 +245,8 @@ static int format(const char *verb, const char *head, int nkeys, int nargs, cons
     if (nargs < 0 || nargs > 1000000)
         return dlock__fail(DLOCK_ERR_INVALID, "bad number of script arguments");
     if (nargs > 12) {
-        argv = malloc((size_t)(3 + nargs) * sizeof *argv);
-        argvlen = malloc((size_t)(3 + nargs) * sizeof *argvlen);
+        argv = dlock__malloc((size_t)(3 + nargs) * sizeof *argv);
+        argvlen = dlock__malloc((size_t)(3 + nargs) * sizeof *argvlen);
         if (argv == NULL || argvlen == NULL) {
             free(argv);
             free(argvlen);

@@ -51,7 +51,7 @@ static int hexval(char c)
 static int decode(span s, char **out, const char *what, char *err, size_t errlen)
 {
     *out = NULL;
-    char *d = malloc(s.n + 1);
+    char *d = dlock__malloc(s.n + 1);
     if (d == NULL)
         return DLOCK_ERR_NOMEM;
     size_t k = 0;
@@ -76,7 +76,7 @@ static int decode(span s, char **out, const char *what, char *err, size_t errlen
 
 static char *dup_span(span s)
 {
-    char *d = malloc(s.n + 1);
+    char *d = dlock__malloc(s.n + 1);
     if (d != NULL) {
         memcpy(d, s.p, s.n);
         d[s.n] = '\0';
@@ -269,7 +269,7 @@ static int make_display(dlock__addr *a)
         size_t used = strlen(buf);
         snprintf(buf + used, sizeof buf - used, a->is_unix ? "?db=%d" : "/%d", a->db);
     }
-    a->display = strdup(buf);
+    a->display = dlock__strdup(buf);
     return a->display ? DLOCK_OK : DLOCK_ERR_NOMEM;
 }
 
@@ -331,7 +331,7 @@ int dlock__url_parse_list(const char *list, int max, dlock__addr **out, int *n, 
         count += *p == ',';
     if (count > max)
         return bad(err, errlen, "%d servers given, at most %d are supported", count, max);
-    dlock__addr *addrs = calloc((size_t)count, sizeof *addrs);
+    dlock__addr *addrs = dlock__calloc((size_t)count, sizeof *addrs);
     if (addrs == NULL)
         return DLOCK_ERR_NOMEM;
     const char *p = list;

@@ -292,13 +292,13 @@ static void *subscriber_main(void *arg)
 /* Create the wait system and start its thread, once per client. Called with c->mu. */
 static int start(dlock_client *c)
 {
-    struct dlock__waitsys *ws = calloc(1, sizeof *ws);
+    struct dlock__waitsys *ws = dlock__calloc(1, sizeof *ws);
     if (ws == NULL)
         return dlock__fail(DLOCK_ERR_NOMEM, "out of memory");
-    ws->conns = calloc((size_t)c->n, sizeof *ws->conns);
-    ws->retry_at_us = calloc((size_t)c->n, sizeof *ws->retry_at_us);
-    ws->backoff_us = calloc((size_t)c->n, sizeof *ws->backoff_us);
-    ws->connected_once = calloc((size_t)c->n, sizeof *ws->connected_once);
+    ws->conns = dlock__calloc((size_t)c->n, sizeof *ws->conns);
+    ws->retry_at_us = dlock__calloc((size_t)c->n, sizeof *ws->retry_at_us);
+    ws->backoff_us = dlock__calloc((size_t)c->n, sizeof *ws->backoff_us);
+    ws->connected_once = dlock__calloc((size_t)c->n, sizeof *ws->connected_once);
     ws->ctl = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
     pthread_condattr_t ca;
     pthread_condattr_init(&ca);
@@ -345,7 +345,7 @@ int dlock__wait_join(dlock_client *c, const char *chan, size_t len, const char *
     if (rc != DLOCK_OK)
         return rc;
     struct dlock__waitsys *ws = c->wait;
-    dlock__waiter *w = calloc(1, sizeof *w);
+    dlock__waiter *w = dlock__calloc(1, sizeof *w);
     if (w == NULL)
         return dlock__fail(DLOCK_ERR_NOMEM, "out of memory");
     memcpy(w->token, token, DLOCK_TOKEN_LEN + 1);
@@ -356,8 +356,8 @@ int dlock__wait_join(dlock_client *c, const char *chan, size_t len, const char *
     pthread_mutex_lock(&ws->mu);
     channel *ch = find_channel(ws, chan, len);
     if (ch == NULL) {
-        ch = calloc(1, sizeof *ch);
-        if (ch == NULL || (ch->name = malloc(len + 1)) == NULL) {
+        ch = dlock__calloc(1, sizeof *ch);
+        if (ch == NULL || (ch->name = dlock__malloc(len + 1)) == NULL) {
             pthread_mutex_unlock(&ws->mu);
             free(ch);
             close(w->efd);

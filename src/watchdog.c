@@ -61,9 +61,9 @@ static void deadline_from_now(struct timespec *ts, int64_t rel_us)
  * handles' keys and tokens are stable while in_batch). */
 static int format_batch(dlock_client *c, dlock_lock **batch, int k, dlock__call *call)
 {
-    const char **args = malloc((size_t)k * 3 * sizeof *args);
-    size_t *lens = malloc((size_t)k * 3 * sizeof *lens);
-    char(*ttl)[24] = malloc((size_t)k * sizeof *ttl);
+    const char **args = dlock__malloc((size_t)k * 3 * sizeof *args);
+    size_t *lens = dlock__malloc((size_t)k * 3 * sizeof *lens);
+    char(*ttl)[24] = dlock__malloc((size_t)k * sizeof *ttl);
     int rc = DLOCK_ERR_NOMEM;
     if (args != NULL && lens != NULL && ttl != NULL) {
         for (int j = 0; j < k; j++) {
@@ -102,6 +102,7 @@ static void renew(dlock_client *c, struct dlock__watchdog *wd, dlock_lock **batc
     pthread_mutex_lock(&wd->mu);
     int rc = format_batch(c, batch, k, &call);
     pthread_mutex_unlock(&wd->mu);
+    DLOCK_PAUSE_POINT(DLOCK_HOOK_BEFORE_RENEW);
     rd.set = rc == DLOCK_OK ? dlock__connset_get(c) : NULL;
     if (rd.set != NULL) {
         size_t want = (size_t)k;
@@ -118,7 +119,7 @@ static void renew(dlock_client *c, struct dlock__watchdog *wd, dlock_lock **batc
         answer[i] = r && r->type == REDIS_REPLY_STRING && r->len == (size_t)k ? r->str : NULL;
     }
     int64_t now = dlock__now_us();
-    dlock_lock **lost = malloc((size_t)k * sizeof *lost);
+    dlock_lock **lost = dlock__malloc((size_t)k * sizeof *lost);
     int nlost = 0;
     pthread_mutex_lock(&wd->mu);
     for (int j = 0; j < k; j++) {
@@ -200,7 +201,7 @@ static void *watchdog_main(void *arg)
             }
             if (k == cap) {
                 int ncap = cap ? cap * 2 : 64;
-                dlock_lock **nb = realloc(batch, (size_t)ncap * sizeof *nb);
+                dlock_lock **nb = dlock__realloc(batch, (size_t)ncap * sizeof *nb);
                 if (nb == NULL)
                     break; /* renew what fits; the rest next turn */
                 batch = nb;
@@ -232,7 +233,7 @@ static void *watchdog_main(void *arg)
 /* Create the watchdog and start its thread, once per client. Called with c->mu. */
 static int start(dlock_client *c)
 {
-    struct dlock__watchdog *wd = calloc(1, sizeof *wd);
+    struct dlock__watchdog *wd = dlock__calloc(1, sizeof *wd);
     if (wd == NULL)
         return dlock__fail(DLOCK_ERR_NOMEM, "out of memory");
     pthread_condattr_t ca;
@@ -259,7 +260,7 @@ int dlock__watchdog_add(dlock_client *c, dlock_lock *l, int64_t ttl_ms, dlock_lo
                         void *user)
 {
     size_t len = c->prefix_len + l->name_len + 2;
-    char *key = malloc(len + 1);
+    char *key = dlock__malloc(len + 1);
     if (key == NULL)
         return dlock__fail(DLOCK_ERR_NOMEM, "out of memory");
     memcpy(key, c->prefix, c->prefix_len);
