@@ -7,7 +7,7 @@ JOBS     ?= $(shell nproc 2>/dev/null || echo 2)
 CMAKE_FLAGS ?=
 WERROR   ?= OFF
 
-.PHONY: all deps test test-asan test-tsan test-faults demo install format format-check clean
+.PHONY: all deps test test-asan test-tsan test-faults soak demo install format format-check clean
 
 all: deps
 	@cmake -S . -B $(BUILD) -DDLOCK_WERROR=$(WERROR) -DCMAKE_INSTALL_PREFIX=$(PREFIX) $(CMAKE_FLAGS) >/dev/null
@@ -16,9 +16,18 @@ all: deps
 deps:
 	@tools/ensure-deps.sh
 
-# The quick tier: unit tests and integration tests against real redis-server processes.
+# The quick tier: unit and integration tests against real redis-server processes, and
+# the fault suite's quick scenarios (label "slow" and "soak" are left out).
 test: all
-	cd $(BUILD) && ctest --output-on-failure -j $(JOBS)
+	cd $(BUILD) && ctest --output-on-failure -j $(JOBS) -LE 'slow|soak'
+
+# The whole fault-injection suite (tests/faults, docs/testing.md), quick and slow.
+test-faults: all
+	cd $(BUILD) && ctest --output-on-failure -j $(JOBS) -L faults
+
+# The 10-minute soak with faults (DLOCK_SOAK_SECONDS shortens it).
+soak: all
+	cd $(BUILD) && ctest --output-on-failure -L soak
 
 # The same suite under AddressSanitizer and UndefinedBehaviorSanitizer.
 test-asan: deps
@@ -31,7 +40,7 @@ test-tsan: deps
 	@$(MAKE) --no-print-directory all BUILD=build-tsan \
 	  CMAKE_FLAGS="-DDLOCK_SANITIZE=thread -DCMAKE_BUILD_TYPE=Debug $(CMAKE_FLAGS)"
 	cd build-tsan && DLOCK_TEST_SLACK=10 TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1" \
-	  ctest --output-on-failure -j $(JOBS) -E 'bench_quick|demo_quick'
+	  ctest --output-on-failure -j $(JOBS) -E 'bench_quick|demo_quick' -LE 'slow|soak'
 
 # The flash sale, a node killed mid-run, a stale holder fenced off: tools/demo.sh, on
 # redis-server processes it starts itself. The build's output is shown only if it fails.

@@ -25,17 +25,26 @@ int64_t dlock__real_now_us(void)
     return boottime_us();
 }
 
+/* The largest time the test clock has reported (test build only). */
+static _Atomic int64_t high_water;
+
 /* The test build's clock: the real one, frozen, offset or running at a wrong rate as
- * the fault tests set it (hooks.h). */
+ * the fault tests set it (hooks.h). A backward step is held at the last value given
+ * out, as CLOCK_BOOTTIME itself guarantees in the shipped build: every elapsed time
+ * and validity in src/ relies on a clock that never goes back. */
 int64_t dlock__now_us(void)
 {
-    int64_t frozen = atomic_load(&dlock__test_hooks.frozen_at_us);
-    if (frozen != 0)
-        return frozen;
-    int64_t real = boottime_us();
-    int64_t ppm = atomic_load(&dlock__test_hooks.rate_ppm);
-    int64_t skew = ppm ? (real - atomic_load(&dlock__test_hooks.rate_base_us)) * ppm / 1000000 : 0;
-    return real + atomic_load(&dlock__test_hooks.offset_us) + skew;
+    int64_t t = atomic_load(&dlock__test_hooks.frozen_at_us);
+    if (t == 0) {
+        int64_t real = boottime_us();
+        int64_t ppm = atomic_load(&dlock__test_hooks.rate_ppm);
+        int64_t base = atomic_load(&dlock__test_hooks.rate_base_us);
+        t = real + atomic_load(&dlock__test_hooks.offset_us) + (real - base) * ppm / 1000000;
+    }
+    int64_t seen = atomic_load(&high_water);
+    while (t > seen && !atomic_compare_exchange_weak(&high_water, &seen, t))
+        ;
+    return t > seen ? t : seen;
 }
 #else
 int64_t dlock__now_us(void)

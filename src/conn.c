@@ -402,6 +402,8 @@ int dlock__conn_next_reply(dlock__conn *c, struct dlock_client *cl, redisReply *
                 return set_detail(detail, n, DLOCK_ERR_PROTOCOL, c,
                                   "reply with more than %d elements refused",
                                   DLOCK_REPLY_MAX_ELEMENTS);
+            if (c->reader->err == REDIS_ERR_OOM)
+                return set_detail(detail, n, DLOCK_ERR_NOMEM, c, "out of memory reading a reply");
             return set_detail(detail, n, DLOCK_ERR_PROTOCOL, c, "bad reply: %s", c->reader->errstr);
         }
         if (obj == NULL)
