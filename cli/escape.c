@@ -3,7 +3,9 @@
  */
 #include "escape.h"
 
+#include <stdarg.h>
 #include <stdint.h>
+#include <stdio.h>
 
 size_t cli_utf8_len(const unsigned char *s, size_t len)
 {
@@ -113,4 +115,17 @@ void cli_write_json_string(FILE *f, const char *s, size_t len)
         }
     }
     fputc('"', f);
+}
+
+void cli_errline(const char *fmt, ...)
+{
+    char buf[2048];
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(buf, sizeof buf, fmt, ap);
+    va_end(ap);
+    size_t len = n < 0 ? 0 : (size_t)n < sizeof buf ? (size_t)n : sizeof buf - 1;
+    fputs("dlock: ", stderr);
+    cli_write_safe(stderr, buf, len);
+    fputc('\n', stderr);
 }

@@ -27,4 +27,9 @@ void cli_write_safe(FILE *f, const char *s, size_t len);
  * and each byte of invalid UTF-8 as \ufffd (JSON text must be UTF-8). */
 void cli_write_json_string(FILE *f, const char *s, size_t len);
 
+/* Print "dlock: <message>" as one line on stderr. The message may carry a lock name,
+ * a holder's description or a server's words: all of it goes through cli_write_safe,
+ * so that no newline or terminal escape gets through. */
+void cli_errline(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
 #endif /* DLOCK_CLI_ESCAPE_H */

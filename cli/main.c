@@ -44,24 +44,6 @@ enum {
 
 /* ---- output ----------------------------------------------------------------- */
 
-static void errline(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-
-/* Print "dlock: <message>" as one line on stderr. The message may carry a lock name,
- * a holder's description or a server's words: all of it goes through cli_write_safe
- * so that no newline or terminal escape gets through. */
-static void errline(const char *fmt, ...)
-{
-    char buf[2048];
-    va_list ap;
-    va_start(ap, fmt);
-    int n = vsnprintf(buf, sizeof buf, fmt, ap);
-    va_end(ap);
-    size_t len = n < 0 ? 0 : (size_t)n < sizeof buf ? (size_t)n : sizeof buf - 1;
-    fputs("dlock: ", stderr);
-    cli_write_safe(stderr, buf, len);
-    fputc('\n', stderr);
-}
-
 static int exit_code(int err)
 {
     switch (err) {
@@ -94,9 +76,9 @@ static int fail_call(const char *what, int err)
     char detail[1024];
     snprintf(detail, sizeof detail, "%s", dlock_errmsg());
     if (detail[0] != '\0')
-        errline("%s: %s (%s)", what, dlock_strerror(err), detail);
+        cli_errline("%s: %s (%s)", what, dlock_strerror(err), detail);
     else
-        errline("%s: %s", what, dlock_strerror(err));
+        cli_errline("%s: %s", what, dlock_strerror(err));
     return exit_code(err);
 }
 
@@ -106,7 +88,7 @@ static void log_to_stderr(void *user, int level, const char *msg)
 {
     (void)user;
     if (level <= DLOCK_LOG_WARN)
-        errline("warning: %s", msg);
+        cli_errline("warning: %s", msg);
 }
 
 /* ---- commands --------------------------------------------------------------- */
@@ -230,9 +212,9 @@ static void print_waiting(struct cli *cli, const char *name)
 {
     dlock_holder h;
     if (dlock_inspect(cli->client, name, &h) == DLOCK_OK && h.held && h.description[0] != '\0')
-        errline("waiting for %s (held by %s)", name, h.description);
+        cli_errline("waiting for %s (held by %s)", name, h.description);
     else
-        errline("waiting for %s", name);
+        cli_errline("waiting for %s", name);
 }
 
 static int cmd_acquire(struct cli *cli, char **args, const struct cmd_opts *o)
@@ -278,7 +260,7 @@ static int cmd_acquire(struct cli *cli, char **args, const struct cmd_opts *o)
     }
 
     if (rc == DLOCK_ERR_CANCELED || (rc != DLOCK_OK && cancel_signo != 0)) {
-        errline("%s: canceled by %s", what, signal_name(cancel_signo));
+        cli_errline("%s: canceled by %s", what, signal_name(cancel_signo));
         return EXIT_NOT_ACQUIRED;
     }
     if (rc != DLOCK_OK)
@@ -287,7 +269,7 @@ static int cmd_acquire(struct cli *cli, char **args, const struct cmd_opts *o)
         /* The signal came as the lock was granted: the user asked to give up, and
          * nobody has the token yet, so let go rather than leave it held. */
         dlock_release(l);
-        errline("%s: canceled by %s", what, signal_name(cancel_signo));
+        cli_errline("%s: canceled by %s", what, signal_name(cancel_signo));
         return EXIT_NOT_ACQUIRED;
     }
 
@@ -296,7 +278,7 @@ static int cmd_acquire(struct cli *cli, char **args, const struct cmd_opts *o)
         /* Nobody will ever see the token: a lock kept now could only expire. */
         int saved = errno;
         dlock_release(l);
-        errline("%s: cannot print the token: %s; the lock was released", what, strerror(saved));
+        cli_errline("%s: cannot print the token: %s; the lock was released", what, strerror(saved));
         return EXIT_INTERNAL;
     }
     rc = dlock_lock_detach(l);
@@ -604,9 +586,9 @@ static int usage_error(const struct command *cmd, const char *fmt, ...)
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
     if (cmd != NULL)
-        errline("%s: %s (see dlock %s --help)", cmd->name, msg, cmd->name);
+        cli_errline("%s: %s (see dlock %s --help)", cmd->name, msg, cmd->name);
     else
-        errline("%s (see dlock --help)", msg);
+        cli_errline("%s (see dlock --help)", msg);
     return EXIT_USAGE;
 }
 
@@ -778,7 +760,7 @@ int main(int argc, char **argv)
     /* Releases nothing we mean to keep: acquire and extend detached their handles. */
     dlock_client_free(cli.client);
     if (fflush(stdout) != 0 && code == 0) {
-        errline("cannot write the output: %s", strerror(errno));
+        cli_errline("cannot write the output: %s", strerror(errno));
         code = EXIT_INTERNAL;
     }
     return code;

@@ -84,26 +84,6 @@ enum {
 
 extern char **environ;
 
-/* ---- output ------------------------------------------------------------------ */
-
-static void report(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-
-/* "dlock: <message>" as one line on stderr, escaped as main.c's errline does (the
- * message carries the lock name, which may hold any byte). main.c's helper is
- * private to it; this is the same ten lines. */
-static void report(const char *fmt, ...)
-{
-    char buf[2048];
-    va_list ap;
-    va_start(ap, fmt);
-    int n = vsnprintf(buf, sizeof buf, fmt, ap);
-    va_end(ap);
-    size_t len = n < 0 ? 0 : (size_t)n < sizeof buf ? (size_t)n : sizeof buf - 1;
-    fputs("dlock: ", stderr);
-    cli_write_safe(stderr, buf, len);
-    fputc('\n', stderr);
-}
-
 /* ---- signals by name ---------------------------------------------------------- */
 
 static const struct signame {
@@ -192,14 +172,15 @@ int cli_run_check(struct cli_run_args *a)
     char err[256];
     a->signo = SIGTERM;
     if (a->signal != NULL && parse_signal(a->signal, &a->signo) != 0) {
-        report("run: invalid SIGNAL \"%.64s\": expected a name such as TERM, INT, HUP, KILL or "
-               "USR1 (SIG optional), or a number from 1 to %d (see dlock run --help)",
-               a->signal, SIGRTMAX);
+        cli_errline(
+            "run: invalid SIGNAL \"%.64s\": expected a name such as TERM, INT, HUP, KILL or "
+            "USR1 (SIG optional), or a number from 1 to %d (see dlock run --help)",
+            a->signal, SIGRTMAX);
         return RUN_EXIT_USAGE;
     }
     a->grace_ms = a->ttl_ms / 4;
     if (a->grace != NULL && cli_parse_duration(a->grace, &a->grace_ms, err, sizeof err) != 0) {
-        report("run: invalid GRACE \"%.64s\": %s (see dlock run --help)", a->grace, err);
+        cli_errline("run: invalid GRACE \"%.64s\": %s (see dlock run --help)", a->grace, err);
         return RUN_EXIT_USAGE;
     }
     char ttl[32], grace[32], margin[32];
@@ -207,8 +188,8 @@ int cli_run_check(struct cli_run_args *a)
     /* Renewal runs every TTL/3: SIGNAL must come after the lease was due for renewal
      * at least once, and SIGKILL before it ends. */
     if (a->grace_ms >= (a->ttl_ms + 1) / 2) {
-        report("run: GRACE %s must be shorter than TTL/2 (TTL is %s) (see dlock run --help)",
-               cli_format_duration(a->grace_ms, grace, sizeof grace), ttl);
+        cli_errline("run: GRACE %s must be shorter than TTL/2 (TTL is %s) (see dlock run --help)",
+                    cli_format_duration(a->grace_ms, grace, sizeof grace), ttl);
         return RUN_EXIT_USAGE;
     }
     a->margin_ms = a->ttl_ms / 20 > MARGIN_MIN_MS ? a->ttl_ms / 20 : MARGIN_MIN_MS;
@@ -218,10 +199,10 @@ int cli_run_check(struct cli_run_args *a)
      * TTL/3, every run would stop CMD at once: refuse the combination instead. */
     int64_t window = a->ttl_ms - (a->ttl_ms / 100 + 2) - a->grace_ms - a->margin_ms;
     if (window <= (a->ttl_ms + 2) / 3) {
-        report("run: TTL %s is too short for GRACE %s: with a margin of %s, CMD would be "
-               "stopped before the first renewal at TTL/3 (see dlock run --help)",
-               ttl, cli_format_duration(a->grace_ms, grace, sizeof grace),
-               cli_format_duration(a->margin_ms, margin, sizeof margin));
+        cli_errline("run: TTL %s is too short for GRACE %s: with a margin of %s, CMD would be "
+                    "stopped before the first renewal at TTL/3 (see dlock run --help)",
+                    ttl, cli_format_duration(a->grace_ms, grace, sizeof grace),
+                    cli_format_duration(a->margin_ms, margin, sizeof margin));
         return RUN_EXIT_USAGE;
     }
     return 0;
@@ -463,7 +444,7 @@ static int acquire_lock(struct runner *r)
                 if (sigs[s] && s != SIGTSTP && s != SIGCHLD) {
                     char sn[32];
                     status_clear(r);
-                    report("%s: canceled by %s", r->what, signal_label(s, sn, sizeof sn));
+                    cli_errline("%s: canceled by %s", r->what, signal_label(s, sn, sizeof sn));
                     return RUN_EXIT_NOT_ACQUIRED;
                 }
             continue;
@@ -488,7 +469,7 @@ static int acquire_lock(struct runner *r)
                 char sn[32];
                 dlock_release(r->lock);
                 r->lock = NULL;
-                report("%s: canceled by %s", r->what, signal_label(s, sn, sizeof sn));
+                cli_errline("%s: canceled by %s", r->what, signal_label(s, sn, sizeof sn));
                 return RUN_EXIT_NOT_ACQUIRED;
             }
     }
@@ -586,8 +567,8 @@ static int start_cmd(struct runner *r)
     char **env = cmd_environ(r, fence_var, sizeof fence_var);
     int p[2] = {-1, -1};
     if (env == NULL || pipe2(p, O_CLOEXEC) != 0) {
-        report("%s: cannot start CMD: %s", r->what,
-               env == NULL ? "out of memory" : strerror(errno));
+        cli_errline("%s: cannot start CMD: %s", r->what,
+                    env == NULL ? "out of memory" : strerror(errno));
         cmd_environ_free(env);
         return RUN_EXIT_INTERNAL;
     }
@@ -611,7 +592,7 @@ static int start_cmd(struct runner *r)
     cmd_environ_free(env);
     if (pid < 0) {
         close(p[0]);
-        report("%s: cannot start CMD: fork: %s", r->what, strerror(fork_errno));
+        cli_errline("%s: cannot start CMD: fork: %s", r->what, strerror(fork_errno));
         return RUN_EXIT_INTERNAL;
     }
 
@@ -632,7 +613,7 @@ static int start_cmd(struct runner *r)
     /* A shell's convention: 127 when there is no such file, 126 for anything else
      * that stops it from running (not executable, a directory, bad format). */
     const char *cmd = r->a->cmd[0];
-    report("%s: cannot run \"%s\": %s", r->what, cmd, strerror(e));
+    cli_errline("%s: cannot run \"%s\": %s", r->what, cmd, strerror(e));
     return e == ENOENT ? RUN_EXIT_NOTFOUND : RUN_EXIT_NOEXEC;
 }
 
@@ -647,11 +628,11 @@ static void start_stopping(struct runner *r, const char *why)
     char sn[32], grace[32];
     r->stopping = true;
     if (a->signo == SIGKILL) {
-        report("%s: %s; sending SIGKILL to CMD", r->what, why);
+        cli_errline("%s: %s; sending SIGKILL to CMD", r->what, why);
     } else {
-        report("%s: %s; sending %s to CMD, SIGKILL in %s", r->what, why,
-               signal_label(a->signo, sn, sizeof sn),
-               cli_format_duration(a->grace_ms, grace, sizeof grace));
+        cli_errline("%s: %s; sending %s to CMD, SIGKILL in %s", r->what, why,
+                    signal_label(a->signo, sn, sizeof sn),
+                    cli_format_duration(a->grace_ms, grace, sizeof grace));
     }
     kill(-r->pid, a->signo);
     /* A stopped process keeps SIGNAL pending; SIGCONT lets it act on it (and undoes
@@ -801,7 +782,7 @@ int cli_run(dlock_client *client, const struct cli_run_args *a)
      * inherit the blocked signals. */
     if (signals_setup(&r) != 0 ||
         (r.timerfd = timerfd_create(CLOCK_BOOTTIME, TFD_CLOEXEC | TFD_NONBLOCK)) < 0) {
-        report("%s: cannot set up signals and timers: %s", r.what, strerror(errno));
+        cli_errline("%s: cannot set up signals and timers: %s", r.what, strerror(errno));
         return RUN_EXIT_INTERNAL;
     }
     int code = acquire_lock(&r);
@@ -839,7 +820,7 @@ int cli_run(dlock_client *client, const struct cli_run_args *a)
     if (r.stopping) {
         code = RUN_EXIT_LOST; /* already said, when it started */
     } else if (lost || rc == DLOCK_ERR_LOST) {
-        report("%s: lock lost while CMD ran (it exited with status %d)", r.what, status);
+        cli_errline("%s: lock lost while CMD ran (it exited with status %d)", r.what, status);
         code = RUN_EXIT_LOST;
     } else {
         if (rc != DLOCK_OK) {
@@ -847,8 +828,9 @@ int cli_run(dlock_client *client, const struct cli_run_args *a)
              * by itself. */
             char detail[512];
             snprintf(detail, sizeof detail, "%s", dlock_errmsg());
-            report("warning: %s: cannot release: %s%s%s%s; the lease runs out by itself", r.what,
-                   dlock_strerror(rc), detail[0] ? " (" : "", detail, detail[0] ? ")" : "");
+            cli_errline("warning: %s: cannot release: %s%s%s%s; the lease runs out by itself",
+                        r.what, dlock_strerror(rc), detail[0] ? " (" : "", detail,
+                        detail[0] ? ")" : "");
         }
         code = status;
     }
