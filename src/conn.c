@@ -341,7 +341,10 @@ static int on_info(dlock__conn *c, struct dlock_client *cl, const redisReply *r,
      * until it has been up longer than any lease it could have forgotten. Uptime is
      * whole seconds, rounded down, so the wait is never short. */
     int64_t now = dlock__now_us();
-    int64_t up_ms = strtoll(uptime, NULL, 10) * 1000;
+    /* The server's word, bounded (a broken server could overflow the product): ten
+     * years of uptime is more than any lease to wait out. */
+    long long up_s = strtoll(uptime, NULL, 10);
+    int64_t up_ms = up_s < 0 ? 0 : up_s > 315360000 ? INT64_C(315360000000) : up_s * 1000;
     int64_t wait_ms = dlock__max_lease_ms(cl) - up_ms;
     pthread_mutex_lock(&node->mu);
     bool known = node->run_id[0] != '\0';

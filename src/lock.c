@@ -472,8 +472,10 @@ static int attempt(dlock_client *c, round *rd, const dlock__call *acq, const key
         if (v <= 0) {
             undo[i] = false; /* a clean refusal: nothing of ours there */
             t->no++;
-            if (-v > t->busy_remaining_ms)
-                t->busy_remaining_ms = -v;
+            /* A server's word, bounded: a broken one could send LLONG_MIN. */
+            int64_t left = v < -(long long)DLOCK_TTL_MAX_MS ? DLOCK_TTL_MAX_MS : -v;
+            if (left > t->busy_remaining_ms)
+                t->busy_remaining_ms = left;
             continue;
         }
         if ((uint64_t)v > fence)
@@ -966,6 +968,9 @@ int dlock_check(dlock_lock *l)
     long long pttl = quorum_pttl(c, views, l->token);
     if (pttl >= 0) {
         /* The servers' remaining lease, less drift, counted from the round's start. */
+        /* PTTL is the server's word: no lease of ours is longer than DLOCK_TTL_MAX_MS. */
+        if (pttl > DLOCK_TTL_MAX_MS)
+            pttl = DLOCK_TTL_MAX_MS;
         int64_t validity = dlock__validity_us(pttl * 1000, 0, c->drift_factor, c->drift_min_us);
         l->valid_until_us = rd.start_us + (validity > 0 ? validity : 0);
         return DLOCK_OK;
