@@ -158,7 +158,7 @@ void dlock_client_free(dlock_client *c)
         }
         c->locks = NULL;
     }
-    for (;;) {
+    while (owner) {
         pthread_mutex_lock(&c->mu);
         dlock_lock *l = c->locks;
         pthread_mutex_unlock(&c->mu);
@@ -177,7 +177,8 @@ void dlock_client_free(dlock_client *c)
     }
     for (int i = 0; i < c->n; i++) {
         dlock__addr_clear(&c->nodes[i].addr);
-        pthread_mutex_destroy(&c->nodes[i].mu);
+        if (owner)
+            pthread_mutex_destroy(&c->nodes[i].mu);
     }
     free(c->nodes);
     free(c->prefix);
@@ -185,7 +186,8 @@ void dlock_client_free(dlock_client *c)
         memset(c->password, 0, strlen(c->password));
         free(c->password);
     }
-    pthread_mutex_destroy(&c->mu);
+    if (owner) /* a copy inherited locked must not be destroyed (undefined) */
+        pthread_mutex_destroy(&c->mu);
     c->magic = 0;
     free(c);
 }

@@ -316,10 +316,14 @@ static int on_info(dlock__conn *c, struct dlock_client *cl, const redisReply *r,
         starts_with(r->str, "NOAUTH")) /* no password given to a server that needs one */
         return set_detail(detail, n, DLOCK_ERR_AUTH, c, "%.200s", r->str);
     if (r->type == REDIS_REPLY_ERROR) {
-        /* INFO may be denied by an ACL; locking still works without it. */
+        /* INFO may be denied by an ACL (reported once per node; locking works without
+         * it); any other error (-LOADING, -BUSY) is passing: the next connection asks
+         * again, so the eviction check is not lost. */
+        if (!starts_with(r->str, "NOPERM"))
+            return DLOCK_OK;
         pthread_mutex_lock(&node->mu);
-        bool first = !node->policy_reported;
-        node->policy_reported = true;
+        bool first = !node->info_refused_reported;
+        node->info_refused_reported = true;
         pthread_mutex_unlock(&node->mu);
         if (first)
             dlock__log(cl, DLOCK_LOG_WARN,

@@ -23,8 +23,11 @@
 #include <string.h>
 #include <time.h>
 
-/* Abandoned replies a connection may owe before it is cheaper to reconnect. */
-#define SKIP_MAX 4
+/* Abandoned replies a connection may owe before it is better to reconnect. Closing
+ * a connection to a paused server loses nothing it was sent, but what is sent next
+ * goes on a new connection, which the server may serve first when it resumes (a
+ * clean-up release before the acquire it undoes): so the bound is generous. */
+#define SKIP_MAX 16
 
 static void fail(dlock__conn *c, dlock__req *r, int err)
 {
@@ -65,6 +68,29 @@ static void begin(struct dlock_client *cl, dlock__conn *c, dlock__req *r, int64_
     }
     r->start_us = start;
     r->deadline_us = start + cl->timeout_us;
+    r->held = false;
+    if (!r->await) {
+        /* Sent, not awaited (the clean-up release of a failed attempt, a waiter
+         * leaving its queue): the round waits only until the bytes are written, at
+         * most the per-node timeout, and the reply is discarded by a later round.
+         * On a connection still in its handshake the command is pipelined behind it:
+         * these commands are token-checked, so even run in the wrong database (a
+         * refused SELECT) or refused with the handshake, they do no harm, and the
+         * server may have run the command we are cleaning up after. */
+        if (c->skip >= 2 * SKIP_MAX) {
+            dlock__conn_close(c);
+            r->done = true;
+            return;
+        }
+        int rc = send_cmd(c, r, r->cmd, r->cmdlen);
+        if (rc != DLOCK_OK) {
+            fail(c, r, rc);
+            return;
+        }
+        c->skip++;
+        r->done = c->state == DLOCK_CONN_READY && c->outpos == c->outlen;
+        return;
+    }
     if (c->handshake > 0) {
         /* The command waits for the handshake to succeed: pipelined behind a SELECT
          * or an AUTH that fails, it would run in the wrong database or as the wrong
@@ -73,25 +99,11 @@ static void begin(struct dlock_client *cl, dlock__conn *c, dlock__req *r, int64_
         r->held = true;
         if (c->connect_deadline_us > r->deadline_us)
             r->deadline_us = c->connect_deadline_us;
-        if (!r->await)
-            r->done = true; /* unawaited: dropped; the connection goes on */
         return;
     }
-    r->held = false;
     int rc = send_cmd(c, r, r->cmd, r->cmdlen);
-    if (rc != DLOCK_OK) {
+    if (rc != DLOCK_OK)
         fail(c, r, rc);
-        return;
-    }
-    if (!r->await) {
-        /* Fire and forget (the clean-up release of a failed attempt): keep the
-         * connection only if the command left whole on an established connection. */
-        if (c->state == DLOCK_CONN_READY && c->outpos == c->outlen && c->skip < SKIP_MAX)
-            c->skip++;
-        else
-            dlock__conn_close(c);
-        r->done = true;
-    }
 }
 
 /* The node missed its deadline. */
@@ -104,7 +116,9 @@ static void expire(dlock__conn *c, dlock__req *r)
              (long long)((r->deadline_us - r->start_us) / 1000));
     r->err = DLOCK_ERR_TIMEOUT;
     r->done = true;
-    if (r->held) {
+    if (!r->await) {
+        dlock__conn_close(c); /* not written in time: the stream may hold half of it */
+    } else if (r->held) {
         /* Nothing of ours went out; the connection may go on until its deadline. */
         if (dlock__now_us() >= c->connect_deadline_us)
             dlock__conn_close(c);
@@ -136,6 +150,10 @@ static void step(struct dlock_client *cl, dlock__conn *c, dlock__req *r, short r
         fail(c, r, rc);
         return;
     }
+    if (!r->await) {
+        r->done = c->outpos == c->outlen; /* written: nothing to wait for */
+        return;
+    }
     if (!(revents & (POLLIN | POLLERR | POLLHUP)))
         return;
     DLOCK_PAUSE_POINT(DLOCK_HOOK_BEFORE_READ);
@@ -159,12 +177,17 @@ static void step(struct dlock_client *cl, dlock__conn *c, dlock__req *r, short r
         }
         if (reply == NULL)
             return;
-        if (dlock__is_noscript(reply) && r->retry != NULL && !r->retried) {
+        if (dlock__is_noscript(reply) && r->call != NULL && !r->retried) {
             /* The server lost its script cache (restart, SCRIPT FLUSH): send the
              * script itself, once. EVAL also caches it for the next EVALSHA. */
             freeReplyObject(reply);
             r->retried = true;
-            if ((rc = send_cmd(c, r, r->retry, r->retrylen)) != DLOCK_OK) {
+            if ((rc = dlock__call_eval(r->call)) != DLOCK_OK) {
+                snprintf(r->detail, sizeof r->detail, "%s: out of memory", c->node->addr.display);
+                fail(c, r, rc);
+                return;
+            }
+            if ((rc = send_cmd(c, r, r->call->eval, (size_t)r->call->eval_len)) != DLOCK_OK) {
                 fail(c, r, rc);
                 return;
             }
@@ -218,6 +241,7 @@ void dlock__fanout_vote(struct dlock_client *cl, dlock__conn *conns, dlock__req 
     int64_t start = dlock__now_us();
 
     /* Queue and send everything before waiting on anything. */
+    int established = 0;
     for (int i = 0; i < n; i++) {
         if (reqs[i].cmd == NULL) {
             reqs[i].done = true;
@@ -226,7 +250,17 @@ void dlock__fanout_vote(struct dlock_client *cl, dlock__conn *conns, dlock__req 
             continue;
         }
         begin(cl, &conns[i], &reqs[i], start);
+        established += !reqs[i].held && reqs[i].err == DLOCK_OK;
     }
+    /* In a vote, a node still connecting gets the per-node timeout like the others
+     * once a quorum of connections is up: a split vote must not hold its partial
+     * grants for a whole connect timeout. (Its connection goes on in later rounds.)
+     * When most connections are new, as on a client's first call, they all get the
+     * connect timeout. */
+    if (vote != NULL && established >= cl->quorum)
+        for (int i = 0; i < n; i++)
+            if (reqs[i].held && reqs[i].deadline_us > start + cl->timeout_us)
+                reqs[i].deadline_us = start + cl->timeout_us;
 
     DLOCK_PAUSE_POINT(DLOCK_HOOK_AFTER_SEND);
     for (;;) {

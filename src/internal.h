@@ -108,12 +108,13 @@ bool dlock__is_noscript(const redisReply *r);
 /* What the client knows of one server, shared by all its connections. */
 typedef struct dlock__node {
     dlock__addr addr;
-    int index;             /* position in the server list, for messages */
-    pthread_mutex_t mu;    /* guards the fields below */
-    char run_id[41];       /* from INFO on the last handshake ("" before) */
-    int64_t votes_from_us; /* dlock__now_us() from which its grants count (0: now) */
-    bool policy_reported;  /* the eviction warning was logged for this node */
-    bool evicting;         /* its maxmemory-policy can evict lock keys */
+    int index;                  /* position in the server list, for messages */
+    pthread_mutex_t mu;         /* guards the fields below */
+    char run_id[41];            /* from INFO on the last handshake ("" before) */
+    int64_t votes_from_us;      /* dlock__now_us() from which its grants count (0: now) */
+    bool policy_reported;       /* the eviction warning was logged for this node */
+    bool info_refused_reported; /* the "INFO refused by an ACL" warning was logged */
+    bool evicting;              /* its maxmemory-policy can evict lock keys */
 } dlock__node;
 
 enum dlock__conn_state { DLOCK_CONN_CLOSED, DLOCK_CONN_CONNECTING, DLOCK_CONN_READY };
@@ -168,9 +169,8 @@ bool dlock__conn_stale(dlock__conn *c);
 typedef struct dlock__req {
     const char *cmd; /* RESP bytes to send (not owned); NULL: nothing for this node */
     size_t cmdlen;
-    const char *retry; /* sent once instead when the reply is -NOSCRIPT (EVAL form) */
-    size_t retrylen;
-    bool await; /* false: send and leave the reply to be discarded later */
+    struct dlock__call *call; /* on -NOSCRIPT, its EVAL form is sent instead, once; or NULL */
+    bool await;               /* false: send and leave the reply to be discarded later */
     /* results */
     redisReply *reply; /* the reply (caller frees with freeReplyObject), or NULL */
     int err;           /* DLOCK_OK when reply is set, else why not */
@@ -219,15 +219,24 @@ int dlock__scripts_init(dlock__scripts *s);
 typedef struct dlock__call {
     char *evalsha;
     int evalsha_len;
-    char *eval;
+    char *eval; /* formatted by dlock__call_eval, only when needed */
     int eval_len;
+    /* What the EVAL form is made of: borrowed from the caller, valid as long as the
+     * call is in use (the caller formats eagerly if its arguments go first). */
+    enum dlock__script_id id;
+    int nkeys, nargs;
+    const char *const *args;
+    const size_t *lens;
 } dlock__call;
 
 int dlock__call_format(const dlock__scripts *s, enum dlock__script_id id, int nkeys, int nargs,
                        const char *const *args, const size_t *lens, dlock__call *out);
 void dlock__call_free(dlock__call *call);
+/* Format the EVAL form (the script itself), if not done yet: for a -NOSCRIPT reply, or
+ * for a command nobody will read the reply of. */
+int dlock__call_eval(dlock__call *call);
 /* Point reqs[0..n) at call, awaited or not. */
-void dlock__call_reqs(const dlock__call *call, dlock__req *reqs, int n, bool await);
+void dlock__call_reqs(dlock__call *call, dlock__req *reqs, int n, bool await);
 
 /* ---- wait.c ----------------------------------------------------------------- */
 

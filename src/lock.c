@@ -183,7 +183,7 @@ static bool one_vote(const dlock__req *r, int i, void *arg)
 }
 
 /* Run call on every node, awaited; with a vote function, the round ends once decided. */
-static int round_run_vote(dlock_client *c, round *rd, const dlock__call *call, dlock__vote_fn vote)
+static int round_run_vote(dlock_client *c, round *rd, dlock__call *call, dlock__vote_fn vote)
 {
     dlock__call_reqs(call, rd->reqs, c->n, true);
     rd->start_us = dlock__now_us();
@@ -192,7 +192,7 @@ static int round_run_vote(dlock_client *c, round *rd, const dlock__call *call, d
     return DLOCK_OK;
 }
 
-static int round_run(dlock_client *c, round *rd, const dlock__call *call)
+static int round_run(dlock_client *c, round *rd, dlock__call *call)
 {
     return round_run_vote(c, rd, call, NULL);
 }
@@ -405,14 +405,16 @@ static int raise_fences(dlock_client *c, round *rd, const keys *k, const dlock_l
 /* Send a script call, not awaited, to the nodes marked in mask[] whose connection is
  * up. Nobody reads the reply, so a -NOSCRIPT would go unnoticed; a node that just
  * restarted has no scripts cached. So the script itself goes (EVAL), not its SHA. */
-static void send_unawaited(dlock_client *c, dlock__connset *set, const dlock__call *call,
+static void send_unawaited(dlock_client *c, dlock__connset *set, dlock__call *call,
                            const bool *mask)
 {
     dlock__req reqs[DLOCK_SERVERS_MAX];
     bool any = false;
+    if (dlock__call_eval(call) != DLOCK_OK)
+        return; /* out of memory: leases expire, queue entries too */
     for (int i = 0; i < c->n; i++) {
         memset(&reqs[i], 0, sizeof reqs[i]);
-        if (mask[i] && set->conns[i].state == DLOCK_CONN_READY) {
+        if (mask[i]) {
             reqs[i].cmd = call->eval;
             reqs[i].cmdlen = (size_t)call->eval_len;
             any = true;
@@ -454,7 +456,7 @@ static void leave_queue(dlock_client *c, dlock__connset *set, const keys *k, con
 
 /* One acquisition attempt. DLOCK_OK with l's fence and validity set, or the attempt's
  * error, with what the nodes said in *t. */
-static int attempt(dlock_client *c, round *rd, const dlock__call *acq, const keys *k, dlock_lock *l,
+static int attempt(dlock_client *c, round *rd, dlock__call *acq, const keys *k, dlock_lock *l,
                    int64_t ttl_ms, tally *t)
 {
     memset(t, 0, sizeof *t);
@@ -528,30 +530,40 @@ static int attempt(dlock_client *c, round *rd, const dlock__call *acq, const key
                                 "again once up for the longest lease)",
                                 nonvoting);
     }
-    /* Not acquired: undo every grant, and every outcome we do not know. A node whose
-     * connection is gone needs nothing (nothing of ours can be in flight there). The
-     * release is sent, not awaited, so a failed attempt costs no extra round trip. */
+    /* Not acquired: undo every grant, and every outcome we do not know, including on a
+     * node whose connection broke mid-reply (the server may have run the script):
+     * there the release goes on a new connection. The release is sent, not awaited,
+     * so a failed attempt costs no extra round trip. */
     for (int i = 0; i < c->n; i++)
-        any |= undo[i] && rd->set->conns[i].state == DLOCK_CONN_READY;
+        any |= undo[i];
     if (any)
         undo_grants(c, rd, k, l, undo);
     return rc;
 }
 
-/* Format the acquire call; ticket "0" is a plain try, anything else queues. */
+/* The arguments of an acquire call. They outlive the formatting: the call borrows them
+ * for its EVAL form, formatted only if a server answers -NOSCRIPT. */
+typedef struct acquire_args {
+    const char *args[10];
+    size_t lens[10];
+    char ttl[24], ticket[24], qttl[24];
+} acquire_args;
+
+/* Format the acquire call; ticket 0 is a plain try, anything else queues. */
 static int format_acquire(dlock_client *c, const keys *k, const char *value, size_t vlen,
                           int64_t ttl_ms, int64_t ticket, bool fair, const char *token,
-                          dlock__call *out)
+                          acquire_args *a, dlock__call *out)
 {
-    char ttl[24], tk[24], qttl[24];
-    int tlen = snprintf(ttl, sizeof ttl, "%lld", (long long)ttl_ms);
-    int tklen = snprintf(tk, sizeof tk, "%lld", (long long)ticket);
-    int qlen = snprintf(qttl, sizeof qttl, "%d", DLOCK_QUEUE_TTL_MS);
-    const char *args[] = {k->lock, k->fence, k->queue, k->qexp,          value,
-                          ttl,     token,    tk,       fair ? "1" : "0", qttl};
+    int tlen = snprintf(a->ttl, sizeof a->ttl, "%lld", (long long)ttl_ms);
+    int tklen = snprintf(a->ticket, sizeof a->ticket, "%lld", (long long)ticket);
+    int qlen = snprintf(a->qttl, sizeof a->qttl, "%d", DLOCK_QUEUE_TTL_MS);
+    const char *args[] = {k->lock, k->fence, k->queue,  k->qexp,          value,
+                          a->ttl,  token,    a->ticket, fair ? "1" : "0", a->qttl};
     const size_t lens[] = {k->lock_len,  k->fence_len,    k->queue_len,  k->qexp_len, vlen,
                            (size_t)tlen, DLOCK_TOKEN_LEN, (size_t)tklen, 1,           (size_t)qlen};
-    return dlock__call_format(&c->scripts, DLOCK_SCRIPT_ACQUIRE, 4, 10, args, lens, out);
+    memcpy(a->args, args, sizeof args);
+    memcpy(a->lens, lens, sizeof lens);
+    return dlock__call_format(&c->scripts, DLOCK_SCRIPT_ACQUIRE, 4, 10, a->args, a->lens, out);
 }
 
 /* When a waiter retries if nothing wakes it: when the holder's lease should be over
@@ -603,8 +615,10 @@ int dlock_acquire(dlock_client *c, const char *name, const dlock_opts *opts, dlo
     char value[DLOCK_TOKEN_LEN + sizeof c->holder + DLOCK_LABEL_MAX + 4];
     int vlen = snprintf(value, sizeof value, "%s %s%s%s", l->token, c->holder, label ? " " : "",
                         label ? label : "");
-    if ((rc = format_acquire(c, &k, value, (size_t)vlen, ttl_ms, 0, fair, l->token, &acq)) !=
-        DLOCK_OK)
+    /* Two sets of arguments: the plain try's, and the queued retries' (with a ticket). */
+    acquire_args try_args, queued_args;
+    if ((rc = format_acquire(c, &k, value, (size_t)vlen, ttl_ms, 0, fair, l->token, &try_args,
+                             &acq)) != DLOCK_OK)
         goto out;
     if ((rd.set = dlock__connset_get(c)) == NULL) {
         rc = dlock__fail(DLOCK_ERR_NOMEM, "out of memory");
@@ -645,7 +659,7 @@ int dlock_acquire(dlock_client *c, const char *name, const dlock_opts *opts, dlo
             dlock__call queued;
             if (dlock__wait_join(c, k.wake, k.wake_len, l->token, &w) == DLOCK_OK &&
                 format_acquire(c, &k, value, (size_t)vlen, ttl_ms, ticket, fair, l->token,
-                               &queued) == DLOCK_OK) {
+                               &queued_args, &queued) == DLOCK_OK) {
                 dlock__call_free(&acq);
                 acq = queued;
                 continue;
@@ -722,10 +736,16 @@ static int vote_round(dlock_client *c, enum dlock__script_id id, int nkeys, int 
     for (int i = 0; i < c->n; i++) {
         long long v;
         if (int_reply(&t, &rd.reqs[i], &rd.set->conns[i], what, &v)) {
-            if (v == 1)
+            if (v == 1) {
                 t.yes++;
-            else
+            } else if (v == 0) {
                 t.no++;
+            } else {
+                snprintf(rd.reqs[i].detail, sizeof rd.reqs[i].detail,
+                         "%s: %s: unexpected reply %lld", rd.set->conns[i].node->addr.display, what,
+                         v);
+                count_failure(&t, &rd.reqs[i], DLOCK_ERR_PROTOCOL);
+            }
         }
     }
     if (t.yes >= c->quorum)
@@ -918,22 +938,21 @@ static int inspect_round(dlock_client *c, const char *name, size_t name_len, nod
         return rc;
     const char *args[] = {k.lock, k.fence};
     const size_t lens[] = {k.lock_len, k.fence_len};
+    /* k.buf lives until the round is over: the call's EVAL form borrows the keys. */
     rc = dlock__call_format(&c->scripts, DLOCK_SCRIPT_INSPECT, 2, 2, args, lens, &call);
-    free(k.buf);
-    if (rc != DLOCK_OK)
-        return rc;
-    if ((rd->set = dlock__connset_get(c)) == NULL) {
-        dlock__call_free(&call);
-        return dlock__fail(DLOCK_ERR_NOMEM, "out of memory");
+    if (rc == DLOCK_OK && (rd->set = dlock__connset_get(c)) == NULL)
+        rc = dlock__fail(DLOCK_ERR_NOMEM, "out of memory");
+    if (rc == DLOCK_OK) {
+        round_run(c, rd, &call);
+        memset(t, 0, sizeof *t);
+        for (int i = 0; i < c->n; i++)
+            parse_view(t, &rd->reqs[i], &rd->set->conns[i], &views[i]);
+        free_replies(rd->reqs, c->n);
+        dlock__connset_put(c, rd->set);
     }
-    round_run(c, rd, &call);
-    memset(t, 0, sizeof *t);
-    for (int i = 0; i < c->n; i++)
-        parse_view(t, &rd->reqs[i], &rd->set->conns[i], &views[i]);
-    free_replies(rd->reqs, c->n);
-    dlock__connset_put(c, rd->set);
     dlock__call_free(&call);
-    return DLOCK_OK;
+    free(k.buf);
+    return rc;
 }
 
 /* Among the nodes whose value starts with `token`, the lease a quorum still has: the

@@ -61,14 +61,16 @@
  * Who may take a free lock: with nobody queued, anyone. With waiters queued, a
  * newcomer may not barge past them (it must queue; otherwise a holder that releases
  * and asks again would re-take the lock before the waiter it woke can), and then any
- * queued waiter may (default), or only the head of the queue (fair; dead entries are
- * purged first).
+ * queued waiter may (default), or only the head of the queue (fair). Entries whose
+ * waiter stopped refreshing them (it died) are purged first, in both modes: a dead
+ * waiter must not keep a try-once caller out for good.
  *
  * The fence is max(counter + 1, server TIME in microseconds): a server restarted
  * without persistence forgets its counter, and the TIME floor keeps fences from going
  * back unless its clock does. 2^53 microseconds is 285 years, so Lua's double holds
- * the value exactly. The ticket goes to ZADD as the string it came in: Lua would print
- * a 16-digit number with 14 significant digits.
+ * the value exactly. One read and one write (the floor wins on almost every acquire,
+ * so INCR-then-SET would write twice). The ticket goes to ZADD as the string it came in: Lua would
+ * print a 16-digit number with 14 significant digits.
  *
  * A plain try (ticket "0", not fair) is the SET NX and nothing else.
  */
@@ -79,26 +81,27 @@ static const char acquire_lua[] = PRELUDE_LUA
     "  redis.call('ZADD', KEYS[3], 'NX', ARGV[4], token)\n"
     "  redis.call('ZADD', KEYS[4], now_ms() + tonumber(ARGV[6]), token)\n"
     "end\n"
-    "local may\n"
-    "if ARGV[5] ~= '1' then\n"
-    "  may = queued or redis.call('EXISTS', KEYS[3]) == 0\n"
-    "else\n"
+    "local waiting = queued or redis.call('EXISTS', KEYS[3]) == 1\n"
+    "if waiting then\n"
     "  local dead = redis.call('ZRANGEBYSCORE', KEYS[4], '-inf', '(' .. now_ms(), 'LIMIT', 0, 16)\n"
     "  for i = 1, #dead do\n"
     "    redis.call('ZREM', KEYS[3], dead[i])\n"
     "    redis.call('ZREM', KEYS[4], dead[i])\n"
     "  end\n"
-    "  local head = redis.call('ZRANGE', KEYS[3], 0, 0)[1]\n"
+    "end\n"
+    "local may\n"
+    "if ARGV[5] ~= '1' then\n"
+    "  may = queued or not waiting or redis.call('EXISTS', KEYS[3]) == 0\n"
+    "else\n"
+    "  local head = waiting and redis.call('ZRANGE', KEYS[3], 0, 0)[1]\n"
     "  may = not head or head == token\n"
     "end\n"
     "if may and redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then\n"
     "  local t = redis.call('TIME')\n"
+    "  local f = (tonumber(redis.call('GET', KEYS[2])) or 0) + 1\n"
     "  local floor = tonumber(t[1]) * 1000000 + tonumber(t[2])\n"
-    "  local f = redis.call('INCR', KEYS[2])\n"
-    "  if f < floor then\n"
-    "    f = floor\n"
-    "    redis.call('SET', KEYS[2], string.format('%d', f))\n"
-    "  end\n"
+    "  if f < floor then f = floor end\n"
+    "  redis.call('SET', KEYS[2], string.format('%d', f))\n"
     "  if queued then\n"
     "    redis.call('ZREM', KEYS[3], token)\n"
     "    redis.call('ZREM', KEYS[4], token)\n"
@@ -280,13 +283,23 @@ int dlock__call_format(const dlock__scripts *s, enum dlock__script_id id, int nk
                        const char *const *args, const size_t *lens, dlock__call *out)
 {
     memset(out, 0, sizeof *out);
-    int rc =
-        format("EVALSHA", s->sha[id], nkeys, nargs, args, lens, &out->evalsha, &out->evalsha_len);
-    if (rc == DLOCK_OK)
-        rc = format("EVAL", bodies[id], nkeys, nargs, args, lens, &out->eval, &out->eval_len);
-    if (rc != DLOCK_OK)
-        dlock__call_free(out);
-    return rc;
+    out->id = id;
+    out->nkeys = nkeys;
+    out->nargs = nargs;
+    out->args = args;
+    out->lens = lens;
+    /* Only the EVALSHA form now: the EVAL form, the whole script, is needed once per
+     * server restart or SCRIPT FLUSH, not on every call. */
+    return format("EVALSHA", s->sha[id], nkeys, nargs, args, lens, &out->evalsha,
+                  &out->evalsha_len);
+}
+
+int dlock__call_eval(dlock__call *call)
+{
+    if (call->eval != NULL)
+        return DLOCK_OK;
+    return format("EVAL", bodies[call->id], call->nkeys, call->nargs, call->args, call->lens,
+                  &call->eval, &call->eval_len);
 }
 
 void dlock__call_free(dlock__call *call)
@@ -296,13 +309,12 @@ void dlock__call_free(dlock__call *call)
     call->evalsha = call->eval = NULL;
 }
 
-void dlock__call_reqs(const dlock__call *call, dlock__req *reqs, int n, bool await)
+void dlock__call_reqs(dlock__call *call, dlock__req *reqs, int n, bool await)
 {
     for (int i = 0; i < n; i++) {
         reqs[i].cmd = call->evalsha;
         reqs[i].cmdlen = (size_t)call->evalsha_len;
-        reqs[i].retry = call->eval;
-        reqs[i].retrylen = (size_t)call->eval_len;
+        reqs[i].call = call;
         reqs[i].await = await;
     }
 }

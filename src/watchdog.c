@@ -77,6 +77,9 @@ static int format_batch(dlock_client *c, dlock_lock **batch, int k, dlock__call 
             args[k + 2 * j + 1] = ttl[j];
         }
         rc = dlock__call_format(&c->scripts, DLOCK_SCRIPT_RENEW, k, 3 * k, args, lens, call);
+        /* The arguments are freed below, so the EVAL fallback is formatted now. */
+        if (rc == DLOCK_OK && (rc = dlock__call_eval(call)) != DLOCK_OK)
+            dlock__call_free(call);
     }
     free(args);
     free(lens);
