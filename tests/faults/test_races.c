@@ -72,9 +72,19 @@ static void extend_races_the_expiry(void **state)
     dlock_client *c = it_client(&g_srv, it_timeout_ms());
     char key[64];
     it_key(key, sizeof key, "edge");
-    int ok = 0, lost = 0;
+    int ok = 0, lost = 0, slow = 0;
     for (int i = 0; i < 1000; i++) {
-        dlock_lock *l = it_acquire(c, "edge", 20);
+        dlock_opts o = {0};
+        o.ttl_ms = 20;
+        dlock_lock *l = NULL;
+        int arc = dlock_acquire(c, "edge", &o, &l);
+        if (arc == DLOCK_ERR_TIMEOUT) {
+            /* A round as long as the 20 ms lease on a loaded machine: no validity left,
+             * so no lock (correctly); the race needs a lock, so this turn is skipped. */
+            slow++;
+            continue;
+        }
+        assert_int_equal(arc, DLOCK_OK);
         /* Sleep to within a few ms either side of the lease's end. */
         usleep((useconds_t)(17000 + rand() % 6000));
         int rc = dlock_extend(l, 200);
@@ -90,7 +100,7 @@ static void extend_races_the_expiry(void **state)
             assert_int_equal(dlock_release(l), DLOCK_ERR_LOST);
         }
     }
-    printf("FIG extend_at_expiry ok=%d lost=%d of 1000\n", ok, lost);
+    printf("FIG extend_at_expiry ok=%d lost=%d skipped_slow=%d of 1000\n", ok, lost, slow);
     assert_true(ok > 0 && lost > 0); /* the race was really run both ways */
     /* A ttl <= 0 never reaches the server. */
     dlock_lock *l = it_acquire(c, "edge", 5000);
@@ -115,7 +125,10 @@ static void release_races_renewal(void **state)
     o.auto_renew = 1;
     for (int i = 0; i < 1000; i++) {
         dlock_lock *l = NULL;
-        assert_int_equal(dlock_acquire(c, "race", &o, &l), DLOCK_OK);
+        int arc = dlock_acquire(c, "race", &o, &l);
+        if (arc == DLOCK_ERR_TIMEOUT)
+            continue; /* a round longer than the 30 ms lease (loaded machine): no lock */
+        assert_int_equal(arc, DLOCK_OK);
         usleep((useconds_t)(rand() % 15000));
         int rc = dlock_release(l);
         assert_true(rc == DLOCK_OK || rc == DLOCK_ERR_LOST);
