@@ -1,0 +1,306 @@
+/*
+ * bench.h: what the files of dlock-bench share.
+ *
+ * dlock-bench measures the workloads W1 to W5 of design.md section 4 against
+ * redis-benchmark run on the same servers, under the same CPU placement, in the same
+ * run. The parts:
+ *   main.c       options, the order of the run, the figures table and BENCH lines
+ *   place.c      CPU placement (sched_setaffinity), machine description, peak RSS
+ *   servers.c    redis-server processes of our own (or -s URLS), admin connections
+ *   baseline.c   redis-benchmark runs and their CSV
+ *   team.c       worker threads: start barrier, progress on stderr, first error
+ *   stats.c      clocks, latency samples, percentiles
+ *   cycles.c     W1, W2 and W4 (acquire + release cycles)
+ *   contended.c  W3 (one name, blocking waits)
+ *   flashsale.c  W5 (three ways to sell 1000 items to 50 buyers)
+ *   relay.c      a delaying TCP relay, W4's emulated network
+ *
+ * Everything but the relays and the workers runs on the main thread.
+ */
+#ifndef DLOCK_BENCH_H
+#define DLOCK_BENCH_H
+
+#include "dlock.h"
+
+#include <hiredis/hiredis.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#define BENCH_MAX_NODES    8  /* servers one run uses (W4 needs 5) */
+#define BENCH_MAX_LIST     8  /* entries in a list option (--w3-workers 2,8,16) */
+#define BENCH_MAX_ROUNDS   15 /* --repeat */
+#define BENCH_PREFIX       "dlock-bench:"
+#define BENCH_TTL_MS       10000 /* every lease the bench takes */
+#define BENCH_STACK_BYTES  (256 * 1024)
+#define BENCH_EXIT_FAIL    1  /* a sanity check failed or a call returned an error */
+#define BENCH_EXIT_USAGE   64 /* as the dlock command */
+#define BENCH_EXIT_SERVERS 69 /* servers could not be started or reached */
+
+/* ---- options (main.c) --------------------------------------------------------- */
+
+enum pin_mode { PIN_SPLIT, PIN_SAME, PIN_NONE };
+
+typedef struct bench_opts {
+    bool run[6];    /* run[1..5]: which of W1..W5 */
+    long w1_cycles; /* -n */
+    int w2_clients; /* 8 */
+    long w2_cycles; /* per client, 5000 */
+    int w3_workers[BENCH_MAX_LIST];
+    int w3_nworkers;  /* entries in w3_workers */
+    bool w3_fair;     /* also run each W3 with dlock_opts.fair (W3/fair, W3/wN/fair) */
+    long w3_sections; /* per worker, 200 */
+    int w4_nodes[BENCH_MAX_LIST];
+    int w4_nnodes;
+    long w4_cycles;       /* loopback, 2000 */
+    long w4_delay_cycles; /* through relays, 500 */
+    int delay_ms;         /* relay delay each way, 1 */
+    long w5_stock;        /* 1000 */
+    int w5_buyers;        /* 50 */
+    int nodes;            /* servers for W1, W2, W3 and W5/lock (1) */
+    long requests;        /* redis-benchmark -n */
+    int64_t timeout_ms;   /* dlock_config.timeout_ms */
+    int repeat;           /* rounds (baselines + workloads); figures are their medians */
+    const char *servers;  /* -s URLS, or NULL to start our own */
+    enum pin_mode pin;
+    int server_cpu, client_cpu; /* -1: the mode's default */
+    bool quiet, verbose, quick;
+} bench_opts;
+
+/* ---- placement (place.c) ------------------------------------------------------ */
+
+typedef struct placement {
+    enum pin_mode mode;
+    int ncpus;
+    int server_cpu; /* -1: not pinned */
+    int client_cpu; /* -1: not pinned */
+    char model[128];
+    char text[160]; /* what the report prints, e.g. "split (redis-server CPU 0, ...)" */
+    double load;    /* 1-minute load average when the run started */
+} placement;
+
+/* Decide the CPUs for mode and describe the machine. Returns 0, or -1 after printing
+ * why (a CPU that does not exist). */
+int place_init(placement *p, enum pin_mode mode, int server_cpu, int client_cpu);
+/* Pin the calling thread (and what it later creates or forks) to cpu; -1 is a no-op.
+ * Async-signal-safe (used in forked children). 0 or -1. */
+int place_pin_self(int cpu);
+/* The 1-minute load average (/proc/loadavg), -1 if unknown: other work on a 2-core
+ * machine moves every figure, so the report shows it. */
+double place_load(void);
+/* CPU time used on the machine, to tell how much of it was not ours: on a shared
+ * 2-core machine other work moves every figure. */
+typedef struct cpu_usage {
+    int64_t t_ns;
+    long long busy_ticks;  /* user + nice + system of all CPUs (/proc/stat) */
+    long long steal_ticks; /* taken by the hypervisor */
+    double own_s;          /* this process, its reaped children, and the servers in pids */
+} cpu_usage;
+void cpu_usage_take(cpu_usage *u, const pid_t *pids, int npids);
+/* Between a and b, in CPUs (1.0 = one CPU busy all the time): *other, busy time that
+ * was not ours; *steal, time the hypervisor gave to other guests. */
+void cpu_usage_diff(const cpu_usage *a, const cpu_usage *b, double *other, double *steal);
+/* Peak resident set of this process so far, in KiB (getrusage ru_maxrss). */
+long place_peak_rss_kb(void);
+
+/* ---- servers (servers.c) ------------------------------------------------------ */
+
+typedef struct bench_server {
+    char host[256];
+    int port;
+    char user[128];     /* "" for none (AUTH with the password alone) */
+    char password[256]; /* "" for none */
+    int db;
+    char url[600]; /* for dlock_client_new */
+    pid_t pid;     /* ours: the redis-server process; 0 for -s servers */
+    char dir[512]; /* ours: its --dir */
+} bench_server;
+
+typedef struct bench_servers {
+    int n;
+    bench_server s[BENCH_MAX_NODES];
+    bool own;         /* started by us */
+    char tmpdir[400]; /* ours: parent of the servers' dirs (room left for "/nodeN") */
+    char version[32]; /* redis_version of node 1 */
+} bench_servers;
+
+/* Find an executable: $envvar if set, else name on the PATH, else /usr/bin/name.
+ * 0, or -1 when not found. */
+int find_exe(const char *name, const char *envvar, char *out, size_t outlen);
+/* fork + exec argv[0] (a path) with stdin from /dev/null and stdout/stderr on out_fd
+ * and err_fd, no other descriptor inherited, pinned to cpu (-1: as we are), killed if
+ * this process dies, in a process group of its own when own_group (so a terminal's ^C
+ * reaches only us, and we decide how the child ends). The PID, or -1 after printing
+ * why. Call it from the main thread: PR_SET_PDEATHSIG follows the forking thread. */
+pid_t spawn_process(const char *const argv[], int cpu, int out_fd, int err_fd, bool own_group);
+
+/* Start n redis-server processes on free 127.0.0.1 ports in a new temporary directory,
+ * pinned to cpu (-1: not pinned). They die with this process (PR_SET_PDEATHSIG, an
+ * atexit hook and SIGINT/SIGTERM/SIGHUP handlers). 0, or -1 after printing why. */
+int servers_start(bench_servers *ss, int n, int cpu);
+/* Use the servers of a comma-separated list of redis://[[user]:password@]host[:port][/db].
+ * 0, or -1 after printing why. */
+int servers_use(bench_servers *ss, const char *urls);
+/* Stop our servers and remove their directories; delete the bench's keys from -s
+ * servers. Idempotent. */
+void servers_stop(bench_servers *ss);
+/* "url1,url2,..." of nodes [first, first + n). */
+void servers_urls(const bench_servers *ss, int first, int n, char *out, size_t outlen);
+/* A connection to s, authenticated, with its db selected and a 10 s timeout; NULL
+ * after printing why. Free with redisFree. */
+redisContext *server_connect(const bench_server *s);
+/* Run a command (redisCommand format) on c; NULL (after printing why) on an I/O error
+ * or an error reply. */
+redisReply *server_cmd(redisContext *c, const char *fmt, ...);
+/* Server statistics, summed over a set of nodes, from one INFO all per node: commands
+ * processed (those that scripts run included) and per-command calls (commandstats). */
+#define STATS_MAX_CMDS 64
+typedef struct srv_stats {
+    long long commands; /* total_commands_processed */
+    int ncmd;
+    char cmd[STATS_MAX_CMDS][48]; /* "evalsha", "incr", "config|resetstat", ... */
+    long long calls[STATS_MAX_CMDS];
+} srv_stats;
+
+typedef struct stats_conns {
+    int n;
+    redisContext *c[BENCH_MAX_NODES];
+} stats_conns;
+
+/* Open admin connections to nodes [0, n) (before the first snapshot, so that their
+ * AUTH and SELECT are not inside a measured interval). 0, or -1 after printing why. */
+int stats_open(const bench_servers *ss, int n, stats_conns *sc);
+void stats_close(stats_conns *sc);
+/* One snapshot. 0, or -1 after printing why. */
+int stats_take(stats_conns *sc, srv_stats *out);
+/* Commands the servers processed between two snapshots, less the first snapshot's
+ * own INFO on each node (INFO counts itself only once it has run). */
+long long stats_commands(const stats_conns *sc, const srv_stats *before, const srv_stats *after);
+/* Calls of one command (lowercase, as commandstats names it) between two snapshots. */
+long long stats_calls(const srv_stats *before, const srv_stats *after, const char *cmd);
+/* Print the per-command differences to stderr, "label: cmd +calls ...". */
+void stats_print(const char *label, const srv_stats *before, const srv_stats *after);
+
+/* ---- baseline (baseline.c) ---------------------------------------------------- */
+
+typedef struct baseline {
+    double rps;    /* requests per second */
+    double p50_us; /* median latency; < 0 when this redis-benchmark does not print it */
+    double p99_us;
+} baseline;
+
+/* Run redis-benchmark -t set -n requests -c clients --csv against s, pinned to cpu
+ * (-1: not pinned). 0, or -1 after printing why. */
+int baseline_run(const bench_server *s, int clients, long requests, int cpu, baseline *out);
+/* Parse redis-benchmark's --csv output (the SET row, columns found by the header).
+ * 0, or -1 when there is no SET row with an rps. */
+int baseline_parse_csv(const char *text, baseline *out);
+
+/* ---- stats (stats.c) ---------------------------------------------------------- */
+
+/* Nanoseconds on CLOCK_MONOTONIC. */
+int64_t now_ns(void);
+/* The p-th percentile (0 < p <= 100, nearest rank) of v[0..n); sorts v. 0 for n = 0. */
+int64_t percentile(int64_t *v, size_t n, double p);
+/* Sort v[0..n) ascending (then percentile_sorted reads it without sorting again). */
+void samples_sort(int64_t *v, size_t n);
+int64_t percentile_sorted(const int64_t *v, size_t n, double p);
+
+/* ---- the run's context and figures (main.c) ---------------------------------- */
+
+typedef struct bench_ctx {
+    const bench_opts *opt;
+    bench_servers *servers;
+    const placement *place;
+    double rps_c1, rps_c8; /* redis-benchmark SET rps at -c 1 and -c 8 (0: unknown) */
+    double rtt_us;         /* p50 at -c 1 (0: unknown) */
+    bool failed;           /* a sanity check failed: exit non-zero */
+    int round;             /* 1..repeat */
+} bench_ctx;
+
+/* Record one figure: a row of the table and a BENCH line. ratio < 0 means none; `vs`
+ * names the ratio's denominator for the table (NULL with no ratio). decimals: digits
+ * after the point in the BENCH line. */
+void fig(const char *workload, const char *metric, double value, int decimals, double ratio,
+         const char *vs);
+/* Progress and notes to stderr (silenced by -q). */
+void progress(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/* True when stderr shows progress (not -q). */
+bool progress_on(void);
+/* A dlock_config for the bench: prefix, timeout, log callback. */
+void bench_dlock_config(const bench_ctx *ctx, dlock_config *cfg);
+/* Mark the run failed and say why on stderr (always, even with -q). */
+void bench_fail(bench_ctx *ctx, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* ---- worker teams (team.c) ---------------------------------------------------- */
+
+/*
+ * A team runs n copies of fn on their own threads (pinned as the bench is):
+ *   1. each worker prepares (connects, warms up) and calls team_ready();
+ *   2. the main thread runs `before` (a server statistics snapshot), then releases
+ *      everyone at once and takes the start time;
+ *   3. workers count finished operations in `done` (progress on stderr);
+ *   4. each worker records its end time; the team's elapsed time runs from the start
+ *      to the last end.
+ * A worker that fails calls team_error(), which makes team_stop() true for all.
+ */
+typedef struct team team;
+typedef void (*team_fn)(team *t, int id, void *arg);
+
+struct team {
+    const char *label; /* for progress lines */
+    int n;
+    long total;              /* operations expected, for progress */
+    _Atomic long done;       /* operations finished */
+    _Atomic int stop;        /* set on the first error */
+    pthread_barrier_t ready; /* n workers + main */
+    pthread_barrier_t go;    /* n workers + main */
+    int64_t start_ns;        /* written by main before `go` */
+    _Atomic int64_t end_ns;  /* the latest worker end */
+    pthread_mutex_t mu;      /* guards err */
+    char err[512];           /* the first error */
+};
+
+/* Run fn(t, id, args) for id in [0, n). before: called by the main thread between the
+ * ready and go barriers (NULL for none). Returns 0 when no worker failed, else -1 (the
+ * first error in t->err). t->start_ns and t->end_ns hold the measured interval. */
+int team_run(team *t, const char *label, int n, long total, team_fn fn, void *arg,
+             void (*before)(void *), void *before_arg);
+/* Called by every worker exactly once, after its preparation (even if it failed). */
+void team_ready(team *t);
+/* Called by every worker at its end. */
+void team_end(team *t);
+/* Record the first error (and stop the others). */
+void team_error(team *t, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static inline bool team_stopped(team *t)
+{
+    return t->stop != 0;
+}
+
+/* ---- workloads ---------------------------------------------------------------- */
+
+/* W1 and W2 (cycles.c): uncontended acquire + release on distinct names. */
+int run_w1(bench_ctx *ctx);
+int run_w2(bench_ctx *ctx);
+/* W4 (cycles.c): W1 on 1, 3, 5 nodes, on loopback and through delaying relays. */
+int run_w4(bench_ctx *ctx);
+/* W3 (contended.c): one name, blocking waits, for each --w3-workers count. */
+int run_w3(bench_ctx *ctx);
+/* W5 (flashsale.c): lock, watch, script. */
+int run_w5(bench_ctx *ctx);
+
+/* ---- relay (relay.c) ---------------------------------------------------------- */
+
+typedef struct relay relay;
+/* Listen on a free 127.0.0.1 port and forward every connection to host:port, each
+ * byte delayed by delay_us in both directions, order preserved, on a thread of its
+ * own. NULL after printing why. */
+relay *relay_start(const char *host, int port, int64_t delay_us);
+int relay_port(const relay *r);
+/* Stop the thread, close every connection, free. NULL is a no-op. */
+void relay_stop(relay *r);
+
+#endif /* DLOCK_BENCH_H */

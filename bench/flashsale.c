@@ -1,0 +1,355 @@
+/*
+ * flashsale.c: W5, 1000 items and 50 buyers, three ways (design.md section 4).
+ *
+ * Stock starts at 1000 on node 1; 50 buyers (threads, each with its own connections)
+ * buy one item at a time until they find none left. Three ways to keep the stock
+ * from being oversold, side by side:
+ *   lock    dlock_acquire (wait forever) around GET stock; if > 0, SET stock - 1 and
+ *           INCR sold (one pipelined round trip); dlock_release;
+ *   watch   optimistic: WATCH stock + GET stock (one round trip); if > 0, MULTI, DECR
+ *           stock, INCR sold, EXEC (one round trip); an aborted EXEC is retried;
+ *   script  one EVALSHA of a decrement-if-enough Lua script: atomic on the server.
+ * Each reports:
+ *   sellout_ms  from the start until the 1000th purchase was confirmed to its buyer;
+ *   retries     watch: aborted EXECs. lock: acquire attempts the server refused (its
+ *               EVALSHA/EVAL calls, per node, beyond one acquire and one release per
+ *               granted lock; waiting without polling makes it small). script: 0;
+ *   oversold    purchases confirmed beyond the stock. It must be 0, with exactly 1000
+ *               purchases, the final stock 0 and the sold counter at 1000; anything
+ *               else fails the run.
+ */
+#include "bench.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+enum variant { V_LOCK, V_WATCH, V_SCRIPT };
+static const char *const variant_names[] = {"lock", "watch", "script"};
+
+/* KEYS: stock, sold. ARGV: quantity. 1 bought, 0 not enough left. */
+static const char decr_if_enough_lua[] = "local s = tonumber(redis.call('GET', KEYS[1]) or '0')\n"
+                                         "local q = tonumber(ARGV[1])\n"
+                                         "if s >= q then\n"
+                                         "  redis.call('DECRBY', KEYS[1], q)\n"
+                                         "  redis.call('INCR', KEYS[2])\n"
+                                         "  return 1\n"
+                                         "end\n"
+                                         "return 0\n";
+
+typedef struct w5_arg {
+    bench_ctx *ctx;
+    const char *urls;
+    enum variant v;
+    long stock;
+    char k_stock[64], k_sold[64];
+    char sha[41];
+    _Atomic long purchases;
+    _Atomic long retries;
+    _Atomic long granted; /* lock: acquires that succeeded */
+    _Atomic int64_t last_sale_ns;
+    stats_conns sc;
+    srv_stats before;
+} w5_arg;
+
+/* A purchase confirmed to its buyer: count it and remember when, for sellout_ms. */
+static void note_sale(w5_arg *a, team *t)
+{
+    int64_t now = now_ns();
+    atomic_fetch_add(&a->purchases, 1);
+    atomic_fetch_add(&t->done, 1);
+    int64_t prev = atomic_load(&a->last_sale_ns);
+    while (now > prev && !atomic_compare_exchange_weak(&a->last_sale_ns, &prev, now))
+        ;
+}
+
+/* Read n pipelined replies into r[] (NULL on an I/O error). */
+static int get_replies(redisContext *c, redisReply **r, int n)
+{
+    for (int i = 0; i < n; i++)
+        r[i] = NULL;
+    for (int i = 0; i < n; i++) {
+        void *rep;
+        if (redisGetReply(c, &rep) != REDIS_OK)
+            return -1;
+        r[i] = rep;
+    }
+    return 0;
+}
+
+static void free_replies(redisReply **r, int n)
+{
+    for (int i = 0; i < n; i++)
+        freeReplyObject(r[i]);
+}
+
+/* A stock or counter value: an integer, a numeric string, or nil (0). -1 otherwise. */
+static long long reply_ll(const redisReply *r)
+{
+    if (r == NULL)
+        return -1;
+    if (r->type == REDIS_REPLY_INTEGER)
+        return r->integer;
+    if (r->type == REDIS_REPLY_STRING)
+        return strtoll(r->str, NULL, 10);
+    return r->type == REDIS_REPLY_NIL ? 0 : -1;
+}
+
+/* The lock way: 0 when done, -1 after team_error. */
+static int buy_lock(w5_arg *a, team *t, dlock_client *c, redisContext *rc)
+{
+    dlock_opts o = {0};
+    o.ttl_ms = BENCH_TTL_MS;
+    o.wait_ms = -1;
+    while (!team_stopped(t)) {
+        dlock_lock *l;
+        int err = dlock_acquire(c, "w5:sale", &o, &l);
+        if (err != DLOCK_OK) {
+            team_error(t, "acquire: %s: %s", dlock_strerror(err), dlock_errmsg());
+            return -1;
+        }
+        atomic_fetch_add(&a->granted, 1);
+        redisReply *r = redisCommand(rc, "GET %s", a->k_stock);
+        long long s = reply_ll(r);
+        freeReplyObject(r);
+        if (r == NULL || s < 0) {
+            dlock_release(l);
+            team_error(t, "GET stock failed");
+            return -1;
+        }
+        if (s > 0) {
+            redisReply *w[2];
+            redisAppendCommand(rc, "SET %s %lld", a->k_stock, s - 1);
+            redisAppendCommand(rc, "INCR %s", a->k_sold);
+            int io = get_replies(rc, w, 2);
+            free_replies(w, 2);
+            if (io != 0) {
+                dlock_release(l);
+                team_error(t, "SET/INCR failed: %s", rc->errstr);
+                return -1;
+            }
+            note_sale(a, t);
+        }
+        if ((err = dlock_release(l)) != DLOCK_OK) {
+            team_error(t, "release: %s: %s", dlock_strerror(err), dlock_errmsg());
+            return -1;
+        }
+        if (s == 0)
+            return 0;
+    }
+    return 0;
+}
+
+/* The optimistic way. */
+static int buy_watch(w5_arg *a, team *t, redisContext *rc)
+{
+    while (!team_stopped(t)) {
+        redisReply *r[4];
+        redisAppendCommand(rc, "WATCH %s", a->k_stock);
+        redisAppendCommand(rc, "GET %s", a->k_stock);
+        if (get_replies(rc, r, 2) != 0) {
+            free_replies(r, 2);
+            team_error(t, "WATCH/GET failed: %s", rc->errstr);
+            return -1;
+        }
+        long long s = reply_ll(r[1]);
+        free_replies(r, 2);
+        if (s <= 0) {
+            freeReplyObject(redisCommand(rc, "UNWATCH"));
+            return s < 0 ? -1 : 0;
+        }
+        redisAppendCommand(rc, "MULTI");
+        redisAppendCommand(rc, "DECR %s", a->k_stock);
+        redisAppendCommand(rc, "INCR %s", a->k_sold);
+        redisAppendCommand(rc, "EXEC");
+        if (get_replies(rc, r, 4) != 0) {
+            free_replies(r, 4);
+            team_error(t, "MULTI/EXEC failed: %s", rc->errstr);
+            return -1;
+        }
+        bool committed = r[3] != NULL && r[3]->type == REDIS_REPLY_ARRAY;
+        bool aborted = r[3] != NULL && r[3]->type == REDIS_REPLY_NIL;
+        free_replies(r, 4);
+        if (committed)
+            note_sale(a, t);
+        else if (aborted)
+            atomic_fetch_add(&a->retries, 1);
+        else {
+            team_error(t, "EXEC: unexpected reply");
+            return -1;
+        }
+    }
+    return 0;
+}
+
+/* The server-side way. */
+static int buy_script(w5_arg *a, team *t, redisContext *rc)
+{
+    while (!team_stopped(t)) {
+        redisReply *r = redisCommand(rc, "EVALSHA %s 2 %s %s 1", a->sha, a->k_stock, a->k_sold);
+        long long v = r != NULL && r->type == REDIS_REPLY_INTEGER ? r->integer : -1;
+        freeReplyObject(r);
+        if (v < 0) {
+            team_error(t, "EVALSHA failed");
+            return -1;
+        }
+        if (v == 0)
+            return 0;
+        note_sale(a, t);
+    }
+    return 0;
+}
+
+/* One buyer: its own connection to node 1, and for the lock way its own dlock client
+ * (warmed up on a name of its own), then it buys until none is left. */
+static void w5_worker(team *t, int id, void *p)
+{
+    w5_arg *a = p;
+    dlock_client *c = NULL;
+    redisContext *rc = server_connect(&a->ctx->servers->s[0]);
+    if (rc == NULL)
+        team_error(t, "buyer %d: cannot connect to node 1", id);
+    if (rc != NULL && a->v == V_LOCK) {
+        dlock_config cfg;
+        bench_dlock_config(a->ctx, &cfg);
+        int err = dlock_client_new(a->urls, &cfg, &c);
+        dlock_lock *l;
+        char warm[64];
+        snprintf(warm, sizeof warm, "w5:warm:%d", id);
+        dlock_opts o = {0};
+        o.ttl_ms = BENCH_TTL_MS;
+        if (err == DLOCK_OK && (err = dlock_acquire(c, warm, &o, &l)) == DLOCK_OK)
+            err = dlock_release(l);
+        if (err != DLOCK_OK)
+            team_error(t, "buyer %d: %s: %s", id, dlock_strerror(err), dlock_errmsg());
+    }
+    team_ready(t);
+    if (!team_stopped(t)) {
+        if (a->v == V_LOCK)
+            buy_lock(a, t, c, rc);
+        else if (a->v == V_WATCH)
+            buy_watch(a, t, rc);
+        else
+            buy_script(a, t, rc);
+    }
+    team_end(t);
+    dlock_client_free(c);
+    redisFree(rc);
+}
+
+/* Snapshot commandstats once every buyer is ready, so W5/lock can count the
+ * refused acquire attempts. */
+static void w5_before(void *p)
+{
+    w5_arg *a = p;
+    if (stats_take(&a->sc, &a->before) != 0)
+        a->sc.n = 0;
+}
+
+/* Reset stock and sold (and load the script). 0, or -1 after printing why. */
+static int w5_setup(w5_arg *a, redisContext *admin)
+{
+    redisReply *r = server_cmd(admin, "SET %s %ld", a->k_stock, a->stock);
+    freeReplyObject(r);
+    if (r != NULL) {
+        r = server_cmd(admin, "SET %s 0", a->k_sold);
+        freeReplyObject(r);
+    }
+    if (r != NULL && a->v == V_SCRIPT) {
+        r = server_cmd(admin, "SCRIPT LOAD %s", decr_if_enough_lua);
+        if (r != NULL && r->type == REDIS_REPLY_STRING)
+            snprintf(a->sha, sizeof a->sha, "%s", r->str);
+        freeReplyObject(r);
+    }
+    return r != NULL ? 0 : -1;
+}
+
+/* One way of selling: set up, run the buyers, check the outcome on the server. */
+static int w5_one(bench_ctx *ctx, enum variant v, const char *urls, redisContext *admin)
+{
+    const bench_opts *o = ctx->opt;
+    char label[48];
+    snprintf(label, sizeof label, "W5/%s", variant_names[v]);
+    if (v == V_LOCK && o->nodes > 1)
+        snprintf(label + strlen(label), sizeof label - strlen(label), "/n%d", o->nodes);
+    w5_arg *a = calloc(1, sizeof *a);
+    if (a == NULL) {
+        bench_fail(ctx, "%s: out of memory", label);
+        return -1;
+    }
+    a->ctx = ctx;
+    a->urls = urls;
+    a->v = v;
+    a->stock = o->w5_stock;
+    snprintf(a->k_stock, sizeof a->k_stock, "%sw5:stock", BENCH_PREFIX);
+    snprintf(a->k_sold, sizeof a->k_sold, "%sw5:sold", BENCH_PREFIX);
+    int rc = -1;
+    /* The lock's script calls land on the lock's nodes. */
+    if (w5_setup(a, admin) != 0 || stats_open(ctx->servers, v == V_LOCK ? o->nodes : 1, &a->sc)) {
+        bench_fail(ctx, "%s: cannot set up the sale", label);
+        goto out;
+    }
+    progress("%s: %d buyers, stock %ld", label, o->w5_buyers, a->stock);
+    team t;
+    int trc = team_run(&t, label, o->w5_buyers, a->stock, w5_worker, a, w5_before, a);
+    srv_stats after;
+    bool have_stats = a->sc.n > 0 && stats_take(&a->sc, &after) == 0;
+    int stat_nodes = a->sc.n;
+    if (have_stats && o->verbose)
+        stats_print(label, &a->before, &after);
+    stats_close(&a->sc);
+    if (trc != 0) {
+        bench_fail(ctx, "%s: %s", label, t.err);
+        goto out;
+    }
+    redisReply *r = server_cmd(admin, "GET %s", a->k_stock);
+    long long stock_left = reply_ll(r);
+    freeReplyObject(r);
+    r = server_cmd(admin, "GET %s", a->k_sold);
+    long long sold = reply_ll(r);
+    freeReplyObject(r);
+
+    long purchases = a->purchases;
+    long oversold = purchases > a->stock ? purchases - a->stock : 0;
+    long retries = a->retries;
+    if (v == V_LOCK && have_stats) {
+        long long scripts =
+            stats_calls(&a->before, &after, "evalsha") + stats_calls(&a->before, &after, "eval");
+        /* Every attempt is one script call on each of the lock's nodes. */
+        retries = (long)(scripts / stat_nodes - 2 * (long long)a->granted);
+    }
+    double sellout_ms = (double)(a->last_sale_ns - t.start_ns) / 1e6;
+    fig(label, "sellout_ms", sellout_ms, 0, -1, NULL);
+    if (v != V_LOCK || have_stats)
+        fig(label, "retries", (double)retries, 0, -1, NULL);
+    fig(label, "oversold", (double)oversold, 0, -1, NULL);
+    progress("%s: sold out in %.0f ms, %ld retries, %ld purchases, stock left %lld, sold %lld",
+             label, sellout_ms, retries, purchases, stock_left, sold);
+    if (oversold != 0 || purchases != a->stock || stock_left != 0 || sold != a->stock) {
+        bench_fail(ctx, "%s: %ld purchases of %ld (oversold %ld), stock left %lld, sold %lld",
+                   label, purchases, a->stock, oversold, stock_left, sold);
+        goto out;
+    }
+    rc = 0;
+out:
+    free(a);
+    return rc;
+}
+
+int run_w5(bench_ctx *ctx)
+{
+    const bench_opts *o = ctx->opt;
+    char urls[BENCH_MAX_NODES * 620];
+    servers_urls(ctx->servers, 0, o->nodes, urls, sizeof urls);
+    redisContext *admin = server_connect(&ctx->servers->s[0]);
+    if (admin == NULL) {
+        bench_fail(ctx, "W5: cannot connect to node 1");
+        return -1;
+    }
+    int rc = 0;
+    for (int v = V_LOCK; v <= V_SCRIPT; v++)
+        if (w5_one(ctx, (enum variant)v, urls, admin) != 0)
+            rc = -1;
+    redisFree(admin);
+    return rc;
+}

@@ -1,0 +1,161 @@
+/*
+ * fuzz_url.c: the server address parser (src/url.c), issue 7 scenario 17.
+ *
+ * The input is one URL, as bytes: dlock__url_parse gets it without a terminating NUL,
+ * in a buffer of exactly its size, so that AddressSanitizer catches any read past the
+ * length it was given. Inputs with a NUL byte inside go only to the list parser: the
+ * library's URLs come from C strings (dlock_client_new), so dlock__url_parse never
+ * sees one, and it does not refuse one either (a raw NUL in a password would cut it
+ * short). What must hold for every input:
+ *   - the parser returns DLOCK_OK, DLOCK_ERR_INVALID with a message, or DLOCK_ERR_NOMEM;
+ *   - an accepted address is complete: a host (at most 253 bytes, no brackets) and a
+ *     port in 1..65535, or an absolute socket path that fits in sun_path; a db >= 0;
+ *     a display form without the password;
+ *   - the display form of an address without a user parses back to the same address;
+ *   - the same bytes as a NUL-terminated server list parse (or not) without leaks;
+ *   - with an allocation failure injected at one of the parser's allocations (chosen
+ *     from the input), the result is DLOCK_ERR_NOMEM and nothing leaks.
+ */
+#include "internal.h"
+
+#include <assert.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/un.h>
+
+#ifdef NDEBUG
+#error "the fuzz targets check with assert(): build them without NDEBUG"
+#endif
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+
+/* Everything an accepted address must be. */
+static void check_addr(const dlock__addr *a)
+{
+    assert(a->display != NULL);
+    assert(a->db >= 0);
+    if (a->is_unix) {
+        assert(a->path != NULL && a->host == NULL);
+        assert(a->path[0] == '/');
+        assert(strlen(a->path) < sizeof(((struct sockaddr_un *)0)->sun_path));
+        assert(a->user == NULL); /* unix:// takes a password alone */
+    } else {
+        assert(a->host != NULL && a->path == NULL);
+        size_t hl = strlen(a->host);
+        assert(hl > 0 && hl <= 253);
+        assert(strchr(a->host, '[') == NULL && strchr(a->host, ']') == NULL);
+        assert(a->port >= 1 && a->port <= 65535);
+    }
+    if (a->password != NULL)
+        assert(a->password[0] != '\0');
+    /* The display form is made of the address's parts and nothing else: no password. */
+    char want[700];
+    if (a->is_unix)
+        snprintf(want, sizeof want, "unix://%s", a->path);
+    else
+        snprintf(want, sizeof want, "redis://%.64s%s%s%s%s:%d", a->user ? a->user : "",
+                 a->user ? "@" : "", strchr(a->host, ':') ? "[" : "", a->host,
+                 strchr(a->host, ':') ? "]" : "", a->port);
+    if (a->db != 0)
+        snprintf(want + strlen(want), sizeof want - strlen(want), a->is_unix ? "?db=%d" : "/%d",
+                 a->db);
+    assert(strcmp(a->display, want) == 0);
+}
+
+/* An address without a user prints as a URL that means the same address. */
+static void check_round_trip(const dlock__addr *a)
+{
+    if (a->user != NULL)
+        return;
+    dlock__addr b;
+    char err[256];
+    int rc = dlock__url_parse(a->display, strlen(a->display), &b, err, sizeof err);
+    assert(rc == DLOCK_OK);
+    assert(b.is_unix == a->is_unix && b.db == a->db && b.password == NULL);
+    if (a->is_unix) {
+        assert(strcmp(a->path, b.path) == 0);
+    } else {
+        assert(strcmp(a->host, b.host) == 0 && a->port == b.port);
+    }
+    assert(strcmp(a->display, b.display) == 0);
+    dlock__addr_clear(&b);
+}
+
+static int parse_once(const char *buf, size_t size)
+{
+    dlock__addr a;
+    char err[256];
+    err[0] = '\0';
+    int rc = dlock__url_parse(buf, size, &a, err, sizeof err);
+    assert(rc == DLOCK_OK || rc == DLOCK_ERR_INVALID || rc == DLOCK_ERR_NOMEM);
+    if (rc == DLOCK_OK) {
+        check_addr(&a);
+        check_round_trip(&a);
+        dlock__addr_clear(&a);
+    } else {
+        /* Every refusal says why; and a failed parse leaves nothing behind. */
+        assert(err[0] != '\0');
+        assert(a.host == NULL && a.path == NULL && a.user == NULL && a.password == NULL &&
+               a.display == NULL);
+    }
+    return rc;
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+    /* Exactly size bytes, no NUL after them. */
+    char *buf = malloc(size ? size : 1);
+    assert(buf != NULL);
+    memcpy(buf, data, size);
+
+    int rc = memchr(data, '\0', size) == NULL ? parse_once(buf, size) : DLOCK_ERR_INVALID;
+
+    /* The same parse with its k-th allocation failing (k from the input's length and
+     * first byte, so that the fuzzer can steer it). The parse is deterministic, so the
+     * allocations of a plain run are the ones the failing run makes. */
+    if (rc == DLOCK_OK) {
+        dlock__addr a;
+        char err[256];
+        atomic_store(&dlock__test_hooks.allocs, 0);
+        rc = dlock__url_parse(buf, size, &a, err, sizeof err);
+        long allocs = atomic_load(&dlock__test_hooks.allocs);
+        assert(rc == DLOCK_OK && allocs > 0);
+        dlock__addr_clear(&a);
+        long k = 1 + (long)((size + data[0]) % (size_t)allocs);
+        atomic_store(&dlock__test_hooks.allocs, 0);
+        atomic_store(&dlock__test_hooks.fail_at, k);
+        rc = dlock__url_parse(buf, size, &a, err, sizeof err);
+        atomic_store(&dlock__test_hooks.fail_at, 0);
+        assert(rc == DLOCK_ERR_NOMEM);
+        assert(a.host == NULL && a.path == NULL && a.user == NULL && a.password == NULL &&
+               a.display == NULL);
+    }
+
+    /* As a server list: NUL-terminated, split at commas. */
+    char *list = malloc(size + 1);
+    assert(list != NULL);
+    memcpy(list, data, size);
+    list[size] = '\0';
+    if (strlen(list) == size) {
+        dlock__addr *addrs = NULL;
+        int n = 0;
+        char err[512];
+        rc = dlock__url_parse_list(list, DLOCK_SERVERS_MAX, &addrs, &n, err, sizeof err);
+        assert(rc == DLOCK_OK || rc == DLOCK_ERR_INVALID);
+        if (rc == DLOCK_OK) {
+            assert(n >= 1 && n <= DLOCK_SERVERS_MAX);
+            for (int i = 0; i < n; i++) {
+                check_addr(&addrs[i]);
+                dlock__addr_clear(&addrs[i]);
+            }
+            free(addrs);
+        } else {
+            assert(addrs == NULL && n == 0);
+        }
+    }
+    free(list);
+    free(buf);
+    return 0;
+}
