@@ -45,8 +45,20 @@ void dlock__conn_init(dlock__conn *c, dlock__node *node)
 
 void dlock__conn_close(dlock__conn *c)
 {
-    if (c->fd >= 0)
+    if (c->fd >= 0) {
+        /* Commands given up on (replies owed, a command half written, or one
+         * pipelined behind an unfinished handshake) may still sit in the kernel's
+         * send queue, unacknowledged behind a partition. A plain close() would go on
+         * delivering them once the network heals: an acquire given up long ago would
+         * then take the lock for a full lease, held by no one. An abortive close
+         * (linger 0: reset, send queue dropped) ends them with the connection. A
+         * clean connection is closed normally. */
+        if (c->skip > 0 || c->outpos < c->outlen || c->handshake > 0) {
+            struct linger lg = {.l_onoff = 1, .l_linger = 0};
+            (void)setsockopt(c->fd, SOL_SOCKET, SO_LINGER, &lg, sizeof lg);
+        }
         close(c->fd);
+    }
     c->fd = -1;
     c->state = DLOCK_CONN_CLOSED;
     if (c->reader != NULL)
@@ -278,6 +290,7 @@ int dlock__conn_read(dlock__conn *c, char *detail, size_t n)
                               "reply larger than %d bytes refused", DLOCK_REPLY_MAX_BYTES);
         if (redisReaderFeed(c->reader, buf, (size_t)r) != REDIS_OK)
             return set_detail(detail, n, DLOCK_ERR_NOMEM, c, "out of memory reading a reply");
+        c->lagging = false; /* the server answers again */
         if ((size_t)r < sizeof buf)
             return DLOCK_OK;
     }

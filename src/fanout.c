@@ -57,6 +57,7 @@ static void begin(struct dlock_client *cl, dlock__conn *c, dlock__req *r, int64_
     r->detail[0] = '\0';
     r->retried = false;
     r->done = false;
+    r->held = false; /* set again below if the command waits for a handshake */
     if (dlock__conn_stale(c))
         dlock__conn_close(c);
     if (c->state == DLOCK_CONN_CLOSED) {
@@ -116,6 +117,8 @@ static void expire(dlock__conn *c, dlock__req *r)
              (long long)((r->deadline_us - r->start_us) / 1000));
     r->err = DLOCK_ERR_TIMEOUT;
     r->done = true;
+    if (r->await)
+        c->lagging = true;
     if (!r->await) {
         dlock__conn_close(c); /* not written in time: the stream may hold half of it */
     } else if (r->held) {
@@ -199,33 +202,69 @@ static void step(struct dlock_client *cl, dlock__conn *c, dlock__req *r, short r
     }
 }
 
-/* Stop waiting for node i, whose command is still held behind its connect or
- * handshake: the round was decided without it. Nothing of this round was sent there,
- * and the connection is kept: its handshake goes on in later rounds (until its own
- * connect deadline), so a node that is merely slower to connect than the others take
- * to answer is not abandoned for good. */
+/* Stop waiting for node i: the round was decided without it.
+ *
+ * A command still held behind its connect or handshake was never sent, and the
+ * connection is kept: its handshake goes on in later rounds (until its own connect
+ * deadline), so a node that is merely slower to connect than the others take to
+ * answer is not abandoned for good.
+ *
+ * A command sent whole to a lagging node is left to the server: its reply is counted
+ * in conn->skip and discarded by a later round, exactly as when a node misses its
+ * deadline, and a lost attempt's clean-up follows it on the same connection. Waiting
+ * for it would gain nothing (the outcome is known) and cost much: a won round would
+ * spend its lease's validity, and a lost attempt would hold its partial grants on the
+ * other nodes for the per-node timeout, so that contenders meeting them split their
+ * votes again, round after round (a livelock seen with one or two of five servers
+ * paused and four contenders). A half-written command is still waited for, until
+ * written or its deadline passes. */
 static void abandon(dlock__conn *c, dlock__req *r)
 {
-    snprintf(r->detail, sizeof r->detail, "%s: still connecting when a quorum had decided",
-             c->node->addr.display);
+    if (r->held) {
+        snprintf(r->detail, sizeof r->detail, "%s: still connecting when a quorum had decided",
+                 c->node->addr.display);
+    } else if (c->state == DLOCK_CONN_READY && c->handshake == 0 && c->outpos == c->outlen &&
+               c->skip < SKIP_MAX) {
+        c->skip++;
+        snprintf(r->detail, sizeof r->detail, "%s: no reply yet when a quorum had decided",
+                 c->node->addr.display);
+    } else {
+        return;
+    }
     r->err = DLOCK_ERR_TIMEOUT;
     r->done = true;
 }
 
-/* With a vote function: true once the answers so far decide the round, either way. */
-static bool decided(const struct dlock_client *cl, const dlock__req *reqs, int n,
-                    dlock__vote_fn vote, void *arg)
+/* With a vote function: whether the answers so far decide the round: a quorum said
+ * yes, or too few nodes are left to make one.
+ *
+ * A node that is lagging (it missed an earlier deadline and has sent nothing since:
+ * paused, hung, partitioned) does not hold up a contended round: once a node has
+ * refused, and a quorum needs a lagging node, the round is lost at once. Otherwise a
+ * failed attempt would hold its partial grants while it waits for the lagging node,
+ * and the contenders that meet them would split their votes again, round after round.
+ * Without a refusal, the lagging node is waited for until its deadline: it may have
+ * just resumed (its first bytes clear the mark), and no one is kept waiting by it. */
+static bool decided(const struct dlock_client *cl, const dlock__conn *conns, const dlock__req *reqs,
+                    int n, dlock__vote_fn vote, void *arg)
 {
-    int yes = 0, pending = 0;
+    int yes = 0, no = 0, pending = 0, waited = 0;
     for (int i = 0; i < n; i++) {
         if (reqs[i].cmd == NULL)
             continue;
-        if (!reqs[i].done)
+        if (!reqs[i].done) {
             pending++;
-        else if (reqs[i].err == DLOCK_OK && vote(&reqs[i], i, arg))
-            yes++;
+            waited += !conns[i].lagging;
+        } else if (reqs[i].err == DLOCK_OK) {
+            if (vote(&reqs[i], i, arg))
+                yes++;
+            else
+                no++;
+        }
     }
-    return pending > 0 && (yes >= cl->quorum || yes + pending < cl->quorum);
+    if (pending == 0)
+        return false;
+    return yes >= cl->quorum || yes + pending < cl->quorum || (no > 0 && yes + waited < cl->quorum);
 }
 
 void dlock__fanout(struct dlock_client *cl, dlock__conn *conns, dlock__req *reqs, int n)
@@ -256,11 +295,12 @@ void dlock__fanout_vote(struct dlock_client *cl, dlock__conn *conns, dlock__req 
      * once a quorum of connections is up: a split vote must not hold its partial
      * grants for a whole connect timeout. (Its connection goes on in later rounds.)
      * When most connections are new, as on a client's first call, they all get the
-     * connect timeout. */
-    if (vote != NULL && established >= cl->quorum)
-        for (int i = 0; i < n; i++)
-            if (reqs[i].held && reqs[i].deadline_us > start + cl->timeout_us)
-                reqs[i].deadline_us = start + cl->timeout_us;
+     * connect timeout. A lagging node's new connection gets the per-node timeout in
+     * any round: it has had its chance, and each round gives it another. */
+    for (int i = 0; i < n; i++)
+        if (reqs[i].held && reqs[i].deadline_us > start + cl->timeout_us &&
+            ((vote != NULL && established >= cl->quorum) || conns[i].lagging))
+            reqs[i].deadline_us = start + cl->timeout_us;
 
     DLOCK_PAUSE_POINT(DLOCK_HOOK_AFTER_SEND);
     for (;;) {
@@ -304,14 +344,14 @@ void dlock__fanout_vote(struct dlock_client *cl, dlock__conn *conns, dlock__req 
             ready--;
             step(cl, &conns[idx[k]], &reqs[idx[k]], pfd[k].revents);
         }
-        /* A node still connecting (a fresh connection may take the connect timeout)
-         * must not hold up a round whose outcome the others have decided: that time
-         * would come off the lease's validity. Nodes that were sent the command are
-         * still waited for (their deadline is the per-node timeout), so that their
-         * replies are read and their connections stay in step. */
-        if (vote != NULL && decided(cl, reqs, n, vote, arg))
+        /* Once the answers so far decide the round, either way, a node still
+         * connecting or a lagging one is not waited for (abandon() says why and what
+         * becomes of its reply). The others are: they answer within a round trip,
+         * and their replies keep the connections in step, the fences exact and the
+         * error precise (BUSY or NOQUORUM). */
+        if (vote != NULL && decided(cl, conns, reqs, n, vote, arg))
             for (int i = 0; i < n; i++)
-                if (reqs[i].cmd != NULL && !reqs[i].done && reqs[i].held)
+                if (reqs[i].cmd != NULL && !reqs[i].done && (reqs[i].held || conns[i].lagging))
                     abandon(&conns[i], &reqs[i]);
     }
 }

@@ -132,6 +132,9 @@ typedef struct dlock__conn {
     unsigned char hs[3];           /* which handshake step each of those replies answers */
     int hs_next;                   /* index in hs of the next handshake reply */
     int skip;                      /* replies of abandoned commands still to come, to discard */
+    bool lagging;                  /* missed a deadline, and nothing heard since (kept across
+                                    * reconnects): a round decided by the others does not
+                                    * wait for it */
     bool too_big;                  /* set by the reader when it refused an array */
     int64_t connect_deadline_us;   /* when a connect or handshake in progress gives up */
     struct addrinfo *ai, *ai_next; /* TCP addresses and the next one to try */

@@ -217,7 +217,17 @@ static void lock_free(dlock_lock *l)
     if (getpid() != c->pid) {
         /* A copy inherited across fork(): the parent's threads are not here, and a
          * mutex copied while one of them held it would never be released. Free the
-         * memory and touch nothing shared. */
+         * memory and touch nothing shared but the child's own copy of the list of
+         * handles (no other thread of the child can hold its mutex: only the thread
+         * that forked is copied, and dlock calls never fork). */
+        if (l->attached) {
+            if (l->prev != NULL)
+                l->prev->next = l->next;
+            else
+                c->locks = l->next;
+            if (l->next != NULL)
+                l->next->prev = l->prev;
+        }
         if (l->lost_fd >= 0)
             close(l->lost_fd);
         free(l->renew_key);
@@ -250,7 +260,10 @@ static int lock_new(dlock_client *c, const char *name, dlock_lock **out)
     dlock_lock *l = dlock__calloc(1, sizeof *l);
     if (l == NULL || (l->name = dlock__strdup(name)) == NULL) {
         free(l);
-        return dlock__fail(DLOCK_ERR_NOMEM, "out of memory");
+        /* The code, not dlock__fail's return, so that the compiler sees *out set on
+         * every DLOCK_OK path (gcc -O3 -Warray-bounds in dlock_lock_adopt). */
+        dlock__fail(DLOCK_ERR_NOMEM, "out of memory");
+        return DLOCK_ERR_NOMEM;
     }
     l->magic = DLOCK_LOCK_MAGIC;
     l->client = c;
@@ -467,8 +480,9 @@ static int attempt(dlock_client *c, round *rd, dlock__call *acq, const keys *k, 
     for (int i = 0; i < c->n; i++) {
         long long v;
         /* Until we know better, a node's outcome is unknown: it may have run the
-         * script even if its answer never arrived. */
-        undo[i] = true;
+         * script even if its answer never arrived. A command held behind a
+         * handshake that never finished was never sent: nothing to undo there. */
+        undo[i] = !rd->reqs[i].held;
         if (!int_reply(t, &rd->reqs[i], &rd->set->conns[i], "acquire", &v))
             continue;
         if (v <= 0) {
