@@ -7,7 +7,7 @@ JOBS     ?= $(shell nproc 2>/dev/null || echo 2)
 CMAKE_FLAGS ?=
 WERROR   ?= OFF
 
-.PHONY: all deps test test-asan test-tsan test-faults soak demo install format format-check clean
+.PHONY: all deps test test-asan test-tsan test-faults soak fuzz demo install format format-check clean
 
 all: deps
 	@cmake -S . -B $(BUILD) -DDLOCK_WERROR=$(WERROR) -DCMAKE_INSTALL_PREFIX=$(PREFIX) $(CMAKE_FLAGS) >/dev/null
@@ -42,6 +42,13 @@ test-tsan: deps
 	cd build-tsan && DLOCK_TEST_SLACK=10 TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1" \
 	  ctest --output-on-failure -j $(JOBS) -E 'bench_quick|demo_quick' -LE 'slow|soak'
 
+# The libFuzzer targets (fuzz/: URL and duration parsers, the reply reader, the lock
+# calls against a scripted server), built with clang in build-fuzz/: each runs over its
+# seed corpus, then fuzzes for FUZZ_SECONDS. A crash is saved in fuzz/crashes/.
+FUZZ_SECONDS ?= 60
+fuzz: deps
+	DLOCK_FUZZ_BUILD=build-fuzz WERROR=$(WERROR) tools/fuzz.sh $(FUZZ_SECONDS)
+
 # The flash sale, a node killed mid-run, a stale holder fenced off: tools/demo.sh, on
 # redis-server processes it starts itself. The build's output is shown only if it fails.
 demo: deps
@@ -62,4 +69,4 @@ format-check:
 	clang-format --dry-run --Werror $$(git ls-files '*.c' '*.h')
 
 clean:
-	rm -rf build build-asan build-tsan
+	rm -rf build build-asan build-tsan build-fuzz
