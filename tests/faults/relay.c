@@ -1027,3 +1027,35 @@ long long fr_vm_kib(bool peak)
     fclose(f);
     return v;
 }
+
+int fr_cluster_start(int n, dh_server *srv, fr_relay **relays, char *urls, size_t size)
+{
+    size_t used = 0;
+    if (size > 0)
+        urls[0] = '\0';
+    for (int i = 0; i < n; i++) {
+        relays[i] = NULL;
+        if (dh_server_start(&srv[i], NULL) != 0 || (relays[i] = fr_start(srv[i].port)) == NULL) {
+            fprintf(stderr, "fr_cluster_start: node %d of %d did not start\n", i, n);
+            fr_cluster_stop(i + 1, srv, relays);
+            return -1;
+        }
+        int w = snprintf(urls + used, size - used, "%s%s", i > 0 ? "," : "", fr_url(relays[i]));
+        if (w < 0 || (size_t)w >= size - used) {
+            fprintf(stderr, "fr_cluster_start: %zu bytes are too few for %d URLs\n", size, n);
+            fr_cluster_stop(i + 1, srv, relays);
+            return -1;
+        }
+        used += (size_t)w;
+    }
+    return 0;
+}
+
+void fr_cluster_stop(int n, dh_server *srv, fr_relay **relays)
+{
+    for (int i = 0; i < n; i++) {
+        fr_stop(relays[i]);
+        relays[i] = NULL;
+        dh_server_stop(&srv[i]);
+    }
+}

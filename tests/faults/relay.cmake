@@ -3,7 +3,7 @@
 #
 # The relay is test code built once, as a static library that each scenario links.
 add_library(dlock_fault_relay STATIC ${CMAKE_CURRENT_LIST_DIR}/relay.c)
-target_link_libraries(dlock_fault_relay PUBLIC PkgConfig::HIREDIS Threads::Threads)
+target_link_libraries(dlock_fault_relay PUBLIC dlock_test_harness PkgConfig::HIREDIS Threads::Threads)
 target_compile_definitions(dlock_fault_relay PRIVATE _GNU_SOURCE)
 dlock_warnings(dlock_fault_relay)
 

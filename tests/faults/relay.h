@@ -39,6 +39,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "harness.h"
+
 typedef struct fr_relay fr_relay;
 
 /* Directions, for fr_hold. */
@@ -129,6 +131,13 @@ typedef struct fr_stats {
 fr_relay *fr_start(int upstream_port);
 /* Stop the thread, close every descriptor, free. NULL is a no-op. */
 void fr_stop(fr_relay *r);
+
+/* n redis-servers (tests/harness), each behind a relay of its own: urls gets the
+ * relays' URLs joined by commas (what dlock_client_new takes). 0, or -1 with the
+ * reason on stderr (what was started is stopped). */
+int fr_cluster_start(int n, dh_server *srv, fr_relay **relays, char *urls, size_t size);
+/* Stop the relays and the servers, and remove the servers' directories. */
+void fr_cluster_stop(int n, dh_server *srv, fr_relay **relays);
 
 /* The relay's port, and "redis://127.0.0.1:PORT" (valid while r lives). */
 int fr_port(const fr_relay *r);

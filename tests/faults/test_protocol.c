@@ -86,11 +86,7 @@ static int teardown_all(void **state)
     (void)state;
     dlock_client_free(g_c);
     g_c = NULL;
-    for (int i = 0; i < 3; i++) {
-        fr_stop(g_relay[i]);
-        g_relay[i] = NULL;
-        dh_server_stop(&g_srv[i]);
-    }
+    fr_cluster_stop(3, g_srv, g_relay);
     return 0;
 }
 
@@ -628,15 +624,8 @@ static int setup_three(void **state)
 {
     (void)state;
     it_log_init(&g_log);
-    char urls[600] = "";
-    for (int i = 0; i < 3; i++) {
-        assert_int_equal(dh_server_start(&g_srv[i], NULL), 0);
-        g_relay[i] = fr_start(g_srv[i].port);
-        assert_non_null(g_relay[i]);
-        if (i > 0)
-            strcat(urls, ",");
-        strcat(urls, fr_url(g_relay[i]));
-    }
+    char urls[600];
+    assert_int_equal(fr_cluster_start(3, g_srv, g_relay, urls, sizeof urls), 0);
     g_c = client_for(urls);
     return 0;
 }

@@ -135,26 +135,14 @@ static void *work(void *arg)
 static int setup(void **state)
 {
     (void)state;
-    g_urls[0] = '\0';
-    for (int i = 0; i < N; i++) {
-        assert_int_equal(dh_server_start(&g_srv[i], NULL), 0);
-        g_relay[i] = fr_start(g_srv[i].port);
-        assert_non_null(g_relay[i]);
-        if (i > 0)
-            strcat(g_urls, ",");
-        strcat(g_urls, fr_url(g_relay[i]));
-    }
+    assert_int_equal(fr_cluster_start(N, g_srv, g_relay, g_urls, sizeof g_urls), 0);
     return 0;
 }
 
 static int teardown(void **state)
 {
     (void)state;
-    for (int i = 0; i < N; i++) {
-        fr_stop(g_relay[i]);
-        g_relay[i] = NULL;
-        dh_server_stop(&g_srv[i]);
-    }
+    fr_cluster_stop(N, g_srv, g_relay);
     return 0;
 }
 

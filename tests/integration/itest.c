@@ -71,6 +71,18 @@ long long it_exists(dh_server *s, const char *key)
     return int_reply(s, "EXISTS", key);
 }
 
+long long it_connected_clients(dh_server *s)
+{
+    redisReply *r = dh_cmd(s, "INFO clients");
+    assert_non_null(r);
+    assert_int_equal(r->type, REDIS_REPLY_STRING);
+    const char *p = strstr(r->str, "connected_clients:");
+    assert_non_null(p);
+    long long n = strtoll(p + strlen("connected_clients:"), NULL, 10);
+    freeReplyObject(r);
+    return n;
+}
+
 char *it_get(dh_server *s, const char *key)
 {
     redisReply *r = dh_cmd(s, "GET %s", key);

@@ -32,7 +32,8 @@ void it_fence_key(char *buf, size_t len, const char *name);
 /* Looking at a key from outside, through dh_cmd. */
 long long it_pttl(dh_server *s, const char *key); /* -2 missing, -1 no expiry */
 long long it_exists(dh_server *s, const char *key);
-char *it_get(dh_server *s, const char *key); /* malloc'd copy or NULL when missing */
+long long it_connected_clients(dh_server *s); /* INFO clients: connected_clients */
+char *it_get(dh_server *s, const char *key);  /* malloc'd copy or NULL when missing */
 void it_del(dh_server *s, const char *key);
 
 /* Acquire with a ttl and no wait; asserts DLOCK_OK and returns the handle. */

@@ -679,17 +679,6 @@ static void read_all(int fd, char *buf, size_t len)
     close(fd);
 }
 
-static long long connected_clients(void)
-{
-    redisReply *rep = dh_cmd(&plain, "INFO clients");
-    assert_non_null(rep);
-    const char *p = strstr(rep->str, "connected_clients:");
-    assert_non_null(p);
-    long long n = strtoll(p + 18, NULL, 10);
-    freeReplyObject(rep);
-    return n;
-}
-
 static void test_sigint_cancels_wait(void **state)
 {
     (void)state;
@@ -697,7 +686,7 @@ static void test_sigint_cancels_wait(void **state)
     uint64_t fence;
     acquire("cli-sig", "60s", token, &fence);
 
-    long long before = connected_clients();
+    long long before = it_connected_clients(&plain);
     /* A long wait rather than forever, so that a broken cancel fails the test (by its
      * message and timing below) instead of hanging it. */
     static const char *const args[] = {"acquire", "-w", "120s", "cli-sig", NULL};
@@ -706,7 +695,7 @@ static void test_sigint_cancels_wait(void **state)
     /* Once the waiter is connected it is past installing its handler (it connects on
      * its first attempt): only then is SIGINT a cancellation and not a plain kill. */
     int64_t deadline = dh_now_ms() + 10000 * dh_slack();
-    while (connected_clients() <= before) {
+    while (it_connected_clients(&plain) <= before) {
         assert_true(dh_now_ms() < deadline);
         dh_sleep_ms(10);
     }

@@ -704,17 +704,6 @@ static void test_busy_try_once(void **state)
     expect_status(&r, 0);
 }
 
-static long long connected_clients(void)
-{
-    redisReply *rep = dh_cmd(&plain, "INFO clients");
-    assert_non_null(rep);
-    const char *p = strstr(rep->str, "connected_clients:");
-    assert_non_null(p);
-    long long n = strtoll(p + 18, NULL, 10);
-    freeReplyObject(rep);
-    return n;
-}
-
 static void test_signal_cancels_wait(void **state)
 {
     (void)state;
@@ -725,14 +714,14 @@ static void test_signal_cancels_wait(void **state)
     memcpy(token, r.out, DLOCK_TOKEN_LEN);
     token[DLOCK_TOKEN_LEN] = '\0';
 
-    long long before = connected_clients();
+    long long before = it_connected_clients(&plain);
     bg b;
     spawn(&b, "cancel", "run", "-w", "60s", "run-cancel", "--", "touch", path("cancel.ran"),
           (const char *)NULL);
     /* Once it is connected it has set up its signals (before its first attempt); a
      * signal before that would kill it by the default action (exit 143, not 75). */
     int64_t deadline = dh_now_ms() + 10000 * dh_slack();
-    while (connected_clients() <= before) {
+    while (it_connected_clients(&plain) <= before) {
         assert_true(dh_now_ms() < deadline);
         dh_sleep_ms(10);
     }
