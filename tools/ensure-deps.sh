@@ -6,6 +6,10 @@
 set -euo pipefail
 
 pkgs=(cmake make gcc pkg-config libhiredis-dev libssl-dev libcmocka-dev redis-server redis-tools)
+# The fault suite's network-namespace tier (fault_partition, in `make test-faults`)
+# builds its network with ip(8) and iptables-restore(8); a fresh Debian 12 has neither
+# for certain, and the test fails (never skips) without them.
+pkgs+=(iproute2 iptables)
 # Extra packages for one purpose: `ensure-deps.sh valgrind`, `ensure-deps.sh format`.
 for extra in "$@"; do
   case "$extra" in

@@ -525,6 +525,22 @@ void dh_server_kill(dh_server *s)
     }
 }
 
+int dh_servers_start(dh_server *s, int n, const char *const *extra_args)
+{
+    for (int i = 0; i < n; i++)
+        if (dh_server_start(&s[i], extra_args) != 0) {
+            dh_servers_stop(s, i);
+            return -1;
+        }
+    return 0;
+}
+
+void dh_servers_stop(dh_server *s, int n)
+{
+    for (int i = 0; i < n; i++)
+        dh_server_stop(&s[i]);
+}
+
 void dh_server_stop(dh_server *s)
 {
     if (s->pid > 0) {

@@ -41,6 +41,10 @@ typedef struct dh_server {
  * overwritten. Returns 0 once the server answers PING (its PID checked through INFO
  * where the harness can authenticate), -1 after printing why. */
 int dh_server_start(dh_server *s, const char *const *extra_args);
+/* Start s[0..n-1], each with extra_args; 0, or -1 with those started stopped again. */
+int dh_servers_start(dh_server *s, int n, const char *const *extra_args);
+/* dh_server_stop on s[0..n-1]. */
+void dh_servers_stop(dh_server *s, int n);
 
 /* SIGTERM, wait up to 2 s, then SIGKILL; remove the directory (kept when
  * $DLOCK_TEST_KEEP is set, for post-mortems) and free the argument copies.

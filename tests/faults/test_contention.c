@@ -1,0 +1,122 @@
+/*
+ * test_contention.c: scenario 1 of the fault suite (issue 7), the contention baseline.
+ *
+ * Setup: 4 worker processes, one lock, N = 1 and N = 3 lock servers, and a fenced
+ * register on a separate resource server. Each worker takes the lock (blocking wait),
+ * reads the register, writes read + 1 through dlock_fenced_set, and releases, 100 times.
+ * No fault: this is the reference every faulty scenario is compared with.
+ *
+ * Asserted (history.h, every checker): fences increase in acquisition order; granted
+ * and even believed intervals never overlap; no write is refused or lost (the counter
+ * ends at exactly 400); no lock key is left; every worker's fds and threads are back
+ * to their baseline, its RSS grew by less than 2 MiB.
+ * Figures: sections per second, and the checkers' counts.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cmocka.h>
+
+#include "integration/itest.h"
+
+#include "history.h"
+#include "workers.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define WORKERS  4
+#define SECTIONS 100
+
+static dh_server g_srv[3], g_res;
+
+static int setup(void **state)
+{
+    (void)state;
+    if (dh_servers_start(g_srv, 3, NULL) < 0)
+        return -1;
+    return dh_server_start(&g_res, NULL);
+}
+
+static int teardown(void **state)
+{
+    (void)state;
+    dh_servers_stop(g_srv, 3);
+    dh_server_stop(&g_res);
+    return 0;
+}
+
+static void contention(int n)
+{
+    char urls[512], hist[600], name[32], reg[32], fig[32];
+    wk_urls(g_srv, n, urls, sizeof urls);
+    snprintf(hist, sizeof hist, "%s/contention-n%d.hist", g_res.dir, n);
+    snprintf(name, sizeof name, "contended-n%d", n);
+    snprintf(reg, sizeof reg, "register-n%d", n);
+    snprintf(fig, sizeof fig, "contention_n%d", n);
+    assert_int_equal(hist_create(hist), 0);
+
+    wk_config cfg = {0};
+    cfg.servers = urls;
+    cfg.resource = g_res.url;
+    cfg.reg_key = reg;
+    cfg.name = name;
+    cfg.history = hist;
+    cfg.sections = SECTIONS;
+    cfg.ttl_ms = 2000;
+    cfg.wait_ms = -1;
+    cfg.work_ms = 1;
+    cfg.verbose = true;
+    pid_t pids[WORKERS];
+    int64_t t0 = dh_now_ms();
+    assert_int_equal(wk_spawn_all(&cfg, WORKERS, pids), 0);
+    assert_int_equal(wk_reap_all(pids, WORKERS, 120000 * dh_slack()), 0);
+    int64_t took = dh_now_ms() - t0;
+    printf("FIG %s_sections_per_s %.0f sections/s\n", fig,
+           WORKERS * SECTIONS * 1000.0 / (double)(took > 0 ? took : 1));
+
+    hist_report rep;
+    assert_int_equal(wk_judge(hist, &g_res, reg, fig, &rep), 0);
+    assert_int_equal(rep.sessions, WORKERS * SECTIONS);
+    assert_int_equal(rep.acquire_fails, 0);
+    assert_int_equal(rep.fence_regressions, 0);
+    assert_int_equal(rep.granted_overlaps, 0);
+    assert_int_equal(rep.believed_overlaps, 0);
+    assert_int_equal(rep.late_sections, 0);
+    assert_int_equal(rep.valid_release_not_ok, 0);
+    assert_int_equal(rep.writes_accepted, WORKERS * SECTIONS);
+    assert_int_equal(rep.stale_rejected, 0);
+    assert_int_equal(rep.stale_accepted, 0);
+    assert_int_equal(rep.lost_updates, 0);
+    assert_int_equal(rep.phantom, 0);
+    assert_int_equal(rep.duplicate_values, 0);
+    assert_int_equal(rep.workers_ended, WORKERS);
+    assert_int_equal(rep.fd_leaks, 0);
+    assert_int_equal(rep.thread_leaks, 0);
+    assert_true(rep.rss_growth_max_kb < wk_rss_bound_kb());
+    assert_int_equal(hist_keys_left(g_srv, n, name, 100), 0);
+}
+
+static void test_contention_n1(void **state)
+{
+    (void)state;
+    contention(1);
+}
+
+static void test_contention_n3(void **state)
+{
+    (void)state;
+    contention(3);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_contention_n1),
+        cmocka_unit_test(test_contention_n3),
+    };
+    return cmocka_run_group_tests_name("fault_contention", tests, setup, teardown);
+}

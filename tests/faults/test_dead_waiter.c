@@ -1,0 +1,144 @@
+/*
+ * test_dead_waiter.c: a process fault next to scenario 2 of the fault suite (issue 7):
+ * a *waiter* SIGKILLed while it waits, rather than the holder.
+ *
+ * A blocked dlock_acquire puts its token in the name's wait queue (P{name}:queue,
+ * docs/waiting.md). A waiter that dies stops refreshing its entry, whose liveness
+ * deadline (P{name}:qexp) passes DLOCK_QUEUE_TTL_MS (3 s) after its last attempt.
+ * docs/waiting.md: "a dead head blocks a fair queue for at most about 4 s".
+ *
+ * Setup: one server; a holder; a waiter process queued behind it, SIGKILLed; the holder
+ * releases. Property: the name is free, so once the dead entry's deadline has passed,
+ * a try (wait_ms = 0, the CLI's `-w 0`) is granted, in default and in fair mode, and
+ * the queue keys do not outlive their entries forever.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cmocka.h>
+
+#include "integration/itest.h"
+
+#include "workers.h"
+
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <unistd.h>
+
+#define QUEUE_TTL_MS 3000 /* DLOCK_QUEUE_TTL_MS */
+
+static dh_server g_srv;
+
+static int setup(void **state)
+{
+    (void)state;
+    return dh_server_start(&g_srv, NULL);
+}
+
+static int teardown(void **state)
+{
+    (void)state;
+    dh_server_stop(&g_srv);
+    return 0;
+}
+
+static long long zcard(const char *key)
+{
+    redisReply *r = dh_cmd(&g_srv, "ZCARD %s", key);
+    assert_non_null(r);
+    long long n = r->type == REDIS_REPLY_INTEGER ? r->integer : -1;
+    freeReplyObject(r);
+    return n;
+}
+
+/* A process that waits for `name` forever (queued), until killed. */
+static pid_t spawn_waiter(const char *name, int fair)
+{
+    fflush(stdout);
+    pid_t pid = fork();
+    if (pid == 0) {
+        prctl(PR_SET_PDEATHSIG, SIGKILL);
+        dlock_client *c = NULL;
+        dlock_config cfg = {0};
+        cfg.timeout_ms = it_timeout_ms();
+        if (dlock_client_new(g_srv.url, &cfg, &c) != DLOCK_OK)
+            _exit(2);
+        dlock_opts o = {0};
+        o.ttl_ms = 5000;
+        o.wait_ms = -1;
+        o.fair = fair;
+        dlock_lock *l = NULL;
+        dlock_acquire(c, name, &o, &l);
+        _exit(3); /* never granted while the holder holds it */
+    }
+    return pid;
+}
+
+static void dead_waiter(int fair)
+{
+    const char *name = fair ? "dw-fair" : "dw-default";
+    char queue[64];
+    snprintf(queue, sizeof queue, "dlock:{%s}:queue", name);
+    dlock_client *c = it_client(&g_srv, it_timeout_ms());
+    dlock_lock *holder = it_acquire(c, name, 10000);
+    pid_t w = spawn_waiter(name, fair);
+    assert_true(w > 0);
+    int64_t until = dh_now_ms() + 2000 * dh_slack();
+    while (zcard(queue) < 1 && dh_now_ms() < until)
+        dh_sleep_ms(10);
+    assert_int_equal(zcard(queue), 1); /* the waiter is queued */
+    int64_t t_kill = dh_now_ms();
+    kill(w, SIGKILL);
+    assert_int_equal(wk_reap(w, 2000), 128 + SIGKILL);
+    assert_int_equal(dlock_release(holder), DLOCK_OK);
+
+    /* The name is free. A try must be granted once the dead entry's deadline passed
+     * (3 s after the waiter's last attempt, which was before the kill). */
+    dlock_opts o = {0};
+    o.ttl_ms = 1000;
+    o.fair = fair;
+    dlock_lock *l = NULL;
+    int rc;
+    int64_t deadline = t_kill + (QUEUE_TTL_MS + 1000) * dh_slack();
+    do {
+        rc = dlock_acquire(c, name, &o, &l);
+        if (rc != DLOCK_OK)
+            dh_sleep_ms(100);
+    } while (rc != DLOCK_OK && dh_now_ms() < deadline);
+    printf("INFO %s: try after a dead waiter -> %s (%s) after %lld ms; queue holds %lld, "
+           "its PTTL %lld\n",
+           name, dlock_errname(rc), rc ? dlock_errmsg() : "", (long long)(dh_now_ms() - t_kill),
+           zcard(queue), it_pttl(&g_srv, queue));
+    if (rc == DLOCK_OK)
+        printf("FIG dead_waiter_%s_blocked_ms %lld ms\n", fair ? "fair" : "default",
+               (long long)(dh_now_ms() - t_kill));
+    assert_int_equal(rc, DLOCK_OK);
+    assert_int_equal(dlock_release(l), DLOCK_OK);
+    dlock_client_free(c);
+}
+
+static void test_dead_waiter_default(void **state)
+{
+    (void)state;
+    dead_waiter(0);
+}
+
+static void test_dead_waiter_fair(void **state)
+{
+    (void)state;
+    dead_waiter(1);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup_teardown(test_dead_waiter_fair, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_dead_waiter_default, setup, teardown),
+    };
+    return cmocka_run_group_tests_name("fault_dead_waiter", tests, NULL, NULL);
+}
