@@ -24,9 +24,12 @@
  * every node), with a liveness deadline in P{name}:qexp (server time, ms) that each
  * waiter's attempts refresh. A release, and a waiter leaving, publish the token of
  * the live head of the queue on P{name}:wake: one waiter is woken, not all of them.
+ * An entry is added to and removed from both sets together, so P{name}:queue missing
+ * means that nobody waits, on either set.
  *
- * now_ms() and wake_head() are shared by the scripts below. replicate_commands lets a
- * Redis older than 5 write after TIME.
+ * now_ms() is shared by the scripts below, wake_head() by those that wake. They are
+ * defined only where used: every definition is a closure built on every call.
+ * replicate_commands lets a Redis older than 5 write after TIME.
  */
 #define PRELUDE_LUA                                                                                \
     "if redis.replicate_commands then redis.replicate_commands() end\n"                            \
@@ -37,7 +40,8 @@
     "    now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)\n"                        \
     "  end\n"                                                                                      \
     "  return now\n"                                                                               \
-    "end\n"                                                                                        \
+    "end\n"
+#define WAKE_LUA                                                                                   \
     "local function wake_head(queue, qexp, channel)\n"                                             \
     "  for i = 1, 16 do\n"                                                                         \
     "    local head = redis.call('ZRANGE', queue, 0, 0)[1]\n"                                      \
@@ -68,11 +72,17 @@
  * The fence is max(counter + 1, server TIME in microseconds): a server restarted
  * without persistence forgets its counter, and the TIME floor keeps fences from going
  * back unless its clock does. 2^53 microseconds is 285 years, so Lua's double holds
- * the value exactly. One read and one write (the floor wins on almost every acquire,
- * so INCR-then-SET would write twice). The ticket goes to ZADD as the string it came in: Lua would
- * print a 16-digit number with 14 significant digits.
+ * the value exactly. The floor wins on almost every acquire (the counter holds an
+ * earlier acquire's TIME), so the script writes the floor and reads the old value in
+ * one command (SET ... GET, Redis 6.2), and writes counter + 1 over it only in the
+ * rare case where the old value is not below the floor (two acquires in one
+ * microsecond, or a clock that went back): the same value as reading first, in one
+ * command instead of two. A server without SET ... GET refuses it without writing,
+ * and the script then reads and writes in two commands. The ticket goes to ZADD as
+ * the string it came in: Lua would print a 16-digit number with 14 significant digits.
  *
- * A plain try (ticket "0", not fair) is the SET NX and nothing else.
+ * A plain try (ticket "0", not fair) on a free lock with nobody queued costs EXISTS,
+ * SET NX, TIME and SET ... GET.
  */
 static const char acquire_lua[] = PRELUDE_LUA
     "local token = ARGV[3]\n"
@@ -98,10 +108,20 @@ static const char acquire_lua[] = PRELUDE_LUA
     "end\n"
     "if may and redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then\n"
     "  local t = redis.call('TIME')\n"
-    "  local f = (tonumber(redis.call('GET', KEYS[2])) or 0) + 1\n"
-    "  local floor = tonumber(t[1]) * 1000000 + tonumber(t[2])\n"
-    "  if f < floor then f = floor end\n"
-    "  redis.call('SET', KEYS[2], string.format('%d', f))\n"
+    "  local f = tonumber(t[1]) * 1000000 + tonumber(t[2])\n"
+    "  local old = redis.pcall('SET', KEYS[2], string.format('%d', f), 'GET')\n"
+    "  if type(old) == 'table' then\n"
+    "    old = redis.call('GET', KEYS[2])\n"
+    "    old = tonumber(old) or 0\n"
+    "    if old >= f then f = old + 1 end\n"
+    "    redis.call('SET', KEYS[2], string.format('%d', f))\n"
+    "  else\n"
+    "    old = tonumber(old)\n"
+    "    if old and old >= f then\n"
+    "      f = old + 1\n"
+    "      redis.call('SET', KEYS[2], string.format('%d', f))\n"
+    "    end\n"
+    "  end\n"
     "  if queued then\n"
     "    redis.call('ZREM', KEYS[3], token)\n"
     "    redis.call('ZREM', KEYS[4], token)\n"
@@ -121,30 +141,33 @@ static const char acquire_lua[] = PRELUDE_LUA
  * our key is gone: a counter only ever goes up, and a fence that was handed out is
  * a floor every later fence must clear. So is the dequeue: a waiter that got the lock
  * from a quorum stays queued on the nodes that refused it, and must not stay at the
- * head there. (The clean-up of a failed attempt keeps the waiter queued.) With nobody
- * queued, the wake-up costs one ZRANGE of a missing key.
+ * head there. (The clean-up of a failed attempt keeps the waiter queued.)
+ * With nobody queued (no P{name}:queue: see above), there is nothing to dequeue and
+ * nobody to wake, and one EXISTS says so: an uncontended release costs GET, EXISTS
+ * and DEL.
  */
 static const char release_lua[] =
-    PRELUDE_LUA "if ARGV[4] == '1' then\n"
-                "  redis.call('ZREM', KEYS[3], ARGV[1])\n"
-                "  redis.call('ZREM', KEYS[4], ARGV[1])\n"
-                "end\n"
-                "local f = tonumber(ARGV[2])\n"
-                "if f and f > 0 and (tonumber(redis.call('GET', KEYS[2])) or 0) < f then\n"
-                "  redis.call('SET', KEYS[2], ARGV[2])\n"
-                "end\n"
-                "local v = redis.call('GET', KEYS[1])\n"
-                "if not v or string.sub(v, 1, 32) ~= ARGV[1] then return 0 end\n"
-                "redis.call('DEL', KEYS[1])\n"
-                "wake_head(KEYS[3], KEYS[4], ARGV[3])\n"
-                "return 1\n";
+    PRELUDE_LUA WAKE_LUA "local f = tonumber(ARGV[2])\n"
+                         "if f and f > 0 and (tonumber(redis.call('GET', KEYS[2])) or 0) < f then\n"
+                         "  redis.call('SET', KEYS[2], ARGV[2])\n"
+                         "end\n"
+                         "local queue = redis.call('EXISTS', KEYS[3]) == 1\n"
+                         "if queue and ARGV[4] == '1' then\n"
+                         "  redis.call('ZREM', KEYS[3], ARGV[1])\n"
+                         "  redis.call('ZREM', KEYS[4], ARGV[1])\n"
+                         "end\n"
+                         "local v = redis.call('GET', KEYS[1])\n"
+                         "if not v or string.sub(v, 1, 32) ~= ARGV[1] then return 0 end\n"
+                         "redis.call('DEL', KEYS[1])\n"
+                         "if queue then wake_head(KEYS[3], KEYS[4], ARGV[3]) end\n"
+                         "return 1\n";
 
 /*
  * LEAVE  KEYS: lock, queue, qexp   ARGV: token, channel
  * A waiter gives up (deadline, cancel): leave the queue, and if the lock is free, pass
  * the wake-up it may have been sent to the next waiter.
  */
-static const char leave_lua[] = PRELUDE_LUA
+static const char leave_lua[] = PRELUDE_LUA WAKE_LUA
     "redis.call('ZREM', KEYS[2], ARGV[1])\n"
     "redis.call('ZREM', KEYS[3], ARGV[1])\n"
     "if redis.call('EXISTS', KEYS[1]) == 0 then wake_head(KEYS[2], KEYS[3], ARGV[2]) end\n"
