@@ -11,6 +11,7 @@
 #include "internal.h"
 
 #include <assert.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -94,6 +95,7 @@ int dlock_client_new(const char *servers, const dlock_config *cfg, dlock_client 
         return dlock__fail(DLOCK_ERR_NOMEM, "out of memory");
     c->magic = DLOCK_CLIENT_MAGIC;
     c->pid = getpid();
+    c->fork_gen = dlock__fork_gen();
     pthread_mutex_init(&c->mu, NULL);
 
     int rc = apply_config(c, cfg);
@@ -147,7 +149,7 @@ void dlock_client_free(dlock_client *c)
         return;
     /* Release what is still held. A forked child must not: those locks are its
      * parent's, so it only frees its copies of the handles. */
-    bool owner = getpid() == c->pid;
+    bool owner = !dlock__client_forked(c);
     if (owner)
         dlock__watchdog_stop(c); /* no renewal may race the releases below */
     if (!owner) {
@@ -197,6 +199,41 @@ int dlock_client_nservers(const dlock_client *c)
     return c != NULL && c->magic == DLOCK_CLIENT_MAGIC ? c->n : 0;
 }
 
+/* Fork detection without a system call per call (getpid is one, and every lock call
+ * checks). Written only in a forked child while it has one thread (the atfork child
+ * handler), read by every thread: relaxed atomics keep that defined. */
+static _Atomic uint64_t fork_gen;
+static pthread_once_t fork_once = PTHREAD_ONCE_INIT;
+
+static void on_fork_child(void)
+{
+    atomic_fetch_add_explicit(&fork_gen, 1, memory_order_relaxed);
+}
+
+/* glibc removes the handler when a dlopen'ed libdlock is unloaded (it is registered
+ * with the library's __dso_handle). If it cannot be registered (ENOMEM), every value
+ * read later is suspect: the generation is then made to differ on every call, and
+ * the token pool is refilled on every call and clients fall back to comparing pids. */
+static bool fork_hook_ok;
+static void fork_register(void)
+{
+    fork_hook_ok = pthread_atfork(NULL, NULL, on_fork_child) == 0;
+}
+
+uint64_t dlock__fork_gen(void)
+{
+    pthread_once(&fork_once, fork_register);
+    if (!fork_hook_ok)
+        return atomic_fetch_add_explicit(&fork_gen, 1, memory_order_relaxed) + 1;
+    return atomic_load_explicit(&fork_gen, memory_order_relaxed);
+}
+
+bool dlock__client_forked(const dlock_client *c)
+{
+    uint64_t gen = dlock__fork_gen();
+    return fork_hook_ok ? c->fork_gen != gen : getpid() != c->pid;
+}
+
 int dlock__client_enter(dlock_client *c)
 {
     if (c == NULL)
@@ -206,7 +243,7 @@ int dlock__client_enter(dlock_client *c)
         return dlock__fail(DLOCK_ERR_INVALID, "not a dlock_client (freed or corrupted?)");
     /* After fork() the child shares the parent's sockets: one byte written by the
      * child would corrupt the parent's stream. The child must make its own client. */
-    if (getpid() != c->pid)
+    if (dlock__client_forked(c))
         return dlock__fail(DLOCK_ERR_CLOSED,
                            "client was created by process %ld; create a "
                            "new client after fork()",

@@ -3,8 +3,9 @@
  *
  * The detail lives in thread-local storage, not on the client: a client is shared by
  * threads, and one thread's failure must not overwrite the detail another thread is
- * about to read (style.md, rule 9). This buffer is the library's only mutable state
- * outside the handles, and it is per thread by construction.
+ * about to read (style.md, rule 9). Mutable state outside the handles is this buffer
+ * and token.c's pool of random bytes, both per thread by construction, and client.c's
+ * fork generation (written only in a forked child's atfork handler).
  */
 #include "internal.h"
 

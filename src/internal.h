@@ -58,7 +58,8 @@ int64_t dlock__wallclock_us(void);
 
 /* ---- token.c ---------------------------------------------------------------- */
 
-/* Fill out with DLOCK_TOKEN_LEN lowercase hex characters and a NUL, from getrandom. */
+/* Fill out with DLOCK_TOKEN_LEN lowercase hex characters and a NUL, from getrandom
+ * (through a per-thread pool, refilled after a fork). */
 int dlock__token_new(char out[DLOCK_TOKEN_LEN + 1]);
 /* True when s is DLOCK_TOKEN_LEN lowercase hex characters. */
 bool dlock__token_valid(const char *s);
@@ -298,8 +299,9 @@ struct dlock_lock;
 
 struct dlock_client {
     uint32_t magic;
-    pid_t pid; /* the process that created it: a forked child gets DLOCK_ERR_CLOSED */
-    int n;     /* nodes */
+    pid_t pid;         /* the process that created it (for messages and the holder) */
+    uint64_t fork_gen; /* dlock__fork_gen() at creation: a forked child gets CLOSED */
+    int n;             /* nodes */
     int quorum;
     dlock__node *nodes;
     char *prefix;
@@ -329,6 +331,14 @@ struct dlock_client {
 #define DLOCK_CLIENT_MAGIC 0x646c636bU /* "dlck" */
 #define DLOCK_LOCK_MAGIC   0x646c6c6bU /* "dllk" */
 
+/* How many times this process's ancestry has forked since libdlock first looked: a
+ * pthread_atfork child handler counts, so state that records the value can tell, with
+ * no system call, that it was inherited by a forked child. (A process made by the raw
+ * clone or fork system call, not by fork(3), is not seen; posix_spawn and vfork+exec
+ * need not be.) */
+uint64_t dlock__fork_gen(void);
+/* True in a process other than the one that created c (a forked child). */
+bool dlock__client_forked(const struct dlock_client *c);
 /* Check c and the process; on failure record why and return the error. */
 int dlock__client_enter(struct dlock_client *c);
 /* Take a connection set from the pool (or make one); NULL when out of memory. */

@@ -214,7 +214,7 @@ static void attach(dlock_client *c, dlock_lock *l)
 static void lock_free(dlock_lock *l)
 {
     dlock_client *c = l->client;
-    if (getpid() != c->pid) {
+    if (dlock__client_forked(c)) {
         /* A copy inherited across fork(): the parent's threads are not here, and a
          * mutex copied while one of them held it would never be released. Free the
          * memory and touch nothing shared but the child's own copy of the list of

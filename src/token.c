@@ -4,6 +4,12 @@
  * A token must be unguessable and unique across every client that ever takes the
  * same name: 128 bits from getrandom(2), never time, pid or a counter. getrandom
  * needs no global state and no seeding, so nothing here is initialised.
+ *
+ * Tokens are taken from a per-thread pool of getrandom bytes, refilled
+ * DLOCK_POOL_BYTES at a time: on this glibc (2.36) getrandom is a system call, which
+ * costs about 1 us on a kernel with page-table isolation, once per acquire otherwise
+ * (docs/benchmarks.md). The bytes are the kernel's, used once each and wiped when
+ * used, so a token is exactly as unguessable as one read on its own.
  */
 #include "internal.h"
 
@@ -12,7 +18,8 @@
 #include <sys/random.h>
 
 /* Fill buf from getrandom, retrying on EINTR and short reads (a read of <= 256 bytes
- * from an initialised pool is never short, but the contract allows it). */
+ * from an initialised pool is never short; a longer one, such as a refill of the
+ * token pool, can be cut short by a signal). */
 static int fill_random(void *buf, size_t len)
 {
     unsigned char *p = buf;
@@ -29,18 +36,51 @@ static int fill_random(void *buf, size_t len)
     return DLOCK_OK;
 }
 
+/* 32 tokens per getrandom call: the call's cost all but disappears, and the pool stays
+ * small (it is in every thread's TLS block, whether the thread takes locks or not). */
+#define DLOCK_POOL_BYTES 512
+
+/*
+ * The pool: thread-local, so threads never share or lock it (like error.c's detail
+ * buffer, it is state outside the handles only in that sense). Fork safety: a child
+ * of fork() starts with a copy of the forking thread's pool, whose unused bytes the
+ * parent will also use. So the pool remembers the fork generation it was filled in
+ * (dlock__fork_gen: counted by a pthread_atfork child handler, no system call), and a
+ * caller in a forked child refills it before taking a byte. Unlike a pid, a
+ * generation cannot be reused by a later process.
+ */
+static _Thread_local struct {
+    unsigned char bytes[DLOCK_POOL_BYTES];
+    size_t used;  /* bytes[used..] have not been handed out */
+    bool filled;  /* bytes holds unused random bytes of generation gen */
+    uint64_t gen; /* dlock__fork_gen() when filled */
+} pool;
+
 int dlock__token_new(char out[DLOCK_TOKEN_LEN + 1])
 {
     static const char hex[] = "0123456789abcdef";
-    unsigned char raw[DLOCK_TOKEN_LEN / 2];
-    int rc = fill_random(raw, sizeof raw);
-    if (rc != DLOCK_OK)
-        return rc;
-    for (size_t i = 0; i < sizeof raw; i++) {
+    enum { RAW = DLOCK_TOKEN_LEN / 2 };
+    _Static_assert(DLOCK_POOL_BYTES % RAW == 0, "the pool holds whole tokens");
+    uint64_t gen = dlock__fork_gen();
+    if (!pool.filled || pool.gen != gen || pool.used + RAW > DLOCK_POOL_BYTES) {
+        /* Mark it empty first: a failed refill must not leave old bytes for reuse. */
+        pool.filled = false;
+        int rc = fill_random(pool.bytes, sizeof pool.bytes);
+        if (rc != DLOCK_OK)
+            return rc;
+        pool.filled = true;
+        pool.gen = gen;
+        pool.used = 0;
+    }
+    unsigned char *raw = pool.bytes + pool.used;
+    pool.used += RAW;
+    for (size_t i = 0; i < RAW; i++) {
         out[2 * i] = hex[raw[i] >> 4];
         out[2 * i + 1] = hex[raw[i] & 15];
     }
     out[DLOCK_TOKEN_LEN] = '\0';
+    /* A used byte is not left behind: not for a core dump, not for a later token. */
+    memset(raw, 0, RAW);
     return DLOCK_OK;
 }
 
