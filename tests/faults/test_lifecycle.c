@@ -177,7 +177,7 @@ static int fd_limit_child(void *arg)
         return 16; /* the limit was never reached, or its cause not named */
     for (int i = FD_CLIENTS - 1; i >= 0; i--)
         dlock_client_free(c[i]); /* releases what each held */
-    wk_proc_stats(&after);
+    wk_proc_stats_after(&before, &after);
     printf("INFO fd limit: fds %d -> %d, threads %d -> %d\n", before.fds, after.fds, before.threads,
            after.threads);
     if (after.fds != before.fds || after.threads != before.threads)
@@ -370,7 +370,7 @@ static void test_free_with_renewals_running(void **state)
     wk_proc_stats(&before);
     for (int i = 0; i < CYCLES; i++)
         renew_cycle(i % 2 == 0);
-    wk_proc_stats(&after);
+    wk_proc_stats_after(&before, &after);
     printf("INFO free with renewals: fds %d -> %d, threads %d -> %d, RSS %ld -> %ld kB\n",
            before.fds, after.fds, before.threads, after.threads, before.rss_kb, after.rss_kb);
     printf("FIG free_with_renewals_rss_growth_kb %ld kB\n", after.rss_kb - before.rss_kb);

@@ -88,6 +88,18 @@ void wk_proc_stats(wk_stats *s)
     }
 }
 
+void wk_proc_stats_after(const wk_stats *before, wk_stats *after)
+{
+    /* A joined thread can still be counted for a moment: pthread_join returns when the
+     * kernel clears the thread's tid, a little before the thread leaves the count in
+     * /proc/self/status. A leak stays; a thread on its way out is gone within ms. */
+    wk_proc_stats(after);
+    for (int i = 0; i < 100 && after->threads > before->threads; i++) {
+        dh_sleep_ms(2);
+        wk_proc_stats(after);
+    }
+}
+
 long wk_rss_bound_kb(void)
 {
 #if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
@@ -276,7 +288,7 @@ int wk_main(const wk_config *cfg)
     redisFree(rx);
     dlock_client_free(res);
     dlock_client_free(c);
-    wk_proc_stats(&after);
+    wk_proc_stats_after(&before, &after);
     hist_rec end;
     memset(&end, 0, sizeof end);
     end.type = HIST_WORKER_END;

@@ -118,6 +118,9 @@ typedef struct wk_stats {
 } wk_stats;
 
 void wk_proc_stats(wk_stats *s);
+/* wk_proc_stats once threads have been joined: waits up to 200 ms for the thread count
+ * to fall back to before's (a thread just joined may still be counted). */
+void wk_proc_stats_after(const wk_stats *before, wk_stats *after);
 
 /* The RSS growth a test tolerates: 2 MiB, or no bound under a sanitizer (ASan keeps
  * freed memory in quarantine, TSan keeps shadow memory). */
