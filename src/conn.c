@@ -461,5 +461,6 @@ bool dlock__conn_stale(dlock__conn *c)
         return true;
     if (r < 0)
         return errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR;
+    c->lagging = false; /* the late replies it owes are here: it answers again */
     return c->skip == 0 && c->handshake == 0;
 }

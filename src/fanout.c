@@ -240,7 +240,8 @@ static void abandon(dlock__conn *c, dlock__req *r)
  *
  * A node that is lagging (it missed an earlier deadline and has sent nothing since:
  * paused, hung, partitioned) does not hold up a contended round: once a node has
- * refused, and a quorum needs a lagging node, the round is lost at once. Otherwise a
+ * refused (a "no", not an error reply), and a quorum needs a lagging node, the round
+ * is lost at once. Otherwise a
  * failed attempt would hold its partial grants while it waits for the lagging node,
  * and the contenders that meet them would split their votes again, round after round.
  * Without a refusal, the lagging node is waited for until its deadline: it may have
@@ -258,8 +259,8 @@ static bool decided(const struct dlock_client *cl, const dlock__conn *conns, con
         } else if (reqs[i].err == DLOCK_OK) {
             if (vote(&reqs[i], i, arg))
                 yes++;
-            else
-                no++;
+            else if (reqs[i].reply->type != REDIS_REPLY_ERROR)
+                no++; /* a refusal; an error (-NOREPLICAS, -LOADING) is not one */
         }
     }
     if (pending == 0)
