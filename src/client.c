@@ -100,7 +100,7 @@ int dlock_client_new(const char *servers, const dlock_config *cfg, dlock_client 
 
     int rc = apply_config(c, cfg);
     dlock__addr *addrs = NULL;
-    char err[512];
+    char err[512] = "out of memory parsing the server list";
     if (rc == DLOCK_OK) {
         rc = dlock__url_parse_list(servers, DLOCK_SERVERS_MAX, &addrs, &c->n, err, sizeof err);
         if (rc != DLOCK_OK)
@@ -159,6 +159,8 @@ void dlock_client_free(dlock_client *c)
             dlock_lock_detach(l);
         }
         c->locks = NULL;
+        dlock__watchdog_forget(c);
+        dlock__wait_forget(c);
     }
     while (owner) {
         pthread_mutex_lock(&c->mu);

@@ -271,6 +271,9 @@ int dlock__wait_sleep(dlock__waiter *w, int64_t until_us, int cancel_fd);
 void dlock__wait_leave(struct dlock_client *c, dlock__waiter *w);
 /* Stop the subscriber thread and free the wait system (dlock_client_free). */
 void dlock__wait_stop(struct dlock_client *c);
+/* In a forked child (where the thread does not exist and its mutex may have been
+ * copied locked): free the child's copy of the wait system, touching no lock. */
+void dlock__wait_forget(struct dlock_client *c);
 
 /* ---- watchdog.c ------------------------------------------------------------- */
 
@@ -286,6 +289,8 @@ void dlock__watchdog_remove(struct dlock_client *c, struct dlock_lock *l);
 void dlock__watchdog_set_ttl(struct dlock_client *c, struct dlock_lock *l, int64_t ttl_ms);
 /* Stop the renewal thread and free it (dlock_client_free). */
 void dlock__watchdog_stop(struct dlock_client *c);
+/* In a forked child: free the child's copy of the watchdog, touching no lock. */
+void dlock__watchdog_forget(struct dlock_client *c);
 
 /* ---- client.c --------------------------------------------------------------- */
 

@@ -429,6 +429,24 @@ void dlock__wait_leave(dlock_client *c, dlock__waiter *w)
     free(w);
 }
 
+/* What the wait system owns besides its thread and its lock. */
+static void free_waitsys(dlock_client *c, struct dlock__waitsys *ws)
+{
+    for (int i = 0; i < c->n; i++)
+        dlock__conn_free(&ws->conns[i]);
+    while (ws->channels != NULL) {
+        channel *ch = ws->channels;
+        ws->channels = ch->next;
+        free(ch->name);
+        free(ch);
+    }
+    close(ws->ctl);
+    free(ws->conns);
+    free(ws->retry_at_us);
+    free(ws->backoff_us);
+    free(ws->connected_once);
+}
+
 void dlock__wait_stop(dlock_client *c)
 {
     struct dlock__waitsys *ws = c->wait;
@@ -440,21 +458,21 @@ void dlock__wait_stop(dlock_client *c)
     pthread_mutex_unlock(&ws->mu);
     kick(ws->ctl);
     pthread_join(ws->thread, NULL);
-    for (int i = 0; i < c->n; i++)
-        dlock__conn_free(&ws->conns[i]);
-    while (ws->channels != NULL) {
-        channel *ch = ws->channels;
-        ws->channels = ch->next;
-        free(ch->name);
-        free(ch);
-    }
-    close(ws->ctl);
+    free_waitsys(c, ws);
     pthread_cond_destroy(&ws->confirmed);
     pthread_mutex_destroy(&ws->mu);
-    free(ws->conns);
-    free(ws->retry_at_us);
-    free(ws->backoff_us);
-    free(ws->connected_once);
     free(ws);
+    c->wait = NULL;
+}
+
+void dlock__wait_forget(dlock_client *c)
+{
+    /* The subscriber thread was not copied by fork(), and its mutex may have been
+     * copied locked: free the memory and close the child's copies of the descriptors
+     * (the parent's stay open). */
+    if (c->wait == NULL)
+        return;
+    free_waitsys(c, c->wait);
+    free(c->wait);
     c->wait = NULL;
 }

@@ -359,3 +359,11 @@ void dlock__watchdog_stop(dlock_client *c)
     c->wd = NULL;
     pthread_mutex_unlock(&c->mu);
 }
+
+void dlock__watchdog_forget(dlock_client *c)
+{
+    /* The renewal thread was not copied by fork(); the handles it renewed are the
+     * parent's (dlock_client_free detaches the child's copies). */
+    free(c->wd);
+    c->wd = NULL;
+}
