@@ -7,7 +7,7 @@ JOBS     ?= $(shell nproc 2>/dev/null || echo 2)
 CMAKE_FLAGS ?=
 WERROR   ?= OFF
 
-.PHONY: all deps test test-asan test-tsan test-faults soak fuzz demo install format format-check clean
+.PHONY: all deps test test-asan test-tsan test-valgrind test-faults soak fuzz demo install format format-check clean
 
 all: deps
 	@cmake -S . -B $(BUILD) -DDLOCK_WERROR=$(WERROR) -DCMAKE_INSTALL_PREFIX=$(PREFIX) $(CMAKE_FLAGS) >/dev/null
@@ -49,6 +49,16 @@ FUZZ_SECONDS ?= 60
 fuzz: deps
 	DLOCK_FUZZ_BUILD=build-fuzz WERROR=$(WERROR) tools/fuzz.sh $(FUZZ_SECONDS)
 
+# The quick tier under valgrind's memcheck (each test executable run by valgrind; a
+# memory error or a definite leak fails the test). Liveness bounds get slack 10.
+VALGRIND_CMD = valgrind;--error-exitcode=99;--leak-check=full;--errors-for-leak-kinds=definite;--show-leak-kinds=definite;--quiet
+test-valgrind:
+	@tools/ensure-deps.sh valgrind
+	@$(MAKE) --no-print-directory all BUILD=build-valgrind \
+	  CMAKE_FLAGS="-DCMAKE_BUILD_TYPE=Debug '-DDLOCK_TEST_LAUNCHER=$(VALGRIND_CMD)' $(CMAKE_FLAGS)"
+	cd build-valgrind && DLOCK_TEST_SLACK=10 \
+	  ctest --output-on-failure -j $(JOBS) -E 'bench_quick|demo_quick' -LE 'slow|soak'
+
 # The flash sale, a node killed mid-run, a stale holder fenced off: tools/demo.sh, on
 # redis-server processes it starts itself. The build's output is shown only if it fails.
 demo: deps
@@ -69,4 +79,4 @@ format-check:
 	clang-format --dry-run --Werror $$(git ls-files '*.c' '*.h')
 
 clean:
-	rm -rf build build-asan build-tsan build-fuzz
+	rm -rf build build-asan build-tsan build-valgrind build-fuzz

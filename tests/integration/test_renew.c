@@ -220,7 +220,8 @@ static void thousand_locks_batched(void **state)
         snprintf(name, sizeof name, "many-%d", i);
         l[i] = renewed(c, name, ttl, NULL);
     }
-    printf("FIG acquire_1000_ms %lld ms\n", (long long)(mono_ms() - t0));
+    int64_t spread = mono_ms() - t0;
+    printf("FIG acquire_1000_ms %lld ms\n", (long long)spread);
     long long before = script_calls();
     dh_sleep_ms(3 * ttl); /* three leases */
     long long calls = script_calls() - before;
@@ -232,12 +233,17 @@ static void thousand_locks_batched(void **state)
     long long keys = r->integer;
     freeReplyObject(r);
     /* Renewals run every ttl/3: 9 periods in 3 leases. Batched, that is about one
-     * call per period; one call per lock would be 9,000. */
+     * call per period; one call per lock would be 9,000. Locks due within ttl/12 of
+     * each other share a call, so locks whose acquisition took longer (a slow machine,
+     * valgrind) fall into a few groups: the bound allows one call per group. */
     long long periods = 3 * 3;
+    long long groups = 2 + spread / (ttl / 12);
+    if (groups < 3)
+        groups = 3;
     printf("FIG renewal_calls_1000_locks %lld calls in %lld periods\n", calls, periods);
     assert_int_equal(alive, MANY);
     assert_int_equal(keys, MANY);
-    assert_true(calls <= 3 * (periods + 1));
+    assert_true(calls <= groups * (periods + 1));
     /* Freeing the client releases them all. */
     dlock_client_free(c);
     r = dh_cmd(&g_srv, "EVAL %s 0", "return #redis.call('KEYS', 'dlock:{many-*}')");

@@ -489,8 +489,10 @@ static void test_stopped_before_lease_ends_when_server_paused(void **state)
           (const char *)NULL);
     wait_for_file(path("pause.pid"), 5000);
     pid_t cmd = read_pid(path("pause.pid"));
+    /* CMD's death is seen through a pidfd; where pidfd_open is missing (valgrind
+     * 3.19 does not know it), by kill(cmd, 0) every 2 ms. */
     int pidfd = (int)syscall(SYS_pidfd_open, cmd, 0);
-    assert_true(pidfd >= 0);
+    assert_true(pidfd >= 0 || errno == ENOSYS);
 
     long long first = key_expiretime("run-pause");
     assert_true(first > 0);
@@ -502,10 +504,18 @@ static void test_stopped_before_lease_ends_when_server_paused(void **state)
     dh_server_pause(&plain);
     int64_t paused = dh_now_ms();
 
-    struct pollfd p = {.fd = pidfd, .events = POLLIN};
-    int n = poll(&p, 1, (int)(5000 * dh_slack()));
+    int n = 0;
+    if (pidfd >= 0) {
+        struct pollfd p = {.fd = pidfd, .events = POLLIN};
+        n = poll(&p, 1, (int)(5000 * dh_slack()));
+        close(pidfd);
+    } else {
+        int64_t until = dh_now_ms() + 5000 * dh_slack();
+        while (kill(cmd, 0) == 0 && dh_now_ms() < until)
+            dh_sleep_ms(2);
+        n = kill(cmd, 0) < 0 && errno == ESRCH;
+    }
     long long died = realtime_ms();
-    close(pidfd);
     /* dlock exits 73 while the server is still away: nothing may wait on it. */
     int status = bg_wait_or_kill(&b, n == 1 ? 6000 : 0);
     int64_t ran = dh_now_ms() - paused;
