@@ -241,9 +241,9 @@ static void abandon(dlock__conn *c, dlock__req *r)
  * A node that is lagging (it missed an earlier deadline and has sent nothing since:
  * paused, hung, partitioned) does not hold up a contended round: once a node has
  * refused (a "no", not an error reply), and a quorum needs a lagging node, the round
- * is lost at once. Otherwise a
- * failed attempt would hold its partial grants while it waits for the lagging node,
- * and the contenders that meet them would split their votes again, round after round.
+ * is lost at once. Otherwise a failed attempt would hold its partial grants while it
+ * waits for the lagging node, and the contenders that meet them would split their
+ * votes again, round after round.
  * Without a refusal, the lagging node is waited for until its deadline: it may have
  * just resumed (its first bytes clear the mark), and no one is kept waiting by it. */
 static bool decided(const struct dlock_client *cl, const dlock__conn *conns, const dlock__req *reqs,
