@@ -184,6 +184,15 @@ DLOCK_API void dlock_client_free(dlock_client *c);
 /* Number of servers the client was created with. */
 DLOCK_API int dlock_client_nservers(const dlock_client *c);
 
+/*
+ * The validity a lease of ttl_ms leaves at best: ttl_ms less the clock-drift
+ * allowance of cfg (NULL: the defaults), as if the round that took it cost no time.
+ * For callers that plan around a lease before a client exists (dlock run checks its
+ * GRACE against it). Negative when ttl_ms is too short to leave any.
+ * Thread-safety: any thread.
+ */
+DLOCK_API int64_t dlock_lease_validity_ms(const dlock_config *cfg, int64_t ttl_ms);
+
 /* Called once, on the client's renewal thread, when an auto-renewed lock is found
  * lost (another owner's token, or no quorum until validity ran out). It may read the
  * handle (dlock_lock_name, dlock_token, dlock_fence, dlock_remaining_ms) and signal

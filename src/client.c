@@ -62,8 +62,8 @@ static int apply_config(dlock_client *c, const dlock_config *cfg)
         return dlock__fail(DLOCK_ERR_NOMEM, "out of memory");
     c->timeout_us = (cfg->timeout_ms ? cfg->timeout_ms : 50) * 1000;
     c->connect_timeout_us = (cfg->connect_timeout_ms ? cfg->connect_timeout_ms : 1000) * 1000;
-    c->drift_factor = cfg->drift_factor > 0 ? cfg->drift_factor : 0.01;
-    c->drift_min_us = (cfg->drift_min_ms ? cfg->drift_min_ms : 2) * 1000;
+    c->drift_factor = cfg->drift_factor > 0 ? cfg->drift_factor : DLOCK_DRIFT_FACTOR_DEFAULT;
+    c->drift_min_us = (cfg->drift_min_ms ? cfg->drift_min_ms : DLOCK_DRIFT_MIN_MS_DEFAULT) * 1000;
     c->strict = cfg->strict != 0;
     if (cfg->fence_mode != DLOCK_FENCE_DEFAULT && cfg->fence_mode != DLOCK_FENCE_STRICT)
         return dlock__fail(DLOCK_ERR_INVALID, "fence_mode %d is not a dlock_fence_mode",

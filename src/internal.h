@@ -383,6 +383,11 @@ struct dlock_lock {
     struct dlock_lock *wd_next; /* -1 until dlock_lost_fd */
 };
 
+/* The clock-drift allowance when dlock_config leaves it zero: 1% of the lease plus
+ * 2 ms, the figures Redlock's analysis uses. */
+#define DLOCK_DRIFT_FACTOR_DEFAULT 0.01
+#define DLOCK_DRIFT_MIN_MS_DEFAULT 2
+
 /* Quorum of n nodes: n/2 + 1. */
 int dlock__quorum(int n);
 /* Validity left after a round: ttl - elapsed - drift, in microseconds. */

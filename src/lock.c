@@ -37,6 +37,15 @@ int64_t dlock__validity_us(int64_t ttl_us, int64_t elapsed_us, double drift_fact
     return ttl_us - elapsed_us - drift_us - drift_min_us;
 }
 
+int64_t dlock_lease_validity_ms(const dlock_config *cfg, int64_t ttl_ms)
+{
+    double factor = cfg && cfg->drift_factor > 0 ? cfg->drift_factor : DLOCK_DRIFT_FACTOR_DEFAULT;
+    int64_t min_ms = cfg && cfg->drift_min_ms > 0 ? cfg->drift_min_ms : DLOCK_DRIFT_MIN_MS_DEFAULT;
+    int64_t v = dlock__validity_us(ttl_ms * 1000, 0, factor, min_ms * 1000);
+    /* Round down: never claim a millisecond that is not all there. */
+    return v >= 0 ? v / 1000 : -((-v + 999) / 1000);
+}
+
 int dlock__check_ttl(int64_t ttl_ms, const char *what)
 {
     if (ttl_ms < DLOCK_TTL_MIN_MS || ttl_ms > DLOCK_TTL_MAX_MS)
