@@ -175,8 +175,12 @@ void dlock_client_free(dlock_client *c)
     while (c->pool != NULL) {
         dlock__connset *s = c->pool;
         c->pool = s->next;
-        for (int i = 0; i < c->n; i++)
-            dlock__conn_free(&s->conns[i]);
+        for (int i = 0; i < c->n; i++) {
+            if (owner)
+                dlock__conn_free(&s->conns[i]);
+            else
+                dlock__conn_forget(&s->conns[i]);
+        }
         free(s);
     }
     for (int i = 0; i < c->n; i++) {

@@ -73,6 +73,17 @@ void dlock__conn_close(dlock__conn *c)
     c->ai = c->ai_next = NULL;
 }
 
+void dlock__conn_forget(dlock__conn *c)
+{
+    /* The socket is the parent's too: it stays open there, and an option set on it
+     * here (the abortive close's SO_LINGER) would change how the parent's own close
+     * ends the connection. Drop this process's descriptor and touch nothing else. */
+    if (c->fd >= 0)
+        close(c->fd);
+    c->fd = -1;
+    dlock__conn_free(c);
+}
+
 void dlock__conn_free(dlock__conn *c)
 {
     dlock__conn_close(c);

@@ -148,6 +148,9 @@ void dlock__conn_init(dlock__conn *c, dlock__node *node);
 void dlock__conn_close(dlock__conn *c);
 /* Free everything (closes first). */
 void dlock__conn_free(dlock__conn *c);
+/* In a forked child: free everything, closing the descriptor without touching the
+ * socket it shares with the parent. */
+void dlock__conn_forget(dlock__conn *c);
 
 /* Close any connection and start a new one: non-blocking connect, handshake queued.
  * On failure the connection is closed and detail says why. */

@@ -9,9 +9,14 @@
  *     naming the cause, no crash, no hang), and once the clients are freed its fds and
  *     threads are back to the baseline and locking works again;
  *   - fork after acquire: the child gets DLOCK_ERR_CLOSED from release, extend, check
- *     and acquire, and its dlock_client_free leaves the parent's lock alone; the
- *     parent's lock stays held (renewed past its ttl) and releases normally. Also when
+ *     and acquire, and its dlock_client_free leaves the parent's lock alone: every
+ *     server that held the parent's token before the fork holds it after the child
+ *     is gone (renewed past its ttl), and the lock releases normally. Also when
  *     another thread of the parent held the client's mutex at the moment of fork();
+ *   - the child's dlock_client_free changes nothing of the sockets it shares with the
+ *     parent: it drops its descriptors, and never sets an option on them (an abortive
+ *     close's SO_LINGER set by the child would turn the parent's later close into a
+ *     reset that drops what the parent still had queued);
  *   - free with renewals running: dlock_client_free while the renewal thread is about
  *     to send a batch (held there by the BEFORE_RENEW pause point), 20 times: every
  *     key released on every node, fds and threads back to the baseline, RSS flat.
@@ -37,6 +42,7 @@
 #include <string.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 static dh_server g_srv[3];
@@ -266,10 +272,26 @@ static void fork_after_acquire(bool mutex_held, bool release_first)
     /* A name per case: a failed case leaves its lock held until it expires. */
     char name[32];
     snprintf(name, sizeof name, "forked-%d%d", mutex_held, release_first);
+    /* Connect to every server first. On a client's first call a server still in its
+     * handshake when the others have granted is left out of the round, and the lock
+     * then lives on a quorum only: correct, but this test means to watch every copy. */
+    dlock_holder h;
+    assert_int_equal(dlock_inspect(c, name, &h), DLOCK_OK);
     assert_int_equal(dlock_acquire(c, name, &o, &l), DLOCK_OK);
     char key[64], token[DLOCK_TOKEN_LEN + 1];
     it_key(key, sizeof key, name);
     memcpy(token, dlock_token(l), sizeof token);
+    /* Which servers hold the token before the child acts: exactly these must still
+     * hold it after (the child must not take it off any of them). */
+    bool held_before[3];
+    int copies = 0;
+    for (int i = 0; i < 3; i++) {
+        char *v = it_get(&g_srv[i], key);
+        held_before[i] = v != NULL && memcmp(v, token, DLOCK_TOKEN_LEN) == 0;
+        copies += held_before[i];
+        free(v);
+    }
+    assert_true(copies >= 2);
     fork_ctx x = {c, l, release_first, name};
     if (mutex_held) {
         /* Another thread of the parent is inside the client (the renewal thread takes
@@ -288,7 +310,11 @@ static void fork_after_acquire(bool mutex_held, bool release_first)
     dh_sleep_ms(2 * 600);
     assert_int_equal(dlock_check(l), DLOCK_OK);
     for (int i = 0; i < 3; i++) {
+        if (!held_before[i])
+            continue;
         char *v = it_get(&g_srv[i], key);
+        if (v == NULL || memcmp(v, token, DLOCK_TOKEN_LEN) != 0)
+            printf("INFO fork: server %d held the token before the fork, not after\n", i);
         assert_non_null(v);
         assert_memory_equal(v, token, DLOCK_TOKEN_LEN);
         free(v);
@@ -318,6 +344,50 @@ static void test_fork_with_client_mutex_held(void **state)
 {
     (void)state;
     fork_after_acquire(true, false);
+}
+
+/* ---- the child and the sockets it shares ------------------------------------------ */
+
+/* In the child: make every pooled connection look as if it had abandoned a reply,
+ * the state in which a close is abortive (SO_LINGER 0), then free the client. Returns
+ * how many connections were marked (the parent's pool holds one set of three). */
+static int linger_child(void *arg)
+{
+    dlock_client *c = arg;
+    int marked = 0;
+    for (dlock__connset *s = c->pool; s != NULL; s = s->next)
+        for (int i = 0; i < c->n; i++)
+            if (s->conns[i].fd >= 0) {
+                s->conns[i].skip = 1;
+                marked++;
+            }
+    dlock_client_free(c);
+    return marked == 3 ? 0 : 10 + marked;
+}
+
+static void test_fork_child_leaves_parent_sockets(void **state)
+{
+    (void)state;
+    /* No renewal: the pool then holds exactly the set the acquire used. */
+    dlock_client *c = client();
+    dlock_lock *l = NULL;
+    dlock_holder h;
+    assert_int_equal(dlock_inspect(c, "forked-sockets", &h), DLOCK_OK);
+    assert_int_equal(dlock_acquire(c, "forked-sockets", NULL, &l), DLOCK_OK);
+    assert_int_equal(in_child(linger_child, c, (unsigned)(5 * dh_slack())), 0);
+    for (dlock__connset *s = c->pool; s != NULL; s = s->next)
+        for (int i = 0; i < c->n; i++) {
+            struct linger lg = {0};
+            socklen_t len = sizeof lg;
+            assert_true(s->conns[i].fd >= 0);
+            assert_int_equal(getsockopt(s->conns[i].fd, SOL_SOCKET, SO_LINGER, &lg, &len), 0);
+            if (lg.l_onoff)
+                printf("INFO fork: the child set SO_LINGER on the parent's socket to server %d\n",
+                       i);
+            assert_int_equal(lg.l_onoff, 0);
+        }
+    assert_int_equal(dlock_release(l), DLOCK_OK);
+    dlock_client_free(c);
 }
 
 /* ---- free with renewals running --------------------------------------------------- */
@@ -394,6 +464,7 @@ int main(void)
         cmocka_unit_test(test_fork_release_then_free),
         cmocka_unit_test(test_free_with_renewals_running),
         cmocka_unit_test(test_fork_with_client_mutex_held),
+        cmocka_unit_test(test_fork_child_leaves_parent_sockets),
     };
     return cmocka_run_group_tests_name("fault_lifecycle", tests, setup, teardown);
 }
