@@ -6,9 +6,10 @@
  * Thread-safety, unless a function says otherwise:
  *   - dlock_client: any thread, at any time (it keeps a pool of connections);
  *   - dlock_lock:   one thread at a time;
- *   - the log callback runs on the thread whose call produced the message, or on the
- *     client's background thread (started by the first dlock_acquire that waits,
- *     stopped by dlock_client_free).
+ *   - the log callback runs on the thread whose call produced the message, or on one
+ *     of the client's two background threads: the wake-up thread (started by the
+ *     first dlock_acquire that waits) and the renewal thread (started by the first
+ *     lock taken with auto_renew); dlock_client_free stops both.
  *
  * Ownership: strings passed in are copied before the call returns. A returned
  * `const char *` is borrowed and its lifetime is stated next to the function.
@@ -105,8 +106,9 @@ enum dlock_log_level { DLOCK_LOG_ERROR = 0, DLOCK_LOG_WARN = 1, DLOCK_LOG_INFO =
 
 /* Called for conditions worth a human's attention (a server whose eviction policy
  * can drop lock keys, a server seen to restart). `msg` is valid only during the call.
- * It runs on the thread whose dlock call met the condition, or on the client's
- * background thread, and must not call back into the same client. */
+ * It runs on the thread whose dlock call met the condition, or on one of the client's
+ * background threads (wake-ups, renewals), and must not call back into the same
+ * client. */
 typedef void (*dlock_log_fn)(void *user, int level, const char *msg);
 
 /* dlock_config.fence_mode (docs/guarantees.md has the argument for each). */

@@ -1,9 +1,10 @@
 /*
  * alloc.c: every allocation the library makes goes through here, so that the test
- * build can make the Nth one fail (issue 7: each allocation site must fail cleanly,
- * with DLOCK_ERR_NOMEM and no leak). In the shipped libraries these are plain calls.
- * (hiredis's own allocations, formatting commands and parsing replies, are not ours;
- * hiredis 0.14 reports those failures as REDIS_ERR_OOM, which we map to NOMEM.)
+ * build can make the Nth one fail (each allocation site must fail cleanly, with
+ * DLOCK_ERR_NOMEM and no leak, and the fault suite proves it site by site). In the shipped
+ * libraries these are plain calls. (hiredis's own allocations, formatting commands and parsing
+ * replies, are not ours; hiredis 0.14 reports those failures as REDIS_ERR_OOM, which we map to
+ * NOMEM.)
  */
 #include "internal.h"
 

@@ -17,8 +17,9 @@
 #include <string.h>
 #include <unistd.h>
 
-/* Options structs only grow by taking reserved words (style.md, rule 13); these sizes
- * are those of LP64 (x86_64, aarch64). */
+/* Options structs only grow by taking reserved words, so that a program built against
+ * an older header passes a struct of the size this library reads; these sizes are
+ * those of LP64 (x86_64, aarch64). */
 _Static_assert(sizeof(void *) != 8 || sizeof(dlock_config) == 136,
                "dlock_config changed size: take a reserved word instead");
 _Static_assert(sizeof(void *) != 8 || sizeof(dlock_opts) == 96,
@@ -119,7 +120,9 @@ int dlock_client_new(const char *servers, const dlock_config *cfg, dlock_client 
         c->quorum = dlock__quorum(c->n);
         if (c->restart_voting == DLOCK_RESTART_AUTO)
             c->restart_voting = c->n > 1 ? DLOCK_RESTART_OBSERVED : DLOCK_RESTART_OFF;
-        rc = dlock__scripts_init(&c->scripts);
+        dlock__err e;
+        if ((rc = dlock__scripts_init(&c->scripts, &e)) != DLOCK_OK)
+            dlock__err_raise(&e, rc);
     }
     if (rc != DLOCK_OK) {
         if (addrs != NULL) {
@@ -168,7 +171,9 @@ void dlock_client_free(dlock_client *c)
         pthread_mutex_unlock(&c->mu);
         if (l == NULL)
             break;
-        dlock__lock_release_quietly(l);
+        /* Freeing a client is not a failing call: the caller's dlock_errmsg stays. */
+        dlock__err ignored;
+        dlock__lock_release(l, &ignored);
     }
     if (owner)
         dlock__wait_stop(c);
@@ -205,55 +210,25 @@ int dlock_client_nservers(const dlock_client *c)
     return c != NULL && c->magic == DLOCK_CLIENT_MAGIC ? c->n : 0;
 }
 
-/* Fork detection without a system call per call (getpid is one, and every lock call
- * checks). Written only in a forked child while it has one thread (the atfork child
- * handler), read by every thread: relaxed atomics keep that defined. */
-static _Atomic uint64_t fork_gen;
-static pthread_once_t fork_once = PTHREAD_ONCE_INIT;
-
-static void on_fork_child(void)
-{
-    atomic_fetch_add_explicit(&fork_gen, 1, memory_order_relaxed);
-}
-
-/* glibc removes the handler when a dlopen'ed libdlock is unloaded (it is registered
- * with the library's __dso_handle). If it cannot be registered (ENOMEM), every value
- * read later is suspect: the generation is then made to differ on every call, and
- * the token pool is refilled on every call and clients fall back to comparing pids. */
-static bool fork_hook_ok;
-static void fork_register(void)
-{
-    fork_hook_ok = pthread_atfork(NULL, NULL, on_fork_child) == 0;
-}
-
-uint64_t dlock__fork_gen(void)
-{
-    pthread_once(&fork_once, fork_register);
-    if (!fork_hook_ok)
-        return atomic_fetch_add_explicit(&fork_gen, 1, memory_order_relaxed) + 1;
-    return atomic_load_explicit(&fork_gen, memory_order_relaxed);
-}
-
 bool dlock__client_forked(const dlock_client *c)
 {
-    uint64_t gen = dlock__fork_gen();
-    return fork_hook_ok ? c->fork_gen != gen : getpid() != c->pid;
+    return dlock__forked_since(c->fork_gen, c->pid);
 }
 
-int dlock__client_enter(dlock_client *c)
+int dlock__client_enter(dlock_client *c, dlock__err *e)
 {
     if (c == NULL)
-        return dlock__fail(DLOCK_ERR_INVALID, "client is NULL");
+        return dlock__err_set(e, DLOCK_ERR_INVALID, "client is NULL");
     assert(c->magic == DLOCK_CLIENT_MAGIC);
     if (c->magic != DLOCK_CLIENT_MAGIC)
-        return dlock__fail(DLOCK_ERR_INVALID, "not a dlock_client (freed or corrupted?)");
+        return dlock__err_set(e, DLOCK_ERR_INVALID, "not a dlock_client (freed or corrupted?)");
     /* After fork() the child shares the parent's sockets: one byte written by the
      * child would corrupt the parent's stream. The child must make its own client. */
     if (dlock__client_forked(c))
-        return dlock__fail(DLOCK_ERR_CLOSED,
-                           "client was created by process %ld; create a "
-                           "new client after fork()",
-                           (long)c->pid);
+        return dlock__err_set(e, DLOCK_ERR_CLOSED,
+                              "client was created by process %ld; create a new client after "
+                              "fork()",
+                              (long)c->pid);
     return DLOCK_OK;
 }
 

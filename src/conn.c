@@ -126,21 +126,6 @@ static int queue_handshake(dlock__conn *c, int step, int argc, const char **argv
     return rc;
 }
 
-static int set_detail(char *detail, size_t n, int err, const dlock__conn *c, const char *fmt, ...)
-    __attribute__((format(printf, 5, 6)));
-
-static int set_detail(char *detail, size_t n, int err, const dlock__conn *c, const char *fmt, ...)
-{
-    int used = snprintf(detail, n, "%s: ", c->node->addr.display);
-    if (used < 0 || (size_t)used >= n)
-        return err;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(detail + used, n - (size_t)used, fmt, ap);
-    va_end(ap);
-    return err;
-}
-
 /* Start a non-blocking connect to c->ai_next (TCP) or the socket path (unix). */
 static int start_connect(dlock__conn *c, char *detail, size_t n)
 {
@@ -167,7 +152,8 @@ static int start_connect(dlock__conn *c, char *detail, size_t n)
         }
         int fd = socket(family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
         if (fd < 0)
-            return set_detail(detail, n, DLOCK_ERR_IO, c, "socket: %s", strerror(errno));
+            return dlock__node_detail(detail, n, DLOCK_ERR_IO, c->node, "socket: %s",
+                                      strerror(errno));
         if (family != AF_UNIX) {
             /* Lock commands are small and latency-bound: never wait for Nagle. */
             int one = 1;
@@ -185,7 +171,7 @@ static int start_connect(dlock__conn *c, char *detail, size_t n)
             c->state = DLOCK_CONN_CONNECTING;
             return DLOCK_OK;
         }
-        set_detail(detail, n, DLOCK_ERR_IO, c, "connect: %s", strerror(errno));
+        dlock__node_detail(detail, n, DLOCK_ERR_IO, c->node, "connect: %s", strerror(errno));
         close(fd);
         c->fd = -1;
         if (a->is_unix)
@@ -198,7 +184,7 @@ int dlock__conn_open(dlock__conn *c, struct dlock_client *cl, char *detail, size
     const dlock__addr *a = &c->node->addr;
     dlock__conn_close(c);
     if ((c->reader = dlock__reader_new()) == NULL)
-        return set_detail(detail, n, DLOCK_ERR_NOMEM, c, "out of memory");
+        return dlock__node_detail(detail, n, DLOCK_ERR_NOMEM, c->node, "out of memory");
     /* Not redisReaderSetPrivdata: hiredis 0.14 casts its result to int, which clang
      * rejects as a pointer truncation. */
     c->reader->privdata = &c->too_big;
@@ -215,8 +201,8 @@ int dlock__conn_open(dlock__conn *c, struct dlock_client *cl, char *detail, size
         if (gai != 0) {
             c->ai = NULL;
             dlock__conn_close(c);
-            return set_detail(detail, n, DLOCK_ERR_IO, c, "cannot resolve host: %s",
-                              gai_strerror(gai));
+            return dlock__node_detail(detail, n, DLOCK_ERR_IO, c->node, "cannot resolve host: %s",
+                                      gai_strerror(gai));
         }
         c->ai_next = c->ai;
     }
@@ -236,7 +222,7 @@ int dlock__conn_open(dlock__conn *c, struct dlock_client *cl, char *detail, size
         if (rc == DLOCK_OK)
             rc = queue_handshake(c, HS_INFO, 1, (const char *[]){"INFO"});
         if (rc != DLOCK_OK)
-            set_detail(detail, n, rc, c, "out of memory");
+            dlock__node_detail(detail, n, rc, c->node, "out of memory");
     }
     if (rc != DLOCK_OK)
         dlock__conn_close(c);
@@ -253,7 +239,7 @@ int dlock__conn_on_connect(dlock__conn *c, char *detail, size_t n)
         c->state = DLOCK_CONN_READY;
         return DLOCK_OK;
     }
-    set_detail(detail, n, DLOCK_ERR_IO, c, "connect: %s", strerror(err));
+    dlock__node_detail(detail, n, DLOCK_ERR_IO, c->node, "connect: %s", strerror(err));
     close(c->fd);
     c->fd = -1;
     /* Try the host's next address (say 127.0.0.1 after ::1); the queued handshake
@@ -273,7 +259,8 @@ int dlock__conn_flush(dlock__conn *c, char *detail, size_t n)
                 continue;
             if (errno == EAGAIN || errno == EWOULDBLOCK)
                 return DLOCK_OK;
-            return set_detail(detail, n, DLOCK_ERR_IO, c, "send: %s", strerror(errno));
+            return dlock__node_detail(detail, n, DLOCK_ERR_IO, c->node, "send: %s",
+                                      strerror(errno));
         }
         c->outpos += (size_t)w;
     }
@@ -290,117 +277,24 @@ int dlock__conn_read(dlock__conn *c, char *detail, size_t n)
                 continue;
             if (errno == EAGAIN || errno == EWOULDBLOCK)
                 return DLOCK_OK;
-            return set_detail(detail, n, DLOCK_ERR_IO, c, "recv: %s", strerror(errno));
+            return dlock__node_detail(detail, n, DLOCK_ERR_IO, c->node, "recv: %s",
+                                      strerror(errno));
         }
         if (r == 0)
-            return set_detail(detail, n, DLOCK_ERR_IO, c, "connection closed by the server");
+            return dlock__node_detail(detail, n, DLOCK_ERR_IO, c->node,
+                                      "connection closed by the server");
         /* Refuse to buffer past the cap: a reply that large is not a lock reply. */
         size_t buffered = c->reader->len - c->reader->pos;
         if (buffered + (size_t)r > DLOCK_REPLY_MAX_BYTES)
-            return set_detail(detail, n, DLOCK_ERR_PROTOCOL, c,
-                              "reply larger than %d bytes refused", DLOCK_REPLY_MAX_BYTES);
+            return dlock__node_detail(detail, n, DLOCK_ERR_PROTOCOL, c->node,
+                                      "reply larger than %d bytes refused", DLOCK_REPLY_MAX_BYTES);
         if (redisReaderFeed(c->reader, buf, (size_t)r) != REDIS_OK)
-            return set_detail(detail, n, DLOCK_ERR_NOMEM, c, "out of memory reading a reply");
+            return dlock__node_detail(detail, n, DLOCK_ERR_NOMEM, c->node,
+                                      "out of memory reading a reply");
         c->lagging = false; /* the server answers again */
         if ((size_t)r < sizeof buf)
             return DLOCK_OK;
     }
-}
-
-static bool starts_with(const char *s, const char *prefix)
-{
-    return strncmp(s, prefix, strlen(prefix)) == 0;
-}
-
-/* Copy the value of "field:" from an INFO reply into out (at most n-1 bytes). */
-static bool info_field(const redisReply *r, const char *field, char *out, size_t n)
-{
-    size_t flen = strlen(field);
-    for (const char *p = r->str; p != NULL && *p; p = strchr(p, '\n'), p = p ? p + 1 : NULL) {
-        if (strncmp(p, field, flen) == 0 && p[flen] == ':') {
-            const char *v = p + flen + 1;
-            size_t len = strcspn(v, "\r\n");
-            if (len >= n)
-                len = n - 1;
-            memcpy(out, v, len);
-            out[len] = '\0';
-            return true;
-        }
-    }
-    return false;
-}
-
-/* Take what the INFO reply says: the run_id, and whether the eviction policy can drop
- * lock keys (reported once per node; in strict mode the node is refused). */
-static int on_info(dlock__conn *c, struct dlock_client *cl, const redisReply *r, char *detail,
-                   size_t n)
-{
-    dlock__node *node = c->node;
-    if (r->type == REDIS_REPLY_ERROR &&
-        starts_with(r->str, "NOAUTH")) /* no password given to a server that needs one */
-        return set_detail(detail, n, DLOCK_ERR_AUTH, c, "%.200s", r->str);
-    if (r->type == REDIS_REPLY_ERROR) {
-        /* INFO may be denied by an ACL (reported once per node; locking works without
-         * it); any other error (-LOADING, -BUSY) is passing: the next connection asks
-         * again, so the eviction check is not lost. */
-        if (!starts_with(r->str, "NOPERM"))
-            return DLOCK_OK;
-        pthread_mutex_lock(&node->mu);
-        bool first = !node->info_refused_reported;
-        node->info_refused_reported = true;
-        pthread_mutex_unlock(&node->mu);
-        if (first)
-            dlock__log(cl, DLOCK_LOG_WARN,
-                       "%s: INFO refused (%.100s): cannot check maxmemory-policy",
-                       node->addr.display, r->str);
-        return DLOCK_OK;
-    }
-    if (r->type != REDIS_REPLY_STRING && r->type != REDIS_REPLY_STATUS)
-        return set_detail(detail, n, DLOCK_ERR_PROTOCOL, c, "INFO: unexpected reply type %d",
-                          r->type);
-    char policy[64] = "", run_id[41] = "", uptime[24] = "";
-    info_field(r, "maxmemory_policy", policy, sizeof policy);
-    info_field(r, "run_id", run_id, sizeof run_id);
-    info_field(r, "uptime_in_seconds", uptime, sizeof uptime);
-    bool evicting = strncmp(policy, "allkeys-", 8) == 0 || strncmp(policy, "volatile-", 9) == 0;
-
-    /* Restart-aware voting (docs/guarantees.md): a node whose run_id changed has
-     * restarted and may have forgotten locks it granted, so its grants must not count
-     * until it has been up longer than any lease it could have forgotten. Uptime is
-     * whole seconds, rounded down, so the wait is never short. */
-    int64_t now = dlock__now_us();
-    /* The server's word, bounded (a broken server could overflow the product): ten
-     * years of uptime is more than any lease to wait out. */
-    long long up_s = strtoll(uptime, NULL, 10);
-    int64_t up_ms = up_s < 0 ? 0 : up_s > 315360000 ? INT64_C(315360000000) : up_s * 1000;
-    int64_t wait_ms = dlock__max_lease_ms(cl) - up_ms;
-    pthread_mutex_lock(&node->mu);
-    bool known = node->run_id[0] != '\0';
-    bool restarted = known && run_id[0] != '\0' && strcmp(node->run_id, run_id) != 0;
-    bool distrust = restarted || (!known && cl->restart_voting == DLOCK_RESTART_STRICT);
-    if (cl->restart_voting != DLOCK_RESTART_OFF && distrust && wait_ms > 0)
-        node->votes_from_us = now + wait_ms * 1000;
-    bool report = evicting && !node->policy_reported;
-    node->policy_reported |= evicting;
-    node->evicting = evicting;
-    if (run_id[0] != '\0')
-        memcpy(node->run_id, run_id, sizeof run_id);
-    pthread_mutex_unlock(&node->mu);
-    if (restarted)
-        dlock__log(cl, DLOCK_LOG_WARN, "%s restarted (run_id changed, up %s s)%s",
-                   node->addr.display, uptime,
-                   cl->restart_voting != DLOCK_RESTART_OFF && wait_ms > 0
-                       ? ": its grants do not count until it has been up for the longest lease"
-                       : "");
-    if (report)
-        dlock__log(cl, cl->strict ? DLOCK_LOG_ERROR : DLOCK_LOG_WARN,
-                   "%s: maxmemory-policy is %s: the server may evict lock keys%s and lose "
-                   "locks; use noeviction",
-                   node->addr.display, policy, policy[0] == 'a' ? " and fence counters" : "");
-    if (evicting && cl->strict)
-        return set_detail(detail, n, DLOCK_ERR_UNAVAILABLE, c,
-                          "maxmemory-policy %s can evict lock keys (strict mode)", policy);
-    return DLOCK_OK;
 }
 
 /* A handshake reply: AUTH and SELECT must succeed; INFO is informative. */
@@ -410,16 +304,17 @@ static int on_handshake(dlock__conn *c, struct dlock_client *cl, const redisRepl
     int step = c->hs[c->hs_next++];
     c->handshake--;
     if (step == HS_INFO)
-        return on_info(c, cl, r, detail, n);
+        return dlock__node_on_info(c->node, cl, r, detail, n);
     if (r->type != REDIS_REPLY_ERROR)
         return DLOCK_OK;
     if (step == HS_AUTH)
-        return set_detail(detail, n, DLOCK_ERR_AUTH, c, "AUTH refused: %.200s", r->str);
+        return dlock__node_detail(detail, n, DLOCK_ERR_AUTH, c->node, "AUTH refused: %.200s",
+                                  r->str);
     /* SELECT: -NOAUTH is a missing password, -LOADING a node not ready; a plain -ERR is
      * a database number the server does not have, which is the URL's fault. */
     int err = dlock__server_error_code(r->str, r->len);
-    return set_detail(detail, n, err == DLOCK_ERR_PROTOCOL ? DLOCK_ERR_INVALID : err, c,
-                      "SELECT %d refused: %.200s", c->node->addr.db, r->str);
+    return dlock__node_detail(detail, n, err == DLOCK_ERR_PROTOCOL ? DLOCK_ERR_INVALID : err,
+                              c->node, "SELECT %d refused: %.200s", c->node->addr.db, r->str);
 }
 
 int dlock__conn_next_reply(dlock__conn *c, struct dlock_client *cl, redisReply **out, char *detail,
@@ -430,12 +325,14 @@ int dlock__conn_next_reply(dlock__conn *c, struct dlock_client *cl, redisReply *
         void *obj = NULL;
         if (redisReaderGetReply(c->reader, &obj) != REDIS_OK) {
             if (c->too_big)
-                return set_detail(detail, n, DLOCK_ERR_PROTOCOL, c,
-                                  "reply with more than %d elements refused",
-                                  DLOCK_REPLY_MAX_ELEMENTS);
+                return dlock__node_detail(detail, n, DLOCK_ERR_PROTOCOL, c->node,
+                                          "reply with more than %d elements refused",
+                                          DLOCK_REPLY_MAX_ELEMENTS);
             if (c->reader->err == REDIS_ERR_OOM)
-                return set_detail(detail, n, DLOCK_ERR_NOMEM, c, "out of memory reading a reply");
-            return set_detail(detail, n, DLOCK_ERR_PROTOCOL, c, "bad reply: %s", c->reader->errstr);
+                return dlock__node_detail(detail, n, DLOCK_ERR_NOMEM, c->node,
+                                          "out of memory reading a reply");
+            return dlock__node_detail(detail, n, DLOCK_ERR_PROTOCOL, c->node, "bad reply: %s",
+                                      c->reader->errstr);
         }
         if (obj == NULL)
             return DLOCK_OK; /* incomplete: wait for more bytes */

@@ -3,16 +3,27 @@
  *
  * The detail lives in thread-local storage, not on the client: a client is shared by
  * threads, and one thread's failure must not overwrite the detail another thread is
- * about to read (style.md, rule 9). Mutable state outside the handles is this buffer
- * and token.c's pool of random bytes, both per thread by construction, and client.c's
- * fork generation (written only in a forked child's atfork handler).
+ * about to read. Mutable state outside the handles is this buffer and token.c's pool
+ * of random bytes, both per thread by construction, and fork.c's fork generation
+ * (written only in a forked child's atfork handler).
  */
 #include "internal.h"
 
 #include <stdio.h>
 #include <string.h>
 
-static _Thread_local char errbuf[1024];
+static _Thread_local char errbuf[DLOCK_ERRMSG_MAX];
+
+static void vformat_at(char *buf, size_t size, size_t used, const char *fmt, va_list ap)
+{
+    if (used + 3 >= size)
+        return;
+    if (used > 0) {
+        memcpy(buf + used, "; ", 3);
+        used += 2;
+    }
+    vsnprintf(buf + used, size - used, fmt, ap);
+}
 
 const char *dlock_strerror(int err)
 {
@@ -64,17 +75,28 @@ int dlock__fail(int err, const char *fmt, ...)
     return err;
 }
 
-void dlock__append_error(const char *fmt, ...)
+int dlock__err_set(dlock__err *e, int code, const char *fmt, ...)
 {
-    size_t used = strlen(errbuf);
-    if (used + 3 >= sizeof errbuf)
-        return;
-    if (used > 0) {
-        memcpy(errbuf + used, "; ", 3);
-        used += 2;
-    }
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(errbuf + used, sizeof errbuf - used, fmt, ap);
+    vsnprintf(e->msg, sizeof e->msg, fmt, ap);
     va_end(ap);
+    return code;
+}
+
+void dlock__err_append(dlock__err *e, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vformat_at(e->msg, sizeof e->msg, strlen(e->msg), fmt, ap);
+    va_end(ap);
+}
+
+int dlock__err_raise(const dlock__err *e, int code)
+{
+    if (code == DLOCK_OK)
+        errbuf[0] = '\0';
+    else
+        memcpy(errbuf, e->msg, sizeof errbuf);
+    return code;
 }

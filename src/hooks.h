@@ -1,12 +1,13 @@
 /*
- * hooks.h: fault-injection hooks for the test suite (issue 7).
+ * hooks.h: fault-injection hooks for the test suite (tests/faults).
  *
  * Compiled in only when DLOCK_TEST_HOOKS is defined: the `dlock_hooked` static library
  * that the fault tests link. The shipped libdlock.so and libdlock.a have none of this,
  * and the macros below compile to nothing there.
  *
  * dlock__test_hooks is the one mutable global of the library, and only of its test
- * build (style.md, rule 14): the tests set it from any thread, so every field is atomic.
+ * build, kept out of the shipped libraries so that they have no mutable global at
+ * all: the tests set it from any thread, so every field is atomic.
  */
 #ifndef DLOCK_HOOKS_H
 #define DLOCK_HOOKS_H

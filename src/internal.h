@@ -1,19 +1,33 @@
 /*
- * internal.h: what the files of src/ share. Nothing here is installed or exported:
- * non-static names are dlock__*, and the version script hides them from libdlock.so.
+ * internal.h: what the files of src/ share, and the map of them. Nothing here is
+ * installed; the non-static names are dlock__* and libdlock.so's version script
+ * exports only dlock_* (the static library, which the tests link, keeps them all).
  *
- * The parts, from the bottom up (design.md section 3):
- *   error.c    per-thread detail message, dlock_strerror
- *   clock.c    the one clock (CLOCK_BOOTTIME) for elapsed time and lease deadlines
- *   token.c    128-bit tokens and jitter from getrandom(2)
- *   url.c      server addresses
- *   reply.c    hiredis's redisReader with our size caps; server errors to DLOCK_ERR_*
- *   conn.c     one node: non-blocking connect, handshake (AUTH, SELECT, INFO), buffers
- *   fanout.c   one command to N nodes in parallel under one deadline (poll)
- *   scripts.c  the Lua scripts, their SHA1s, EVALSHA with the EVAL fallback
- *   lock.c     acquire / extend / release / check / inspect: quorum, validity, fences
- *   wait.c     blocking acquisition: the subscriber thread, wake-ups by token
- *   client.c   dlock_client: config, the node list, the pool of connection sets
+ * One concern per file, each depending only on those above it:
+ *
+ *   base        alloc.c     the library's allocations (the test build can fail them)
+ *               error.c     error codes and messages; the one rule for messages
+ *               clock.c     the one clock (CLOCK_BOOTTIME) for elapsed time and leases
+ *               fork.c      telling a forked child from the process that made a thing
+ *               token.c     128-bit tokens and jitter from getrandom(2)
+ *   parsing     url.c       server addresses
+ *               reply.c     hiredis's redisReader with our size caps; server errors
+ *   servers     node.c      what a server's INFO says: restart voting, eviction policy
+ *   transport   conn.c      one connection: non-blocking connect, handshake, buffers
+ *               fanout.c    one command to N nodes in parallel under one deadline
+ *   scripts     scripts.c   the Lua scripts, their SHA1s, and the key layout
+ *   rounds      round.c     one round to N nodes and its vote; validity; tallies
+ *   lifecycle   handle.c    the dlock_lock handle, argument checks, accessors
+ *               acquire.c   dlock_acquire: attempts, undoing partial grants, waiting
+ *               lock.c      extend, release, check, inspect
+ *               fence.c     the resource side: fenced writes, dlock_fence_admit
+ *               wait.c      blocking waits: the subscriber thread, wake-ups, backoff
+ *               watchdog.c  automatic renewal and lost-lock notification
+ *   client      client.c    dlock_client: config, the node list, the connection pool
+ *
+ * Two things still reach up past this order, to be cut next: conn.c and node.c take
+ * the client (for its password, timeouts, restart-voting rule and log callback), and
+ * fanout.c knows that a -NOSCRIPT reply is answered by resending a script as EVAL.
  */
 #ifndef DLOCK_INTERNAL_H
 #define DLOCK_INTERNAL_H
@@ -40,12 +54,29 @@ char *dlock__strdup(const char *s);
 
 /* ---- error.c ---------------------------------------------------------------- */
 
+/* The one rule for messages: internal functions return a code and write why into a
+ * buffer of their caller's (a dlock__err here; conn.c and fanout.c write a node's
+ * reason into its request); only a public entry point sets the calling thread's
+ * message, with dlock__err_raise on its way out, or dlock__fail for a check it makes
+ * itself. So no caller saves and restores messages, and a clean-up after a failure
+ * writes into its own buffer, never over the error that caused it. */
+#define DLOCK_ERRMSG_MAX 1024
+typedef struct dlock__err {
+    char msg[DLOCK_ERRMSG_MAX];
+} dlock__err;
+
+/* Write the message into e and return code (so `return dlock__err_set(...)`). */
+int dlock__err_set(dlock__err *e, int code, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+/* Append "; " and more text (several nodes' reasons in one message). */
+void dlock__err_append(dlock__err *e, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* Public entry points: make e the thread's message (empty for DLOCK_OK), return code. */
+int dlock__err_raise(const dlock__err *e, int code);
+
 /* Record a detail for the calling thread and return err (so `return dlock__fail(...)`). */
 int dlock__fail(int err, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* Empty the calling thread's detail (start of every public call). */
 void dlock__clear_error(void);
-/* Append "; " and more text to the detail (several nodes' reasons in one message). */
-void dlock__append_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
 /* ---- clock.c ---------------------------------------------------------------- */
 
@@ -65,6 +96,18 @@ int dlock__token_new(char out[DLOCK_TOKEN_LEN + 1]);
 bool dlock__token_valid(const char *s);
 /* A uniform random number in [0, bound) (bound > 0), for jitter. */
 uint64_t dlock__random_below(uint64_t bound);
+
+/* ---- fork.c ----------------------------------------------------------------- */
+
+/* How many times this process's ancestry has forked since libdlock first looked: a
+ * pthread_atfork child handler counts, so state that records the value can tell, with
+ * no system call, that it was inherited by a forked child. (A process made by the raw
+ * clone or fork system call, not by fork(3), is not seen; posix_spawn and vfork+exec
+ * need not be.) */
+uint64_t dlock__fork_gen(void);
+/* True in a forked child of the process that recorded gen (dlock__fork_gen) and pid
+ * (getpid, compared only if the fork handler could not be registered). */
+bool dlock__forked_since(uint64_t gen, pid_t pid);
 
 /* ---- url.c ------------------------------------------------------------------ */
 
@@ -99,12 +142,14 @@ int dlock__url_parse_list(const char *list, int max, dlock__addr **out, int *n, 
 redisReader *dlock__reader_new(void);
 
 /* What an error reply (-PREFIX message) means: DLOCK_ERR_UNAVAILABLE, _AUTH or
- * _PROTOCOL, as design.md's "Which error a call returns" says. */
+ * _PROTOCOL, by meaning: a node that is busy, loading, read-only or out of memory
+ * is unavailable for this attempt (never DLOCK_ERR_BUSY, which means a holder);
+ * refused credentials are _AUTH; a reply of the wrong kind is _PROTOCOL. */
 int dlock__server_error_code(const char *str, size_t len);
 /* True for a -NOSCRIPT reply. */
 bool dlock__is_noscript(const redisReply *r);
 
-/* ---- conn.c / fanout.c ------------------------------------------------------ */
+/* ---- node.c, conn.c, fanout.c ----------------------------------------------- */
 
 /* What the client knows of one server, shared by all its connections. */
 typedef struct dlock__node {
@@ -119,6 +164,15 @@ typedef struct dlock__node {
 } dlock__node;
 
 enum dlock__conn_state { DLOCK_CONN_CLOSED, DLOCK_CONN_CONNECTING, DLOCK_CONN_READY };
+
+/* Write "<node's URL>: " and the formatted reason into detail[n]; returns err. */
+int dlock__node_detail(char *detail, size_t n, int err, const dlock__node *node, const char *fmt,
+                       ...) __attribute__((format(printf, 5, 6)));
+/* Take what a handshake's INFO reply says of node (restart voting, eviction policy);
+ * an error when the node must not be used (a password missing, or in strict mode an
+ * evicting policy), with why in detail. (node.c) */
+int dlock__node_on_info(dlock__node *node, struct dlock_client *cl, const redisReply *r,
+                        char *detail, size_t n);
 
 /* One connection to one node. Used by one thread at a time (it lives in a connset
  * that a call takes from the client's pool). */
@@ -202,6 +256,12 @@ typedef bool (*dlock__vote_fn)(const dlock__req *r, int i, void *arg);
 void dlock__fanout_vote(struct dlock_client *cl, dlock__conn *conns, dlock__req *reqs, int n,
                         dlock__vote_fn vote, void *arg);
 
+/* A set of N connections, one per node, that one call uses at a time. */
+typedef struct dlock__connset {
+    struct dlock__connset *next; /* in the client's free list */
+    dlock__conn conns[];
+} dlock__connset;
+
 /* ---- scripts.c -------------------------------------------------------------- */
 
 enum dlock__script_id {
@@ -220,7 +280,19 @@ typedef struct dlock__scripts {
     char sha[DLOCK_SCRIPT_COUNT][41];
 } dlock__scripts;
 
-int dlock__scripts_init(dlock__scripts *s);
+int dlock__scripts_init(dlock__scripts *s, dlock__err *e);
+
+/* The keys of one name, in one allocation (free buf): P{name}, P{name}:fence,
+ * P{name}:wake, P{name}:queue and P{name}:qexp, the layout scripts.c describes. The
+ * lock key comes first in buf, so buf alone is the NUL-terminated lock key. */
+typedef struct dlock__keys {
+    char *buf;
+    const char *lock, *fence, *wake, *queue, *qexp;
+    size_t lock_len, fence_len, wake_len, queue_len, qexp_len;
+} dlock__keys;
+
+int dlock__keys_make(const char *prefix, size_t prefix_len, const char *name, size_t name_len,
+                     dlock__keys *k, dlock__err *e);
 
 /* A formatted script call: EVALSHA, and the EVAL fallback. Free with _free. */
 typedef struct dlock__call {
@@ -237,10 +309,12 @@ typedef struct dlock__call {
 } dlock__call;
 
 int dlock__call_format(const dlock__scripts *s, enum dlock__script_id id, int nkeys, int nargs,
-                       const char *const *args, const size_t *lens, dlock__call *out);
+                       const char *const *args, const size_t *lens, dlock__call *out,
+                       dlock__err *e);
 void dlock__call_free(dlock__call *call);
 /* Format the EVAL form (the script itself), if not done yet: for a -NOSCRIPT reply, or
- * for a command nobody will read the reply of. */
+ * for a command nobody will read the reply of. DLOCK_ERR_NOMEM, with no message (the
+ * caller says where it happened). */
 int dlock__call_eval(dlock__call *call);
 /* Point reqs[0..n) at call, awaited or not. */
 void dlock__call_reqs(dlock__call *call, dlock__req *reqs, int n, bool await);
@@ -264,14 +338,25 @@ typedef struct dlock__waiter {
 struct dlock__waitsys;
 
 /* Register a waiter for the wake-up channel `chan` (starting the client's subscriber
- * thread on first use), and give the subscription a moment to be confirmed. */
+ * thread on first use), and give the subscription a moment to be confirmed. A failure
+ * has no message: the caller falls back to waiting on timers. */
 int dlock__wait_join(struct dlock_client *c, const char *chan, size_t len, const char *token,
                      dlock__waiter **out);
 /* Sleep until a wake-up, until_us (dlock__now_us), or cancel_fd is readable
- * (DLOCK_ERR_CANCELED). */
+ * (DLOCK_ERR_CANCELED, no message). */
 int dlock__wait_sleep(dlock__waiter *w, int64_t until_us, int cancel_fd);
 /* Unregister and free the waiter. */
 void dlock__wait_leave(struct dlock_client *c, dlock__waiter *w);
+/* Sleep before the next attempt of a caller that is not listening for wake-ups:
+ * exponential backoff with jitter, never past the holder's lease or the deadline.
+ * DLOCK_ERR_CANCELED (no message) when cancel_fd became readable. */
+int dlock__backoff(int attempt, int64_t busy_ms, int64_t deadline_us, int cancel_fd);
+/* When a waiter retries if nothing wakes it: the holder's lease end (plus jitter), at
+ * most DLOCK_QUEUE_REFRESH_MS from now, and never past deadline. */
+int64_t dlock__retry_at(int64_t now, int64_t busy_ms, int64_t deadline);
+/* A waiter that gives up leaves the queue on every node (sent, not awaited). */
+void dlock__leave_queue(struct dlock_client *c, dlock__connset *set, const dlock__keys *k,
+                        const char *token);
 /* Stop the subscriber thread and free the wait system (dlock_client_free). */
 void dlock__wait_stop(struct dlock_client *c);
 /* In a forked child (where the thread does not exist and its mutex may have been
@@ -285,7 +370,7 @@ struct dlock__watchdog;
 /* Renew l every ttl_ms/3 until it is released, detached or lost (starting the
  * client's renewal thread on first use). */
 int dlock__watchdog_add(struct dlock_client *c, struct dlock_lock *l, int64_t ttl_ms,
-                        dlock_lost_fn on_lost, void *user);
+                        dlock_lost_fn on_lost, void *user, dlock__err *e);
 /* Stop renewing l; waits for a renewal round that includes it to finish. */
 void dlock__watchdog_remove(struct dlock_client *c, struct dlock_lock *l);
 /* dlock_extend changed the lease: renew to the new ttl from now on. */
@@ -296,12 +381,6 @@ void dlock__watchdog_stop(struct dlock_client *c);
 void dlock__watchdog_forget(struct dlock_client *c);
 
 /* ---- client.c --------------------------------------------------------------- */
-
-/* A set of N connections, one per node, that one call uses at a time. */
-typedef struct dlock__connset {
-    struct dlock__connset *next; /* in the client's free list */
-    dlock__conn conns[];
-} dlock__connset;
 
 struct dlock_lock;
 
@@ -339,16 +418,10 @@ struct dlock_client {
 #define DLOCK_CLIENT_MAGIC 0x646c636bU /* "dlck" */
 #define DLOCK_LOCK_MAGIC   0x646c6c6bU /* "dllk" */
 
-/* How many times this process's ancestry has forked since libdlock first looked: a
- * pthread_atfork child handler counts, so state that records the value can tell, with
- * no system call, that it was inherited by a forked child. (A process made by the raw
- * clone or fork system call, not by fork(3), is not seen; posix_spawn and vfork+exec
- * need not be.) */
-uint64_t dlock__fork_gen(void);
 /* True in a process other than the one that created c (a forked child). */
 bool dlock__client_forked(const struct dlock_client *c);
-/* Check c and the process; on failure record why and return the error. */
-int dlock__client_enter(struct dlock_client *c);
+/* Check c and the process on entry to a call. */
+int dlock__client_enter(struct dlock_client *c, dlock__err *e);
 /* Take a connection set from the pool (or make one); NULL when out of memory. */
 dlock__connset *dlock__connset_get(struct dlock_client *c);
 void dlock__connset_put(struct dlock_client *c, dlock__connset *s);
@@ -360,7 +433,89 @@ void dlock__note_ttl(struct dlock_client *c, int64_t ttl_ms);
 void dlock__log(struct dlock_client *c, int level, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 
-/* ---- lock.c ----------------------------------------------------------------- */
+/* ---- round.c ---------------------------------------------------------------- */
+
+/* The clock-drift allowance when dlock_config leaves it zero: 1% of the lease plus
+ * 2 ms, the figures Redlock's analysis uses. */
+#define DLOCK_DRIFT_FACTOR_DEFAULT 0.01
+#define DLOCK_DRIFT_MIN_MS_DEFAULT 2
+
+/* Quorum of n nodes: n/2 + 1. */
+int dlock__quorum(int n);
+/* Validity left after a round: ttl - elapsed - drift, in microseconds. */
+int64_t dlock__validity_us(int64_t ttl_us, int64_t elapsed_us, double drift_factor,
+                           int64_t drift_min_us);
+/* Validity after a round of start..end for a lease of ttl_us, with c's drift. */
+int64_t dlock__round_validity_us(const struct dlock_client *c, int64_t ttl_us, int64_t start_us,
+                                 int64_t end_us);
+
+/* One round: a call on every node, awaited, on a connection set from the pool. */
+typedef struct dlock__round {
+    dlock__connset *set;
+    dlock__req reqs[DLOCK_SERVERS_MAX];
+    int64_t start_us, end_us;
+} dlock__round;
+
+/* Zero rd and take a connection set for it. */
+int dlock__round_begin(struct dlock_client *c, dlock__round *rd, dlock__err *e);
+/* Run call on every node; with a vote function (given vote_arg, or rd when NULL), the
+ * round ends once decided. Sets start_us and end_us. */
+void dlock__round_run(struct dlock_client *c, dlock__round *rd, dlock__call *call,
+                      dlock__vote_fn vote, void *vote_arg);
+/* Free the replies of the last run. */
+void dlock__round_free_replies(const struct dlock_client *c, dlock__round *rd);
+/* Free the replies and give the connection set back (a no-op for a zeroed rd). */
+void dlock__round_end(struct dlock_client *c, dlock__round *rd);
+/* Send call, not awaited, to the nodes marked in mask (NULL: all), as EVAL: nobody
+ * reads the reply, so a -NOSCRIPT would go unnoticed. */
+void dlock__round_send(struct dlock_client *c, dlock__connset *set, dlock__call *call,
+                       const bool *mask);
+
+/* Whether node's grants count at `now` (restart-aware voting, conn.c sets when). */
+bool dlock__node_votes(dlock__node *node, int64_t now);
+/* Votes: an acquire's grant (a positive fence) from a node whose grants count (arg is
+ * the round); a token-checked script's 1. */
+bool dlock__vote_grant(const dlock__req *r, int i, void *arg);
+bool dlock__vote_one(const dlock__req *r, int i, void *arg);
+
+/* What the nodes said in one round. */
+typedef struct dlock__tally {
+    int yes;                   /* granted / deleted / extended / holds our token */
+    int no;                    /* refused by a holder / not our token */
+    int failed;                /* no usable answer */
+    int permanent;             /* failed with an error that retrying cannot fix */
+    int last_err;              /* the error of a failed node (N = 1: the node's own) */
+    int64_t busy_remaining_ms; /* largest holder PTTL seen in a refusal */
+} dlock__tally;
+
+/* Count a node that gave no usable answer (its reason in r->detail). */
+void dlock__tally_failure(dlock__tally *t, dlock__req *r, int err);
+/* True when node r answered with a reply of `type`; an error reply or another type
+ * counts as a failure, with its reason in r->detail. */
+bool dlock__tally_reply(dlock__tally *t, dlock__req *r, const dlock__conn *conn, const char *what,
+                        int type);
+/* The same for an integer reply, read into *v. */
+bool dlock__tally_int(dlock__tally *t, dlock__req *r, const dlock__conn *conn, const char *what,
+                      long long *v);
+/* The error of a round that could not decide, with every failed node's reason. */
+int dlock__tally_undecided(const struct dlock_client *c, const dlock__tally *t,
+                           const dlock__req *reqs, dlock__err *e);
+
+/* A script call's arguments, borrowed. */
+typedef struct dlock__script_args {
+    enum dlock__script_id id;
+    int nkeys, nargs;
+    const char *const *args;
+    const size_t *lens;
+} dlock__script_args;
+
+/* Run a script that answers 1 (done) or 0 (refused) on every node and decide: DLOCK_OK
+ * on a quorum of 1s; no_err with no_msg when so many said 0 that no quorum of 1s is
+ * possible; else the unavailability error. *start_us: when the round started. */
+int dlock__round_yes_no(struct dlock_client *c, const dlock__script_args *sa, const char *what,
+                        int no_err, const char *no_msg, int64_t *start_us, dlock__err *e);
+
+/* ---- handle.c --------------------------------------------------------------- */
 
 struct dlock_lock {
     uint32_t magic;
@@ -374,43 +529,36 @@ struct dlock_lock {
     _Atomic int64_t valid_until_us; /* on dlock__now_us(); 0: unknown (adopted) */
     _Atomic bool lost;
     bool attached; /* on client->locks */
-    int lost_fd;   /* guarded by client->mu */
+    int lost_fd;   /* guarded by client->mu; -1 until dlock_lost_fd */
     /* Renewal (watchdog.c), guarded by the watchdog's mutex. */
-    bool renewing;   /* registered with the watchdog */
-    bool in_batch;   /* in a renewal round now: the handle must not be freed */
-    char *renew_key; /* P{name} */
+    bool renewing;    /* registered with the watchdog */
+    bool in_batch;    /* in a renewal round now: the handle must not be freed */
+    char *renew_keys; /* the name's keys (dlock__keys.buf): the lock key comes first */
     size_t renew_key_len;
     int64_t ttl_ms, next_renew_us;
     dlock_lost_fn on_lost;
     void *on_lost_user;
-    struct dlock_lock *wd_next; /* -1 until dlock_lost_fd */
+    struct dlock_lock *wd_next;
 };
 
-/* The clock-drift allowance when dlock_config leaves it zero: 1% of the lease plus
- * 2 ms, the figures Redlock's analysis uses. */
-#define DLOCK_DRIFT_FACTOR_DEFAULT 0.01
-#define DLOCK_DRIFT_MIN_MS_DEFAULT 2
-
-/* Quorum of n nodes: n/2 + 1. */
-int dlock__quorum(int n);
-/* Validity left after a round: ttl - elapsed - drift, in microseconds. */
-int64_t dlock__validity_us(int64_t ttl_us, int64_t elapsed_us, double drift_factor,
-                           int64_t drift_min_us);
-/* Check a ttl against the lease range. */
-int dlock__check_ttl(int64_t ttl_ms, const char *what);
-/* Release l (one round), then free it, keeping the caller's dlock_errmsg. Used by
- * dlock_client_free; the client's mutex is not held. */
-void dlock__lock_release_quietly(struct dlock_lock *l);
+/* Argument checks shared by the lock calls. */
+int dlock__check_name(const char *name, dlock__err *e);
+int dlock__check_ttl(int64_t ttl_ms, const char *what, dlock__err *e);
+/* Check a handle and its client on entry to a call. */
+int dlock__lock_enter(struct dlock_lock *l, dlock__err *e);
+/* A new handle for name (not yet on the client's list). */
+int dlock__lock_new(struct dlock_client *c, const char *name, struct dlock_lock **out,
+                    dlock__err *e);
+/* Put l on its client's list, so that dlock_client_free releases it. */
+void dlock__lock_attach(struct dlock_lock *l);
+/* Free a handle, taking it off the renewal thread and its client's list first. */
+void dlock__lock_free(struct dlock_lock *l);
 /* The handle is lost: say so to dlock_remaining_ms, the lost fd and later calls. */
 void dlock__lock_mark_lost(struct dlock_lock *l);
-/* Validity after a round of start..end for a lease of ttl_us. */
-int64_t dlock__round_validity_us(const struct dlock_client *c, int64_t ttl_us, int64_t start_us,
-                                 int64_t end_us);
-/* One round: the call on every node, awaited, on a connection set from the pool. */
-typedef struct dlock__round {
-    dlock__connset *set;
-    dlock__req reqs[DLOCK_SERVERS_MAX];
-    int64_t start_us, end_us;
-} dlock__round;
+
+/* ---- lock.c ----------------------------------------------------------------- */
+
+/* Release l (one round), then free it, whatever the outcome. */
+int dlock__lock_release(struct dlock_lock *l, dlock__err *e);
 
 #endif /* DLOCK_INTERNAL_H */

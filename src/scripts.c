@@ -1,7 +1,7 @@
 /*
  * scripts.c: the Lua scripts that make each lock operation one atomic round trip.
  *
- * Key layout (design.md, fixed so that other tools interoperate), with prefix P:
+ * Key layout (fixed, so that other tools and bindings interoperate), with prefix P:
  *   P{name}         the lock: "<32-hex token> <holder description>", with a PX lease
  *   P{name}:fence   the fence counter
  *   P{name}:wake    the channel a release publishes on (the woken waiter's token)
@@ -240,14 +240,14 @@ static const char *const bodies[DLOCK_SCRIPT_COUNT] = {
     [DLOCK_SCRIPT_LEAVE] = leave_lua,     [DLOCK_SCRIPT_RENEW] = renew_lua,
 };
 
-int dlock__scripts_init(dlock__scripts *s)
+int dlock__scripts_init(dlock__scripts *s, dlock__err *e)
 {
     static const char hex[] = "0123456789abcdef";
     for (int i = 0; i < DLOCK_SCRIPT_COUNT; i++) {
         unsigned char md[EVP_MAX_MD_SIZE];
         unsigned int len = 0;
         if (!EVP_Digest(bodies[i], strlen(bodies[i]), md, &len, EVP_sha1(), NULL) || len != 20)
-            return dlock__fail(DLOCK_ERR_NOMEM, "SHA1 of a script failed (OpenSSL)");
+            return dlock__err_set(e, DLOCK_ERR_NOMEM, "SHA1 of a script failed (OpenSSL)");
         for (unsigned int k = 0; k < len; k++) {
             s->sha[i][2 * k] = hex[md[k] >> 4];
             s->sha[i][2 * k + 1] = hex[md[k] & 15];
@@ -257,7 +257,8 @@ int dlock__scripts_init(dlock__scripts *s)
     return DLOCK_OK;
 }
 
-/* Format "VERB head nkeys args..." into *out. Calls with a few arguments (every lock
+/* Format "VERB head nkeys args..." into *out: DLOCK_ERR_NOMEM, or DLOCK_ERR_INVALID
+ * for an impossible argument count (a bug of ours). Calls with a few arguments (every lock
  * operation) use the stack; a renewal batch, with thousands, the heap. */
 static int format(const char *verb, const char *head, int nkeys, int nargs, const char *const *args,
                   const size_t *lens, char **out, int *outlen)
@@ -269,14 +270,14 @@ static int format(const char *verb, const char *head, int nkeys, int nargs, cons
     char nk[16];
     *out = NULL;
     if (nargs < 0 || nargs > 1000000)
-        return dlock__fail(DLOCK_ERR_INVALID, "bad number of script arguments");
+        return DLOCK_ERR_INVALID;
     if (nargs > 12) {
         argv = dlock__malloc((size_t)(3 + nargs) * sizeof *argv);
         argvlen = dlock__malloc((size_t)(3 + nargs) * sizeof *argvlen);
         if (argv == NULL || argvlen == NULL) {
             free(argv);
             free(argvlen);
-            return dlock__fail(DLOCK_ERR_NOMEM, "out of memory formatting a command");
+            return DLOCK_ERR_NOMEM;
         }
     }
     snprintf(nk, sizeof nk, "%d", nkeys);
@@ -297,13 +298,13 @@ static int format(const char *verb, const char *head, int nkeys, int nargs, cons
     }
     if (*outlen < 0) {
         *out = NULL;
-        return dlock__fail(DLOCK_ERR_NOMEM, "out of memory formatting a command");
+        return DLOCK_ERR_NOMEM;
     }
     return DLOCK_OK;
 }
 
 int dlock__call_format(const dlock__scripts *s, enum dlock__script_id id, int nkeys, int nargs,
-                       const char *const *args, const size_t *lens, dlock__call *out)
+                       const char *const *args, const size_t *lens, dlock__call *out, dlock__err *e)
 {
     memset(out, 0, sizeof *out);
     out->id = id;
@@ -313,8 +314,12 @@ int dlock__call_format(const dlock__scripts *s, enum dlock__script_id id, int nk
     out->lens = lens;
     /* Only the EVALSHA form now: the EVAL form, the whole script, is needed once per
      * server restart or SCRIPT FLUSH, not on every call. */
-    return format("EVALSHA", s->sha[id], nkeys, nargs, args, lens, &out->evalsha,
-                  &out->evalsha_len);
+    int rc =
+        format("EVALSHA", s->sha[id], nkeys, nargs, args, lens, &out->evalsha, &out->evalsha_len);
+    if (rc != DLOCK_OK)
+        dlock__err_set(e, rc, "%s formatting a command",
+                       rc == DLOCK_ERR_NOMEM ? "out of memory" : "bad argument count");
+    return rc;
 }
 
 int dlock__call_eval(dlock__call *call)
@@ -340,4 +345,32 @@ void dlock__call_reqs(dlock__call *call, dlock__req *reqs, int n, bool await)
         reqs[i].call = call;
         reqs[i].await = await;
     }
+}
+
+int dlock__keys_make(const char *prefix, size_t prefix_len, const char *name, size_t name_len,
+                     dlock__keys *k, dlock__err *e)
+{
+    static const char *const suffix[5] = {"", ":fence", ":wake", ":queue", ":qexp"};
+    const char **dst[5] = {&k->lock, &k->fence, &k->wake, &k->queue, &k->qexp};
+    size_t *len[5] = {&k->lock_len, &k->fence_len, &k->wake_len, &k->queue_len, &k->qexp_len};
+    size_t base = prefix_len + name_len + sizeof "{}";
+    k->buf = dlock__malloc(5 * base + sizeof ":fence:wake:queue:qexp");
+    if (k->buf == NULL)
+        return dlock__err_set(e, DLOCK_ERR_NOMEM, "out of memory");
+    char *p = k->buf;
+    for (int i = 0; i < 5; i++) {
+        char *q = p;
+        *dst[i] = p;
+        memcpy(q, prefix, prefix_len);
+        q += prefix_len;
+        *q++ = '{';
+        memcpy(q, name, name_len);
+        q += name_len;
+        *q++ = '}';
+        size_t slen = strlen(suffix[i]);
+        memcpy(q, suffix[i], slen + 1);
+        *len[i] = (size_t)(q - p) + slen;
+        p += *len[i] + 1;
+    }
+    return DLOCK_OK;
 }

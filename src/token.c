@@ -28,7 +28,7 @@ static int fill_random(void *buf, size_t len)
         if (got < 0) {
             if (errno == EINTR)
                 continue;
-            return dlock__fail(DLOCK_ERR_IO, "getrandom: %s", strerror(errno));
+            return DLOCK_ERR_IO; /* errno says why */
         }
         p += got;
         len -= (size_t)got;

@@ -1,5 +1,5 @@
 /*
- * url.c: server addresses (design.md, "Server addresses").
+ * url.c: server addresses.
  *
  *   redis://[[user]:password@]host[:port][/db]
  *   unix://[:password@]/path/to/socket[?db=N]

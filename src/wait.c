@@ -294,7 +294,7 @@ static int start(dlock_client *c)
 {
     struct dlock__waitsys *ws = dlock__calloc(1, sizeof *ws);
     if (ws == NULL)
-        return dlock__fail(DLOCK_ERR_NOMEM, "out of memory");
+        return DLOCK_ERR_NOMEM;
     ws->conns = dlock__calloc((size_t)c->n, sizeof *ws->conns);
     ws->retry_at_us = dlock__calloc((size_t)c->n, sizeof *ws->retry_at_us);
     ws->backoff_us = dlock__calloc((size_t)c->n, sizeof *ws->backoff_us);
@@ -308,9 +308,9 @@ static int start(dlock_client *c)
     pthread_mutex_init(&ws->mu, NULL);
     int rc = DLOCK_OK;
     if (!ws->conns || !ws->retry_at_us || !ws->backoff_us || !ws->connected_once)
-        rc = dlock__fail(DLOCK_ERR_NOMEM, "out of memory");
+        rc = DLOCK_ERR_NOMEM;
     else if (ws->ctl < 0)
-        rc = dlock__fail(DLOCK_ERR_IO, "eventfd: %s", strerror(errno));
+        rc = DLOCK_ERR_IO;
     if (rc == DLOCK_OK) {
         for (int i = 0; i < c->n; i++)
             dlock__conn_init(&ws->conns[i], &c->nodes[i]);
@@ -318,7 +318,7 @@ static int start(dlock_client *c)
         int err = pthread_create(&ws->thread, NULL, subscriber_main, c);
         if (err != 0) {
             c->wait = NULL;
-            rc = dlock__fail(DLOCK_ERR_NOMEM, "cannot start the wait thread: %s", strerror(err));
+            rc = DLOCK_ERR_NOMEM;
         }
     }
     if (rc != DLOCK_OK) {
@@ -347,11 +347,11 @@ int dlock__wait_join(dlock_client *c, const char *chan, size_t len, const char *
     struct dlock__waitsys *ws = c->wait;
     dlock__waiter *w = dlock__calloc(1, sizeof *w);
     if (w == NULL)
-        return dlock__fail(DLOCK_ERR_NOMEM, "out of memory");
+        return DLOCK_ERR_NOMEM;
     memcpy(w->token, token, DLOCK_TOKEN_LEN + 1);
     if ((w->efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)) < 0) {
         free(w);
-        return dlock__fail(DLOCK_ERR_IO, "eventfd: %s", strerror(errno));
+        return DLOCK_ERR_IO;
     }
     pthread_mutex_lock(&ws->mu);
     channel *ch = find_channel(ws, chan, len);
@@ -362,7 +362,7 @@ int dlock__wait_join(dlock_client *c, const char *chan, size_t len, const char *
             free(ch);
             close(w->efd);
             free(w);
-            return dlock__fail(DLOCK_ERR_NOMEM, "out of memory");
+            return DLOCK_ERR_NOMEM;
         }
         memcpy(ch->name, chan, len);
         ch->name[len] = '\0';
@@ -404,7 +404,7 @@ int dlock__wait_sleep(dlock__waiter *w, int64_t until_us, int cancel_fd)
         if (r < 0 && errno == EINTR)
             continue;
         if (r > 0 && (p[1].revents & (POLLIN | POLLHUP | POLLERR)))
-            return dlock__fail(DLOCK_ERR_CANCELED, "canceled through cancel_fd");
+            return DLOCK_ERR_CANCELED;
         if (r > 0)
             drain(w->efd);
         return DLOCK_OK;
@@ -475,4 +475,62 @@ void dlock__wait_forget(dlock_client *c)
     free_waitsys(c, c->wait);
     free(c->wait);
     c->wait = NULL;
+}
+
+/* ---- between attempts --------------------------------------------------------- */
+
+int dlock__backoff(int attempt, int64_t busy_ms, int64_t deadline_us, int cancel_fd)
+{
+    /* Exponential backoff (1 ms doubling to 32 ms) with full jitter, never past the
+     * holder's remaining lease or the caller's deadline: for a caller that could not
+     * start listening for wake-ups, and for retries after errors. */
+    int64_t cap_us = (int64_t)1000 << (attempt < 5 ? attempt : 5);
+    if (busy_ms > 0 && busy_ms * 1000 + 1000 < cap_us)
+        cap_us = busy_ms * 1000 + 1000;
+    int64_t delay_us = cap_us / 2 + (int64_t)dlock__random_below((uint64_t)cap_us / 2 + 1);
+    int64_t left = deadline_us - dlock__now_us();
+    if (delay_us > left)
+        delay_us = left > 0 ? left : 0;
+    struct pollfd p = {.fd = cancel_fd > 0 ? cancel_fd : -1, .events = POLLIN};
+    struct timespec ts = {(time_t)(delay_us / 1000000), (long)(delay_us % 1000000) * 1000};
+    for (;;) {
+        int r = ppoll(&p, 1, &ts, NULL);
+        if (r > 0)
+            return DLOCK_ERR_CANCELED;
+        if (r == 0 || errno != EINTR)
+            return DLOCK_OK;
+    }
+}
+
+int64_t dlock__retry_at(int64_t now, int64_t busy_ms, int64_t deadline)
+{
+    /* When the holder's lease should be over (an expiry publishes nothing), with
+     * jitter so that waiters of several processes do not arrive together, and at
+     * least every DLOCK_QUEUE_REFRESH_MS (which keeps the queue entry alive). */
+    int64_t at = now + DLOCK_QUEUE_REFRESH_MS * 1000;
+    if (busy_ms > 0) {
+        int64_t spread = busy_ms * 100 < 5000 ? busy_ms * 100 : 5000; /* 10 %, <= 5 ms */
+        int64_t expiry =
+            now + busy_ms * 1000 + 1000 + (int64_t)dlock__random_below((uint64_t)spread + 1);
+        if (expiry < at)
+            at = expiry;
+    }
+    return at < deadline ? at : deadline;
+}
+
+void dlock__leave_queue(dlock_client *c, dlock__connset *set, const dlock__keys *k,
+                        const char *token)
+{
+    /* Sent, not awaited: a waiter that gives up leaves the queue on every node and
+     * passes on a wake-up it may have been sent. If the call cannot even be
+     * formatted, the entry expires by itself. */
+    dlock__call call;
+    dlock__err ignored;
+    const char *args[] = {k->lock, k->queue, k->qexp, token, k->wake};
+    const size_t lens[] = {k->lock_len, k->queue_len, k->qexp_len, DLOCK_TOKEN_LEN, k->wake_len};
+    if (set == NULL || dlock__call_format(&c->scripts, DLOCK_SCRIPT_LEAVE, 3, 5, args, lens, &call,
+                                          &ignored) != DLOCK_OK)
+        return;
+    dlock__round_send(c, set, &call, NULL);
+    dlock__call_free(&call);
 }

@@ -49,6 +49,17 @@ static int64_t retry_us(int64_t ttl_ms)
     return r < 10000 ? 10000 : r > 1000000 ? 1000000 : r;
 }
 
+/* Take l off the renewal list (wd->mu held). */
+static void unlink_lock(struct dlock__watchdog *wd, dlock_lock *l)
+{
+    for (dlock_lock **p = &wd->locks; *p != NULL; p = &(*p)->wd_next)
+        if (*p == l) {
+            *p = l->wd_next;
+            break;
+        }
+    l->renewing = false;
+}
+
 static void deadline_from_now(struct timespec *ts, int64_t rel_us)
 {
     clock_gettime(CLOCK_MONOTONIC, ts);
@@ -59,7 +70,8 @@ static void deadline_from_now(struct timespec *ts, int64_t rel_us)
 
 /* Format the RENEW call for the locks marked in_batch. Called with wd->mu held (the
  * handles' keys and tokens are stable while in_batch). */
-static int format_batch(dlock_client *c, dlock_lock **batch, int k, dlock__call *call)
+static int format_batch(dlock_client *c, dlock_lock **batch, int k, dlock__call *call,
+                        dlock__err *e)
 {
     const char **args = dlock__malloc((size_t)k * 3 * sizeof *args);
     size_t *lens = dlock__malloc((size_t)k * 3 * sizeof *lens);
@@ -68,7 +80,7 @@ static int format_batch(dlock_client *c, dlock_lock **batch, int k, dlock__call 
     if (args != NULL && lens != NULL && ttl != NULL) {
         for (int j = 0; j < k; j++) {
             dlock_lock *l = batch[j];
-            args[j] = l->renew_key;
+            args[j] = l->renew_keys; /* the lock key comes first in the keys' buffer */
             lens[j] = l->renew_key_len;
             args[k + 2 * j] = l->token;
             lens[k + 2 * j] = DLOCK_TOKEN_LEN;
@@ -76,7 +88,7 @@ static int format_batch(dlock_client *c, dlock_lock **batch, int k, dlock__call 
                 (size_t)snprintf(ttl[j], sizeof ttl[j], "%lld", (long long)l->ttl_ms);
             args[k + 2 * j + 1] = ttl[j];
         }
-        rc = dlock__call_format(&c->scripts, DLOCK_SCRIPT_RENEW, k, 3 * k, args, lens, call);
+        rc = dlock__call_format(&c->scripts, DLOCK_SCRIPT_RENEW, k, 3 * k, args, lens, call, e);
         /* The arguments are freed below, so the EVAL fallback is formatted now. */
         if (rc == DLOCK_OK && (rc = dlock__call_eval(call)) != DLOCK_OK)
             dlock__call_free(call);
@@ -101,18 +113,17 @@ static bool answered(const dlock__req *r, int i, void *arg)
 static void renew(dlock_client *c, struct dlock__watchdog *wd, dlock_lock **batch, int k)
 {
     dlock__call call;
-    dlock__round rd;
+    dlock__round rd = {0};
+    /* A failure to start the round is an undecided turn for every lock (retried
+     * below); its message is for nobody: this thread has no caller. */
+    dlock__err ignored;
     pthread_mutex_lock(&wd->mu);
-    int rc = format_batch(c, batch, k, &call);
+    int rc = format_batch(c, batch, k, &call, &ignored);
     pthread_mutex_unlock(&wd->mu);
     DLOCK_PAUSE_POINT(DLOCK_HOOK_BEFORE_RENEW);
-    rd.set = rc == DLOCK_OK ? dlock__connset_get(c) : NULL;
-    if (rd.set != NULL) {
+    if (rc == DLOCK_OK && dlock__round_begin(c, &rd, &ignored) == DLOCK_OK) {
         size_t want = (size_t)k;
-        dlock__call_reqs(&call, rd.reqs, c->n, true);
-        rd.start_us = dlock__now_us();
-        dlock__fanout_vote(c, rd.set->conns, rd.reqs, c->n, answered, &want);
-        rd.end_us = dlock__now_us();
+        dlock__round_run(c, &rd, &call, answered, &want);
     }
 
     /* Each node's answer: a string of k '0'/'1', or nothing usable. */
@@ -149,12 +160,7 @@ static void renew(dlock_client *c, struct dlock__watchdog *wd, dlock_lock **batc
         }
         if (is_lost) {
             /* Off the list now; the handle stays alive (in_batch) until after on_lost. */
-            for (dlock_lock **p = &wd->locks; *p != NULL; p = &(*p)->wd_next)
-                if (*p == l) {
-                    *p = l->wd_next;
-                    break;
-                }
-            l->renewing = false;
+            unlink_lock(wd, l);
             if (lost != NULL)
                 lost[nlost++] = l;
             else
@@ -175,11 +181,7 @@ static void renew(dlock_client *c, struct dlock__watchdog *wd, dlock_lock **batc
     pthread_mutex_unlock(&wd->mu);
 
     free(lost);
-    if (rd.set != NULL) {
-        for (int i = 0; i < c->n; i++)
-            freeReplyObject(rd.reqs[i].reply);
-        dlock__connset_put(c, rd.set);
-    }
+    dlock__round_end(c, &rd);
     if (rc == DLOCK_OK)
         dlock__call_free(&call);
 }
@@ -234,11 +236,11 @@ static void *watchdog_main(void *arg)
 }
 
 /* Create the watchdog and start its thread, once per client. Called with c->mu. */
-static int start(dlock_client *c)
+static int start(dlock_client *c, dlock__err *e)
 {
     struct dlock__watchdog *wd = dlock__calloc(1, sizeof *wd);
     if (wd == NULL)
-        return dlock__fail(DLOCK_ERR_NOMEM, "out of memory");
+        return dlock__err_set(e, DLOCK_ERR_NOMEM, "out of memory");
     pthread_condattr_t ca;
     pthread_condattr_init(&ca);
     pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
@@ -254,33 +256,30 @@ static int start(dlock_client *c)
         pthread_cond_destroy(&wd->idle);
         pthread_mutex_destroy(&wd->mu);
         free(wd);
-        return dlock__fail(DLOCK_ERR_NOMEM, "cannot start the renewal thread: %s", strerror(err));
+        return dlock__err_set(e, DLOCK_ERR_NOMEM, "cannot start the renewal thread: %s",
+                              strerror(err));
     }
     return DLOCK_OK;
 }
 
 int dlock__watchdog_add(dlock_client *c, dlock_lock *l, int64_t ttl_ms, dlock_lost_fn on_lost,
-                        void *user)
+                        void *user, dlock__err *e)
 {
-    size_t len = c->prefix_len + l->name_len + 2;
-    char *key = dlock__malloc(len + 1);
-    if (key == NULL)
-        return dlock__fail(DLOCK_ERR_NOMEM, "out of memory");
-    memcpy(key, c->prefix, c->prefix_len);
-    key[c->prefix_len] = '{';
-    memcpy(key + c->prefix_len + 1, l->name, l->name_len);
-    memcpy(key + len - 1, "}", 2);
+    dlock__keys k;
+    int rc = dlock__keys_make(c->prefix, c->prefix_len, l->name, l->name_len, &k, e);
+    if (rc != DLOCK_OK)
+        return rc;
     pthread_mutex_lock(&c->mu);
-    int rc = c->wd ? DLOCK_OK : start(c);
+    rc = c->wd ? DLOCK_OK : start(c, e);
     pthread_mutex_unlock(&c->mu);
     if (rc != DLOCK_OK) {
-        free(key);
+        free(k.buf);
         return rc;
     }
     struct dlock__watchdog *wd = c->wd;
     pthread_mutex_lock(&wd->mu);
-    l->renew_key = key;
-    l->renew_key_len = len;
+    l->renew_keys = k.buf;
+    l->renew_key_len = k.lock_len;
     l->ttl_ms = ttl_ms;
     l->on_lost = on_lost;
     l->on_lost_user = user;
@@ -312,14 +311,8 @@ void dlock__watchdog_remove(dlock_client *c, dlock_lock *l)
     pthread_mutex_lock(&wd->mu);
     while (l->in_batch)
         pthread_cond_wait(&wd->idle, &wd->mu);
-    if (l->renewing) {
-        for (dlock_lock **p = &wd->locks; *p != NULL; p = &(*p)->wd_next)
-            if (*p == l) {
-                *p = l->wd_next;
-                break;
-            }
-        l->renewing = false;
-    }
+    if (l->renewing)
+        unlink_lock(wd, l);
     pthread_mutex_unlock(&wd->mu);
 }
 

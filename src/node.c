@@ -1,0 +1,123 @@
+/*
+ * node.c: what the client knows of one server beyond its address, learned from the
+ * INFO reply that ends every connection's handshake.
+ *
+ *   - restart-aware voting: a server whose run_id changed has restarted and may have
+ *     forgotten locks it granted, so its grants do not count until it has been up
+ *     longer than any lease it could have forgotten (docs/guarantees.md);
+ *   - eviction: a maxmemory-policy of allkeys-* or volatile-* can evict held lock keys
+ *     (and allkeys-* the fence counters): reported once per server through the log
+ *     callback, and in strict mode the server is refused;
+ *   - INFO refused by an ACL: reported once; locking works without it.
+ */
+#include "internal.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+int dlock__node_detail(char *detail, size_t n, int err, const dlock__node *node, const char *fmt,
+                       ...)
+{
+    int used = snprintf(detail, n, "%s: ", node->addr.display);
+    if (used < 0 || (size_t)used >= n)
+        return err;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(detail + used, n - (size_t)used, fmt, ap);
+    va_end(ap);
+    return err;
+}
+
+static bool starts_with(const char *s, const char *prefix)
+{
+    return strncmp(s, prefix, strlen(prefix)) == 0;
+}
+
+/* Copy the value of "field:" from an INFO reply into out (at most n-1 bytes). */
+static bool info_field(const redisReply *r, const char *field, char *out, size_t n)
+{
+    size_t flen = strlen(field);
+    for (const char *p = r->str; p != NULL && *p; p = strchr(p, '\n'), p = p ? p + 1 : NULL) {
+        if (strncmp(p, field, flen) == 0 && p[flen] == ':') {
+            const char *v = p + flen + 1;
+            size_t len = strcspn(v, "\r\n");
+            if (len >= n)
+                len = n - 1;
+            memcpy(out, v, len);
+            out[len] = '\0';
+            return true;
+        }
+    }
+    return false;
+}
+
+int dlock__node_on_info(dlock__node *node, struct dlock_client *cl, const redisReply *r,
+                        char *detail, size_t n)
+{
+    if (r->type == REDIS_REPLY_ERROR &&
+        starts_with(r->str, "NOAUTH")) /* no password given to a server that needs one */
+        return dlock__node_detail(detail, n, DLOCK_ERR_AUTH, node, "%.200s", r->str);
+    if (r->type == REDIS_REPLY_ERROR) {
+        /* INFO may be denied by an ACL (reported once per node; locking works without
+         * it); any other error (-LOADING, -BUSY) is passing: the next connection asks
+         * again, so the eviction check is not lost. */
+        if (!starts_with(r->str, "NOPERM"))
+            return DLOCK_OK;
+        pthread_mutex_lock(&node->mu);
+        bool first = !node->info_refused_reported;
+        node->info_refused_reported = true;
+        pthread_mutex_unlock(&node->mu);
+        if (first)
+            dlock__log(cl, DLOCK_LOG_WARN,
+                       "%s: INFO refused (%.100s): cannot check maxmemory-policy",
+                       node->addr.display, r->str);
+        return DLOCK_OK;
+    }
+    if (r->type != REDIS_REPLY_STRING && r->type != REDIS_REPLY_STATUS)
+        return dlock__node_detail(detail, n, DLOCK_ERR_PROTOCOL, node,
+                                  "INFO: unexpected reply type %d", r->type);
+    char policy[64] = "", run_id[41] = "", uptime[24] = "";
+    info_field(r, "maxmemory_policy", policy, sizeof policy);
+    info_field(r, "run_id", run_id, sizeof run_id);
+    info_field(r, "uptime_in_seconds", uptime, sizeof uptime);
+    bool evicting = strncmp(policy, "allkeys-", 8) == 0 || strncmp(policy, "volatile-", 9) == 0;
+
+    /* Restart-aware voting (docs/guarantees.md): a node whose run_id changed has
+     * restarted and may have forgotten locks it granted, so its grants must not count
+     * until it has been up longer than any lease it could have forgotten. Uptime is
+     * whole seconds, rounded down, so the wait is never short. */
+    int64_t now = dlock__now_us();
+    /* The server's word, bounded (a broken server could overflow the product): ten
+     * years of uptime is more than any lease to wait out. */
+    long long up_s = strtoll(uptime, NULL, 10);
+    int64_t up_ms = up_s < 0 ? 0 : up_s > 315360000 ? INT64_C(315360000000) : up_s * 1000;
+    int64_t wait_ms = dlock__max_lease_ms(cl) - up_ms;
+    pthread_mutex_lock(&node->mu);
+    bool known = node->run_id[0] != '\0';
+    bool restarted = known && run_id[0] != '\0' && strcmp(node->run_id, run_id) != 0;
+    bool distrust = restarted || (!known && cl->restart_voting == DLOCK_RESTART_STRICT);
+    if (cl->restart_voting != DLOCK_RESTART_OFF && distrust && wait_ms > 0)
+        node->votes_from_us = now + wait_ms * 1000;
+    bool report = evicting && !node->policy_reported;
+    node->policy_reported |= evicting;
+    node->evicting = evicting;
+    if (run_id[0] != '\0')
+        memcpy(node->run_id, run_id, sizeof run_id);
+    pthread_mutex_unlock(&node->mu);
+    if (restarted)
+        dlock__log(cl, DLOCK_LOG_WARN, "%s restarted (run_id changed, up %s s)%s",
+                   node->addr.display, uptime,
+                   cl->restart_voting != DLOCK_RESTART_OFF && wait_ms > 0
+                       ? ": its grants do not count until it has been up for the longest lease"
+                       : "");
+    if (report)
+        dlock__log(cl, cl->strict ? DLOCK_LOG_ERROR : DLOCK_LOG_WARN,
+                   "%s: maxmemory-policy is %s: the server may evict lock keys%s and lose "
+                   "locks; use noeviction",
+                   node->addr.display, policy, policy[0] == 'a' ? " and fence counters" : "");
+    if (evicting && cl->strict)
+        return dlock__node_detail(detail, n, DLOCK_ERR_UNAVAILABLE, node,
+                                  "maxmemory-policy %s can evict lock keys (strict mode)", policy);
+    return DLOCK_OK;
+}

@@ -1,0 +1,230 @@
+/*
+ * round.c: one round of one script call to all N nodes, and how its answers vote.
+ *
+ * One code path for every N: a round sends one call to every node at once (fanout.c);
+ * the outcome counts yes votes against the quorum N/2+1, and a grant only counts as a
+ * lock while validity = ttl - elapsed - drift is positive. With N = 1 the quorum is 1
+ * and the same arithmetic applies. Acquire, extend, release, check, inspect, the
+ * resource side's fenced write and the renewal batches all run on it.
+ *
+ * How a round that could not decide becomes an error code: for N = 1, the node's own
+ * error (DLOCK_ERR_IO, _TIMEOUT, _AUTH, ...); for N > 1, DLOCK_ERR_NOQUORUM, with every
+ * node's reason in the message. A refusal by holders on enough nodes that no quorum
+ * was possible is the caller's to name (BUSY for an acquire, LOST for a token check).
+ */
+#include "internal.h"
+
+#include <stdio.h>
+#include <string.h>
+
+int dlock__quorum(int n)
+{
+    return n / 2 + 1;
+}
+
+int64_t dlock__validity_us(int64_t ttl_us, int64_t elapsed_us, double drift_factor,
+                           int64_t drift_min_us)
+{
+    /* Drift is rounded up, so validity is never overstated by a fraction. */
+    double drift = (double)ttl_us * drift_factor;
+    int64_t drift_us = (int64_t)drift;
+    if ((double)drift_us < drift)
+        drift_us++;
+    return ttl_us - elapsed_us - drift_us - drift_min_us;
+}
+
+int64_t dlock__round_validity_us(const dlock_client *c, int64_t ttl_us, int64_t start_us,
+                                 int64_t end_us)
+{
+    return dlock__validity_us(ttl_us, end_us - start_us, c->drift_factor, c->drift_min_us);
+}
+
+int64_t dlock_lease_validity_ms(const dlock_config *cfg, int64_t ttl_ms)
+{
+    double factor = cfg && cfg->drift_factor > 0 ? cfg->drift_factor : DLOCK_DRIFT_FACTOR_DEFAULT;
+    int64_t min_ms = cfg && cfg->drift_min_ms > 0 ? cfg->drift_min_ms : DLOCK_DRIFT_MIN_MS_DEFAULT;
+    int64_t v = dlock__validity_us(ttl_ms * 1000, 0, factor, min_ms * 1000);
+    /* Round down: never claim a millisecond that is not all there. */
+    return v >= 0 ? v / 1000 : -((-v + 999) / 1000);
+}
+
+/* ---- running a round ---------------------------------------------------------- */
+
+int dlock__round_begin(dlock_client *c, dlock__round *rd, dlock__err *e)
+{
+    memset(rd, 0, sizeof *rd);
+    if ((rd->set = dlock__connset_get(c)) == NULL)
+        return dlock__err_set(e, DLOCK_ERR_NOMEM, "out of memory");
+    return DLOCK_OK;
+}
+
+void dlock__round_end(dlock_client *c, dlock__round *rd)
+{
+    dlock__round_free_replies(c, rd);
+    if (rd->set != NULL)
+        dlock__connset_put(c, rd->set);
+    rd->set = NULL;
+}
+
+void dlock__round_run(dlock_client *c, dlock__round *rd, dlock__call *call, dlock__vote_fn vote,
+                      void *vote_arg)
+{
+    dlock__call_reqs(call, rd->reqs, c->n, true);
+    rd->start_us = dlock__now_us();
+    dlock__fanout_vote(c, rd->set->conns, rd->reqs, c->n, vote, vote_arg ? vote_arg : rd);
+    rd->end_us = dlock__now_us();
+}
+
+void dlock__round_free_replies(const dlock_client *c, dlock__round *rd)
+{
+    for (int i = 0; i < c->n; i++) {
+        freeReplyObject(rd->reqs[i].reply);
+        rd->reqs[i].reply = NULL;
+    }
+}
+
+void dlock__round_send(dlock_client *c, dlock__connset *set, dlock__call *call, const bool *mask)
+{
+    /* Nobody reads the reply, so a -NOSCRIPT would go unnoticed; a node that just
+     * restarted has no scripts cached. So the script itself goes (EVAL), not its SHA. */
+    dlock__req reqs[DLOCK_SERVERS_MAX];
+    bool any = false;
+    if (dlock__call_eval(call) != DLOCK_OK)
+        return; /* out of memory: leases expire, queue entries too */
+    for (int i = 0; i < c->n; i++) {
+        memset(&reqs[i], 0, sizeof reqs[i]);
+        if (mask == NULL || mask[i]) {
+            reqs[i].cmd = call->eval;
+            reqs[i].cmdlen = (size_t)call->eval_len;
+            any = true;
+        }
+    }
+    if (any)
+        dlock__fanout(c, set->conns, reqs, c->n);
+}
+
+/* ---- votes ------------------------------------------------------------------- */
+
+bool dlock__node_votes(dlock__node *node, int64_t now)
+{
+    pthread_mutex_lock(&node->mu);
+    bool v = node->votes_from_us <= now;
+    pthread_mutex_unlock(&node->mu);
+    return v;
+}
+
+bool dlock__vote_grant(const dlock__req *r, int i, void *arg)
+{
+    const dlock__round *rd = arg;
+    return r->reply->type == REDIS_REPLY_INTEGER && r->reply->integer > 0 &&
+           dlock__node_votes(rd->set->conns[i].node, dlock__now_us());
+}
+
+bool dlock__vote_one(const dlock__req *r, int i, void *arg)
+{
+    (void)i;
+    (void)arg;
+    return r->reply->type == REDIS_REPLY_INTEGER && r->reply->integer == 1;
+}
+
+/* ---- tallies ------------------------------------------------------------------ */
+
+static bool is_permanent(int err)
+{
+    return err == DLOCK_ERR_AUTH || err == DLOCK_ERR_PROTOCOL || err == DLOCK_ERR_INVALID ||
+           err == DLOCK_ERR_NOMEM;
+}
+
+void dlock__tally_failure(dlock__tally *t, dlock__req *r, int err)
+{
+    r->err = err;
+    t->failed++;
+    t->last_err = err;
+    if (is_permanent(err))
+        t->permanent++;
+}
+
+bool dlock__tally_reply(dlock__tally *t, dlock__req *r, const dlock__conn *conn, const char *what,
+                        int type)
+{
+    if (r->err != DLOCK_OK) {
+        dlock__tally_failure(t, r, r->err);
+        return false;
+    }
+    const redisReply *rep = r->reply;
+    if (rep->type == type)
+        return true;
+    if (rep->type == REDIS_REPLY_ERROR) {
+        snprintf(r->detail, sizeof r->detail, "%s: %s: -%.100s", conn->node->addr.display, what,
+                 rep->str);
+        dlock__tally_failure(t, r, dlock__server_error_code(rep->str, rep->len));
+    } else {
+        snprintf(r->detail, sizeof r->detail, "%s: %s: unexpected reply type %d",
+                 conn->node->addr.display, what, rep->type);
+        dlock__tally_failure(t, r, DLOCK_ERR_PROTOCOL);
+    }
+    return false;
+}
+
+bool dlock__tally_int(dlock__tally *t, dlock__req *r, const dlock__conn *conn, const char *what,
+                      long long *v)
+{
+    if (!dlock__tally_reply(t, r, conn, what, REDIS_REPLY_INTEGER))
+        return false;
+    *v = r->reply->integer;
+    return true;
+}
+
+int dlock__tally_undecided(const dlock_client *c, const dlock__tally *t, const dlock__req *reqs,
+                           dlock__err *e)
+{
+    if (c->n == 1)
+        return dlock__err_set(e, t->last_err, "%s", reqs[0].detail);
+    dlock__err_set(e, DLOCK_ERR_NOQUORUM, "%d of %d servers answered, %d needed", c->n - t->failed,
+                   c->n, c->quorum);
+    for (int i = 0; i < c->n; i++)
+        if (reqs[i].err != DLOCK_OK)
+            dlock__err_append(e, "%s", reqs[i].detail);
+    return DLOCK_ERR_NOQUORUM;
+}
+
+int dlock__round_yes_no(dlock_client *c, const dlock__script_args *sa, const char *what, int no_err,
+                        const char *no_msg, int64_t *start_us, dlock__err *e)
+{
+    dlock__call call;
+    dlock__round rd;
+    int rc =
+        dlock__call_format(&c->scripts, sa->id, sa->nkeys, sa->nargs, sa->args, sa->lens, &call, e);
+    if (rc != DLOCK_OK)
+        return rc;
+    if ((rc = dlock__round_begin(c, &rd, e)) != DLOCK_OK) {
+        dlock__call_free(&call);
+        return rc;
+    }
+    dlock__round_run(c, &rd, &call, dlock__vote_one, NULL);
+    *start_us = rd.start_us;
+    dlock__tally t = {0};
+    for (int i = 0; i < c->n; i++) {
+        long long v;
+        if (!dlock__tally_int(&t, &rd.reqs[i], &rd.set->conns[i], what, &v))
+            continue;
+        if (v == 1) {
+            t.yes++;
+        } else if (v == 0) {
+            t.no++;
+        } else {
+            snprintf(rd.reqs[i].detail, sizeof rd.reqs[i].detail, "%s: %s: unexpected reply %lld",
+                     rd.set->conns[i].node->addr.display, what, v);
+            dlock__tally_failure(&t, &rd.reqs[i], DLOCK_ERR_PROTOCOL);
+        }
+    }
+    if (t.yes >= c->quorum)
+        rc = DLOCK_OK;
+    else if (t.no > c->n - c->quorum)
+        rc = dlock__err_set(e, no_err, "%s: %s", what, no_msg);
+    else
+        rc = dlock__tally_undecided(c, &t, rd.reqs, e);
+    dlock__round_end(c, &rd);
+    dlock__call_free(&call);
+    return rc;
+}
