@@ -1,7 +1,7 @@
 /*
  * commands.c: the commands that take one step on a lock and exit: acquire, extend,
  * release and status. (`dlock run`, which holds a lock while a command runs, is in
- * run.c and the files it names.)
+ * run.c and the files run.h names.)
  *
  * `dlock acquire` keeps the lock after it exits, so extend and release get a handle
  * for it from NAME and TOKEN (dlock_lock_adopt), and every handle is detached rather

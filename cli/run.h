@@ -99,6 +99,10 @@ int64_t run_boot_ms(void);
  * or -1 with errno set. */
 int run_signals_setup(struct runner *r);
 
+/* Give signo its default action back. Async-signal-safe: the child calls it between
+ * fork and exec. */
+void run_signal_default(int signo);
+
 /* Read every pending signal from sigfd into sigs[] (one flag per number). Returns
  * how many distinct signals were pending. */
 int run_take_signals(struct runner *r, bool sigs[NSIG]);

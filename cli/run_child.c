@@ -94,11 +94,7 @@ static void child_exec(struct runner *r, char **env, int err_fd, pid_t parent)
     /* main.c ignores SIGPIPE (so that dlock sees EPIPE); CMD gets the default, as
      * from any shell. Our other signals are blocked, not handled: nothing to undo
      * but the mask, which goes back to the one dlock was started with. */
-    struct sigaction dfl;
-    memset(&dfl, 0, sizeof dfl);
-    dfl.sa_handler = SIG_DFL;
-    sigemptyset(&dfl.sa_mask);
-    sigaction(SIGPIPE, &dfl, NULL);
+    run_signal_default(SIGPIPE);
     sigprocmask(SIG_SETMASK, &r->orig_mask, NULL);
     /* glibc's execvpe allocates nothing (its PATH buffer is on the stack). */
     execvpe(r->a->cmd[0], r->a->cmd, env);

@@ -42,6 +42,15 @@ int run_take_signals(struct runner *r, bool sigs[NSIG])
     return n;
 }
 
+void run_signal_default(int signo)
+{
+    struct sigaction dfl;
+    memset(&dfl, 0, sizeof dfl);
+    dfl.sa_handler = SIG_DFL;
+    sigemptyset(&dfl.sa_mask);
+    sigaction(signo, &dfl, NULL);
+}
+
 /* Signals we take over for the whole run. A signal our parent set to be ignored
  * stays ignored, for us and for CMD (`nohup dlock run ...`, background jobs of a
  * non-interactive shell); SIGCHLD is always ours, and must not be ignored (then the
@@ -55,11 +64,7 @@ int run_signals_setup(struct runner *r)
         if (sigaction(wanted[i], NULL, &old) == 0 && old.sa_handler != SIG_IGN)
             sigaddset(&r->handled, wanted[i]);
     }
-    struct sigaction dfl;
-    memset(&dfl, 0, sizeof dfl);
-    dfl.sa_handler = SIG_DFL;
-    sigemptyset(&dfl.sa_mask);
-    sigaction(SIGCHLD, &dfl, NULL);
+    run_signal_default(SIGCHLD);
     sigaddset(&r->handled, SIGCHLD);
 
     /* SIGTTOU is blocked, not read: once CMD has the terminal we are in a background
