@@ -18,6 +18,7 @@
  *       delay, so it shows what the fan-out costs beyond one node's round trip.
  */
 #include "bench.h"
+#include "relay.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -187,7 +188,7 @@ static void relay_url(const bench_server *s, int port, char *out, size_t n)
 static int w4_delay(bench_ctx *ctx, int delay_ms, int maxn)
 {
     const bench_opts *o = ctx->opt;
-    relay *relays[BENCH_MAX_NODES] = {0};
+    fr_relay *relays[BENCH_MAX_NODES] = {0};
     char urls[BENCH_MAX_NODES * 620];
     char one[BENCH_MAX_NODES][620];
     int rc = 0;
@@ -197,13 +198,14 @@ static int w4_delay(bench_ctx *ctx, int delay_ms, int maxn)
             snprintf(one[i], sizeof one[i], "%s", s->url);
             continue;
         }
-        relays[i] = relay_start(s->host, s->port, (int64_t)delay_ms * 1000);
+        relays[i] = fr_start_to(s->host, s->port);
         if (relays[i] == NULL) {
             bench_fail(ctx, "W4: relay for %s:%d did not start", s->host, s->port);
             rc = -1;
             goto out;
         }
-        relay_url(s, relay_port(relays[i]), one[i], sizeof one[i]);
+        fr_delay(relays[i], delay_ms, delay_ms);
+        relay_url(s, fr_port(relays[i]), one[i], sizeof one[i]);
     }
     char suffix[16] = "";
     if (delay_ms > 0)
@@ -243,7 +245,7 @@ static int w4_delay(bench_ctx *ctx, int delay_ms, int maxn)
     }
 out:
     for (int i = 0; i < maxn; i++)
-        relay_stop(relays[i]);
+        fr_stop(relays[i]);
     return rc;
 }
 

@@ -28,7 +28,7 @@
 
 #include <cmocka.h>
 
-#include "faults/relay.h"
+#include "relay.h"
 #include "integration/itest.h"
 
 #include <stdio.h>
@@ -290,7 +290,7 @@ static void test_huge_replies_refused_without_huge_allocation(void **state)
 {
     (void)state;
     static const fr_canned huge[] = {FR_HUGE_ARRAY, FR_HUGE_BULK};
-    long long before = fr_vm_kib(false), peak0 = fr_vm_kib(true);
+    long long before = dh_status_kib("VmSize"), peak0 = dh_status_kib("VmPeak");
     assert_true(before > 0);
     printf("INFO VmSize %lld KiB, VmPeak so far %lld KiB\n", before, peak0);
     for (int how = 0; how < 2; how++) {
@@ -308,7 +308,7 @@ static void test_huge_replies_refused_without_huge_allocation(void **state)
             assert_works(g_c, &g_srv[0], "after-huge");
         }
     }
-    long long peak = fr_vm_kib(true);
+    long long peak = dh_status_kib("VmPeak");
     long long grown = peak - (peak0 > before ? peak0 : before);
     printf("FIG huge_reply_vm_growth_kib %lld KiB\n", grown > 0 ? grown : 0);
     /* hiredis's default reader would reserve 16 GiB for the array and buffer up to a
@@ -476,7 +476,7 @@ static void test_unknown_outcome_is_released(void **state)
 /* The process's descriptors, not counting the relays'. */
 static int client_fds(void)
 {
-    int n = fr_proc_fds();
+    int n = dh_fd_count();
     for (int i = 0; i < 3; i++)
         if (g_relay[i] != NULL)
             n -= fr_fds(g_relay[i]);

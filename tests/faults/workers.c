@@ -66,26 +66,9 @@ static bool stopped(const wk_config *cfg)
 void wk_proc_stats(wk_stats *s)
 {
     memset(s, 0, sizeof *s);
-    DIR *d = opendir("/proc/self/fd");
-    if (d != NULL) {
-        struct dirent *e;
-        while ((e = readdir(d)) != NULL)
-            if (e->d_name[0] != '.')
-                s->fds++;
-        closedir(d);
-        s->fds--; /* the directory's own descriptor */
-    }
-    FILE *f = fopen("/proc/self/status", "r");
-    if (f != NULL) {
-        char line[256];
-        while (fgets(line, sizeof line, f)) {
-            if (strncmp(line, "Threads:", 8) == 0)
-                s->threads = atoi(line + 8);
-            else if (strncmp(line, "VmRSS:", 6) == 0)
-                s->rss_kb = atol(line + 6);
-        }
-        fclose(f);
-    }
+    s->fds = dh_fd_count();
+    s->threads = dh_thread_count();
+    s->rss_kb = (long)dh_status_kib("VmRSS");
 }
 
 void wk_proc_stats_after(const wk_stats *before, wk_stats *after)

@@ -18,7 +18,7 @@
 #define DLOCK_FAULTS_WORKERS_H
 
 #include "dlock.h"
-#include "harness.h"
+#include "support.h"
 #include "history.h"
 
 #include <stdatomic.h>

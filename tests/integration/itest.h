@@ -8,7 +8,7 @@
 #define DLOCK_ITEST_H
 
 #include "dlock.h"
-#include "harness.h"
+#include "support.h"
 
 #include <pthread.h>
 #include <stdbool.h>
