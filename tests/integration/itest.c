@@ -14,6 +14,22 @@
 #include <stdlib.h>
 #include <string.h>
 
+dh_server it_srv;
+
+int it_srv_setup(void **state)
+{
+    (void)state;
+    assert_int_equal(dh_server_start(&it_srv, NULL), 0);
+    return 0;
+}
+
+int it_srv_teardown(void **state)
+{
+    (void)state;
+    dh_server_stop(&it_srv);
+    return 0;
+}
+
 int64_t it_timeout_ms(void)
 {
     return 100 * dh_slack();

@@ -14,6 +14,13 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+/* The server of a test file whose tests share one: it_srv_setup (a cmocka setup, for a
+ * group or a single test) starts it on a free port and asserts that it came up;
+ * it_srv_teardown stops it, paused or not, and removes its directory. */
+extern dh_server it_srv;
+int it_srv_setup(void **state);
+int it_srv_teardown(void **state);
+
 /* Per-node command deadline for tests where timing matters: 100 ms, times the slack
  * (design.md: at least 100 ms under valgrind or TSan). */
 int64_t it_timeout_ms(void);
