@@ -17,51 +17,20 @@
 #include "bench.h"
 
 #include <errno.h>
-#include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
-/* The one global: the servers the atexit hook stops, and the directory the signal
- * handler removes (its path copied before the handler is installed, since the handler
- * may only use async-signal-safe calls). */
-static struct {
-    bench_servers *ss;
-    char tmpdir[512];
-} g_clean;
-
-/* Kill every server we started, remove their files, and die of sig. */
-static void on_signal(int sig)
-{
-    dh_servers_kill_all_from_signal();
-    if (g_clean.tmpdir[0])
-        rmdir(g_clean.tmpdir);
-    signal(sig, SIG_DFL);
-    raise(sig);
-}
+/* The one global: the servers the atexit hook stops. */
+static bench_servers *g_stop_at_exit;
 
 /* Every exit() path, including a failure half-way through a start. */
 static void at_exit(void)
 {
-    if (g_clean.ss != NULL)
-        servers_stop(g_clean.ss);
-}
-
-/* Arm the atexit hook and the signal handlers, once, before the first fork. */
-static void install_cleanup(bench_servers *ss)
-{
-    g_clean.ss = ss;
-    snprintf(g_clean.tmpdir, sizeof g_clean.tmpdir, "%s", ss->tmpdir);
-    atexit(at_exit);
-    struct sigaction sa;
-    memset(&sa, 0, sizeof sa);
-    sa.sa_handler = on_signal;
-    sigemptyset(&sa.sa_mask);
-    sigaction(SIGINT, &sa, NULL);
-    sigaction(SIGTERM, &sa, NULL);
-    sigaction(SIGHUP, &sa, NULL);
+    if (g_stop_at_exit != NULL)
+        servers_stop(g_stop_at_exit);
 }
 
 /* redis_version of node 1, for the report (the baselines run there too). */
@@ -92,7 +61,9 @@ int servers_start(bench_servers *ss, int n, int cpu)
         fprintf(stderr, "dlock-bench: mkdtemp %s: %s\n", ss->tmpdir, strerror(errno));
         return -1;
     }
-    install_cleanup(ss);
+    g_stop_at_exit = ss;
+    atexit(at_exit);
+    dh_servers_die_with_signals(ss->tmpdir);
     dh_server_opts o = {.parent_dir = ss->tmpdir,
                         .keep_dir = getenv("DLOCK_BENCH_KEEP") != NULL,
                         .child_setup = place_child_pin,
@@ -190,7 +161,7 @@ int servers_use(bench_servers *ss, const char *urls)
         redisFree(c);
     }
     fill_version(ss);
-    g_clean.ss = ss;
+    g_stop_at_exit = ss;
     atexit(at_exit);
     return 0;
 }

@@ -438,16 +438,22 @@ static void server_restart_between_operations(void **state)
     dlock_client_free(c);
 }
 
+/* A client of url with a 500 ms timeout whose log messages go to *lg (emptied first). */
+static dlock_client *logged_client(const char *url, it_log *lg)
+{
+    it_log_init(lg);
+    dlock_config cfg = {0};
+    cfg.timeout_ms = 500;
+    cfg.log = it_log_cb;
+    cfg.log_user = lg;
+    return it_client_cfg(url, &cfg);
+}
+
 static void no_eviction_warning_on_default_server(void **state)
 {
     (void)state;
     it_log lg;
-    it_log_init(&lg);
-    dlock_config cfg = {0};
-    cfg.timeout_ms = 500;
-    cfg.log = it_log_cb;
-    cfg.log_user = &lg;
-    dlock_client *c = it_client_cfg(it_srv.url, &cfg);
+    dlock_client *c = logged_client(it_srv.url, &lg);
     dlock_lock *l = it_acquire(c, "noev", 1000);
     assert_int_equal(dlock_release(l), DLOCK_OK);
     dlock_client_free(c);
@@ -570,12 +576,7 @@ static void allkeys_lru_is_reported(void **state)
 {
     (void)state;
     it_log lg;
-    it_log_init(&lg);
-    dlock_config cfg = {0};
-    cfg.timeout_ms = 500;
-    cfg.log = it_log_cb;
-    cfg.log_user = &lg;
-    dlock_client *c = it_client_cfg(g_lru.url, &cfg);
+    dlock_client *c = logged_client(g_lru.url, &lg);
     /* No connection before the first call, so nothing to report yet. */
     assert_int_equal(lg.n, 0);
     dlock_lock *l = it_acquire(c, "lru", 1000);
@@ -596,12 +597,7 @@ static void volatile_policy_is_reported(void **state)
     assert_non_null(r);
     freeReplyObject(r);
     it_log lg;
-    it_log_init(&lg);
-    dlock_config cfg = {0};
-    cfg.timeout_ms = 500;
-    cfg.log = it_log_cb;
-    cfg.log_user = &lg;
-    dlock_client *c = it_client_cfg(g_lru.url, &cfg);
+    dlock_client *c = logged_client(g_lru.url, &lg);
     dlock_holder h;
     assert_int_equal(dlock_inspect(c, "lru", &h), DLOCK_OK);
     assert_int_equal(it_log_count(&lg, DLOCK_LOG_WARN, "volatile-ttl"), 1);

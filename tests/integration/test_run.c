@@ -298,6 +298,20 @@ static void bg_expect(bg *b, int status, int want)
     }
 }
 
+/* Delete lock name's key behind the back of the `dlock run` in b, wait for that run
+ * to exit with 73 (the lock was lost), and return how long after the DEL it did. */
+static int64_t delete_lock_and_wait(bg *b, const char *name)
+{
+    char key[256];
+    it_key(key, sizeof key, name);
+    int64_t deleted = dh_now_ms();
+    it_del(&plain, key);
+    int status = bg_wait(b, 20000);
+    int64_t elapsed = dh_now_ms() - deleted;
+    bg_expect(b, status, 73);
+    return elapsed;
+}
+
 /* A pid that CMD wrote to a file is gone (not even a zombie of ours: CMD's children
  * are reparented and reaped by init once CMD is gone). */
 static void expect_gone(pid_t pid)
@@ -378,14 +392,7 @@ static void test_lost_when_key_deleted(void **state)
     wait_for_file(path("del.ready"), 5000);
     pid_t bgpid = read_pid(path("del.bgpid"));
 
-    char key[256];
-    it_key(key, sizeof key, "run-del");
-    int64_t deleted = dh_now_ms();
-    it_del(&plain, key);
-
-    int status = bg_wait(&b, 20000);
-    int64_t elapsed = dh_now_ms() - deleted;
-    bg_expect(&b, status, 73);
+    int64_t elapsed = delete_lock_and_wait(&b, "run-del");
     /* The next renewal (within ttl/3) finds the key gone: lost at once, SIGTERM, and
      * CMD exits on it; well within the next renewal plus one lease. */
     if (elapsed >= (ttl / 3 + ttl) * dh_slack())
@@ -417,14 +424,7 @@ static void test_kill_after_grace(void **state)
           "-c", script, (const char *)NULL);
     wait_for_file(path("grace.pid"), 5000);
     pid_t cmd = read_pid(path("grace.pid"));
-    char key[256];
-    it_key(key, sizeof key, "run-grace");
-    int64_t deleted = dh_now_ms();
-    it_del(&plain, key);
-
-    int status = bg_wait(&b, 20000);
-    int64_t elapsed = dh_now_ms() - deleted;
-    bg_expect(&b, status, 73);
+    int64_t elapsed = delete_lock_and_wait(&b, "run-grace");
     assert_true(elapsed >= 400); /* SIGKILL not before GRACE */
     if (elapsed >= (2000 / 3 + 400 + 1000) * dh_slack())
         fail_msg("dlock exited %lld ms after the DEL", (long long)elapsed);

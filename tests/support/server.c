@@ -192,6 +192,31 @@ void dh_servers_kill_all_from_signal(void)
     }
 }
 
+/* The directory the signal handler removes after the servers' own (see
+ * dh_servers_die_with_signals); written before the handler is installed. */
+static char g_signal_dir[512];
+
+static void on_fatal_signal(int sig)
+{
+    dh_servers_kill_all_from_signal();
+    if (g_signal_dir[0])
+        rmdir(g_signal_dir);
+    signal(sig, SIG_DFL);
+    raise(sig);
+}
+
+void dh_servers_die_with_signals(const char *extra_dir)
+{
+    snprintf(g_signal_dir, sizeof g_signal_dir, "%s", extra_dir ? extra_dir : "");
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_fatal_signal;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
+    sigaction(SIGHUP, &sa, NULL);
+}
+
 /* ---- small helpers ----------------------------------------------------------- */
 
 /* Print the last bytes of a file, to show why a server did not come up. */

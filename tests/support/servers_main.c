@@ -16,19 +16,11 @@
  */
 #include "support.h"
 
-#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #define MAX_SERVERS 16
-
-static void on_signal(int sig)
-{
-    dh_servers_kill_all_from_signal();
-    signal(sig, SIG_DFL);
-    raise(sig);
-}
 
 static void print_node(const dh_server *s, int i)
 {
@@ -69,13 +61,7 @@ int main(int argc, char **argv)
         fprintf(stderr, "usage: dlock-test-servers N (1..%d)\n", MAX_SERVERS);
         return 64;
     }
-    struct sigaction sa;
-    memset(&sa, 0, sizeof sa);
-    sa.sa_handler = on_signal;
-    sigemptyset(&sa.sa_mask);
-    sigaction(SIGINT, &sa, NULL);
-    sigaction(SIGTERM, &sa, NULL);
-    sigaction(SIGHUP, &sa, NULL);
+    dh_servers_die_with_signals(NULL);
     /* A script reads each answer as soon as it is written. */
     setvbuf(stdout, NULL, _IOLBF, 0);
 

@@ -123,6 +123,11 @@ void dh_server_resume(dh_server *s);
  * files. Only async-signal-safe calls. The library blocks SIGINT, SIGTERM and SIGHUP
  * while it changes its table of servers, so the handler never sees half an entry. */
 void dh_servers_kill_all_from_signal(void);
+/* For a program (not a test) whose servers must not outlive a ^C or a kill: install
+ * handlers for SIGINT, SIGTERM and SIGHUP that kill the servers, remove extra_dir
+ * (NULL: none; it must be empty by then, as the servers' own are) and die of the
+ * signal. */
+void dh_servers_die_with_signals(const char *extra_dir);
 
 /* Run one admin command (hiredis format, %s and %b as in redisCommand) on a fresh
  * connection with a 2 s timeout, authenticated with --requirepass when the server has

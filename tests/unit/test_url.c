@@ -56,6 +56,15 @@ static void parse_bad(const char *url, const char *why)
     assert_null(a.display);
 }
 
+/* got is want, or both are NULL. */
+static void expect_str(const char *got, const char *want)
+{
+    if (want == NULL)
+        assert_null(got);
+    else
+        assert_string_equal(got, want);
+}
+
 static void expect_tcp(const char *url, const char *host, int port, int db, const char *user,
                        const char *password)
 {
@@ -67,14 +76,8 @@ static void expect_tcp(const char *url, const char *host, int port, int db, cons
     assert_int_equal(a.port, port);
     assert_int_equal(a.db, db);
     assert_null(a.path);
-    if (user == NULL)
-        assert_null(a.user);
-    else
-        assert_string_equal(a.user, user);
-    if (password == NULL)
-        assert_null(a.password);
-    else
-        assert_string_equal(a.password, password);
+    expect_str(a.user, user);
+    expect_str(a.password, password);
     dlock__addr_clear(&a);
 }
 
@@ -87,10 +90,7 @@ static void expect_unix(const char *url, const char *path, int db, const char *p
     assert_string_equal(a.path, path);
     assert_int_equal(a.db, db);
     assert_null(a.user);
-    if (password == NULL)
-        assert_null(a.password);
-    else
-        assert_string_equal(a.password, password);
+    expect_str(a.password, password);
     dlock__addr_clear(&a);
 }
 
