@@ -3,7 +3,7 @@
  * operands and runs it (cli.h says where each part lives).
  */
 #ifndef _GNU_SOURCE
-#define _GNU_SOURCE /* getopt's optind, as cli_parse_options leaves it */
+#define _GNU_SOURCE /* fcntl, open and optind: -std=c11 alone hides POSIX */
 #endif
 
 #include "cli.h"
