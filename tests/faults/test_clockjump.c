@@ -95,9 +95,8 @@ static void test_jump_on_bare_quorum(void **state)
     hist_writer hw[3];
     assert_int_equal(wk_history_new(hist, sizeof hist, "clockjump", hw, 3), 0);
     hist_writer *ha = &hw[0], *hb = &hw[1], *ht = &hw[2];
-    dlock_config cfg = {0};
-    cfg.timeout_ms = it_timeout_ms();
-    cfg.connect_timeout_ms = 1000 * dh_slack();
+    dlock_config cfg;
+    it_config_init(&cfg);
     dlock_client *a = it_client_cfg(g_urls, &cfg);
     dlock_client *b = it_client_cfg(g_urls, &cfg);
     dlock_client *res = it_client(&wk_res, it_timeout_ms());
@@ -191,9 +190,7 @@ static void test_jump_on_bare_quorum(void **state)
     assert_int_equal(rep.stale_rejected, 1);
     assert_int_equal(rep.lost_callbacks, 1);
     assert_int_equal(hist_keys_left(wk_srv, 3, "j", 200), 0);
-    hist_close(ha);
-    hist_close(hb);
-    hist_close(ht);
+    wk_history_close(hw, 3);
     dlock_client_free(a);
     dlock_client_free(b);
     dlock_client_free(res);
@@ -202,9 +199,8 @@ static void test_jump_on_bare_quorum(void **state)
 static void test_jump_on_full_grant(void **state)
 {
     (void)state;
-    dlock_config cfg = {0};
-    cfg.timeout_ms = it_timeout_ms();
-    cfg.connect_timeout_ms = 1000 * dh_slack();
+    dlock_config cfg;
+    it_config_init(&cfg);
     dlock_client *a = it_client_cfg(g_urls, &cfg);
     dlock_client *b = it_client_cfg(g_urls, &cfg);
     char key[64];

@@ -27,18 +27,6 @@
 #include <string.h>
 #include <unistd.h>
 
-static long long calls_of(const char *cmd)
-{
-    redisReply *r = dh_cmd(&it_srv, "INFO commandstats");
-    assert_non_null(r);
-    char needle[64];
-    snprintf(needle, sizeof needle, "cmdstat_%s:calls=", cmd);
-    const char *p = strstr(r->str, needle);
-    long long n = p ? strtoll(p + strlen(needle), NULL, 10) : 0;
-    freeReplyObject(r);
-    return n;
-}
-
 static long long count_keys(const char *pattern)
 {
     redisReply *r = dh_cmd(&it_srv, "EVAL %s 1 %s", "return #redis.call('KEYS', KEYS[1])", pattern);
@@ -88,11 +76,11 @@ static void extend_races_the_expiry(void **state)
     assert_true(ok > 0 && lost > 0); /* the race was really run both ways */
     /* A ttl <= 0 never reaches the server. */
     dlock_lock *l = it_acquire(c, "edge", 5000);
-    long long before = calls_of("evalsha") + calls_of("eval");
+    long long before = it_cmd_calls(&it_srv, "evalsha") + it_cmd_calls(&it_srv, "eval");
     assert_int_equal(dlock_extend(l, 0), DLOCK_ERR_INVALID);
     assert_int_equal(dlock_extend(l, -5), DLOCK_ERR_INVALID);
     assert_int_equal(dlock_extend(l, INT64_MIN), DLOCK_ERR_INVALID);
-    assert_int_equal(calls_of("evalsha") + calls_of("eval"), before);
+    assert_int_equal(it_cmd_calls(&it_srv, "evalsha") + it_cmd_calls(&it_srv, "eval"), before);
     assert_true(it_pttl(&it_srv, key) > 4000);
     assert_int_equal(dlock_release(l), DLOCK_OK);
     dlock_client_free(c);

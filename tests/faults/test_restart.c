@@ -56,9 +56,8 @@ static void start_nodes(enum persistence p)
 
 static dlock_client *client(const char *urls, int voting)
 {
-    dlock_config cfg = {0};
-    cfg.timeout_ms = it_timeout_ms();
-    cfg.connect_timeout_ms = 1000 * dh_slack();
+    dlock_config cfg;
+    it_config_init(&cfg);
     cfg.restart_voting = voting;
     cfg.max_lease_ms = MAX_LEASE_MS;
     return it_client_cfg(urls, &cfg);
@@ -178,9 +177,7 @@ static void restart_case(const char *label, int voting, bool fresh, enum persist
     assert_int_equal(rep.spurious_rejections, 0);
     assert_int_equal(rep.granted_overlaps, double_grant ? 1 : 0);
     assert_int_equal(hist_keys_left(wk_srv, 3, "r", 200), 0);
-    hist_close(ha);
-    hist_close(hb);
-    hist_close(ht);
+    wk_history_close(hw, 3);
     dlock_client_free(a);
     dlock_client_free(b);
     dlock_client_free(res);

@@ -524,12 +524,17 @@ int wk_history_new(char *hist, size_t len, const char *name, hist_writer *w, int
     for (int i = 0; i < n; i++) {
         if (hist_open(&w[i], hist, i < n - 1 ? i : -1) != 0) {
             fprintf(stderr, "wk: cannot open the history %s\n", hist);
-            while (i-- > 0)
-                hist_close(&w[i]);
+            wk_history_close(w, i);
             return -1;
         }
     }
     return 0;
+}
+
+void wk_history_close(hist_writer *w, int n)
+{
+    for (int i = 0; i < n; i++)
+        hist_close(&w[i]);
 }
 
 /* One check of wk_safety_violations: 1 (after saying so) when the count is not 0. */

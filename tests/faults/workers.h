@@ -165,6 +165,8 @@ int wk_scenario_judge(wk_scenario *sc, hist_report *rep);
  * for client i, the last one (id -1) for the test's own records. 0, or -1 after
  * printing why. */
 int wk_history_new(char *hist, size_t len, const char *name, hist_writer *w, int n);
+/* Close the n writers of wk_history_new. */
+void wk_history_close(hist_writer *w, int n);
 
 /* The checks that hold in every scenario, whatever its faults: no fence went
  * backwards, no two grants overlapped, no stale write was accepted, no write came from

@@ -29,22 +29,6 @@ static int64_t mono_ms(void)
     return dh_now_ms();
 }
 
-/* Script calls the server received (EVALSHA + EVAL), a proxy for round trips. */
-static long long script_calls(void)
-{
-    redisReply *r = dh_cmd(&it_srv, "INFO commandstats");
-    assert_non_null(r);
-    long long n = 0;
-    const char *names[] = {"cmdstat_evalsha:calls=", "cmdstat_eval:calls="};
-    for (int i = 0; i < 2; i++) {
-        const char *p = strstr(r->str, names[i]);
-        if (p != NULL)
-            n += strtoll(p + strlen(names[i]), NULL, 10);
-    }
-    freeReplyObject(r);
-    return n;
-}
-
 typedef struct lost_log {
     atomic_int calls;
     _Atomic int64_t at_ms;
@@ -206,9 +190,9 @@ static void thousand_locks_batched(void **state)
     }
     int64_t spread = mono_ms() - t0;
     printf("FIG acquire_1000_ms %lld ms\n", (long long)spread);
-    long long before = script_calls();
+    long long before = it_script_calls(&it_srv);
     dh_sleep_ms(3 * ttl); /* three leases */
-    long long calls = script_calls() - before;
+    long long calls = it_script_calls(&it_srv) - before;
     int alive = 0;
     for (int i = 0; i < MANY; i++)
         alive += dlock_remaining_ms(l[i]) > 0;
