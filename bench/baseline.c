@@ -138,7 +138,7 @@ static void drain(int out_fd, char *out, size_t outlen, int err_fd, char *err, s
 int baseline_run(const bench_server *s, int clients, long requests, int cpu, baseline *out)
 {
     char exe[512];
-    if (find_exe("redis-benchmark", "DLOCK_REDIS_BENCHMARK", exe, sizeof exe) != 0) {
+    if (dh_find_exe("redis-benchmark", "DLOCK_REDIS_BENCHMARK", exe, sizeof exe) != 0) {
         fprintf(stderr, "dlock-bench: redis-benchmark not found (PATH or "
                         "$DLOCK_REDIS_BENCHMARK); install it: apt-get install redis-tools\n");
         return -1;
@@ -185,7 +185,7 @@ int baseline_run(const bench_server *s, int clients, long requests, int cpu, bas
         return -1;
     }
     /* Same process group as us: a ^C stops it too, and we report the interruption. */
-    pid_t pid = spawn_process(argv, cpu, po[1], pe[1], false);
+    pid_t pid = place_spawn(argv, cpu, po[1], pe[1], false);
     close(po[1]);
     close(pe[1]);
     char text[8192], err[2048];

@@ -1,19 +1,22 @@
 /*
  * bench.h: what the files of dlock-bench share.
  *
- * dlock-bench measures the workloads W1 to W5 of design.md section 4 against
+ * dlock-bench measures five workloads (W1 uncontended cycles, W2 the same from 8
+ * clients, W3 one contended name, W4 Redlock on 1 to 5 nodes, W5 a flash sale) against
  * redis-benchmark run on the same servers, under the same CPU placement, in the same
  * run. The parts:
  *   main.c       options, the order of the run, the figures table and BENCH lines
- *   place.c      CPU placement (sched_setaffinity), machine description, peak RSS
- *   servers.c    redis-server processes of our own (or -s URLS), admin connections
+ *   place.c      CPU placement (sched_setaffinity), pinned children, machine
+ *                description, peak RSS
+ *   servers.c    redis-server processes of our own (started by tests/support) or
+ *                -s URLS, admin connections
  *   baseline.c   redis-benchmark runs and their CSV
  *   team.c       worker threads: start barrier, progress on stderr, first error
  *   stats.c      clocks, latency samples, percentiles
  *   cycles.c     W1, W2 and W4 (acquire + release cycles)
  *   contended.c  W3 (one name, blocking waits)
  *   flashsale.c  W5 (three ways to sell 1000 items to 50 buyers)
- *   relay.c      a delaying TCP relay, W4's emulated network
+ * W4's emulated network is the fault suite's relay (tests/support/relay.h), delaying.
  *
  * Everything but the relays and the workers runs on the main thread.
  */
@@ -21,6 +24,7 @@
 #define DLOCK_BENCH_H
 
 #include "dlock.h"
+#include "support.h"
 
 #include <hiredis/hiredis.h>
 #include <pthread.h>
@@ -105,6 +109,14 @@ void cpu_usage_take(cpu_usage *u, const pid_t *pids, int npids);
 void cpu_usage_diff(const cpu_usage *a, const cpu_usage *b, double *other, double *steal);
 /* Peak resident set of this process so far, in KiB (getrusage ru_maxrss). */
 long place_peak_rss_kb(void);
+/* A dh_child_fn (tests/support) that pins a child to the CPU *(const int *)arg before
+ * it execs. */
+int place_child_pin(void *arg);
+/* dh_spawn (tests/support) with the child pinned to cpu (-1: as we are) and its
+ * stdout and stderr on out_fd and err_fd; in a process group of its own when
+ * own_group (so a terminal's ^C reaches only us, and we decide how the child ends).
+ * Call it from the main thread: PR_SET_PDEATHSIG follows the forking thread. */
+pid_t place_spawn(const char *const argv[], int cpu, int out_fd, int err_fd, bool own_group);
 
 /* ---- servers (servers.c) ------------------------------------------------------ */
 
@@ -116,26 +128,17 @@ typedef struct bench_server {
     int db;
     char url[600]; /* for dlock_client_new */
     pid_t pid;     /* ours: the redis-server process; 0 for -s servers */
-    char dir[512]; /* ours: its --dir */
 } bench_server;
 
 typedef struct bench_servers {
     int n;
     bench_server s[BENCH_MAX_NODES];
-    bool own;         /* started by us */
-    char tmpdir[400]; /* ours: parent of the servers' dirs (room left for "/nodeN") */
+    bool own;                               /* started by us */
+    dh_server own_servers[BENCH_MAX_NODES]; /* ours: the processes */
+    int cpu;                                /* ours: the CPU they are pinned to, or -1 */
+    char tmpdir[400];                       /* ours: parent of the servers' dirs */
     char version[32]; /* redis_version of node 1 */
 } bench_servers;
-
-/* Find an executable: $envvar if set, else name on the PATH, else /usr/bin/name.
- * 0, or -1 when not found. */
-int find_exe(const char *name, const char *envvar, char *out, size_t outlen);
-/* fork + exec argv[0] (a path) with stdin from /dev/null and stdout/stderr on out_fd
- * and err_fd, no other descriptor inherited, pinned to cpu (-1: as we are), killed if
- * this process dies, in a process group of its own when own_group (so a terminal's ^C
- * reaches only us, and we decide how the child ends). The PID, or -1 after printing
- * why. Call it from the main thread: PR_SET_PDEATHSIG follows the forking thread. */
-pid_t spawn_process(const char *const argv[], int cpu, int out_fd, int err_fd, bool own_group);
 
 /* Start n redis-server processes on free 127.0.0.1 ports in a new temporary directory,
  * pinned to cpu (-1: not pinned). They die with this process (PR_SET_PDEATHSIG, an
@@ -291,16 +294,5 @@ int run_w4(bench_ctx *ctx);
 int run_w3(bench_ctx *ctx);
 /* W5 (flashsale.c): lock, watch, script. */
 int run_w5(bench_ctx *ctx);
-
-/* ---- relay (relay.c) ---------------------------------------------------------- */
-
-typedef struct relay relay;
-/* Listen on a free 127.0.0.1 port and forward every connection to host:port, each
- * byte delayed by delay_us in both directions, order preserved, on a thread of its
- * own. NULL after printing why. */
-relay *relay_start(const char *host, int port, int64_t delay_us);
-int relay_port(const relay *r);
-/* Stop the thread, close every connection, free. NULL is a no-op. */
-void relay_stop(relay *r);
 
 #endif /* DLOCK_BENCH_H */

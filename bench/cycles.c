@@ -18,6 +18,7 @@
  *       delay, so it shows what the fan-out costs beyond one node's round trip.
  */
 #include "bench.h"
+#include "relay.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -133,36 +134,42 @@ static void label_nodes(char *out, size_t n, const char *w, int nodes)
         snprintf(out, n, "%s", w);
 }
 
-int run_w1(bench_ctx *ctx)
+/* W1 and W2: `clients` clients each run `cycles` acquire + release cycles on distinct
+ * names of the first --nodes servers; the figures' ratio is to redis-benchmark's SET
+ * rate at the same number of clients (rps, named vs). The run's label is returned in
+ * label. */
+static int uncontended(bench_ctx *ctx, const char *w, const char *tag, int clients, long cycles,
+                       double rps, const char *vs, char label[32])
 {
     const bench_opts *o = ctx->opt;
-    char urls[BENCH_MAX_NODES * 620], label[32];
+    char urls[BENCH_MAX_NODES * 620];
     servers_urls(ctx->servers, 0, o->nodes, urls, sizeof urls);
-    label_nodes(label, sizeof label, "W1", o->nodes);
-    long warm = o->w1_cycles / 10 < WARMUP_CYCLES ? o->w1_cycles / 10 : WARMUP_CYCLES;
+    label_nodes(label, 32, w, o->nodes);
+    long warm = cycles / 10 < WARMUP_CYCLES ? cycles / 10 : WARMUP_CYCLES;
     cyc_result r;
-    if (cycles_run(ctx, label, "w1", urls, 1, o->w1_cycles, warm, &r) != 0)
+    if (cycles_run(ctx, label, tag, urls, clients, cycles, warm, &r) != 0)
         return -1;
-    /* design.md: the first W1 line is cycles_per_s. */
-    fig(label, "cycles_per_s", r.per_s, 0, ratio(r.per_s, ctx->rps_c1), "SET rps -c1");
+    /* The first line of each of W1 and W2 is cycles_per_s: readers of the BENCH lines
+     * take it as the workload's headline figure. */
+    fig(label, "cycles_per_s", r.per_s, 0, ratio(r.per_s, rps), vs);
     fig(label, "p50_us", (double)r.p50_ns / 1000, 0, -1, NULL);
     fig(label, "p99_us", (double)r.p99_ns / 1000, 0, -1, NULL);
     return 0;
 }
 
+int run_w1(bench_ctx *ctx)
+{
+    char label[32];
+    return uncontended(ctx, "W1", "w1", 1, ctx->opt->w1_cycles, ctx->rps_c1, "SET rps -c1", label);
+}
+
 int run_w2(bench_ctx *ctx)
 {
     const bench_opts *o = ctx->opt;
-    char urls[BENCH_MAX_NODES * 620], label[32];
-    servers_urls(ctx->servers, 0, o->nodes, urls, sizeof urls);
-    label_nodes(label, sizeof label, "W2", o->nodes);
-    long warm = o->w2_cycles / 10 < WARMUP_CYCLES ? o->w2_cycles / 10 : WARMUP_CYCLES;
-    cyc_result r;
-    if (cycles_run(ctx, label, "w2", urls, o->w2_clients, o->w2_cycles, warm, &r) != 0)
+    char label[32];
+    if (uncontended(ctx, "W2", "w2", o->w2_clients, o->w2_cycles, ctx->rps_c8, "SET rps -c8",
+                    label) != 0)
         return -1;
-    fig(label, "cycles_per_s", r.per_s, 0, ratio(r.per_s, ctx->rps_c8), "SET rps -c8");
-    fig(label, "p50_us", (double)r.p50_ns / 1000, 0, -1, NULL);
-    fig(label, "p99_us", (double)r.p99_ns / 1000, 0, -1, NULL);
     /* ru_maxrss is the peak of the process so far: the baselines ran in children
      * (not counted), W1 before this used less, so in the first round it is W2's peak.
      * Later rounds come after W5's 50 buyers, so they do not report it. */
@@ -187,7 +194,7 @@ static void relay_url(const bench_server *s, int port, char *out, size_t n)
 static int w4_delay(bench_ctx *ctx, int delay_ms, int maxn)
 {
     const bench_opts *o = ctx->opt;
-    relay *relays[BENCH_MAX_NODES] = {0};
+    fr_relay *relays[BENCH_MAX_NODES] = {0};
     char urls[BENCH_MAX_NODES * 620];
     char one[BENCH_MAX_NODES][620];
     int rc = 0;
@@ -197,13 +204,14 @@ static int w4_delay(bench_ctx *ctx, int delay_ms, int maxn)
             snprintf(one[i], sizeof one[i], "%s", s->url);
             continue;
         }
-        relays[i] = relay_start(s->host, s->port, (int64_t)delay_ms * 1000);
+        relays[i] = fr_start_to(s->host, s->port);
         if (relays[i] == NULL) {
             bench_fail(ctx, "W4: relay for %s:%d did not start", s->host, s->port);
             rc = -1;
             goto out;
         }
-        relay_url(s, relay_port(relays[i]), one[i], sizeof one[i]);
+        fr_delay(relays[i], delay_ms, delay_ms);
+        relay_url(s, fr_port(relays[i]), one[i], sizeof one[i]);
     }
     char suffix[16] = "";
     if (delay_ms > 0)
@@ -243,7 +251,7 @@ static int w4_delay(bench_ctx *ctx, int delay_ms, int maxn)
     }
 out:
     for (int i = 0; i < maxn; i++)
-        relay_stop(relays[i]);
+        fr_stop(relays[i]);
     return rc;
 }
 

@@ -211,3 +211,19 @@ void cpu_usage_diff(const cpu_usage *a, const cpu_usage *b, double *other, doubl
     *other = secs > 0 && busy > mine ? (busy - mine) / secs : 0;
     *steal = secs > 0 && st > 0 ? st / secs : 0;
 }
+
+int place_child_pin(void *arg)
+{
+    return place_pin_self(*(const int *)arg);
+}
+
+pid_t place_spawn(const char *const argv[], int cpu, int out_fd, int err_fd, bool own_group)
+{
+    /* The child reads cpu from its copy of this stack frame, made by fork(). */
+    dh_spawn_opts o = {.out_fd = out_fd,
+                       .err_fd = err_fd,
+                       .own_group = own_group,
+                       .child_setup = place_child_pin,
+                       .child_arg = &cpu};
+    return dh_spawn(argv, &o);
+}

@@ -6,6 +6,7 @@
 #include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <string.h>
 
 size_t cli_utf8_len(const unsigned char *s, size_t len)
 {
@@ -66,6 +67,12 @@ void cli_write_safe(FILE *f, const char *s, size_t len)
     }
 }
 
+/* The characters JSON escapes with a backslash and a letter, and those letters: the
+ * two that would end or break a string, and the short forms JSON has for control
+ * characters (RFC 8259, section 7). Other controls take the \u form. */
+static const char json_escaped[] = "\"\\\b\f\n\r\t";
+static const char json_escape_letters[] = "\"\\bfnrt";
+
 void cli_write_json_string(FILE *f, const char *s, size_t len)
 {
     const unsigned char *u = (const unsigned char *)s;
@@ -73,32 +80,13 @@ void cli_write_json_string(FILE *f, const char *s, size_t len)
     size_t i = 0;
     while (i < len) {
         unsigned char c = u[i];
-        if (c == '"' || c == '\\') {
+        const char *named = c != '\0' ? strchr(json_escaped, c) : NULL;
+        if (named != NULL) {
             fputc('\\', f);
-            fputc(c, f);
+            fputc(json_escape_letters[named - json_escaped], f);
             i++;
         } else if (c < 0x20 || c == 0x7f) {
-            /* The short forms JSON has, else the \u form (RFC 8259, section 7). */
-            switch (c) {
-            case '\b':
-                fputs("\\b", f);
-                break;
-            case '\f':
-                fputs("\\f", f);
-                break;
-            case '\n':
-                fputs("\\n", f);
-                break;
-            case '\r':
-                fputs("\\r", f);
-                break;
-            case '\t':
-                fputs("\\t", f);
-                break;
-            default:
-                fprintf(f, "\\u%04x", c);
-                break;
-            }
+            fprintf(f, "\\u%04x", c);
             i++;
         } else if (c < 0x80) {
             fputc(c, f);

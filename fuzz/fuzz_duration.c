@@ -1,5 +1,6 @@
 /*
- * fuzz_duration.c: the command line's durations (cli/duration.c), issue 7 scenario 17.
+ * fuzz_duration.c: the command line's durations (cli/duration.c). It is one of the
+ * targets of scenario 17 (fuzzing) of the fault suite, in docs/guarantees.md.
  *
  * The input is one argument as the shell would pass it (cut at a NUL byte, as argv
  * is). Beside "no crash, no read past the NUL", the parser is checked against an

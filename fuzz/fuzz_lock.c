@@ -1,6 +1,7 @@
 /*
- * fuzz_lock.c: the lock operations against a server that answers anything, issue 7
- * scenario 17 ("the relay's reply corpus").
+ * fuzz_lock.c: the lock operations against a server that answers anything. It is
+ * the target of scenario 17 (fuzzing, in docs/guarantees.md) that starts from the
+ * fault relay's canned replies: its corpus holds them as relay-*.
  *
  * The fault relay of scenario 13 replaces a server's replies with canned ones (-LOADING,
  * an integer where a bulk is expected, *2147483647, an HTTP banner, ...). This target

@@ -1,6 +1,7 @@
 /*
  * fuzz_reply.c: what a server sends, read by a real connection (src/conn.c and
- * src/reply.c), issue 7 scenario 17.
+ * src/reply.c). It is one of the targets of scenario 17 (fuzzing) of the fault
+ * suite, in docs/guarantees.md.
  *
  * The input is the server's whole output on one connection. The connection is made by
  * dlock__conn_open to a unix socket the fuzzer listens on (fuzz_server.c), so the code

@@ -1,5 +1,6 @@
 /*
- * fuzz_url.c: the server address parser (src/url.c), issue 7 scenario 17.
+ * fuzz_url.c: the server address parser (src/url.c). It is one of the targets of
+ * scenario 17 (fuzzing) of the fault suite, in docs/guarantees.md.
  *
  * The input is one URL, as bytes: dlock__url_parse gets it without a terminating NUL,
  * in a buffer of exactly its size, so that AddressSanitizer catches any read past the

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 # Writes the seed corpora of the fuzz targets (fuzz/corpus/TARGET/), kept in the tree.
 # Rerun after changing it, or after the fault relay's canned replies change
-# (tests/faults/relay.c, canned_table: the relay-* seeds are its bytes, exactly):
+# (tests/support/relay.c, canned_table: the relay-* seeds are its bytes, exactly):
 #     rm -rf fuzz/corpus && python3 fuzz/make_seeds.py
 # Inputs the fuzzer found later are merged in with FUZZ_MERGE=1 tools/fuzz.sh.
 import ast
@@ -64,8 +64,8 @@ errors = {
  'noreplicas':'-NOREPLICAS Not enough good replicas to write.','unblocked':'-UNBLOCKED force unblock',
  'err-unknown':"-ERR unknown command 'EVALSHA'",'err-empty':'-','busygroup':'-BUSYGROUP Consumer Group name already exists',
 }
-# The fault relay's canned replies (tests/faults/relay.c, canned_table), byte for byte.
-src=open(os.path.join(here,'..','tests','faults','relay.c')).read()
+# The fault relay's canned replies (tests/support/relay.c, canned_table), byte for byte.
+src=open(os.path.join(here,'..','tests','support','relay.c')).read()
 table=src[src.index('canned_table[FR_CANNED_COUNT] = {'):]
 table=table[:table.index('};')]
 relay={}

@@ -3,16 +3,18 @@
 #
 #   tools/demo.sh [BUILD_DIR] [--quick]
 #
-# Starts 3 redis-server on free 127.0.0.1 ports (a temp dir, no persistence; stopped by
-# PID on exit, Ctrl-C or TERM), then:
+# Starts 3 redis-server on free 127.0.0.1 ports through build/dlock-test-servers (the
+# test-support library's server launcher: a temp dir, no persistence; the servers stop
+# when it does, on exit, Ctrl-C or TERM), then:
 #   0. the sale without a lock, to show what the lock prevents (not a check);
 #   1. the flash sale: buyer processes sell a stock through dlock (Redlock on 3 nodes);
 #   2. the same sale, with node 3 killed (SIGKILL) once a third of the stock is sold;
 #   3. fencing: holder A is stopped (SIGSTOP) past its lease, B takes the lock and
 #      writes, A resumes and writes with its old fence: the resource refuses it.
 # and prints a short report. Exits non-zero when anything was oversold, a fence did not
-# increase, or a scene did not go as told. Needs bash, redis-server, redis-cli and the
-# examples (build/dlock-flash-sale, build/dlock-fenced-write); nothing else.
+# increase, or a scene did not go as told. Needs bash, redis-server and the built
+# programs (build/dlock-test-servers, build/dlock-flash-sale, build/dlock-fenced-write);
+# nothing else.
 # --quick (the CTest smoke test): fewer buyers and a smaller stock.
 set -euo pipefail
 
@@ -27,12 +29,9 @@ for arg in "$@"; do
 done
 sale="$build/dlock-flash-sale"
 fenced="$build/dlock-fenced-write"
-for bin in "$sale" "$fenced"; do
+servers="$build/dlock-test-servers"
+for bin in "$sale" "$fenced" "$servers"; do
   [ -x "$bin" ] || { echo "demo: $bin is not built (run make)" >&2; exit 1; }
-done
-for tool in redis-server redis-cli; do
-  command -v "$tool" >/dev/null ||
-    { echo "demo: $tool not found (apt-get install redis-server redis-tools)" >&2; exit 1; }
 done
 
 if [ "$quick" = 1 ]; then buyers=4 stock=200; else buyers=8 stock=1000; fi
@@ -42,15 +41,17 @@ work_a=200    # A's work between its two writes, ms (its lease covers it, if not
 t_start=${EPOCHREALTIME/./}
 
 dir=$(mktemp -d "${TMPDIR:-/tmp}/dlock-demo.XXXXXX")
-declare -a spid=() sport=()   # the servers: PID and port, index 1..3
-jobs_pids=()                  # other processes we started (a sale, holder A)
+declare -a sport=()   # the servers' ports, index 1..3
+jobs_pids=()          # other processes we started (a sale, holder A)
+srv_pid=              # dlock-test-servers, which owns the servers
 # shellcheck disable=SC2317 # cleanup and on_signal run from traps
 cleanup() {
   local p
   trap - EXIT INT TERM
   # A stopped process keeps a TERM pending until it continues: send CONT too.
   for p in "${jobs_pids[@]}"; do kill -TERM "$p" 2>/dev/null && kill -CONT "$p" 2>/dev/null; done
-  for p in "${spid[@]}"; do kill -TERM "$p" 2>/dev/null || true; done
+  # TERM makes dlock-test-servers kill its servers before it exits.
+  [ -z "$srv_pid" ] || kill -TERM "$srv_pid" 2>/dev/null || true
   wait 2>/dev/null || true
   rm -rf "$dir"
 }
@@ -65,29 +66,25 @@ trap cleanup EXIT
 trap 'on_signal INT 130' INT
 trap 'on_signal TERM 143' TERM
 
-# Start server $1 (1..3) on port $2, or on a free port: try random ones until a
-# server of ours answers (its INFO names our PID, not somebody else's).
-start_server() {
-  local i=$1 want=${2:-} port pid info
-  for _ in $(seq 20); do
-    port=${want:-$((20000 + RANDOM % 20000))}
-    redis-server --port "$port" --bind 127.0.0.1 --protected-mode yes --save "" \
-      --appendonly no --dir "$dir" --logfile "$dir/redis-$i.log" --daemonize no &
-    pid=$!
-    for _ in $(seq 100); do
-      kill -0 "$pid" 2>/dev/null || break
-      info=$(redis-cli -p "$port" info server 2>/dev/null || true)
-      if [[ "$info" == *$'\n'"process_id:$pid"$'\r'* ]]; then
-        spid[i]=$pid sport[i]=$port
-        return 0
-      fi
-      sleep 0.02
-    done
-    kill -KILL "$pid" 2>/dev/null || true
-    wait "$pid" 2>/dev/null || true
-    [ -z "$want" ] || break
+# The servers: dlock-test-servers starts them and answers one line per command on its
+# standard input ("node I PORT PID" for each server, then "ready URLS"; "kill I" ->
+# "killed I"; "restart I" -> "node I PORT PID"). Its stderr goes to a file, shown on a
+# failure.
+coproc SRV { DLOCK_TEST_TMP="$dir" exec "$servers" 3 2>"$dir/servers.err"; }
+srv_pid=$SRV_PID
+srv_in=${SRV[1]} srv_out=${SRV[0]}
+
+# Read the launcher's answers until one starts with $1; "node" lines fill sport.
+srv_expect() {
+  local line word i port
+  while IFS= read -r -t 10 -u "$srv_out" line; do
+    read -r word i port _ <<<"$line"
+    [ "$word" = node ] && sport[i]=$port
+    [ "$word" = "$1" ] && { REPLY=$line; return 0; }
+    [ "$word" = error ] && break
   done
-  echo "demo: could not start redis-server $i" >&2
+  echo "demo: dlock-test-servers: ${line:-no answer}" >&2
+  sed 's/^/    | /' "$dir/servers.err" >&2
   exit 1
 }
 
@@ -106,15 +103,16 @@ read_result() {
   done
 }
 
-# GET key $1 on node 1 over the connection on $stock_fd: the value in REPLY ("" for
+# A command (GET, HGET) on node 1 over the connection on $node1_fd, which bash keeps
+# open (no process per read: the sale can be quick): the bulk reply in REPLY ("" for
 # nil); fails when the server does not answer.
-stock_get() {
+node1_get() {
   local head
-  printf 'GET %s\r\n' "$1" >&"$stock_fd" || return 1
-  IFS= read -r -t 2 -u "$stock_fd" head || return 1
+  printf '%s\r\n' "$*" >&"$node1_fd" || return 1
+  IFS= read -r -t 2 -u "$node1_fd" head || return 1
   REPLY=
   [[ "$head" == \$[0-9]* ]] || return 0 # $-1 (nil)
-  IFS= read -r -t 2 -u "$stock_fd" REPLY || return 1
+  IFS= read -r -t 2 -u "$node1_fd" REPLY || return 1
   REPLY=${REPLY%$'\r'}
 }
 
@@ -134,8 +132,9 @@ ms() {
 }
 s1() { ms "$1"; }
 
-for i in 1 2 3; do start_server "$i"; done
-urls="redis://127.0.0.1:${sport[1]},redis://127.0.0.1:${sport[2]},redis://127.0.0.1:${sport[3]}"
+srv_expect ready
+urls=${REPLY#ready }
+exec {node1_fd}<>"/dev/tcp/127.0.0.1/${sport[1]}"
 
 bold=; off=
 if [ -t 1 ]; then bold=$'\033[1m' off=$'\033[0m'; fi
@@ -179,24 +178,18 @@ fi
 sale_pid=$!
 jobs_pids+=("$sale_pid")
 t_sale=${EPOCHREALTIME/./}
-# Wait for the first third to go, reading the stock on node 1 every few ms through one
-# connection bash keeps open (no process per read: the sale can be quick), at most 30 s.
-exec {stock_fd}<>"/dev/tcp/127.0.0.1/${sport[1]}"
-left=
+# Wait for the first third to go, reading the stock on node 1 every few ms, at most 30 s.
 while kill -0 "$sale_pid" 2>/dev/null && [ $((${EPOCHREALTIME/./} - t_sale)) -lt 30000000 ]; do
-  stock_get stock:sku-2 && [[ "$REPLY" =~ ^[0-9]+$ ]] && [ "$REPLY" -le $((stock * 2 / 3)) ] &&
-    break
+  node1_get GET stock:sku-2 && [[ "$REPLY" =~ ^[0-9]+$ ]] &&
+    [ "$REPLY" -le $((stock * 2 / 3)) ] && break
   nap
 done
 t_kill=${EPOCHREALTIME/./}
-# Disowned first, or bash prints its own "Killed" line; it still reaps the process.
-disown "${spid[3]}"
-kill -KILL "${spid[3]}"
-for _ in $(seq 400); do kill -0 "${spid[3]}" 2>/dev/null || break; nap; done
-unset 'spid[3]'
+# The launcher answers once the server is killed (SIGKILL) and reaped.
+echo "kill 3" >&"$srv_in"
+srv_expect killed
 left_at_kill='?'
-stock_get stock:sku-2 && left_at_kill=$REPLY
-exec {stock_fd}>&-
+node1_get GET stock:sku-2 && left_at_kill=$REPLY
 rc=0
 wait "$sale_pid" || rc=$?
 jobs_pids=()
@@ -223,7 +216,8 @@ fi
 
 # ---- 3. fencing --------------------------------------------------------------------------
 # Node 3 comes back on its port, empty: fences still increase (their server-TIME floor).
-start_server 3 "${sport[3]}"
+echo "restart 3" >&"$srv_in"
+srv_expect node
 printf '3. fencing       node 3 restarted empty; A holds "report" with a %d ms lease\n' "$ttl_a"
 mkfifo "$dir/a.out"
 "$fenced" -s "$urls" -a A -t "$ttl_a" -n 2 -p "$work_a" report register "A's report" \
@@ -284,8 +278,9 @@ b_took=$(sed -n 's/^B: took "report" after \([0-9]*\) ms.*/\1/p' "$dir/b.out")
 [ -n "$b_took" ] &&
   printf '      (B waited %s ms for the lock: the rest of A'"'"'s lease)\n' "$b_took"
 [ "${#a_writes[@]}" -ge 2 ] && show_write "${a_writes[1]}"
-reg_value=$(redis-cli -p "${sport[1]}" hget register value 2>/dev/null || true)
-reg_fence=$(redis-cli -p "${sport[1]}" hget register fence 2>/dev/null || true)
+reg_value= reg_fence=
+node1_get HGET register value && reg_value=$REPLY
+node1_get HGET register fence && reg_fence=$REPLY
 printf '   the resource holds "%s" with fence %s\n' "$reg_value" "$reg_fence"
 
 b_fence=${b_write##*with fence }

@@ -1,35 +1,43 @@
 # The history file, its checkers and the worker processes (tests/faults/history.c,
-# workers.c), and the process and server scenarios of issue 7 that use them: 1, 2, 3,
-# 6, 7, 8, 15 and the parts of 16 that need no allocation hooks, plus the soak.
+# workers.c), and the process and server scenarios that use them: contention, a
+# holder that crashes, a waiter that dies, paused and restarted servers, a server
+# crash, clock jumps, failover and the lifecycle checks, plus the soak.
 #
 # Labels: "faults;quick" scenarios run in `make test` (together well under 90 s);
 # "faults;slow" only in `make test-faults`; the soak ("soak" only, never "faults")
 # runs 10 minutes (DLOCK_SOAK_SECONDS shortens it): ctest -L soak.
-set(_hist ${CMAKE_CURRENT_LIST_DIR}/history.c ${CMAKE_CURRENT_LIST_DIR}/workers.c
-  ${PROJECT_SOURCE_DIR}/tests/integration/itest.c)
+#
+# History and workers are built once, as a static library. It calls the dlock API
+# without linking a build of the library: each test links the shipped or the hooked
+# build (dlock_add_test's HOOKS), and that one resolves the calls.
+add_library(dlock_fault_history STATIC ${CMAKE_CURRENT_LIST_DIR}/history.c
+  ${CMAKE_CURRENT_LIST_DIR}/workers.c)
+target_include_directories(dlock_fault_history PUBLIC ${CMAKE_CURRENT_LIST_DIR}
+  PRIVATE ${PROJECT_SOURCE_DIR}/include)
+target_link_libraries(dlock_fault_history PUBLIC dlock_test_support)
+target_compile_definitions(dlock_fault_history PRIVATE _GNU_SOURCE)
+dlock_warnings(dlock_fault_history)
+
+# dlock_history_test(NAME SOURCE LABEL... [HOOKS]): a scenario linked with the history
+# library and the integration helpers.
+function(dlock_history_test name source)
+  dlock_add_test(${name} SOURCES ${CMAKE_CURRENT_LIST_DIR}/${source}
+    ${PROJECT_SOURCE_DIR}/tests/integration/itest.c LABELS ${ARGN})
+  target_link_libraries(${name} PRIVATE dlock_fault_history)
+endfunction()
 
 # The checkers on hand-written histories: they see what they must.
-dlock_add_test(fault_history SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_history.c ${_hist}
-  LABELS faults quick)
-dlock_add_test(fault_contention SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_contention.c ${_hist}
-  LABELS faults quick)
-dlock_add_test(fault_holder_crash SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_holder_crash.c ${_hist}
-  LABELS faults quick)
-dlock_add_test(fault_dead_waiter SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_dead_waiter.c ${_hist}
-  LABELS faults quick)
-dlock_add_test(fault_pause SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_pause.c ${_hist}
-  LABELS faults quick)
-dlock_add_test(fault_restart SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_restart.c ${_hist}
-  LABELS faults quick)
-dlock_add_test(fault_server_crash SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_server_crash.c
-  ${_hist} LABELS faults slow)
-dlock_add_test(fault_clockjump SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_clockjump.c ${_hist}
-  LABELS faults quick HOOKS)
-dlock_add_test(fault_failover SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_failover.c ${_hist}
-  LABELS faults quick)
-dlock_add_test(fault_lifecycle SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_lifecycle.c ${_hist}
-  LABELS faults quick HOOKS)
+dlock_history_test(fault_history test_history.c faults quick)
+dlock_history_test(fault_contention test_contention.c faults quick)
+dlock_history_test(fault_holder_crash test_holder_crash.c faults quick)
+dlock_history_test(fault_dead_waiter test_dead_waiter.c faults quick)
+dlock_history_test(fault_pause test_pause.c faults quick)
+dlock_history_test(fault_restart test_restart.c faults quick)
+dlock_history_test(fault_server_crash test_server_crash.c faults slow)
+dlock_history_test(fault_clockjump test_clockjump.c faults quick HOOKS)
+dlock_history_test(fault_failover test_failover.c faults quick)
+dlock_history_test(fault_lifecycle test_lifecycle.c faults quick HOOKS)
 
 # The soak: 10 minutes by default, so its own timeout; never in a CI tier.
-dlock_add_test(fault_soak SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_soak.c ${_hist} LABELS soak)
+dlock_history_test(fault_soak test_soak.c soak)
 set_tests_properties(fault_soak PROPERTIES TIMEOUT 1200)

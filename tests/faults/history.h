@@ -32,7 +32,7 @@
 #define DLOCK_FAULTS_HISTORY_H
 
 #include "dlock.h"
-#include "harness.h"
+#include "support.h"
 
 #include <stdbool.h>
 #include <stddef.h>

@@ -2,14 +2,15 @@
  * netns.c: the private network of scenario 12 (netns.h has the picture).
  *
  * Everything is done with the ip and iptables-restore commands, run through the
- * harness's dh_run (captured output, PR_SET_PDEATHSIG), except two things that need
- * this process itself: moving a thread into a namespace (setns), and starting a
- * redis-server inside a node's namespace, which forks, enters the namespace in the
- * child and execs, so that the PID we stop is the server's own.
+ * support library's dh_run (captured output, PR_SET_PDEATHSIG), except two things that
+ * need this process itself: moving a thread into a namespace (setns), and starting a
+ * redis-server inside a node's namespace, which the support library does with a child
+ * hook that enters the namespace before exec, so that the PID we stop is the server's
+ * own.
  */
 #include "netns.h"
 
-#include "harness.h"
+#include "support.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -28,8 +29,6 @@
 
 #define NETNS_DIR        "/run/netns"
 #define PREFIX           "dlns"
-#define READY_TIMEOUT_MS 5000
-#define STOP_GRACE_MS    2000
 
 /* Absolute paths of the tools, found by dn_preflight (CTest's PATH may lack sbin). */
 static char g_ip[256], g_iptables_restore[256], g_redis[256];
@@ -41,24 +40,6 @@ static pid_t g_owner;
 
 /* ---- tools --------------------------------------------------------------------- */
 
-static bool find_tool(const char *name, const char *env, char *out, size_t outlen)
-{
-    const char *e = env ? getenv(env) : NULL;
-    if (e && *e) {
-        snprintf(out, outlen, "%s", e);
-        return access(out, X_OK) == 0;
-    }
-    const char *path = getenv("PATH");
-    char all[1024];
-    snprintf(all, sizeof all, "%s:/usr/local/sbin:/usr/sbin:/sbin:/usr/bin:/bin", path ? path : "");
-    for (char *dir = strtok(all, ":"); dir; dir = strtok(NULL, ":")) {
-        snprintf(out, outlen, "%s/%s", dir, name);
-        if (*dir && access(out, X_OK) == 0)
-            return true;
-    }
-    return false;
-}
-
 int dn_preflight(void)
 {
     int bad = 0;
@@ -68,16 +49,17 @@ int dn_preflight(void)
                         "`make test-faults` as root.\n");
         bad = 1;
     }
-    if (!find_tool("ip", NULL, g_ip, sizeof g_ip)) {
+    if (dh_find_exe("ip", NULL, g_ip, sizeof g_ip) != 0) {
         fprintf(stderr, "netns: FATAL: the ip command is missing (apt-get install iproute2)\n");
         bad = 1;
     }
-    if (!find_tool("iptables-restore", NULL, g_iptables_restore, sizeof g_iptables_restore)) {
+    if (dh_find_exe("iptables-restore", NULL, g_iptables_restore, sizeof g_iptables_restore) !=
+        0) {
         fprintf(stderr, "netns: FATAL: iptables-restore is missing; partitions are iptables "
                         "rules (apt-get install iptables)\n");
         bad = 1;
     }
-    if (!find_tool("redis-server", "DLOCK_REDIS_SERVER", g_redis, sizeof g_redis)) {
+    if (dh_find_exe("redis-server", "DLOCK_REDIS_SERVER", g_redis, sizeof g_redis) != 0) {
         fprintf(stderr, "netns: FATAL: redis-server not found (PATH or $DLOCK_REDIS_SERVER; "
                         "apt-get install redis-server)\n");
         bad = 1;
@@ -176,178 +158,31 @@ static void delete_leftovers(void)
 
 /* ---- servers ----------------------------------------------------------------------- */
 
-static int rm_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw)
+/* Runs in the server's child (tests/support's dh_child_fn): enter the node's network
+ * namespace before exec, so that the PID the library stops is the server's own. */
+static int enter_ns_fd(void *arg)
 {
-    (void)st;
-    (void)flag;
-    (void)ftw;
-    remove(path);
-    return 0;
+    return setns(*(const int *)arg, CLONE_NEWNET) < 0 ? -1 : 0;
 }
 
-static void print_log(const char *dir)
+/* Start node i's server in its namespace, on its address, and wait until it answers
+ * from the admin namespace (where this thread is by now). */
+static int start_server(dn_net *n, int i)
 {
-    char path[600], buf[2048];
-    snprintf(path, sizeof path, "%s/redis.log", dir);
-    FILE *f = fopen(path, "r");
-    if (!f)
-        return;
-    size_t len = fread(buf, 1, sizeof buf - 1, f);
-    buf[len] = '\0';
-    fclose(f);
-    fprintf(stderr, "netns: --- %s ---\n%s\nnetns: --- end ---\n", path, buf);
-}
-
-/* Fork, enter node i's namespace in the child, exec redis-server on its address. */
-static int spawn_server(dn_net *n, int i)
-{
-    const char *base = getenv("DLOCK_TEST_TMP");
-    if (!base || !*base)
-        base = "/tmp";
-    mkdir(base, 0755);
-    snprintf(n->server_dir[i], sizeof n->server_dir[i], "%s/netns-XXXXXX", base);
-    if (!mkdtemp(n->server_dir[i])) {
-        fprintf(stderr, "netns: mkdtemp %s: %s\n", n->server_dir[i], strerror(errno));
-        n->server_dir[i][0] = '\0';
-        return -1;
-    }
-    char port[8], logfile[600], outfile[600];
-    snprintf(port, sizeof port, "%d", DN_PORT);
-    snprintf(logfile, sizeof logfile, "%s/redis.log", n->server_dir[i]);
-    snprintf(outfile, sizeof outfile, "%s/stdout.log", n->server_dir[i]);
-    /* execv wants char *const[]: the strings are copied before fork, freed after. */
-    const char *args[] = {g_redis,
-                          "--port",
-                          port,
-                          "--bind",
-                          n->node_addr[i],
-                          "--protected-mode",
-                          "no",
-                          "--dir",
-                          n->server_dir[i],
-                          "--save",
-                          "",
-                          "--appendonly",
-                          "no",
-                          "--daemonize",
-                          "no",
-                          "--logfile",
-                          logfile};
-    enum { NARGS = sizeof args / sizeof args[0] };
-    char *argv[NARGS + 1];
-    for (int k = 0; k < NARGS; k++)
-        argv[k] = strdup(args[k]);
-    argv[NARGS] = NULL;
     int nsfd = open_ns(n->node[i]);
-    if (nsfd < 0) {
-        for (int k = 0; k < NARGS; k++)
-            free(argv[k]);
+    if (nsfd < 0)
         return -1;
-    }
-    pid_t parent = getpid();
-    pid_t pid = fork();
-    if (pid == 0) {
-        /* Only async-signal-safe calls from here: the test may have threads. */
-        setpgid(0, 0);
-        prctl(PR_SET_PDEATHSIG, SIGKILL);
-        if (getppid() != parent || setns(nsfd, CLONE_NEWNET) < 0)
-            _exit(127);
-        sigset_t none;
-        sigemptyset(&none);
-        sigprocmask(SIG_SETMASK, &none, NULL);
-        int in = open("/dev/null", O_RDONLY);
-        int out = open(outfile, O_WRONLY | O_CREAT | O_APPEND, 0644);
-        if (in < 0 || out < 0)
-            _exit(127);
-        dup2(in, 0);
-        dup2(out, 1);
-        dup2(out, 2);
-        syscall(SYS_close_range, 3U, ~0U, 0U);
-        execv(g_redis, argv);
-        _exit(127);
-    }
+    const char *args[] = {"--protected-mode", "no", NULL};
+    dh_server_opts o = {.bind = n->node_addr[i],
+                        .port = DN_PORT,
+                        .args = args,
+                        .child_setup = enter_ns_fd,
+                        .child_arg = &nsfd};
+    int rc = dh_server_start_opts(&n->server[i], &o);
     close(nsfd);
-    for (int k = 0; k < NARGS; k++)
-        free(argv[k]);
-    if (pid < 0) {
-        fprintf(stderr, "netns: fork: %s\n", strerror(errno));
-        return -1;
-    }
-    setpgid(pid, pid);
-    n->server_pid[i] = pid;
-    return 0;
-}
-
-/* The process_id INFO reports, or -1. */
-static long info_pid(redisContext *c)
-{
-    redisReply *r = redisCommand(c, "INFO server");
-    long pid = -1;
-    if (r && r->type == REDIS_REPLY_STRING) {
-        const char *p = strstr(r->str, "process_id:");
-        if (p)
-            pid = strtol(p + 11, NULL, 10);
-    }
-    freeReplyObject(r);
-    return pid;
-}
-
-/* Wait until node i's server answers from the admin namespace, and is ours. */
-static int wait_ready(dn_net *n, int i)
-{
-    int64_t deadline = dh_now_ms() + READY_TIMEOUT_MS;
-    for (;;) {
-        int status;
-        if (waitpid(n->server_pid[i], &status, WNOHANG) == n->server_pid[i]) {
-            fprintf(stderr, "netns: redis-server in %s exited during startup (status 0x%x)\n",
-                    n->node[i], status);
-            n->server_pid[i] = 0;
-            print_log(n->server_dir[i]);
-            return -1;
-        }
-        struct timeval tv = {.tv_sec = 0, .tv_usec = 200000};
-        redisContext *c = redisConnectWithTimeout(n->node_addr[i], DN_PORT, tv);
-        if (c && !c->err) {
-            redisSetTimeout(c, tv);
-            long pid = info_pid(c);
-            redisFree(c);
-            if (pid == n->server_pid[i])
-                return 0;
-        } else {
-            redisFree(c);
-        }
-        if (dh_now_ms() > deadline) {
-            fprintf(stderr, "netns: redis-server on %s:%d (%s) did not answer within %d ms\n",
-                    n->node_addr[i], DN_PORT, n->node[i], READY_TIMEOUT_MS);
-            print_log(n->server_dir[i]);
-            return -1;
-        }
-        dh_sleep_ms(20);
-    }
-}
-
-static void stop_server(dn_net *n, int i)
-{
-    pid_t pid = n->server_pid[i];
-    if (pid > 0) {
-        kill(pid, SIGTERM);
-        kill(pid, SIGCONT);
-        int64_t deadline = dh_now_ms() + STOP_GRACE_MS;
-        int status;
-        while (waitpid(pid, &status, WNOHANG) == 0 && dh_now_ms() < deadline)
-            dh_sleep_ms(10);
-        if (kill(pid, 0) == 0) {
-            kill(-pid, SIGKILL);
-            kill(pid, SIGKILL);
-            while (waitpid(pid, &status, 0) < 0 && errno == EINTR)
-                ;
-        }
-        n->server_pid[i] = 0;
-    }
-    const char *keep = getenv("DLOCK_TEST_KEEP");
-    if (n->server_dir[i][0] && !(keep && *keep && strcmp(keep, "0") != 0))
-        nftw(n->server_dir[i], rm_entry, 16, FTW_DEPTH | FTW_PHYS);
-    n->server_dir[i][0] = '\0';
+    /* The descriptor is gone: a restart could not enter the namespace, so forbid it. */
+    n->server[i].child_arg = NULL;
+    return rc;
 }
 
 /* ---- the network ------------------------------------------------------------------ */
@@ -442,7 +277,7 @@ int dn_setup(dn_net *n, int nnodes, int nclients)
     if (enter_ns(n->admin) != 0)
         goto fail;
     for (int i = 0; i < nnodes; i++)
-        if (spawn_server(n, i) != 0 || wait_ready(n, i) != 0)
+        if (start_server(n, i) != 0)
             goto fail;
     return 0;
 fail:
@@ -456,8 +291,7 @@ void dn_teardown(dn_net *n)
     if (!n->active)
         return;
     n->active = false;
-    for (int i = 0; i < n->nnodes; i++)
-        stop_server(n, i);
+    dh_servers_stop(n->server, n->nnodes);
     if (n->root_ns >= 0) {
         if (setns(n->root_ns, CLONE_NEWNET) < 0)
             fprintf(stderr, "netns: setns back to the original namespace: %s\n", strerror(errno));
@@ -579,18 +413,4 @@ redisContext *dn_admin_connect(const dn_net *n, int i)
     }
     redisSetTimeout(c, tv);
     return c;
-}
-
-int dn_fd_count(void)
-{
-    DIR *d = opendir("/proc/self/fd");
-    if (!d)
-        return -1;
-    int count = 0;
-    struct dirent *e;
-    while ((e = readdir(d)) != NULL)
-        if (e->d_name[0] != '.')
-            count++;
-    closedir(d);
-    return count - 1; /* the directory's own descriptor */
 }

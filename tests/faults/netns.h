@@ -1,5 +1,5 @@
 /*
- * netns.h: the network-namespace tier of the fault suite (issue 7, scenario 12).
+ * netns.h: the network-namespace tier of the fault suite (the partition scenario).
  *
  * A private network made of Linux network namespaces, all created by the test and
  * named "dlns<PID>-...", where PID is the test process:
@@ -38,6 +38,8 @@
 #ifndef DLOCK_TEST_NETNS_H
 #define DLOCK_TEST_NETNS_H
 
+#include "support.h"
+
 #include <hiredis/hiredis.h>
 #include <stdbool.h>
 #include <stdint.h>
@@ -60,8 +62,7 @@ typedef struct dn_net {
     char client_addr[DN_CLIENTS_MAX][16];
     char admin_addr[16];
     char urls[DN_NODES_MAX * 40]; /* "redis://198.18.0.1:6379,..." */
-    pid_t server_pid[DN_NODES_MAX];
-    char server_dir[DN_NODES_MAX][512];
+    dh_server server[DN_NODES_MAX]; /* node i's redis-server (tests/support) */
     /* The faults in force: cut[node][client], and whether a node's link is down. */
     int cut[DN_NODES_MAX][DN_CLIENTS_MAX];
     bool link_down[DN_NODES_MAX];
@@ -104,8 +105,5 @@ int dn_apply(dn_net *n);
 /* A connection from the admin namespace to node i, 2 s timeouts (redisFree it). NULL
  * after printing why. */
 redisContext *dn_admin_connect(const dn_net *n, int i);
-
-/* Descriptors open in this process (entries of /proc/self/fd). */
-int dn_fd_count(void);
 
 #endif /* DLOCK_TEST_NETNS_H */

@@ -21,21 +21,6 @@
 #include <stdio.h>
 #include <string.h>
 
-static dh_server g_srv;
-
-static int setup(void **state)
-{
-    (void)state;
-    return dh_server_start(&g_srv, NULL);
-}
-
-static int teardown(void **state)
-{
-    (void)state;
-    dh_server_stop(&g_srv);
-    return 0;
-}
-
 static void inject(long n, bool every)
 {
     atomic_store(&dlock__test_hooks.fail_at, 0);
@@ -60,7 +45,7 @@ static int workflow(bool threads)
     dlock_config cfg = {0};
     cfg.timeout_ms = 500;
     dlock_client *c = NULL;
-    rc = dlock_client_new(g_srv.url, &cfg, &c);
+    rc = dlock_client_new(it_srv.url, &cfg, &c);
     assert_true(allowed(rc, -1));
     if (rc != DLOCK_OK)
         return 1;
@@ -117,7 +102,7 @@ static void every_allocation_can_fail(bool threads)
         if (made < n)
             break; /* this run had no allocation left to fail: all sites were covered */
         /* Clean the server between runs: a release that failed leaves a lease. */
-        redisReply *r = dh_cmd(&g_srv, "FLUSHALL");
+        redisReply *r = dh_cmd(&it_srv, "FLUSHALL");
         freeReplyObject(r);
     }
     printf("FIG alloc_failure_sites_%s %ld allocations, each failed once\n",
@@ -147,5 +132,5 @@ int main(void)
         cmocka_unit_test(plain_workflow),
         cmocka_unit_test(with_wait_and_renewal_threads),
     };
-    return cmocka_run_group_tests_name("alloc", tests, setup, teardown);
+    return cmocka_run_group_tests_name("alloc", tests, it_srv_setup, it_srv_teardown);
 }

@@ -22,21 +22,6 @@
 #include <stdio.h>
 #include <string.h>
 
-static dh_server g_srv;
-
-static int setup(void **state)
-{
-    (void)state;
-    return dh_server_start(&g_srv, NULL);
-}
-
-static int teardown(void **state)
-{
-    (void)state;
-    dh_server_stop(&g_srv);
-    return 0;
-}
-
 static void reset_clock(void)
 {
     atomic_store(&dlock__test_hooks.rate_ppm, 0);
@@ -58,7 +43,7 @@ static int64_t worst_excess(dlock_client *c, int64_t rate_ppm, int64_t ttl_ms, i
     *samples = 0;
     for (;;) {
         int64_t reported = dlock_remaining_ms(l);
-        long long pttl = it_pttl(&g_srv, key);
+        long long pttl = it_pttl(&it_srv, key);
         if (reported <= 0 || pttl < 0)
             break;
         (*samples)++;
@@ -74,7 +59,7 @@ static int64_t worst_excess(dlock_client *c, int64_t rate_ppm, int64_t ttl_ms, i
 static void rate_errors_within_the_drift_factor(void **state)
 {
     (void)state;
-    dlock_client *c = it_client(&g_srv, it_timeout_ms());
+    dlock_client *c = it_client(&it_srv, it_timeout_ms());
     /* The default drift factor is 1 % (10,000 ppm): a clock 0.9 % slow or fast. */
     const int64_t rates[] = {-9000, -5000, 0, 5000, 9000};
     for (size_t i = 0; i < sizeof rates / sizeof rates[0]; i++) {
@@ -93,7 +78,7 @@ static void a_rate_error_beyond_the_drift_factor_is_detected(void **state)
     (void)state;
     /* Not a promise, a demonstration: 5 % slow exceeds the 1 % allowance, and the
      * reported validity overstates the truth near the end of the lease. */
-    dlock_client *c = it_client(&g_srv, it_timeout_ms());
+    dlock_client *c = it_client(&it_srv, it_timeout_ms());
     int n;
     int64_t worst = worst_excess(c, -50000, 1000 * dh_slack(), &n);
     printf("FIG clock_rate_-50000ppm_worst_excess_ms %lld ms (beyond the drift factor: "
@@ -106,7 +91,7 @@ static void a_rate_error_beyond_the_drift_factor_is_detected(void **state)
 static void steps(void **state)
 {
     (void)state;
-    dlock_client *c = it_client(&g_srv, it_timeout_ms());
+    dlock_client *c = it_client(&it_srv, it_timeout_ms());
     dlock_lock *l = it_acquire(c, "step", 2000 * dh_slack());
     int64_t before = dlock_remaining_ms(l);
     /* A backward step never lengthens the validity. */
@@ -137,5 +122,5 @@ int main(void)
         cmocka_unit_test(a_rate_error_beyond_the_drift_factor_is_detected),
         cmocka_unit_test(steps),
     };
-    return cmocka_run_group_tests_name("client_clock", tests, setup, teardown);
+    return cmocka_run_group_tests_name("client_clock", tests, it_srv_setup, it_srv_teardown);
 }

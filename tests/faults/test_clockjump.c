@@ -45,29 +45,19 @@
 
 #define TTL_MS 3000
 
-static dh_server g_srv[3], g_res;
 static char g_urls[512];
 
 static int setup(void **state)
 {
-    (void)state;
-    if (dh_servers_start(g_srv, 3, NULL) < 0)
+    if (wk_servers_setup(state) < 0)
         return -1;
-    wk_urls(g_srv, 3, g_urls, sizeof g_urls);
-    return dh_server_start(&g_res, NULL);
-}
-
-static int teardown(void **state)
-{
-    (void)state;
-    dh_servers_stop(g_srv, 3);
-    dh_server_stop(&g_res);
+    wk_urls(wk_srv, WK_NODES, g_urls, sizeof g_urls);
     return 0;
 }
 
 static void clock_jump(int node, const char *key)
 {
-    redisReply *r = dh_cmd(&g_srv[node], "PEXPIRE %s 1", key);
+    redisReply *r = dh_cmd(&wk_srv[node], "PEXPIRE %s 1", key);
     assert_non_null(r);
     assert_int_equal(r->integer, 1);
     freeReplyObject(r);
@@ -102,39 +92,35 @@ static void test_jump_on_bare_quorum(void **state)
 {
     (void)state;
     char hist[600];
-    snprintf(hist, sizeof hist, "%s/clockjump.hist", g_res.dir);
-    assert_int_equal(hist_create(hist), 0);
-    hist_writer ha, hb, ht;
-    assert_int_equal(hist_open(&ha, hist, 0), 0);
-    assert_int_equal(hist_open(&hb, hist, 1), 0);
-    assert_int_equal(hist_open(&ht, hist, -1), 0);
-    dlock_config cfg = {0};
-    cfg.timeout_ms = it_timeout_ms();
-    cfg.connect_timeout_ms = 1000 * dh_slack();
+    hist_writer hw[3];
+    assert_int_equal(wk_history_new(hist, sizeof hist, "clockjump", hw, 3), 0);
+    hist_writer *ha = &hw[0], *hb = &hw[1], *ht = &hw[2];
+    dlock_config cfg;
+    it_config_init(&cfg);
     dlock_client *a = it_client_cfg(g_urls, &cfg);
     dlock_client *b = it_client_cfg(g_urls, &cfg);
-    dlock_client *res = it_client(&g_res, it_timeout_ms());
+    dlock_client *res = it_client(&wk_res, it_timeout_ms());
 
     dlock_opts o = {0};
     o.ttl_ms = TTL_MS;
     o.auto_renew = 1;
     o.on_lost = on_lost;
-    o.on_lost_user = &ha;
+    o.on_lost_user = ha;
     dlock_lock *la = NULL, *lb = NULL;
     atomic_store(&g_rounds, 0);
     atomic_store(&dlock__test_hooks.pause, on_renew_round);
-    assert_int_equal(wk_refuse_writes(&g_srv[2], true), 0);
-    assert_int_equal(wk_acquire_rec(&ha, a, "j", &o, &la), DLOCK_OK);
+    assert_int_equal(wk_refuse_writes(&wk_srv[2], true), 0);
+    assert_int_equal(wk_acquire_rec(ha, a, "j", &o, &la), DLOCK_OK);
     int64_t t_acq = hist_now_ns();
-    assert_int_equal(wk_refuse_writes(&g_srv[2], false), 0);
-    assert_int_equal(wk_write_rec(&ha, res, "reg-j", la, 1), DLOCK_OK);
+    assert_int_equal(wk_refuse_writes(&wk_srv[2], false), 0);
+    assert_int_equal(wk_write_rec(ha, res, "reg-j", la, 1), DLOCK_OK);
 
     int64_t t_jump = hist_now_ns();
     clock_jump(0, "dlock:{j}");
-    hist_fault(&ht, HIST_F_CLOCK_JUMP, 0);
+    hist_fault(ht, HIST_F_CLOCK_JUMP, 0);
     dlock_opts ob = {0};
     ob.ttl_ms = TTL_MS;
-    int rc = wk_acquire_rec(&hb, b, "j", &ob, &lb);
+    int rc = wk_acquire_rec(hb, b, "j", &ob, &lb);
     int64_t t_grant = hist_now_ns();
     it_show("B after the jump", rc);
     assert_int_equal(rc, DLOCK_OK);
@@ -148,9 +134,9 @@ static void test_jump_on_bare_quorum(void **state)
 
     /* The register has not seen B's fence yet: A's write still goes in. Once B wrote,
      * A is refused. */
-    int first = wk_write_rec(&ha, res, "reg-j", la, 2);
-    assert_int_equal(wk_write_rec(&hb, res, "reg-j", lb, 3), DLOCK_OK);
-    int second = wk_write_rec(&ha, res, "reg-j", la, 4);
+    int first = wk_write_rec(ha, res, "reg-j", la, 2);
+    assert_int_equal(wk_write_rec(hb, res, "reg-j", lb, 3), DLOCK_OK);
+    int second = wk_write_rec(ha, res, "reg-j", la, 4);
     printf("INFO clockjump: A's write before B's: %s; B's: DLOCK_OK; A's after B's: %s\n",
            dlock_errname(first), dlock_errname(second));
     assert_int_equal(first, DLOCK_OK);
@@ -193,8 +179,8 @@ static void test_jump_on_bare_quorum(void **state)
                after - 1, (long long)it_timeout_ms(), (double)(a_valid_until - lost_ns) / 1e6);
     assert_true(dlock_remaining_ms(la) <= 0);
     assert_int_equal(dlock_check(la), DLOCK_ERR_LOST);
-    assert_int_equal(wk_release_rec(&ha, la), DLOCK_ERR_LOST);
-    assert_int_equal(wk_release_rec(&hb, lb), DLOCK_OK);
+    assert_int_equal(wk_release_rec(ha, la), DLOCK_ERR_LOST);
+    assert_int_equal(wk_release_rec(hb, lb), DLOCK_OK);
 
     hist_report rep;
     assert_int_equal(wk_judge(hist, NULL, NULL, "clockjump", &rep), 0);
@@ -203,10 +189,8 @@ static void test_jump_on_bare_quorum(void **state)
     assert_int_equal(rep.stale_accepted, 0);
     assert_int_equal(rep.stale_rejected, 1);
     assert_int_equal(rep.lost_callbacks, 1);
-    assert_int_equal(hist_keys_left(g_srv, 3, "j", 200), 0);
-    hist_close(&ha);
-    hist_close(&hb);
-    hist_close(&ht);
+    assert_int_equal(hist_keys_left(wk_srv, 3, "j", 200), 0);
+    wk_history_close(hw, 3);
     dlock_client_free(a);
     dlock_client_free(b);
     dlock_client_free(res);
@@ -215,9 +199,8 @@ static void test_jump_on_bare_quorum(void **state)
 static void test_jump_on_full_grant(void **state)
 {
     (void)state;
-    dlock_config cfg = {0};
-    cfg.timeout_ms = it_timeout_ms();
-    cfg.connect_timeout_ms = 1000 * dh_slack();
+    dlock_config cfg;
+    it_config_init(&cfg);
     dlock_client *a = it_client_cfg(g_urls, &cfg);
     dlock_client *b = it_client_cfg(g_urls, &cfg);
     char key[64];
@@ -232,7 +215,7 @@ static void test_jump_on_full_grant(void **state)
         la = it_acquire(a, "j-all", TTL_MS);
         int on = 0;
         for (int i = 0; i < 3; i++)
-            on += it_pttl(&g_srv[i], key) > 0;
+            on += it_pttl(&wk_srv[i], key) > 0;
         if (on < 3) {
             printf("INFO clockjump: attempt %d granted by %d of 3 nodes: again\n", attempt, on);
             assert_int_equal(dlock_release(la), DLOCK_OK);
@@ -258,5 +241,5 @@ int main(void)
         cmocka_unit_test(test_jump_on_bare_quorum),
         cmocka_unit_test(test_jump_on_full_grant),
     };
-    return cmocka_run_group_tests_name("fault_clockjump", tests, setup, teardown);
+    return cmocka_run_group_tests_name("fault_clockjump", tests, setup, wk_servers_teardown);
 }

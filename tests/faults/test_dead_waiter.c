@@ -32,24 +32,9 @@
 
 #define QUEUE_TTL_MS 3000 /* DLOCK_QUEUE_TTL_MS */
 
-static dh_server g_srv;
-
-static int setup(void **state)
-{
-    (void)state;
-    return dh_server_start(&g_srv, NULL);
-}
-
-static int teardown(void **state)
-{
-    (void)state;
-    dh_server_stop(&g_srv);
-    return 0;
-}
-
 static long long zcard(const char *key)
 {
-    redisReply *r = dh_cmd(&g_srv, "ZCARD %s", key);
+    redisReply *r = dh_cmd(&it_srv, "ZCARD %s", key);
     assert_non_null(r);
     long long n = r->type == REDIS_REPLY_INTEGER ? r->integer : -1;
     freeReplyObject(r);
@@ -66,7 +51,7 @@ static pid_t spawn_waiter(const char *name, int fair)
         dlock_client *c = NULL;
         dlock_config cfg = {0};
         cfg.timeout_ms = it_timeout_ms();
-        if (dlock_client_new(g_srv.url, &cfg, &c) != DLOCK_OK)
+        if (dlock_client_new(it_srv.url, &cfg, &c) != DLOCK_OK)
             _exit(2);
         dlock_opts o = {0};
         o.ttl_ms = 5000;
@@ -84,7 +69,7 @@ static void dead_waiter(int fair)
     const char *name = fair ? "dw-fair" : "dw-default";
     char queue[64];
     snprintf(queue, sizeof queue, "dlock:{%s}:queue", name);
-    dlock_client *c = it_client(&g_srv, it_timeout_ms());
+    dlock_client *c = it_client(&it_srv, it_timeout_ms());
     dlock_lock *holder = it_acquire(c, name, 10000);
     pid_t w = spawn_waiter(name, fair);
     assert_true(w > 0);
@@ -113,7 +98,7 @@ static void dead_waiter(int fair)
     printf("INFO %s: try after a dead waiter -> %s (%s) after %lld ms; queue holds %lld, "
            "its PTTL %lld\n",
            name, dlock_errname(rc), rc ? dlock_errmsg() : "", (long long)(dh_now_ms() - t_kill),
-           zcard(queue), it_pttl(&g_srv, queue));
+           zcard(queue), it_pttl(&it_srv, queue));
     if (rc == DLOCK_OK)
         printf("FIG dead_waiter_%s_blocked_ms %lld ms\n", fair ? "fair" : "default",
                (long long)(dh_now_ms() - t_kill));
@@ -137,8 +122,8 @@ static void test_dead_waiter_fair(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test_setup_teardown(test_dead_waiter_fair, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_dead_waiter_default, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_dead_waiter_fair, it_srv_setup, it_srv_teardown),
+        cmocka_unit_test_setup_teardown(test_dead_waiter_default, it_srv_setup, it_srv_teardown),
     };
     return cmocka_run_group_tests_name("fault_dead_waiter", tests, NULL, NULL);
 }

@@ -84,6 +84,18 @@ static void section(int worker, uint8_t tok, uint64_t fence, int64_t inv, int64_
     put(HIST_RELEASE, worker, tok, fence, rel, rel + 1, 0, 0, DLOCK_OK);
 }
 
+/* A register write of value sent at `at` (the lock valid until dl), and its outcome
+ * one ms later: HIST_WRITE_OK, HIST_WRITE_REJECTED (refused for its fence), or 0 for
+ * none (the worker died before the reply). */
+static void write_rec(int worker, uint8_t tok, uint64_t fence, int64_t at, int64_t dl,
+                      uint64_t value, int outcome)
+{
+    put(HIST_WRITE_INVOKE, worker, tok, fence, at, at, dl, value, 0);
+    if (outcome != 0)
+        put(outcome, worker, tok, fence, at, at + 1, dl, value,
+            outcome == HIST_WRITE_REJECTED ? DLOCK_ERR_FENCED : 0);
+}
+
 static hist_report check(int64_t final)
 {
     hist_log log;
@@ -160,21 +172,17 @@ static void test_stale_write_accepted(void **state)
 {
     (void)state;
     reset();
-    put(HIST_WRITE_INVOKE, 1, 2, 11, 10, 10, 100, 1, 0);
-    put(HIST_WRITE_OK, 1, 2, 11, 10, 11, 100, 1, 0);
+    write_rec(1, 2, 11, 10, 100, 1, HIST_WRITE_OK);
     /* Sent after fence 11 was accepted, with fence 10: must be refused. */
-    put(HIST_WRITE_INVOKE, 0, 1, 10, 12, 12, 5, 2, 0);
-    put(HIST_WRITE_OK, 0, 1, 10, 12, 13, 5, 2, 0);
+    write_rec(0, 1, 10, 12, 5, 2, HIST_WRITE_OK);
     hist_report r = check(2);
     assert_int_equal(r.stale_accepted, 1);
     assert_int_equal(r.late_accepted, 1);
     assert_int_equal(r.lost_updates, 0);
     /* Refused properly instead. */
     reset();
-    put(HIST_WRITE_INVOKE, 1, 2, 11, 10, 10, 100, 1, 0);
-    put(HIST_WRITE_OK, 1, 2, 11, 10, 11, 100, 1, 0);
-    put(HIST_WRITE_INVOKE, 0, 1, 10, 12, 12, 5, 2, 0);
-    put(HIST_WRITE_REJECTED, 0, 1, 10, 12, 13, 5, 2, DLOCK_ERR_FENCED);
+    write_rec(1, 2, 11, 10, 100, 1, HIST_WRITE_OK);
+    write_rec(0, 1, 10, 12, 5, 2, HIST_WRITE_REJECTED);
     r = check(1);
     assert_int_equal(r.stale_accepted, 0);
     assert_int_equal(r.stale_rejected, 1);
@@ -185,8 +193,7 @@ static void test_spurious_rejection(void **state)
 {
     (void)state;
     reset();
-    put(HIST_WRITE_INVOKE, 0, 1, 10, 12, 12, 100, 1, 0);
-    put(HIST_WRITE_REJECTED, 0, 1, 10, 12, 13, 100, 1, DLOCK_ERR_FENCED);
+    write_rec(0, 1, 10, 12, 100, 1, HIST_WRITE_REJECTED);
     assert_int_equal(check(0).spurious_rejections, 1);
 }
 
@@ -195,18 +202,15 @@ static void test_lost_update(void **state)
     (void)state;
     reset();
     /* Two overlapping holders both read 0 and wrote 1 (the lower fence first). */
-    put(HIST_WRITE_INVOKE, 0, 1, 10, 5, 5, 100, 1, 0);
-    put(HIST_WRITE_OK, 0, 1, 10, 5, 6, 100, 1, 0);
-    put(HIST_WRITE_INVOKE, 1, 2, 11, 7, 7, 100, 1, 0);
-    put(HIST_WRITE_OK, 1, 2, 11, 7, 8, 100, 1, 0);
+    write_rec(0, 1, 10, 5, 100, 1, HIST_WRITE_OK);
+    write_rec(1, 2, 11, 7, 100, 1, HIST_WRITE_OK);
     hist_report r = check(1);
     assert_int_equal(r.lost_updates, 1);
     assert_int_equal(r.duplicate_values, 1);
     /* A write whose worker died before the reply: counted as maybe applied. */
     reset();
-    put(HIST_WRITE_INVOKE, 0, 1, 10, 5, 5, 100, 1, 0);
-    put(HIST_WRITE_OK, 0, 1, 10, 5, 6, 100, 1, 0);
-    put(HIST_WRITE_INVOKE, 1, 2, 11, 7, 7, 100, 2, 0);
+    write_rec(0, 1, 10, 5, 100, 1, HIST_WRITE_OK);
+    write_rec(1, 2, 11, 7, 100, 2, 0);
     r = check(2);
     assert_int_equal(r.writes_unknown, 1);
     assert_int_equal(r.lost_updates, 0);

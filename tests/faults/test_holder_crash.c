@@ -41,24 +41,6 @@
 #define TTL_MS  400
 #define WORK_MS 200
 
-static dh_server g_srv[3], g_res;
-
-static int setup(void **state)
-{
-    (void)state;
-    if (dh_servers_start(g_srv, 3, NULL) < 0)
-        return -1;
-    return dh_server_start(&g_res, NULL);
-}
-
-static int teardown(void **state)
-{
-    (void)state;
-    dh_servers_stop(g_srv, 3);
-    dh_server_stop(&g_res);
-    return 0;
-}
-
 /* The first ACQ_OK recorded after t_ns, waiting up to within_ms for it. */
 static bool first_ok_after(const char *hist, int64_t t_ns, int64_t within_ms, hist_rec *out)
 {
@@ -98,31 +80,16 @@ static bool section_ended(const char *hist, uint64_t fence)
 
 static void holder_crash(int n, int runs)
 {
-    char urls[512], hist[600], name[32], reg[32], fig[32];
-    wk_urls(g_srv, n, urls, sizeof urls);
-    snprintf(hist, sizeof hist, "%s/crash-n%d.hist", g_res.dir, n);
+    char name[32], fig[32];
     snprintf(name, sizeof name, "crash-n%d", n);
-    snprintf(reg, sizeof reg, "register-crash-n%d", n);
     snprintf(fig, sizeof fig, "holder_crash_n%d", n);
-    assert_int_equal(hist_create(hist), 0);
-    hist_writer hw;
-    assert_int_equal(hist_open(&hw, hist, -1), 0);
-    wk_shared *sh = wk_shared_new();
-    assert_non_null(sh);
-    wk_stop stop;
-    assert_int_equal(wk_stop_init(&stop), 0);
-
-    wk_config cfg = {0};
-    cfg.servers = urls;
-    cfg.resource = g_res.url;
-    cfg.reg_key = reg;
-    cfg.name = name;
-    cfg.history = hist;
+    wk_scenario sc;
+    assert_int_equal(wk_scenario_open(&sc, n, name, fig), 0);
+    const char *hist = sc.hist;
+    wk_shared *sh = sc.sh;
+    wk_config cfg = sc.cfg;
     cfg.ttl_ms = TTL_MS;
-    cfg.wait_ms = -1;
     cfg.work_ms = WORK_MS;
-    cfg.cancel_fd = stop.rd;
-    cfg.shared = sh;
     pid_t pids[WORKERS];
     assert_int_equal(wk_spawn_all(&cfg, WORKERS, pids), 0);
 
@@ -131,15 +98,7 @@ static void holder_crash(int n, int runs)
     int done = 0, missed = 0;
     while (done < runs && missed < 4 * runs) {
         /* The worker in its section. */
-        int victim = -1;
-        int64_t until = dh_now_ms() + 5000 * dh_slack();
-        while (victim < 0 && dh_now_ms() < until) {
-            for (int i = 0; i < WORKERS && victim < 0; i++)
-                if (atomic_load(&sh->in_section[i]) && atomic_load(&sh->pid[i]) == pids[i])
-                    victim = i;
-            if (victim < 0)
-                dh_sleep_ms(1);
-        }
+        int victim = wk_wait_in_section(sh, pids, WORKERS, 5000 * dh_slack());
         assert_true(victim >= 0);
         uint64_t fence_v = atomic_load(&sh->fence[victim]);
         int64_t enter = atomic_load(&sh->enter_ns[victim]);
@@ -154,7 +113,7 @@ static void holder_crash(int n, int runs)
         }
         int64_t t_kill = hist_now_ns();
         kill(pids[victim], SIGKILL);
-        hist_put(&hw, HIST_FAULT, HIST_F_KILL, 0, NULL, fence_v, (uint64_t)pids[victim]);
+        hist_put(&sc.hw, HIST_FAULT, HIST_F_KILL, 0, NULL, fence_v, (uint64_t)pids[victim]);
         assert_int_equal(wk_reap(pids[victim], 2000), 128 + SIGKILL);
         atomic_store(&sh->in_section[victim], 0);
         if (section_ended(hist, fence_v)) {
@@ -198,7 +157,7 @@ static void holder_crash(int n, int runs)
         pids[victim] = wk_spawn(&again);
         assert_true(pids[victim] > 0);
     }
-    wk_stop_fire(&stop);
+    wk_stop_fire(&sc.stop);
     assert_int_equal(wk_reap_all(pids, WORKERS, 10000 * dh_slack()), 0);
     printf("INFO %s: %d crashes in a section, %d attempts missed the section\n", fig, done, missed);
     assert_int_equal(done, runs);
@@ -213,26 +172,20 @@ static void holder_crash(int n, int runs)
            (double)hist_percentile(after_crash, (size_t)done, 50) / 1000);
     int64_t p99 = hist_percentile(after_crash, (size_t)done, 99);
     printf("FIG %s_takeover_after_crash_p99_ms %.1f ms\n", fig, (double)p99 / 1000);
-    /* Issue 7: takeover after a holder crash within ttl + 250 ms at p99. */
+    /* The promise under test: after a holder crashes, another worker takes the lock
+     * within the lease plus 250 ms at p99. */
     assert_true(p99 <= (TTL_MS + 250) * 1000 * dh_slack());
     assert_true(hist_percentile(after_lease, (size_t)done, 99) <= 250 * 1000 * dh_slack());
 
     hist_report rep;
-    assert_int_equal(wk_judge(hist, &g_res, reg, fig, &rep), 0);
-    assert_int_equal(rep.fence_regressions, 0);
-    assert_int_equal(rep.granted_overlaps, 0);
+    assert_int_equal(wk_scenario_judge(&sc, &rep), 0);
+    assert_int_equal(wk_safety_violations(&rep), 0);
     assert_int_equal(rep.believed_overlaps, 0);
-    assert_int_equal(rep.stale_accepted, 0);
     assert_int_equal(rep.spurious_rejections, 0);
     assert_int_equal(rep.lost_updates, 0);
-    assert_int_equal(rep.phantom, 0);
-    assert_int_equal(rep.fd_leaks, 0);
-    assert_int_equal(rep.thread_leaks, 0);
     /* The dead holders' keys expired with their leases; the others were released. */
-    assert_int_equal(hist_keys_left(g_srv, n, name, TTL_MS * dh_slack()), 0);
-    hist_close(&hw);
-    wk_stop_close(&stop);
-    wk_shared_free(sh);
+    assert_int_equal(hist_keys_left(wk_srv, n, name, TTL_MS * dh_slack()), 0);
+    wk_scenario_close(&sc);
 }
 
 static void test_holder_crash_n1(void **state)
@@ -254,5 +207,5 @@ int main(void)
         cmocka_unit_test(test_holder_crash_n1),
         cmocka_unit_test(test_holder_crash_n3),
     };
-    return cmocka_run_group_tests_name("fault_holder_crash", tests, setup, teardown);
+    return cmocka_run_group_tests_name("fault_holder_crash", tests, wk_servers_setup, wk_servers_teardown);
 }

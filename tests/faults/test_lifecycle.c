@@ -66,9 +66,8 @@ static int teardown(void **state)
 
 static dlock_client *client(void)
 {
-    dlock_config cfg = {0};
-    cfg.timeout_ms = it_timeout_ms();
-    cfg.connect_timeout_ms = 1000 * dh_slack();
+    dlock_config cfg;
+    it_config_init(&cfg);
     return it_client_cfg(g_urls, &cfg);
 }
 
@@ -117,9 +116,8 @@ static int fd_limit_child(void *arg)
         perror("setrlimit");
         return 10;
     }
-    dlock_config cfg = {0};
-    cfg.timeout_ms = it_timeout_ms();
-    cfg.connect_timeout_ms = 1000 * dh_slack();
+    dlock_config cfg;
+    it_config_init(&cfg);
     /* A warm-up cycle first: one-time state (a sanitizer's helper thread, say) goes
      * into the baseline. */
     dlock_client *warm = NULL;

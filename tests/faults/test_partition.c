@@ -47,7 +47,7 @@
 #include <cmocka.h>
 
 #include "dlock.h"
-#include "harness.h"
+#include "support.h"
 #include "netns.h"
 
 #include <errno.h>
@@ -205,7 +205,7 @@ static void worker_main(int w, const char *name)
         atomic_store(&g_sh->bad_rc[w], 100);
         _exit(2);
     }
-    g_sh->fd_start[w] = dn_fd_count();
+    g_sh->fd_start[w] = dh_fd_count();
     dlock_config cfg = {0};
     cfg.timeout_ms = TIMEOUT_MS * g_slack;
     cfg.connect_timeout_ms = CONNECT_MS * g_slack;
@@ -222,15 +222,15 @@ static void worker_main(int w, const char *name)
         ok += cycle(c, name, w);
         if (!ready && ok >= 3) {
             /* Every node answered a whole cycle: all connections are up. */
-            g_sh->fd_base[w] = dn_fd_count();
+            g_sh->fd_base[w] = dh_fd_count();
             ready = true;
             atomic_fetch_add(&g_sh->ready, 1);
         }
         dh_sleep_ms(5 + rand_r(&seed) % 15);
     }
-    g_sh->fd_end[w] = dn_fd_count();
+    g_sh->fd_end[w] = dh_fd_count();
     dlock_client_free(c);
-    g_sh->fd_freed[w] = dn_fd_count();
+    g_sh->fd_freed[w] = dh_fd_count();
     _exit(0);
 }
 
@@ -424,7 +424,7 @@ static void run_scenario(const char *scenario, schedule_fn faults, report *r)
     kill_workers();
     printf("== %s\n", scenario);
     fflush(stdout);
-    int fds_before = dn_fd_count();
+    int fds_before = dh_fd_count();
     g_sh = mmap(NULL, sizeof *g_sh, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
     assert_true(g_sh != MAP_FAILED);
     g_nphases = 0;
@@ -498,7 +498,7 @@ static void run_scenario(const char *scenario, schedule_fn faults, report *r)
     }
     munmap(g_sh, sizeof *g_sh);
     g_sh = NULL;
-    assert_int_equal(dn_fd_count(), fds_before);
+    assert_int_equal(dh_fd_count(), fds_before);
 }
 
 /* Hold the current faults for ms. */

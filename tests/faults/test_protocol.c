@@ -28,7 +28,7 @@
 
 #include <cmocka.h>
 
-#include "faults/relay.h"
+#include "relay.h"
 #include "integration/itest.h"
 
 #include <stdio.h>
@@ -290,7 +290,7 @@ static void test_huge_replies_refused_without_huge_allocation(void **state)
 {
     (void)state;
     static const fr_canned huge[] = {FR_HUGE_ARRAY, FR_HUGE_BULK};
-    long long before = fr_vm_kib(false), peak0 = fr_vm_kib(true);
+    long long before = dh_status_kib("VmSize"), peak0 = dh_status_kib("VmPeak");
     assert_true(before > 0);
     printf("INFO VmSize %lld KiB, VmPeak so far %lld KiB\n", before, peak0);
     for (int how = 0; how < 2; how++) {
@@ -308,7 +308,7 @@ static void test_huge_replies_refused_without_huge_allocation(void **state)
             assert_works(g_c, &g_srv[0], "after-huge");
         }
     }
-    long long peak = fr_vm_kib(true);
+    long long peak = dh_status_kib("VmPeak");
     long long grown = peak - (peak0 > before ? peak0 : before);
     printf("FIG huge_reply_vm_growth_kib %lld KiB\n", grown > 0 ? grown : 0);
     /* hiredis's default reader would reserve 16 GiB for the array and buffer up to a
@@ -319,19 +319,6 @@ static void test_huge_replies_refused_without_huge_allocation(void **state)
 /* ---- NOSCRIPT --------------------------------------------------------------------- */
 
 /* calls= of cmdstat_<cmd> in the server's INFO commandstats (0 when absent). */
-static long long cmd_calls(dh_server *s, const char *cmd)
-{
-    redisReply *r = dh_cmd(s, "INFO commandstats");
-    assert_non_null(r);
-    assert_int_equal(r->type, REDIS_REPLY_STRING);
-    char field[64];
-    snprintf(field, sizeof field, "cmdstat_%s:calls=", cmd);
-    const char *p = strstr(r->str, field);
-    long long v = p ? strtoll(p + strlen(field), NULL, 10) : 0;
-    freeReplyObject(r);
-    return v;
-}
-
 static void test_noscript_reloaded_and_retried_once(void **state)
 {
     (void)state;
@@ -340,41 +327,41 @@ static void test_noscript_reloaded_and_retried_once(void **state)
     redisReply *r = dh_cmd(s, "SCRIPT FLUSH");
     assert_non_null(r);
     freeReplyObject(r);
-    long long sha0 = cmd_calls(s, "evalsha"), eval0 = cmd_calls(s, "eval");
+    long long sha0 = it_cmd_calls(s, "evalsha"), eval0 = it_cmd_calls(s, "eval");
     dlock_lock *l = it_acquire(g_c, "noscript", TTL_MS);
-    long long sha1 = cmd_calls(s, "evalsha"), eval1 = cmd_calls(s, "eval");
+    long long sha1 = it_cmd_calls(s, "evalsha"), eval1 = it_cmd_calls(s, "eval");
     printf("FIG noscript_real_evalsha %lld count\n", sha1 - sha0);
     printf("FIG noscript_real_eval %lld count\n", eval1 - eval0);
     assert_int_equal(sha1 - sha0, 1);
     assert_int_equal(eval1 - eval0, 1);
     /* The release script was flushed too: its own EVALSHA, then its own EVAL. */
     assert_int_equal(dlock_release(l), DLOCK_OK);
-    assert_int_equal(cmd_calls(s, "evalsha") - sha1, 1);
-    assert_int_equal(cmd_calls(s, "eval") - eval1, 1);
+    assert_int_equal(it_cmd_calls(s, "evalsha") - sha1, 1);
+    assert_int_equal(it_cmd_calls(s, "eval") - eval1, 1);
     /* Both are cached now: a cycle is two EVALSHAs and no EVAL. */
-    sha0 = cmd_calls(s, "evalsha");
-    eval0 = cmd_calls(s, "eval");
+    sha0 = it_cmd_calls(s, "evalsha");
+    eval0 = it_cmd_calls(s, "eval");
     l = it_acquire(g_c, "noscript", TTL_MS);
     assert_int_equal(dlock_release(l), DLOCK_OK);
-    assert_int_equal(cmd_calls(s, "evalsha") - sha0, 2);
-    assert_int_equal(cmd_calls(s, "eval") - eval0, 0);
+    assert_int_equal(it_cmd_calls(s, "evalsha") - sha0, 2);
+    assert_int_equal(it_cmd_calls(s, "eval") - eval0, 0);
 
     /* The relay answers -NOSCRIPT for the server once: one EVAL follows, and only the
      * EVAL reaches the server. */
-    sha0 = cmd_calls(s, "evalsha");
-    eval0 = cmd_calls(s, "eval");
+    sha0 = it_cmd_calls(s, "evalsha");
+    eval0 = it_cmd_calls(s, "eval");
     fr_replace(g_relay[0], FR_NOSCRIPT, FR_REPLACE_INSTEAD, 1, "EVALSHA");
     l = it_acquire(g_c, "noscript", TTL_MS);
-    assert_int_equal(cmd_calls(s, "evalsha") - sha0, 0);
-    assert_int_equal(cmd_calls(s, "eval") - eval0, 1);
+    assert_int_equal(it_cmd_calls(s, "evalsha") - sha0, 0);
+    assert_int_equal(it_cmd_calls(s, "eval") - eval0, 1);
     assert_int_equal(dlock_release(l), DLOCK_OK);
 
     /* -NOSCRIPT to the EVAL too (a broken proxy, or a server that cannot cache):
      * an error after exactly one retry, not a loop. */
     fr_stats st0, st1;
     fr_get_stats(g_relay[0], &st0);
-    sha0 = cmd_calls(s, "evalsha");
-    eval0 = cmd_calls(s, "eval");
+    sha0 = it_cmd_calls(s, "evalsha");
+    eval0 = it_cmd_calls(s, "eval");
     fr_replace(g_relay[0], FR_NOSCRIPT, FR_REPLACE_INSTEAD, FR_EVERY, "EVAL*");
     int64_t t0 = dh_now_ms();
     l = NULL;
@@ -391,8 +378,8 @@ static void test_noscript_reloaded_and_retried_once(void **state)
     assert_true(took <= call_bound_ms());
     /* EVALSHA, its one EVAL, and the clean-up release's EVAL: three answers. */
     assert_int_equal(st1.injected - st0.injected, 3);
-    assert_int_equal(cmd_calls(s, "evalsha") - sha0, 0);
-    assert_int_equal(cmd_calls(s, "eval") - eval0, 0);
+    assert_int_equal(it_cmd_calls(s, "evalsha") - sha0, 0);
+    assert_int_equal(it_cmd_calls(s, "eval") - eval0, 0);
     fr_clear_rules(g_relay[0]);
     assert_works(g_c, s, "noscript");
 }
@@ -476,7 +463,7 @@ static void test_unknown_outcome_is_released(void **state)
 /* The process's descriptors, not counting the relays'. */
 static int client_fds(void)
 {
-    int n = fr_proc_fds();
+    int n = dh_fd_count();
     for (int i = 0; i < 3; i++)
         if (g_relay[i] != NULL)
             n -= fr_fds(g_relay[i]);

@@ -27,37 +27,9 @@
 #include <string.h>
 #include <unistd.h>
 
-static dh_server g_srv;
-
-static int setup(void **state)
-{
-    (void)state;
-    return dh_server_start(&g_srv, NULL);
-}
-
-static int teardown(void **state)
-{
-    (void)state;
-    dh_server_resume(&g_srv);
-    dh_server_stop(&g_srv);
-    return 0;
-}
-
-static long long calls_of(const char *cmd)
-{
-    redisReply *r = dh_cmd(&g_srv, "INFO commandstats");
-    assert_non_null(r);
-    char needle[64];
-    snprintf(needle, sizeof needle, "cmdstat_%s:calls=", cmd);
-    const char *p = strstr(r->str, needle);
-    long long n = p ? strtoll(p + strlen(needle), NULL, 10) : 0;
-    freeReplyObject(r);
-    return n;
-}
-
 static long long count_keys(const char *pattern)
 {
-    redisReply *r = dh_cmd(&g_srv, "EVAL %s 1 %s", "return #redis.call('KEYS', KEYS[1])", pattern);
+    redisReply *r = dh_cmd(&it_srv, "EVAL %s 1 %s", "return #redis.call('KEYS', KEYS[1])", pattern);
     assert_non_null(r);
     long long n = r->integer;
     freeReplyObject(r);
@@ -69,7 +41,7 @@ static long long count_keys(const char *pattern)
 static void extend_races_the_expiry(void **state)
 {
     (void)state;
-    dlock_client *c = it_client(&g_srv, it_timeout_ms());
+    dlock_client *c = it_client(&it_srv, it_timeout_ms());
     char key[64];
     it_key(key, sizeof key, "edge");
     int ok = 0, lost = 0, slow = 0;
@@ -88,7 +60,7 @@ static void extend_races_the_expiry(void **state)
         /* Sleep to within a few ms either side of the lease's end. */
         usleep((useconds_t)(17000 + rand() % 6000));
         int rc = dlock_extend(l, 200);
-        long long pttl = it_pttl(&g_srv, key);
+        long long pttl = it_pttl(&it_srv, key);
         if (rc == DLOCK_OK) {
             ok++;
             assert_true(pttl > 100); /* extended: there, with the new lease */
@@ -104,12 +76,12 @@ static void extend_races_the_expiry(void **state)
     assert_true(ok > 0 && lost > 0); /* the race was really run both ways */
     /* A ttl <= 0 never reaches the server. */
     dlock_lock *l = it_acquire(c, "edge", 5000);
-    long long before = calls_of("evalsha") + calls_of("eval");
+    long long before = it_cmd_calls(&it_srv, "evalsha") + it_cmd_calls(&it_srv, "eval");
     assert_int_equal(dlock_extend(l, 0), DLOCK_ERR_INVALID);
     assert_int_equal(dlock_extend(l, -5), DLOCK_ERR_INVALID);
     assert_int_equal(dlock_extend(l, INT64_MIN), DLOCK_ERR_INVALID);
-    assert_int_equal(calls_of("evalsha") + calls_of("eval"), before);
-    assert_true(it_pttl(&g_srv, key) > 4000);
+    assert_int_equal(it_cmd_calls(&it_srv, "evalsha") + it_cmd_calls(&it_srv, "eval"), before);
+    assert_true(it_pttl(&it_srv, key) > 4000);
     assert_int_equal(dlock_release(l), DLOCK_OK);
     dlock_client_free(c);
 }
@@ -119,7 +91,7 @@ static void extend_races_the_expiry(void **state)
 static void release_races_renewal(void **state)
 {
     (void)state;
-    dlock_client *c = it_client(&g_srv, it_timeout_ms());
+    dlock_client *c = it_client(&it_srv, it_timeout_ms());
     dlock_opts o = {0};
     o.ttl_ms = 30; /* renewal every 10 ms: releases land inside renewals */
     o.auto_renew = 1;
@@ -150,8 +122,8 @@ static void slow_after_send(int point)
 static void acquire_deadline_ends_in_flight(void **state)
 {
     (void)state;
-    dlock_client *hc = it_client(&g_srv, it_timeout_ms());
-    dlock_client *c = it_client(&g_srv, it_timeout_ms());
+    dlock_client *hc = it_client(&it_srv, it_timeout_ms());
+    dlock_client *c = it_client(&it_srv, it_timeout_ms());
     char key[64];
     it_key(key, sizeof key, "flight");
     atomic_store(&dlock__test_hooks.pause, slow_after_send);
@@ -167,7 +139,7 @@ static void acquire_deadline_ends_in_flight(void **state)
         dlock_lock *l = NULL;
         int rc = dlock_acquire(c, "flight", &o, &l);
         atomic_store(&g_pause_ms, 0);
-        char *v = it_get(&g_srv, key);
+        char *v = it_get(&it_srv, key);
         if (rc == DLOCK_OK) {
             ok++;
             assert_non_null(v);
@@ -183,7 +155,7 @@ static void acquire_deadline_ends_in_flight(void **state)
         free(v);
         dlock_release(h);
         /* Its queue entry is gone too. */
-        redisReply *r = dh_cmd(&g_srv, "ZCARD dlock:{flight}:queue");
+        redisReply *r = dh_cmd(&it_srv, "ZCARD dlock:{flight}:queue");
         assert_non_null(r);
         assert_int_equal(r->integer, 0);
         freeReplyObject(r);
@@ -211,7 +183,7 @@ static void on_lost(dlock_lock *l, void *user)
 static void script_flush_between_renewals(void **state)
 {
     (void)state;
-    dlock_client *c = it_client(&g_srv, it_timeout_ms());
+    dlock_client *c = it_client(&it_srv, it_timeout_ms());
     lost_note n = {0};
     dlock_opts o = {0};
     o.ttl_ms = 300;
@@ -221,7 +193,7 @@ static void script_flush_between_renewals(void **state)
     dlock_lock *l = NULL;
     assert_int_equal(dlock_acquire(c, "flush", &o, &l), DLOCK_OK);
     for (int i = 0; i < 5; i++) {
-        redisReply *r = dh_cmd(&g_srv, "SCRIPT FLUSH");
+        redisReply *r = dh_cmd(&it_srv, "SCRIPT FLUSH");
         assert_non_null(r);
         freeReplyObject(r);
         dh_sleep_ms(150);
@@ -236,8 +208,8 @@ static void pause_of_two_ttls_is_lost_before_a_competitor(void **state)
 {
     (void)state;
     const int64_t ttl = 600 * dh_slack();
-    dlock_client *c = it_client(&g_srv, it_timeout_ms());
-    dlock_client *rival = it_client(&g_srv, it_timeout_ms());
+    dlock_client *c = it_client(&it_srv, it_timeout_ms());
+    dlock_client *rival = it_client(&it_srv, it_timeout_ms());
     lost_note n = {0};
     dlock_opts o = {0};
     o.ttl_ms = ttl;
@@ -247,9 +219,9 @@ static void pause_of_two_ttls_is_lost_before_a_competitor(void **state)
     dlock_lock *l = NULL;
     assert_int_equal(dlock_acquire(c, "p2", &o, &l), DLOCK_OK);
     dh_sleep_ms(ttl / 2);
-    dh_server_pause(&g_srv);
+    dh_server_pause(&it_srv);
     dh_sleep_ms(2 * ttl);
-    dh_server_resume(&g_srv);
+    dh_server_resume(&it_srv);
     /* The rival gets it as soon as the server is back (the lease ran out meanwhile). */
     dlock_opts ro = {0};
     ro.wait_ms = 5 * ttl;
@@ -275,5 +247,5 @@ int main(void)
         cmocka_unit_test(script_flush_between_renewals),
         cmocka_unit_test(pause_of_two_ttls_is_lost_before_a_competitor),
     };
-    return cmocka_run_group_tests_name("races", tests, setup, teardown);
+    return cmocka_run_group_tests_name("races", tests, it_srv_setup, it_srv_teardown);
 }

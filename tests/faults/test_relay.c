@@ -12,7 +12,7 @@
 
 #include <cmocka.h>
 
-#include "faults/relay.h"
+#include "relay.h"
 #include "integration/itest.h"
 
 #include <arpa/inet.h>
@@ -334,7 +334,7 @@ static void test_stop_is_clean(void **state)
 {
     (void)state;
     fr_stop(g_relay);
-    int before = fr_proc_fds();
+    int before = dh_fd_count();
     g_relay = fr_start(g_srv.port);
     assert_non_null(g_relay);
     redisContext *cs[5];
@@ -351,7 +351,7 @@ static void test_stop_is_clean(void **state)
     fr_stop(g_relay);
     for (int i = 0; i < 5; i++)
         redisFree(cs[i]);
-    assert_int_equal(fr_proc_fds(), before);
+    assert_int_equal(dh_fd_count(), before);
     g_relay = fr_start(g_srv.port);
     assert_non_null(g_relay);
 }

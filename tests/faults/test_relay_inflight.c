@@ -22,7 +22,7 @@
 
 #include <cmocka.h>
 
-#include "faults/relay.h"
+#include "relay.h"
 #include "integration/itest.h"
 
 #include <stdio.h>

@@ -35,7 +35,7 @@
 
 #include <cmocka.h>
 
-#include "faults/relay.h"
+#include "relay.h"
 #include "integration/itest.h"
 
 #include <stdatomic.h>
@@ -149,7 +149,7 @@ static int teardown(void **state)
 /* Descriptors of the process that are not the relays'. */
 static int client_fds(void)
 {
-    int n = fr_proc_fds();
+    int n = dh_fd_count();
     for (int i = 0; i < N; i++)
         n -= fr_fds(g_relay[i]);
     return n;

@@ -41,7 +41,6 @@
 #define TTL_MS       3000
 #define MAX_LEASE_MS 3000
 
-static dh_server g_srv[3], g_res;
 static char g_urls[512];
 
 enum persistence { NONE, AOF_ALWAYS, DELAYED };
@@ -50,25 +49,15 @@ static void start_nodes(enum persistence p)
 {
     static const char *const aof[] = {"--appendonly", "yes", "--appendfsync", "always", NULL};
     for (int i = 0; i < 3; i++)
-        assert_int_equal(dh_server_start(&g_srv[i], i == 0 && p == AOF_ALWAYS ? aof : NULL), 0);
-    wk_urls(g_srv, 3, g_urls, sizeof g_urls);
-    assert_int_equal(dh_server_start(&g_res, NULL), 0);
-}
-
-static int teardown(void **state)
-{
-    (void)state;
-    for (int i = 0; i < 3; i++)
-        dh_server_stop(&g_srv[i]);
-    dh_server_stop(&g_res);
-    return 0;
+        assert_int_equal(dh_server_start(&wk_srv[i], i == 0 && p == AOF_ALWAYS ? aof : NULL), 0);
+    wk_urls(wk_srv, 3, g_urls, sizeof g_urls);
+    assert_int_equal(dh_server_start(&wk_res, NULL), 0);
 }
 
 static dlock_client *client(const char *urls, int voting)
 {
-    dlock_config cfg = {0};
-    cfg.timeout_ms = it_timeout_ms();
-    cfg.connect_timeout_ms = 1000 * dh_slack();
+    dlock_config cfg;
+    it_config_init(&cfg);
     cfg.restart_voting = voting;
     cfg.max_lease_ms = MAX_LEASE_MS;
     return it_client_cfg(urls, &cfg);
@@ -77,7 +66,7 @@ static dlock_client *client(const char *urls, int voting)
 /* Whether node i holds "r" with the given token. */
 static bool holds(int i, const char *token)
 {
-    char *v = it_get(&g_srv[i], "dlock:{r}");
+    char *v = it_get(&wk_srv[i], "dlock:{r}");
     bool yes = v != NULL && strncmp(v, token, DLOCK_TOKEN_LEN) == 0;
     free(v);
     return yes;
@@ -89,19 +78,16 @@ static void restart_case(const char *label, int voting, bool fresh, enum persist
 {
     start_nodes(p);
     char hist[600];
-    snprintf(hist, sizeof hist, "%s/restart.hist", g_res.dir);
-    assert_int_equal(hist_create(hist), 0);
-    hist_writer ha, hb, ht;
-    assert_int_equal(hist_open(&ha, hist, 0), 0);
-    assert_int_equal(hist_open(&hb, hist, 1), 0);
-    assert_int_equal(hist_open(&ht, hist, -1), 0);
+    hist_writer hw[3];
+    assert_int_equal(wk_history_new(hist, sizeof hist, "restart", hw, 3), 0);
+    hist_writer *ha = &hw[0], *hb = &hw[1], *ht = &hw[2];
     if (voting == DLOCK_RESTART_STRICT) {
         /* STRICT distrusts any node younger than the longest lease, restarted or not:
          * let the healthy nodes age past it first. */
         dh_sleep_ms(MAX_LEASE_MS + 1100);
     }
     dlock_client *a = client(g_urls, DLOCK_RESTART_OFF);
-    dlock_client *res = it_client(&g_res, it_timeout_ms());
+    dlock_client *res = it_client(&wk_res, it_timeout_ms());
     dlock_client *b = NULL;
     if (!fresh) {
         /* B talks to every node before the restart, so it knows their run_ids. */
@@ -113,25 +99,25 @@ static void restart_case(const char *label, int voting, bool fresh, enum persist
     dlock_opts o = {0};
     o.ttl_ms = TTL_MS;
     dlock_lock *la = NULL, *lb = NULL;
-    assert_int_equal(wk_refuse_writes(&g_srv[2], true), 0);
-    assert_int_equal(wk_acquire_rec(&ha, a, "r", &o, &la), DLOCK_OK);
-    assert_int_equal(wk_refuse_writes(&g_srv[2], false), 0);
+    assert_int_equal(wk_refuse_writes(&wk_srv[2], true), 0);
+    assert_int_equal(wk_acquire_rec(ha, a, "r", &o, &la), DLOCK_OK);
+    assert_int_equal(wk_refuse_writes(&wk_srv[2], false), 0);
     assert_true(holds(0, dlock_token(la)) && holds(1, dlock_token(la)));
-    assert_int_equal(wk_write_rec(&ha, res, "reg", la, 1), DLOCK_OK);
+    assert_int_equal(wk_write_rec(ha, res, "reg", la, 1), DLOCK_OK);
 
     /* The crash, and the restart. */
-    dh_server_kill(&g_srv[0]);
-    hist_fault(&ht, HIST_F_SERVER_KILL, 0);
+    dh_server_kill(&wk_srv[0]);
+    hist_fault(ht, HIST_F_SERVER_KILL, 0);
     if (p == DELAYED)
         dh_sleep_ms(TTL_MS + 200); /* down longer than any lease it granted */
-    assert_int_equal(dh_server_restart(&g_srv[0]), 0);
-    hist_fault(&ht, HIST_F_SERVER_START, 0);
+    assert_int_equal(dh_server_restart(&wk_srv[0]), 0);
+    hist_fault(ht, HIST_F_SERVER_START, 0);
     printf("INFO %s: node 0 restarted; it holds A's key: %s\n", label,
            holds(0, dlock_token(la)) ? "yes" : "no");
     if (fresh)
         b = client(g_urls, voting);
 
-    int rc = wk_acquire_rec(&hb, b, "r", &o, &lb);
+    int rc = wk_acquire_rec(hb, b, "r", &o, &lb);
     it_show(label, rc);
     int64_t a_left = dlock_remaining_ms(la);
     bool both = rc == DLOCK_OK && a_left > 0;
@@ -149,21 +135,21 @@ static void restart_case(const char *label, int voting, bool fresh, enum persist
         /* Fences never go back, restart or not: the register takes B's write and then
          * refuses A's. */
         assert_true(dlock_fence(lb) > dlock_fence(la));
-        assert_int_equal(wk_write_rec(&hb, res, "reg", lb, 2), DLOCK_OK);
-        assert_int_equal(wk_write_rec(&ha, res, "reg", la, 3), DLOCK_ERR_FENCED);
+        assert_int_equal(wk_write_rec(hb, res, "reg", lb, 2), DLOCK_OK);
+        assert_int_equal(wk_write_rec(ha, res, "reg", la, 3), DLOCK_ERR_FENCED);
         /* A's release must not touch B's keys. */
         char tb[DLOCK_TOKEN_LEN + 1];
         memcpy(tb, dlock_token(lb), sizeof tb);
         bool had[3];
         for (int i = 0; i < 3; i++)
             had[i] = holds(i, tb);
-        int arc = wk_release_rec(&ha, la);
+        int arc = wk_release_rec(ha, la);
         la = NULL;
         printf("INFO %s: A's release -> %s\n", label, dlock_errname(arc));
         assert_int_not_equal(arc, DLOCK_OK);
         for (int i = 0; i < 3; i++)
             assert_int_equal(holds(i, tb), had[i]);
-        assert_int_equal(wk_release_rec(&hb, lb), DLOCK_OK);
+        assert_int_equal(wk_release_rec(hb, lb), DLOCK_OK);
     } else {
         assert_int_equal(rc, DLOCK_ERR_BUSY);
         /* A's release says OK only if a quorum still had A's key: with AOF, node 0 kept
@@ -171,15 +157,15 @@ static void restart_case(const char *label, int voting, bool fresh, enum persist
          * quorum held our token"), although voting kept B out meanwhile. */
         int nodes_a =
             holds(0, dlock_token(la)) + holds(1, dlock_token(la)) + holds(2, dlock_token(la));
-        int arc = wk_release_rec(&ha, la);
+        int arc = wk_release_rec(ha, la);
         printf("INFO %s: A's key was on %d node(s); A's release -> %s\n", label, nodes_a,
                dlock_errname(arc));
         assert_int_equal(arc, nodes_a >= 2 ? DLOCK_OK : DLOCK_ERR_LOST);
         la = NULL;
         /* Once A released, B gets the lock, with a larger fence (the checker asserts). */
-        assert_int_equal(wk_acquire_rec(&hb, b, "r", &o, &lb), DLOCK_OK);
-        assert_int_equal(wk_write_rec(&hb, res, "reg", lb, 2), DLOCK_OK);
-        assert_int_equal(wk_release_rec(&hb, lb), DLOCK_OK);
+        assert_int_equal(wk_acquire_rec(hb, b, "r", &o, &lb), DLOCK_OK);
+        assert_int_equal(wk_write_rec(hb, res, "reg", lb, 2), DLOCK_OK);
+        assert_int_equal(wk_release_rec(hb, lb), DLOCK_OK);
     }
 
     hist_report rep;
@@ -190,10 +176,8 @@ static void restart_case(const char *label, int voting, bool fresh, enum persist
     assert_int_equal(rep.stale_accepted, 0);
     assert_int_equal(rep.spurious_rejections, 0);
     assert_int_equal(rep.granted_overlaps, double_grant ? 1 : 0);
-    assert_int_equal(hist_keys_left(g_srv, 3, "r", 200), 0);
-    hist_close(&ha);
-    hist_close(&hb);
-    hist_close(&ht);
+    assert_int_equal(hist_keys_left(wk_srv, 3, "r", 200), 0);
+    wk_history_close(hw, 3);
     dlock_client_free(a);
     dlock_client_free(b);
     dlock_client_free(res);
@@ -238,12 +222,12 @@ static void test_hazard_observed_fresh_client(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test_teardown(test_voting_observed_known_client, teardown),
-        cmocka_unit_test_teardown(test_voting_strict_fresh_client, teardown),
-        cmocka_unit_test_teardown(test_aof_always, teardown),
-        cmocka_unit_test_teardown(test_delayed_restart, teardown),
-        cmocka_unit_test_teardown(test_hazard_voting_off, teardown),
-        cmocka_unit_test_teardown(test_hazard_observed_fresh_client, teardown),
+        cmocka_unit_test_teardown(test_voting_observed_known_client, wk_servers_teardown),
+        cmocka_unit_test_teardown(test_voting_strict_fresh_client, wk_servers_teardown),
+        cmocka_unit_test_teardown(test_aof_always, wk_servers_teardown),
+        cmocka_unit_test_teardown(test_delayed_restart, wk_servers_teardown),
+        cmocka_unit_test_teardown(test_hazard_voting_off, wk_servers_teardown),
+        cmocka_unit_test_teardown(test_hazard_observed_fresh_client, wk_servers_teardown),
     };
     return cmocka_run_group_tests_name("fault_restart", tests, NULL, NULL);
 }

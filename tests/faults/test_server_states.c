@@ -28,7 +28,7 @@
 
 #include <cmocka.h>
 
-#include "faults/relay.h"
+#include "relay.h"
 #include "integration/itest.h"
 
 #include <stdio.h>
@@ -57,9 +57,8 @@ static int64_t call_bound_ms(void)
 /* A client of url with the test deadlines and the log captured in g_log. */
 static dlock_client *client_url(const char *url, int strict)
 {
-    dlock_config cfg = {0};
-    cfg.timeout_ms = it_timeout_ms();
-    cfg.connect_timeout_ms = 1000 * dh_slack();
+    dlock_config cfg;
+    it_config_init(&cfg);
     cfg.strict = strict;
     cfg.log = it_log_cb;
     cfg.log_user = &g_log;

@@ -43,28 +43,13 @@
 #define WORKERS 4
 #define TTL_MS  800
 
-static dh_server g_srv[3], g_res;
-
+/* The shared servers, then a pause: STRICT distrusts nodes younger than the max lease,
+ * so they age first. */
 static int setup(void **state)
 {
-    (void)state;
-    if (dh_servers_start(g_srv, 3, NULL) < 0)
+    if (wk_servers_setup(state) < 0)
         return -1;
-    if (dh_server_start(&g_res, NULL) < 0)
-        return -1;
-    /* STRICT distrusts nodes younger than the max lease: let them age first. */
     dh_sleep_ms(1100);
-    return 0;
-}
-
-static int teardown(void **state)
-{
-    (void)state;
-    for (int i = 0; i < 3; i++) {
-        dh_server_resume(&g_srv[i]);
-        dh_server_stop(&g_srv[i]);
-    }
-    dh_server_stop(&g_res);
     return 0;
 }
 
@@ -75,15 +60,6 @@ static long soak_seconds(void)
     return s > 0 ? s : 600;
 }
 
-/* The worker in its section, or -1. */
-static int in_section(wk_shared *sh, const pid_t *pids)
-{
-    for (int i = 0; i < WORKERS; i++)
-        if (pids[i] > 0 && atomic_load(&sh->in_section[i]) && atomic_load(&sh->pid[i]) == pids[i])
-            return i;
-    return -1;
-}
-
 enum { F_PAUSE, F_KILL, F_NODE_RESTART, F_NODE_PAUSE, F_FLUSH, F_KINDS };
 static const char *const fault_names[F_KINDS] = {"holder_pauses", "holder_kills", "node_restarts",
                                                  "node_pauses", "script_flushes"};
@@ -92,28 +68,13 @@ static void test_soak(void **state)
 {
     (void)state;
     long seconds = soak_seconds();
-    char urls[512], hist[600];
-    wk_urls(g_srv, 3, urls, sizeof urls);
-    snprintf(hist, sizeof hist, "%s/soak.hist", g_res.dir);
-    assert_int_equal(hist_create(hist), 0);
-    hist_writer hw;
-    assert_int_equal(hist_open(&hw, hist, -1), 0);
-    wk_shared *sh = wk_shared_new();
-    assert_non_null(sh);
-    wk_stop stop;
-    assert_int_equal(wk_stop_init(&stop), 0);
-
-    wk_config cfg = {0};
-    cfg.servers = urls;
-    cfg.resource = g_res.url;
-    cfg.reg_key = "register-soak";
-    cfg.name = "soak";
-    cfg.history = hist;
+    wk_scenario sc;
+    assert_int_equal(wk_scenario_open(&sc, WK_NODES, "soak", "soak"), 0);
+    wk_shared *sh = sc.sh;
+    hist_writer *hw = &sc.hw;
+    wk_config cfg = sc.cfg;
     cfg.ttl_ms = TTL_MS;
-    cfg.wait_ms = -1;
     cfg.work_ms = 20;
-    cfg.cancel_fd = stop.rd;
-    cfg.shared = sh;
     cfg.check_when_late = true;
     cfg.restart_voting = DLOCK_RESTART_STRICT;
     cfg.max_lease_ms = 1000;
@@ -132,22 +93,22 @@ static void test_soak(void **state)
         dh_sleep_ms(wk_rand(500, 1500));
         int kind = (int)wk_rand(0, F_KINDS - 1);
         int node = (int)wk_rand(0, 2);
-        int v = in_section(sh, pids);
+        int v = wk_in_section(sh, pids, WORKERS);
         switch (kind) {
         case F_PAUSE:
             if (v < 0)
                 continue;
             kill(pids[v], SIGSTOP);
-            hist_fault(&hw, HIST_F_PAUSE, (uint64_t)pids[v]);
+            hist_fault(hw, HIST_F_PAUSE, (uint64_t)pids[v]);
             dh_sleep_ms(TTL_MS * 3 / 2);
             kill(pids[v], SIGCONT);
-            hist_fault(&hw, HIST_F_RESUME, (uint64_t)pids[v]);
+            hist_fault(hw, HIST_F_RESUME, (uint64_t)pids[v]);
             break;
         case F_KILL: {
             if (v < 0)
                 continue;
             kill(pids[v], SIGKILL);
-            hist_fault(&hw, HIST_F_KILL, (uint64_t)pids[v]);
+            hist_fault(hw, HIST_F_KILL, (uint64_t)pids[v]);
             wk_reap(pids[v], 2000);
             atomic_store(&sh->in_section[v], 0);
             wk_config w = cfg;
@@ -158,19 +119,19 @@ static void test_soak(void **state)
             break;
         }
         case F_NODE_RESTART:
-            hist_fault(&hw, HIST_F_SERVER_KILL, (uint64_t)node);
-            assert_int_equal(dh_server_restart(&g_srv[node]), 0);
-            hist_fault(&hw, HIST_F_SERVER_START, (uint64_t)node);
+            hist_fault(hw, HIST_F_SERVER_KILL, (uint64_t)node);
+            assert_int_equal(dh_server_restart(&wk_srv[node]), 0);
+            hist_fault(hw, HIST_F_SERVER_START, (uint64_t)node);
             break;
         case F_NODE_PAUSE:
-            dh_server_pause(&g_srv[node]);
-            hist_fault(&hw, HIST_F_SERVER_PAUSE, (uint64_t)node);
+            dh_server_pause(&wk_srv[node]);
+            hist_fault(hw, HIST_F_SERVER_PAUSE, (uint64_t)node);
             dh_sleep_ms(wk_rand(50, 300));
-            dh_server_resume(&g_srv[node]);
-            hist_fault(&hw, HIST_F_SERVER_RESUME, (uint64_t)node);
+            dh_server_resume(&wk_srv[node]);
+            hist_fault(hw, HIST_F_SERVER_RESUME, (uint64_t)node);
             break;
         default: {
-            redisReply *r = dh_cmd(&g_srv[node], "SCRIPT FLUSH");
+            redisReply *r = dh_cmd(&wk_srv[node], "SCRIPT FLUSH");
             freeReplyObject(r);
             break;
         }
@@ -178,29 +139,22 @@ static void test_soak(void **state)
         count[kind]++;
     }
     dh_sleep_ms(2 * TTL_MS);
-    wk_stop_fire(&stop);
+    wk_stop_fire(&sc.stop);
     assert_int_equal(wk_reap_all(pids, WORKERS, 20000 * dh_slack()), 0);
     printf("INFO soak: %ld s\n", seconds);
     for (int k = 0; k < F_KINDS; k++)
         printf("FIG soak_%s %d count\n", fault_names[k], count[k]);
 
     hist_report rep;
-    assert_int_equal(wk_judge(hist, &g_res, "register-soak", "soak", &rep), 0);
+    assert_int_equal(wk_scenario_judge(&sc, &rep), 0);
     assert_true(rep.sessions > 0);
-    assert_int_equal(rep.fence_regressions, 0);
-    assert_int_equal(rep.granted_overlaps, 0);
-    assert_int_equal(rep.stale_accepted, 0);
+    assert_int_equal(wk_safety_violations(&rep), 0);
     assert_int_equal(rep.spurious_rejections, 0);
-    assert_int_equal(rep.phantom, 0);
     assert_true(rep.lost_updates <= rep.late_accepted);
     assert_int_equal(rep.late_check_not_lost, 0);
     assert_int_equal(rep.late_release_not_lost, 0);
-    assert_int_equal(rep.fd_leaks, 0);
-    assert_int_equal(rep.thread_leaks, 0);
-    assert_int_equal(hist_keys_left(g_srv, 3, "soak", 2 * TTL_MS * dh_slack()), 0);
-    hist_close(&hw);
-    wk_stop_close(&stop);
-    wk_shared_free(sh);
+    assert_int_equal(hist_keys_left(wk_srv, WK_NODES, "soak", 2 * TTL_MS * dh_slack()), 0);
+    wk_scenario_close(&sc);
 }
 
 int main(void)
@@ -209,5 +163,5 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_soak),
     };
-    return cmocka_run_group_tests_name("fault_soak", tests, setup, teardown);
+    return cmocka_run_group_tests_name("fault_soak", tests, setup, wk_servers_teardown);
 }

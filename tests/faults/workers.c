@@ -66,26 +66,9 @@ static bool stopped(const wk_config *cfg)
 void wk_proc_stats(wk_stats *s)
 {
     memset(s, 0, sizeof *s);
-    DIR *d = opendir("/proc/self/fd");
-    if (d != NULL) {
-        struct dirent *e;
-        while ((e = readdir(d)) != NULL)
-            if (e->d_name[0] != '.')
-                s->fds++;
-        closedir(d);
-        s->fds--; /* the directory's own descriptor */
-    }
-    FILE *f = fopen("/proc/self/status", "r");
-    if (f != NULL) {
-        char line[256];
-        while (fgets(line, sizeof line, f)) {
-            if (strncmp(line, "Threads:", 8) == 0)
-                s->threads = atoi(line + 8);
-            else if (strncmp(line, "VmRSS:", 6) == 0)
-                s->rss_kb = atol(line + 6);
-        }
-        fclose(f);
-    }
+    s->fds = dh_fd_count();
+    s->threads = dh_thread_count();
+    s->rss_kb = (long)dh_status_kib("VmRSS");
 }
 
 void wk_proc_stats_after(const wk_stats *before, wk_stats *after)
@@ -465,6 +448,129 @@ int wk_register_read(dh_server *res, const char *key, uint64_t *value, uint64_t 
 }
 
 /* ---- helpers ------------------------------------------------------------------------ */
+
+/* ---- a scenario's scaffolding ------------------------------------------------------ */
+
+dh_server wk_srv[WK_NODES], wk_res;
+
+int wk_servers_setup(void **state)
+{
+    (void)state;
+    if (dh_servers_start(wk_srv, WK_NODES, NULL) < 0)
+        return -1;
+    return dh_server_start(&wk_res, NULL);
+}
+
+int wk_servers_teardown(void **state)
+{
+    (void)state;
+    dh_servers_stop(wk_srv, WK_NODES);
+    dh_server_stop(&wk_res);
+    return 0;
+}
+
+int wk_scenario_open(wk_scenario *sc, int n, const char *name, const char *fig)
+{
+    memset(sc, 0, sizeof *sc);
+    sc->hw.fd = -1;
+    sc->stop.rd = sc->stop.wr = -1;
+    wk_urls(wk_srv, n, sc->urls, sizeof sc->urls);
+    snprintf(sc->name, sizeof sc->name, "%s", name);
+    snprintf(sc->reg, sizeof sc->reg, "register-%s", name);
+    snprintf(sc->fig, sizeof sc->fig, "%s", fig);
+    if (wk_history_new(sc->hist, sizeof sc->hist, name, &sc->hw, 1) != 0)
+        return -1;
+    sc->sh = wk_shared_new();
+    if (sc->sh == NULL || wk_stop_init(&sc->stop) != 0) {
+        fprintf(stderr, "wk: cannot make the shared page or the stop switch\n");
+        wk_scenario_close(sc);
+        return -1;
+    }
+    wk_config *c = &sc->cfg;
+    c->servers = sc->urls;
+    c->resource = wk_res.url;
+    c->reg_key = sc->reg;
+    c->name = sc->name;
+    c->history = sc->hist;
+    c->wait_ms = -1;
+    c->cancel_fd = sc->stop.rd;
+    c->shared = sc->sh;
+    return 0;
+}
+
+void wk_scenario_close(wk_scenario *sc)
+{
+    hist_close(&sc->hw);
+    if (sc->stop.rd >= 0)
+        wk_stop_close(&sc->stop);
+    sc->stop.rd = sc->stop.wr = -1;
+    if (sc->sh != NULL)
+        wk_shared_free(sc->sh);
+    sc->sh = NULL;
+}
+
+int wk_scenario_judge(wk_scenario *sc, hist_report *rep)
+{
+    return wk_judge(sc->hist, &wk_res, sc->reg, sc->fig, rep);
+}
+
+int wk_history_new(char *hist, size_t len, const char *name, hist_writer *w, int n)
+{
+    snprintf(hist, len, "%s/%s.hist", wk_res.dir, name);
+    if (hist_create(hist) != 0) {
+        fprintf(stderr, "wk: cannot create the history %s\n", hist);
+        return -1;
+    }
+    for (int i = 0; i < n; i++) {
+        if (hist_open(&w[i], hist, i < n - 1 ? i : -1) != 0) {
+            fprintf(stderr, "wk: cannot open the history %s\n", hist);
+            wk_history_close(w, i);
+            return -1;
+        }
+    }
+    return 0;
+}
+
+void wk_history_close(hist_writer *w, int n)
+{
+    for (int i = 0; i < n; i++)
+        hist_close(&w[i]);
+}
+
+/* One check of wk_safety_violations: 1 (after saying so) when the count is not 0. */
+static int violated(const char *what, int64_t count)
+{
+    if (count == 0)
+        return 0;
+    fprintf(stderr, "wk: FAIL: %s = %lld, expected 0\n", what, (long long)count);
+    return 1;
+}
+
+int wk_safety_violations(const hist_report *rep)
+{
+    return violated("fence_regressions", rep->fence_regressions) +
+           violated("granted_overlaps", rep->granted_overlaps) +
+           violated("stale_accepted", rep->stale_accepted) +
+           violated("phantom", rep->phantom) + violated("fd_leaks", rep->fd_leaks) +
+           violated("thread_leaks", rep->thread_leaks);
+}
+
+int wk_in_section(wk_shared *sh, const pid_t *pids, int n)
+{
+    for (int i = 0; i < n; i++)
+        if (pids[i] > 0 && atomic_load(&sh->in_section[i]) && atomic_load(&sh->pid[i]) == pids[i])
+            return i;
+    return -1;
+}
+
+int wk_wait_in_section(wk_shared *sh, const pid_t *pids, int n, int64_t within_ms)
+{
+    int64_t until = dh_now_ms() + within_ms;
+    int v;
+    while ((v = wk_in_section(sh, pids, n)) < 0 && dh_now_ms() < until)
+        dh_sleep_ms(1);
+    return v;
+}
 
 void wk_urls(const dh_server *srv, int n, char *buf, size_t len)
 {

@@ -18,7 +18,7 @@
 #define DLOCK_FAULTS_WORKERS_H
 
 #include "dlock.h"
-#include "harness.h"
+#include "support.h"
 #include "history.h"
 
 #include <stdatomic.h>
@@ -26,7 +26,7 @@
 #include <stdint.h>
 #include <sys/types.h>
 
-#define WK_MAX 8 /* workers at once (the issue: at most 8) */
+#define WK_MAX 8 /* workers at once: every scenario needs at most 8 */
 
 /* State the workers share with the test (an anonymous MAP_SHARED page). */
 typedef struct wk_shared {
@@ -125,6 +125,59 @@ void wk_proc_stats_after(const wk_stats *before, wk_stats *after);
 /* The RSS growth a test tolerates: 2 MiB, or no bound under a sanitizer (ASan keeps
  * freed memory in quarantine, TSan keeps shadow memory). */
 long wk_rss_bound_kb(void);
+
+/* ---- a scenario's scaffolding ------------------------------------------------------ */
+
+#define WK_NODES 3 /* lock servers of a scenario file */
+
+/* The lock servers and the resource server (the register's) of a scenario file,
+ * shared by its tests: wk_servers_setup and wk_servers_teardown are its cmocka group
+ * setup and teardown (the state is unused; -1 when a server did not start). */
+extern dh_server wk_srv[WK_NODES], wk_res;
+int wk_servers_setup(void **state);
+int wk_servers_teardown(void **state);
+
+/* What every run of a scenario with workers needs: a fresh history in the resource
+ * server's directory, a writer for the test's own records (faults), the page the
+ * workers share with the test, and the stop switch. */
+typedef struct wk_scenario {
+    char urls[512];  /* the first n of wk_srv */
+    char hist[600];  /* <wk_res.dir>/<name>.hist */
+    char name[48];   /* the lock */
+    char reg[64];    /* the register's key: "register-<name>" */
+    char fig[48];    /* the prefix of the FIG lines */
+    hist_writer hw;  /* the test's records (worker id -1) */
+    wk_shared *sh;
+    wk_stop stop;
+    wk_config cfg;   /* the workers' template: the above filled in, wait_ms -1 (forever) */
+} wk_scenario;
+
+/* Create the history and the rest for a run on the first n lock servers. 0, or -1
+ * after printing why (what was opened is closed). */
+int wk_scenario_open(wk_scenario *sc, int n, const char *name, const char *fig);
+/* Close and free what wk_scenario_open made (the history file stays, for a
+ * post-mortem with DLOCK_TEST_KEEP). */
+void wk_scenario_close(wk_scenario *sc);
+/* wk_judge on the scenario's history and register. */
+int wk_scenario_judge(wk_scenario *sc, hist_report *rep);
+
+/* A fresh history <wk_res.dir>/<name>.hist (its path into hist) with n writers: w[i]
+ * for client i, the last one (id -1) for the test's own records. 0, or -1 after
+ * printing why. */
+int wk_history_new(char *hist, size_t len, const char *name, hist_writer *w, int n);
+/* Close the n writers of wk_history_new. */
+void wk_history_close(hist_writer *w, int n);
+
+/* The checks that hold in every scenario, whatever its faults: no fence went
+ * backwards, no two grants overlapped, no stale write was accepted, no write came from
+ * nowhere, and no worker leaked a descriptor or a thread. Prints each one that failed
+ * and returns how many did (a test asserts 0). */
+int wk_safety_violations(const hist_report *rep);
+
+/* The worker (of pids[0..n-1]) in its section now, or -1. */
+int wk_in_section(wk_shared *sh, const pid_t *pids, int n);
+/* The same, waiting up to within_ms for one to enter its section. */
+int wk_wait_in_section(wk_shared *sh, const pid_t *pids, int n, int64_t within_ms);
 
 /* ---- small helpers ---------------------------------------------------------------- */
 

@@ -14,6 +14,22 @@
 #include <stdlib.h>
 #include <string.h>
 
+dh_server it_srv;
+
+int it_srv_setup(void **state)
+{
+    (void)state;
+    assert_int_equal(dh_server_start(&it_srv, NULL), 0);
+    return 0;
+}
+
+int it_srv_teardown(void **state)
+{
+    (void)state;
+    dh_server_stop(&it_srv);
+    return 0;
+}
+
 int64_t it_timeout_ms(void)
 {
     return 100 * dh_slack();
@@ -149,4 +165,50 @@ int it_log_count(it_log *lg, int level, const char *needle)
             n++;
     pthread_mutex_unlock(&lg->mu);
     return n;
+}
+
+const char *const *it_cli_env(const dh_server *s)
+{
+    static char servers[160];
+    static const char *env[3];
+    snprintf(servers, sizeof servers, "DLOCK_SERVERS=%s", s->url);
+    env[0] = servers;
+    env[1] = "DLOCK_PASSWORD";
+    env[2] = NULL;
+    return env;
+}
+
+void it_config_init(dlock_config *cfg)
+{
+    memset(cfg, 0, sizeof *cfg);
+    cfg->timeout_ms = it_timeout_ms();
+    cfg->connect_timeout_ms = 1000 * dh_slack();
+}
+
+long long it_cmd_calls(dh_server *s, const char *cmd)
+{
+    redisReply *r = dh_cmd(s, "INFO commandstats");
+    assert_non_null(r);
+    assert_int_equal(r->type, REDIS_REPLY_STRING);
+    char field[64];
+    snprintf(field, sizeof field, "cmdstat_%s:calls=", cmd);
+    const char *p = strstr(r->str, field);
+    long long v = p ? strtoll(p + strlen(field), NULL, 10) : 0;
+    freeReplyObject(r);
+    return v;
+}
+
+long long it_script_calls(dh_server *s)
+{
+    return it_cmd_calls(s, "evalsha") + it_cmd_calls(s, "eval");
+}
+
+void it_expect_holder(dh_server *s, const char *name, const char *token)
+{
+    char key[256];
+    it_key(key, sizeof key, name);
+    char *value = it_get(s, key);
+    assert_non_null(value);
+    assert_memory_equal(value, token, DLOCK_TOKEN_LEN);
+    free(value);
 }

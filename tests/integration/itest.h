@@ -8,11 +8,18 @@
 #define DLOCK_ITEST_H
 
 #include "dlock.h"
-#include "harness.h"
+#include "support.h"
 
 #include <pthread.h>
 #include <stdbool.h>
 #include <stdint.h>
+
+/* The server of a test file whose tests share one: it_srv_setup (a cmocka setup, for a
+ * group or a single test) starts it on a free port and asserts that it came up;
+ * it_srv_teardown stops it, paused or not, and removes its directory. */
+extern dh_server it_srv;
+int it_srv_setup(void **state);
+int it_srv_teardown(void **state);
 
 /* Per-node command deadline for tests where timing matters: 100 ms, times the slack
  * (design.md: at least 100 ms under valgrind or TSan). */
@@ -21,6 +28,18 @@ int64_t it_timeout_ms(void);
 /* A client for server s (its url) with timeout_ms and connect_timeout_ms set
  * explicitly; asserts success. */
 dlock_client *it_client(dh_server *s, int64_t timeout_ms);
+
+/* A zeroed config with the timeouts of timing-sensitive tests: it_timeout_ms() per
+ * node command, one second (times the slack) to connect. */
+void it_config_init(dlock_config *cfg);
+
+/* The number of script calls (EVALSHA and EVAL) server s has received: the lock
+ * commands clients sent, a proxy for round trips. Not total_commands_processed,
+ * which also counts every command a script runs. */
+long long it_script_calls(dh_server *s);
+/* Calls of one command (lowercase, as INFO commandstats names it) server s has
+ * received. */
+long long it_cmd_calls(dh_server *s, const char *cmd);
 
 /* Same, with a caller's config (its timeouts are used as given). */
 dlock_client *it_client_cfg(const char *servers, const dlock_config *cfg);
@@ -35,6 +54,15 @@ long long it_exists(dh_server *s, const char *key);
 long long it_connected_clients(dh_server *s); /* INFO clients: connected_clients */
 char *it_get(dh_server *s, const char *key);  /* malloc'd copy or NULL when missing */
 void it_del(dh_server *s, const char *key);
+
+/* The environment changes (for dh_run) under which the dlock command talks to s
+ * alone: DLOCK_SERVERS set to its URL, DLOCK_PASSWORD from the caller's shell removed.
+ * Static storage, rewritten by each call. */
+const char *const *it_cli_env(const dh_server *s);
+
+/* Assert that lock name's key on s holds token (the first DLOCK_TOKEN_LEN bytes of
+ * its value): its holder's lock is untouched. */
+void it_expect_holder(dh_server *s, const char *name, const char *token);
 
 /* Acquire with a ttl and no wait; asserts DLOCK_OK and returns the handle. */
 dlock_lock *it_acquire(dlock_client *c, const char *name, int64_t ttl_ms);

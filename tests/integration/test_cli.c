@@ -83,15 +83,9 @@ static void run_env(run *r, const char *const env[], ...)
 }
 
 /* The default environment: the plain server, no password from the caller's shell. */
-static char plain_env_servers[160];
 static const char *const *plain_env(void)
 {
-    static const char *env[3];
-    snprintf(plain_env_servers, sizeof plain_env_servers, "DLOCK_SERVERS=%s", plain.url);
-    env[0] = plain_env_servers;
-    env[1] = "DLOCK_PASSWORD";
-    env[2] = NULL;
-    return env;
+    return it_cli_env(&plain);
 }
 
 #define RUN(r, ...) run_env((r), plain_env(), __VA_ARGS__, (const char *)NULL)
@@ -713,12 +707,7 @@ static void test_sigint_cancels_wait(void **state)
     assert_true(strchr(err, '\n') == err + strlen(err) - 1);
 
     /* The holder's lock is untouched. */
-    char key[256];
-    it_key(key, sizeof key, "cli-sig");
-    char *value = it_get(&plain, key);
-    assert_non_null(value);
-    assert_memory_equal(value, token, DLOCK_TOKEN_LEN);
-    free(value);
+    it_expect_holder(&plain, "cli-sig", token);
     run r;
     RUN(&r, "release", "cli-sig", token);
     expect_status(&r, 0);

@@ -23,29 +23,13 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-static dh_server g_srv;
-
-static int setup_plain(void **state)
-{
-    (void)state;
-    assert_int_equal(dh_server_start(&g_srv, NULL), 0);
-    return 0;
-}
-
-static int teardown_plain(void **state)
-{
-    (void)state;
-    dh_server_stop(&g_srv);
-    return 0;
-}
-
 /* A sentinel that a failing call must overwrite with NULL. */
 #define SENTINEL(p) ((void *)&(p))
 
 static void null_arguments(void **state)
 {
     (void)state;
-    dlock_client *c = it_client(&g_srv, 500);
+    dlock_client *c = it_client(&it_srv, 500);
     dlock_lock *l = SENTINEL(l);
     dlock_holder h;
 
@@ -88,7 +72,7 @@ static void null_arguments(void **state)
     dlock_client *out = SENTINEL(out);
     assert_int_equal(dlock_client_new(NULL, NULL, &out), DLOCK_ERR_INVALID);
     assert_null(out);
-    assert_int_equal(dlock_client_new(g_srv.url, NULL, NULL), DLOCK_ERR_INVALID);
+    assert_int_equal(dlock_client_new(it_srv.url, NULL, NULL), DLOCK_ERR_INVALID);
     dlock_client_free(NULL); /* a no-op */
 
     /* After all that misuse the client still works, and a success clears errmsg. */
@@ -101,7 +85,7 @@ static void null_arguments(void **state)
 static void names(void **state)
 {
     (void)state;
-    dlock_client *c = it_client(&g_srv, 500);
+    dlock_client *c = it_client(&it_srv, 500);
     dlock_lock *l = SENTINEL(l);
     assert_int_equal(dlock_acquire(c, "", NULL, &l), DLOCK_ERR_INVALID);
     assert_null(l);
@@ -122,9 +106,9 @@ static void names(void **state)
     char *key = malloc(DLOCK_NAME_MAX + 16);
     assert_non_null(key);
     it_key(key, DLOCK_NAME_MAX + 16, name);
-    assert_int_equal(it_exists(&g_srv, key), 1);
+    assert_int_equal(it_exists(&it_srv, key), 1);
     assert_int_equal(dlock_release(l), DLOCK_OK);
-    assert_int_equal(it_exists(&g_srv, key), 0);
+    assert_int_equal(it_exists(&it_srv, key), 0);
     free(key);
     free(name);
 
@@ -134,7 +118,7 @@ static void names(void **state)
         l = it_acquire(c, odd[i], 2000);
         char k[128];
         it_key(k, sizeof k, odd[i]);
-        assert_int_equal(it_exists(&g_srv, k), 1);
+        assert_int_equal(it_exists(&it_srv, k), 1);
         assert_int_equal(dlock_release(l), DLOCK_OK);
     }
     dlock_client_free(c);
@@ -143,7 +127,7 @@ static void names(void **state)
 static void ttls(void **state)
 {
     (void)state;
-    dlock_client *c = it_client(&g_srv, 500);
+    dlock_client *c = it_client(&it_srv, 500);
     const int64_t bad[] = {-1, INT64_MAX, DLOCK_TTL_MIN_MS - 1, (int64_t)DLOCK_TTL_MAX_MS + 1,
                            INT64_MIN};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
@@ -156,11 +140,11 @@ static void ttls(void **state)
     }
     char key[64];
     it_key(key, sizeof key, "ttl");
-    assert_int_equal(it_exists(&g_srv, key), 0);
+    assert_int_equal(it_exists(&it_srv, key), 0);
 
     /* The bounds themselves are accepted. */
     dlock_lock *l = it_acquire(c, "ttl", DLOCK_TTL_MAX_MS);
-    long long p = it_pttl(&g_srv, key);
+    long long p = it_pttl(&it_srv, key);
     assert_true(p > (long long)DLOCK_TTL_MAX_MS - 60000);
     assert_int_equal(dlock_release(l), DLOCK_OK);
     l = it_acquire(c, "ttl", DLOCK_TTL_MIN_MS);
@@ -168,7 +152,7 @@ static void ttls(void **state)
 
     /* ttl_ms 0 is the 30 s default. */
     l = it_acquire(c, "ttl", 0);
-    p = it_pttl(&g_srv, key);
+    p = it_pttl(&it_srv, key);
     printf("INFO PTTL with default ttl: %lld\n", p);
     assert_true(p > DLOCK_TTL_DEFAULT_MS - 5000 && p <= DLOCK_TTL_DEFAULT_MS);
     assert_int_equal(dlock_release(l), DLOCK_OK);
@@ -176,7 +160,7 @@ static void ttls(void **state)
     /* NULL opts: the same default. */
     l = NULL;
     assert_int_equal(dlock_acquire(c, "ttl", NULL, &l), DLOCK_OK);
-    p = it_pttl(&g_srv, key);
+    p = it_pttl(&it_srv, key);
     assert_true(p > DLOCK_TTL_DEFAULT_MS - 5000 && p <= DLOCK_TTL_DEFAULT_MS);
 
     /* extend with a bad ttl: INVALID, and the lock is untouched and still held. */
@@ -184,7 +168,7 @@ static void ttls(void **state)
                                INT64_MAX};
     for (size_t i = 0; i < sizeof bad_ext / sizeof bad_ext[0]; i++)
         assert_int_equal(dlock_extend(l, bad_ext[i]), DLOCK_ERR_INVALID);
-    p = it_pttl(&g_srv, key);
+    p = it_pttl(&it_srv, key);
     assert_true(p > DLOCK_TTL_DEFAULT_MS - 5000);
     assert_int_equal(dlock_check(l), DLOCK_OK);
     assert_true(dlock_remaining_ms(l) > 0);
@@ -195,7 +179,7 @@ static void ttls(void **state)
 static void options_and_config(void **state)
 {
     (void)state;
-    dlock_client *c = it_client(&g_srv, 500);
+    dlock_client *c = it_client(&it_srv, 500);
     dlock_lock *l = SENTINEL(l);
     dlock_opts o = {0};
     o.wait_ms = -2; /* only 0, > 0 and -1 mean something */
@@ -224,22 +208,22 @@ static void options_and_config(void **state)
     dlock_config cfg = {0};
     dlock_client *out = SENTINEL(out);
     cfg.timeout_ms = -1;
-    assert_int_equal(dlock_client_new(g_srv.url, &cfg, &out), DLOCK_ERR_INVALID);
+    assert_int_equal(dlock_client_new(it_srv.url, &cfg, &out), DLOCK_ERR_INVALID);
     assert_null(out);
     memset(&cfg, 0, sizeof cfg);
     cfg.connect_timeout_ms = -1;
-    assert_int_equal(dlock_client_new(g_srv.url, &cfg, &out), DLOCK_ERR_INVALID);
+    assert_int_equal(dlock_client_new(it_srv.url, &cfg, &out), DLOCK_ERR_INVALID);
 
     char prefix[DLOCK_PREFIX_MAX + 2];
     memset(prefix, 'p', sizeof prefix - 1);
     prefix[sizeof prefix - 1] = '\0';
     memset(&cfg, 0, sizeof cfg);
     cfg.prefix = prefix;
-    assert_int_equal(dlock_client_new(g_srv.url, &cfg, &out), DLOCK_ERR_INVALID);
+    assert_int_equal(dlock_client_new(it_srv.url, &cfg, &out), DLOCK_ERR_INVALID);
 
     memset(&cfg, 0, sizeof cfg);
     cfg.reserved[0] = 1;
-    rc = dlock_client_new(g_srv.url, &cfg, &out);
+    rc = dlock_client_new(it_srv.url, &cfg, &out);
     it_show("client_new with cfg.reserved[0] = 1", rc);
     if (rc == DLOCK_OK)
         dlock_client_free(out);
@@ -248,10 +232,10 @@ static void options_and_config(void **state)
     memset(&cfg, 0, sizeof cfg);
     cfg.timeout_ms = 500;
     cfg.prefix = "app:";
-    c = it_client_cfg(g_srv.url, &cfg);
+    c = it_client_cfg(it_srv.url, &cfg);
     l = it_acquire(c, "pfx", 2000);
-    assert_int_equal(it_exists(&g_srv, "app:{pfx}"), 1);
-    assert_int_equal(it_exists(&g_srv, "dlock:{pfx}"), 0);
+    assert_int_equal(it_exists(&it_srv, "app:{pfx}"), 1);
+    assert_int_equal(it_exists(&it_srv, "dlock:{pfx}"), 0);
     assert_int_equal(dlock_release(l), DLOCK_OK);
     dlock_client_free(c);
 }
@@ -259,7 +243,7 @@ static void options_and_config(void **state)
 static void second_release_through_adopted_handle(void **state)
 {
     (void)state;
-    dlock_client *c = it_client(&g_srv, 500);
+    dlock_client *c = it_client(&it_srv, 500);
     dlock_lock *l = it_acquire(c, "dbl", 5000);
     dlock_lock *twin = NULL;
     assert_int_equal(dlock_lock_adopt(c, "dbl", dlock_token(l), &twin), DLOCK_OK);
@@ -370,12 +354,12 @@ static void huge_reply_is_refused(void **state)
     char *big = malloc(len);
     assert_non_null(big);
     memset(big, 'x', len);
-    redisReply *r = dh_cmd(&g_srv, "SET %s %b", "dlock:{big}", big, len);
+    redisReply *r = dh_cmd(&it_srv, "SET %s %b", "dlock:{big}", big, len);
     assert_non_null(r);
     freeReplyObject(r);
     free(big);
 
-    dlock_client *c = it_client(&g_srv, 500);
+    dlock_client *c = it_client(&it_srv, 500);
     dlock_holder h;
     int rc = dlock_inspect(c, "big", &h);
     it_show("inspect of a 1 MiB value", rc);
@@ -388,17 +372,17 @@ static void huge_reply_is_refused(void **state)
     it_show("acquire of a name whose key holds 1 MiB", rc);
     assert_int_equal(rc, DLOCK_ERR_BUSY);
     assert_null(l);
-    it_del(&g_srv, "dlock:{big}");
+    it_del(&it_srv, "dlock:{big}");
     dlock_client_free(c);
 }
 
 static void wrong_type_key(void **state)
 {
     (void)state;
-    redisReply *r = dh_cmd(&g_srv, "HSET dlock:{wt} a b");
+    redisReply *r = dh_cmd(&it_srv, "HSET dlock:{wt} a b");
     assert_non_null(r);
     freeReplyObject(r);
-    dlock_client *c = it_client(&g_srv, 500);
+    dlock_client *c = it_client(&it_srv, 500);
     dlock_lock *l = SENTINEL(l);
     int rc = dlock_acquire(c, "wt", NULL, &l);
     it_show("acquire over a hash key", rc);
@@ -410,14 +394,14 @@ static void wrong_type_key(void **state)
     rc = dlock_inspect(c, "wt", &h);
     it_show("inspect of a hash key", rc);
     assert_int_not_equal(rc, DLOCK_OK);
-    r = dh_cmd(&g_srv, "HGET dlock:{wt} a");
+    r = dh_cmd(&it_srv, "HGET dlock:{wt} a");
     assert_non_null(r);
     assert_int_equal(r->type, REDIS_REPLY_STRING);
     assert_string_equal(r->str, "b"); /* untouched */
     freeReplyObject(r);
     l = it_acquire(c, "wt-ok", 1000);
     assert_int_equal(dlock_release(l), DLOCK_OK);
-    it_del(&g_srv, "dlock:{wt}");
+    it_del(&it_srv, "dlock:{wt}");
     dlock_client_free(c);
 }
 
@@ -427,7 +411,7 @@ static void refused_select_takes_nothing(void **state)
     /* Database 99 does not exist (16 by default): SELECT is refused, and the acquire
      * must not run in database 0 instead. */
     char url[160];
-    snprintf(url, sizeof url, "%s/99", g_srv.url);
+    snprintf(url, sizeof url, "%s/99", it_srv.url);
     dlock_config cfg = {0};
     cfg.timeout_ms = 500;
     dlock_client *c = it_client_cfg(url, &cfg);
@@ -437,17 +421,17 @@ static void refused_select_takes_nothing(void **state)
         it_show("acquire with SELECT 99 refused", rc);
         assert_int_not_equal(rc, DLOCK_OK);
         assert_null(l);
-        assert_int_equal(it_exists(&g_srv, "dlock:{sel}"), 0);
+        assert_int_equal(it_exists(&it_srv, "dlock:{sel}"), 0);
     }
     dlock_client_free(c);
 
     /* A database that exists is used, and db 0 stays empty of our key. */
-    snprintf(url, sizeof url, "%s/3", g_srv.url);
+    snprintf(url, sizeof url, "%s/3", it_srv.url);
     c = it_client_cfg(url, &cfg);
     dlock_lock *l = it_acquire(c, "sel", 2000);
-    assert_int_equal(it_exists(&g_srv, "dlock:{sel}"), 0);
+    assert_int_equal(it_exists(&it_srv, "dlock:{sel}"), 0);
     redisReply *r;
-    redisContext *rc3 = dh_connect(&g_srv);
+    redisContext *rc3 = dh_connect(&it_srv);
     assert_non_null(rc3);
     r = redisCommand(rc3, "SELECT 3");
     freeReplyObject(r);
@@ -463,7 +447,7 @@ static void refused_select_takes_nothing(void **state)
 static void fork_child_gets_closed(void **state)
 {
     (void)state;
-    dlock_client *c = it_client(&g_srv, 500);
+    dlock_client *c = it_client(&it_srv, 500);
     dlock_lock *held = it_acquire(c, "fork", 10000);
     fflush(stdout);
     pid_t pid = fork();
@@ -488,11 +472,11 @@ static void fork_child_gets_closed(void **state)
     /* The child touched nothing of ours: the lock is still held, the client works. */
     char key[64];
     it_key(key, sizeof key, "fork");
-    assert_int_equal(it_exists(&g_srv, key), 1);
+    assert_int_equal(it_exists(&it_srv, key), 1);
     assert_int_equal(dlock_check(held), DLOCK_OK);
     assert_int_equal(dlock_release(held), DLOCK_OK);
     it_key(key, sizeof key, "fork-child");
-    assert_int_equal(it_exists(&g_srv, key), 0);
+    assert_int_equal(it_exists(&it_srv, key), 0);
     dlock_client_free(c);
 }
 
@@ -563,29 +547,13 @@ static void auth_codes(void **state)
 
 /* ---- servers that are down, paused or gone ---------------------------------- */
 
-/* Each test here gets a fresh server and stops it; the fixture only cleans up. */
-static int setup_fresh(void **state)
-{
-    (void)state;
-    assert_int_equal(dh_server_start(&g_srv, NULL), 0);
-    return 0;
-}
-
-static int teardown_fresh(void **state)
-{
-    (void)state;
-    dh_server_resume(&g_srv);
-    dh_server_stop(&g_srv);
-    return 0;
-}
-
 static dlock_client *timed_client(int64_t *bound_ms)
 {
     dlock_config cfg = {0};
     cfg.timeout_ms = it_timeout_ms();
     cfg.connect_timeout_ms = 200 * dh_slack();
     *bound_ms = (cfg.timeout_ms + cfg.connect_timeout_ms) * dh_slack();
-    return it_client_cfg(g_srv.url, &cfg);
+    return it_client_cfg(it_srv.url, &cfg);
 }
 
 static void server_down(void **state)
@@ -593,7 +561,7 @@ static void server_down(void **state)
     (void)state;
     int64_t bound;
     dlock_client *c = timed_client(&bound);
-    dh_server_stop(&g_srv); /* nothing listens on the port any more */
+    dh_server_stop(&it_srv); /* nothing listens on the port any more */
     dlock_lock *l = SENTINEL(l);
     int64_t t0 = dh_now_ms();
     int rc = dlock_acquire(c, "down", NULL, &l);
@@ -627,7 +595,7 @@ static void server_paused(void **state)
     dlock_holder h;
     assert_int_equal(dlock_inspect(c, "paused", &h), DLOCK_OK);
 
-    dh_server_pause(&g_srv);
+    dh_server_pause(&it_srv);
     dlock_opts o = {0};
     o.ttl_ms = 5000;
     dlock_lock *l = SENTINEL(l);
@@ -649,7 +617,7 @@ static void server_paused(void **state)
     assert_true(rc == DLOCK_ERR_TIMEOUT || rc == DLOCK_ERR_IO);
     assert_true(took <= bound + 100 * dh_slack());
 
-    dh_server_resume(&g_srv);
+    dh_server_resume(&it_srv);
     /* Works again, on a name the timed-out attempt never touched. */
     l = it_acquire(c, "after-pause", 2000);
     assert_int_equal(dlock_release(l), DLOCK_OK);
@@ -659,7 +627,7 @@ static void server_paused(void **state)
     char key[64];
     it_key(key, sizeof key, "paused");
     printf("INFO after resume, key of the timed-out acquire: exists=%lld pttl=%lld\n",
-           it_exists(&g_srv, key), it_pttl(&g_srv, key));
+           it_exists(&it_srv, key), it_pttl(&it_srv, key));
     assert_int_equal(dlock_inspect(c, "paused", &h), DLOCK_OK);
     dlock_client_free(c);
 }
@@ -672,7 +640,7 @@ static void all_servers_gone(void **state)
     dlock_lock *l1 = it_acquire(c, "gone1", 10000);
     dlock_lock *l2 = it_acquire(c, "gone2", 10000);
     dlock_lock *l3 = it_acquire(c, "gone3", 10000);
-    dh_server_kill(&g_srv);
+    dh_server_kill(&it_srv);
 
     int64_t t0 = dh_now_ms();
     int rc = dlock_extend(l1, 5000);
@@ -723,12 +691,13 @@ int main(void)
     const struct CMUnitTest auth[] = {
         cmocka_unit_test(auth_codes),
     };
+    /* Each test here gets a fresh server and stops it; the fixture only cleans up. */
     const struct CMUnitTest down[] = {
-        cmocka_unit_test_setup_teardown(server_down, setup_fresh, teardown_fresh),
-        cmocka_unit_test_setup_teardown(server_paused, setup_fresh, teardown_fresh),
-        cmocka_unit_test_setup_teardown(all_servers_gone, setup_fresh, teardown_fresh),
+        cmocka_unit_test_setup_teardown(server_down, it_srv_setup, it_srv_teardown),
+        cmocka_unit_test_setup_teardown(server_paused, it_srv_setup, it_srv_teardown),
+        cmocka_unit_test_setup_teardown(all_servers_gone, it_srv_setup, it_srv_teardown),
     };
-    int failed = cmocka_run_group_tests_name("errors", args, setup_plain, teardown_plain);
+    int failed = cmocka_run_group_tests_name("errors", args, it_srv_setup, it_srv_teardown);
     failed += cmocka_run_group_tests_name("auth", auth, setup_auth, teardown_auth);
     failed += cmocka_run_group_tests_name("down", down, NULL, NULL);
     return failed ? 1 : 0;

@@ -17,24 +17,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-static dh_server g_srv;
-
-static int setup(void **state)
-{
-    (void)state;
-    return dh_server_start(&g_srv, NULL);
-}
-
-static int teardown(void **state)
-{
-    (void)state;
-    dh_server_stop(&g_srv);
-    return 0;
-}
-
 static char *register_field(const char *key, const char *field)
 {
-    redisReply *r = dh_cmd(&g_srv, "HGET %s %s", key, field);
+    redisReply *r = dh_cmd(&it_srv, "HGET %s %s", key, field);
     assert_non_null(r);
     char *v = r->type == REDIS_REPLY_STRING ? strdup(r->str) : NULL;
     freeReplyObject(r);
@@ -44,7 +29,7 @@ static char *register_field(const char *key, const char *field)
 static void stale_holder_is_refused(void **state)
 {
     (void)state;
-    dlock_client *c = it_client(&g_srv, it_timeout_ms());
+    dlock_client *c = it_client(&it_srv, it_timeout_ms());
     /* A takes the lock, then "pauses" past its 100 ms lease. */
     dlock_lock *a = it_acquire(c, "res", 100);
     uint64_t fa = dlock_fence(a);
@@ -77,7 +62,7 @@ static void stale_holder_is_refused(void **state)
 static void fenced_set_bad_input(void **state)
 {
     (void)state;
-    dlock_client *c = it_client(&g_srv, it_timeout_ms());
+    dlock_client *c = it_client(&it_srv, it_timeout_ms());
     assert_int_equal(dlock_fenced_set(NULL, "k", 1, "v", 1), DLOCK_ERR_INVALID);
     assert_int_equal(dlock_fenced_set(c, NULL, 1, "v", 1), DLOCK_ERR_INVALID);
     assert_int_equal(dlock_fenced_set(c, "", 1, "v", 1), DLOCK_ERR_INVALID);
@@ -85,7 +70,7 @@ static void fenced_set_bad_input(void **state)
     assert_int_equal(dlock_fenced_set(c, "k", 1, NULL, 1), DLOCK_ERR_INVALID);
     assert_int_equal(dlock_fenced_set(c, "k", 1, NULL, 0), DLOCK_OK); /* empty value */
     /* A register key of the wrong type is a protocol error, not a crash or a write. */
-    redisReply *r = dh_cmd(&g_srv, "SET wrongtype x");
+    redisReply *r = dh_cmd(&it_srv, "SET wrongtype x");
     freeReplyObject(r);
     assert_int_equal(dlock_fenced_set(c, "wrongtype", 5, "v", 1), DLOCK_ERR_PROTOCOL);
     dlock_client_free(c);
@@ -135,5 +120,5 @@ int main(void)
         cmocka_unit_test(fenced_set_bad_input),
         cmocka_unit_test(fence_admit_threads),
     };
-    return cmocka_run_group_tests_name("fence", tests, setup, teardown);
+    return cmocka_run_group_tests_name("fence", tests, it_srv_setup, it_srv_teardown);
 }

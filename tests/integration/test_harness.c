@@ -12,7 +12,7 @@
 
 #include <cmocka.h>
 
-#include "harness.h"
+#include "support.h"
 
 #include <errno.h>
 #include <signal.h>

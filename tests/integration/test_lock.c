@@ -25,22 +25,6 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-static dh_server g_srv; /* the group's server */
-
-static int setup_plain(void **state)
-{
-    (void)state;
-    assert_int_equal(dh_server_start(&g_srv, NULL), 0);
-    return 0;
-}
-
-static int teardown_server(void **state)
-{
-    (void)state;
-    dh_server_stop(&g_srv);
-    return 0;
-}
-
 /* A token other than tok, still valid (32 lowercase hex). */
 static void other_token(const char *tok, char out[DLOCK_TOKEN_LEN + 1])
 {
@@ -74,7 +58,7 @@ static uint64_t server_time_us(dh_server *s)
 static void round_trip_and_key_layout(void **state)
 {
     (void)state;
-    dlock_client *c = it_client(&g_srv, 500);
+    dlock_client *c = it_client(&it_srv, 500);
     dlock_opts o = {0};
     o.ttl_ms = 5000;
     o.label = "itest-label";
@@ -94,7 +78,7 @@ static void round_trip_and_key_layout(void **state)
     char key[64], fkey[64], pid[32];
     it_key(key, sizeof key, "rt");
     it_fence_key(fkey, sizeof fkey, "rt");
-    char *v = it_get(&g_srv, key);
+    char *v = it_get(&it_srv, key);
     assert_non_null(v);
     printf("INFO lock value: %s\n", v);
     assert_memory_equal(v, tok, DLOCK_TOKEN_LEN);
@@ -104,10 +88,10 @@ static void round_trip_and_key_layout(void **state)
     assert_non_null(strstr(v + DLOCK_TOKEN_LEN + 1, pid));
     assert_non_null(strstr(v + DLOCK_TOKEN_LEN + 1, "itest-label"));
     free(v);
-    long long pttl = it_pttl(&g_srv, key);
+    long long pttl = it_pttl(&it_srv, key);
     assert_true(pttl > 0 && pttl <= 5000);
-    assert_int_equal(it_exists(&g_srv, fkey), 1);
-    char *fv = it_get(&g_srv, fkey);
+    assert_int_equal(it_exists(&it_srv, fkey), 1);
+    char *fv = it_get(&it_srv, fkey);
     printf("INFO fence key value: %s, dlock_fence: %llu\n", fv ? fv : "(nil)",
            (unsigned long long)dlock_fence(l));
     free(fv);
@@ -118,9 +102,9 @@ static void round_trip_and_key_layout(void **state)
     assert_null(again);
 
     assert_int_equal(dlock_release(l), DLOCK_OK);
-    assert_int_equal(it_exists(&g_srv, key), 0);
+    assert_int_equal(it_exists(&it_srv, key), 0);
     /* The fence counter outlives the lock: later holders must get more. */
-    assert_int_equal(it_exists(&g_srv, fkey), 1);
+    assert_int_equal(it_exists(&it_srv, fkey), 1);
 
     /* Free again: a second acquire works. */
     l = it_acquire(c, "rt", 1000);
@@ -131,7 +115,7 @@ static void round_trip_and_key_layout(void **state)
 static void expiry_frees_lock(void **state)
 {
     (void)state;
-    dlock_client *a = it_client(&g_srv, 500), *b = it_client(&g_srv, 500);
+    dlock_client *a = it_client(&it_srv, 500), *b = it_client(&it_srv, 500);
     /* Scaled by the slack so that a slow machine (valgrind) does not see the lease
      * run out before the second client's try. */
     int64_t ttl = 100 * dh_slack();
@@ -141,18 +125,18 @@ static void expiry_frees_lock(void **state)
     dh_sleep_ms(2 * ttl);
     char key[64];
     it_key(key, sizeof key, "exp");
-    assert_int_equal(it_exists(&g_srv, key), 0);
+    assert_int_equal(it_exists(&it_srv, key), 0);
     assert_true(dlock_remaining_ms(la) <= 0);
     lb = it_acquire(b, "exp", 5000);
     assert_true(dlock_fence(lb) > dlock_fence(la));
 
     /* The expired holder's release must not delete the new holder's key. */
     assert_int_equal(dlock_release(la), DLOCK_ERR_LOST);
-    char *v = it_get(&g_srv, key);
+    char *v = it_get(&it_srv, key);
     assert_non_null(v);
     assert_memory_equal(v, dlock_token(lb), DLOCK_TOKEN_LEN);
     free(v);
-    assert_true(it_pttl(&g_srv, key) > 0);
+    assert_true(it_pttl(&it_srv, key) > 0);
     assert_int_equal(dlock_release(lb), DLOCK_OK);
     dlock_client_free(a);
     dlock_client_free(b);
@@ -161,11 +145,11 @@ static void expiry_frees_lock(void **state)
 static void wrong_token_cannot_release_or_extend(void **state)
 {
     (void)state;
-    dlock_client *c = it_client(&g_srv, 500);
+    dlock_client *c = it_client(&it_srv, 500);
     dlock_lock *l = it_acquire(c, "wt", 5000);
     char key[64], bad[DLOCK_TOKEN_LEN + 1];
     it_key(key, sizeof key, "wt");
-    char *before = it_get(&g_srv, key);
+    char *before = it_get(&it_srv, key);
     assert_non_null(before);
     other_token(dlock_token(l), bad);
 
@@ -176,14 +160,14 @@ static void wrong_token_cannot_release_or_extend(void **state)
     assert_int_equal(dlock_lock_adopt(c, "wt", bad, &y), DLOCK_OK);
     assert_int_equal(dlock_fence(x), 0);
     assert_int_equal(dlock_extend(x, 60000), DLOCK_ERR_LOST);
-    assert_true(it_pttl(&g_srv, key) <= 5000); /* not extended */
+    assert_true(it_pttl(&it_srv, key) <= 5000); /* not extended */
     assert_int_equal(dlock_release(y), DLOCK_ERR_LOST);
     assert_int_equal(dlock_release(x), DLOCK_ERR_LOST);
 
-    char *after = it_get(&g_srv, key);
+    char *after = it_get(&it_srv, key);
     assert_non_null(after);
     assert_string_equal(before, after);
-    assert_true(it_pttl(&g_srv, key) > 0);
+    assert_true(it_pttl(&it_srv, key) > 0);
     free(before);
     free(after);
     assert_int_equal(dlock_check(l), DLOCK_OK);
@@ -194,16 +178,16 @@ static void wrong_token_cannot_release_or_extend(void **state)
 static void extend_keeps_it_alive(void **state)
 {
     (void)state;
-    dlock_client *a = it_client(&g_srv, 500), *b = it_client(&g_srv, 500);
+    dlock_client *a = it_client(&it_srv, 500), *b = it_client(&it_srv, 500);
     long long k = dh_slack();
     dlock_lock *l = it_acquire(a, "ext", 300 * k);
     assert_int_equal(dlock_extend(l, 2000 * k), DLOCK_OK);
     char key[64];
     it_key(key, sizeof key, "ext");
-    long long p = it_pttl(&g_srv, key);
+    long long p = it_pttl(&it_srv, key);
     assert_true(p > 300 * k && p <= 2000 * k);
     dh_sleep_ms(600 * k); /* twice the first lease: it would have run out by now */
-    p = it_pttl(&g_srv, key);
+    p = it_pttl(&it_srv, key);
     printf("INFO PTTL %lld ms after extend(%lld): %lld\n", 600 * k, 2000 * k, p);
     assert_true(p > 0);
     assert_true(dlock_remaining_ms(l) > 0);
@@ -213,7 +197,7 @@ static void extend_keeps_it_alive(void **state)
 
     /* extend sets, it does not add: extend(500) brings a long lease down. */
     assert_int_equal(dlock_extend(l, 500), DLOCK_OK);
-    p = it_pttl(&g_srv, key);
+    p = it_pttl(&it_srv, key);
     assert_true(p > 0 && p <= 500);
     assert_int_equal(dlock_release(l), DLOCK_OK);
     dlock_client_free(a);
@@ -223,7 +207,7 @@ static void extend_keeps_it_alive(void **state)
 static void fences_strictly_increase(void **state)
 {
     (void)state;
-    dlock_client *a = it_client(&g_srv, 500), *b = it_client(&g_srv, 500);
+    dlock_client *a = it_client(&it_srv, 500), *b = it_client(&it_srv, 500);
     uint64_t last = 0;
     for (int i = 0; i < 20; i++) {
         dlock_client *c = (i % 2) ? a : b;
@@ -250,8 +234,8 @@ static void fences_strictly_increase(void **state)
 static void fence_has_time_floor(void **state)
 {
     (void)state;
-    dlock_client *c = it_client(&g_srv, 500);
-    uint64_t t = server_time_us(&g_srv);
+    dlock_client *c = it_client(&it_srv, 500);
+    uint64_t t = server_time_us(&it_srv);
     dlock_lock *l = it_acquire(c, "floor", 1000);
     printf("INFO fence %llu, server TIME before %llu us\n", (unsigned long long)dlock_fence(l),
            (unsigned long long)t);
@@ -263,7 +247,7 @@ static void fence_has_time_floor(void **state)
 static void inspect_free_and_held(void **state)
 {
     (void)state;
-    dlock_client *c = it_client(&g_srv, 500);
+    dlock_client *c = it_client(&it_srv, 500);
     dlock_holder h;
     memset(&h, 0x5a, sizeof h);
     assert_int_equal(dlock_inspect(c, "insp", &h), DLOCK_OK);
@@ -298,7 +282,7 @@ static void inspect_free_and_held(void **state)
 static void check_and_lost_fd(void **state)
 {
     (void)state;
-    dlock_client *c = it_client(&g_srv, 500);
+    dlock_client *c = it_client(&it_srv, 500);
     dlock_lock *l = it_acquire(c, "chk", 5000);
     assert_int_equal(dlock_check(l), DLOCK_OK);
     int fd = dlock_lost_fd(l);
@@ -309,7 +293,7 @@ static void check_and_lost_fd(void **state)
 
     char key[64];
     it_key(key, sizeof key, "chk");
-    it_del(&g_srv, key); /* an outsider deletes it */
+    it_del(&it_srv, key); /* an outsider deletes it */
     assert_int_equal(dlock_check(l), DLOCK_ERR_LOST);
     assert_true(dlock_remaining_ms(l) <= 0);
     assert_int_equal(poll(&p, 1, 0), 1);
@@ -320,8 +304,8 @@ static void check_and_lost_fd(void **state)
     dlock_lock *m = it_acquire(c, "chk", 5000);
     int fd2 = dlock_lost_fd(m);
     assert_true(fd2 >= 0);
-    it_del(&g_srv, key);
-    dlock_client *o = it_client(&g_srv, 500);
+    it_del(&it_srv, key);
+    dlock_client *o = it_client(&it_srv, 500);
     dlock_lock *n = it_acquire(o, "chk", 5000);
     assert_int_equal(dlock_extend(m, 5000), DLOCK_ERR_LOST);
     struct pollfd p2 = {.fd = fd2, .events = POLLIN};
@@ -336,17 +320,17 @@ static void check_and_lost_fd(void **state)
 static void detach_adopt_release(void **state)
 {
     (void)state;
-    dlock_client *a = it_client(&g_srv, 500), *b = it_client(&g_srv, 500);
+    dlock_client *a = it_client(&it_srv, 500), *b = it_client(&it_srv, 500);
     dlock_lock *l = it_acquire(a, "det", 5000);
     char tok[DLOCK_TOKEN_LEN + 1];
     memcpy(tok, dlock_token(l), sizeof tok);
     assert_int_equal(dlock_lock_detach(l), DLOCK_OK);
     char key[64];
     it_key(key, sizeof key, "det");
-    assert_int_equal(it_exists(&g_srv, key), 1);
+    assert_int_equal(it_exists(&it_srv, key), 1);
     /* Freeing the client must not release a detached lock. */
     dlock_client_free(a);
-    assert_int_equal(it_exists(&g_srv, key), 1);
+    assert_int_equal(it_exists(&it_srv, key), 1);
 
     dlock_lock *m = NULL;
     assert_int_equal(dlock_lock_adopt(b, "det", tok, &m), DLOCK_OK);
@@ -357,14 +341,14 @@ static void detach_adopt_release(void **state)
     assert_int_equal(dlock_extend(m, 3000), DLOCK_OK);
     assert_true(dlock_remaining_ms(m) > 0);
     assert_int_equal(dlock_release(m), DLOCK_OK);
-    assert_int_equal(it_exists(&g_srv, key), 0);
+    assert_int_equal(it_exists(&it_srv, key), 0);
     dlock_client_free(b);
 }
 
 static void client_free_releases_attached(void **state)
 {
     (void)state;
-    dlock_client *a = it_client(&g_srv, 500);
+    dlock_client *a = it_client(&it_srv, 500);
     (void)it_acquire(a, "cf1", 5000);
     (void)it_acquire(a, "cf2", 5000);
     dlock_client_free(a);
@@ -373,15 +357,15 @@ static void client_free_releases_attached(void **state)
     it_key(k2, sizeof k2, "cf2");
     /* The release is sent without waiting for replies: give it a moment to land. */
     int64_t deadline = dh_now_ms() + 1000 * dh_slack();
-    while ((it_exists(&g_srv, k1) || it_exists(&g_srv, k2)) && dh_now_ms() < deadline)
+    while ((it_exists(&it_srv, k1) || it_exists(&it_srv, k2)) && dh_now_ms() < deadline)
         dh_sleep_ms(10);
-    assert_int_equal(it_exists(&g_srv, k1), 0);
-    assert_int_equal(it_exists(&g_srv, k2), 0);
+    assert_int_equal(it_exists(&it_srv, k1), 0);
+    assert_int_equal(it_exists(&it_srv, k2), 0);
 }
 
 static void flush(void)
 {
-    redisReply *r = dh_cmd(&g_srv, "SCRIPT FLUSH");
+    redisReply *r = dh_cmd(&it_srv, "SCRIPT FLUSH");
     assert_non_null(r);
     assert_int_equal(r->type, REDIS_REPLY_STATUS);
     freeReplyObject(r);
@@ -390,7 +374,7 @@ static void flush(void)
 static void script_flush_between_operations(void **state)
 {
     (void)state;
-    dlock_client *c = it_client(&g_srv, 500);
+    dlock_client *c = it_client(&it_srv, 500);
     /* Warm up so that the scripts are loaded and then forgotten. */
     dlock_lock *l = it_acquire(c, "sf", 5000);
     assert_int_equal(dlock_release(l), DLOCK_OK);
@@ -408,21 +392,21 @@ static void script_flush_between_operations(void **state)
     assert_int_equal(dlock_release(l), DLOCK_OK);
     char key[64];
     it_key(key, sizeof key, "sf");
-    assert_int_equal(it_exists(&g_srv, key), 0);
+    assert_int_equal(it_exists(&it_srv, key), 0);
     dlock_client_free(c);
 }
 
 static void server_restart_between_operations(void **state)
 {
     (void)state;
-    dlock_client *c = it_client(&g_srv, 500);
+    dlock_client *c = it_client(&it_srv, 500);
     dlock_lock *l = it_acquire(c, "rs", 5000);
     uint64_t f1 = dlock_fence(l);
     assert_int_equal(dlock_release(l), DLOCK_OK);
 
     /* The client's pooled connection is now dead; the next call must reconnect by
      * itself and succeed. */
-    assert_int_equal(dh_server_restart(&g_srv), 0);
+    assert_int_equal(dh_server_restart(&it_srv), 0);
     dlock_lock *m = NULL;
     dlock_opts o = {0};
     o.ttl_ms = 5000;
@@ -437,14 +421,14 @@ static void server_restart_between_operations(void **state)
     assert_true(f2 > f1);
 
     /* A lock held across a restart is gone: release says LOST, not an I/O error. */
-    assert_int_equal(dh_server_restart(&g_srv), 0);
+    assert_int_equal(dh_server_restart(&it_srv), 0);
     rc = dlock_release(m);
     if (rc != DLOCK_ERR_LOST)
         it_show("release after restart", rc);
     assert_int_equal(rc, DLOCK_ERR_LOST);
 
     /* Idle connection, restart, inspect: also fine. */
-    assert_int_equal(dh_server_restart(&g_srv), 0);
+    assert_int_equal(dh_server_restart(&it_srv), 0);
     dlock_holder h;
     rc = dlock_inspect(c, "rs", &h);
     if (rc != DLOCK_OK)
@@ -454,16 +438,22 @@ static void server_restart_between_operations(void **state)
     dlock_client_free(c);
 }
 
+/* A client of url with a 500 ms timeout whose log messages go to *lg (emptied first). */
+static dlock_client *logged_client(const char *url, it_log *lg)
+{
+    it_log_init(lg);
+    dlock_config cfg = {0};
+    cfg.timeout_ms = 500;
+    cfg.log = it_log_cb;
+    cfg.log_user = lg;
+    return it_client_cfg(url, &cfg);
+}
+
 static void no_eviction_warning_on_default_server(void **state)
 {
     (void)state;
     it_log lg;
-    it_log_init(&lg);
-    dlock_config cfg = {0};
-    cfg.timeout_ms = 500;
-    cfg.log = it_log_cb;
-    cfg.log_user = &lg;
-    dlock_client *c = it_client_cfg(g_srv.url, &cfg);
+    dlock_client *c = logged_client(it_srv.url, &lg);
     dlock_lock *l = it_acquire(c, "noev", 1000);
     assert_int_equal(dlock_release(l), DLOCK_OK);
     dlock_client_free(c);
@@ -489,7 +479,7 @@ static void *release_later(void *arg)
 static void wait_for_release(void **state)
 {
     (void)state;
-    dlock_client *a = it_client(&g_srv, 500), *b = it_client(&g_srv, 500);
+    dlock_client *a = it_client(&it_srv, 500), *b = it_client(&it_srv, 500);
     struct releaser rel = {.l = it_acquire(a, "wait", 10000), .after_ms = 200};
     pthread_t th;
     assert_int_equal(pthread_create(&th, NULL, release_later, &rel), 0);
@@ -541,7 +531,7 @@ static void *cancel_later(void *arg)
 static void cancel_fd_ends_wait(void **state)
 {
     (void)state;
-    dlock_client *a = it_client(&g_srv, 500), *b = it_client(&g_srv, 500);
+    dlock_client *a = it_client(&it_srv, 500), *b = it_client(&it_srv, 500);
     dlock_lock *h = it_acquire(a, "cancel", 10000);
     int efd = eventfd(0, EFD_CLOEXEC);
     assert_true(efd > 0);
@@ -586,12 +576,7 @@ static void allkeys_lru_is_reported(void **state)
 {
     (void)state;
     it_log lg;
-    it_log_init(&lg);
-    dlock_config cfg = {0};
-    cfg.timeout_ms = 500;
-    cfg.log = it_log_cb;
-    cfg.log_user = &lg;
-    dlock_client *c = it_client_cfg(g_lru.url, &cfg);
+    dlock_client *c = logged_client(g_lru.url, &lg);
     /* No connection before the first call, so nothing to report yet. */
     assert_int_equal(lg.n, 0);
     dlock_lock *l = it_acquire(c, "lru", 1000);
@@ -612,12 +597,7 @@ static void volatile_policy_is_reported(void **state)
     assert_non_null(r);
     freeReplyObject(r);
     it_log lg;
-    it_log_init(&lg);
-    dlock_config cfg = {0};
-    cfg.timeout_ms = 500;
-    cfg.log = it_log_cb;
-    cfg.log_user = &lg;
-    dlock_client *c = it_client_cfg(g_lru.url, &cfg);
+    dlock_client *c = logged_client(g_lru.url, &lg);
     dlock_holder h;
     assert_int_equal(dlock_inspect(c, "lru", &h), DLOCK_OK);
     assert_int_equal(it_log_count(&lg, DLOCK_LOG_WARN, "volatile-ttl"), 1);
@@ -722,7 +702,7 @@ int main(void)
     const struct CMUnitTest unixsock[] = {
         cmocka_unit_test(unix_socket_url),
     };
-    int failed = cmocka_run_group_tests_name("lock", basics, setup_plain, teardown_server);
+    int failed = cmocka_run_group_tests_name("lock", basics, it_srv_setup, it_srv_teardown);
     failed += cmocka_run_group_tests_name("eviction", eviction, setup_lru, teardown_lru);
     failed += cmocka_run_group_tests_name("unix", unixsock, setup_unix, teardown_unix);
     return failed ? 1 : 0;

@@ -30,22 +30,6 @@
 #define LOCK    "counter-lock"
 #define COUNTER "counter"
 
-static dh_server g_srv;
-
-static int setup(void **state)
-{
-    (void)state;
-    assert_int_equal(dh_server_start(&g_srv, NULL), 0);
-    return 0;
-}
-
-static int teardown(void **state)
-{
-    (void)state;
-    dh_server_stop(&g_srv);
-    return 0;
-}
-
 static int64_t mutex_timeout_ms(void)
 {
     /* Not a timing test: a generous per-node deadline keeps a loaded 2-core machine
@@ -59,19 +43,19 @@ static dlock_client *new_client(void)
     cfg.timeout_ms = mutex_timeout_ms();
     cfg.connect_timeout_ms = 1000 * dh_slack();
     dlock_client *c = NULL;
-    return dlock_client_new(g_srv.url, &cfg, &c) == DLOCK_OK ? c : NULL;
+    return dlock_client_new(it_srv.url, &cfg, &c) == DLOCK_OK ? c : NULL;
 }
 
 static void reset_counter(void)
 {
-    redisReply *r = dh_cmd(&g_srv, "SET %s 0", COUNTER);
+    redisReply *r = dh_cmd(&it_srv, "SET %s 0", COUNTER);
     assert_non_null(r);
     freeReplyObject(r);
 }
 
 static long long read_counter(void)
 {
-    redisReply *r = dh_cmd(&g_srv, "GET %s", COUNTER);
+    redisReply *r = dh_cmd(&it_srv, "GET %s", COUNTER);
     assert_non_null(r);
     assert_int_equal(r->type, REDIS_REPLY_STRING);
     long long v = strtoll(r->str, NULL, 10);
@@ -105,7 +89,7 @@ static void worker_fail(struct worker *w, int rc, const char *what)
 static void run_worker(struct worker *w)
 {
     dlock_client *c = w->client ? w->client : new_client();
-    redisContext *rc_ = dh_connect(&g_srv);
+    redisContext *rc_ = dh_connect(&it_srv);
     if (!c || !rc_) {
         worker_fail(w, 0, "setup");
         goto out;
@@ -217,7 +201,7 @@ static void run_threads(const char *shape, bool shared)
 static void *unlocked_main(void *arg)
 {
     (void)arg;
-    redisContext *c = dh_connect(&g_srv);
+    redisContext *c = dh_connect(&it_srv);
     for (int i = 0; c && i < ROUNDS; i++) {
         redisReply *r = redisCommand(c, "GET %s", COUNTER);
         long long v = (r && r->type == REDIS_REPLY_STRING) ? strtoll(r->str, NULL, 10) : 0;
@@ -301,5 +285,5 @@ int main(void)
         cmocka_unit_test(threads_own_clients),
         cmocka_unit_test(forked_processes),
     };
-    return cmocka_run_group_tests_name("mutex", tests, setup, teardown);
+    return cmocka_run_group_tests_name("mutex", tests, it_srv_setup, it_srv_teardown);
 }

@@ -70,9 +70,8 @@ static int setup5(void **state)
 
 static dlock_client *client(int restart_voting, int fence_mode, int64_t max_lease_ms)
 {
-    dlock_config cfg = {0};
-    cfg.timeout_ms = it_timeout_ms();
-    cfg.connect_timeout_ms = 1000 * dh_slack();
+    dlock_config cfg;
+    it_config_init(&cfg);
     cfg.restart_voting = restart_voting;
     cfg.fence_mode = fence_mode;
     cfg.max_lease_ms = max_lease_ms;
@@ -432,9 +431,8 @@ static int64_t mono_ns(void)
 static int worker(int id, const char *path)
 {
     int fd = open(path, O_WRONLY | O_APPEND | O_CLOEXEC);
-    dlock_config cfg = {0};
-    cfg.timeout_ms = it_timeout_ms();
-    cfg.connect_timeout_ms = 1000 * dh_slack();
+    dlock_config cfg;
+    it_config_init(&cfg);
     cfg.max_lease_ms = 2000;
     dlock_client *c = NULL;
     if (fd < 0 || dlock_client_new(g_urls, &cfg, &c) != DLOCK_OK)

@@ -24,41 +24,9 @@
 #include <time.h>
 #include <unistd.h>
 
-static dh_server g_srv;
-
-static int setup(void **state)
-{
-    (void)state;
-    return dh_server_start(&g_srv, NULL);
-}
-
-static int teardown(void **state)
-{
-    (void)state;
-    dh_server_resume(&g_srv);
-    dh_server_stop(&g_srv);
-    return 0;
-}
-
 static int64_t mono_ms(void)
 {
     return dh_now_ms();
-}
-
-/* Script calls the server received (EVALSHA + EVAL), a proxy for round trips. */
-static long long script_calls(void)
-{
-    redisReply *r = dh_cmd(&g_srv, "INFO commandstats");
-    assert_non_null(r);
-    long long n = 0;
-    const char *names[] = {"cmdstat_evalsha:calls=", "cmdstat_eval:calls="};
-    for (int i = 0; i < 2; i++) {
-        const char *p = strstr(r->str, names[i]);
-        if (p != NULL)
-            n += strtoll(p + strlen(names[i]), NULL, 10);
-    }
-    freeReplyObject(r);
-    return n;
 }
 
 typedef struct lost_log {
@@ -96,7 +64,7 @@ static dlock_lock *renewed(dlock_client *c, const char *name, int64_t ttl_ms, lo
 static void renewal_keeps_a_lock_past_its_ttl(void **state)
 {
     (void)state;
-    dlock_client *c = it_client(&g_srv, it_timeout_ms()), *other = it_client(&g_srv, 500);
+    dlock_client *c = it_client(&it_srv, it_timeout_ms()), *other = it_client(&it_srv, 500);
     lost_log lg = {0};
     dlock_lock *l = renewed(c, "long-job", 300, &lg);
     char key[64];
@@ -104,7 +72,7 @@ static void renewal_keeps_a_lock_past_its_ttl(void **state)
     for (int i = 0; i < 10; i++) { /* 1.5 s: five leases */
         dh_sleep_ms(150);
         assert_true(dlock_remaining_ms(l) > 0);
-        assert_true(it_pttl(&g_srv, key) > 0);
+        assert_true(it_pttl(&it_srv, key) > 0);
         dlock_lock *x = NULL;
         assert_int_equal(dlock_acquire(other, "long-job", NULL, &x), DLOCK_ERR_BUSY);
     }
@@ -112,9 +80,9 @@ static void renewal_keeps_a_lock_past_its_ttl(void **state)
     /* dlock_extend changes the renewal's ttl too. */
     assert_int_equal(dlock_extend(l, 3000), DLOCK_OK);
     dh_sleep_ms(1100);
-    assert_true(it_pttl(&g_srv, key) > 1000);
+    assert_true(it_pttl(&it_srv, key) > 1000);
     assert_int_equal(dlock_release(l), DLOCK_OK);
-    assert_int_equal(it_exists(&g_srv, key), 0);
+    assert_int_equal(it_exists(&it_srv, key), 0);
     dlock_client_free(c);
     dlock_client_free(other);
 }
@@ -123,7 +91,7 @@ static void steal_is_lost_at_once(void **state)
 {
     (void)state;
     const int64_t ttl = 900 * dh_slack();
-    dlock_client *c = it_client(&g_srv, it_timeout_ms());
+    dlock_client *c = it_client(&it_srv, it_timeout_ms());
     lost_log lg = {0};
     dlock_lock *l = renewed(c, "stolen", ttl, &lg);
     int fd = dlock_lost_fd(l);
@@ -131,7 +99,7 @@ static void steal_is_lost_at_once(void **state)
     char key[64];
     it_key(key, sizeof key, "stolen");
     redisReply *r =
-        dh_cmd(&g_srv, "SET %s %s PX 60000", key, "0123456789abcdef0123456789abcdef thief");
+        dh_cmd(&it_srv, "SET %s %s PX 60000", key, "0123456789abcdef0123456789abcdef thief");
     assert_non_null(r);
     freeReplyObject(r);
     int64_t stolen_at = mono_ms();
@@ -150,10 +118,10 @@ static void steal_is_lost_at_once(void **state)
     assert_int_equal(dlock_check(l), DLOCK_ERR_LOST);
     assert_int_equal(dlock_release(l), DLOCK_ERR_LOST);
     /* The thief's key is untouched. */
-    char *v = it_get(&g_srv, key);
+    char *v = it_get(&it_srv, key);
     assert_non_null(strstr(v, "thief"));
     free(v);
-    it_del(&g_srv, key);
+    it_del(&it_srv, key);
     dh_sleep_ms(ttl);
     assert_int_equal(atomic_load(&lg.calls), 1); /* once */
     dlock_client_free(c);
@@ -164,17 +132,17 @@ static void unreachable_is_lost_before_the_lease_ends(void **state)
     (void)state;
     /* The lease must leave room for several per-node timeouts (100 ms * slack). */
     const int64_t ttl = 900 * dh_slack();
-    dlock_client *c = it_client(&g_srv, it_timeout_ms());
+    dlock_client *c = it_client(&it_srv, it_timeout_ms());
     lost_log lg = {0};
     dlock_lock *l = renewed(c, "paused", ttl, &lg);
     dh_sleep_ms(50);
     /* The last renewal the server saw is at most now; its lease ends ttl later. */
     int64_t paused_at = mono_ms();
-    dh_server_pause(&g_srv);
+    dh_server_pause(&it_srv);
     while (atomic_load(&lg.calls) == 0 && mono_ms() - paused_at < 5 * ttl * dh_slack())
         dh_sleep_ms(5);
     int64_t lost_after = lg.at_ms - paused_at;
-    dh_server_resume(&g_srv);
+    dh_server_resume(&it_srv);
     printf("FIG unreachable_lost_after_ms %lld ms (ttl %lld)\n", (long long)lost_after,
            (long long)ttl);
     assert_int_equal(atomic_load(&lg.calls), 1);
@@ -188,14 +156,14 @@ static void short_blip_is_not_a_loss(void **state)
 {
     (void)state;
     const int64_t ttl = 1500 * dh_slack();
-    dlock_client *c = it_client(&g_srv, it_timeout_ms());
+    dlock_client *c = it_client(&it_srv, it_timeout_ms());
     lost_log lg = {0};
     dlock_lock *l = renewed(c, "blip", ttl, &lg);
     for (int i = 0; i < 3; i++) {
         dh_sleep_ms(200);
-        dh_server_pause(&g_srv);
+        dh_server_pause(&it_srv);
         dh_sleep_ms(150); /* longer than the per-node timeout, shorter than the lease */
-        dh_server_resume(&g_srv);
+        dh_server_resume(&it_srv);
     }
     dh_sleep_ms(ttl);
     assert_int_equal(atomic_load(&lg.calls), 0);
@@ -211,7 +179,7 @@ static void thousand_locks_batched(void **state)
 {
     (void)state;
     const int64_t ttl = 1500;
-    dlock_client *c = it_client(&g_srv, 1000 * dh_slack());
+    dlock_client *c = it_client(&it_srv, 1000 * dh_slack());
     dlock_lock **l = calloc(MANY, sizeof *l);
     assert_non_null(l);
     int64_t t0 = mono_ms();
@@ -222,13 +190,13 @@ static void thousand_locks_batched(void **state)
     }
     int64_t spread = mono_ms() - t0;
     printf("FIG acquire_1000_ms %lld ms\n", (long long)spread);
-    long long before = script_calls();
+    long long before = it_script_calls(&it_srv);
     dh_sleep_ms(3 * ttl); /* three leases */
-    long long calls = script_calls() - before;
+    long long calls = it_script_calls(&it_srv) - before;
     int alive = 0;
     for (int i = 0; i < MANY; i++)
         alive += dlock_remaining_ms(l[i]) > 0;
-    redisReply *r = dh_cmd(&g_srv, "EVAL %s 0", "return #redis.call('KEYS', 'dlock:{many-*}')");
+    redisReply *r = dh_cmd(&it_srv, "EVAL %s 0", "return #redis.call('KEYS', 'dlock:{many-*}')");
     assert_non_null(r);
     long long keys = r->integer;
     freeReplyObject(r);
@@ -246,7 +214,7 @@ static void thousand_locks_batched(void **state)
     assert_true(calls <= groups * (periods + 1));
     /* Freeing the client releases them all. */
     dlock_client_free(c);
-    r = dh_cmd(&g_srv, "EVAL %s 0", "return #redis.call('KEYS', 'dlock:{many-*}')");
+    r = dh_cmd(&it_srv, "EVAL %s 0", "return #redis.call('KEYS', 'dlock:{many-*}')");
     assert_non_null(r);
     assert_int_equal(r->integer, 0);
     freeReplyObject(r);
@@ -256,7 +224,7 @@ static void thousand_locks_batched(void **state)
 static void bad_renewal_options(void **state)
 {
     (void)state;
-    dlock_client *c = it_client(&g_srv, it_timeout_ms());
+    dlock_client *c = it_client(&it_srv, it_timeout_ms());
     dlock_opts o = {0};
     o.on_lost = on_lost; /* without auto_renew: refused, never called */
     dlock_lock *l = NULL;
@@ -275,5 +243,5 @@ int main(void)
         cmocka_unit_test(thousand_locks_batched),
         cmocka_unit_test(bad_renewal_options),
     };
-    return cmocka_run_group_tests_name("renew", tests, setup, teardown);
+    return cmocka_run_group_tests_name("renew", tests, it_srv_setup, it_srv_teardown);
 }

@@ -160,15 +160,9 @@ typedef struct run {
 
 #define ARGS_MAX 40
 
-static char env_servers[160];
 static const char *const *run_env(void)
 {
-    static const char *env[3];
-    snprintf(env_servers, sizeof env_servers, "DLOCK_SERVERS=%s", plain.url);
-    env[0] = env_servers;
-    env[1] = "DLOCK_PASSWORD";
-    env[2] = NULL;
-    return env;
+    return it_cli_env(&plain);
 }
 
 static int collect(const char *argv[], va_list ap)
@@ -298,6 +292,20 @@ static void bg_expect(bg *b, int status, int want)
     }
 }
 
+/* Delete lock name's key behind the back of the `dlock run` in b, wait for that run
+ * to exit with 73 (the lock was lost), and return how long after the DEL it did. */
+static int64_t delete_lock_and_wait(bg *b, const char *name)
+{
+    char key[256];
+    it_key(key, sizeof key, name);
+    int64_t deleted = dh_now_ms();
+    it_del(&plain, key);
+    int status = bg_wait(b, 20000);
+    int64_t elapsed = dh_now_ms() - deleted;
+    bg_expect(b, status, 73);
+    return elapsed;
+}
+
 /* A pid that CMD wrote to a file is gone (not even a zombie of ours: CMD's children
  * are reparented and reaped by init once CMD is gone). */
 static void expect_gone(pid_t pid)
@@ -378,14 +386,7 @@ static void test_lost_when_key_deleted(void **state)
     wait_for_file(path("del.ready"), 5000);
     pid_t bgpid = read_pid(path("del.bgpid"));
 
-    char key[256];
-    it_key(key, sizeof key, "run-del");
-    int64_t deleted = dh_now_ms();
-    it_del(&plain, key);
-
-    int status = bg_wait(&b, 20000);
-    int64_t elapsed = dh_now_ms() - deleted;
-    bg_expect(&b, status, 73);
+    int64_t elapsed = delete_lock_and_wait(&b, "run-del");
     /* The next renewal (within ttl/3) finds the key gone: lost at once, SIGTERM, and
      * CMD exits on it; well within the next renewal plus one lease. */
     if (elapsed >= (ttl / 3 + ttl) * dh_slack())
@@ -417,14 +418,7 @@ static void test_kill_after_grace(void **state)
           "-c", script, (const char *)NULL);
     wait_for_file(path("grace.pid"), 5000);
     pid_t cmd = read_pid(path("grace.pid"));
-    char key[256];
-    it_key(key, sizeof key, "run-grace");
-    int64_t deleted = dh_now_ms();
-    it_del(&plain, key);
-
-    int status = bg_wait(&b, 20000);
-    int64_t elapsed = dh_now_ms() - deleted;
-    bg_expect(&b, status, 73);
+    int64_t elapsed = delete_lock_and_wait(&b, "run-grace");
     assert_true(elapsed >= 400); /* SIGKILL not before GRACE */
     if (elapsed >= (2000 / 3 + 400 + 1000) * dh_slack())
         fail_msg("dlock exited %lld ms after the DEL", (long long)elapsed);
@@ -679,15 +673,22 @@ static void test_signals_forwarded(void **state)
     forwarded(SIGHUP, "HUP", 129);
 }
 
+/* Take lock name for 30 s with `dlock acquire`, as another owner would, and keep its
+ * token (what the command prints) in token. */
+static void hold_for_30s(run *r, const char *name, char token[DLOCK_TOKEN_LEN + 1])
+{
+    RUN(r, "acquire", "-t", "30s", "-w", "0", name);
+    expect_status(r, 0);
+    memcpy(token, r->out, DLOCK_TOKEN_LEN);
+    token[DLOCK_TOKEN_LEN] = '\0';
+}
+
 static void test_busy_try_once(void **state)
 {
     (void)state;
     run r;
-    RUN(&r, "acquire", "-t", "30s", "-w", "0", "run-busy");
-    expect_status(&r, 0);
     char token[DLOCK_TOKEN_LEN + 1];
-    memcpy(token, r.out, DLOCK_TOKEN_LEN);
-    token[DLOCK_TOKEN_LEN] = '\0';
+    hold_for_30s(&r, "run-busy", token);
 
     int64_t start = dh_now_ms();
     RUN(&r, "run", "-w", "0", "run-busy", "--", "touch", path("busy.ran"));
@@ -704,12 +705,7 @@ static void test_busy_try_once(void **state)
     assert_int_equal(access(path("busy.ran"), F_OK), -1);
 
     /* The holder's lock is untouched. */
-    char key[256];
-    it_key(key, sizeof key, "run-busy");
-    char *value = it_get(&plain, key);
-    assert_non_null(value);
-    assert_memory_equal(value, token, DLOCK_TOKEN_LEN);
-    free(value);
+    it_expect_holder(&plain, "run-busy", token);
     RUN(&r, "release", "run-busy", token);
     expect_status(&r, 0);
 }
@@ -718,11 +714,8 @@ static void test_signal_cancels_wait(void **state)
 {
     (void)state;
     run r;
-    RUN(&r, "acquire", "-t", "30s", "-w", "0", "run-cancel");
-    expect_status(&r, 0);
     char token[DLOCK_TOKEN_LEN + 1];
-    memcpy(token, r.out, DLOCK_TOKEN_LEN);
-    token[DLOCK_TOKEN_LEN] = '\0';
+    hold_for_30s(&r, "run-cancel", token);
 
     long long before = it_connected_clients(&plain);
     bg b;

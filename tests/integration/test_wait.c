@@ -69,9 +69,8 @@ static int teardown(void **state)
 
 static dlock_client *client(void)
 {
-    dlock_config cfg = {0};
-    cfg.timeout_ms = it_timeout_ms();
-    cfg.connect_timeout_ms = 1000 * dh_slack();
+    dlock_config cfg;
+    it_config_init(&cfg);
     return it_client_cfg(g_urls, &cfg);
 }
 
@@ -90,23 +89,6 @@ static int wait_acquire(dlock_client *c, const char *name, int64_t ttl_ms, int64
     o.wait_ms = wait_ms;
     o.fair = fair;
     return dlock_acquire(c, name, &o, l);
-}
-
-/* Lock commands clients sent (script calls: EVALSHA and EVAL). Not
- * total_commands_processed, which also counts every command a script runs. */
-static long long commands(dh_server *s)
-{
-    redisReply *r = dh_cmd(s, "INFO commandstats");
-    assert_non_null(r);
-    long long n = 0;
-    const char *names[] = {"cmdstat_evalsha:calls=", "cmdstat_eval:calls="};
-    for (int i = 0; i < 2; i++) {
-        const char *p = strstr(r->str, names[i]);
-        if (p != NULL)
-            n += strtoll(p + strlen(names[i]), NULL, 10);
-    }
-    freeReplyObject(r);
-    return n;
 }
 
 /* ---- exclusive sections: 8 threads in 2 processes ------------------------------ */
@@ -184,7 +166,7 @@ static void eight_threads_two_processes(void **state)
     char path[600];
     snprintf(path, sizeof path, "%s/sections.log", g_srv[0].dir);
     close(open(path, O_CREAT | O_TRUNC | O_WRONLY | O_CLOEXEC, 0600));
-    long long before = commands(&g_srv[0]);
+    long long before = it_script_calls(&g_srv[0]);
     int64_t t0 = mono_us();
     pid_t child = fork();
     assert_true(child >= 0);
@@ -197,7 +179,7 @@ static void eight_threads_two_processes(void **state)
     int status;
     assert_int_equal(waitpid(child, &status, 0), child);
     int64_t took = mono_us() - t0;
-    long long cmds = commands(&g_srv[0]) - before;
+    long long cmds = it_script_calls(&g_srv[0]) - before;
     assert_int_equal(failures, 0);
     assert_true(WIFEXITED(status) && WEXITSTATUS(status) == 0);
 
@@ -383,7 +365,7 @@ static void waiters_do_not_poll(void **state)
     (void)state;
     dlock_client *hc = client(), *c1 = client(), *c2 = client();
     dlock_lock *holder = it_acquire(hc, "poll", 10000);
-    long long before = commands(&g_srv[0]);
+    long long before = it_script_calls(&g_srv[0]);
     waiter_arg a[8];
     pthread_t t[8];
     for (int i = 0; i < 8; i++) {
@@ -394,7 +376,7 @@ static void waiters_do_not_poll(void **state)
         pthread_join(t[i], NULL);
         assert_int_equal(a[i].rc, DLOCK_ERR_BUSY);
     }
-    long long cmds = commands(&g_srv[0]) - before;
+    long long cmds = it_script_calls(&g_srv[0]) - before;
     /* Per waiter: the try, the queued retry, a refresh per second, the last try at the
      * deadline, the leave. A poller retrying every 5 ms would send about 3,200. */
     long long bound = 8 * (4 + 2000 / DLOCK_QUEUE_REFRESH_MS);

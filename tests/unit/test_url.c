@@ -56,6 +56,15 @@ static void parse_bad(const char *url, const char *why)
     assert_null(a.display);
 }
 
+/* got is want, or both are NULL. */
+static void expect_str(const char *got, const char *want)
+{
+    if (want == NULL)
+        assert_null(got);
+    else
+        assert_string_equal(got, want);
+}
+
 static void expect_tcp(const char *url, const char *host, int port, int db, const char *user,
                        const char *password)
 {
@@ -67,14 +76,8 @@ static void expect_tcp(const char *url, const char *host, int port, int db, cons
     assert_int_equal(a.port, port);
     assert_int_equal(a.db, db);
     assert_null(a.path);
-    if (user == NULL)
-        assert_null(a.user);
-    else
-        assert_string_equal(a.user, user);
-    if (password == NULL)
-        assert_null(a.password);
-    else
-        assert_string_equal(a.password, password);
+    expect_str(a.user, user);
+    expect_str(a.password, password);
     dlock__addr_clear(&a);
 }
 
@@ -87,10 +90,7 @@ static void expect_unix(const char *url, const char *path, int db, const char *p
     assert_string_equal(a.path, path);
     assert_int_equal(a.db, db);
     assert_null(a.user);
-    if (password == NULL)
-        assert_null(a.password);
-    else
-        assert_string_equal(a.password, password);
+    expect_str(a.password, password);
     dlock__addr_clear(&a);
 }
 
@@ -281,49 +281,49 @@ static void test_addr_clear(void **state)
     dlock__addr_clear(NULL);
 }
 
-static void test_list(void **state)
+/* Parse a list that must be accepted with n_want servers; free with list_free. */
+static dlock__addr *list_ok(const char *list, int max, int n_want)
 {
-    (void)state;
     dlock__addr *addrs = NULL;
     int n = -1;
     char err[256] = "";
-    int rc = dlock__url_parse_list("redis://a:1,redis://b:2,unix:///tmp/c.sock", DLOCK_SERVERS_MAX,
-                                   &addrs, &n, err, sizeof err);
+    int rc = dlock__url_parse_list(list, max, &addrs, &n, err, sizeof err);
     assert_int_equal(rc, DLOCK_OK);
-    assert_int_equal(n, 3);
+    assert_int_equal(n, n_want);
+    return addrs;
+}
+
+static void list_free(dlock__addr *addrs, int n)
+{
+    for (int i = 0; i < n; i++)
+        dlock__addr_clear(&addrs[i]);
+    free(addrs);
+}
+
+static void test_list(void **state)
+{
+    (void)state;
+    dlock__addr *addrs =
+        list_ok("redis://a:1,redis://b:2,unix:///tmp/c.sock", DLOCK_SERVERS_MAX, 3);
     assert_string_equal(addrs[0].host, "a");
     assert_int_equal(addrs[0].port, 1);
     assert_string_equal(addrs[1].host, "b");
     assert_int_equal(addrs[1].port, 2);
     assert_true(addrs[2].is_unix);
     assert_string_equal(addrs[2].path, "/tmp/c.sock");
-    for (int i = 0; i < n; i++)
-        dlock__addr_clear(&addrs[i]);
-    free(addrs);
+    list_free(addrs, 3);
 
     /* One server; spaces around the commas, as people write lists. */
-    rc = dlock__url_parse_list("redis://a:1", 1, &addrs, &n, err, sizeof err);
-    assert_int_equal(rc, DLOCK_OK);
-    assert_int_equal(n, 1);
-    dlock__addr_clear(&addrs[0]);
-    free(addrs);
-    rc = dlock__url_parse_list("redis://a:1, redis://b:2", 4, &addrs, &n, err, sizeof err);
-    assert_int_equal(rc, DLOCK_OK);
-    assert_int_equal(n, 2);
+    list_free(list_ok("redis://a:1", 1, 1), 1);
+    addrs = list_ok("redis://a:1, redis://b:2", 4, 2);
     assert_string_equal(addrs[1].host, "b");
-    for (int i = 0; i < n; i++)
-        dlock__addr_clear(&addrs[i]);
-    free(addrs);
+    list_free(addrs, 2);
 
     /* %2C is a comma inside a password, not a separator. */
-    rc = dlock__url_parse_list("redis://:a%2Cb@h1,redis://h2", 4, &addrs, &n, err, sizeof err);
-    assert_int_equal(rc, DLOCK_OK);
-    assert_int_equal(n, 2);
+    addrs = list_ok("redis://:a%2Cb@h1,redis://h2", 4, 2);
     assert_string_equal(addrs[0].password, "a,b");
     assert_string_equal(addrs[1].host, "h2");
-    for (int i = 0; i < n; i++)
-        dlock__addr_clear(&addrs[i]);
-    free(addrs);
+    list_free(addrs, 2);
 }
 
 static void list_bad(const char *list, int max, const char *why)

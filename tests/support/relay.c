@@ -29,6 +29,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <hiredis/hiredis.h>
+#include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
@@ -169,7 +170,9 @@ struct fr_relay {
     pthread_cond_t cv;
     pthread_t th;
     bool started, stop, exited;
-    int lfd, efd, port, up_port;
+    int lfd, efd, port;
+    struct sockaddr_storage up_addr; /* the server, resolved once by fr_start_to */
+    socklen_t up_len;
     char url[64];
     pair **pairs;
     int npairs, cap;
@@ -621,16 +624,14 @@ static void pump_out(fr_relay *r, pair *p, int d, int64_t now)
 
 /* ---- accepting ---------------------------------------------------------------------- */
 
-static int connect_upstream(int port)
+static int connect_upstream(const fr_relay *r)
 {
-    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    int fd = socket(r->up_addr.ss_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
     if (fd < 0)
         return -1;
-    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
-    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
     /* A blocking connect to loopback completes at once, even to a stopped server (the
      * kernel accepts into the backlog); a killed one refuses at once. */
-    if (connect(fd, (struct sockaddr *)&sa, sizeof sa) != 0) {
+    if (connect(fd, (const struct sockaddr *)&r->up_addr, r->up_len) != 0) {
         close(fd);
         return -1;
     }
@@ -656,7 +657,7 @@ static void accept_all(fr_relay *r)
             r->st.resets++;
             continue;
         }
-        int ufd = connect_upstream(r->up_port);
+        int ufd = connect_upstream(r);
         pair *p = ufd >= 0 ? calloc(1, sizeof *p) : NULL;
         if (p != NULL && r->npairs == r->cap) {
             int cap = r->cap ? r->cap * 2 : 16;
@@ -822,14 +823,43 @@ static void commit(fr_relay *r)
 
 /* ---- the public side ---------------------------------------------------------------- */
 
+/* Resolve host:port once, so that accepting a connection never waits for DNS. 0, or
+ * -1 after printing why. */
+static int resolve_upstream(fr_relay *r, const char *host, int port)
+{
+    char service[16];
+    snprintf(service, sizeof service, "%d", port);
+    struct addrinfo hints = {.ai_socktype = SOCK_STREAM}, *ai = NULL;
+    int rc = getaddrinfo(host, service, &hints, &ai);
+    if (rc != 0 || ai == NULL || ai->ai_addrlen > sizeof r->up_addr) {
+        fprintf(stderr, "relay: %s: %s\n", host, rc != 0 ? gai_strerror(rc) : "no address");
+        if (ai != NULL)
+            freeaddrinfo(ai);
+        return -1;
+    }
+    memcpy(&r->up_addr, ai->ai_addr, ai->ai_addrlen);
+    r->up_len = ai->ai_addrlen;
+    freeaddrinfo(ai);
+    return 0;
+}
+
 fr_relay *fr_start(int upstream_port)
+{
+    return fr_start_to("127.0.0.1", upstream_port);
+}
+
+fr_relay *fr_start_to(const char *host, int port)
 {
     fr_relay *r = calloc(1, sizeof *r);
     if (r == NULL)
         return NULL;
     pthread_mutex_init(&r->mu, NULL);
     pthread_cond_init(&r->cv, NULL);
-    r->up_port = upstream_port;
+    r->lfd = r->efd = -1;
+    if (resolve_upstream(r, host, port) != 0) {
+        fr_stop(r);
+        return NULL;
+    }
     r->lfd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
     r->efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
     struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = 0};
@@ -1000,33 +1030,6 @@ int fr_fds(fr_relay *r)
 }
 
 /* ---- helpers ------------------------------------------------------------------------ */
-
-int fr_proc_fds(void)
-{
-    DIR *d = opendir("/proc/self/fd");
-    if (d == NULL)
-        return -1;
-    int n = 0;
-    for (struct dirent *e; (e = readdir(d)) != NULL;)
-        n += e->d_name[0] != '.';
-    closedir(d);
-    return n - 1; /* the directory's own descriptor */
-}
-
-long long fr_vm_kib(bool peak)
-{
-    FILE *f = fopen("/proc/self/status", "re");
-    if (f == NULL)
-        return -1;
-    const char *field = peak ? "VmPeak:" : "VmSize:";
-    char line[256];
-    long long v = -1;
-    while (v < 0 && fgets(line, sizeof line, f) != NULL)
-        if (strncmp(line, field, strlen(field)) == 0)
-            v = strtoll(line + strlen(field), NULL, 10);
-    fclose(f);
-    return v;
-}
 
 int fr_cluster_start(int n, dh_server *srv, fr_relay **relays, char *urls, size_t size)
 {

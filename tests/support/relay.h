@@ -1,5 +1,6 @@
 /*
- * relay.h: the fault relay of the fault-injection suite (issue 7).
+ * relay.h: the fault relay of the fault-injection suite, also the emulated network of
+ * dlock-bench's W4 (fr_delay).
  *
  * A TCP proxy on its own 127.0.0.1 port in front of one real redis-server, run by a
  * thread of the test process (no root needed). The test points a dlock client at the
@@ -39,7 +40,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "harness.h"
+#include "support.h"
 
 typedef struct fr_relay fr_relay;
 
@@ -129,6 +130,8 @@ typedef struct fr_stats {
 
 /* Start a relay in front of 127.0.0.1:upstream_port, in pass-through. */
 fr_relay *fr_start(int upstream_port);
+/* The same in front of host:port (a name or an address, resolved once, here). */
+fr_relay *fr_start_to(const char *host, int port);
 /* Stop the thread, close every descriptor, free. NULL is a no-op. */
 void fr_stop(fr_relay *r);
 
@@ -171,13 +174,5 @@ void fr_get_stats(fr_relay *r, fr_stats *out);
 /* Descriptors the relay holds now: its listening socket, its wake-up eventfd and two
  * per open connection (so a test can count the rest of /proc/self/fd). */
 int fr_fds(fr_relay *r);
-
-/* ---- helpers the relay scenarios share ---- */
-
-/* Open descriptors of this process (/proc/self/fd), or -1. */
-int fr_proc_fds(void);
-/* This process's virtual memory in KiB: now (VmSize) or its peak so far (VmPeak); -1
- * when /proc/self/status cannot be read. */
-long long fr_vm_kib(bool peak);
 
 #endif /* DLOCK_TEST_RELAY_H */

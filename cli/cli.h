@@ -1,0 +1,157 @@
+/*
+ * cli.h: what the files of the dlock command share: its exit codes, the options of
+ * one invocation, the table of commands, and the functions one file offers another.
+ *
+ *   dlock [-s URLS] [--prefix P] [-q] [--json] COMMAND [OPTIONS] ARGS...
+ *
+ * The command uses only the public header, as any other program would: it is the
+ * library's first user, and a private door into src/ would hide what a user of the
+ * API cannot do. Scripts branch on its exit codes and read its errors: exactly one
+ * line on stderr per failure, "dlock: <what>: <reason> (<detail>)", with untrusted
+ * bytes escaped.
+ *
+ * Where each part lives:
+ *   main.c      the entry point: the command table, operands, the final flush
+ *   options.c   parsing the options (getopt_long) and usage errors
+ *   help.c      the text of --help, for dlock and for each command
+ *   commands.c  acquire, extend, release and status
+ *   cancel.c    cancelling the wait of `dlock acquire` by a signal
+ *   output.c    exit codes, error lines, the output of status (text and JSON)
+ *   signals.c   signals by name (-k) and the names used in messages
+ *   run*.c      `dlock run` (see run.h)
+ *   duration.c  parsing and printing durations
+ *   escape.c    untrusted bytes to a terminal or into JSON
+ */
+#ifndef DLOCK_CLI_H
+#define DLOCK_CLI_H
+
+#include "dlock.h"
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+
+/* Exit codes: the numbers of sysexits.h, so that scripts can tell a usage error from
+ * a busy lock from unreachable servers. docs/dlock.1.md lists them for users. */
+enum {
+    CLI_EXIT_USAGE = 64,        /* bad command line or invalid argument */
+    CLI_EXIT_UNAVAILABLE = 69,  /* servers unreachable, no quorum, timeout */
+    CLI_EXIT_INTERNAL = 70,     /* protocol error, out of memory, anything unexpected */
+    CLI_EXIT_LOST = 73,         /* the lock is gone or held by another owner */
+    CLI_EXIT_NOT_ACQUIRED = 75, /* busy until WAIT ran out, or the wait was canceled */
+    CLI_EXIT_AUTH = 77,         /* the servers refused our credentials */
+    CLI_EXIT_NOEXEC = 126,      /* run: CMD could not be executed (a shell's convention) */
+    CLI_EXIT_NOTFOUND = 127     /* run: CMD not found (likewise) */
+};
+
+#define CLI_DEFAULT_SERVERS "redis://127.0.0.1:6379"
+
+/* Global options and the client built from them. */
+struct cli {
+    const char *servers;
+    const char *prefix;
+    bool quiet;
+    bool json;
+    dlock_client *client;
+};
+
+/* What a command's options gave. */
+struct cmd_opts {
+    int64_t ttl_ms;
+    int64_t wait_ms;
+    const char *label;
+    const char *signal; /* run -k, checked by run_check.c */
+    const char *grace;  /* run -g, checked by run_check.c */
+};
+
+/* One command of the table in main.c. */
+struct command {
+    const char *name;
+    const char *shortopts; /* beyond the common "s:qh" */
+    int nargs;             /* exact number of operands */
+    const char *operands;  /* for messages: "NAME TOKEN" */
+    bool takes_cmd;        /* operands end at "--", CMD [ARG...] follows (run) */
+    int (*run)(struct cli *cli, char **args, const struct cmd_opts *o);
+    const char *help;
+};
+
+/* ---- options.c ---- */
+
+/*
+ * Parse the options of argv[0..argc) (argv[0] is skipped: the program or the command
+ * name). cmd NULL: the global options, stopping at the command name; else that
+ * command's options, anywhere among its operands. Returns -1 to go on (operands from
+ * optind), or an exit code (0 after --help or --version).
+ */
+int cli_parse_options(struct cli *cli, const struct command *cmd, int argc, char **argv,
+                      struct cmd_opts *o);
+
+/* One line: "dlock: [COMMAND: ]<message> (see dlock [COMMAND ]--help)". Returns
+ * CLI_EXIT_USAGE. */
+int cli_usage_error(const struct command *cmd, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+
+/* ---- help.c ---- */
+
+extern const char cli_main_help[];
+extern const char cli_acquire_help[];
+extern const char cli_extend_help[];
+extern const char cli_release_help[];
+extern const char cli_status_help[];
+extern const char cli_run_help[];
+
+/* ---- output.c ---- */
+
+/* The exit code for a library error code. */
+int cli_exit_code(int err);
+
+/* Report a failed library call as "dlock: <what>: <strerror> (<errmsg>)" and return
+ * its exit code (one mapping for every command). */
+int cli_fail_call(const char *what, int err);
+
+/* The library's log callback: warnings as one line each on stderr. */
+void cli_log_to_stderr(void *user, int level, const char *msg);
+
+/* Write who holds a lock, escaped: its description, or "an unknown holder" when it
+ * stored none. */
+void cli_write_holder(FILE *f, const dlock_holder *h);
+
+/* Print the answer of `dlock status NAME` on stdout, as text or as one JSON object. */
+void cli_print_status(const char *name, const dlock_holder *h, bool json);
+
+/* ---- commands.c ---- */
+
+/* Make cli->client from the global options and the environment. Returns 0, or an
+ * exit code after reporting. */
+int cli_client_open(struct cli *cli);
+
+int cli_cmd_acquire(struct cli *cli, char **args, const struct cmd_opts *o);
+int cli_cmd_extend(struct cli *cli, char **args, const struct cmd_opts *o);
+int cli_cmd_release(struct cli *cli, char **args, const struct cmd_opts *o);
+int cli_cmd_status(struct cli *cli, char **args, const struct cmd_opts *o);
+
+/* ---- cancel.c ---- */
+
+/* Make a pipe for dlock_opts.cancel_fd and route SIGINT, SIGTERM and SIGHUP to it.
+ * Returns the read end, or -1 (then waits cannot be interrupted cleanly, but still
+ * work). A signal our parent set to be ignored stays ignored. */
+int cli_cancel_setup(void);
+
+/* The signal that canceled the wait, or 0 if none came. */
+int cli_cancel_signal(void);
+
+/* ---- signals.c ---- */
+
+/* -k: a number (1 to SIGRTMAX), or a name as kill(1) knows it, with or without
+ * "SIG", in any case: TERM, sigterm, SIGUSR1, RTMIN+2, RTMAX-1. Returns 0 or -1. */
+int cli_parse_signal(const char *s, int *signo);
+
+/* "SIGTERM" for messages; "signal 40" for those without a name. Returns buf. */
+const char *cli_signal_label(int signo, char *buf, size_t len);
+
+/* ---- run.c ---- */
+
+/* `dlock run`: args are NAME, "--", CMD [ARG...] (NULL-terminated). */
+int cli_cmd_run(struct cli *cli, char **args, const struct cmd_opts *o);
+
+#endif /* DLOCK_CLI_H */

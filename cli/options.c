@@ -1,0 +1,141 @@
+/*
+ * options.c: the options of the dlock command line, global and per command, and the
+ * one-line usage errors.
+ *
+ * Options are parsed twice with getopt_long: once for the global options before the
+ * command name, once for the command's own, which may stand anywhere among its
+ * operands. The global options are accepted in both places.
+ */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE /* getopt_long */
+#endif
+
+#include "cli.h"
+#include "duration.h"
+#include "escape.h"
+
+#include <getopt.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+
+enum { OPT_PREFIX = 256, OPT_JSON };
+
+/* Every long option; each parse refuses those its context does not allow. */
+static const struct option long_options[] = {
+    {"servers", required_argument, NULL, 's'}, {"prefix", required_argument, NULL, OPT_PREFIX},
+    {"quiet", no_argument, NULL, 'q'},         {"json", no_argument, NULL, OPT_JSON},
+    {"help", no_argument, NULL, 'h'},          {"version", no_argument, NULL, 'V'},
+    {"ttl", required_argument, NULL, 't'},     {"wait", required_argument, NULL, 'w'},
+    {"label", required_argument, NULL, 'l'},   {"signal", required_argument, NULL, 'k'},
+    {"grace", required_argument, NULL, 'g'},   {NULL, 0, NULL, 0},
+};
+
+int cli_usage_error(const struct command *cmd, const char *fmt, ...)
+{
+    char msg[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    if (cmd != NULL)
+        cli_errline("%s: %s (see dlock %s --help)", cmd->name, msg, cmd->name);
+    else
+        cli_errline("%s (see dlock --help)", msg);
+    return CLI_EXIT_USAGE;
+}
+
+/* The option getopt_long just complained about, as the user wrote it. */
+static const char *bad_option(char **argv, char *buf, size_t buflen)
+{
+    const char *arg = argv[optind - 1];
+    if (optopt == 0 || strncmp(arg, "--", 2) == 0) {
+        size_t n = strcspn(arg, "=");
+        snprintf(buf, buflen, "%.*s", (int)(n < 64 ? n : 64), arg);
+    } else {
+        snprintf(buf, buflen, "-%c", optopt);
+    }
+    return buf;
+}
+
+/* Print a help or version text. A failed write is an error: a script that reads the
+ * text must not get half of it with status 0. */
+static int text_written(void)
+{
+    return fflush(stdout) == 0 ? 0 : CLI_EXIT_INTERNAL;
+}
+
+int cli_parse_options(struct cli *cli, const struct command *cmd, int argc, char **argv,
+                      struct cmd_opts *o)
+{
+    char shortopts[32];
+    /* '+': stop at the command name, whose options are its own. ':': report a
+     * missing value as ':' so that we print the message (opterr = 0). */
+    snprintf(shortopts, sizeof shortopts, "%s:s:qh%s", cmd ? "" : "+", cmd ? cmd->shortopts : "V");
+    opterr = 0;
+    optind = 0; /* glibc: a full reset, needed to parse a second argv */
+    int c, index = -1;
+    while ((c = getopt_long(argc, argv, shortopts, long_options, &index)) != -1) {
+        char optbuf[80];
+        /* Long options outside this context are as unknown as short ones. getopt_long
+         * accepted them, so name them from the table, not from argv (whose last word
+         * may be the option's value). */
+        bool allowed = c == 's' || c == 'q' || c == 'h' || c == OPT_PREFIX || c == OPT_JSON ||
+                       c == '?' || c == ':' || (cmd == NULL && c == 'V') ||
+                       (cmd != NULL && strchr(cmd->shortopts, c) != NULL);
+        if (!allowed) {
+            if (index >= 0)
+                return cli_usage_error(cmd, "unknown option --%s", long_options[index].name);
+            return cli_usage_error(cmd, "unknown option -%c", c);
+        }
+        index = -1;
+        char err[256];
+        switch (c) {
+        case 's':
+            cli->servers = optarg;
+            break;
+        case OPT_PREFIX:
+            cli->prefix = optarg;
+            break;
+        case 'q':
+            cli->quiet = true;
+            break;
+        case OPT_JSON:
+            cli->json = true;
+            break;
+        case 'h':
+            fputs(cmd ? cmd->help : cli_main_help, stdout);
+            return text_written();
+        case 'V':
+            printf("dlock %s (libdlock %s)\n", DLOCK_VERSION_STRING, dlock_version());
+            return text_written();
+        case 't':
+            if (cli_parse_ttl(optarg, &o->ttl_ms, err, sizeof err) != 0)
+                return cli_usage_error(cmd, "invalid TTL \"%.64s\": %s", optarg, err);
+            break;
+        case 'w':
+            if (cli_parse_wait(optarg, &o->wait_ms, err, sizeof err) != 0)
+                return cli_usage_error(cmd, "invalid WAIT \"%.64s\": %s", optarg, err);
+            break;
+        case 'l':
+            o->label = optarg;
+            break;
+        case 'k':
+            o->signal = optarg;
+            break;
+        case 'g':
+            o->grace = optarg;
+            break;
+        case ':':
+            return cli_usage_error(cmd, "option %s needs a value",
+                                   bad_option(argv, optbuf, sizeof optbuf));
+        default: /* '?' */
+            if (optopt != 0 && strncmp(argv[optind - 1], "--", 2) == 0)
+                return cli_usage_error(cmd, "option %s takes no value",
+                                       bad_option(argv, optbuf, sizeof optbuf));
+            return cli_usage_error(cmd, "unknown option %s",
+                                   bad_option(argv, optbuf, sizeof optbuf));
+        }
+    }
+    return -1;
+}

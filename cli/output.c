@@ -1,0 +1,112 @@
+/*
+ * output.c: what the dlock command prints: the exit code and the error line for a
+ * failed library call, the library's warnings, and the answer of `dlock status`, as
+ * text for people or as one JSON object for programs.
+ *
+ * Every byte that comes from outside (lock names, holder descriptions, servers'
+ * messages) goes through escape.c, so that none of it can break a line or the JSON.
+ */
+#include "cli.h"
+#include "duration.h"
+#include "escape.h"
+
+#include <inttypes.h>
+#include <stdio.h>
+#include <string.h>
+
+int cli_exit_code(int err)
+{
+    switch (err) {
+    case DLOCK_OK:
+        return 0;
+    case DLOCK_ERR_INVALID:
+        return CLI_EXIT_USAGE;
+    case DLOCK_ERR_NOQUORUM:
+    case DLOCK_ERR_IO:
+    case DLOCK_ERR_TIMEOUT:
+    case DLOCK_ERR_UNAVAILABLE:
+        return CLI_EXIT_UNAVAILABLE;
+    case DLOCK_ERR_LOST:
+        return CLI_EXIT_LOST;
+    case DLOCK_ERR_BUSY:
+    case DLOCK_ERR_CANCELED:
+        return CLI_EXIT_NOT_ACQUIRED;
+    case DLOCK_ERR_AUTH:
+        return CLI_EXIT_AUTH;
+    default:
+        /* PROTOCOL, NOMEM, CLOSED and codes newer than this program. */
+        return CLI_EXIT_INTERNAL;
+    }
+}
+
+int cli_fail_call(const char *what, int err)
+{
+    /* The detail is copied first: it is only valid until our next dlock call. */
+    char detail[1024];
+    snprintf(detail, sizeof detail, "%s", dlock_errmsg());
+    if (detail[0] != '\0')
+        cli_errline("%s: %s (%s)", what, dlock_strerror(err), detail);
+    else
+        cli_errline("%s: %s", what, dlock_strerror(err));
+    return cli_exit_code(err);
+}
+
+void cli_log_to_stderr(void *user, int level, const char *msg)
+{
+    (void)user;
+    /* Informational messages are dropped: scripts read our stderr, and a warning (a
+     * server whose eviction policy can drop lock keys, ...) is all they need. */
+    if (level <= DLOCK_LOG_WARN)
+        cli_errline("warning: %s", msg);
+}
+
+void cli_write_holder(FILE *f, const dlock_holder *h)
+{
+    size_t len = strnlen(h->description, sizeof h->description);
+    if (len > 0)
+        cli_write_safe(f, h->description, len);
+    else
+        fputs("an unknown holder", f);
+}
+
+static void print_status_json(const char *name, const dlock_holder *h)
+{
+    fputs("{\"name\":", stdout);
+    cli_write_json_string(stdout, name, strlen(name));
+    if (h->held) {
+        fputs(",\"state\":\"held\",\"holder\":", stdout);
+        cli_write_json_string(stdout, h->description,
+                              strnlen(h->description, sizeof h->description));
+    } else {
+        fputs(",\"state\":\"free\",\"holder\":null", stdout);
+    }
+    printf(",\"remaining_ms\":%" PRId64 ",\"fence\":%" PRIu64 "}\n", h->held ? h->remaining_ms : 0,
+           h->fence);
+}
+
+static void print_status_text(const char *name, const dlock_holder *h)
+{
+    cli_write_safe(stdout, name, strlen(name));
+    if (h->held) {
+        fputs(": held by ", stdout);
+        cli_write_holder(stdout, h);
+        char left[32];
+        if (h->remaining_ms >= 0)
+            printf(", %s left", cli_format_duration(h->remaining_ms, left, sizeof left));
+        else
+            fputs(", no expiry", stdout); /* a key someone set without a lease */
+        printf(", fence %" PRIu64 "\n", h->fence);
+    } else if (h->fence > 0) {
+        printf(": free (last fence %" PRIu64 ")\n", h->fence);
+    } else {
+        fputs(": free\n", stdout);
+    }
+}
+
+void cli_print_status(const char *name, const dlock_holder *h, bool json)
+{
+    if (json)
+        print_status_json(name, h);
+    else
+        print_status_text(name, h);
+}

@@ -1,0 +1,45 @@
+/*
+ * env.c: the test's environment: clocks, the slack factor for liveness bounds, and
+ * where the built dlock command is.
+ */
+#include "support.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <time.h>
+
+int64_t dh_now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+void dh_sleep_ms(int64_t ms)
+{
+    struct timespec ts = {.tv_sec = ms / 1000, .tv_nsec = (ms % 1000) * 1000000L};
+    while (nanosleep(&ts, &ts) < 0 && errno == EINTR)
+        ;
+}
+
+long long dh_slack(void)
+{
+    const char *v = getenv("DLOCK_TEST_SLACK");
+    if (!v || !*v)
+        return 1;
+    char *end;
+    long long n = strtoll(v, &end, 10);
+    return (*end == '\0' && n >= 1) ? n : 1;
+}
+
+const char *dh_cli_path(void)
+{
+    const char *p = getenv("DLOCK_CLI");
+    if (!p || !*p) {
+        fprintf(stderr, "dh: FATAL: $DLOCK_CLI is not set (CTest sets it to the built dlock "
+                        "command; run this test through ctest or set it by hand)\n");
+        exit(1);
+    }
+    return p;
+}

@@ -1,0 +1,705 @@
+/*
+ * server.c: real redis-server processes for the tests, the bench and the demo.
+ *
+ * How a server is found and kept under control (after hiredis's test.sh, which keeps
+ * a PID file and a trap, and Redis's util.tcl find_available_port):
+ *   - a free port comes from binding the address with port 0; another process may take
+ *     it before redis-server binds it, so a server that dies with "Address already in
+ *     use", or a port that answers with somebody else's process_id, makes us retry on a
+ *     new port;
+ *   - the child gets PR_SET_PDEATHSIG(SIGKILL) and its own process group, and every
+ *     running server is in a registry that an atexit hook empties: a test that crashes
+ *     or forgets a teardown leaves no server behind.
+ */
+#include "support.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <ftw.h>
+#include <netinet/in.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#define START_ATTEMPTS   8    /* new ports tried when the chosen one was taken */
+#define READY_TIMEOUT_MS 5000 /* until PING must answer */
+#define STOP_GRACE_MS    2000 /* SIGTERM to SIGKILL */
+#define CMD_TIMEOUT_MS   2000 /* dh_cmd's connect and command timeout */
+#define LIVE_MAX         64
+
+/* The files a server's directory may hold, for the signal handler's clean-up, which
+ * cannot walk a directory tree. */
+static const char *const g_files[] = {"redis.log", "redis.log.prev", "stdout.log", "redis.conf"};
+
+/* ---- registry of running servers, for the atexit hook ------------------------ */
+
+/* The one piece of global state: which servers this process started, so that the
+ * atexit hook (and a signal handler, through dh_servers_kill_all_from_signal) can kill
+ * them. Guarded by g_mu; g_owner is the PID that registered the hook, so that a forked
+ * test child that calls exit() does not kill its parent's servers. */
+static pthread_mutex_t g_mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_once_t g_once = PTHREAD_ONCE_INIT;
+static pid_t g_owner;
+static struct {
+    volatile pid_t pid;
+    bool keep;
+    char dir[512];
+} g_live[LIVE_MAX];
+
+static bool keep_dirs(void)
+{
+    const char *k = getenv("DLOCK_TEST_KEEP");
+    return k && *k && strcmp(k, "0") != 0;
+}
+
+static int rm_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw)
+{
+    (void)st;
+    (void)flag;
+    (void)ftw;
+    remove(path);
+    return 0;
+}
+
+static void rm_tree(const char *dir, bool keep)
+{
+    if (dir[0] && !keep && !keep_dirs())
+        nftw(dir, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
+}
+
+/* Kill pid's process group (the server and any BGSAVE child) and reap the server. */
+static void kill_and_reap(pid_t pid)
+{
+    kill(-pid, SIGKILL);
+    kill(pid, SIGKILL);
+    while (waitpid(pid, NULL, 0) < 0 && errno == EINTR)
+        ;
+}
+
+static void atexit_cleanup(void)
+{
+    if (getpid() != g_owner)
+        return;
+    pthread_mutex_lock(&g_mu);
+    for (int i = 0; i < LIVE_MAX; i++) {
+        if (g_live[i].pid > 0) {
+            kill_and_reap(g_live[i].pid);
+            rm_tree(g_live[i].dir, g_live[i].keep);
+            g_live[i].pid = 0;
+        }
+    }
+    pthread_mutex_unlock(&g_mu);
+}
+
+static void register_hook(void)
+{
+    g_owner = getpid();
+    atexit(atexit_cleanup);
+}
+
+/* Lock the registry with the clean-up signals blocked, so that a handler calling
+ * dh_servers_kill_all_from_signal never interrupts a change half-way. */
+static void live_lock(sigset_t *old)
+{
+    sigset_t set;
+    sigemptyset(&set);
+    sigaddset(&set, SIGINT);
+    sigaddset(&set, SIGTERM);
+    sigaddset(&set, SIGHUP);
+    pthread_sigmask(SIG_BLOCK, &set, old);
+    pthread_mutex_lock(&g_mu);
+}
+
+static void live_unlock(const sigset_t *old)
+{
+    pthread_mutex_unlock(&g_mu);
+    pthread_sigmask(SIG_SETMASK, old, NULL);
+}
+
+static void live_add(pid_t pid, const char *dir, bool keep)
+{
+    pthread_once(&g_once, register_hook);
+    sigset_t old;
+    live_lock(&old);
+    if (g_owner != getpid()) {
+        /* A forked test child starting its own servers: the inherited entries are
+         * its parent's, not its to kill; the inherited hook now works for it. */
+        memset(g_live, 0, sizeof g_live);
+        g_owner = getpid();
+    }
+    for (int i = 0; i < LIVE_MAX; i++) {
+        if (g_live[i].pid == 0) {
+            snprintf(g_live[i].dir, sizeof g_live[i].dir, "%s", dir);
+            g_live[i].keep = keep || keep_dirs();
+            g_live[i].pid = pid; /* last: the entry is complete once it has a PID */
+            break;
+        }
+    }
+    live_unlock(&old);
+}
+
+static void live_remove(pid_t pid)
+{
+    sigset_t old;
+    live_lock(&old);
+    for (int i = 0; i < LIVE_MAX; i++)
+        if (g_live[i].pid == pid)
+            g_live[i].pid = 0;
+    live_unlock(&old);
+}
+
+/* dir + "/" + name into out, with plain loops: snprintf is not async-signal-safe. */
+static void join_path(char *out, size_t cap, const char *dir, const char *name)
+{
+    size_t n = 0;
+    for (const char *p = dir; *p && n + 1 < cap; p++)
+        out[n++] = *p;
+    if (n + 1 < cap)
+        out[n++] = '/';
+    for (const char *p = name; *p && n + 1 < cap; p++)
+        out[n++] = *p;
+    out[n] = '\0';
+}
+
+void dh_servers_kill_all_from_signal(void)
+{
+    if (getpid() != g_owner)
+        return;
+    for (int i = 0; i < LIVE_MAX; i++) {
+        pid_t pid = g_live[i].pid;
+        if (pid <= 0)
+            continue;
+        kill(-pid, SIGKILL);
+        kill(pid, SIGKILL);
+        waitpid(pid, NULL, 0);
+        if (!g_live[i].keep) {
+            char path[600];
+            for (size_t k = 0; k < sizeof g_files / sizeof g_files[0]; k++) {
+                join_path(path, sizeof path, g_live[i].dir, g_files[k]);
+                unlink(path);
+            }
+            rmdir(g_live[i].dir);
+        }
+        g_live[i].pid = 0;
+    }
+}
+
+/* The directory the signal handler removes after the servers' own (see
+ * dh_servers_die_with_signals); written before the handler is installed. */
+static char g_signal_dir[512];
+
+static void on_fatal_signal(int sig)
+{
+    dh_servers_kill_all_from_signal();
+    if (g_signal_dir[0])
+        rmdir(g_signal_dir);
+    signal(sig, SIG_DFL);
+    raise(sig);
+}
+
+void dh_servers_die_with_signals(const char *extra_dir)
+{
+    snprintf(g_signal_dir, sizeof g_signal_dir, "%s", extra_dir ? extra_dir : "");
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_fatal_signal;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
+    sigaction(SIGHUP, &sa, NULL);
+}
+
+/* ---- small helpers ----------------------------------------------------------- */
+
+/* Print the last bytes of a file, to show why a server did not come up. */
+static void print_tail(const char *path)
+{
+    FILE *f = fopen(path, "r");
+    if (!f) {
+        fprintf(stderr, "dh:   (no %s)\n", path);
+        return;
+    }
+    char buf[2048];
+    fseek(f, 0, SEEK_END);
+    long size = ftell(f);
+    fseek(f, size > (long)sizeof buf - 1 ? size - (long)sizeof buf + 1 : 0, SEEK_SET);
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    buf[n] = '\0';
+    fclose(f);
+    fprintf(stderr, "dh: --- tail of %s ---\n%s\ndh: --- end ---\n", path, buf);
+}
+
+/* True when the file contains needle (the server log is small). */
+static bool file_contains(const char *path, const char *needle)
+{
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return false;
+    char line[1024];
+    bool found = false;
+    while (!found && fgets(line, sizeof line, f))
+        found = strstr(line, needle) != NULL;
+    fclose(f);
+    return found;
+}
+
+/* A file of the server's directory. */
+static void dir_file(const dh_server *s, const char *name, char *out, size_t cap)
+{
+    snprintf(out, cap, "%s/%s", s->dir, name);
+}
+
+/* The value of --requirepass among the extra arguments, or NULL. */
+static const char *requirepass(const dh_server *s)
+{
+    for (int i = 0; i + 1 < DH_EXTRA_MAX && s->extra[i]; i++)
+        if (strcmp(s->extra[i], "--requirepass") == 0)
+            return s->extra[i + 1];
+    return NULL;
+}
+
+/* A free port on host (an IPv4 address), or -1. Free only now: the caller copes
+ * with a race. */
+static int free_port(const char *host)
+{
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0)
+        return -1;
+    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = 0};
+    if (inet_pton(AF_INET, host, &sa.sin_addr) != 1)
+        sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t len = sizeof sa;
+    int port = -1;
+    if (bind(fd, (struct sockaddr *)&sa, sizeof sa) == 0 &&
+        getsockname(fd, (struct sockaddr *)&sa, &len) == 0)
+        port = ntohs(sa.sin_port);
+    close(fd);
+    return port;
+}
+
+static int mkdir_p(const char *dir)
+{
+    char tmp[512];
+    snprintf(tmp, sizeof tmp, "%s", dir);
+    for (char *p = tmp + 1; *p; p++) {
+        if (*p == '/') {
+            *p = '\0';
+            if (mkdir(tmp, 0755) < 0 && errno != EEXIST)
+                return -1;
+            *p = '/';
+        }
+    }
+    return (mkdir(tmp, 0755) < 0 && errno != EEXIST) ? -1 : 0;
+}
+
+long dh_info_long(const redisReply *r, const char *field)
+{
+    if (r == NULL || r->type != REDIS_REPLY_STRING)
+        return -1;
+    size_t flen = strlen(field);
+    for (const char *p = r->str; (p = strstr(p, field)) != NULL; p += flen) {
+        if ((p == r->str || p[-1] == '\n') && p[flen] == ':')
+            return strtol(p + flen + 1, NULL, 10);
+    }
+    return -1;
+}
+
+/* ---- one server ---------------------------------------------------------------- */
+
+/* fork/exec redis-server on s->host:s->port in s->dir. */
+static int spawn(dh_server *s)
+{
+    char exe[512], portstr[16], conf[600], logfile[600], outfile[600];
+    if (dh_find_exe("redis-server", "DLOCK_REDIS_SERVER", exe, sizeof exe) < 0) {
+        fprintf(stderr, "dh: FATAL: redis-server not found (PATH or $DLOCK_REDIS_SERVER); "
+                        "install it: apt-get install redis-server\n");
+        return -1;
+    }
+    snprintf(portstr, sizeof portstr, "%d", s->port);
+    dir_file(s, "redis.conf", conf, sizeof conf);
+    dir_file(s, "redis.log", logfile, sizeof logfile);
+    dir_file(s, "stdout.log", outfile, sizeof outfile);
+
+    /* The configuration file must come first; then the fixed arguments; the extra ones
+     * come last so that they win. */
+    const char *fixed[] = {"--port",       portstr, "--bind",      s->host, "--dir",
+                           s->dir,         "--save", "",           "--appendonly",
+                           "no",           "--daemonize", "no",    "--logfile", logfile};
+    const char *argv[2 + sizeof fixed / sizeof fixed[0] + DH_EXTRA_MAX + 1];
+    size_t n = 0;
+    argv[n++] = exe;
+    if (s->has_config)
+        argv[n++] = conf;
+    for (size_t i = 0; i < sizeof fixed / sizeof fixed[0]; i++)
+        argv[n++] = fixed[i];
+    for (int i = 0; i < DH_EXTRA_MAX && s->extra[i]; i++)
+        argv[n++] = s->extra[i];
+    argv[n] = NULL;
+
+    int out = open(outfile, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+    if (out < 0) {
+        fprintf(stderr, "dh: %s: %s\n", outfile, strerror(errno));
+        return -1;
+    }
+    /* Own process group: signals aimed at the test's group (a CLI test's
+     * `kill -- -pgid`) do not reach the server. */
+    dh_spawn_opts so = {.out_fd = out,
+                        .err_fd = out,
+                        .own_group = true,
+                        .child_setup = s->child_setup,
+                        .child_arg = s->child_arg};
+    pid_t pid = dh_spawn(argv, &so);
+    close(out);
+    if (pid < 0)
+        return -1;
+    s->pid = pid;
+    live_add(pid, s->dir, s->keep_dir);
+    return 0;
+}
+
+/* The server's PID gone from the registry and from *s, once it has been reaped. */
+static void forget(dh_server *s)
+{
+    live_remove(s->pid);
+    s->pid = 0;
+}
+
+enum ready { READY_OK, READY_WAIT, READY_FOREIGN };
+
+/* It answers but INFO is refused (ACL arguments we cannot authenticate for, -NOAUTH):
+ * our own log decides whether it is our server that is ready. */
+static enum ready ready_by_log(const dh_server *s)
+{
+    char log[600];
+    dir_file(s, "redis.log", log, sizeof log);
+    return file_contains(log, "Ready to accept connections") ? READY_OK : READY_WAIT;
+}
+
+/* One probe of the port: is our server the one answering PING? */
+static enum ready probe(dh_server *s)
+{
+    struct timeval tv = {.tv_sec = 0, .tv_usec = 200000};
+    redisContext *c = redisConnectWithTimeout(s->host, s->port, tv);
+    if (!c || c->err) {
+        redisFree(c);
+        return READY_WAIT;
+    }
+    redisSetTimeout(c, tv);
+    enum ready res = READY_WAIT;
+    const char *pw = requirepass(s);
+    redisReply *r = pw ? redisCommand(c, "AUTH %s", pw) : NULL;
+    freeReplyObject(r);
+    r = redisCommand(c, "PING");
+    if (r && r->type == REDIS_REPLY_STATUS) {
+        /* Make sure it is ours: a server of a parallel test may own this port. */
+        redisReply *info = redisCommand(c, "INFO server");
+        long pid = dh_info_long(info, "process_id");
+        if (pid == s->pid)
+            res = READY_OK;
+        else if (pid > 0)
+            res = READY_FOREIGN;
+        else if (info && info->type == REDIS_REPLY_ERROR)
+            res = ready_by_log(s);
+        freeReplyObject(info);
+    } else if (r && r->type == REDIS_REPLY_ERROR && strncmp(r->str, "LOADING", 7) != 0) {
+        res = ready_by_log(s);
+    }
+    freeReplyObject(r);
+    redisFree(c);
+    return res;
+}
+
+/* Wait for the server to answer. 0 ready, 1 port taken by someone else, -1 failed. */
+static int wait_ready(dh_server *s)
+{
+    char log[600];
+    dir_file(s, "redis.log", log, sizeof log);
+    int64_t deadline = dh_now_ms() + READY_TIMEOUT_MS;
+    for (;;) {
+        int status = 0;
+        if (dh_exited(s->pid, &status)) {
+            forget(s);
+            if (file_contains(log, "Address already in use"))
+                return 1;
+            fprintf(stderr, "dh: redis-server on %s:%d exited during startup (status 0x%x)\n",
+                    s->host, s->port, status);
+            return -1;
+        }
+        enum ready r = probe(s);
+        if (r == READY_OK)
+            return 0;
+        if (r == READY_FOREIGN) {
+            kill_and_reap(s->pid);
+            forget(s);
+            return 1;
+        }
+        if (dh_now_ms() > deadline) {
+            fprintf(stderr, "dh: redis-server on %s:%d did not answer PING within %d ms\n",
+                    s->host, s->port, READY_TIMEOUT_MS);
+            kill_and_reap(s->pid);
+            forget(s);
+            return -1;
+        }
+        dh_sleep_ms(20);
+    }
+}
+
+static void fail_start(const dh_server *s)
+{
+    char path[600];
+    fprintf(stderr, "dh: FATAL: could not start redis-server (dir %s)\n", s->dir);
+    dir_file(s, "redis.log", path, sizeof path);
+    print_tail(path);
+    dir_file(s, "stdout.log", path, sizeof path);
+    print_tail(path);
+}
+
+/* Write o->config into s->dir/redis.conf. 0 or -1. */
+static int write_config(dh_server *s, const char *const *config)
+{
+    if (config == NULL || config[0] == NULL)
+        return 0;
+    char path[600];
+    dir_file(s, "redis.conf", path, sizeof path);
+    FILE *f = fopen(path, "w");
+    if (f == NULL) {
+        fprintf(stderr, "dh: FATAL: %s: %s\n", path, strerror(errno));
+        return -1;
+    }
+    for (int i = 0; config[i] && i < DH_CONFIG_MAX; i++)
+        fprintf(f, "%s\n", config[i]);
+    if (fclose(f) != 0) {
+        fprintf(stderr, "dh: FATAL: %s: %s\n", path, strerror(errno));
+        return -1;
+    }
+    s->has_config = true;
+    return 0;
+}
+
+/* Fill *s from o and make its directory and configuration file; nothing is started.
+ * 0, or -1 after printing why. */
+static int prepare(dh_server *s, const dh_server_opts *o)
+{
+    memset(s, 0, sizeof *s);
+    snprintf(s->host, sizeof s->host, "%s", o->bind ? o->bind : "127.0.0.1");
+    s->port = o->port;
+    s->keep_dir = o->keep_dir;
+    s->child_setup = o->child_setup;
+    s->child_arg = o->child_arg;
+    for (int i = 0; o->args && o->args[i]; i++) {
+        if (i >= DH_EXTRA_MAX - 1) {
+            fprintf(stderr, "dh: FATAL: more than %d extra redis-server arguments\n",
+                    DH_EXTRA_MAX - 1);
+            return -1;
+        }
+        s->extra[i] = strdup(o->args[i]);
+    }
+    const char *base = o->parent_dir;
+    if (!base || !*base)
+        base = getenv("DLOCK_TEST_TMP");
+    if (!base || !*base)
+        base = "/tmp";
+    if (mkdir_p(base) < 0) {
+        fprintf(stderr, "dh: FATAL: cannot create %s: %s\n", base, strerror(errno));
+        return -1;
+    }
+    snprintf(s->dir, sizeof s->dir, "%s/redis-XXXXXX", base);
+    if (!mkdtemp(s->dir)) {
+        fprintf(stderr, "dh: FATAL: mkdtemp %s: %s\n", s->dir, strerror(errno));
+        s->dir[0] = '\0';
+        return -1;
+    }
+    return write_config(s, o->config);
+}
+
+/* Pick a port (unless fixed) and spawn. 0 or -1. */
+static int launch(dh_server *s, int fixed_port)
+{
+    s->port = fixed_port > 0 ? fixed_port : free_port(s->host);
+    if (s->port <= 0) {
+        fprintf(stderr, "dh: FATAL: no free port on %s: %s\n", s->host, strerror(errno));
+        return -1;
+    }
+    snprintf(s->url, sizeof s->url, "redis://%s:%d", s->host, s->port);
+    return spawn(s);
+}
+
+/* Wait for a launched server, launching it again while its port was taken: a free
+ * port is picked anew; a fixed one is only taken by somebody else for a moment, so it
+ * is tried again a little later. 0, or -1 after printing why. */
+static int settle(dh_server *s, int fixed_port)
+{
+    for (int attempt = 0; attempt < START_ATTEMPTS; attempt++) {
+        int r = wait_ready(s);
+        if (r == 0)
+            return 0;
+        if (r < 0)
+            break;
+        /* A clean log: the old one's lines must not be taken for the new process's. */
+        char log[600];
+        dir_file(s, "redis.log", log, sizeof log);
+        unlink(log);
+        if (fixed_port > 0)
+            dh_sleep_ms(100);
+        if (launch(s, fixed_port) < 0)
+            break;
+    }
+    fail_start(s);
+    return -1;
+}
+
+int dh_servers_start_opts(dh_server *s, int n, const dh_server_opts *o)
+{
+    dh_server_opts defaults = {0};
+    if (o == NULL)
+        o = &defaults;
+    /* Start them all, then wait for each: the waits overlap. */
+    for (int i = 0; i < n; i++) {
+        if (prepare(&s[i], o) < 0 || launch(&s[i], o->port) < 0) {
+            dh_servers_stop(s, i + 1);
+            return -1;
+        }
+    }
+    for (int i = 0; i < n; i++) {
+        if (settle(&s[i], o->port) < 0) {
+            dh_servers_stop(s, n);
+            return -1;
+        }
+    }
+    return 0;
+}
+
+int dh_server_start_opts(dh_server *s, const dh_server_opts *o)
+{
+    return dh_servers_start_opts(s, 1, o);
+}
+
+int dh_server_start(dh_server *s, const char *const *extra_args)
+{
+    dh_server_opts o = {.args = extra_args};
+    return dh_server_start_opts(s, &o);
+}
+
+int dh_servers_start(dh_server *s, int n, const char *const *extra_args)
+{
+    dh_server_opts o = {.args = extra_args};
+    return dh_servers_start_opts(s, n, &o);
+}
+
+void dh_server_kill(dh_server *s)
+{
+    if (s->pid > 0) {
+        kill_and_reap(s->pid);
+        forget(s);
+    }
+}
+
+/* Ask a server to shut down; a paused one would not act on SIGTERM until resumed. */
+static void ask_to_stop(const dh_server *s)
+{
+    if (s->pid > 0) {
+        kill(s->pid, SIGTERM);
+        kill(s->pid, SIGCONT);
+    }
+}
+
+void dh_servers_stop(dh_server *s, int n)
+{
+    for (int i = 0; i < n; i++)
+        ask_to_stop(&s[i]);
+    for (int i = 0; i < n; i++)
+        dh_server_stop(&s[i]);
+}
+
+void dh_server_stop(dh_server *s)
+{
+    if (s->pid > 0) {
+        ask_to_stop(s);
+        dh_reap(s->pid, STOP_GRACE_MS, NULL);
+        forget(s);
+    }
+    rm_tree(s->dir, s->keep_dir);
+    s->dir[0] = '\0';
+    for (int i = 0; i < DH_EXTRA_MAX; i++) {
+        free(s->extra[i]);
+        s->extra[i] = NULL;
+    }
+}
+
+int dh_server_restart(dh_server *s)
+{
+    dh_server_kill(s);
+    /* Keep the old log aside: its "Ready to accept connections" must not be taken
+     * for the new process's. */
+    char log[600], old[620];
+    dir_file(s, "redis.log", log, sizeof log);
+    snprintf(old, sizeof old, "%s.prev", log);
+    rename(log, old);
+    /* Same port: a client must find the server where it was. The port is free now;
+     * only another test's bind can take it, so retry a little before giving up. */
+    if (launch(s, s->port) < 0)
+        return -1;
+    return settle(s, s->port);
+}
+
+void dh_server_pause(dh_server *s)
+{
+    if (s->pid > 0)
+        kill(s->pid, SIGSTOP);
+}
+
+void dh_server_resume(dh_server *s)
+{
+    if (s->pid > 0)
+        kill(s->pid, SIGCONT);
+}
+
+redisContext *dh_connect(dh_server *s)
+{
+    struct timeval tv = {.tv_sec = CMD_TIMEOUT_MS / 1000, .tv_usec = 0};
+    redisContext *c = redisConnectWithTimeout(s->host, s->port, tv);
+    if (!c || c->err) {
+        fprintf(stderr, "dh: connect to %s:%d: %s\n", s->host, s->port,
+                c ? c->errstr : "out of memory");
+        redisFree(c);
+        return NULL;
+    }
+    redisSetTimeout(c, tv);
+    const char *pw = requirepass(s);
+    if (pw) {
+        redisReply *r = redisCommand(c, "AUTH %s", pw);
+        bool ok = r && r->type == REDIS_REPLY_STATUS;
+        if (!ok)
+            fprintf(stderr, "dh: AUTH on %s:%d failed: %s\n", s->host, s->port,
+                    r ? (r->str ? r->str : "?") : c->errstr);
+        freeReplyObject(r);
+        if (!ok) {
+            redisFree(c);
+            return NULL;
+        }
+    }
+    return c;
+}
+
+redisReply *dh_cmd(dh_server *s, const char *fmt, ...)
+{
+    redisContext *c = dh_connect(s);
+    if (!c)
+        return NULL;
+    va_list ap;
+    va_start(ap, fmt);
+    redisReply *r = redisvCommand(c, fmt, ap);
+    va_end(ap);
+    if (!r)
+        fprintf(stderr, "dh: command on %s:%d failed: %s\n", s->host, s->port, c->errstr);
+    redisFree(c);
+    return r;
+}

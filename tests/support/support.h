@@ -1,0 +1,209 @@
+/*
+ * support.h: the test-support library (tests/support), shared by the integration
+ * tests, the fault suite, the network-namespace scenarios, dlock-bench and the demo.
+ *
+ * Its concerns, one file each:
+ *   server.c   real redis-server processes: start (any address, port and options),
+ *              stop, kill, restart, pause and resume, admin connections;
+ *   process.c  child processes: fork/exec with a clean descriptor table (dh_spawn),
+ *              reaping with a grace period, and running a command to completion with
+ *              its output captured (dh_run);
+ *   procfs.c   what /proc says about this process: descriptors, threads, memory;
+ *   env.c      the test's environment: clocks, the slack factor, the CLI's path;
+ *   relay.c    the delaying and fault-injecting TCP relay (relay.h).
+ *
+ * Every server gets its own temporary directory under $DLOCK_TEST_TMP (or /tmp, or
+ * the caller's parent directory) and no persistence unless its arguments ask for it.
+ * Servers die with the process that started them even when it crashes: the child
+ * asks for PR_SET_PDEATHSIG, and an atexit hook kills the survivors.
+ *
+ * Rules for the code that uses it:
+ *   - start servers from the main thread (or a thread that outlives them): the kernel
+ *     sends PR_SET_PDEATHSIG when the *thread* that forked the server exits;
+ *   - never reap children with waitpid(-1, ...): that could reap a server the library
+ *     still has to wait for; wait for your own children by PID;
+ *   - a forked test child leaves with _exit() (atexit hooks are skipped in children
+ *     anyway: the hook only acts in the process that started the servers).
+ *
+ * Functions that fail print why to stderr (with the server log's tail when a server
+ * would not start) and return -1 or NULL; tests assert on that, so a missing
+ * redis-server fails the test loudly instead of skipping it.
+ */
+#ifndef DLOCK_TEST_SUPPORT_H
+#define DLOCK_TEST_SUPPORT_H
+
+#include <hiredis/hiredis.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+/* ---- redis-server processes (server.c) ------------------------------------------ */
+
+#define DH_EXTRA_MAX  16 /* slots in dh_server.extra, NULL terminator included */
+#define DH_CONFIG_MAX 16 /* config lines dh_server_opts.config may hold */
+
+/* Runs in the forked child just before exec (entering a network namespace, pinning
+ * to a CPU): only async-signal-safe calls, since the parent may have threads. A
+ * non-zero return makes the child exit with status 126 instead of running. */
+typedef int (*dh_child_fn)(void *arg);
+
+typedef struct dh_server_opts {
+    /* Address the server binds and the library connects to; NULL: 127.0.0.1. */
+    const char *bind;
+    /* A fixed port; 0: a free one on bind (retried when another process takes it
+     * first). */
+    int port;
+    /* More redis-server arguments, NULL-terminated (NULL for none), e.g.
+     * {"--requirepass", "pw", NULL}; at most DH_EXTRA_MAX-1. They come last on the
+     * command line, so they override the library's own. */
+    const char *const *args;
+    /* Lines of a configuration file written into the server's directory and read
+     * first, NULL-terminated (NULL for none): options that are clearer as a file,
+     * such as the TLS, cluster, sentinel or replica settings, e.g.
+     * {"replicaof 127.0.0.1 6380", NULL}. At most DH_CONFIG_MAX. */
+    const char *const *config;
+    /* Where the server's own temporary directory is made; NULL: $DLOCK_TEST_TMP or
+     * /tmp. */
+    const char *parent_dir;
+    /* Keep the directory when the server stops (also when $DLOCK_TEST_KEEP is set). */
+    bool keep_dir;
+    /* See dh_child_fn; NULL for nothing. */
+    dh_child_fn child_setup;
+    void *child_arg;
+} dh_server_opts;
+
+typedef struct dh_server {
+    pid_t pid;                 /* 0 when not running (stopped or killed) */
+    int port;                  /* kept across kill/restart */
+    char host[64];             /* the bind address, also used to connect */
+    char dir[512];             /* its --dir, removed by dh_server_stop */
+    char url[128];             /* "redis://HOST:PORT" (no password) */
+    char *extra[DH_EXTRA_MAX]; /* copies of the extra arguments, NULL-terminated */
+    bool has_config;           /* dir/redis.conf was written and is read first */
+    bool keep_dir;
+    dh_child_fn child_setup;
+    void *child_arg;
+} dh_server;
+
+/* Start a server on a free 127.0.0.1 port with extra_args (as dh_server_opts.args).
+ * *s is overwritten. Returns 0 once the server answers PING (its PID checked through
+ * INFO where the library can authenticate), -1 after printing why. */
+int dh_server_start(dh_server *s, const char *const *extra_args);
+/* The same with every option; o may be NULL (all defaults). */
+int dh_server_start_opts(dh_server *s, const dh_server_opts *o);
+/* Start s[0..n-1], each with extra_args; 0, or -1 with those started stopped again. */
+int dh_servers_start(dh_server *s, int n, const char *const *extra_args);
+/* The same with every option. The servers start together and are then waited for
+ * one by one, so that their start-up times overlap. */
+int dh_servers_start_opts(dh_server *s, int n, const dh_server_opts *o);
+/* dh_server_stop on s[0..n-1], the SIGTERMs sent together so that the shutdowns
+ * overlap. */
+void dh_servers_stop(dh_server *s, int n);
+
+/* SIGTERM, wait up to 2 s, then SIGKILL; remove the directory (unless kept) and free
+ * the argument copies. Safe on a killed or already stopped server, and on a zeroed
+ * struct. */
+void dh_server_stop(dh_server *s);
+
+/* SIGKILL (if running) and start again on the same port and directory with the same
+ * arguments. Without persistence arguments the data set is empty afterwards. 0 or -1. */
+int dh_server_restart(dh_server *s);
+
+/* SIGKILL and reap, keeping the port and directory for a later dh_server_restart. */
+void dh_server_kill(dh_server *s);
+
+/* SIGSTOP / SIGCONT: a server that accepts TCP connections (the kernel does) but never
+ * answers. */
+void dh_server_pause(dh_server *s);
+void dh_server_resume(dh_server *s);
+
+/* For a signal handler that must not leave servers behind before it re-raises:
+ * SIGKILL every server this process started, reap it and remove its directory's
+ * files. Only async-signal-safe calls. The library blocks SIGINT, SIGTERM and SIGHUP
+ * while it changes its table of servers, so the handler never sees half an entry. */
+void dh_servers_kill_all_from_signal(void);
+/* For a program (not a test) whose servers must not outlive a ^C or a kill: install
+ * handlers for SIGINT, SIGTERM and SIGHUP that kill the servers, remove extra_dir
+ * (NULL: none; it must be empty by then, as the servers' own are) and die of the
+ * signal. */
+void dh_servers_die_with_signals(const char *extra_dir);
+
+/* Run one admin command (hiredis format, %s and %b as in redisCommand) on a fresh
+ * connection with a 2 s timeout, authenticated with --requirepass when the server has
+ * one. Returns the reply (free with freeReplyObject) or NULL after printing why.
+ * Thread-safety: any thread (each call has its own connection). */
+redisReply *dh_cmd(dh_server *s, const char *fmt, ...);
+
+/* Connect to the server as dh_cmd does (authenticated), for tests that issue many
+ * commands. NULL after printing why. Free with redisFree. */
+redisContext *dh_connect(dh_server *s);
+
+/* A numeric field ("name:value" at the start of a line) of an INFO reply, or -1. */
+long dh_info_long(const redisReply *r, const char *field);
+
+/* ---- child processes (process.c) ------------------------------------------------ */
+
+/* Find an executable: $envvar if set (NULL: none), else name on the PATH, else in
+ * /usr/local/sbin, /usr/sbin, /sbin and /usr/bin (a stripped PATH may lack them). 0,
+ * or -1 when not found. */
+int dh_find_exe(const char *name, const char *envvar, char *out, size_t outlen);
+
+typedef struct dh_spawn_opts {
+    int out_fd, err_fd; /* the child's stdout and stderr; -1: /dev/null */
+    bool own_group;     /* a process group of its own, so that signals aimed at ours
+                           (a terminal's ^C, a test's kill of its group) miss it */
+    dh_child_fn child_setup;
+    void *child_arg;
+} dh_spawn_opts;
+
+/* fork + exec argv[0] (a path) with stdin from /dev/null, no other descriptor
+ * inherited, the signal mask cleared and SIGPIPE, SIGINT, SIGTERM and SIGHUP at their
+ * defaults, killed if this process dies (PR_SET_PDEATHSIG: call it from a thread that
+ * outlives the child). The PID, or -1 after printing why. */
+pid_t dh_spawn(const char *const argv[], const dh_spawn_opts *o);
+
+/* Wait up to grace_ms for pid to exit on its own; then SIGKILL its process group and
+ * itself and reap it. *status (may be NULL) gets its wait status. True when it left
+ * within the grace period. */
+bool dh_reap(pid_t pid, int64_t grace_ms, int *status);
+
+/* True when pid has exited; reaps it (status may be NULL). */
+bool dh_exited(pid_t pid, int *status);
+
+/* fork/exec argv (PATH searched when argv[0] has no '/'), capture its stdout and stderr
+ * into out/err (NUL-terminated, truncated to outlen-1/errlen-1; either may be NULL).
+ * env: NULL to inherit the environment, else "NAME=VALUE" entries added to it
+ * (replacing NAME), and "NAME" alone to remove NAME. The child gets /dev/null as
+ * stdin, no other inherited descriptors, and dies if this process dies. A child still
+ * running after 120 s is killed. Returns its exit status, 128+n if signal n killed it
+ * (127 when it could not be executed), -1 on a library error. */
+int dh_run(const char *const argv[], const char *const env[], char *out, size_t outlen, char *err,
+           size_t errlen);
+
+/* ---- this process, from /proc (procfs.c) ---------------------------------------- */
+
+/* Descriptors open in this process (entries of /proc/self/fd, the listing's own
+ * excluded), or -1. */
+int dh_fd_count(void);
+/* Threads of this process ("Threads:" in /proc/self/status), or -1. */
+int dh_thread_count(void);
+/* A size field of /proc/self/status in KiB ("VmRSS", "VmSize", "VmPeak"), or -1. */
+long long dh_status_kib(const char *field);
+
+/* ---- the environment (env.c) ---------------------------------------------------- */
+
+/* $DLOCK_TEST_SLACK (a positive integer), default 1: the factor for liveness bounds. */
+long long dh_slack(void);
+
+/* Milliseconds on CLOCK_MONOTONIC. */
+int64_t dh_now_ms(void);
+
+/* Sleep ms milliseconds (restarted after signals). */
+void dh_sleep_ms(int64_t ms);
+
+/* $DLOCK_CLI (CTest sets it to the built dlock command). Exits the test process with
+ * a message when it is unset. */
+const char *dh_cli_path(void);
+
+#endif /* DLOCK_TEST_SUPPORT_H */
