@@ -373,7 +373,8 @@ int dlock__watchdog_add(struct dlock_client *c, struct dlock_lock *l, int64_t tt
                         dlock_lost_fn on_lost, void *user, dlock__err *e);
 /* Stop renewing l; waits for a renewal round that includes it to finish. */
 void dlock__watchdog_remove(struct dlock_client *c, struct dlock_lock *l);
-/* dlock_extend changed the lease: renew to the new ttl from now on. */
+/* dlock_extend is about to change the lease: renew to the new ttl from now on. Waits
+ * for a renewal round that includes l (formatted with the old ttl) to end. */
 void dlock__watchdog_set_ttl(struct dlock_client *c, struct dlock_lock *l, int64_t ttl_ms);
 /* Stop the renewal thread and free it (dlock_client_free). */
 void dlock__watchdog_stop(struct dlock_client *c);

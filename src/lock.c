@@ -40,6 +40,8 @@ int dlock_extend(dlock_lock *l, int64_t ttl_ms)
     const size_t lens[] = {k.lock_len, DLOCK_TOKEN_LEN, (size_t)tlen};
     const dlock__script_args sa = {DLOCK_SCRIPT_EXTEND, 1, 3, args, lens};
     int64_t start;
+    /* Before the round: no renewal with the old ttl may land after it. */
+    dlock__watchdog_set_ttl(c, l, ttl_ms);
     rc = dlock__round_yes_no(c, &sa, "extend", DLOCK_ERR_LOST, not_ours, &start, &e);
     free(k.buf);
     if (rc == DLOCK_OK) {
@@ -49,7 +51,6 @@ int dlock_extend(dlock_lock *l, int64_t ttl_ms)
         if (validity <= 0)
             return dlock__fail(DLOCK_ERR_TIMEOUT, "extended, but the round used up the new lease");
         l->valid_until_us = now + validity;
-        dlock__watchdog_set_ttl(c, l, ttl_ms);
     } else if (rc == DLOCK_ERR_LOST) {
         mark_lost(l);
     }

@@ -322,6 +322,12 @@ void dlock__watchdog_set_ttl(dlock_client *c, dlock_lock *l, int64_t ttl_ms)
     if (wd == NULL)
         return;
     pthread_mutex_lock(&wd->mu);
+    /* A renewal of l already formatted with the old ttl could reach the servers after
+     * the extend that follows, and shorten the lease again; and its outcome would be
+     * counted with the new ttl, overstating validity. So wait for it to end: every
+     * renewal formatted from now on uses the new ttl. */
+    while (l->in_batch)
+        pthread_cond_wait(&wd->idle, &wd->mu);
     if (l->renewing) {
         l->ttl_ms = ttl_ms;
         l->next_renew_us = dlock__now_us() + ttl_ms * 1000 / 3;

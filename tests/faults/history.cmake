@@ -22,8 +22,7 @@ dlock_warnings(dlock_fault_history)
 # library and the integration helpers.
 function(dlock_history_test name source)
   dlock_add_test(${name} SOURCES ${CMAKE_CURRENT_LIST_DIR}/${source}
-    ${PROJECT_SOURCE_DIR}/tests/integration/itest.c LABELS ${ARGN})
-  target_link_libraries(${name} PRIVATE dlock_fault_history)
+    ${PROJECT_SOURCE_DIR}/tests/integration/itest.c LIBS dlock_fault_history LABELS ${ARGN})
 endfunction()
 
 # The checkers on hand-written histories: they see what they must.

@@ -42,8 +42,12 @@ static int64_t worst_excess(dlock_client *c, int64_t rate_ppm, int64_t ttl_ms, i
     int64_t worst = INT64_MIN;
     *samples = 0;
     for (;;) {
-        int64_t reported = dlock_remaining_ms(l);
+        /* The server's PTTL first, then ours: the server sampled its clock before the
+         * reply arrived, so any delay between the two readings (a loaded machine)
+         * only makes ours look smaller. Read the other way round, a delay would show
+         * as an excess the library never had. */
         long long pttl = it_pttl(&it_srv, key);
+        int64_t reported = dlock_remaining_ms(l);
         if (reported <= 0 || pttl < 0)
             break;
         (*samples)++;
