@@ -107,23 +107,19 @@ static void dead_waiter(int fair)
     dlock_client_free(c);
 }
 
-static void test_dead_waiter_default(void **state)
+/* One function for both cases; its state says whether the waiters queue fairly. */
+static void test_dead_waiter(void **state)
 {
-    (void)state;
-    dead_waiter(0);
-}
-
-static void test_dead_waiter_fair(void **state)
-{
-    (void)state;
-    dead_waiter(1);
+    dead_waiter(*(int *)*state);
 }
 
 int main(void)
 {
+    static int fair = 1, unfair = 0;
+    /* Each case gets a fresh server. */
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test_setup_teardown(test_dead_waiter_fair, it_srv_setup, it_srv_teardown),
-        cmocka_unit_test_setup_teardown(test_dead_waiter_default, it_srv_setup, it_srv_teardown),
+        IT_CASE_FIXTURE("test_dead_waiter_fair", test_dead_waiter, &fair),
+        IT_CASE_FIXTURE("test_dead_waiter_default", test_dead_waiter, &unfair),
     };
     return cmocka_run_group_tests_name("fault_dead_waiter", tests, NULL, NULL);
 }
