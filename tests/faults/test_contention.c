@@ -1,5 +1,5 @@
 /*
- * test_contention.c: scenario 1 of the fault suite (issue 7), the contention baseline.
+ * test_contention.c: scenario 1 of the fault suite (docs/testing.md), the contention baseline.
  *
  * Setup: 4 worker processes, one lock, N = 1 and N = 3 lock servers, and a fenced
  * register on a separate resource server. Each worker takes the lock (blocking wait),

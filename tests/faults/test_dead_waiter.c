@@ -1,5 +1,5 @@
 /*
- * test_dead_waiter.c: a process fault next to scenario 2 of the fault suite (issue 7):
+ * test_dead_waiter.c: a process fault next to scenario 2 of the fault suite (docs/testing.md):
  * a *waiter* SIGKILLed while it waits, rather than the holder.
  *
  * A blocked dlock_acquire puts its token in the name's wait queue (P{name}:queue,

@@ -1,5 +1,5 @@
 /*
- * test_holder_crash.c: scenario 2 of the fault suite (issue 7), a holder SIGKILLed in
+ * test_holder_crash.c: scenario 2 of the fault suite (docs/testing.md), a holder SIGKILLed in
  * its critical section.
  *
  * Setup: 3 worker processes contend for one lock (ttl 400 ms, blocking wait, 200 ms
@@ -14,7 +14,7 @@
  *     after the dead holder's grant (N = 3: less the dead holder's round, bounded by
  *     the per-node timeout);
  *   - with a larger fence; every checker of history.h (no overlap, no lost update);
- *   - takeover within ttl + 250 ms of the crash at p99 (issue 7's target), times the
+ *   - takeover within ttl + 250 ms of the crash at p99 (the suite's target), times the
  *     slack; no lock key left.
  * Figures: takeover after the lease end (the gap between the lease's end and the new
  * holder's return from dlock_acquire) and after the crash, p50 and p99.

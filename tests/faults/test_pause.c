@@ -1,5 +1,5 @@
 /*
- * test_pause.c: scenario 3 of the fault suite (issue 7), a holder paused past its lease.
+ * test_pause.c: scenario 3 of the fault suite (docs/testing.md), a holder paused past its lease.
  *
  * Setup: 4 worker processes contend for one lock (ttl 500 ms, blocking wait, 30 ms of
  * work between the register's read and its write), renewal off (N = 1) and on (N = 3).
@@ -130,6 +130,5 @@ int main(void)
         IT_CASE("test_pause_renew_off_n1", test_pause, &off_n1),
         IT_CASE("test_pause_renew_on_n3", test_pause, &on_n3),
     };
-    return cmocka_run_group_tests_name("fault_pause", tests, wk_servers_setup,
-                                       wk_servers_teardown);
+    return cmocka_run_group_tests_name("fault_pause", tests, wk_servers_setup, wk_servers_teardown);
 }

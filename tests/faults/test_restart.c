@@ -1,5 +1,5 @@
 /*
- * test_restart.c: scenario 6 of the fault suite (issue 7), a lock server that crashes
+ * test_restart.c: scenario 6 of the fault suite (docs/testing.md), a lock server that crashes
  * and restarts at once without persistence: Redlock's own hazard.
  *
  * Setup (every case): 3 independent masters. Holder A takes "r" with a 3 s lease on
@@ -153,8 +153,8 @@ static void restart_case(const char *label, int voting, bool fresh, enum persist
     } else {
         assert_int_equal(rc, DLOCK_ERR_BUSY);
         /* A's release says OK only if a quorum still had A's key: with AOF, node 0 kept
-         * it; otherwise only node 1 did, and the release says LOST (design.md: "no
-         * quorum held our token"), although voting kept B out meanwhile. */
+         * it; otherwise only node 1 did, and the release says LOST (no quorum held our
+         * token, which is what LOST means for a release), although voting kept B out meanwhile. */
         int nodes_a =
             holds(0, dlock_token(la)) + holds(1, dlock_token(la)) + holds(2, dlock_token(la));
         int arc = wk_release_rec(ha, la);

@@ -1,9 +1,9 @@
 /*
- * test_server_states.c: scenario 14 of issue 7, real server error states (no relay,
- * except where one makes a transient state exact).
+ * test_server_states.c: scenario 14 of the fault suite (docs/testing.md), real server
+ * error states (no relay, except where one makes a transient state exact).
  *
  * Each test starts its own redis-server in the state it needs and asserts the code
- * design.md gives for it ("Which error a call returns", N = 1):
+ * the library documents for it (with one server):
  *   - -BUSY from a Lua script spinning on another connection: DLOCK_ERR_UNAVAILABLE,
  *     never DLOCK_ERR_BUSY; works once the script ends;
  *   - -LOADING while the server reloads its data set (DEBUG RELOAD with
@@ -28,8 +28,8 @@
 
 #include <cmocka.h>
 
-#include "relay.h"
 #include "integration/itest.h"
+#include "relay.h"
 
 #include <stdio.h>
 #include <stdlib.h>

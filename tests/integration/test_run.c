@@ -1,5 +1,5 @@
 /*
- * test_run.c: `dlock run` against a real redis-server (design.md, section 4 "CLI").
+ * test_run.c: `dlock run` against a real redis-server (its manual is docs/dlock.1.md).
  *
  * What is checked exactly: exit codes, what CMD saw (environment, signals, recorded
  * by CMD itself in files), and the lock key on the server before, during and after.
