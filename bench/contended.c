@@ -1,5 +1,5 @@
 /*
- * contended.c: W3, one name and blocking waits (design.md section 4).
+ * contended.c: W3, one name and blocking waits.
  *
  * 8 workers (threads, a dlock_client and a Redis connection each) run 200 critical
  * sections each on one name, acquiring with wait_ms = -1. Inside, a section INCRs a

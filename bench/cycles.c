@@ -1,5 +1,5 @@
 /*
- * cycles.c: W1, W2 and W4, the uncontended workloads (design.md section 4).
+ * cycles.c: W1, W2 and W4, the uncontended workloads.
  *
  * One cycle is dlock_acquire (ttl 10 s, no wait) of a name nobody else uses (the
  * workload, round, client and cycle are in it, so no name is used twice in a run), then

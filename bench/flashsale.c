@@ -1,5 +1,5 @@
 /*
- * flashsale.c: W5, 1000 items and 50 buyers, three ways (design.md section 4).
+ * flashsale.c: W5, 1000 items and 50 buyers, three ways.
  *
  * Stock starts at 1000 on node 1; 50 buyers (threads, each with its own connections)
  * buy one item at a time until they find none left. Three ways to keep the stock

@@ -4,7 +4,7 @@
  * A run: decide the CPU placement and pin ourselves; start the servers (or take -s);
  * then, `repeat` times, redis-benchmark SET -c 1 on node 1, W1, redis-benchmark SET
  * -c 8, W2, W3, W4, W5 (those chosen); print the table and then one BENCH line per
- * figure (design.md section 4), each the median of its rounds, the machine line
+ * figure (docs/benchmarks.md explains them), each the median of its rounds, the machine line
  * first. Progress goes to stderr, the figures to stdout.
  *
  * Exit status: 0; 1 when a workload failed or a sanity check did not hold (W3's
@@ -138,7 +138,7 @@ static void dlock_log(void *user, int level, const char *msg)
 
 /* Every client of the bench: its own key prefix (so that -s servers keep their
  * dlock: keys apart from ours, and the clean-up finds ours), and an explicit
- * timeout, as design.md asks of tests and the bench. */
+ * timeout: the default is long enough to hide a stalled server behind good figures. */
 void bench_dlock_config(const bench_ctx *ctx, dlock_config *cfg)
 {
     memset(cfg, 0, sizeof *cfg);
@@ -221,7 +221,7 @@ static void usage(FILE *out)
     fprintf(out,
             "usage: dlock-bench [options]\n"
             "\n"
-            "Runs design.md's workloads W1-W5 on redis-server processes it starts (or on -s\n"
+            "Runs the workloads W1-W5 on redis-server processes it starts (or on -s\n"
             "servers), beside redis-benchmark SET -c 1 and -c 8 on the same servers under the\n"
             "same CPU placement. Figures go to stdout (a table, then BENCH lines); progress to\n"
             "stderr.\n"
@@ -329,7 +329,8 @@ enum {
     OPT_REPEAT
 };
 
-/* design.md's sizes: a run with no options is the run the design defines. */
+/* The reference sizes: a run with no options is the run whose figures
+ * docs/benchmarks.md reports, so that runs on other machines compare with it. */
 static void defaults(bench_opts *o)
 {
     memset(o, 0, sizeof *o);

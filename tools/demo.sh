@@ -121,6 +121,22 @@ node1_get() {
 exec {nap_fd}<> <(:)
 nap() { read -r -t 0.005 -u "$nap_fd" || true; }
 
+# The checks every sale must pass: nothing oversold, fences strictly increasing, and
+# the program's own checks (exit status 0 and ok=yes). $1 names the scene, $2 is the
+# exit status, $3 the RESULT array, $4 the number of the sale's output files.
+check_sale() {
+  local label=$1 rc=$2 n=$4
+  local -n sold=$3
+  if [ "${sold[oversold]:-}" != 0 ] || [ "${sold[fences_increasing]:-}" != yes ]; then
+    fail "$label: oversold ${sold[oversold]:-?}," \
+      "fences strictly increasing: ${sold[fences_increasing]:-?}"
+  fi
+  if [ "$rc" -ne 0 ] || [ "${sold[ok]}" != yes ]; then
+    fail "$label: checks failed (exit $rc)"
+    show_log "$dir/sale$n.out" "$dir/sale$n.err"
+  fi
+}
+
 # Show a program's messages when its scene failed.
 show_log() { sed 's/^/    | /' "$@" | head -20 >&2; }
 
@@ -163,14 +179,7 @@ printf '   %s handoffs between buyers: latency p50 %s ms, p99 %s ms\n' "${r1[han
   "$(ms "${r1[handoff_p50_us]:-0}")" "$(ms "${r1[handoff_p99_us]:-0}")"
 printf '   fences %s .. %s over %s sections, strictly increasing: %s\n' \
   "${r1[fence_first]:-?}" "${r1[fence_last]:-?}" "${r1[sections]:-?}" "${r1[fences_increasing]:-?}"
-if [ "${r1[oversold]:-}" != 0 ] || [ "${r1[fences_increasing]:-}" != yes ]; then
-  fail "1. flash sale: oversold ${r1[oversold]:-?}," \
-    "fences strictly increasing: ${r1[fences_increasing]:-?}"
-fi
-if [ "$rc" -ne 0 ] || [ "${r1[ok]}" != yes ]; then
-  fail "1. flash sale: checks failed (exit $rc)"
-  show_log "$dir/sale1.out" "$dir/sale1.err"
-fi
+check_sale "1. flash sale" "$rc" r1 1
 
 # ---- 2. the same, node 3 killed mid-run -------------------------------------------------
 "$sale" -s "$urls" -b "$buyers" -n "$stock" -i sku-2 -T 200 -q \
@@ -202,14 +211,7 @@ printf '   sold %s, oversold %s, stock left %s, in %s s: %s sold on the 2 nodes 
   "$left_at_kill"
 printf '   failed acquires %s; fences strictly increasing: %s\n' \
   "${r2[failed_acquires]:-?}" "${r2[fences_increasing]:-?}"
-if [ "${r2[oversold]:-}" != 0 ] || [ "${r2[fences_increasing]:-}" != yes ]; then
-  fail "2. node killed: oversold ${r2[oversold]:-?}," \
-    "fences strictly increasing: ${r2[fences_increasing]:-?}"
-fi
-if [ "$rc" -ne 0 ] || [ "${r2[ok]}" != yes ]; then
-  fail "2. node killed: checks failed (exit $rc)"
-  show_log "$dir/sale2.out" "$dir/sale2.err"
-fi
+check_sale "2. node killed" "$rc" r2 2
 if ! [[ "$left_at_kill" =~ ^[0-9]+$ ]] || [ "$left_at_kill" -eq 0 ]; then
   fail "2. node killed: the kill did not land mid-sale (units left: $left_at_kill)"
 fi

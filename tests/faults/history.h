@@ -1,5 +1,5 @@
 /*
- * history.h: the fault suite's history file and its checkers (issue 7).
+ * history.h: the fault suite's history file and its checkers.
  *
  * Every worker process (and the test itself, for the faults it injects) appends
  * fixed-size records to one history file: one write(2) per record, on a descriptor

@@ -1,5 +1,5 @@
 /*
- * test_alloc.c: scenario 16 of the fault suite (issue 7), allocation failures.
+ * test_alloc.c: scenario 16 of the fault suite (docs/testing.md), allocation failures.
  *
  * Every allocation the library makes goes through src/alloc.c; the test build makes
  * the Nth fail. For N = 1, 2, ... until a run makes no allocation fail, a whole

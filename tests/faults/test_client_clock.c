@@ -1,5 +1,5 @@
 /*
- * test_client_clock.c: scenario 9 of the fault suite (issue 7): the client's clock
+ * test_client_clock.c: scenario 9 of the fault suite (docs/testing.md): the client's clock
  * runs fast or slow, or steps, through the test build's clock hook (src/hooks.h).
  *
  * Property: the validity the library reports never exceeds the true remaining

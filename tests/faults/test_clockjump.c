@@ -1,5 +1,5 @@
 /*
- * test_clockjump.c: scenario 8 of the fault suite (issue 7), a server whose clock jumps
+ * test_clockjump.c: scenario 8 of the fault suite (docs/testing.md), a server whose clock jumps
  * forward while a lock is held, emulated by `PEXPIRE key 1` on that node (the key
  * expires early there, as a jump of the server's clock would make it).
  *
@@ -17,7 +17,8 @@
  *   - A's renewal finds that no quorum holds its token and reports the loss (on_lost)
  *     before A's validity ends, from a renewal round that began after the jump; when
  *     the first such round heard every node, within ttl/3 plus the per-node timeout of
- *     the jump (issue 7's bound, times the slack). The rounds are recorded through the
+ *     the jump (the bound the fault suite promises, times the slack). The rounds are
+ *     recorded through the
  *     test build's BEFORE_RENEW hook: under load a node can miss its timeout, leaving
  *     a round undecided, and the loss then comes a retry (ttl/10) later; the test says
  *     so instead of failing;
@@ -144,12 +145,13 @@ static void test_jump_on_bare_quorum(void **state)
 
     /* From the jump on, A's renewal hears "not ours" from two nodes (node 0 forgot A's
      * key, node 2 never had it): no quorum can hold A's token, so the first renewal
-     * round after the jump reports the loss. Issue 7: lost within ttl/3 plus the timeout
-     * after a steal. That bound assumes the round hears every node: a node that misses
+     * round after the jump reports the loss. The suite's bound: lost within ttl/3 plus
+     * the timeout after a steal. That bound assumes the round hears every node: a node that misses
      * its per-node timeout (a loaded machine) leaves the round undecided (yes 1, no 1),
      * and the watchdog tries again ttl/10 later, keeping only the promise that the loss
-     * is known before A's validity ends (design.md). The rounds are recorded to tell the
-     * two apart. Wait past the bound, so that a late report is measured and shown. */
+     * is known before A's validity ends, which is what the library documents. The rounds are
+     * recorded to tell the two apart. Wait past the bound, so that a late report is measured and
+     * shown. */
     int64_t bound_ns = (TTL_MS / 3 + it_timeout_ms()) * dh_slack() * 1000000;
     int64_t a_valid_until = t_grant + a_left * 1000000;
     while (atomic_load(&g_lost_ns) == 0 && hist_now_ns() < a_valid_until)
@@ -174,7 +176,7 @@ static void test_jump_on_bare_quorum(void **state)
         assert_true(lost_ns - t_jump <= bound_ns);
     else
         printf("INFO clockjump: the first %d round(s) after the jump could not decide (a node "
-               "missed its %lld ms timeout): issue 7's bound does not apply; lost %.1f ms "
+               "missed its %lld ms timeout): the ttl/3 bound does not apply; lost %.1f ms "
                "before A's validity ended\n",
                after - 1, (long long)it_timeout_ms(), (double)(a_valid_until - lost_ns) / 1e6);
     assert_true(dlock_remaining_ms(la) <= 0);

@@ -1,5 +1,5 @@
 /*
- * test_contention.c: scenario 1 of the fault suite (issue 7), the contention baseline.
+ * test_contention.c: scenario 1 of the fault suite (docs/testing.md), the contention baseline.
  *
  * Setup: 4 worker processes, one lock, N = 1 and N = 3 lock servers, and a fenced
  * register on a separate resource server. Each worker takes the lock (blocking wait),
@@ -69,23 +69,19 @@ static void contention(int n)
     wk_scenario_close(&sc);
 }
 
-static void test_contention_n1(void **state)
+/* One function for every case; its state is the number of lock servers. */
+static void test_contention(void **state)
 {
-    (void)state;
-    contention(1);
-}
-
-static void test_contention_n3(void **state)
-{
-    (void)state;
-    contention(3);
+    contention(*(int *)*state);
 }
 
 int main(void)
 {
+    static int n1 = 1, n3 = 3;
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_contention_n1),
-        cmocka_unit_test(test_contention_n3),
+        IT_CASE("test_contention_n1", test_contention, &n1),
+        IT_CASE("test_contention_n3", test_contention, &n3),
     };
-    return cmocka_run_group_tests_name("fault_contention", tests, wk_servers_setup, wk_servers_teardown);
+    return cmocka_run_group_tests_name("fault_contention", tests, wk_servers_setup,
+                                       wk_servers_teardown);
 }

@@ -1,5 +1,5 @@
 /*
- * test_dead_waiter.c: a process fault next to scenario 2 of the fault suite (issue 7):
+ * test_dead_waiter.c: a process fault next to scenario 2 of the fault suite (docs/testing.md):
  * a *waiter* SIGKILLed while it waits, rather than the holder.
  *
  * A blocked dlock_acquire puts its token in the name's wait queue (P{name}:queue,
@@ -107,23 +107,19 @@ static void dead_waiter(int fair)
     dlock_client_free(c);
 }
 
-static void test_dead_waiter_default(void **state)
+/* One function for both cases; its state says whether the waiters queue fairly. */
+static void test_dead_waiter(void **state)
 {
-    (void)state;
-    dead_waiter(0);
-}
-
-static void test_dead_waiter_fair(void **state)
-{
-    (void)state;
-    dead_waiter(1);
+    dead_waiter(*(int *)*state);
 }
 
 int main(void)
 {
+    static int fair = 1, unfair = 0;
+    /* Each case gets a fresh server. */
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test_setup_teardown(test_dead_waiter_fair, it_srv_setup, it_srv_teardown),
-        cmocka_unit_test_setup_teardown(test_dead_waiter_default, it_srv_setup, it_srv_teardown),
+        IT_CASE_FIXTURE("test_dead_waiter_fair", test_dead_waiter, &fair),
+        IT_CASE_FIXTURE("test_dead_waiter_default", test_dead_waiter, &unfair),
     };
     return cmocka_run_group_tests_name("fault_dead_waiter", tests, NULL, NULL);
 }

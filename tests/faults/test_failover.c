@@ -1,5 +1,5 @@
 /*
- * test_failover.c: scenario 15 of the fault suite (issue 7), a failover to a replica
+ * test_failover.c: scenario 15 of the fault suite (docs/testing.md), a failover to a replica
  * that missed the lock's write: why Redlock asks for independent masters, not a
  * replicated one.
  *

@@ -1,5 +1,5 @@
 /*
- * test_holder_crash.c: scenario 2 of the fault suite (issue 7), a holder SIGKILLed in
+ * test_holder_crash.c: scenario 2 of the fault suite (docs/testing.md), a holder SIGKILLed in
  * its critical section.
  *
  * Setup: 3 worker processes contend for one lock (ttl 400 ms, blocking wait, 200 ms
@@ -14,7 +14,7 @@
  *     after the dead holder's grant (N = 3: less the dead holder's round, bounded by
  *     the per-node timeout);
  *   - with a larger fence; every checker of history.h (no overlap, no lost update);
- *   - takeover within ttl + 250 ms of the crash at p99 (issue 7's target), times the
+ *   - takeover within ttl + 250 ms of the crash at p99 (the suite's target), times the
  *     slack; no lock key left.
  * Figures: takeover after the lease end (the gap between the lease's end and the new
  * holder's return from dlock_acquire) and after the crash, p50 and p99.
@@ -188,24 +188,25 @@ static void holder_crash(int n, int runs)
     wk_scenario_close(&sc);
 }
 
-static void test_holder_crash_n1(void **state)
-{
-    (void)state;
-    holder_crash(1, 20);
-}
+/* A case: lock servers, and crashes to observe. */
+typedef struct crash_case {
+    int n, runs;
+} crash_case;
 
-static void test_holder_crash_n3(void **state)
+static void test_holder_crash(void **state)
 {
-    (void)state;
-    holder_crash(3, 10);
+    const crash_case *c = *state;
+    holder_crash(c->n, c->runs);
 }
 
 int main(void)
 {
     wk_seed("fault_holder_crash");
+    static crash_case n1 = {1, 20}, n3 = {3, 10};
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_holder_crash_n1),
-        cmocka_unit_test(test_holder_crash_n3),
+        IT_CASE("test_holder_crash_n1", test_holder_crash, &n1),
+        IT_CASE("test_holder_crash_n3", test_holder_crash, &n3),
     };
-    return cmocka_run_group_tests_name("fault_holder_crash", tests, wk_servers_setup, wk_servers_teardown);
+    return cmocka_run_group_tests_name("fault_holder_crash", tests, wk_servers_setup,
+                                       wk_servers_teardown);
 }

@@ -1,5 +1,5 @@
 /*
- * test_lifecycle.c: the process parts of scenario 16 of the fault suite (issue 7): the
+ * test_lifecycle.c: the process parts of scenario 16 of the fault suite (docs/testing.md): the
  * library in a process that runs out of descriptors, that forks while it holds a lock,
  * and that frees its client while renewals run. (Allocation failures, the other part of
  * 16, are in test_alloc.c.)

@@ -1,5 +1,5 @@
 /*
- * test_partition.c: scenario 12 of the fault suite (issue 7), partitions, on a private
+ * test_partition.c: scenario 12 of the fault suite (docs/testing.md), partitions, on a private
  * network of namespaces (netns.h): three redis-server nodes, each in its own namespace,
  * and worker processes in two client namespaces, A and B, two workers in each.
  *
@@ -20,7 +20,7 @@
  *   - no call returns later than its deadline + 100 ms (times DLOCK_TEST_SLACK); the
  *     deadline of a call is one round (these calls never retry: wait_ms is 0), and a
  *     round lasts at most the per-node timeout plus the connect timeout, which a node
- *     that must be reconnected gets on top (design.md; conn.c's connect deadline);
+ *     that must be reconnected gets on top (conn.c's connect deadline);
  *   - mutual exclusion: the grants [acquired, min(release called, validity end)] of
  *     different acquisitions never overlap;
  *   - fence order: in the order of the grants, fences strictly increase; the fenced
@@ -47,8 +47,8 @@
 #include <cmocka.h>
 
 #include "dlock.h"
-#include "support.h"
 #include "netns.h"
+#include "support.h"
 
 #include <errno.h>
 #include <signal.h>

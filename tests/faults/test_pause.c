@@ -1,5 +1,5 @@
 /*
- * test_pause.c: scenario 3 of the fault suite (issue 7), a holder paused past its lease.
+ * test_pause.c: scenario 3 of the fault suite (docs/testing.md), a holder paused past its lease.
  *
  * Setup: 4 worker processes contend for one lock (ttl 500 ms, blocking wait, 30 ms of
  * work between the register's read and its write), renewal off (N = 1) and on (N = 3).
@@ -111,24 +111,24 @@ static void holder_pause(int n, int renew)
     wk_scenario_close(&sc);
 }
 
-static void test_pause_renew_off_n1(void **state)
-{
-    (void)state;
-    holder_pause(1, 0);
-}
+/* A case: lock servers, and whether the workers renew their leases. */
+typedef struct pause_case {
+    int n, renew;
+} pause_case;
 
-static void test_pause_renew_on_n3(void **state)
+static void test_pause(void **state)
 {
-    (void)state;
-    holder_pause(3, 1);
+    const pause_case *c = *state;
+    holder_pause(c->n, c->renew);
 }
 
 int main(void)
 {
     wk_seed("fault_pause");
+    static pause_case off_n1 = {1, 0}, on_n3 = {3, 1};
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_pause_renew_off_n1),
-        cmocka_unit_test(test_pause_renew_on_n3),
+        IT_CASE("test_pause_renew_off_n1", test_pause, &off_n1),
+        IT_CASE("test_pause_renew_on_n3", test_pause, &on_n3),
     };
     return cmocka_run_group_tests_name("fault_pause", tests, wk_servers_setup, wk_servers_teardown);
 }

@@ -1,13 +1,14 @@
 /*
- * test_protocol.c: scenario 13 of issue 7, protocol faults through the fault relay.
+ * test_protocol.c: scenario 13 of the fault suite (docs/testing.md), protocol faults through the
+ * fault relay.
  *
  * One real redis-server behind a relay (relay.h); the client talks to the relay. The
  * relay answers the lock scripts' EVALSHA with canned replies (instead of the server,
  * or after the server ran the command), resets or closes connections in the middle of
  * a reply, trickles, and blackholes. What is asserted:
- *   - every canned reply maps to the error design.md documents ("Which error a call
- *     returns"), for acquire, extend, check and release, and never DLOCK_ERR_BUSY for
- *     an unavailable server; each call ends by its deadline, and the client keeps
+ *   - every canned reply maps to the error the library documents for it (an
+ *     unavailable server, a protocol error, ...), for acquire, extend, check and release, and never
+ * DLOCK_ERR_BUSY for an unavailable server; each call ends by its deadline, and the client keeps
  *     working afterwards;
  *   - `*2147483647` and `$1000000000...` are refused without a huge allocation (the
  *     process's peak virtual memory stays put);
@@ -28,8 +29,8 @@
 
 #include <cmocka.h>
 
-#include "relay.h"
 #include "integration/itest.h"
+#include "relay.h"
 
 #include <stdio.h>
 #include <stdlib.h>

@@ -1,5 +1,5 @@
 /*
- * test_races.c: scenarios 10 and 11 of the fault suite (issue 7), the races.
+ * test_races.c: scenarios 10 and 11 of the fault suite (docs/testing.md), the races.
  *
  * 11. Extend at the moment the lease ends (ttl +- a few ms), 1,000 times: an extend
  *     that says OK found the key (it is there, with the new lease, right after); one

@@ -1,5 +1,6 @@
 /*
- * test_relay_inflight.c: scenario 4 of issue 7, replies held in flight past the ttl.
+ * test_relay_inflight.c: scenario 4 of the fault suite (docs/testing.md), replies held in flight
+ * past the ttl.
  *
  * Three real servers, each behind a fault relay. The relays hold the replies (or the
  * whole stream, both ways) or delay them past the lease, on one node or on several.
@@ -22,8 +23,8 @@
 
 #include <cmocka.h>
 
-#include "relay.h"
 #include "integration/itest.h"
+#include "relay.h"
 
 #include <stdio.h>
 #include <stdlib.h>

@@ -1,6 +1,6 @@
 /*
- * test_relay_partition.c: scenario 12 of issue 7, the partitions a relay can make
- * without network namespaces (the netns tier does the rest).
+ * test_relay_partition.c: scenario 12 of the fault suite (docs/testing.md), the partitions a relay
+ * can make without network namespaces (the netns tier does the rest).
  *
  * Three real servers, each behind a fault relay. Two worker threads, each with its
  * own client and names of its own (no contention: every failure is the network's),
@@ -35,8 +35,8 @@
 
 #include <cmocka.h>
 
-#include "relay.h"
 #include "integration/itest.h"
+#include "relay.h"
 
 #include <stdatomic.h>
 #include <stdio.h>

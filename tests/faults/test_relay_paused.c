@@ -1,6 +1,6 @@
 /*
- * test_relay_paused.c: scenario 5 of issue 7, SIGSTOP of 1, 2, then 3 of 5 servers
- * under contention, then SIGCONT.
+ * test_relay_paused.c: scenario 5 of the fault suite (docs/testing.md), SIGSTOP of 1, 2, then 3 of
+ * 5 servers under contention, then SIGCONT.
  *
  * Four worker threads, each with its own client, take and drop one contended name in
  * a loop (try once, ttl 10 s) while the main thread pauses servers one after another:

@@ -1,5 +1,5 @@
 /*
- * test_restart.c: scenario 6 of the fault suite (issue 7), a lock server that crashes
+ * test_restart.c: scenario 6 of the fault suite (docs/testing.md), a lock server that crashes
  * and restarts at once without persistence: Redlock's own hazard.
  *
  * Setup (every case): 3 independent masters. Holder A takes "r" with a 3 s lease on
@@ -153,8 +153,8 @@ static void restart_case(const char *label, int voting, bool fresh, enum persist
     } else {
         assert_int_equal(rc, DLOCK_ERR_BUSY);
         /* A's release says OK only if a quorum still had A's key: with AOF, node 0 kept
-         * it; otherwise only node 1 did, and the release says LOST (design.md: "no
-         * quorum held our token"), although voting kept B out meanwhile. */
+         * it; otherwise only node 1 did, and the release says LOST (no quorum held our
+         * token, which is what LOST means for a release), although voting kept B out meanwhile. */
         int nodes_a =
             holds(0, dlock_token(la)) + holds(1, dlock_token(la)) + holds(2, dlock_token(la));
         int arc = wk_release_rec(ha, la);
@@ -183,51 +183,42 @@ static void restart_case(const char *label, int voting, bool fresh, enum persist
     dlock_client_free(res);
 }
 
-static void test_voting_observed_known_client(void **state)
-{
-    (void)state;
-    restart_case("observed_known", DLOCK_RESTART_OBSERVED, false, NONE, false);
-}
+/* A case: restart_case's arguments. */
+typedef struct restart_params {
+    const char *label;
+    int voting;
+    bool fresh;
+    enum persistence p;
+    bool double_grant;
+} restart_params;
 
-static void test_voting_strict_fresh_client(void **state)
+static void test_restart(void **state)
 {
-    (void)state;
-    restart_case("strict_fresh", DLOCK_RESTART_STRICT, true, NONE, false);
-}
-
-static void test_aof_always(void **state)
-{
-    (void)state;
-    restart_case("aof_always_voting_off", DLOCK_RESTART_OFF, false, AOF_ALWAYS, false);
-}
-
-static void test_delayed_restart(void **state)
-{
-    (void)state;
-    restart_case("delayed_restart_voting_off", DLOCK_RESTART_OFF, false, DELAYED, false);
-}
-
-static void test_hazard_voting_off(void **state)
-{
-    (void)state;
-    restart_case("hazard_voting_off", DLOCK_RESTART_OFF, false, NONE, true);
-}
-
-static void test_hazard_observed_fresh_client(void **state)
-{
-    (void)state;
-    restart_case("hazard_observed_fresh", DLOCK_RESTART_OBSERVED, true, NONE, true);
+    const restart_params *c = *state;
+    restart_case(c->label, c->voting, c->fresh, c->p, c->double_grant);
 }
 
 int main(void)
 {
+    static restart_params cases[] = {
+        {"observed_known", DLOCK_RESTART_OBSERVED, false, NONE, false},
+        {"strict_fresh", DLOCK_RESTART_STRICT, true, NONE, false},
+        {"aof_always_voting_off", DLOCK_RESTART_OFF, false, AOF_ALWAYS, false},
+        {"delayed_restart_voting_off", DLOCK_RESTART_OFF, false, DELAYED, false},
+        {"hazard_voting_off", DLOCK_RESTART_OFF, false, NONE, true},
+        {"hazard_observed_fresh", DLOCK_RESTART_OBSERVED, true, NONE, true},
+    };
+    /* Each case starts its own servers (with its persistence) and stops them. */
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test_teardown(test_voting_observed_known_client, wk_servers_teardown),
-        cmocka_unit_test_teardown(test_voting_strict_fresh_client, wk_servers_teardown),
-        cmocka_unit_test_teardown(test_aof_always, wk_servers_teardown),
-        cmocka_unit_test_teardown(test_delayed_restart, wk_servers_teardown),
-        cmocka_unit_test_teardown(test_hazard_voting_off, wk_servers_teardown),
-        cmocka_unit_test_teardown(test_hazard_observed_fresh_client, wk_servers_teardown),
+        IT_CASE_WITH("test_voting_observed_known_client", test_restart, NULL, wk_servers_teardown,
+                     &cases[0]),
+        IT_CASE_WITH("test_voting_strict_fresh_client", test_restart, NULL, wk_servers_teardown,
+                     &cases[1]),
+        IT_CASE_WITH("test_aof_always", test_restart, NULL, wk_servers_teardown, &cases[2]),
+        IT_CASE_WITH("test_delayed_restart", test_restart, NULL, wk_servers_teardown, &cases[3]),
+        IT_CASE_WITH("test_hazard_voting_off", test_restart, NULL, wk_servers_teardown, &cases[4]),
+        IT_CASE_WITH("test_hazard_observed_fresh_client", test_restart, NULL, wk_servers_teardown,
+                     &cases[5]),
     };
     return cmocka_run_group_tests_name("fault_restart", tests, NULL, NULL);
 }

@@ -1,5 +1,5 @@
 /*
- * test_server_crash.c: scenario 7 of the fault suite (issue 7), 100 random crashes of
+ * test_server_crash.c: scenario 7 of the fault suite (docs/testing.md), 100 random crashes of
  * the lock server in an acquire/release loop, under each persistence setting.
  *
  * Setup: one lock server (N = 1: its counter is the fence, with nothing else to fall

@@ -1,9 +1,9 @@
 /*
- * test_server_states.c: scenario 14 of issue 7, real server error states (no relay,
- * except where one makes a transient state exact).
+ * test_server_states.c: scenario 14 of the fault suite (docs/testing.md), real server
+ * error states (no relay, except where one makes a transient state exact).
  *
  * Each test starts its own redis-server in the state it needs and asserts the code
- * design.md gives for it ("Which error a call returns", N = 1):
+ * the library documents for it (with one server):
  *   - -BUSY from a Lua script spinning on another connection: DLOCK_ERR_UNAVAILABLE,
  *     never DLOCK_ERR_BUSY; works once the script ends;
  *   - -LOADING while the server reloads its data set (DEBUG RELOAD with
@@ -28,8 +28,8 @@
 
 #include <cmocka.h>
 
-#include "relay.h"
 #include "integration/itest.h"
+#include "relay.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -125,6 +125,31 @@ static void assert_works(dlock_client *c, dh_server *s, const char *name)
     assert_int_equal(it_exists(s, key), 0);
 }
 
+/* An acquire of name on c must fail, within the call bound, as DLOCK_ERR_UNAVAILABLE
+ * with the server's error in the message; its duration is printed as figure fig. */
+static void expect_unavailable(dlock_client *c, const char *name, const char *error,
+                               const char *fig)
+{
+    int64_t took;
+    dlock_lock *l = NULL;
+    int rc = try_acquire(c, name, &l, &took);
+    printf("FIG %s %lld ms\n", fig, (long long)took);
+    assert_int_equal(rc, DLOCK_ERR_UNAVAILABLE);
+    assert_non_null(strstr(dlock_errmsg(), error));
+    assert_true(took <= call_bound_ms());
+}
+
+/* The start of most cases here: an empty log, a server of the case's own, and a client
+ * (not strict) that has taken and released a lock on it once. */
+static dlock_client *fresh_server(void)
+{
+    it_log_init(&g_log);
+    assert_int_equal(dh_server_start(&g_srv, NULL), 0);
+    dlock_client *c = client_url(g_srv.url, 0);
+    assert_works(c, &g_srv, "warm");
+    return c;
+}
+
 /* ---- -BUSY: a script that spins ------------------------------------------------- */
 
 typedef struct spin {
@@ -178,16 +203,12 @@ static void test_busy_script_is_unavailable(void **state)
     while (!answers_error(&g_srv, "BUSY") && dh_now_ms() < until)
         dh_sleep_ms(10);
     assert_true(answers_error(&g_srv, "BUSY"));
-    int64_t took;
-    dlock_lock *l = NULL;
-    int rc = try_acquire(c, "busy", &l, &took);
-    printf("FIG busy_script_acquire_ms %lld ms\n", (long long)took);
-    assert_int_equal(rc, DLOCK_ERR_UNAVAILABLE);
-    assert_non_null(strstr(dlock_errmsg(), "BUSY"));
-    assert_true(took <= call_bound_ms());
+    expect_unavailable(c, "busy", "BUSY", "busy_script_acquire_ms");
     /* A client that connects during it: the handshake's INFO is refused too. */
     dlock_client *fresh = client_url(g_srv.url, 0);
-    rc = try_acquire(fresh, "busy", &l, &took);
+    int64_t took;
+    dlock_lock *l = NULL;
+    int rc = try_acquire(fresh, "busy", &l, &took);
     printf("FIG busy_script_fresh_acquire_ms %lld ms\n", (long long)took);
     assert_int_equal(rc, DLOCK_ERR_UNAVAILABLE);
     pthread_join(th, NULL);
@@ -238,13 +259,7 @@ static void test_loading_is_unavailable(void **state)
     bool loading = answers_error(&g_srv, "LOADING");
     printf("FIG loading_seen_after_ms %lld ms\n", (long long)(dh_now_ms() - t0));
     assert_true(loading);
-    int64_t took;
-    dlock_lock *l = NULL;
-    int rc = try_acquire(c, "loading", &l, &took);
-    printf("FIG loading_acquire_ms %lld ms\n", (long long)took);
-    assert_int_equal(rc, DLOCK_ERR_UNAVAILABLE);
-    assert_non_null(strstr(dlock_errmsg(), "LOADING"));
-    assert_true(took <= call_bound_ms());
+    expect_unavailable(c, "loading", "LOADING", "loading_acquire_ms");
     pthread_join(th, NULL);
     printf("FIG loading_lasted_ms %lld ms\n", (long long)(dh_now_ms() - t0));
     assert_works(c, &g_srv, "after-loading");
@@ -280,10 +295,7 @@ static void test_replica_is_unavailable(void **state)
 static void test_client_pause_write_times_out(void **state)
 {
     (void)state;
-    it_log_init(&g_log);
-    assert_int_equal(dh_server_start(&g_srv, NULL), 0);
-    dlock_client *c = client_url(g_srv.url, 0);
-    assert_works(c, &g_srv, "warm");
+    dlock_client *c = fresh_server();
     admin(&g_srv, "CLIENT PAUSE 5000 WRITE");
     int64_t took, worst = 0;
     for (int i = 0; i < 3; i++) {
@@ -311,18 +323,9 @@ static void test_client_pause_write_times_out(void **state)
 static void test_maxmemory_noeviction_is_unavailable(void **state)
 {
     (void)state;
-    it_log_init(&g_log);
-    assert_int_equal(dh_server_start(&g_srv, NULL), 0);
-    dlock_client *c = client_url(g_srv.url, 0);
-    assert_works(c, &g_srv, "warm");
+    dlock_client *c = fresh_server();
     admin(&g_srv, "CONFIG SET maxmemory 1");
-    int64_t took;
-    dlock_lock *l = NULL;
-    int rc = try_acquire(c, "oom", &l, &took);
-    printf("FIG oom_acquire_ms %lld ms\n", (long long)took);
-    assert_int_equal(rc, DLOCK_ERR_UNAVAILABLE);
-    assert_non_null(strstr(dlock_errmsg(), "OOM"));
-    assert_true(took <= call_bound_ms());
+    expect_unavailable(c, "oom", "OOM", "oom_acquire_ms");
     admin(&g_srv, "CONFIG SET maxmemory 0");
     assert_works(c, &g_srv, "after-oom");
     /* noeviction is the safe policy: no warning. */

@@ -1,5 +1,5 @@
 /*
- * test_soak.c: the soak of the fault suite (issue 7, scenario 16): 10 minutes of mixed
+ * test_soak.c: the soak of the fault suite (docs/testing.md, scenario 16): 10 minutes of mixed
  * faults against 4 worker processes and 3 lock servers, judged by every checker of
  * history.h. Not in any CI tier: `ctest -L soak` (label "soak" only). Set
  * DLOCK_SOAK_SECONDS to run it for less (or more) than 600 s.

@@ -550,9 +550,8 @@ int wk_safety_violations(const hist_report *rep)
 {
     return violated("fence_regressions", rep->fence_regressions) +
            violated("granted_overlaps", rep->granted_overlaps) +
-           violated("stale_accepted", rep->stale_accepted) +
-           violated("phantom", rep->phantom) + violated("fd_leaks", rep->fd_leaks) +
-           violated("thread_leaks", rep->thread_leaks);
+           violated("stale_accepted", rep->stale_accepted) + violated("phantom", rep->phantom) +
+           violated("fd_leaks", rep->fd_leaks) + violated("thread_leaks", rep->thread_leaks);
 }
 
 int wk_in_section(wk_shared *sh, const pid_t *pids, int n)

@@ -18,8 +18,8 @@
 #define DLOCK_FAULTS_WORKERS_H
 
 #include "dlock.h"
-#include "support.h"
 #include "history.h"
+#include "support.h"
 
 #include <stdatomic.h>
 #include <stdbool.h>
@@ -141,15 +141,15 @@ int wk_servers_teardown(void **state);
  * server's directory, a writer for the test's own records (faults), the page the
  * workers share with the test, and the stop switch. */
 typedef struct wk_scenario {
-    char urls[512];  /* the first n of wk_srv */
-    char hist[600];  /* <wk_res.dir>/<name>.hist */
-    char name[48];   /* the lock */
-    char reg[64];    /* the register's key: "register-<name>" */
-    char fig[48];    /* the prefix of the FIG lines */
-    hist_writer hw;  /* the test's records (worker id -1) */
+    char urls[512]; /* the first n of wk_srv */
+    char hist[600]; /* <wk_res.dir>/<name>.hist */
+    char name[48];  /* the lock */
+    char reg[64];   /* the register's key: "register-<name>" */
+    char fig[48];   /* the prefix of the FIG lines */
+    hist_writer hw; /* the test's records (worker id -1) */
     wk_shared *sh;
     wk_stop stop;
-    wk_config cfg;   /* the workers' template: the above filled in, wait_ms -1 (forever) */
+    wk_config cfg; /* the workers' template: the above filled in, wait_ms -1 (forever) */
 } wk_scenario;
 
 /* Create the history and the rest for a run on the first n lock servers. 0, or -1

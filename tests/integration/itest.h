@@ -21,8 +21,20 @@ extern dh_server it_srv;
 int it_srv_setup(void **state);
 int it_srv_teardown(void **state);
 
+/* A case of a table-driven test: f runs with *state pointing at arg, under the name
+ * given (cmocka's own macros name a case after its function, which here serves every
+ * case). IT_CASE_FIXTURE: the same with a fresh it_srv for the case; IT_CASE_WITH:
+ * with a setup and a teardown of the caller's. */
+#define IT_CASE_WITH(name, f, setup, teardown, arg)                                                \
+    {                                                                                              \
+        (name), (f), (setup), (teardown), (arg)                                                    \
+    }
+#define IT_CASE(name, f, arg)         IT_CASE_WITH(name, f, NULL, NULL, arg)
+#define IT_CASE_FIXTURE(name, f, arg) IT_CASE_WITH(name, f, it_srv_setup, it_srv_teardown, arg)
+
 /* Per-node command deadline for tests where timing matters: 100 ms, times the slack
- * (design.md: at least 100 ms under valgrind or TSan). */
+ * (not less: valgrind and TSan slow every call down, and a tighter deadline would
+ * fail for the tool, not for the library). */
 int64_t it_timeout_ms(void);
 
 /* A client for server s (its url) with timeout_ms and connect_timeout_ms set

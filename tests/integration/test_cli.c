@@ -1,6 +1,6 @@
 /*
- * test_cli.c: the dlock command against real redis-server processes (design.md,
- * section 4 "CLI").
+ * test_cli.c: the dlock command against real redis-server processes (its manual is
+ * docs/dlock.1.md).
  *
  * What scripts depend on is checked exactly: the "TOKEN FENCE" line, the exit codes
  * (64 usage, 69 unreachable, 73 not held, 75 not acquired, 77 auth refused), every

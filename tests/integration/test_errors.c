@@ -387,7 +387,8 @@ static void wrong_type_key(void **state)
     int rc = dlock_acquire(c, "wt", NULL, &l);
     it_show("acquire over a hash key", rc);
     /* Not ours and not free: any refusal will do (the acquire script's SET NX meets
-     * no -WRONGTYPE, so BUSY is as right as design.md's PROTOCOL for -WRONGTYPE). */
+     * no -WRONGTYPE, so BUSY is as right as the PROTOCOL error -WRONGTYPE would
+     * give). */
     assert_int_not_equal(rc, DLOCK_OK);
     assert_null(l);
     dlock_holder h;

@@ -237,7 +237,7 @@ static void test_reconnecting_node_does_not_delay(void **state)
     dlock_client_free(c);
 }
 
-/* The CLI takes several servers with no other change (issue 3): -s a,b,c or
+/* The CLI takes several servers with no other change: -s a,b,c or
  * $DLOCK_SERVERS, and works with one of three nodes killed. */
 static void test_cli_with_three_servers(void **state)
 {

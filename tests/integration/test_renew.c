@@ -1,5 +1,6 @@
 /*
- * test_renew.c: automatic renewal and lost-lock notification (issue 5, library side).
+ * test_renew.c: automatic renewal and lost-lock notification (the library side; the command's is in
+ * test_run.c).
  *
  * Asserted exactly: locks stay held past their ttl while renewed, a stolen lock is
  * reported lost (callback once, fd readable, later calls LOST), renewal batches (script

@@ -1,5 +1,5 @@
 /*
- * test_run.c: `dlock run` against a real redis-server (design.md, section 4 "CLI").
+ * test_run.c: `dlock run` against a real redis-server (its manual is docs/dlock.1.md).
  *
  * What is checked exactly: exit codes, what CMD saw (environment, signals, recorded
  * by CMD itself in files), and the lock key on the server before, during and after.
@@ -800,6 +800,17 @@ static void test_usage_errors(void **state)
 #error "cli.cmake defines DLOCK_SOURCE_DIR"
 #endif
 
+/* Both man page files carry an entry: md_want in the Markdown source (md), roff_want
+ * in the roff page (roff). */
+static void expect_in_man(const char *md, const char *md_want, const char *roff,
+                          const char *roff_want)
+{
+    if (strstr(md, md_want) == NULL)
+        fail_msg("docs/dlock.1.md lacks \"%s\"", md_want + 1);
+    if (strstr(roff, roff_want) == NULL)
+        fail_msg("docs/dlock.1 lacks \"%s\"", roff_want + 1);
+}
+
 static void test_help_and_man_page(void **state)
 {
     (void)state;
@@ -823,30 +834,25 @@ static void test_help_and_man_page(void **state)
     for (p = strchr(p + 1, '\n') + 1; strncmp(p, "  ", 2) == 0; p = strchr(p, '\n') + 1) {
         if (p[2] < 'a' || p[2] > 'z')
             continue; /* a continuation line */
-        char cmd[32], want[64];
+        char cmd[32];
         size_t n = strcspn(p + 2, " \n");
         assert_true(n < sizeof cmd);
         memcpy(cmd, p + 2, n);
         cmd[n] = '\0';
-        snprintf(want, sizeof want, "\n### %s\n", cmd);
-        if (strstr(md, want) == NULL)
-            fail_msg("docs/dlock.1.md has no \"### %s\" section", cmd);
-        snprintf(want, sizeof want, "\n.SS %s\n", cmd);
-        if (strstr(roff, want) == NULL)
-            fail_msg("docs/dlock.1 has no \".SS %s\" section", cmd);
+        char md_want[64], roff_want[64];
+        snprintf(md_want, sizeof md_want, "\n### %s\n", cmd);
+        snprintf(roff_want, sizeof roff_want, "\n.SS %s\n", cmd);
+        expect_in_man(md, md_want, roff, roff_want);
         commands++;
     }
     p = strstr(r.out, "\nExit status:\n");
     assert_non_null(p);
     for (p = strchr(p + 1, '\n') + 1; strncmp(p, "  ", 2) == 0; p = strchr(p, '\n') + 1) {
         int code = atoi(p + 2);
-        char want[32];
-        snprintf(want, sizeof want, "\n- **%d**", code);
-        if (strstr(md, want) == NULL)
-            fail_msg("docs/dlock.1.md does not list exit code %d", code);
-        snprintf(want, sizeof want, "\n.B %d\n", code);
-        if (strstr(roff, want) == NULL)
-            fail_msg("docs/dlock.1 does not list exit code %d", code);
+        char md_want[32], roff_want[32];
+        snprintf(md_want, sizeof md_want, "\n- **%d**", code);
+        snprintf(roff_want, sizeof roff_want, "\n.B %d\n", code);
+        expect_in_man(md, md_want, roff, roff_want);
         codes++;
     }
     assert_true(commands >= 5 && codes >= 9);

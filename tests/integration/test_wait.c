@@ -1,5 +1,5 @@
 /*
- * test_wait.c: blocking acquisition without polling (issue 4).
+ * test_wait.c: blocking acquisition without polling.
  *
  * Asserted exactly: exclusive sections, arrival order in fair mode, BUSY at a
  * deadline and never before it, a crashed holder's lock never taken before its lease

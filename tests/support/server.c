@@ -330,9 +330,9 @@ static int spawn(dh_server *s)
 
     /* The configuration file must come first; then the fixed arguments; the extra ones
      * come last so that they win. */
-    const char *fixed[] = {"--port",       portstr, "--bind",      s->host, "--dir",
-                           s->dir,         "--save", "",           "--appendonly",
-                           "no",           "--daemonize", "no",    "--logfile", logfile};
+    const char *fixed[] = {"--port",      portstr,  "--bind",    s->host,        "--dir",
+                           s->dir,        "--save", "",          "--appendonly", "no",
+                           "--daemonize", "no",     "--logfile", logfile};
     const char *argv[2 + sizeof fixed / sizeof fixed[0] + DH_EXTRA_MAX + 1];
     size_t n = 0;
     argv[n++] = exe;
@@ -442,8 +442,8 @@ static int wait_ready(dh_server *s)
             return 1;
         }
         if (dh_now_ms() > deadline) {
-            fprintf(stderr, "dh: redis-server on %s:%d did not answer PING within %d ms\n",
-                    s->host, s->port, READY_TIMEOUT_MS);
+            fprintf(stderr, "dh: redis-server on %s:%d did not answer PING within %d ms\n", s->host,
+                    s->port, READY_TIMEOUT_MS);
             kill_and_reap(s->pid);
             forget(s);
             return -1;

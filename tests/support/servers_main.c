@@ -74,8 +74,7 @@ int main(int argc, char **argv)
     size_t used = 0;
     for (int i = 0; i < n; i++) {
         print_node(&srv[i], i);
-        used += (size_t)snprintf(urls + used, sizeof urls - used, "%s%s", i ? "," : "",
-                                 srv[i].url);
+        used += (size_t)snprintf(urls + used, sizeof urls - used, "%s%s", i ? "," : "", srv[i].url);
     }
     printf("ready %s\n", urls);
     char line[256];

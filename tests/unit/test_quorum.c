@@ -1,5 +1,5 @@
 /*
- * test_quorum.c: the Redlock arithmetic of src/lock.c (design.md, "Redlock"):
+ * test_quorum.c: the Redlock arithmetic of src/lock.c:
  *
  *   quorum(n)  = n/2 + 1
  *   validity   = ttl - elapsed - (ttl * drift_factor + drift_min), in microseconds

@@ -1,6 +1,6 @@
 /*
- * test_url.c: server addresses (src/url.c), against the grammar of design.md "Server
- * addresses" and dlock_client_new's comment in dlock.h:
+ * test_url.c: server addresses (src/url.c), against the grammar that
+ * dlock_client_new's comment in dlock.h gives:
  *
  *   redis://[[user]:password@]host[:port][/db]
  *   unix://[:password@]/path/to/socket[?db=N]
