@@ -1,4 +1,4 @@
-# A thin wrapper over CMake (design.md, "Build outputs"). Everything builds in build/
+# A thin wrapper over CMake. Everything builds in build/
 # (sanitizer builds in build-asan/, build-tsan/); missing Debian packages are
 # installed first when run as root.
 BUILD    ?= build

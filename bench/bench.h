@@ -137,7 +137,7 @@ typedef struct bench_servers {
     dh_server own_servers[BENCH_MAX_NODES]; /* ours: the processes */
     int cpu;                                /* ours: the CPU they are pinned to, or -1 */
     char tmpdir[400];                       /* ours: parent of the servers' dirs */
-    char version[32]; /* redis_version of node 1 */
+    char version[32];                       /* redis_version of node 1 */
 } bench_servers;
 
 /* Start n redis-server processes on free 127.0.0.1 ports in a new temporary directory,

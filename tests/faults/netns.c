@@ -27,8 +27,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#define NETNS_DIR        "/run/netns"
-#define PREFIX           "dlns"
+#define NETNS_DIR "/run/netns"
+#define PREFIX    "dlns"
 
 /* Absolute paths of the tools, found by dn_preflight (CTest's PATH may lack sbin). */
 static char g_ip[256], g_iptables_restore[256], g_redis[256];
@@ -53,8 +53,7 @@ int dn_preflight(void)
         fprintf(stderr, "netns: FATAL: the ip command is missing (apt-get install iproute2)\n");
         bad = 1;
     }
-    if (dh_find_exe("iptables-restore", NULL, g_iptables_restore, sizeof g_iptables_restore) !=
-        0) {
+    if (dh_find_exe("iptables-restore", NULL, g_iptables_restore, sizeof g_iptables_restore) != 0) {
         fprintf(stderr, "netns: FATAL: iptables-restore is missing; partitions are iptables "
                         "rules (apt-get install iptables)\n");
         bad = 1;

@@ -61,7 +61,7 @@ typedef struct dn_net {
     char node_addr[DN_NODES_MAX][16];
     char client_addr[DN_CLIENTS_MAX][16];
     char admin_addr[16];
-    char urls[DN_NODES_MAX * 40]; /* "redis://198.18.0.1:6379,..." */
+    char urls[DN_NODES_MAX * 40];   /* "redis://198.18.0.1:6379,..." */
     dh_server server[DN_NODES_MAX]; /* node i's redis-server (tests/support) */
     /* The faults in force: cut[node][client], and whether a node's link is down. */
     int cut[DN_NODES_MAX][DN_CLIENTS_MAX];

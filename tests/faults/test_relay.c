@@ -12,8 +12,8 @@
 
 #include <cmocka.h>
 
-#include "relay.h"
 #include "integration/itest.h"
+#include "relay.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
