@@ -30,34 +30,16 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define N 3
-
-static dh_server g_srv[N];
-static fr_relay *g_relay[N];
-static char g_urls[N * 64];
+#define N IT_RELAYED
 
 /* The scenario's summary: attempts under a fault that returned OK, keys left. */
 static int g_faulted_attempts, g_faulted_ok, g_keys_left;
-
-static int setup(void **state)
-{
-    (void)state;
-    assert_int_equal(fr_cluster_start(N, g_srv, g_relay, g_urls, sizeof g_urls), 0);
-    return 0;
-}
-
-static int teardown(void **state)
-{
-    (void)state;
-    fr_cluster_stop(N, g_srv, g_relay);
-    return 0;
-}
 
 static int clean(void **state)
 {
     (void)state;
     for (int i = 0; i < N; i++)
-        fr_pass(g_relay[i]);
+        fr_pass(it_relay[i]);
     return 0;
 }
 
@@ -67,7 +49,7 @@ static dlock_client *client(int n, int64_t timeout_ms)
     dlock_config cfg = {0};
     cfg.timeout_ms = timeout_ms;
     cfg.connect_timeout_ms = 1000 * dh_slack();
-    return it_client_cfg(n == 1 ? fr_url(g_relay[0]) : g_urls, &cfg);
+    return it_client_cfg(n == 1 ? fr_url(it_relay[0]) : it_relayed_urls, &cfg);
 }
 
 /* Connect every node (the faults below are for requests, not handshakes). */
@@ -96,7 +78,7 @@ static int keys_left(int n, const char *name)
     it_key(key, sizeof key, name);
     int left = 0;
     for (int i = 0; i < n; i++)
-        left += (int)it_exists(&g_srv[i], key);
+        left += (int)it_exists(&it_relayed_srv[i], key);
     return left;
 }
 
@@ -119,7 +101,7 @@ static void held_replies(int n, int held, int dirs, const char *name)
     dlock_client *c = client(n, timeout);
     warm(c);
     for (int i = 0; i < held; i++)
-        fr_hold(g_relay[i], dirs);
+        fr_hold(it_relay[i], dirs);
     int64_t t0 = dh_now_ms(), took;
     dlock_lock *l = NULL;
     int rc = try_acquire(c, name, ttl, &l, &took);
@@ -138,7 +120,7 @@ static void held_replies(int n, int held, int dirs, const char *name)
         dh_sleep_ms(rest);
     int early = keys_left(n, name);
     for (int i = 0; i < held; i++)
-        fr_release(g_relay[i]);
+        fr_release(it_relay[i]);
     int64_t released = dh_now_ms();
     /* Held requests reach the servers only now (their acquire runs after the ttl),
      * so the bound starts at the release: nothing may outlive a ttl from there. */
@@ -152,7 +134,7 @@ static void held_replies(int n, int held, int dirs, const char *name)
         it_key(key, sizeof key, name);
         for (int i = 0; i < n; i++)
             fprintf(stderr, "node %d: PTTL %lld ms, %lld ms after the release\n", i,
-                    it_pttl(&g_srv[i], key), (long long)(dh_now_ms() - released));
+                    it_pttl(&it_relayed_srv[i], key), (long long)(dh_now_ms() - released));
     }
     assert_int_equal(early, 0);
     assert_int_equal(left, 0);
@@ -177,7 +159,7 @@ static void test_stall_with_retries(void **state)
     const int64_t ttl = 300 * dh_slack();
     dlock_client *c = client(1, it_timeout_ms());
     warm(c);
-    fr_hold(g_relay[0], FR_UP | FR_DOWN);
+    fr_hold(it_relay[0], FR_UP | FR_DOWN);
     for (int i = 0; i < 6; i++) {
         int64_t took;
         dlock_lock *l = NULL;
@@ -187,7 +169,7 @@ static void test_stall_with_retries(void **state)
         assert_int_equal(rc, DLOCK_ERR_TIMEOUT);
         assert_true(took <= (it_timeout_ms() + 1000 * dh_slack() + 100) * dh_slack());
     }
-    fr_release(g_relay[0]);
+    fr_release(it_relay[0]);
     dh_sleep_ms(50);
     int phantom = keys_left(1, "stall-retries");
     printf("FIG stall_retries_keys_after_heal %d count\n", phantom);
@@ -216,7 +198,7 @@ static void late_replies(int n, int late)
     dlock_client *c = client(n, timeout);
     warm(c);
     for (int i = 0; i < late; i++)
-        fr_delay(g_relay[i], 0, ttl + 100);
+        fr_delay(it_relay[i], 0, ttl + 100);
     char name[64];
     snprintf(name, sizeof name, "late-n%d-%d", n, late);
     int64_t took;
@@ -236,7 +218,7 @@ static void late_replies(int n, int late)
     g_keys_left += left;
     assert_int_equal(left, 0);
     for (int i = 0; i < late; i++)
-        fr_delay(g_relay[i], 0, 0);
+        fr_delay(it_relay[i], 0, 0);
     assert_works(c, n, "after-late");
     dlock_client_free(c);
 }
@@ -257,7 +239,7 @@ static void test_validity_never_exceeds_the_servers_lease(void **state)
     dlock_client *c = client(N, 1000 * dh_slack());
     warm(c);
     for (int i = 0; i < N; i++)
-        fr_delay(g_relay[i], delay, delay);
+        fr_delay(it_relay[i], delay, delay);
     for (int round = 0; round < 3; round++) {
         int64_t took;
         dlock_lock *l = NULL;
@@ -266,7 +248,7 @@ static void test_validity_never_exceeds_the_servers_lease(void **state)
         int64_t remaining = dlock_remaining_ms(l);
         long long pttl_min = ttl;
         for (int i = 0; i < N; i++) {
-            long long p = it_pttl(&g_srv[i], "dlock:{delayed}");
+            long long p = it_pttl(&it_relayed_srv[i], "dlock:{delayed}");
             if (p < pttl_min)
                 pttl_min = p;
         }
@@ -292,7 +274,8 @@ int main(void)
         cmocka_unit_test_setup(test_late_replies_leave_no_validity, clean),
         cmocka_unit_test_setup(test_validity_never_exceeds_the_servers_lease, clean),
     };
-    int failed = cmocka_run_group_tests_name("inflight", tests, setup, teardown);
+    int failed =
+        cmocka_run_group_tests_name("inflight", tests, it_relayed_setup, it_relayed_teardown);
     printf("FIG inflight_faulted_attempts %d count\n", g_faulted_attempts);
     printf("FIG inflight_faulted_attempts_ok %d count\n", g_faulted_ok);
     printf("FIG inflight_keys_left_after_ttl %d count\n", g_keys_left);

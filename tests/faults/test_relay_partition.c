@@ -43,14 +43,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define N       3
+#define N       IT_RELAYED
 #define WORKERS 2
 #define PHASES  4
 #define TTL_MS  2000
 
-static dh_server g_srv[N];
-static fr_relay *g_relay[N];
-static char g_urls[N * 64];
 static atomic_bool g_stop;
 
 static atomic_int g_phase; /* 0 before the faults, then the fault under way (1-3) */
@@ -82,7 +79,7 @@ static dlock_client *client(void)
     dlock_config cfg = {0};
     cfg.timeout_ms = it_timeout_ms();
     cfg.connect_timeout_ms = connect_ms();
-    return it_client_cfg(g_urls, &cfg);
+    return it_client_cfg(it_relayed_urls, &cfg);
 }
 
 /* Time one call; note it if it was late or failed. */
@@ -132,26 +129,12 @@ static void *work(void *arg)
     return NULL;
 }
 
-static int setup(void **state)
-{
-    (void)state;
-    assert_int_equal(fr_cluster_start(N, g_srv, g_relay, g_urls, sizeof g_urls), 0);
-    return 0;
-}
-
-static int teardown(void **state)
-{
-    (void)state;
-    fr_cluster_stop(N, g_srv, g_relay);
-    return 0;
-}
-
 /* Descriptors of the process that are not the relays'. */
 static int client_fds(void)
 {
     int n = dh_fd_count();
     for (int i = 0; i < N; i++)
-        n -= fr_fds(g_relay[i]);
+        n -= fr_fds(it_relay[i]);
     return n;
 }
 
@@ -165,7 +148,7 @@ static int64_t recovery_ms(dlock_client *probe, int i)
         dlock_opts o = {0};
         o.ttl_ms = TTL_MS;
         if (dlock_acquire(probe, "probe", &o, &l) == DLOCK_OK) {
-            bool there = it_exists(&g_srv[i], "dlock:{probe}") == 1;
+            bool there = it_exists(&it_relayed_srv[i], "dlock:{probe}") == 1;
             dlock_release(l);
             if (there)
                 return dh_now_ms() - t0;
@@ -204,19 +187,19 @@ static void test_blackhole_reset_flapping(void **state)
 
     /* 1. Blackhole node 0. */
     atomic_store(&g_phase, 1);
-    fr_blackhole(g_relay[0], true, FR_HEAL_DEAD);
+    fr_blackhole(it_relay[0], true, FR_HEAL_DEAD);
     dh_sleep_ms(2000);
-    fr_blackhole(g_relay[0], false, FR_HEAL_DEAD);
+    fr_blackhole(it_relay[0], false, FR_HEAL_DEAD);
     int64_t rec_blackhole = recovery_ms(probe, 0);
     printf("FIG partition_blackhole_recovery_ms %lld ms\n", (long long)rec_blackhole);
     settle();
 
     /* 2. Node 1 resets: the open connections now, and every new one for 2 s. */
     atomic_store(&g_phase, 2);
-    fr_refuse(g_relay[1], true);
-    fr_reset_now(g_relay[1]);
+    fr_refuse(it_relay[1], true);
+    fr_reset_now(it_relay[1]);
     dh_sleep_ms(2000);
-    fr_refuse(g_relay[1], false);
+    fr_refuse(it_relay[1], false);
     int64_t rec_reset = recovery_ms(probe, 1);
     printf("FIG partition_reset_recovery_ms %lld ms\n", (long long)rec_reset);
     settle();
@@ -225,10 +208,10 @@ static void test_blackhole_reset_flapping(void **state)
     atomic_store(&g_phase, 3);
     int flaps = 0;
     for (int64_t t0 = dh_now_ms(); dh_now_ms() - t0 < 4000; flaps++) {
-        fr_blackhole(g_relay[2], flaps % 2 == 0, FR_HEAL_DEAD);
+        fr_blackhole(it_relay[2], flaps % 2 == 0, FR_HEAL_DEAD);
         dh_sleep_ms(500);
     }
-    fr_blackhole(g_relay[2], false, FR_HEAL_DEAD);
+    fr_blackhole(it_relay[2], false, FR_HEAL_DEAD);
     int64_t rec_flap = recovery_ms(probe, 2);
     printf("FIG partition_flapping_recovery_ms %lld ms\n", (long long)rec_flap);
     printf("FIG partition_flaps %d count\n", flaps);
@@ -264,7 +247,7 @@ static void test_blackhole_reset_flapping(void **state)
     for (int w = 0; w < WORKERS; w++) {
         dlock_lock *l = it_acquire(ws[w].c, "final", TTL_MS);
         for (int i = 0; i < N; i++)
-            assert_int_equal(it_exists(&g_srv[i], "dlock:{final}"), 1);
+            assert_int_equal(it_exists(&it_relayed_srv[i], "dlock:{final}"), 1);
         assert_int_equal(dlock_release(l), DLOCK_OK);
     }
     dh_sleep_ms(100);
@@ -274,9 +257,9 @@ static void test_blackhole_reset_flapping(void **state)
     dh_sleep_ms(TTL_MS + 200);
     int left = 0;
     for (int i = 0; i < N; i++) {
-        left += (int)it_exists(&g_srv[i], "dlock:{part-0}");
-        left += (int)it_exists(&g_srv[i], "dlock:{part-1}");
-        left += (int)it_exists(&g_srv[i], "dlock:{probe}");
+        left += (int)it_exists(&it_relayed_srv[i], "dlock:{part-0}");
+        left += (int)it_exists(&it_relayed_srv[i], "dlock:{part-1}");
+        left += (int)it_exists(&it_relayed_srv[i], "dlock:{probe}");
     }
     printf("FIG partition_keys_left_after_ttl %d count\n", left);
     for (int i = 0; i < WORKERS; i++)
@@ -299,5 +282,6 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_blackhole_reset_flapping),
     };
-    return cmocka_run_group_tests_name("partition_relay", tests, setup, teardown);
+    return cmocka_run_group_tests_name("partition_relay", tests, it_relayed_setup,
+                                       it_relayed_teardown);
 }

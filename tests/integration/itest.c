@@ -30,6 +30,26 @@ int it_srv_teardown(void **state)
     return 0;
 }
 
+dh_server it_relayed_srv[IT_RELAYED];
+fr_relay *it_relay[IT_RELAYED];
+char it_relayed_urls[IT_RELAYED * 64];
+
+int it_relayed_setup(void **state)
+{
+    (void)state;
+    assert_int_equal(fr_cluster_start(IT_RELAYED, it_relayed_srv, it_relay, it_relayed_urls,
+                                      sizeof it_relayed_urls),
+                     0);
+    return 0;
+}
+
+int it_relayed_teardown(void **state)
+{
+    (void)state;
+    fr_cluster_stop(IT_RELAYED, it_relayed_srv, it_relay);
+    return 0;
+}
+
 int64_t it_timeout_ms(void)
 {
     return 100 * dh_slack();

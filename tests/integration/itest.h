@@ -8,6 +8,7 @@
 #define DLOCK_ITEST_H
 
 #include "dlock.h"
+#include "relay.h"
 #include "support.h"
 
 #include <pthread.h>
@@ -20,6 +21,16 @@
 extern dh_server it_srv;
 int it_srv_setup(void **state);
 int it_srv_teardown(void **state);
+
+/* Servers each behind a fault relay of its own (tests/support/relay.h), shared by the
+ * tests of a file: it_relayed_setup (a cmocka setup) starts them and asserts that they
+ * came up; it_relayed_urls lists the relays' URLs; it_relayed_teardown stops them. */
+#define IT_RELAYED 3
+extern dh_server it_relayed_srv[IT_RELAYED];
+extern fr_relay *it_relay[IT_RELAYED];
+extern char it_relayed_urls[IT_RELAYED * 64];
+int it_relayed_setup(void **state);
+int it_relayed_teardown(void **state);
 
 /* A case of a table-driven test: f runs with *state pointing at arg, under the name
  * given (cmocka's own macros name a case after its function, which here serves every
