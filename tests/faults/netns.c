@@ -161,6 +161,8 @@ static void delete_leftovers(void)
  * namespace before exec, so that the PID the library stops is the server's own. */
 static int enter_ns_fd(void *arg)
 {
+    if (arg == NULL) /* a restart: the descriptor is closed (start_server) */
+        return -1;
     return setns(*(const int *)arg, CLONE_NEWNET) < 0 ? -1 : 0;
 }
 

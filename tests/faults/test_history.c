@@ -31,7 +31,7 @@ static int setup(void **state)
     const char *base = getenv("DLOCK_TEST_TMP");
     if (base == NULL || *base == '\0')
         base = "/tmp";
-    /* This test starts no server, so the harness has not made the directory yet. */
+    /* This test starts no server, so the support library has not made the directory yet. */
     if (mkdir(base, 0755) < 0 && errno != EEXIST)
         base = "/tmp";
     snprintf(g_path, sizeof g_path, "%s/history-selftest-%ld.hist", base, (long)getpid());

@@ -145,7 +145,7 @@ static int read_register(redisContext *rc, const char *key, uint64_t *value, uin
 
 static redisContext *connect_url(const char *url)
 {
-    /* The harness's URLs are "redis://127.0.0.1:PORT". */
+    /* The support library's URLs are "redis://127.0.0.1:PORT". */
     const char *colon = strrchr(url, ':');
     int port = colon ? atoi(colon + 1) : 6379;
     struct timeval tv = {.tv_sec = 2 * dh_slack(), .tv_usec = 0};
@@ -299,7 +299,7 @@ pid_t wk_spawn(const wk_config *cfg)
     pid_t parent = getpid();
     pid_t pid = fork();
     if (pid == 0) {
-        /* Die with the test; leave by _exit (harness.h: no atexit hooks here). */
+        /* Die with the test; leave by _exit (support.h: no atexit hooks here). */
         prctl(PR_SET_PDEATHSIG, SIGKILL);
         if (getppid() != parent)
             _exit(99);

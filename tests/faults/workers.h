@@ -181,7 +181,7 @@ int wk_wait_in_section(wk_shared *sh, const pid_t *pids, int n, int64_t within_m
 
 /* ---- small helpers ---------------------------------------------------------------- */
 
-/* The URLs of n harness servers, comma-separated (what dlock_client_new takes), into
+/* The URLs of n support-library servers, comma-separated (what dlock_client_new takes), into
  * buf (truncated to len - 1). */
 void wk_urls(const dh_server *srv, int n, char *buf, size_t len);
 

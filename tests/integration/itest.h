@@ -1,5 +1,5 @@
 /*
- * itest.h: helpers shared by the integration tests (on top of the harness): clients
+ * itest.h: helpers shared by the integration tests (on top of the support library): clients
  * with explicit deadlines, looking at the lock keys from outside, capturing the log.
  *
  * Include after <cmocka.h>: the helpers assert.

@@ -192,6 +192,41 @@ static void requirepass_and_args(void **state)
     dh_server_stop(&s);
 }
 
+/* The options beyond arguments: a bind address, configuration lines (written to a
+ * file the server reads first, and overridden by the arguments), a parent directory;
+ * all kept across a restart. */
+static void options_config_and_bind(void **state)
+{
+    (void)state;
+    char parent[600];
+    const char *base = getenv("DLOCK_TEST_TMP");
+    snprintf(parent, sizeof parent, "%s/opts-%d", base && *base ? base : "/tmp", (int)getpid());
+    const char *const config[] = {"maxmemory-policy volatile-ttl", "hz 20", NULL};
+    const char *const args[] = {"--hz", "30", NULL};
+    dh_server_opts o = {.bind = "127.0.0.1", .config = config, .args = args, .parent_dir = parent};
+    dh_server s;
+    assert_int_equal(dh_server_start_opts(&s, &o), 0);
+    assert_string_equal(s.host, "127.0.0.1");
+    assert_int_equal(strncmp(s.dir, parent, strlen(parent)), 0);
+    for (int round = 0; round < 2; round++) {
+        redisReply *r = dh_cmd(&s, "CONFIG GET maxmemory-policy");
+        assert_non_null(r);
+        assert_string_equal(r->element[1]->str, "volatile-ttl");
+        freeReplyObject(r);
+        r = dh_cmd(&s, "CONFIG GET hz");
+        assert_non_null(r);
+        assert_string_equal(r->element[1]->str, "30"); /* the argument wins */
+        freeReplyObject(r);
+        if (round == 0)
+            assert_int_equal(dh_server_restart(&s), 0);
+    }
+    char dir[sizeof s.dir];
+    snprintf(dir, sizeof dir, "%s", s.dir);
+    dh_server_stop(&s);
+    assert_int_equal(access(dir, F_OK), -1); /* removed with the server */
+    assert_int_equal(rmdir(parent), 0);      /* and nothing else was left there */
+}
+
 static void two_servers_distinct(void **state)
 {
     (void)state;
@@ -326,6 +361,7 @@ int main(void)
         cmocka_unit_test(restart_same_port_empty),
         cmocka_unit_test(pause_resume),
         cmocka_unit_test(requirepass_and_args),
+        cmocka_unit_test(options_config_and_bind),
         cmocka_unit_test(two_servers_distinct),
         cmocka_unit_test(bad_args_fail_loudly),
         cmocka_unit_test(server_dies_with_test_process),

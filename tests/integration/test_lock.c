@@ -3,7 +3,7 @@
  * writes, expiry, extend, release, fences, inspect/check, detach/adopt, and what
  * happens when the server forgets its scripts or its whole data set.
  *
- * Facts are asserted on what the server holds (GET, PTTL, EXISTS through the harness),
+ * Facts are asserted on what the server holds (GET, PTTL, EXISTS through the support library),
  * not only on what the library says about itself.
  */
 #include <setjmp.h>

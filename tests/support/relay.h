@@ -135,7 +135,7 @@ fr_relay *fr_start_to(const char *host, int port);
 /* Stop the thread, close every descriptor, free. NULL is a no-op. */
 void fr_stop(fr_relay *r);
 
-/* n redis-servers (tests/harness), each behind a relay of its own: urls gets the
+/* n redis-servers (support.h), each behind a relay of its own: urls gets the
  * relays' URLs joined by commas (what dlock_client_new takes). 0, or -1 with the
  * reason on stderr (what was started is stopped). */
 int fr_cluster_start(int n, dh_server *srv, fr_relay **relays, char *urls, size_t size);

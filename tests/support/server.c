@@ -474,8 +474,14 @@ static int write_config(dh_server *s, const char *const *config)
         fprintf(stderr, "dh: FATAL: %s: %s\n", path, strerror(errno));
         return -1;
     }
-    for (int i = 0; config[i] && i < DH_CONFIG_MAX; i++)
+    for (int i = 0; config[i]; i++) {
+        if (i == DH_CONFIG_MAX) {
+            fprintf(stderr, "dh: FATAL: more than %d config lines\n", DH_CONFIG_MAX);
+            fclose(f);
+            return -1;
+        }
         fprintf(f, "%s\n", config[i]);
+    }
     if (fclose(f) != 0) {
         fprintf(stderr, "dh: FATAL: %s: %s\n", path, strerror(errno));
         return -1;
