@@ -111,7 +111,7 @@ static void check_error(int rc, const char *detail)
 
 /* Read what the server sent and take every complete reply. false once the connection
  * failed (the caller, fanout.c, would close it). */
-static bool pump(dlock__conn *c, dlock_client *cl, int *replies)
+static bool pump(dlock__conn *c, int *replies)
 {
     char detail[160] = "";
     int rc = dlock__conn_read(c, detail, sizeof detail);
@@ -122,7 +122,7 @@ static bool pump(dlock__conn *c, dlock_client *cl, int *replies)
     assert(c->reader->len - c->reader->pos <= DLOCK_REPLY_MAX_BYTES);
     for (;;) {
         redisReply *r;
-        rc = dlock__conn_next_reply(c, cl, &r, detail, sizeof detail);
+        rc = dlock__conn_next_reply(c, &r, detail, sizeof detail);
         if (rc != DLOCK_OK) {
             assert(r == NULL);
             check_error(rc, detail);
@@ -157,7 +157,7 @@ static void serve(dlock_client *cl, bool established, const uint8_t *data, size_
     char detail[160] = "";
     reset_node(&cl->nodes[0]);
     dlock__conn_init(&c, &cl->nodes[0]);
-    int rc = dlock__conn_open(&c, cl, detail, sizeof detail);
+    int rc = dlock__conn_open(&c, detail, sizeof detail);
     assert(rc == DLOCK_OK && c.state == DLOCK_CONN_READY);
     int peer = fs_accept();
     assert(peer >= 0);
@@ -169,7 +169,7 @@ static void serve(dlock_client *cl, bool established, const uint8_t *data, size_
     if (established) {
         bool sent = fs_write(peer, g_info, g_info_len);
         assert(sent);
-        alive = pump(&c, cl, &replies);
+        alive = pump(&c, &replies);
         assert(alive && replies == 0 && c.handshake == 0);
     }
     size_t off = 0;
@@ -180,7 +180,7 @@ static void serve(dlock_client *cl, bool established, const uint8_t *data, size_
         bool sent = fs_write(peer, data + off, n);
         assert(sent); /* the connection is open until the first error */
         off += n;
-        alive = pump(&c, cl, &replies);
+        alive = pump(&c, &replies);
     }
     /* Stopped in the middle of a reply: the server goes on sending. The stream cannot
      * make a reply out of 'x' forever ('x' is no type byte), and the cap must stop it
@@ -194,7 +194,7 @@ static void serve(dlock_client *cl, bool established, const uint8_t *data, size_
             bool ok = fs_write(peer, filler, sizeof filler);
             assert(ok);
             sent += sizeof filler;
-            alive = pump(&c, cl, &replies);
+            alive = pump(&c, &replies);
         }
     }
     dlock__conn_free(&c);

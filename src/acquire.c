@@ -236,7 +236,7 @@ int dlock_acquire(dlock_client *c, const char *name, const dlock_opts *opts, dlo
     int64_t ticket = dlock__wallclock_us();
     int cancel_fd = opts ? opts->cancel_fd : 0;
     bool fair = opts && opts->fair;
-    dlock__note_ttl(c, ttl_ms);
+    dlock__rules_note_ttl(&c->rules, ttl_ms);
     const char *label = opts && opts->label && opts->label[0] ? opts->label : NULL;
 
     dlock_lock *l = NULL;
@@ -286,7 +286,7 @@ int dlock_acquire(dlock_client *c, const char *name, const dlock_opts *opts, dlo
              * possible, ends the call now. */
             if (info.permanent > c->n - c->quorum)
                 break;
-            if (now - outage_since >= c->connect_timeout_us)
+            if (now - outage_since >= c->rules.connect_timeout_us)
                 break;
         }
         if (now >= deadline)

@@ -59,13 +59,13 @@ static int apply_config(dlock_client *c, const dlock_config *cfg)
         return dlock__fail(DLOCK_ERR_NOMEM, "out of memory");
     c->prefix_len = plen;
     if (cfg->password != NULL && cfg->password[0] != '\0' &&
-        (c->password = dlock__strdup(cfg->password)) == NULL)
+        (c->rules.password = dlock__strdup(cfg->password)) == NULL)
         return dlock__fail(DLOCK_ERR_NOMEM, "out of memory");
-    c->timeout_us = (cfg->timeout_ms ? cfg->timeout_ms : 50) * 1000;
-    c->connect_timeout_us = (cfg->connect_timeout_ms ? cfg->connect_timeout_ms : 1000) * 1000;
+    c->rules.timeout_us = (cfg->timeout_ms ? cfg->timeout_ms : 50) * 1000;
+    c->rules.connect_timeout_us = (cfg->connect_timeout_ms ? cfg->connect_timeout_ms : 1000) * 1000;
     c->drift_factor = cfg->drift_factor > 0 ? cfg->drift_factor : DLOCK_DRIFT_FACTOR_DEFAULT;
     c->drift_min_us = (cfg->drift_min_ms ? cfg->drift_min_ms : DLOCK_DRIFT_MIN_MS_DEFAULT) * 1000;
-    c->strict = cfg->strict != 0;
+    c->rules.strict = cfg->strict != 0;
     if (cfg->fence_mode != DLOCK_FENCE_DEFAULT && cfg->fence_mode != DLOCK_FENCE_STRICT)
         return dlock__fail(DLOCK_ERR_INVALID, "fence_mode %d is not a dlock_fence_mode",
                            cfg->fence_mode);
@@ -73,13 +73,13 @@ static int apply_config(dlock_client *c, const dlock_config *cfg)
     if (cfg->restart_voting < DLOCK_RESTART_AUTO || cfg->restart_voting > DLOCK_RESTART_STRICT)
         return dlock__fail(DLOCK_ERR_INVALID, "restart_voting %d is not a dlock_restart_voting",
                            cfg->restart_voting);
-    c->restart_voting = cfg->restart_voting;
+    c->rules.restart_voting = cfg->restart_voting;
     if (cfg->max_lease_ms < 0 || cfg->max_lease_ms > DLOCK_TTL_MAX_MS)
         return dlock__fail(DLOCK_ERR_INVALID, "max_lease_ms must be 0 (default) to %d",
                            DLOCK_TTL_MAX_MS);
-    c->max_lease_ms = cfg->max_lease_ms;
-    c->log = cfg->log;
-    c->log_user = cfg->log_user;
+    c->rules.max_lease_ms = cfg->max_lease_ms;
+    c->rules.log = cfg->log;
+    c->rules.log_user = cfg->log_user;
     return DLOCK_OK;
 }
 
@@ -113,13 +113,14 @@ int dlock_client_new(const char *servers, const dlock_config *cfg, dlock_client 
         for (int i = 0; i < c->n; i++) {
             c->nodes[i].addr = addrs[i]; /* the node owns the strings now */
             c->nodes[i].index = i;
+            c->nodes[i].rules = &c->rules;
             pthread_mutex_init(&c->nodes[i].mu, NULL);
         }
         free(addrs);
         addrs = NULL;
         c->quorum = dlock__quorum(c->n);
-        if (c->restart_voting == DLOCK_RESTART_AUTO)
-            c->restart_voting = c->n > 1 ? DLOCK_RESTART_OBSERVED : DLOCK_RESTART_OFF;
+        if (c->rules.restart_voting == DLOCK_RESTART_AUTO)
+            c->rules.restart_voting = c->n > 1 ? DLOCK_RESTART_OBSERVED : DLOCK_RESTART_OFF;
         dlock__err e;
         if ((rc = dlock__scripts_init(&c->scripts, &e)) != DLOCK_OK)
             dlock__err_raise(&e, rc);
@@ -195,9 +196,9 @@ void dlock_client_free(dlock_client *c)
     }
     free(c->nodes);
     free(c->prefix);
-    if (c->password != NULL) {
-        memset(c->password, 0, strlen(c->password));
-        free(c->password);
+    if (c->rules.password != NULL) {
+        memset(c->rules.password, 0, strlen(c->rules.password));
+        free(c->rules.password);
     }
     if (owner) /* a copy inherited locked must not be destroyed (undefined) */
         pthread_mutex_destroy(&c->mu);
@@ -256,34 +257,4 @@ void dlock__connset_put(dlock_client *c, dlock__connset *s)
     s->next = c->pool;
     c->pool = s;
     pthread_mutex_unlock(&c->mu);
-}
-
-int64_t dlock__max_lease_ms(dlock_client *c)
-{
-    if (c->max_lease_ms > 0)
-        return c->max_lease_ms;
-    pthread_mutex_lock(&c->mu);
-    int64_t m = c->max_ttl_used_ms;
-    pthread_mutex_unlock(&c->mu);
-    return m;
-}
-
-void dlock__note_ttl(dlock_client *c, int64_t ttl_ms)
-{
-    pthread_mutex_lock(&c->mu);
-    if (ttl_ms > c->max_ttl_used_ms)
-        c->max_ttl_used_ms = ttl_ms;
-    pthread_mutex_unlock(&c->mu);
-}
-
-void dlock__log(dlock_client *c, int level, const char *fmt, ...)
-{
-    if (c->log == NULL)
-        return;
-    char msg[512];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(msg, sizeof msg, fmt, ap);
-    va_end(ap);
-    c->log(c->log_user, level, msg);
 }

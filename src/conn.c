@@ -179,7 +179,7 @@ static int start_connect(dlock__conn *c, char *detail, size_t n)
     }
 }
 
-int dlock__conn_open(dlock__conn *c, struct dlock_client *cl, char *detail, size_t n)
+int dlock__conn_open(dlock__conn *c, char *detail, size_t n)
 {
     const dlock__addr *a = &c->node->addr;
     dlock__conn_close(c);
@@ -206,10 +206,11 @@ int dlock__conn_open(dlock__conn *c, struct dlock_client *cl, char *detail, size
         }
         c->ai_next = c->ai;
     }
-    c->connect_deadline_us = dlock__now_us() + cl->connect_timeout_us + cl->timeout_us;
+    const dlock__node_rules *rules = c->node->rules;
+    c->connect_deadline_us = dlock__now_us() + rules->connect_timeout_us + rules->timeout_us;
     int rc = start_connect(c, detail, n);
     if (rc == DLOCK_OK) {
-        const char *pass = a->password ? a->password : cl->password;
+        const char *pass = a->password ? a->password : rules->password;
         if (pass != NULL && a->user != NULL)
             rc = queue_handshake(c, HS_AUTH, 3, (const char *[]){"AUTH", a->user, pass});
         else if (pass != NULL)
@@ -298,13 +299,12 @@ int dlock__conn_read(dlock__conn *c, char *detail, size_t n)
 }
 
 /* A handshake reply: AUTH and SELECT must succeed; INFO is informative. */
-static int on_handshake(dlock__conn *c, struct dlock_client *cl, const redisReply *r, char *detail,
-                        size_t n)
+static int on_handshake(dlock__conn *c, const redisReply *r, char *detail, size_t n)
 {
     int step = c->hs[c->hs_next++];
     c->handshake--;
     if (step == HS_INFO)
-        return dlock__node_on_info(c->node, cl, r, detail, n);
+        return dlock__node_on_info(c->node, r, detail, n);
     if (r->type != REDIS_REPLY_ERROR)
         return DLOCK_OK;
     if (step == HS_AUTH)
@@ -317,8 +317,7 @@ static int on_handshake(dlock__conn *c, struct dlock_client *cl, const redisRepl
                               c->node, "SELECT %d refused: %.200s", c->node->addr.db, r->str);
 }
 
-int dlock__conn_next_reply(dlock__conn *c, struct dlock_client *cl, redisReply **out, char *detail,
-                           size_t n)
+int dlock__conn_next_reply(dlock__conn *c, redisReply **out, char *detail, size_t n)
 {
     *out = NULL;
     for (;;) {
@@ -339,7 +338,7 @@ int dlock__conn_next_reply(dlock__conn *c, struct dlock_client *cl, redisReply *
         redisReply *r = obj;
         int rc = DLOCK_OK;
         if (c->handshake > 0) {
-            rc = on_handshake(c, cl, r, detail, n);
+            rc = on_handshake(c, r, detail, n);
         } else if (c->skip > 0) {
             c->skip--; /* the late answer to an abandoned command */
         } else {

@@ -50,7 +50,7 @@ static int send_cmd(dlock__conn *c, dlock__req *r, const char *cmd, size_t len)
 }
 
 /* Start node i's part of the round. */
-static void begin(struct dlock_client *cl, dlock__conn *c, dlock__req *r, int64_t start)
+static void begin(dlock__conn *c, dlock__req *r, int64_t start)
 {
     r->reply = NULL;
     r->err = DLOCK_OK;
@@ -61,14 +61,14 @@ static void begin(struct dlock_client *cl, dlock__conn *c, dlock__req *r, int64_
     if (dlock__conn_stale(c))
         dlock__conn_close(c);
     if (c->state == DLOCK_CONN_CLOSED) {
-        int rc = dlock__conn_open(c, cl, r->detail, sizeof r->detail);
+        int rc = dlock__conn_open(c, r->detail, sizeof r->detail);
         if (rc != DLOCK_OK) {
             fail(c, r, rc);
             return;
         }
     }
     r->start_us = start;
-    r->deadline_us = start + cl->timeout_us;
+    r->deadline_us = start + c->node->rules->timeout_us;
     r->held = false;
     if (!r->await) {
         /* Sent, not awaited (the clean-up release of a failed attempt, a waiter
@@ -134,7 +134,7 @@ static void expire(dlock__conn *c, dlock__req *r)
 }
 
 /* Act on poll's report for node i. */
-static void step(struct dlock_client *cl, dlock__conn *c, dlock__req *r, short revents)
+static void step(dlock__conn *c, dlock__req *r, short revents)
 {
     int rc;
     if (c->state == DLOCK_CONN_CONNECTING) {
@@ -166,7 +166,7 @@ static void step(struct dlock_client *cl, dlock__conn *c, dlock__req *r, short r
     }
     for (;;) {
         redisReply *reply;
-        rc = dlock__conn_next_reply(c, cl, &reply, r->detail, sizeof r->detail);
+        rc = dlock__conn_next_reply(c, &reply, r->detail, sizeof r->detail);
         if (rc != DLOCK_OK) {
             fail(c, r, rc);
             return;
@@ -180,21 +180,27 @@ static void step(struct dlock_client *cl, dlock__conn *c, dlock__req *r, short r
         }
         if (reply == NULL)
             return;
-        if (dlock__is_noscript(reply) && r->call != NULL && !r->retried) {
-            /* The server lost its script cache (restart, SCRIPT FLUSH): send the
-             * script itself, once. EVAL also caches it for the next EVALSHA. */
-            freeReplyObject(reply);
-            r->retried = true;
-            if ((rc = dlock__call_eval(r->call)) != DLOCK_OK) {
+        if (r->resend != NULL && !r->retried) {
+            /* The sender may answer this reply by sending other bytes, once (a
+             * script the server no longer has is sent whole). */
+            const char *cmd = NULL;
+            size_t len = 0;
+            rc = r->resend(r->resend_arg, reply, &cmd, &len);
+            if (rc == DLOCK_OK && cmd != NULL) {
+                freeReplyObject(reply);
+                r->retried = true;
+                if ((rc = send_cmd(c, r, cmd, len)) != DLOCK_OK) {
+                    fail(c, r, rc);
+                    return;
+                }
+                continue;
+            }
+            if (rc != DLOCK_OK) {
+                freeReplyObject(reply);
                 snprintf(r->detail, sizeof r->detail, "%s: out of memory", c->node->addr.display);
                 fail(c, r, rc);
                 return;
             }
-            if ((rc = send_cmd(c, r, r->call->eval, (size_t)r->call->eval_len)) != DLOCK_OK) {
-                fail(c, r, rc);
-                return;
-            }
-            continue;
         }
         r->reply = reply;
         r->done = true;
@@ -246,8 +252,8 @@ static void abandon(dlock__conn *c, dlock__req *r)
  * votes again, round after round.
  * Without a refusal, the lagging node is waited for until its deadline: it may have
  * just resumed (its first bytes clear the mark), and no one is kept waiting by it. */
-static bool decided(const struct dlock_client *cl, const dlock__conn *conns, const dlock__req *reqs,
-                    int n, dlock__vote_fn vote, void *arg)
+static bool decided(const dlock__conn *conns, const dlock__req *reqs, int n, dlock__vote_fn vote,
+                    void *arg)
 {
     int yes = 0, no = 0, pending = 0, waited = 0;
     for (int i = 0; i < n; i++) {
@@ -265,16 +271,21 @@ static bool decided(const struct dlock_client *cl, const dlock__conn *conns, con
     }
     if (pending == 0)
         return false;
-    return yes >= cl->quorum || yes + pending < cl->quorum || (no > 0 && yes + waited < cl->quorum);
+    int quorum = dlock__quorum(n);
+    return yes >= quorum || yes + pending < quorum || (no > 0 && yes + waited < quorum);
 }
 
-void dlock__fanout(struct dlock_client *cl, dlock__conn *conns, dlock__req *reqs, int n)
+int dlock__quorum(int n)
 {
-    dlock__fanout_vote(cl, conns, reqs, n, NULL, NULL);
+    return n / 2 + 1;
 }
 
-void dlock__fanout_vote(struct dlock_client *cl, dlock__conn *conns, dlock__req *reqs, int n,
-                        dlock__vote_fn vote, void *arg)
+void dlock__fanout(dlock__conn *conns, dlock__req *reqs, int n)
+{
+    dlock__fanout_vote(conns, reqs, n, NULL, NULL);
+}
+
+void dlock__fanout_vote(dlock__conn *conns, dlock__req *reqs, int n, dlock__vote_fn vote, void *arg)
 {
     struct pollfd pfd[DLOCK_SERVERS_MAX];
     int idx[DLOCK_SERVERS_MAX];
@@ -289,7 +300,7 @@ void dlock__fanout_vote(struct dlock_client *cl, dlock__conn *conns, dlock__req 
             reqs[i].err = DLOCK_OK;
             continue;
         }
-        begin(cl, &conns[i], &reqs[i], start);
+        begin(&conns[i], &reqs[i], start);
         established += !reqs[i].held && reqs[i].err == DLOCK_OK;
     }
     /* In a vote, a node still connecting gets the per-node timeout like the others
@@ -298,10 +309,12 @@ void dlock__fanout_vote(struct dlock_client *cl, dlock__conn *conns, dlock__req 
      * When most connections are new, as on a client's first call, they all get the
      * connect timeout. A lagging node's new connection gets the per-node timeout in
      * any round: it has had its chance, and each round gives it another. */
-    for (int i = 0; i < n; i++)
-        if (reqs[i].held && reqs[i].deadline_us > start + cl->timeout_us &&
-            ((vote != NULL && established >= cl->quorum) || conns[i].lagging))
-            reqs[i].deadline_us = start + cl->timeout_us;
+    for (int i = 0; i < n; i++) {
+        int64_t timeout_us = conns[i].node->rules->timeout_us;
+        if (reqs[i].held && reqs[i].deadline_us > start + timeout_us &&
+            ((vote != NULL && established >= dlock__quorum(n)) || conns[i].lagging))
+            reqs[i].deadline_us = start + timeout_us;
+    }
 
     DLOCK_PAUSE_POINT(DLOCK_HOOK_AFTER_SEND);
     for (;;) {
@@ -343,14 +356,14 @@ void dlock__fanout_vote(struct dlock_client *cl, dlock__conn *conns, dlock__req 
             if (pfd[k].revents == 0)
                 continue;
             ready--;
-            step(cl, &conns[idx[k]], &reqs[idx[k]], pfd[k].revents);
+            step(&conns[idx[k]], &reqs[idx[k]], pfd[k].revents);
         }
         /* Once the answers so far decide the round, either way, a node still
          * connecting or a lagging one is not waited for (abandon() says why and what
          * becomes of its reply). The others are: they answer within a round trip,
          * and their replies keep the connections in step, the fences exact and the
          * error precise (BUSY or NOQUORUM). */
-        if (vote != NULL && decided(cl, conns, reqs, n, vote, arg))
+        if (vote != NULL && decided(conns, reqs, n, vote, arg))
             for (int i = 0; i < n; i++)
                 if (reqs[i].cmd != NULL && !reqs[i].done && (reqs[i].held || conns[i].lagging))
                     abandon(&conns[i], &reqs[i]);

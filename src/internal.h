@@ -25,9 +25,10 @@
  *               watchdog.c  automatic renewal and lost-lock notification
  *   client      client.c    dlock_client: config, the node list, the connection pool
  *
- * Two things still reach up past this order, to be cut next: conn.c and node.c take
- * the client (for its password, timeouts, restart-voting rule and log callback), and
- * fanout.c knows that a -NOSCRIPT reply is answered by resending a script as EVAL.
+ * The transport knows nothing above it: a node carries the rules its connections
+ * follow (dlock__node_rules: deadlines, password, voting rule, log), so node.c,
+ * conn.c and fanout.c never see the client; and a request says itself which reply
+ * it answers by resending (scripts.c's -NOSCRIPT rule), so fanout.c knows no script.
  */
 #ifndef DLOCK_INTERNAL_H
 #define DLOCK_INTERNAL_H
@@ -151,8 +152,23 @@ bool dlock__is_noscript(const redisReply *r);
 
 /* ---- node.c, conn.c, fanout.c ----------------------------------------------- */
 
+/* All that the nodes of one client share, and all that a connection, a fan-out and
+ * the INFO facts need of the client: deadlines, the default password, the restart
+ * voting rule, the log. Set by dlock_client_new; only max_ttl_used_ms changes later. */
+typedef struct dlock__node_rules {
+    int64_t timeout_us, connect_timeout_us;
+    char *password;                  /* for servers whose URL has none; NULL: none */
+    int restart_voting;              /* resolved: never DLOCK_RESTART_AUTO */
+    bool strict;                     /* refuse a server whose eviction policy can drop lock keys */
+    int64_t max_lease_ms;            /* configured; 0: max_ttl_used_ms */
+    _Atomic int64_t max_ttl_used_ms; /* longest ttl the client has used so far */
+    dlock_log_fn log;
+    void *log_user;
+} dlock__node_rules;
+
 /* What the client knows of one server, shared by all its connections. */
 typedef struct dlock__node {
+    dlock__node_rules *rules; /* the client's */
     dlock__addr addr;
     int index;                  /* position in the server list, for messages */
     pthread_mutex_t mu;         /* guards the fields below */
@@ -171,8 +187,14 @@ int dlock__node_detail(char *detail, size_t n, int err, const dlock__node *node,
 /* Take what a handshake's INFO reply says of node (restart voting, eviction policy);
  * an error when the node must not be used (a password missing, or in strict mode an
  * evicting policy), with why in detail. (node.c) */
-int dlock__node_on_info(dlock__node *node, struct dlock_client *cl, const redisReply *r,
-                        char *detail, size_t n);
+int dlock__node_on_info(dlock__node *node, const redisReply *r, char *detail, size_t n);
+/* The longest lease restart voting must wait out. */
+int64_t dlock__rules_max_lease_ms(const dlock__node_rules *r);
+/* Record a ttl the client used. */
+void dlock__rules_note_ttl(dlock__node_rules *r, int64_t ttl_ms);
+/* Log through the client's callback, if any. */
+void dlock__rules_log(const dlock__node_rules *r, int level, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
 
 /* One connection to one node. Used by one thread at a time (it lives in a connset
  * that a call takes from the client's pool). */
@@ -195,8 +217,6 @@ typedef struct dlock__conn {
     struct addrinfo *ai, *ai_next; /* TCP addresses and the next one to try */
 } dlock__conn;
 
-struct dlock_client;
-
 void dlock__conn_init(dlock__conn *c, dlock__node *node);
 /* Close the socket and forget queued bytes and expected replies. */
 void dlock__conn_close(dlock__conn *c);
@@ -208,7 +228,7 @@ void dlock__conn_forget(dlock__conn *c);
 
 /* Close any connection and start a new one: non-blocking connect, handshake queued.
  * On failure the connection is closed and detail says why. */
-int dlock__conn_open(dlock__conn *c, struct dlock_client *cl, char *detail, size_t n);
+int dlock__conn_open(dlock__conn *c, char *detail, size_t n);
 /* The socket of a CONNECTING connection became writable: finish, or try the next
  * address. DLOCK_OK while connected or still connecting. */
 int dlock__conn_on_connect(dlock__conn *c, char *detail, size_t n);
@@ -220,8 +240,7 @@ int dlock__conn_flush(dlock__conn *c, char *detail, size_t n);
 int dlock__conn_read(dlock__conn *c, char *detail, size_t n);
 /* The next complete reply to one of the caller's commands, or *out NULL if none is
  * complete yet. Handshake replies and replies to abandoned commands are consumed. */
-int dlock__conn_next_reply(dlock__conn *c, struct dlock_client *cl, redisReply **out, char *detail,
-                           size_t n);
+int dlock__conn_next_reply(dlock__conn *c, redisReply **out, char *detail, size_t n);
 /* True when an idle connection must be reopened before use (closed by the server,
  * or out of step). */
 bool dlock__conn_stale(dlock__conn *c);
@@ -230,8 +249,13 @@ bool dlock__conn_stale(dlock__conn *c);
 typedef struct dlock__req {
     const char *cmd; /* RESP bytes to send (not owned); NULL: nothing for this node */
     size_t cmdlen;
-    struct dlock__call *call; /* on -NOSCRIPT, its EVAL form is sent instead, once; or NULL */
-    bool await;               /* false: send and leave the reply to be discarded later */
+    /* A reply the sender answers by sending other bytes, once (a script call whose
+     * server lost its script cache is resent as the script itself): resend sets *cmd
+     * and *len to the bytes to send, or *cmd to NULL to keep the reply, and returns
+     * DLOCK_OK or an error code. NULL: every reply is kept. */
+    int (*resend)(void *arg, const redisReply *reply, const char **cmd, size_t *len);
+    void *resend_arg;
+    bool await; /* false: send and leave the reply to be discarded later */
     /* results */
     redisReply *reply; /* the reply (caller frees with freeReplyObject), or NULL */
     int err;           /* DLOCK_OK when reply is set, else why not */
@@ -246,15 +270,17 @@ typedef struct dlock__req {
  * node that must first connect). A node that misses its deadline keeps its socket
  * only if its command was sent whole (its late reply is then discarded by the next
  * round); otherwise its connection is closed. */
-void dlock__fanout(struct dlock_client *cl, dlock__conn *conns, dlock__req *reqs, int n);
+void dlock__fanout(dlock__conn *conns, dlock__req *reqs, int n);
 
 /* Whether node i's reply (r->reply, r->err == DLOCK_OK) is a "yes" in a quorum vote. */
 typedef bool (*dlock__vote_fn)(const dlock__req *r, int i, void *arg);
 /* dlock__fanout for a quorum vote: the round also ends as soon as a quorum said yes or
  * too few nodes are left to make one; the nodes not heard from are abandoned as if
  * timed out. */
-void dlock__fanout_vote(struct dlock_client *cl, dlock__conn *conns, dlock__req *reqs, int n,
-                        dlock__vote_fn vote, void *arg);
+void dlock__fanout_vote(dlock__conn *conns, dlock__req *reqs, int n, dlock__vote_fn vote,
+                        void *arg);
+/* Quorum of n nodes: n/2 + 1. */
+int dlock__quorum(int n);
 
 /* A set of N connections, one per node, that one call uses at a time. */
 typedef struct dlock__connset {
@@ -316,7 +342,7 @@ void dlock__call_free(dlock__call *call);
  * for a command nobody will read the reply of. DLOCK_ERR_NOMEM, with no message (the
  * caller says where it happened). */
 int dlock__call_eval(dlock__call *call);
-/* Point reqs[0..n) at call, awaited or not. */
+/* Point reqs[0..n) at call, awaited or not, resent as EVAL on -NOSCRIPT. */
 void dlock__call_reqs(dlock__call *call, dlock__req *reqs, int n, bool await);
 
 /* ---- wait.c ----------------------------------------------------------------- */
@@ -394,17 +420,10 @@ struct dlock_client {
     dlock__node *nodes;
     char *prefix;
     size_t prefix_len;
-    int64_t timeout_us, connect_timeout_us;
+    dlock__node_rules rules; /* deadlines, password, voting rule, log: the nodes' */
     double drift_factor;
     int64_t drift_min_us;
-    bool strict;
     int fence_mode;
-    int restart_voting;      /* resolved: never DLOCK_RESTART_AUTO */
-    int64_t max_lease_ms;    /* configured; 0: max_ttl_used_ms */
-    int64_t max_ttl_used_ms; /* longest ttl of this client so far (guarded by mu) */
-    dlock_log_fn log;
-    void *log_user;
-    char *password;   /* cfg->password, for servers whose URL has none */
     char holder[300]; /* "host:pid" for the lock value */
     dlock__scripts scripts;
 
@@ -426,13 +445,6 @@ int dlock__client_enter(struct dlock_client *c, dlock__err *e);
 /* Take a connection set from the pool (or make one); NULL when out of memory. */
 dlock__connset *dlock__connset_get(struct dlock_client *c);
 void dlock__connset_put(struct dlock_client *c, dlock__connset *s);
-/* The longest lease restart voting must wait out. */
-int64_t dlock__max_lease_ms(struct dlock_client *c);
-/* Record a ttl this client used. */
-void dlock__note_ttl(struct dlock_client *c, int64_t ttl_ms);
-/* Log through the client's callback, if any. */
-void dlock__log(struct dlock_client *c, int level, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
 
 /* ---- round.c ---------------------------------------------------------------- */
 
@@ -441,8 +453,6 @@ void dlock__log(struct dlock_client *c, int level, const char *fmt, ...)
 #define DLOCK_DRIFT_FACTOR_DEFAULT 0.01
 #define DLOCK_DRIFT_MIN_MS_DEFAULT 2
 
-/* Quorum of n nodes: n/2 + 1. */
-int dlock__quorum(int n);
 /* Validity left after a round: ttl - elapsed - drift, in microseconds. */
 int64_t dlock__validity_us(int64_t ttl_us, int64_t elapsed_us, double drift_factor,
                            int64_t drift_min_us);

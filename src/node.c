@@ -12,6 +12,7 @@
  */
 #include "internal.h"
 
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -52,9 +53,9 @@ static bool info_field(const redisReply *r, const char *field, char *out, size_t
     return false;
 }
 
-int dlock__node_on_info(dlock__node *node, struct dlock_client *cl, const redisReply *r,
-                        char *detail, size_t n)
+int dlock__node_on_info(dlock__node *node, const redisReply *r, char *detail, size_t n)
 {
+    const dlock__node_rules *rules = node->rules;
     if (r->type == REDIS_REPLY_ERROR &&
         starts_with(r->str, "NOAUTH")) /* no password given to a server that needs one */
         return dlock__node_detail(detail, n, DLOCK_ERR_AUTH, node, "%.200s", r->str);
@@ -69,9 +70,9 @@ int dlock__node_on_info(dlock__node *node, struct dlock_client *cl, const redisR
         node->info_refused_reported = true;
         pthread_mutex_unlock(&node->mu);
         if (first)
-            dlock__log(cl, DLOCK_LOG_WARN,
-                       "%s: INFO refused (%.100s): cannot check maxmemory-policy",
-                       node->addr.display, r->str);
+            dlock__rules_log(rules, DLOCK_LOG_WARN,
+                             "%s: INFO refused (%.100s): cannot check maxmemory-policy",
+                             node->addr.display, r->str);
         return DLOCK_OK;
     }
     if (r->type != REDIS_REPLY_STRING && r->type != REDIS_REPLY_STATUS)
@@ -92,12 +93,12 @@ int dlock__node_on_info(dlock__node *node, struct dlock_client *cl, const redisR
      * years of uptime is more than any lease to wait out. */
     long long up_s = strtoll(uptime, NULL, 10);
     int64_t up_ms = up_s < 0 ? 0 : up_s > 315360000 ? INT64_C(315360000000) : up_s * 1000;
-    int64_t wait_ms = dlock__max_lease_ms(cl) - up_ms;
+    int64_t wait_ms = dlock__rules_max_lease_ms(rules) - up_ms;
     pthread_mutex_lock(&node->mu);
     bool known = node->run_id[0] != '\0';
     bool restarted = known && run_id[0] != '\0' && strcmp(node->run_id, run_id) != 0;
-    bool distrust = restarted || (!known && cl->restart_voting == DLOCK_RESTART_STRICT);
-    if (cl->restart_voting != DLOCK_RESTART_OFF && distrust && wait_ms > 0)
+    bool distrust = restarted || (!known && rules->restart_voting == DLOCK_RESTART_STRICT);
+    if (rules->restart_voting != DLOCK_RESTART_OFF && distrust && wait_ms > 0)
         node->votes_from_us = now + wait_ms * 1000;
     bool report = evicting && !node->policy_reported;
     node->policy_reported |= evicting;
@@ -106,18 +107,47 @@ int dlock__node_on_info(dlock__node *node, struct dlock_client *cl, const redisR
         memcpy(node->run_id, run_id, sizeof run_id);
     pthread_mutex_unlock(&node->mu);
     if (restarted)
-        dlock__log(cl, DLOCK_LOG_WARN, "%s restarted (run_id changed, up %s s)%s",
-                   node->addr.display, uptime,
-                   cl->restart_voting != DLOCK_RESTART_OFF && wait_ms > 0
-                       ? ": its grants do not count until it has been up for the longest lease"
-                       : "");
+        dlock__rules_log(
+            rules, DLOCK_LOG_WARN, "%s restarted (run_id changed, up %s s)%s", node->addr.display,
+            uptime,
+            rules->restart_voting != DLOCK_RESTART_OFF && wait_ms > 0
+                ? ": its grants do not count until it has been up for the longest lease"
+                : "");
     if (report)
-        dlock__log(cl, cl->strict ? DLOCK_LOG_ERROR : DLOCK_LOG_WARN,
-                   "%s: maxmemory-policy is %s: the server may evict lock keys%s and lose "
-                   "locks; use noeviction",
-                   node->addr.display, policy, policy[0] == 'a' ? " and fence counters" : "");
-    if (evicting && cl->strict)
+        dlock__rules_log(rules, rules->strict ? DLOCK_LOG_ERROR : DLOCK_LOG_WARN,
+                         "%s: maxmemory-policy is %s: the server may evict lock keys%s and lose "
+                         "locks; use noeviction",
+                         node->addr.display, policy, policy[0] == 'a' ? " and fence counters" : "");
+    if (evicting && rules->strict)
         return dlock__node_detail(detail, n, DLOCK_ERR_UNAVAILABLE, node,
                                   "maxmemory-policy %s can evict lock keys (strict mode)", policy);
     return DLOCK_OK;
+}
+
+int64_t dlock__rules_max_lease_ms(const dlock__node_rules *r)
+{
+    if (r->max_lease_ms > 0)
+        return r->max_lease_ms;
+    return atomic_load_explicit(&r->max_ttl_used_ms, memory_order_relaxed);
+}
+
+void dlock__rules_note_ttl(dlock__node_rules *r, int64_t ttl_ms)
+{
+    int64_t seen = atomic_load_explicit(&r->max_ttl_used_ms, memory_order_relaxed);
+    while (ttl_ms > seen &&
+           !atomic_compare_exchange_weak_explicit(&r->max_ttl_used_ms, &seen, ttl_ms,
+                                                  memory_order_relaxed, memory_order_relaxed))
+        ;
+}
+
+void dlock__rules_log(const dlock__node_rules *r, int level, const char *fmt, ...)
+{
+    if (r->log == NULL)
+        return;
+    char msg[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    r->log(r->log_user, level, msg);
 }

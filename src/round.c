@@ -17,11 +17,6 @@
 #include <stdio.h>
 #include <string.h>
 
-int dlock__quorum(int n)
-{
-    return n / 2 + 1;
-}
-
 int64_t dlock__validity_us(int64_t ttl_us, int64_t elapsed_us, double drift_factor,
                            int64_t drift_min_us)
 {
@@ -71,7 +66,7 @@ void dlock__round_run(dlock_client *c, dlock__round *rd, dlock__call *call, dloc
 {
     dlock__call_reqs(call, rd->reqs, c->n, true);
     rd->start_us = dlock__now_us();
-    dlock__fanout_vote(c, rd->set->conns, rd->reqs, c->n, vote, vote_arg ? vote_arg : rd);
+    dlock__fanout_vote(rd->set->conns, rd->reqs, c->n, vote, vote_arg ? vote_arg : rd);
     rd->end_us = dlock__now_us();
 }
 
@@ -100,7 +95,7 @@ void dlock__round_send(dlock_client *c, dlock__connset *set, dlock__call *call, 
         }
     }
     if (any)
-        dlock__fanout(c, set->conns, reqs, c->n);
+        dlock__fanout(set->conns, reqs, c->n);
 }
 
 /* ---- votes ------------------------------------------------------------------- */

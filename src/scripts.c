@@ -9,7 +9,8 @@
  * All share the hash tag {name}, so they live in one Cluster slot.
  *
  * Calls go by EVALSHA; a -NOSCRIPT reply (the server restarted or SCRIPT FLUSH ran)
- * makes fanout.c resend the same call as EVAL, once, which also re-caches the script.
+ * is answered by sending the same call as EVAL, once, which also re-caches the
+ * script (resend_as_eval, which each request carries to the fan-out).
  */
 #include "internal.h"
 
@@ -337,12 +338,29 @@ void dlock__call_free(dlock__call *call)
     call->evalsha = call->eval = NULL;
 }
 
+/* A -NOSCRIPT reply (the server restarted, or SCRIPT FLUSH ran) is answered by
+ * sending the script itself, which also caches it for the next EVALSHA. */
+static int resend_as_eval(void *arg, const redisReply *reply, const char **cmd, size_t *len)
+{
+    dlock__call *call = arg;
+    *cmd = NULL;
+    if (!dlock__is_noscript(reply))
+        return DLOCK_OK;
+    int rc = dlock__call_eval(call);
+    if (rc != DLOCK_OK)
+        return rc;
+    *cmd = call->eval;
+    *len = (size_t)call->eval_len;
+    return DLOCK_OK;
+}
+
 void dlock__call_reqs(dlock__call *call, dlock__req *reqs, int n, bool await)
 {
     for (int i = 0; i < n; i++) {
         reqs[i].cmd = call->evalsha;
         reqs[i].cmdlen = (size_t)call->evalsha_len;
-        reqs[i].call = call;
+        reqs[i].resend = resend_as_eval;
+        reqs[i].resend_arg = call;
         reqs[i].await = await;
     }
 }

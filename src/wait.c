@@ -176,7 +176,7 @@ static int on_push(struct dlock__waitsys *ws, int i, const redisReply *r)
 }
 
 /* Read what node i sent and act on every complete push. */
-static int on_readable(dlock_client *c, struct dlock__waitsys *ws, int i)
+static int on_readable(struct dlock__waitsys *ws, int i)
 {
     dlock__conn *conn = &ws->conns[i];
     char detail[160];
@@ -184,7 +184,7 @@ static int on_readable(dlock_client *c, struct dlock__waitsys *ws, int i)
     while (rc == DLOCK_OK) {
         redisReply *r;
         bool was_handshaking = conn->handshake > 0;
-        rc = dlock__conn_next_reply(conn, c, &r, detail, sizeof detail);
+        rc = dlock__conn_next_reply(conn, &r, detail, sizeof detail);
         if (rc != DLOCK_OK)
             break;
         if (was_handshaking && conn->handshake == 0) {
@@ -234,7 +234,7 @@ static void *subscriber_main(void *arg)
         for (int i = 0; i < c->n; i++) {
             dlock__conn *conn = &ws->conns[i];
             if (conn->state == DLOCK_CONN_CLOSED && now >= ws->retry_at_us[i]) {
-                if (dlock__conn_open(conn, c, detail, sizeof detail) != DLOCK_OK) {
+                if (dlock__conn_open(conn, detail, sizeof detail) != DLOCK_OK) {
                     node_down(ws, i, detail);
                 } else if (conn->state == DLOCK_CONN_READY &&
                            dlock__conn_flush(conn, detail, sizeof detail) != DLOCK_OK) {
@@ -281,7 +281,7 @@ static void *subscriber_main(void *arg)
                 continue;
             }
             if (pfd[k].revents & (POLLIN | POLLERR | POLLHUP))
-                on_readable(c, ws, i);
+                on_readable(ws, i);
         }
     }
     return NULL;
@@ -380,7 +380,7 @@ int dlock__wait_join(dlock_client *c, const char *chan, size_t len, const char *
      * in time, the waiter still works, on its timers. */
     struct timespec until;
     clock_gettime(CLOCK_MONOTONIC, &until);
-    int64_t ns = until.tv_nsec + (c->timeout_us + c->connect_timeout_us) * 1000;
+    int64_t ns = until.tv_nsec + (c->rules.timeout_us + c->rules.connect_timeout_us) * 1000;
     until.tv_sec += (time_t)(ns / 1000000000);
     until.tv_nsec = (long)(ns % 1000000000);
     while (ch->confirmed == 0 && !ws->stop)

@@ -152,7 +152,7 @@ static void renew(dlock_client *c, struct dlock__watchdog *wd, dlock_lock **batc
             /* Undecided: keep trying while a round can still end within validity. The
              * last try starts a timeout before validity ends, so that when it fails
              * too, the loss is reported before the lease can end on the servers. */
-            int64_t last_start = l->valid_until_us - c->timeout_us;
+            int64_t last_start = l->valid_until_us - c->rules.timeout_us;
             is_lost = now > last_start;
             l->next_renew_us = now + retry_us(l->ttl_ms);
             if (l->next_renew_us > last_start)

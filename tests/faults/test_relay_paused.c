@@ -89,33 +89,46 @@ static bool checked_cycle(worker *w, int k, phase_stats *st)
         return false;
     }
     st->ok++;
-    bool good = true;
+    /* Each step's outcome, and the first one that does not match, by name. */
+    const char *bad = NULL;
     int holding = 0;
     for (int i = 0; i < NODES; i++) {
         redisReply *r = dh_cmd(&g_srv[i], "GET %s", key);
         if (r != NULL && r->type == REDIS_REPLY_STRING &&
             strncmp(r->str, dlock_token(l), DLOCK_TOKEN_LEN) == 0)
             holding++;
-        else if (r == NULL || r->type != REDIS_REPLY_NIL)
-            good = false; /* someone else's value under our name */
+        else if ((r == NULL || r->type != REDIS_REPLY_NIL) && bad == NULL)
+            bad = "a server has another value under our name";
         freeReplyObject(r);
     }
-    good = good && holding >= NODES / 2 + 1;
+    if (bad == NULL && holding < NODES / 2 + 1)
+        bad = "fewer than a quorum of servers hold our token";
     dlock_holder h;
-    good = good && dlock_inspect(w->c, name, &h) == DLOCK_OK && h.held &&
-           strcmp(h.token, dlock_token(l)) == 0 && h.fence == dlock_fence(l);
-    good = good && dlock_check(l) == DLOCK_OK;
-    good = good && dlock_release(l) == DLOCK_OK;
-    for (int i = 0; i < NODES && good; i++) {
+    if (bad == NULL && (rc = dlock_inspect(w->c, name, &h)) != DLOCK_OK)
+        bad = "inspect failed";
+    else if (bad == NULL &&
+             (!h.held || strcmp(h.token, dlock_token(l)) != 0 || h.fence != dlock_fence(l)))
+        bad = "inspect shows another holder or fence";
+    if (bad == NULL && (rc = dlock_check(l)) != DLOCK_OK)
+        bad = "check failed";
+    /* Released whatever happened above, so that a mismatch leaves no key behind. */
+    int rrc = dlock_release(l);
+    if (bad == NULL && rrc != DLOCK_OK) {
+        rc = rrc;
+        bad = "release failed";
+    }
+    for (int i = 0; i < NODES && bad == NULL; i++) {
         /* dh_cmd, not it_exists: cmocka's asserts belong to the main thread. */
         redisReply *r = dh_cmd(&g_srv[i], "EXISTS %s", key);
-        good = r != NULL && r->type == REDIS_REPLY_INTEGER && r->integer == 0;
+        if (r == NULL || r->type != REDIS_REPLY_INTEGER || r->integer != 0)
+            bad = "a key is left after the release";
         freeReplyObject(r);
     }
+    bool good = bad == NULL;
     if (!good) {
         st->mismatch++;
-        snprintf(st->last_other, sizeof st->last_other, "cycle on %s: an answer did not match",
-                 name);
+        snprintf(st->last_other, sizeof st->last_other, "cycle on %s: %s (%s: %s)", name, bad,
+                 dlock_errname(rc), rc == DLOCK_OK ? "" : dlock_errmsg());
     }
     return good;
 }
