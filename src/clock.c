@@ -59,3 +59,26 @@ int64_t dlock__wallclock_us(void)
     clock_gettime(CLOCK_REALTIME, &ts);
     return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
 }
+
+/* Condition variables cannot wait on CLOCK_BOOTTIME, so the library's timed waits on
+ * them (the renewal thread's sleep until the next renewal is due, a waiter's wait for
+ * its subscription to be confirmed) use CLOCK_MONOTONIC, never the wall clock, which
+ * a step could move. They are short relative waits, not lease arithmetic: a suspend
+ * only makes one of them end late, and the code after it reads dlock__now_us(). */
+
+void dlock__cond_init(pthread_cond_t *cv)
+{
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(cv, &ca);
+    pthread_condattr_destroy(&ca);
+}
+
+void dlock__cond_deadline(struct timespec *ts, int64_t rel_us)
+{
+    clock_gettime(CLOCK_MONOTONIC, ts);
+    int64_t ns = ts->tv_nsec + rel_us * 1000;
+    ts->tv_sec += (time_t)(ns / 1000000000);
+    ts->tv_nsec = (long)(ns % 1000000000);
+}

@@ -41,6 +41,7 @@
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <sys/types.h>
+#include <time.h>
 
 #include "hooks.h"
 
@@ -87,6 +88,10 @@ int64_t dlock__now_us(void);
 /* Microseconds on CLOCK_REALTIME: not for durations, only to order waiters' arrivals
  * across hosts (the fair queue's tickets). */
 int64_t dlock__wallclock_us(void);
+/* A condition variable whose timed waits run on CLOCK_MONOTONIC, and the absolute
+ * deadline rel_us from now on that clock (condition variables cannot use BOOTTIME). */
+void dlock__cond_init(pthread_cond_t *cv);
+void dlock__cond_deadline(struct timespec *ts, int64_t rel_us);
 
 /* ---- token.c ---------------------------------------------------------------- */
 

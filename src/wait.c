@@ -300,11 +300,7 @@ static int start(dlock_client *c)
     ws->backoff_us = dlock__calloc((size_t)c->n, sizeof *ws->backoff_us);
     ws->connected_once = dlock__calloc((size_t)c->n, sizeof *ws->connected_once);
     ws->ctl = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
-    pthread_condattr_t ca;
-    pthread_condattr_init(&ca);
-    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-    pthread_cond_init(&ws->confirmed, &ca);
-    pthread_condattr_destroy(&ca);
+    dlock__cond_init(&ws->confirmed);
     pthread_mutex_init(&ws->mu, NULL);
     int rc = DLOCK_OK;
     if (!ws->conns || !ws->retry_at_us || !ws->backoff_us || !ws->connected_once)
@@ -379,10 +375,7 @@ int dlock__wait_join(dlock_client *c, const char *chan, size_t len, const char *
      * queues it, and a release after that must find it listening. If no node confirms
      * in time, the waiter still works, on its timers. */
     struct timespec until;
-    clock_gettime(CLOCK_MONOTONIC, &until);
-    int64_t ns = until.tv_nsec + (c->rules.timeout_us + c->rules.connect_timeout_us) * 1000;
-    until.tv_sec += (time_t)(ns / 1000000000);
-    until.tv_nsec = (long)(ns % 1000000000);
+    dlock__cond_deadline(&until, c->rules.timeout_us + c->rules.connect_timeout_us);
     while (ch->confirmed == 0 && !ws->stop)
         if (pthread_cond_timedwait(&ws->confirmed, &ws->mu, &until) != 0)
             break;

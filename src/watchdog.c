@@ -60,14 +60,6 @@ static void unlink_lock(struct dlock__watchdog *wd, dlock_lock *l)
     l->renewing = false;
 }
 
-static void deadline_from_now(struct timespec *ts, int64_t rel_us)
-{
-    clock_gettime(CLOCK_MONOTONIC, ts);
-    int64_t ns = ts->tv_nsec + rel_us * 1000;
-    ts->tv_sec += (time_t)(ns / 1000000000);
-    ts->tv_nsec = (long)(ns % 1000000000);
-}
-
 /* Format the RENEW call for the locks marked in_batch. Called with wd->mu held (the
  * handles' keys and tokens are stable while in_batch). */
 static int format_batch(dlock_client *c, dlock_lock **batch, int k, dlock__call *call,
@@ -221,7 +213,7 @@ static void *watchdog_main(void *arg)
                 pthread_cond_wait(&wd->wake, &wd->mu);
             } else {
                 struct timespec ts;
-                deadline_from_now(&ts, next - now);
+                dlock__cond_deadline(&ts, next - now);
                 pthread_cond_timedwait(&wd->wake, &wd->mu, &ts);
             }
             continue;
@@ -241,11 +233,7 @@ static int start(dlock_client *c, dlock__err *e)
     struct dlock__watchdog *wd = dlock__calloc(1, sizeof *wd);
     if (wd == NULL)
         return dlock__err_set(e, DLOCK_ERR_NOMEM, "out of memory");
-    pthread_condattr_t ca;
-    pthread_condattr_init(&ca);
-    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-    pthread_cond_init(&wd->wake, &ca);
-    pthread_condattr_destroy(&ca);
+    dlock__cond_init(&wd->wake);
     pthread_cond_init(&wd->idle, NULL);
     pthread_mutex_init(&wd->mu, NULL);
     c->wd = wd;
