@@ -14,6 +14,10 @@
 
 static _Thread_local char errbuf[DLOCK_ERRMSG_MAX];
 
+/* Append "; " (unless buf is empty) and the formatted text at buf[used]. */
+static void vformat_at(char *buf, size_t size, size_t used, const char *fmt, va_list ap)
+    __attribute__((format(printf, 4, 0)));
+
 static void vformat_at(char *buf, size_t size, size_t used, const char *fmt, va_list ap)
 {
     if (used + 3 >= size)
