@@ -63,7 +63,7 @@ static bool stopped(const wk_config *cfg)
 
 /* ---- process resources ---------------------------------------------------------- */
 
-void wk_proc_stats(wk_stats *s)
+static void sample(wk_stats *s)
 {
     memset(s, 0, sizeof *s);
     s->fds = dh_fd_count();
@@ -71,15 +71,31 @@ void wk_proc_stats(wk_stats *s)
     s->rss_kb = (long)dh_status_kib("VmRSS");
 }
 
-void wk_proc_stats_after(const wk_stats *before, wk_stats *after)
+void wk_proc_stats(wk_stats *s)
 {
     /* A joined thread can still be counted for a moment: pthread_join returns when the
      * kernel clears the thread's tid, a little before the thread leaves the count in
-     * /proc/self/status. A leak stays; a thread on its way out is gone within ms. */
+     * /proc/self/status. So a count is taken once it has held for 10 ms (200 ms at
+     * most): a baseline read just after a client was freed would otherwise include a
+     * thread on its way out, and the count after would look like a thread lost. */
+    sample(s);
+    for (int i = 0, same = 0; i < 100 && same < 5; i++) {
+        dh_sleep_ms(2);
+        wk_stats t;
+        sample(&t);
+        same = t.threads == s->threads ? same + 1 : 0;
+        *s = t;
+    }
+}
+
+void wk_proc_stats_after(const wk_stats *before, wk_stats *after)
+{
+    /* A leak stays; a thread on its way out is gone within ms, even on a loaded
+     * machine where it takes longer than the 10 ms a count must hold. */
     wk_proc_stats(after);
     for (int i = 0; i < 100 && after->threads > before->threads; i++) {
         dh_sleep_ms(2);
-        wk_proc_stats(after);
+        sample(after);
     }
 }
 

@@ -117,9 +117,11 @@ typedef struct wk_stats {
     long rss_kb; /* VmRSS: */
 } wk_stats;
 
+/* This process's fds, threads and RSS, once the thread count has held for 10 ms (a
+ * thread just joined may still be counted for a moment). */
 void wk_proc_stats(wk_stats *s);
-/* wk_proc_stats once threads have been joined: waits up to 200 ms for the thread count
- * to fall back to before's (a thread just joined may still be counted). */
+/* wk_proc_stats once threads have been joined: waits up to 200 ms more for the thread
+ * count to fall back to before's. */
 void wk_proc_stats_after(const wk_stats *before, wk_stats *after);
 
 /* The RSS growth a test tolerates: 2 MiB, or no bound under a sanitizer (ASan keeps
