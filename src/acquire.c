@@ -120,6 +120,11 @@ static int refused(const dlock_client *c, const dlock__round *rd, const dlock__t
                                 t->no, c->n);
         if (nonvoting > 0)
             dlock__err_append(e, "%d grant(s) from restarted servers not counted", nonvoting);
+        /* The nodes that did not answer could have made a quorum: name them, or the
+         * refusal reads as if the holder alone stood in the way. */
+        for (int i = 0; i < c->n; i++)
+            if (rd->reqs[i].err != DLOCK_OK)
+                dlock__err_append(e, "%s", rd->reqs[i].detail);
         return rc;
     }
     rc = dlock__tally_undecided(c, t, rd->reqs, e);
