@@ -64,7 +64,7 @@ typedef struct bench_opts {
     int delay_ms;         /* relay delay each way, 1 */
     long w5_stock;        /* 1000 */
     int w5_buyers;        /* 50 */
-    int nodes;            /* servers for W1, W2, W3 and W5/lock (1) */
+    int nodes;            /* servers for W1, W2, W3 and the W5 lock ways (1) */
     long requests;        /* redis-benchmark -n */
     int64_t timeout_ms;   /* dlock_config.timeout_ms */
     int repeat;           /* rounds (baselines + workloads); figures are their medians */
@@ -292,7 +292,7 @@ int run_w2(bench_ctx *ctx);
 int run_w4(bench_ctx *ctx);
 /* W3 (contended.c): one name, blocking waits, for each --w3-workers count. */
 int run_w3(bench_ctx *ctx);
-/* W5 (flashsale.c): lock, watch, script. */
+/* W5 (flashsale.c): lock, lock-pipelined, watch, script. */
 int run_w5(bench_ctx *ctx);
 
 #endif /* DLOCK_BENCH_H */

@@ -3,9 +3,12 @@
  *
  * Stock starts at 1000 on node 1; 50 buyers (threads, each with its own connections)
  * buy one item at a time until they find none left. Three ways to keep the stock
- * from being oversold, side by side:
- *   lock    dlock_acquire (wait forever) around GET stock; if > 0, SET stock - 1 and
- *           INCR sold (one pipelined round trip); dlock_release;
+ * from being oversold, side by side (the lock way in two forms):
+ *   lock    dlock_acquire (wait forever) around GET stock; if > 0, SET stock - 1, then
+ *           INCR sold; dlock_release. Three round trips inside the lock, one command
+ *           each: the section other lock benchmarks time, so the figures compare;
+ *   lock-pipelined  the same with SET and INCR pipelined in one round trip (two in the
+ *           lock): how much of lock's sellout is the section's own length;
  *   watch   optimistic: WATCH stock + GET stock (one round trip); if > 0, MULTI, DECR
  *           stock, INCR sold, EXEC (one round trip); an aborted EXEC is retried;
  *   script  one EVALSHA of a decrement-if-enough Lua script: atomic on the server.
@@ -14,6 +17,9 @@
  *   retries     watch: aborted EXECs. lock: acquire attempts the server refused (its
  *               EVALSHA/EVAL calls, per node, beyond one acquire and one release per
  *               granted lock; waiting without polling makes it small). script: 0;
+ *   max_wait_ms lock variants: the longest single dlock_acquire call of any buyer, so
+ *               that a bound on one buyer's wait (say 50 ms) can be read off. Calls
+ *               that did not wait are short and never the maximum;
  *   oversold    purchases confirmed beyond the stock. It must be 0, with exactly 1000
  *               purchases, the final stock 0 and the sold counter at 1000; anything
  *               else fails the run.
@@ -24,8 +30,13 @@
 #include <stdlib.h>
 #include <string.h>
 
-enum variant { V_LOCK, V_WATCH, V_SCRIPT };
-static const char *const variant_names[] = {"lock", "watch", "script"};
+enum variant { V_LOCK, V_LOCK_PIPELINED, V_WATCH, V_SCRIPT };
+static const char *const variant_names[] = {"lock", "lock-pipelined", "watch", "script"};
+
+static bool is_lock(enum variant v)
+{
+    return v == V_LOCK || v == V_LOCK_PIPELINED;
+}
 
 /* KEYS: stock, sold. ARGV: quantity. 1 bought, 0 not enough left. */
 static const char decr_if_enough_lua[] = "local s = tonumber(redis.call('GET', KEYS[1]) or '0')\n"
@@ -46,7 +57,8 @@ typedef struct w5_arg {
     char sha[41];
     _Atomic long purchases;
     _Atomic long retries;
-    _Atomic long granted; /* lock: acquires that succeeded */
+    _Atomic long granted;        /* lock: acquires that succeeded */
+    _Atomic int64_t max_wait_ns; /* lock: the longest dlock_acquire call */
     _Atomic int64_t last_sale_ns;
     stats_conns sc;
     srv_stats before;
@@ -60,6 +72,14 @@ static void note_sale(w5_arg *a, team *t)
     atomic_fetch_add(&t->done, 1);
     int64_t prev = atomic_load(&a->last_sale_ns);
     while (now > prev && !atomic_compare_exchange_weak(&a->last_sale_ns, &prev, now))
+        ;
+}
+
+/* Lock-free maximum: a CAS loop that gives up once another thread stored more. */
+static void note_max(_Atomic int64_t *max, int64_t v)
+{
+    int64_t prev = atomic_load(max);
+    while (v > prev && !atomic_compare_exchange_weak(max, &prev, v))
         ;
 }
 
@@ -95,7 +115,28 @@ static long long reply_ll(const redisReply *r)
     return r->type == REDIS_REPLY_NIL ? 0 : -1;
 }
 
-/* The lock way: 0 when done, -1 after team_error. */
+/* SET stock - 1 and INCR sold, in two round trips or (pipelined) one. 0, or -1 on an
+ * I/O error or an error reply. */
+static int sell_one(w5_arg *a, redisContext *rc, long long s)
+{
+    redisReply *w[2] = {NULL, NULL};
+    int io;
+    if (a->v == V_LOCK_PIPELINED) {
+        redisAppendCommand(rc, "SET %s %lld", a->k_stock, s - 1);
+        redisAppendCommand(rc, "INCR %s", a->k_sold);
+        io = get_replies(rc, w, 2);
+    } else {
+        w[0] = redisCommand(rc, "SET %s %lld", a->k_stock, s - 1);
+        if (w[0] != NULL && w[0]->type != REDIS_REPLY_ERROR)
+            w[1] = redisCommand(rc, "INCR %s", a->k_sold);
+        io = w[1] != NULL ? 0 : -1;
+    }
+    bool ok = io == 0 && w[0]->type != REDIS_REPLY_ERROR && w[1]->type == REDIS_REPLY_INTEGER;
+    free_replies(w, 2);
+    return ok ? 0 : -1;
+}
+
+/* The lock ways: 0 when done, -1 after team_error. */
 static int buy_lock(w5_arg *a, team *t, dlock_client *c, redisContext *rc)
 {
     dlock_opts o = {0};
@@ -103,7 +144,9 @@ static int buy_lock(w5_arg *a, team *t, dlock_client *c, redisContext *rc)
     o.wait_ms = -1;
     while (!team_stopped(t)) {
         dlock_lock *l;
+        int64_t t0 = now_ns();
         int err = dlock_acquire(c, "w5:sale", &o, &l);
+        note_max(&a->max_wait_ns, now_ns() - t0);
         if (err != DLOCK_OK) {
             team_error(t, "acquire: %s: %s", dlock_strerror(err), dlock_errmsg());
             return -1;
@@ -118,14 +161,9 @@ static int buy_lock(w5_arg *a, team *t, dlock_client *c, redisContext *rc)
             return -1;
         }
         if (s > 0) {
-            redisReply *w[2];
-            redisAppendCommand(rc, "SET %s %lld", a->k_stock, s - 1);
-            redisAppendCommand(rc, "INCR %s", a->k_sold);
-            int io = get_replies(rc, w, 2);
-            free_replies(w, 2);
-            if (io != 0) {
+            if (sell_one(a, rc, s) != 0) {
                 dlock_release(l);
-                team_error(t, "SET/INCR failed: %s", rc->errstr);
+                team_error(t, "SET/INCR failed: %s", rc->err ? rc->errstr : "error reply");
                 return -1;
             }
             note_sale(a, t);
@@ -200,7 +238,7 @@ static int buy_script(w5_arg *a, team *t, redisContext *rc)
     return 0;
 }
 
-/* One buyer: its own connection to node 1, and for the lock way its own dlock client
+/* One buyer: its own connection to node 1, and for the lock ways its own dlock client
  * (warmed up on a name of its own), then it buys until none is left. */
 static void w5_worker(team *t, int id, void *p)
 {
@@ -209,7 +247,7 @@ static void w5_worker(team *t, int id, void *p)
     redisContext *rc = server_connect(&a->ctx->servers->s[0]);
     if (rc == NULL)
         team_error(t, "buyer %d: cannot connect to node 1", id);
-    if (rc != NULL && a->v == V_LOCK) {
+    if (rc != NULL && is_lock(a->v)) {
         dlock_config cfg;
         bench_dlock_config(a->ctx, &cfg);
         int err = dlock_client_new(a->urls, &cfg, &c);
@@ -225,7 +263,7 @@ static void w5_worker(team *t, int id, void *p)
     }
     team_ready(t);
     if (!team_stopped(t)) {
-        if (a->v == V_LOCK)
+        if (is_lock(a->v))
             buy_lock(a, t, c, rc);
         else if (a->v == V_WATCH)
             buy_watch(a, t, rc);
@@ -237,7 +275,7 @@ static void w5_worker(team *t, int id, void *p)
     redisFree(rc);
 }
 
-/* Snapshot commandstats once every buyer is ready, so W5/lock can count the
+/* Snapshot commandstats once every buyer is ready, so the lock ways can count the
  * refused acquire attempts. */
 static void w5_before(void *p)
 {
@@ -270,7 +308,7 @@ static int w5_one(bench_ctx *ctx, enum variant v, const char *urls, redisContext
     const bench_opts *o = ctx->opt;
     char label[48];
     snprintf(label, sizeof label, "W5/%s", variant_names[v]);
-    if (v == V_LOCK && o->nodes > 1)
+    if (is_lock(v) && o->nodes > 1)
         snprintf(label + strlen(label), sizeof label - strlen(label), "/n%d", o->nodes);
     w5_arg *a = calloc(1, sizeof *a);
     if (a == NULL) {
@@ -285,7 +323,7 @@ static int w5_one(bench_ctx *ctx, enum variant v, const char *urls, redisContext
     snprintf(a->k_sold, sizeof a->k_sold, "%sw5:sold", BENCH_PREFIX);
     int rc = -1;
     /* The lock's script calls land on the lock's nodes. */
-    if (w5_setup(a, admin) != 0 || stats_open(ctx->servers, v == V_LOCK ? o->nodes : 1, &a->sc)) {
+    if (w5_setup(a, admin) != 0 || stats_open(ctx->servers, is_lock(v) ? o->nodes : 1, &a->sc)) {
         bench_fail(ctx, "%s: cannot set up the sale", label);
         goto out;
     }
@@ -312,7 +350,7 @@ static int w5_one(bench_ctx *ctx, enum variant v, const char *urls, redisContext
     long purchases = a->purchases;
     long oversold = purchases > a->stock ? purchases - a->stock : 0;
     long retries = a->retries;
-    if (v == V_LOCK && have_stats) {
+    if (is_lock(v) && have_stats) {
         long long scripts =
             stats_calls(&a->before, &after, "evalsha") + stats_calls(&a->before, &after, "eval");
         /* Every attempt is one script call on each of the lock's nodes. */
@@ -320,8 +358,10 @@ static int w5_one(bench_ctx *ctx, enum variant v, const char *urls, redisContext
     }
     double sellout_ms = (double)(a->last_sale_ns - t.start_ns) / 1e6;
     fig(label, "sellout_ms", sellout_ms, 0, -1, NULL);
-    if (v != V_LOCK || have_stats)
+    if (!is_lock(v) || have_stats)
         fig(label, "retries", (double)retries, 0, -1, NULL);
+    if (is_lock(v))
+        fig(label, "max_wait_ms", (double)a->max_wait_ns / 1e6, 1, -1, NULL);
     fig(label, "oversold", (double)oversold, 0, -1, NULL);
     progress("%s: sold out in %.0f ms, %ld retries, %ld purchases, stock left %lld, sold %lld",
              label, sellout_ms, retries, purchases, stock_left, sold);

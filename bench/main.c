@@ -239,7 +239,7 @@ static void usage(FILE *out)
             "      --delay-ms D        W4 relay delay each way, 0 for none (1)\n"
             "      --w5-stock N        W5 items (1000)\n"
             "      --w5-buyers N       W5 buyers (50)\n"
-            "      --nodes N           servers for W1, W2, W3 and W5/lock (1)\n"
+            "      --nodes N           servers for W1, W2, W3 and the W5 lock ways (1)\n"
             "      --requests N        redis-benchmark -n (50000)\n"
             "      --timeout-ms MS     dlock_config.timeout_ms (1000)\n"
             "      --repeat R          rounds of baselines + workloads; figures are medians (3)\n"
