@@ -180,7 +180,7 @@ static void print_report(const bench_ctx *ctx, double other_cpus, double steal_c
         printf("rounds:    %d; each figure is the median of its rounds, each ratio the median "
                "of the rounds' ratios\n",
                ctx->opt->repeat);
-    printf("\n%-16s %-18s %12s %8s  %s\n", "workload", "metric", "value", "ratio", "ratio to");
+    printf("\n%-20s %-18s %12s %8s  %s\n", "workload", "metric", "value", "ratio", "ratio to");
     for (int i = 0; i < g_report.n; i++) {
         const figure *f = &g_report.figs[i];
         double ratio = median(f->ratios, f->n);
@@ -188,7 +188,7 @@ static void print_report(const bench_ctx *ctx, double other_cpus, double steal_c
         snprintf(v, sizeof v, "%.*f", f->decimals, median(f->values, f->n));
         if (ratio >= 0)
             snprintf(r, sizeof r, "%.2f", ratio);
-        printf("%-16s %-18s %12s %8s  %s\n", f->workload, f->metric, v, r, ratio >= 0 ? f->vs : "");
+        printf("%-20s %-18s %12s %8s  %s\n", f->workload, f->metric, v, r, ratio >= 0 ? f->vs : "");
     }
     printf("\n");
     printf("BENCH machine cpus=%d model=\"%s\" placement=%s", p->ncpus, p->model,
