@@ -6,14 +6,21 @@
  * counter on node 1, which must end at workers x sections. The INCR's reply is also
  * the section's place in the global order, so each section writes its own slot of a
  * shared array with no lock: who held it, when its acquire returned and when its
- * release returned (CLOCK_MONOTONIC). From that array:
+ * release was called (CLOCK_MONOTONIC, read just before dlock_release). From that
+ * array:
  *   switches     sections whose previous section belonged to another worker. A waiter
  *                that sleeps while the releaser re-takes the lock makes few;
- *   xgap         from the release that ended a section to the acquire that began the
- *                next one, when they are by different workers (p50, p99; ratio to
- *                the RTT). The acquire can return before the releaser has read its
- *                own reply (the server deleted the key half a round trip earlier);
- *                such a gap counts as 0;
+ *   switch_share switches / sections: 1 when the lock changes hands every time, near
+ *                0 when one worker keeps re-taking it;
+ *   xgap         from the START of the release call that ended a section to the
+ *                return of the acquire that began the next one, when they are by
+ *                different workers (p50, p99; ratio to the RTT): the whole hand-over,
+ *                the release's own round trip included, as baseline/wake measures the
+ *                raw mechanism. It used to run from the release's return, which left
+ *                that round trip out and let the next acquire return "before" the
+ *                release (the server deletes the key half a round trip before the
+ *                releaser reads its reply), so many gaps counted as 0. Now only a
+ *                lease that expired could make a gap negative; it would count as 0;
  *   max_wait_ms  the longest single dlock_acquire call;
  *   cmds_per_section  every command the servers processed during the run (INFO's
  *                total_commands_processed, which counts the commands that scripts run
@@ -34,7 +41,7 @@
 typedef struct section {
     int worker;
     int64_t acq_ns; /* dlock_acquire returned */
-    int64_t rel_ns; /* dlock_release returned */
+    int64_t rel_ns; /* just before dlock_release was called */
 } section;
 
 typedef struct w3_arg {
@@ -117,8 +124,8 @@ static void w3_worker(team *t, int id, void *p)
         s->acq_ns = t1;
         expected = id + 1;
         atomic_compare_exchange_strong(&a->holder, &expected, 0);
-        rc = dlock_release(l);
         s->rel_ns = now_ns();
+        rc = dlock_release(l);
         if (rc != DLOCK_OK) {
             team_error(t, "release: %s: %s", dlock_strerror(rc), dlock_errmsg());
             break;
@@ -235,6 +242,7 @@ static int w3_one(bench_ctx *ctx, int workers, bool fair)
     double rtt = ctx->rtt_us;
     fig(label, "sections_per_s", secs > 0 ? (double)a->total / secs : 0, 0, -1, NULL);
     fig(label, "switches", (double)switches, 0, -1, NULL);
+    fig(label, "switch_share", (double)switches / (double)a->total, 2, -1, NULL);
     fig(label, "xgap_p50_us", p50, 0, rtt > 0 ? p50 / rtt : -1, "RTT");
     fig(label, "xgap_p99_us", p99, 0, rtt > 0 ? p99 / rtt : -1, "RTT");
     fig(label, "max_wait_ms", (double)a->max_wait_ns / 1e6, 1, -1, NULL);
