@@ -11,6 +11,8 @@
  *   servers.c    redis-server processes of our own (started by tests/support) or
  *                -s URLS, admin connections
  *   baseline.c   redis-benchmark runs and their CSV
+ *   wake.c       baseline/wake: a key's release, publish, wake-up and take in plain
+ *                Redis, beside W3
  *   team.c       worker threads: start barrier, progress on stderr, first error
  *   stats.c      clocks, latency samples, percentiles
  *   cycles.c     W1, W2 and W4 (acquire + release cycles)
@@ -57,6 +59,7 @@ typedef struct bench_opts {
     int w3_nworkers;  /* entries in w3_workers */
     bool w3_fair;     /* also run each W3 with dlock_opts.fair (W3/fair, W3/wN/fair) */
     long w3_sections; /* per worker, 200 */
+    long wake_cycles; /* baseline/wake hand-overs, 2000 */
     int w4_nodes[BENCH_MAX_LIST];
     int w4_nnodes;
     long w4_cycles;       /* loopback, 2000 */
@@ -292,6 +295,10 @@ int run_w2(bench_ctx *ctx);
 int run_w4(bench_ctx *ctx);
 /* W3 (contended.c): one name, blocking waits, for each --w3-workers count. */
 int run_w3(bench_ctx *ctx);
+/* baseline/wake (wake.c), run just before W3: two threads hand a key to each other
+ * on node 1 through DEL + PUBLISH and SET NX; figures gap_p50_us and gap_p99_us.
+ * 0, or -1 after bench_fail. */
+int run_wake(bench_ctx *ctx);
 /* W5 (flashsale.c): lock, lock-pipelined, watch, script. */
 int run_w5(bench_ctx *ctx);
 

@@ -3,8 +3,8 @@
  *
  * A run: decide the CPU placement and pin ourselves; start the servers (or take -s);
  * then, `repeat` times, redis-benchmark SET -c 1 on node 1, W1, redis-benchmark SET
- * -c 8, W2, W3, W4, W5 (those chosen); print the table and then one BENCH line per
- * figure (docs/benchmarks.md explains them), each the median of its rounds, the machine line
+ * -c 8, W2, baseline/wake and W3, W4, W5 (those chosen); print the table and then one BENCH line
+ * per figure (docs/benchmarks.md explains them), each the median of its rounds, the machine line
  * first. Progress goes to stderr, the figures to stdout.
  *
  * Exit status: 0; 1 when a workload failed or a sanity check did not hold (W3's
@@ -153,7 +153,7 @@ static void print_value(FILE *out, double v, int decimals)
 }
 
 /* The table (for people) and the BENCH lines (for scripts), in the order the
- * figures were first recorded: machine, then c1, W1, c8, W2, W3, W4, W5. */
+ * figures were first recorded: machine, then c1, W1, c8, W2, wake, W3, W4, W5. */
 static void print_report(const bench_ctx *ctx, double other_cpus, double steal_cpus)
 {
     const placement *p = ctx->place;
@@ -224,7 +224,10 @@ static void usage(FILE *out)
             "Runs the workloads W1-W5 on redis-server processes it starts (or on -s\n"
             "servers), beside redis-benchmark SET -c 1 and -c 8 on the same servers under the\n"
             "same CPU placement. Figures go to stdout (a table, then BENCH lines); progress to\n"
-            "stderr.\n"
+            "stderr. With W3, baseline/wake runs just before it: two threads hand a key to\n"
+            "each other through DEL + PUBLISH (one EVAL) and SET NX, the raw hand-over that\n"
+            "W3's xgap can at best match. W5 sells with lock (GET, SET, INCR: three round\n"
+            "trips in the lock), lock-pipelined (SET and INCR in one), watch and script.\n"
             "\n"
             "  -w, --workloads LIST    which of W1,W2,W3,W4,W5 (default all)\n"
             "  -n, --cycles N          W1 cycles (20000)\n"
@@ -233,6 +236,7 @@ static void usage(FILE *out)
             "      --w3-sections N     W3 critical sections per worker (200)\n"
             "      --w3-workers LIST   W3 runs, by number of workers, e.g. 2,8,16 (8)\n"
             "      --w3-fair           also run each W3 with fair (FIFO) waiting: W3/fair\n"
+            "      --wake-cycles N     baseline/wake hand-overs, run with W3 (2000)\n"
             "      --w4-nodes LIST     W4 node counts (3,5); the 1-node run is always added\n"
             "      --w4-cycles N       W4 cycles on loopback (2000)\n"
             "      --w4-delay-cycles N W4 cycles through the relays (500)\n"
@@ -313,6 +317,7 @@ enum {
     OPT_W3_SECTIONS,
     OPT_W3_WORKERS,
     OPT_W3_FAIR,
+    OPT_WAKE_CYCLES,
     OPT_W4_NODES,
     OPT_W4_CYCLES,
     OPT_W4_DELAY_CYCLES,
@@ -341,6 +346,7 @@ static void defaults(bench_opts *o)
     o->w3_workers[0] = 8;
     o->w3_nworkers = 1;
     o->w3_sections = 200;
+    o->wake_cycles = 2000;
     o->w4_nodes[0] = 3;
     o->w4_nodes[1] = 5;
     o->w4_nnodes = 2;
@@ -368,6 +374,7 @@ static int parse_args(int argc, char **argv, bench_opts *o)
         {"w3-sections", required_argument, NULL, OPT_W3_SECTIONS},
         {"w3-workers", required_argument, NULL, OPT_W3_WORKERS},
         {"w3-fair", no_argument, NULL, OPT_W3_FAIR},
+        {"wake-cycles", required_argument, NULL, OPT_WAKE_CYCLES},
         {"w4-nodes", required_argument, NULL, OPT_W4_NODES},
         {"w4-cycles", required_argument, NULL, OPT_W4_CYCLES},
         {"w4-delay-cycles", required_argument, NULL, OPT_W4_DELAY_CYCLES},
@@ -395,6 +402,7 @@ static int parse_args(int argc, char **argv, bench_opts *o)
             o->w1_cycles = 2000;
             o->w2_cycles = 500;
             o->w3_sections = 40;
+            o->wake_cycles = 200;
             o->w4_cycles = 300;
             o->w4_delay_cycles = 50;
             o->w5_stock = 200;
@@ -429,6 +437,9 @@ static int parse_args(int argc, char **argv, bench_opts *o)
             break;
         case OPT_W3_FAIR:
             o->w3_fair = true;
+            break;
+        case OPT_WAKE_CYCLES:
+            ok = parse_long(optarg, 1, big, &o->wake_cycles);
             break;
         case OPT_W4_NODES:
             ok = parse_list(optarg, 1, BENCH_MAX_NODES, o->w4_nodes, &o->w4_nnodes);
@@ -605,7 +616,8 @@ int main(int argc, char **argv)
     for (ctx.round = 1; ctx.round <= o.repeat && status == 0; ctx.round++) {
         if (o.repeat > 1)
             progress("round %d of %d", ctx.round, o.repeat);
-        /* c1, W1, c8, W2, W3, W4, W5: the baselines stand next to what they measure. */
+        /* c1, W1, c8, W2, wake, W3, W4, W5: the baselines stand next to what they
+         * measure. */
         if (run_baseline(&ctx, 1) != 0) {
             status = BENCH_EXIT_SERVERS;
             break;
@@ -616,9 +628,12 @@ int main(int argc, char **argv)
             status = BENCH_EXIT_SERVERS;
             break;
         }
-        for (int w = 2; w <= 5; w++)
+        for (int w = 2; w <= 5; w++) {
+            if (w == 3 && o.run[3])
+                run_wake(&ctx);
             if (o.run[w])
                 runs[w](&ctx);
+        }
     }
     pid_t pids[BENCH_MAX_NODES];
     for (int i = 0; i < servers.n; i++)
