@@ -47,14 +47,16 @@ extern "C" {
 #endif
 
 /* Limits of the arguments the API accepts; outside them a call is DLOCK_ERR_INVALID. */
-#define DLOCK_TTL_MIN_MS     10         /* shortest lease */
-#define DLOCK_TTL_MAX_MS     2147483647 /* longest lease, 2^31-1 ms (about 24.8 days) */
-#define DLOCK_TTL_DEFAULT_MS 30000      /* lease when dlock_opts.ttl_ms is 0 */
-#define DLOCK_NAME_MAX       4096       /* bytes in a lock name, not counting the NUL */
-#define DLOCK_PREFIX_MAX     256        /* bytes in a key prefix */
-#define DLOCK_LABEL_MAX      256        /* bytes in a holder label */
-#define DLOCK_SERVERS_MAX    32         /* servers in one client */
-#define DLOCK_TOKEN_LEN      32         /* a token is 128 random bits in lowercase hex */
+#define DLOCK_TTL_MIN_MS                 10         /* shortest lease */
+#define DLOCK_TTL_MAX_MS                 2147483647 /* longest lease, 2^31-1 ms (about 24.8 days) */
+#define DLOCK_TTL_DEFAULT_MS             30000      /* lease when dlock_opts.ttl_ms is 0 */
+#define DLOCK_FENCE_RETENTION_DEFAULT_MS 3600000    /* fence counters kept an hour unused */
+#define DLOCK_FENCE_RETENTION_MAX_MS     INT64_C(31536000000) /* a year */
+#define DLOCK_NAME_MAX                   4096 /* bytes in a lock name, not counting the NUL */
+#define DLOCK_PREFIX_MAX                 256  /* bytes in a key prefix */
+#define DLOCK_LABEL_MAX                  256  /* bytes in a holder label */
+#define DLOCK_SERVERS_MAX                32   /* servers in one client */
+#define DLOCK_TOKEN_LEN                  32   /* a token is 128 random bits in lowercase hex */
 
 /*
  * Error codes. The list is append-only: a number is never reused or renumbered.
@@ -154,7 +156,11 @@ typedef struct dlock_config {
     int restart_voting;         /* enum dlock_restart_voting; 0: DLOCK_RESTART_AUTO */
     int64_t max_lease_ms;       /* longest lease any client takes on these servers, for
                                    restart voting; 0: the longest this client has used */
-    uint64_t reserved[6];       /* must be zero */
+    int64_t fence_retention_ms; /* how long a name's fence counter outlives its last use;
+                                   0: DLOCK_FENCE_RETENTION_DEFAULT_MS; else at least
+                                   1000 (fences keep increasing after the counter expires:
+                                   each is at least the server's clock in microseconds) */
+    uint64_t reserved[5];       /* must be zero */
 } dlock_config;
 
 /*

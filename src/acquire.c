@@ -5,8 +5,10 @@
  * An attempt is one round of the ACQUIRE script (scripts.c) on every node. Granted on
  * a quorum with validity left, the lock is ours; otherwise every grant, and every
  * node whose outcome is unknown, gets a release that is sent, not awaited, so a failed
- * attempt costs no extra round trip. Between attempts a caller that may wait sleeps
- * until a release wakes it or the holder's lease should be over (wait.c).
+ * attempt costs no extra round trip. A caller that may wait joins the name's queue:
+ * a release then hands it the lock and wakes it (wait.c), and its next attempt
+ * confirms the lock it already holds. Between wake-ups it sleeps until the holder's
+ * lease should be over, refreshing its place in the queue meanwhile.
  */
 #include "internal.h"
 
@@ -48,10 +50,11 @@ static int raise_fences(dlock_client *c, dlock__round *rd, const dlock__keys *k,
 {
     char fence[24];
     int flen = snprintf(fence, sizeof fence, "%llu", (unsigned long long)l->fence);
-    const char *args[] = {k->lock, k->fence, l->token, fence};
-    const size_t lens[] = {k->lock_len, k->fence_len, DLOCK_TOKEN_LEN, (size_t)flen};
+    const char *args[] = {k->lock, k->fence, l->token, fence, c->retention};
+    const size_t lens[] = {k->lock_len, k->fence_len, DLOCK_TOKEN_LEN, (size_t)flen,
+                           strlen(c->retention)};
     dlock__call call;
-    int rc = dlock__call_format(&c->scripts, DLOCK_SCRIPT_FENCE, 2, 4, args, lens, &call, e);
+    int rc = dlock__call_format(&c->scripts, DLOCK_SCRIPT_FENCE, 2, 5, args, lens, &call, e);
     if (rc != DLOCK_OK)
         return rc;
     int64_t start = rd->start_us;
@@ -74,17 +77,43 @@ static int raise_fences(dlock_client *c, dlock__round *rd, const dlock__keys *k,
     return rc;
 }
 
-/* Send a release, not awaited, to the nodes marked in undo[]. A failure to format it
- * is not reported: the leases expire by themselves. */
-static void undo_grants(dlock_client *c, dlock__round *rd, const dlock__keys *k,
-                        const dlock_lock *l, const bool *undo)
+/* What one dlock_acquire asks the servers for, the same in every attempt: the name's
+ * keys, the lease, and the queue entry "<handoff ms> <channel length> <channel><value>"
+ * (scripts.c), whose value (from value_at on) is "<token> <host:pid>[ <label>]", what
+ * `dlock status` shows. */
+typedef struct request {
+    dlock__keys k;
+    int64_t ttl_ms;
+    char ttl[24];
+    char ticket[24]; /* "0" until the caller queues */
+    bool fair;
+    size_t value_at; /* the value's offset in member */
+    size_t member_len;
+    char member[48 + sizeof((dlock_client *)0)->wake_chan + DLOCK_TOKEN_LEN +
+                sizeof((dlock_client *)0)->holder + DLOCK_LABEL_MAX];
+} request;
+
+static bool queued(const request *q)
+{
+    return strcmp(q->ticket, "0") != 0;
+}
+
+/* Send a release, not awaited, to the nodes marked in undo[]: a give-back, which keeps
+ * a queued caller's place (scripts.c). A failure to format it is not reported: the
+ * leases expire by themselves. */
+static void undo_grants(dlock_client *c, dlock__round *rd, const request *q, const dlock_lock *l,
+                        const bool *undo)
 {
     dlock__call rel;
     dlock__err ignored;
-    const char *args[] = {k->lock, k->fence, k->queue, k->qexp, l->token, "0", k->wake, "0"};
+    const dlock__keys *k = &q->k;
+    size_t mlen = queued(q) ? q->member_len : 0;
+    const char *args[] = {k->lock,   k->fence,     k->queue, l->token, "0",
+                          q->member, c->retention, "0",      q->ticket};
     const size_t lens[] = {
-        k->lock_len, k->fence_len, k->queue_len, k->qexp_len, DLOCK_TOKEN_LEN, 1, k->wake_len, 1};
-    if (dlock__call_format(&c->scripts, DLOCK_SCRIPT_RELEASE, 4, 8, args, lens, &rel, &ignored) !=
+        k->lock_len, k->fence_len,     k->queue_len, DLOCK_TOKEN_LEN, 1, mlen, strlen(c->retention),
+        1,           strlen(q->ticket)};
+    if (dlock__call_format(&c->scripts, DLOCK_SCRIPT_RELEASE, 3, 9, args, lens, &rel, &ignored) !=
         DLOCK_OK)
         return;
     dlock__round_send(c, rd->set, &rel, undo);
@@ -93,10 +122,10 @@ static void undo_grants(dlock_client *c, dlock__round *rd, const dlock__keys *k,
 
 /* What an attempt learned besides its outcome. */
 typedef struct attempt_info {
-    int permanent;             /* nodes that failed with an error no retry can fix */
-    int64_t busy_remaining_ms; /* the longest holder lease seen in a refusal */
+    int permanent;                   /* nodes that failed with an error no retry can fix */
+    int64_t busy_remaining_ms;       /* the longest holder lease seen in a refusal */
+    bool refused[DLOCK_SERVERS_MAX]; /* the nodes that refused */
 } attempt_info;
-
 /* The error of an attempt that was not granted, from what the nodes said. */
 static int refused(const dlock_client *c, const dlock__round *rd, const dlock__tally *t,
                    int nonvoting, int64_t ttl_ms, dlock__err *e)
@@ -138,10 +167,11 @@ static int refused(const dlock_client *c, const dlock__round *rd, const dlock__t
 
 /* One acquisition attempt. DLOCK_OK with l's fence and validity set, or the attempt's
  * error, with what it learned in *info. */
-static int attempt(dlock_client *c, dlock__round *rd, dlock__call *acq, const dlock__keys *k,
-                   dlock_lock *l, int64_t ttl_ms, attempt_info *info, dlock__err *e)
+static int attempt(dlock_client *c, dlock__round *rd, dlock__call *acq, const request *q,
+                   dlock_lock *l, attempt_info *info, dlock__err *e)
 {
     dlock__tally t = {0};
+    int64_t ttl_ms = q->ttl_ms;
     dlock__round_run(c, rd, acq, dlock__vote_grant, NULL);
     uint64_t fence = 0;
     int nonvoting = 0;
@@ -154,6 +184,7 @@ static int attempt(dlock_client *c, dlock__round *rd, dlock__call *acq, const dl
         undo[i] = !rd->reqs[i].held;
         if (!dlock__tally_int(&t, &rd->reqs[i], &rd->set->conns[i], "acquire", &v))
             continue;
+        info->refused[i] = v <= 0;
         if (v <= 0) {
             undo[i] = false; /* a clean refusal: nothing of ours there */
             t.no++;
@@ -179,7 +210,7 @@ static int attempt(dlock_client *c, dlock__round *rd, dlock__call *acq, const dl
         l->fence = fence;
         rc = DLOCK_OK;
         if (c->n > 1 && c->fence_mode == DLOCK_FENCE_STRICT) {
-            rc = raise_fences(c, rd, k, l, e);
+            rc = raise_fences(c, rd, &q->k, l, e);
             validity = dlock__round_validity_us(c, ttl_ms * 1000, rd->start_us, rd->end_us);
             if (rc == DLOCK_OK && validity <= 0)
                 rc = dlock__err_set(e, DLOCK_ERR_TIMEOUT, "fences raised, but no validity left");
@@ -197,33 +228,143 @@ static int attempt(dlock_client *c, dlock__round *rd, dlock__call *acq, const dl
     for (int i = 0; i < c->n; i++)
         any |= undo[i];
     if (any)
-        undo_grants(c, rd, k, l, undo);
+        undo_grants(c, rd, q, l, undo);
     return rc;
 }
 
 /* The arguments of an acquire call. They outlive the formatting: the call borrows them
  * for its EVAL form, formatted only if a server answers -NOSCRIPT. */
 typedef struct acquire_args {
-    const char *args[10];
-    size_t lens[10];
-    char ttl[24], ticket[24], qttl[24];
+    const char *args[12];
+    size_t lens[12];
+    char qttl[24];
 } acquire_args;
 
-/* Format the acquire call; ticket 0 is a plain try, anything else queues. */
-static int format_acquire(dlock_client *c, const dlock__keys *k, const char *value, size_t vlen,
-                          int64_t ttl_ms, int64_t ticket, bool fair, const char *token,
-                          acquire_args *a, dlock__call *out, dlock__err *e)
+/* Format the acquire call, a plain try or a queued attempt as q->ticket says. */
+static int format_acquire(dlock_client *c, const request *q, acquire_args *a, dlock__call *out,
+                          dlock__err *e)
 {
-    int tlen = snprintf(a->ttl, sizeof a->ttl, "%lld", (long long)ttl_ms);
-    int tklen = snprintf(a->ticket, sizeof a->ticket, "%lld", (long long)ticket);
+    const dlock__keys *k = &q->k;
     int qlen = snprintf(a->qttl, sizeof a->qttl, "%d", DLOCK_QUEUE_TTL_MS);
-    const char *args[] = {k->lock, k->fence, k->queue,  k->qexp,          value,
-                          a->ttl,  token,    a->ticket, fair ? "1" : "0", a->qttl};
-    const size_t lens[] = {k->lock_len,  k->fence_len,    k->queue_len,  k->qexp_len, vlen,
-                           (size_t)tlen, DLOCK_TOKEN_LEN, (size_t)tklen, 1,           (size_t)qlen};
+    const char *value = q->member + q->value_at;
+    const char *args[] = {k->lock,   k->fence, k->queue,    value,
+                          q->ttl,    value,    q->ticket,   q->fair ? "1" : "0",
+                          q->member, a->qttl,  c->retention};
+    const size_t lens[] = {
+        k->lock_len,    k->fence_len,    k->queue_len,        q->member_len - q->value_at,
+        strlen(q->ttl), DLOCK_TOKEN_LEN, strlen(q->ticket),   1,
+        q->member_len,  (size_t)qlen,    strlen(c->retention)};
     memcpy(a->args, args, sizeof args);
     memcpy(a->lens, lens, sizeof lens);
-    return dlock__call_format(&c->scripts, DLOCK_SCRIPT_ACQUIRE, 4, 10, a->args, a->lens, out, e);
+    return dlock__call_format(&c->scripts, DLOCK_SCRIPT_ACQUIRE, 3, 11, a->args, a->lens, out, e);
+}
+
+/* Join the queue: from now on the attempts carry the ticket. */
+static int queue_up(dlock_client *c, request *q, int64_t ticket, acquire_args *a, dlock__call *acq)
+{
+    dlock__call queued_call;
+    dlock__err ignored;
+    snprintf(q->ticket, sizeof q->ticket, "%lld", (long long)ticket);
+    if (format_acquire(c, q, a, &queued_call, &ignored) != DLOCK_OK) {
+        strcpy(q->ticket, "0");
+        return DLOCK_ERR_NOMEM;
+    }
+    dlock__call_free(acq);
+    *acq = queued_call;
+    return DLOCK_OK;
+}
+
+/* A queued waiter's refresh (REFRESH in scripts.c) on every node: true when it should
+ * attempt now (the lock is free somewhere, or a queue is gone), else the shortest
+ * lease left in *busy_ms. */
+static bool refresh(dlock_client *c, dlock__round *rd, const request *q, int64_t *busy_ms)
+{
+    dlock__call call;
+    dlock__err ignored;
+    char qttl[24];
+    int qlen = snprintf(qttl, sizeof qttl, "%d", DLOCK_QUEUE_TTL_MS);
+    const char *args[] = {q->k.lock, q->k.queue, qttl};
+    const size_t lens[] = {q->k.lock_len, q->k.queue_len, (size_t)qlen};
+    if (dlock__call_format(&c->scripts, DLOCK_SCRIPT_REFRESH, 2, 3, args, lens, &call, &ignored) !=
+        DLOCK_OK)
+        return true;
+    dlock__round_run(c, rd, &call, NULL, NULL);
+    bool now = false;
+    *busy_ms = 0;
+    for (int i = 0; i < c->n; i++) {
+        const redisReply *r = rd->reqs[i].err == DLOCK_OK ? rd->reqs[i].reply : NULL;
+        if (r == NULL || r->type != REDIS_REPLY_INTEGER)
+            continue; /* an attempt would fail there too */
+        if (r->integer == -2 || r->integer == -3)
+            now = true;
+        else if (r->integer > 0 && (*busy_ms == 0 || r->integer < *busy_ms))
+            *busy_ms = r->integer < DLOCK_TTL_MAX_MS ? r->integer : DLOCK_TTL_MAX_MS;
+    }
+    dlock__round_free_replies(c, rd);
+    dlock__call_free(&call);
+    return now;
+}
+
+/* A queued waiter's sleep between attempts: until a release hands it the lock (with
+ * N > 1, on a quorum of nodes, or one per-node timeout after the first of them), a
+ * wake-up of another kind (a subscriber connection was remade), the holder's lease
+ * end, or the deadline. Every DLOCK_QUEUE_REFRESH_MS in between it refreshes its place.
+ * DLOCK_OK when it is time to attempt, DLOCK_ERR_CANCELED through cancel_fd. */
+static int await_turn(dlock_client *c, dlock__round *rd, const request *q, dlock__waiter *w,
+                      int64_t busy_ms, int64_t deadline, int cancel_fd)
+{
+    int64_t at = dlock__retry_at(dlock__now_us(), busy_ms, deadline), first_grant = 0;
+    for (;;) {
+        int64_t until = at;
+        if (first_grant != 0 && first_grant + c->rules.timeout_us < until)
+            until = first_grant + c->rules.timeout_us;
+        bool woken;
+        int rc = dlock__wait_sleep(w, until, cancel_fd, &woken);
+        if (rc != DLOCK_OK)
+            return rc;
+        int64_t now = dlock__now_us();
+        uint32_t grants = dlock__wait_grants(c, w, false);
+        if (grants != 0) {
+            if (__builtin_popcount(grants) >= c->quorum)
+                return DLOCK_OK;
+            if (first_grant == 0)
+                first_grant = now;
+            if (now < first_grant + c->rules.timeout_us && now < at)
+                continue;
+            return DLOCK_OK;
+        }
+        if (woken || now >= deadline)
+            return DLOCK_OK;
+        /* The lease end or the refresh time: ask before attempting, which costs more. */
+        if (refresh(c, rd, q, &busy_ms))
+            return DLOCK_OK;
+        at = dlock__retry_at(dlock__now_us(), busy_ms, deadline);
+    }
+}
+
+/* Fill q for one acquire call: keys, lease, and the queue entry that carries the
+ * lock's value and the lease a handoff gives it before it confirms. */
+static int make_request(dlock_client *c, const char *name, size_t name_len, const dlock_opts *opts,
+                        int64_t ttl_ms, const char *token, request *q, dlock__err *e)
+{
+    memset(q, 0, sizeof *q);
+    q->ttl_ms = ttl_ms;
+    snprintf(q->ttl, sizeof q->ttl, "%lld", (long long)ttl_ms);
+    strcpy(q->ticket, "0");
+    q->fair = opts && opts->fair;
+    const char *label = opts && opts->label && opts->label[0] ? opts->label : NULL;
+    int64_t handoff_ms = DLOCK_HANDOFF_TIMEOUTS * c->rules.timeout_us / 1000;
+    if (handoff_ms < DLOCK_HANDOFF_MIN_MS)
+        handoff_ms = DLOCK_HANDOFF_MIN_MS;
+    if (handoff_ms > ttl_ms)
+        handoff_ms = ttl_ms;
+    int at = snprintf(q->member, sizeof q->member, "%lld %zu %s", (long long)handoff_ms,
+                      strlen(c->wake_chan), c->wake_chan);
+    int len = snprintf(q->member + at, sizeof q->member - (size_t)at, "%s %s%s%s", token, c->holder,
+                       label ? " " : "", label ? label : "");
+    q->value_at = (size_t)at;
+    q->member_len = (size_t)at + (size_t)len;
+    return dlock__keys_make(c->prefix, c->prefix_len, name, name_len, &q->k, e);
 }
 
 int dlock_acquire(dlock_client *c, const char *name, const dlock_opts *opts, dlock_lock **out)
@@ -240,34 +381,33 @@ int dlock_acquire(dlock_client *c, const char *name, const dlock_opts *opts, dlo
     /* The arrival time orders fair waiters: the same number on every node. */
     int64_t ticket = dlock__wallclock_us();
     int cancel_fd = opts ? opts->cancel_fd : 0;
-    bool fair = opts && opts->fair;
     dlock__rules_note_ttl(&c->rules, ttl_ms);
-    const char *label = opts && opts->label && opts->label[0] ? opts->label : NULL;
 
     dlock_lock *l = NULL;
-    dlock__keys k = {0};
+    request q = {0};
     dlock__call acq = {0};
     dlock__round rd = {0};
     dlock__waiter *w = NULL;
+    acquire_args args;
+    attempt_info info = {0};
     if ((rc = dlock__lock_new(c, name, &l, &e)) != DLOCK_OK)
         goto out;
     if ((rc = dlock__token_new(l->token)) != DLOCK_OK) {
         dlock__err_set(&e, rc, "getrandom: %s", strerror(errno));
         goto out;
     }
-    if ((rc = dlock__keys_make(c->prefix, c->prefix_len, name, l->name_len, &k, &e)) != DLOCK_OK)
-        goto out;
-
-    /* The lock's value: "<token> <host:pid>[ <label>]" (what `dlock status` shows). */
-    char value[DLOCK_TOKEN_LEN + sizeof c->holder + DLOCK_LABEL_MAX + 4];
-    int vlen = snprintf(value, sizeof value, "%s %s%s%s", l->token, c->holder, label ? " " : "",
-                        label ? label : "");
-    /* Two sets of arguments: the plain try's, and the queued retries' (with a ticket). */
-    acquire_args try_args, queued_args;
-    if ((rc = format_acquire(c, &k, value, (size_t)vlen, ttl_ms, 0, fair, l->token, &try_args, &acq,
-                             &e)) != DLOCK_OK ||
+    if ((rc = make_request(c, name, l->name_len, opts, ttl_ms, l->token, &q, &e)) != DLOCK_OK ||
+        (rc = format_acquire(c, &q, &args, &acq, &e)) != DLOCK_OK ||
         (rc = dlock__round_begin(c, &rd, &e)) != DLOCK_OK)
         goto out;
+    /* A client already listening on the name (it waited for it moments ago) queues
+     * with its first attempt: no try and retry when the lock is busy, as it is when
+     * a name passes from hand to hand. */
+    if (wait_ms != 0 && dlock__wait_join(c, l->token, true, &w) == DLOCK_OK &&
+        queue_up(c, &q, ticket, &args, &acq) != DLOCK_OK) {
+        dlock__wait_leave(c, w);
+        w = NULL;
+    }
 
     int64_t start = dlock__now_us();
     /* A wait longer than a century is a wait forever (and must not overflow). */
@@ -277,8 +417,10 @@ int dlock_acquire(dlock_client *c, const char *name, const dlock_opts *opts, dlo
      * to go away, not for an outage to end (the CLI's exit 69 even with -w forever). */
     int64_t outage_since = 0;
     for (int n = 0;; n++) {
-        attempt_info info;
-        rc = attempt(c, &rd, &acq, &k, l, ttl_ms, &info, &e);
+        if (w != NULL)
+            dlock__wait_grants(c, w, true); /* this attempt answers those */
+        memset(&info, 0, sizeof info);
+        rc = attempt(c, &rd, &acq, &q, l, &info, &e);
         if (rc == DLOCK_OK || rc == DLOCK_ERR_NOMEM)
             break;
         int64_t now = dlock__now_us();
@@ -298,22 +440,18 @@ int dlock_acquire(dlock_client *c, const char *name, const dlock_opts *opts, dlo
             break;
         if (rc == DLOCK_ERR_BUSY && w == NULL) {
             /* Start waiting: listen for wake-ups first, then retry at once, queued.
-             * A release between the try and the subscription would otherwise pass
+             * A handoff between the try and the subscription would otherwise pass
              * unseen. If listening cannot start, the backoff below still works. */
-            dlock__call queued;
-            dlock__err ignored;
-            if (dlock__wait_join(c, k.wake, k.wake_len, l->token, &w) == DLOCK_OK &&
-                format_acquire(c, &k, value, (size_t)vlen, ttl_ms, ticket, fair, l->token,
-                               &queued_args, &queued, &ignored) == DLOCK_OK) {
-                dlock__call_free(&acq);
-                acq = queued;
-                continue;
+            if (dlock__wait_join(c, l->token, false, &w) == DLOCK_OK) {
+                if (queue_up(c, &q, ticket, &args, &acq) == DLOCK_OK)
+                    continue;
+                dlock__wait_leave(c, w);
+                w = NULL;
             }
         }
         /* The sleep leaves e alone unless it ends the call (canceled). */
         int src = w != NULL && rc == DLOCK_ERR_BUSY
-                      ? dlock__wait_sleep(w, dlock__retry_at(now, info.busy_remaining_ms, deadline),
-                                          cancel_fd)
+                      ? await_turn(c, &rd, &q, w, info.busy_remaining_ms, deadline, cancel_fd)
                       : dlock__backoff(n, info.busy_remaining_ms, deadline, cancel_fd);
         if (src != DLOCK_OK) {
             rc = dlock__err_set(&e, src, "canceled through cancel_fd");
@@ -321,14 +459,21 @@ int dlock_acquire(dlock_client *c, const char *name, const dlock_opts *opts, dlo
         }
     }
 out:
-    if (w != NULL) {
+    if (w != NULL)
         dlock__wait_leave(c, w);
-        if (rc != DLOCK_OK)
-            dlock__leave_queue(c, rd.set, &k, l->token);
+    if (queued(&q)) {
+        /* Given up: leave the queue everywhere. Granted: the nodes that refused keep
+         * our entry, which a release there would hand a lease nobody confirms. */
+        bool any = false;
+        for (int i = 0; i < c->n; i++)
+            any |= info.refused[i];
+        if (rc != DLOCK_OK || any)
+            dlock__leave_queue(c, rd.set, &q.k, q.member, q.member_len, l->token,
+                               rc == DLOCK_OK ? info.refused : NULL);
     }
     dlock__round_end(c, &rd);
     dlock__call_free(&acq);
-    free(k.buf);
+    free(q.k.buf);
     if (rc != DLOCK_OK) {
         if (l != NULL)
             dlock__lock_free(l);

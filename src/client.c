@@ -11,6 +11,7 @@
 #include "internal.h"
 
 #include <assert.h>
+#include <errno.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -78,6 +79,14 @@ static int apply_config(dlock_client *c, const dlock_config *cfg)
         return dlock__fail(DLOCK_ERR_INVALID, "max_lease_ms must be 0 (default) to %d",
                            DLOCK_TTL_MAX_MS);
     c->rules.max_lease_ms = cfg->max_lease_ms;
+    if (cfg->fence_retention_ms != 0 &&
+        (cfg->fence_retention_ms < 1000 || cfg->fence_retention_ms > DLOCK_FENCE_RETENTION_MAX_MS))
+        return dlock__fail(DLOCK_ERR_INVALID,
+                           "fence_retention_ms must be 0 (default) or 1000 to %lld",
+                           (long long)DLOCK_FENCE_RETENTION_MAX_MS);
+    snprintf(c->retention, sizeof c->retention, "%lld",
+             (long long)(cfg->fence_retention_ms ? cfg->fence_retention_ms
+                                                 : DLOCK_FENCE_RETENTION_DEFAULT_MS));
     c->rules.log = cfg->log;
     c->rules.log_user = cfg->log_user;
     return DLOCK_OK;
@@ -125,6 +134,13 @@ int dlock_client_new(const char *servers, const dlock_config *cfg, dlock_client 
         if ((rc = dlock__scripts_init(&c->scripts, &e)) != DLOCK_OK)
             dlock__err_raise(&e, rc);
     }
+    /* The channel our wake-ups come on: random, like a token, so that no other client
+     * hears them. */
+    char id[DLOCK_TOKEN_LEN + 1];
+    if (rc == DLOCK_OK && (rc = dlock__token_new(id)) != DLOCK_OK)
+        dlock__fail(rc, "getrandom: %s", strerror(errno));
+    if (rc == DLOCK_OK)
+        snprintf(c->wake_chan, sizeof c->wake_chan, "%swake:%s", c->prefix, id);
     if (rc != DLOCK_OK) {
         if (addrs != NULL) {
             for (int i = 0; i < c->n; i++)

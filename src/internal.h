@@ -304,6 +304,7 @@ enum dlock__script_id {
     DLOCK_SCRIPT_FENCED_SET,
     DLOCK_SCRIPT_LEAVE,
     DLOCK_SCRIPT_RENEW,
+    DLOCK_SCRIPT_REFRESH,
     DLOCK_SCRIPT_COUNT
 };
 
@@ -313,13 +314,13 @@ typedef struct dlock__scripts {
 
 int dlock__scripts_init(dlock__scripts *s, dlock__err *e);
 
-/* The keys of one name, in one allocation (free buf): P{name}, P{name}:fence,
- * P{name}:wake, P{name}:queue and P{name}:qexp, the layout scripts.c describes. The
+/* The keys of one name, in one allocation (free buf): P{name}, P{name}:fence and
+ * P{name}:queue, the layout scripts.c describes. The
  * lock key comes first in buf, so buf alone is the NUL-terminated lock key. */
 typedef struct dlock__keys {
     char *buf;
-    const char *lock, *fence, *wake, *queue, *qexp;
-    size_t lock_len, fence_len, wake_len, queue_len, qexp_len;
+    const char *lock, *fence, *queue;
+    size_t lock_len, fence_len, queue_len;
 } dlock__keys;
 
 int dlock__keys_make(const char *prefix, size_t prefix_len, const char *name, size_t name_len,
@@ -352,30 +353,38 @@ void dlock__call_reqs(dlock__call *call, dlock__req *reqs, int n, bool await);
 
 /* ---- wait.c ----------------------------------------------------------------- */
 
-/* A waiter's queue entry lives DLOCK_QUEUE_TTL_MS past its last attempt, and a waiter
- * attempts at least every DLOCK_QUEUE_REFRESH_MS: a waiter that died blocks a fair
- * queue for at most the former, and costs its peers at most the latter. */
+/* A waiter refreshes its place every DLOCK_QUEUE_REFRESH_MS (one script of two
+ * commands), and the queue key lives DLOCK_QUEUE_TTL_MS past the last refresh: a name
+ * whose waiters all died leaves no queue behind. */
 #define DLOCK_QUEUE_REFRESH_MS 1000
-#define DLOCK_QUEUE_TTL_MS     3000
-
+#define DLOCK_QUEUE_TTL_MS     5000
+/* The lease a release hands the head of the queue, which the head then confirms with
+ * its own: DLOCK_HANDOFF_TIMEOUTS per-node timeouts, at least DLOCK_HANDOFF_MIN_MS. It
+ * bounds what a head that died costs (docs/waiting.md). */
+#define DLOCK_HANDOFF_TIMEOUTS 4
+#define DLOCK_HANDOFF_MIN_MS   100
 /* One thread waiting for a name, registered with the client's subscriber thread. */
 typedef struct dlock__waiter {
     struct dlock__waiter *next;
-    struct dlock__channel *ch;
     char token[DLOCK_TOKEN_LEN + 1];
-    int efd; /* written when a wake-up for token arrives */
+    int efd;         /* written when a wake-up for token arrives */
+    uint32_t grants; /* nodes whose release handed us the lock (guarded by the
+                        wait system's mutex; read with dlock__wait_grants) */
 } dlock__waiter;
 
 struct dlock__waitsys;
 
-/* Register a waiter for the wake-up channel `chan` (starting the client's subscriber
- * thread on first use), and give the subscription a moment to be confirmed. A failure
- * has no message: the caller falls back to waiting on timers. */
-int dlock__wait_join(struct dlock_client *c, const char *chan, size_t len, const char *token,
-                     dlock__waiter **out);
-/* Sleep until a wake-up, until_us (dlock__now_us), or cancel_fd is readable
+/* Register a waiter for wake-ups naming token (starting the client's subscriber thread
+ * on first use), and give the subscription a moment to be confirmed. A failure has no
+ * message: the caller falls back to waiting on timers. With hot, only if a quorum of
+ * nodes already confirmed the subscription (DLOCK_ERR_BUSY otherwise): the caller may
+ * then queue with its very first attempt. */
+int dlock__wait_join(struct dlock_client *c, const char *token, bool hot, dlock__waiter **out);
+/* The nodes whose release handed w the lock since the last clear (a bit per node). */
+uint32_t dlock__wait_grants(struct dlock_client *c, dlock__waiter *w, bool clear);
+/* Sleep until a wake-up (*woken), until_us (dlock__now_us), or cancel_fd is readable
  * (DLOCK_ERR_CANCELED, no message). */
-int dlock__wait_sleep(dlock__waiter *w, int64_t until_us, int cancel_fd);
+int dlock__wait_sleep(dlock__waiter *w, int64_t until_us, int cancel_fd, bool *woken);
 /* Unregister and free the waiter. */
 void dlock__wait_leave(struct dlock_client *c, dlock__waiter *w);
 /* Sleep before the next attempt of a caller that is not listening for wake-ups:
@@ -385,9 +394,10 @@ int dlock__backoff(int attempt, int64_t busy_ms, int64_t deadline_us, int cancel
 /* When a waiter retries if nothing wakes it: the holder's lease end (plus jitter), at
  * most DLOCK_QUEUE_REFRESH_MS from now, and never past deadline. */
 int64_t dlock__retry_at(int64_t now, int64_t busy_ms, int64_t deadline);
-/* A waiter that gives up leaves the queue on every node (sent, not awaited). */
+/* Leave the queue on the nodes marked in mask (NULL: all), sent, not awaited: a
+ * waiter that gives up, or a holder still queued on the nodes that refused it. */
 void dlock__leave_queue(struct dlock_client *c, dlock__connset *set, const dlock__keys *k,
-                        const char *token);
+                        const char *member, size_t member_len, const char *token, const bool *mask);
 /* Stop the subscriber thread and free the wait system (dlock_client_free). */
 void dlock__wait_stop(struct dlock_client *c);
 /* In a forked child (where the thread does not exist and its mutex may have been
@@ -429,7 +439,9 @@ struct dlock_client {
     double drift_factor;
     int64_t drift_min_us;
     int fence_mode;
-    char holder[300]; /* "host:pid" for the lock value */
+    char retention[24]; /* fence counters' retention in ms, for the scripts */
+    char wake_chan[DLOCK_PREFIX_MAX + 6 + DLOCK_TOKEN_LEN]; /* Pwake:<32 hex>: our wake-ups */
+    char holder[300];                                       /* "host:pid" for the lock value */
     dlock__scripts scripts;
 
     struct dlock__waitsys *wait; /* blocking waits; created on first use (under mu) */

@@ -73,10 +73,17 @@ int dlock__lock_release(dlock_lock *l, dlock__err *e)
     char fence[24] = "0";
     if (c->n > 1)
         snprintf(fence, sizeof fence, "%llu", (unsigned long long)l->fence);
-    const char *args[] = {k.lock, k.fence, k.queue, k.qexp, l->token, fence, k.wake, "1"};
-    const size_t lens[] = {k.lock_len,      k.fence_len,   k.queue_len, k.qexp_len,
-                           DLOCK_TOKEN_LEN, strlen(fence), k.wake_len,  1};
-    const dlock__script_args sa = {DLOCK_SCRIPT_RELEASE, 4, 8, args, lens};
+    const char *args[] = {k.lock, k.fence, k.queue, l->token, fence, "", c->retention, "1", "0"};
+    const size_t lens[] = {k.lock_len,
+                           k.fence_len,
+                           k.queue_len,
+                           DLOCK_TOKEN_LEN,
+                           strlen(fence),
+                           0,
+                           strlen(c->retention),
+                           1,
+                           1};
+    const dlock__script_args sa = {DLOCK_SCRIPT_RELEASE, 3, 9, args, lens};
     int64_t start;
     bool expired = l->valid_until_us != 0 && dlock__now_us() >= l->valid_until_us;
     rc = dlock__round_yes_no(c, &sa, "release", DLOCK_ERR_LOST, not_ours, &start, e);

@@ -4,9 +4,11 @@
  * Key layout (fixed, so that other tools and bindings interoperate), with prefix P:
  *   P{name}         the lock: "<32-hex token> <holder description>", with a PX lease
  *   P{name}:fence   the fence counter
- *   P{name}:wake    the channel a release publishes on (the woken waiter's token)
- *   P{name}:queue   waiters, scored by ticket;  P{name}:qexp  their liveness deadlines
- * All share the hash tag {name}, so they live in one Cluster slot.
+ *   P{name}:queue   waiters, scored by ticket (see below)
+ * All share the hash tag {name}, so they live in one Cluster slot. Wake-ups go to the
+ * waiting client's own channel, Pwake:<32 hex>, named in its queue entry: a release
+ * wakes one process, not every process that waits on the name (P{name}:wake, the
+ * channel every waiter of a name once shared, is no longer used).
  *
  * Calls go by EVALSHA; a -NOSCRIPT reply (the server restarted or SCRIPT FLUSH ran)
  * is answered by sending the same call as EVAL, once, which also re-caches the
@@ -20,159 +22,180 @@
 #include <string.h>
 
 /*
- * The wait queue (docs/waiting.md): waiters of a name are members of the sorted set
- * P{name}:queue, scored by a ticket (the waiter's first-attempt time, the same on
- * every node), with a liveness deadline in P{name}:qexp (server time, ms) that each
- * waiter's attempts refresh. A release, and a waiter leaving, publish the token of
- * the live head of the queue on P{name}:wake: one waiter is woken, not all of them.
- * An entry is added to and removed from both sets together, so P{name}:queue missing
- * means that nobody waits, on either set.
+ * The wait queue and the handoff (docs/waiting.md). Waiters of a name are members of
+ * the sorted set P{name}:queue, scored by a ticket (the waiter's arrival time, the
+ * same on every node). A member carries the value the waiter's lock will have
+ * ("<token> <holder>"), the channel its client listens on, and how long a lease it is
+ * handed before it confirms. A release does not free a lock that has waiters: it
+ * hands it to the head of the queue (handoff() below) and publishes the head's token
+ * on the head's channel. The head already holds the lock when its wake-up arrives;
+ * its next attempt confirms it with its own lease and a fence. The short handoff lease bounds what
+ * a head that died costs: its lease runs out, and the waiters' next attempt finds the lock free.
+ * The queue key lives DLOCK_QUEUE_TTL_MS past the last waiter's last word (an attempt
+ * or a refresh), so a name whose waiters all died leaves nothing behind.
  *
- * now_ms() is shared by the scripts below, wake_head() by those that wake. They are
- * defined only where used: every definition is a closure built on every call.
- * replicate_commands lets a Redis older than 5 write after TIME.
+ * Fence counters expire too: every write of one sets its retention (ARGV "retention",
+ * dlock_config.fence_retention_ms). A counter that expired is remade by the TIME
+ * floor below, which is why an expiry cannot make fences go back (docs/guarantees.md).
+ *
+ * The helpers are defined only where used: every definition is a closure built on
+ * every call. replicate_commands lets a Redis older than 5 write after TIME.
  */
-#define PRELUDE_LUA                                                                                \
-    "if redis.replicate_commands then redis.replicate_commands() end\n"                            \
-    "local now\n"                                                                                  \
-    "local function now_ms()\n"                                                                    \
-    "  if not now then\n"                                                                          \
-    "    local t = redis.call('TIME')\n"                                                           \
-    "    now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)\n"                        \
-    "  end\n"                                                                                      \
-    "  return now\n"                                                                               \
-    "end\n"
-#define WAKE_LUA                                                                                   \
-    "local function wake_head(queue, qexp, channel)\n"                                             \
-    "  for i = 1, 16 do\n"                                                                         \
-    "    local head = redis.call('ZRANGE', queue, 0, 0)[1]\n"                                      \
-    "    if not head then return end\n"                                                            \
-    "    local e = tonumber(redis.call('ZSCORE', qexp, head))\n"                                   \
-    "    if e and e >= now_ms() then\n"                                                            \
-    "      redis.call('PUBLISH', channel, head)\n"                                                 \
-    "      return\n"                                                                               \
-    "    end\n"                                                                                    \
-    "    redis.call('ZREM', queue, head)\n"                                                        \
-    "    redis.call('ZREM', qexp, head)\n"                                                         \
-    "  end\n"                                                                                      \
-    "end\n"
-
-/*
- * ACQUIRE  KEYS: lock, fence, queue, qexp
- *          ARGV: value, ttl_ms, token, ticket ("0": not queued), fair ("1"), queue ttl ms
- * Granted: the new fence (> 0). Refused: -(holder's PTTL), 0 when it has none (or
- * when the lock is free but waiters come first).
- *
- * Who may take a free lock: with nobody queued, anyone. With waiters queued, a
- * newcomer may not barge past them (it must queue; otherwise a holder that releases
- * and asks again would re-take the lock before the waiter it woke can), and then any
- * queued waiter may (default), or only the head of the queue (fair). Entries whose
- * waiter stopped refreshing them (it died) are purged first, in both modes: a dead
- * waiter must not keep a try-once caller out for good.
- *
- * The fence is max(counter + 1, server TIME in microseconds): a server restarted
+#define PRELUDE_LUA "if redis.replicate_commands then redis.replicate_commands() end\n"
+/* The fence is max(counter + 1, server TIME in microseconds): a server restarted
  * without persistence forgets its counter, and the TIME floor keeps fences from going
  * back unless its clock does. 2^53 microseconds is 285 years, so Lua's double holds
  * the value exactly. The floor wins on almost every acquire (the counter holds an
  * earlier acquire's TIME), so the script writes the floor and reads the old value in
  * one command (SET ... GET, Redis 6.2), and writes counter + 1 over it only in the
  * rare case where the old value is not below the floor (two acquires in one
- * microsecond, or a clock that went back): the same value as reading first, in one
- * command instead of two. A server without SET ... GET refuses it without writing,
- * and the script then reads and writes in two commands. The ticket goes to ZADD as
- * the string it came in: Lua would print a 16-digit number with 14 significant digits.
+ * microsecond, or a clock that went back). A server without SET ... GET refuses it
+ * without writing, and the script then reads and writes in two commands. */
+#define FENCE_LUA                                                                                  \
+    "local function next_fence(key, retention)\n"                                                  \
+    "  local t = redis.call('TIME')\n"                                                             \
+    "  local f = tonumber(t[1]) * 1000000 + tonumber(t[2])\n"                                      \
+    "  local old = redis.pcall('SET', key, string.format('%d', f), 'PX', retention, 'GET')\n"      \
+    "  if type(old) == 'table' then\n"                                                             \
+    "    old = tonumber(redis.call('GET', key)) or 0\n"                                            \
+    "    if old >= f then f = old + 1 end\n"                                                       \
+    "    redis.call('SET', key, string.format('%d', f), 'PX', retention)\n"                        \
+    "  else\n"                                                                                     \
+    "    old = tonumber(old)\n"                                                                    \
+    "    if old and old >= f then\n"                                                               \
+    "      f = old + 1\n"                                                                          \
+    "      redis.call('SET', key, string.format('%d', f), 'PX', retention)\n"                      \
+    "    end\n"                                                                                    \
+    "  end\n"                                                                                      \
+    "  return f\n"                                                                                 \
+    "end\n"
+/* Hand the lock to the head of the queue: set its value with its handoff lease, and
+ * publish its token on its client's channel. False when nobody waits (ZPOPMIN of a
+ * missing key is empty). A member is "<handoff ms> <channel length> <channel><value>". */
+#define HANDOFF_LUA                                                                                \
+    "local function handoff(lock, queue)\n"                                                        \
+    "  local m = redis.call('ZPOPMIN', queue)[1]\n"                                                \
+    "  if not m then return false end\n"                                                           \
+    "  local h, n, rest = string.match(m, '^(%d+) (%d+) (.*)$')\n"                                 \
+    "  n = tonumber(n)\n"                                                                          \
+    "  redis.call('SET', lock, string.sub(rest, n + 1), 'PX', h)\n"                                \
+    "  redis.call('PUBLISH', string.sub(rest, 1, n), string.sub(rest, n + 1, n + 32))\n"           \
+    "  return true\n"                                                                              \
+    "end\n"
+
+/*
+ * ACQUIRE  KEYS: lock, fence, queue
+ *          ARGV: value, ttl_ms, token, ticket ("0": a plain try, not queued), fair ("1"),
+ *                member (the queue entry), queue ttl ms, fence retention ms
+ * Granted: the new fence (> 0). Refused: -(holder's PTTL), 0 when it has none.
  *
- * A plain try (ticket "0", not fair) on a free lock with nobody queued costs EXISTS,
- * SET NX, TIME and SET ... GET.
+ * Three cases, told apart by one SET NX ... GET (Redis 7.0; older servers refuse the
+ * combination without writing, and the script reads first):
+ *   free      the caller takes it (in fair mode only if nobody waits before it);
+ *   ours      a release handed it to us: confirm it with our own lease;
+ *   another's refused; a queued caller joins the queue (or stays in it).
+ * Either way a grant costs a fence. In fair mode a free lock with waiters goes to the
+ * head of the queue, whoever finds it free: a waiter that died at the head is then
+ * skipped once its handoff lease runs out.
+ *
+ * A plain try on a free lock costs SET NX GET, TIME and SET ... GET; a queued caller
+ * that is refused, SET NX GET, ZADD, PEXPIRE and PTTL; a confirmation, SET NX GET,
+ * PEXPIRE, TIME and SET ... GET.
  */
-static const char acquire_lua[] = PRELUDE_LUA
-    "local token = ARGV[3]\n"
-    "local queued = ARGV[4] ~= '0'\n"
-    "if queued then\n"
-    "  redis.call('ZADD', KEYS[3], 'NX', ARGV[4], token)\n"
-    "  redis.call('ZADD', KEYS[4], now_ms() + tonumber(ARGV[6]), token)\n"
-    "end\n"
-    "local waiting = queued or redis.call('EXISTS', KEYS[3]) == 1\n"
-    "if waiting then\n"
-    "  local dead = redis.call('ZRANGEBYSCORE', KEYS[4], '-inf', '(' .. now_ms(), 'LIMIT', 0, 16)\n"
-    "  for i = 1, #dead do\n"
-    "    redis.call('ZREM', KEYS[3], dead[i])\n"
-    "    redis.call('ZREM', KEYS[4], dead[i])\n"
-    "  end\n"
-    "end\n"
-    "local may\n"
-    "if ARGV[5] ~= '1' then\n"
-    "  may = queued or not waiting or redis.call('EXISTS', KEYS[3]) == 0\n"
-    "else\n"
-    "  local head = waiting and redis.call('ZRANGE', KEYS[3], 0, 0)[1]\n"
-    "  may = not head or head == token\n"
-    "end\n"
-    "if may and redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then\n"
-    "  local t = redis.call('TIME')\n"
-    "  local f = tonumber(t[1]) * 1000000 + tonumber(t[2])\n"
-    "  local old = redis.pcall('SET', KEYS[2], string.format('%d', f), 'GET')\n"
-    "  if type(old) == 'table' then\n"
-    "    old = redis.call('GET', KEYS[2])\n"
-    "    old = tonumber(old) or 0\n"
-    "    if old >= f then f = old + 1 end\n"
-    "    redis.call('SET', KEYS[2], string.format('%d', f))\n"
-    "  else\n"
-    "    old = tonumber(old)\n"
-    "    if old and old >= f then\n"
-    "      f = old + 1\n"
-    "      redis.call('SET', KEYS[2], string.format('%d', f))\n"
+static const char acquire_lua[] = PRELUDE_LUA FENCE_LUA HANDOFF_LUA
+    "local token, queued = ARGV[3], ARGV[4] ~= '0'\n"
+    "local held\n"
+    "if ARGV[5] == '1' then\n"
+    "  local head = redis.call('ZRANGE', KEYS[3], 0, 0)[1]\n"
+    "  if head and head ~= ARGV[6] then\n"
+    "    held = redis.call('GET', KEYS[1])\n"
+    "    if not held then\n"
+    "      handoff(KEYS[1], KEYS[3])\n"
+    "      held = ''\n"
     "    end\n"
     "  end\n"
-    "  if queued then\n"
-    "    redis.call('ZREM', KEYS[3], token)\n"
-    "    redis.call('ZREM', KEYS[4], token)\n"
+    "end\n"
+    "if held == nil then\n"
+    "  held = redis.pcall('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2], 'GET')\n"
+    "  if type(held) == 'table' then\n"
+    "    held = redis.call('GET', KEYS[1])\n"
+    "    if not held then redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2]) end\n"
     "  end\n"
-    "  return f\n"
+    "end\n"
+    "local confirm = held and string.sub(held, 1, 32) == token\n"
+    "if confirm then redis.call('PEXPIRE', KEYS[1], ARGV[2]) end\n"
+    "if confirm or not held then\n"
+    "  if queued and not confirm then redis.call('ZREM', KEYS[3], ARGV[6]) end\n"
+    "  return next_fence(KEYS[2], ARGV[8])\n"
+    "end\n"
+    "if queued then\n"
+    "  redis.call('ZADD', KEYS[3], 'NX', ARGV[4], ARGV[6])\n"
+    "  redis.call('PEXPIRE', KEYS[3], ARGV[7])\n"
     "end\n"
     "local pttl = redis.call('PTTL', KEYS[1])\n"
     "if pttl < 0 then pttl = 0 end\n"
     "return -pttl\n";
 
 /*
- * RELEASE  KEYS: lock, fence, queue, qexp
- *          ARGV: token, fence floor ("0": none), channel, dequeue ("1": leave the queue)
- * 1 when our token was deleted, 0 when the key is gone or another owner's.
+ * RELEASE  KEYS: lock, fence, queue
+ *          ARGV: token, fence floor ("0": none), member to dequeue ("": none),
+ *                fence retention ms, mode ("1": release, "0": give back), ticket
+ * 1 when our token was released, 0 when the key is gone or another owner's.
+ * A release hands the lock to the head of the queue, if anyone waits; with nobody
+ * queued it deletes it, and the ZPOPMIN that says so costs one command: an
+ * uncontended release is GET, ZPOPMIN and DEL.
  * The fence floor is how Redlock's default mode raises every node's counter to the
  * fence the quorum handed out, without an extra round trip. It is applied even where
  * our key is gone: a counter only ever goes up, and a fence that was handed out is
  * a floor every later fence must clear. So is the dequeue: a waiter that got the lock
- * from a quorum stays queued on the nodes that refused it, and must not stay at the
- * head there. (The clean-up of a failed attempt keeps the waiter queued.)
- * With nobody queued (no P{name}:queue: see above), there is nothing to dequeue and
- * nobody to wake, and one EXISTS says so: an uncontended release costs GET, EXISTS
- * and DEL.
+ * from a quorum stays queued on the nodes that refused it, and must not stay there.
+ * Giving back (the clean-up of an attempt that won too few nodes) puts the member
+ * back in the queue and hands the lock on only to another waiter: a waiter that was
+ * handed the lock on a minority of nodes keeps its place, and frees them for a retry.
  */
-static const char release_lua[] =
-    PRELUDE_LUA WAKE_LUA "local f = tonumber(ARGV[2])\n"
-                         "if f and f > 0 and (tonumber(redis.call('GET', KEYS[2])) or 0) < f then\n"
-                         "  redis.call('SET', KEYS[2], ARGV[2])\n"
-                         "end\n"
-                         "local queue = redis.call('EXISTS', KEYS[3]) == 1\n"
-                         "if queue and ARGV[4] == '1' then\n"
-                         "  redis.call('ZREM', KEYS[3], ARGV[1])\n"
-                         "  redis.call('ZREM', KEYS[4], ARGV[1])\n"
-                         "end\n"
-                         "local v = redis.call('GET', KEYS[1])\n"
-                         "if not v or string.sub(v, 1, 32) ~= ARGV[1] then return 0 end\n"
-                         "redis.call('DEL', KEYS[1])\n"
-                         "if queue then wake_head(KEYS[3], KEYS[4], ARGV[3]) end\n"
-                         "return 1\n";
+static const char release_lua[] = PRELUDE_LUA HANDOFF_LUA
+    "local f = tonumber(ARGV[2])\n"
+    "if f and f > 0 and (tonumber(redis.call('GET', KEYS[2])) or 0) < f then\n"
+    "  redis.call('SET', KEYS[2], ARGV[2], 'PX', ARGV[4])\n"
+    "end\n"
+    "if ARGV[3] ~= '' and ARGV[5] == '1' then redis.call('ZREM', KEYS[3], ARGV[3]) end\n"
+    "local v = redis.call('GET', KEYS[1])\n"
+    "if not v or string.sub(v, 1, 32) ~= ARGV[1] then return 0 end\n"
+    "if ARGV[5] ~= '1' then\n"
+    "  if ARGV[3] ~= '' then\n"
+    "    redis.call('ZADD', KEYS[3], 'NX', ARGV[6], ARGV[3])\n"
+    "  end\n"
+    "  local head = redis.call('ZRANGE', KEYS[3], 0, 0)[1]\n"
+    "  if not head or head == ARGV[3] then\n"
+    "    redis.call('DEL', KEYS[1])\n"
+    "    return 1\n"
+    "  end\n"
+    "end\n"
+    "if not handoff(KEYS[1], KEYS[3]) then redis.call('DEL', KEYS[1]) end\n"
+    "return 1\n";
 
 /*
- * LEAVE  KEYS: lock, queue, qexp   ARGV: token, channel
- * A waiter gives up (deadline, cancel): leave the queue, and if the lock is free, pass
- * the wake-up it may have been sent to the next waiter.
+ * LEAVE  KEYS: lock, queue   ARGV: member, token
+ * A waiter gives up (deadline, cancel): it leaves the queue. A lock handed to it as it
+ * gave up, or found free with waiters queued, goes to the next waiter.
  */
-static const char leave_lua[] = PRELUDE_LUA WAKE_LUA
+static const char leave_lua[] = PRELUDE_LUA HANDOFF_LUA
     "redis.call('ZREM', KEYS[2], ARGV[1])\n"
-    "redis.call('ZREM', KEYS[3], ARGV[1])\n"
-    "if redis.call('EXISTS', KEYS[1]) == 0 then wake_head(KEYS[2], KEYS[3], ARGV[2]) end\n"
+    "local v = redis.call('GET', KEYS[1])\n"
+    "if not v or string.sub(v, 1, 32) == ARGV[2] then\n"
+    "  if not handoff(KEYS[1], KEYS[2]) and v then redis.call('DEL', KEYS[1]) end\n"
+    "end\n"
     "return 1\n";
+
+/*
+ * REFRESH  KEYS: lock, queue   ARGV: queue ttl ms
+ * A waiter's heartbeat: keep the queue alive, and learn whether the lock is free (a
+ * lease that ran out publishes nothing). The lock's PTTL, or -3 when the queue is gone
+ * (a server restarted): the waiter then attempts, which queues it again.
+ */
+static const char refresh_lua[] =
+    "if redis.call('PEXPIRE', KEYS[2], ARGV[1]) == 0 then return -3 end\n"
+    "return redis.call('PTTL', KEYS[1])\n";
 
 /*
  * EXTEND  KEYS: lock   ARGV: token, ttl_ms (> 0, checked by the caller: PEXPIRE with
@@ -186,7 +209,7 @@ static const char extend_lua[] = "local v = redis.call('GET', KEYS[1])\n"
                                  "return 0\n";
 
 /*
- * FENCE  KEYS: lock, fence   ARGV: token, fence
+ * FENCE  KEYS: lock, fence   ARGV: token, fence, fence retention ms
  * Strict fence mode's second round: raise the counter to the fence the quorum handed
  * out, but only on a node that still holds our token. 1 when done, 0 when not ours.
  */
@@ -194,7 +217,7 @@ static const char fence_lua[] =
     "local v = redis.call('GET', KEYS[1])\n"
     "if not v or string.sub(v, 1, 32) ~= ARGV[1] then return 0 end\n"
     "if (tonumber(redis.call('GET', KEYS[2])) or 0) < tonumber(ARGV[2]) then\n"
-    "  redis.call('SET', KEYS[2], ARGV[2])\n"
+    "  redis.call('SET', KEYS[2], ARGV[2], 'PX', ARGV[3])\n"
     "end\n"
     "return 1\n";
 
@@ -239,6 +262,7 @@ static const char *const bodies[DLOCK_SCRIPT_COUNT] = {
     [DLOCK_SCRIPT_EXTEND] = extend_lua,   [DLOCK_SCRIPT_INSPECT] = inspect_lua,
     [DLOCK_SCRIPT_FENCE] = fence_lua,     [DLOCK_SCRIPT_FENCED_SET] = fenced_set_lua,
     [DLOCK_SCRIPT_LEAVE] = leave_lua,     [DLOCK_SCRIPT_RENEW] = renew_lua,
+    [DLOCK_SCRIPT_REFRESH] = refresh_lua,
 };
 
 int dlock__scripts_init(dlock__scripts *s, dlock__err *e)
@@ -368,15 +392,15 @@ void dlock__call_reqs(dlock__call *call, dlock__req *reqs, int n, bool await)
 int dlock__keys_make(const char *prefix, size_t prefix_len, const char *name, size_t name_len,
                      dlock__keys *k, dlock__err *e)
 {
-    static const char *const suffix[5] = {"", ":fence", ":wake", ":queue", ":qexp"};
-    const char **dst[5] = {&k->lock, &k->fence, &k->wake, &k->queue, &k->qexp};
-    size_t *len[5] = {&k->lock_len, &k->fence_len, &k->wake_len, &k->queue_len, &k->qexp_len};
+    static const char *const suffix[3] = {"", ":fence", ":queue"};
+    const char **dst[3] = {&k->lock, &k->fence, &k->queue};
+    size_t *len[3] = {&k->lock_len, &k->fence_len, &k->queue_len};
     size_t base = prefix_len + name_len + sizeof "{}";
-    k->buf = dlock__malloc(5 * base + sizeof ":fence:wake:queue:qexp");
+    k->buf = dlock__malloc(3 * base + sizeof ":fence:queue");
     if (k->buf == NULL)
         return dlock__err_set(e, DLOCK_ERR_NOMEM, "out of memory");
     char *p = k->buf;
-    for (int i = 0; i < 5; i++) {
+    for (int i = 0; i < 3; i++) {
         char *q = p;
         *dst[i] = p;
         memcpy(q, prefix, prefix_len);

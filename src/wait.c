@@ -2,22 +2,26 @@
  * wait.c: blocking acquisition without polling (docs/waiting.md).
  *
  * Waiting threads do not retry on a timer. Each waiter is a member of the name's
- * wait queue on the servers (scripts.c), and a release publishes the token of the
- * queue's head on P{name}:wake. So one release wakes one waiter, in whatever process
- * it lives, and the commands a section costs stay flat as waiters are added.
+ * wait queue on the servers (scripts.c), and a release hands the lock to the queue's
+ * head and publishes the head's token on the head's client's own wake-up channel. So
+ * one release wakes one waiter, and that waiter already holds the lock: its next
+ * attempt only confirms it. The commands a section costs stay flat as waiters are
+ * added, and so does the work: no other process hears of the release.
  *
  * In a process, one background thread per client holds one subscriber connection
- * per node and SUBSCRIBEs to the channels of the names that have waiters; threads
- * waiting on the same name share that path. A wake-up message carries a token; the
- * thread writes to that waiter's eventfd, and the waiter, asleep in ppoll() on its
- * eventfd and its cancel_fd, retries. A message for a token that is not ours (a
- * waiter in another process) is ignored.
+ * per node, SUBSCRIBEd to the client's channel (P wake:<32 hex>, made when the
+ * client is). A wake-up message carries a token; the thread notes which node sent it
+ * in that waiter's grants and writes to its eventfd, and the waiter, asleep in
+ * ppoll() on its eventfd and its cancel_fd, retries. The thread starts on a client's
+ * first wait and stays subscribed until the client is freed, so a thread that comes
+ * back for a busy name queues with its first attempt.
  *
  * Nothing depends on a message arriving: a waiter also retries when the holder's
- * lease should have run out (an expiry publishes nothing) and at least every
- * DLOCK_QUEUE_REFRESH_MS, which also keeps its queue entry alive. A lost wake-up
- * therefore costs time, never a hang. When a subscriber connection is remade, every
- * waiter retries once: a release may have gone by while it was down.
+ * lease should have run out (an expiry publishes nothing), and refreshes its place
+ * every DLOCK_QUEUE_REFRESH_MS, which also tells it when the lock became free
+ * unannounced. A lost wake-up therefore costs time, never a hang. When a subscriber
+ * connection is remade, every waiter retries once: a release may have gone by while
+ * it was down.
  */
 #include "internal.h"
 
@@ -30,25 +34,14 @@
 #include <time.h>
 #include <unistd.h>
 
-/* A channel with waiters in this process, and which nodes we subscribed it on. */
-typedef struct dlock__channel channel;
-struct dlock__channel {
-    channel *next;
-    char *name;
-    size_t len;
-    int refs;           /* waiters registered on it */
-    uint32_t sent;      /* nodes it was SUBSCRIBEd on (bit per node) */
-    uint32_t confirmed; /* nodes that confirmed the subscription */
-    dlock__waiter *waiters;
-};
-
 struct dlock__waitsys {
     pthread_mutex_t mu;       /* everything below, except conns (the thread's own) */
     pthread_cond_t confirmed; /* a subscription was confirmed, or the thread stopped */
     pthread_t thread;
     bool stop;
-    int ctl; /* eventfd: wakes the thread to sync subscriptions or stop */
-    channel *channels;
+    int ctl; /* eventfd: wakes the thread to stop */
+    dlock__waiter *waiters;
+    uint32_t subscribed;  /* nodes that confirmed the subscription (bit per node) */
     dlock__conn *conns;   /* one subscriber connection per node */
     int64_t *retry_at_us; /* when to reconnect a closed node */
     int64_t *backoff_us;
@@ -71,26 +64,17 @@ static void drain(int fd)
     (void)r;
 }
 
-static channel *find_channel(struct dlock__waitsys *ws, const char *name, size_t len)
-{
-    for (channel *ch = ws->channels; ch != NULL; ch = ch->next)
-        if (ch->len == len && memcmp(ch->name, name, len) == 0)
-            return ch;
-    return NULL;
-}
-
 static void wake_all(struct dlock__waitsys *ws)
 {
-    for (channel *ch = ws->channels; ch != NULL; ch = ch->next)
-        for (dlock__waiter *w = ch->waiters; w != NULL; w = w->next)
-            kick(w->efd);
+    for (dlock__waiter *w = ws->waiters; w != NULL; w = w->next)
+        kick(w->efd);
 }
 
-/* Queue "VERB channel" on a subscriber connection. */
-static int queue_cmd(dlock__conn *conn, const char *verb, const channel *ch)
+/* Queue "SUBSCRIBE channel" on a subscriber connection. */
+static int subscribe(dlock__conn *conn, const char *chan)
 {
-    const char *argv[2] = {verb, ch->name};
-    size_t lens[2] = {strlen(verb), ch->len};
+    const char *argv[2] = {"SUBSCRIBE", chan};
+    size_t lens[2] = {9, strlen(chan)};
     char *cmd;
     int len = redisFormatCommandArgv(&cmd, 2, argv, lens);
     if (len < 0)
@@ -102,73 +86,36 @@ static int queue_cmd(dlock__conn *conn, const char *verb, const channel *ch)
 
 /* ---- the subscriber thread -------------------------------------------------- */
 
-/* Bring node i's subscriptions in line with the channels that have waiters, and
- * forget channels nobody waits on any more. Called with ws->mu held. */
-static void sync_node(struct dlock__waitsys *ws, int i)
+/* A node's subscriber connection failed: close it, and try again later (100 ms,
+ * doubling to 2 s). */
+static void node_down(struct dlock__waitsys *ws, int i)
 {
-    dlock__conn *conn = &ws->conns[i];
-    uint32_t bit = 1u << i;
-    if (conn->state != DLOCK_CONN_READY || conn->handshake > 0)
-        return;
-    for (channel *ch = ws->channels; ch != NULL; ch = ch->next) {
-        if (ch->refs > 0 && !(ch->sent & bit)) {
-            if (queue_cmd(conn, "SUBSCRIBE", ch) == DLOCK_OK)
-                ch->sent |= bit;
-        } else if (ch->refs == 0 && (ch->sent & bit)) {
-            if (queue_cmd(conn, "UNSUBSCRIBE", ch) == DLOCK_OK)
-                ch->sent &= ~bit;
-            ch->confirmed &= ~bit;
-        }
-    }
-}
-
-static void gc_channels(struct dlock__waitsys *ws)
-{
-    for (channel **p = &ws->channels; *p != NULL;) {
-        channel *ch = *p;
-        if (ch->refs == 0 && ch->sent == 0) {
-            *p = ch->next;
-            free(ch->name);
-            free(ch);
-        } else {
-            p = &ch->next;
-        }
-    }
-}
-
-/* A node's subscriber connection failed: close it, forget what it had subscribed,
- * and try again later (100 ms, doubling to 2 s). */
-static void node_down(struct dlock__waitsys *ws, int i, const char *why)
-{
-    (void)why;
     dlock__conn_close(&ws->conns[i]);
     pthread_mutex_lock(&ws->mu);
-    for (channel *ch = ws->channels; ch != NULL; ch = ch->next) {
-        ch->sent &= ~(1u << i);
-        ch->confirmed &= ~(1u << i);
-    }
+    ws->subscribed &= ~(1u << i);
     pthread_mutex_unlock(&ws->mu);
     int64_t b = ws->backoff_us[i];
     ws->backoff_us[i] = b == 0 ? 100000 : (b * 2 > 2000000 ? 2000000 : b * 2);
     ws->retry_at_us[i] = dlock__now_us() + ws->backoff_us[i];
 }
 
-/* A push from a subscriber connection: a message, or a (un)subscribe confirmation. */
+/* A push from a subscriber connection: a message, or the subscription's confirmation. */
 static int on_push(struct dlock__waitsys *ws, int i, const redisReply *r)
 {
     if (r->type != REDIS_REPLY_ARRAY || r->elements != 3 ||
-        r->element[0]->type != REDIS_REPLY_STRING || r->element[1]->type != REDIS_REPLY_STRING)
+        r->element[0]->type != REDIS_REPLY_STRING)
         return DLOCK_ERR_PROTOCOL;
     const char *kind = r->element[0]->str;
-    const redisReply *chan = r->element[1], *arg = r->element[2];
+    const redisReply *arg = r->element[2];
     pthread_mutex_lock(&ws->mu);
-    channel *ch = find_channel(ws, chan->str, chan->len);
-    if (strcmp(kind, "message") == 0 && ch != NULL && arg->type == REDIS_REPLY_STRING) {
-        for (dlock__waiter *w = ch->waiters; w != NULL; w = w->next)
-            if (arg->len == DLOCK_TOKEN_LEN && memcmp(w->token, arg->str, DLOCK_TOKEN_LEN) == 0)
+    if (strcmp(kind, "message") == 0 && arg->type == REDIS_REPLY_STRING) {
+        for (dlock__waiter *w = ws->waiters; w != NULL; w = w->next)
+            if (arg->len == DLOCK_TOKEN_LEN && memcmp(w->token, arg->str, DLOCK_TOKEN_LEN) == 0) {
+                w->grants |= 1u << i;
                 kick(w->efd);
-    } else if (strcmp(kind, "subscribe") == 0 && ch != NULL) {
-        ch->confirmed |= 1u << i;
+            }
+    } else if (strcmp(kind, "subscribe") == 0) {
+        ws->subscribed |= 1u << i;
         pthread_cond_broadcast(&ws->confirmed);
     }
     pthread_mutex_unlock(&ws->mu);
@@ -176,7 +123,7 @@ static int on_push(struct dlock__waitsys *ws, int i, const redisReply *r)
 }
 
 /* Read what node i sent and act on every complete push. */
-static int on_readable(struct dlock__waitsys *ws, int i)
+static void on_readable(dlock_client *c, struct dlock__waitsys *ws, int i)
 {
     dlock__conn *conn = &ws->conns[i];
     char detail[160];
@@ -190,24 +137,23 @@ static int on_readable(struct dlock__waitsys *ws, int i)
         if (was_handshaking && conn->handshake == 0) {
             /* Connected and authenticated: subscribe. If this is a reconnection, a
              * release may have gone by unseen, so every waiter retries once. */
-            pthread_mutex_lock(&ws->mu);
-            sync_node(ws, i);
-            if (ws->connected_once[i])
+            if ((rc = subscribe(conn, c->wake_chan)) != DLOCK_OK ||
+                (rc = dlock__conn_flush(conn, detail, sizeof detail)) != DLOCK_OK)
+                break;
+            if (ws->connected_once[i]) {
+                pthread_mutex_lock(&ws->mu);
                 wake_all(ws);
-            pthread_mutex_unlock(&ws->mu);
+                pthread_mutex_unlock(&ws->mu);
+            }
             ws->connected_once[i] = true;
             ws->backoff_us[i] = 0;
-            rc = dlock__conn_flush(conn, detail, sizeof detail);
-            if (rc != DLOCK_OK)
-                break;
         }
         if (r == NULL)
-            return DLOCK_OK;
+            return;
         rc = on_push(ws, i, r);
         freeReplyObject(r);
     }
-    node_down(ws, i, detail);
-    return rc;
+    node_down(ws, i);
 }
 
 static void *subscriber_main(void *arg)
@@ -220,9 +166,6 @@ static void *subscriber_main(void *arg)
     for (;;) {
         pthread_mutex_lock(&ws->mu);
         bool stop = ws->stop;
-        for (int i = 0; i < c->n && !stop; i++)
-            sync_node(ws, i);
-        gc_channels(ws);
         pthread_mutex_unlock(&ws->mu);
         if (stop)
             break;
@@ -234,12 +177,10 @@ static void *subscriber_main(void *arg)
         for (int i = 0; i < c->n; i++) {
             dlock__conn *conn = &ws->conns[i];
             if (conn->state == DLOCK_CONN_CLOSED && now >= ws->retry_at_us[i]) {
-                if (dlock__conn_open(conn, detail, sizeof detail) != DLOCK_OK) {
-                    node_down(ws, i, detail);
-                } else if (conn->state == DLOCK_CONN_READY &&
-                           dlock__conn_flush(conn, detail, sizeof detail) != DLOCK_OK) {
-                    node_down(ws, i, detail);
-                }
+                if (dlock__conn_open(conn, detail, sizeof detail) != DLOCK_OK ||
+                    (conn->state == DLOCK_CONN_READY &&
+                     dlock__conn_flush(conn, detail, sizeof detail) != DLOCK_OK))
+                    node_down(ws, i);
             }
             if (conn->state == DLOCK_CONN_CLOSED) {
                 if (ws->retry_at_us[i] < next)
@@ -269,7 +210,7 @@ static void *subscriber_main(void *arg)
             dlock__conn *conn = &ws->conns[i];
             if (conn->state == DLOCK_CONN_CONNECTING) {
                 if (dlock__conn_on_connect(conn, detail, sizeof detail) != DLOCK_OK) {
-                    node_down(ws, i, detail);
+                    node_down(ws, i);
                     continue;
                 }
                 if (conn->state != DLOCK_CONN_READY)
@@ -277,11 +218,11 @@ static void *subscriber_main(void *arg)
             }
             if (conn->outpos < conn->outlen &&
                 dlock__conn_flush(conn, detail, sizeof detail) != DLOCK_OK) {
-                node_down(ws, i, detail);
+                node_down(ws, i);
                 continue;
             }
             if (pfd[k].revents & (POLLIN | POLLERR | POLLHUP))
-                on_readable(ws, i);
+                on_readable(c, ws, i);
         }
     }
     return NULL;
@@ -331,16 +272,20 @@ static int start(dlock_client *c)
     return rc;
 }
 
-int dlock__wait_join(dlock_client *c, const char *chan, size_t len, const char *token,
-                     dlock__waiter **out)
+int dlock__wait_join(dlock_client *c, const char *token, bool hot, dlock__waiter **out)
 {
     *out = NULL;
     pthread_mutex_lock(&c->mu);
-    int rc = c->wait ? DLOCK_OK : start(c);
+    int rc = c->wait ? DLOCK_OK : hot ? DLOCK_ERR_BUSY : start(c);
     pthread_mutex_unlock(&c->mu);
     if (rc != DLOCK_OK)
         return rc;
     struct dlock__waitsys *ws = c->wait;
+    pthread_mutex_lock(&ws->mu);
+    bool listening = __builtin_popcount(ws->subscribed) >= c->quorum;
+    pthread_mutex_unlock(&ws->mu);
+    if (hot && !listening)
+        return DLOCK_ERR_BUSY;
     dlock__waiter *w = dlock__calloc(1, sizeof *w);
     if (w == NULL)
         return DLOCK_ERR_NOMEM;
@@ -350,33 +295,14 @@ int dlock__wait_join(dlock_client *c, const char *chan, size_t len, const char *
         return DLOCK_ERR_IO;
     }
     pthread_mutex_lock(&ws->mu);
-    channel *ch = find_channel(ws, chan, len);
-    if (ch == NULL) {
-        ch = dlock__calloc(1, sizeof *ch);
-        if (ch == NULL || (ch->name = dlock__malloc(len + 1)) == NULL) {
-            pthread_mutex_unlock(&ws->mu);
-            free(ch);
-            close(w->efd);
-            free(w);
-            return DLOCK_ERR_NOMEM;
-        }
-        memcpy(ch->name, chan, len);
-        ch->name[len] = '\0';
-        ch->len = len;
-        ch->next = ws->channels;
-        ws->channels = ch;
-    }
-    ch->refs++;
-    w->ch = ch;
-    w->next = ch->waiters;
-    ch->waiters = w;
-    kick(ws->ctl);
-    /* Wait (briefly) until a node confirms the subscription: the caller's next attempt
-     * queues it, and a release after that must find it listening. If no node confirms
-     * in time, the waiter still works, on its timers. */
+    w->next = ws->waiters;
+    ws->waiters = w;
+    /* Wait (briefly) until a quorum of nodes confirms the subscription: the caller's
+     * next attempt queues it, and a release after that must find it listening. If
+     * they do not confirm in time, the waiter still works, on its timers. */
     struct timespec until;
     dlock__cond_deadline(&until, c->rules.timeout_us + c->rules.connect_timeout_us);
-    while (ch->confirmed == 0 && !ws->stop)
+    while (__builtin_popcount(ws->subscribed) < c->quorum && !ws->stop)
         if (pthread_cond_timedwait(&ws->confirmed, &ws->mu, &until) != 0)
             break;
     pthread_mutex_unlock(&ws->mu);
@@ -384,8 +310,9 @@ int dlock__wait_join(dlock_client *c, const char *chan, size_t len, const char *
     return DLOCK_OK;
 }
 
-int dlock__wait_sleep(dlock__waiter *w, int64_t until_us, int cancel_fd)
+int dlock__wait_sleep(dlock__waiter *w, int64_t until_us, int cancel_fd, bool *woken)
 {
+    *woken = false;
     struct pollfd p[2] = {{.fd = w->efd, .events = POLLIN},
                           {.fd = cancel_fd > 0 ? cancel_fd : -1, .events = POLLIN}};
     for (;;) {
@@ -398,25 +325,33 @@ int dlock__wait_sleep(dlock__waiter *w, int64_t until_us, int cancel_fd)
             continue;
         if (r > 0 && (p[1].revents & (POLLIN | POLLHUP | POLLERR)))
             return DLOCK_ERR_CANCELED;
-        if (r > 0)
+        if (r > 0) {
             drain(w->efd);
+            *woken = true;
+        }
         return DLOCK_OK;
     }
+}
+
+uint32_t dlock__wait_grants(dlock_client *c, dlock__waiter *w, bool clear)
+{
+    pthread_mutex_lock(&c->wait->mu);
+    uint32_t g = w->grants;
+    if (clear)
+        w->grants = 0;
+    pthread_mutex_unlock(&c->wait->mu);
+    return g;
 }
 
 void dlock__wait_leave(dlock_client *c, dlock__waiter *w)
 {
     struct dlock__waitsys *ws = c->wait;
     pthread_mutex_lock(&ws->mu);
-    channel *ch = w->ch;
-    for (dlock__waiter **p = &ch->waiters; *p != NULL; p = &(*p)->next)
+    for (dlock__waiter **p = &ws->waiters; *p != NULL; p = &(*p)->next)
         if (*p == w) {
             *p = w->next;
             break;
         }
-    ch->refs--;
-    if (ch->refs == 0)
-        kick(ws->ctl); /* unsubscribe */
     pthread_mutex_unlock(&ws->mu);
     close(w->efd);
     free(w);
@@ -427,12 +362,6 @@ static void free_waitsys(dlock_client *c, struct dlock__waitsys *ws)
 {
     for (int i = 0; i < c->n; i++)
         dlock__conn_free(&ws->conns[i]);
-    while (ws->channels != NULL) {
-        channel *ch = ws->channels;
-        ws->channels = ch->next;
-        free(ch->name);
-        free(ch);
-    }
     close(ws->ctl);
     free(ws->conns);
     free(ws->retry_at_us);
@@ -499,7 +428,7 @@ int64_t dlock__retry_at(int64_t now, int64_t busy_ms, int64_t deadline)
 {
     /* When the holder's lease should be over (an expiry publishes nothing), with
      * jitter so that waiters of several processes do not arrive together, and at
-     * least every DLOCK_QUEUE_REFRESH_MS (which keeps the queue entry alive). */
+     * least every DLOCK_QUEUE_REFRESH_MS (the refresh that keeps the queue alive). */
     int64_t at = now + DLOCK_QUEUE_REFRESH_MS * 1000;
     if (busy_ms > 0) {
         int64_t spread = busy_ms * 100 < 5000 ? busy_ms * 100 : 5000; /* 10 %, <= 5 ms */
@@ -512,18 +441,18 @@ int64_t dlock__retry_at(int64_t now, int64_t busy_ms, int64_t deadline)
 }
 
 void dlock__leave_queue(dlock_client *c, dlock__connset *set, const dlock__keys *k,
-                        const char *token)
+                        const char *member, size_t member_len, const char *token, const bool *mask)
 {
     /* Sent, not awaited: a waiter that gives up leaves the queue on every node and
-     * passes on a wake-up it may have been sent. If the call cannot even be
-     * formatted, the entry expires by itself. */
+     * passes on a lock it may have been handed. If the call cannot even be formatted,
+     * the entry stays until a release hands it a lease nobody confirms. */
     dlock__call call;
     dlock__err ignored;
-    const char *args[] = {k->lock, k->queue, k->qexp, token, k->wake};
-    const size_t lens[] = {k->lock_len, k->queue_len, k->qexp_len, DLOCK_TOKEN_LEN, k->wake_len};
-    if (set == NULL || dlock__call_format(&c->scripts, DLOCK_SCRIPT_LEAVE, 3, 5, args, lens, &call,
+    const char *args[] = {k->lock, k->queue, member, token};
+    const size_t lens[] = {k->lock_len, k->queue_len, member_len, DLOCK_TOKEN_LEN};
+    if (set == NULL || dlock__call_format(&c->scripts, DLOCK_SCRIPT_LEAVE, 2, 4, args, lens, &call,
                                           &ignored) != DLOCK_OK)
         return;
-    dlock__round_send(c, set, &call, NULL);
+    dlock__round_send(c, set, &call, mask);
     dlock__call_free(&call);
 }
