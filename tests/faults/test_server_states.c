@@ -432,8 +432,8 @@ static void test_acl_users(void **state)
     acl_user("noconfig", "on >pw-a ~* &* +@all -config");
     acl_user("noinfo", "on >pw-b ~* &* +@all -config -info");
     acl_user("minimal", "on >pw-c resetchannels ~dlock:* &dlock:* -@all +evalsha +eval +time "
-                        "+get +set +del +incr +pttl +pexpire +exists +publish +zadd +zrem "
-                        "+zrange +zrangebyscore +zscore +subscribe +unsubscribe");
+                        "+get +set +del +pttl +pexpire +publish +zadd +zrem +zrange +zpopmin "
+                        "+subscribe");
     acl_user("noscripts", "on >pw-d ~* &* +@all -evalsha -eval");
 
     /* Without CONFIG: works, and INFO tells the policy (no warning). */
