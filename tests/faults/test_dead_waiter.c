@@ -2,15 +2,16 @@
  * test_dead_waiter.c: a process fault next to scenario 2 of the fault suite (docs/testing.md):
  * a *waiter* SIGKILLed while it waits, rather than the holder.
  *
- * A blocked dlock_acquire puts its token in the name's wait queue (P{name}:queue,
- * docs/waiting.md). A waiter that dies stops refreshing its entry, whose liveness
- * deadline (P{name}:qexp) passes DLOCK_QUEUE_TTL_MS (3 s) after its last attempt.
- * docs/waiting.md: "a dead head blocks a fair queue for at most about 4 s".
+ * A blocked dlock_acquire puts an entry in the name's wait queue (P{name}:queue,
+ * docs/waiting.md), and a release hands the lock to the queue's head with a short
+ * handoff lease, which the head then confirms with its own. A head that died never
+ * confirms: its handoff lease (DLOCK_HANDOFF_TIMEOUTS per-node timeouts, at least
+ * DLOCK_HANDOFF_MIN_MS) runs out, and the name is free again.
  *
  * Setup: one server; a holder; a waiter process queued behind it, SIGKILLed; the holder
- * releases. Property: the name is free, so once the dead entry's deadline has passed,
- * a try (wait_ms = 0, the CLI's `-w 0`) is granted, in default and in fair mode, and
- * the queue keys do not outlive their entries forever.
+ * releases. Property: the release hands the lock to the dead waiter, so a try (wait_ms
+ * = 0, the CLI's `-w 0`) is refused at first; once the handoff lease has run out, a try
+ * is granted, in default and in fair mode, and the dead waiter's entry is gone.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -20,6 +21,7 @@
 #include <cmocka.h>
 
 #include "integration/itest.h"
+#include "internal.h" /* DLOCK_HANDOFF_* */
 
 #include "workers.h"
 
@@ -30,7 +32,12 @@
 #include <sys/prctl.h>
 #include <unistd.h>
 
-#define QUEUE_TTL_MS 3000 /* DLOCK_QUEUE_TTL_MS */
+/* The dead waiter's handoff lease: its client has it_timeout_ms() per node. */
+static int64_t handoff_ms(void)
+{
+    int64_t h = DLOCK_HANDOFF_TIMEOUTS * it_timeout_ms();
+    return h < DLOCK_HANDOFF_MIN_MS ? DLOCK_HANDOFF_MIN_MS : h;
+}
 
 static long long zcard(const char *key)
 {
@@ -77,19 +84,23 @@ static void dead_waiter(int fair)
     while (zcard(queue) < 1 && dh_now_ms() < until)
         dh_sleep_ms(10);
     assert_int_equal(zcard(queue), 1); /* the waiter is queued */
-    int64_t t_kill = dh_now_ms();
     kill(w, SIGKILL);
     assert_int_equal(wk_reap(w, 2000), 128 + SIGKILL);
+    int64_t t_release = dh_now_ms();
     assert_int_equal(dlock_release(holder), DLOCK_OK);
 
-    /* The name is free. A try must be granted once the dead entry's deadline passed
-     * (3 s after the waiter's last attempt, which was before the kill). */
+    /* The release handed the lock to the dead waiter (the lease is at least 100 ms,
+     * long enough for this try), and took its entry out of the queue. */
     dlock_opts o = {0};
     o.ttl_ms = 1000;
     o.fair = fair;
     dlock_lock *l = NULL;
-    int rc;
-    int64_t deadline = t_kill + (QUEUE_TTL_MS + 1000) * dh_slack();
+    int rc = dlock_acquire(c, name, &o, &l);
+    assert_int_equal(rc, DLOCK_ERR_BUSY);
+    assert_int_equal(zcard(queue), 0);
+
+    /* A try must be granted once the handoff lease has run out. */
+    int64_t deadline = t_release + (handoff_ms() + 500) * dh_slack();
     do {
         rc = dlock_acquire(c, name, &o, &l);
         if (rc != DLOCK_OK)
@@ -97,11 +108,12 @@ static void dead_waiter(int fair)
     } while (rc != DLOCK_OK && dh_now_ms() < deadline);
     printf("INFO %s: try after a dead waiter -> %s (%s) after %lld ms; queue holds %lld, "
            "its PTTL %lld\n",
-           name, dlock_errname(rc), rc ? dlock_errmsg() : "", (long long)(dh_now_ms() - t_kill),
+           name, dlock_errname(rc), rc ? dlock_errmsg() : "", (long long)(dh_now_ms() - t_release),
            zcard(queue), it_pttl(&it_srv, queue));
     if (rc == DLOCK_OK)
-        printf("FIG dead_waiter_%s_blocked_ms %lld ms\n", fair ? "fair" : "default",
-               (long long)(dh_now_ms() - t_kill));
+        printf("FIG dead_waiter_%s_blocked_ms %lld ms (handoff lease %lld ms)\n",
+               fair ? "fair" : "default", (long long)(dh_now_ms() - t_release),
+               (long long)handoff_ms());
     assert_int_equal(rc, DLOCK_OK);
     assert_int_equal(dlock_release(l), DLOCK_OK);
     dlock_client_free(c);
