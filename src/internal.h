@@ -394,8 +394,9 @@ int dlock__backoff(int attempt, int64_t busy_ms, int64_t deadline_us, int cancel
 /* When a waiter retries if nothing wakes it: the holder's lease end (plus jitter), at
  * most DLOCK_QUEUE_REFRESH_MS from now, and never past deadline. */
 int64_t dlock__retry_at(int64_t now, int64_t busy_ms, int64_t deadline);
-/* Leave the queue on the nodes marked in mask (NULL: all), sent, not awaited: a
- * waiter that gives up, or a holder still queued on the nodes that refused it. */
+/* Leave the queue, sent, not awaited: on every node (mask NULL) for a waiter that
+ * gives up, passing on a lock handed to it meanwhile; on the nodes marked in mask for
+ * a holder still queued on the nodes that refused it, passing nothing on. */
 void dlock__leave_queue(struct dlock_client *c, dlock__connset *set, const dlock__keys *k,
                         const char *member, size_t member_len, const char *token, const bool *mask);
 /* Stop the subscriber thread and free the wait system (dlock_client_free). */

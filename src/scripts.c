@@ -175,12 +175,16 @@ static const char release_lua[] = PRELUDE_LUA HANDOFF_LUA
     "return 1\n";
 
 /*
- * LEAVE  KEYS: lock, queue   ARGV: member, token
- * A waiter gives up (deadline, cancel): it leaves the queue. A lock handed to it as it
- * gave up, or found free with waiters queued, goes to the next waiter.
+ * LEAVE  KEYS: lock, queue   ARGV: member, token, pass ("1": pass the lock on)
+ * A waiter gives up (deadline, cancel): it leaves the queue, and a lock handed to it as
+ * it gave up, or found free with waiters queued, goes to the next waiter. A waiter that
+ * got the lock from a quorum leaves the queues of the nodes that refused it without
+ * passing anything on: a late release there may have handed it that node too, which its
+ * own release will free.
  */
 static const char leave_lua[] = PRELUDE_LUA HANDOFF_LUA
     "redis.call('ZREM', KEYS[2], ARGV[1])\n"
+    "if ARGV[3] ~= '1' then return 1 end\n"
     "local v = redis.call('GET', KEYS[1])\n"
     "if not v or string.sub(v, 1, 32) == ARGV[2] then\n"
     "  if not handoff(KEYS[1], KEYS[2]) and v then redis.call('DEL', KEYS[1]) end\n"
