@@ -93,9 +93,10 @@ typedef struct request {
                 sizeof((dlock_client *)0)->holder + DLOCK_LABEL_MAX];
 } request;
 
+/* Whether q carries a ticket: false for a plain try, and for a request never made. */
 static bool queued(const request *q)
 {
-    return strcmp(q->ticket, "0") != 0;
+    return q->ticket[0] != '\0' && strcmp(q->ticket, "0") != 0;
 }
 
 /* Send a release, not awaited, to the nodes marked in undo[]: a give-back, which keeps
