@@ -15,13 +15,16 @@
  *   servers     node.c      what a server's INFO says: restart voting, eviction policy
  *   transport   conn.c      one connection: non-blocking connect, handshake, buffers
  *               fanout.c    one command to N nodes in parallel under one deadline
- *   scripts     scripts.c   the Lua scripts, their SHA1s, and the key layout
+ *   scripts     scripts.c   the Lua scripts (the wait queue and its handoff among them),
+ *                           their SHA1s, and the key layout
  *   rounds      round.c     one round to N nodes and its vote; validity; tallies
  *   lifecycle   handle.c    the dlock_lock handle, argument checks, accessors
- *               acquire.c   dlock_acquire: attempts, undoing partial grants, waiting
+ *               acquire.c   dlock_acquire: attempts, undoing partial grants, queueing,
+ *                           confirming a handoff, refreshing between wake-ups
  *               lock.c      extend, release, check, inspect
  *               fence.c     the resource side: fenced writes, dlock_fence_admit
- *               wait.c      blocking waits: the subscriber thread, wake-ups, backoff
+ *               wait.c      the client's wake-up channel: its subscriber thread, waiters,
+ *                           backoff, leaving the queue
  *               watchdog.c  automatic renewal and lost-lock notification
  *   client      client.c    dlock_client: config, the node list, the connection pool
  *
