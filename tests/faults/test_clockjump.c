@@ -52,7 +52,7 @@ static int setup(void **state)
 {
     if (wk_servers_setup(state) < 0)
         return -1;
-    wk_urls(wk_srv, WK_NODES, g_urls, sizeof g_urls);
+    dh_server_urls(wk_srv, WK_NODES, g_urls, sizeof g_urls);
     return 0;
 }
 

@@ -53,7 +53,7 @@ static int setup(void **state)
     (void)state;
     if (dh_servers_start(g_srv, 3, NULL) < 0)
         return -1;
-    wk_urls(g_srv, 3, g_urls, sizeof g_urls);
+    dh_server_urls(g_srv, 3, g_urls, sizeof g_urls);
     return 0;
 }
 

@@ -207,13 +207,9 @@ static void *work(void *arg)
 static int setup(void **state)
 {
     (void)state;
-    g_urls[0] = '\0';
-    for (int i = 0; i < NODES; i++) {
+    for (int i = 0; i < NODES; i++)
         assert_int_equal(dh_server_start(&g_srv[i], NULL), 0);
-        if (i > 0)
-            strcat(g_urls, ",");
-        strcat(g_urls, g_srv[i].url);
-    }
+    dh_server_urls(g_srv, NODES, g_urls, sizeof g_urls);
     return 0;
 }
 

@@ -50,7 +50,7 @@ static void start_nodes(enum persistence p)
     static const char *const aof[] = {"--appendonly", "yes", "--appendfsync", "always", NULL};
     for (int i = 0; i < 3; i++)
         assert_int_equal(dh_server_start(&wk_srv[i], i == 0 && p == AOF_ALWAYS ? aof : NULL), 0);
-    wk_urls(wk_srv, 3, g_urls, sizeof g_urls);
+    dh_server_urls(wk_srv, 3, g_urls, sizeof g_urls);
     assert_int_equal(dh_server_start(&wk_res, NULL), 0);
 }
 

@@ -490,7 +490,7 @@ int wk_scenario_open(wk_scenario *sc, int n, const char *name, const char *fig)
     memset(sc, 0, sizeof *sc);
     sc->hw.fd = -1;
     sc->stop.rd = sc->stop.wr = -1;
-    wk_urls(wk_srv, n, sc->urls, sizeof sc->urls);
+    dh_server_urls(wk_srv, n, sc->urls, sizeof sc->urls);
     snprintf(sc->name, sizeof sc->name, "%s", name);
     snprintf(sc->reg, sizeof sc->reg, "register-%s", name);
     snprintf(sc->fig, sizeof sc->fig, "%s", fig);
@@ -585,18 +585,6 @@ int wk_wait_in_section(wk_shared *sh, const pid_t *pids, int n, int64_t within_m
     while ((v = wk_in_section(sh, pids, n)) < 0 && dh_now_ms() < until)
         dh_sleep_ms(1);
     return v;
-}
-
-void wk_urls(const dh_server *srv, int n, char *buf, size_t len)
-{
-    size_t used = 0;
-    buf[0] = '\0';
-    for (int i = 0; i < n && used < len; i++) {
-        int k = snprintf(buf + used, len - used, "%s%s", i ? "," : "", srv[i].url);
-        if (k < 0)
-            break;
-        used += (size_t)k;
-    }
 }
 
 int wk_refuse_writes(dh_server *s, bool on)

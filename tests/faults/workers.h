@@ -183,10 +183,6 @@ int wk_wait_in_section(wk_shared *sh, const pid_t *pids, int n, int64_t within_m
 
 /* ---- small helpers ---------------------------------------------------------------- */
 
-/* The URLs of n support-library servers, comma-separated (what dlock_client_new takes), into
- * buf (truncated to len - 1). */
-void wk_urls(const dh_server *srv, int n, char *buf, size_t len);
-
 /* Make server s refuse writes (CONFIG SET min-replicas-to-write 1: every script that
  * writes gets -NOREPLICAS) or accept them again. A node that answers but grants
  * nothing forces a grant by a bare quorum. 0, or -1 after printing why. */

@@ -40,14 +40,9 @@ static int g_n;
 static int start(int n)
 {
     g_n = n;
-    g_urls[0] = '\0';
     if (dh_servers_start(g_srv, n, NULL) != 0)
         return -1;
-    for (int i = 0; i < n; i++) {
-        if (i > 0)
-            strcat(g_urls, ",");
-        strcat(g_urls, g_srv[i].url);
-    }
+    dh_server_urls(g_srv, n, g_urls, sizeof g_urls);
     return 0;
 }
 

@@ -33,13 +33,9 @@ static char g_urls[NMAX * 140];
 /* Start n servers and build the comma-separated list of their URLs. */
 static void start_nodes(int n)
 {
-    g_urls[0] = '\0';
-    for (int i = 0; i < n; i++) {
+    for (int i = 0; i < n; i++)
         assert_int_equal(dh_server_start(&g_srv[i], NULL), 0);
-        if (i > 0)
-            strcat(g_urls, ",");
-        strcat(g_urls, g_srv[i].url);
-    }
+    dh_server_urls(g_srv, n, g_urls, sizeof g_urls);
 }
 
 static int teardown_nodes(void **state)

@@ -36,14 +36,10 @@ static int g_n;
 static int start(int n)
 {
     g_n = n;
-    g_urls[0] = '\0';
-    for (int i = 0; i < n; i++) {
+    for (int i = 0; i < n; i++)
         if (dh_server_start(&g_srv[i], NULL) != 0)
             return -1;
-        if (i > 0)
-            strcat(g_urls, ",");
-        strcat(g_urls, g_srv[i].url);
-    }
+    dh_server_urls(g_srv, n, g_urls, sizeof g_urls);
     return 0;
 }
 

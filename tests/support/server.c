@@ -617,6 +617,18 @@ static void ask_to_stop(const dh_server *s)
     }
 }
 
+void dh_server_urls(const dh_server *s, int n, char *buf, size_t len)
+{
+    size_t used = 0;
+    buf[0] = '\0';
+    for (int i = 0; i < n && used < len; i++) {
+        int k = snprintf(buf + used, len - used, "%s%s", i ? "," : "", s[i].url);
+        if (k < 0)
+            break;
+        used += (size_t)k;
+    }
+}
+
 void dh_servers_stop(dh_server *s, int n)
 {
     for (int i = 0; i < n; i++)

@@ -100,6 +100,9 @@ int dh_servers_start_opts(dh_server *s, int n, const dh_server_opts *o);
 /* dh_server_stop on s[0..n-1], the SIGTERMs sent together so that the shutdowns
  * overlap. */
 void dh_servers_stop(dh_server *s, int n);
+/* The URLs of s[0..n-1], comma-separated (what dlock_client_new takes), into buf
+ * (truncated to len - 1). */
+void dh_server_urls(const dh_server *s, int n, char *buf, size_t len);
 
 /* SIGTERM, wait up to 2 s, then SIGKILL; remove the directory (unless kept) and free
  * the argument copies. Safe on a killed or already stopped server, and on a zeroed
