@@ -86,6 +86,7 @@ typedef struct request {
     int64_t ttl_ms;
     char ttl[24];
     char ticket[24]; /* "0" until the caller queues */
+    char qttl[24];   /* DLOCK_QUEUE_TTL_MS, for the scripts */
     bool fair;
     size_t value_at; /* the value's offset in member */
     size_t member_len;
@@ -238,7 +239,6 @@ static int attempt(dlock_client *c, dlock__round *rd, dlock__call *acq, const re
 typedef struct acquire_args {
     const char *args[12];
     size_t lens[12];
-    char qttl[24];
 } acquire_args;
 
 /* Format the acquire call, a plain try or a queued attempt as q->ticket says. */
@@ -246,18 +246,22 @@ static int format_acquire(dlock_client *c, const request *q, acquire_args *a, dl
                           dlock__err *e)
 {
     const dlock__keys *k = &q->k;
-    int qlen = snprintf(a->qttl, sizeof a->qttl, "%d", DLOCK_QUEUE_TTL_MS);
     const char *value = q->member + q->value_at;
     const char *args[] = {k->lock,   k->fence, k->queue,    value,
                           q->ttl,    value,    q->ticket,   q->fair ? "1" : "0",
-                          q->member, a->qttl,  c->retention};
+                          q->member, q->qttl,  c->retention};
     const size_t lens[] = {
         k->lock_len,    k->fence_len,    k->queue_len,        q->member_len - q->value_at,
         strlen(q->ttl), DLOCK_TOKEN_LEN, strlen(q->ticket),   1,
-        q->member_len,  (size_t)qlen,    strlen(c->retention)};
+        q->member_len,  strlen(q->qttl), strlen(c->retention)};
     memcpy(a->args, args, sizeof args);
     memcpy(a->lens, lens, sizeof lens);
     return dlock__call_format(&c->scripts, DLOCK_SCRIPT_ACQUIRE, 3, 11, a->args, a->lens, out, e);
+}
+
+static void set_ticket(request *q, int64_t ticket)
+{
+    snprintf(q->ticket, sizeof q->ticket, "%lld", (long long)ticket);
 }
 
 /* Join the queue: from now on the attempts carry the ticket. */
@@ -265,7 +269,7 @@ static int queue_up(dlock_client *c, request *q, int64_t ticket, acquire_args *a
 {
     dlock__call queued_call;
     dlock__err ignored;
-    snprintf(q->ticket, sizeof q->ticket, "%lld", (long long)ticket);
+    set_ticket(q, ticket);
     if (format_acquire(c, q, a, &queued_call, &ignored) != DLOCK_OK) {
         strcpy(q->ticket, "0");
         return DLOCK_ERR_NOMEM;
@@ -282,10 +286,8 @@ static bool refresh(dlock_client *c, dlock__round *rd, const request *q, int64_t
 {
     dlock__call call;
     dlock__err ignored;
-    char qttl[24];
-    int qlen = snprintf(qttl, sizeof qttl, "%d", DLOCK_QUEUE_TTL_MS);
-    const char *args[] = {q->k.lock, q->k.queue, qttl};
-    const size_t lens[] = {q->k.lock_len, q->k.queue_len, (size_t)qlen};
+    const char *args[] = {q->k.lock, q->k.queue, q->qttl};
+    const size_t lens[] = {q->k.lock_len, q->k.queue_len, strlen(q->qttl)};
     if (dlock__call_format(&c->scripts, DLOCK_SCRIPT_REFRESH, 2, 3, args, lens, &call, &ignored) !=
         DLOCK_OK)
         return true;
@@ -352,6 +354,7 @@ static int make_request(dlock_client *c, const char *name, size_t name_len, cons
     q->ttl_ms = ttl_ms;
     snprintf(q->ttl, sizeof q->ttl, "%lld", (long long)ttl_ms);
     strcpy(q->ticket, "0");
+    snprintf(q->qttl, sizeof q->qttl, "%d", DLOCK_QUEUE_TTL_MS);
     q->fair = opts && opts->fair;
     const char *label = opts && opts->label && opts->label[0] ? opts->label : NULL;
     int64_t handoff_ms = DLOCK_HANDOFF_TIMEOUTS * c->rules.timeout_us / 1000;
@@ -397,18 +400,16 @@ int dlock_acquire(dlock_client *c, const char *name, const dlock_opts *opts, dlo
         dlock__err_set(&e, rc, "getrandom: %s", strerror(errno));
         goto out;
     }
-    if ((rc = make_request(c, name, l->name_len, opts, ttl_ms, l->token, &q, &e)) != DLOCK_OK ||
-        (rc = format_acquire(c, &q, &args, &acq, &e)) != DLOCK_OK ||
+    if ((rc = make_request(c, name, l->name_len, opts, ttl_ms, l->token, &q, &e)) != DLOCK_OK)
+        goto out;
+    /* A client already listening for wake-ups (it waited moments ago) queues with its
+     * first attempt: no try and retry when the lock is busy, as it is when a name
+     * passes from hand to hand. */
+    if (wait_ms != 0 && dlock__wait_join(c, l->token, true, &w) == DLOCK_OK)
+        set_ticket(&q, ticket);
+    if ((rc = format_acquire(c, &q, &args, &acq, &e)) != DLOCK_OK ||
         (rc = dlock__round_begin(c, &rd, &e)) != DLOCK_OK)
         goto out;
-    /* A client already listening on the name (it waited for it moments ago) queues
-     * with its first attempt: no try and retry when the lock is busy, as it is when
-     * a name passes from hand to hand. */
-    if (wait_ms != 0 && dlock__wait_join(c, l->token, true, &w) == DLOCK_OK &&
-        queue_up(c, &q, ticket, &args, &acq) != DLOCK_OK) {
-        dlock__wait_leave(c, w);
-        w = NULL;
-    }
 
     int64_t start = dlock__now_us();
     /* A wait longer than a century is a wait forever (and must not overflow). */
