@@ -381,6 +381,25 @@ static void test_handoff_across_processes(void **state)
     dlock_client_free(hc);
 }
 
+/* Waiter c, behind a dead head, must get name: never before the dead head's handoff
+ * lease ran out (the server set it after t0), within the bound, with a larger fence
+ * than the holder's before it. It then releases and frees its client. */
+static void expect_takeover(thread_waiter *c, const char *name, const char *fig, int fair,
+                            int64_t t0, int64_t ttl, uint64_t fence_before)
+{
+    thread_join(c);
+    assert_int_equal(c->rc, DLOCK_OK);
+    int64_t took_ms = (c->got_us - t0) / 1000;
+    printf("FIG %s%s_ms %lld ms (handoff lease %lld ms, bound %lld ms)\n", fig, fair ? "_fair" : "",
+           (long long)took_ms, (long long)handoff_ms(ttl), (long long)dead_head_bound_ms(ttl));
+    assert_true(took_ms >= handoff_ms(ttl));
+    assert_true(took_ms <= dead_head_bound_ms(ttl));
+    assert_true(dlock_fence(c->l) > fence_before);
+    it_expect_holder(&g_srv[0], name, dlock_token(c->l));
+    assert_int_equal(dlock_release(c->l), DLOCK_OK);
+    dlock_client_free(c->c);
+}
+
 /* ---- 2. a head that died while queued --------------------------------------------- */
 
 /* Holder A, a waiter B (a child) queued and SIGKILLed, a waiter C (a thread) queued
@@ -413,20 +432,7 @@ static void test_dead_head_queued(void **state)
 
     int64_t t0 = mono_us();
     assert_int_equal(dlock_release(a), DLOCK_OK);
-    thread_join(&c);
-    assert_int_equal(c.rc, DLOCK_OK);
-    int64_t took_ms = (c.got_us - t0) / 1000;
-    printf("FIG dead_head_queued%s_ms %lld ms (handoff lease %lld ms, bound %lld ms)\n",
-           fair ? "_fair" : "", (long long)took_ms, (long long)handoff_ms(ttl),
-           (long long)dead_head_bound_ms(ttl));
-    /* Never before B's handoff lease ran out (the server set it after t0), and within
-     * the bound. */
-    assert_true(took_ms >= handoff_ms(ttl));
-    assert_true(took_ms <= dead_head_bound_ms(ttl));
-    assert_true(dlock_fence(c.l) > ha.fence);
-    it_expect_holder(&g_srv[0], name, dlock_token(c.l));
-    assert_int_equal(dlock_release(c.l), DLOCK_OK);
-    dlock_client_free(c.c);
+    expect_takeover(&c, name, "dead_head_queued", fair, t0, ttl, ha.fence);
 
     /* Nothing of the dead waiter stays behind. */
     int64_t until = dh_now_ms() + (DLOCK_QUEUE_TTL_MS + 1000) * dh_slack();
@@ -476,18 +482,7 @@ static void test_dead_head_during_handoff(void **state)
     assert_true(pttl > 0 && pttl <= handoff_ms(ttl));
     kill_and_reap(b);
 
-    thread_join(&c);
-    assert_int_equal(c.rc, DLOCK_OK);
-    int64_t took_ms = (c.got_us - t0) / 1000;
-    printf("FIG dead_head_handoff%s_ms %lld ms (handoff lease %lld ms, bound %lld ms)\n",
-           fair ? "_fair" : "", (long long)took_ms, (long long)handoff_ms(ttl),
-           (long long)dead_head_bound_ms(ttl));
-    assert_true(took_ms >= handoff_ms(ttl));
-    assert_true(took_ms <= dead_head_bound_ms(ttl));
-    assert_true(dlock_fence(c.l) > ha.fence);
-    it_expect_holder(&g_srv[0], name, dlock_token(c.l));
-    assert_int_equal(dlock_release(c.l), DLOCK_OK);
-    dlock_client_free(c.c);
+    expect_takeover(&c, name, "dead_head_handoff", fair, t0, ttl, ha.fence);
     dlock_client_free(hc);
 }
 
