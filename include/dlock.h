@@ -322,6 +322,109 @@ DLOCK_API int dlock_fenced_set(dlock_client *c, const char *key, uint64_t fence,
  * threads may share one `highest`. Does not touch dlock_errmsg(). */
 DLOCK_API int dlock_fence_admit(uint64_t *highest, uint64_t fence);
 
+/*
+ * ---- Stock with leased reservations ------------------------------------------------
+ *
+ * A counted stock per SKU (any name of 1 to DLOCK_NAME_MAX bytes), for flash sales: a
+ * buyer reserves units for a lease, then commits them (sold, for good) or cancels them
+ * (back in stock). A reservation whose lease runs out gives its units back by itself,
+ * so a buyer that crashes cannot take them out of the sale; no unit is ever sold twice.
+ * At every instant, on the server: sold + reserved + available == stock, and sold
+ * never exceeds stock. Every change is one Lua script on one server: with one server,
+ * that one; with N > 1, the first of the list (a quorum cannot give a counter
+ * exactly-once semantics; docs/guarantees.md). docs/guide.md has the key layout.
+ *
+ * The unit counts of one call, and a SKU's stock, are at most DLOCK_STOCK_QTY_MAX.
+ * A committed reservation is remembered for DLOCK_STOCK_COMMIT_RETENTION_MS, so that a
+ * commit repeated after it succeeded (say, after a client-side timeout) succeeds again.
+ *
+ * Errors, for every stock call: DLOCK_ERR_INVALID for a bad argument or a refused
+ * change (the detail says which and why; nothing is changed), the unavailability
+ * error of the SKU's server (DLOCK_ERR_IO, _TIMEOUT, _UNAVAILABLE, _AUTH: its own
+ * error, never DLOCK_ERR_NOQUORUM), DLOCK_ERR_NOMEM, DLOCK_ERR_CLOSED; and as each
+ * function says. Thread-safety: any thread (the client is shared).
+ */
+#define DLOCK_STOCK_QTY_MAX             INT64_C(1000000000000) /* 10^12 units */
+#define DLOCK_STOCK_LEASE_DEFAULT_MS    30000                  /* when lease_ms is 0 */
+#define DLOCK_STOCK_COMMIT_RETENTION_MS 3600000                /* committed ids kept an hour */
+
+/* Options of one reservation. Zero-initialize: every zero field means its default. */
+typedef struct dlock_reserve_opts {
+    int64_t lease_ms;     /* 0: DLOCK_STOCK_LEASE_DEFAULT_MS; else in [DLOCK_TTL_MIN_MS,
+                             DLOCK_TTL_MAX_MS] */
+    int64_t wait_ms;      /* 0: answer at once; > 0: wait this long for units to be freed
+                             (a cancel, an expiry, a restock); -1: wait forever */
+    int cancel_fd;        /* 0: none; else a descriptor that becomes readable to make a
+                             waiting reserve return DLOCK_ERR_CANCELED */
+    int reserved32;       /* must be zero */
+    uint64_t reserved[4]; /* must be zero */
+} dlock_reserve_opts;
+
+/* What a SKU's server says of it, all from one script: stock == sold + reserved +
+ * available. A SKU never set reads as all zeros. */
+typedef struct dlock_stock_info {
+    int64_t stock;        /* units set (dlock_stock_set, dlock_stock_add) */
+    int64_t available;    /* units a reserve can take now */
+    int64_t reserved;     /* units in live reservations (leases not run out) */
+    int64_t sold;         /* units in committed reservations */
+    int64_t reservations; /* live reservations */
+    int64_t waiters;      /* reserves waiting for units */
+    uint64_t spare[4];    /* zero; room for more fields */
+} dlock_stock_info;
+
+/* Set the stock of sku to qty (0 to DLOCK_STOCK_QTY_MAX) units, sold included: the
+ * units available become qty - sold - reserved. A qty below sold + reserved is
+ * refused (DLOCK_ERR_INVALID, the counts in the detail). Waiters whose units now fit
+ * are woken. out (may be NULL) receives the state after the change. */
+DLOCK_API int dlock_stock_set(dlock_client *c, const char *sku, int64_t qty, dlock_stock_info *out);
+
+/* Add delta units (negative: take away; not 0, at most DLOCK_STOCK_QTY_MAX either way)
+ * to the stock of sku. Taking away more than is available, or growing the stock past
+ * DLOCK_STOCK_QTY_MAX, is refused (DLOCK_ERR_INVALID). out as for dlock_stock_set. */
+DLOCK_API int dlock_stock_add(dlock_client *c, const char *sku, int64_t delta,
+                              dlock_stock_info *out);
+
+/*
+ * Reserve qty units (1 to DLOCK_STOCK_QTY_MAX) of sku, all or none, for a lease. On
+ * DLOCK_OK, id receives the reservation id (DLOCK_TOKEN_LEN lowercase hex characters
+ * and a NUL), for dlock_stock_commit, _cancel and _extend; on any other return id is
+ * "". opts: NULL for the defaults.
+ *
+ * Waiting (wait_ms != 0) does not poll: the reserve joins the SKU's waiters, and the
+ * script that frees units (a cancel, a restock, or any call that finds leases run
+ * out) wakes it through the client's wake-up channel; it also retries when the
+ * earliest lease ends. Waiters are served in arrival order: units go to the first
+ * waiter, and a waiter behind it is served only with what is left after the ones
+ * before it (a stream of 1-unit buyers cannot starve a 5-unit one), and a reserve that
+ * does not wait gets units only if the waiters would still be served.
+ *
+ * Returns DLOCK_ERR_BUSY when fewer than qty units were available through the wait
+ * (at once, without waiting, when qty exceeds the units not yet sold: no cancel or
+ * expiry can free that many), DLOCK_ERR_CANCELED through cancel_fd.
+ */
+DLOCK_API int dlock_stock_reserve(dlock_client *c, const char *sku, int64_t qty,
+                                  const dlock_reserve_opts *opts, char id[DLOCK_TOKEN_LEN + 1]);
+
+/* Commit reservation id: its units are sold, for good. A commit repeated within
+ * DLOCK_STOCK_COMMIT_RETENTION_MS of the first succeeds again and counts nothing more.
+ * DLOCK_ERR_LOST when id is unknown, canceled, or its lease ran out (its units went
+ * back to the stock: sell them again with a new reserve). */
+DLOCK_API int dlock_stock_commit(dlock_client *c, const char *sku, const char *id);
+
+/* Cancel reservation id: its units go back to the stock (and wake waiters they fit).
+ * DLOCK_ERR_LOST when id is unknown, already canceled, committed, or ran out. */
+DLOCK_API int dlock_stock_cancel(dlock_client *c, const char *sku, const char *id);
+
+/* Set the lease of reservation id to lease_ms from now (it does not add), in
+ * [DLOCK_TTL_MIN_MS, DLOCK_TTL_MAX_MS]. DLOCK_ERR_LOST when id is unknown, committed,
+ * canceled or ran out. */
+DLOCK_API int dlock_stock_extend(dlock_client *c, const char *sku, const char *id,
+                                 int64_t lease_ms);
+
+/* Fill *out for sku. Reservations whose lease ran out are counted back as available
+ * (the script returns them to the stock as it reads, and wakes the waiters they fit). */
+DLOCK_API int dlock_stock_status(dlock_client *c, const char *sku, dlock_stock_info *out);
+
 #ifdef __cplusplus
 }
 #endif

@@ -26,6 +26,8 @@
  *               wait.c      the client's wake-up channel: its subscriber thread, waiters,
  *                           backoff, leaving the queue
  *               watchdog.c  automatic renewal and lost-lock notification
+ *               stock.c     counted stock per SKU with leased reservations, on node 0
+ *                           (its scripts and key layout with it)
  *   client      client.c    dlock_client: config, the node list, the connection pool
  *
  * The transport knows nothing above it: a node carries the rules its connections
@@ -308,6 +310,10 @@ enum dlock__script_id {
     DLOCK_SCRIPT_LEAVE,
     DLOCK_SCRIPT_RENEW,
     DLOCK_SCRIPT_REFRESH,
+    /* stock.c's, whose bodies live there (it says why) */
+    DLOCK_SCRIPT_STOCK_UPDATE,
+    DLOCK_SCRIPT_STOCK_RESERVE,
+    DLOCK_SCRIPT_STOCK_END,
     DLOCK_SCRIPT_COUNT
 };
 
@@ -353,6 +359,12 @@ void dlock__call_free(dlock__call *call);
 int dlock__call_eval(dlock__call *call);
 /* Point reqs[0..n) at call, awaited or not, resent as EVAL on -NOSCRIPT. */
 void dlock__call_reqs(dlock__call *call, dlock__req *reqs, int n, bool await);
+
+/* ---- stock.c (its scripts, registered in scripts.c's table) ------------------ */
+
+extern const char dlock__stock_update_lua[];
+extern const char dlock__stock_reserve_lua[];
+extern const char dlock__stock_end_lua[];
 
 /* ---- wait.c ----------------------------------------------------------------- */
 

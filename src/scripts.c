@@ -269,13 +269,23 @@ static const char *const bodies[DLOCK_SCRIPT_COUNT] = {
     [DLOCK_SCRIPT_REFRESH] = refresh_lua,
 };
 
+/* A script's body: the locks' from the table above, the stock's from stock.c, which
+ * keeps them beside the calls that decode their replies (it says why). */
+static const char *body(enum dlock__script_id id)
+{
+    static const char *const stock[] = {dlock__stock_update_lua, dlock__stock_reserve_lua,
+                                        dlock__stock_end_lua};
+    _Static_assert(DLOCK_SCRIPT_COUNT - DLOCK_SCRIPT_STOCK_UPDATE == 3, "one body per script");
+    return id >= DLOCK_SCRIPT_STOCK_UPDATE ? stock[id - DLOCK_SCRIPT_STOCK_UPDATE] : bodies[id];
+}
+
 int dlock__scripts_init(dlock__scripts *s, dlock__err *e)
 {
     static const char hex[] = "0123456789abcdef";
     for (int i = 0; i < DLOCK_SCRIPT_COUNT; i++) {
         unsigned char md[EVP_MAX_MD_SIZE];
         unsigned int len = 0;
-        if (!EVP_Digest(bodies[i], strlen(bodies[i]), md, &len, EVP_sha1(), NULL) || len != 20)
+        if (!EVP_Digest(body(i), strlen(body(i)), md, &len, EVP_sha1(), NULL) || len != 20)
             return dlock__err_set(e, DLOCK_ERR_NOMEM, "SHA1 of a script failed (OpenSSL)");
         for (unsigned int k = 0; k < len; k++) {
             s->sha[i][2 * k] = hex[md[k] >> 4];
@@ -355,7 +365,7 @@ int dlock__call_eval(dlock__call *call)
 {
     if (call->eval != NULL)
         return DLOCK_OK;
-    return format("EVAL", bodies[call->id], call->nkeys, call->nargs, call->args, call->lens,
+    return format("EVAL", body(call->id), call->nkeys, call->nargs, call->args, call->lens,
                   &call->eval, &call->eval_len);
 }
 

@@ -1,0 +1,789 @@
+/*
+ * stock.c: a counted stock per SKU with leased reservations (dlock_stock_*): set and
+ * add stock, reserve units for a lease, commit (sold), cancel (back), extend, status.
+ *
+ * Key layout, with prefix P and SKU s (all in the hash tag {s}, so one Cluster slot,
+ * and all in the ":stock" family, apart from the lock keys of a lock named s, which
+ * are P{s} and P{s}:<word> for words other than "stock"):
+ *   P{s}:stock        hash: total (the stock set), sold, reserved (units)
+ *   P{s}:stock:res    sorted set: live reservation id -> lease end (server ms)
+ *   P{s}:stock:qty    hash: live reservation id -> units
+ *   P{s}:stock:done   sorted set: committed id -> commit time (server ms), kept
+ *                     DLOCK_STOCK_COMMIT_RETENTION_MS for repeated commits
+ *   P{s}:stock:wait   sorted set: waiting reserve id -> ticket (arrival, server us)
+ *   P{s}:stock:winfo  hash: waiting reserve id -> "<units> <deadline ms> <channel>"
+ * The stock hash never expires (it is the data); the others empty themselves or
+ * expire (done: a retention after the last commit; the waiters' keys:
+ * DLOCK_QUEUE_TTL_MS after the last waiter's last word).
+ *
+ * The invariant, sold + reserved + available == total with available >= 0 (so sold
+ * never exceeds total), holds because every change is one script on one server, which
+ * checks it before it writes: a reserve takes units only if that many are available,
+ * a set or add that would leave fewer than sold + reserved is refused, and each
+ * transition of a reservation (granted, committed, canceled, run out) moves its units
+ * between two of the counts in the same script that changes the reservation. A lease
+ * that runs out is not an event on the server: every script first returns the units
+ * of the reservations whose lease end (on the server's TIME) has passed, status
+ * included, so no call ever sees units held by a lease that is over.
+ *
+ * Where it lives: with N > 1 servers, on the first of the list only, through the
+ * round machinery with a command for node 0 and none for the others. A counter needs
+ * every change applied exactly once in one order; a quorum of independent masters
+ * cannot give that (a unit sold on nodes 1-2 and another on 2-3 are both "sold" with
+ * different counts on each node). Errors are node 0's own, as for N = 1.
+ *
+ * Waiting uses the locks' wake-up path (wait.c): a waiting reserve is a member of the
+ * SKU's waiters set, carrying its id (its wake-up token) and its client's channel;
+ * any script that frees units (a cancel, a restock, leases found run out, a waiter
+ * giving up) publishes the id of each waiter that the free units now serve. An expiry
+ * publishes nothing by itself, so a busy reply carries the time until the earliest
+ * lease ends, and the waiter retries then; every DLOCK_QUEUE_REFRESH_MS its retry
+ * also renews its place (a waiter that died is dropped DLOCK_QUEUE_TTL_MS after its
+ * last retry). Waiters are served in arrival order, strictly: a reserve, waiting or
+ * not, gets units only if what is available covers it and every waiter before it (a
+ * reserve that does not wait counts as arriving last). So a 5-unit buyer at the head
+ * is served before any 1-unit buyer behind it, however many of those come; the price
+ * is that a head waiter that died holds the others back until its place lapses. A
+ * waiter asking for more than is unsold (total - sold) could only be served by a
+ * restock: it is not counted, it is woken, and its retry fails at once.
+ *
+ * The scripts are here rather than in scripts.c, because the invariant's argument is
+ * in their bodies and the calls below decode their replies: the stock is one concern,
+ * read in one file. scripts.c only registers them in its table, which is what the
+ * SHA1s and the -NOSCRIPT resend index.
+ */
+#include "internal.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ---- the scripts --------------------------------------------------------------- */
+
+/*
+ * What every stock script does first, with the six keys above as KEYS in that order:
+ * read the server's TIME (now, in ms), return the units of the reservations whose
+ * lease ended (freed), and read the counts (total, sold, reserved). Numbers are sent
+ * to Redis through int() (string.format %d): Lua's own conversion of a large number
+ * may use an exponent. Counts stay below 2^53, where Lua's doubles are exact.
+ * replicate_commands lets a Redis older than 5 write after TIME.
+ */
+#define STOCK_PRELUDE_LUA                                                                          \
+    "if redis.replicate_commands then redis.replicate_commands() end\n"                            \
+    "local K = KEYS\n"                                                                             \
+    "local function int(x) return string.format('%d', x) end\n"                                    \
+    "local t = redis.call('TIME')\n"                                                               \
+    "local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)\n"                      \
+    "local freed = 0\n"                                                                            \
+    "while true do\n"                                                                              \
+    "  local gone = redis.call('ZRANGEBYSCORE', K[2], '-inf', now, 'LIMIT', 0, 256)\n"             \
+    "  if #gone == 0 then break end\n"                                                             \
+    "  local q = redis.call('HMGET', K[3], unpack(gone))\n"                                        \
+    "  for i = 1, #gone do freed = freed + (tonumber(q[i]) or 0) end\n"                            \
+    "  redis.call('ZREM', K[2], unpack(gone))\n"                                                   \
+    "  redis.call('HDEL', K[3], unpack(gone))\n"                                                   \
+    "  if #gone < 256 then break end\n"                                                            \
+    "end\n"                                                                                        \
+    "local st = redis.call('HMGET', K[1], 'total', 'sold', 'reserved')\n"                          \
+    "local total, sold = tonumber(st[1]) or 0, tonumber(st[2]) or 0\n"                             \
+    "local reserved = (tonumber(st[3]) or 0) - freed\n"                                            \
+    "if freed > 0 then redis.call('HSET', K[1], 'reserved', int(reserved)) end\n"
+
+/* The waiters: an entry is "<units> <deadline ms> <channel>"; drop() removes one.
+ * wake() publishes, in arrival order, the id of each waiter that the available units
+ * serve after those before it, stopping at the first they do not; a waiter that asks
+ * for more than is unsold is woken (its retry fails at once) and not counted; a
+ * waiter past its deadline (it stopped retrying: it died) is dropped. */
+#define STOCK_WAITERS_LUA                                                                          \
+    "local function waiter(id)\n"                                                                  \
+    "  local v = redis.call('HGET', K[6], id)\n"                                                   \
+    "  if not v then return nil end\n"                                                             \
+    "  local q, d, ch = string.match(v, '^(%d+) (%d+) (.*)$')\n"                                   \
+    "  return tonumber(q), tonumber(d), ch\n"                                                      \
+    "end\n"                                                                                        \
+    "local function drop(id)\n"                                                                    \
+    "  redis.call('ZREM', K[5], id)\n"                                                             \
+    "  redis.call('HDEL', K[6], id)\n"                                                             \
+    "end\n"                                                                                        \
+    "local function wake()\n"                                                                      \
+    "  local avail, unsold, sum = total - sold - reserved, total - sold, 0\n"                      \
+    "  for _, id in ipairs(redis.call('ZRANGE', K[5], 0, -1)) do\n"                                \
+    "    local q, d, ch = waiter(id)\n"                                                            \
+    "    if not q or d <= now then\n"                                                              \
+    "      drop(id)\n"                                                                             \
+    "    elseif q > unsold then\n"                                                                 \
+    "      redis.call('PUBLISH', ch, id)\n"                                                        \
+    "    else\n"                                                                                   \
+    "      sum = sum + q\n"                                                                        \
+    "      if sum > avail then return end\n"                                                       \
+    "      redis.call('PUBLISH', ch, id)\n"                                                        \
+    "    end\n"                                                                                    \
+    "  end\n"                                                                                      \
+    "end\n"
+
+/*
+ * STOCK_UPDATE  ARGV: mode ("set", "add", "get"), value, DLOCK_STOCK_QTY_MAX
+ * -> {code, total, sold, reserved, reservations, waiters}: code 1 done, 0 refused (the
+ * new total would be below sold + reserved), -1 refused (above the maximum). "get" is
+ * dlock_stock_status: it changes nothing but what the prelude returns to the stock.
+ */
+const char dlock__stock_update_lua[] = STOCK_PRELUDE_LUA STOCK_WAITERS_LUA
+    "local code, v = 1, tonumber(ARGV[2])\n"
+    "if ARGV[1] ~= 'get' then\n"
+    "  if ARGV[1] == 'add' then v = total + v end\n"
+    "  if v < sold + reserved then code = 0\n"
+    "  elseif v > tonumber(ARGV[3]) then code = -1\n"
+    "  else\n"
+    "    total = v\n"
+    "    redis.call('HSET', K[1], 'total', int(total), 'sold', int(sold), 'reserved',\n"
+    "               int(reserved))\n"
+    "  end\n"
+    "end\n"
+    "if freed > 0 or (code == 1 and ARGV[1] ~= 'get') then wake() end\n"
+    "return {code, total, sold, reserved, redis.call('ZCARD', K[2]),\n"
+    "        redis.call('ZCARD', K[5])}\n";
+
+/*
+ * STOCK_RESERVE  ARGV: id, units, lease ms, queued ("1": a waiting reserve, which
+ *                      joins or stays among the waiters when refused), channel,
+ *                      waiter ttl ms
+ * -> {1, available after}: granted (also when id already holds its reservation: an
+ *    attempt retried after a lost reply must not take the units twice);
+ *    {0, available, units wanted by the waiters before it, those waiters, ms until
+ *    the earliest lease ends or -1, 1 when the waiters were counted only until they
+ *    wanted more than is available}: not enough now;
+ *    {-1, unsold, total}: more than is unsold; only a restock could serve it.
+ * A grant costs TIME, ZRANGEBYSCORE, HMGET, HEXISTS, ZRANGE (the waiters), HSET, ZADD
+ * and HSET.
+ */
+const char dlock__stock_reserve_lua[] = STOCK_PRELUDE_LUA STOCK_WAITERS_LUA
+    "local id, qty, queued = ARGV[1], tonumber(ARGV[2]), ARGV[4] == '1'\n"
+    "local avail = total - sold - reserved\n"
+    "if redis.call('HEXISTS', K[3], id) == 1 then\n"
+    "  if queued then drop(id) end\n"
+    "  return {1, avail}\n"
+    "end\n"
+    "if qty > total - sold then\n"
+    "  if queued then drop(id) end\n"
+    "  if freed > 0 then wake() end\n"
+    "  return {-1, total - sold, total}\n"
+    "end\n"
+    "local before, n, more = 0, 0, 0\n"
+    "for _, w in ipairs(redis.call('ZRANGE', K[5], 0, -1)) do\n"
+    "  if w == id then break end\n"
+    "  if before + qty > avail then\n"
+    "    more = 1\n"
+    "    break\n"
+    "  end\n"
+    "  local q, d = waiter(w)\n"
+    "  if not q or d <= now then\n"
+    "    drop(w)\n"
+    "  elseif q <= total - sold then\n"
+    "    before, n = before + q, n + 1\n"
+    "  end\n"
+    "end\n"
+    "if before + qty <= avail then\n"
+    "  redis.call('HSET', K[3], id, ARGV[2])\n"
+    "  redis.call('ZADD', K[2], int(now + tonumber(ARGV[3])), id)\n"
+    "  reserved = reserved + qty\n"
+    "  redis.call('HSET', K[1], 'reserved', int(reserved))\n"
+    "  if queued then drop(id) end\n"
+    "  if freed > 0 then wake() end\n"
+    "  return {1, avail - qty}\n"
+    "end\n"
+    "if queued then\n"
+    "  redis.call('ZADD', K[5], 'NX', int(tonumber(t[1]) * 1000000 + tonumber(t[2])), id)\n"
+    "  redis.call('HSET', K[6], id, ARGV[2] .. ' ' .. int(now + tonumber(ARGV[6])) .. ' ' ..\n"
+    "             ARGV[5])\n"
+    "  redis.call('PEXPIRE', K[5], ARGV[6])\n"
+    "  redis.call('PEXPIRE', K[6], ARGV[6])\n"
+    "end\n"
+    "if freed > 0 then wake() end\n"
+    "local first = redis.call('ZRANGE', K[2], 0, 0, 'WITHSCORES')[2]\n"
+    "local next_ms = -1\n"
+    "if first then next_ms = math.max(tonumber(first) - now, 0) end\n"
+    "return {0, avail, before, n, next_ms, more}\n";
+
+/*
+ * STOCK_END  ARGV: mode ("commit", "cancel", "extend", "leave"), id, ms (commit: the
+ *                  retention; extend: the lease)
+ * -> 1 done; 2 a repeated commit (done before: nothing counted); 0 no such live
+ *    reservation; -1 it was committed (it cannot be canceled or extended).
+ * "leave" is a reserve that gives up: out of the waiters, and a reservation it may
+ * have been granted unseen (its reply was lost) goes back; always 1.
+ */
+const char dlock__stock_end_lua[] = STOCK_PRELUDE_LUA STOCK_WAITERS_LUA
+    "local mode, id = ARGV[1], ARGV[2]\n"
+    "local q = tonumber(redis.call('HGET', K[3], id))\n"
+    "if mode == 'leave' then\n"
+    "  drop(id)\n"
+    "  mode = 'cancel'\n"
+    "  if not q then\n"
+    "    wake()\n"
+    "    return 1\n"
+    "  end\n"
+    "end\n"
+    "if not q then\n"
+    "  if freed > 0 then wake() end\n"
+    "  if redis.call('ZSCORE', K[4], id) then\n"
+    "    if mode == 'commit' then return 2 end\n"
+    "    return -1\n"
+    "  end\n"
+    "  return 0\n"
+    "end\n"
+    "if mode == 'extend' then\n"
+    "  redis.call('ZADD', K[2], 'XX', int(now + tonumber(ARGV[3])), id)\n"
+    "  if freed > 0 then wake() end\n"
+    "  return 1\n"
+    "end\n"
+    "redis.call('HDEL', K[3], id)\n"
+    "redis.call('ZREM', K[2], id)\n"
+    "reserved = reserved - q\n"
+    "if mode == 'commit' then\n"
+    "  sold = sold + q\n"
+    "  redis.call('HSET', K[1], 'sold', int(sold), 'reserved', int(reserved))\n"
+    "  redis.call('ZADD', K[4], int(now), id)\n"
+    "  redis.call('ZREMRANGEBYSCORE', K[4], '-inf', int(now - tonumber(ARGV[3])))\n"
+    "  redis.call('PEXPIRE', K[4], ARGV[3])\n"
+    "else\n"
+    "  redis.call('HSET', K[1], 'reserved', int(reserved))\n"
+    "end\n"
+    "wake()\n"
+    "return 1\n";
+
+/* ---- one call on the SKU's server ------------------------------------------------ */
+
+#define STOCK_NKEYS 6
+
+/* The keys of one SKU (the layout above), in one allocation. */
+typedef struct stock_keys {
+    char *buf;
+    const char *key[STOCK_NKEYS];
+    size_t len[STOCK_NKEYS];
+} stock_keys;
+
+static int keys_make(const dlock_client *c, const char *sku, stock_keys *k, dlock__err *e)
+{
+    static const char *const suffix[STOCK_NKEYS] = {":stock",      ":stock:res",  ":stock:qty",
+                                                    ":stock:done", ":stock:wait", ":stock:winfo"};
+    size_t sku_len = strlen(sku), total = 0;
+    for (int i = 0; i < STOCK_NKEYS; i++)
+        total += c->prefix_len + sku_len + sizeof "{}" + strlen(suffix[i]);
+    if ((k->buf = dlock__malloc(total)) == NULL)
+        return dlock__err_set(e, DLOCK_ERR_NOMEM, "out of memory");
+    char *p = k->buf;
+    for (int i = 0; i < STOCK_NKEYS; i++) {
+        int n = snprintf(p, total - (size_t)(p - k->buf), "%.*s{%s}%s", (int)c->prefix_len,
+                         c->prefix, sku, suffix[i]);
+        k->key[i] = p;
+        k->len[i] = (size_t)n;
+        p += n + 1;
+    }
+    return DLOCK_OK;
+}
+
+/* One stock call: the client, the SKU's keys and a round (a connection set). */
+typedef struct stock_op {
+    dlock_client *c;
+    stock_keys k;
+    dlock__round rd;
+} stock_op;
+
+static int check_sku(const char *sku, dlock__err *e)
+{
+    if (sku == NULL)
+        return dlock__err_set(e, DLOCK_ERR_INVALID, "sku is NULL");
+    size_t len = strnlen(sku, DLOCK_NAME_MAX + 1);
+    if (len == 0)
+        return dlock__err_set(e, DLOCK_ERR_INVALID, "sku is empty");
+    if (len > DLOCK_NAME_MAX)
+        return dlock__err_set(e, DLOCK_ERR_INVALID, "sku longer than %d bytes", DLOCK_NAME_MAX);
+    return DLOCK_OK;
+}
+
+static int check_id(const char *id, dlock__err *e)
+{
+    if (id == NULL)
+        return dlock__err_set(e, DLOCK_ERR_INVALID, "reservation id is NULL");
+    if (!dlock__token_valid(id))
+        return dlock__err_set(e, DLOCK_ERR_INVALID,
+                              "reservation id must be %d lowercase hex characters",
+                              DLOCK_TOKEN_LEN);
+    return DLOCK_OK;
+}
+
+/* Check the client and the SKU, and make the keys and the round. */
+static int op_begin(stock_op *op, dlock_client *c, const char *sku, dlock__err *e)
+{
+    memset(op, 0, sizeof *op);
+    op->c = c;
+    int rc = dlock__client_enter(c, e);
+    if (rc != DLOCK_OK || (rc = check_sku(sku, e)) != DLOCK_OK ||
+        (rc = keys_make(c, sku, &op->k, e)) != DLOCK_OK)
+        return rc;
+    return dlock__round_begin(c, &op->rd, e);
+}
+
+static void op_end(stock_op *op)
+{
+    if (op->rd.set != NULL)
+        dlock__round_end(op->c, &op->rd);
+    free(op->k.buf);
+    op->k.buf = NULL;
+}
+
+/* The arguments of a stock script: the SKU's keys, then the script's own. They outlive
+ * the formatting: the call borrows them for its EVAL form. */
+#define STOCK_ARGS_MAX 6
+typedef struct stock_args {
+    const char *arg[STOCK_NKEYS + STOCK_ARGS_MAX];
+    size_t len[STOCK_NKEYS + STOCK_ARGS_MAX];
+    int n;
+} stock_args;
+
+static void args_init(stock_args *a, const stock_op *op)
+{
+    for (int i = 0; i < STOCK_NKEYS; i++) {
+        a->arg[i] = op->k.key[i];
+        a->len[i] = op->k.len[i];
+    }
+    a->n = STOCK_NKEYS;
+}
+
+static void args_add(stock_args *a, const char *s)
+{
+    a->arg[a->n] = s;
+    a->len[a->n++] = strlen(s);
+}
+
+static int format_call(const stock_op *op, enum dlock__script_id id, const stock_args *a,
+                       dlock__call *call, dlock__err *e)
+{
+    return dlock__call_format(&op->c->scripts, id, STOCK_NKEYS, a->n, a->arg, a->len, call, e);
+}
+
+/* Run a script on the SKU's server (node 0; the other nodes get no command). DLOCK_OK
+ * with the reply in *out (the caller frees it), or the node's own error, with
+ * *sent_maybe telling whether the server may have run the script all the same. */
+static int run(stock_op *op, enum dlock__script_id id, const stock_args *a, const char *what,
+               int type, redisReply **out, bool *sent_maybe, dlock__err *e)
+{
+    dlock__call call;
+    *out = NULL;
+    if (sent_maybe != NULL)
+        *sent_maybe = false;
+    int rc = format_call(op, id, a, &call, e);
+    if (rc != DLOCK_OK)
+        return rc;
+    dlock__round *rd = &op->rd;
+    dlock__round_free_replies(op->c, rd);
+    dlock__call_reqs(&call, rd->reqs, 1, true);
+    rd->start_us = dlock__now_us();
+    dlock__fanout(rd->set->conns, rd->reqs, op->c->n);
+    rd->end_us = dlock__now_us();
+    dlock__tally t = {0};
+    dlock__req *r = &rd->reqs[0];
+    if (dlock__tally_reply(&t, r, &rd->set->conns[0], what, type)) {
+        *out = r->reply;
+        r->reply = NULL;
+    } else {
+        /* A command held behind a handshake that never finished was never sent; any
+         * other failure may have come after the server ran it. */
+        if (sent_maybe != NULL)
+            *sent_maybe = !r->held && t.last_err != DLOCK_ERR_NOMEM;
+        rc = dlock__err_set(e, t.last_err, "%s", r->detail);
+    }
+    dlock__call_free(&call);
+    return rc;
+}
+
+/* Send a script on the SKU's server, not awaited (a reserve that gives up). */
+static void send_only(stock_op *op, enum dlock__script_id id, const stock_args *a)
+{
+    dlock__call call;
+    dlock__err ignored;
+    bool mask[DLOCK_SERVERS_MAX] = {true};
+    if (format_call(op, id, a, &call, &ignored) != DLOCK_OK)
+        return; /* the waiter's place lapses, a reservation's lease runs out */
+    dlock__round_send(op->c, op->rd.set, &call, mask);
+    dlock__call_free(&call);
+}
+
+/* The integers of an array reply, at least n of them, into v[]; false (with a detail
+ * and DLOCK_ERR_PROTOCOL) for another shape. */
+static bool reply_ints(const stock_op *op, const redisReply *r, const char *what, long long *v,
+                       size_t n, size_t *got, dlock__err *e)
+{
+    bool ok = r->elements >= n && r->elements <= 8;
+    for (size_t i = 0; ok && i < r->elements; i++) {
+        ok = r->element[i]->type == REDIS_REPLY_INTEGER;
+        if (ok)
+            v[i] = r->element[i]->integer;
+    }
+    if (!ok) {
+        dlock__err_set(e, DLOCK_ERR_PROTOCOL, "%s: %s: unexpected reply shape",
+                       op->c->nodes[0].addr.display, what);
+        return false;
+    }
+    if (got != NULL)
+        *got = r->elements;
+    return true;
+}
+
+/* ---- set, add, status ------------------------------------------------------------ */
+
+static int update(dlock_client *c, const char *sku, const char *mode, int64_t value,
+                  dlock_stock_info *out, dlock__err *e)
+{
+    stock_op op;
+    int rc = op_begin(&op, c, sku, e);
+    if (rc != DLOCK_OK) {
+        op_end(&op);
+        return rc;
+    }
+    char v[24], max[24];
+    snprintf(v, sizeof v, "%lld", (long long)value);
+    snprintf(max, sizeof max, "%lld", (long long)DLOCK_STOCK_QTY_MAX);
+    stock_args a;
+    args_init(&a, &op);
+    args_add(&a, mode);
+    args_add(&a, v);
+    args_add(&a, max);
+    redisReply *r;
+    long long x[8];
+    if ((rc = run(&op, DLOCK_SCRIPT_STOCK_UPDATE, &a, "stock", REDIS_REPLY_ARRAY, &r, NULL, e)) !=
+        DLOCK_OK) {
+        op_end(&op);
+        return rc;
+    }
+    if (!reply_ints(&op, r, "stock", x, 6, NULL, e)) {
+        rc = DLOCK_ERR_PROTOCOL;
+    } else if (x[0] == 1) {
+        if (out != NULL) {
+            memset(out, 0, sizeof *out);
+            out->stock = x[1];
+            out->sold = x[2];
+            out->reserved = x[3];
+            out->available = x[1] - x[2] - x[3];
+            out->reservations = x[4];
+            out->waiters = x[5];
+        }
+    } else if (x[0] == 0 && strcmp(mode, "set") == 0) {
+        rc = dlock__err_set(e, DLOCK_ERR_INVALID,
+                            "refused: %s has %lld units sold and %lld reserved, so its stock "
+                            "cannot be set to %lld",
+                            sku, x[2], x[3], (long long)value);
+    } else if (x[0] == 0) {
+        rc = dlock__err_set(e, DLOCK_ERR_INVALID,
+                            "refused: %s has only %lld units available (stock %lld, sold %lld, "
+                            "reserved %lld): %lld cannot be taken away",
+                            sku, x[1] - x[2] - x[3], x[1], x[2], x[3], -(long long)value);
+    } else {
+        rc = dlock__err_set(e, DLOCK_ERR_INVALID,
+                            "refused: the stock of %s (%lld) cannot grow past %lld units", sku,
+                            x[1], (long long)DLOCK_STOCK_QTY_MAX);
+    }
+    freeReplyObject(r);
+    op_end(&op);
+    return rc;
+}
+
+int dlock_stock_set(dlock_client *c, const char *sku, int64_t qty, dlock_stock_info *out)
+{
+    dlock__err e;
+    if (qty < 0 || qty > DLOCK_STOCK_QTY_MAX)
+        return dlock__fail(DLOCK_ERR_INVALID, "stock %lld is outside [0, %lld]", (long long)qty,
+                           (long long)DLOCK_STOCK_QTY_MAX);
+    int rc = update(c, sku, "set", qty, out, &e);
+    return dlock__err_raise(&e, rc);
+}
+
+int dlock_stock_add(dlock_client *c, const char *sku, int64_t delta, dlock_stock_info *out)
+{
+    dlock__err e;
+    if (delta == 0)
+        return dlock__fail(DLOCK_ERR_INVALID, "delta 0 adds nothing");
+    if (delta < -DLOCK_STOCK_QTY_MAX || delta > DLOCK_STOCK_QTY_MAX)
+        return dlock__fail(DLOCK_ERR_INVALID, "delta %lld is outside [-%lld, %lld]",
+                           (long long)delta, (long long)DLOCK_STOCK_QTY_MAX,
+                           (long long)DLOCK_STOCK_QTY_MAX);
+    int rc = update(c, sku, "add", delta, out, &e);
+    return dlock__err_raise(&e, rc);
+}
+
+int dlock_stock_status(dlock_client *c, const char *sku, dlock_stock_info *out)
+{
+    dlock__err e;
+    if (out == NULL)
+        return dlock__fail(DLOCK_ERR_INVALID, "out is NULL");
+    memset(out, 0, sizeof *out);
+    int rc = update(c, sku, "get", 0, out, &e);
+    return dlock__err_raise(&e, rc);
+}
+
+/* ---- commit, cancel, extend ------------------------------------------------------ */
+
+static int end_reservation(dlock_client *c, const char *sku, const char *id, const char *mode,
+                           int64_t ms, dlock__err *e)
+{
+    stock_op op;
+    int rc = check_id(id, e);
+    if (rc != DLOCK_OK)
+        return rc;
+    if ((rc = op_begin(&op, c, sku, e)) != DLOCK_OK) {
+        op_end(&op);
+        return rc;
+    }
+    char v[24];
+    snprintf(v, sizeof v, "%lld", (long long)ms);
+    stock_args a;
+    args_init(&a, &op);
+    args_add(&a, mode);
+    args_add(&a, id);
+    args_add(&a, v);
+    redisReply *r;
+    rc = run(&op, DLOCK_SCRIPT_STOCK_END, &a, mode, REDIS_REPLY_INTEGER, &r, NULL, e);
+    if (rc == DLOCK_OK) {
+        long long x = r->integer;
+        if (x == 1 || x == 2)
+            rc = DLOCK_OK;
+        else if (x == 0)
+            rc = dlock__err_set(e, DLOCK_ERR_LOST,
+                                "%s: no such reservation of %s (unknown, canceled, or its lease "
+                                "ran out and its units went back)",
+                                mode, sku);
+        else if (x == -1)
+            rc = dlock__err_set(e, DLOCK_ERR_LOST,
+                                "%s: the reservation was committed: its units are sold", mode);
+        else
+            rc = dlock__err_set(e, DLOCK_ERR_PROTOCOL, "%s: %s: unexpected reply %lld",
+                                c->nodes[0].addr.display, mode, x);
+        freeReplyObject(r);
+    }
+    op_end(&op);
+    return rc;
+}
+
+int dlock_stock_commit(dlock_client *c, const char *sku, const char *id)
+{
+    dlock__err e;
+    memset(&e, 0, sizeof e);
+    int rc = end_reservation(c, sku, id, "commit", DLOCK_STOCK_COMMIT_RETENTION_MS, &e);
+    return dlock__err_raise(&e, rc);
+}
+
+int dlock_stock_cancel(dlock_client *c, const char *sku, const char *id)
+{
+    dlock__err e;
+    memset(&e, 0, sizeof e);
+    int rc = end_reservation(c, sku, id, "cancel", 0, &e);
+    return dlock__err_raise(&e, rc);
+}
+
+int dlock_stock_extend(dlock_client *c, const char *sku, const char *id, int64_t lease_ms)
+{
+    dlock__err e;
+    memset(&e, 0, sizeof e);
+    int rc = dlock__check_ttl(lease_ms, "lease_ms", &e);
+    if (rc == DLOCK_OK)
+        rc = end_reservation(c, sku, id, "extend", lease_ms, &e);
+    return dlock__err_raise(&e, rc);
+}
+
+/* ---- reserve --------------------------------------------------------------------- */
+
+static int check_reserve_opts(const dlock_reserve_opts *o, int64_t *lease_ms, int64_t *wait_ms,
+                              dlock__err *e)
+{
+    static const dlock_reserve_opts defaults = {0};
+    if (o == NULL)
+        o = &defaults;
+    for (size_t i = 0; i < sizeof o->reserved / sizeof *o->reserved; i++)
+        if (o->reserved[i] != 0)
+            return dlock__err_set(e, DLOCK_ERR_INVALID, "dlock_reserve_opts.reserved must be zero");
+    if (o->reserved32 != 0)
+        return dlock__err_set(e, DLOCK_ERR_INVALID, "dlock_reserve_opts.reserved32 must be zero");
+    *lease_ms = o->lease_ms ? o->lease_ms : DLOCK_STOCK_LEASE_DEFAULT_MS;
+    int rc = dlock__check_ttl(*lease_ms, "lease_ms", e);
+    if (rc != DLOCK_OK)
+        return rc;
+    *wait_ms = o->wait_ms;
+    if (*wait_ms < -1)
+        return dlock__err_set(e, DLOCK_ERR_INVALID, "wait_ms %lld: use -1 (forever), 0 or more",
+                              (long long)*wait_ms);
+    if (o->cancel_fd < 0)
+        return dlock__err_set(e, DLOCK_ERR_INVALID, "cancel_fd is negative (0 means none)");
+    return DLOCK_OK;
+}
+
+/* What one reserve asks for, the same in every attempt but for "queued". */
+typedef struct reserve_req {
+    const char *sku;
+    int64_t qty;
+    char id[DLOCK_TOKEN_LEN + 1];
+    char qty_s[24], lease_s[24], wttl_s[24];
+    bool queued;
+} reserve_req;
+
+/* What a refused attempt learned. */
+typedef struct reserve_busy {
+    long long next_ms; /* until the earliest lease ends; -1: no lease */
+} reserve_busy;
+
+static void reserve_args(const stock_op *op, const reserve_req *q, const char *chan, stock_args *a)
+{
+    args_init(a, op);
+    args_add(a, q->id);
+    args_add(a, q->qty_s);
+    args_add(a, q->lease_s);
+    args_add(a, q->queued ? "1" : "0");
+    args_add(a, chan);
+    args_add(a, q->wttl_s);
+}
+
+/* One attempt: DLOCK_OK granted; DLOCK_ERR_BUSY refused, with why in e and b set;
+ * DLOCK_ERR_BUSY with b->next_ms -2 when no wait can help; else the node's error. */
+static int reserve_attempt(stock_op *op, const reserve_req *q, reserve_busy *b, bool *sent_maybe,
+                           dlock__err *e)
+{
+    stock_args a;
+    reserve_args(op, q, op->c->wake_chan, &a);
+    redisReply *r;
+    long long x[8];
+    size_t n;
+    int rc =
+        run(op, DLOCK_SCRIPT_STOCK_RESERVE, &a, "reserve", REDIS_REPLY_ARRAY, &r, sent_maybe, e);
+    if (rc != DLOCK_OK)
+        return rc;
+    if (!reply_ints(op, r, "reserve", x, 2, &n, e)) {
+        /* The script ran: it may have granted. */
+        *sent_maybe = true;
+        rc = DLOCK_ERR_PROTOCOL;
+    } else if (x[0] == 1) {
+        rc = DLOCK_OK;
+    } else if (x[0] == -1 && n >= 3) {
+        b->next_ms = -2;
+        rc = dlock__err_set(e, DLOCK_ERR_BUSY,
+                            "only %lld units of %s are unsold (stock %lld): %lld cannot be "
+                            "reserved without a restock",
+                            x[1], q->sku, x[2], (long long)q->qty);
+    } else if (x[0] == 0 && n >= 6) {
+        b->next_ms = x[4] < DLOCK_TTL_MAX_MS ? x[4] : DLOCK_TTL_MAX_MS;
+        rc = dlock__err_set(e, DLOCK_ERR_BUSY, "%lld units of %s available, %lld wanted",
+                            x[1] > 0 ? x[1] : 0, q->sku, (long long)q->qty);
+        if (x[3] > 0)
+            dlock__err_append(e, "%s%lld earlier waiter(s) come first with %s%lld units",
+                              x[5] ? "at least " : "", x[3], x[5] ? "at least " : "", x[2]);
+    } else {
+        *sent_maybe = true;
+        rc = dlock__err_set(e, DLOCK_ERR_PROTOCOL, "%s: reserve: unexpected reply %lld",
+                            op->c->nodes[0].addr.display, x[0]);
+    }
+    freeReplyObject(r);
+    return rc;
+}
+
+static bool permanent(int err)
+{
+    return err == DLOCK_ERR_AUTH || err == DLOCK_ERR_PROTOCOL || err == DLOCK_ERR_INVALID ||
+           err == DLOCK_ERR_NOMEM;
+}
+
+int dlock_stock_reserve(dlock_client *c, const char *sku, int64_t qty,
+                        const dlock_reserve_opts *opts, char id[DLOCK_TOKEN_LEN + 1])
+{
+    dlock__err e;
+    if (id == NULL)
+        return dlock__fail(DLOCK_ERR_INVALID, "id is NULL (it receives the reservation id)");
+    id[0] = '\0';
+    int64_t lease_ms = 0, wait_ms = 0;
+    int rc = dlock__client_enter(c, &e);
+    if (rc != DLOCK_OK || (rc = check_sku(sku, &e)) != DLOCK_OK ||
+        (rc = check_reserve_opts(opts, &lease_ms, &wait_ms, &e)) != DLOCK_OK)
+        return dlock__err_raise(&e, rc);
+    if (qty < 1 || qty > DLOCK_STOCK_QTY_MAX)
+        return dlock__fail(DLOCK_ERR_INVALID, "qty %lld is outside [1, %lld]", (long long)qty,
+                           (long long)DLOCK_STOCK_QTY_MAX);
+    int cancel_fd = opts ? opts->cancel_fd : 0;
+
+    reserve_req q;
+    memset(&q, 0, sizeof q);
+    q.sku = sku;
+    q.qty = qty;
+    snprintf(q.qty_s, sizeof q.qty_s, "%lld", (long long)qty);
+    snprintf(q.lease_s, sizeof q.lease_s, "%lld", (long long)lease_ms);
+    snprintf(q.wttl_s, sizeof q.wttl_s, "%d", DLOCK_QUEUE_TTL_MS);
+    if ((rc = dlock__token_new(q.id)) != DLOCK_OK)
+        return dlock__fail(rc, "getrandom: %s", strerror(errno));
+    stock_op op;
+    if ((rc = op_begin(&op, c, sku, &e)) != DLOCK_OK) {
+        op_end(&op);
+        return dlock__err_raise(&e, rc);
+    }
+    /* A client already listening for wake-ups waits in the queue from its first
+     * attempt; another one tries first, and listens only if it must wait. */
+    dlock__waiter *w = NULL;
+    if (wait_ms != 0 && dlock__wait_join(c, q.id, true, &w) == DLOCK_OK)
+        q.queued = true;
+    int64_t start = dlock__now_us();
+    int64_t deadline =
+        wait_ms < 0 || wait_ms > INT64_C(3153600000000) ? INT64_MAX : start + wait_ms * 1000;
+    /* The server unreachable for longer than the connect timeout in a row ends even an
+     * endless wait, as for a lock: a wait is for units, not for an outage to end. */
+    int64_t outage_since = 0;
+    bool unknown = false; /* an attempt may have been granted unseen */
+    for (int n = 0;; n++) {
+        reserve_busy b = {-1};
+        bool sent_maybe = false;
+        rc = reserve_attempt(&op, &q, &b, &sent_maybe, &e);
+        unknown |= sent_maybe;
+        if (rc == DLOCK_OK || (rc == DLOCK_ERR_BUSY && b.next_ms == -2))
+            break;
+        int64_t now = dlock__now_us();
+        if (rc == DLOCK_ERR_BUSY) {
+            outage_since = 0;
+        } else {
+            if (outage_since == 0)
+                outage_since = now;
+            if (permanent(rc) || now - outage_since >= c->rules.connect_timeout_us)
+                break;
+        }
+        if (now >= deadline)
+            break;
+        if (rc == DLOCK_ERR_BUSY && w == NULL && dlock__wait_join(c, q.id, false, &w) == DLOCK_OK) {
+            /* Listening now: ask again at once, as a waiter, so that units freed
+             * between the refusal and the subscription are not missed. */
+            q.queued = true;
+            continue;
+        }
+        int src;
+        if (rc == DLOCK_ERR_BUSY && w != NULL) {
+            bool woken;
+            int64_t at = dlock__retry_at(now, b.next_ms >= 0 ? b.next_ms + 1 : 0, deadline);
+            src = dlock__wait_sleep(w, at, cancel_fd, &woken);
+        } else {
+            src = dlock__backoff(n, b.next_ms > 0 ? b.next_ms : 0, deadline, cancel_fd);
+        }
+        if (src != DLOCK_OK) {
+            rc = dlock__err_set(&e, src, "canceled through cancel_fd");
+            break;
+        }
+    }
+    if (w != NULL)
+        dlock__wait_leave(c, w);
+    if (rc != DLOCK_OK && (q.queued || unknown)) {
+        /* Given up: leave the waiters, and give back what an attempt whose reply was
+         * lost may have reserved. */
+        stock_args a;
+        args_init(&a, &op);
+        args_add(&a, "leave");
+        args_add(&a, q.id);
+        args_add(&a, "0");
+        send_only(&op, DLOCK_SCRIPT_STOCK_END, &a);
+    }
+    op_end(&op);
+    if (rc == DLOCK_OK)
+        memcpy(id, q.id, sizeof q.id);
+    return dlock__err_raise(&e, rc);
+}
