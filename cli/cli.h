@@ -19,6 +19,7 @@
  *   output.c    exit codes, error lines, the output of status (text and JSON)
  *   signals.c   signals by name (-k) and the names used in messages
  *   run*.c      `dlock run` (see run.h)
+ *   stock.c     `dlock stock SUBCOMMAND`: the stock with leased reservations
  *   duration.c  parsing and printing durations
  *   escape.c    untrusted bytes to a terminal or into JSON
  */
@@ -153,5 +154,12 @@ const char *cli_signal_label(int signo, char *buf, size_t len);
 
 /* `dlock run`: args are NAME, "--", CMD [ARG...] (NULL-terminated). */
 int cli_cmd_run(struct cli *cli, char **args, const struct cmd_opts *o);
+
+/* ---- stock.c ---- */
+
+/* `dlock stock SUBCOMMAND ...`: argv[0] is "stock". Parses the subcommand's options
+ * and operands, runs it, frees the client. Returns the exit code. */
+int cli_stock_main(struct cli *cli, int argc, char **argv);
+extern const char cli_stock_help[];
 
 #endif /* DLOCK_CLI_H */

@@ -27,6 +27,9 @@ const char cli_main_help[] =
     "  status NAME          who holds NAME, for how long, and its last fence\n"
     "  run [-t TTL] [-w WAIT] [-k SIGNAL] [-g GRACE] [-l LABEL] NAME -- CMD [ARG...]\n"
     "                       hold NAME while CMD runs, renewing it; exit with CMD's status\n"
+    "  stock SUBCOMMAND ... a SKU's stock, sold through reservations with a lease:\n"
+    "                       set|add SKU QTY, reserve [-t LEASE] [-w WAIT] SKU QTY,\n"
+    "                       commit|cancel|extend SKU ID, status SKU (dlock stock --help)\n"
     "\n"
     "Options (also accepted after the command):\n"
     "  -s, --servers URLS   comma-separated servers (default $DLOCK_SERVERS, else\n"
@@ -54,7 +57,9 @@ const char cli_main_help[] =
     "  77  authentication refused\n"
     "  126 run: CMD could not be executed\n"
     "  127 run: CMD not found\n"
-    "Otherwise run exits with CMD's status (128+n if signal n killed it).\n";
+    "Otherwise run exits with CMD's status (128+n if signal n killed it).\n"
+    "stock: 73 the reservation is unknown or its lease ran out; 75 QTY not available\n"
+    "within WAIT.\n";
 
 const char cli_acquire_help[] =
     "Usage: dlock [OPTIONS] acquire [-t TTL] [-w WAIT] [-l LABEL] NAME\n"

@@ -51,6 +51,10 @@ int main(int argc, char **argv)
     if (optind >= argc)
         return cli_usage_error(NULL, "no command given");
 
+    /* `dlock stock SUBCOMMAND`: each subcommand has its own options and operands. */
+    if (strcmp(argv[optind], "stock") == 0)
+        return cli_stock_main(&cli, argc - optind, argv + optind);
+
     const struct command *cmd = NULL;
     for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
         if (strcmp(argv[optind], commands[i].name) == 0)
