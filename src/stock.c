@@ -5,9 +5,11 @@
  * Key layout, with prefix P and SKU s (all in the hash tag {s}, so one Cluster slot,
  * and all in the ":stock" family, apart from the lock keys of a lock named s, which
  * are P{s} and P{s}:<word> for words other than "stock"):
- *   P{s}:stock        hash: total (the stock set), sold, reserved (units)
+ *   P{s}:stock        hash: total (the stock set), sold, reserved (units), waiting
+ *                     (waiting reserves), and r:<id> -> units of each live reservation
+ *                     (in the same hash, so that one HMGET reads a reservation with the
+ *                     counts, and one HSET writes both)
  *   P{s}:stock:res    sorted set: live reservation id -> lease end (server ms)
- *   P{s}:stock:qty    hash: live reservation id -> units
  *   P{s}:stock:done   sorted set: committed id -> commit time (server ms), kept
  *                     DLOCK_STOCK_COMMIT_RETENTION_MS for repeated commits
  *   P{s}:stock:wait   sorted set: waiting reserve id -> ticket (arrival, server us)
@@ -62,11 +64,14 @@
 /* ---- the scripts --------------------------------------------------------------- */
 
 /*
- * What every stock script does first, with the six keys above as KEYS in that order:
- * read the server's TIME (now, in ms), return the units of the reservations whose
- * lease ended (freed), and read the counts (total, sold, reserved). Numbers are sent
- * to Redis through int() (string.format %d): Lua's own conversion of a large number
- * may use an exponent. Counts stay below 2^53, where Lua's doubles are exact.
+ * What every stock script does first, with the five keys above as KEYS in that order
+ * and the reservation id its call is about as ARGV[1] ("" for none): read the
+ * server's TIME (now, in ms); return the units of the reservations whose lease ended
+ * (freed); read the counts (total, sold, reserved), the waiter count (waiting) and the
+ * units of the caller's reservation (mine: nil when it has none); st[5] is when the
+ * committed ids were last trimmed (see STOCK_END). Numbers go to Redis
+ * through int() (string.format %d): Lua's own conversion of a large number may use an
+ * exponent. Counts stay below 2^53, where Lua's doubles are exact.
  * replicate_commands lets a Redis older than 5 write after TIME.
  */
 #define STOCK_PRELUDE_LUA                                                                          \
@@ -79,36 +84,54 @@
     "while true do\n"                                                                              \
     "  local gone = redis.call('ZRANGEBYSCORE', K[2], '-inf', now, 'LIMIT', 0, 256)\n"             \
     "  if #gone == 0 then break end\n"                                                             \
-    "  local q = redis.call('HMGET', K[3], unpack(gone))\n"                                        \
-    "  for i = 1, #gone do freed = freed + (tonumber(q[i]) or 0) end\n"                            \
+    "  local f = {}\n"                                                                             \
+    "  for i = 1, #gone do f[i] = 'r:' .. gone[i] end\n"                                           \
+    "  for _, q in ipairs(redis.call('HMGET', K[1], unpack(f))) do\n"                              \
+    "    freed = freed + (tonumber(q) or 0)\n"                                                     \
+    "  end\n"                                                                                      \
     "  redis.call('ZREM', K[2], unpack(gone))\n"                                                   \
-    "  redis.call('HDEL', K[3], unpack(gone))\n"                                                   \
+    "  redis.call('HDEL', K[1], unpack(f))\n"                                                      \
     "  if #gone < 256 then break end\n"                                                            \
     "end\n"                                                                                        \
-    "local st = redis.call('HMGET', K[1], 'total', 'sold', 'reserved')\n"                          \
+    "local st = redis.call('HMGET', K[1], 'total', 'sold', 'reserved', 'waiting', 'trimmed',\n"    \
+    "                      'r:' .. ARGV[1])\n"                                                     \
     "local total, sold = tonumber(st[1]) or 0, tonumber(st[2]) or 0\n"                             \
-    "local reserved = (tonumber(st[3]) or 0) - freed\n"                                            \
+    "local reserved, waiting = (tonumber(st[3]) or 0) - freed, tonumber(st[4]) or 0\n"             \
+    "local mine = tonumber(st[6])\n"                                                               \
     "if freed > 0 then redis.call('HSET', K[1], 'reserved', int(reserved)) end\n"
 
-/* The waiters: an entry is "<units> <deadline ms> <channel>"; drop() removes one.
- * wake() publishes, in arrival order, the id of each waiter that the available units
- * serve after those before it, stopping at the first they do not; a waiter that asks
- * for more than is unsold is woken (its retry fails at once) and not counted; a
- * waiter past its deadline (it stopped retrying: it died) is dropped. */
+/* The waiters: an entry is "<units> <deadline ms> <channel>"; waiters() lists them in
+ * arrival order (only when the count says there are some: most calls of a sale find
+ * none, and skip the look), and mends a count that their keys' expiry left behind;
+ * drop() removes one. wake() publishes, in arrival order, the id of each waiter that
+ * the available units serve after those before it, stopping at the first they do not;
+ * a waiter that asks for more than is unsold is woken (its retry fails at once) and
+ * not counted; a waiter past its deadline (it stopped retrying: it died) is dropped. */
 #define STOCK_WAITERS_LUA                                                                          \
+    "local function waiters()\n"                                                                   \
+    "  if waiting <= 0 then return {} end\n"                                                       \
+    "  local ids = redis.call('ZRANGE', K[4], 0, -1)\n"                                            \
+    "  if #ids == 0 then\n"                                                                        \
+    "    waiting = 0\n"                                                                            \
+    "    redis.call('HSET', K[1], 'waiting', 0)\n"                                                 \
+    "  end\n"                                                                                      \
+    "  return ids\n"                                                                               \
+    "end\n"                                                                                        \
     "local function waiter(id)\n"                                                                  \
-    "  local v = redis.call('HGET', K[6], id)\n"                                                   \
+    "  local v = redis.call('HGET', K[5], id)\n"                                                   \
     "  if not v then return nil end\n"                                                             \
     "  local q, d, ch = string.match(v, '^(%d+) (%d+) (.*)$')\n"                                   \
     "  return tonumber(q), tonumber(d), ch\n"                                                      \
     "end\n"                                                                                        \
     "local function drop(id)\n"                                                                    \
-    "  redis.call('ZREM', K[5], id)\n"                                                             \
-    "  redis.call('HDEL', K[6], id)\n"                                                             \
+    "  if redis.call('ZREM', K[4], id) == 1 then\n"                                                \
+    "    waiting = redis.call('HINCRBY', K[1], 'waiting', -1)\n"                                   \
+    "  end\n"                                                                                      \
+    "  redis.call('HDEL', K[5], id)\n"                                                             \
     "end\n"                                                                                        \
     "local function wake()\n"                                                                      \
     "  local avail, unsold, sum = total - sold - reserved, total - sold, 0\n"                      \
-    "  for _, id in ipairs(redis.call('ZRANGE', K[5], 0, -1)) do\n"                                \
+    "  for _, id in ipairs(waiters()) do\n"                                                        \
     "    local q, d, ch = waiter(id)\n"                                                            \
     "    if not q or d <= now then\n"                                                              \
     "      drop(id)\n"                                                                             \
@@ -123,26 +146,26 @@
     "end\n"
 
 /*
- * STOCK_UPDATE  ARGV: mode ("set", "add", "get"), value, DLOCK_STOCK_QTY_MAX
+ * STOCK_UPDATE  ARGV: "", mode ("set", "add", "get"), value, DLOCK_STOCK_QTY_MAX
  * -> {code, total, sold, reserved, reservations, waiters}: code 1 done, 0 refused (the
  * new total would be below sold + reserved), -1 refused (above the maximum). "get" is
  * dlock_stock_status: it changes nothing but what the prelude returns to the stock.
  */
 const char dlock__stock_update_lua[] = STOCK_PRELUDE_LUA STOCK_WAITERS_LUA
-    "local code, v = 1, tonumber(ARGV[2])\n"
-    "if ARGV[1] ~= 'get' then\n"
-    "  if ARGV[1] == 'add' then v = total + v end\n"
+    "local code, v = 1, tonumber(ARGV[3])\n"
+    "if ARGV[2] ~= 'get' then\n"
+    "  if ARGV[2] == 'add' then v = total + v end\n"
     "  if v < sold + reserved then code = 0\n"
-    "  elseif v > tonumber(ARGV[3]) then code = -1\n"
+    "  elseif v > tonumber(ARGV[4]) then code = -1\n"
     "  else\n"
     "    total = v\n"
     "    redis.call('HSET', K[1], 'total', int(total), 'sold', int(sold), 'reserved',\n"
     "               int(reserved))\n"
     "  end\n"
     "end\n"
-    "if freed > 0 or (code == 1 and ARGV[1] ~= 'get') then wake() end\n"
+    "if freed > 0 or (code == 1 and ARGV[2] ~= 'get') then wake() end\n"
     "return {code, total, sold, reserved, redis.call('ZCARD', K[2]),\n"
-    "        redis.call('ZCARD', K[5])}\n";
+    "        redis.call('ZCARD', K[4])}\n";
 
 /*
  * STOCK_RESERVE  ARGV: id, units, lease ms, queued ("1": a waiting reserve, which
@@ -154,13 +177,12 @@ const char dlock__stock_update_lua[] = STOCK_PRELUDE_LUA STOCK_WAITERS_LUA
  *    the earliest lease ends or -1, 1 when the waiters were counted only until they
  *    wanted more than is available}: not enough now;
  *    {-1, unsold, total}: more than is unsold; only a restock could serve it.
- * A grant costs TIME, ZRANGEBYSCORE, HMGET, HEXISTS, ZRANGE (the waiters), HSET, ZADD
- * and HSET.
+ * With no waiters, a grant costs TIME, ZRANGEBYSCORE, HMGET, HSET and ZADD.
  */
 const char dlock__stock_reserve_lua[] = STOCK_PRELUDE_LUA STOCK_WAITERS_LUA
     "local id, qty, queued = ARGV[1], tonumber(ARGV[2]), ARGV[4] == '1'\n"
     "local avail = total - sold - reserved\n"
-    "if redis.call('HEXISTS', K[3], id) == 1 then\n"
+    "if mine then\n"
     "  if queued then drop(id) end\n"
     "  return {1, avail}\n"
     "end\n"
@@ -170,7 +192,7 @@ const char dlock__stock_reserve_lua[] = STOCK_PRELUDE_LUA STOCK_WAITERS_LUA
     "  return {-1, total - sold, total}\n"
     "end\n"
     "local before, n, more = 0, 0, 0\n"
-    "for _, w in ipairs(redis.call('ZRANGE', K[5], 0, -1)) do\n"
+    "for _, w in ipairs(waiters()) do\n"
     "  if w == id then break end\n"
     "  if before + qty > avail then\n"
     "    more = 1\n"
@@ -184,20 +206,22 @@ const char dlock__stock_reserve_lua[] = STOCK_PRELUDE_LUA STOCK_WAITERS_LUA
     "  end\n"
     "end\n"
     "if before + qty <= avail then\n"
-    "  redis.call('HSET', K[3], id, ARGV[2])\n"
-    "  redis.call('ZADD', K[2], int(now + tonumber(ARGV[3])), id)\n"
     "  reserved = reserved + qty\n"
-    "  redis.call('HSET', K[1], 'reserved', int(reserved))\n"
+    "  redis.call('HSET', K[1], 'reserved', int(reserved), 'r:' .. id, ARGV[2])\n"
+    "  redis.call('ZADD', K[2], int(now + tonumber(ARGV[3])), id)\n"
     "  if queued then drop(id) end\n"
     "  if freed > 0 then wake() end\n"
     "  return {1, avail - qty}\n"
     "end\n"
     "if queued then\n"
-    "  redis.call('ZADD', K[5], 'NX', int(tonumber(t[1]) * 1000000 + tonumber(t[2])), id)\n"
-    "  redis.call('HSET', K[6], id, ARGV[2] .. ' ' .. int(now + tonumber(ARGV[6])) .. ' ' ..\n"
+    "  local ticket = int(tonumber(t[1]) * 1000000 + tonumber(t[2]))\n"
+    "  if redis.call('ZADD', K[4], 'NX', ticket, id) == 1 then\n"
+    "    waiting = redis.call('HINCRBY', K[1], 'waiting', 1)\n"
+    "  end\n"
+    "  redis.call('HSET', K[5], id, ARGV[2] .. ' ' .. int(now + tonumber(ARGV[6])) .. ' ' ..\n"
     "             ARGV[5])\n"
+    "  redis.call('PEXPIRE', K[4], ARGV[6])\n"
     "  redis.call('PEXPIRE', K[5], ARGV[6])\n"
-    "  redis.call('PEXPIRE', K[6], ARGV[6])\n"
     "end\n"
     "if freed > 0 then wake() end\n"
     "local first = redis.call('ZRANGE', K[2], 0, 0, 'WITHSCORES')[2]\n"
@@ -206,27 +230,31 @@ const char dlock__stock_reserve_lua[] = STOCK_PRELUDE_LUA STOCK_WAITERS_LUA
     "return {0, avail, before, n, next_ms, more}\n";
 
 /*
- * STOCK_END  ARGV: mode ("commit", "cancel", "extend", "leave"), id, ms (commit: the
+ * STOCK_END  ARGV: id, mode ("commit", "cancel", "extend", "leave"), ms (commit: the
  *                  retention; extend: the lease)
  * -> 1 done; 2 a repeated commit (done before: nothing counted); 0 no such live
  *    reservation; -1 it was committed (it cannot be canceled or extended).
  * "leave" is a reserve that gives up: out of the waiters, and a reservation it may
  * have been granted unseen (its reply was lost) goes back; always 1.
+ * A commit costs TIME, ZRANGEBYSCORE, HMGET, HDEL, HSET, ZREM and ZADD. Committed ids
+ * older than the retention are trimmed, and the set's expiry renewed, at most once a
+ * second (st[5] says when last): the expiry is the retention plus that second, so
+ * every id stays at least the retention, and a busy sale does not pay two more
+ * commands per unit.
  */
 const char dlock__stock_end_lua[] = STOCK_PRELUDE_LUA STOCK_WAITERS_LUA
-    "local mode, id = ARGV[1], ARGV[2]\n"
-    "local q = tonumber(redis.call('HGET', K[3], id))\n"
+    "local id, mode = ARGV[1], ARGV[2]\n"
     "if mode == 'leave' then\n"
     "  drop(id)\n"
     "  mode = 'cancel'\n"
-    "  if not q then\n"
+    "  if not mine then\n"
     "    wake()\n"
     "    return 1\n"
     "  end\n"
     "end\n"
-    "if not q then\n"
+    "if not mine then\n"
     "  if freed > 0 then wake() end\n"
-    "  if redis.call('ZSCORE', K[4], id) then\n"
+    "  if redis.call('ZSCORE', K[3], id) then\n"
     "    if mode == 'commit' then return 2 end\n"
     "    return -1\n"
     "  end\n"
@@ -237,24 +265,31 @@ const char dlock__stock_end_lua[] = STOCK_PRELUDE_LUA STOCK_WAITERS_LUA
     "  if freed > 0 then wake() end\n"
     "  return 1\n"
     "end\n"
-    "redis.call('HDEL', K[3], id)\n"
-    "redis.call('ZREM', K[2], id)\n"
-    "reserved = reserved - q\n"
-    "if mode == 'commit' then\n"
-    "  sold = sold + q\n"
+    "redis.call('HDEL', K[1], 'r:' .. id)\n"
+    "reserved = reserved - mine\n"
+    "local trim = mode == 'commit' and now - (tonumber(st[5]) or 0) >= 1000\n"
+    "if trim then\n"
+    "  sold = sold + mine\n"
+    "  redis.call('HSET', K[1], 'sold', int(sold), 'reserved', int(reserved), 'trimmed',\n"
+    "             int(now))\n"
+    "elseif mode == 'commit' then\n"
+    "  sold = sold + mine\n"
     "  redis.call('HSET', K[1], 'sold', int(sold), 'reserved', int(reserved))\n"
-    "  redis.call('ZADD', K[4], int(now), id)\n"
-    "  redis.call('ZREMRANGEBYSCORE', K[4], '-inf', int(now - tonumber(ARGV[3])))\n"
-    "  redis.call('PEXPIRE', K[4], ARGV[3])\n"
     "else\n"
     "  redis.call('HSET', K[1], 'reserved', int(reserved))\n"
+    "end\n"
+    "redis.call('ZREM', K[2], id)\n"
+    "if mode == 'commit' then redis.call('ZADD', K[3], int(now), id) end\n"
+    "if trim then\n"
+    "  redis.call('ZREMRANGEBYSCORE', K[3], '-inf', int(now - tonumber(ARGV[3])))\n"
+    "  redis.call('PEXPIRE', K[3], int(tonumber(ARGV[3]) + 1000))\n"
     "end\n"
     "wake()\n"
     "return 1\n";
 
 /* ---- one call on the SKU's server ------------------------------------------------ */
 
-#define STOCK_NKEYS 6
+#define STOCK_NKEYS 5
 
 /* The keys of one SKU (the layout above), in one allocation. */
 typedef struct stock_keys {
@@ -265,8 +300,8 @@ typedef struct stock_keys {
 
 static int keys_make(const dlock_client *c, const char *sku, stock_keys *k, dlock__err *e)
 {
-    static const char *const suffix[STOCK_NKEYS] = {":stock",      ":stock:res",  ":stock:qty",
-                                                    ":stock:done", ":stock:wait", ":stock:winfo"};
+    static const char *const suffix[STOCK_NKEYS] = {":stock", ":stock:res", ":stock:done",
+                                                    ":stock:wait", ":stock:winfo"};
     size_t sku_len = strlen(sku), total = 0;
     for (int i = 0; i < STOCK_NKEYS; i++)
         total += c->prefix_len + sku_len + sizeof "{}" + strlen(suffix[i]);
@@ -447,6 +482,7 @@ static int update(dlock_client *c, const char *sku, const char *mode, int64_t va
     snprintf(max, sizeof max, "%lld", (long long)DLOCK_STOCK_QTY_MAX);
     stock_args a;
     args_init(&a, &op);
+    args_add(&a, "");
     args_add(&a, mode);
     args_add(&a, v);
     args_add(&a, max);
@@ -539,8 +575,8 @@ static int end_reservation(dlock_client *c, const char *sku, const char *id, con
     snprintf(v, sizeof v, "%lld", (long long)ms);
     stock_args a;
     args_init(&a, &op);
-    args_add(&a, mode);
     args_add(&a, id);
+    args_add(&a, mode);
     args_add(&a, v);
     redisReply *r;
     rc = run(&op, DLOCK_SCRIPT_STOCK_END, &a, mode, REDIS_REPLY_INTEGER, &r, NULL, e);
@@ -777,8 +813,8 @@ int dlock_stock_reserve(dlock_client *c, const char *sku, int64_t qty,
          * lost may have reserved. */
         stock_args a;
         args_init(&a, &op);
-        args_add(&a, "leave");
         args_add(&a, q.id);
+        args_add(&a, "leave");
         args_add(&a, "0");
         send_only(&op, DLOCK_SCRIPT_STOCK_END, &a);
     }

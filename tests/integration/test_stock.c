@@ -164,8 +164,7 @@ static void test_layout_beside_lock(void **state)
     it_expect_holder(&it_srv, "both", dlock_token(l));
     assert_int_equal(it_exists(&it_srv, "dlock:{both}:stock"), 1);
     assert_int_equal(it_exists(&it_srv, "dlock:{both}:stock:res"), 1);
-    assert_int_equal(it_exists(&it_srv, "dlock:{both}:stock:qty"), 1);
-    redisReply *r = dh_cmd(&it_srv, "HGET dlock:{both}:stock:qty %s", id);
+    redisReply *r = dh_cmd(&it_srv, "HGET dlock:{both}:stock r:%s", id);
     assert_non_null(r);
     assert_string_equal(r->str, "2");
     freeReplyObject(r);
@@ -200,7 +199,7 @@ static void test_commit_is_idempotent(void **state)
     redisReply *r = dh_cmd(&it_srv, "PTTL dlock:{idem}:stock:done");
     assert_non_null(r);
     assert_true(r->integer > DLOCK_STOCK_COMMIT_RETENTION_MS - 60000 &&
-                r->integer <= DLOCK_STOCK_COMMIT_RETENTION_MS);
+                r->integer <= DLOCK_STOCK_COMMIT_RETENTION_MS + 1000);
     freeReplyObject(r);
     /* Unknown ids: LOST, nothing changed. */
     res_id other;
