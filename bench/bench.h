@@ -17,7 +17,7 @@
  *   stats.c      clocks, latency samples, percentiles
  *   cycles.c     W1, W2 and W4 (acquire + release cycles)
  *   contended.c  W3 (one name, blocking waits)
- *   flashsale.c  W5 (three ways to sell 1000 items to 50 buyers)
+ *   flashsale.c  W5 (four ways to sell 1000 items to 50 buyers)
  * W4's emulated network is the fault suite's relay (tests/support/relay.h), delaying.
  *
  * Everything but the relays and the workers runs on the main thread.
@@ -299,7 +299,7 @@ int run_w3(bench_ctx *ctx);
  * on node 1 through DEL + PUBLISH and SET NX; figures gap_p50_us and gap_p99_us.
  * 0, or -1 after bench_fail. */
 int run_wake(bench_ctx *ctx);
-/* W5 (flashsale.c): lock, lock-pipelined, watch, script. */
+/* W5 (flashsale.c): lock, lock-pipelined, watch, script, stock. */
 int run_w5(bench_ctx *ctx);
 
 #endif /* DLOCK_BENCH_H */

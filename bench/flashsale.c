@@ -1,5 +1,5 @@
 /*
- * flashsale.c: W5, 1000 items and 50 buyers, three ways.
+ * flashsale.c: W5, 1000 items and 50 buyers, four ways.
  *
  * Stock starts at 1000 on node 1; 50 buyers (threads, each with its own connections)
  * buy one item at a time until they find none left. Three ways to keep the stock
@@ -11,7 +11,11 @@
  *           lock): how much of lock's sellout is the section's own length;
  *   watch   optimistic: WATCH stock + GET stock (one round trip); if > 0, MULTI, DECR
  *           stock, INCR sold, EXEC (one round trip); an aborted EXEC is retried;
- *   script  one EVALSHA of a decrement-if-enough Lua script: atomic on the server.
+ *   script  one EVALSHA of a decrement-if-enough Lua script: atomic on the server;
+ *   stock   the library's stock with leased reservations: dlock_stock_reserve of 1
+ *           (no wait), then dlock_stock_commit: two script calls per unit, each
+ *           returning run-out leases first, through the library's connection pool.
+ *           Its sellout_ms carries its ratio to W5/script of the same round.
  * Each reports:
  *   sellout_ms  from the start until the 1000th purchase was confirmed to its buyer;
  *   retries     watch: aborted EXECs. lock: acquire attempts the server refused (its
@@ -30,8 +34,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-enum variant { V_LOCK, V_LOCK_PIPELINED, V_WATCH, V_SCRIPT };
-static const char *const variant_names[] = {"lock", "lock-pipelined", "watch", "script"};
+enum variant { V_LOCK, V_LOCK_PIPELINED, V_WATCH, V_SCRIPT, V_STOCK };
+static const char *const variant_names[] = {"lock", "lock-pipelined", "watch", "script", "stock"};
 
 static bool is_lock(enum variant v)
 {
@@ -60,6 +64,7 @@ typedef struct w5_arg {
     _Atomic long granted;        /* lock: acquires that succeeded */
     _Atomic int64_t max_wait_ns; /* lock: the longest dlock_acquire call */
     _Atomic int64_t last_sale_ns;
+    char sku[48]; /* stock: the SKU, new for every run */
     stats_conns sc;
     srv_stats before;
 } w5_arg;
@@ -238,8 +243,32 @@ static int buy_script(w5_arg *a, team *t, redisContext *rc)
     return 0;
 }
 
-/* One buyer: its own connection to node 1, and for the lock ways its own dlock client
- * (warmed up on a name of its own), then it buys until none is left. */
+/* The library's stock: reserve one unit, commit it, until none is left to reserve.
+ * Nothing is abandoned here, so a refusal means the stock is sold or reserved by
+ * buyers who will commit. */
+static int buy_stock(w5_arg *a, team *t, dlock_client *c)
+{
+    dlock_reserve_opts o = {0};
+    o.lease_ms = BENCH_TTL_MS;
+    while (!team_stopped(t)) {
+        char id[DLOCK_TOKEN_LEN + 1];
+        int err = dlock_stock_reserve(c, a->sku, 1, &o, id);
+        if (err == DLOCK_ERR_BUSY)
+            return 0;
+        if (err == DLOCK_OK)
+            err = dlock_stock_commit(c, a->sku, id);
+        if (err != DLOCK_OK) {
+            team_error(t, "stock: %s: %s", dlock_strerror(err), dlock_errmsg());
+            return -1;
+        }
+        note_sale(a, t);
+    }
+    return 0;
+}
+
+/* One buyer: its own connection to node 1, and for the lock and stock ways its own
+ * dlock client (warmed up on a name of its own, or with a status of the SKU), then it
+ * buys until none is left. */
 static void w5_worker(team *t, int id, void *p)
 {
     w5_arg *a = p;
@@ -247,6 +276,22 @@ static void w5_worker(team *t, int id, void *p)
     redisContext *rc = server_connect(&a->ctx->servers->s[0]);
     if (rc == NULL)
         team_error(t, "buyer %d: cannot connect to node 1", id);
+    if (rc != NULL && a->v == V_STOCK) {
+        dlock_config cfg;
+        bench_dlock_config(a->ctx, &cfg);
+        dlock_stock_info in;
+        char rid[DLOCK_TOKEN_LEN + 1];
+        int err = dlock_client_new(a->urls, &cfg, &c);
+        /* Each of the three scripts once, on a SKU of no stock: the servers cache them
+         * before the sale, as the lock ways' warm-up does theirs. */
+        if (err == DLOCK_OK && (err = dlock_stock_status(c, a->sku, &in)) == DLOCK_OK &&
+            (err = dlock_stock_reserve(c, "w5:warm", 1, NULL, rid)) == DLOCK_ERR_BUSY)
+            err = dlock_stock_commit(c, "w5:warm", "00000000000000000000000000000000");
+        if (err == DLOCK_ERR_LOST)
+            err = DLOCK_OK;
+        if (err != DLOCK_OK)
+            team_error(t, "buyer %d: %s: %s", id, dlock_strerror(err), dlock_errmsg());
+    }
     if (rc != NULL && is_lock(a->v)) {
         dlock_config cfg;
         bench_dlock_config(a->ctx, &cfg);
@@ -267,6 +312,8 @@ static void w5_worker(team *t, int id, void *p)
             buy_lock(a, t, c, rc);
         else if (a->v == V_WATCH)
             buy_watch(a, t, rc);
+        else if (a->v == V_STOCK)
+            buy_stock(a, t, c);
         else
             buy_script(a, t, rc);
     }
@@ -302,9 +349,36 @@ static int w5_setup(w5_arg *a, redisContext *admin)
     return r != NULL ? 0 : -1;
 }
 
-/* One way of selling: set up, run the buyers, check the outcome on the server. */
-static int w5_one(bench_ctx *ctx, enum variant v, const char *urls, redisContext *admin)
+/* The stock way's set-up and outcome, through the library: set the stock of the run's
+ * SKU (0 on error, after bench_fail), or read stock left and sold back. */
+static int w5_stock_call(bench_ctx *ctx, w5_arg *a, bool setup, long long *left, long long *sold)
 {
+    dlock_config cfg;
+    bench_dlock_config(ctx, &cfg);
+    dlock_client *c = NULL;
+    dlock_stock_info in = {0};
+    int err = dlock_client_new(a->urls, &cfg, &c);
+    if (err == DLOCK_OK)
+        err =
+            setup ? dlock_stock_set(c, a->sku, a->stock, &in) : dlock_stock_status(c, a->sku, &in);
+    if (err != DLOCK_OK)
+        bench_fail(ctx, "W5/stock: %s: %s", dlock_strerror(err), dlock_errmsg());
+    dlock_client_free(c);
+    if (left != NULL) {
+        /* Units left: available, and reserved ones that nobody committed. */
+        *left = err == DLOCK_OK ? in.available + in.reserved : -1;
+        *sold = err == DLOCK_OK ? in.sold : -1;
+    }
+    return err == DLOCK_OK ? 0 : -1;
+}
+
+/* One way of selling: set up, run the buyers, check the outcome on the server.
+ * *sellout_ms gets the sellout time; script_ms (0: none) is W5/script's of the same
+ * round, for the stock way's ratio. */
+static int w5_one(bench_ctx *ctx, enum variant v, const char *urls, redisContext *admin,
+                  double script_ms, double *sellout_out)
+{
+    static int runs; /* the stock way takes a new SKU every run: sold units stay sold */
     const bench_opts *o = ctx->opt;
     char label[48];
     snprintf(label, sizeof label, "W5/%s", variant_names[v]);
@@ -321,9 +395,11 @@ static int w5_one(bench_ctx *ctx, enum variant v, const char *urls, redisContext
     a->stock = o->w5_stock;
     snprintf(a->k_stock, sizeof a->k_stock, "%sw5:stock", BENCH_PREFIX);
     snprintf(a->k_sold, sizeof a->k_sold, "%sw5:sold", BENCH_PREFIX);
+    snprintf(a->sku, sizeof a->sku, "w5:stock:%d", ++runs);
     int rc = -1;
     /* The lock's script calls land on the lock's nodes. */
-    if (w5_setup(a, admin) != 0 || stats_open(ctx->servers, is_lock(v) ? o->nodes : 1, &a->sc)) {
+    if (w5_setup(a, admin) != 0 || (v == V_STOCK && w5_stock_call(ctx, a, true, NULL, NULL)) ||
+        stats_open(ctx->servers, is_lock(v) ? o->nodes : 1, &a->sc)) {
         bench_fail(ctx, "%s: cannot set up the sale", label);
         goto out;
     }
@@ -340,12 +416,17 @@ static int w5_one(bench_ctx *ctx, enum variant v, const char *urls, redisContext
         bench_fail(ctx, "%s: %s", label, t.err);
         goto out;
     }
-    redisReply *r = server_cmd(admin, "GET %s", a->k_stock);
-    long long stock_left = reply_ll(r);
-    freeReplyObject(r);
-    r = server_cmd(admin, "GET %s", a->k_sold);
-    long long sold = reply_ll(r);
-    freeReplyObject(r);
+    long long stock_left, sold;
+    if (v == V_STOCK) {
+        w5_stock_call(ctx, a, false, &stock_left, &sold);
+    } else {
+        redisReply *r = server_cmd(admin, "GET %s", a->k_stock);
+        stock_left = reply_ll(r);
+        freeReplyObject(r);
+        r = server_cmd(admin, "GET %s", a->k_sold);
+        sold = reply_ll(r);
+        freeReplyObject(r);
+    }
 
     long purchases = a->purchases;
     long oversold = purchases > a->stock ? purchases - a->stock : 0;
@@ -357,8 +438,21 @@ static int w5_one(bench_ctx *ctx, enum variant v, const char *urls, redisContext
         retries = (long)(scripts / stat_nodes - 2 * (long long)a->granted);
     }
     double sellout_ms = (double)(a->last_sale_ns - t.start_ns) / 1e6;
-    fig(label, "sellout_ms", sellout_ms, 0, -1, NULL);
-    if (!is_lock(v) || have_stats)
+    *sellout_out = sellout_ms;
+    if (v == V_STOCK) {
+        fig(label, "sellout_ms", sellout_ms, 0, script_ms > 0 ? sellout_ms / script_ms : -1,
+            "W5/script");
+        /* Two per unit, and one refused reserve per buyer at the end. */
+        if (have_stats && purchases > 0)
+            fig(label, "scripts_per_unit",
+                (double)(stats_calls(&a->before, &after, "evalsha") +
+                         stats_calls(&a->before, &after, "eval")) /
+                    (double)purchases,
+                2, -1, NULL);
+    } else {
+        fig(label, "sellout_ms", sellout_ms, 0, -1, NULL);
+    }
+    if (v != V_STOCK && (!is_lock(v) || have_stats))
         fig(label, "retries", (double)retries, 0, -1, NULL);
     if (is_lock(v))
         fig(label, "max_wait_ms", (double)a->max_wait_ns / 1e6, 1, -1, NULL);
@@ -387,9 +481,14 @@ int run_w5(bench_ctx *ctx)
         return -1;
     }
     int rc = 0;
-    for (int v = V_LOCK; v <= V_SCRIPT; v++)
-        if (w5_one(ctx, (enum variant)v, urls, admin) != 0)
+    double script_ms = 0;
+    for (int v = V_LOCK; v <= V_STOCK; v++) {
+        double ms = 0;
+        if (w5_one(ctx, (enum variant)v, urls, admin, script_ms, &ms) != 0)
             rc = -1;
+        else if (v == V_SCRIPT)
+            script_ms = ms;
+    }
     redisFree(admin);
     return rc;
 }
