@@ -10,10 +10,14 @@
 #   1. the flash sale: buyer processes sell a stock through dlock (Redlock on 3 nodes);
 #   2. the same sale, with node 3 killed (SIGKILL) once a third of the stock is sold;
 #   3. fencing: holder A is stopped (SIGSTOP) past its lease, B takes the lock and
-#      writes, A resumes and writes with its old fence: the resource refuses it.
+#      writes, A resumes and writes with its old fence: the resource refuses it;
+#   4. the stock way beside the lock way: a buyer reserves units and is killed
+#      (SIGKILL) before paying; its units come back when the lease runs out and are
+#      sold to the other buyers: sold exactly the stock, never more.
 # and prints a short report. Exits non-zero when anything was oversold, a fence did not
 # increase, or a scene did not go as told. Needs bash, redis-server and the built
-# programs (build/dlock-test-servers, build/dlock-flash-sale, build/dlock-fenced-write);
+# programs (build/dlock-test-servers, build/dlock-flash-sale, build/dlock-fenced-write,
+# build/dlock-stock-sale, build/dlock);
 # nothing else.
 # --quick (the CTest smoke test): fewer buyers and a smaller stock.
 set -euo pipefail
@@ -30,11 +34,15 @@ done
 sale="$build/dlock-flash-sale"
 fenced="$build/dlock-fenced-write"
 servers="$build/dlock-test-servers"
-for bin in "$sale" "$fenced" "$servers"; do
+stock_sale="$build/dlock-stock-sale"
+cli="$build/dlock"
+for bin in "$sale" "$fenced" "$servers" "$stock_sale" "$cli"; do
   [ -x "$bin" ] || { echo "demo: $bin is not built (run make)" >&2; exit 1; }
 done
 
 if [ "$quick" = 1 ]; then buyers=4 stock=200; else buyers=8 stock=1000; fi
+held=5        # units the killed buyer holds in the stock scene
+lease=1000    # their lease, ms
 ttl_a=300     # A's lease in the fencing scene, ms
 work_a=200    # A's work between its two writes, ms (its lease covers it, if not paused)
 
@@ -303,11 +311,57 @@ elif [ "$rc_a" -ne 3 ] || [ "$rc_b" -ne 0 ] || [ "${#a_writes[@]}" -ne 2 ] ||
   show_log "$dir/a.lines" "$dir/a.err" "$dir/b.out"
 fi
 
+# ---- 4. the stock way: a buyer killed holding reservations ------------------------------
+# The lock way (1, 2) decrements a counter inside a lock: a buyer killed after its
+# decrement and before paying would take that unit out of the sale for good. With
+# leased reservations, a reservation nobody commits gives its units back.
+stock_urls=${urls%%,*}
+"$cli" -s "$stock_urls" stock set sku-4 "$stock" 2>"$dir/stock.err" ||
+  fail "4. stock: dlock stock set failed: $(cat "$dir/stock.err")"
+mkfifo "$dir/held.out"
+"$stock_sale" -s "$urls" -i sku-4 -H "$held" -L "$lease" >"$dir/held.out" 2>"$dir/held.err" &
+held_pid=$!
+jobs_pids+=("$held_pid")
+exec {held_fd}<"$dir/held.out"
+held_line=
+IFS= read -r -t 5 -u "$held_fd" held_line || true
+exec {held_fd}<&-
+kill -KILL "$held_pid" 2>/dev/null || true
+wait "$held_pid" 2>/dev/null || true
+jobs_pids=()
+t_killed=${EPOCHREALTIME/./}
+status_line=$("$cli" -s "$stock_urls" stock status sku-4 2>&1 || true)
+rc=0
+"$stock_sale" -s "$urls" -i sku-4 -b "$buyers" -w 10000 -q >"$dir/sale4.out" 2>"$dir/sale4.err" ||
+  rc=$?
+t_sold=${EPOCHREALTIME/./}
+declare -A r4=()
+read_result r4 "$dir/sale4.out"
+printf '4. stock way     a buyer reserved %s units (lease %s ms) and was killed (SIGKILL):\n' \
+  "$held" "$lease"
+printf '   %s\n' "$status_line"
+printf '   %d buyers sold %s of %s, oversold %s, sold twice %s; the killed buyer'"'"'s units\n' \
+  "$buyers" "${r4[sold]:-?}" "${r4[stock]:-?}" "${r4[oversold]:-?}" "${r4[sold_twice]:-?}"
+printf '   came back after its lease and were sold: the sale ended %s s after the kill\n' \
+  "$(s1 $(((t_sold - t_killed) / 1000)))"
+if [[ "$held_line" != HELD* ]]; then
+  fail "4. stock: the buyer to kill did not reserve (${held_line:-no output})"
+  show_log "$dir/held.err"
+elif [[ "$status_line" != *"reserved $held"* ]]; then
+  fail "4. stock: after the kill, status did not show $held units reserved: $status_line"
+elif [ "$rc" -ne 0 ] || [ "${r4[ok]:-}" != yes ] || [ "${r4[sold]:-}" != "$stock" ] ||
+  [ "${r4[oversold]:-}" != 0 ]; then
+  fail "4. stock: sold ${r4[sold]:-?} of $stock, oversold ${r4[oversold]:-?} (exit $rc)"
+  show_log "$dir/sale4.out" "$dir/sale4.err"
+elif [ $(((t_sold - t_killed) / 1000)) -lt $((lease - 100)) ]; then
+  fail "4. stock: sold out before the killed buyer's lease ran out"
+fi
+
 elapsed_ms=$(((${EPOCHREALTIME/./} - t_start) / 1000))
 echo
 if [ "${#failures[@]}" -eq 0 ]; then
   printf '%sPASS%s: nothing oversold, fences strictly increasing, ' "$bold" "$off"
-  printf 'the stale write refused (%s s)\n' "$(s1 "$elapsed_ms")"
+  printf 'the stale write refused, a killed buyer'"'"'s units sold (%s s)\n' "$(s1 "$elapsed_ms")"
   exit 0
 fi
 printf '%sFAIL%s (%s s):\n' "$bold" "$off" "$(s1 "$elapsed_ms")"
