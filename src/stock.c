@@ -28,8 +28,8 @@
  * of the reservations whose lease end (on the server's TIME) has passed, status
  * included, so no call ever sees units held by a lease that is over.
  *
- * Where it lives: with N > 1 servers, on the first of the list only, through the
- * round machinery with a command for node 0 and none for the others. A counter needs
+ * Where it lives: with N > 1 servers, on the first of the list only: a fan-out of one
+ * request, to node 0, on a connection set from the client's pool. A counter needs
  * every change applied exactly once in one order; a quorum of independent masters
  * cannot give that (a unit sold on nodes 1-2 and another on 2-3 are both "sold" with
  * different counts on each node). Errors are node 0's own, as for N = 1.
@@ -307,22 +307,32 @@ static int keys_make(const dlock_client *c, const char *sku, stock_keys *k, dloc
         total += c->prefix_len + sku_len + sizeof "{}" + strlen(suffix[i]);
     if ((k->buf = dlock__malloc(total)) == NULL)
         return dlock__err_set(e, DLOCK_ERR_NOMEM, "out of memory");
+    /* "P{s}" once, then each key is a copy of it with its suffix. */
     char *p = k->buf;
+    memcpy(p, c->prefix, c->prefix_len);
+    p[c->prefix_len] = '{';
+    memcpy(p + c->prefix_len + 1, sku, sku_len);
+    size_t base = c->prefix_len + sku_len + 2;
+    p[base - 1] = '}';
     for (int i = 0; i < STOCK_NKEYS; i++) {
-        int n = snprintf(p, total - (size_t)(p - k->buf), "%.*s{%s}%s", (int)c->prefix_len,
-                         c->prefix, sku, suffix[i]);
+        size_t slen = strlen(suffix[i]);
+        if (i > 0)
+            memcpy(p, k->buf, base);
+        memcpy(p + base, suffix[i], slen + 1);
         k->key[i] = p;
-        k->len[i] = (size_t)n;
-        p += n + 1;
+        k->len[i] = base + slen;
+        p += base + slen + 1;
     }
     return DLOCK_OK;
 }
 
-/* One stock call: the client, the SKU's keys and a round (a connection set). */
+/* One stock call: the client, the SKU's keys, a connection set from the pool, and the
+ * request for node 0 (the other nodes get none). */
 typedef struct stock_op {
     dlock_client *c;
     stock_keys k;
-    dlock__round rd;
+    dlock__connset *set;
+    dlock__req req;
 } stock_op;
 
 static int check_sku(const char *sku, dlock__err *e)
@@ -351,19 +361,26 @@ static int check_id(const char *id, dlock__err *e)
 /* Check the client and the SKU, and make the keys and the round. */
 static int op_begin(stock_op *op, dlock_client *c, const char *sku, dlock__err *e)
 {
-    memset(op, 0, sizeof *op);
     op->c = c;
+    op->k.buf = NULL;
+    op->set = NULL;
+    op->req.reply = NULL;
     int rc = dlock__client_enter(c, e);
     if (rc != DLOCK_OK || (rc = check_sku(sku, e)) != DLOCK_OK ||
         (rc = keys_make(c, sku, &op->k, e)) != DLOCK_OK)
         return rc;
-    return dlock__round_begin(c, &op->rd, e);
+    if ((op->set = dlock__connset_get(c)) == NULL)
+        return dlock__err_set(e, DLOCK_ERR_NOMEM, "out of memory");
+    return DLOCK_OK;
 }
 
 static void op_end(stock_op *op)
 {
-    if (op->rd.set != NULL)
-        dlock__round_end(op->c, &op->rd);
+    freeReplyObject(op->req.reply);
+    op->req.reply = NULL;
+    if (op->set != NULL)
+        dlock__connset_put(op->c, op->set);
+    op->set = NULL;
     free(op->k.buf);
     op->k.buf = NULL;
 }
@@ -411,15 +428,13 @@ static int run(stock_op *op, enum dlock__script_id id, const stock_args *a, cons
     int rc = format_call(op, id, a, &call, e);
     if (rc != DLOCK_OK)
         return rc;
-    dlock__round *rd = &op->rd;
-    dlock__round_free_replies(op->c, rd);
-    dlock__call_reqs(&call, rd->reqs, 1, true);
-    rd->start_us = dlock__now_us();
-    dlock__fanout(rd->set->conns, rd->reqs, op->c->n);
-    rd->end_us = dlock__now_us();
+    dlock__req *r = &op->req;
+    freeReplyObject(r->reply);
+    memset(r, 0, sizeof *r);
+    dlock__call_reqs(&call, r, 1, true);
+    dlock__fanout(op->set->conns, r, 1); /* node 0 alone */
     dlock__tally t = {0};
-    dlock__req *r = &rd->reqs[0];
-    if (dlock__tally_reply(&t, r, &rd->set->conns[0], what, type)) {
+    if (dlock__tally_reply(&t, r, &op->set->conns[0], what, type)) {
         *out = r->reply;
         r->reply = NULL;
     } else {
@@ -441,7 +456,7 @@ static void send_only(stock_op *op, enum dlock__script_id id, const stock_args *
     bool mask[DLOCK_SERVERS_MAX] = {true};
     if (format_call(op, id, a, &call, &ignored) != DLOCK_OK)
         return; /* the waiter's place lapses, a reservation's lease runs out */
-    dlock__round_send(op->c, op->rd.set, &call, mask);
+    dlock__round_send(op->c, op->set, &call, mask);
     dlock__call_free(&call);
 }
 
