@@ -6,7 +6,9 @@
  * and all in the ":stock" family, apart from the lock keys of a lock named s, which
  * are P{s} and P{s}:<word> for words other than "stock"):
  *   P{s}:stock        hash: total (the stock set), sold, reserved (units), waiting
- *                     (waiting reserves), and r:<id> -> units of each live reservation
+ *                     (waiting reserves), next (at most the earliest lease end),
+ *                     trimmed (when committed ids were last trimmed), and r:<id> ->
+ *                     units of each live reservation
  *                     (in the same hash, so that one HMGET reads a reservation with the
  *                     counts, and one HSET writes both)
  *   P{s}:stock:res    sorted set: live reservation id -> lease end (server ms)
@@ -66,9 +68,13 @@
 /*
  * What every stock script does first, with the five keys above as KEYS in that order
  * and the reservation id its call is about as ARGV[1] ("" for none): read the
- * server's TIME (now, in ms); return the units of the reservations whose lease ended
- * (freed); read the counts (total, sold, reserved), the waiter count (waiting) and the
- * units of the caller's reservation (mine: nil when it has none); st[5] is when the
+ * server's TIME (now, in ms); read the counts (total, sold, reserved), the waiter count
+ * (waiting) and the units of the caller's reservation (mine: nil when it has none);
+ * and return the units of the reservations whose lease ended (freed). The hash's
+ * "next" is at most the earliest lease end (a grant or an extend lowers it, a commit
+ * or a cancel leaves it): only once now reaches it can a lease have ended, and only
+ * then does the script look for ended ones and set "next" again, exactly (NONE: no
+ * reservation). Most calls of a sale therefore skip the look. st[5] is when the
  * committed ids were last trimmed (see STOCK_END). Numbers go to Redis
  * through int() (string.format %d): Lua's own conversion of a large number may use an
  * exponent. Counts stay below 2^53, where Lua's doubles are exact.
@@ -76,29 +82,35 @@
  */
 #define STOCK_PRELUDE_LUA                                                                          \
     "if redis.replicate_commands then redis.replicate_commands() end\n"                            \
-    "local K = KEYS\n"                                                                             \
+    "local K, NONE = KEYS, 4503599627370496\n"                                                     \
     "local function int(x) return string.format('%d', x) end\n"                                    \
     "local t = redis.call('TIME')\n"                                                               \
     "local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)\n"                      \
-    "local freed = 0\n"                                                                            \
-    "while true do\n"                                                                              \
-    "  local gone = redis.call('ZRANGEBYSCORE', K[2], '-inf', now, 'LIMIT', 0, 256)\n"             \
-    "  if #gone == 0 then break end\n"                                                             \
-    "  local f = {}\n"                                                                             \
-    "  for i = 1, #gone do f[i] = 'r:' .. gone[i] end\n"                                           \
-    "  for _, q in ipairs(redis.call('HMGET', K[1], unpack(f))) do\n"                              \
-    "    freed = freed + (tonumber(q) or 0)\n"                                                     \
-    "  end\n"                                                                                      \
-    "  redis.call('ZREM', K[2], unpack(gone))\n"                                                   \
-    "  redis.call('HDEL', K[1], unpack(f))\n"                                                      \
-    "  if #gone < 256 then break end\n"                                                            \
-    "end\n"                                                                                        \
     "local st = redis.call('HMGET', K[1], 'total', 'sold', 'reserved', 'waiting', 'trimmed',\n"    \
-    "                      'r:' .. ARGV[1])\n"                                                     \
+    "                      'next', 'r:' .. ARGV[1])\n"                                             \
     "local total, sold = tonumber(st[1]) or 0, tonumber(st[2]) or 0\n"                             \
-    "local reserved, waiting = (tonumber(st[3]) or 0) - freed, tonumber(st[4]) or 0\n"             \
-    "local mine = tonumber(st[6])\n"                                                               \
-    "if freed > 0 then redis.call('HSET', K[1], 'reserved', int(reserved)) end\n"
+    "local reserved, waiting = tonumber(st[3]) or 0, tonumber(st[4]) or 0\n"                       \
+    "local mine, next_end, freed = tonumber(st[7]), tonumber(st[6]), 0\n"                          \
+    "if st[1] and (not next_end or next_end <= now) then\n"                                        \
+    "  while true do\n"                                                                            \
+    "    local gone = redis.call('ZRANGEBYSCORE', K[2], '-inf', now, 'LIMIT', 0, 256)\n"           \
+    "    if #gone == 0 then break end\n"                                                           \
+    "    local f = {}\n"                                                                           \
+    "    for i = 1, #gone do\n"                                                                    \
+    "      f[i] = 'r:' .. gone[i]\n"                                                               \
+    "      if gone[i] == ARGV[1] then mine = nil end\n"                                            \
+    "    end\n"                                                                                    \
+    "    for _, q in ipairs(redis.call('HMGET', K[1], unpack(f))) do\n"                            \
+    "      freed = freed + (tonumber(q) or 0)\n"                                                   \
+    "    end\n"                                                                                    \
+    "    redis.call('ZREM', K[2], unpack(gone))\n"                                                 \
+    "    redis.call('HDEL', K[1], unpack(f))\n"                                                    \
+    "    if #gone < 256 then break end\n"                                                          \
+    "  end\n"                                                                                      \
+    "  next_end = tonumber(redis.call('ZRANGE', K[2], 0, 0, 'WITHSCORES')[2]) or NONE\n"           \
+    "  reserved = reserved - freed\n"                                                              \
+    "  redis.call('HSET', K[1], 'reserved', int(reserved), 'next', int(next_end))\n"               \
+    "end\n"
 
 /* The waiters: an entry is "<units> <deadline ms> <channel>"; waiters() lists them in
  * arrival order (only when the count says there are some: most calls of a sale find
@@ -177,7 +189,9 @@ const char dlock__stock_update_lua[] = STOCK_PRELUDE_LUA STOCK_WAITERS_LUA
  *    the earliest lease ends or -1, 1 when the waiters were counted only until they
  *    wanted more than is available}: not enough now;
  *    {-1, unsold, total}: more than is unsold; only a restock could serve it.
- * With no waiters, a grant costs TIME, ZRANGEBYSCORE, HMGET, HSET and ZADD.
+ * With no waiters and no lease ended, a grant costs TIME, HMGET, HSET and ZADD. The
+ * time until the earliest lease ends is "next", a lower bound: a waiter that wakes at a
+ * "next" made stale by a commit finds nothing ended, and its retry sets it exactly.
  */
 const char dlock__stock_reserve_lua[] = STOCK_PRELUDE_LUA STOCK_WAITERS_LUA
     "local id, qty, queued = ARGV[1], tonumber(ARGV[2]), ARGV[4] == '1'\n"
@@ -206,9 +220,11 @@ const char dlock__stock_reserve_lua[] = STOCK_PRELUDE_LUA STOCK_WAITERS_LUA
     "  end\n"
     "end\n"
     "if before + qty <= avail then\n"
-    "  reserved = reserved + qty\n"
-    "  redis.call('HSET', K[1], 'reserved', int(reserved), 'r:' .. id, ARGV[2])\n"
-    "  redis.call('ZADD', K[2], int(now + tonumber(ARGV[3])), id)\n"
+    "  local e = now + tonumber(ARGV[3])\n"
+    "  reserved, next_end = reserved + qty, math.min(next_end or e, e)\n"
+    "  redis.call('HSET', K[1], 'reserved', int(reserved), 'r:' .. id, ARGV[2], 'next',\n"
+    "             int(next_end))\n"
+    "  redis.call('ZADD', K[2], int(e), id)\n"
     "  if queued then drop(id) end\n"
     "  if freed > 0 then wake() end\n"
     "  return {1, avail - qty}\n"
@@ -224,9 +240,8 @@ const char dlock__stock_reserve_lua[] = STOCK_PRELUDE_LUA STOCK_WAITERS_LUA
     "  redis.call('PEXPIRE', K[5], ARGV[6])\n"
     "end\n"
     "if freed > 0 then wake() end\n"
-    "local first = redis.call('ZRANGE', K[2], 0, 0, 'WITHSCORES')[2]\n"
     "local next_ms = -1\n"
-    "if first then next_ms = math.max(tonumber(first) - now, 0) end\n"
+    "if next_end and next_end < NONE then next_ms = math.max(next_end - now, 0) end\n"
     "return {0, avail, before, n, next_ms, more}\n";
 
 /*
@@ -236,7 +251,7 @@ const char dlock__stock_reserve_lua[] = STOCK_PRELUDE_LUA STOCK_WAITERS_LUA
  *    reservation; -1 it was committed (it cannot be canceled or extended).
  * "leave" is a reserve that gives up: out of the waiters, and a reservation it may
  * have been granted unseen (its reply was lost) goes back; always 1.
- * A commit costs TIME, ZRANGEBYSCORE, HMGET, HDEL, HSET, ZREM and ZADD. Committed ids
+ * A commit costs TIME, HMGET, HDEL, HSET, ZREM and ZADD. Committed ids
  * older than the retention are trimmed, and the set's expiry renewed, at most once a
  * second (st[5] says when last): the expiry is the retention plus that second, so
  * every id stays at least the retention, and a busy sale does not pay two more
@@ -261,7 +276,9 @@ const char dlock__stock_end_lua[] = STOCK_PRELUDE_LUA STOCK_WAITERS_LUA
     "  return 0\n"
     "end\n"
     "if mode == 'extend' then\n"
-    "  redis.call('ZADD', K[2], 'XX', int(now + tonumber(ARGV[3])), id)\n"
+    "  local e = now + tonumber(ARGV[3])\n"
+    "  redis.call('ZADD', K[2], 'XX', int(e), id)\n"
+    "  if not next_end or e < next_end then redis.call('HSET', K[1], 'next', int(e)) end\n"
     "  if freed > 0 then wake() end\n"
     "  return 1\n"
     "end\n"

@@ -279,8 +279,9 @@ static void test_status_alone_shows_expired_units(void **state)
     assert_int_equal(in.waiters, 0);
     assert_int_equal(dlock_stock_cancel(c, "alone", b), DLOCK_OK);
     expect(c, "alone", 7, 7, 0, 0);
-    /* A SKU never set reads as zeros. */
+    /* A SKU never set reads as zeros, and reading it writes nothing. */
     expect(c, "never-set", 0, 0, 0, 0);
+    assert_int_equal(it_exists(&it_srv, "dlock:{never-set}:stock"), 0);
     dlock_client_free(c);
 }
 
