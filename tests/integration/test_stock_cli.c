@@ -244,18 +244,21 @@ static void test_extend(void **state)
     fails(&r, 73, "no such live reservation");
 }
 
+/* A command run on a thread of its own, with an environment of its own (it_cli_env's
+ * is rewritten by every call of the main thread's). */
 typedef struct bg {
     pthread_t th;
     result r;
     const char *const *argv;
+    char servers[160];
+    const char *env[3];
     int64_t end_ms;
 } bg;
 
 static void *bg_main(void *arg)
 {
     bg *b = arg;
-    b->r.status =
-        dh_run(b->argv, it_cli_env(&srv), b->r.out, sizeof b->r.out, b->r.err, sizeof b->r.err);
+    b->r.status = dh_run(b->argv, b->env, b->r.out, sizeof b->r.out, b->r.err, sizeof b->r.err);
     b->end_ms = dh_now_ms();
     return NULL;
 }
@@ -271,6 +274,9 @@ static void test_reserve_waits_for_cancel(void **state)
     parse_id(&r, a);
     const char *argv[] = {dh_cli_path(), "stock", "reserve", "-w", "20s", "cli-f", "1", NULL};
     bg b = {.argv = argv};
+    snprintf(b.servers, sizeof b.servers, "DLOCK_SERVERS=%s", srv.url);
+    b.env[0] = b.servers;
+    b.env[1] = "DLOCK_PASSWORD";
     assert_int_equal(pthread_create(&b.th, NULL, bg_main, &b), 0);
     dlock_client *c = it_client(&srv, 1000);
     dlock_stock_info in = {0};
