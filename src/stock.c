@@ -375,7 +375,7 @@ static int check_id(const char *id, dlock__err *e)
     return DLOCK_OK;
 }
 
-/* Check the client and the SKU, and make the keys and the round. */
+/* Check the client and the SKU, make the keys, take a connection set from the pool. */
 static int op_begin(stock_op *op, dlock_client *c, const char *sku, dlock__err *e)
 {
     op->c = c;
