@@ -34,8 +34,8 @@ static int check_opts(const dlock_opts *o, int64_t *ttl_ms, int64_t *wait_ms, dl
                               (long long)*wait_ms);
     if (o->cancel_fd < 0)
         return dlock__err_set(e, DLOCK_ERR_INVALID, "cancel_fd is negative (0 means none)");
-    if (o->reserved32 != 0)
-        return dlock__err_set(e, DLOCK_ERR_INVALID, "dlock_opts.reserved32 must be zero");
+    if (o->shared != 0 && o->shared != 1)
+        return dlock__err_set(e, DLOCK_ERR_INVALID, "dlock_opts.shared must be 0 or 1");
     if (o->on_lost != NULL && !o->auto_renew)
         return dlock__err_set(e, DLOCK_ERR_INVALID, "on_lost is only called with auto_renew");
     if (o->label != NULL && strnlen(o->label, DLOCK_LABEL_MAX + 1) > DLOCK_LABEL_MAX)
