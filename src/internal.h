@@ -308,6 +308,7 @@ enum dlock__script_id {
     DLOCK_SCRIPT_LEAVE,
     DLOCK_SCRIPT_RENEW,
     DLOCK_SCRIPT_REFRESH,
+    DLOCK_SCRIPT_ACQUIRE_SHARED,
     DLOCK_SCRIPT_COUNT
 };
 
@@ -317,13 +318,14 @@ typedef struct dlock__scripts {
 
 int dlock__scripts_init(dlock__scripts *s, dlock__err *e);
 
-/* The keys of one name, in one allocation (free buf): P{name}, P{name}:fence and
- * P{name}:queue, the layout scripts.c describes. The
- * lock key comes first in buf, so buf alone is the NUL-terminated lock key. */
+/* The keys of one name, in one allocation (free buf): P{name}, P{name}:fence,
+ * P{name}:queue, P{name}:holders and P{name}:holders:info, the layout scripts.c
+ * describes. The lock key comes first in buf, so buf alone is the NUL-terminated lock
+ * key, and the others follow it in that order, each after the NUL of the one before. */
 typedef struct dlock__keys {
     char *buf;
-    const char *lock, *fence, *queue;
-    size_t lock_len, fence_len, queue_len;
+    const char *lock, *fence, *queue, *holders, *info;
+    size_t lock_len, fence_len, queue_len, holders_len, info_len;
 } dlock__keys;
 
 int dlock__keys_make(const char *prefix, size_t prefix_len, const char *name, size_t name_len,
@@ -560,13 +562,13 @@ struct dlock_lock {
     /* Written by the renewal thread too, hence atomic. */
     _Atomic int64_t valid_until_us; /* on dlock__now_us(); 0: unknown (adopted) */
     _Atomic bool lost;
+    bool shared;   /* a shared holder or a semaphore permit (renewed with its holders keys) */
     bool attached; /* on client->locks */
     int lost_fd;   /* guarded by client->mu; -1 until dlock_lost_fd */
     /* Renewal (watchdog.c), guarded by the watchdog's mutex. */
-    bool renewing;    /* registered with the watchdog */
-    bool in_batch;    /* in a renewal round now: the handle must not be freed */
-    char *renew_keys; /* the name's keys (dlock__keys.buf): the lock key comes first */
-    size_t renew_key_len;
+    bool renewing;          /* registered with the watchdog */
+    bool in_batch;          /* in a renewal round now: the handle must not be freed */
+    dlock__keys renew_keys; /* the name's keys, for the renewal batch (NULL buf: none) */
     int64_t ttl_ms, next_renew_us;
     dlock_lost_fn on_lost;
     void *on_lost_user;
