@@ -15,13 +15,14 @@
  *   servers     node.c      what a server's INFO says: restart voting, eviction policy
  *   transport   conn.c      one connection: non-blocking connect, handshake, buffers
  *               fanout.c    one command to N nodes in parallel under one deadline
- *   scripts     scripts.c   the Lua scripts (the wait queue and its handoff among them),
- *                           their SHA1s, and the key layout
+ *   scripts     scripts.c   the Lua scripts (the wait queue, its handoff and the shared
+ *                           holders among them), their SHA1s, and the key layout
  *   rounds      round.c     one round to N nodes and its vote; validity; tallies
  *   lifecycle   handle.c    the dlock_lock handle, argument checks, accessors
- *               acquire.c   dlock_acquire: attempts, undoing partial grants, queueing,
+ *               acquire.c   dlock_acquire and dlock_sem_acquire (exclusive, shared, one
+ *                           of K permits): attempts, undoing partial grants, queueing,
  *                           confirming a handoff, refreshing between wake-ups
- *               lock.c      extend, release, check, inspect
+ *               lock.c      extend, release, check, inspect (and the shared holders)
  *               fence.c     the resource side: fenced writes, dlock_fence_admit
  *               wait.c      the client's wake-up channel: its subscriber thread, waiters,
  *                           backoff, leaving the queue
