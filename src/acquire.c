@@ -140,17 +140,29 @@ typedef struct attempt_info {
 } attempt_info;
 /* The error of an attempt that was not granted, from what the nodes said. */
 static int refused(const dlock_client *c, const dlock__round *rd, const dlock__tally *t,
-                   int nonvoting, int64_t ttl_ms, dlock__err *e)
+                   int nonvoting, const request *q, dlock__err *e)
 {
     int rc;
     if (t->yes >= c->quorum) {
         return dlock__err_set(e, DLOCK_ERR_TIMEOUT,
                               "granted, but the round took %lld ms of a %lld ms lease (no "
                               "validity left)",
-                              (long long)((rd->end_us - rd->start_us) / 1000), (long long)ttl_ms);
+                              (long long)((rd->end_us - rd->start_us) / 1000),
+                              (long long)q->ttl_ms);
     }
     if (t->yes + t->no + nonvoting >= c->quorum && t->no > 0) {
-        if (t->busy_remaining_ms > 0)
+        if (q->limit > 0 && q->limit < DLOCK_PERMITS_MAX)
+            rc = dlock__err_set(e, DLOCK_ERR_BUSY,
+                                "%d of %d servers refused: the %lld permits are taken, or an "
+                                "exclusive holder or an earlier waiter comes first (the first "
+                                "lease ends in %lld ms)",
+                                t->no, c->n, (long long)q->limit, (long long)t->busy_remaining_ms);
+        else if (q->limit > 0)
+            rc = dlock__err_set(e, DLOCK_ERR_BUSY,
+                                "%d of %d servers refused: an exclusive holder or an earlier "
+                                "waiter comes first (the first lease ends in %lld ms)",
+                                t->no, c->n, (long long)t->busy_remaining_ms);
+        else if (t->busy_remaining_ms > 0)
             rc = dlock__err_set(e, DLOCK_ERR_BUSY,
                                 "%d of %d servers refused: their holder's lease has %lld ms left",
                                 t->no, c->n, (long long)t->busy_remaining_ms);
@@ -232,7 +244,7 @@ static int attempt(dlock_client *c, dlock__round *rd, dlock__call *acq, const re
             return DLOCK_OK;
         }
     } else {
-        rc = refused(c, rd, &t, nonvoting, ttl_ms, e);
+        rc = refused(c, rd, &t, nonvoting, q, e);
     }
     /* Not acquired: undo every grant, and every outcome we do not know, including on a
      * node whose connection broke mid-reply (the server may have run the script):

@@ -396,7 +396,7 @@ static bool next_entry(const char **p, dlock_holder *h)
 /* Add one node's list to the distinct holders in all[0 .. *n), counting in seen[] the
  * nodes that list each and keeping every node's lease in leases[j * N + node]. */
 static void merge_list(const dlock_client *c, const node_view *nv, dlock_holder *all, int *n,
-                       int *seen, long long *leases)
+                       int cap, int *seen, long long *leases)
 {
     const char *p = nv->list;
     dlock_holder h;
@@ -405,7 +405,7 @@ static void merge_list(const dlock_client *c, const node_view *nv, dlock_holder 
         while (j < *n && strcmp(all[j].token, h.token) != 0)
             j++;
         if (j == *n) {
-            if (*n == DLOCK_INSPECT_SHARED_MAX * DLOCK_SERVERS_MAX)
+            if (*n == cap)
                 return;
             all[(*n)++] = h;
         }
@@ -429,7 +429,8 @@ int dlock_inspect_shared(dlock_client *c, const char *name, dlock_holder *out, i
     *total = 0;
     views v;
     int rc = inspect_enter(c, name, &v, &e);
-    size_t cap = (size_t)DLOCK_INSPECT_SHARED_MAX * DLOCK_SERVERS_MAX;
+    /* Each node lists at most DLOCK_INSPECT_SHARED_MAX. */
+    size_t cap = rc == DLOCK_OK ? (size_t)DLOCK_INSPECT_SHARED_MAX * (size_t)c->n : 0;
     dlock_holder *all = NULL;
     int *seen = NULL;
     long long *leases = NULL;
@@ -440,7 +441,7 @@ int dlock_inspect_shared(dlock_client *c, const char *name, dlock_holder *out, i
     if (rc == DLOCK_OK) {
         int m = 0, kept = 0;
         for (int i = 0; i < c->n; i++)
-            merge_list(c, &v.node[i], all, &m, seen, leases);
+            merge_list(c, &v.node[i], all, &m, (int)cap, seen, leases);
         /* A holder a quorum lists, with the lease a quorum still gives it. */
         for (int j = 0; j < m; j++) {
             long long left = quorum_value(c, leases + (size_t)j * (size_t)c->n, seen[j]);
