@@ -108,7 +108,9 @@
     "  redis.call('PEXPIRE', holders, ms)\n"                                                       \
     "  redis.call('PEXPIRE', info, ms)\n"                                                          \
     "  return true\n"                                                                              \
-    "end\n"                                                                                        \
+    "end\n"
+/* A shared holder's renewal (needs SHARED_LUA): false when its lease ran out. */
+#define RENEW_SHARED_LUA                                                                           \
     "local function renew_shared(lock, holders, info, token, ttl)\n"                               \
     "  local now = now_ms()\n"                                                                     \
     "  local s = redis.call('ZSCORE', holders, token)\n"                                           \
@@ -395,7 +397,7 @@ static const char *const refresh_lua[] = {
  * when not ours (a shared lease that ran out is not ours either).
  */
 static const char *const extend_lua[] = {
-    PRELUDE_LUA, SHARED_LUA,
+    PRELUDE_LUA, SHARED_LUA, RENEW_SHARED_LUA,
     "local v = redis.call('GET', KEYS[1])\n"
     "if v and string.sub(v, 1, 32) == ARGV[1] then\n"
     "  redis.call('PEXPIRE', KEYS[1], ARGV[2])\n"
@@ -447,7 +449,7 @@ static const char *const fenced_set_lua[] = {
  * than failing the whole batch.
  */
 static const char *const renew_lua[] = {
-    PRELUDE_LUA, SHARED_LUA,
+    PRELUDE_LUA, SHARED_LUA, RENEW_SHARED_LUA,
     "local r = {}\n"
     "for i = 1, #ARGV / 3 do\n"
     "  local token, ttl, at = ARGV[3 * i - 2], ARGV[3 * i - 1], tonumber(ARGV[3 * i])\n"

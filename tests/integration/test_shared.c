@@ -582,8 +582,14 @@ static void test_redlock_sem(void **state)
     assert_int_equal(take_permit(c, "rs", 1, 10000, 0, &a), DLOCK_OK);
     assert_int_equal(take_permit(c, "rs", 1, 10000, 0, &b), DLOCK_ERR_BUSY);
     assert_int_equal(take(c, "rs", 0, 10000, 0, &b), DLOCK_ERR_BUSY);
-    for (int i = 0; i < 3; i++)
-        it_expect_holder(&g_srv[i], "rs", dlock_token(a));
+    /* Held on a quorum (the round ends once two granted: the third may not have yet). */
+    int holding = 0;
+    for (int i = 0; i < 3; i++) {
+        char *v = it_get(&g_srv[i], "dlock:{rs}");
+        holding += v != NULL && strncmp(v, dlock_token(a), DLOCK_TOKEN_LEN) == 0;
+        free(v);
+    }
+    assert_true(holding >= 2);
     assert_int_equal(dlock_release(a), DLOCK_OK);
     dlock_client_free(c);
 }
