@@ -330,7 +330,7 @@ static void test_readers_woken_together(void **state)
     board *b = board_new();
     holder r[READERS];
     for (int i = 0; i < READERS; i++)
-        holder_start(&r[i], "wake", 1, 0, 300, b);
+        holder_start(&r[i], "wake", 1, 0, 300 * dh_slack(), b);
     wait_queued("wake", READERS);
     int64_t t0 = dh_now_ms();
     assert_int_equal(dlock_release(w), DLOCK_OK);
