@@ -112,19 +112,11 @@ static void undo_grants(dlock_client *c, dlock__round *rd, const request *q, con
     dlock__err ignored;
     const dlock__keys *k = &q->k;
     size_t mlen = queued(q) ? q->member_len : 0;
-    const char *args[] = {k->lock, k->fence,  k->queue,     k->holders, k->info,  l->token,
-                          "0",     q->member, c->retention, "0",        q->ticket};
-    const size_t lens[] = {k->lock_len,
-                           k->fence_len,
-                           k->queue_len,
-                           k->holders_len,
-                           k->info_len,
-                           DLOCK_TOKEN_LEN,
-                           1,
-                           mlen,
-                           strlen(c->retention),
-                           1,
-                           strlen(q->ticket)};
+    const char *args[] = {NULL, NULL,      NULL,         NULL, NULL,     l->token,
+                          "0",  q->member, c->retention, "0",  q->ticket};
+    size_t lens[] = {
+        0, 0, 0, 0, 0, DLOCK_TOKEN_LEN, 1, mlen, strlen(c->retention), 1, strlen(q->ticket)};
+    dlock__keys_all(k, args, lens);
     if (dlock__call_format(&c->scripts, DLOCK_SCRIPT_RELEASE, 5, 11, args, lens, &rel, &ignored) !=
         DLOCK_OK)
         return;
@@ -271,10 +263,7 @@ static int format_acquire(dlock_client *c, const request *q, acquire_args *a, dl
     const dlock__keys *k = &q->k;
     const char *value = q->member + q->value_at;
     size_t vlen = q->member_len - q->value_at;
-    const char *keys[] = {k->lock, k->fence, k->queue, k->holders, k->info};
-    const size_t klens[] = {k->lock_len, k->fence_len, k->queue_len, k->holders_len, k->info_len};
-    memcpy(a->args, keys, sizeof keys);
-    memcpy(a->lens, klens, sizeof klens);
+    dlock__keys_all(k, a->args, a->lens);
     if (q->limit == 0) {
         const char *args[] = {value,     q->ttl,  value,       q->ticket, q->fair ? "1" : "0",
                               q->member, q->qttl, c->retention};

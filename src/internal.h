@@ -331,6 +331,10 @@ typedef struct dlock__keys {
 
 int dlock__keys_make(const char *prefix, size_t prefix_len, const char *name, size_t name_len,
                      dlock__keys *k, dlock__err *e);
+/* The five keys in layout order at args[0..5), their lengths at lens[0..5): the KEYS
+ * of the scripts that take them all (ACQUIRE, ACQUIRE_SHARED, RELEASE). */
+#define DLOCK_KEYS_ALL 5
+void dlock__keys_all(const dlock__keys *k, const char **args, size_t *lens);
 
 /* A formatted script call: EVALSHA, and the EVAL fallback. Free with _free. */
 typedef struct dlock__call {

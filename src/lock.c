@@ -73,19 +73,10 @@ int dlock__lock_release(dlock_lock *l, dlock__err *e)
     char fence[24] = "0";
     if (c->n > 1)
         snprintf(fence, sizeof fence, "%llu", (unsigned long long)l->fence);
-    const char *args[] = {k.lock, k.fence, k.queue,      k.holders, k.info, l->token,
-                          fence,  "",      c->retention, "1",       "0"};
-    const size_t lens[] = {k.lock_len,
-                           k.fence_len,
-                           k.queue_len,
-                           k.holders_len,
-                           k.info_len,
-                           DLOCK_TOKEN_LEN,
-                           strlen(fence),
-                           0,
-                           strlen(c->retention),
-                           1,
-                           1};
+    const char *args[] = {NULL,  NULL, NULL,         NULL, NULL, l->token,
+                          fence, "",   c->retention, "1",  "0"};
+    size_t lens[] = {0, 0, 0, 0, 0, DLOCK_TOKEN_LEN, strlen(fence), 0, strlen(c->retention), 1, 1};
+    dlock__keys_all(&k, args, lens);
     const dlock__script_args sa = {DLOCK_SCRIPT_RELEASE, 5, 11, args, lens};
     int64_t start;
     bool expired = l->valid_until_us != 0 && dlock__now_us() >= l->valid_until_us;

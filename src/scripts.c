@@ -680,3 +680,12 @@ int dlock__keys_make(const char *prefix, size_t prefix_len, const char *name, si
     }
     return DLOCK_OK;
 }
+
+void dlock__keys_all(const dlock__keys *k, const char **args, size_t *lens)
+{
+    const char *keys[DLOCK_KEYS_ALL] = {k->lock, k->fence, k->queue, k->holders, k->info};
+    const size_t klens[DLOCK_KEYS_ALL] = {k->lock_len, k->fence_len, k->queue_len, k->holders_len,
+                                          k->info_len};
+    memcpy(args, keys, sizeof keys);
+    memcpy(lens, klens, sizeof klens);
+}
