@@ -316,18 +316,55 @@ static int run_status(struct cli *cli, char **args, const struct cmd_opts *o)
     return 0;
 }
 
+/* Designated fields: the table says only what a subcommand has. */
 static const struct command subcommands[] = {
-    {"stock set", "", 2, "SKU QTY", false, run_set, set_help},
-    {"stock add", "", 2, "SKU QTY", false, run_add, add_help},
-    {"stock reserve", "t:w:", 2, "SKU QTY", false, run_reserve, reserve_help},
-    {"stock commit", "", 2, "SKU ID", false, run_commit, commit_help},
-    {"stock cancel", "", 2, "SKU ID", false, run_cancel, cancel_help},
-    {"stock extend", "t:", 2, "SKU ID", false, run_extend, extend_help},
-    {"stock status", "", 1, "SKU", false, run_status, status_help},
+    {.name = "stock set",
+     .shortopts = "",
+     .nargs = 2,
+     .operands = "SKU QTY",
+     .run = run_set,
+     .help = set_help},
+    {.name = "stock add",
+     .shortopts = "",
+     .nargs = 2,
+     .operands = "SKU QTY",
+     .run = run_add,
+     .help = add_help},
+    {.name = "stock reserve",
+     .shortopts = "t:w:",
+     .nargs = 2,
+     .operands = "SKU QTY",
+     .run = run_reserve,
+     .help = reserve_help},
+    {.name = "stock commit",
+     .shortopts = "",
+     .nargs = 2,
+     .operands = "SKU ID",
+     .run = run_commit,
+     .help = commit_help},
+    {.name = "stock cancel",
+     .shortopts = "",
+     .nargs = 2,
+     .operands = "SKU ID",
+     .run = run_cancel,
+     .help = cancel_help},
+    {.name = "stock extend",
+     .shortopts = "t:",
+     .nargs = 2,
+     .operands = "SKU ID",
+     .run = run_extend,
+     .help = extend_help},
+    {.name = "stock status",
+     .shortopts = "",
+     .nargs = 1,
+     .operands = "SKU",
+     .run = run_status,
+     .help = status_help},
 };
 
 /* `dlock stock` itself, for the messages about its subcommand. */
-static const struct command stock = {"stock", "", 1, "SUBCOMMAND", false, NULL, cli_stock_help};
+static const struct command stock = {
+    .name = "stock", .shortopts = "", .nargs = 1, .operands = "SUBCOMMAND", .help = cli_stock_help};
 
 int cli_stock_main(struct cli *cli, int argc, char **argv)
 {
@@ -346,7 +383,7 @@ int cli_stock_main(struct cli *cli, int argc, char **argv)
         return cli_usage_error(&stock, "unknown subcommand \"%.64s\"", argv[1]);
     /* A reservation's lease defaults to 30 s, and a reserve answers at once unless
      * told to wait (a buyer in a sale does not queue by default; a lock does). */
-    struct cmd_opts o = {DLOCK_STOCK_LEASE_DEFAULT_MS, 0, NULL, NULL, NULL};
+    struct cmd_opts o = {.ttl_ms = DLOCK_STOCK_LEASE_DEFAULT_MS, .wait_ms = 0};
     int code = cli_parse_options(cli, cmd, argc - 1, argv + 1, &o);
     if (code != -1)
         return code;

@@ -57,6 +57,7 @@ extern "C" {
 #define DLOCK_LABEL_MAX                  256  /* bytes in a holder label */
 #define DLOCK_SERVERS_MAX                32   /* servers in one client */
 #define DLOCK_TOKEN_LEN                  32   /* a token is 128 random bits in lowercase hex */
+#define DLOCK_PERMITS_MAX                2147483647 /* permits of one semaphore */
 
 /*
  * Error codes. The list is append-only: a number is never reused or renumbered.
@@ -224,7 +225,8 @@ typedef struct dlock_opts {
                               (at most DLOCK_LABEL_MAX bytes); NULL: none */
     int auto_renew;        /* 1: the client's renewal thread extends the lock to ttl_ms
                               every ttl_ms/3 until it is released, detached or lost */
-    int reserved32;        /* must be zero */
+    int shared;            /* 1: a shared (read) holder: it overlaps other shared holders
+                              and excludes an exclusive one; 0: exclusive */
     dlock_lost_fn on_lost; /* with auto_renew: called once if the lock is lost */
     void *on_lost_user;    /* passed to on_lost */
     uint64_t reserved[5];  /* must be zero */
@@ -242,6 +244,25 @@ typedef struct dlock_opts {
  */
 DLOCK_API int dlock_acquire(dlock_client *c, const char *name, const dlock_opts *opts,
                             dlock_lock **out);
+
+/*
+ * Take one of `permits` permits of the semaphore `name` (1 to DLOCK_PERMITS_MAX): the
+ * call succeeds while fewer than `permits` holders hold the name. A permit is a lock
+ * handle like any other: dlock_release gives it back, dlock_extend renews it, a
+ * holder that dies gives it back when its lease runs out, and auto_renew, on_lost,
+ * wait_ms, fair waiting and fences work as for dlock_acquire (opts.shared must be 0).
+ *
+ * A semaphore is a shared lock that admits at most `permits` holders, counted with
+ * every other shared holder of the name; an exclusive holder excludes them all. So
+ * one permit is an exclusive lock, and with permits 1 this is dlock_acquire. Every
+ * caller of a name should pass the same number: each call is admitted by its own.
+ *
+ * With permits >= 2 the client must have one server: N independent servers cannot
+ * bound K >= 2 holders by a quorum (docs/guarantees.md), and such a call returns
+ * DLOCK_ERR_INVALID. Thread-safety and errors as for dlock_acquire.
+ */
+DLOCK_API int dlock_sem_acquire(dlock_client *c, const char *name, int64_t permits,
+                                const dlock_opts *opts, dlock_lock **out);
 
 /* Set the lease to ttl_ms from now (it does not add), if this handle still holds the
  * lock on a quorum. Returns DLOCK_OK, DLOCK_ERR_LOST (another owner or nobody holds
@@ -295,11 +316,22 @@ typedef struct dlock_holder {
     char description[512];           /* "host:pid label" of the holder, truncated */
     int64_t remaining_ms;            /* lease left on a quorum (0 when free) */
     uint64_t fence;                  /* last fence issued for the name (0: none yet) */
-    uint64_t reserved[4];
+    int64_t shared;                  /* dlock_inspect: shared holders and semaphore
+                                        permits on a quorum (then token and
+                                        description are "" and held is 1) */
+    uint64_t reserved[3];
 } dlock_holder;
 
 /* Fill *out for `name`. Returns DLOCK_OK whether the name is held or free. */
 DLOCK_API int dlock_inspect(dlock_client *c, const char *name, dlock_holder *out);
+
+/* The shared holders and semaphore permits of `name`, those with the longest lease
+ * left first: fills out[0 .. *n) with at most max of them (held 1, token,
+ * description, remaining_ms; fence 0), and *total with how many there are on a
+ * quorum. At most DLOCK_INSPECT_SHARED_MAX are listed whatever max says. */
+#define DLOCK_INSPECT_SHARED_MAX 100
+DLOCK_API int dlock_inspect_shared(dlock_client *c, const char *name, dlock_holder *out, int max,
+                                   int *n, int64_t *total);
 
 /*
  * The resource side of fencing. A lock can end while its holder still works (a long

@@ -163,7 +163,8 @@
  * new total would be below sold + reserved), -1 refused (above the maximum). "get" is
  * dlock_stock_status: it changes nothing but what the prelude returns to the stock.
  */
-const char dlock__stock_update_lua[] = STOCK_PRELUDE_LUA STOCK_WAITERS_LUA
+const char *const dlock__stock_update_lua[] = {
+    STOCK_PRELUDE_LUA, STOCK_WAITERS_LUA,
     "local code, v = 1, tonumber(ARGV[3])\n"
     "if ARGV[2] ~= 'get' then\n"
     "  if ARGV[2] == 'add' then v = total + v end\n"
@@ -177,7 +178,8 @@ const char dlock__stock_update_lua[] = STOCK_PRELUDE_LUA STOCK_WAITERS_LUA
     "end\n"
     "if freed > 0 or (code == 1 and ARGV[2] ~= 'get') then wake() end\n"
     "return {code, total, sold, reserved, redis.call('ZCARD', K[2]),\n"
-    "        redis.call('ZCARD', K[4])}\n";
+    "        redis.call('ZCARD', K[4])}\n",
+    NULL};
 
 /*
  * STOCK_RESERVE  ARGV: id, units, lease ms, queued ("1": a waiting reserve, which
@@ -193,7 +195,8 @@ const char dlock__stock_update_lua[] = STOCK_PRELUDE_LUA STOCK_WAITERS_LUA
  * time until the earliest lease ends is "next", a lower bound: a waiter that wakes at a
  * "next" made stale by a commit finds nothing ended, and its retry sets it exactly.
  */
-const char dlock__stock_reserve_lua[] = STOCK_PRELUDE_LUA STOCK_WAITERS_LUA
+const char *const dlock__stock_reserve_lua[] = {
+    STOCK_PRELUDE_LUA, STOCK_WAITERS_LUA,
     "local id, qty, queued = ARGV[1], tonumber(ARGV[2]), ARGV[4] == '1'\n"
     "local avail = total - sold - reserved\n"
     "if mine then\n"
@@ -242,7 +245,8 @@ const char dlock__stock_reserve_lua[] = STOCK_PRELUDE_LUA STOCK_WAITERS_LUA
     "if freed > 0 then wake() end\n"
     "local next_ms = -1\n"
     "if next_end and next_end < NONE then next_ms = math.max(next_end - now, 0) end\n"
-    "return {0, avail, before, n, next_ms, more}\n";
+    "return {0, avail, before, n, next_ms, more}\n",
+    NULL};
 
 /*
  * STOCK_END  ARGV: id, mode ("commit", "cancel", "extend", "leave"), ms (commit: the
@@ -257,7 +261,8 @@ const char dlock__stock_reserve_lua[] = STOCK_PRELUDE_LUA STOCK_WAITERS_LUA
  * every id stays at least the retention, and a busy sale does not pay two more
  * commands per unit.
  */
-const char dlock__stock_end_lua[] = STOCK_PRELUDE_LUA STOCK_WAITERS_LUA
+const char *const dlock__stock_end_lua[] = {
+    STOCK_PRELUDE_LUA, STOCK_WAITERS_LUA,
     "local id, mode = ARGV[1], ARGV[2]\n"
     "if mode == 'leave' then\n"
     "  drop(id)\n"
@@ -302,7 +307,8 @@ const char dlock__stock_end_lua[] = STOCK_PRELUDE_LUA STOCK_WAITERS_LUA
     "  redis.call('PEXPIRE', K[3], int(tonumber(ARGV[3]) + 1000))\n"
     "end\n"
     "wake()\n"
-    "return 1\n";
+    "return 1\n",
+    NULL};
 
 /* ---- one call on the SKU's server ------------------------------------------------ */
 
