@@ -382,6 +382,9 @@ int dlock_acquire(dlock_client *c, const char *name, const dlock_opts *opts, dlo
     if (rc != DLOCK_OK || (rc = dlock__check_name(name, &e)) != DLOCK_OK ||
         (rc = check_opts(opts, &ttl_ms, &wait_ms, &e)) != DLOCK_OK)
         return dlock__err_raise(&e, rc);
+    if (c->local != NULL)
+        return dlock__err_raise(&e, dlock__local_acquire(c, name, opts, ttl_ms, wait_ms,
+                                                         opts && opts->shared ? 0 : 1, out, &e));
     /* The arrival time orders fair waiters: the same number on every node. */
     int64_t ticket = dlock__wallclock_us();
     int cancel_fd = opts ? opts->cancel_fd : 0;
@@ -493,4 +496,29 @@ out:
     DLOCK_PAUSE_POINT(DLOCK_HOOK_ACQUIRED);
     *out = l;
     return dlock__err_raise(&e, DLOCK_OK);
+}
+
+/* Semaphores are built for local clients only so far: on servers this call checks its
+ * arguments and refuses. */
+int dlock_sem_acquire(dlock_client *c, const char *name, int64_t permits, const dlock_opts *opts,
+                      dlock_lock **out)
+{
+    dlock__err e;
+    if (out == NULL)
+        return dlock__fail(DLOCK_ERR_INVALID, "out is NULL");
+    *out = NULL;
+    int64_t ttl_ms = 0, wait_ms = 0;
+    int rc = dlock__client_enter(c, &e);
+    if (rc != DLOCK_OK || (rc = dlock__check_name(name, &e)) != DLOCK_OK ||
+        (rc = check_opts(opts, &ttl_ms, &wait_ms, &e)) != DLOCK_OK)
+        return dlock__err_raise(&e, rc);
+    if (permits < 1 || permits > DLOCK_PERMITS_MAX)
+        return dlock__fail(DLOCK_ERR_INVALID, "permits %lld is outside [1, %d]", (long long)permits,
+                           DLOCK_PERMITS_MAX);
+    if (opts != NULL && opts->shared)
+        return dlock__fail(DLOCK_ERR_INVALID, "dlock_opts.shared must be 0 for a semaphore");
+    if (c->local != NULL)
+        return dlock__err_raise(
+            &e, dlock__local_acquire(c, name, opts, ttl_ms, wait_ms, permits, out, &e));
+    return dlock__fail(DLOCK_ERR_INVALID, "semaphores on Redis servers are not in this build yet");
 }

@@ -28,6 +28,8 @@ int dlock_extend(dlock_lock *l, int64_t ttl_ms)
     int rc = dlock__lock_enter(l, &e);
     if (rc != DLOCK_OK || (rc = dlock__check_ttl(ttl_ms, "ttl_ms", &e)) != DLOCK_OK)
         return dlock__err_raise(&e, rc);
+    if (l->client->local != NULL)
+        return dlock__err_raise(&e, dlock__local_extend(l, ttl_ms, &e));
     if (l->lost)
         return dlock__fail(DLOCK_ERR_LOST, "this handle already found the lock lost");
     dlock_client *c = l->client;
@@ -60,6 +62,8 @@ int dlock_extend(dlock_lock *l, int64_t ttl_ms)
 int dlock__lock_release(dlock_lock *l, dlock__err *e)
 {
     dlock_client *c = l->client;
+    if (c->local != NULL)
+        return dlock__local_release(l, e);
     dlock__keys k;
     int rc = dlock__keys_make(c->prefix, c->prefix_len, l->name, l->name_len, &k, e);
     if (rc != DLOCK_OK) {
@@ -214,6 +218,8 @@ int dlock_check(dlock_lock *l)
     int rc = dlock__lock_enter(l, &e);
     if (rc != DLOCK_OK)
         return dlock__err_raise(&e, rc);
+    if (l->client->local != NULL)
+        return dlock__err_raise(&e, dlock__local_check(l, &e));
     if (l->lost)
         return dlock__fail(DLOCK_ERR_LOST, "this handle already found the lock lost");
     dlock_client *c = l->client;
@@ -253,6 +259,8 @@ int dlock_inspect(dlock_client *c, const char *name, dlock_holder *out)
     int rc = dlock__client_enter(c, &e);
     if (rc != DLOCK_OK || (rc = dlock__check_name(name, &e)) != DLOCK_OK)
         return dlock__err_raise(&e, rc);
+    if (c->local != NULL)
+        return dlock__err_raise(&e, dlock__local_inspect(c, name, out, &e));
     views v;
     if ((rc = inspect_round(c, name, strlen(name), &v, &e)) != DLOCK_OK)
         return dlock__err_raise(&e, rc);
@@ -285,4 +293,25 @@ int dlock_inspect(dlock_client *c, const char *name, dlock_holder *out)
         copy_truncated(out->description, sizeof out->description, s);
     }
     return dlock__err_raise(&e, DLOCK_OK);
+}
+
+/* Shared holders are built for local clients only so far: on servers this call checks
+ * its arguments and refuses. */
+int dlock_inspect_shared(dlock_client *c, const char *name, dlock_holder *out, int max, int *n,
+                         int64_t *total)
+{
+    dlock__err e;
+    if (n == NULL || total == NULL)
+        return dlock__fail(DLOCK_ERR_INVALID, "n or total is NULL");
+    *n = 0;
+    *total = 0;
+    if (max < 0 || (out == NULL && max > 0))
+        return dlock__fail(DLOCK_ERR_INVALID, "out is NULL or max is negative");
+    int rc = dlock__client_enter(c, &e);
+    if (rc != DLOCK_OK || (rc = dlock__check_name(name, &e)) != DLOCK_OK)
+        return dlock__err_raise(&e, rc);
+    if (c->local != NULL)
+        return dlock__err_raise(&e, dlock__local_inspect_shared(c, name, out, max, n, total, &e));
+    return dlock__fail(DLOCK_ERR_INVALID,
+                       "shared holders on Redis servers are not in this build yet");
 }
