@@ -68,10 +68,12 @@
 #define DESC_MAX     600   /* "host:pid label" in a record */
 
 /* A file name is the encoded name and ".lock"; an encoding longer than ENC_MAX keeps its
- * first ENC_KEEP bytes and adds "~" and the SHA-256 of the name (190 bytes at most). */
+ * first ENC_KEEP bytes and adds "~" and the SHA-256 of the name. */
 #define ENC_MAX  180
 #define ENC_KEEP 120
-#define FILE_MAX (ENC_MAX + 8)
+#define FILE_MAX 192 /* either form, ".lock" and the NUL */
+_Static_assert(ENC_MAX + 6 <= FILE_MAX && ENC_KEEP + 1 + 64 + 6 <= FILE_MAX && FILE_MAX < NAME_MAX,
+               "a lock file name must fit FILE_MAX and NAME_MAX");
 
 /* After a wake-up whose try failed: the retries that cover a dying holder's close being
  * seen before its locks are dropped (the first after 1 ms, doubling). */
@@ -569,7 +571,8 @@ static int next_fence(dlock_client *c, int fd, const char *file, view *v, uint64
     hdr[n] = ' ';
     hdr[HDR_SIZE - 1] = '\n';
     int rc = write_at(c, fd, file, hdr, sizeof hdr, 0, e);
-    if (rc == DLOCK_OK && f > (uint64_t)wall && fdatasync(fd) != 0)
+    bool ahead = wall <= 0 || f > (uint64_t)wall;
+    if (rc == DLOCK_OK && ahead && fdatasync(fd) != 0)
         rc = dlock__err_set(e, DLOCK_ERR_IO, "%s/%s: fdatasync: %s", c->local->dir, file,
                             strerror(errno));
     if (rc == DLOCK_OK) {
@@ -699,30 +702,22 @@ static int watch_file(int fd)
 }
 
 /* Sleep until the watch fires (*changed), until_us, or cancel_fd is readable
- * (DLOCK_ERR_CANCELED). */
+ * (DLOCK_ERR_CANCELED). A signal ends the sleep early: the caller tries again. */
 static int sleep_on_watch(int ifd, int cancel_fd, int64_t until_us, bool *changed)
 {
-    *changed = false;
     struct pollfd p[2] = {{.fd = ifd, .events = POLLIN},
                           {.fd = cancel_fd > 0 ? cancel_fd : -1, .events = POLLIN}};
-    for (;;) {
-        int64_t left = until_us - dlock__now_us();
-        if (left < 0)
-            left = 0;
-        struct timespec ts = {(time_t)(left / 1000000), (long)(left % 1000000) * 1000};
-        int r = ppoll(p, 2, &ts, NULL);
-        if (r < 0 && errno == EINTR)
-            continue;
-        if (r > 0 && (p[1].revents & (POLLIN | POLLHUP | POLLERR)))
-            return DLOCK_ERR_CANCELED;
-        if (r > 0) {
-            char buf[4096];
-            while (read(ifd, buf, sizeof buf) > 0)
-                ;
-            *changed = true;
-        }
-        return DLOCK_OK;
-    }
+    int64_t left = until_us - dlock__now_us();
+    left = left > 0 ? left : 0;
+    struct timespec ts = {(time_t)(left / 1000000), (long)(left % 1000000) * 1000};
+    int r = ppoll(p, 2, &ts, NULL);
+    if (r > 0 && (p[1].revents & (POLLIN | POLLHUP | POLLERR)))
+        return DLOCK_ERR_CANCELED;
+    *changed = r > 0;
+    char events[4096];
+    while (r > 0 && read(ifd, events, sizeof events) > 0)
+        ;
+    return DLOCK_OK;
 }
 
 /* A new handle for name, with its record filled and the name's file open. */
@@ -813,7 +808,7 @@ int dlock__local_acquire(dlock_client *c, const char *name, const dlock_opts *op
             if (burst > 0 && now + (INT64_C(1000) << (BURST_RETRIES - burst)) < at)
                 at = now + (INT64_C(1000) << (BURST_RETRIES - burst));
             burst = burst > 0 ? burst - 1 : 0;
-            bool changed;
+            bool changed = false;
             src = sleep_on_watch(ifd, cancel_fd, at < deadline ? at : deadline, &changed);
             if (changed)
                 burst = BURST_RETRIES;
