@@ -284,18 +284,31 @@ typedef struct pipe_arg {
     int64_t wait_ms; /* waiter */
     int64_t ttl_ms;
     int shared;
+    const char *label;
 } pipe_arg;
+
+/* In a forked child: a client of its own, and the lock that a describes, or NULL. The
+ * client is left to the child's exit. */
+static dlock_lock *child_take(const pipe_arg *a)
+{
+    dlock_client *c;
+    dlock_lock *l;
+    dlock_opts o = {0};
+    o.ttl_ms = a->ttl_ms;
+    o.wait_ms = a->wait_ms;
+    o.shared = a->shared;
+    o.label = a->label;
+    if (dlock_client_new(url, NULL, &c) != DLOCK_OK || dlock_acquire(c, a->name, &o, &l) != 0)
+        return NULL;
+    return l;
+}
 
 /* Take the name, say so (with the fence), then sleep until killed. */
 static int holder_until_killed(void *arg)
 {
     pipe_arg *a = arg;
-    dlock_client *c;
-    dlock_lock *l;
-    dlock_opts o = {0};
-    o.ttl_ms = a->ttl_ms;
-    o.shared = a->shared;
-    if (dlock_client_new(url, NULL, &c) != DLOCK_OK || dlock_acquire(c, a->name, &o, &l) != 0)
+    dlock_lock *l = child_take(a);
+    if (l == NULL)
         return 20;
     uint64_t f = dlock_fence(l);
     put(a->fd, &f, sizeof f);
@@ -307,21 +320,12 @@ static int holder_until_killed(void *arg)
 static int waiter(void *arg)
 {
     pipe_arg *a = arg;
-    dlock_client *c;
-    dlock_lock *l;
-    dlock_opts o = {0};
-    o.wait_ms = a->wait_ms;
-    if (dlock_client_new(url, NULL, &c) != DLOCK_OK)
-        return 30;
-    int rc = dlock_acquire(c, a->name, &o, &l);
-    int64_t t = now_us();
-    if (rc != DLOCK_OK)
+    dlock_lock *l = child_take(a);
+    int64_t msg[2] = {now_us(), (int64_t)dlock_fence(l)};
+    if (l == NULL)
         return 31;
-    int64_t msg[2] = {t, (int64_t)dlock_fence(l)};
     put(a->fd, msg, sizeof msg);
-    dlock_release(l);
-    dlock_client_free(c);
-    return 0;
+    return dlock_release(l) == DLOCK_OK ? 0 : 32;
 }
 
 static int cmp_i64(const void *a, const void *b)
@@ -342,7 +346,8 @@ static void killed_holder_frees_at_once(void **state)
         int hp[2], wp[2];
         assert_int_equal(pipe(hp), 0);
         assert_int_equal(pipe(wp), 0);
-        pipe_arg ha = {"killed", hp[1], 0, 60000, 0}, wa = {"killed", wp[1], 20000, 0, 0};
+        pipe_arg ha = {"killed", hp[1], 0, 60000, 0, NULL};
+        pipe_arg wa = {"killed", wp[1], 20000, 0, 0, NULL};
         pid_t holder = child(holder_until_killed, &ha);
         uint64_t hf = 0;
         assert_true(get(hp[0], &hf, sizeof hf, 5000 * dh_slack()));
@@ -372,14 +377,9 @@ static void killed_holder_frees_at_once(void **state)
 static int take_and_report_fence(void *arg)
 {
     pipe_arg *a = arg;
-    dlock_client *c;
-    dlock_lock *l;
-    if (dlock_client_new(url, NULL, &c) != DLOCK_OK)
+    dlock_lock *l = child_take(a);
+    if (l == NULL)
         return 40;
-    dlock_opts o = {0};
-    o.shared = a->shared;
-    if (dlock_acquire(c, a->name, &o, &l) != DLOCK_OK)
-        return 41;
     uint64_t f = dlock_fence(l);
     put(a->fd, &f, sizeof f);
     return 0; /* exits holding it: the kernel lets go */
@@ -389,7 +389,7 @@ static uint64_t fence_from_new_process(const char *name, int shared)
 {
     int p[2];
     assert_int_equal(pipe(p), 0);
-    pipe_arg a = {name, p[1], 0, 0, shared};
+    pipe_arg a = {name, p[1], 0, 0, shared, NULL};
     pid_t pid = child(take_and_report_fence, &a);
     uint64_t f = 0;
     assert_true(get(p[0], &f, sizeof f, 5000 * dh_slack()));
@@ -454,7 +454,7 @@ static void shared_holders_overlap_and_exclude(void **state)
     /* Another process holds it shared; this one joins. */
     int p[2];
     assert_int_equal(pipe(p), 0);
-    pipe_arg a = {"rw", p[1], 0, 60000, 1};
+    pipe_arg a = {"rw", p[1], 0, 60000, 1, NULL};
     pid_t other = child(holder_until_killed, &a);
     uint64_t f;
     assert_true(get(p[0], &f, sizeof f, 5000 * dh_slack()));
@@ -586,9 +586,8 @@ static long voluntary_switches(void)
 static int hold_then_release(void *arg)
 {
     pipe_arg *a = arg;
-    dlock_client *c;
-    dlock_lock *l;
-    if (dlock_client_new(url, NULL, &c) != DLOCK_OK || dlock_acquire(c, a->name, NULL, &l) != 0)
+    dlock_lock *l = child_take(a);
+    if (l == NULL)
         return 60;
     int64_t t = now_us();
     put(a->fd, &t, sizeof t);
@@ -597,7 +596,6 @@ static int hold_then_release(void *arg)
         return 61;
     t = now_us();
     put(a->fd, &t, sizeof t);
-    dlock_client_free(c);
     return 0;
 }
 
@@ -610,7 +608,7 @@ static void release_wakes_waiter(void **state)
     dlock_client *c = client();
     int p[2];
     assert_int_equal(pipe(p), 0);
-    pipe_arg a = {"wake", p[1], 0, 400, 0};
+    pipe_arg a = {"wake", p[1], 0, 400, 0, NULL};
     pid_t holder = child(hold_then_release, &a);
     int64_t t;
     assert_true(get(p[0], &t, sizeof t, 5000 * dh_slack()));
@@ -690,19 +688,14 @@ typedef struct detached {
 static int acquire_and_detach(void *arg)
 {
     pipe_arg *a = arg;
-    dlock_client *c;
-    dlock_lock *l;
-    dlock_opts o = {0};
-    o.ttl_ms = a->ttl_ms;
-    o.label = "nightly backup";
-    if (dlock_client_new(url, NULL, &c) != DLOCK_OK || dlock_acquire(c, a->name, &o, &l) != 0)
+    dlock_lock *l = child_take(a);
+    if (l == NULL)
         return 70;
     detached d;
     memcpy(d.token, dlock_token(l), sizeof d.token);
     d.fence = dlock_fence(l);
     if (dlock_lock_detach(l) != DLOCK_OK)
         return 71;
-    dlock_client_free(c);
     put(a->fd, &d, sizeof d);
     return 0;
 }
@@ -711,7 +704,7 @@ static detached detach_in_child(const char *name, int64_t ttl_ms)
 {
     int p[2];
     assert_int_equal(pipe(p), 0);
-    pipe_arg a = {name, p[1], 0, ttl_ms, 0};
+    pipe_arg a = {name, p[1], 0, ttl_ms, 0, "nightly backup"};
     pid_t pid = child(acquire_and_detach, &a);
     detached d;
     assert_true(get(p[0], &d, sizeof d, 5000 * dh_slack()));
