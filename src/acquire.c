@@ -383,8 +383,9 @@ int dlock_acquire(dlock_client *c, const char *name, const dlock_opts *opts, dlo
         (rc = check_opts(opts, &ttl_ms, &wait_ms, &e)) != DLOCK_OK)
         return dlock__err_raise(&e, rc);
     if (c->local != NULL)
-        return dlock__err_raise(&e, dlock__local_acquire(c, name, opts, ttl_ms, wait_ms,
-                                                         opts && opts->shared ? 0 : 1, out, &e));
+        return dlock__err_raise(
+            &e, dlock__local_acquire(c, name, opts, ttl_ms, wait_ms,
+                                     opts && opts->shared ? DLOCK_PERMITS_MAX : 0, out, &e));
     /* The arrival time orders fair waiters: the same number on every node. */
     int64_t ticket = dlock__wallclock_us();
     int cancel_fd = opts ? opts->cancel_fd : 0;
@@ -518,7 +519,7 @@ int dlock_sem_acquire(dlock_client *c, const char *name, int64_t permits, const 
     if (opts != NULL && opts->shared)
         return dlock__fail(DLOCK_ERR_INVALID, "dlock_opts.shared must be 0 for a semaphore");
     if (c->local != NULL)
-        return dlock__err_raise(
-            &e, dlock__local_acquire(c, name, opts, ttl_ms, wait_ms, permits, out, &e));
+        return dlock__err_raise(&e, dlock__local_acquire(c, name, opts, ttl_ms, wait_ms,
+                                                         permits == 1 ? 0 : permits, out, &e));
     return dlock__fail(DLOCK_ERR_INVALID, "semaphores on Redis servers are not in this build yet");
 }

@@ -614,9 +614,10 @@ bool dlock__local_url(const char *servers);
  * freed. Sets the thread's message (it ends dlock_client_new). */
 int dlock__local_client_new(struct dlock_client *c, const char *servers, struct dlock_client **out);
 void dlock__local_client_free(struct dlock_client *c);
-/* permits: 1 exclusive, 0 shared with no bound, K >= 2 one of K permits. */
+/* limit 0: exclusive; else a shared holder among at most limit (DLOCK_PERMITS_MAX for
+ * dlock_opts.shared, K for a semaphore of K >= 2 permits). */
 int dlock__local_acquire(struct dlock_client *c, const char *name, const dlock_opts *opts,
-                         int64_t ttl_ms, int64_t wait_ms, int64_t permits, struct dlock_lock **out,
+                         int64_t ttl_ms, int64_t wait_ms, int64_t limit, struct dlock_lock **out,
                          dlock__err *e);
 int dlock__local_extend(struct dlock_lock *l, int64_t ttl_ms, dlock__err *e);
 /* Release l, then free it, whatever the outcome. */

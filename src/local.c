@@ -586,7 +586,7 @@ static int next_fence(dlock_client *c, int fd, const char *file, view *v, uint64
 
 /* What one acquisition asks for, the same in every try. */
 typedef struct request {
-    int64_t permits; /* 1: exclusive; 0: shared, no bound; K >= 2: one of K permits */
+    int64_t limit; /* 0: exclusive; else shared, among at most limit holders */
     char file[FILE_MAX];
 } request;
 
@@ -612,14 +612,14 @@ static int refusal(const request *q, const view *v, bool gate, int64_t *until_us
                                   (long long)record_left_ms(x, now));
         return dlock__err_set(e, DLOCK_ERR_BUSY, "held by %s", x->desc);
     }
-    bool full = q->permits == 1 ? v->nlive > 0 : q->permits > 1 && v->nlive >= q->permits;
+    bool full = q->limit == 0 ? v->nlive > 0 : v->nlive >= q->limit;
     if (full || !gate) {
         for (int64_t j = 0; j < v->nslots; j++)
             if (v->shared[j].live)
                 note_until(until_us, &v->shared[j]);
-        if (q->permits > 1)
+        if (q->limit > 0 && q->limit < DLOCK_PERMITS_MAX)
             return dlock__err_set(e, DLOCK_ERR_BUSY, "all %lld permits are held (%lld holders)",
-                                  (long long)q->permits, (long long)v->nlive);
+                                  (long long)q->limit, (long long)v->nlive);
         if (v->nlive > 0)
             return dlock__err_set(e, DLOCK_ERR_BUSY, "held by %lld shared holder(s)",
                                   (long long)v->nlive);
@@ -655,7 +655,7 @@ static int try_once(dlock_client *c, dlock_lock *l, request *q, int64_t *until_u
         ofd_unlock(fd, LK_GUARD);
         return TRY_REOPEN;
     }
-    bool gate = ofd_lock(fd, q->permits == 1 ? F_WRLCK : F_RDLCK, LK_GATE) == 0;
+    bool gate = ofd_lock(fd, q->limit == 0 ? F_WRLCK : F_RDLCK, LK_GATE) == 0;
     if (!gate && errno != EAGAIN && errno != EACCES)
         rc = dlock__err_set(e, errno == ENOLCK ? DLOCK_ERR_NOMEM : DLOCK_ERR_IO, "%s/%s: lock: %s",
                             c->local->dir, q->file, strerror(errno));
@@ -665,7 +665,7 @@ static int try_once(dlock_client *c, dlock_lock *l, request *q, int64_t *until_u
         rc = read_view(c, fd, q->file, &v, e);
     if (rc == DLOCK_OK)
         rc = refusal(q, &v, gate, until_us, e);
-    if (rc == DLOCK_OK && q->permits != 1 && (slot = claim_slot(fd, &v)) < 0)
+    if (rc == DLOCK_OK && q->limit != 0 && (slot = claim_slot(fd, &v)) < 0)
         rc = dlock__err_set(e, DLOCK_ERR_BUSY, "%d shared holders: no slot is free", SLOTS_MAX);
     if (rc == DLOCK_OK && (rc = next_fence(c, fd, q->file, &v, &l->fence, e)) == DLOCK_OK) {
         h->rec.fence = l->fence;
@@ -757,11 +757,11 @@ static int new_hold(dlock_client *c, const char *name, const dlock_opts *opts, i
 }
 
 int dlock__local_acquire(dlock_client *c, const char *name, const dlock_opts *opts, int64_t ttl_ms,
-                         int64_t wait_ms, int64_t permits, dlock_lock **out, dlock__err *e)
+                         int64_t wait_ms, int64_t limit, dlock_lock **out, dlock__err *e)
 {
     request q;
     memset(&q, 0, sizeof q);
-    q.permits = permits;
+    q.limit = limit;
     dlock_lock *l = NULL;
     int rc = new_hold(c, name, opts, ttl_ms, &q, &l, e);
     if (rc != DLOCK_OK)
