@@ -32,7 +32,9 @@ typedef struct cyc_arg {
     const char *tag; /* name prefix: "w1", "w2", "w4n3d1" */
     long cycles;     /* per client */
     long warmup;
-    int64_t *lat; /* [client * cycles + i], nanoseconds */
+    int64_t permits; /* > 0: semaphore permits (dlock_sem_acquire) */
+    int shared;      /* dlock_opts.shared */
+    int64_t *lat;    /* [client * cycles + i], nanoseconds */
 } cyc_arg;
 
 typedef struct cyc_result {
@@ -41,6 +43,13 @@ typedef struct cyc_result {
     double per_s;
     int64_t p50_ns, p99_ns;
 } cyc_result;
+
+/* A lock, or a permit when permits > 0. */
+static int take(dlock_client *c, const char *name, const dlock_opts *o, int64_t permits,
+                dlock_lock **l)
+{
+    return permits > 0 ? dlock_sem_acquire(c, name, permits, o, l) : dlock_acquire(c, name, o, l);
+}
 
 static void cyc_worker(team *t, int id, void *p)
 {
@@ -53,12 +62,13 @@ static void cyc_worker(team *t, int id, void *p)
         team_error(t, "dlock_client_new: %s: %s", dlock_strerror(rc), dlock_errmsg());
     dlock_opts o = {0};
     o.ttl_ms = BENCH_TTL_MS;
+    o.shared = a->shared;
     char name[128];
     /* Warm-up: not measured, names of their own. */
     for (long i = 0; i < a->warmup && rc == DLOCK_OK; i++) {
         dlock_lock *l;
         snprintf(name, sizeof name, "%s:r%d:warm:%d:%ld", a->tag, a->ctx->round, id, i);
-        if ((rc = dlock_acquire(c, name, &o, &l)) == DLOCK_OK)
+        if ((rc = take(c, name, &o, a->permits, &l)) == DLOCK_OK)
             rc = dlock_release(l);
         if (rc != DLOCK_OK)
             team_error(t, "warm-up cycle: %s: %s", dlock_strerror(rc), dlock_errmsg());
@@ -69,7 +79,7 @@ static void cyc_worker(team *t, int id, void *p)
         dlock_lock *l;
         snprintf(name, sizeof name, "%s:r%d:%d:%ld", a->tag, a->ctx->round, id, i);
         int64_t t0 = now_ns();
-        rc = dlock_acquire(c, name, &o, &l);
+        rc = take(c, name, &o, a->permits, &l);
         if (rc != DLOCK_OK) {
             team_error(t, "acquire %s: %s: %s", name, dlock_strerror(rc), dlock_errmsg());
             break;
@@ -87,11 +97,19 @@ static void cyc_worker(team *t, int id, void *p)
     dlock_client_free(c);
 }
 
-/* Run `clients` clients of `cycles` cycles each on urls. 0, or -1 after bench_fail. */
-static int cycles_run(bench_ctx *ctx, const char *label, const char *tag, const char *urls,
-                      int clients, long cycles, long warmup, cyc_result *res)
+/* Run `clients` clients of `cycles` cycles each on urls, taking locks (permits 0,
+ * shared as given) or semaphore permits. 0, or -1 after bench_fail. */
+static int cycles_run_kind(bench_ctx *ctx, const char *label, const char *tag, const char *urls,
+                           int clients, long cycles, long warmup, int64_t permits, int shared,
+                           cyc_result *res)
 {
-    cyc_arg a = {.ctx = ctx, .urls = urls, .tag = tag, .cycles = cycles, .warmup = warmup};
+    cyc_arg a = {.ctx = ctx,
+                 .urls = urls,
+                 .tag = tag,
+                 .cycles = cycles,
+                 .warmup = warmup,
+                 .permits = permits,
+                 .shared = shared};
     size_t total = (size_t)clients * (size_t)cycles;
     a.lat = calloc(total ? total : 1, sizeof *a.lat);
     if (a.lat == NULL) {
@@ -119,6 +137,13 @@ static int cycles_run(bench_ctx *ctx, const char *label, const char *tag, const 
     return 0;
 }
 
+/* Run `clients` clients of `cycles` cycles each on urls. 0, or -1 after bench_fail. */
+static int cycles_run(bench_ctx *ctx, const char *label, const char *tag, const char *urls,
+                      int clients, long cycles, long warmup, cyc_result *res)
+{
+    return cycles_run_kind(ctx, label, tag, urls, clients, cycles, warmup, 0, 0, res);
+}
+
 /* -1 (no ratio printed) when the denominator is unknown. */
 static double ratio(double a, double b)
 {
@@ -139,7 +164,7 @@ static void label_nodes(char *out, size_t n, const char *w, int nodes)
  * rate at the same number of clients (rps, named vs). The run's label is returned in
  * label. */
 static int uncontended(bench_ctx *ctx, const char *w, const char *tag, int clients, long cycles,
-                       double rps, const char *vs, char label[32])
+                       double rps, const char *vs, char label[32], double *per_s)
 {
     const bench_opts *o = ctx->opt;
     char urls[BENCH_MAX_NODES * 620];
@@ -152,23 +177,60 @@ static int uncontended(bench_ctx *ctx, const char *w, const char *tag, int clien
     /* The first line of each of W1 and W2 is cycles_per_s: readers of the BENCH lines
      * take it as the workload's headline figure. */
     fig(label, "cycles_per_s", r.per_s, 0, ratio(r.per_s, rps), vs);
+    *per_s = r.per_s;
     fig(label, "p50_us", (double)r.p50_ns / 1000, 0, -1, NULL);
     fig(label, "p99_us", (double)r.p99_ns / 1000, 0, -1, NULL);
+    return 0;
+}
+
+/* W1's other kinds, each beside the lock of the same run: a semaphore of one permit
+ * (which is the exclusive lock), of three (a shared holder among at most three), and
+ * a shared lock. */
+static int w1_kinds(bench_ctx *ctx, const char *w1_label, double w1_per_s)
+{
+    static const struct {
+        const char *name;
+        int64_t permits;
+        int shared;
+    } kinds[] = {{"sem1", 1, 0}, {"sem3", 3, 0}, {"shared", 0, 1}};
+    const bench_opts *o = ctx->opt;
+    char urls[BENCH_MAX_NODES * 620];
+    servers_urls(ctx->servers, 0, o->nodes, urls, sizeof urls);
+    long warm = o->w1_cycles / 10 < WARMUP_CYCLES ? o->w1_cycles / 10 : WARMUP_CYCLES;
+    for (size_t i = 0; i < sizeof kinds / sizeof *kinds; i++) {
+        /* A semaphore of more than one permit needs one server. */
+        if (kinds[i].permits > 1 && o->nodes > 1)
+            continue;
+        char label[48], tag[16];
+        snprintf(label, sizeof label, "%s/%s", w1_label, kinds[i].name);
+        snprintf(tag, sizeof tag, "w1%s", kinds[i].name);
+        cyc_result r;
+        if (cycles_run_kind(ctx, label, tag, urls, 1, o->w1_cycles, warm, kinds[i].permits,
+                            kinds[i].shared, &r) != 0)
+            return -1;
+        fig(label, "cycles_per_s", r.per_s, 0, ratio(r.per_s, w1_per_s), "W1 lock");
+        fig(label, "p50_us", (double)r.p50_ns / 1000, 0, -1, NULL);
+    }
     return 0;
 }
 
 int run_w1(bench_ctx *ctx)
 {
     char label[32];
-    return uncontended(ctx, "W1", "w1", 1, ctx->opt->w1_cycles, ctx->rps_c1, "SET rps -c1", label);
+    double per_s = 0;
+    if (uncontended(ctx, "W1", "w1", 1, ctx->opt->w1_cycles, ctx->rps_c1, "SET rps -c1", label,
+                    &per_s) != 0)
+        return -1;
+    return w1_kinds(ctx, label, per_s);
 }
 
 int run_w2(bench_ctx *ctx)
 {
     const bench_opts *o = ctx->opt;
     char label[32];
-    if (uncontended(ctx, "W2", "w2", o->w2_clients, o->w2_cycles, ctx->rps_c8, "SET rps -c8",
-                    label) != 0)
+    double per_s;
+    if (uncontended(ctx, "W2", "w2", o->w2_clients, o->w2_cycles, ctx->rps_c8, "SET rps -c8", label,
+                    &per_s) != 0)
         return -1;
     /* ru_maxrss is the peak of the process so far: the baselines ran in children
      * (not counted), W1 before this used less, so in the first round it is W2's peak.

@@ -62,17 +62,20 @@ struct cmd_opts {
     const char *label;
     const char *signal; /* run -k, checked by run_check.c */
     const char *grace;  /* run -g, checked by run_check.c */
+    bool shared;        /* --shared: a shared holder */
+    int64_t permits;    /* sem -n K; 0: not a semaphore */
 };
 
 /* One command of the table in main.c. */
 struct command {
-    const char *name;
+    const char *name;      /* "acquire", or two words for a command of a group: "sem run" */
     const char *shortopts; /* beyond the common "s:qh" */
     int nargs;             /* exact number of operands */
     const char *operands;  /* for messages: "NAME TOKEN" */
     bool takes_cmd;        /* operands end at "--", CMD [ARG...] follows (run) */
     int (*run)(struct cli *cli, char **args, const struct cmd_opts *o);
     const char *help;
+    bool takes_shared; /* --shared is one of its options */
 };
 
 /* ---- options.c ---- */
@@ -99,6 +102,9 @@ extern const char cli_extend_help[];
 extern const char cli_release_help[];
 extern const char cli_status_help[];
 extern const char cli_run_help[];
+extern const char cli_sem_acquire_help[];
+extern const char cli_sem_release_help[];
+extern const char cli_sem_run_help[];
 
 /* ---- output.c ---- */
 
@@ -112,12 +118,14 @@ int cli_fail_call(const char *what, int err);
 /* The library's log callback: warnings as one line each on stderr. */
 void cli_log_to_stderr(void *user, int level, const char *msg);
 
-/* Write who holds a lock, escaped: its description, or "an unknown holder" when it
- * stored none. */
+/* Write who holds a lock, escaped: its description, "N shared holders", or "an
+ * unknown holder" when it stored none. */
 void cli_write_holder(FILE *f, const dlock_holder *h);
 
-/* Print the answer of `dlock status NAME` on stdout, as text or as one JSON object. */
-void cli_print_status(const char *name, const dlock_holder *h, bool json);
+/* Print the answer of `dlock status NAME` on stdout, as text or as one JSON object:
+ * h from dlock_inspect, and its n shared holders from dlock_inspect_shared. */
+void cli_print_status(const char *name, const dlock_holder *h, const dlock_holder *shared, int n,
+                      bool json);
 
 /* ---- commands.c ---- */
 
@@ -126,6 +134,11 @@ void cli_print_status(const char *name, const dlock_holder *h, bool json);
 int cli_client_open(struct cli *cli);
 
 int cli_cmd_acquire(struct cli *cli, char **args, const struct cmd_opts *o);
+/* `dlock sem acquire`: acquire with -n K, which it requires. */
+int cli_cmd_sem_acquire(struct cli *cli, char **args, const struct cmd_opts *o);
+/* A lock, shared or not, or one of o->permits permits (the library call of each). */
+int cli_take(dlock_client *c, const char *name, const dlock_opts *opts, int64_t permits,
+             dlock_lock **out);
 int cli_cmd_extend(struct cli *cli, char **args, const struct cmd_opts *o);
 int cli_cmd_release(struct cli *cli, char **args, const struct cmd_opts *o);
 int cli_cmd_status(struct cli *cli, char **args, const struct cmd_opts *o);
@@ -153,5 +166,7 @@ const char *cli_signal_label(int signo, char *buf, size_t len);
 
 /* `dlock run`: args are NAME, "--", CMD [ARG...] (NULL-terminated). */
 int cli_cmd_run(struct cli *cli, char **args, const struct cmd_opts *o);
+/* `dlock sem run`: run with -n K, which it requires. */
+int cli_cmd_sem_run(struct cli *cli, char **args, const struct cmd_opts *o);
 
 #endif /* DLOCK_CLI_H */

@@ -1,7 +1,7 @@
 /*
  * commands.c: the commands that take one step on a lock and exit: acquire, extend,
- * release and status. (`dlock run`, which holds a lock while a command runs, is in
- * run.c and the files run.h names.)
+ * release and status, and sem acquire and release (a permit is a lock handle too). (`dlock run`,
+ * which holds a lock while a command runs, is in run.c and the files run.h names.)
  *
  * `dlock acquire` keeps the lock after it exits, so extend and release get a handle
  * for it from NAME and TOKEN (dlock_lock_adopt), and every handle is detached rather
@@ -91,6 +91,20 @@ static int canceled(const char *what)
     return CLI_EXIT_NOT_ACQUIRED;
 }
 
+int cli_take(dlock_client *c, const char *name, const dlock_opts *opts, int64_t permits,
+             dlock_lock **out)
+{
+    return permits > 0 ? dlock_sem_acquire(c, name, permits, opts, out)
+                       : dlock_acquire(c, name, opts, out);
+}
+
+int cli_cmd_sem_acquire(struct cli *cli, char **args, const struct cmd_opts *o)
+{
+    if (o->permits == 0)
+        return cli_usage_error(NULL, "sem acquire: missing -n K, the number of permits");
+    return cli_cmd_acquire(cli, args, o);
+}
+
 int cli_cmd_acquire(struct cli *cli, char **args, const struct cmd_opts *o)
 {
     const char *name = args[0];
@@ -103,6 +117,7 @@ int cli_cmd_acquire(struct cli *cli, char **args, const struct cmd_opts *o)
     memset(&opts, 0, sizeof opts);
     opts.ttl_ms = o->ttl_ms;
     opts.label = o->label;
+    opts.shared = o->shared;
     int cancel_fd = cli_cancel_setup();
     opts.cancel_fd = cancel_fd > 0 ? cancel_fd : 0;
 
@@ -113,7 +128,7 @@ int cli_cmd_acquire(struct cli *cli, char **args, const struct cmd_opts *o)
          * wait, then wait for what is left of WAIT. */
         int64_t start = now_ms();
         opts.wait_ms = 0;
-        rc = dlock_acquire(cli->client, name, &opts, &l);
+        rc = cli_take(cli->client, name, &opts, o->permits, &l);
         if (rc == DLOCK_ERR_BUSY) {
             int64_t left = CLI_WAIT_FOREVER;
             if (o->wait_ms != CLI_WAIT_FOREVER) {
@@ -124,12 +139,12 @@ int cli_cmd_acquire(struct cli *cli, char **args, const struct cmd_opts *o)
             if (left != 0) {
                 print_waiting(cli, name);
                 opts.wait_ms = left;
-                rc = dlock_acquire(cli->client, name, &opts, &l);
+                rc = cli_take(cli->client, name, &opts, o->permits, &l);
             }
         }
     } else {
         opts.wait_ms = o->wait_ms;
-        rc = dlock_acquire(cli->client, name, &opts, &l);
+        rc = cli_take(cli->client, name, &opts, o->permits, &l);
     }
 
     if (rc == DLOCK_ERR_CANCELED || (rc != DLOCK_OK && cli_cancel_signal() != 0))
@@ -191,10 +206,14 @@ int cli_cmd_status(struct cli *cli, char **args, const struct cmd_opts *o)
     int code = begin(cli, "status", name, what);
     if (code != 0)
         return code;
-    dlock_holder h;
+    dlock_holder h, shared[DLOCK_INSPECT_SHARED_MAX];
+    int n = 0;
+    int64_t total = 0;
     int rc = dlock_inspect(cli->client, name, &h);
+    if (rc == DLOCK_OK && h.shared > 0)
+        rc = dlock_inspect_shared(cli->client, name, shared, DLOCK_INSPECT_SHARED_MAX, &n, &total);
     if (rc != DLOCK_OK)
         return cli_fail_call(what, rc);
-    cli_print_status(name, &h, cli->json);
+    cli_print_status(name, &h, shared, n, cli->json);
     return 0;
 }

@@ -19,14 +19,19 @@ const char cli_main_help[] =
     "Distributed locks on Redis: one server, or Redlock over several.\n"
     "\n"
     "Commands:\n"
-    "  acquire [-t TTL] [-w WAIT] [-l LABEL] NAME\n"
+    "  acquire [--shared] [-t TTL] [-w WAIT] [-l LABEL] NAME\n"
     "                       take NAME and keep it; print one line \"TOKEN FENCE\"\n"
     "  extend [-t TTL] NAME TOKEN\n"
     "                       set the lease of a held lock to TTL from now\n"
     "  release NAME TOKEN   release a held lock\n"
     "  status NAME          who holds NAME, for how long, and its last fence\n"
-    "  run [-t TTL] [-w WAIT] [-k SIGNAL] [-g GRACE] [-l LABEL] NAME -- CMD [ARG...]\n"
+    "  run [--shared] [-t TTL] [-w WAIT] [-k SIGNAL] [-g GRACE] [-l LABEL] NAME -- CMD...\n"
     "                       hold NAME while CMD runs, renewing it; exit with CMD's status\n"
+    "  sem acquire -n K [-t TTL] [-w WAIT] [-l LABEL] NAME\n"
+    "  sem release NAME TOKEN\n"
+    "  sem run -n K [-t TTL] [-w WAIT] [-k SIGNAL] [-g GRACE] [-l LABEL] NAME -- CMD...\n"
+    "                       the same with one of K permits: at most K holders of NAME\n"
+    "                       (K >= 2 needs a single server)\n"
     "\n"
     "Options (also accepted after the command):\n"
     "  -s, --servers URLS   comma-separated servers (default $DLOCK_SERVERS, else\n"
@@ -58,7 +63,7 @@ const char cli_main_help[] =
     "Otherwise run exits with CMD's status (128+n if signal n killed it).\n";
 
 const char cli_acquire_help[] =
-    "Usage: dlock [OPTIONS] acquire [-t TTL] [-w WAIT] [-l LABEL] NAME\n"
+    "Usage: dlock [OPTIONS] acquire [--shared] [-t TTL] [-w WAIT] [-l LABEL] NAME\n"
     "\n"
     "Take the lock NAME and keep it after this command exits. Print one line,\n"
     "\"TOKEN FENCE\": TOKEN is needed to extend or release the lock; FENCE grows with\n"
@@ -69,6 +74,9 @@ const char cli_acquire_help[] =
     "  -w, --wait WAIT     how long to wait while another owner holds NAME: a duration,\n"
     "                      0 to try once, or forever (the default)\n"
     "  -l, --label LABEL   text stored with the lock, shown by `dlock status`\n"
+    "      --shared        a shared (read) lock: holders of shared locks of NAME overlap;\n"
+    "                      an exclusive one excludes them all, and a shared request\n"
+    "                      waits behind an exclusive one that waits already\n"
     "  -q, --quiet         no \"waiting for NAME\" line on a terminal\n"
     "  -h, --help          this help\n"
     "\n" DURATIONS_HELP "\n"
@@ -111,17 +119,24 @@ const char cli_status_help[] =
     "  NAME: held by HOST:PID LABEL, 2.9s left, fence 17\n"
     "  NAME: free (last fence 17)\n"
     "\n"
+    "  NAME: held by 2 shared holders, 9.8s left, fence 19\n"
+    "    HOST:PID LABEL, 9.8s left\n"
+    "    HOST:PID LABEL, 4.1s left\n"
+    "\n"
     "  --json       one JSON object instead:\n"
     "               {\"name\":..., \"state\":\"held\"|\"free\", \"holder\":\"...\"|null,\n"
-    "                \"remaining_ms\":..., \"fence\":...}\n"
+    "                \"remaining_ms\":..., \"fence\":..., \"shared\":N,\n"
+    "                \"holders\":[{\"holder\":\"...\", \"remaining_ms\":...}, ...]}\n"
+    "               (holder: the exclusive holder; holders: shared holders and\n"
+    "               semaphore permits, at most 100 listed, shared counts them all)\n"
     "  -h, --help   this help\n"
     "\n"
     "Exit status: 0 whenever the servers answered (held or free), 69 servers\n"
     "unreachable, 64 usage error (see dlock --help).\n";
 
 const char cli_run_help[] =
-    "Usage: dlock [OPTIONS] run [-t TTL] [-w WAIT] [-k SIGNAL] [-g GRACE] [-l LABEL]\n"
-    "                           NAME -- CMD [ARG...]\n"
+    "Usage: dlock [OPTIONS] run [--shared] [-t TTL] [-w WAIT] [-k SIGNAL] [-g GRACE]\n"
+    "                           [-l LABEL] NAME -- CMD [ARG...]\n"
     "\n"
     "Take the lock NAME (waiting up to WAIT), run CMD while holding it, renewing the\n"
     "lease every TTL/3, and release it when CMD ends. CMD's environment has\n"
@@ -145,6 +160,7 @@ const char cli_run_help[] =
     "  -g, --grace GRACE    from SIGNAL to SIGKILL (default TTL/4); shorter than TTL/2,\n"
     "                       and TTL - GRACE - margin must exceed TTL/3\n"
     "  -l, --label LABEL    text stored with the lock, shown by `dlock status`\n"
+    "      --shared         hold a shared (read) lock: see dlock acquire --help\n"
     "  -q, --quiet          no status line while waiting on a terminal\n"
     "  -h, --help           this help\n"
     "\n" DURATIONS_HELP "\n"
@@ -160,3 +176,61 @@ const char cli_run_help[] =
     "\n"
     "Example:\n"
     "  dlock run -t 1m -w 0 nightly-backup -- ./backup.sh --full\n";
+
+/* The semaphore's rules, shared by its texts. */
+#define SEM_HELP                                                                                   \
+    "A semaphore of K permits admits at most K holders of NAME at once; a holder that\n"           \
+    "dies gives its permit back when its lease runs out. Permits are shared holders\n"             \
+    "of NAME: an exclusive lock of NAME excludes them all, and K = 1 is that lock.\n"              \
+    "With K >= 2 the servers must be one (a quorum of independent servers cannot\n"                \
+    "count K holders). Every user of NAME should pass the same K.\n"
+
+const char cli_sem_acquire_help[] =
+    "Usage: dlock [OPTIONS] sem acquire -n K [-t TTL] [-w WAIT] [-l LABEL] NAME\n"
+    "\n"
+    "Take one of K permits of the semaphore NAME and keep it after this command exits.\n"
+    "Print one line, \"TOKEN FENCE\", as `dlock acquire` does; give the permit back\n"
+    "with `dlock sem release NAME TOKEN`, renew it with `dlock extend`.\n"
+    "\n" SEM_HELP "\n"
+    "  -n, --permits K     permits (1 to 2147483647)\n"
+    "  -t, --ttl TTL       lease (default 30s; from 10ms to 2147483647ms)\n"
+    "  -w, --wait WAIT     how long to wait while K holders hold NAME: a duration, 0 to\n"
+    "                      try once, or forever (the default)\n"
+    "  -l, --label LABEL   text stored with the permit, shown by `dlock status`\n"
+    "  -q, --quiet         no \"waiting for NAME\" line on a terminal\n"
+    "  -h, --help          this help\n"
+    "\n" DURATIONS_HELP "\n"
+    "Exit status: 0 acquired, 75 not acquired within WAIT or canceled, 69 servers\n"
+    "unreachable, 77 authentication refused, 64 usage error (see dlock --help).\n";
+
+const char cli_sem_release_help[] =
+    "Usage: dlock [OPTIONS] sem release NAME TOKEN\n"
+    "\n"
+    "Give back the permit of the semaphore NAME taken by `dlock sem acquire` with\n"
+    "TOKEN (K is not needed). A permit held by another owner is never touched.\n"
+    "\n"
+    "  -h, --help   this help\n"
+    "\n"
+    "Exit status: 0 released, 73 the lease had run out or TOKEN holds no permit,\n"
+    "69 servers unreachable, 64 usage error (see dlock --help).\n";
+
+const char cli_sem_run_help[] =
+    "Usage: dlock [OPTIONS] sem run -n K [-t TTL] [-w WAIT] [-k SIGNAL] [-g GRACE]\n"
+    "                               [-l LABEL] NAME -- CMD [ARG...]\n"
+    "\n"
+    "As `dlock run` (see dlock run --help), holding one of K permits of the\n"
+    "semaphore NAME instead of the lock: at most K such commands run at once.\n"
+    "\n" SEM_HELP "\n"
+    "  -n, --permits K      permits (1 to 2147483647)\n"
+    "  -t, --ttl TTL        lease, renewed every TTL/3 (default 30s)\n"
+    "  -w, --wait WAIT      how long to wait while K holders hold NAME (default forever)\n"
+    "  -k, --signal SIGNAL  sent first when the permit is lost (default TERM)\n"
+    "  -g, --grace GRACE    from SIGNAL to SIGKILL (default TTL/4)\n"
+    "  -l, --label LABEL    text stored with the permit, shown by `dlock status`\n"
+    "  -q, --quiet          no status line while waiting on a terminal\n"
+    "  -h, --help           this help\n"
+    "\n" DURATIONS_HELP "\n"
+    "Exit status: as dlock run's.\n"
+    "\n"
+    "Example:\n"
+    "  dlock sem run -n 4 -t 1m image-resize -- ./resize.sh\n";

@@ -19,12 +19,45 @@
 #include <string.h>
 
 static const struct command commands[] = {
-    {"acquire", "t:w:l:", 1, "NAME", false, cli_cmd_acquire, cli_acquire_help},
-    {"extend", "t:", 2, "NAME TOKEN", false, cli_cmd_extend, cli_extend_help},
-    {"release", "", 2, "NAME TOKEN", false, cli_cmd_release, cli_release_help},
-    {"status", "", 1, "NAME", false, cli_cmd_status, cli_status_help},
-    {"run", "t:w:l:k:g:", 1, "NAME", true, cli_cmd_run, cli_run_help},
+    {"acquire", "t:w:l:", 1, "NAME", false, cli_cmd_acquire, cli_acquire_help, true},
+    {"extend", "t:", 2, "NAME TOKEN", false, cli_cmd_extend, cli_extend_help, false},
+    {"release", "", 2, "NAME TOKEN", false, cli_cmd_release, cli_release_help, false},
+    {"status", "", 1, "NAME", false, cli_cmd_status, cli_status_help, false},
+    {"run", "t:w:l:k:g:", 1, "NAME", true, cli_cmd_run, cli_run_help, true},
+    {"sem acquire", "n:t:w:l:", 1, "NAME", false, cli_cmd_sem_acquire, cli_sem_acquire_help, false},
+    {"sem release", "", 2, "NAME TOKEN", false, cli_cmd_release, cli_sem_release_help, false},
+    {"sem run", "n:t:w:l:k:g:", 1, "NAME", true, cli_cmd_sem_run, cli_sem_run_help, false},
 };
+
+/* The command argv[0] (and, for a group such as "sem", argv[1]) names: NULL after
+ * reporting a usage error in *code. *words: how many words its name took. */
+static const struct command *find_command(int argc, char **argv, int *words, int *code)
+{
+    bool group = false;
+    for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++) {
+        const char *name = commands[i].name, *sp = strchr(name, ' ');
+        if (sp == NULL) {
+            if (strcmp(argv[0], name) == 0) {
+                *words = 1;
+                return &commands[i];
+            }
+        } else if (strlen(argv[0]) == (size_t)(sp - name) &&
+                   strncmp(argv[0], name, (size_t)(sp - name)) == 0) {
+            group = true;
+            if (argc > 1 && strcmp(argv[1], sp + 1) == 0) {
+                *words = 2;
+                return &commands[i];
+            }
+        }
+    }
+    if (group && argc > 1)
+        *code = cli_usage_error(NULL, "unknown command \"%.64s %.64s\"", argv[0], argv[1]);
+    else if (group)
+        *code = cli_usage_error(NULL, "missing the command after \"%.64s\"", argv[0]);
+    else
+        *code = cli_usage_error(NULL, "unknown command \"%.64s\"", argv[0]);
+    return NULL;
+}
 
 /* When a file descriptor 0-2 is closed, the next open() would take its number: our
  * pipe or a socket would become "stdout", and the token would be written into it. */
@@ -44,22 +77,21 @@ int main(int argc, char **argv)
     signal(SIGPIPE, SIG_IGN);
 
     struct cli cli = {NULL, NULL, false, false, NULL};
-    struct cmd_opts o = {DLOCK_TTL_DEFAULT_MS, CLI_WAIT_FOREVER, NULL, NULL, NULL};
+    struct cmd_opts o = {DLOCK_TTL_DEFAULT_MS, CLI_WAIT_FOREVER, NULL, NULL, NULL, false, 0};
     int code = cli_parse_options(&cli, NULL, argc, argv, &o);
     if (code != -1)
         return code;
     if (optind >= argc)
         return cli_usage_error(NULL, "no command given");
 
-    const struct command *cmd = NULL;
-    for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
-        if (strcmp(argv[optind], commands[i].name) == 0)
-            cmd = &commands[i];
+    int words = 1;
+    const struct command *cmd = find_command(argc - optind, argv + optind, &words, &code);
     if (cmd == NULL)
-        return cli_usage_error(NULL, "unknown command \"%.64s\"", argv[optind]);
+        return code;
 
-    int cargc = argc - optind;
-    char **cargv = argv + optind;
+    /* The command's arguments, its last name word first (getopt skips argv[0]). */
+    int cargc = argc - optind - (words - 1);
+    char **cargv = argv + optind + (words - 1);
     /* run: options and NAME end at the first "--"; what follows is CMD, whose
      * options are its own, so getopt never sees it. */
     int dashes = -1;

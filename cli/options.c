@@ -14,12 +14,14 @@
 #include "duration.h"
 #include "escape.h"
 
+#include <errno.h>
 #include <getopt.h>
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
-enum { OPT_PREFIX = 256, OPT_JSON };
+enum { OPT_PREFIX = 256, OPT_JSON, OPT_SHARED };
 
 /* Every long option; each parse refuses those its context does not allow. */
 static const struct option long_options[] = {
@@ -28,7 +30,8 @@ static const struct option long_options[] = {
     {"help", no_argument, NULL, 'h'},          {"version", no_argument, NULL, 'V'},
     {"ttl", required_argument, NULL, 't'},     {"wait", required_argument, NULL, 'w'},
     {"label", required_argument, NULL, 'l'},   {"signal", required_argument, NULL, 'k'},
-    {"grace", required_argument, NULL, 'g'},   {NULL, 0, NULL, 0},
+    {"grace", required_argument, NULL, 'g'},   {"shared", no_argument, NULL, OPT_SHARED},
+    {"permits", required_argument, NULL, 'n'}, {NULL, 0, NULL, 0},
 };
 
 int cli_usage_error(const struct command *cmd, const char *fmt, ...)
@@ -82,7 +85,8 @@ int cli_parse_options(struct cli *cli, const struct command *cmd, int argc, char
          * may be the option's value). */
         bool allowed = c == 's' || c == 'q' || c == 'h' || c == OPT_PREFIX || c == OPT_JSON ||
                        c == '?' || c == ':' || (cmd == NULL && c == 'V') ||
-                       (cmd != NULL && strchr(cmd->shortopts, c) != NULL);
+                       (cmd != NULL && c == OPT_SHARED && cmd->takes_shared) ||
+                       (cmd != NULL && c < 256 && strchr(cmd->shortopts, c) != NULL);
         if (!allowed) {
             if (index >= 0)
                 return cli_usage_error(cmd, "unknown option --%s", long_options[index].name);
@@ -126,6 +130,19 @@ int cli_parse_options(struct cli *cli, const struct command *cmd, int argc, char
         case 'g':
             o->grace = optarg;
             break;
+        case OPT_SHARED:
+            o->shared = true;
+            break;
+        case 'n': {
+            char *end;
+            errno = 0;
+            long long k = strtoll(optarg, &end, 10);
+            if (errno != 0 || end == optarg || *end != '\0' || k < 1 || k > DLOCK_PERMITS_MAX)
+                return cli_usage_error(cmd, "invalid K \"%.64s\": permits are 1 to %d", optarg,
+                                       DLOCK_PERMITS_MAX);
+            o->permits = k;
+            break;
+        }
         case ':':
             return cli_usage_error(cmd, "option %s needs a value",
                                    bad_option(argv, optbuf, sizeof optbuf));

@@ -63,28 +63,43 @@ void cli_log_to_stderr(void *user, int level, const char *msg)
 void cli_write_holder(FILE *f, const dlock_holder *h)
 {
     size_t len = strnlen(h->description, sizeof h->description);
-    if (len > 0)
+    if (h->shared > 0)
+        fprintf(f, "%" PRId64 " shared holder%s", h->shared, h->shared > 1 ? "s" : "");
+    else if (len > 0)
         cli_write_safe(f, h->description, len);
     else
         fputs("an unknown holder", f);
 }
 
-static void print_status_json(const char *name, const dlock_holder *h)
+/* "holder" is the exclusive holder (null for shared holders or none); "holders" lists
+ * the shared holders and semaphore permits, each {"holder", "remaining_ms"}, and
+ * "shared" counts them (the list stops at DLOCK_INSPECT_SHARED_MAX). */
+static void print_status_json(const char *name, const dlock_holder *h, const dlock_holder *shared,
+                              int n)
 {
     fputs("{\"name\":", stdout);
     cli_write_json_string(stdout, name, strlen(name));
-    if (h->held) {
+    if (h->held && h->shared == 0) {
         fputs(",\"state\":\"held\",\"holder\":", stdout);
         cli_write_json_string(stdout, h->description,
                               strnlen(h->description, sizeof h->description));
     } else {
-        fputs(",\"state\":\"free\",\"holder\":null", stdout);
+        printf(",\"state\":\"%s\",\"holder\":null", h->held ? "held" : "free");
     }
-    printf(",\"remaining_ms\":%" PRId64 ",\"fence\":%" PRIu64 "}\n", h->held ? h->remaining_ms : 0,
-           h->fence);
+    printf(",\"remaining_ms\":%" PRId64 ",\"fence\":%" PRIu64 ",\"shared\":%" PRId64
+           ",\"holders\":[",
+           h->held ? h->remaining_ms : 0, h->fence, h->shared);
+    for (int i = 0; i < n; i++) {
+        fputs(i ? ",{\"holder\":" : "{\"holder\":", stdout);
+        cli_write_json_string(stdout, shared[i].description,
+                              strnlen(shared[i].description, sizeof shared[i].description));
+        printf(",\"remaining_ms\":%" PRId64 "}", shared[i].remaining_ms);
+    }
+    fputs("]}\n", stdout);
 }
 
-static void print_status_text(const char *name, const dlock_holder *h)
+static void print_status_text(const char *name, const dlock_holder *h, const dlock_holder *shared,
+                              int n)
 {
     cli_write_safe(stdout, name, strlen(name));
     if (h->held) {
@@ -96,6 +111,13 @@ static void print_status_text(const char *name, const dlock_holder *h)
         else
             fputs(", no expiry", stdout); /* a key someone set without a lease */
         printf(", fence %" PRIu64 "\n", h->fence);
+        for (int i = 0; i < n; i++) {
+            fputs("  ", stdout);
+            cli_write_holder(stdout, &shared[i]);
+            printf(", %s left\n", cli_format_duration(shared[i].remaining_ms, left, sizeof left));
+        }
+        if (h->shared > n)
+            printf("  and %" PRId64 " more\n", h->shared - n);
     } else if (h->fence > 0) {
         printf(": free (last fence %" PRIu64 ")\n", h->fence);
     } else {
@@ -103,10 +125,11 @@ static void print_status_text(const char *name, const dlock_holder *h)
     }
 }
 
-void cli_print_status(const char *name, const dlock_holder *h, bool json)
+void cli_print_status(const char *name, const dlock_holder *h, const dlock_holder *shared, int n,
+                      bool json)
 {
     if (json)
-        print_status_json(name, h);
+        print_status_json(name, h, shared, n);
     else
-        print_status_text(name, h);
+        print_status_text(name, h, shared, n);
 }

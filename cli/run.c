@@ -124,6 +124,8 @@ int cli_cmd_run(struct cli *cli, char **args, const struct cmd_opts *o)
     a.signal = o->signal;
     a.grace = o->grace;
     a.quiet = cli->quiet;
+    a.shared = o->shared;
+    a.permits = o->permits;
     /* Its own options are checked before the client is made. */
     int code = cli_run_check(&a);
     if (code != 0)
@@ -132,4 +134,11 @@ int cli_cmd_run(struct cli *cli, char **args, const struct cmd_opts *o)
     if (code != 0)
         return code;
     return run(cli->client, &a);
+}
+
+int cli_cmd_sem_run(struct cli *cli, char **args, const struct cmd_opts *o)
+{
+    if (o->permits == 0)
+        return cli_usage_error(NULL, "sem run: missing -n K, the number of permits");
+    return cli_cmd_run(cli, args, o);
 }

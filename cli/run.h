@@ -54,6 +54,8 @@ struct cli_run_args {
     const char *signal; /* -k as typed, NULL: TERM */
     const char *grace;  /* -g as typed, NULL: TTL/4 */
     bool quiet;         /* -q: no status line while waiting */
+    bool shared;        /* --shared */
+    int64_t permits;    /* sem run -n K; 0: a lock */
 
     int signo;         /* from signal */
     int64_t grace_ms;  /* from grace */

@@ -109,6 +109,7 @@ int run_acquire(struct runner *r)
     opts.label = a->label;
     opts.auto_renew = 1;
     opts.cancel_fd = r->sigfd;
+    opts.shared = a->shared;
 
     bool show = !a->quiet && a->wait_ms != 0 && isatty(STDERR_FILENO);
     int64_t start = run_boot_ms();
@@ -124,7 +125,7 @@ int run_acquire(struct runner *r)
             slice = first ? 0 : (left < 0 || left > STATUS_PERIOD_MS) ? STATUS_PERIOD_MS : left;
         first = false;
         opts.wait_ms = slice;
-        int rc = dlock_acquire(r->client, a->name, &opts, &r->lock);
+        int rc = cli_take(r->client, a->name, &opts, a->permits, &r->lock);
         if (rc == DLOCK_OK)
             break;
         if (rc == DLOCK_ERR_CANCELED) {

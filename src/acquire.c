@@ -50,11 +50,11 @@ static int raise_fences(dlock_client *c, dlock__round *rd, const dlock__keys *k,
 {
     char fence[24];
     int flen = snprintf(fence, sizeof fence, "%llu", (unsigned long long)l->fence);
-    const char *args[] = {k->lock, k->fence, l->token, fence, c->retention};
-    const size_t lens[] = {k->lock_len, k->fence_len, DLOCK_TOKEN_LEN, (size_t)flen,
-                           strlen(c->retention)};
+    const char *args[] = {k->lock, k->fence, k->holders, l->token, fence, c->retention};
+    const size_t lens[] = {k->lock_len,     k->fence_len, k->holders_len,
+                           DLOCK_TOKEN_LEN, (size_t)flen, strlen(c->retention)};
     dlock__call call;
-    int rc = dlock__call_format(&c->scripts, DLOCK_SCRIPT_FENCE, 2, 5, args, lens, &call, e);
+    int rc = dlock__call_format(&c->scripts, DLOCK_SCRIPT_FENCE, 3, 6, args, lens, &call, e);
     if (rc != DLOCK_OK)
         return rc;
     int64_t start = rd->start_us;
@@ -78,19 +78,21 @@ static int raise_fences(dlock_client *c, dlock__round *rd, const dlock__keys *k,
 }
 
 /* What one dlock_acquire asks the servers for, the same in every attempt: the name's
- * keys, the lease, and the queue entry "<handoff ms> <channel length> <channel><value>"
- * (scripts.c), whose value (from value_at on) is "<token> <host:pid>[ <label>]", what
- * `dlock status` shows. */
+ * keys, the lease, the mode, and the queue entry "<handoff ms> <limit> <channel
+ * length> <channel><value>" (scripts.c), whose value (from value_at on) is "<token>
+ * <host:pid>[ <label>]", what `dlock status` shows. */
 typedef struct request {
     dlock__keys k;
     int64_t ttl_ms;
+    int64_t limit; /* 0: exclusive; else a shared holder among at most limit */
+    char limit_text[24];
     char ttl[24];
     char ticket[24]; /* "0" until the caller queues */
     char qttl[24];   /* DLOCK_QUEUE_TTL_MS, for the scripts */
     bool fair;
     size_t value_at; /* the value's offset in member */
     size_t member_len;
-    char member[48 + sizeof((dlock_client *)0)->wake_chan + DLOCK_TOKEN_LEN +
+    char member[64 + sizeof((dlock_client *)0)->wake_chan + DLOCK_TOKEN_LEN +
                 sizeof((dlock_client *)0)->holder + DLOCK_LABEL_MAX];
 } request;
 
@@ -110,12 +112,12 @@ static void undo_grants(dlock_client *c, dlock__round *rd, const request *q, con
     dlock__err ignored;
     const dlock__keys *k = &q->k;
     size_t mlen = queued(q) ? q->member_len : 0;
-    const char *args[] = {k->lock,   k->fence,     k->queue, l->token, "0",
-                          q->member, c->retention, "0",      q->ticket};
-    const size_t lens[] = {
-        k->lock_len, k->fence_len,     k->queue_len, DLOCK_TOKEN_LEN, 1, mlen, strlen(c->retention),
-        1,           strlen(q->ticket)};
-    if (dlock__call_format(&c->scripts, DLOCK_SCRIPT_RELEASE, 3, 9, args, lens, &rel, &ignored) !=
+    const char *args[] = {NULL, NULL,      NULL,         NULL, NULL,     l->token,
+                          "0",  q->member, c->retention, "0",  q->ticket};
+    size_t lens[] = {
+        0, 0, 0, 0, 0, DLOCK_TOKEN_LEN, 1, mlen, strlen(c->retention), 1, strlen(q->ticket)};
+    dlock__keys_all(k, args, lens);
+    if (dlock__call_format(&c->scripts, DLOCK_SCRIPT_RELEASE, 5, 11, args, lens, &rel, &ignored) !=
         DLOCK_OK)
         return;
     dlock__round_send(c, rd->set, &rel, undo);
@@ -130,17 +132,29 @@ typedef struct attempt_info {
 } attempt_info;
 /* The error of an attempt that was not granted, from what the nodes said. */
 static int refused(const dlock_client *c, const dlock__round *rd, const dlock__tally *t,
-                   int nonvoting, int64_t ttl_ms, dlock__err *e)
+                   int nonvoting, const request *q, dlock__err *e)
 {
     int rc;
     if (t->yes >= c->quorum) {
         return dlock__err_set(e, DLOCK_ERR_TIMEOUT,
                               "granted, but the round took %lld ms of a %lld ms lease (no "
                               "validity left)",
-                              (long long)((rd->end_us - rd->start_us) / 1000), (long long)ttl_ms);
+                              (long long)((rd->end_us - rd->start_us) / 1000),
+                              (long long)q->ttl_ms);
     }
     if (t->yes + t->no + nonvoting >= c->quorum && t->no > 0) {
-        if (t->busy_remaining_ms > 0)
+        if (q->limit > 0 && q->limit < DLOCK_PERMITS_MAX)
+            rc = dlock__err_set(e, DLOCK_ERR_BUSY,
+                                "%d of %d servers refused: the %lld permits are taken, or an "
+                                "exclusive holder or an earlier waiter comes first (the first "
+                                "lease ends in %lld ms)",
+                                t->no, c->n, (long long)q->limit, (long long)t->busy_remaining_ms);
+        else if (q->limit > 0)
+            rc = dlock__err_set(e, DLOCK_ERR_BUSY,
+                                "%d of %d servers refused: an exclusive holder or an earlier "
+                                "waiter comes first (the first lease ends in %lld ms)",
+                                t->no, c->n, (long long)t->busy_remaining_ms);
+        else if (t->busy_remaining_ms > 0)
             rc = dlock__err_set(e, DLOCK_ERR_BUSY,
                                 "%d of %d servers refused: their holder's lease has %lld ms left",
                                 t->no, c->n, (long long)t->busy_remaining_ms);
@@ -222,7 +236,7 @@ static int attempt(dlock_client *c, dlock__round *rd, dlock__call *acq, const re
             return DLOCK_OK;
         }
     } else {
-        rc = refused(c, rd, &t, nonvoting, ttl_ms, e);
+        rc = refused(c, rd, &t, nonvoting, q, e);
     }
     /* Not acquired: undo every grant, and every outcome we do not know, including on a
      * node whose connection broke mid-reply (the server may have run the script):
@@ -237,26 +251,40 @@ static int attempt(dlock_client *c, dlock__round *rd, dlock__call *acq, const re
 /* The arguments of an acquire call. They outlive the formatting: the call borrows them
  * for its EVAL form, formatted only if a server answers -NOSCRIPT. */
 typedef struct acquire_args {
-    const char *args[12];
-    size_t lens[12];
+    const char *args[13];
+    size_t lens[13];
 } acquire_args;
 
-/* Format the acquire call, a plain try or a queued attempt as q->ticket says. */
+/* Format the acquire call, a plain try or a queued attempt as q->ticket says: ACQUIRE
+ * for an exclusive lock, ACQUIRE_SHARED for a shared one (scripts.c). */
 static int format_acquire(dlock_client *c, const request *q, acquire_args *a, dlock__call *out,
                           dlock__err *e)
 {
     const dlock__keys *k = &q->k;
     const char *value = q->member + q->value_at;
-    const char *args[] = {k->lock,   k->fence, k->queue,    value,
-                          q->ttl,    value,    q->ticket,   q->fair ? "1" : "0",
-                          q->member, q->qttl,  c->retention};
-    const size_t lens[] = {
-        k->lock_len,    k->fence_len,    k->queue_len,        q->member_len - q->value_at,
-        strlen(q->ttl), DLOCK_TOKEN_LEN, strlen(q->ticket),   1,
-        q->member_len,  strlen(q->qttl), strlen(c->retention)};
-    memcpy(a->args, args, sizeof args);
-    memcpy(a->lens, lens, sizeof lens);
-    return dlock__call_format(&c->scripts, DLOCK_SCRIPT_ACQUIRE, 3, 11, a->args, a->lens, out, e);
+    size_t vlen = q->member_len - q->value_at;
+    dlock__keys_all(k, a->args, a->lens);
+    if (q->limit == 0) {
+        const char *args[] = {value,     q->ttl,  value,       q->ticket, q->fair ? "1" : "0",
+                              q->member, q->qttl, c->retention};
+        const size_t lens[] = {vlen, strlen(q->ttl), DLOCK_TOKEN_LEN, strlen(q->ticket),
+                               1,    q->member_len,  strlen(q->qttl), strlen(c->retention)};
+        memcpy(a->args + 5, args, sizeof args);
+        memcpy(a->lens + 5, lens, sizeof lens);
+        return dlock__call_format(&c->scripts, DLOCK_SCRIPT_ACQUIRE, 5, 13, a->args, a->lens, out,
+                                  e);
+    }
+    const char *args[] = {value,         value + DLOCK_TOKEN_LEN + 1,
+                          q->ttl,        q->ticket,
+                          q->limit_text, q->member,
+                          q->qttl,       c->retention};
+    const size_t lens[] = {DLOCK_TOKEN_LEN,   vlen - DLOCK_TOKEN_LEN - 1, strlen(q->ttl),
+                           strlen(q->ticket), strlen(q->limit_text),      q->member_len,
+                           strlen(q->qttl),   strlen(c->retention)};
+    memcpy(a->args + 5, args, sizeof args);
+    memcpy(a->lens + 5, lens, sizeof lens);
+    return dlock__call_format(&c->scripts, DLOCK_SCRIPT_ACQUIRE_SHARED, 5, 13, a->args, a->lens,
+                              out, e);
 }
 
 static void set_ticket(request *q, int64_t ticket)
@@ -286,9 +314,9 @@ static bool refresh(dlock_client *c, dlock__round *rd, const request *q, int64_t
 {
     dlock__call call;
     dlock__err ignored;
-    const char *args[] = {q->k.lock, q->k.queue, q->qttl};
-    const size_t lens[] = {q->k.lock_len, q->k.queue_len, strlen(q->qttl)};
-    if (dlock__call_format(&c->scripts, DLOCK_SCRIPT_REFRESH, 2, 3, args, lens, &call, &ignored) !=
+    const char *args[] = {q->k.lock, q->k.queue, q->k.holders, q->qttl, q->limit > 0 ? "1" : "0"};
+    const size_t lens[] = {q->k.lock_len, q->k.queue_len, q->k.holders_len, strlen(q->qttl), 1};
+    if (dlock__call_format(&c->scripts, DLOCK_SCRIPT_REFRESH, 3, 5, args, lens, &call, &ignored) !=
         DLOCK_OK)
         return true;
     dlock__round_run(c, rd, &call, NULL, NULL);
@@ -348,10 +376,12 @@ static int await_turn(dlock_client *c, dlock__round *rd, const request *q, dlock
 /* Fill q for one acquire call: keys, lease, and the queue entry that carries the
  * lock's value and the lease a handoff gives it before it confirms. */
 static int make_request(dlock_client *c, const char *name, size_t name_len, const dlock_opts *opts,
-                        int64_t ttl_ms, const char *token, request *q, dlock__err *e)
+                        int64_t ttl_ms, int64_t limit, const char *token, request *q, dlock__err *e)
 {
     memset(q, 0, sizeof *q);
     q->ttl_ms = ttl_ms;
+    q->limit = limit;
+    snprintf(q->limit_text, sizeof q->limit_text, "%lld", (long long)limit);
     snprintf(q->ttl, sizeof q->ttl, "%lld", (long long)ttl_ms);
     strcpy(q->ticket, "0");
     snprintf(q->qttl, sizeof q->qttl, "%d", DLOCK_QUEUE_TTL_MS);
@@ -362,8 +392,8 @@ static int make_request(dlock_client *c, const char *name, size_t name_len, cons
         handoff_ms = DLOCK_HANDOFF_MIN_MS;
     if (handoff_ms > ttl_ms)
         handoff_ms = ttl_ms;
-    int at = snprintf(q->member, sizeof q->member, "%lld %zu %s", (long long)handoff_ms,
-                      strlen(c->wake_chan), c->wake_chan);
+    int at = snprintf(q->member, sizeof q->member, "%lld %lld %zu %s", (long long)handoff_ms,
+                      (long long)limit, strlen(c->wake_chan), c->wake_chan);
     int len = snprintf(q->member + at, sizeof q->member - (size_t)at, "%s %s%s%s", token, c->holder,
                        label ? " " : "", label ? label : "");
     q->value_at = (size_t)at;
@@ -371,7 +401,10 @@ static int make_request(dlock_client *c, const char *name, size_t name_len, cons
     return dlock__keys_make(c->prefix, c->prefix_len, name, name_len, &q->k, e);
 }
 
-int dlock_acquire(dlock_client *c, const char *name, const dlock_opts *opts, dlock_lock **out)
+/* dlock_acquire and dlock_sem_acquire: limit 0 takes the lock exclusively, else as one
+ * of at most limit shared holders. */
+static int acquire(dlock_client *c, const char *name, const dlock_opts *opts, int64_t limit,
+                   dlock_lock **out)
 {
     dlock__err e;
     if (out == NULL)
@@ -382,10 +415,11 @@ int dlock_acquire(dlock_client *c, const char *name, const dlock_opts *opts, dlo
     if (rc != DLOCK_OK || (rc = dlock__check_name(name, &e)) != DLOCK_OK ||
         (rc = check_opts(opts, &ttl_ms, &wait_ms, &e)) != DLOCK_OK)
         return dlock__err_raise(&e, rc);
+    if (limit == 0 && opts != NULL && opts->shared)
+        limit = DLOCK_PERMITS_MAX;
     if (c->local != NULL)
         return dlock__err_raise(
-            &e, dlock__local_acquire(c, name, opts, ttl_ms, wait_ms,
-                                     opts && opts->shared ? DLOCK_PERMITS_MAX : 0, out, &e));
+            &e, dlock__local_acquire(c, name, opts, ttl_ms, wait_ms, limit, out, &e));
     /* The arrival time orders fair waiters: the same number on every node. */
     int64_t ticket = dlock__wallclock_us();
     int cancel_fd = opts ? opts->cancel_fd : 0;
@@ -404,7 +438,9 @@ int dlock_acquire(dlock_client *c, const char *name, const dlock_opts *opts, dlo
         dlock__err_set(&e, rc, "getrandom: %s", strerror(errno));
         goto out;
     }
-    if ((rc = make_request(c, name, l->name_len, opts, ttl_ms, l->token, &q, &e)) != DLOCK_OK)
+    l->shared = limit > 0;
+    if ((rc = make_request(c, name, l->name_len, opts, ttl_ms, limit, l->token, &q, &e)) !=
+        DLOCK_OK)
         goto out;
     /* A client already listening for wake-ups (it waited moments ago) queues with its
      * first attempt: no try and retry when the lock is busy, as it is when a name
@@ -499,27 +535,29 @@ out:
     return dlock__err_raise(&e, DLOCK_OK);
 }
 
-/* Semaphores are built for local clients only so far: on servers this call checks its
- * arguments and refuses. */
+int dlock_acquire(dlock_client *c, const char *name, const dlock_opts *opts, dlock_lock **out)
+{
+    return acquire(c, name, opts, 0, out);
+}
+
 int dlock_sem_acquire(dlock_client *c, const char *name, int64_t permits, const dlock_opts *opts,
                       dlock_lock **out)
 {
-    dlock__err e;
-    if (out == NULL)
-        return dlock__fail(DLOCK_ERR_INVALID, "out is NULL");
-    *out = NULL;
-    int64_t ttl_ms = 0, wait_ms = 0;
-    int rc = dlock__client_enter(c, &e);
-    if (rc != DLOCK_OK || (rc = dlock__check_name(name, &e)) != DLOCK_OK ||
-        (rc = check_opts(opts, &ttl_ms, &wait_ms, &e)) != DLOCK_OK)
-        return dlock__err_raise(&e, rc);
+    if (out != NULL)
+        *out = NULL;
     if (permits < 1 || permits > DLOCK_PERMITS_MAX)
-        return dlock__fail(DLOCK_ERR_INVALID, "permits %lld is outside [1, %d]", (long long)permits,
-                           DLOCK_PERMITS_MAX);
+        return dlock__fail(DLOCK_ERR_INVALID, "permits %lld: a semaphore has 1 to %d",
+                           (long long)permits, DLOCK_PERMITS_MAX);
     if (opts != NULL && opts->shared)
-        return dlock__fail(DLOCK_ERR_INVALID, "dlock_opts.shared must be 0 for a semaphore");
-    if (c->local != NULL)
-        return dlock__err_raise(&e, dlock__local_acquire(c, name, opts, ttl_ms, wait_ms,
-                                                         permits == 1 ? 0 : permits, out, &e));
-    return dlock__fail(DLOCK_ERR_INVALID, "semaphores on Redis servers are not in this build yet");
+        return dlock__fail(DLOCK_ERR_INVALID,
+                           "dlock_opts.shared is for dlock_acquire: a permit is shared already");
+    /* Only a single server can count K >= 2 holders: N independent ones cannot, by a
+     * quorum (docs/guarantees.md). One permit is the exclusive lock, which a quorum
+     * can bound. */
+    if (permits >= 2 && c != NULL && c->magic == DLOCK_CLIENT_MAGIC && c->n > 1)
+        return dlock__fail(DLOCK_ERR_INVALID,
+                           "a semaphore of %lld permits needs a client of one server (this one "
+                           "has %d): a quorum of independent servers cannot bound K >= 2 holders",
+                           (long long)permits, c->n);
+    return acquire(c, name, opts, permits == 1 ? 0 : permits, out);
 }

@@ -108,7 +108,7 @@ void dlock__lock_free(dlock_lock *l)
     if (l->lost_fd >= 0)
         close(l->lost_fd);
     dlock__local_hold_free(l);
-    free(l->renew_keys);
+    free(l->renew_keys.buf);
     free(l->name);
     l->magic = 0;
     free(l);

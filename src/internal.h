@@ -15,13 +15,14 @@
  *   servers     node.c      what a server's INFO says: restart voting, eviction policy
  *   transport   conn.c      one connection: non-blocking connect, handshake, buffers
  *               fanout.c    one command to N nodes in parallel under one deadline
- *   scripts     scripts.c   the Lua scripts (the wait queue and its handoff among them),
- *                           their SHA1s, and the key layout
+ *   scripts     scripts.c   the Lua scripts (the wait queue, its handoff and the shared
+ *                           holders among them), their SHA1s, and the key layout
  *   rounds      round.c     one round to N nodes and its vote; validity; tallies
  *   lifecycle   handle.c    the dlock_lock handle, argument checks, accessors
- *               acquire.c   dlock_acquire: attempts, undoing partial grants, queueing,
+ *               acquire.c   dlock_acquire and dlock_sem_acquire (exclusive, shared, one
+ *                           of K permits): attempts, undoing partial grants, queueing,
  *                           confirming a handoff, refreshing between wake-ups
- *               lock.c      extend, release, check, inspect
+ *               lock.c      extend, release, check, inspect (and the shared holders)
  *               fence.c     the resource side: fenced writes, dlock_fence_admit
  *               wait.c      the client's wake-up channel: its subscriber thread, waiters,
  *                           backoff, leaving the queue
@@ -310,6 +311,7 @@ enum dlock__script_id {
     DLOCK_SCRIPT_LEAVE,
     DLOCK_SCRIPT_RENEW,
     DLOCK_SCRIPT_REFRESH,
+    DLOCK_SCRIPT_ACQUIRE_SHARED,
     DLOCK_SCRIPT_COUNT
 };
 
@@ -319,17 +321,22 @@ typedef struct dlock__scripts {
 
 int dlock__scripts_init(dlock__scripts *s, dlock__err *e);
 
-/* The keys of one name, in one allocation (free buf): P{name}, P{name}:fence and
- * P{name}:queue, the layout scripts.c describes. The
- * lock key comes first in buf, so buf alone is the NUL-terminated lock key. */
+/* The keys of one name, in one allocation (free buf): P{name}, P{name}:fence,
+ * P{name}:queue, P{name}:holders and P{name}:holders:info, the layout scripts.c
+ * describes. The lock key comes first in buf, so buf alone is the NUL-terminated lock
+ * key, and the others follow it in that order, each after the NUL of the one before. */
 typedef struct dlock__keys {
     char *buf;
-    const char *lock, *fence, *queue;
-    size_t lock_len, fence_len, queue_len;
+    const char *lock, *fence, *queue, *holders, *info;
+    size_t lock_len, fence_len, queue_len, holders_len, info_len;
 } dlock__keys;
 
 int dlock__keys_make(const char *prefix, size_t prefix_len, const char *name, size_t name_len,
                      dlock__keys *k, dlock__err *e);
+/* The five keys in layout order at args[0..5), their lengths at lens[0..5): the KEYS
+ * of the scripts that take them all (ACQUIRE, ACQUIRE_SHARED, RELEASE). */
+#define DLOCK_KEYS_ALL 5
+void dlock__keys_all(const dlock__keys *k, const char **args, size_t *lens);
 
 /* A formatted script call: EVALSHA, and the EVAL fallback. Free with _free. */
 typedef struct dlock__call {
@@ -563,13 +570,13 @@ struct dlock_lock {
     /* Written by the renewal thread too, hence atomic. */
     _Atomic int64_t valid_until_us; /* on dlock__now_us(); 0: unknown (adopted) */
     _Atomic bool lost;
+    bool shared;   /* a shared holder or a semaphore permit (renewed with its holders keys) */
     bool attached; /* on client->locks */
     int lost_fd;   /* guarded by client->mu; -1 until dlock_lost_fd */
     /* Renewal (watchdog.c), guarded by the watchdog's mutex. */
-    bool renewing;    /* registered with the watchdog */
-    bool in_batch;    /* in a renewal round now: the handle must not be freed */
-    char *renew_keys; /* the name's keys (dlock__keys.buf): the lock key comes first */
-    size_t renew_key_len;
+    bool renewing;          /* registered with the watchdog */
+    bool in_batch;          /* in a renewal round now: the handle must not be freed */
+    dlock__keys renew_keys; /* the name's keys, for the renewal batch (NULL buf: none) */
     int64_t ttl_ms, next_renew_us;
     dlock_lost_fn on_lost;
     void *on_lost_user;

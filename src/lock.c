@@ -38,9 +38,9 @@ int dlock_extend(dlock_lock *l, int64_t ttl_ms)
         return dlock__err_raise(&e, rc);
     char ttl[24];
     int tlen = snprintf(ttl, sizeof ttl, "%lld", (long long)ttl_ms);
-    const char *args[] = {k.lock, l->token, ttl};
-    const size_t lens[] = {k.lock_len, DLOCK_TOKEN_LEN, (size_t)tlen};
-    const dlock__script_args sa = {DLOCK_SCRIPT_EXTEND, 1, 3, args, lens};
+    const char *args[] = {k.lock, k.holders, k.info, l->token, ttl};
+    const size_t lens[] = {k.lock_len, k.holders_len, k.info_len, DLOCK_TOKEN_LEN, (size_t)tlen};
+    const dlock__script_args sa = {DLOCK_SCRIPT_EXTEND, 3, 5, args, lens};
     int64_t start;
     /* Before the round: no renewal with the old ttl may land after it. */
     dlock__watchdog_set_ttl(c, l, ttl_ms);
@@ -77,17 +77,11 @@ int dlock__lock_release(dlock_lock *l, dlock__err *e)
     char fence[24] = "0";
     if (c->n > 1)
         snprintf(fence, sizeof fence, "%llu", (unsigned long long)l->fence);
-    const char *args[] = {k.lock, k.fence, k.queue, l->token, fence, "", c->retention, "1", "0"};
-    const size_t lens[] = {k.lock_len,
-                           k.fence_len,
-                           k.queue_len,
-                           DLOCK_TOKEN_LEN,
-                           strlen(fence),
-                           0,
-                           strlen(c->retention),
-                           1,
-                           1};
-    const dlock__script_args sa = {DLOCK_SCRIPT_RELEASE, 3, 9, args, lens};
+    const char *args[] = {NULL,  NULL, NULL,         NULL, NULL, l->token,
+                          fence, "",   c->retention, "1",  "0"};
+    size_t lens[] = {0, 0, 0, 0, 0, DLOCK_TOKEN_LEN, strlen(fence), 0, strlen(c->retention), 1, 1};
+    dlock__keys_all(&k, args, lens);
+    const dlock__script_args sa = {DLOCK_SCRIPT_RELEASE, 5, 11, args, lens};
     int64_t start;
     bool expired = l->valid_until_us != 0 && dlock__now_us() >= l->valid_until_us;
     rc = dlock__round_yes_no(c, &sa, "release", DLOCK_ERR_LOST, not_ours, &start, e);
@@ -128,9 +122,12 @@ static void copy_truncated(char *dst, size_t size, const char *src)
 /* What one node holds for a name (from the INSPECT script). */
 typedef struct node_view {
     bool ok;
-    char value[600]; /* "<token> <description>", truncated; "" when free */
+    char value[600]; /* "<token> <description>", truncated; "shared"; "" when free */
     long long pttl;
     uint64_t fence;
+    long long mine;  /* the asked-for token's shared lease left in ms; -1: none */
+    long long count; /* shared holders */
+    char *list;      /* INSPECT's list of shared holders (owned; NULL when none) */
 } node_view;
 
 static void parse_view(dlock__tally *t, dlock__req *r, const dlock__conn *conn, node_view *v)
@@ -139,9 +136,12 @@ static void parse_view(dlock__tally *t, dlock__req *r, const dlock__conn *conn, 
     if (!dlock__tally_reply(t, r, conn, "inspect", REDIS_REPLY_ARRAY))
         return;
     const redisReply *rep = r->reply;
-    if (rep->elements != 3 || rep->element[0]->type != REDIS_REPLY_STRING ||
-        rep->element[1]->type != REDIS_REPLY_INTEGER ||
-        rep->element[2]->type != REDIS_REPLY_STRING) {
+    static const int types[6] = {REDIS_REPLY_STRING,  REDIS_REPLY_INTEGER, REDIS_REPLY_STRING,
+                                 REDIS_REPLY_INTEGER, REDIS_REPLY_INTEGER, REDIS_REPLY_STRING};
+    bool shape = rep->elements == 6;
+    for (size_t i = 0; shape && i < 6; i++)
+        shape = rep->element[i]->type == types[i];
+    if (!shape) {
         snprintf(r->detail, sizeof r->detail, "%s: inspect: unexpected reply shape",
                  conn->node->addr.display);
         dlock__tally_failure(t, r, DLOCK_ERR_PROTOCOL);
@@ -150,6 +150,14 @@ static void parse_view(dlock__tally *t, dlock__req *r, const dlock__conn *conn, 
     copy_truncated(v->value, sizeof v->value, rep->element[0]->str);
     v->pttl = rep->element[1]->integer;
     v->fence = strtoull(rep->element[2]->str, NULL, 10);
+    v->mine = rep->element[3]->integer;
+    v->count = rep->element[4]->integer;
+    if (rep->element[5]->len > 0 && (v->list = dlock__strdup(rep->element[5]->str)) == NULL) {
+        snprintf(r->detail, sizeof r->detail, "%s: inspect: out of memory",
+                 conn->node->addr.display);
+        dlock__tally_failure(t, r, DLOCK_ERR_NOMEM);
+        return;
+    }
     v->ok = true;
 }
 
@@ -162,20 +170,32 @@ typedef struct views {
     int undecided_rc;
 } views;
 
-/* Ask every node what it holds for the name; v->node[i].ok tells who answered. */
-static int inspect_round(dlock_client *c, const char *name, size_t name_len, views *v,
-                         dlock__err *e)
+static void views_free(views *v)
+{
+    for (int i = 0; i < DLOCK_SERVERS_MAX; i++)
+        free(v->node[i].list);
+}
+
+/* Ask every node what it holds for the name (and, when token is not "", what lease
+ * that token has as a shared holder); v->node[i].ok tells who answered. Free v with
+ * views_free, whatever this returns. */
+static int inspect_round(dlock_client *c, const char *name, size_t name_len, const char *token,
+                         views *v, dlock__err *e)
 {
     dlock__keys k;
     dlock__call call;
     dlock__round rd;
+    memset(v->node, 0, sizeof v->node);
     int rc = dlock__keys_make(c->prefix, c->prefix_len, name, name_len, &k, e);
     if (rc != DLOCK_OK)
         return rc;
-    const char *args[] = {k.lock, k.fence};
-    const size_t lens[] = {k.lock_len, k.fence_len};
+    char most[16];
+    snprintf(most, sizeof most, "%d", DLOCK_INSPECT_SHARED_MAX);
+    const char *args[] = {k.lock, k.fence, k.holders, k.info, token, most};
+    const size_t lens[] = {k.lock_len, k.fence_len,   k.holders_len,
+                           k.info_len, strlen(token), strlen(most)};
     /* k.buf lives until the round is over: the call's EVAL form borrows the keys. */
-    rc = dlock__call_format(&c->scripts, DLOCK_SCRIPT_INSPECT, 2, 2, args, lens, &call, e);
+    rc = dlock__call_format(&c->scripts, DLOCK_SCRIPT_INSPECT, 4, 6, args, lens, &call, e);
     if (rc == DLOCK_OK && (rc = dlock__round_begin(c, &rd, e)) == DLOCK_OK) {
         dlock__round_run(c, &rd, &call, NULL, NULL);
         memset(&v->t, 0, sizeof v->t);
@@ -196,20 +216,38 @@ static int cmp_desc(const void *a, const void *b)
     return (x < y) - (x > y);
 }
 
-/* Among the nodes whose value starts with `token`, the lease a quorum still has: the
- * quorum-th largest PTTL. -1 when fewer than a quorum hold it. */
+/* The quorum-th largest of the m values in p: what a quorum agrees on at least. -1
+ * when fewer than a quorum have one. */
+static long long quorum_value(const dlock_client *c, long long *p, int m)
+{
+    if (m < c->quorum)
+        return -1;
+    qsort(p, (size_t)m, sizeof *p, cmp_desc);
+    return p[c->quorum - 1];
+}
+
+/* The lease node view nv gives `token`: the lock's PTTL when its value starts with it
+ * (the exclusive holder, or "shared" for the shared holders as a whole), else its
+ * shared lease when INSPECT was asked about it; -1 when it holds nothing of token's. */
+static long long lease_of(const node_view *nv, const char *token)
+{
+    if (!nv->ok)
+        return -1;
+    if (nv->value[0] != '\0' && strncmp(nv->value, token, DLOCK_TOKEN_LEN) == 0)
+        return nv->pttl;
+    return nv->mine;
+}
+
+/* Among the nodes that hold something of `token`'s, the lease a quorum still has. -1
+ * when fewer than a quorum hold it. */
 static long long quorum_pttl(const dlock_client *c, const views *v, const char *token)
 {
     long long p[DLOCK_SERVERS_MAX];
     int m = 0;
     for (int i = 0; i < c->n; i++)
-        if (v->node[i].ok && v->node[i].value[0] != '\0' &&
-            strncmp(v->node[i].value, token, DLOCK_TOKEN_LEN) == 0)
-            p[m++] = v->node[i].pttl;
-    if (m < c->quorum)
-        return -1;
-    qsort(p, (size_t)m, sizeof *p, cmp_desc);
-    return p[c->quorum - 1];
+        if (lease_of(&v->node[i], token) >= 0)
+            p[m++] = lease_of(&v->node[i], token);
+    return quorum_value(c, p, m);
 }
 
 int dlock_check(dlock_lock *l)
@@ -224,9 +262,15 @@ int dlock_check(dlock_lock *l)
         return dlock__fail(DLOCK_ERR_LOST, "this handle already found the lock lost");
     dlock_client *c = l->client;
     views v;
-    if ((rc = inspect_round(c, l->name, l->name_len, &v, &e)) != DLOCK_OK)
+    if ((rc = inspect_round(c, l->name, l->name_len, l->token, &v, &e)) != DLOCK_OK) {
+        views_free(&v);
         return dlock__err_raise(&e, rc);
+    }
     long long pttl = quorum_pttl(c, &v, l->token);
+    int answered = c->n - v.t.failed, ours = 0;
+    for (int i = 0; i < c->n; i++)
+        ours += lease_of(&v.node[i], l->token) >= 0;
+    views_free(&v);
     if (pttl >= 0) {
         /* The servers' remaining lease, less drift, counted from the round's start.
          * PTTL is the server's word: no lease of ours is longer than DLOCK_TTL_MAX_MS. */
@@ -236,11 +280,6 @@ int dlock_check(dlock_lock *l)
         l->valid_until_us = v.start_us + (validity > 0 ? validity : 0);
         return dlock__err_raise(&e, DLOCK_OK);
     }
-    int answered = c->n - v.t.failed, ours = 0;
-    for (int i = 0; i < c->n; i++)
-        if (v.node[i].ok && v.node[i].value[0] != '\0' &&
-            strncmp(v.node[i].value, l->token, DLOCK_TOKEN_LEN) == 0)
-            ours++;
     /* Nodes that answered without our token: if they leave no room for a quorum, the
      * lock is lost; otherwise too few answered to tell. */
     if (answered - ours > c->n - c->quorum) {
@@ -250,22 +289,49 @@ int dlock_check(dlock_lock *l)
     return dlock__err_raise(&v.undecided, v.undecided_rc);
 }
 
+/* Enter an inspect call: check the arguments and ask every node (a file:// client's
+ * caller asks local.c instead). DLOCK_OK when a quorum answered; free v with views_free
+ * whatever this returns. */
+static int inspect_enter(dlock_client *c, const char *name, views *v, dlock__err *e)
+{
+    memset(v->node, 0, sizeof v->node);
+    int rc = dlock__client_enter(c, e);
+    if (rc != DLOCK_OK || (rc = dlock__check_name(name, e)) != DLOCK_OK || c->local != NULL ||
+        (rc = inspect_round(c, name, strlen(name), "", v, e)) != DLOCK_OK)
+        return rc;
+    if (c->n - v->t.failed < c->quorum) {
+        *e = v->undecided;
+        return v->undecided_rc;
+    }
+    return DLOCK_OK;
+}
+
+/* How many shared holders a quorum of nodes agrees on, at least. */
+static int64_t quorum_count(const dlock_client *c, const views *v)
+{
+    long long p[DLOCK_SERVERS_MAX];
+    int m = 0;
+    for (int i = 0; i < c->n; i++)
+        if (v->node[i].ok)
+            p[m++] = strcmp(v->node[i].value, "shared") == 0 ? v->node[i].count : 0;
+    long long n = quorum_value(c, p, m);
+    return n > 0 ? n : 0;
+}
+
 int dlock_inspect(dlock_client *c, const char *name, dlock_holder *out)
 {
     dlock__err e;
     if (out == NULL)
         return dlock__fail(DLOCK_ERR_INVALID, "out is NULL");
     memset(out, 0, sizeof *out);
-    int rc = dlock__client_enter(c, &e);
-    if (rc != DLOCK_OK || (rc = dlock__check_name(name, &e)) != DLOCK_OK)
-        return dlock__err_raise(&e, rc);
-    if (c->local != NULL)
-        return dlock__err_raise(&e, dlock__local_inspect(c, name, out, &e));
     views v;
-    if ((rc = inspect_round(c, name, strlen(name), &v, &e)) != DLOCK_OK)
+    int rc = inspect_enter(c, name, &v, &e);
+    if (rc == DLOCK_OK && c->local != NULL)
+        rc = dlock__local_inspect(c, name, out, &e);
+    if (rc != DLOCK_OK || c->local != NULL) {
+        views_free(&v);
         return dlock__err_raise(&e, rc);
-    if (c->n - v.t.failed < c->quorum)
-        return dlock__err_raise(&v.undecided, v.undecided_rc);
+    }
     for (int i = 0; i < c->n; i++) {
         const node_view *nv = &v.node[i];
         if (!nv->ok)
@@ -279,6 +345,10 @@ int dlock_inspect(dlock_client *c, const char *name, dlock_holder *out)
             continue;
         out->held = 1;
         out->remaining_ms = pttl;
+        if (strcmp(nv->value, "shared") == 0) {
+            out->shared = quorum_count(c, &v);
+            continue;
+        }
         /* A value written by another tool may not have our "<token> <description>"
          * shape; show it whole as the description then. */
         const char *s = nv->value;
@@ -292,26 +362,106 @@ int dlock_inspect(dlock_client *c, const char *name, dlock_holder *out)
         }
         copy_truncated(out->description, sizeof out->description, s);
     }
+    views_free(&v);
     return dlock__err_raise(&e, DLOCK_OK);
 }
 
-/* Shared holders are built for local clients only so far: on servers this call checks
- * its arguments and refuses. */
+/* One entry of INSPECT's list, "<token> <ms left> <description length> <description>",
+ * at *p; advances *p past it. False at the end or on a malformed entry. */
+static bool next_entry(const char **p, dlock_holder *h)
+{
+    const char *s = *p;
+    char *end;
+    if (strlen(s) < DLOCK_TOKEN_LEN + 1 || s[DLOCK_TOKEN_LEN] != ' ')
+        return false;
+    memset(h, 0, sizeof *h);
+    memcpy(h->token, s, DLOCK_TOKEN_LEN);
+    s += DLOCK_TOKEN_LEN + 1;
+    long long ms = strtoll(s, &end, 10);
+    if (end == s || *end != ' ')
+        return false;
+    s = end + 1;
+    unsigned long long dlen = strtoull(s, &end, 10);
+    if (end == s || *end != ' ' || strnlen(end + 1, dlen) < dlen)
+        return false;
+    s = end + 1;
+    size_t keep = dlen < sizeof h->description - 1 ? dlen : sizeof h->description - 1;
+    memcpy(h->description, s, keep);
+    h->held = 1;
+    h->remaining_ms = ms;
+    *p = s + dlen;
+    return true;
+}
+
+/* Add one node's list to the distinct holders in all[0 .. *n), counting in seen[] the
+ * nodes that list each and keeping every node's lease in leases[j * N + node]. */
+static void merge_list(const dlock_client *c, const node_view *nv, dlock_holder *all, int *n,
+                       int cap, int *seen, long long *leases)
+{
+    const char *p = nv->list;
+    dlock_holder h;
+    while (p != NULL && next_entry(&p, &h)) {
+        int j = 0;
+        while (j < *n && strcmp(all[j].token, h.token) != 0)
+            j++;
+        if (j == *n) {
+            if (*n == cap)
+                return;
+            all[(*n)++] = h;
+        }
+        leases[(size_t)j * (size_t)c->n + (size_t)seen[j]++] = h.remaining_ms;
+    }
+}
+
+static int cmp_remaining(const void *a, const void *b)
+{
+    const dlock_holder *x = a, *y = b;
+    return (x->remaining_ms < y->remaining_ms) - (x->remaining_ms > y->remaining_ms);
+}
+
 int dlock_inspect_shared(dlock_client *c, const char *name, dlock_holder *out, int max, int *n,
                          int64_t *total)
 {
     dlock__err e;
-    if (n == NULL || total == NULL)
-        return dlock__fail(DLOCK_ERR_INVALID, "n or total is NULL");
+    if (n == NULL || total == NULL || (out == NULL && max > 0) || max < 0)
+        return dlock__fail(DLOCK_ERR_INVALID, "out, n or total is NULL, or max is negative");
     *n = 0;
     *total = 0;
-    if (max < 0 || (out == NULL && max > 0))
-        return dlock__fail(DLOCK_ERR_INVALID, "out is NULL or max is negative");
-    int rc = dlock__client_enter(c, &e);
-    if (rc != DLOCK_OK || (rc = dlock__check_name(name, &e)) != DLOCK_OK)
-        return dlock__err_raise(&e, rc);
-    if (c->local != NULL)
+    views v;
+    int rc = inspect_enter(c, name, &v, &e);
+    if (rc == DLOCK_OK && c->local != NULL) {
+        views_free(&v);
         return dlock__err_raise(&e, dlock__local_inspect_shared(c, name, out, max, n, total, &e));
-    return dlock__fail(DLOCK_ERR_INVALID,
-                       "shared holders on Redis servers are not in this build yet");
+    }
+    /* Each node lists at most DLOCK_INSPECT_SHARED_MAX. */
+    size_t cap = rc == DLOCK_OK ? (size_t)DLOCK_INSPECT_SHARED_MAX * (size_t)c->n : 0;
+    dlock_holder *all = NULL;
+    int *seen = NULL;
+    long long *leases = NULL;
+    if (rc == DLOCK_OK && ((all = dlock__calloc(cap, sizeof *all)) == NULL ||
+                           (seen = dlock__calloc(cap, sizeof *seen)) == NULL ||
+                           (leases = dlock__calloc(cap * (size_t)c->n, sizeof *leases)) == NULL))
+        rc = dlock__err_set(&e, DLOCK_ERR_NOMEM, "out of memory");
+    if (rc == DLOCK_OK) {
+        int m = 0, kept = 0;
+        for (int i = 0; i < c->n; i++)
+            merge_list(c, &v.node[i], all, &m, (int)cap, seen, leases);
+        /* A holder a quorum lists, with the lease a quorum still gives it. */
+        for (int j = 0; j < m; j++) {
+            long long left = quorum_value(c, leases + (size_t)j * (size_t)c->n, seen[j]);
+            if (left < 0)
+                continue;
+            all[kept] = all[j];
+            all[kept++].remaining_ms = left;
+        }
+        qsort(all, (size_t)kept, sizeof *all, cmp_remaining);
+        for (int j = 0; j < kept && j < max && j < DLOCK_INSPECT_SHARED_MAX; j++)
+            out[(*n)++] = all[j];
+        *total = quorum_count(c, &v);
+    }
+    free(all);
+    free(seen);
+    free(leases);
+    views_free(&v);
+    return dlock__err_raise(&e, rc);
 }

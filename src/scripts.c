@@ -2,9 +2,13 @@
  * scripts.c: the Lua scripts that make each lock operation one atomic round trip.
  *
  * Key layout (fixed, so that other tools and bindings interoperate), with prefix P:
- *   P{name}         the lock: "<32-hex token> <holder description>", with a PX lease
- *   P{name}:fence   the fence counter
- *   P{name}:queue   waiters, scored by ticket (see below)
+ *   P{name}                the lock: "<32-hex token> <holder description>", with a PX
+ *                          lease; or "shared" while shared holders hold it
+ *   P{name}:fence          the fence counter
+ *   P{name}:queue          waiters, scored by ticket (see below)
+ *   P{name}:holders        shared holders and semaphore permits: tokens scored by the
+ *                          end of their lease (SHARED_LUA below)
+ *   P{name}:holders:info   their descriptions, by token
  * All share the hash tag {name}, so they live in one Cluster slot. Wake-ups go to the
  * waiting client's own channel, Pwake:<32 hex>, named in its queue entry: a release
  * wakes one process, not every process that waits on the name (P{name}:wake, the
@@ -27,10 +31,11 @@
  * same on every node). A member carries the value the waiter's lock will have
  * ("<token> <holder>"), the channel its client listens on, and how long a lease it is
  * handed before it confirms. A release does not free a lock that has waiters: it
- * hands it to the head of the queue (handoff() below) and publishes the head's token
+ * hands it to the head of the queue (dispatch() below) and publishes the head's token
  * on the head's channel. The head already holds the lock when its wake-up arrives;
- * its next attempt confirms it with its own lease and a fence. The short handoff lease bounds what
- * a head that died costs: its lease runs out, and the waiters' next attempt finds the lock free.
+ * its next attempt confirms it with its own lease and a fence. The short handoff
+ * lease bounds what a head that died costs: its lease runs out, and the waiters' next
+ * attempt finds the lock free.
  * The queue key lives DLOCK_QUEUE_TTL_MS past the last waiter's last word (an attempt
  * or a refresh), so a name whose waiters all died leaves nothing behind.
  *
@@ -69,22 +74,98 @@
     "  end\n"                                                                                      \
     "  return f\n"                                                                                 \
     "end\n"
-/* Hand the lock to the head of the queue: set its value with its handoff lease, and
- * publish its token on its client's channel. False when nobody waits (ZPOPMIN of a
- * missing key is empty). A member is "<handoff ms> <channel length> <channel><value>". */
-#define HANDOFF_LUA                                                                                \
-    "local function handoff(lock, queue)\n"                                                        \
-    "  local m = redis.call('ZPOPMIN', queue)[1]\n"                                                \
-    "  if not m then return false end\n"                                                           \
-    "  local h, n, rest = string.match(m, '^(%d+) (%d+) (.*)$')\n"                                 \
-    "  n = tonumber(n)\n"                                                                          \
-    "  redis.call('SET', lock, string.sub(rest, n + 1), 'PX', h)\n"                                \
-    "  redis.call('PUBLISH', string.sub(rest, 1, n), string.sub(rest, n + 1, n + 32))\n"           \
+/*
+ * Shared holders (readers, and semaphore permits) of a name live in two keys beside
+ * the lock: P{name}:holders, a sorted set of tokens scored by the end of each one's
+ * lease (ms on the server's clock, TIME), and P{name}:holders:info, a hash of token
+ * to "<host:pid>[ label]" for `dlock status`. While any shared lease runs, the lock key
+ * itself holds the word "shared" (which no token can equal), with the longest shared
+ * lease as its PX: an exclusive acquire therefore needs no new command, its SET NX
+ * fails on the marker as it does on a holder, and a marker whose leases all ran out
+ * expires with the last of them. sync() keeps that true after every change.
+ */
+#define SHARED_LUA                                                                                 \
+    "local function now_ms()\n"                                                                    \
+    "  local t = redis.call('TIME')\n"                                                             \
+    "  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)\n"                         \
+    "end\n"                                                                                        \
+    "local function purge(holders, info, now)\n"                                                   \
+    "  local dead = redis.call('ZRANGEBYSCORE', holders, '-inf', now)\n"                           \
+    "  for i = 1, #dead, 1000 do\n"                                                                \
+    "    redis.call('HDEL', info, unpack(dead, i, math.min(i + 999, #dead)))\n"                    \
+    "  end\n"                                                                                      \
+    "  if #dead > 0 then redis.call('ZREMRANGEBYSCORE', holders, '-inf', now) end\n"               \
+    "end\n"                                                                                        \
+    "local function sync(lock, holders, info, now)\n"                                              \
+    "  local last = redis.call('ZRANGE', holders, -1, -1, 'WITHSCORES')\n"                         \
+    "  if not last[1] then\n"                                                                      \
+    "    redis.call('DEL', lock, info)\n"                                                          \
+    "    return false\n"                                                                           \
+    "  end\n"                                                                                      \
+    "  local ms = tonumber(last[2]) - now\n"                                                       \
+    "  if ms < 1 then ms = 1 end\n"                                                                \
+    "  redis.call('SET', lock, 'shared', 'PX', ms)\n"                                              \
+    "  redis.call('PEXPIRE', holders, ms)\n"                                                       \
+    "  redis.call('PEXPIRE', info, ms)\n"                                                          \
     "  return true\n"                                                                              \
+    "end\n"
+/* A shared holder's renewal (needs SHARED_LUA): false when its lease ran out. */
+#define RENEW_SHARED_LUA                                                                           \
+    "local function renew_shared(lock, holders, info, token, ttl)\n"                               \
+    "  local now = now_ms()\n"                                                                     \
+    "  local s = redis.call('ZSCORE', holders, token)\n"                                           \
+    "  if not s or tonumber(s) <= now then return false end\n"                                     \
+    "  redis.call('ZADD', holders, 'XX', now + tonumber(ttl), token)\n"                            \
+    "  sync(lock, holders, info, now)\n"                                                           \
+    "  return true\n"                                                                              \
+    "end\n"
+/*
+ * Serve the queue (needs SHARED_LUA): while its head can be admitted, hand it what it
+ * waits for, with its handoff lease, and publish its token on its client's channel:
+ * an exclusive head takes a free lock, and no one after it is served; a shared head
+ * joins the shared holders while fewer than its limit hold the name. A head that
+ * cannot be admitted goes back with its ticket. held is the lock's value (false when
+ * free). True when anyone was served. A member is "<handoff ms> <limit> <channel
+ * length> <channel><value>", limit 0 for an exclusive waiter; value "<token> <holder>".
+ */
+#define DISPATCH_LUA                                                                               \
+    "local function dispatch(lock, queue, holders, info, held)\n"                                  \
+    "  local served = false\n"                                                                     \
+    "  while true do\n"                                                                            \
+    "    local e = redis.call('ZPOPMIN', queue)\n"                                                 \
+    "    if not e[1] then return served end\n"                                                     \
+    "    local h, k, n, rest = string.match(e[1], '^(%d+) (%d+) (%d+) (.*)$')\n"                   \
+    "    if rest then\n"                                                                           \
+    "      k, n = tonumber(k), tonumber(n)\n"                                                      \
+    "      local value = string.sub(rest, n + 1)\n"                                                \
+    "      local token = string.sub(value, 1, 32)\n"                                               \
+    "      if k == 0 then\n"                                                                       \
+    "        if held then redis.call('ZADD', queue, e[2], e[1]) return served end\n"               \
+    "        redis.call('SET', lock, value, 'PX', h)\n"                                            \
+    "        redis.call('PUBLISH', string.sub(rest, 1, n), token)\n"                               \
+    "        return true\n"                                                                        \
+    "      end\n"                                                                                  \
+    "      if held and held ~= 'shared' then\n"                                                    \
+    "        redis.call('ZADD', queue, e[2], e[1])\n"                                              \
+    "        return served\n"                                                                      \
+    "      end\n"                                                                                  \
+    "      local now = now_ms()\n"                                                                 \
+    "      purge(holders, info, now)\n"                                                            \
+    "      if redis.call('ZCARD', holders) >= k then\n"                                            \
+    "        redis.call('ZADD', queue, e[2], e[1])\n"                                              \
+    "        return served\n"                                                                      \
+    "      end\n"                                                                                  \
+    "      redis.call('ZADD', holders, now + tonumber(h), token)\n"                                \
+    "      redis.call('HSET', info, token, string.sub(value, 34))\n"                               \
+    "      sync(lock, holders, info, now)\n"                                                       \
+    "      held, served = 'shared', true\n"                                                        \
+    "      redis.call('PUBLISH', string.sub(rest, 1, n), token)\n"                                 \
+    "    end\n"                                                                                    \
+    "  end\n"                                                                                      \
     "end\n"
 
 /*
- * ACQUIRE  KEYS: lock, fence, queue
+ * ACQUIRE  KEYS: lock, fence, queue, holders, holders info
  *          ARGV: value, ttl_ms, token, ticket ("0": a plain try, not queued), fair ("1"),
  *                member (the queue entry), queue ttl ms, fence retention ms
  * Granted: the new fence (> 0). Refused: -(holder's PTTL), 0 when it has none.
@@ -102,7 +183,11 @@
  * that is refused, SET NX GET, ZADD, PEXPIRE and PTTL; a confirmation, SET NX GET,
  * PEXPIRE, TIME and SET ... GET.
  */
-static const char acquire_lua[] = PRELUDE_LUA FENCE_LUA HANDOFF_LUA
+static const char *const acquire_lua[] = {
+    PRELUDE_LUA,
+    FENCE_LUA,
+    SHARED_LUA,
+    DISPATCH_LUA,
     "local token, queued = ARGV[3], ARGV[4] ~= '0'\n"
     "local held\n"
     "if ARGV[5] == '1' then\n"
@@ -110,7 +195,7 @@ static const char acquire_lua[] = PRELUDE_LUA FENCE_LUA HANDOFF_LUA
     "  if head and head ~= ARGV[6] then\n"
     "    held = redis.call('GET', KEYS[1])\n"
     "    if not held then\n"
-    "      handoff(KEYS[1], KEYS[3])\n"
+    "      dispatch(KEYS[1], KEYS[3], KEYS[4], KEYS[5], false)\n"
     "      held = ''\n"
     "    end\n"
     "  end\n"
@@ -134,16 +219,81 @@ static const char acquire_lua[] = PRELUDE_LUA FENCE_LUA HANDOFF_LUA
     "end\n"
     "local pttl = redis.call('PTTL', KEYS[1])\n"
     "if pttl < 0 then pttl = 0 end\n"
-    "return -pttl\n";
+    "return -pttl\n",
+    NULL};
 
 /*
- * RELEASE  KEYS: lock, fence, queue
+ * ACQUIRE_SHARED  KEYS: lock, fence, queue, holders, holders info
+ *                 ARGV: token, description, ttl_ms, ticket ("0": a plain try), limit,
+ *                       member (the queue entry), queue ttl ms, fence retention ms
+ * A shared holder (limit DLOCK_PERMITS_MAX) or a semaphore permit (limit K). Granted:
+ * the new fence (> 0). Refused: -(ms until a holder's lease ends: the exclusive
+ * holder's, or the shared lease that ends first).
+ *
+ * Admitted when no exclusive holder holds the name, fewer than `limit` shared ones
+ * do, and nobody waits before the caller: a shared newcomer does not pass a queued
+ * writer, which a stream of overlapping readers would otherwise starve. A queue whose
+ * head could be served now (a lease ran out, unannounced) is served first. A caller
+ * the queue served (a release admitted it) confirms with its own lease.
+ */
+static const char *const acquire_shared_lua[] = {
+    PRELUDE_LUA,
+    FENCE_LUA,
+    SHARED_LUA,
+    DISPATCH_LUA,
+    "local token, queued, limit = ARGV[1], ARGV[4] ~= '0', tonumber(ARGV[5])\n"
+    "local now = now_ms()\n"
+    "local held = redis.call('GET', KEYS[1])\n"
+    "if held == 'shared' then\n"
+    "  purge(KEYS[4], KEYS[5], now)\n"
+    "elseif not held then\n"
+    "  redis.call('DEL', KEYS[4], KEYS[5])\n"
+    "end\n"
+    "local free = not held or held == 'shared'\n"
+    "local granted = held == 'shared' and redis.call('ZSCORE', KEYS[4], token)\n"
+    "if not granted and free then\n"
+    "  local head = redis.call('ZRANGE', KEYS[3], 0, 0)[1]\n"
+    "  if head and head ~= ARGV[6] then\n"
+    "    dispatch(KEYS[1], KEYS[3], KEYS[4], KEYS[5], held)\n"
+    "    held = redis.call('GET', KEYS[1])\n"
+    "    free = not held or held == 'shared'\n"
+    "    granted = held == 'shared' and redis.call('ZSCORE', KEYS[4], token)\n"
+    "    head = redis.call('ZRANGE', KEYS[3], 0, 0)[1]\n"
+    "  end\n"
+    "  if not granted and free and (not head or head == ARGV[6]) and\n"
+    "     redis.call('ZCARD', KEYS[4]) < limit then\n"
+    "    granted = true\n"
+    "  end\n"
+    "end\n"
+    "if granted then\n"
+    "  redis.call('ZADD', KEYS[4], now + tonumber(ARGV[3]), token)\n"
+    "  redis.call('HSET', KEYS[5], token, ARGV[2])\n"
+    "  sync(KEYS[1], KEYS[4], KEYS[5], now)\n"
+    "  if queued then redis.call('ZREM', KEYS[3], ARGV[6]) end\n"
+    "  return next_fence(KEYS[2], ARGV[8])\n"
+    "end\n"
+    "if queued then\n"
+    "  redis.call('ZADD', KEYS[3], 'NX', ARGV[4], ARGV[6])\n"
+    "  redis.call('PEXPIRE', KEYS[3], ARGV[7])\n"
+    "end\n"
+    "local left = redis.call('PTTL', KEYS[1])\n"
+    "if held == 'shared' then\n"
+    "  local first = redis.call('ZRANGE', KEYS[4], 0, 0, 'WITHSCORES')\n"
+    "  if first[2] then left = tonumber(first[2]) - now end\n"
+    "end\n"
+    "if left < 0 then left = 0 end\n"
+    "return -left\n",
+    NULL};
+
+/*
+ * RELEASE  KEYS: lock, fence, queue, holders, holders info
  *          ARGV: token, fence floor ("0": none), member to dequeue ("": none),
  *                fence retention ms, mode ("1": release, "0": give back), ticket
- * 1 when our token was released, 0 when the key is gone or another owner's.
- * A release hands the lock to the head of the queue, if anyone waits; with nobody
- * queued it deletes it, and the ZPOPMIN that says so costs one command: an
- * uncontended release is GET, ZPOPMIN and DEL.
+ * 1 when our token was released (as the exclusive holder or one of the shared ones),
+ * 0 when the key is gone or another owner's.
+ * A release serves the queue (dispatch), if anyone waits; with nobody queued it
+ * deletes the lock, and the ZPOPMIN that says so costs one command: an uncontended
+ * release is GET, ZPOPMIN and DEL.
  * The fence floor is how Redlock's default mode raises every node's counter to the
  * fence the quorum handed out, without an extra round trip. It is applied even where
  * our key is gone: a counter only ever goes up, and a fence that was handed out is
@@ -153,125 +303,235 @@ static const char acquire_lua[] = PRELUDE_LUA FENCE_LUA HANDOFF_LUA
  * back in the queue and hands the lock on only to another waiter: a waiter that was
  * handed the lock on a minority of nodes keeps its place, and frees them for a retry.
  */
-static const char release_lua[] = PRELUDE_LUA HANDOFF_LUA
+static const char *const release_lua[] = {
+    PRELUDE_LUA, SHARED_LUA, DISPATCH_LUA,
     "local f = tonumber(ARGV[2])\n"
     "if f and f > 0 and (tonumber(redis.call('GET', KEYS[2])) or 0) < f then\n"
     "  redis.call('SET', KEYS[2], ARGV[2], 'PX', ARGV[4])\n"
     "end\n"
     "if ARGV[3] ~= '' and ARGV[5] == '1' then redis.call('ZREM', KEYS[3], ARGV[3]) end\n"
     "local v = redis.call('GET', KEYS[1])\n"
-    "if not v or string.sub(v, 1, 32) ~= ARGV[1] then return 0 end\n"
+    "local held = false\n"
+    "if v == 'shared' then\n"
+    "  local now = now_ms()\n"
+    "  local s = redis.call('ZSCORE', KEYS[4], ARGV[1])\n"
+    "  if not s or tonumber(s) <= now then return 0 end\n"
+    "  redis.call('ZREM', KEYS[4], ARGV[1])\n"
+    "  redis.call('HDEL', KEYS[5], ARGV[1])\n"
+    "  purge(KEYS[4], KEYS[5], now)\n"
+    "  if sync(KEYS[1], KEYS[4], KEYS[5], now) then held = 'shared' end\n"
+    "elseif not v or string.sub(v, 1, 32) ~= ARGV[1] then\n"
+    "  return 0\n"
+    "end\n"
     "if ARGV[5] ~= '1' then\n"
     "  if ARGV[3] ~= '' then\n"
     "    redis.call('ZADD', KEYS[3], 'NX', ARGV[6], ARGV[3])\n"
     "  end\n"
     "  local head = redis.call('ZRANGE', KEYS[3], 0, 0)[1]\n"
     "  if not head or head == ARGV[3] then\n"
-    "    redis.call('DEL', KEYS[1])\n"
+    "    if not held then redis.call('DEL', KEYS[1]) end\n"
     "    return 1\n"
     "  end\n"
     "end\n"
-    "if not handoff(KEYS[1], KEYS[3]) then redis.call('DEL', KEYS[1]) end\n"
-    "return 1\n";
+    "if not dispatch(KEYS[1], KEYS[3], KEYS[4], KEYS[5], held) and not held then\n"
+    "  redis.call('DEL', KEYS[1])\n"
+    "end\n"
+    "return 1\n",
+    NULL};
 
 /*
- * LEAVE  KEYS: lock, queue   ARGV: member, token, pass ("1": pass the lock on)
+ * LEAVE  KEYS: lock, queue, holders, holders info
+ *        ARGV: member, token, pass ("1": pass the lock on)
  * A waiter gives up (deadline, cancel): it leaves the queue, and a lock handed to it as
  * it gave up, or found free with waiters queued, goes to the next waiter. A waiter that
  * got the lock from a quorum leaves the queues of the nodes that refused it without
  * passing anything on: a late release there may have handed it that node too, which its
  * own release will free.
  */
-static const char leave_lua[] = PRELUDE_LUA HANDOFF_LUA
+static const char *const leave_lua[] = {
+    PRELUDE_LUA, SHARED_LUA, DISPATCH_LUA,
     "redis.call('ZREM', KEYS[2], ARGV[1])\n"
     "if ARGV[3] ~= '1' then return 1 end\n"
     "local v = redis.call('GET', KEYS[1])\n"
-    "if not v or string.sub(v, 1, 32) == ARGV[2] then\n"
-    "  if not handoff(KEYS[1], KEYS[2]) and v then redis.call('DEL', KEYS[1]) end\n"
+    "if v == 'shared' then\n"
+    "  local now = now_ms()\n"
+    "  redis.call('ZREM', KEYS[3], ARGV[2])\n"
+    "  redis.call('HDEL', KEYS[4], ARGV[2])\n"
+    "  purge(KEYS[3], KEYS[4], now)\n"
+    "  dispatch(KEYS[1], KEYS[2], KEYS[3], KEYS[4], sync(KEYS[1], KEYS[3], KEYS[4], now) and v)\n"
+    "elseif not v or string.sub(v, 1, 32) == ARGV[2] then\n"
+    "  if not dispatch(KEYS[1], KEYS[2], KEYS[3], KEYS[4], false) and v then\n"
+    "    redis.call('DEL', KEYS[1])\n"
+    "  end\n"
     "end\n"
-    "return 1\n";
+    "return 1\n",
+    NULL};
 
 /*
- * REFRESH  KEYS: lock, queue   ARGV: queue ttl ms
- * A waiter's heartbeat: keep the queue alive, and learn whether the lock is free (a
- * lease that ran out publishes nothing). The lock's PTTL, or -3 when the queue is gone
- * (a server restarted): the waiter then attempts, which queues it again.
+ * REFRESH  KEYS: lock, queue, holders   ARGV: queue ttl ms, shared ("1": the waiter
+ *          would be a shared holder)
+ * A waiter's heartbeat: keep the queue alive, and learn whether it is worth attempting
+ * (a lease that ran out publishes nothing). The lock's PTTL, or -3 when the queue is
+ * gone (a server restarted): the waiter then attempts, which queues it again. A shared
+ * waiter may wait for a permit, which comes back when the first shared lease ends, not
+ * the last: it gets that instead, -2 once it has ended.
  */
-static const char refresh_lua[] =
+static const char *const refresh_lua[] = {
     "if redis.call('PEXPIRE', KEYS[2], ARGV[1]) == 0 then return -3 end\n"
-    "return redis.call('PTTL', KEYS[1])\n";
+    "local p = redis.call('PTTL', KEYS[1])\n"
+    "if ARGV[2] == '1' and p > 0 then\n"
+    "  local first = redis.call('ZRANGE', KEYS[3], 0, 0, 'WITHSCORES')\n"
+    "  if first[2] then\n"
+    "    local t = redis.call('TIME')\n"
+    "    local left = tonumber(first[2]) - (tonumber(t[1]) * 1000 + math.floor(t[2] / 1000))\n"
+    "    if left <= 0 then return -2 end\n"
+    "    if left < p then return left end\n"
+    "  end\n"
+    "end\n"
+    "return p\n",
+    NULL};
 
 /*
- * EXTEND  KEYS: lock   ARGV: token, ttl_ms (> 0, checked by the caller: PEXPIRE with
- * ttl <= 0 deletes the key, a silent release). 1 when extended, 0 when not ours.
+ * EXTEND  KEYS: lock, holders, holders info   ARGV: token, ttl_ms (> 0, checked by the
+ * caller: PEXPIRE with ttl <= 0 deletes the key, a silent release). 1 when extended, 0
+ * when not ours (a shared lease that ran out is not ours either).
  */
-static const char extend_lua[] = "local v = redis.call('GET', KEYS[1])\n"
-                                 "if v and string.sub(v, 1, 32) == ARGV[1] then\n"
-                                 "  redis.call('PEXPIRE', KEYS[1], ARGV[2])\n"
-                                 "  return 1\n"
-                                 "end\n"
-                                 "return 0\n";
-
-/*
- * FENCE  KEYS: lock, fence   ARGV: token, fence, fence retention ms
- * Strict fence mode's second round: raise the counter to the fence the quorum handed
- * out, but only on a node that still holds our token. 1 when done, 0 when not ours.
- */
-static const char fence_lua[] =
+static const char *const extend_lua[] = {
+    PRELUDE_LUA, SHARED_LUA, RENEW_SHARED_LUA,
     "local v = redis.call('GET', KEYS[1])\n"
-    "if not v or string.sub(v, 1, 32) ~= ARGV[1] then return 0 end\n"
+    "if v and string.sub(v, 1, 32) == ARGV[1] then\n"
+    "  redis.call('PEXPIRE', KEYS[1], ARGV[2])\n"
+    "  return 1\n"
+    "end\n"
+    "if v == 'shared' and renew_shared(KEYS[1], KEYS[2], KEYS[3], ARGV[1], ARGV[2]) then\n"
+    "  return 1\n"
+    "end\n"
+    "return 0\n",
+    NULL};
+
+/*
+ * FENCE  KEYS: lock, fence, holders   ARGV: token, fence, fence retention ms
+ * Strict fence mode's second round: raise the counter to the fence the quorum handed
+ * out, but only on a node that still holds our token (exclusive or shared). 1 when
+ * done, 0 when not ours.
+ */
+static const char *const fence_lua[] = {
+    "local v = redis.call('GET', KEYS[1])\n"
+    "if not v or (string.sub(v, 1, 32) ~= ARGV[1] and\n"
+    "             not (v == 'shared' and redis.call('ZSCORE', KEYS[3], ARGV[1]))) then\n"
+    "  return 0\n"
+    "end\n"
     "if (tonumber(redis.call('GET', KEYS[2])) or 0) < tonumber(ARGV[2]) then\n"
     "  redis.call('SET', KEYS[2], ARGV[2], 'PX', ARGV[3])\n"
     "end\n"
-    "return 1\n";
+    "return 1\n",
+    NULL};
 
 /*
  * FENCED_SET  KEYS: register   ARGV: fence, value
  * The resource side: write {value, fence} unless a higher fence was accepted. 1 when
  * written, 0 when refused. Fences are compared as numbers (they fit a double exactly).
  */
-static const char fenced_set_lua[] =
+static const char *const fenced_set_lua[] = {
     "local last = tonumber(redis.call('HGET', KEYS[1], 'fence')) or 0\n"
     "if tonumber(ARGV[1]) < last then return 0 end\n"
     "redis.call('HSET', KEYS[1], 'fence', ARGV[1], 'value', ARGV[2])\n"
-    "return 1\n";
+    "return 1\n",
+    NULL};
 
 /*
- * RENEW  KEYS: lock 1..K   ARGV: token 1, ttl_ms 1, ..., token K, ttl_ms K
+ * RENEW  KEYS: lock 1..K, then the holders and holders info keys of the shared ones
+ *        ARGV: token 1, ttl_ms 1, at 1, ..., token K, ttl_ms K, at K, where "at" is
+ *              the index in KEYS of a shared lock's holders key ("0": exclusive)
  * The watchdog's batch: extend every lock that still holds its token. Returns a
  * string of K characters, '1' extended, '0' not ours: one reply of K bytes, not an
  * array of K replies, whatever K. A key of the wrong type counts as not ours rather
  * than failing the whole batch.
  */
-static const char renew_lua[] =
+static const char *const renew_lua[] = {
+    PRELUDE_LUA, SHARED_LUA, RENEW_SHARED_LUA,
     "local r = {}\n"
-    "for i = 1, #KEYS do\n"
+    "for i = 1, #ARGV / 3 do\n"
+    "  local token, ttl, at = ARGV[3 * i - 2], ARGV[3 * i - 1], tonumber(ARGV[3 * i])\n"
     "  local v = redis.pcall('GET', KEYS[i])\n"
-    "  if type(v) == 'string' and string.sub(v, 1, 32) == ARGV[2 * i - 1] then\n"
-    "    redis.call('PEXPIRE', KEYS[i], ARGV[2 * i])\n"
+    "  r[i] = '0'\n"
+    "  if type(v) == 'string' and string.sub(v, 1, 32) == token then\n"
+    "    redis.call('PEXPIRE', KEYS[i], ttl)\n"
     "    r[i] = '1'\n"
-    "  else\n"
-    "    r[i] = '0'\n"
+    "  elseif v == 'shared' and at > 0 then\n"
+    "    local ok, yes = pcall(renew_shared, KEYS[i], KEYS[at], KEYS[at + 1], token, ttl)\n"
+    "    if ok and yes then r[i] = '1' end\n"
     "  end\n"
     "end\n"
-    "return table.concat(r)\n";
+    "return table.concat(r)\n",
+    NULL};
 
-/* INSPECT  KEYS: lock, fence   -> {value or "", PTTL, fence or "0"} */
-static const char inspect_lua[] = "return {redis.call('GET', KEYS[1]) or '',\n"
-                                  "        redis.call('PTTL', KEYS[1]),\n"
-                                  "        redis.call('GET', KEYS[2]) or '0'}\n";
+/*
+ * INSPECT  KEYS: lock, fence, holders, holders info   ARGV: token ("": none), most
+ * -> {value or "", PTTL, fence or "0", our shared lease left in ms (-1: not a shared
+ *     holder), shared holders, a list of at most `most` of them, longest lease first,
+ *     each "<token> <ms left> <description length> <description>"}
+ * Read-only: a lease that ran out is left for the next write to purge, and skipped.
+ */
+static const char *const inspect_lua[] = {
+    "local v = redis.call('GET', KEYS[1]) or ''\n"
+    "local mine, count, list = -1, 0, {}\n"
+    "if v == 'shared' then\n"
+    "  local t = redis.call('TIME')\n"
+    "  local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)\n"
+    "  local s = ARGV[1] ~= '' and redis.call('ZSCORE', KEYS[3], ARGV[1])\n"
+    "  if s and tonumber(s) > now then mine = tonumber(s) - now end\n"
+    "  count = redis.call('ZCOUNT', KEYS[3], '(' .. now, '+inf')\n"
+    "  local top = redis.call('ZREVRANGEBYSCORE', KEYS[3], '+inf', '(' .. now,\n"
+    "                         'WITHSCORES', 'LIMIT', 0, tonumber(ARGV[2]))\n"
+    "  for i = 1, #top, 2 do\n"
+    "    local d = redis.call('HGET', KEYS[4], top[i]) or ''\n"
+    "    list[#list + 1] = string.format('%s %d %d %s', top[i], tonumber(top[i + 1]) - now,\n"
+    "                                    #d, d)\n"
+    "  end\n"
+    "end\n"
+    "return {v, redis.call('PTTL', KEYS[1]), redis.call('GET', KEYS[2]) or '0', mine, count,\n"
+    "        table.concat(list)}\n",
+    NULL};
 
-static const char *const bodies[DLOCK_SCRIPT_COUNT] = {
+/* Each script in parts (a C compiler need not accept a string literal over 4095
+ * bytes), joined once into bodies. */
+static const char *const *const parts[DLOCK_SCRIPT_COUNT] = {
     [DLOCK_SCRIPT_ACQUIRE] = acquire_lua, [DLOCK_SCRIPT_RELEASE] = release_lua,
     [DLOCK_SCRIPT_EXTEND] = extend_lua,   [DLOCK_SCRIPT_INSPECT] = inspect_lua,
     [DLOCK_SCRIPT_FENCE] = fence_lua,     [DLOCK_SCRIPT_FENCED_SET] = fenced_set_lua,
     [DLOCK_SCRIPT_LEAVE] = leave_lua,     [DLOCK_SCRIPT_RENEW] = renew_lua,
-    [DLOCK_SCRIPT_REFRESH] = refresh_lua,
+    [DLOCK_SCRIPT_REFRESH] = refresh_lua, [DLOCK_SCRIPT_ACQUIRE_SHARED] = acquire_shared_lua,
 };
+
+#define DLOCK_SCRIPT_MAX 8192
+static char bodies[DLOCK_SCRIPT_COUNT][DLOCK_SCRIPT_MAX];
+static pthread_once_t joined = PTHREAD_ONCE_INIT;
+static bool too_long; /* a script outgrew DLOCK_SCRIPT_MAX: a bug of ours */
+
+static void join_parts(void)
+{
+    for (int i = 0; i < DLOCK_SCRIPT_COUNT; i++) {
+        size_t at = 0;
+        for (const char *const *p = parts[i]; *p != NULL; p++) {
+            size_t len = strlen(*p);
+            if (at + len >= DLOCK_SCRIPT_MAX) {
+                too_long = true;
+                break;
+            }
+            memcpy(bodies[i] + at, *p, len);
+            at += len;
+        }
+        bodies[i][at] = '\0';
+    }
+}
 
 int dlock__scripts_init(dlock__scripts *s, dlock__err *e)
 {
     static const char hex[] = "0123456789abcdef";
+    pthread_once(&joined, join_parts);
+    if (too_long) /* caught by every test, never cut short on a server */
+        return dlock__err_set(e, DLOCK_ERR_INVALID, "a script is over %d bytes", DLOCK_SCRIPT_MAX);
     for (int i = 0; i < DLOCK_SCRIPT_COUNT; i++) {
         unsigned char md[EVP_MAX_MD_SIZE];
         unsigned int len = 0;
@@ -292,15 +552,15 @@ int dlock__scripts_init(dlock__scripts *s, dlock__err *e)
 static int format(const char *verb, const char *head, int nkeys, int nargs, const char *const *args,
                   const size_t *lens, char **out, int *outlen)
 {
-    const char *argv_stack[3 + 12];
-    size_t len_stack[3 + 12];
+    const char *argv_stack[3 + 16];
+    size_t len_stack[3 + 16];
     const char **argv = argv_stack;
     size_t *argvlen = len_stack;
     char nk[16];
     *out = NULL;
     if (nargs < 0 || nargs > 1000000)
         return DLOCK_ERR_INVALID;
-    if (nargs > 12) {
+    if (nargs > 16) {
         argv = dlock__malloc((size_t)(3 + nargs) * sizeof *argv);
         argvlen = dlock__malloc((size_t)(3 + nargs) * sizeof *argvlen);
         if (argv == NULL || argvlen == NULL) {
@@ -396,15 +656,15 @@ void dlock__call_reqs(dlock__call *call, dlock__req *reqs, int n, bool await)
 int dlock__keys_make(const char *prefix, size_t prefix_len, const char *name, size_t name_len,
                      dlock__keys *k, dlock__err *e)
 {
-    static const char *const suffix[3] = {"", ":fence", ":queue"};
-    const char **dst[3] = {&k->lock, &k->fence, &k->queue};
-    size_t *len[3] = {&k->lock_len, &k->fence_len, &k->queue_len};
+    static const char *const suffix[5] = {"", ":fence", ":queue", ":holders", ":holders:info"};
+    const char **dst[5] = {&k->lock, &k->fence, &k->queue, &k->holders, &k->info};
+    size_t *len[5] = {&k->lock_len, &k->fence_len, &k->queue_len, &k->holders_len, &k->info_len};
     size_t base = prefix_len + name_len + sizeof "{}";
-    k->buf = dlock__malloc(3 * base + sizeof ":fence:queue");
+    k->buf = dlock__malloc(5 * base + sizeof ":fence:queue:holders:holders:info");
     if (k->buf == NULL)
         return dlock__err_set(e, DLOCK_ERR_NOMEM, "out of memory");
     char *p = k->buf;
-    for (int i = 0; i < 3; i++) {
+    for (int i = 0; i < 5; i++) {
         char *q = p;
         *dst[i] = p;
         memcpy(q, prefix, prefix_len);
@@ -419,4 +679,13 @@ int dlock__keys_make(const char *prefix, size_t prefix_len, const char *name, si
         p += *len[i] + 1;
     }
     return DLOCK_OK;
+}
+
+void dlock__keys_all(const dlock__keys *k, const char **args, size_t *lens)
+{
+    const char *keys[DLOCK_KEYS_ALL] = {k->lock, k->fence, k->queue, k->holders, k->info};
+    const size_t klens[DLOCK_KEYS_ALL] = {k->lock_len, k->fence_len, k->queue_len, k->holders_len,
+                                          k->info_len};
+    memcpy(args, keys, sizeof keys);
+    memcpy(lens, klens, sizeof klens);
 }

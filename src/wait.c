@@ -448,9 +448,11 @@ void dlock__leave_queue(dlock_client *c, dlock__connset *set, const dlock__keys 
      * the entry stays until a release hands it a lease nobody confirms. */
     dlock__call call;
     dlock__err ignored;
-    const char *args[] = {k->lock, k->queue, member, token, mask == NULL ? "1" : "0"};
-    const size_t lens[] = {k->lock_len, k->queue_len, member_len, DLOCK_TOKEN_LEN, 1};
-    if (set == NULL || dlock__call_format(&c->scripts, DLOCK_SCRIPT_LEAVE, 2, 5, args, lens, &call,
+    const char *args[] = {
+        k->lock, k->queue, k->holders, k->info, member, token, mask == NULL ? "1" : "0"};
+    const size_t lens[] = {
+        k->lock_len, k->queue_len, k->holders_len, k->info_len, member_len, DLOCK_TOKEN_LEN, 1};
+    if (set == NULL || dlock__call_format(&c->scripts, DLOCK_SCRIPT_LEAVE, 4, 7, args, lens, &call,
                                           &ignored) != DLOCK_OK)
         return;
     dlock__round_send(c, set, &call, mask);

@@ -65,29 +65,46 @@ static void unlink_lock(struct dlock__watchdog *wd, dlock_lock *l)
 static int format_batch(dlock_client *c, dlock_lock **batch, int k, dlock__call *call,
                         dlock__err *e)
 {
-    const char **args = dlock__malloc((size_t)k * 3 * sizeof *args);
-    size_t *lens = dlock__malloc((size_t)k * 3 * sizeof *lens);
-    char(*ttl)[24] = dlock__malloc((size_t)k * sizeof *ttl);
+    /* Keys: the k lock keys, then the holders keys of the shared ones, two each (at
+     * most 2k); arguments: token, ttl and where those holders keys are, per lock. */
+    const char **args = dlock__malloc((size_t)k * 6 * sizeof *args);
+    size_t *lens = dlock__malloc((size_t)k * 6 * sizeof *lens);
+    char(*num)[2][24] = dlock__malloc((size_t)k * sizeof *num);
     int rc = DLOCK_ERR_NOMEM;
-    if (args != NULL && lens != NULL && ttl != NULL) {
+    if (args != NULL && lens != NULL && num != NULL) {
+        int nkeys = k;
+        for (int j = 0; j < k; j++) {
+            const dlock__keys *keys = &batch[j]->renew_keys;
+            args[j] = keys->lock;
+            lens[j] = keys->lock_len;
+            snprintf(num[j][1], sizeof num[j][1], "%d", batch[j]->shared ? nkeys + 1 : 0);
+            if (batch[j]->shared) {
+                args[nkeys] = keys->holders;
+                lens[nkeys++] = keys->holders_len;
+                args[nkeys] = keys->info;
+                lens[nkeys++] = keys->info_len;
+            }
+        }
         for (int j = 0; j < k; j++) {
             dlock_lock *l = batch[j];
-            args[j] = l->renew_keys; /* the lock key comes first in the keys' buffer */
-            lens[j] = l->renew_key_len;
-            args[k + 2 * j] = l->token;
-            lens[k + 2 * j] = DLOCK_TOKEN_LEN;
-            lens[k + 2 * j + 1] =
-                (size_t)snprintf(ttl[j], sizeof ttl[j], "%lld", (long long)l->ttl_ms);
-            args[k + 2 * j + 1] = ttl[j];
+            const char **a = args + nkeys + 3 * j;
+            size_t *len = lens + nkeys + 3 * j;
+            a[0] = l->token;
+            len[0] = DLOCK_TOKEN_LEN;
+            len[1] = (size_t)snprintf(num[j][0], sizeof num[j][0], "%lld", (long long)l->ttl_ms);
+            a[1] = num[j][0];
+            a[2] = num[j][1];
+            len[2] = strlen(num[j][1]);
         }
-        rc = dlock__call_format(&c->scripts, DLOCK_SCRIPT_RENEW, k, 3 * k, args, lens, call, e);
+        rc = dlock__call_format(&c->scripts, DLOCK_SCRIPT_RENEW, nkeys, nkeys + 3 * k, args, lens,
+                                call, e);
         /* The arguments are freed below, so the EVAL fallback is formatted now. */
         if (rc == DLOCK_OK && (rc = dlock__call_eval(call)) != DLOCK_OK)
             dlock__call_free(call);
     }
     free(args);
     free(lens);
-    free(ttl);
+    free(num);
     return rc;
 }
 
@@ -266,8 +283,7 @@ int dlock__watchdog_add(dlock_client *c, dlock_lock *l, int64_t ttl_ms, dlock_lo
     }
     struct dlock__watchdog *wd = c->wd;
     pthread_mutex_lock(&wd->mu);
-    l->renew_keys = k.buf;
-    l->renew_key_len = k.lock_len;
+    l->renew_keys = k;
     l->ttl_ms = ttl_ms;
     l->on_lost = on_lost;
     l->on_lost_user = user;

@@ -374,7 +374,7 @@ static void test_status(void **state)
     RUN(&r, "--json", "status", "cli-st");
     expect_status(&r, 0);
     assert_string_equal(r.out, "{\"name\":\"cli-st\",\"state\":\"free\",\"holder\":null,"
-                               "\"remaining_ms\":0,\"fence\":0}\n");
+                               "\"remaining_ms\":0,\"fence\":0,\"shared\":0,\"holders\":[]}\n");
 
     RUN(&r, "acquire", "-t", "60s", "-w", "0", "-l", "st-label", "cli-st");
     expect_status(&r, 0);
@@ -399,7 +399,7 @@ static void test_status(void **state)
     expect_status(&r, 0);
     assert_true(starts_with(r.out, "{\"name\":\"cli-st\",\"state\":\"held\",\"holder\":\""));
     assert_non_null(strstr(r.out, " st-label\",\"remaining_ms\":"));
-    snprintf(want, sizeof want, ",\"fence\":%" PRIu64 "}\n", fence);
+    snprintf(want, sizeof want, ",\"fence\":%" PRIu64 ",\"shared\":0,\"holders\":[]}\n", fence);
     assert_non_null(strstr(r.out, want));
     long long remaining = strtoll(strstr(r.out, "\"remaining_ms\":") + 15, NULL, 10);
     assert_true(remaining > 0 && remaining <= 60000);
@@ -415,7 +415,7 @@ static void test_status(void **state)
     expect_status(&r, 0);
     snprintf(want, sizeof want,
              "{\"name\":\"cli-st\",\"state\":\"free\",\"holder\":null,\"remaining_ms\":0,"
-             "\"fence\":%" PRIu64 "}\n",
+             "\"fence\":%" PRIu64 ",\"shared\":0,\"holders\":[]}\n",
              fence);
     assert_string_equal(r.out, want);
 }
@@ -456,6 +456,136 @@ static void test_status_json_escaping(void **state)
 }
 
 /* ---- errors ----------------------------------------------------------------- */
+
+/* ---- shared locks and semaphores --------------------------------------------- */
+
+static void test_shared(void **state)
+{
+    (void)state;
+    run r;
+    char t1[DLOCK_TOKEN_LEN + 1], t2[DLOCK_TOKEN_LEN + 1];
+    uint64_t f1, f2;
+    RUN(&r, "acquire", "--shared", "-t", "60s", "-w", "0", "-l", "reader-one", "cli-sh");
+    expect_status(&r, 0);
+    parse_token_line(r.out, t1, &f1);
+    RUN(&r, "acquire", "-w", "0", "--shared", "-t", "30s", "cli-sh");
+    expect_status(&r, 0);
+    parse_token_line(r.out, t2, &f2);
+    assert_true(f2 > f1);
+    RUN(&r, "acquire", "-w", "0", "cli-sh");
+    expect_failure(&r, 75, "held by another owner", false);
+
+    RUN(&r, "status", "cli-sh");
+    expect_status(&r, 0);
+    assert_true(starts_with(r.out, "cli-sh: held by 2 shared holders, "));
+    assert_non_null(strstr(r.out, " reader-one, "));
+    assert_null(strstr(r.out, t1));
+    RUN(&r, "status", "--json", "cli-sh");
+    expect_status(&r, 0);
+    assert_true(starts_with(r.out, "{\"name\":\"cli-sh\",\"state\":\"held\",\"holder\":null,"));
+    assert_non_null(strstr(r.out, ",\"shared\":2,\"holders\":[{\"holder\":\""));
+    assert_non_null(strstr(r.out, " reader-one\",\"remaining_ms\":"));
+    assert_non_null(strstr(r.out, "}]}\n"));
+
+    /* `dlock run --shared` overlaps them, with its fence in the environment. */
+    RUN(&r, "run", "--shared", "-w", "0", "cli-sh", "--", "sh", "-c", "echo $DLOCK_FENCE");
+    expect_status(&r, 0);
+    assert_true(strtoull(r.out, NULL, 10) > f2);
+    RUN(&r, "run", "-w", "0", "cli-sh", "--", "true");
+    expect_failure(&r, 75, NULL, false);
+
+    RUN(&r, "release", "cli-sh", t1);
+    expect_status(&r, 0);
+    RUN(&r, "release", "cli-sh", t1);
+    expect_failure(&r, 73, NULL, true);
+    RUN(&r, "release", "cli-sh", t2);
+    expect_status(&r, 0);
+    RUN(&r, "acquire", "-w", "0", "cli-sh");
+    expect_status(&r, 0);
+    parse_token_line(r.out, t1, &f1);
+    RUN(&r, "acquire", "--shared", "-w", "0", "cli-sh");
+    expect_failure(&r, 75, NULL, false);
+    RUN(&r, "release", "cli-sh", t1);
+    expect_status(&r, 0);
+}
+
+static void test_sem(void **state)
+{
+    (void)state;
+    run r;
+    char t1[DLOCK_TOKEN_LEN + 1], t2[DLOCK_TOKEN_LEN + 1];
+    uint64_t f1, f2;
+    RUN(&r, "sem", "acquire", "-n", "2", "-w", "0", "cli-sem");
+    expect_status(&r, 0);
+    parse_token_line(r.out, t1, &f1);
+    RUN(&r, "sem", "acquire", "-n", "2", "-w", "0", "-l", "second", "cli-sem");
+    expect_status(&r, 0);
+    parse_token_line(r.out, t2, &f2);
+    assert_true(f2 > f1);
+    RUN(&r, "sem", "acquire", "-n", "2", "-w", "0", "cli-sem");
+    expect_failure(&r, 75, "the 2 permits are taken", false);
+    RUN(&r, "sem", "run", "-n", "2", "-w", "0", "cli-sem", "--", "true");
+    expect_failure(&r, 75, NULL, false);
+    RUN(&r, "status", "--json", "cli-sem");
+    expect_status(&r, 0);
+    assert_non_null(strstr(r.out, ",\"shared\":2,\"holders\":[{"));
+
+    /* Given back without K; twice is 73. */
+    RUN(&r, "sem", "release", "cli-sem", t1);
+    expect_status(&r, 0);
+    assert_string_equal(r.out, "");
+    RUN(&r, "sem", "release", "cli-sem", t1);
+    expect_failure(&r, 73, NULL, true);
+    RUN(&r, "sem", "run", "-n", "2", "-w", "0", "cli-sem", "--", "sh", "-c",
+        "echo \"$DLOCK_NAME $DLOCK_FENCE\"");
+    expect_status(&r, 0);
+    assert_true(starts_with(r.out, "cli-sem "));
+    assert_true(strtoull(r.out + 8, NULL, 10) > f2);
+    RUN(&r, "sem", "release", "cli-sem", t2);
+    expect_status(&r, 0);
+
+    /* One permit is the lock: it excludes an exclusive holder and is excluded by one. */
+    RUN(&r, "sem", "acquire", "-n", "1", "-w", "0", "cli-sem");
+    expect_status(&r, 0);
+    parse_token_line(r.out, t1, &f1);
+    RUN(&r, "acquire", "-w", "0", "cli-sem");
+    expect_failure(&r, 75, NULL, false);
+    RUN(&r, "release", "cli-sem", t1);
+    expect_status(&r, 0);
+}
+
+static void test_sem_usage_errors(void **state)
+{
+    (void)state;
+    static const char *const bad_k[] = {"0", "-1", "abc", "2147483648", "", "1.5", "3x"};
+    run r;
+    for (size_t i = 0; i < sizeof bad_k / sizeof *bad_k; i++) {
+        RUN(&r, "sem", "acquire", "-n", bad_k[i], "cli-semu");
+        expect_failure(&r, 64, "permits are 1 to 2147483647", true);
+    }
+    RUN(&r, "sem", "acquire", "cli-semu");
+    expect_failure(&r, 64, "missing -n K", true);
+    RUN(&r, "sem", "run", "cli-semu", "--", "true");
+    expect_failure(&r, 64, "missing -n K", true);
+    RUN(&r, "sem");
+    expect_failure(&r, 64, "missing the command after \"sem\"", true);
+    RUN(&r, "sem", "grab", "x");
+    expect_failure(&r, 64, "unknown command \"sem grab\"", true);
+    RUN(&r, "sem", "acquire", "--shared", "-n", "2", "cli-semu");
+    expect_failure(&r, 64, "unknown option --shared", true);
+    RUN(&r, "release", "--shared", "cli-semu", "0123456789abcdef0123456789abcdef");
+    expect_failure(&r, 64, "unknown option --shared", true);
+    RUN(&r, "acquire", "-n", "2", "cli-semu");
+    expect_failure(&r, 64, "unknown option -n", true);
+    RUN(&r, "sem", "release", "cli-semu");
+    expect_failure(&r, 64, "missing TOKEN", true);
+    /* K >= 2 on several servers: refused by the library, with the reason. */
+    char two[300];
+    snprintf(two, sizeof two, "%s,%s", plain.url, plain.url);
+    RUN(&r, "-s", two, "sem", "acquire", "-n", "2", "cli-semu");
+    expect_failure(&r, 64, "one server", false);
+    assert_int_equal(key_exists(&plain, "cli-semu"), 0);
+}
 
 static void test_usage_errors(void **state)
 {
@@ -745,6 +875,9 @@ int main(void)
         cmocka_unit_test(test_prefix_and_label),
         cmocka_unit_test(test_status),
         cmocka_unit_test(test_status_json_escaping),
+        cmocka_unit_test(test_shared),
+        cmocka_unit_test(test_sem),
+        cmocka_unit_test(test_sem_usage_errors),
         cmocka_unit_test(test_usage_errors),
         cmocka_unit_test(test_help_and_version),
         cmocka_unit_test(test_server_down),

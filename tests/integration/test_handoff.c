@@ -130,8 +130,8 @@ static void wait_queued(const char *name, long long want)
     }
 }
 
-/* The queue entry at rank `rank` on node s: "<handoff ms> <channel length>
- * <channel><value>". Copies the value (what the lock will hold once handed over) into
+/* The queue entry at rank `rank` on node s: "<handoff ms> <limit> <channel length>
+ * <channel><value>" (limit 0: an exclusive waiter). Copies the value (what the lock will hold once handed over) into
  * value and returns the handoff lease. */
 static long long queue_entry(dh_server *s, const char *name, int rank, char *value, size_t len)
 {
@@ -142,9 +142,10 @@ static long long queue_entry(dh_server *s, const char *name, int rank, char *val
     assert_int_equal(r->type, REDIS_REPLY_ARRAY);
     assert_int_equal(r->elements, 1);
     const char *m = r->element[0]->str;
-    long long h = 0, n = 0;
+    long long h = 0, limit = -1, n = 0;
     int at = 0;
-    assert_int_equal(sscanf(m, "%lld %lld %n", &h, &n, &at), 2);
+    assert_int_equal(sscanf(m, "%lld %lld %lld %n", &h, &limit, &n, &at), 3);
+    assert_int_equal(limit, 0);
     assert_true(at > 0 && n > 0 && (size_t)(at + n) < r->element[0]->len);
     snprintf(value, len, "%s", m + at + n);
     freeReplyObject(r);
