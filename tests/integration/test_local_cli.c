@@ -125,7 +125,7 @@ static void acquire_status_extend_release(void **state)
         fail_msg("status: %s", o.out);
     expect(DLOCK(&o, "--json", "status", "job"), 0, NULL);
     assert_non_null(strstr(o.out, "{\"name\":\"job\",\"state\":\"held\",\"holder\":\""));
-    snprintf(want, sizeof want, ",\"fence\":%" PRIu64 "}\n", fence);
+    snprintf(want, sizeof want, ",\"fence\":%" PRIu64, fence);
     assert_non_null(strstr(o.out, want));
 
     expect(DLOCK(&o, "extend", "-t", "2m", "job", token), 0, NULL);
