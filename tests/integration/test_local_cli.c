@@ -224,6 +224,31 @@ static void run_waits_for_run(void **state)
     assert_true(took < 300 + 300 * dh_slack());
 }
 
+/* Shared locks and semaphores from the command line: dlock sem and --shared. */
+static void shared_and_sem_commands(void **state)
+{
+    (void)state;
+    outcome o;
+    char t1[DLOCK_TOKEN_LEN + 1], t2[DLOCK_TOKEN_LEN + 1], t3[DLOCK_TOKEN_LEN + 1];
+    expect(DLOCK(&o, "sem", "acquire", "-n", "2", "-w", "0", "pool"), 0, NULL);
+    token_line(&o, t1);
+    expect(DLOCK(&o, "sem", "acquire", "-n", "2", "-w", "0", "pool"), 0, NULL);
+    token_line(&o, t2);
+    expect(DLOCK(&o, "sem", "acquire", "-n", "2", "-w", "0", "pool"), 75, "permits");
+    expect(DLOCK(&o, "acquire", "-w", "0", "pool"), 75, "held by");
+    expect(DLOCK(&o, "status", "pool"), 0, NULL);
+    assert_true(strncmp(o.out, "pool: held by 2 shared holders", 30) == 0);
+    expect(DLOCK(&o, "sem", "release", "pool", t1), 0, NULL);
+    expect(DLOCK(&o, "sem", "run", "-n", "2", "-w", "0", "pool", "--", "true"), 0, NULL);
+    expect(DLOCK(&o, "sem", "release", "pool", t2), 0, NULL);
+    expect(DLOCK(&o, "sem", "release", "pool", t2), 73, "not held with this token");
+    expect(DLOCK(&o, "run", "--shared", "-w", "0", "pool", "--", "true"), 0, NULL);
+    expect(DLOCK(&o, "acquire", "-w", "0", "pool"), 0, NULL);
+    token_line(&o, t3);
+    expect(DLOCK(&o, "run", "--shared", "-w", "0", "pool", "--", "true"), 75, "held by");
+    expect(DLOCK(&o, "release", "pool", t3), 0, NULL);
+}
+
 static void bad_directories(void **state)
 {
     (void)state;
@@ -253,6 +278,7 @@ int main(void)
         cmocka_unit_test(run_and_sigkill),
         cmocka_unit_test(run_outlives_its_ttl),
         cmocka_unit_test(run_waits_for_run),
+        cmocka_unit_test(shared_and_sem_commands),
         cmocka_unit_test(bad_directories),
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);
