@@ -380,6 +380,19 @@ static void killed_holder_frees_at_once(void **state)
 
 /* ---- fences ------------------------------------------------------------------- */
 
+/* Run fn(a) in a child that reports len bytes into buf through a->fd, then exits 0. */
+static void child_report(int (*fn)(void *), pipe_arg *a, void *buf, size_t len)
+{
+    int p[2];
+    assert_int_equal(pipe(p), 0);
+    a->fd = p[1];
+    pid_t pid = child(fn, a);
+    assert_true(get(p[0], buf, len, 5000 * dh_slack()));
+    assert_int_equal(wait_exit(pid), 0);
+    close(p[0]);
+    close(p[1]);
+}
+
 static int take_and_report_fence(void *arg)
 {
     pipe_arg *a = arg;
@@ -393,15 +406,9 @@ static int take_and_report_fence(void *arg)
 
 static uint64_t fence_from_new_process(const char *name, int shared)
 {
-    int p[2];
-    assert_int_equal(pipe(p), 0);
-    pipe_arg a = {name, p[1], 0, 0, shared, NULL};
-    pid_t pid = child(take_and_report_fence, &a);
+    pipe_arg a = {name, -1, 0, 0, shared, NULL};
     uint64_t f = 0;
-    assert_true(get(p[0], &f, sizeof f, 5000 * dh_slack()));
-    assert_int_equal(wait_exit(pid), 0);
-    close(p[0]);
-    close(p[1]);
+    child_report(take_and_report_fence, &a, &f, sizeof f);
     return f;
 }
 
@@ -709,15 +716,9 @@ static int acquire_and_detach(void *arg)
 
 static detached detach_in_child(const char *name, int64_t ttl_ms)
 {
-    int p[2];
-    assert_int_equal(pipe(p), 0);
-    pipe_arg a = {name, p[1], 0, ttl_ms, 0, "nightly backup"};
-    pid_t pid = child(acquire_and_detach, &a);
+    pipe_arg a = {name, -1, 0, ttl_ms, 0, "nightly backup"};
     detached d;
-    assert_true(get(p[0], &d, sizeof d, 5000 * dh_slack()));
-    assert_int_equal(wait_exit(pid), 0);
-    close(p[0]);
-    close(p[1]);
+    child_report(acquire_and_detach, &a, &d, sizeof d);
     return d;
 }
 
