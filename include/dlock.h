@@ -174,6 +174,11 @@ typedef struct dlock_config {
  *   "user@" is refused as ambiguous; rediss:// (TLS) is not supported yet.
  *   With one server, locks live there; with N > 1 they are taken on a quorum of
  *   N/2+1 independent masters (Redlock).
+ *   Or, alone, file:///path/to/dir (percent-escapes decoded; no host part): local
+ *   locks on this host, in files of that directory, with no server. Every call keeps
+ *   its meaning; docs/guide.md ("Local locks") says what a lease, a detach and a fence
+ *   are there. The directory must exist and be writable: checked here, creating
+ *   nothing (DLOCK_ERR_INVALID names it otherwise).
  * cfg: NULL for defaults.
  * out: receives the client, to be freed with dlock_client_free.
  *

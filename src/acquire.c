@@ -417,6 +417,9 @@ static int acquire(dlock_client *c, const char *name, const dlock_opts *opts, in
         return dlock__err_raise(&e, rc);
     if (limit == 0 && opts != NULL && opts->shared)
         limit = DLOCK_PERMITS_MAX;
+    if (c->local != NULL)
+        return dlock__err_raise(
+            &e, dlock__local_acquire(c, name, opts, ttl_ms, wait_ms, limit, out, &e));
     /* The arrival time orders fair waiters: the same number on every node. */
     int64_t ticket = dlock__wallclock_us();
     int cancel_fd = opts ? opts->cancel_fd : 0;

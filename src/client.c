@@ -107,8 +107,15 @@ int dlock_client_new(const char *servers, const dlock_config *cfg, dlock_client 
     c->pid = getpid();
     c->fork_gen = dlock__fork_gen();
     pthread_mutex_init(&c->mu, NULL);
+    char host[256];
+    if (gethostname(host, sizeof host) != 0)
+        strcpy(host, "unknown");
+    host[sizeof host - 1] = '\0';
+    snprintf(c->holder, sizeof c->holder, "%s:%ld", host, (long)c->pid);
 
     int rc = apply_config(c, cfg);
+    if (rc == DLOCK_OK && dlock__local_url(servers))
+        return dlock__local_client_new(c, servers, out);
     dlock__addr *addrs = NULL;
     char err[512] = "out of memory parsing the server list";
     if (rc == DLOCK_OK) {
@@ -151,11 +158,6 @@ int dlock_client_new(const char *servers, const dlock_config *cfg, dlock_client 
         dlock_client_free(c);
         return rc;
     }
-    char host[256];
-    if (gethostname(host, sizeof host) != 0)
-        strcpy(host, "unknown");
-    host[sizeof host - 1] = '\0';
-    snprintf(c->holder, sizeof c->holder, "%s:%ld", host, (long)c->pid);
     *out = c;
     return DLOCK_OK;
 }
@@ -211,6 +213,7 @@ void dlock_client_free(dlock_client *c)
             pthread_mutex_destroy(&c->nodes[i].mu);
     }
     free(c->nodes);
+    dlock__local_client_free(c);
     free(c->prefix);
     if (c->rules.password != NULL) {
         memset(c->rules.password, 0, strlen(c->rules.password));
@@ -224,6 +227,8 @@ void dlock_client_free(dlock_client *c)
 
 int dlock_client_nservers(const dlock_client *c)
 {
+    if (c != NULL && c->magic == DLOCK_CLIENT_MAGIC && c->local != NULL)
+        return 1; /* its directory */
     return c != NULL && c->magic == DLOCK_CLIENT_MAGIC ? c->n : 0;
 }
 

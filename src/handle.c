@@ -107,6 +107,7 @@ void dlock__lock_free(dlock_lock *l)
     }
     if (l->lost_fd >= 0)
         close(l->lost_fd);
+    dlock__local_hold_free(l);
     free(l->renew_keys.buf);
     free(l->name);
     l->magic = 0;
@@ -135,6 +136,9 @@ int dlock_lock_detach(dlock_lock *l)
         return dlock__fail(DLOCK_ERR_INVALID, "lock is NULL");
     if (l->magic != DLOCK_LOCK_MAGIC)
         return dlock__fail(DLOCK_ERR_INVALID, "not a dlock_lock (released or corrupted?)");
+    dlock__err e;
+    if (l->client->local != NULL)
+        return dlock__err_raise(&e, dlock__local_detach(l, &e));
     dlock__lock_free(l);
     return DLOCK_OK;
 }
@@ -171,6 +175,8 @@ int64_t dlock_remaining_ms(const dlock_lock *l)
 {
     if (l == NULL || l->magic != DLOCK_LOCK_MAGIC || l->lost || l->valid_until_us == 0)
         return 0;
+    if (l->local != NULL)
+        return dlock__local_remaining_ms(l);
     int64_t left = l->valid_until_us - dlock__now_us();
     /* Round down: never claim a millisecond that is not all there. */
     return left > 0 ? left / 1000 : left / 1000 - 1;

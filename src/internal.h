@@ -30,6 +30,8 @@
  *               stock.c     counted stock per SKU with leased reservations, on node 0
  *                           (its scripts and key layout with it)
  *   client      client.c    dlock_client: config, the node list, the connection pool
+ *   local       local.c     file:///DIR clients: every lock call on files of one host,
+ *                           reached by a dispatch at the top of each entry point
  *
  * The transport knows nothing above it: a node carries the rules its connections
  * follow (dlock__node_rules: deadlines, password, voting rule, log), so node.c,
@@ -473,7 +475,8 @@ struct dlock_client {
     pthread_mutex_t mu;          /* guards pool, locks and the creation of wait */
     dlock__connset *pool;
     int pool_idle;
-    struct dlock_lock *locks; /* attached handles, for dlock_client_free */
+    struct dlock_lock *locks;   /* attached handles, for dlock_client_free */
+    struct dlock__local *local; /* a file:// client's directory (local.c); NULL: servers */
 };
 
 #define DLOCK_CLIENT_MAGIC 0x646c636bU /* "dlck" */
@@ -591,6 +594,8 @@ struct dlock_lock {
     dlock_lost_fn on_lost;
     void *on_lost_user;
     struct dlock_lock *wd_next;
+    struct dlock__local_hold *local; /* file:// clients: what it holds (local.c); NULL when
+                                        adopted */
 };
 
 /* Argument checks shared by the lock calls. */
@@ -612,5 +617,43 @@ void dlock__lock_mark_lost(struct dlock_lock *l);
 
 /* Release l (one round), then free it, whatever the outcome. */
 int dlock__lock_release(struct dlock_lock *l, dlock__err *e);
+
+/* ---- local.c ---------------------------------------------------------------- */
+
+/* A client for file:///DIR keeps its locks in files of DIR (docs/guide.md, "Local
+ * locks"). Each public entry point, once its arguments are checked, hands a call on
+ * such a client (c->local set) to the function here, whose code and message it
+ * returns as its own; the rest of src/ never sees a local client. */
+struct dlock__local;
+struct dlock__local_hold;
+
+/* True when the server list has a file: URL anywhere (it must then be the only one). */
+bool dlock__local_url(const char *servers);
+/* dlock_client_new for a file: URL, c's config applied: parse it, check the directory
+ * (it must exist and be writable; nothing is created), set c->local. On failure c is
+ * freed. Sets the thread's message (it ends dlock_client_new). */
+int dlock__local_client_new(struct dlock_client *c, const char *servers, struct dlock_client **out);
+void dlock__local_client_free(struct dlock_client *c);
+/* limit 0: exclusive; else a shared holder among at most limit (DLOCK_PERMITS_MAX for
+ * dlock_opts.shared, K for a semaphore of K >= 2 permits). */
+int dlock__local_acquire(struct dlock_client *c, const char *name, const dlock_opts *opts,
+                         int64_t ttl_ms, int64_t wait_ms, int64_t limit, struct dlock_lock **out,
+                         dlock__err *e);
+int dlock__local_extend(struct dlock_lock *l, int64_t ttl_ms, dlock__err *e);
+/* Release l, then free it, whatever the outcome. */
+int dlock__local_release(struct dlock_lock *l, dlock__err *e);
+/* Record l as detached (it lasts its lease), then free it. */
+int dlock__local_detach(struct dlock_lock *l, dlock__err *e);
+int dlock__local_check(struct dlock_lock *l, dlock__err *e);
+int dlock__local_inspect(struct dlock_client *c, const char *name, dlock_holder *out,
+                         dlock__err *e);
+int dlock__local_inspect_shared(struct dlock_client *c, const char *name, dlock_holder *out,
+                                int max, int *n, int64_t *total, dlock__err *e);
+/* A held handle's lease (l->local set): the lease asked for, since nothing expires
+ * while the descriptor holds the lock. */
+int64_t dlock__local_remaining_ms(const struct dlock_lock *l);
+/* Close and free what l holds (from dlock__lock_free), touching no file: a forked
+ * child's copy closes its own reference, and the parent's lock stays. */
+void dlock__local_hold_free(struct dlock_lock *l);
 
 #endif /* DLOCK_INTERNAL_H */

@@ -28,6 +28,8 @@ int dlock_extend(dlock_lock *l, int64_t ttl_ms)
     int rc = dlock__lock_enter(l, &e);
     if (rc != DLOCK_OK || (rc = dlock__check_ttl(ttl_ms, "ttl_ms", &e)) != DLOCK_OK)
         return dlock__err_raise(&e, rc);
+    if (l->client->local != NULL)
+        return dlock__err_raise(&e, dlock__local_extend(l, ttl_ms, &e));
     if (l->lost)
         return dlock__fail(DLOCK_ERR_LOST, "this handle already found the lock lost");
     dlock_client *c = l->client;
@@ -60,6 +62,8 @@ int dlock_extend(dlock_lock *l, int64_t ttl_ms)
 int dlock__lock_release(dlock_lock *l, dlock__err *e)
 {
     dlock_client *c = l->client;
+    if (c->local != NULL)
+        return dlock__local_release(l, e);
     dlock__keys k;
     int rc = dlock__keys_make(c->prefix, c->prefix_len, l->name, l->name_len, &k, e);
     if (rc != DLOCK_OK) {
@@ -252,6 +256,8 @@ int dlock_check(dlock_lock *l)
     int rc = dlock__lock_enter(l, &e);
     if (rc != DLOCK_OK)
         return dlock__err_raise(&e, rc);
+    if (l->client->local != NULL)
+        return dlock__err_raise(&e, dlock__local_check(l, &e));
     if (l->lost)
         return dlock__fail(DLOCK_ERR_LOST, "this handle already found the lock lost");
     dlock_client *c = l->client;
@@ -283,13 +289,14 @@ int dlock_check(dlock_lock *l)
     return dlock__err_raise(&v.undecided, v.undecided_rc);
 }
 
-/* Enter an inspect call: check the arguments and ask every node. DLOCK_OK when a
- * quorum answered; free v with views_free whatever this returns. */
+/* Enter an inspect call: check the arguments and ask every node (a file:// client's
+ * caller asks local.c instead). DLOCK_OK when a quorum answered; free v with views_free
+ * whatever this returns. */
 static int inspect_enter(dlock_client *c, const char *name, views *v, dlock__err *e)
 {
     memset(v->node, 0, sizeof v->node);
     int rc = dlock__client_enter(c, e);
-    if (rc != DLOCK_OK || (rc = dlock__check_name(name, e)) != DLOCK_OK ||
+    if (rc != DLOCK_OK || (rc = dlock__check_name(name, e)) != DLOCK_OK || c->local != NULL ||
         (rc = inspect_round(c, name, strlen(name), "", v, e)) != DLOCK_OK)
         return rc;
     if (c->n - v->t.failed < c->quorum) {
@@ -319,7 +326,9 @@ int dlock_inspect(dlock_client *c, const char *name, dlock_holder *out)
     memset(out, 0, sizeof *out);
     views v;
     int rc = inspect_enter(c, name, &v, &e);
-    if (rc != DLOCK_OK) {
+    if (rc == DLOCK_OK && c->local != NULL)
+        rc = dlock__local_inspect(c, name, out, &e);
+    if (rc != DLOCK_OK || c->local != NULL) {
         views_free(&v);
         return dlock__err_raise(&e, rc);
     }
@@ -420,6 +429,10 @@ int dlock_inspect_shared(dlock_client *c, const char *name, dlock_holder *out, i
     *total = 0;
     views v;
     int rc = inspect_enter(c, name, &v, &e);
+    if (rc == DLOCK_OK && c->local != NULL) {
+        views_free(&v);
+        return dlock__err_raise(&e, dlock__local_inspect_shared(c, name, out, max, n, total, &e));
+    }
     /* Each node lists at most DLOCK_INSPECT_SHARED_MAX. */
     size_t cap = rc == DLOCK_OK ? (size_t)DLOCK_INSPECT_SHARED_MAX * (size_t)c->n : 0;
     dlock_holder *all = NULL;

@@ -293,7 +293,7 @@ int dlock__url_parse(const char *url, size_t len, dlock__addr *out, char *err, s
         out->is_unix = true;
         rc = parse_unix(s, out, err, errlen);
     } else {
-        rc = bad(err, errlen, "unsupported scheme: expected redis:// or unix://");
+        rc = bad(err, errlen, "unsupported scheme: expected redis://, unix:// or file://");
     }
     if (rc == DLOCK_OK)
         rc = make_display(out);

@@ -131,8 +131,8 @@ static void wait_queued(const char *name, long long want)
 }
 
 /* The queue entry at rank `rank` on node s: "<handoff ms> <limit> <channel length>
- * <channel><value>" (limit 0: an exclusive waiter). Copies the value (what the lock will hold once handed over) into
- * value and returns the handoff lease. */
+ * <channel><value>" (limit 0: an exclusive waiter). Copies the value (what the lock will hold once
+ * handed over) into value and returns the handoff lease. */
 static long long queue_entry(dh_server *s, const char *name, int rank, char *value, size_t len)
 {
     char key[256];

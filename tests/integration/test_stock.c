@@ -465,6 +465,23 @@ static void test_bad_input(void **state)
     expect_invalid(dlock_stock_set(c, "bad", 0, NULL), "1 reserved");
     expect_invalid(dlock_stock_add(c, "bad", -5, NULL), "only 4 units available");
 
+    /* A file:// client has no server to keep a stock on. */
+    char dir[512];
+    const char *tmp = getenv("DLOCK_TEST_TMP");
+    snprintf(dir, sizeof dir, "%s/stock-local-XXXXXX", tmp && *tmp ? tmp : "/tmp");
+    assert_non_null(mkdtemp(dir));
+    char url[600];
+    snprintf(url, sizeof url, "file://%s", dir);
+    dlock_client *lc = NULL;
+    assert_int_equal(dlock_client_new(url, NULL, &lc), DLOCK_OK);
+    expect_invalid(dlock_stock_set(lc, "bad", 3, NULL), "needs a Redis server");
+    expect_invalid(dlock_stock_reserve(lc, "bad", 1, NULL, id), "needs a Redis server");
+    assert_string_equal(id, "");
+    expect_invalid(dlock_stock_status(lc, "bad", &in), "needs a Redis server");
+    expect_invalid(dlock_stock_commit(lc, "bad", held), "needs a Redis server");
+    dlock_client_free(lc);
+    rmdir(dir);
+
     snapshot("bad", after, sizeof after);
     assert_string_equal(before, after);
     expect(c, "bad", 5, 4, 1, 0);
