@@ -54,6 +54,7 @@ struct cli {
     bool quiet;
     bool json;
     dlock_client *client;
+    const struct command *cmd; /* the command being run, for its messages */
 };
 
 /* What a command's options gave. */
@@ -76,7 +77,9 @@ struct command {
     bool takes_cmd;        /* operands end at "--", CMD [ARG...] follows (run) */
     int (*run)(struct cli *cli, char **args, const struct cmd_opts *o);
     const char *help;
-    bool takes_shared; /* --shared is one of its options */
+    bool takes_shared;               /* --shared is one of its options */
+    const struct cmd_opts *defaults; /* its options' defaults; NULL: a lock's (TTL 30 s,
+                                        WAIT forever) */
 };
 
 /* ---- options.c ---- */
@@ -103,6 +106,7 @@ extern const char cli_extend_help[];
 extern const char cli_release_help[];
 extern const char cli_status_help[];
 extern const char cli_run_help[];
+extern const char cli_sem_help[];
 extern const char cli_sem_acquire_help[];
 extern const char cli_sem_release_help[];
 extern const char cli_sem_run_help[];
@@ -172,9 +176,9 @@ int cli_cmd_sem_run(struct cli *cli, char **args, const struct cmd_opts *o);
 
 /* ---- stock.c ---- */
 
-/* `dlock stock SUBCOMMAND ...`: argv[0] is "stock". Parses the subcommand's options
- * and operands, runs it, frees the client. Returns the exit code. */
-int cli_stock_main(struct cli *cli, int argc, char **argv);
+/* The commands of `dlock stock` ("stock set", ...), and the group's help. */
+extern const struct command cli_stock_commands[];
+extern const size_t cli_stock_ncommands;
 extern const char cli_stock_help[];
 
 #endif /* DLOCK_CLI_H */

@@ -190,6 +190,20 @@ const char cli_run_help[] =
     "With K >= 2 the servers must be one (a quorum of independent servers cannot\n"                \
     "count K holders). Every user of NAME should pass the same K.\n"
 
+const char cli_sem_help[] =
+    "Usage: dlock [OPTIONS] sem SUBCOMMAND [OPTIONS] ARGS...\n"
+    "\n"
+    "Semaphores: at most K holders of a name at once.\n"
+    "\n"
+    "Subcommands:\n"
+    "  acquire -n K [-t TTL] [-w WAIT] [-l LABEL] NAME\n"
+    "                       take one of K permits and keep it; print \"TOKEN FENCE\"\n"
+    "  release NAME TOKEN   give a permit back\n"
+    "  run -n K [-t TTL] [-w WAIT] [-k SIGNAL] [-g GRACE] [-l LABEL] NAME -- CMD...\n"
+    "                       hold a permit while CMD runs, as dlock run holds a lock\n"
+    "\n" SEM_HELP "\n"
+    "dlock sem SUBCOMMAND --help says more.\n";
+
 const char cli_sem_acquire_help[] =
     "Usage: dlock [OPTIONS] sem acquire -n K [-t TTL] [-w WAIT] [-l LABEL] NAME\n"
     "\n"

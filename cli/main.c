@@ -18,45 +18,117 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* Designated fields: the table says only what a command has. */
 static const struct command commands[] = {
-    {"acquire", "t:w:l:", 1, "NAME", false, cli_cmd_acquire, cli_acquire_help, true},
-    {"extend", "t:", 2, "NAME TOKEN", false, cli_cmd_extend, cli_extend_help, false},
-    {"release", "", 2, "NAME TOKEN", false, cli_cmd_release, cli_release_help, false},
-    {"status", "", 1, "NAME", false, cli_cmd_status, cli_status_help, false},
-    {"run", "t:w:l:k:g:", 1, "NAME", true, cli_cmd_run, cli_run_help, true},
-    {"sem acquire", "n:t:w:l:", 1, "NAME", false, cli_cmd_sem_acquire, cli_sem_acquire_help, false},
-    {"sem release", "", 2, "NAME TOKEN", false, cli_cmd_release, cli_sem_release_help, false},
-    {"sem run", "n:t:w:l:k:g:", 1, "NAME", true, cli_cmd_sem_run, cli_sem_run_help, false},
+    {.name = "acquire",
+     .shortopts = "t:w:l:",
+     .nargs = 1,
+     .operands = "NAME",
+     .run = cli_cmd_acquire,
+     .help = cli_acquire_help,
+     .takes_shared = true},
+    {.name = "extend",
+     .shortopts = "t:",
+     .nargs = 2,
+     .operands = "NAME TOKEN",
+     .run = cli_cmd_extend,
+     .help = cli_extend_help},
+    {.name = "release",
+     .shortopts = "",
+     .nargs = 2,
+     .operands = "NAME TOKEN",
+     .run = cli_cmd_release,
+     .help = cli_release_help},
+    {.name = "status",
+     .shortopts = "",
+     .nargs = 1,
+     .operands = "NAME",
+     .run = cli_cmd_status,
+     .help = cli_status_help},
+    {.name = "run",
+     .shortopts = "t:w:l:k:g:",
+     .nargs = 1,
+     .operands = "NAME",
+     .takes_cmd = true,
+     .run = cli_cmd_run,
+     .help = cli_run_help,
+     .takes_shared = true},
+    {.name = "sem acquire",
+     .shortopts = "n:t:w:l:",
+     .nargs = 1,
+     .operands = "NAME",
+     .run = cli_cmd_sem_acquire,
+     .help = cli_sem_acquire_help},
+    {.name = "sem release",
+     .shortopts = "",
+     .nargs = 2,
+     .operands = "NAME TOKEN",
+     .run = cli_cmd_release,
+     .help = cli_sem_release_help},
+    {.name = "sem run",
+     .shortopts = "n:t:w:l:k:g:",
+     .nargs = 1,
+     .operands = "NAME",
+     .takes_cmd = true,
+     .run = cli_cmd_sem_run,
+     .help = cli_sem_run_help},
 };
 
-/* The command argv[0] (and, for a group such as "sem", argv[1]) names: NULL after
- * reporting a usage error in *code. *words: how many words its name took. */
+/* Groups of commands, named by two words ("sem acquire", "stock set"), and the help
+ * of each group as a whole. */
+static const struct group {
+    const char *name;
+    const char *help;
+} groups[] = {{"sem", cli_sem_help}, {"stock", cli_stock_help}};
+
+/* The command of that exact name, in this table or the stock's. */
+static const struct command *lookup(const char *name)
+{
+    for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
+        if (strcmp(name, commands[i].name) == 0)
+            return &commands[i];
+    for (size_t i = 0; i < cli_stock_ncommands; i++)
+        if (strcmp(name, cli_stock_commands[i].name) == 0)
+            return &cli_stock_commands[i];
+    return NULL;
+}
+
+/* The command argv[0] (and, for a group, argv[1]) names, and in *words how many words
+ * its name took. NULL with the exit code in *code after a usage error, or after the
+ * group's --help (0). */
 static const struct command *find_command(int argc, char **argv, int *words, int *code)
 {
-    bool group = false;
-    for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++) {
-        const char *name = commands[i].name, *sp = strchr(name, ' ');
-        if (sp == NULL) {
-            if (strcmp(argv[0], name) == 0) {
-                *words = 1;
-                return &commands[i];
-            }
-        } else if (strlen(argv[0]) == (size_t)(sp - name) &&
-                   strncmp(argv[0], name, (size_t)(sp - name)) == 0) {
-            group = true;
-            if (argc > 1 && strcmp(argv[1], sp + 1) == 0) {
-                *words = 2;
-                return &commands[i];
-            }
+    const struct group *g = NULL;
+    for (size_t i = 0; i < sizeof groups / sizeof groups[0]; i++)
+        if (strcmp(argv[0], groups[i].name) == 0)
+            g = &groups[i];
+    const struct command *cmd = NULL;
+    if (g == NULL) {
+        *words = 1;
+        cmd = lookup(argv[0]);
+        if (cmd == NULL || strchr(cmd->name, ' ') != NULL) {
+            *code = cli_usage_error(NULL, "unknown command \"%.64s\"", argv[0]);
+            return NULL;
         }
+        return cmd;
     }
-    if (group && argc > 1)
-        *code = cli_usage_error(NULL, "unknown command \"%.64s %.64s\"", argv[0], argv[1]);
-    else if (group)
-        *code = cli_usage_error(NULL, "missing the command after \"%.64s\"", argv[0]);
-    else
-        *code = cli_usage_error(NULL, "unknown command \"%.64s\"", argv[0]);
-    return NULL;
+    /* Messages about the group itself point to its help. */
+    const struct command group = {.name = g->name, .help = g->help};
+    if (argc < 2) {
+        *code = cli_usage_error(&group, "missing SUBCOMMAND");
+        return NULL;
+    }
+    if (strcmp(argv[1], "-h") == 0 || strcmp(argv[1], "--help") == 0) {
+        fputs(g->help, stdout);
+        *code = fflush(stdout) == 0 ? 0 : CLI_EXIT_INTERNAL;
+        return NULL;
+    }
+    char name[64];
+    snprintf(name, sizeof name, "%s %.40s", g->name, argv[1]);
+    *words = 2;
+    if ((cmd = lookup(name)) == NULL)
+        *code = cli_usage_error(&group, "unknown subcommand \"%.64s\"", argv[1]);
+    return cmd;
 }
 
 /* When a file descriptor 0-2 is closed, the next open() would take its number: our
@@ -76,7 +148,7 @@ int main(int argc, char **argv)
      * a lock whose token nobody will see), not kill us silently. */
     signal(SIGPIPE, SIG_IGN);
 
-    struct cli cli = {NULL, NULL, false, false, NULL};
+    struct cli cli = {NULL, NULL, false, false, NULL, NULL};
     struct cmd_opts o = {DLOCK_TTL_DEFAULT_MS, CLI_WAIT_FOREVER, NULL, NULL, NULL, false, 0};
     int code = cli_parse_options(&cli, NULL, argc, argv, &o);
     if (code != -1)
@@ -84,14 +156,13 @@ int main(int argc, char **argv)
     if (optind >= argc)
         return cli_usage_error(NULL, "no command given");
 
-    /* `dlock stock SUBCOMMAND`: each subcommand has its own options and operands. */
-    if (strcmp(argv[optind], "stock") == 0)
-        return cli_stock_main(&cli, argc - optind, argv + optind);
-
     int words = 1;
     const struct command *cmd = find_command(argc - optind, argv + optind, &words, &code);
     if (cmd == NULL)
         return code;
+    cli.cmd = cmd;
+    if (cmd->defaults != NULL)
+        o = *cmd->defaults;
 
     /* The command's arguments, its last name word first (getopt skips argv[0]). */
     int cargc = argc - optind - (words - 1);

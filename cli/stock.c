@@ -10,20 +10,19 @@
  *   dlock stock extend [-t LEASE] SKU ID        lease LEASE from now
  *   dlock stock status [--json] SKU             stock, available, reserved, sold
  *
- * main.c hands every `dlock stock ...` here: each subcommand has its own options and
- * operands, which the lock commands' table cannot say. Its help texts are here too,
- * beside the table they describe.
+ * main.c finds these commands in cli_stock_commands, as it finds the lock commands in
+ * its own table, and parses their options and operands the same way; the stock's
+ * defaults (a lease of 30 s, no wait) are the table's. The help texts are here, beside
+ * the table they describe.
  */
 #include "cli.h"
 #include "duration.h"
 #include "escape.h"
 
 #include <errno.h>
-#include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 /* Room for "stock <verb> SKU", the <what> of every message about a subcommand. */
 #define WHAT_LEN (DLOCK_NAME_MAX + 24)
@@ -187,12 +186,9 @@ static int begin(struct cli *cli, const struct command *cmd, const char *sku, ch
     return cli_client_open(cli);
 }
 
-/* The subcommand being run, for its messages (the table is below its functions). */
-static const struct command *current;
-
 static int run_update(struct cli *cli, char **args, bool add)
 {
-    const struct command *cmd = current;
+    const struct command *cmd = cli->cmd;
     int64_t qty;
     char what[WHAT_LEN];
     int code = parse_qty(cmd, args[1], &qty);
@@ -217,7 +213,7 @@ static int run_add(struct cli *cli, char **args, const struct cmd_opts *o)
 
 static int run_reserve(struct cli *cli, char **args, const struct cmd_opts *o)
 {
-    const struct command *cmd = current;
+    const struct command *cmd = cli->cmd;
     int64_t qty;
     char what[WHAT_LEN];
     int code = parse_qty(cmd, args[1], &qty);
@@ -262,7 +258,7 @@ enum end_kind { END_COMMIT, END_CANCEL, END_EXTEND };
 static int run_end(struct cli *cli, char **args, const struct cmd_opts *o, enum end_kind kind)
 {
     char what[WHAT_LEN];
-    int code = begin(cli, current, args[0], what);
+    int code = begin(cli, cli->cmd, args[0], what);
     if (code != 0)
         return code;
     int rc = kind == END_COMMIT   ? dlock_stock_commit(cli->client, args[0], args[1])
@@ -291,7 +287,7 @@ static int run_status(struct cli *cli, char **args, const struct cmd_opts *o)
     (void)o;
     const char *sku = args[0];
     char what[WHAT_LEN];
-    int code = begin(cli, current, sku, what);
+    int code = begin(cli, cli->cmd, sku, what);
     if (code != 0)
         return code;
     dlock_stock_info in;
@@ -316,94 +312,63 @@ static int run_status(struct cli *cli, char **args, const struct cmd_opts *o)
     return 0;
 }
 
-/* Designated fields: the table says only what a subcommand has. */
-static const struct command subcommands[] = {
+/* The commands of the group `dlock stock`, found by main.c. Designated fields: the
+ * table says only what a subcommand has. */
+/* A reservation's lease defaults to 30 s, and a reserve answers at once unless told to
+ * wait (a buyer in a sale does not queue by default; a lock does). */
+static const struct cmd_opts stock_defaults = {.ttl_ms = DLOCK_STOCK_LEASE_DEFAULT_MS,
+                                               .wait_ms = 0};
+
+const struct command cli_stock_commands[] = {
     {.name = "stock set",
      .shortopts = "",
      .nargs = 2,
      .operands = "SKU QTY",
      .run = run_set,
-     .help = set_help},
+     .help = set_help,
+     .defaults = &stock_defaults},
     {.name = "stock add",
      .shortopts = "",
      .nargs = 2,
      .operands = "SKU QTY",
      .run = run_add,
-     .help = add_help},
+     .help = add_help,
+     .defaults = &stock_defaults},
     {.name = "stock reserve",
      .shortopts = "t:w:",
      .nargs = 2,
      .operands = "SKU QTY",
      .run = run_reserve,
-     .help = reserve_help},
+     .help = reserve_help,
+     .defaults = &stock_defaults},
     {.name = "stock commit",
      .shortopts = "",
      .nargs = 2,
      .operands = "SKU ID",
      .run = run_commit,
-     .help = commit_help},
+     .help = commit_help,
+     .defaults = &stock_defaults},
     {.name = "stock cancel",
      .shortopts = "",
      .nargs = 2,
      .operands = "SKU ID",
      .run = run_cancel,
-     .help = cancel_help},
+     .help = cancel_help,
+     .defaults = &stock_defaults},
     {.name = "stock extend",
      .shortopts = "t:",
      .nargs = 2,
      .operands = "SKU ID",
      .run = run_extend,
-     .help = extend_help},
+     .help = extend_help,
+     .defaults = &stock_defaults},
     {.name = "stock status",
      .shortopts = "",
      .nargs = 1,
      .operands = "SKU",
      .run = run_status,
-     .help = status_help},
+     .help = status_help,
+     .defaults = &stock_defaults},
 };
 
-/* `dlock stock` itself, for the messages about its subcommand. */
-static const struct command stock = {
-    .name = "stock", .shortopts = "", .nargs = 1, .operands = "SUBCOMMAND", .help = cli_stock_help};
-
-int cli_stock_main(struct cli *cli, int argc, char **argv)
-{
-    if (argc < 2)
-        return cli_usage_error(&stock, "missing SUBCOMMAND (set, add, reserve, commit, cancel, "
-                                       "extend or status)");
-    if (strcmp(argv[1], "-h") == 0 || strcmp(argv[1], "--help") == 0) {
-        fputs(cli_stock_help, stdout);
-        return fflush(stdout) == 0 ? 0 : CLI_EXIT_INTERNAL;
-    }
-    const struct command *cmd = NULL;
-    for (size_t i = 0; i < sizeof subcommands / sizeof *subcommands; i++)
-        if (strcmp(argv[1], subcommands[i].name + strlen("stock ")) == 0)
-            cmd = &subcommands[i];
-    if (cmd == NULL)
-        return cli_usage_error(&stock, "unknown subcommand \"%.64s\"", argv[1]);
-    /* A reservation's lease defaults to 30 s, and a reserve answers at once unless
-     * told to wait (a buyer in a sale does not queue by default; a lock does). */
-    struct cmd_opts o = {.ttl_ms = DLOCK_STOCK_LEASE_DEFAULT_MS, .wait_ms = 0};
-    int code = cli_parse_options(cli, cmd, argc - 1, argv + 1, &o);
-    if (code != -1)
-        return code;
-    int nargs = argc - 1 - optind;
-    char **args = argv + 1 + optind;
-    if (nargs < cmd->nargs) {
-        const char *missing = cmd->operands;
-        for (int i = 0; i < nargs; i++)
-            missing = strchr(missing, ' ') + 1;
-        return cli_usage_error(cmd, "missing %s", missing);
-    }
-    if (nargs > cmd->nargs)
-        return cli_usage_error(cmd, "unexpected argument \"%.64s\"", args[cmd->nargs]);
-    current = cmd;
-    code = cmd->run(cli, args, &o);
-    dlock_client_free(cli->client);
-    cli->client = NULL;
-    if (fflush(stdout) != 0 && code == 0) {
-        cli_errline("cannot write the output: %s", strerror(errno));
-        code = CLI_EXIT_INTERNAL;
-    }
-    return code;
-}
+const size_t cli_stock_ncommands = sizeof cli_stock_commands / sizeof *cli_stock_commands;

@@ -568,9 +568,12 @@ static void test_sem_usage_errors(void **state)
     RUN(&r, "sem", "run", "cli-semu", "--", "true");
     expect_failure(&r, 64, "missing -n K", true);
     RUN(&r, "sem");
-    expect_failure(&r, 64, "missing the command after \"sem\"", true);
+    expect_failure(&r, 64, "sem: missing SUBCOMMAND", true);
     RUN(&r, "sem", "grab", "x");
-    expect_failure(&r, 64, "unknown command \"sem grab\"", true);
+    expect_failure(&r, 64, "sem: unknown subcommand \"grab\"", true);
+    RUN(&r, "sem", "--help");
+    expect_status(&r, 0);
+    assert_true(starts_with(r.out, "Usage: dlock [OPTIONS] sem SUBCOMMAND"));
     RUN(&r, "sem", "acquire", "--shared", "-n", "2", "cli-semu");
     expect_failure(&r, 64, "unknown option --shared", true);
     RUN(&r, "release", "--shared", "cli-semu", "0123456789abcdef0123456789abcdef");
