@@ -30,6 +30,46 @@ int it_srv_teardown(void **state)
     return 0;
 }
 
+dh_server it_node[IT_NODES_MAX];
+char it_node_urls[IT_NODES_MAX * 140];
+int it_nodes;
+
+static int nodes_start(int n)
+{
+    it_nodes = n;
+    if (dh_servers_start(it_node, n, NULL) != 0)
+        return -1;
+    dh_server_urls(it_node, n, it_node_urls, sizeof it_node_urls);
+    return 0;
+}
+
+int it_nodes_setup1(void **state)
+{
+    (void)state;
+    return nodes_start(1);
+}
+
+int it_nodes_setup3(void **state)
+{
+    (void)state;
+    return nodes_start(3);
+}
+
+int it_nodes_teardown(void **state)
+{
+    (void)state;
+    dh_servers_stop(it_node, it_nodes);
+    memset(it_node, 0, sizeof it_node);
+    return 0;
+}
+
+dlock_client *it_nodes_client(void)
+{
+    dlock_config cfg;
+    it_config_init(&cfg);
+    return it_client_cfg(it_node_urls, &cfg);
+}
+
 dh_server it_relayed_srv[IT_RELAYED];
 fr_relay *it_relay[IT_RELAYED];
 char it_relayed_urls[IT_RELAYED * 64];

@@ -22,6 +22,19 @@ extern dh_server it_srv;
 int it_srv_setup(void **state);
 int it_srv_teardown(void **state);
 
+/* Independent servers shared by the tests of a group, one or three of them:
+ * it_nodes_setup1 and it_nodes_setup3 (cmocka setups) start them and list their URLs in
+ * it_node_urls, it_nodes_teardown stops them, and it_nodes_client makes a client of
+ * them all with the timing tests' config (it_config_init). */
+#define IT_NODES_MAX 3
+extern dh_server it_node[IT_NODES_MAX];
+extern char it_node_urls[IT_NODES_MAX * 140];
+extern int it_nodes; /* how many run */
+int it_nodes_setup1(void **state);
+int it_nodes_setup3(void **state);
+int it_nodes_teardown(void **state);
+dlock_client *it_nodes_client(void);
+
 /* Servers each behind a fault relay of its own (tests/support/relay.h), shared by the
  * tests of a file: it_relayed_setup (a cmocka setup) starts them and asserts that they
  * came up; it_relayed_urls lists the relays' URLs; it_relayed_teardown stops them. */

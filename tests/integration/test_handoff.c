@@ -31,47 +31,6 @@
 #include <time.h>
 #include <unistd.h>
 
-#define NODES_MAX 3
-
-static dh_server g_srv[NODES_MAX];
-static char g_urls[NODES_MAX * 140];
-static int g_n;
-
-static int start(int n)
-{
-    g_n = n;
-    if (dh_servers_start(g_srv, n, NULL) != 0)
-        return -1;
-    dh_server_urls(g_srv, n, g_urls, sizeof g_urls);
-    return 0;
-}
-
-static int setup1(void **state)
-{
-    (void)state;
-    return start(1);
-}
-
-static int setup3(void **state)
-{
-    (void)state;
-    return start(3);
-}
-
-static int teardown(void **state)
-{
-    (void)state;
-    dh_servers_stop(g_srv, g_n);
-    return 0;
-}
-
-static int64_t mono_us(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
-}
-
 /* The handoff lease of a waiter whose client has the integration tests' per-node
  * timeout (it_config_init), as the library computes it; ttl_ms caps it. */
 static int64_t handoff_ms(int64_t ttl_ms)
@@ -87,13 +46,6 @@ static int64_t handoff_ms(int64_t ttl_ms)
 static int64_t dead_head_bound_ms(int64_t ttl_ms)
 {
     return (handoff_ms(ttl_ms) + DLOCK_QUEUE_REFRESH_MS + 500) * dh_slack();
-}
-
-static dlock_client *client(void)
-{
-    dlock_config cfg;
-    it_config_init(&cfg);
-    return it_client_cfg(g_urls, &cfg);
 }
 
 static void queue_key(char *buf, size_t len, const char *name)
@@ -120,9 +72,9 @@ static void wait_queued(const char *name, long long want)
     int64_t until = dh_now_ms() + 3000 * dh_slack();
     for (;;) {
         int ok = 0;
-        for (int i = 0; i < g_n; i++)
-            ok += zcard(&g_srv[i], key) == want;
-        if (ok == g_n)
+        for (int i = 0; i < it_nodes; i++)
+            ok += zcard(&it_node[i], key) == want;
+        if (ok == it_nodes)
             return;
         if (dh_now_ms() > until)
             fail_msg("queue %s: not %lld entries on every node in time", key, want);
@@ -181,7 +133,7 @@ static int child_wait(const child_waiter *w)
     dlock_config cfg;
     it_config_init(&cfg);
     dlock_client *c = NULL;
-    if (dlock_client_new(g_urls, &cfg, &c) != DLOCK_OK)
+    if (dlock_client_new(it_node_urls, &cfg, &c) != DLOCK_OK)
         return 2;
     dlock_opts o = {0};
     o.ttl_ms = w->ttl_ms;
@@ -190,7 +142,7 @@ static int child_wait(const child_waiter *w)
     dlock_lock *l = NULL;
     report r = {.idx = w->idx};
     r.rc = dlock_acquire(c, w->name, &o, &l);
-    r.got_us = mono_us();
+    r.got_us = dh_now_us();
     if (r.rc == DLOCK_OK) {
         r.fence = dlock_fence(l);
         memcpy(r.token, dlock_token(l), DLOCK_TOKEN_LEN);
@@ -272,7 +224,7 @@ static void *thread_wait(void *p)
     o.wait_ms = a->wait_ms;
     o.fair = a->fair;
     a->rc = dlock_acquire(a->c, a->name, &o, &a->l);
-    a->got_us = mono_us();
+    a->got_us = dh_now_us();
     if (a->rc == DLOCK_OK && !a->keep) {
         a->rc = dlock_release(a->l);
         a->l = NULL;
@@ -282,8 +234,12 @@ static void *thread_wait(void *p)
 
 static void thread_start(thread_waiter *a, const char *name, int fair, bool keep)
 {
-    *a = (thread_waiter){
-        .c = client(), .name = name, .fair = fair, .wait_ms = 20000, .ttl_ms = 5000, .keep = keep};
+    *a = (thread_waiter){.c = it_nodes_client(),
+                         .name = name,
+                         .fair = fair,
+                         .wait_ms = 20000,
+                         .ttl_ms = 5000,
+                         .keep = keep};
     assert_int_equal(pthread_create(&a->t, NULL, thread_wait, a), 0);
 }
 
@@ -314,7 +270,7 @@ static void test_handoff_across_processes(void **state)
     const int64_t ttl_b = 5000;
     char key[256];
     it_key(key, sizeof key, "h");
-    dlock_client *hc = client();
+    dlock_client *hc = it_nodes_client();
     dlock_lock *a = it_acquire(hc, "h", 10000);
     held ha = keep(a);
     int rep[2], go[2];
@@ -332,13 +288,13 @@ static void test_handoff_across_processes(void **state)
     close(go[0]);
     wait_queued("h", 1);
     char b_value[512];
-    assert_int_equal(queue_entry(&g_srv[0], "h", 0, b_value, sizeof b_value), handoff_ms(ttl_b));
+    assert_int_equal(queue_entry(&it_node[0], "h", 0, b_value, sizeof b_value), handoff_ms(ttl_b));
 
     /* Ask for the lock's value on a connection opened beforehand, so that it is read
      * one round trip after the release returns. */
-    redisContext *rc = dh_connect(&g_srv[0]);
+    redisContext *rc = dh_connect(&it_node[0]);
     assert_non_null(rc);
-    int64_t t0 = mono_us();
+    int64_t t0 = dh_now_us();
     assert_int_equal(dlock_release(a), DLOCK_OK);
     redisAppendCommand(rc, "GET %s", key);
     redisAppendCommand(rc, "PTTL %s", key);
@@ -367,18 +323,18 @@ static void test_handoff_across_processes(void **state)
     assert_true(r.fence > ha.fence);
     printf("FIG handoff_cross_process_us %lld us\n", (long long)(r.got_us - t0));
     /* B confirmed with its own lease. */
-    long long left = it_pttl(&g_srv[0], key);
+    long long left = it_pttl(&it_node[0], key);
     assert_true(left > handoff_ms(ttl_b) && left <= ttl_b);
     char fkey[256];
     it_fence_key(fkey, sizeof fkey, "h");
-    left = it_pttl(&g_srv[0], fkey);
+    left = it_pttl(&it_node[0], fkey);
     assert_true(left > 3000000 && left <= DLOCK_FENCE_RETENTION_DEFAULT_MS);
 
     assert_int_equal(write(go[1], "g", 1), 1);
     close(go[1]);
     expect_exit(b, 0);
     close(rep[0]);
-    assert_int_equal(it_exists(&g_srv[0], key), 0);
+    assert_int_equal(it_exists(&it_node[0], key), 0);
     dlock_client_free(hc);
 }
 
@@ -396,7 +352,7 @@ static void expect_takeover(thread_waiter *c, const char *name, const char *fig,
     assert_true(took_ms >= handoff_ms(ttl));
     assert_true(took_ms <= dead_head_bound_ms(ttl));
     assert_true(dlock_fence(c->l) > fence_before);
-    it_expect_holder(&g_srv[0], name, dlock_token(c->l));
+    it_expect_holder(&it_node[0], name, dlock_token(c->l));
     assert_int_equal(dlock_release(c->l), DLOCK_OK);
     dlock_client_free(c->c);
 }
@@ -414,7 +370,7 @@ static void test_dead_head_queued(void **state)
     char key[256], qkey[256];
     it_key(key, sizeof key, name);
     queue_key(qkey, sizeof qkey, name);
-    dlock_client *hc = client();
+    dlock_client *hc = it_nodes_client();
     dlock_lock *a = it_acquire(hc, name, 10000);
     held ha = keep(a);
     child_waiter w = {
@@ -422,25 +378,25 @@ static void test_dead_head_queued(void **state)
     pid_t b = spawn_waiter(&w);
     wait_queued(name, 1);
     char b_value[512], head[512];
-    queue_entry(&g_srv[0], name, 0, b_value, sizeof b_value);
+    queue_entry(&it_node[0], name, 0, b_value, sizeof b_value);
     kill_and_reap(b);
 
     thread_waiter c;
     thread_start(&c, name, fair, true);
     wait_queued(name, 2);
-    queue_entry(&g_srv[0], name, 0, head, sizeof head);
+    queue_entry(&it_node[0], name, 0, head, sizeof head);
     assert_string_equal(head, b_value); /* the dead entry is first in line */
 
-    int64_t t0 = mono_us();
+    int64_t t0 = dh_now_us();
     assert_int_equal(dlock_release(a), DLOCK_OK);
     expect_takeover(&c, name, "dead_head_queued", fair, t0, ttl, ha.fence);
 
     /* Nothing of the dead waiter stays behind. */
     int64_t until = dh_now_ms() + (DLOCK_QUEUE_TTL_MS + 1000) * dh_slack();
-    while (it_exists(&g_srv[0], qkey) != 0 && dh_now_ms() < until)
+    while (it_exists(&it_node[0], qkey) != 0 && dh_now_ms() < until)
         dh_sleep_ms(50);
-    assert_int_equal(it_exists(&g_srv[0], qkey), 0);
-    assert_int_equal(it_exists(&g_srv[0], key), 0);
+    assert_int_equal(it_exists(&it_node[0], qkey), 0);
+    assert_int_equal(it_exists(&it_node[0], key), 0);
     dlock_client_free(hc);
 }
 
@@ -455,7 +411,7 @@ static void test_dead_head_during_handoff(void **state)
     const int64_t ttl = 5000;
     char key[256];
     it_key(key, sizeof key, name);
-    dlock_client *hc = client();
+    dlock_client *hc = it_nodes_client();
     dlock_lock *a = it_acquire(hc, name, 10000);
     held ha = keep(a);
     child_waiter w = {
@@ -466,17 +422,17 @@ static void test_dead_head_during_handoff(void **state)
     thread_start(&c, name, fair, true);
     wait_queued(name, 2);
     char b_value[512];
-    assert_int_equal(queue_entry(&g_srv[0], name, 0, b_value, sizeof b_value), handoff_ms(ttl));
+    assert_int_equal(queue_entry(&it_node[0], name, 0, b_value, sizeof b_value), handoff_ms(ttl));
     char pid[32];
     snprintf(pid, sizeof pid, ":%ld", (long)b);
     assert_non_null(strstr(b_value, pid)); /* the head is B */
 
     assert_int_equal(kill(b, SIGSTOP), 0);
-    int64_t t0 = mono_us();
+    int64_t t0 = dh_now_us();
     assert_int_equal(dlock_release(a), DLOCK_OK);
     /* The release itself made B the holder, with the handoff lease. */
-    char *v = it_get(&g_srv[0], key);
-    long long pttl = it_pttl(&g_srv[0], key);
+    char *v = it_get(&it_node[0], key);
+    long long pttl = it_pttl(&it_node[0], key);
     assert_non_null(v);
     assert_string_equal(v, b_value);
     free(v);
@@ -492,11 +448,11 @@ static void test_dead_head_during_handoff(void **state)
 static void test_redlock_queue_missing_on_one_node(void **state)
 {
     (void)state;
-    assert_int_equal(g_n, 3);
+    assert_int_equal(it_nodes, 3);
     char key[256], qkey[256];
     it_key(key, sizeof key, "m");
     queue_key(qkey, sizeof qkey, "m");
-    dlock_client *hc = client();
+    dlock_client *hc = it_nodes_client();
     /* Put the scripts in the servers' caches and connect, as in steady state: a first
      * EVALSHA is refused with -NOSCRIPT and sent again as EVAL, a round trip more. */
     dlock_lock *a = it_acquire(hc, "m-warm", 1000);
@@ -506,12 +462,12 @@ static void test_redlock_queue_missing_on_one_node(void **state)
     for (int tries = 0;; tries++) {
         a = it_acquire(hc, "m", 10000);
         int on = 0;
-        for (int i = 0; i < g_n; i++) {
-            char *v = it_get(&g_srv[i], key);
+        for (int i = 0; i < it_nodes; i++) {
+            char *v = it_get(&it_node[i], key);
             on += v != NULL && memcmp(v, dlock_token(a), DLOCK_TOKEN_LEN) == 0;
             free(v);
         }
-        if (on == g_n)
+        if (on == it_nodes)
             break;
         assert_true(tries < 10);
         assert_int_equal(dlock_release(a), DLOCK_OK);
@@ -520,9 +476,9 @@ static void test_redlock_queue_missing_on_one_node(void **state)
     thread_waiter b;
     thread_start(&b, "m", 0, true);
     wait_queued("m", 1);
-    it_del(&g_srv[2], qkey);
+    it_del(&it_node[2], qkey);
 
-    int64_t t0 = mono_us();
+    int64_t t0 = dh_now_us();
     assert_int_equal(dlock_release(a), DLOCK_OK);
     thread_join(&b);
     assert_int_equal(b.rc, DLOCK_OK);
@@ -537,9 +493,9 @@ static void test_redlock_queue_missing_on_one_node(void **state)
      * release does; node 3 refuses it, and A's release then frees it. So: B's on a
      * quorum, and nobody else's anywhere (not A's, nor a handoff lease left over). */
     int mine = 0;
-    for (int i = 0; i < g_n; i++) {
-        char *v = it_get(&g_srv[i], key);
-        long long pttl = it_pttl(&g_srv[i], key);
+    for (int i = 0; i < it_nodes; i++) {
+        char *v = it_get(&it_node[i], key);
+        long long pttl = it_pttl(&it_node[i], key);
         printf("INFO node %d: lock %s, PTTL %lld\n", i + 1, v ? v : "(none)", pttl);
         if (v != NULL) {
             assert_memory_equal(v, dlock_token(b.l), DLOCK_TOKEN_LEN);
@@ -548,12 +504,12 @@ static void test_redlock_queue_missing_on_one_node(void **state)
         }
         free(v);
     }
-    printf("FIG redlock_queue_missing_nodes_held %d of %d\n", mine, g_n);
+    printf("FIG redlock_queue_missing_nodes_held %d of %d\n", mine, it_nodes);
     assert_true(mine >= 2);
     assert_int_equal(dlock_release(b.l), DLOCK_OK);
-    for (int i = 0; i < g_n; i++) {
-        assert_int_equal(it_exists(&g_srv[i], key), 0);
-        assert_int_equal(it_exists(&g_srv[i], qkey), 0);
+    for (int i = 0; i < it_nodes; i++) {
+        assert_int_equal(it_exists(&it_node[i], key), 0);
+        assert_int_equal(it_exists(&it_node[i], qkey), 0);
     }
     dlock_client_free(b.c);
     dlock_client_free(hc);
@@ -581,7 +537,7 @@ static void *fair_waiter(void *p)
     dlock_lock *l = NULL;
     report r = {.idx = a->idx};
     r.rc = dlock_acquire(a->c, "f", &o, &l);
-    r.got_us = mono_us();
+    r.got_us = dh_now_us();
     if (r.rc == DLOCK_OK) {
         r.fence = dlock_fence(l);
         memcpy(r.token, dlock_token(l), DLOCK_TOKEN_LEN);
@@ -605,7 +561,7 @@ static int fair_process(int ctl, int rep)
     dlock_config cfg;
     it_config_init(&cfg);
     dlock_client *c = NULL;
-    if (dlock_client_new(g_urls, &cfg, &c) != DLOCK_OK)
+    if (dlock_client_new(it_node_urls, &cfg, &c) != DLOCK_OK)
         return 2;
     fair_arg a[FAIR_MAX];
     int n = 0, bad = 0;
@@ -652,7 +608,7 @@ static void order(int ctl, unsigned char idx, long long queued)
 static void test_fair_order_two_processes(void **state)
 {
     (void)state;
-    dlock_client *hc = client();
+    dlock_client *hc = it_nodes_client();
     dlock_lock *a = it_acquire(hc, "f", 10000);
     held ha = keep(a);
     int rep[2], ctl1[2], ctl2[2];
@@ -674,12 +630,12 @@ static void test_fair_order_two_processes(void **state)
     const pid_t owner[3] = {p1, p2, p1};
     for (int i = 0; i < 3; i++) {
         char value[512], pid[32];
-        queue_entry(&g_srv[0], "f", i, value, sizeof value);
+        queue_entry(&it_node[0], "f", i, value, sizeof value);
         snprintf(pid, sizeof pid, ":%ld", (long)owner[i]);
         assert_non_null(strstr(value, pid));
     }
 
-    int64_t t0 = mono_us();
+    int64_t t0 = dh_now_us();
     assert_int_equal(dlock_release(a), DLOCK_OK);
     report r[3];
     for (int i = 0; i < 3; i++) {
@@ -711,7 +667,7 @@ static void test_fair_order_two_processes(void **state)
 
 static long long total_commands(void)
 {
-    redisReply *r = dh_cmd(&g_srv[0], "INFO stats");
+    redisReply *r = dh_cmd(&it_node[0], "INFO stats");
     assert_non_null(r);
     long v = dh_info_long(r, "total_commands_processed");
     freeReplyObject(r);
@@ -726,7 +682,7 @@ static void test_quiet_waiting(void **state)
 {
     int fair = *(int *)*state;
     const char *name = fair ? "q-fair" : "q";
-    dlock_client *hc = client();
+    dlock_client *hc = it_nodes_client();
     dlock_lock *a = it_acquire(hc, name, 30000);
     thread_waiter w[QUIET_WAITERS];
     for (int i = 0; i < QUIET_WAITERS; i++)
@@ -750,8 +706,8 @@ static void test_quiet_waiting(void **state)
     char key[256], qkey[256];
     it_key(key, sizeof key, name);
     queue_key(qkey, sizeof qkey, name);
-    assert_int_equal(it_exists(&g_srv[0], key), 0);
-    assert_int_equal(it_exists(&g_srv[0], qkey), 0);
+    assert_int_equal(it_exists(&it_node[0], key), 0);
+    assert_int_equal(it_exists(&it_node[0], qkey), 0);
     dlock_client_free(hc);
 }
 
@@ -765,18 +721,18 @@ static void test_fence_counter_expires(void **state)
     dlock_config cfg;
     it_config_init(&cfg);
     cfg.fence_retention_ms = 1000;
-    dlock_client *c = it_client_cfg(g_urls, &cfg);
+    dlock_client *c = it_client_cfg(it_node_urls, &cfg);
     dlock_lock *l = it_acquire(c, "e", 5000);
     uint64_t f1 = dlock_fence(l);
-    long long pttl = it_pttl(&g_srv[0], fkey);
+    long long pttl = it_pttl(&it_node[0], fkey);
     assert_true(pttl > 0 && pttl <= 1000);
     assert_int_equal(dlock_release(l), DLOCK_OK);
-    pttl = it_pttl(&g_srv[0], fkey);
+    pttl = it_pttl(&it_node[0], fkey);
     assert_true(pttl > 0 && pttl <= 1000);
     int64_t t0 = dh_now_ms(), until = t0 + 3000 * dh_slack();
-    while (it_exists(&g_srv[0], fkey) != 0 && dh_now_ms() < until)
+    while (it_exists(&it_node[0], fkey) != 0 && dh_now_ms() < until)
         dh_sleep_ms(20);
-    assert_int_equal(it_exists(&g_srv[0], fkey), 0);
+    assert_int_equal(it_exists(&it_node[0], fkey), 0);
     printf("FIG fence_counter_gone_ms %lld ms (retention 1000 ms)\n",
            (long long)(dh_now_ms() - t0));
     /* The counter is gone, and fences still go up (the server's clock floors them). */
@@ -790,15 +746,15 @@ static void test_fence_counter_expires(void **state)
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         cfg.fence_retention_ms = bad[i];
         c = NULL;
-        assert_int_equal(dlock_client_new(g_urls, &cfg, &c), DLOCK_ERR_INVALID);
+        assert_int_equal(dlock_client_new(it_node_urls, &cfg, &c), DLOCK_ERR_INVALID);
         assert_null(c);
     }
 
     /* The default keeps a counter an hour. */
     it_fence_key(fkey, sizeof fkey, "e-default");
-    c = client();
+    c = it_nodes_client();
     l = it_acquire(c, "e-default", 5000);
-    pttl = it_pttl(&g_srv[0], fkey);
+    pttl = it_pttl(&it_node[0], fkey);
     assert_true(pttl > 3000000 && pttl <= DLOCK_FENCE_RETENTION_DEFAULT_MS);
     assert_int_equal(dlock_release(l), DLOCK_OK);
     dlock_client_free(c);
@@ -812,22 +768,22 @@ static void test_queue_expires_after_dead_waiter(void **state)
     (void)state;
     char qkey[256];
     queue_key(qkey, sizeof qkey, "x");
-    dlock_client *hc = client();
+    dlock_client *hc = it_nodes_client();
     dlock_lock *a = it_acquire(hc, "x", 30000);
     child_waiter w = {.name = "x", .wait_ms = -1, .ttl_ms = 5000, .report_fd = -1, .go_fd = -1};
     pid_t b = spawn_waiter(&w);
     wait_queued("x", 1);
     /* Queueing set the queue's lifetime (polled every 5 ms, so it is fresh). */
-    long long pttl = it_pttl(&g_srv[0], qkey);
+    long long pttl = it_pttl(&it_node[0], qkey);
     assert_true(pttl > DLOCK_QUEUE_TTL_MS - 100 * dh_slack() && pttl <= DLOCK_QUEUE_TTL_MS);
     kill_and_reap(b);
     int64_t t_kill = dh_now_ms();
     int64_t until = t_kill + (DLOCK_QUEUE_TTL_MS + 500) * dh_slack();
-    while (it_exists(&g_srv[0], qkey) != 0 && dh_now_ms() < until)
+    while (it_exists(&it_node[0], qkey) != 0 && dh_now_ms() < until)
         dh_sleep_ms(50);
-    assert_int_equal(it_exists(&g_srv[0], qkey), 0);
+    assert_int_equal(it_exists(&it_node[0], qkey), 0);
     printf("FIG queue_gone_after_kill_ms %lld ms\n", (long long)(dh_now_ms() - t_kill));
-    it_expect_holder(&g_srv[0], "x", dlock_token(a));
+    it_expect_holder(&it_node[0], "x", dlock_token(a));
     assert_int_equal(dlock_release(a), DLOCK_OK);
     dlock_client_free(hc);
 }
@@ -850,7 +806,9 @@ int main(void)
     const struct CMUnitTest three[] = {
         cmocka_unit_test(test_redlock_queue_missing_on_one_node),
     };
-    int failed = cmocka_run_group_tests_name("handoff_1_node", one, setup1, teardown);
-    failed += cmocka_run_group_tests_name("handoff_3_nodes", three, setup3, teardown);
+    int failed =
+        cmocka_run_group_tests_name("handoff_1_node", one, it_nodes_setup1, it_nodes_teardown);
+    failed +=
+        cmocka_run_group_tests_name("handoff_3_nodes", three, it_nodes_setup3, it_nodes_teardown);
     return failed;
 }

@@ -28,46 +28,6 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-static dh_server g_srv[3];
-static char g_urls[3 * 140];
-static int g_n;
-
-static int start(int n)
-{
-    g_n = n;
-    if (dh_servers_start(g_srv, n, NULL) != 0)
-        return -1;
-    dh_server_urls(g_srv, n, g_urls, sizeof g_urls);
-    return 0;
-}
-
-static int setup1(void **state)
-{
-    (void)state;
-    return start(1);
-}
-
-static int setup3(void **state)
-{
-    (void)state;
-    return start(3);
-}
-
-static int teardown(void **state)
-{
-    (void)state;
-    dh_servers_stop(g_srv, g_n);
-    memset(g_srv, 0, sizeof g_srv);
-    return 0;
-}
-
-static dlock_client *client(void)
-{
-    dlock_config cfg;
-    it_config_init(&cfg);
-    return it_client_cfg(g_urls, &cfg);
-}
-
 /* A try (wait_ms 0) or a wait for a shared (shared 1) or exclusive hold of name. */
 static int take(dlock_client *c, const char *name, int shared, int64_t ttl_ms, int64_t wait_ms,
                 dlock_lock **l)
@@ -93,7 +53,7 @@ static int take_permit(dlock_client *c, const char *name, int64_t k, int64_t ttl
 static void test_readers_and_writer(void **state)
 {
     (void)state;
-    dlock_client *c = client();
+    dlock_client *c = it_nodes_client();
     dlock_lock *r1, *r2, *w = NULL, *r3 = NULL;
     /* Leases of different lengths: the list's order (longest first) is then fixed. */
     assert_int_equal(take(c, "rw", 1, 10000, 0, &r1), DLOCK_OK);
@@ -137,9 +97,9 @@ static void test_readers_and_writer(void **state)
     assert_string_equal(h.token, dlock_token(w));
     assert_int_equal(dlock_release(w), DLOCK_OK);
     /* Nothing is left behind once all are gone. */
-    assert_int_equal(it_exists(&g_srv[0], "dlock:{rw}"), 0);
-    assert_int_equal(it_exists(&g_srv[0], "dlock:{rw}:holders"), 0);
-    assert_int_equal(it_exists(&g_srv[0], "dlock:{rw}:holders:info"), 0);
+    assert_int_equal(it_exists(&it_node[0], "dlock:{rw}"), 0);
+    assert_int_equal(it_exists(&it_node[0], "dlock:{rw}:holders"), 0);
+    assert_int_equal(it_exists(&it_node[0], "dlock:{rw}:holders:info"), 0);
     dlock_client_free(c);
 }
 
@@ -148,14 +108,14 @@ static void test_readers_and_writer(void **state)
 static void test_shared_lease_runs_out(void **state)
 {
     (void)state;
-    dlock_client *c = client();
+    dlock_client *c = it_nodes_client();
     dlock_lock *r, *w;
     assert_int_equal(take(c, "ro", 1, 200, 0, &r), DLOCK_OK);
     dh_sleep_ms(300);
     assert_int_equal(take(c, "ro", 0, 10000, 0, &w), DLOCK_OK);
     assert_int_equal(dlock_extend(r, 1000), DLOCK_ERR_LOST);
     assert_int_equal(dlock_release(r), DLOCK_ERR_LOST);
-    it_expect_holder(&g_srv[0], "ro", dlock_token(w));
+    it_expect_holder(&it_node[0], "ro", dlock_token(w));
     assert_int_equal(dlock_release(w), DLOCK_OK);
     dlock_client_free(c);
 }
@@ -164,7 +124,7 @@ static void test_shared_lease_runs_out(void **state)
 static void test_shared_auto_renew(void **state)
 {
     (void)state;
-    dlock_client *c = client();
+    dlock_client *c = it_nodes_client();
     dlock_opts o = {0};
     o.ttl_ms = 300;
     o.shared = 1;
@@ -245,7 +205,7 @@ static void holder_start(holder *h, const char *name, int shared, int64_t k, int
                          board *b)
 {
     *h = (holder){.name = name, .shared = shared, .k = k, .hold_ms = hold_ms, .b = b};
-    h->c = client();
+    h->c = it_nodes_client();
     assert_int_equal(pthread_create(&h->th, NULL, holder_main, h), 0);
 }
 
@@ -262,7 +222,7 @@ static void wait_queued(const char *name, long long want)
     char key[256];
     snprintf(key, sizeof key, "dlock:{%s}:queue", name);
     for (int i = 0; i < 400 * dh_slack(); i++) {
-        redisReply *r = dh_cmd(&g_srv[0], "ZCARD %s", key);
+        redisReply *r = dh_cmd(&it_node[0], "ZCARD %s", key);
         long long n = r != NULL && r->type == REDIS_REPLY_INTEGER ? r->integer : -1;
         freeReplyObject(r);
         if (n == want)
@@ -281,7 +241,7 @@ static void wait_queued(const char *name, long long want)
 static void test_writer_not_starved(void **state)
 {
     (void)state;
-    dlock_client *rc = client();
+    dlock_client *rc = it_nodes_client();
     const char *name = "starve";
     dlock_lock *prev;
     assert_int_equal(take(rc, name, 1, 10000, 0, &prev), DLOCK_OK);
@@ -325,7 +285,7 @@ static void test_readers_woken_together(void **state)
 {
     (void)state;
     enum { READERS = 4 };
-    dlock_client *c = client();
+    dlock_client *c = it_nodes_client();
     dlock_lock *w;
     assert_int_equal(take(c, "wake", 0, 30000, 0, &w), DLOCK_OK);
     board *b = board_new();
@@ -360,7 +320,7 @@ static int sem_worker(board *b)
     dlock_config cfg;
     it_config_init(&cfg);
     dlock_client *c = NULL;
-    if (dlock_client_new(g_urls, &cfg, &c) != DLOCK_OK)
+    if (dlock_client_new(it_node_urls, &cfg, &c) != DLOCK_OK)
         return 2;
     for (int i = 0; i < SEM_ROUNDS; i++) {
         dlock_lock *l;
@@ -398,7 +358,7 @@ static void test_sem_peak(void **state)
     printf("FIG sem_peak %d (K %d, %d processes)\n", b->peak, SEM_K, SEM_PROCS);
     assert_int_equal(b->sections, SEM_PROCS * SEM_ROUNDS);
     assert_int_equal(b->peak, SEM_K);
-    dlock_client *c = client();
+    dlock_client *c = it_nodes_client();
     dlock_holder h;
     assert_int_equal(dlock_inspect(c, "sem", &h), DLOCK_OK);
     assert_int_equal(h.held, 0);
@@ -412,7 +372,7 @@ static void test_sem_dead_holder(void **state)
 {
     (void)state;
     const int64_t lease = 500;
-    dlock_client *c = client();
+    dlock_client *c = it_nodes_client();
     dlock_lock *mine;
     assert_int_equal(take_permit(c, "dead", 2, 10000, 0, &mine), DLOCK_OK);
     int p[2];
@@ -428,7 +388,7 @@ static void test_sem_dead_holder(void **state)
         dlock_client *cc = NULL;
         dlock_lock *l;
         char ok = 0;
-        if (dlock_client_new(g_urls, &cfg, &cc) == DLOCK_OK &&
+        if (dlock_client_new(it_node_urls, &cfg, &cc) == DLOCK_OK &&
             take_permit(cc, "dead", 2, lease, 0, &l) == DLOCK_OK)
             ok = 1;
         if (write(p[1], &ok, 1) != 1)
@@ -461,7 +421,7 @@ static void test_sem_dead_holder(void **state)
 static void test_sem_release_wakes(void **state)
 {
     (void)state;
-    dlock_client *c = client();
+    dlock_client *c = it_nodes_client();
     dlock_lock *a, *b;
     assert_int_equal(take_permit(c, "wk", 2, 30000, 0, &a), DLOCK_OK);
     assert_int_equal(take_permit(c, "wk", 2, 30000, 0, &b), DLOCK_OK);
@@ -482,7 +442,7 @@ static void test_sem_release_wakes(void **state)
 static void test_sem_adopt_release(void **state)
 {
     (void)state;
-    dlock_client *c = client(), *d = client();
+    dlock_client *c = it_nodes_client(), *d = it_nodes_client();
     dlock_lock *l, *a;
     assert_int_equal(take_permit(c, "adopt", 3, 10000, 0, &l), DLOCK_OK);
     char token[DLOCK_TOKEN_LEN + 1];
@@ -502,7 +462,7 @@ static void test_sem_adopt_release(void **state)
 
 static long long dbsize(void)
 {
-    redisReply *r = dh_cmd(&g_srv[0], "DBSIZE");
+    redisReply *r = dh_cmd(&it_node[0], "DBSIZE");
     assert_non_null(r);
     long long n = r->integer;
     freeReplyObject(r);
@@ -513,7 +473,7 @@ static long long dbsize(void)
 static void test_bad_input(void **state)
 {
     (void)state;
-    dlock_client *c = client();
+    dlock_client *c = it_nodes_client();
     long long before = dbsize();
     dlock_lock *l = (dlock_lock *)1;
     const int64_t bad_k[] = {0, -1, INT64_MIN, (int64_t)DLOCK_PERMITS_MAX + 1, INT64_MAX};
@@ -552,8 +512,8 @@ static void test_bad_input(void **state)
 static void test_redlock_one_down(void **state)
 {
     (void)state;
-    dh_server_kill(&g_srv[2]);
-    dlock_client *c = client();
+    dh_server_kill(&it_node[2]);
+    dlock_client *c = it_nodes_client();
     dlock_lock *r1, *r2, *w = NULL;
     assert_int_equal(take(c, "rl", 1, 10000, 0, &r1), DLOCK_OK);
     assert_int_equal(take(c, "rl", 1, 10000, 0, &r2), DLOCK_OK);
@@ -573,14 +533,14 @@ static void test_redlock_one_down(void **state)
     assert_int_equal(take(c, "rl", 1, 10000, 0, &r3), DLOCK_ERR_BUSY);
     assert_int_equal(dlock_release(w), DLOCK_OK);
     dlock_client_free(c);
-    assert_int_equal(dh_server_restart(&g_srv[2]), 0);
+    assert_int_equal(dh_server_restart(&it_node[2]), 0);
 }
 
 /* Three servers cannot count two permits; one permit is the exclusive lock. */
 static void test_redlock_sem(void **state)
 {
     (void)state;
-    dlock_client *c = client();
+    dlock_client *c = it_nodes_client();
     dlock_lock *a, *b = NULL;
     assert_int_equal(take_permit(c, "rs", 2, 10000, 0, &a), DLOCK_ERR_INVALID);
     assert_non_null(strstr(dlock_errmsg(), "one server"));
@@ -590,7 +550,7 @@ static void test_redlock_sem(void **state)
     /* Held on a quorum (the round ends once two granted: the third may not have yet). */
     int holding = 0;
     for (int i = 0; i < 3; i++) {
-        char *v = it_get(&g_srv[i], "dlock:{rs}");
+        char *v = it_get(&it_node[i], "dlock:{rs}");
         holding += v != NULL && strncmp(v, dlock_token(a), DLOCK_TOKEN_LEN) == 0;
         free(v);
     }
@@ -612,7 +572,9 @@ int main(void)
         cmocka_unit_test(test_redlock_one_down),
         cmocka_unit_test(test_redlock_sem),
     };
-    int failed = cmocka_run_group_tests_name("shared_one_server", one, setup1, teardown);
-    failed += cmocka_run_group_tests_name("shared_three_servers", three, setup3, teardown);
+    int failed =
+        cmocka_run_group_tests_name("shared_one_server", one, it_nodes_setup1, it_nodes_teardown);
+    failed += cmocka_run_group_tests_name("shared_three_servers", three, it_nodes_setup3,
+                                          it_nodes_teardown);
     return failed;
 }

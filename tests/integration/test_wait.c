@@ -29,54 +29,6 @@
 #include <time.h>
 #include <unistd.h>
 
-static dh_server g_srv[3];
-static char g_urls[3 * 140];
-static int g_n;
-
-static int start(int n)
-{
-    g_n = n;
-    for (int i = 0; i < n; i++)
-        if (dh_server_start(&g_srv[i], NULL) != 0)
-            return -1;
-    dh_server_urls(g_srv, n, g_urls, sizeof g_urls);
-    return 0;
-}
-
-static int setup1(void **state)
-{
-    (void)state;
-    return start(1);
-}
-
-static int setup3(void **state)
-{
-    (void)state;
-    return start(3);
-}
-
-static int teardown(void **state)
-{
-    (void)state;
-    for (int i = 0; i < g_n; i++)
-        dh_server_stop(&g_srv[i]);
-    return 0;
-}
-
-static dlock_client *client(void)
-{
-    dlock_config cfg;
-    it_config_init(&cfg);
-    return it_client_cfg(g_urls, &cfg);
-}
-
-static int64_t mono_us(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
-}
-
 static int wait_acquire(dlock_client *c, const char *name, int64_t ttl_ms, int64_t wait_ms,
                         int fair, dlock_lock **l)
 {
@@ -108,17 +60,17 @@ static void *section_worker(void *p)
     worker_arg *a = p;
     for (int i = 0; i < SECTIONS; i++) {
         dlock_lock *l;
-        int64_t t0 = mono_us();
+        int64_t t0 = dh_now_us();
         int rc = wait_acquire(a->c, "sections", 5000, 30000, 0, &l);
         if (rc != DLOCK_OK) {
             a->failures++;
             continue;
         }
-        record r = {.enter_us = mono_us(), .who = a->id};
+        record r = {.enter_us = dh_now_us(), .who = a->id};
         if (r.enter_us - t0 > a->max_wait_us)
             a->max_wait_us = r.enter_us - t0;
         usleep(200);
-        r.exit_us = mono_us();
+        r.exit_us = dh_now_us();
         if (write(a->fd, &r, sizeof r) != (ssize_t)sizeof r)
             a->failures++;
         if (dlock_release(l) != DLOCK_OK)
@@ -130,7 +82,7 @@ static void *section_worker(void *p)
 /* Four threads sharing one client (one wake-up path), in this process. */
 static int run_four(int first_id, const char *path, int64_t *max_wait_us)
 {
-    dlock_client *c = client();
+    dlock_client *c = it_nodes_client();
     int fd = open(path, O_WRONLY | O_APPEND | O_CLOEXEC);
     worker_arg a[4];
     pthread_t t[4];
@@ -160,10 +112,10 @@ static void eight_threads_two_processes(void **state)
 {
     (void)state;
     char path[600];
-    snprintf(path, sizeof path, "%s/sections.log", g_srv[0].dir);
+    snprintf(path, sizeof path, "%s/sections.log", it_node[0].dir);
     close(open(path, O_CREAT | O_TRUNC | O_WRONLY | O_CLOEXEC, 0600));
-    long long before = it_script_calls(&g_srv[0]);
-    int64_t t0 = mono_us();
+    long long before = it_script_calls(&it_node[0]);
+    int64_t t0 = dh_now_us();
     pid_t child = fork();
     assert_true(child >= 0);
     if (child == 0) {
@@ -174,8 +126,8 @@ static void eight_threads_two_processes(void **state)
     int failures = run_four(0, path, &max_wait);
     int status;
     assert_int_equal(waitpid(child, &status, 0), child);
-    int64_t took = mono_us() - t0;
-    long long cmds = it_script_calls(&g_srv[0]) - before;
+    int64_t took = dh_now_us() - t0;
+    long long cmds = it_script_calls(&it_node[0]) - before;
     assert_int_equal(failures, 0);
     assert_true(WIFEXITED(status) && WEXITSTATUS(status) == 0);
 
@@ -216,10 +168,10 @@ static void crashed_holder_frees_after_lease(void **state)
         dlock_config cfg = {0};
         cfg.timeout_ms = 500;
         dlock_lock *l;
-        if (dlock_client_new(g_urls, &cfg, &c) != DLOCK_OK ||
+        if (dlock_client_new(it_node_urls, &cfg, &c) != DLOCK_OK ||
             wait_acquire(c, "crash", ttl, 0, 0, &l) != DLOCK_OK)
             _exit(1);
-        int64_t got = mono_us();
+        int64_t got = dh_now_us();
         if (write(pfd[1], &got, sizeof got) != sizeof got)
             _exit(1);
         pause(); /* hold it until killed */
@@ -229,14 +181,14 @@ static void crashed_holder_frees_after_lease(void **state)
     int64_t acquired_at;
     assert_int_equal(read(pfd[0], &acquired_at, sizeof acquired_at), sizeof acquired_at);
     close(pfd[0]);
-    dlock_client *c = client();
+    dlock_client *c = it_nodes_client();
     dlock_lock *l;
     /* The waiter queues up, then the holder dies in its section. */
     dh_sleep_ms(100);
     kill(child, SIGKILL);
     waitpid(child, NULL, 0);
     int rc = wait_acquire(c, "crash", 5000, 10000, 0, &l);
-    int64_t got = mono_us();
+    int64_t got = dh_now_us();
     assert_int_equal(rc, DLOCK_OK);
     int64_t after = (got - acquired_at) / 1000;
     printf("FIG takeover_after_acquire_ms %lld ms (lease %lld ms)\n", (long long)after,
@@ -255,13 +207,13 @@ static void crashed_holder_frees_after_lease(void **state)
 static void wait_deadline_is_kept(void **state)
 {
     (void)state;
-    dlock_client *c = client();
+    dlock_client *c = it_nodes_client();
     dlock_lock *holder = it_acquire(c, "deadline", 10000), *l = NULL;
     const int64_t waits[] = {50, 300, 1200};
     for (size_t i = 0; i < sizeof waits / sizeof waits[0]; i++) {
-        int64_t t0 = mono_us();
+        int64_t t0 = dh_now_us();
         int rc = wait_acquire(c, "deadline", 1000, waits[i], 0, &l);
-        int64_t took_ms = (mono_us() - t0) / 1000;
+        int64_t took_ms = (dh_now_us() - t0) / 1000;
         printf("FIG wait_%lldms_took %lld ms\n", (long long)waits[i], (long long)took_ms);
         assert_int_equal(rc, DLOCK_ERR_BUSY);
         assert_null(l);
@@ -269,7 +221,7 @@ static void wait_deadline_is_kept(void **state)
         assert_true(took_ms <= (waits[i] + 20) * dh_slack()); /* a few ms after it */
     }
     /* A waiter that gave up left the queue: nothing of it remains. */
-    redisReply *r = dh_cmd(&g_srv[0], "ZCARD dlock:{deadline}:queue");
+    redisReply *r = dh_cmd(&it_node[0], "ZCARD dlock:{deadline}:queue");
     assert_non_null(r);
     assert_int_equal(r->integer, 0);
     freeReplyObject(r);
@@ -289,7 +241,7 @@ static void *cancel_later(void *p)
 static void cancel_fd_stops_a_wait(void **state)
 {
     (void)state;
-    dlock_client *c = client();
+    dlock_client *c = it_nodes_client();
     dlock_lock *holder = it_acquire(c, "cancel", 10000), *l = NULL;
     int efd = eventfd(0, EFD_CLOEXEC);
     pthread_t t;
@@ -297,9 +249,9 @@ static void cancel_fd_stops_a_wait(void **state)
     dlock_opts o = {0};
     o.wait_ms = -1;
     o.cancel_fd = efd;
-    int64_t t0 = mono_us();
+    int64_t t0 = dh_now_us();
     int rc = dlock_acquire(c, "cancel", &o, &l);
-    int64_t took_ms = (mono_us() - t0) / 1000;
+    int64_t took_ms = (dh_now_us() - t0) / 1000;
     pthread_join(t, NULL);
     close(efd);
     assert_int_equal(rc, DLOCK_ERR_CANCELED);
@@ -324,7 +276,7 @@ static void *waiter(void *p)
     waiter_arg *a = p;
     dlock_lock *l = NULL;
     a->rc = wait_acquire(a->c, a->name, 5000, a->wait_ms, a->fair, &l);
-    a->got_us = mono_us();
+    a->got_us = dh_now_us();
     if (a->rc == DLOCK_OK)
         dlock_release(l);
     return NULL;
@@ -335,19 +287,19 @@ static void *waiter(void *p)
 static void release_wakes_a_waiter(void **state)
 {
     (void)state;
-    dlock_client *holder_c = client(), *wc = client();
+    dlock_client *holder_c = it_nodes_client(), *wc = it_nodes_client();
     for (int round = 0; round < 5; round++) {
         dlock_lock *holder = it_acquire(holder_c, "wake", 10000);
         waiter_arg a = {.c = wc, .name = "wake", .wait_ms = 20000};
         pthread_t t;
         pthread_create(&t, NULL, waiter, &a);
         dh_sleep_ms(50); /* let it queue up */
-        int64_t released = mono_us();
+        int64_t released = dh_now_us();
         assert_int_equal(dlock_release(holder), DLOCK_OK);
         pthread_join(t, NULL);
         assert_int_equal(a.rc, DLOCK_OK);
         int64_t gap = a.got_us - released;
-        printf("FIG release_to_waiter_us %lld us (%d nodes)\n", (long long)gap, g_n);
+        printf("FIG release_to_waiter_us %lld us (%d nodes)\n", (long long)gap, it_nodes);
         assert_true(gap < 100000 * dh_slack());
     }
     dlock_client_free(holder_c);
@@ -359,9 +311,9 @@ static void release_wakes_a_waiter(void **state)
 static void waiters_do_not_poll(void **state)
 {
     (void)state;
-    dlock_client *hc = client(), *c1 = client(), *c2 = client();
+    dlock_client *hc = it_nodes_client(), *c1 = it_nodes_client(), *c2 = it_nodes_client();
     dlock_lock *holder = it_acquire(hc, "poll", 10000);
-    long long before = it_script_calls(&g_srv[0]);
+    long long before = it_script_calls(&it_node[0]);
     waiter_arg a[8];
     pthread_t t[8];
     for (int i = 0; i < 8; i++) {
@@ -372,7 +324,7 @@ static void waiters_do_not_poll(void **state)
         pthread_join(t[i], NULL);
         assert_int_equal(a[i].rc, DLOCK_ERR_BUSY);
     }
-    long long cmds = it_script_calls(&g_srv[0]) - before;
+    long long cmds = it_script_calls(&it_node[0]) - before;
     /* Per waiter: the try, the queued retry, a refresh per second, the last try at the
      * deadline, the leave. A poller retrying every 5 ms would send about 3,200. */
     long long bound = 8 * (4 + 2000 / DLOCK_QUEUE_REFRESH_MS);
@@ -407,16 +359,16 @@ typedef struct fair_group {
 static void *fair_waiter(void *p)
 {
     fair_arg *a = p;
-    int64_t now = mono_us();
+    int64_t now = dh_now_us();
     if (a->at_us > now)
         usleep((useconds_t)(a->at_us - now));
     dlock_lock *l;
     a->rc = wait_acquire(a->c, "fair", 5000, 20000, 1, &l);
     if (a->rc != DLOCK_OK)
         return NULL;
-    record r = {.enter_us = mono_us(), .who = a->k};
+    record r = {.enter_us = dh_now_us(), .who = a->k};
     usleep(2000);
-    r.exit_us = mono_us();
+    r.exit_us = dh_now_us();
     if (write(a->fd, &r, sizeof r) != (ssize_t)sizeof r)
         a->rc = -1;
     dlock_release(l);
@@ -428,7 +380,7 @@ static int fair_start(fair_group *g, int parity, const char *path, int64_t t0)
     dlock_config cfg = {0};
     cfg.timeout_ms = it_timeout_ms();
     g->c = NULL;
-    if (dlock_client_new(g_urls, &cfg, &g->c) != DLOCK_OK)
+    if (dlock_client_new(it_node_urls, &cfg, &g->c) != DLOCK_OK)
         return -1;
     g->fd = open(path, O_WRONLY | O_APPEND | O_CLOEXEC);
     for (int i = 0; i < FAIR_PER_PROC; i++) {
@@ -455,11 +407,11 @@ static void fair_order_across_processes(void **state)
 {
     (void)state;
     char path[600];
-    snprintf(path, sizeof path, "%s/fair.log", g_srv[0].dir);
+    snprintf(path, sizeof path, "%s/fair.log", it_node[0].dir);
     close(open(path, O_CREAT | O_TRUNC | O_WRONLY | O_CLOEXEC, 0600));
-    dlock_client *hc = client();
+    dlock_client *hc = it_nodes_client();
     dlock_lock *holder = it_acquire(hc, "fair", 10000);
-    int64_t t0 = mono_us() + 100000;
+    int64_t t0 = dh_now_us() + 100000;
     pid_t child = fork();
     assert_true(child >= 0);
     if (child == 0) {
@@ -470,7 +422,7 @@ static void fair_order_across_processes(void **state)
     assert_int_equal(fair_start(&g, 0, path, t0), 0);
     /* Release once all six have arrived and queued. */
     int64_t all_in = t0 + 2 * FAIR_PER_PROC * 40000 + 100000;
-    usleep((useconds_t)(all_in - mono_us()));
+    usleep((useconds_t)(all_in - dh_now_us()));
     assert_int_equal(dlock_release(holder), DLOCK_OK);
     assert_int_equal(fair_finish(&g), 0);
     int status;
@@ -498,7 +450,7 @@ static void fair_order_across_processes(void **state)
 static void fair_dead_waiter_is_skipped(void **state)
 {
     (void)state;
-    dlock_client *hc = client();
+    dlock_client *hc = it_nodes_client();
     dlock_lock *holder = it_acquire(hc, "fairdead", 10000);
     pid_t child = fork();
     assert_true(child >= 0);
@@ -507,19 +459,19 @@ static void fair_dead_waiter_is_skipped(void **state)
         cfg.timeout_ms = 500;
         dlock_client *c = NULL;
         dlock_lock *l;
-        if (dlock_client_new(g_urls, &cfg, &c) == DLOCK_OK)
+        if (dlock_client_new(it_node_urls, &cfg, &c) == DLOCK_OK)
             wait_acquire(c, "fairdead", 5000, -1, 1, &l); /* queues, then is killed */
         _exit(0);
     }
     dh_sleep_ms(200); /* the child is first in line */
-    dlock_client *c = client();
+    dlock_client *c = it_nodes_client();
     waiter_arg a = {.c = c, .name = "fairdead", .fair = 1, .wait_ms = 20000};
     pthread_t t;
     pthread_create(&t, NULL, waiter, &a);
     dh_sleep_ms(100);
     kill(child, SIGKILL);
     waitpid(child, NULL, 0);
-    int64_t released = mono_us();
+    int64_t released = dh_now_us();
     assert_int_equal(dlock_release(holder), DLOCK_OK);
     pthread_join(t, NULL);
     assert_int_equal(a.rc, DLOCK_OK);
@@ -549,7 +501,9 @@ int main(void)
         cmocka_unit_test(eight_threads_two_processes),
         cmocka_unit_test(fair_order_across_processes),
     };
-    int failed = cmocka_run_group_tests_name("wait_1_node", one, setup1, teardown);
-    failed += cmocka_run_group_tests_name("wait_3_nodes", three, setup3, teardown);
+    int failed =
+        cmocka_run_group_tests_name("wait_1_node", one, it_nodes_setup1, it_nodes_teardown);
+    failed +=
+        cmocka_run_group_tests_name("wait_3_nodes", three, it_nodes_setup3, it_nodes_teardown);
     return failed;
 }

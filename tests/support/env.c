@@ -9,11 +9,16 @@
 #include <stdlib.h>
 #include <time.h>
 
-int64_t dh_now_ms(void)
+int64_t dh_now_us(void)
 {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+    return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
+}
+
+int64_t dh_now_ms(void)
+{
+    return dh_now_us() / 1000;
 }
 
 void dh_sleep_ms(int64_t ms)

@@ -201,6 +201,8 @@ long long dh_slack(void);
 
 /* Milliseconds on CLOCK_MONOTONIC. */
 int64_t dh_now_ms(void);
+/* The same in microseconds. */
+int64_t dh_now_us(void);
 
 /* Sleep ms milliseconds (restarted after signals). */
 void dh_sleep_ms(int64_t ms);
