@@ -29,11 +29,8 @@ static int check_opts(const dlock_opts *o, int64_t *ttl_ms, int64_t *wait_ms, dl
     if (rc != DLOCK_OK)
         return rc;
     *wait_ms = o->wait_ms;
-    if (*wait_ms < -1)
-        return dlock__err_set(e, DLOCK_ERR_INVALID, "wait_ms %lld: use -1 (forever), 0 or more",
-                              (long long)*wait_ms);
-    if (o->cancel_fd < 0)
-        return dlock__err_set(e, DLOCK_ERR_INVALID, "cancel_fd is negative (0 means none)");
+    if ((rc = dlock__check_wait(o->wait_ms, o->cancel_fd, e)) != DLOCK_OK)
+        return rc;
     if (o->shared != 0 && o->shared != 1)
         return dlock__err_set(e, DLOCK_ERR_INVALID, "dlock_opts.shared must be 0 or 1");
     if (o->on_lost != NULL && !o->auto_renew)

@@ -16,13 +16,29 @@
 
 int dlock__check_name(const char *name, dlock__err *e)
 {
+    return dlock__check_key_name(name, "name", e);
+}
+
+int dlock__check_key_name(const char *name, const char *what, dlock__err *e)
+{
     if (name == NULL)
-        return dlock__err_set(e, DLOCK_ERR_INVALID, "name is NULL");
+        return dlock__err_set(e, DLOCK_ERR_INVALID, "%s is NULL", what);
     size_t len = strnlen(name, DLOCK_NAME_MAX + 1);
     if (len == 0)
-        return dlock__err_set(e, DLOCK_ERR_INVALID, "name is empty");
+        return dlock__err_set(e, DLOCK_ERR_INVALID, "%s is empty", what);
     if (len > DLOCK_NAME_MAX)
-        return dlock__err_set(e, DLOCK_ERR_INVALID, "name longer than %d bytes", DLOCK_NAME_MAX);
+        return dlock__err_set(e, DLOCK_ERR_INVALID, "%s longer than %d bytes", what,
+                              DLOCK_NAME_MAX);
+    return DLOCK_OK;
+}
+
+int dlock__check_wait(int64_t wait_ms, int cancel_fd, dlock__err *e)
+{
+    if (wait_ms < -1)
+        return dlock__err_set(e, DLOCK_ERR_INVALID, "wait_ms %lld: use -1 (forever), 0 or more",
+                              (long long)wait_ms);
+    if (cancel_fd < 0)
+        return dlock__err_set(e, DLOCK_ERR_INVALID, "cancel_fd is negative (0 means none)");
     return DLOCK_OK;
 }
 

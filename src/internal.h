@@ -600,6 +600,11 @@ struct dlock_lock {
 
 /* Argument checks shared by the lock calls. */
 int dlock__check_name(const char *name, dlock__err *e);
+/* The same for a name of another kind (what: "sku"), said so in the message. */
+int dlock__check_key_name(const char *name, const char *what, dlock__err *e);
+/* wait_ms (-1, 0 or more) and cancel_fd (0: none, else a descriptor) of a call that
+ * may wait. */
+int dlock__check_wait(int64_t wait_ms, int cancel_fd, dlock__err *e);
 int dlock__check_ttl(int64_t ttl_ms, const char *what, dlock__err *e);
 /* Check a handle and its client on entry to a call. */
 int dlock__lock_enter(struct dlock_lock *l, dlock__err *e);

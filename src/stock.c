@@ -358,18 +358,6 @@ typedef struct stock_op {
     dlock__req req;
 } stock_op;
 
-static int check_sku(const char *sku, dlock__err *e)
-{
-    if (sku == NULL)
-        return dlock__err_set(e, DLOCK_ERR_INVALID, "sku is NULL");
-    size_t len = strnlen(sku, DLOCK_NAME_MAX + 1);
-    if (len == 0)
-        return dlock__err_set(e, DLOCK_ERR_INVALID, "sku is empty");
-    if (len > DLOCK_NAME_MAX)
-        return dlock__err_set(e, DLOCK_ERR_INVALID, "sku longer than %d bytes", DLOCK_NAME_MAX);
-    return DLOCK_OK;
-}
-
 static int check_id(const char *id, dlock__err *e)
 {
     if (id == NULL)
@@ -389,7 +377,7 @@ static int op_begin(stock_op *op, dlock_client *c, const char *sku, dlock__err *
     op->set = NULL;
     op->req.reply = NULL;
     int rc = dlock__client_enter(c, e);
-    if (rc != DLOCK_OK || (rc = check_sku(sku, e)) != DLOCK_OK)
+    if (rc != DLOCK_OK || (rc = dlock__check_key_name(sku, "sku", e)) != DLOCK_OK)
         return rc;
     /* A file:// client has no server: a count that a crashed buyer's lease returns
      * needs a clock and scripts that only a server runs. */
@@ -689,12 +677,7 @@ static int check_reserve_opts(const dlock_reserve_opts *o, int64_t *lease_ms, in
     if (rc != DLOCK_OK)
         return rc;
     *wait_ms = o->wait_ms;
-    if (*wait_ms < -1)
-        return dlock__err_set(e, DLOCK_ERR_INVALID, "wait_ms %lld: use -1 (forever), 0 or more",
-                              (long long)*wait_ms);
-    if (o->cancel_fd < 0)
-        return dlock__err_set(e, DLOCK_ERR_INVALID, "cancel_fd is negative (0 means none)");
-    return DLOCK_OK;
+    return dlock__check_wait(o->wait_ms, o->cancel_fd, e);
 }
 
 /* What one reserve asks for, the same in every attempt but for "queued". */
@@ -779,7 +762,7 @@ int dlock_stock_reserve(dlock_client *c, const char *sku, int64_t qty,
     id[0] = '\0';
     int64_t lease_ms = 0, wait_ms = 0;
     int rc = dlock__client_enter(c, &e);
-    if (rc != DLOCK_OK || (rc = check_sku(sku, &e)) != DLOCK_OK ||
+    if (rc != DLOCK_OK || (rc = dlock__check_key_name(sku, "sku", &e)) != DLOCK_OK ||
         (rc = check_reserve_opts(opts, &lease_ms, &wait_ms, &e)) != DLOCK_OK)
         return dlock__err_raise(&e, rc);
     if (qty < 1 || qty > DLOCK_STOCK_QTY_MAX)
