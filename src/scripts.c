@@ -119,6 +119,12 @@
     "  sync(lock, holders, info, now)\n"                                                           \
     "  return true\n"                                                                              \
     "end\n"
+/* Take a place in the queue, or keep it, and keep the queue alive qttl ms more. */
+#define JOIN_LUA                                                                                   \
+    "local function join(queue, ticket, member, qttl)\n"                                           \
+    "  redis.call('ZADD', queue, 'NX', ticket, member)\n"                                          \
+    "  redis.call('PEXPIRE', queue, qttl)\n"                                                       \
+    "end\n"
 /*
  * Serve the queue (needs SHARED_LUA): while its head can be admitted, hand it what it
  * waits for, with its handoff lease, and publish its token on its client's channel:
@@ -188,6 +194,7 @@ static const char *const acquire_lua[] = {
     FENCE_LUA,
     SHARED_LUA,
     DISPATCH_LUA,
+    JOIN_LUA,
     "local token, queued = ARGV[3], ARGV[4] ~= '0'\n"
     "local held\n"
     "if ARGV[5] == '1' then\n"
@@ -213,10 +220,7 @@ static const char *const acquire_lua[] = {
     "  if queued and not confirm then redis.call('ZREM', KEYS[3], ARGV[6]) end\n"
     "  return next_fence(KEYS[2], ARGV[8])\n"
     "end\n"
-    "if queued then\n"
-    "  redis.call('ZADD', KEYS[3], 'NX', ARGV[4], ARGV[6])\n"
-    "  redis.call('PEXPIRE', KEYS[3], ARGV[7])\n"
-    "end\n"
+    "if queued then join(KEYS[3], ARGV[4], ARGV[6], ARGV[7]) end\n"
     "local pttl = redis.call('PTTL', KEYS[1])\n"
     "if pttl < 0 then pttl = 0 end\n"
     "return -pttl\n",
@@ -241,6 +245,7 @@ static const char *const acquire_shared_lua[] = {
     FENCE_LUA,
     SHARED_LUA,
     DISPATCH_LUA,
+    JOIN_LUA,
     "local token, queued, limit = ARGV[1], ARGV[4] ~= '0', tonumber(ARGV[5])\n"
     "local now = now_ms()\n"
     "local held = redis.call('GET', KEYS[1])\n"
@@ -272,10 +277,7 @@ static const char *const acquire_shared_lua[] = {
     "  if queued then redis.call('ZREM', KEYS[3], ARGV[6]) end\n"
     "  return next_fence(KEYS[2], ARGV[8])\n"
     "end\n"
-    "if queued then\n"
-    "  redis.call('ZADD', KEYS[3], 'NX', ARGV[4], ARGV[6])\n"
-    "  redis.call('PEXPIRE', KEYS[3], ARGV[7])\n"
-    "end\n"
+    "if queued then join(KEYS[3], ARGV[4], ARGV[6], ARGV[7]) end\n"
     "local left = redis.call('PTTL', KEYS[1])\n"
     "if held == 'shared' then\n"
     "  local first = redis.call('ZRANGE', KEYS[4], 0, 0, 'WITHSCORES')\n"
