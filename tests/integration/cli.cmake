@@ -9,7 +9,7 @@ dlock_add_test(test_run SOURCES test_run.c itest.c LABELS integration)
 add_dependencies(test_run dlock_cli)
 target_compile_definitions(test_run PRIVATE DLOCK_SOURCE_DIR="${PROJECT_SOURCE_DIR}")
 # The dlock command on local locks (-s file:///DIR): tests/integration/test_local_cli.c.
-dlock_add_test(test_local_cli SOURCES test_local_cli.c LABELS integration)
+dlock_add_test(test_local_cli SOURCES test_local_cli.c itest.c LABELS integration)
 add_dependencies(test_local_cli dlock_cli)
 # `dlock stock ...` (tests/integration/test_stock_cli.c).
 dlock_add_test(test_stock_cli SOURCES test_stock_cli.c itest.c LABELS integration)

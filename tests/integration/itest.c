@@ -272,3 +272,38 @@ void it_expect_holder(dh_server *s, const char *name, const char *token)
     assert_memory_equal(value, token, DLOCK_TOKEN_LEN);
     free(value);
 }
+
+#define IT_CLI_ARGS_MAX 48
+
+void it_cli_va(it_run *r, const char *const env[], const char *const *pre, va_list ap)
+{
+    const char *argv[IT_CLI_ARGS_MAX + 2];
+    int n = 0;
+    argv[n++] = dh_cli_path();
+    for (; pre != NULL && *pre != NULL; pre++) {
+        assert_true(n <= IT_CLI_ARGS_MAX);
+        argv[n++] = *pre;
+    }
+    for (const char *a; (a = va_arg(ap, const char *)) != NULL;) {
+        assert_true(n <= IT_CLI_ARGS_MAX);
+        argv[n++] = a;
+    }
+    argv[n] = NULL;
+    memset(r, 0, sizeof *r);
+    r->status = dh_run(argv, env, r->out, sizeof r->out, r->err, sizeof r->err);
+    assert_true(r->status >= 0);
+}
+
+void it_cli(it_run *r, const char *const env[], const char *const *pre, ...)
+{
+    va_list ap;
+    va_start(ap, pre);
+    it_cli_va(r, env, pre, ap);
+    va_end(ap);
+}
+
+void it_expect_status(const it_run *r, int want)
+{
+    if (r->status != want)
+        fail_msg("exit %d, want %d\nstdout: %s\nstderr: %s", r->status, want, r->out, r->err);
+}

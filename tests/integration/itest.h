@@ -96,6 +96,21 @@ void it_del(dh_server *s, const char *key);
  * Static storage, rewritten by each call. */
 const char *const *it_cli_env(const dh_server *s);
 
+/* One run of the dlock command: its exit status and what it printed. */
+typedef struct it_run {
+    int status;
+    char out[8192];
+    char err[8192];
+} it_run;
+/* Run the dlock command to its end under env (dh_run's form): its arguments are those
+ * of pre (NULL-terminated; NULL for none), then those of ap up to a NULL. Asserts that
+ * it ran. */
+void it_cli_va(it_run *r, const char *const env[], const char *const *pre, va_list ap);
+/* it_cli_va with the arguments that follow pre, up to a NULL. */
+void it_cli(it_run *r, const char *const env[], const char *const *pre, ...);
+/* Exit `want`, or fail showing what it printed. */
+void it_expect_status(const it_run *r, int want);
+
 /* Assert that lock name's key on s holds token (the first DLOCK_TOKEN_LEN bytes of
  * its value): its holder's lock is untouched. */
 void it_expect_holder(dh_server *s, const char *name, const char *token);

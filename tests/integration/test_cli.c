@@ -53,11 +53,7 @@ static int group_teardown(void **state)
 
 /* ---- running the command ---------------------------------------------------- */
 
-typedef struct run {
-    int status;
-    char out[8192];
-    char err[8192];
-} run;
+typedef it_run run;
 
 #define ARGS_MAX 32
 
@@ -65,21 +61,10 @@ typedef struct run {
  * form: "NAME=VALUE" to set, "NAME" to remove). */
 static void run_env(run *r, const char *const env[], ...)
 {
-    const char *argv[ARGS_MAX + 2];
-    int n = 0;
-    argv[n++] = dh_cli_path();
     va_list ap;
     va_start(ap, env);
-    const char *a;
-    while ((a = va_arg(ap, const char *)) != NULL) {
-        assert_true(n <= ARGS_MAX);
-        argv[n++] = a;
-    }
+    it_cli_va(r, env, NULL, ap);
     va_end(ap);
-    argv[n] = NULL;
-    memset(r, 0, sizeof *r);
-    r->status = dh_run(argv, env, r->out, sizeof r->out, r->err, sizeof r->err);
-    assert_true(r->status >= 0);
 }
 
 /* The default environment: the plain server, no password from the caller's shell. */
@@ -89,14 +74,6 @@ static const char *const *plain_env(void)
 }
 
 #define RUN(r, ...) run_env((r), plain_env(), __VA_ARGS__, (const char *)NULL)
-
-/* Print what the command said when an expectation fails: an exit code alone rarely
- * tells why. */
-static void expect_status(const run *r, int want)
-{
-    if (r->status != want)
-        fail_msg("exit %d, want %d\nstdout: %s\nstderr: %s", r->status, want, r->out, r->err);
-}
 
 /* Lines in s that are not the library's warnings ("dlock: warning: ..."). */
 static int error_lines(const char *s)
@@ -117,7 +94,7 @@ static int error_lines(const char *s)
  * warning line either. */
 static void expect_failure(const run *r, int want, const char *needle, bool strict)
 {
-    expect_status(r, want);
+    it_expect_status(r, want);
     if (r->out[0] != '\0')
         fail_msg("stdout not empty on failure: %s", r->out);
     size_t len = strlen(r->err);
@@ -169,7 +146,7 @@ static void acquire(const char *name, const char *ttl, char token[DLOCK_TOKEN_LE
 {
     run r;
     RUN(&r, "acquire", "-t", ttl, "-w", "0", name);
-    expect_status(&r, 0);
+    it_expect_status(&r, 0);
     assert_string_equal(r.err, "");
     parse_token_line(r.out, token, fence);
 }
@@ -229,7 +206,7 @@ static void test_acquire_prints_token_and_fence(void **state)
     assert_true(dh_now_ms() - start >= 300);
 
     RUN(&r, "release", "cli-acq", token);
-    expect_status(&r, 0);
+    it_expect_status(&r, 0);
 }
 
 static void test_release(void **state)
@@ -240,7 +217,7 @@ static void test_release(void **state)
     acquire("cli-rel", "30s", token, &fence);
     run r;
     RUN(&r, "release", "cli-rel", token);
-    expect_status(&r, 0);
+    it_expect_status(&r, 0);
     assert_string_equal(r.out, "");
     assert_string_equal(r.err, "");
     assert_false(key_exists(&plain, "cli-rel"));
@@ -256,7 +233,7 @@ static void test_release(void **state)
     expect_failure(&r, 73, NULL, true);
     assert_true(key_exists(&plain, "cli-rel"));
     RUN(&r, "release", "cli-rel", token2);
-    expect_status(&r, 0);
+    it_expect_status(&r, 0);
 }
 
 static void test_extend(void **state)
@@ -269,7 +246,7 @@ static void test_extend(void **state)
 
     run r;
     RUN(&r, "extend", "-t", "10s", "cli-ext", token);
-    expect_status(&r, 0);
+    it_expect_status(&r, 0);
     assert_string_equal(r.out, "");
     assert_string_equal(r.err, "");
     /* Set to 10 s from now, not added to what was left. */
@@ -279,14 +256,14 @@ static void test_extend(void **state)
 
     /* Options after the operands work too (GNU getopt order). */
     RUN(&r, "extend", "cli-ext", token, "--ttl=20s");
-    expect_status(&r, 0);
+    it_expect_status(&r, 0);
     assert_true(key_pttl(&plain, "cli-ext") > 10000);
 
     /* Extending never releases: the key is still there after the command exits. */
     assert_true(key_exists(&plain, "cli-ext"));
 
     RUN(&r, "release", "cli-ext", token);
-    expect_status(&r, 0);
+    it_expect_status(&r, 0);
     RUN(&r, "extend", "-t", "10s", "cli-ext", token);
     expect_failure(&r, 73, "extend cli-ext: ", true);
     assert_false(key_exists(&plain, "cli-ext"));
@@ -308,7 +285,7 @@ static void test_fences_grow(void **state)
         prev = fence;
         run r;
         RUN(&r, "release", "cli-fence", token);
-        expect_status(&r, 0);
+        it_expect_status(&r, 0);
     }
 }
 
@@ -325,13 +302,13 @@ static void test_wait_for_release(void **state)
     char wait[32];
     snprintf(wait, sizeof wait, "%llds", 10 * dh_slack());
     RUN(&r, "acquire", "-w", wait, "cli-wait");
-    expect_status(&r, 0);
+    it_expect_status(&r, 0);
     parse_token_line(r.out, token2, &fence2);
     assert_true(dh_now_ms() - start >= 400); /* not before the first lease ran out */
     assert_string_not_equal(token, token2);
     assert_true(fence2 > fence);
     RUN(&r, "release", "cli-wait", token2);
-    expect_status(&r, 0);
+    it_expect_status(&r, 0);
 }
 
 static void test_prefix_and_label(void **state)
@@ -339,7 +316,7 @@ static void test_prefix_and_label(void **state)
     (void)state;
     run r;
     RUN(&r, "--prefix", "myapp:", "acquire", "-w", "0", "-l", "nightly backup", "cli-pre");
-    expect_status(&r, 0);
+    it_expect_status(&r, 0);
     char token[DLOCK_TOKEN_LEN + 1];
     uint64_t fence;
     parse_token_line(r.out, token, &fence);
@@ -351,13 +328,13 @@ static void test_prefix_and_label(void **state)
     free(value);
 
     RUN(&r, "status", "cli-pre");
-    expect_status(&r, 0);
+    it_expect_status(&r, 0);
     assert_string_equal(r.out, "cli-pre: free\n"); /* other prefix, other lock */
     RUN(&r, "status", "--prefix", "myapp:", "cli-pre");
-    expect_status(&r, 0);
+    it_expect_status(&r, 0);
     assert_non_null(strstr(r.out, "nightly backup"));
     RUN(&r, "--prefix", "myapp:", "release", "cli-pre", token);
-    expect_status(&r, 0);
+    it_expect_status(&r, 0);
 }
 
 /* ---- status ----------------------------------------------------------------- */
@@ -367,23 +344,23 @@ static void test_status(void **state)
     (void)state;
     run r;
     RUN(&r, "status", "cli-st");
-    expect_status(&r, 0);
+    it_expect_status(&r, 0);
     assert_string_equal(r.out, "cli-st: free\n");
     assert_string_equal(r.err, "");
 
     RUN(&r, "--json", "status", "cli-st");
-    expect_status(&r, 0);
+    it_expect_status(&r, 0);
     assert_string_equal(r.out, "{\"name\":\"cli-st\",\"state\":\"free\",\"holder\":null,"
                                "\"remaining_ms\":0,\"fence\":0,\"shared\":0,\"holders\":[]}\n");
 
     RUN(&r, "acquire", "-t", "60s", "-w", "0", "-l", "st-label", "cli-st");
-    expect_status(&r, 0);
+    it_expect_status(&r, 0);
     char token[DLOCK_TOKEN_LEN + 1];
     uint64_t fence;
     parse_token_line(r.out, token, &fence);
 
     RUN(&r, "status", "cli-st");
-    expect_status(&r, 0);
+    it_expect_status(&r, 0);
     /* "cli-st: held by HOST:PID st-label, 59.9s left, fence N" */
     char want[128];
     snprintf(want, sizeof want, " st-label, ");
@@ -396,7 +373,7 @@ static void test_status(void **state)
 
     /* --json after the command name works as well as before it. */
     RUN(&r, "status", "--json", "cli-st");
-    expect_status(&r, 0);
+    it_expect_status(&r, 0);
     assert_true(starts_with(r.out, "{\"name\":\"cli-st\",\"state\":\"held\",\"holder\":\""));
     assert_non_null(strstr(r.out, " st-label\",\"remaining_ms\":"));
     snprintf(want, sizeof want, ",\"fence\":%" PRIu64 ",\"shared\":0,\"holders\":[]}\n", fence);
@@ -406,13 +383,13 @@ static void test_status(void **state)
     assert_null(strstr(r.out, token));
 
     RUN(&r, "release", "cli-st", token);
-    expect_status(&r, 0);
+    it_expect_status(&r, 0);
     RUN(&r, "status", "cli-st");
-    expect_status(&r, 0);
+    it_expect_status(&r, 0);
     snprintf(want, sizeof want, "cli-st: free (last fence %" PRIu64 ")\n", fence);
     assert_string_equal(r.out, want);
     RUN(&r, "status", "--json", "cli-st");
-    expect_status(&r, 0);
+    it_expect_status(&r, 0);
     snprintf(want, sizeof want,
              "{\"name\":\"cli-st\",\"state\":\"free\",\"holder\":null,\"remaining_ms\":0,"
              "\"fence\":%" PRIu64 ",\"shared\":0,\"holders\":[]}\n",
@@ -429,13 +406,13 @@ static void test_status_json_escaping(void **state)
     const char *name = "cli-\"esc\"\n";
     run r;
     RUN(&r, "acquire", "-t", "30s", "-w", "0", "-l", label, name);
-    expect_status(&r, 0);
+    it_expect_status(&r, 0);
     char token[DLOCK_TOKEN_LEN + 1];
     uint64_t fence;
     parse_token_line(r.out, token, &fence);
 
     RUN(&r, "--json", "status", name);
-    expect_status(&r, 0);
+    it_expect_status(&r, 0);
     size_t len = strlen(r.out);
     assert_true(len > 0 && r.out[len - 1] == '\n');
     for (size_t i = 0; i + 1 < len; i++)
@@ -446,13 +423,13 @@ static void test_status_json_escaping(void **state)
 
     /* The human form escapes too: one line, no terminal escape sequence. */
     RUN(&r, "status", name);
-    expect_status(&r, 0);
+    it_expect_status(&r, 0);
     assert_non_null(strstr(r.out, "cli-\"esc\"\\x0a: held by "));
     assert_null(strchr(r.out, '\x1b'));
     assert_true(strchr(r.out, '\n') == r.out + strlen(r.out) - 1);
 
     RUN(&r, "release", name, token);
-    expect_status(&r, 0);
+    it_expect_status(&r, 0);
 }
 
 /* ---- errors ----------------------------------------------------------------- */
@@ -466,22 +443,22 @@ static void test_shared(void **state)
     char t1[DLOCK_TOKEN_LEN + 1], t2[DLOCK_TOKEN_LEN + 1];
     uint64_t f1, f2;
     RUN(&r, "acquire", "--shared", "-t", "60s", "-w", "0", "-l", "reader-one", "cli-sh");
-    expect_status(&r, 0);
+    it_expect_status(&r, 0);
     parse_token_line(r.out, t1, &f1);
     RUN(&r, "acquire", "-w", "0", "--shared", "-t", "30s", "cli-sh");
-    expect_status(&r, 0);
+    it_expect_status(&r, 0);
     parse_token_line(r.out, t2, &f2);
     assert_true(f2 > f1);
     RUN(&r, "acquire", "-w", "0", "cli-sh");
     expect_failure(&r, 75, "held by another owner", false);
 
     RUN(&r, "status", "cli-sh");
-    expect_status(&r, 0);
+    it_expect_status(&r, 0);
     assert_true(starts_with(r.out, "cli-sh: held by 2 shared holders, "));
     assert_non_null(strstr(r.out, " reader-one, "));
     assert_null(strstr(r.out, t1));
     RUN(&r, "status", "--json", "cli-sh");
-    expect_status(&r, 0);
+    it_expect_status(&r, 0);
     assert_true(starts_with(r.out, "{\"name\":\"cli-sh\",\"state\":\"held\",\"holder\":null,"));
     assert_non_null(strstr(r.out, ",\"shared\":2,\"holders\":[{\"holder\":\""));
     assert_non_null(strstr(r.out, " reader-one\",\"remaining_ms\":"));
@@ -489,24 +466,24 @@ static void test_shared(void **state)
 
     /* `dlock run --shared` overlaps them, with its fence in the environment. */
     RUN(&r, "run", "--shared", "-w", "0", "cli-sh", "--", "sh", "-c", "echo $DLOCK_FENCE");
-    expect_status(&r, 0);
+    it_expect_status(&r, 0);
     assert_true(strtoull(r.out, NULL, 10) > f2);
     RUN(&r, "run", "-w", "0", "cli-sh", "--", "true");
     expect_failure(&r, 75, NULL, false);
 
     RUN(&r, "release", "cli-sh", t1);
-    expect_status(&r, 0);
+    it_expect_status(&r, 0);
     RUN(&r, "release", "cli-sh", t1);
     expect_failure(&r, 73, NULL, true);
     RUN(&r, "release", "cli-sh", t2);
-    expect_status(&r, 0);
+    it_expect_status(&r, 0);
     RUN(&r, "acquire", "-w", "0", "cli-sh");
-    expect_status(&r, 0);
+    it_expect_status(&r, 0);
     parse_token_line(r.out, t1, &f1);
     RUN(&r, "acquire", "--shared", "-w", "0", "cli-sh");
     expect_failure(&r, 75, NULL, false);
     RUN(&r, "release", "cli-sh", t1);
-    expect_status(&r, 0);
+    it_expect_status(&r, 0);
 }
 
 static void test_sem(void **state)
@@ -516,10 +493,10 @@ static void test_sem(void **state)
     char t1[DLOCK_TOKEN_LEN + 1], t2[DLOCK_TOKEN_LEN + 1];
     uint64_t f1, f2;
     RUN(&r, "sem", "acquire", "-n", "2", "-w", "0", "cli-sem");
-    expect_status(&r, 0);
+    it_expect_status(&r, 0);
     parse_token_line(r.out, t1, &f1);
     RUN(&r, "sem", "acquire", "-n", "2", "-w", "0", "-l", "second", "cli-sem");
-    expect_status(&r, 0);
+    it_expect_status(&r, 0);
     parse_token_line(r.out, t2, &f2);
     assert_true(f2 > f1);
     RUN(&r, "sem", "acquire", "-n", "2", "-w", "0", "cli-sem");
@@ -527,31 +504,31 @@ static void test_sem(void **state)
     RUN(&r, "sem", "run", "-n", "2", "-w", "0", "cli-sem", "--", "true");
     expect_failure(&r, 75, NULL, false);
     RUN(&r, "status", "--json", "cli-sem");
-    expect_status(&r, 0);
+    it_expect_status(&r, 0);
     assert_non_null(strstr(r.out, ",\"shared\":2,\"holders\":[{"));
 
     /* Given back without K; twice is 73. */
     RUN(&r, "sem", "release", "cli-sem", t1);
-    expect_status(&r, 0);
+    it_expect_status(&r, 0);
     assert_string_equal(r.out, "");
     RUN(&r, "sem", "release", "cli-sem", t1);
     expect_failure(&r, 73, NULL, true);
     RUN(&r, "sem", "run", "-n", "2", "-w", "0", "cli-sem", "--", "sh", "-c",
         "echo \"$DLOCK_NAME $DLOCK_FENCE\"");
-    expect_status(&r, 0);
+    it_expect_status(&r, 0);
     assert_true(starts_with(r.out, "cli-sem "));
     assert_true(strtoull(r.out + 8, NULL, 10) > f2);
     RUN(&r, "sem", "release", "cli-sem", t2);
-    expect_status(&r, 0);
+    it_expect_status(&r, 0);
 
     /* One permit is the lock: it excludes an exclusive holder and is excluded by one. */
     RUN(&r, "sem", "acquire", "-n", "1", "-w", "0", "cli-sem");
-    expect_status(&r, 0);
+    it_expect_status(&r, 0);
     parse_token_line(r.out, t1, &f1);
     RUN(&r, "acquire", "-w", "0", "cli-sem");
     expect_failure(&r, 75, NULL, false);
     RUN(&r, "release", "cli-sem", t1);
-    expect_status(&r, 0);
+    it_expect_status(&r, 0);
 }
 
 static void test_sem_usage_errors(void **state)
@@ -572,7 +549,7 @@ static void test_sem_usage_errors(void **state)
     RUN(&r, "sem", "grab", "x");
     expect_failure(&r, 64, "sem: unknown subcommand \"grab\"", true);
     RUN(&r, "sem", "--help");
-    expect_status(&r, 0);
+    it_expect_status(&r, 0);
     assert_true(starts_with(r.out, "Usage: dlock [OPTIONS] sem SUBCOMMAND"));
     RUN(&r, "sem", "acquire", "--shared", "-n", "2", "cli-semu");
     expect_failure(&r, 64, "unknown option --shared", true);
@@ -643,19 +620,19 @@ static void test_help_and_version(void **state)
     (void)state;
     run r;
     RUN(&r, "--help");
-    expect_status(&r, 0);
+    it_expect_status(&r, 0);
     assert_non_null(strstr(r.out, "Usage: dlock"));
     assert_non_null(strstr(r.out, "acquire"));
     assert_string_equal(r.err, "");
     static const char *const cmds[] = {"acquire", "extend", "release", "status"};
     for (size_t i = 0; i < sizeof cmds / sizeof cmds[0]; i++) {
         RUN(&r, cmds[i], "--help");
-        expect_status(&r, 0);
+        it_expect_status(&r, 0);
         assert_non_null(strstr(r.out, cmds[i]));
         assert_string_equal(r.err, "");
     }
     RUN(&r, "--version");
-    expect_status(&r, 0);
+    it_expect_status(&r, 0);
     assert_non_null(strstr(r.out, DLOCK_VERSION_STRING));
 }
 
@@ -700,12 +677,12 @@ static void test_auth(void **state)
 
     run r;
     run_env(&r, env_right, "acquire", "-w", "0", "cli-auth", (const char *)NULL);
-    expect_status(&r, 0);
+    it_expect_status(&r, 0);
     char token[DLOCK_TOKEN_LEN + 1];
     uint64_t fence;
     parse_token_line(r.out, token, &fence);
     run_env(&r, env_right, "status", "cli-auth", (const char *)NULL);
-    expect_status(&r, 0);
+    it_expect_status(&r, 0);
 
     run_env(&r, env_wrong, "status", "cli-auth", (const char *)NULL);
     expect_failure(&r, 77, NULL, true);
@@ -723,14 +700,14 @@ static void test_auth(void **state)
     char url[200];
     snprintf(url, sizeof url, "redis://:%s@127.0.0.1:%d", PASSWORD, authed.port);
     run_env(&r, env_none, "-s", url, "status", "cli-auth", (const char *)NULL);
-    expect_status(&r, 0);
+    it_expect_status(&r, 0);
     snprintf(url, sizeof url, "redis://:wrong-%s@127.0.0.1:%d", PASSWORD, authed.port);
     run_env(&r, env_none, "-s", url, "status", "cli-auth", (const char *)NULL);
     expect_failure(&r, 77, NULL, true);
     assert_null(strstr(r.err, PASSWORD));
 
     run_env(&r, env_right, "release", "cli-auth", token, (const char *)NULL);
-    expect_status(&r, 0);
+    it_expect_status(&r, 0);
 }
 
 static void test_rediss_refused(void **state)
@@ -843,7 +820,7 @@ static void test_sigint_cancels_wait(void **state)
     it_expect_holder(&plain, "cli-sig", token);
     run r;
     RUN(&r, "release", "cli-sig", token);
-    expect_status(&r, 0);
+    it_expect_status(&r, 0);
 }
 
 static void test_closed_stdout_releases(void **state)

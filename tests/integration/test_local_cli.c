@@ -13,8 +13,7 @@
 
 #include <cmocka.h>
 
-#include "dlock.h"
-#include "support.h"
+#include "itest.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -55,27 +54,16 @@ static int group_teardown(void **state)
     return 0;
 }
 
-/* One run of the command: its exit status and what it printed. */
-typedef struct outcome {
-    int status;
-    char out[4096];
-    char err[4096];
-} outcome;
-
 /* dlock -s <url> ARGS... (NULL-terminated), with DLOCK_SERVERS and DLOCK_PASSWORD
  * removed from its environment. */
-static outcome *dlock(outcome *o, ...)
+static it_run *dlock(it_run *o, ...)
 {
-    const char *argv[24] = {dh_cli_path(), "-s", url};
-    int n = 3;
+    const char *const pre[] = {"-s", url, NULL};
+    static const char *const env[] = {"DLOCK_SERVERS", "DLOCK_PASSWORD", NULL};
     va_list ap;
     va_start(ap, o);
-    for (const char *a; (a = va_arg(ap, const char *)) != NULL && n < 23;)
-        argv[n++] = a;
+    it_cli_va(o, env, pre, ap);
     va_end(ap);
-    argv[n] = NULL;
-    static const char *const env[] = {"DLOCK_SERVERS", "DLOCK_PASSWORD", NULL};
-    o->status = dh_run(argv, env, o->out, sizeof o->out, o->err, sizeof o->err);
     return o;
 }
 
@@ -83,7 +71,7 @@ static outcome *dlock(outcome *o, ...)
 
 /* Exit `want`; for a failure, nothing on stdout and one line on stderr that starts
  * with "dlock: " and contains needle. */
-static void expect(const outcome *o, int want, const char *needle)
+static void expect(const it_run *o, int want, const char *needle)
 {
     if (o->status != want)
         fail_msg("exit %d, want %d\nstdout: %s\nstderr: %s", o->status, want, o->out, o->err);
@@ -97,7 +85,7 @@ static void expect(const outcome *o, int want, const char *needle)
 }
 
 /* "TOKEN FENCE\n" from `dlock acquire`. */
-static uint64_t token_line(const outcome *o, char token[DLOCK_TOKEN_LEN + 1])
+static uint64_t token_line(const it_run *o, char token[DLOCK_TOKEN_LEN + 1])
 {
     unsigned long long fence = 0;
     int end = -1;
@@ -110,7 +98,7 @@ static uint64_t token_line(const outcome *o, char token[DLOCK_TOKEN_LEN + 1])
 static void acquire_status_extend_release(void **state)
 {
     (void)state;
-    outcome o;
+    it_run o;
     char token[DLOCK_TOKEN_LEN + 1];
     expect(DLOCK(&o, "acquire", "-t", "30s", "-w", "0", "-l", "nightly backup", "job"), 0, NULL);
     uint64_t fence = token_line(&o, token);
@@ -146,7 +134,7 @@ static void acquire_status_extend_release(void **state)
 static void acquire_waits_for_lease(void **state)
 {
     (void)state;
-    outcome o;
+    it_run o;
     char token[DLOCK_TOKEN_LEN + 1];
     expect(DLOCK(&o, "acquire", "-t", "500ms", "short"), 0, NULL);
     uint64_t fence = token_line(&o, token);
@@ -181,7 +169,7 @@ static void run_and_sigkill(void **state)
     pid_t first = dh_spawn(argv, NULL);
     assert_true(first > 0);
     wait_held("task");
-    outcome o;
+    it_run o;
     expect(DLOCK(&o, "run", "-w", "0", "task", "--", "true"), 75, "held by");
     kill(first, SIGKILL);
     int st;
@@ -198,7 +186,7 @@ static void run_and_sigkill(void **state)
 static void run_outlives_its_ttl(void **state)
 {
     (void)state;
-    outcome o;
+    it_run o;
     expect(DLOCK(&o, "run", "-t", "1s", "-g", "100ms", "long", "--", "sh", "-c", "sleep 2; exit 7"),
            7, NULL);
     assert_string_equal(o.err, "");
@@ -213,7 +201,7 @@ static void run_waits_for_run(void **state)
     assert_true(first > 0);
     wait_held("queue");
     int64_t t0 = dh_now_ms();
-    outcome o;
+    it_run o;
     expect(DLOCK(&o, "run", "-w", "10s", "queue", "--", "true"), 0, NULL);
     int64_t took = dh_now_ms() - t0;
     int st;
@@ -228,7 +216,7 @@ static void run_waits_for_run(void **state)
 static void shared_and_sem_commands(void **state)
 {
     (void)state;
-    outcome o;
+    it_run o;
     char t1[DLOCK_TOKEN_LEN + 1], t2[DLOCK_TOKEN_LEN + 1], t3[DLOCK_TOKEN_LEN + 1];
     expect(DLOCK(&o, "sem", "acquire", "-n", "2", "-w", "0", "pool"), 0, NULL);
     token_line(&o, t1);
@@ -254,7 +242,7 @@ static void bad_directories(void **state)
     (void)state;
     const char *argv[] = {dh_cli_path(), "-s", "file:///nonexistent/dlock-dir",
                           "status",      "x",  NULL};
-    outcome o;
+    it_run o;
     o.status = dh_run(argv, NULL, o.out, sizeof o.out, o.err, sizeof o.err);
     expect(&o, 64, "/nonexistent/dlock-dir");
     argv[2] = "file://host/var/lock";

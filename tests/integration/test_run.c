@@ -152,11 +152,7 @@ static void wait_for_key(const char *name, int64_t timeout_ms)
 
 /* ---- running dlock --------------------------------------------------------------- */
 
-typedef struct run {
-    int status;
-    char out[8192];
-    char err[8192];
-} run;
+typedef it_run run;
 
 #define ARGS_MAX 40
 
@@ -165,6 +161,7 @@ static const char *const *run_env(void)
     return it_cli_env(&plain);
 }
 
+/* The dlock command and the arguments of ap up to a NULL, into argv, for spawn(). */
 static int collect(const char *argv[], va_list ap)
 {
     int n = 0;
@@ -181,22 +178,12 @@ static int collect(const char *argv[], va_list ap)
 /* Run dlock with the arguments that follow (NULL-terminated) to the end. */
 static void run_sync(run *r, ...)
 {
-    const char *argv[ARGS_MAX + 2];
     va_list ap;
     va_start(ap, r);
-    collect(argv, ap);
+    it_cli_va(r, run_env(), NULL, ap);
     va_end(ap);
-    memset(r, 0, sizeof *r);
-    r->status = dh_run(argv, run_env(), r->out, sizeof r->out, r->err, sizeof r->err);
-    assert_true(r->status >= 0);
 }
 #define RUN(r, ...) run_sync((r), __VA_ARGS__, (const char *)NULL)
-
-static void expect_status(const run *r, int want)
-{
-    if (r->status != want)
-        fail_msg("exit %d, want %d\nstdout: %s\nstderr: %s", r->status, want, r->out, r->err);
-}
 
 /* stderr is exactly one line, "dlock: ...", containing needle (NULL: anything). */
 static void expect_one_line(const char *err, const char *needle)
@@ -354,7 +341,7 @@ static void test_holds_while_cmd_runs(void **state)
     while (dh_now_ms() - held_ms < 3300) {
         run r;
         RUN(&r, "acquire", "-w", "0", "run-hold");
-        expect_status(&r, 75); /* held by the run, every time */
+        it_expect_status(&r, 75); /* held by the run, every time */
         long long pttl = key_pttl("run-hold");
         assert_true(pttl > 0 && pttl <= 1000); /* renewed to 1 s, never to more */
         checks++;
@@ -373,7 +360,7 @@ static void test_holds_while_cmd_runs(void **state)
     assert_int_equal(key_exists("run-hold"), 0);
     run r;
     RUN(&r, "status", "run-hold");
-    expect_status(&r, 0);
+    it_expect_status(&r, 0);
     assert_non_null(strstr(r.out, "run-hold: free"));
 }
 
@@ -566,19 +553,19 @@ static void test_exit_status_passthrough(void **state)
     (void)state;
     run r;
     RUN(&r, "run", "run-st", "--", "sh", "-c", "exit 3");
-    expect_status(&r, 3);
+    it_expect_status(&r, 3);
     assert_string_equal(r.err, "");
     assert_int_equal(key_exists("run-st"), 0);
     RUN(&r, "run", "run-st", "--", "true");
-    expect_status(&r, 0);
+    it_expect_status(&r, 0);
     RUN(&r, "run", "run-st", "--", "sh", "-c", "kill -TERM $$");
-    expect_status(&r, 128 + SIGTERM);
+    it_expect_status(&r, 128 + SIGTERM);
     RUN(&r, "run", "run-st", "--", "sh", "-c", "kill -KILL $$");
-    expect_status(&r, 128 + SIGKILL);
+    it_expect_status(&r, 128 + SIGKILL);
     assert_int_equal(key_exists("run-st"), 0);
     /* CMD's own options are CMD's, even ones dlock also has. */
     RUN(&r, "run", "run-st", "--", "sh", "-c", "echo \"$*\"", "sh", "-t", "1s", "-h", "--");
-    expect_status(&r, 0);
+    it_expect_status(&r, 0);
     assert_string_equal(r.out, "-t 1s -h --\n");
 }
 
@@ -587,19 +574,19 @@ static void test_exec_failures(void **state)
     (void)state;
     run r;
     RUN(&r, "run", "run-exec", "--", "dlock-test-no-such-command");
-    expect_status(&r, 127);
+    it_expect_status(&r, 127);
     expect_one_line(r.err, "dlock-test-no-such-command");
     RUN(&r, "run", "run-exec", "--", path("missing/file"));
-    expect_status(&r, 127);
+    it_expect_status(&r, 127);
     expect_one_line(r.err, "No such file");
 
     const char *plainfile = path("not-executable");
     write_file(plainfile, "#!/bin/sh\nexit 0\n", 0644);
     RUN(&r, "run", "run-exec", "--", plainfile);
-    expect_status(&r, 126);
+    it_expect_status(&r, 126);
     expect_one_line(r.err, "Permission denied");
     RUN(&r, "run", "run-exec", "--", tmpdir); /* a directory */
-    expect_status(&r, 126);
+    it_expect_status(&r, 126);
     expect_one_line(r.err, NULL);
     /* Never ran, never left the lock behind. */
     assert_int_equal(key_exists("run-exec"), 0);
@@ -621,7 +608,7 @@ static void test_environment(void **state)
     const char *env[] = {run_env()[0], "DLOCK_PASSWORD", "DLOCK_TOKEN=stale", NULL};
     memset(&r, 0, sizeof r);
     r.status = dh_run(argv, env, r.out, sizeof r.out, r.err, sizeof r.err);
-    expect_status(&r, 0);
+    it_expect_status(&r, 0);
     char *bar = strchr(r.out, '|');
     assert_non_null(bar);
     assert_memory_equal(r.out, "run-env|", 8);
@@ -685,7 +672,7 @@ static void test_signals_forwarded(void **state)
 static void hold_for_30s(run *r, const char *name, char token[DLOCK_TOKEN_LEN + 1])
 {
     RUN(r, "acquire", "-t", "30s", "-w", "0", name);
-    expect_status(r, 0);
+    it_expect_status(r, 0);
     memcpy(token, r->out, DLOCK_TOKEN_LEN);
     token[DLOCK_TOKEN_LEN] = '\0';
 }
@@ -699,7 +686,7 @@ static void test_busy_try_once(void **state)
 
     int64_t start = dh_now_ms();
     RUN(&r, "run", "-w", "0", "run-busy", "--", "touch", path("busy.ran"));
-    expect_status(&r, 75);
+    it_expect_status(&r, 75);
     assert_true(dh_now_ms() - start < 3000 * dh_slack());
     expect_one_line(r.err, "held by another owner");
     assert_int_equal(access(path("busy.ran"), F_OK), -1); /* CMD never ran */
@@ -707,14 +694,14 @@ static void test_busy_try_once(void **state)
     /* A bounded wait runs out the same way, not before WAIT. */
     start = dh_now_ms();
     RUN(&r, "run", "-w", "300ms", "run-busy", "--", "touch", path("busy.ran"));
-    expect_status(&r, 75);
+    it_expect_status(&r, 75);
     assert_true(dh_now_ms() - start >= 300);
     assert_int_equal(access(path("busy.ran"), F_OK), -1);
 
     /* The holder's lock is untouched. */
     it_expect_holder(&plain, "run-busy", token);
     RUN(&r, "release", "run-busy", token);
-    expect_status(&r, 0);
+    it_expect_status(&r, 0);
 }
 
 static void test_signal_cancels_wait(void **state)
@@ -744,7 +731,7 @@ static void test_signal_cancels_wait(void **state)
     free(err);
     assert_int_equal(access(path("cancel.ran"), F_OK), -1);
     RUN(&r, "release", "run-cancel", token);
-    expect_status(&r, 0);
+    it_expect_status(&r, 0);
 }
 
 /* ---- usage ------------------------------------------------------------------------------ */
@@ -754,40 +741,40 @@ static void test_usage_errors(void **state)
     (void)state;
     run r;
     RUN(&r, "run", "-t", "1s", "-g", "500ms", "run-use", "--", "true"); /* GRACE >= TTL/2 */
-    expect_status(&r, 64);
+    it_expect_status(&r, 64);
     expect_one_line(r.err, "GRACE");
     RUN(&r, "run", "-g", "15s", "run-use", "--", "true"); /* default TTL 30s */
-    expect_status(&r, 64);
+    it_expect_status(&r, 64);
     RUN(&r, "run", "-g", "soon", "run-use", "--", "true");
-    expect_status(&r, 64);
+    it_expect_status(&r, 64);
     expect_one_line(r.err, "GRACE");
     RUN(&r, "run", "-t", "100ms", "run-use", "--", "true"); /* no room for a renewal */
-    expect_status(&r, 64);
+    it_expect_status(&r, 64);
     expect_one_line(r.err, "too short");
     static const char *const bad_signals[] = {"FOO", "0",     "65",       "SIG",
                                               "-15", "TERM2", "RTMIN+99", ""};
     for (size_t i = 0; i < sizeof bad_signals / sizeof bad_signals[0]; i++) {
         RUN(&r, "run", "-k", bad_signals[i], "run-use", "--", "true");
-        expect_status(&r, 64);
+        it_expect_status(&r, 64);
         expect_one_line(r.err, "SIGNAL");
     }
     RUN(&r, "run", "run-use", "true"); /* no "--" */
-    expect_status(&r, 64);
+    it_expect_status(&r, 64);
     expect_one_line(r.err, "--");
     RUN(&r, "run", "run-use", "--"); /* no CMD */
-    expect_status(&r, 64);
+    it_expect_status(&r, 64);
     expect_one_line(r.err, "CMD");
     RUN(&r, "run", "run-use");
-    expect_status(&r, 64);
+    it_expect_status(&r, 64);
     RUN(&r, "run", "--", "true"); /* no NAME */
-    expect_status(&r, 64);
+    it_expect_status(&r, 64);
     expect_one_line(r.err, "NAME");
     RUN(&r, "run", "a", "b", "--", "true");
-    expect_status(&r, 64);
+    it_expect_status(&r, 64);
     RUN(&r, "run", "-k");
-    expect_status(&r, 64);
+    it_expect_status(&r, 64);
     RUN(&r, "run", "--no-such", "run-use", "--", "true");
-    expect_status(&r, 64);
+    it_expect_status(&r, 64);
     /* None of it reached CMD or the server. */
     assert_int_equal(key_exists("run-use"), 0);
     assert_int_equal(key_exists("a"), 0);
@@ -797,7 +784,7 @@ static void test_usage_errors(void **state)
                                                "USR1", "9",      "RTMIN+1", "rtmax"};
     for (size_t i = 0; i < sizeof good_signals / sizeof good_signals[0]; i++) {
         RUN(&r, "run", "-k", good_signals[i], "-g", "0", "run-use", "--", "true");
-        expect_status(&r, 0);
+        it_expect_status(&r, 0);
     }
 }
 
@@ -823,12 +810,12 @@ static void test_help_and_man_page(void **state)
     (void)state;
     run r;
     RUN(&r, "run", "--help");
-    expect_status(&r, 0);
+    it_expect_status(&r, 0);
     assert_non_null(strstr(r.out, "Usage: dlock [OPTIONS] run"));
     assert_non_null(strstr(r.out, "GRACE"));
     assert_non_null(strstr(r.out, "max(100ms, TTL/20)"));
     RUN(&r, "--help");
-    expect_status(&r, 0);
+    it_expect_status(&r, 0);
     assert_non_null(strstr(r.out, "\n  run "));
 
     /* Every command and exit code the help lists is in both man page files. */

@@ -40,37 +40,20 @@ static int group_teardown(void **state)
     return 0;
 }
 
-/* One run of the command: its exit status and what it printed. */
-typedef struct result {
-    int status;
-    char out[4096];
-    char err[4096];
-} result;
-
-#define MAX_ARGS 16
-
 /* Run `dlock stock ARGS...` (NULL-terminated) with env (dh_run's form). */
-static void stock_env(result *r, const char *const *env, ...)
+static void stock_env(it_run *r, const char *const *env, ...)
 {
-    const char *argv[MAX_ARGS + 3] = {dh_cli_path(), "stock"};
-    int n = 2;
+    static const char *const pre[] = {"stock", NULL};
     va_list ap;
     va_start(ap, env);
-    for (const char *a; (a = va_arg(ap, const char *)) != NULL;) {
-        assert_true(n < MAX_ARGS + 2);
-        argv[n++] = a;
-    }
+    it_cli_va(r, env, pre, ap);
     va_end(ap);
-    argv[n] = NULL;
-    memset(r, 0, sizeof *r);
-    r->status = dh_run(argv, env, r->out, sizeof r->out, r->err, sizeof r->err);
-    assert_true(r->status >= 0);
 }
 
 #define STOCK(r, ...) stock_env((r), it_cli_env(&srv), __VA_ARGS__, (const char *)NULL)
 
 /* Success: exit 0, nothing on stderr, and stdout exactly `out` (NULL: not checked). */
-static void ok(const result *r, const char *out)
+static void ok(const it_run *r, const char *out)
 {
     if (r->status != 0 || r->err[0] != '\0')
         fail_msg("exit %d, want 0\nstdout: %s\nstderr: %s", r->status, r->out, r->err);
@@ -80,7 +63,7 @@ static void ok(const result *r, const char *out)
 
 /* Failure: exit `status`, nothing on stdout, one line on stderr starting "dlock: " and
  * containing needle. */
-static void fails(const result *r, int status, const char *needle)
+static void fails(const it_run *r, int status, const char *needle)
 {
     size_t len = strlen(r->err);
     if (r->status != status)
@@ -94,7 +77,7 @@ static void fails(const result *r, int status, const char *needle)
 }
 
 /* The id line a reserve prints: 32 lowercase hex characters and a newline. */
-static void parse_id(const result *r, char id[DLOCK_TOKEN_LEN + 1])
+static void parse_id(const it_run *r, char id[DLOCK_TOKEN_LEN + 1])
 {
     ok(r, NULL);
     if (strlen(r->out) != DLOCK_TOKEN_LEN + 1 || r->out[DLOCK_TOKEN_LEN] != '\n')
@@ -121,7 +104,7 @@ static void expect_counts(const char *sku, int64_t stock, int64_t avail, int64_t
 static void test_set_add_status(void **state)
 {
     (void)state;
-    result r;
+    it_run r;
     STOCK(&r, "set", "cli-a", "10");
     ok(&r, "");
     STOCK(&r, "add", "cli-a", "5");
@@ -142,9 +125,8 @@ static void test_set_add_status(void **state)
     ok(&r, "{\"sku\":\"cli-a\",\"stock\":12,\"available\":8,\"reserved\":0,\"sold\":4,"
            "\"reservations\":0,\"waiters\":0}\n");
     /* --json before the subcommand too, and an SKU that needs escaping. */
-    const char *argv[] = {dh_cli_path(), "--json", "stock", "status", "cli \"q\"\n", NULL};
-    memset(&r, 0, sizeof r);
-    r.status = dh_run(argv, it_cli_env(&srv), r.out, sizeof r.out, r.err, sizeof r.err);
+    static const char *const json[] = {"--json", "stock", NULL};
+    it_cli(&r, it_cli_env(&srv), json, "status", "cli \"q\"\n", (const char *)NULL);
     ok(&r, "{\"sku\":\"cli \\\"q\\\"\\n\",\"stock\":0,\"available\":0,\"reserved\":0,"
            "\"sold\":0,\"reservations\":0,\"waiters\":0}\n");
     /* Refused changes: exit 64, nothing changed. */
@@ -158,7 +140,7 @@ static void test_set_add_status(void **state)
 static void test_reserve_commit_cancel(void **state)
 {
     (void)state;
-    result r;
+    it_run r;
     char a[DLOCK_TOKEN_LEN + 1], b[DLOCK_TOKEN_LEN + 1];
     STOCK(&r, "set", "cli-b", "5");
     ok(&r, "");
@@ -186,7 +168,7 @@ static void test_reserve_commit_cancel(void **state)
 static void test_reserve_not_available(void **state)
 {
     (void)state;
-    result r;
+    it_run r;
     char a[DLOCK_TOKEN_LEN + 1];
     STOCK(&r, "set", "cli-c", "2");
     STOCK(&r, "reserve", "cli-c", "2");
@@ -208,7 +190,7 @@ static void test_reserve_not_available(void **state)
 static void test_commit_after_expiry(void **state)
 {
     (void)state;
-    result r;
+    it_run r;
     char a[DLOCK_TOKEN_LEN + 1], lease[32];
     snprintf(lease, sizeof lease, "%lldms", 100 * dh_slack());
     STOCK(&r, "set", "cli-d", "1");
@@ -224,7 +206,7 @@ static void test_commit_after_expiry(void **state)
 static void test_extend(void **state)
 {
     (void)state;
-    result r;
+    it_run r;
     char a[DLOCK_TOKEN_LEN + 1], lease[32], other[DLOCK_TOKEN_LEN + 1];
     snprintf(lease, sizeof lease, "%lldms", 300 * dh_slack());
     STOCK(&r, "set", "cli-e", "1");
@@ -248,7 +230,7 @@ static void test_extend(void **state)
  * is rewritten by every call of the main thread's). */
 typedef struct bg {
     pthread_t th;
-    result r;
+    it_run r;
     const char *const *argv;
     char servers[160];
     const char *env[3];
@@ -267,7 +249,7 @@ static void *bg_main(void *arg)
 static void test_reserve_waits_for_cancel(void **state)
 {
     (void)state;
-    result r;
+    it_run r;
     char a[DLOCK_TOKEN_LEN + 1], got[DLOCK_TOKEN_LEN + 1];
     STOCK(&r, "set", "cli-f", "1");
     STOCK(&r, "reserve", "cli-f", "1");
@@ -301,7 +283,7 @@ static void test_reserve_waits_for_cancel(void **state)
 static void test_usage_errors(void **state)
 {
     (void)state;
-    result r;
+    it_run r;
     const char *id = "0123456789abcdef0123456789abcdef";
     stock_env(&r, it_cli_env(&srv), (const char *)NULL);
     fails(&r, 64, "stock: missing SUBCOMMAND");
@@ -353,7 +335,7 @@ static void test_usage_errors(void **state)
 static void test_server_down_and_auth(void **state)
 {
     (void)state;
-    result r;
+    it_run r;
     static const char *const down[] = {"DLOCK_SERVERS=redis://127.0.0.1:1", "DLOCK_PASSWORD", NULL};
     stock_env(&r, down, "status", "cli-x", (const char *)NULL);
     fails(&r, 69, "stock status cli-x: connection to the server failed");
