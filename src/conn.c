@@ -364,6 +364,22 @@ bool dlock__conn_stale(dlock__conn *c)
      * out of step. Either way, reconnect now rather than fail the caller's command. */
     char b;
     ssize_t r = recv(c->fd, &b, 1, MSG_PEEK | MSG_DONTWAIT);
+    if (r > 0 && c->skip > 0) {
+        /* The late replies of abandoned commands: take them now. A server that sent
+         * them and then closed (it restarted) shows its EOF only behind them, and a
+         * command sent on that connection would fail the caller's round. */
+        char detail[160];
+        redisReply *extra = NULL;
+        if (dlock__conn_read(c, detail, sizeof detail) != DLOCK_OK ||
+            dlock__conn_next_reply(c, &extra, detail, sizeof detail) != DLOCK_OK)
+            return true;
+        c->lagging = false; /* it answers again */
+        if (extra != NULL) {
+            freeReplyObject(extra); /* a reply nobody owed: out of step */
+            return true;
+        }
+        r = recv(c->fd, &b, 1, MSG_PEEK | MSG_DONTWAIT);
+    }
     if (r == 0)
         return true;
     if (r < 0)

@@ -265,6 +265,34 @@ static void test_validity_never_exceeds_the_servers_lease(void **state)
     dlock_client_free(c);
 }
 
+/* A reply that comes after its round gave up on it, and then the server's close (it
+ * restarted): the next call on that connection reconnects. It must not send its command
+ * there and fail on the EOF that waited behind the late replies. */
+static void test_late_replies_then_restart(void **state)
+{
+    (void)state;
+    dlock_client *c = client(1, it_timeout_ms());
+    warm(c);
+    fr_delay(it_relay[0], 0, 3 * it_timeout_ms());
+    dlock_opts o = {0};
+    o.ttl_ms = 10000;
+    dlock_lock *l = NULL;
+    assert_int_equal(dlock_acquire(c, "late", &o, &l), DLOCK_ERR_TIMEOUT);
+    fr_delay(it_relay[0], 0, 0);
+    /* The acquire's reply and its clean-up's arrive; then the server goes, and the
+     * relay passes its close on after them. */
+    dh_sleep_ms(5 * it_timeout_ms());
+    dh_server_kill(&it_relayed_srv[0]);
+    assert_int_equal(dh_server_restart(&it_relayed_srv[0]), 0);
+    dh_sleep_ms(100);
+    /* One round, no retry: with the EOF unseen, the round would fail with IO. */
+    dlock_holder h;
+    int rc = dlock_inspect(c, "late", &h);
+    it_show("inspect after the restart", rc);
+    assert_int_equal(rc, DLOCK_OK);
+    dlock_client_free(c);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -273,6 +301,7 @@ int main(void)
         cmocka_unit_test_setup(test_held_replies_three_nodes, clean),
         cmocka_unit_test_setup(test_late_replies_leave_no_validity, clean),
         cmocka_unit_test_setup(test_validity_never_exceeds_the_servers_lease, clean),
+        cmocka_unit_test_setup(test_late_replies_then_restart, clean),
     };
     int failed =
         cmocka_run_group_tests_name("inflight", tests, it_relayed_setup, it_relayed_teardown);
