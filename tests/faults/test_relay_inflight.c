@@ -13,7 +13,9 @@
  *     the attempt (or after the held bytes were let through);
  *   - with a delay that leaves some validity, the validity the client reports never
  *     exceeds the lease the servers still have;
- *   - the client works afterwards: late replies are discarded, not taken for answers.
+ *   - the client works afterwards: late replies are discarded, not taken for answers,
+ *     and a connection whose server closed it behind its late replies (a restart) is
+ *     remade before it is used again.
  * Liveness bounds are multiplied by dh_slack(); timings are printed as FIG lines.
  */
 #include <setjmp.h>
