@@ -452,8 +452,8 @@ static int acquire(dlock_client *c, const char *name, const dlock_opts *opts, in
     /* A wait longer than a century is a wait forever (and must not overflow). */
     int64_t deadline =
         wait_ms < 0 || wait_ms > INT64_C(3153600000000) ? INT64_MAX : start + wait_ms * 1000;
-    /* Servers that stay unreachable end even an endless wait: a wait is for a holder
-     * to go away, not for an outage to end (the CLI's exit 69 even with -w forever). */
+    /* Servers that stay unreachable end even an endless wait (the CLI's exit 69 even
+     * with -w forever). */
     int64_t outage_since = 0;
     for (int n = 0;; n++) {
         if (w != NULL)
@@ -463,18 +463,11 @@ static int acquire(dlock_client *c, const char *name, const dlock_opts *opts, in
         if (rc == DLOCK_OK || rc == DLOCK_ERR_NOMEM)
             break;
         int64_t now = dlock__now_us();
-        if (rc == DLOCK_ERR_BUSY) {
-            outage_since = 0;
-        } else {
-            if (outage_since == 0)
-                outage_since = now;
-            /* An error that no retry can fix, on enough nodes that no quorum is
-             * possible, ends the call now. */
-            if (info.permanent > c->n - c->quorum)
-                break;
-            if (now - outage_since >= c->rules.connect_timeout_us)
-                break;
-        }
+        /* An error that no retry can fix, on enough nodes that no quorum is possible,
+         * ends the call now. */
+        if (dlock__outage_over(&outage_since, rc, now, c->rules.connect_timeout_us) ||
+            (rc != DLOCK_ERR_BUSY && info.permanent > c->n - c->quorum))
+            break;
         if (now >= deadline)
             break;
         if (rc == DLOCK_ERR_BUSY && w == NULL) {

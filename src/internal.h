@@ -416,6 +416,11 @@ void dlock__wait_leave(struct dlock_client *c, dlock__waiter *w);
  * exponential backoff with jitter, never past the holder's lease or the deadline.
  * DLOCK_ERR_CANCELED (no message) when cancel_fd became readable. */
 int dlock__backoff(int attempt, int64_t busy_ms, int64_t deadline_us, int cancel_fd);
+/* The rule that ends a wait on an outage, for a waiting call's attempt that returned
+ * rc at now: a refusal (DLOCK_ERR_BUSY) ends an outage; any other error starts one (in
+ * *since), and true means the servers stayed unavailable for connect_timeout_us in a
+ * row, and the call ends: a wait is for a holder to go away, not for an outage to end. */
+bool dlock__outage_over(int64_t *since, int rc, int64_t now, int64_t connect_timeout_us);
 /* When a waiter retries if nothing wakes it: the holder's lease end (plus jitter), at
  * most DLOCK_QUEUE_REFRESH_MS from now, and never past deadline. */
 int64_t dlock__retry_at(int64_t now, int64_t busy_ms, int64_t deadline);

@@ -804,14 +804,9 @@ int dlock_stock_reserve(dlock_client *c, const char *sku, int64_t qty,
         if (rc == DLOCK_OK || (rc == DLOCK_ERR_BUSY && b.next_ms == -2))
             break;
         int64_t now = dlock__now_us();
-        if (rc == DLOCK_ERR_BUSY) {
-            outage_since = 0;
-        } else {
-            if (outage_since == 0)
-                outage_since = now;
-            if (permanent(rc) || now - outage_since >= c->rules.connect_timeout_us)
-                break;
-        }
+        if (dlock__outage_over(&outage_since, rc, now, c->rules.connect_timeout_us) ||
+            (rc != DLOCK_ERR_BUSY && permanent(rc)))
+            break;
         if (now >= deadline)
             break;
         if (rc == DLOCK_ERR_BUSY && w == NULL && dlock__wait_join(c, q.id, false, &w) == DLOCK_OK) {

@@ -424,6 +424,17 @@ int dlock__backoff(int attempt, int64_t busy_ms, int64_t deadline_us, int cancel
     }
 }
 
+bool dlock__outage_over(int64_t *since, int rc, int64_t now, int64_t connect_timeout_us)
+{
+    if (rc == DLOCK_ERR_BUSY) {
+        *since = 0;
+        return false;
+    }
+    if (*since == 0)
+        *since = now;
+    return now - *since >= connect_timeout_us;
+}
+
 int64_t dlock__retry_at(int64_t now, int64_t busy_ms, int64_t deadline)
 {
     /* When the holder's lease should be over (an expiry publishes nothing), with
