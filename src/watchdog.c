@@ -6,8 +6,8 @@
  * extended every ttl/3 by one background thread per client, until it is released,
  * detached or lost.
  *
- * Renewals are batched: every lock due in a turn (or due within a twelfth of its ttl)
- * goes to each node in ONE script call
+ * Renewals are batched: a turn starts when a lock is due, and every lock due by then
+ * or within a twelfth of its ttl goes to each node in ONE script call
  * (RENEW, scripts.c) whose reply is a string of '1'/'0', one character per lock. So
  * 1,000 held locks cost one round trip per node per turn, not 1,000.
  *
@@ -201,18 +201,32 @@ static void *watchdog_main(void *arg)
     struct dlock__watchdog *wd = c->wd;
     pthread_mutex_lock(&wd->mu);
     while (!wd->stop) {
-        /* Gather every lock due now; find when the next one is. */
+        /* A turn starts when a lock is due, not before: the thread also wakes when a
+         * lock is added, and a turn started then would take only the locks whose early
+         * margin (below) had just begun, one or two at a time while a program takes
+         * many locks in a row. */
         int64_t now = dlock__now_us(), next = INT64_MAX;
+        for (dlock_lock *l = wd->locks; l != NULL; l = l->wd_next)
+            if (l->next_renew_us < next)
+                next = l->next_renew_us;
+        if (next > now) {
+            if (next == INT64_MAX) {
+                pthread_cond_wait(&wd->wake, &wd->mu);
+            } else {
+                struct timespec ts;
+                dlock__cond_deadline(&ts, next - now);
+                pthread_cond_timedwait(&wd->wake, &wd->mu, &ts);
+            }
+            continue;
+        }
+        /* The turn takes every lock due within a twelfth of its ttl: renewing that
+         * early is harmless, and locks taken close together then share turns (one
+         * turn per ttl/12 of acquisitions) instead of each having its own. */
         int k = 0, cap = 0;
         dlock_lock **batch = NULL;
         for (dlock_lock *l = wd->locks; l != NULL; l = l->wd_next) {
-            /* Renewing up to ttl/12 early is harmless and lets locks taken close
-             * together share rounds instead of each waking the thread. */
-            if (l->next_renew_us - l->ttl_ms * 1000 / 12 > now) {
-                if (l->next_renew_us < next)
-                    next = l->next_renew_us;
+            if (l->next_renew_us - l->ttl_ms * 1000 / 12 > now)
                 continue;
-            }
             if (k == cap) {
                 int ncap = cap ? cap * 2 : 64;
                 dlock_lock **nb = dlock__realloc(batch, (size_t)ncap * sizeof *nb);
@@ -224,15 +238,10 @@ static void *watchdog_main(void *arg)
             l->in_batch = true;
             batch[k++] = l;
         }
-        if (k == 0) {
-            free(batch);
-            if (next == INT64_MAX) {
-                pthread_cond_wait(&wd->wake, &wd->mu);
-            } else {
-                struct timespec ts;
-                dlock__cond_deadline(&ts, next - now);
-                pthread_cond_timedwait(&wd->wake, &wd->mu, &ts);
-            }
+        if (k == 0) { /* out of memory: try again shortly */
+            struct timespec ts;
+            dlock__cond_deadline(&ts, retry_us(0));
+            pthread_cond_timedwait(&wd->wake, &wd->mu, &ts);
             continue;
         }
         pthread_mutex_unlock(&wd->mu);
