@@ -33,8 +33,11 @@
  *               stock.c     counted stock per SKU with leased reservations, on node 0
  *                           (its scripts and key layout with it)
  *   client      client.c    dlock_client: config, the node list, the connection pool
- *   local       local.c     file:///DIR clients: every lock call on files of one host,
- *                           reached by a dispatch at the top of each entry point
+ *   local       local_file.c     the lock file on disk: its name, byte locks, records,
+ *                                fence (local.h: what the local files share)
+ *               local_acquire.c  taking a name: one try under the guard; the inotify wait
+ *               local.c          file:///DIR clients: every lock call on files of one host,
+ *                                reached by a dispatch at the top of each entry point
  *
  * The transport knows nothing above it: a node carries the rules its connections
  * follow (dlock__node_rules: deadlines, password, voting rule, log), so node.c,
@@ -697,12 +700,13 @@ bool dlock__queue_refresh(struct dlock_client *c, dlock__round *rd, const dlock_
 /* Release l (one round), then free it, whatever the outcome. */
 int dlock__lock_release(struct dlock_lock *l, dlock__err *e);
 
-/* ---- local.c ---------------------------------------------------------------- */
+/* ---- local.c, local_acquire.c ------------------------------------------------ */
 
 /* A client for file:///DIR keeps its locks in files of DIR (docs/guide.md, "Local
  * locks"). Each public entry point, once its arguments are checked, hands a call on
  * such a client (c->local set) to the function here, whose code and message it
- * returns as its own; the rest of src/ never sees a local client. */
+ * returns as its own; the rest of src/ never sees a local client (local.h, which only
+ * the local files include, defines the structs below). */
 struct dlock__local;
 struct dlock__local_hold;
 
@@ -714,7 +718,7 @@ bool dlock__local_url(const char *servers);
 int dlock__local_client_new(struct dlock_client *c, const char *servers, struct dlock_client **out);
 void dlock__local_client_free(struct dlock_client *c);
 /* limit 0: exclusive; else a shared holder among at most limit (DLOCK_PERMITS_MAX for
- * dlock_opts.shared, K for a semaphore of K >= 2 permits). */
+ * dlock_opts.shared, K for a semaphore of K >= 2 permits). (local_acquire.c) */
 int dlock__local_acquire(struct dlock_client *c, const char *name, const dlock_opts *opts,
                          int64_t ttl_ms, int64_t wait_ms, int64_t limit, struct dlock_lock **out,
                          dlock__err *e);
