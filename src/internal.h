@@ -15,7 +15,8 @@
  *   servers     node.c      what a server's INFO says: restart voting, eviction policy
  *   transport   conn.c      one connection: non-blocking connect, handshake, buffers
  *               fanout.c    one command to N nodes in parallel under one deadline
- *   scripts     scripts.c   the Lua scripts (the wait queue, its handoff and the shared
+ *   scripts     stock_scripts.c  the stock's scripts, their key layout and invariant
+ *               scripts.c   the Lua scripts (the wait queue, its handoff and the shared
  *                           holders among them), their SHA1s, and the key layout
  *   rounds      round.c     one round to N nodes and its vote; validity; tallies
  *   lifecycle   handle.c    the dlock_lock handle, argument checks, accessors
@@ -31,7 +32,7 @@
  *                           backoff, leaving the queue
  *               watchdog.c  automatic renewal and lost-lock notification
  *               stock.c     counted stock per SKU with leased reservations, on node 0
- *                           (its scripts and key layout with it)
+ *                           (its scripts in stock_scripts.c)
  *   client      client.c    dlock_client: config, the node list, the connection pool
  *   local       local_file.c     the lock file on disk: its name, byte locks, records,
  *                                fence (local.h: what the local files share)
@@ -320,7 +321,7 @@ enum dlock__script_id {
     DLOCK_SCRIPT_RENEW,
     DLOCK_SCRIPT_REFRESH,
     DLOCK_SCRIPT_ACQUIRE_SHARED,
-    /* stock.c's, whose bodies live there (it says why) */
+    /* the stock's, whose bodies live in stock_scripts.c (it says why) */
     DLOCK_SCRIPT_STOCK_UPDATE,
     DLOCK_SCRIPT_STOCK_RESERVE,
     DLOCK_SCRIPT_STOCK_END,
@@ -375,7 +376,7 @@ int dlock__call_eval(dlock__call *call);
 /* Point reqs[0..n) at call, awaited or not, resent as EVAL on -NOSCRIPT. */
 void dlock__call_reqs(dlock__call *call, dlock__req *reqs, int n, bool await);
 
-/* ---- stock.c (its scripts, registered in scripts.c's table) ------------------ */
+/* ---- stock_scripts.c (registered in scripts.c's table) ----------------------- */
 
 /* Each a NULL-terminated list of parts, as scripts.c's own (joined there). */
 extern const char *const dlock__stock_update_lua[];

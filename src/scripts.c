@@ -506,8 +506,8 @@ static const char *const *const parts[DLOCK_SCRIPT_COUNT] = {
     [DLOCK_SCRIPT_REFRESH] = refresh_lua, [DLOCK_SCRIPT_ACQUIRE_SHARED] = acquire_shared_lua,
 };
 
-/* stock.c's scripts come after the locks': it keeps them beside the calls that decode
- * their replies. */
+/* The stock's scripts come after the locks': stock_scripts.c keeps them beside the key
+ * layout they name and the invariant they keep. */
 static const char *const *const stock_parts[] = {dlock__stock_update_lua, dlock__stock_reserve_lua,
                                                  dlock__stock_end_lua};
 _Static_assert(sizeof stock_parts / sizeof *stock_parts ==
