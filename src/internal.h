@@ -17,7 +17,9 @@
  *               fanout.c    one command to N nodes in parallel under one deadline
  *   scripts     stock_scripts.c  the stock's scripts, their key layout and invariant
  *               scripts.c   the Lua scripts (the wait queue, its handoff and the shared
- *                           holders among them), their SHA1s, and the key layout
+ *                           holders among them) and the key layout
+ *               script_call.c    a script call: the bodies joined once, their SHA1s,
+ *                                EVALSHA and its EVAL fallback on -NOSCRIPT
  *   rounds      round.c     one round to N nodes and its vote; validity; tallies
  *   lifecycle   handle.c    the dlock_lock handle, argument checks, accessors
  *               acquire.c   dlock_acquire and dlock_sem_acquire (exclusive, shared, one
@@ -43,7 +45,7 @@
  * The transport knows nothing above it: a node carries the rules its connections
  * follow (dlock__node_rules: deadlines, password, voting rule, log), so node.c,
  * conn.c and fanout.c never see the client; and a request says itself which reply
- * it answers by resending (scripts.c's -NOSCRIPT rule), so fanout.c knows no script.
+ * it answers by resending (script_call.c's -NOSCRIPT rule), so fanout.c knows no script.
  */
 #ifndef DLOCK_INTERNAL_H
 #define DLOCK_INTERNAL_H
@@ -308,7 +310,7 @@ typedef struct dlock__connset {
     dlock__conn conns[];
 } dlock__connset;
 
-/* ---- scripts.c -------------------------------------------------------------- */
+/* ---- scripts.c, script_call.c ----------------------------------------------- */
 
 enum dlock__script_id {
     DLOCK_SCRIPT_ACQUIRE,
@@ -332,6 +334,9 @@ typedef struct dlock__scripts {
     char sha[DLOCK_SCRIPT_COUNT][41];
 } dlock__scripts;
 
+/* Script id's parts, a NULL-terminated list: script_call.c joins them into its body. */
+const char *const *dlock__script_parts(int id);
+/* The SHA1 of every script into s (script_call.c, as are the dlock__call functions). */
 int dlock__scripts_init(dlock__scripts *s, dlock__err *e);
 
 /* The keys of one name, in one allocation (free buf): P{name}, P{name}:fence,
@@ -378,7 +383,7 @@ void dlock__call_reqs(dlock__call *call, dlock__req *reqs, int n, bool await);
 
 /* ---- stock_scripts.c (registered in scripts.c's table) ----------------------- */
 
-/* Each a NULL-terminated list of parts, as scripts.c's own (joined there). */
+/* Each a NULL-terminated list of parts, as scripts.c's own (joined in script_call.c). */
 extern const char *const dlock__stock_update_lua[];
 extern const char *const dlock__stock_reserve_lua[];
 extern const char *const dlock__stock_end_lua[];
