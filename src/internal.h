@@ -15,8 +15,11 @@
  *   servers     node.c      what a server's INFO says: restart voting, eviction policy
  *   transport   conn.c      one connection: non-blocking connect, handshake, buffers
  *               fanout.c    one command to N nodes in parallel under one deadline
- *   scripts     scripts.c   the Lua scripts (the wait queue, its handoff and the shared
- *                           holders among them), their SHA1s, and the key layout
+ *   scripts     stock_scripts.c  the stock's scripts, their key layout and invariant
+ *               scripts.c   the Lua scripts (the wait queue, its handoff and the shared
+ *                           holders among them) and the key layout
+ *               script_call.c    a script call: the bodies joined once, their SHA1s,
+ *                                EVALSHA and its EVAL fallback on -NOSCRIPT
  *   rounds      round.c     one round to N nodes and its vote; validity; tallies
  *   lifecycle   handle.c    the dlock_lock handle, argument checks, accessors
  *               acquire.c   dlock_acquire and dlock_sem_acquire (exclusive, shared, one
@@ -31,15 +34,18 @@
  *                           backoff, leaving the queue
  *               watchdog.c  automatic renewal and lost-lock notification
  *               stock.c     counted stock per SKU with leased reservations, on node 0
- *                           (its scripts and key layout with it)
+ *                           (its scripts in stock_scripts.c)
  *   client      client.c    dlock_client: config, the node list, the connection pool
- *   local       local.c     file:///DIR clients: every lock call on files of one host,
- *                           reached by a dispatch at the top of each entry point
+ *   local       local_file.c     the lock file on disk: its name, byte locks, records,
+ *                                fence (local.h: what the local files share)
+ *               local_acquire.c  taking a name: one try under the guard; the inotify wait
+ *               local.c          file:///DIR clients: every lock call on files of one host,
+ *                                reached by a dispatch at the top of each entry point
  *
  * The transport knows nothing above it: a node carries the rules its connections
  * follow (dlock__node_rules: deadlines, password, voting rule, log), so node.c,
  * conn.c and fanout.c never see the client; and a request says itself which reply
- * it answers by resending (scripts.c's -NOSCRIPT rule), so fanout.c knows no script.
+ * it answers by resending (script_call.c's -NOSCRIPT rule), so fanout.c knows no script.
  */
 #ifndef DLOCK_INTERNAL_H
 #define DLOCK_INTERNAL_H
@@ -304,7 +310,7 @@ typedef struct dlock__connset {
     dlock__conn conns[];
 } dlock__connset;
 
-/* ---- scripts.c -------------------------------------------------------------- */
+/* ---- scripts.c, script_call.c ----------------------------------------------- */
 
 enum dlock__script_id {
     DLOCK_SCRIPT_ACQUIRE,
@@ -317,7 +323,7 @@ enum dlock__script_id {
     DLOCK_SCRIPT_RENEW,
     DLOCK_SCRIPT_REFRESH,
     DLOCK_SCRIPT_ACQUIRE_SHARED,
-    /* stock.c's, whose bodies live there (it says why) */
+    /* the stock's, whose bodies live in stock_scripts.c (it says why) */
     DLOCK_SCRIPT_STOCK_UPDATE,
     DLOCK_SCRIPT_STOCK_RESERVE,
     DLOCK_SCRIPT_STOCK_END,
@@ -328,6 +334,9 @@ typedef struct dlock__scripts {
     char sha[DLOCK_SCRIPT_COUNT][41];
 } dlock__scripts;
 
+/* Script id's parts, a NULL-terminated list: script_call.c joins them into its body. */
+const char *const *dlock__script_parts(int id);
+/* The SHA1 of every script into s (script_call.c, as are the dlock__call functions). */
 int dlock__scripts_init(dlock__scripts *s, dlock__err *e);
 
 /* The keys of one name, in one allocation (free buf): P{name}, P{name}:fence,
@@ -372,9 +381,9 @@ int dlock__call_eval(dlock__call *call);
 /* Point reqs[0..n) at call, awaited or not, resent as EVAL on -NOSCRIPT. */
 void dlock__call_reqs(dlock__call *call, dlock__req *reqs, int n, bool await);
 
-/* ---- stock.c (its scripts, registered in scripts.c's table) ------------------ */
+/* ---- stock_scripts.c (registered in scripts.c's table) ----------------------- */
 
-/* Each a NULL-terminated list of parts, as scripts.c's own (joined there). */
+/* Each a NULL-terminated list of parts, as scripts.c's own (joined in script_call.c). */
 extern const char *const dlock__stock_update_lua[];
 extern const char *const dlock__stock_reserve_lua[];
 extern const char *const dlock__stock_end_lua[];
@@ -697,12 +706,13 @@ bool dlock__queue_refresh(struct dlock_client *c, dlock__round *rd, const dlock_
 /* Release l (one round), then free it, whatever the outcome. */
 int dlock__lock_release(struct dlock_lock *l, dlock__err *e);
 
-/* ---- local.c ---------------------------------------------------------------- */
+/* ---- local.c, local_acquire.c ------------------------------------------------ */
 
 /* A client for file:///DIR keeps its locks in files of DIR (docs/guide.md, "Local
  * locks"). Each public entry point, once its arguments are checked, hands a call on
  * such a client (c->local set) to the function here, whose code and message it
- * returns as its own; the rest of src/ never sees a local client. */
+ * returns as its own; the rest of src/ never sees a local client (local.h, which only
+ * the local files include, defines the structs below). */
 struct dlock__local;
 struct dlock__local_hold;
 
@@ -714,7 +724,7 @@ bool dlock__local_url(const char *servers);
 int dlock__local_client_new(struct dlock_client *c, const char *servers, struct dlock_client **out);
 void dlock__local_client_free(struct dlock_client *c);
 /* limit 0: exclusive; else a shared holder among at most limit (DLOCK_PERMITS_MAX for
- * dlock_opts.shared, K for a semaphore of K >= 2 permits). */
+ * dlock_opts.shared, K for a semaphore of K >= 2 permits). (local_acquire.c) */
 int dlock__local_acquire(struct dlock_client *c, const char *name, const dlock_opts *opts,
                          int64_t ttl_ms, int64_t wait_ms, int64_t limit, struct dlock_lock **out,
                          dlock__err *e);
