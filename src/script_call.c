@@ -14,6 +14,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* A writable global, on purpose: the joined bodies are the same for every client, so
+ * they are written once under pthread_once by the first client and only read after,
+ * by every client and thread. Static storage, not an allocation: nothing would ever
+ * free it, and a leak checker would say so. */
 #define DLOCK_SCRIPT_MAX 8192
 static char bodies[DLOCK_SCRIPT_COUNT][DLOCK_SCRIPT_MAX];
 static pthread_once_t joined = PTHREAD_ONCE_INIT;
