@@ -77,7 +77,8 @@ extern "C" {
     XX(ERR_CLOSED, 10, "client is closed or was inherited across fork()")                          \
     XX(ERR_CANCELED, 11, "wait canceled through cancel_fd")                                        \
     XX(ERR_UNAVAILABLE, 12, "server is temporarily unable to serve (loading, busy, read-only)")    \
-    XX(ERR_FENCED, 13, "refused: a write with a newer fence was already accepted")
+    XX(ERR_FENCED, 13, "refused: a write with a newer fence was already accepted")                 \
+    XX(ERR_AGAIN, 14, "not finished: step again when the fd is readable or the time is due")
 
 enum dlock_error {
 #define DLOCK_XX_(name, num, msg) DLOCK_##name = num,
@@ -268,6 +269,53 @@ DLOCK_API int dlock_acquire(dlock_client *c, const char *name, const dlock_opts 
  */
 DLOCK_API int dlock_sem_acquire(dlock_client *c, const char *name, int64_t permits,
                                 const dlock_opts *opts, dlock_lock **out);
+
+/*
+ * Waiting without a thread, for event loops and services (dlockd parks thousands of
+ * waiters this way). dlock_acquire waits on its calling thread; the same acquisition,
+ * with the same queue, wake-ups and fairness, can be run in steps instead:
+ *
+ *     dlock_pending *p;
+ *     dlock_lock *l;
+ *     int rc = dlock_acquire_start(c, "job", &opts, &p);         (no I/O)
+ *     while (rc == DLOCK_OK &&
+ *            (rc = dlock_pending_step(p, &l)) == DLOCK_ERR_AGAIN)
+ *         wait until dlock_pending_fd(p) is readable (when it is >= 0), or
+ *         until dlock_pending_due_ms(p) milliseconds have passed, whichever is first;
+ *     dlock_pending_free(p);
+ *
+ * A step does a few rounds of network I/O at most, each bounded by the client's
+ * timeout, and never sleeps: run it where blocking that long is acceptable (a worker
+ * pool). Between steps an acquisition holds no thread and no connection. Its fd, a
+ * wake-up from a release that handed it the lock, may change from step to step: ask
+ * again after each one. Calling a step early (a spurious wake) is harmless.
+ * A pending is used by one thread at a time; free every pending before its client.
+ */
+typedef struct dlock_pending dlock_pending;
+
+/* Prepare dlock_acquire(c, name, opts, ...) in steps: the same checks and options
+ * (cancel_fd is not watched: free the pending to give up), no I/O. DLOCK_OK and *out,
+ * or the error dlock_acquire would return for these arguments (*out NULL). A file://
+ * client's acquisitions wait on their thread: DLOCK_ERR_INVALID. */
+DLOCK_API int dlock_acquire_start(dlock_client *c, const char *name, const dlock_opts *opts,
+                                  dlock_pending **out);
+
+/* The next step. DLOCK_OK: *out is the lock, as from dlock_acquire. DLOCK_ERR_AGAIN:
+ * not yet (see above). Anything else: the acquisition failed as dlock_acquire would
+ * (DLOCK_ERR_BUSY when not granted within wait_ms, ...). After a result other than
+ * DLOCK_ERR_AGAIN, only dlock_pending_free is left. */
+DLOCK_API int dlock_pending_step(dlock_pending *p, dlock_lock **out);
+
+/* A descriptor that becomes readable when the next step should run now, or -1. */
+DLOCK_API int dlock_pending_fd(const dlock_pending *p);
+
+/* Milliseconds until the next step is due even if the fd stays quiet; 0: now. */
+DLOCK_API int64_t dlock_pending_due_ms(const dlock_pending *p);
+
+/* Give up (when the acquisition has not finished: leave the wait queue, sent and not
+ * awaited, so it may write to the servers) and free. A lock a step handed out stays
+ * the caller's. NULL is ignored. */
+DLOCK_API void dlock_pending_free(dlock_pending *p);
 
 /* Set the lease to ttl_ms from now (it does not add), if this handle still holds the
  * lock on a quorum. Returns DLOCK_OK, DLOCK_ERR_LOST (another owner or nobody holds

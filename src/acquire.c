@@ -9,6 +9,11 @@
  * a release then hands it the lock and wakes it (wait.c), and its next attempt
  * confirms the lock it already holds. Between wake-ups it sleeps until the holder's
  * lease should be over, refreshing its place in the queue meanwhile.
+ *
+ * All of it is written as steps of a dlock_pending, which keeps what lives from one
+ * attempt to the next: dlock_acquire sleeps between the steps on its own thread, an
+ * event loop parks a pending on its descriptor and due time and runs the next step
+ * on a worker (dlock_acquire_start, dlock_pending_step).
  */
 #include "internal.h"
 
@@ -40,366 +45,241 @@ static int check_opts(const dlock_opts *o, int64_t *ttl_ms, int64_t *wait_ms, dl
     return DLOCK_OK;
 }
 
-/* Strict fence mode, second round: raise the counters of a quorum to l's fence, each
- * node checking that it still holds our token. DLOCK_OK when a quorum confirmed. */
-static int raise_fences(dlock_client *c, dlock__round *rd, const dlock__keys *k,
-                        const dlock_lock *l, dlock__err *e)
-{
-    char fence[24];
-    int flen = snprintf(fence, sizeof fence, "%llu", (unsigned long long)l->fence);
-    const char *args[] = {k->lock, k->fence, k->holders, l->token, fence, c->retention};
-    const size_t lens[] = {k->lock_len,     k->fence_len, k->holders_len,
-                           DLOCK_TOKEN_LEN, (size_t)flen, strlen(c->retention)};
-    dlock__call call;
-    int rc = dlock__call_format(&c->scripts, DLOCK_SCRIPT_FENCE, 3, 6, args, lens, &call, e);
-    if (rc != DLOCK_OK)
-        return rc;
-    int64_t start = rd->start_us;
-    dlock__round_run(c, rd, &call, dlock__vote_one, NULL);
-    rd->start_us = start; /* validity counts from the first round */
-    dlock__tally t = {0};
-    for (int i = 0; i < c->n; i++) {
-        long long v;
-        if (dlock__tally_int(&t, &rd->reqs[i], &rd->set->conns[i], "fence", &v))
-            v == 1 ? t.yes++ : t.no++;
-    }
-    if (t.yes >= c->quorum)
-        rc = DLOCK_OK;
-    else if (t.no > c->n - c->quorum)
-        rc = dlock__err_set(e, DLOCK_ERR_BUSY, "the lock was lost before its fence was confirmed");
-    else
-        rc = dlock__tally_undecided(c, &t, rd->reqs, e);
-    dlock__round_free_replies(c, rd);
-    dlock__call_free(&call);
-    return rc;
-}
+/* ---- an acquisition in steps ---------------------------------------------------- */
 
-/* What one dlock_acquire asks the servers for, the same in every attempt: the name's
- * keys, the lease, the mode, and the queue entry "<handoff ms> <limit> <channel
- * length> <channel><value>" (scripts.c), whose value (from value_at on) is "<token>
- * <host:pid>[ <label>]", what `dlock status` shows. */
-typedef struct request {
-    dlock__keys k;
+/* Where an acquisition is between steps. */
+enum phase {
+    ATTEMPT, /* attempt at the next step */
+    AWAIT,   /* queued: wait for a handoff, the holder's lease end, or the refresh time */
+    BACKOFF, /* not listening for wake-ups: attempt again when due */
+    DONE     /* finished: only dlock_pending_free is left */
+};
+
+/* One acquisition, dlock_acquire's as well as an event loop's: everything that lives
+ * from one attempt to the next, so that between steps it holds no thread and no
+ * connection. */
+struct dlock_pending {
+    dlock_client *c;
+    dlock_lock *l; /* ours until a step hands it out */
+    dlock__request q;
+    dlock__acquire_args args; /* borrowed by acq */
+    dlock__call acq;
+    dlock__waiter *w; /* listening for wake-ups, or NULL */
+    dlock__attempt_info info;
+    enum phase phase;
+    int attempts;
     int64_t ttl_ms;
-    int64_t limit; /* 0: exclusive; else a shared holder among at most limit */
-    char limit_text[24];
-    char ttl[24];
-    char ticket[24]; /* "0" until the caller queues */
-    char qttl[24];   /* DLOCK_QUEUE_TTL_MS, for the scripts */
-    bool fair;
-    size_t value_at; /* the value's offset in member */
-    size_t member_len;
-    char member[64 + sizeof((dlock_client *)0)->wake_chan + DLOCK_TOKEN_LEN +
-                sizeof((dlock_client *)0)->holder + DLOCK_LABEL_MAX];
-} request;
+    int64_t ticket; /* the arrival time: orders fair waiters, the same on every node */
+    int64_t deadline_us;
+    int64_t outage_since_us;
+    int64_t due_us;         /* the next step, if nothing wakes it earlier */
+    int64_t await_at_us;    /* AWAIT: when to refresh or attempt */
+    int64_t first_grant_us; /* AWAIT: when the first node handed us the lock, or 0 */
+    bool auto_renew;
+    dlock_lost_fn on_lost;
+    void *on_lost_user;
+    dlock__err e; /* why the last attempt failed */
+};
 
-/* Whether q carries a ticket: false for a plain try, and for a request never made. */
-static bool queued(const request *q)
+/* The checks every acquisition makes before anything else. */
+static int prepare(dlock_client *c, const char *name, const dlock_opts *opts, int64_t *ttl_ms,
+                   int64_t *wait_ms, dlock__err *e)
 {
-    return q->ticket[0] != '\0' && strcmp(q->ticket, "0") != 0;
+    int rc = dlock__client_enter(c, e);
+    if (rc == DLOCK_OK && (rc = dlock__check_name(name, e)) == DLOCK_OK)
+        rc = check_opts(opts, ttl_ms, wait_ms, e);
+    return rc;
 }
 
-/* Send a release, not awaited, to the nodes marked in undo[]: a give-back, which keeps
- * a queued caller's place (scripts.c). A failure to format it is not reported: the
- * leases expire by themselves. */
-static void undo_grants(dlock_client *c, dlock__round *rd, const request *q, const dlock_lock *l,
-                        const bool *undo)
+/* Start an acquisition that prepare() accepted: no I/O yet. */
+static int start(dlock_client *c, const char *name, const dlock_opts *opts, int64_t ttl_ms,
+                 int64_t wait_ms, int64_t limit, dlock_pending **out, dlock__err *e)
 {
-    dlock__call rel;
-    dlock__err ignored;
-    const dlock__keys *k = &q->k;
-    size_t mlen = queued(q) ? q->member_len : 0;
-    const char *args[] = {NULL, NULL,      NULL,         NULL, NULL,     l->token,
-                          "0",  q->member, c->retention, "0",  q->ticket};
-    size_t lens[] = {
-        0, 0, 0, 0, 0, DLOCK_TOKEN_LEN, 1, mlen, strlen(c->retention), 1, strlen(q->ticket)};
-    dlock__keys_all(k, args, lens);
-    if (dlock__call_format(&c->scripts, DLOCK_SCRIPT_RELEASE, 5, 11, args, lens, &rel, &ignored) !=
-        DLOCK_OK)
-        return;
-    dlock__round_send(c, rd->set, &rel, undo);
-    dlock__call_free(&rel);
-}
-
-/* What an attempt learned besides its outcome. */
-typedef struct attempt_info {
-    int permanent;                   /* nodes that failed with an error no retry can fix */
-    int64_t busy_remaining_ms;       /* the longest holder lease seen in a refusal */
-    bool refused[DLOCK_SERVERS_MAX]; /* the nodes that refused */
-} attempt_info;
-/* The error of an attempt that was not granted, from what the nodes said. */
-static int refused(const dlock_client *c, const dlock__round *rd, const dlock__tally *t,
-                   int nonvoting, const request *q, dlock__err *e)
-{
-    int rc;
-    if (t->yes >= c->quorum) {
-        return dlock__err_set(e, DLOCK_ERR_TIMEOUT,
-                              "granted, but the round took %lld ms of a %lld ms lease (no "
-                              "validity left)",
-                              (long long)((rd->end_us - rd->start_us) / 1000),
-                              (long long)q->ttl_ms);
+    dlock_pending *p = dlock__calloc(1, sizeof *p);
+    if (p == NULL)
+        return dlock__err_set(e, DLOCK_ERR_NOMEM, "out of memory");
+    p->c = c;
+    p->ticket = dlock__wallclock_us();
+    p->ttl_ms = ttl_ms;
+    p->auto_renew = opts != NULL && opts->auto_renew;
+    p->on_lost = opts ? opts->on_lost : NULL;
+    p->on_lost_user = opts ? opts->on_lost_user : NULL;
+    dlock__rules_note_ttl(&c->rules, ttl_ms);
+    int rc = dlock__lock_new(c, name, &p->l, e);
+    if (rc == DLOCK_OK && (rc = dlock__token_new(p->l->token)) != DLOCK_OK)
+        dlock__err_set(e, rc, "getrandom: %s", strerror(errno));
+    if (rc == DLOCK_OK) {
+        p->l->shared = limit > 0;
+        rc = dlock__request_make(c, name, p->l->name_len, opts, ttl_ms, limit, p->l->token, &p->q,
+                                 e);
     }
-    if (t->yes + t->no + nonvoting >= c->quorum && t->no > 0) {
-        if (q->limit > 0 && q->limit < DLOCK_PERMITS_MAX)
-            rc = dlock__err_set(e, DLOCK_ERR_BUSY,
-                                "%d of %d servers refused: the %lld permits are taken, or an "
-                                "exclusive holder or an earlier waiter comes first (the first "
-                                "lease ends in %lld ms)",
-                                t->no, c->n, (long long)q->limit, (long long)t->busy_remaining_ms);
-        else if (q->limit > 0)
-            rc = dlock__err_set(e, DLOCK_ERR_BUSY,
-                                "%d of %d servers refused: an exclusive holder or an earlier "
-                                "waiter comes first (the first lease ends in %lld ms)",
-                                t->no, c->n, (long long)t->busy_remaining_ms);
-        else if (t->busy_remaining_ms > 0)
-            rc = dlock__err_set(e, DLOCK_ERR_BUSY,
-                                "%d of %d servers refused: their holder's lease has %lld ms left",
-                                t->no, c->n, (long long)t->busy_remaining_ms);
-        else
-            rc = dlock__err_set(e, DLOCK_ERR_BUSY,
-                                "%d of %d servers refused: the holder's lease is ending or has "
-                                "no expiry",
-                                t->no, c->n);
-        if (nonvoting > 0)
-            dlock__err_append(e, "%d grant(s) from restarted servers not counted", nonvoting);
-        /* The nodes that did not answer could have made a quorum: name them, or the
-         * refusal reads as if the holder alone stood in the way. */
-        for (int i = 0; i < c->n; i++)
-            if (rd->reqs[i].err != DLOCK_OK)
-                dlock__err_append(e, "%s", rd->reqs[i].detail);
+    /* A client already listening for wake-ups (it waited moments ago) queues with its
+     * first attempt: no try and retry when the lock is busy, as it is when a name
+     * passes from hand to hand. */
+    if (rc == DLOCK_OK && wait_ms != 0 && dlock__wait_join(c, p->l->token, true, &p->w) == DLOCK_OK)
+        dlock__request_set_ticket(&p->q, p->ticket);
+    if (rc == DLOCK_OK)
+        rc = dlock__request_format(c, &p->q, &p->args, &p->acq, e);
+    if (rc != DLOCK_OK) {
+        p->phase = DONE;
+        dlock_pending_free(p);
         return rc;
     }
-    rc = dlock__tally_undecided(c, t, rd->reqs, e);
-    if (nonvoting > 0)
-        dlock__err_append(e,
-                          "%d grant(s) from restarted servers not counted (they vote again "
-                          "once up for the longest lease)",
-                          nonvoting);
-    return rc;
-}
-
-/* One acquisition attempt. DLOCK_OK with l's fence and validity set, or the attempt's
- * error, with what it learned in *info. */
-static int attempt(dlock_client *c, dlock__round *rd, dlock__call *acq, const request *q,
-                   dlock_lock *l, attempt_info *info, dlock__err *e)
-{
-    dlock__tally t = {0};
-    int64_t ttl_ms = q->ttl_ms;
-    dlock__round_run(c, rd, acq, dlock__vote_grant, NULL);
-    uint64_t fence = 0;
-    int nonvoting = 0;
-    bool undo[DLOCK_SERVERS_MAX], any = false;
-    for (int i = 0; i < c->n; i++) {
-        long long v;
-        /* Until we know better, a node's outcome is unknown: it may have run the
-         * script even if its answer never arrived. A command held behind a
-         * handshake that never finished was never sent: nothing to undo there. */
-        undo[i] = !rd->reqs[i].held;
-        if (!dlock__tally_int(&t, &rd->reqs[i], &rd->set->conns[i], "acquire", &v))
-            continue;
-        info->refused[i] = v <= 0;
-        if (v <= 0) {
-            undo[i] = false; /* a clean refusal: nothing of ours there */
-            t.no++;
-            /* A server's word, bounded: a broken one could send LLONG_MIN. */
-            int64_t left = v < -(long long)DLOCK_TTL_MAX_MS ? DLOCK_TTL_MAX_MS : -v;
-            if (left > t.busy_remaining_ms)
-                t.busy_remaining_ms = left;
-            continue;
-        }
-        if ((uint64_t)v > fence)
-            fence = (uint64_t)v;
-        if (dlock__node_votes(rd->set->conns[i].node, rd->end_us))
-            t.yes++;
-        else
-            nonvoting++;
-    }
-    dlock__round_free_replies(c, rd);
-    info->permanent = t.permanent;
-    info->busy_remaining_ms = t.busy_remaining_ms;
-    int64_t validity = dlock__round_validity_us(c, ttl_ms * 1000, rd->start_us, rd->end_us);
-    int rc;
-    if (t.yes >= c->quorum && validity > 0) {
-        l->fence = fence;
-        rc = DLOCK_OK;
-        if (c->n > 1 && c->fence_mode == DLOCK_FENCE_STRICT) {
-            rc = raise_fences(c, rd, &q->k, l, e);
-            validity = dlock__round_validity_us(c, ttl_ms * 1000, rd->start_us, rd->end_us);
-            if (rc == DLOCK_OK && validity <= 0)
-                rc = dlock__err_set(e, DLOCK_ERR_TIMEOUT, "fences raised, but no validity left");
-        }
-        if (rc == DLOCK_OK) {
-            l->valid_until_us = rd->end_us + validity;
-            return DLOCK_OK;
-        }
-    } else {
-        rc = refused(c, rd, &t, nonvoting, q, e);
-    }
-    /* Not acquired: undo every grant, and every outcome we do not know, including on a
-     * node whose connection broke mid-reply (the server may have run the script):
-     * there the release goes on a new connection. */
-    for (int i = 0; i < c->n; i++)
-        any |= undo[i];
-    if (any)
-        undo_grants(c, rd, q, l, undo);
-    return rc;
-}
-
-/* The arguments of an acquire call. They outlive the formatting: the call borrows them
- * for its EVAL form, formatted only if a server answers -NOSCRIPT. */
-typedef struct acquire_args {
-    const char *args[13];
-    size_t lens[13];
-} acquire_args;
-
-/* Format the acquire call, a plain try or a queued attempt as q->ticket says: ACQUIRE
- * for an exclusive lock, ACQUIRE_SHARED for a shared one (scripts.c). */
-static int format_acquire(dlock_client *c, const request *q, acquire_args *a, dlock__call *out,
-                          dlock__err *e)
-{
-    const dlock__keys *k = &q->k;
-    const char *value = q->member + q->value_at;
-    size_t vlen = q->member_len - q->value_at;
-    dlock__keys_all(k, a->args, a->lens);
-    if (q->limit == 0) {
-        const char *args[] = {value,     q->ttl,  value,       q->ticket, q->fair ? "1" : "0",
-                              q->member, q->qttl, c->retention};
-        const size_t lens[] = {vlen, strlen(q->ttl), DLOCK_TOKEN_LEN, strlen(q->ticket),
-                               1,    q->member_len,  strlen(q->qttl), strlen(c->retention)};
-        memcpy(a->args + 5, args, sizeof args);
-        memcpy(a->lens + 5, lens, sizeof lens);
-        return dlock__call_format(&c->scripts, DLOCK_SCRIPT_ACQUIRE, 5, 13, a->args, a->lens, out,
-                                  e);
-    }
-    const char *args[] = {value,         value + DLOCK_TOKEN_LEN + 1,
-                          q->ttl,        q->ticket,
-                          q->limit_text, q->member,
-                          q->qttl,       c->retention};
-    const size_t lens[] = {DLOCK_TOKEN_LEN,   vlen - DLOCK_TOKEN_LEN - 1, strlen(q->ttl),
-                           strlen(q->ticket), strlen(q->limit_text),      q->member_len,
-                           strlen(q->qttl),   strlen(c->retention)};
-    memcpy(a->args + 5, args, sizeof args);
-    memcpy(a->lens + 5, lens, sizeof lens);
-    return dlock__call_format(&c->scripts, DLOCK_SCRIPT_ACQUIRE_SHARED, 5, 13, a->args, a->lens,
-                              out, e);
-}
-
-static void set_ticket(request *q, int64_t ticket)
-{
-    snprintf(q->ticket, sizeof q->ticket, "%lld", (long long)ticket);
-}
-
-/* Join the queue: from now on the attempts carry the ticket. */
-static int queue_up(dlock_client *c, request *q, int64_t ticket, acquire_args *a, dlock__call *acq)
-{
-    dlock__call queued_call;
-    dlock__err ignored;
-    set_ticket(q, ticket);
-    if (format_acquire(c, q, a, &queued_call, &ignored) != DLOCK_OK) {
-        strcpy(q->ticket, "0");
-        return DLOCK_ERR_NOMEM;
-    }
-    dlock__call_free(acq);
-    *acq = queued_call;
+    int64_t now = dlock__now_us();
+    /* A wait longer than a century is a wait forever (and must not overflow). */
+    p->deadline_us =
+        wait_ms < 0 || wait_ms > INT64_C(3153600000000) ? INT64_MAX : now + wait_ms * 1000;
+    p->phase = ATTEMPT;
+    p->due_us = now;
+    *out = p;
     return DLOCK_OK;
 }
 
-/* A queued waiter's refresh (REFRESH in scripts.c) on every node: true when it should
- * attempt now (the lock is free somewhere, or a queue is gone), else the shortest
- * lease left in *busy_ms. */
-static bool refresh(dlock_client *c, dlock__round *rd, const request *q, int64_t *busy_ms)
+/* The end of an acquisition, granted or not: stop listening, and leave the queue. */
+static void finish(dlock_pending *p, dlock__round *rd, int rc)
 {
-    dlock__call call;
-    dlock__err ignored;
-    const char *args[] = {q->k.lock, q->k.queue, q->k.holders, q->qttl, q->limit > 0 ? "1" : "0"};
-    const size_t lens[] = {q->k.lock_len, q->k.queue_len, q->k.holders_len, strlen(q->qttl), 1};
-    if (dlock__call_format(&c->scripts, DLOCK_SCRIPT_REFRESH, 3, 5, args, lens, &call, &ignored) !=
-        DLOCK_OK)
-        return true;
-    dlock__round_run(c, rd, &call, NULL, NULL);
-    bool now = false;
-    *busy_ms = 0;
-    for (int i = 0; i < c->n; i++) {
-        const redisReply *r = rd->reqs[i].err == DLOCK_OK ? rd->reqs[i].reply : NULL;
-        if (r == NULL || r->type != REDIS_REPLY_INTEGER)
-            continue; /* an attempt would fail there too */
-        if (r->integer == -2 || r->integer == -3)
-            now = true;
-        else if (r->integer > 0 && (*busy_ms == 0 || r->integer < *busy_ms))
-            *busy_ms = r->integer < DLOCK_TTL_MAX_MS ? r->integer : DLOCK_TTL_MAX_MS;
+    if (p->w != NULL)
+        dlock__wait_leave(p->c, p->w);
+    p->w = NULL;
+    if (dlock__request_queued(&p->q)) {
+        /* Given up: leave the queue everywhere. Granted: the nodes that refused keep
+         * our entry, which a release there would hand a lease nobody confirms. */
+        bool any = false;
+        for (int i = 0; i < p->c->n; i++)
+            any |= p->info.refused[i];
+        if (rc != DLOCK_OK || any)
+            dlock__leave_queue(p->c, rd->set, &p->q.k, p->q.member, p->q.member_len, p->l->token,
+                               rc == DLOCK_OK ? p->info.refused : NULL);
     }
-    dlock__round_free_replies(c, rd);
-    dlock__call_free(&call);
-    return now;
+    p->phase = DONE;
 }
 
-/* A queued waiter's sleep between attempts: until a release hands it the lock (with
- * N > 1, on a quorum of nodes, or one per-node timeout after the first of them), a
- * wake-up of another kind (a subscriber connection was remade), the holder's lease
- * end, or the deadline. Every DLOCK_QUEUE_REFRESH_MS in between it refreshes its place.
- * DLOCK_OK when it is time to attempt, DLOCK_ERR_CANCELED through cancel_fd. */
-static int await_turn(dlock_client *c, dlock__round *rd, const request *q, dlock__waiter *w,
-                      int64_t busy_ms, int64_t deadline, int cancel_fd)
+/* A queued waiter between attempts: true when it is time to attempt (a release handed
+ * it the lock, with N > 1 on a quorum of nodes or one per-node timeout after the first
+ * of them; a wake-up of another kind, as when a subscriber connection was remade; the
+ * holder's lease end; the deadline). Otherwise the next step is due at p->due_us;
+ * every DLOCK_QUEUE_REFRESH_MS meanwhile it refreshes its place. */
+static bool await_turn(dlock_pending *p, dlock__round *rd)
 {
-    int64_t at = dlock__retry_at(dlock__now_us(), busy_ms, deadline), first_grant = 0;
+    dlock_client *c = p->c;
+    int64_t now = dlock__now_us();
+    bool woken = dlock__wait_woken(p->w);
+    uint32_t grants = dlock__wait_grants(c, p->w, false);
+    if (grants != 0) {
+        if (__builtin_popcount(grants) >= c->quorum)
+            return true;
+        if (p->first_grant_us == 0)
+            p->first_grant_us = now;
+        int64_t enough = p->first_grant_us + c->rules.timeout_us;
+        if (now >= enough || now >= p->await_at_us)
+            return true;
+        p->due_us = enough < p->await_at_us ? enough : p->await_at_us;
+        return false;
+    }
+    if (woken || now >= p->deadline_us)
+        return true;
+    if (now < p->due_us)
+        return false; /* an early call: nothing happened */
+    /* The lease end or the refresh time: ask before attempting, which costs more. */
+    int64_t busy_ms;
+    if (dlock__queue_refresh(c, rd, &p->q, &busy_ms))
+        return true;
+    p->await_at_us = dlock__retry_at(dlock__now_us(), busy_ms, p->deadline_us);
+    p->due_us = p->await_at_us;
+    if (p->first_grant_us != 0 && p->first_grant_us + c->rules.timeout_us < p->due_us)
+        p->due_us = p->first_grant_us + c->rules.timeout_us;
+    return false;
+}
+
+/* One step: attempts until granted, refused for good, or time to wait (DLOCK_ERR_AGAIN,
+ * with p->phase and p->due_us saying for what). Any other result ends the
+ * acquisition, the error's message in p->e. */
+static int step(dlock_pending *p, dlock__round *rd)
+{
+    dlock_client *c = p->c;
+    if (p->phase == AWAIT && !await_turn(p, rd))
+        return DLOCK_ERR_AGAIN;
+    if (p->phase == BACKOFF && dlock__now_us() < p->due_us)
+        return DLOCK_ERR_AGAIN;
     for (;;) {
-        int64_t until = at;
-        if (first_grant != 0 && first_grant + c->rules.timeout_us < until)
-            until = first_grant + c->rules.timeout_us;
-        bool woken;
-        int rc = dlock__wait_sleep(w, until, cancel_fd, &woken);
-        if (rc != DLOCK_OK)
+        if (p->w != NULL)
+            dlock__wait_grants(c, p->w, true); /* this attempt answers those */
+        memset(&p->info, 0, sizeof p->info);
+        int rc = dlock__attempt(c, rd, &p->acq, &p->q, p->l, &p->info, &p->e);
+        if (rc == DLOCK_OK || rc == DLOCK_ERR_NOMEM)
             return rc;
         int64_t now = dlock__now_us();
-        uint32_t grants = dlock__wait_grants(c, w, false);
-        if (grants != 0) {
-            if (__builtin_popcount(grants) >= c->quorum)
-                return DLOCK_OK;
-            if (first_grant == 0)
-                first_grant = now;
-            if (now < first_grant + c->rules.timeout_us && now < at)
-                continue;
-            return DLOCK_OK;
+        /* An error that no retry can fix, on enough nodes that no quorum is possible,
+         * ends the call now; so do servers that stay unreachable, even in an endless
+         * wait (the CLI's exit 69 even with -w forever). */
+        if (dlock__outage_over(&p->outage_since_us, rc, now, c->rules.connect_timeout_us) ||
+            (rc != DLOCK_ERR_BUSY && p->info.permanent > c->n - c->quorum) || now >= p->deadline_us)
+            return rc;
+        if (rc == DLOCK_ERR_BUSY && p->w == NULL) {
+            /* Start waiting: listen for wake-ups first, then retry at once, queued.
+             * A handoff between the try and the subscription would otherwise pass
+             * unseen. If listening cannot start, the backoff below still works. */
+            if (dlock__wait_join(c, p->l->token, false, &p->w) == DLOCK_OK) {
+                if (dlock__queue_up(c, &p->q, p->ticket, &p->args, &p->acq) == DLOCK_OK)
+                    continue;
+                dlock__wait_leave(c, p->w);
+                p->w = NULL;
+            }
         }
-        if (woken || now >= deadline)
-            return DLOCK_OK;
-        /* The lease end or the refresh time: ask before attempting, which costs more. */
-        if (refresh(c, rd, q, &busy_ms))
-            return DLOCK_OK;
-        at = dlock__retry_at(dlock__now_us(), busy_ms, deadline);
+        int64_t busy_ms = p->info.busy_remaining_ms;
+        if (p->w != NULL && rc == DLOCK_ERR_BUSY) {
+            p->phase = AWAIT;
+            p->first_grant_us = 0;
+            p->await_at_us = dlock__retry_at(now, busy_ms, p->deadline_us);
+            p->due_us = p->await_at_us;
+        } else {
+            p->phase = BACKOFF;
+            p->due_us = now + dlock__backoff_us(p->attempts++, busy_ms);
+            if (p->due_us > p->deadline_us)
+                p->due_us = p->deadline_us;
+        }
+        return DLOCK_ERR_AGAIN;
     }
 }
 
-/* Fill q for one acquire call: keys, lease, and the queue entry that carries the
- * lock's value and the lease a handoff gives it before it confirms. */
-static int make_request(dlock_client *c, const char *name, size_t name_len, const dlock_opts *opts,
-                        int64_t ttl_ms, int64_t limit, const char *token, request *q, dlock__err *e)
+/* A step, and on its result the end of the acquisition: the lock handed out in *out
+ * (renewed from now on if asked), or the error in *e. */
+static int run_step(dlock_pending *p, dlock_lock **out, dlock__err *e)
 {
-    memset(q, 0, sizeof *q);
-    q->ttl_ms = ttl_ms;
-    q->limit = limit;
-    snprintf(q->limit_text, sizeof q->limit_text, "%lld", (long long)limit);
-    snprintf(q->ttl, sizeof q->ttl, "%lld", (long long)ttl_ms);
-    strcpy(q->ticket, "0");
-    snprintf(q->qttl, sizeof q->qttl, "%d", DLOCK_QUEUE_TTL_MS);
-    q->fair = opts && opts->fair;
-    const char *label = opts && opts->label && opts->label[0] ? opts->label : NULL;
-    int64_t handoff_ms = DLOCK_HANDOFF_TIMEOUTS * c->rules.timeout_us / 1000;
-    if (handoff_ms < DLOCK_HANDOFF_MIN_MS)
-        handoff_ms = DLOCK_HANDOFF_MIN_MS;
-    if (handoff_ms > ttl_ms)
-        handoff_ms = ttl_ms;
-    int at = snprintf(q->member, sizeof q->member, "%lld %lld %zu %s", (long long)handoff_ms,
-                      (long long)limit, strlen(c->wake_chan), c->wake_chan);
-    int len = snprintf(q->member + at, sizeof q->member - (size_t)at, "%s %s%s%s", token, c->holder,
-                       label ? " " : "", label ? label : "");
-    q->value_at = (size_t)at;
-    q->member_len = (size_t)at + (size_t)len;
-    return dlock__keys_make(c->prefix, c->prefix_len, name, name_len, &q->k, e);
+    dlock_client *c = p->c;
+    dlock__round rd;
+    int rc = dlock__round_begin(c, &rd, e);
+    if (rc == DLOCK_OK)
+        rc = step(p, &rd);
+    if (rc == DLOCK_ERR_AGAIN) {
+        dlock__round_end(c, &rd);
+        return dlock__err_set(e, rc,
+                              "waiting: step again when dlock_pending_fd is readable or "
+                              "dlock_pending_due_ms has passed");
+    }
+    if (rc != DLOCK_OK && rd.set != NULL)
+        memcpy(e, &p->e, sizeof *e); /* the attempt's reason */
+    finish(p, &rd, rc);
+    dlock__round_end(c, &rd);
+    if (rc != DLOCK_OK)
+        return rc;
+    dlock_lock *l = p->l;
+    p->l = NULL;
+    dlock__lock_attach(l);
+    if (p->auto_renew &&
+        (rc = dlock__watchdog_add(c, l, p->ttl_ms, p->on_lost, p->on_lost_user, e)) != DLOCK_OK) {
+        /* Without renewal the caller would hold a lock that silently expires. */
+        dlock__err ignored;
+        dlock__lock_release(l, &ignored);
+        return rc;
+    }
+    DLOCK_PAUSE_POINT(DLOCK_HOOK_ACQUIRED);
+    *out = l;
+    return DLOCK_OK;
 }
 
 /* dlock_acquire and dlock_sem_acquire: limit 0 takes the lock exclusively, else as one
- * of at most limit shared holders. */
+ * of at most limit shared holders. The steps, with sleeps between them. */
 static int acquire(dlock_client *c, const char *name, const dlock_opts *opts, int64_t limit,
                    dlock_lock **out)
 {
@@ -408,121 +288,25 @@ static int acquire(dlock_client *c, const char *name, const dlock_opts *opts, in
         return dlock__fail(DLOCK_ERR_INVALID, "out is NULL");
     *out = NULL;
     int64_t ttl_ms = 0, wait_ms = 0;
-    int rc = dlock__client_enter(c, &e);
-    if (rc != DLOCK_OK || (rc = dlock__check_name(name, &e)) != DLOCK_OK ||
-        (rc = check_opts(opts, &ttl_ms, &wait_ms, &e)) != DLOCK_OK)
+    int rc = prepare(c, name, opts, &ttl_ms, &wait_ms, &e);
+    if (rc != DLOCK_OK)
         return dlock__err_raise(&e, rc);
     if (limit == 0 && opts != NULL && opts->shared)
         limit = DLOCK_PERMITS_MAX;
     if (c->local != NULL)
         return dlock__err_raise(
             &e, dlock__local_acquire(c, name, opts, ttl_ms, wait_ms, limit, out, &e));
-    /* The arrival time orders fair waiters: the same number on every node. */
-    int64_t ticket = dlock__wallclock_us();
+    dlock_pending *p;
+    if ((rc = start(c, name, opts, ttl_ms, wait_ms, limit, &p, &e)) != DLOCK_OK)
+        return dlock__err_raise(&e, rc);
     int cancel_fd = opts ? opts->cancel_fd : 0;
-    dlock__rules_note_ttl(&c->rules, ttl_ms);
-
-    dlock_lock *l = NULL;
-    request q = {0};
-    dlock__call acq = {0};
-    dlock__round rd = {0};
-    dlock__waiter *w = NULL;
-    acquire_args args;
-    attempt_info info = {0};
-    if ((rc = dlock__lock_new(c, name, &l, &e)) != DLOCK_OK)
-        goto out;
-    if ((rc = dlock__token_new(l->token)) != DLOCK_OK) {
-        dlock__err_set(&e, rc, "getrandom: %s", strerror(errno));
-        goto out;
-    }
-    l->shared = limit > 0;
-    if ((rc = make_request(c, name, l->name_len, opts, ttl_ms, limit, l->token, &q, &e)) !=
-        DLOCK_OK)
-        goto out;
-    /* A client already listening for wake-ups (it waited moments ago) queues with its
-     * first attempt: no try and retry when the lock is busy, as it is when a name
-     * passes from hand to hand. */
-    if (wait_ms != 0 && dlock__wait_join(c, l->token, true, &w) == DLOCK_OK)
-        set_ticket(&q, ticket);
-    if ((rc = format_acquire(c, &q, &args, &acq, &e)) != DLOCK_OK ||
-        (rc = dlock__round_begin(c, &rd, &e)) != DLOCK_OK)
-        goto out;
-
-    int64_t start = dlock__now_us();
-    /* A wait longer than a century is a wait forever (and must not overflow). */
-    int64_t deadline =
-        wait_ms < 0 || wait_ms > INT64_C(3153600000000) ? INT64_MAX : start + wait_ms * 1000;
-    /* Servers that stay unreachable end even an endless wait (the CLI's exit 69 even
-     * with -w forever). */
-    int64_t outage_since = 0;
-    for (int n = 0;; n++) {
-        if (w != NULL)
-            dlock__wait_grants(c, w, true); /* this attempt answers those */
-        memset(&info, 0, sizeof info);
-        rc = attempt(c, &rd, &acq, &q, l, &info, &e);
-        if (rc == DLOCK_OK || rc == DLOCK_ERR_NOMEM)
-            break;
-        int64_t now = dlock__now_us();
-        /* An error that no retry can fix, on enough nodes that no quorum is possible,
-         * ends the call now. */
-        if (dlock__outage_over(&outage_since, rc, now, c->rules.connect_timeout_us) ||
-            (rc != DLOCK_ERR_BUSY && info.permanent > c->n - c->quorum))
-            break;
-        if (now >= deadline)
-            break;
-        if (rc == DLOCK_ERR_BUSY && w == NULL) {
-            /* Start waiting: listen for wake-ups first, then retry at once, queued.
-             * A handoff between the try and the subscription would otherwise pass
-             * unseen. If listening cannot start, the backoff below still works. */
-            if (dlock__wait_join(c, l->token, false, &w) == DLOCK_OK) {
-                if (queue_up(c, &q, ticket, &args, &acq) == DLOCK_OK)
-                    continue;
-                dlock__wait_leave(c, w);
-                w = NULL;
-            }
-        }
-        /* The sleep leaves e alone unless it ends the call (canceled). */
-        int src = w != NULL && rc == DLOCK_ERR_BUSY
-                      ? await_turn(c, &rd, &q, w, info.busy_remaining_ms, deadline, cancel_fd)
-                      : dlock__backoff(n, info.busy_remaining_ms, deadline, cancel_fd);
-        if (src != DLOCK_OK) {
-            rc = dlock__err_set(&e, src, "canceled through cancel_fd");
+    while ((rc = run_step(p, out, &e)) == DLOCK_ERR_AGAIN)
+        if (dlock__sleep_on(dlock_pending_fd(p), p->due_us, cancel_fd) != DLOCK_OK) {
+            rc = dlock__err_set(&e, DLOCK_ERR_CANCELED, "canceled through cancel_fd");
             break;
         }
-    }
-out:
-    if (w != NULL)
-        dlock__wait_leave(c, w);
-    if (queued(&q)) {
-        /* Given up: leave the queue everywhere. Granted: the nodes that refused keep
-         * our entry, which a release there would hand a lease nobody confirms. */
-        bool any = false;
-        for (int i = 0; i < c->n; i++)
-            any |= info.refused[i];
-        if (rc != DLOCK_OK || any)
-            dlock__leave_queue(c, rd.set, &q.k, q.member, q.member_len, l->token,
-                               rc == DLOCK_OK ? info.refused : NULL);
-    }
-    dlock__round_end(c, &rd);
-    dlock__call_free(&acq);
-    free(q.k.buf);
-    if (rc != DLOCK_OK) {
-        if (l != NULL)
-            dlock__lock_free(l);
-        return dlock__err_raise(&e, rc);
-    }
-    dlock__lock_attach(l);
-    if (opts != NULL && opts->auto_renew &&
-        (rc = dlock__watchdog_add(c, l, ttl_ms, opts->on_lost, opts->on_lost_user, &e)) !=
-            DLOCK_OK) {
-        /* Without renewal the caller would hold a lock that silently expires. */
-        dlock__err ignored;
-        dlock__lock_release(l, &ignored);
-        return dlock__err_raise(&e, rc);
-    }
-    DLOCK_PAUSE_POINT(DLOCK_HOOK_ACQUIRED);
-    *out = l;
-    return dlock__err_raise(&e, DLOCK_OK);
+    dlock_pending_free(p);
+    return dlock__err_raise(&e, rc);
 }
 
 int dlock_acquire(dlock_client *c, const char *name, const dlock_opts *opts, dlock_lock **out)
@@ -550,4 +334,69 @@ int dlock_sem_acquire(dlock_client *c, const char *name, int64_t permits, const 
                            "has %d): a quorum of independent servers cannot bound K >= 2 holders",
                            (long long)permits, c->n);
     return acquire(c, name, opts, permits == 1 ? 0 : permits, out);
+}
+
+int dlock_acquire_start(dlock_client *c, const char *name, const dlock_opts *opts,
+                        dlock_pending **out)
+{
+    dlock__err e;
+    if (out == NULL)
+        return dlock__fail(DLOCK_ERR_INVALID, "out is NULL");
+    *out = NULL;
+    int64_t ttl_ms = 0, wait_ms = 0;
+    int rc = prepare(c, name, opts, &ttl_ms, &wait_ms, &e);
+    if (rc == DLOCK_OK && c->local != NULL)
+        rc = dlock__err_set(&e, DLOCK_ERR_INVALID,
+                            "a file:// client waits on its calling thread: use dlock_acquire");
+    if (rc == DLOCK_OK)
+        rc = start(c, name, opts, ttl_ms, wait_ms, opts && opts->shared ? DLOCK_PERMITS_MAX : 0,
+                   out, &e);
+    return dlock__err_raise(&e, rc);
+}
+
+int dlock_pending_step(dlock_pending *p, dlock_lock **out)
+{
+    if (out == NULL)
+        return dlock__fail(DLOCK_ERR_INVALID, "out is NULL");
+    *out = NULL;
+    if (p == NULL)
+        return dlock__fail(DLOCK_ERR_INVALID, "pending is NULL");
+    if (p->phase == DONE)
+        return dlock__fail(DLOCK_ERR_INVALID,
+                           "the acquisition has finished: only dlock_pending_free is left");
+    dlock__err e;
+    int rc = run_step(p, out, &e);
+    return dlock__err_raise(&e, rc);
+}
+
+int dlock_pending_fd(const dlock_pending *p)
+{
+    return p != NULL && p->phase == AWAIT ? p->w->efd : -1;
+}
+
+int64_t dlock_pending_due_ms(const dlock_pending *p)
+{
+    if (p == NULL || p->phase == DONE || p->phase == ATTEMPT)
+        return 0;
+    int64_t left = p->due_us - dlock__now_us();
+    return left <= 0 ? 0 : (left + 999) / 1000; /* rounded up: never early */
+}
+
+void dlock_pending_free(dlock_pending *p)
+{
+    if (p == NULL)
+        return;
+    if (p->phase != DONE) {
+        /* Given up between steps: leave the queue, sent, not awaited. */
+        dlock__round rd;
+        dlock__err ignored;
+        dlock__round_begin(p->c, &rd, &ignored); /* without a set, finish() sends nothing */
+        finish(p, &rd, DLOCK_ERR_CANCELED);
+        dlock__round_end(p->c, &rd);
+    }
+    if (p->l != NULL)
+        dlock__lock_free(p->l);
+    dlock__call_free(&p->acq);
+    free(p->q.k.buf);
+    free(p);
 }

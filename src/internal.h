@@ -20,8 +20,11 @@
  *   rounds      round.c     one round to N nodes and its vote; validity; tallies
  *   lifecycle   handle.c    the dlock_lock handle, argument checks, accessors
  *               acquire.c   dlock_acquire and dlock_sem_acquire (exclusive, shared, one
- *                           of K permits): attempts, undoing partial grants, queueing,
- *                           confirming a handoff, refreshing between wake-ups
+ *                           of K permits) as steps of a dlock_pending: when to attempt,
+ *                           queue, wait for a handoff or refresh; dlock_acquire sleeps
+ *                           between the steps, an event loop can drive them instead
+ *               attempt.c   one attempt: the request and its call, the vote, undoing
+ *                           partial grants, joining and refreshing a place in the queue
  *               lock.c      extend, release, check, inspect (and the shared holders)
  *               fence.c     the resource side: fenced writes, dlock_fence_admit
  *               wait.c      the client's wake-up channel: its subscriber thread, waiters,
@@ -407,14 +410,20 @@ struct dlock__waitsys;
 int dlock__wait_join(struct dlock_client *c, const char *token, bool hot, dlock__waiter **out);
 /* The nodes whose release handed w the lock since the last clear (a bit per node). */
 uint32_t dlock__wait_grants(struct dlock_client *c, dlock__waiter *w, bool clear);
-/* Sleep until a wake-up (*woken), until_us (dlock__now_us), or cancel_fd is readable
- * (DLOCK_ERR_CANCELED, no message). */
+/* Sleep until fd (-1: none) is readable, until_us (dlock__now_us), or cancel_fd (0:
+ * none) is readable (DLOCK_ERR_CANCELED, no message). Reads nothing. */
+int dlock__sleep_on(int fd, int64_t until_us, int cancel_fd);
+/* Sleep until a wake-up (*woken), until_us, or cancel_fd is readable (as above). */
 int dlock__wait_sleep(dlock__waiter *w, int64_t until_us, int cancel_fd, bool *woken);
+/* Whether a wake-up for w arrived since the last call (it is taken: never blocks). */
+bool dlock__wait_woken(dlock__waiter *w);
 /* Unregister and free the waiter. */
 void dlock__wait_leave(struct dlock_client *c, dlock__waiter *w);
-/* Sleep before the next attempt of a caller that is not listening for wake-ups:
- * exponential backoff with jitter, never past the holder's lease or the deadline.
- * DLOCK_ERR_CANCELED (no message) when cancel_fd became readable. */
+/* The pause before the next attempt of a caller that is not listening for wake-ups:
+ * exponential backoff with jitter, never past the holder's lease (busy_ms, 0: unknown). */
+int64_t dlock__backoff_us(int attempt, int64_t busy_ms);
+/* Sleep that pause, never past the deadline. DLOCK_ERR_CANCELED (no message) when
+ * cancel_fd became readable. */
 int dlock__backoff(int attempt, int64_t busy_ms, int64_t deadline_us, int cancel_fd);
 /* The rule that ends a wait on an outage, for a waiting call's attempt that returned
  * rc at now: a refusal (DLOCK_ERR_BUSY) ends an outage; any other error starts one (in
@@ -622,6 +631,66 @@ void dlock__lock_attach(struct dlock_lock *l);
 void dlock__lock_free(struct dlock_lock *l);
 /* The handle is lost: say so to dlock_remaining_ms, the lost fd and later calls. */
 void dlock__lock_mark_lost(struct dlock_lock *l);
+
+/* ---- attempt.c -------------------------------------------------------------- */
+
+/* What one dlock_acquire asks the servers for, the same in every attempt: the name's
+ * keys, the lease, the mode, and the queue entry "<handoff ms> <limit> <channel
+ * length> <channel><value>" (scripts.c), whose value (from value_at on) is "<token>
+ * <host:pid>[ <label>]", what `dlock status` shows. */
+typedef struct dlock__request {
+    dlock__keys k;
+    int64_t ttl_ms;
+    int64_t limit; /* 0: exclusive; else a shared holder among at most limit */
+    char limit_text[24];
+    char ttl[24];
+    char ticket[24]; /* "0" until the caller queues */
+    char qttl[24];   /* DLOCK_QUEUE_TTL_MS, for the scripts */
+    bool fair;
+    size_t value_at; /* the value's offset in member */
+    size_t member_len;
+    char member[64 + sizeof((dlock_client *)0)->wake_chan + DLOCK_TOKEN_LEN +
+                sizeof((dlock_client *)0)->holder + DLOCK_LABEL_MAX];
+} dlock__request;
+
+/* What an attempt learned besides its outcome. */
+typedef struct dlock__attempt_info {
+    int permanent;                   /* nodes that failed with an error no retry can fix */
+    int64_t busy_remaining_ms;       /* the longest holder lease seen in a refusal */
+    bool refused[DLOCK_SERVERS_MAX]; /* the nodes that refused */
+} dlock__attempt_info;
+
+/* The arguments of an acquire call. They outlive the formatting: the call borrows them
+ * for its EVAL form, formatted only if a server answers -NOSCRIPT. */
+typedef struct dlock__acquire_args {
+    const char *args[13];
+    size_t lens[13];
+} dlock__acquire_args;
+
+/* Fill q for one acquire call: keys, lease, and the queue entry that carries the
+ * lock's value and the lease a handoff gives it before it confirms. */
+int dlock__request_make(struct dlock_client *c, const char *name, size_t name_len,
+                        const dlock_opts *opts, int64_t ttl_ms, int64_t limit, const char *token,
+                        dlock__request *q, dlock__err *e);
+/* Whether q carries a ticket: false for a plain try, and for a request never made. */
+bool dlock__request_queued(const dlock__request *q);
+/* From now on q's attempts carry the ticket (they queue). */
+void dlock__request_set_ticket(dlock__request *q, int64_t ticket);
+/* Format the acquire call, a plain try or a queued attempt as q's ticket says. */
+int dlock__request_format(struct dlock_client *c, const dlock__request *q, dlock__acquire_args *a,
+                          dlock__call *out, dlock__err *e);
+/* One attempt. DLOCK_OK with l's fence and validity set, or the attempt's error, with
+ * what it learned in *info; a failed attempt gives back what it was granted. */
+int dlock__attempt(struct dlock_client *c, dlock__round *rd, dlock__call *acq,
+                   const dlock__request *q, struct dlock_lock *l, dlock__attempt_info *info,
+                   dlock__err *e);
+/* Join the queue: from now on the attempts (*acq) carry the ticket. */
+int dlock__queue_up(struct dlock_client *c, dlock__request *q, int64_t ticket,
+                    dlock__acquire_args *a, dlock__call *acq);
+/* A queued waiter's refresh on every node: true when it should attempt now, else the
+ * shortest lease left in *busy_ms. */
+bool dlock__queue_refresh(struct dlock_client *c, dlock__round *rd, const dlock__request *q,
+                          int64_t *busy_ms);
 
 /* ---- lock.c ----------------------------------------------------------------- */
 

@@ -310,10 +310,9 @@ int dlock__wait_join(dlock_client *c, const char *token, bool hot, dlock__waiter
     return DLOCK_OK;
 }
 
-int dlock__wait_sleep(dlock__waiter *w, int64_t until_us, int cancel_fd, bool *woken)
+int dlock__sleep_on(int fd, int64_t until_us, int cancel_fd)
 {
-    *woken = false;
-    struct pollfd p[2] = {{.fd = w->efd, .events = POLLIN},
+    struct pollfd p[2] = {{.fd = fd, .events = POLLIN},
                           {.fd = cancel_fd > 0 ? cancel_fd : -1, .events = POLLIN}};
     for (;;) {
         int64_t left = until_us - dlock__now_us();
@@ -325,12 +324,21 @@ int dlock__wait_sleep(dlock__waiter *w, int64_t until_us, int cancel_fd, bool *w
             continue;
         if (r > 0 && (p[1].revents & (POLLIN | POLLHUP | POLLERR)))
             return DLOCK_ERR_CANCELED;
-        if (r > 0) {
-            drain(w->efd);
-            *woken = true;
-        }
         return DLOCK_OK;
     }
+}
+
+int dlock__wait_sleep(dlock__waiter *w, int64_t until_us, int cancel_fd, bool *woken)
+{
+    int rc = dlock__sleep_on(w->efd, until_us, cancel_fd);
+    *woken = rc == DLOCK_OK && dlock__wait_woken(w);
+    return rc;
+}
+
+bool dlock__wait_woken(dlock__waiter *w)
+{
+    uint64_t v;
+    return read(w->efd, &v, sizeof v) == (ssize_t)sizeof v; /* non-blocking: 0 pending fails */
 }
 
 uint32_t dlock__wait_grants(dlock_client *c, dlock__waiter *w, bool clear)
@@ -401,27 +409,21 @@ void dlock__wait_forget(dlock_client *c)
 
 /* ---- between attempts --------------------------------------------------------- */
 
-int dlock__backoff(int attempt, int64_t busy_ms, int64_t deadline_us, int cancel_fd)
+int64_t dlock__backoff_us(int attempt, int64_t busy_ms)
 {
     /* Exponential backoff (1 ms doubling to 32 ms) with full jitter, never past the
-     * holder's remaining lease or the caller's deadline: for a caller that could not
-     * start listening for wake-ups, and for retries after errors. */
+     * holder's remaining lease: for a caller that could not start listening for
+     * wake-ups, and for retries after errors. */
     int64_t cap_us = (int64_t)1000 << (attempt < 5 ? attempt : 5);
     if (busy_ms > 0 && busy_ms * 1000 + 1000 < cap_us)
         cap_us = busy_ms * 1000 + 1000;
-    int64_t delay_us = cap_us / 2 + (int64_t)dlock__random_below((uint64_t)cap_us / 2 + 1);
-    int64_t left = deadline_us - dlock__now_us();
-    if (delay_us > left)
-        delay_us = left > 0 ? left : 0;
-    struct pollfd p = {.fd = cancel_fd > 0 ? cancel_fd : -1, .events = POLLIN};
-    struct timespec ts = {(time_t)(delay_us / 1000000), (long)(delay_us % 1000000) * 1000};
-    for (;;) {
-        int r = ppoll(&p, 1, &ts, NULL);
-        if (r > 0)
-            return DLOCK_ERR_CANCELED;
-        if (r == 0 || errno != EINTR)
-            return DLOCK_OK;
-    }
+    return cap_us / 2 + (int64_t)dlock__random_below((uint64_t)cap_us / 2 + 1);
+}
+
+int dlock__backoff(int attempt, int64_t busy_ms, int64_t deadline_us, int cancel_fd)
+{
+    int64_t until = dlock__now_us() + dlock__backoff_us(attempt, busy_ms);
+    return dlock__sleep_on(-1, until < deadline_us ? until : deadline_us, cancel_fd);
 }
 
 bool dlock__outage_over(int64_t *since, int rc, int64_t now, int64_t connect_timeout_us)
