@@ -40,14 +40,17 @@
     (1 << 20) /* unparsed bytes kept per client: one command must                                  \
                  fit; past it, reading pauses while a command runs */
 #define DD_OUT_SOFT                                                                                \
-    (1 << 20)                       /* unsent reply bytes past which a client's commands           \
-                                       wait (and its reading pauses) until it reads */
-#define DD_OUT_HARD       (8 << 20) /* unsent reply bytes past which it is closed */
-#define DD_READ_CHUNK     65536     /* bytes read per read callback */
-#define DD_NAME_MAX       128       /* CLIENT SETNAME */
-#define DD_MAXCLIENTS_DEF 10000
-#define DD_PORT_DEF       7379
-#define DD_POOL_DEF       "8" /* UV_THREADPOOL_SIZE unless the user set it */
+    (1 << 20)                        /* unsent reply bytes past which a client's commands          \
+                                        wait (and its reading pauses) until it reads */
+#define DD_OUT_HARD        (8 << 20) /* unsent reply bytes past which it is closed */
+#define DD_READ_CHUNK      65536     /* bytes read per read callback */
+#define DD_NAME_MAX        128       /* CLIENT SETNAME */
+#define DD_KEEPALIVE_IDLE  15        /* TCP keepalive: seconds idle before probes, */
+#define DD_KEEPALIVE_INTVL 5         /* seconds between probes, */
+#define DD_KEEPALIVE_CNT   3         /* unanswered probes before the client is gone */
+#define DD_MAXCLIENTS_DEF  10000
+#define DD_PORT_DEF        7379
+#define DD_POOL_DEF        "8" /* UV_THREADPOOL_SIZE unless the user set it */
 
 /* ---- reply.c ------------------------------------------------------------------------ */
 
@@ -88,7 +91,7 @@ typedef struct dd_stats {
     uint64_t rejected_connections;
     uint64_t locks_acquired;
     uint64_t locks_not_acquired; /* LOCK answered nil */
-    uint64_t waits;              /* LOCKs that parked at least once */
+    uint64_t waits;              /* LOCKs that had to wait (parked at least once) */
     uint64_t errors[DD_E_KINDS];
     atomic_ullong locks_lost; /* session locks the renewal found lost (renewal thread) */
 } dd_stats;
@@ -178,6 +181,7 @@ typedef struct dd_job {
     char token[DLOCK_TOKEN_LEN + 1];
     int64_t ttl_ms, wait_ms;
     bool detached, fair, shared;
+    bool waited;            /* LOCK: parked at least once (INFO's waits) */
     dd_session *sess;       /* the session lock it works on */
     dlock_pending *pending; /* LOCK: the acquisition in progress */
     dd_session *release;    /* cleanup: session locks to release */

@@ -448,7 +448,8 @@ static void extend_work(dd_job *j)
 {
     if (j->sess != NULL) {
         /* On the session's handle, so that renewal goes on with the new ttl. */
-        reply_held(j, dlock_extend(j->sess->lock, j->ttl_ms));
+        j->rc = dlock_extend(j->sess->lock, j->ttl_ms);
+        reply_held(j, j->rc);
         return;
     }
     dlock_lock *l;
@@ -467,6 +468,14 @@ static void simple_done(dd_job *j)
     dd_job_free(j);
 }
 
+static void extend_done(dd_job *j)
+{
+    /* A session lock found lost stops blocking a new LOCK of its name. */
+    if (j->sess != NULL && j->rc == DLOCK_ERR_LOST)
+        atomic_store(&j->sess->lost, 1);
+    simple_done(j);
+}
+
 void dd_cmd_extend(dd_conn *c, resp_arg *argv, size_t argc, dd_buf *out)
 {
     (void)argc;
@@ -481,7 +490,7 @@ void dd_cmd_extend(dd_conn *c, resp_arg *argv, size_t argc, dd_buf *out)
     if (s != NULL && strcmp(s->token, j->token) == 0)
         j->sess = s; /* stays listed: the connection is busy until the job is done */
     j->work = extend_work;
-    j->done = simple_done;
+    j->done = extend_done;
     dd_job_queue(j);
 }
 

@@ -114,10 +114,10 @@ static dd_watch *watch_get(int fd)
 
 void dd_park(dd_conn *c, dd_job *j)
 {
-    if (c->parked_job == NULL) {
-        dd_srv.parked++;
-        if (!c->closing)
-            dd_srv.stats.waits++;
+    dd_srv.parked++;
+    if (!j->waited) {
+        j->waited = true;
+        dd_srv.stats.waits++;
     }
     c->parked_job = j;
     int64_t due = dlock_pending_due_ms(j->pending);

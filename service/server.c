@@ -16,6 +16,8 @@
 #include "dlockd.h"
 
 #include <errno.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -273,6 +275,22 @@ static void update_reading(dd_conn *c)
 
 /* ---- accepting ---------------------------------------------------------------------- */
 
+/* A client host that vanishes (powered off, cut off) sends no FIN: without probes its
+ * session locks would stay held, renewed, until the kernel gave up on the connection
+ * hours later. Probes after DD_KEEPALIVE_IDLE s idle, every DD_KEEPALIVE_INTVL s,
+ * DD_KEEPALIVE_CNT unanswered: such a client is gone, and its locks with it, within
+ * about half a minute. */
+static void keepalive(dd_conn *c)
+{
+    uv_tcp_keepalive(&c->h.tcp, 1, DD_KEEPALIVE_IDLE);
+    uv_os_fd_t fd;
+    if (uv_fileno((uv_handle_t *)&c->h.tcp, &fd) != 0)
+        return;
+    int intvl = DD_KEEPALIVE_INTVL, cnt = DD_KEEPALIVE_CNT;
+    setsockopt(fd, IPPROTO_TCP, TCP_KEEPINTVL, &intvl, sizeof intvl);
+    setsockopt(fd, IPPROTO_TCP, TCP_KEEPCNT, &cnt, sizeof cnt);
+}
+
 static void on_connection(uv_stream_t *listener, int status)
 {
     if (status < 0) {
@@ -310,8 +328,10 @@ static void on_connection(uv_stream_t *listener, int status)
         dd_conn_close(c);
         return;
     }
-    if (listener == (uv_stream_t *)&dd_srv.tcp)
+    if (listener == (uv_stream_t *)&dd_srv.tcp) {
         uv_tcp_nodelay(&c->h.tcp, 1);
+        keepalive(c);
+    }
     if (dd_srv.nconns > dd_srv.maxclients) {
         dd_srv.stats.rejected_connections++;
         dd_buf b = {0};
