@@ -327,6 +327,47 @@ static void test_many_waiters(void **state)
     redisFree(holder);
 }
 
+/* A client that goes while its LOCK runs on the pool: the lock the step took for it is
+ * released as soon as the step is over, not left to its TTL; and one that goes in the
+ * middle of a command leaves nothing behind. */
+static void test_disconnect_mid_command(void **state)
+{
+    (void)state;
+    fr_relay *r = fr_start(it_srv.port);
+    assert_non_null(r);
+    dt_daemon slow;
+    dt_start(&slow, fr_url(r), "--timeout", "5000", NULL);
+    redisContext *a = dt_connect(&slow);
+    dt_expect_status(dt_cmd(a, "PING"), "PONG");
+    fr_delay(r, 0, 300); /* replies from the server come 300 ms late */
+    dt_send(a, "LOCK mid TTL 30000");
+    dh_sleep_ms(50);
+    redisFree(a); /* gone before the server's grant reaches dlockd */
+    char key[256];
+    it_key(key, sizeof key, "mid");
+    int64_t deadline = dh_now_ms() + 5000 * dh_slack();
+    while (!it_exists(&it_srv, key))
+        assert_true(dh_now_ms() < deadline);                /* the grant happened ... */
+    int64_t gone = wait_key_gone("mid", 3000 * dh_slack()); /* ... and was undone */
+    print_message("FIG dlockd_grant_after_close_released_ms %lld ms\n", (long long)gone);
+    fr_pass(r);
+    a = dt_connect(&slow);
+    assert_int_equal(dt_info(a, "session_locks"), 0);
+    redisFree(a);
+    assert_int_equal(dt_stop(&slow), 0);
+    fr_stop(r);
+
+    int fd = dt_raw(&d);
+    static const char half[] = "*3\r\n$4\r\nLOCK\r\n$4\r\nhalf\r\n$";
+    dt_raw_write(fd, half, sizeof half - 1);
+    close(fd);
+    redisContext *b = dt_connect(&d);
+    dt_lock l;
+    dt_expect_lock(dt_cmd(b, "LOCK half"), &l);
+    dt_expect_int(dt_cmd(b, "UNLOCK half %s", l.token), 1);
+    redisFree(b);
+}
+
 /* Two dlockd processes in front of the same server serve the same locks. */
 static void test_two_daemons(void **state)
 {
@@ -442,6 +483,7 @@ int main(void)
         cmocka_unit_test(test_wait),
         cmocka_unit_test(test_waiter_leaves),
         cmocka_unit_test(test_many_waiters),
+        cmocka_unit_test(test_disconnect_mid_command),
         cmocka_unit_test(test_two_daemons),
         cmocka_unit_test(test_server_down),
         cmocka_unit_test(test_signals),
