@@ -25,12 +25,6 @@ typedef struct command {
     cmd_fn fn;
 } command;
 
-static bool arg_is(const resp_arg *a, const char *word)
-{
-    size_t n = strlen(word);
-    return a->len == n && strncasecmp(a->p, word, n) == 0;
-}
-
 /* Compare without an early exit, so that the time taken does not tell a guesser how
  * many leading bytes were right. */
 static bool password_ok(const resp_arg *a)
@@ -51,7 +45,7 @@ static bool authenticate(dd_conn *c, const resp_arg *user, const resp_arg *pass,
                             "(--requirepass-file or DLOCKD_REQUIREPASS)");
         return false;
     }
-    if ((user != NULL && !arg_is(user, "default")) || !password_ok(pass)) {
+    if ((user != NULL && !dd_arg_is(user, "default")) || !password_ok(pass)) {
         dd_reply_error(out, "WRONGPASS invalid username-password pair or user is disabled.");
         return false;
     }
@@ -100,7 +94,7 @@ static void cmd_select(dd_conn *c, resp_arg *argv, size_t argc, dd_buf *out)
     (void)c;
     (void)argc;
     /* Locks have no databases; clients that select 0 by habit are fine. */
-    if (arg_is(&argv[1], "0"))
+    if (dd_arg_is(&argv[1], "0"))
         dd_reply_status(out, "OK");
     else
         dd_reply_error(out, "ERR DB index is out of range (dlockd has only database 0)");
@@ -133,18 +127,18 @@ static bool set_name(dd_conn *c, const resp_arg *a, dd_buf *out)
 
 static void cmd_client(dd_conn *c, resp_arg *argv, size_t argc, dd_buf *out)
 {
-    if (arg_is(&argv[1], "SETNAME") && argc == 3) {
+    if (dd_arg_is(&argv[1], "SETNAME") && argc == 3) {
         if (set_name(c, &argv[2], out))
             dd_reply_status(out, "OK");
-    } else if (arg_is(&argv[1], "GETNAME") && argc == 2) {
+    } else if (dd_arg_is(&argv[1], "GETNAME") && argc == 2) {
         if (c->name != NULL)
             dd_reply_cstr(out, c->name);
         else
             dd_reply_nil(out);
-    } else if (arg_is(&argv[1], "SETINFO") && argc == 4) {
+    } else if (dd_arg_is(&argv[1], "SETINFO") && argc == 4) {
         /* lib-name and lib-ver are for CLIENT LIST on Redis; there is nothing to keep. */
         dd_reply_status(out, "OK");
-    } else if (arg_is(&argv[1], "ID") && argc == 2) {
+    } else if (dd_arg_is(&argv[1], "ID") && argc == 2) {
         dd_reply_int(out, (long long)c->id);
     } else {
         dd_reply_error(out,
@@ -158,8 +152,8 @@ static void cmd_hello(dd_conn *c, resp_arg *argv, size_t argc, dd_buf *out)
 {
     size_t i = 1;
     if (argc >= 2) {
-        if (!arg_is(&argv[1], "2")) {
-            if (arg_is(&argv[1], "3"))
+        if (!dd_arg_is(&argv[1], "2")) {
+            if (dd_arg_is(&argv[1], "3"))
                 dd_reply_error(out, "NOPROTO unsupported protocol version (dlockd speaks RESP2)");
             else
                 dd_reply_error(out, "NOPROTO unsupported protocol version");
@@ -168,11 +162,11 @@ static void cmd_hello(dd_conn *c, resp_arg *argv, size_t argc, dd_buf *out)
         i = 2;
     }
     for (; i < argc; i++) {
-        if (arg_is(&argv[i], "AUTH") && i + 2 < argc) {
+        if (dd_arg_is(&argv[i], "AUTH") && i + 2 < argc) {
             if (!authenticate(c, &argv[i + 1], &argv[i + 2], out))
                 return;
             i += 2;
-        } else if (arg_is(&argv[i], "SETNAME") && i + 1 < argc) {
+        } else if (dd_arg_is(&argv[i], "SETNAME") && i + 1 < argc) {
             if (!set_name(c, &argv[i + 1], out))
                 return;
             i += 1;
@@ -209,9 +203,9 @@ static void cmd_command(dd_conn *c, resp_arg *argv, size_t argc, dd_buf *out)
     (void)c;
     /* An empty table: clients (redis-cli's hints, command-info caches) take it as "no
      * details known" and go on with their own. */
-    if (argc >= 2 && arg_is(&argv[1], "COUNT")) {
+    if (argc >= 2 && dd_arg_is(&argv[1], "COUNT")) {
         dd_reply_int(out, 0);
-    } else if (argc >= 2 && arg_is(&argv[1], "INFO")) {
+    } else if (argc >= 2 && dd_arg_is(&argv[1], "INFO")) {
         dd_reply_array(out, argc - 2);
         for (size_t i = 2; i < argc; i++)
             dd_reply_nil(out);
@@ -256,8 +250,8 @@ static void info_append(dd_buf *b, const char *fmt, ...)
 
 static bool want_section(const resp_arg *sec, const char *name)
 {
-    return sec == NULL || arg_is(sec, name) || arg_is(sec, "all") || arg_is(sec, "everything") ||
-           arg_is(sec, "default");
+    return sec == NULL || dd_arg_is(sec, name) || dd_arg_is(sec, "all") ||
+           dd_arg_is(sec, "everything") || dd_arg_is(sec, "default");
 }
 
 static void cmd_info(dd_conn *c, resp_arg *argv, size_t argc, dd_buf *out)
@@ -347,7 +341,7 @@ void dd_command(dd_conn *c, resp_arg *argv, size_t argc)
     dd_buf out = {0};
     const command *cmd = NULL;
     for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++) {
-        if (arg_is(&argv[0], commands[i].name)) {
+        if (dd_arg_is(&argv[0], commands[i].name)) {
             cmd = &commands[i];
             break;
         }

@@ -10,7 +10,9 @@
  *   reply.c     growing buffers and the RESP2 replies written into them
  *   server.c    listeners, connections, reading, the write queue, the limits
  *   commands.c  the command table, AUTH, and the commands answered on the loop
- *   locks.c     LOCK, UNLOCK, EXTEND, LOCKINFO: jobs on the pool, session locks
+ *   jobs.c      commands' work on libuv's pool; argument checks
+ *   locks.c     LOCK and the session locks; a closing connection's release
+ *   unlock.c    UNLOCK, EXTEND, LOCKINFO
  *   park.c      LOCKs waiting on the loop: descriptors, timers, the step API
  *   main.c      options, signals, the open-files limit, start and stop
  *
@@ -145,12 +147,12 @@ typedef struct dd_conn {
     dd_buf out;     /* replies not yet handed to a write */
     size_t writing; /* bytes in the write in flight (one at a time) */
     bool busy;      /* a command is on the pool or parked: later ones wait */
-    bool job;       /* a job is on the pool (busy also counts a parked LOCK) */
+    int jobs;       /* jobs on the pool: one for a command; after a close, a LOCK given
+                       up and the session locks released may run together */
     bool reading;
     bool closing; /* closed or closing: nothing more is read or answered */
     bool quit;    /* close once the replies are written (QUIT, protocol error) */
     bool authed;
-    bool cleanup;                /* its session locks are being released */
     char *name;                  /* CLIENT SETNAME; NULL: none */
     struct dd_session *sessions; /* session locks held */
     struct dd_job *parked_job;   /* its LOCK parked on the loop, or NULL */
@@ -210,20 +212,40 @@ void dd_command(dd_conn *c, resp_arg *argv, size_t argc);
 /* The error kind of a reply, counted when it is written. */
 void dd_count_errors(const char *p, size_t n);
 
+/* ---- jobs.c ------------------------------------------------------------------------- */
+
+dd_job *dd_job_new(dd_conn *c);
+/* Queue j->work on the pool for c (c is busy until j->done ran). */
+void dd_job_queue(dd_job *j);
+/* The job's reply to its connection, then the connection's next commands. */
+void dd_job_answer(dd_job *j);
+void dd_job_free(dd_job *j);
+/* Argument checks; those given `out` write the -ERR reply on failure. */
+bool dd_arg_is(const resp_arg *a, const char *word); /* case-insensitive */
+/* A name or label for the library: 1 to max bytes, no NUL; a malloc'd copy or NULL. */
+char *dd_arg_dup(const resp_arg *a, const char *what, size_t max, dd_buf *out);
+bool dd_arg_int(const resp_arg *a, int64_t lo, int64_t hi, int64_t *v);
+bool dd_arg_ttl(const resp_arg *a, int64_t *ttl, dd_buf *out);
+
 /* ---- locks.c ------------------------------------------------------------------------ */
 
 void dd_cmd_lock(dd_conn *c, resp_arg *argv, size_t argc, dd_buf *out);
+/* A LOCK step that finished on the pool (called from park.c and locks.c). */
+void dd_lock_step_done(dd_job *j);
+/* Queue the next step of a LOCK (after it was parked). */
+void dd_lock_step(dd_job *j);
+/* A closing connection's session locks and parked LOCK are given up on the pool. */
+void dd_conn_release_all(dd_conn *c);
+/* The connection's session lock of that name, or NULL. */
+dd_session *dd_session_find(dd_conn *c, const char *name, size_t len);
+void dd_session_unlink(dd_conn *c, dd_session *s);
+void dd_session_free(dd_session *s); /* NULL: nothing */
+
+/* ---- unlock.c ----------------------------------------------------------------------- */
+
 void dd_cmd_unlock(dd_conn *c, resp_arg *argv, size_t argc, dd_buf *out);
 void dd_cmd_extend(dd_conn *c, resp_arg *argv, size_t argc, dd_buf *out);
 void dd_cmd_lockinfo(dd_conn *c, resp_arg *argv, size_t argc, dd_buf *out);
-/* Queue j->work on the pool for c (c is busy until j->done ran). */
-void dd_job_queue(dd_job *j);
-void dd_job_free(dd_job *j);
-/* A closing connection's session locks and parked LOCK are given up on the pool. */
-void dd_conn_release_all(dd_conn *c);
-/* A LOCK step that finished on the pool (called from park.c and locks.c). */
-void dd_lock_step_done(dd_job *j);
-void dd_lock_step(dd_job *j);
 
 /* ---- park.c ------------------------------------------------------------------------- */
 
