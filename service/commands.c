@@ -224,15 +224,19 @@ void dd_count_errors(const char *p, size_t n)
      * apart by their code word. */
     if (n < 2 || p[0] != '-')
         return;
+    static const struct {
+        const char *prefix;
+        int kind;
+    } kinds[] = {{"-NOAUTH", DD_E_NOAUTH},
+                 {"-NOQUORUM", DD_E_NOQUORUM},
+                 {"-UNAVAILABLE", DD_E_UNAVAILABLE},
+                 {"-ERR Protocol error", DD_E_PROTOCOL}};
     int kind = DD_E_ERR;
-    if (n > 5 && memcmp(p, "-NOAUTH", 7) == 0)
-        kind = DD_E_NOAUTH;
-    else if (n > 9 && memcmp(p, "-NOQUORUM", 9) == 0)
-        kind = DD_E_NOQUORUM;
-    else if (n > 12 && memcmp(p, "-UNAVAILABLE", 12) == 0)
-        kind = DD_E_UNAVAILABLE;
-    else if (n > 19 && memcmp(p, "-ERR Protocol error", 19) == 0)
-        kind = DD_E_PROTOCOL;
+    for (size_t i = 0; i < sizeof kinds / sizeof kinds[0]; i++) {
+        size_t k = strlen(kinds[i].prefix);
+        if (n >= k && memcmp(p, kinds[i].prefix, k) == 0)
+            kind = kinds[i].kind;
+    }
     dd_srv.stats.errors[kind]++;
 }
 

@@ -386,6 +386,9 @@ static void test_auth(void **state)
     dt_expect_error(dt_cmd(c, "PING"), "NOAUTH");
     dt_expect_status(dt_cmd(c, "AUTH %s", "s3cret pass"), "OK");
     dt_expect_status(dt_cmd(c, "PING"), "PONG");
+    /* INFO counts the errors by kind: four NOAUTH, two WRONGPASS (an ERR kind). */
+    assert_int_equal(dt_info(c, "errors_noauth"), 4);
+    assert_int_equal(dt_info(c, "errors_err"), 2);
     redisFree(c);
     c = dt_connect(&a);
     dt_expect_status(dt_cmd(c, "AUTH default %s", "s3cret pass"), "OK");

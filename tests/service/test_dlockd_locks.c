@@ -227,6 +227,8 @@ static void test_wait(void **state)
     assert_int_equal(dt_info(a, "blocked_clients"), 0);
 
     dt_send(b, "LOCK w WAIT -1");
+    /* Pipelined behind the blocked LOCK: answered after it, in order. */
+    dt_send(b, "ECHO after-the-lock");
     /* Until b is parked in dlockd. */
     int64_t deadline = dh_now_ms() + 5000 * dh_slack();
     while (dt_info(a, "blocked_clients") != 1)
@@ -235,6 +237,10 @@ static void test_wait(void **state)
     dt_expect_int(dt_cmd(a, "UNLOCK w %s", l.token), 1);
     dt_expect_lock(dt_reply(b), &l2);
     int64_t handoff_us = dh_now_us() - t0;
+    redisReply *r = dt_reply(b);
+    assert_int_equal(r->type, REDIS_REPLY_STRING);
+    assert_string_equal(r->str, "after-the-lock");
+    freeReplyObject(r);
     print_message("FIG dlockd_wait_handoff_us %lld us\n", (long long)handoff_us);
     assert_true(handoff_us < 1000000 * dh_slack());
     assert_true(l2.fence > l.fence);
@@ -415,6 +421,7 @@ static void test_server_down(void **state)
                   (long long)(dh_now_ms() - t0));
     assert_int_equal(dh_server_restart(&s), 0);
     dt_expect_lock(dt_cmd(a, "LOCK down4"), &l);
+    assert_int_equal(dt_info(a, "errors_unavailable"), 2);
     redisFree(a);
     assert_int_equal(dt_stop(&d1), 0);
     dh_server_stop(&s);
@@ -432,6 +439,7 @@ static void test_server_down(void **state)
     dh_server_kill(&n[2]);
     dt_expect_error(dt_cmd(a, "LOCK q3"), "NOQUORUM ");
     dt_expect_status(dt_cmd(a, "PING"), "PONG");
+    assert_int_equal(dt_info(a, "errors_noquorum"), 1);
     redisFree(a);
     assert_int_equal(dt_stop(&d3), 0);
     dh_servers_stop(n, 3);
