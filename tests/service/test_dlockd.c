@@ -434,6 +434,42 @@ static void test_usage(void **state)
     char out[4096];
     assert_int_equal(dh_run(help, NULL, out, sizeof out, NULL, 0), 0);
     assert_non_null(strstr(out, "--requirepass-file"));
+
+    /* The man page has every option --help lists (roff escapes each '-') and every
+     * command, and groff finds nothing wrong in it. */
+    char man[16384];
+    FILE *f = fopen(DLOCK_SOURCE_DIR "/docs/dlockd.8", "r");
+    assert_non_null(f);
+    size_t n = fread(man, 1, sizeof man - 1, f);
+    fclose(f);
+    man[n] = '\0';
+    int options = 0;
+    for (const char *p = strstr(out, "--"); p != NULL; p = strstr(p + 2, "--")) {
+        char opt[64], roff[128];
+        size_t len = strspn(p + 2, "abcdefghijklmnopqrstuvwxyz-");
+        snprintf(opt, sizeof opt, "%.*s", (int)len, p + 2);
+        snprintf(roff, sizeof roff, "\\-\\-");
+        for (size_t i = 0; opt[i] != '\0'; i++)
+            snprintf(roff + strlen(roff), sizeof roff - strlen(roff), opt[i] == '-' ? "\\-" : "%c",
+                     opt[i]);
+        if (strstr(man, roff) == NULL)
+            fail_msg("docs/dlockd.8 lacks --%s", opt);
+        options++;
+    }
+    assert_true(options >= 10);
+    static const char *const commands[] = {".B LOCK \\fIname", ".B UNLOCK", ".B EXTEND",
+                                           ".B LOCKINFO",      "SIGTERM",   "DLOCKD_REQUIREPASS"};
+    for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
+        if (strstr(man, commands[i]) == NULL)
+            fail_msg("docs/dlockd.8 lacks \"%s\"", commands[i]);
+    if (access("/usr/bin/groff", X_OK) == 0) {
+        const char *lint[] = {
+            "/usr/bin/groff", "-man", "-ww", "-z", DLOCK_SOURCE_DIR "/docs/dlockd.8", NULL};
+        char err[2048];
+        int st = dh_run(lint, NULL, NULL, 0, err, sizeof err);
+        if (st != 0 || err[0] != '\0')
+            fail_msg("groff on docs/dlockd.8: exit %d: %s", st, err);
+    }
 }
 
 int main(void)
