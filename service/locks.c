@@ -172,35 +172,36 @@ void dd_cmd_lock(dd_conn *c, resp_arg *argv, size_t argc, dd_buf *out)
     }
     dd_job *j = dd_job_new(c);
     j->ttl_ms = DLOCK_TTL_DEFAULT_MS;
-    unsigned seen = 0;
+    /* Options in any order, each at most once; TTL, WAIT and LABEL take a value. */
+    enum { TTL, WAIT, DETACHED, FAIR, SHARED, LABEL, NOPTS };
+    static const char *const names[NOPTS] = {"TTL", "WAIT", "DETACHED", "FAIR", "SHARED", "LABEL"};
+    bool seen[NOPTS] = {false};
     for (size_t i = 2; i < argc; i++) {
-        const char *opt = NULL;
-        unsigned bit = 0;
-        static const char *const names[] = {"TTL", "WAIT", "DETACHED", "FAIR", "SHARED", "LABEL"};
-        for (unsigned k = 0; k < 6; k++)
-            if (dd_arg_is(&argv[i], names[k]))
-                opt = names[k], bit = 1u << k;
-        if (opt == NULL) {
+        int opt = 0;
+        while (opt < NOPTS && !dd_arg_is(&argv[i], names[opt]))
+            opt++;
+        if (opt == NOPTS) {
             dd_reply_error(out,
                            "ERR unknown LOCK option '%.*s' (TTL ms, WAIT ms, DETACHED, "
                            "FAIR, SHARED, LABEL text)",
                            (int)(argv[i].len > 64 ? 64 : argv[i].len), argv[i].p);
             goto fail;
         }
-        if (seen & bit) {
-            dd_reply_error(out, "ERR LOCK option %s given twice", opt);
+        if (seen[opt]) {
+            dd_reply_error(out, "ERR LOCK option %s given twice", names[opt]);
             goto fail;
         }
-        seen |= bit;
-        bool takes_value = bit == 1u || bit == 2u || bit == 32u;
-        if (takes_value && i + 1 >= argc) {
-            dd_reply_error(out, "ERR LOCK option %s needs a value", opt);
+        seen[opt] = true;
+        if ((opt == TTL || opt == WAIT || opt == LABEL) && i + 1 >= argc) {
+            dd_reply_error(out, "ERR LOCK option %s needs a value", names[opt]);
             goto fail;
         }
-        if (bit == 1u) {
+        switch (opt) {
+        case TTL:
             if (!dd_arg_ttl(&argv[++i], &j->ttl_ms, out))
                 goto fail;
-        } else if (bit == 2u) {
+            break;
+        case WAIT:
             if (!dd_arg_int(&argv[++i], -1, DLOCK_TTL_MAX_MS, &j->wait_ms)) {
                 dd_reply_error(out,
                                "ERR WAIT must be -1 (forever) or an integer from 0 to %d "
@@ -208,16 +209,21 @@ void dd_cmd_lock(dd_conn *c, resp_arg *argv, size_t argc, dd_buf *out)
                                DLOCK_TTL_MAX_MS);
                 goto fail;
             }
-        } else if (bit == 4u) {
+            break;
+        case DETACHED:
             j->detached = true;
-        } else if (bit == 8u) {
+            break;
+        case FAIR:
             j->fair = true;
-        } else if (bit == 16u) {
+            break;
+        case SHARED:
             j->shared = true;
-        } else {
+            break;
+        default: /* LABEL */
             j->label = dd_arg_dup(&argv[++i], "LABEL", DLOCK_LABEL_MAX, out);
             if (j->label == NULL)
                 goto fail;
+            break;
         }
     }
     j->name = dd_arg_dup(&argv[1], "lock name", DLOCK_NAME_MAX, out);
