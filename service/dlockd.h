@@ -46,6 +46,7 @@
                                         wait (and its reading pauses) until it reads */
 #define DD_OUT_HARD        (8 << 20) /* unsent reply bytes past which it is closed */
 #define DD_READ_CHUNK      65536     /* bytes read per read callback */
+#define DD_LINGER_MS       1000      /* a closing client's input is drained at most this long */
 #define DD_NAME_MAX        128       /* CLIENT SETNAME */
 #define DD_KEEPALIVE_IDLE  15        /* TCP keepalive: seconds idle before probes, */
 #define DD_KEEPALIVE_INTVL 5         /* seconds between probes, */
@@ -150,8 +151,10 @@ typedef struct dd_conn {
     int jobs;       /* jobs on the pool: one for a command; after a close, a LOCK given
                        up and the session locks released may run together */
     bool reading;
-    bool closing; /* closed or closing: nothing more is read or answered */
-    bool quit;    /* close once the replies are written (QUIT, protocol error) */
+    bool closing;           /* closed or closing: nothing more is read or answered */
+    bool quit;              /* close once the replies are written (QUIT, protocol error) */
+    bool lingering;         /* quit: replies written, FIN sent, draining until EOF */
+    uv_shutdown_t shutdown; /* the FIN of a lingering close */
     bool authed;
     char *name;                  /* CLIENT SETNAME; NULL: none */
     struct dd_session *sessions; /* session locks held */

@@ -102,6 +102,33 @@ typedef struct write_req {
 
 static void flush(dd_conn *c);
 
+static void on_linger_over(uv_timer_t *t)
+{
+    dd_conn_close(t->data);
+}
+
+static void on_shutdown(uv_shutdown_t *req, int status)
+{
+    (void)req;
+    (void)status; /* the timer or the client's EOF ends the connection either way */
+}
+
+/* The last reply (an error before a close, QUIT's +OK) is written: send a FIN, then read
+ * and drop what the client still sends until it closes too, for at most DD_LINGER_MS.
+ * Closing at once while its bytes sit unread would make the kernel answer with a reset,
+ * which can destroy the error reply before the client has read it. */
+static void linger(dd_conn *c)
+{
+    c->lingering = true;
+    c->shutdown.data = c;
+    if (uv_shutdown(&c->shutdown, &c->h.stream, on_shutdown) != 0) {
+        dd_conn_close(c);
+        return;
+    }
+    uv_timer_start(&c->timer, on_linger_over, DD_LINGER_MS, 0);
+    update_reading(c);
+}
+
 static void on_written(uv_write_t *req, int status)
 {
     write_req *w = (write_req *)req;
@@ -120,7 +147,8 @@ static void on_written(uv_write_t *req, int status)
         return;
     }
     if (c->quit) {
-        dd_conn_close(c);
+        if (!c->lingering)
+            linger(c);
         return;
     }
     /* Commands held back while the client was not reading can run now. */
@@ -183,8 +211,6 @@ static void protocol_error(dd_conn *c, const char *msg)
      * error is written, as Redis does. */
     c->quit = true;
     c->query.len = 0;
-    if (c->writing == 0 && c->out.len == 0)
-        dd_conn_close(c);
 }
 
 static void process(dd_conn *c)
@@ -254,14 +280,15 @@ static void on_read(uv_stream_t *s, ssize_t n, const uv_buf_t *buf)
         return;
     }
     if (n == 0 || c->closing || c->quit)
-        return;
+        return; /* after a QUIT or an error: dropped (see linger) */
     dd_buf_append(&c->query, buf->base, (size_t)n);
     process(c);
 }
 
 static void update_reading(dd_conn *c)
 {
-    bool want = !c->closing && !c->quit && c->query.len < DD_QUERY_MAX && unsent(c) < DD_OUT_SOFT;
+    bool want = !c->closing &&
+                (c->quit ? c->lingering : c->query.len < DD_QUERY_MAX && unsent(c) < DD_OUT_SOFT);
     if (want == c->reading)
         return;
     if (want) {
