@@ -20,6 +20,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/un.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -62,6 +63,20 @@ static int connect_port(int port)
         return -1;
     }
     return fd;
+}
+
+static bool unix_accepts(const char *path)
+{
+    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0)
+        return false;
+    struct sockaddr_un a = {.sun_family = AF_UNIX};
+    size_t n = strlen(path);
+    assert_true(n < sizeof a.sun_path);
+    memcpy(a.sun_path, path, n + 1);
+    bool ok = connect(fd, (struct sockaddr *)&a, sizeof a) == 0;
+    close(fd);
+    return ok;
 }
 
 void dt_start(dt_daemon *d, const char *servers, ...)
@@ -111,6 +126,12 @@ void dt_start(dt_daemon *d, const char *servers, ...)
                 close(fd);
                 d->pid = pid;
                 d->port = port;
+                /* The unix socket is bound after the TCP port: wait for it too. */
+                while (d->unixsocket[0] != '\0' && !unix_accepts(d->unixsocket)) {
+                    if (dh_now_ms() > deadline || dh_exited(pid, NULL))
+                        fail_msg("dlockd did not listen on %s", d->unixsocket);
+                    dh_sleep_ms(10);
+                }
                 return;
             }
             dh_sleep_ms(10);
