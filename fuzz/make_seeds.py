@@ -146,3 +146,26 @@ for k,v in relay.items():
     put('fuzz_lock','relay-after-grant-'+k, conv(info+grant, v, v, v, v))
 for k,v in extra.items():
     put('fuzz_lock','resp-'+k, info+v)
+
+# ---- dlockd's requests (fuzz_resp): the first byte picks the piece size (byte % 64 + 1),
+# the rest is what a client sends.
+def mb(*args):
+    out=b'*%d\r\n'%len(args)
+    for a in args:
+        a=a if isinstance(a,bytes) else a.encode()
+        out+=b'$%d\r\n%s\r\n'%(len(a),a)
+    return out
+requests = {
+ 'ping': mb('PING'), 'lock': mb('LOCK','name','TTL','30000','WAIT','5000','LABEL','job'),
+ 'unlock': mb('UNLOCK','name','0123456789abcdef0123456789abcdef'),
+ 'pipeline': mb('PING')*5+mb('ECHO','x')*3+mb('LOCKINFO','n'),
+ 'inline': b'PING\r\nLOCK  name\tTTL 100\nQUIT\r\n', 'inline-empty': b'\r\n\n\r\nPING\n',
+ 'empty-mb': b'*0\r\n*-1\r\n'+mb('PING'), 'nul-arg': mb('ECHO',b'a\0b\r\n'),
+ 'huge-count': b'*2147483647\r\n', 'huge-bulk': b'*2\r\n$4\r\nECHO\r\n$1073741824\r\n',
+ 'too-many': b'*17\r\n'+b'$1\r\nx\r\n'*17, 'bulk-max': mb('ECHO','y'*64), 'bulk-over': mb('ECHO','y'*65),
+ 'inline-long': b'x'*200, 'bad-dollar': b'*1\r\n+OK\r\n', 'no-crlf': b'*1\r\n$4\r\nPINGxx',
+ 'neg-bulk': b'*1\r\n$-1\r\n', 'leading-zero': b'*01\r\n$04\r\nPING\r\n', 'lf-only': b'*1\n$4\nPING\n',
+ 'partial': mb('LOCK','n')[:-3], 'long-header': b'*'+b'1'*40+b'\r\n',
+}
+for i,(k,v) in enumerate(sorted(requests.items())):
+    put('fuzz_resp',k,bytes([i*7%256])+v)

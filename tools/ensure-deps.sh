@@ -6,6 +6,9 @@
 set -euo pipefail
 
 pkgs=(cmake make gcc pkg-config libhiredis-dev libssl-dev libcmocka-dev redis-server redis-tools)
+# dlockd's event loop, and the Redis clients its tests use as any user would (redis-cli
+# comes with redis-tools).
+pkgs+=(libuv1-dev python3-redis php-cli php-redis)
 # The fault suite's network-namespace tier (fault_partition, in `make test-faults`)
 # builds its network with ip(8) and iptables-restore(8); a fresh Debian 12 has neither
 # for certain, and the test fails (never skips) without them.

@@ -1,0 +1,370 @@
+/*
+ * commands.c: the command table, AUTH, and the commands answered on the loop.
+ *
+ * Besides the lock commands (locks.c), dlockd answers what Redis clients send on
+ * connect or by habit, so that they work unchanged: PING, ECHO, QUIT, AUTH, SELECT 0,
+ * CLIENT SETNAME/GETNAME/SETINFO/ID, HELLO 2, COMMAND (empty: clients fall back to
+ * their own tables) and INFO (with loading:0, which ioredis waits for).
+ */
+#include "dlockd.h"
+
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <unistd.h>
+
+typedef void (*cmd_fn)(dd_conn *c, resp_arg *argv, size_t argc, dd_buf *out);
+
+typedef struct command {
+    const char *name;
+    int arity;   /* exact argument count with the name; -N: at least N */
+    bool noauth; /* allowed before AUTH */
+    cmd_fn fn;
+} command;
+
+/* Compare without an early exit, so that the time taken does not tell a guesser how
+ * many leading bytes were right. */
+static bool password_ok(const resp_arg *a)
+{
+    const char *want = dd_srv.requirepass;
+    size_t n = strlen(want);
+    unsigned char diff = (unsigned char)(a->len != n);
+    for (size_t i = 0; i < a->len; i++)
+        diff |= (unsigned char)(a->p[i] ^ want[i % (n ? n : 1)]);
+    return diff == 0;
+}
+
+/* AUTH pass | AUTH user pass (only the user "default" exists); shared with HELLO. */
+static bool authenticate(dd_conn *c, const resp_arg *user, const resp_arg *pass, dd_buf *out)
+{
+    if (dd_srv.requirepass == NULL) {
+        dd_reply_error(out, "ERR AUTH called, but this dlockd has no password set "
+                            "(--requirepass-file or DLOCKD_REQUIREPASS)");
+        return false;
+    }
+    if ((user != NULL && !dd_arg_is(user, "default")) || !password_ok(pass)) {
+        dd_reply_error(out, "WRONGPASS invalid username-password pair or user is disabled.");
+        return false;
+    }
+    c->authed = true;
+    return true;
+}
+
+static void cmd_auth(dd_conn *c, resp_arg *argv, size_t argc, dd_buf *out)
+{
+    if (argc > 3) {
+        dd_reply_error(out, "ERR syntax error");
+        return;
+    }
+    if (authenticate(c, argc == 3 ? &argv[1] : NULL, &argv[argc - 1], out))
+        dd_reply_status(out, "OK");
+}
+
+static void cmd_ping(dd_conn *c, resp_arg *argv, size_t argc, dd_buf *out)
+{
+    (void)c;
+    if (argc > 2)
+        dd_reply_error(out, "ERR wrong number of arguments for 'ping' command");
+    else if (argc == 2)
+        dd_reply_bulk(out, argv[1].p, argv[1].len);
+    else
+        dd_reply_status(out, "PONG");
+}
+
+static void cmd_echo(dd_conn *c, resp_arg *argv, size_t argc, dd_buf *out)
+{
+    (void)c;
+    (void)argc;
+    dd_reply_bulk(out, argv[1].p, argv[1].len);
+}
+
+static void cmd_quit(dd_conn *c, resp_arg *argv, size_t argc, dd_buf *out)
+{
+    (void)argv;
+    (void)argc;
+    dd_reply_status(out, "OK");
+    c->quit = true;
+}
+
+static void cmd_select(dd_conn *c, resp_arg *argv, size_t argc, dd_buf *out)
+{
+    (void)c;
+    (void)argc;
+    /* Locks have no databases; clients that select 0 by habit are fine. */
+    if (dd_arg_is(&argv[1], "0"))
+        dd_reply_status(out, "OK");
+    else
+        dd_reply_error(out, "ERR DB index is out of range (dlockd has only database 0)");
+}
+
+/* A client name: printable, no spaces (as Redis requires, so that CLIENT LIST-style
+ * output stays parseable). */
+static bool set_name(dd_conn *c, const resp_arg *a, dd_buf *out)
+{
+    if (a->len > DD_NAME_MAX) {
+        dd_reply_error(out, "ERR client name longer than %d bytes", DD_NAME_MAX);
+        return false;
+    }
+    for (size_t i = 0; i < a->len; i++) {
+        if (a->p[i] <= ' ' || a->p[i] > '~') {
+            dd_reply_error(out, "ERR Client names cannot contain spaces, newlines or special "
+                                "characters.");
+            return false;
+        }
+    }
+    free(c->name);
+    c->name = NULL;
+    if (a->len > 0) {
+        c->name = strndup(a->p, a->len);
+        if (c->name == NULL)
+            abort();
+    }
+    return true;
+}
+
+static void cmd_client(dd_conn *c, resp_arg *argv, size_t argc, dd_buf *out)
+{
+    if (dd_arg_is(&argv[1], "SETNAME") && argc == 3) {
+        if (set_name(c, &argv[2], out))
+            dd_reply_status(out, "OK");
+    } else if (dd_arg_is(&argv[1], "GETNAME") && argc == 2) {
+        if (c->name != NULL)
+            dd_reply_cstr(out, c->name);
+        else
+            dd_reply_nil(out);
+    } else if (dd_arg_is(&argv[1], "SETINFO") && argc == 4) {
+        /* lib-name and lib-ver are for CLIENT LIST on Redis; there is nothing to keep. */
+        dd_reply_status(out, "OK");
+    } else if (dd_arg_is(&argv[1], "ID") && argc == 2) {
+        dd_reply_int(out, (long long)c->id);
+    } else {
+        dd_reply_error(out,
+                       "ERR unknown subcommand or wrong number of arguments for "
+                       "'CLIENT %.*s'",
+                       (int)(argv[1].len > 64 ? 64 : argv[1].len), argv[1].p);
+    }
+}
+
+static void cmd_hello(dd_conn *c, resp_arg *argv, size_t argc, dd_buf *out)
+{
+    size_t i = 1;
+    if (argc >= 2) {
+        if (!dd_arg_is(&argv[1], "2")) {
+            if (dd_arg_is(&argv[1], "3"))
+                dd_reply_error(out, "NOPROTO unsupported protocol version (dlockd speaks RESP2)");
+            else
+                dd_reply_error(out, "NOPROTO unsupported protocol version");
+            return;
+        }
+        i = 2;
+    }
+    for (; i < argc; i++) {
+        if (dd_arg_is(&argv[i], "AUTH") && i + 2 < argc) {
+            if (!authenticate(c, &argv[i + 1], &argv[i + 2], out))
+                return;
+            i += 2;
+        } else if (dd_arg_is(&argv[i], "SETNAME") && i + 1 < argc) {
+            if (!set_name(c, &argv[i + 1], out))
+                return;
+            i += 1;
+        } else {
+            dd_reply_error(out, "ERR syntax error in HELLO option '%.*s'",
+                           (int)(argv[i].len > 64 ? 64 : argv[i].len), argv[i].p);
+            return;
+        }
+    }
+    if (!c->authed) {
+        dd_reply_error(out, "NOAUTH HELLO must be called with AUTH default PASSWORD before "
+                            "anything else on this dlockd");
+        return;
+    }
+    dd_reply_array(out, 14);
+    dd_reply_cstr(out, "server");
+    dd_reply_cstr(out, "dlockd");
+    dd_reply_cstr(out, "version");
+    dd_reply_cstr(out, dlock_version());
+    dd_reply_cstr(out, "proto");
+    dd_reply_int(out, 2);
+    dd_reply_cstr(out, "id");
+    dd_reply_int(out, (long long)c->id);
+    dd_reply_cstr(out, "mode");
+    dd_reply_cstr(out, "standalone");
+    dd_reply_cstr(out, "role");
+    dd_reply_cstr(out, "master");
+    dd_reply_cstr(out, "modules");
+    dd_reply_array(out, 0);
+}
+
+static void cmd_command(dd_conn *c, resp_arg *argv, size_t argc, dd_buf *out)
+{
+    (void)c;
+    /* An empty table: clients (redis-cli's hints, command-info caches) take it as "no
+     * details known" and go on with their own. */
+    if (argc >= 2 && dd_arg_is(&argv[1], "COUNT")) {
+        dd_reply_int(out, 0);
+    } else if (argc >= 2 && dd_arg_is(&argv[1], "INFO")) {
+        dd_reply_array(out, argc - 2);
+        for (size_t i = 2; i < argc; i++)
+            dd_reply_nil(out);
+    } else {
+        dd_reply_array(out, 0);
+    }
+}
+
+static const char *const error_names[DD_E_KINDS] = {"err", "noauth", "noquorum", "unavailable",
+                                                    "protocol"};
+
+void dd_count_errors(const char *p, size_t n)
+{
+    /* Every reply in a buffer starts a line; errors are the lines that begin with '-'
+     * at a reply's start. Buffers from the loop hold one reply, and the kinds are told
+     * apart by their code word. */
+    if (n < 2 || p[0] != '-')
+        return;
+    static const struct {
+        const char *prefix;
+        int kind;
+    } kinds[] = {{"-NOAUTH", DD_E_NOAUTH},
+                 {"-NOQUORUM", DD_E_NOQUORUM},
+                 {"-UNAVAILABLE", DD_E_UNAVAILABLE},
+                 {"-ERR Protocol error", DD_E_PROTOCOL}};
+    int kind = DD_E_ERR;
+    for (size_t i = 0; i < sizeof kinds / sizeof kinds[0]; i++) {
+        size_t k = strlen(kinds[i].prefix);
+        if (n >= k && memcmp(p, kinds[i].prefix, k) == 0)
+            kind = kinds[i].kind;
+    }
+    dd_srv.stats.errors[kind]++;
+}
+
+static void info_append(dd_buf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void info_append(dd_buf *b, const char *fmt, ...)
+{
+    char line[512];
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(line, sizeof line, fmt, ap);
+    va_end(ap);
+    if (n > 0)
+        dd_buf_append(b, line, (size_t)n < sizeof line ? (size_t)n : sizeof line - 1);
+}
+
+static bool want_section(const resp_arg *sec, const char *name)
+{
+    return sec == NULL || dd_arg_is(sec, name) || dd_arg_is(sec, "all") ||
+           dd_arg_is(sec, "everything") || dd_arg_is(sec, "default");
+}
+
+static void cmd_info(dd_conn *c, resp_arg *argv, size_t argc, dd_buf *out)
+{
+    (void)c;
+    const resp_arg *sec = argc >= 2 ? &argv[1] : NULL;
+    const dd_stats *st = &dd_srv.stats;
+    int64_t up = (dd_now_ms() - dd_srv.started_ms) / 1000;
+    dd_buf b = {0};
+    if (want_section(sec, "server")) {
+        /* redis_version is for clients that branch on it; dlockd's own is below. */
+        info_append(&b,
+                    "# Server\r\nredis_version:7.0.0\r\ndlockd_version:%s\r\n"
+                    "redis_mode:standalone\r\nprocess_id:%d\r\ntcp_port:%d\r\n"
+                    "uptime_in_seconds:%lld\r\nuptime_in_days:%lld\r\nlock_servers:%d\r\n\r\n",
+                    dlock_version(), (int)getpid(), dd_srv.port, (long long)up,
+                    (long long)(up / 86400), dd_srv.nservers);
+    }
+    if (want_section(sec, "clients")) {
+        info_append(&b,
+                    "# Clients\r\nconnected_clients:%d\r\nmaxclients:%d\r\n"
+                    "blocked_clients:%d\r\n\r\n",
+                    dd_srv.nconns, dd_srv.maxclients, dd_srv.parked);
+    }
+    if (want_section(sec, "persistence"))
+        info_append(&b, "# Persistence\r\nloading:0\r\n\r\n");
+    if (want_section(sec, "stats")) {
+        info_append(&b,
+                    "# Stats\r\ntotal_connections_received:%llu\r\n"
+                    "total_commands_processed:%llu\r\nrejected_connections:%llu\r\n\r\n",
+                    (unsigned long long)st->connections_received,
+                    (unsigned long long)st->commands_processed,
+                    (unsigned long long)st->rejected_connections);
+    }
+    if (want_section(sec, "replication"))
+        info_append(&b, "# Replication\r\nrole:master\r\nconnected_slaves:0\r\n\r\n");
+    if (want_section(sec, "locks")) {
+        info_append(&b,
+                    "# Locks\r\nsession_locks:%d\r\nwaiting_locks:%d\r\nlocks_acquired:%llu\r\n"
+                    "locks_not_acquired:%llu\r\nwaits:%llu\r\nsession_locks_lost:%llu\r\n\r\n",
+                    dd_srv.session_locks, dd_srv.parked, (unsigned long long)st->locks_acquired,
+                    (unsigned long long)st->locks_not_acquired, (unsigned long long)st->waits,
+                    (unsigned long long)atomic_load(&dd_srv.stats.locks_lost));
+    }
+    if (want_section(sec, "errors")) {
+        info_append(&b, "# Errors\r\n");
+        for (int k = 0; k < DD_E_KINDS; k++)
+            info_append(&b, "errors_%s:%llu\r\n", error_names[k],
+                        (unsigned long long)st->errors[k]);
+        info_append(&b, "\r\n");
+    }
+    if (want_section(sec, "keyspace"))
+        info_append(&b, "# Keyspace\r\n");
+    dd_reply_bulk(out, b.p != NULL ? b.p : "", b.len);
+    dd_buf_free(&b);
+}
+
+static const command commands[] = {
+    {"lock", -2, false, dd_cmd_lock},    {"unlock", 3, false, dd_cmd_unlock},
+    {"extend", 4, false, dd_cmd_extend}, {"lockinfo", 2, false, dd_cmd_lockinfo},
+    {"ping", -1, false, cmd_ping},       {"echo", 2, false, cmd_echo},
+    {"quit", -1, true, cmd_quit},        {"auth", -2, true, cmd_auth},
+    {"hello", -1, true, cmd_hello},      {"select", 2, false, cmd_select},
+    {"client", -2, false, cmd_client},   {"command", -1, false, cmd_command},
+    {"info", -1, false, cmd_info},
+};
+
+/* "-ERR unknown command 'X', with args beginning with: 'a' 'b' ", as Redis words it,
+ * so that clients and people recognize it; each piece cut short. */
+static void unknown(resp_arg *argv, size_t argc, dd_buf *out)
+{
+    char args[256] = "";
+    size_t used = 0;
+    for (size_t i = 1; i < argc && used < 200; i++) {
+        int n = snprintf(args + used, sizeof args - used, "'%.*s' ",
+                         (int)(argv[i].len > 32 ? 32 : argv[i].len), argv[i].p);
+        if (n < 0 || (size_t)n >= sizeof args - used)
+            break;
+        used += (size_t)n;
+    }
+    dd_reply_error(out, "ERR unknown command '%.*s', with args beginning with: %s",
+                   (int)(argv[0].len > 64 ? 64 : argv[0].len), argv[0].p, args);
+}
+
+void dd_command(dd_conn *c, resp_arg *argv, size_t argc)
+{
+    dd_buf out = {0};
+    const command *cmd = NULL;
+    for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++) {
+        if (dd_arg_is(&argv[0], commands[i].name)) {
+            cmd = &commands[i];
+            break;
+        }
+    }
+    if (cmd == NULL) {
+        if (!c->authed)
+            dd_reply_error(&out, "NOAUTH Authentication required.");
+        else
+            unknown(argv, argc, &out);
+    } else if (!c->authed && !cmd->noauth) {
+        dd_reply_error(&out, "NOAUTH Authentication required.");
+    } else if ((cmd->arity > 0 && argc != (size_t)cmd->arity) ||
+               (cmd->arity < 0 && argc < (size_t)-cmd->arity)) {
+        dd_reply_error(&out, "ERR wrong number of arguments for '%s' command", cmd->name);
+    } else {
+        cmd->fn(c, argv, argc, &out);
+    }
+    /* A command answered later (c->busy) has left out empty. */
+    if (out.len > 0)
+        dd_conn_reply(c, &out);
+    dd_buf_free(&out);
+}

@@ -1,0 +1,262 @@
+/*
+ * dlockd.h: what the files of dlockd share, and the map of them.
+ *
+ * dlockd speaks RESP2 so that any Redis client is a lock client. One libuv loop thread
+ * owns every connection; each library call that talks to the lock servers runs on
+ * libuv's thread pool, and a LOCK that must wait is parked on the loop (a poll on the
+ * library's descriptor and a timer), never on a thread.
+ *
+ *   resp.c      the request parser: pure, limits checked at each header (fuzzed)
+ *   reply.c     growing buffers and the RESP2 replies written into them
+ *   server.c    listeners, connections, reading, the write queue, the limits
+ *   commands.c  the command table, AUTH, and the commands answered on the loop
+ *   jobs.c      commands' work on libuv's pool; argument checks
+ *   locks.c     LOCK and the session locks; a closing connection's release
+ *   unlock.c    UNLOCK, EXTEND, LOCKINFO
+ *   park.c      LOCKs waiting on the loop: descriptors, timers, the step API
+ *   main.c      options, signals, the open-files limit, start and stop
+ *
+ * Threads: the loop thread touches every structure here; a job's work function (on a
+ * pool thread) touches only its own dd_job and the library handles it carries, and a
+ * connection has at most one job in flight, so a handle is never used by two threads
+ * at once.
+ */
+#ifndef DLOCKD_H
+#define DLOCKD_H
+
+#include "dlock.h"
+#include "resp.h"
+
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <uv.h>
+
+/* ---- limits ------------------------------------------------------------------------- */
+
+#define DD_MAX_ARGS   1024  /* arguments of one command */
+#define DD_MAX_BULK   65536 /* bytes of one argument */
+#define DD_MAX_INLINE 65536 /* bytes of one inline command line */
+#define DD_QUERY_MAX                                                                               \
+    (1 << 20) /* unparsed bytes kept per client: one command must                                  \
+                 fit; past it, reading pauses while a command runs */
+#define DD_OUT_SOFT                                                                                \
+    (1 << 20)                        /* unsent reply bytes past which a client's commands          \
+                                        wait (and its reading pauses) until it reads */
+#define DD_OUT_HARD        (8 << 20) /* unsent reply bytes past which it is closed */
+#define DD_READ_CHUNK      65536     /* bytes read per read callback */
+#define DD_LINGER_MS       1000      /* a closing client's input is drained at most this long */
+#define DD_NAME_MAX        128       /* CLIENT SETNAME */
+#define DD_KEEPALIVE_IDLE  15        /* TCP keepalive: seconds idle before probes, */
+#define DD_KEEPALIVE_INTVL 5         /* seconds between probes, */
+#define DD_KEEPALIVE_CNT   3         /* unanswered probes before the client is gone */
+#define DD_MAXCLIENTS_DEF  10000
+#define DD_PORT_DEF        7379
+#define DD_POOL_DEF        "8" /* UV_THREADPOOL_SIZE unless the user set it */
+
+/* ---- reply.c ------------------------------------------------------------------------ */
+
+/* A growing byte buffer. Allocation failure aborts: the daemon cannot answer without
+ * memory, and a half-written reply would corrupt the stream. */
+typedef struct dd_buf {
+    char *p;
+    size_t len, cap;
+} dd_buf;
+
+void dd_buf_append(dd_buf *b, const void *p, size_t n);
+void dd_buf_free(dd_buf *b);
+/* Append b's bytes to dst and empty b. */
+void dd_buf_move(dd_buf *dst, dd_buf *b);
+
+void dd_reply_status(dd_buf *b, const char *s); /* "+s" */
+/* "-CODE message": the message is printf-formatted; CR and LF become spaces. */
+void dd_reply_error(dd_buf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+void dd_reply_int(dd_buf *b, long long v);              /* ":v" */
+void dd_reply_bulk(dd_buf *b, const void *p, size_t n); /* "$n" bytes */
+void dd_reply_cstr(dd_buf *b, const char *s);           /* a bulk of a C string */
+void dd_reply_nil(dd_buf *b);                           /* "$-1" */
+void dd_reply_array(dd_buf *b, size_t n);               /* "*n", n elements follow */
+/* A library failure as an error reply: -NOQUORUM, -UNAVAILABLE or -ERR, with the code's
+ * message and the calling thread's dlock_errmsg() (so call it on the failing thread). */
+void dd_reply_dlock_error(dd_buf *b, int rc);
+/* The kind of error a reply starts with, for INFO's counters. */
+enum { DD_E_ERR, DD_E_NOAUTH, DD_E_NOQUORUM, DD_E_UNAVAILABLE, DD_E_PROTOCOL, DD_E_KINDS };
+
+/* ---- the daemon --------------------------------------------------------------------- */
+
+struct dd_conn;
+struct dd_session;
+
+typedef struct dd_stats {
+    uint64_t connections_received;
+    uint64_t commands_processed;
+    uint64_t rejected_connections;
+    uint64_t locks_acquired;
+    uint64_t locks_not_acquired; /* LOCK answered nil */
+    uint64_t waits;              /* LOCKs that had to wait (parked at least once) */
+    uint64_t errors[DD_E_KINDS];
+    atomic_ullong locks_lost; /* session locks the renewal found lost (renewal thread) */
+} dd_stats;
+
+typedef struct dd_server {
+    uv_loop_t *loop;
+    dlock_client *client;
+    int nservers;
+    /* options */
+    const char *bind;
+    int port;
+    const char *unixsocket;
+    int maxclients;
+    const char *requirepass; /* NULL: no AUTH needed */
+    /* listeners (either may be unused) */
+    uv_tcp_t tcp;
+    uv_pipe_t pipe;
+    bool tcp_on, pipe_on;
+    uv_signal_t sigterm, sigint;
+    bool stopping;
+    /* connections */
+    struct dd_conn *conns;
+    int nconns;       /* open (not closing) */
+    int nconns_alloc; /* allocated, closing ones included */
+    uint64_t next_id;
+    int session_locks; /* held by open connections */
+    int parked;        /* LOCKs waiting on the loop */
+    int64_t started_ms;
+    dd_stats stats;
+    /* the parser's argument table, used on the loop thread only */
+    resp_arg argv[DD_MAX_ARGS];
+    resp_limits limits;
+    /* park.c: descriptor watchers by fd */
+    struct dd_watch **watch;
+    int nwatch;
+} dd_server;
+
+extern dd_server dd_srv;
+
+typedef struct dd_conn {
+    union {
+        uv_stream_t stream;
+        uv_tcp_t tcp;
+        uv_pipe_t pipe;
+    } h;
+    uv_timer_t timer; /* a parked LOCK's due time */
+    uint64_t id;
+    int refs;       /* the two handles, and a job in flight */
+    dd_buf query;   /* bytes read and not yet parsed */
+    size_t need;    /* parse again once query.len reaches it */
+    dd_buf out;     /* replies not yet handed to a write */
+    size_t writing; /* bytes in the write in flight (one at a time) */
+    bool busy;      /* a command is on the pool or parked: later ones wait */
+    int jobs;       /* jobs on the pool: one for a command; after a close, a LOCK given
+                       up and the session locks released may run together */
+    bool reading;
+    bool closing;           /* closed or closing: nothing more is read or answered */
+    bool quit;              /* close once the replies are written (QUIT, protocol error) */
+    bool lingering;         /* quit: replies written, FIN sent, draining until EOF */
+    uv_shutdown_t shutdown; /* the FIN of a lingering close */
+    bool authed;
+    char *name;                  /* CLIENT SETNAME; NULL: none */
+    struct dd_session *sessions; /* session locks held */
+    struct dd_job *parked_job;   /* its LOCK parked on the loop, or NULL */
+    struct dd_watch *watch;      /* the watcher it is parked on, or NULL */
+    struct dd_conn *watch_next;
+    struct dd_conn *prev, *next;
+} dd_conn;
+
+/* A session lock: held while its connection is open, renewed by the library. */
+typedef struct dd_session {
+    struct dd_session *next;
+    dlock_lock *lock;
+    char *name;
+    char token[DLOCK_TOKEN_LEN + 1];
+    atomic_int lost; /* set by the renewal thread's on_lost */
+} dd_session;
+
+/* A command's work on the pool. */
+typedef struct dd_job {
+    uv_work_t req;
+    dd_conn *conn;
+    void (*work)(struct dd_job *j); /* on a pool thread */
+    void (*done)(struct dd_job *j); /* on the loop, then the job is freed */
+    dd_buf reply;
+    /* arguments */
+    char *name;
+    char *label;
+    char token[DLOCK_TOKEN_LEN + 1];
+    int64_t ttl_ms, wait_ms;
+    bool detached, fair, shared;
+    bool waited;            /* LOCK: parked at least once (INFO's waits) */
+    dd_session *sess;       /* the session lock it works on */
+    dlock_pending *pending; /* LOCK: the acquisition in progress */
+    dd_session *release;    /* cleanup: session locks to release */
+    int rc;
+} dd_job;
+
+/* ---- server.c ----------------------------------------------------------------------- */
+
+int dd_server_listen(void);
+/* Stop listening and close every connection; the loop ends once they are gone. */
+void dd_server_stop(void);
+/* Append a reply (moving b's bytes) and write it when possible. */
+void dd_conn_reply(dd_conn *c, dd_buf *b);
+/* The command in flight has been answered: take the next ones. */
+void dd_conn_resume(dd_conn *c);
+void dd_conn_close(dd_conn *c);
+/* One reference less (a job done, a handle closed); frees c at zero. */
+void dd_conn_unref(dd_conn *c);
+void dd_log(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+int64_t dd_now_ms(void);
+
+/* ---- commands.c --------------------------------------------------------------------- */
+
+/* Run one parsed command; it may leave c busy (answered later). */
+void dd_command(dd_conn *c, resp_arg *argv, size_t argc);
+/* The error kind of a reply, counted when it is written. */
+void dd_count_errors(const char *p, size_t n);
+
+/* ---- jobs.c ------------------------------------------------------------------------- */
+
+dd_job *dd_job_new(dd_conn *c);
+/* Queue j->work on the pool for c (c is busy until j->done ran). */
+void dd_job_queue(dd_job *j);
+/* The job's reply to its connection, then the connection's next commands. */
+void dd_job_answer(dd_job *j);
+void dd_job_free(dd_job *j);
+/* Argument checks; those given `out` write the -ERR reply on failure. */
+bool dd_arg_is(const resp_arg *a, const char *word); /* case-insensitive */
+/* A name or label for the library: 1 to max bytes, no NUL; a malloc'd copy or NULL. */
+char *dd_arg_dup(const resp_arg *a, const char *what, size_t max, dd_buf *out);
+bool dd_arg_int(const resp_arg *a, int64_t lo, int64_t hi, int64_t *v);
+bool dd_arg_ttl(const resp_arg *a, int64_t *ttl, dd_buf *out);
+
+/* ---- locks.c ------------------------------------------------------------------------ */
+
+void dd_cmd_lock(dd_conn *c, resp_arg *argv, size_t argc, dd_buf *out);
+/* A LOCK step that finished on the pool (called from park.c and locks.c). */
+void dd_lock_step_done(dd_job *j);
+/* Queue the next step of a LOCK (after it was parked). */
+void dd_lock_step(dd_job *j);
+/* A closing connection's session locks and parked LOCK are given up on the pool. */
+void dd_conn_release_all(dd_conn *c);
+/* The connection's session lock of that name, or NULL. */
+dd_session *dd_session_find(dd_conn *c, const char *name, size_t len);
+void dd_session_unlink(dd_conn *c, dd_session *s);
+void dd_session_free(dd_session *s); /* NULL: nothing */
+
+/* ---- unlock.c ----------------------------------------------------------------------- */
+
+void dd_cmd_unlock(dd_conn *c, resp_arg *argv, size_t argc, dd_buf *out);
+void dd_cmd_extend(dd_conn *c, resp_arg *argv, size_t argc, dd_buf *out);
+void dd_cmd_lockinfo(dd_conn *c, resp_arg *argv, size_t argc, dd_buf *out);
+
+/* ---- park.c ------------------------------------------------------------------------- */
+
+/* Park c's LOCK job until its pending's descriptor is readable or its due time
+ * comes, then queue its next step. */
+void dd_park(dd_conn *c, dd_job *j);
+/* Take c's LOCK off the loop (its connection closes); returns the job or NULL. */
+dd_job *dd_unpark(dd_conn *c);
+void dd_park_shutdown(void);
+
+#endif /* DLOCKD_H */

@@ -1,0 +1,302 @@
+/*
+ * main.c: dlockd's command line, signals, the open-files limit, start and stop.
+ *
+ *   dlockd [-s URLS] [-p|--port PORT] [--bind ADDR] [--unixsocket PATH]
+ *          [--requirepass-file FILE] [--maxclients N] [--prefix P] [--timeout MS]
+ *
+ * The lock servers are given as to the dlock command: -s, else $DLOCK_SERVERS, else
+ * redis://127.0.0.1:6379, their password from $DLOCK_PASSWORD. The password clients
+ * must give comes from a file or $DLOCKD_REQUIREPASS, never from the command line,
+ * where ps would show it. Runs in the foreground and logs to stderr; SIGTERM or
+ * SIGINT stop it cleanly (session locks released, detached ones kept), exit 0.
+ */
+#include "dlockd.h"
+
+#include <errno.h>
+#include <getopt.h>
+#include <limits.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+
+#define EXIT_USAGE 64
+#define EXIT_FAIL  70
+
+static const char usage_text[] =
+    "usage: dlockd [OPTIONS]\n"
+    "A lock service that speaks the Redis protocol (RESP2): any Redis client takes\n"
+    "locks with LOCK, UNLOCK, EXTEND and LOCKINFO (docs/service.md).\n"
+    "\n"
+    "  -s, --servers URLS        lock servers, as for dlock (default $DLOCK_SERVERS,\n"
+    "                            else redis://127.0.0.1:6379); their password from\n"
+    "                            $DLOCK_PASSWORD when the URLs carry none\n"
+    "  -p, --port PORT           TCP port (default 7379; 0: no TCP, with --unixsocket)\n"
+    "      --bind ADDR           TCP address (default 127.0.0.1)\n"
+    "      --unixsocket PATH     also listen on a unix socket\n"
+    "      --requirepass-file F  clients must AUTH with the first line of F (or set\n"
+    "                            $DLOCKD_REQUIREPASS; never on the command line)\n"
+    "      --maxclients N        connections at most (default 10000)\n"
+    "      --prefix P            key prefix on the lock servers (default dlock:)\n"
+    "      --timeout MS          per-server deadline of one command (default 50)\n"
+    "  -h, --help                this text\n"
+    "  -V, --version             the version\n"
+    "\n"
+    "Exit status: 0 after SIGTERM or SIGINT, 64 usage, 70 could not start.\n";
+
+static int usage_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static int usage_error(const char *fmt, ...)
+{
+    char msg[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    fprintf(stderr, "dlockd: %s (see dlockd --help)\n", msg);
+    return EXIT_USAGE;
+}
+
+static bool parse_int(const char *s, long lo, long hi, long *out)
+{
+    char *end;
+    errno = 0;
+    long v = strtol(s, &end, 10);
+    if (errno != 0 || end == s || *end != '\0' || v < lo || v > hi)
+        return false;
+    *out = v;
+    return true;
+}
+
+/* The first line of the file, without its newline. */
+static char *read_password_file(const char *path)
+{
+    FILE *f = fopen(path, "r");
+    if (f == NULL) {
+        fprintf(stderr, "dlockd: --requirepass-file %s: %s\n", path, strerror(errno));
+        return NULL;
+    }
+    char line[1024];
+    char *p = fgets(line, sizeof line, f);
+    fclose(f);
+    if (p == NULL)
+        line[0] = '\0';
+    line[strcspn(line, "\r\n")] = '\0';
+    if (line[0] == '\0') {
+        fprintf(stderr, "dlockd: --requirepass-file %s: empty password\n", path);
+        return NULL;
+    }
+    return strdup(line);
+}
+
+static void library_log(void *user, int level, const char *msg)
+{
+    (void)user;
+    dd_log("%s: %s",
+           level == DLOCK_LOG_ERROR  ? "error"
+           : level == DLOCK_LOG_WARN ? "warning"
+                                     : "info",
+           msg);
+}
+
+static void on_signal(uv_signal_t *h, int signum)
+{
+    (void)h;
+    if (dd_srv.stopping) {
+        /* A second signal: the person wants out now; leases end by themselves. */
+        dd_log("%s again: exiting without releasing %d session locks", strsignal(signum),
+               dd_srv.session_locks);
+        _exit(1);
+    }
+    dd_log("%s: stopping: %d clients, %d session locks to release", strsignal(signum),
+           dd_srv.nconns, dd_srv.session_locks);
+    dd_server_stop();
+}
+
+/* As many descriptors as allowed: every client is one. */
+static void raise_nofile(void)
+{
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_NOFILE, &rl) != 0)
+        return;
+    if (rl.rlim_cur < rl.rlim_max) {
+        rlim_t want = rl.rlim_max;
+        rl.rlim_cur = want;
+        if (setrlimit(RLIMIT_NOFILE, &rl) != 0)
+            dd_log("cannot raise the open-files limit to %llu: %s", (unsigned long long)want,
+                   strerror(errno));
+    }
+    getrlimit(RLIMIT_NOFILE, &rl);
+    /* The lock servers' connections, the listeners and the loop need some too. */
+    if (rl.rlim_cur != RLIM_INFINITY && rl.rlim_cur < (rlim_t)dd_srv.maxclients + 64)
+        dd_log("warning: open-files limit %llu is below --maxclients %d plus 64: clients past "
+               "it will be refused by accept",
+               (unsigned long long)rl.rlim_cur, dd_srv.maxclients);
+}
+
+int main(int argc, char **argv)
+{
+    enum {
+        OPT_BIND = 256,
+        OPT_UNIX,
+        OPT_PASSFILE,
+        OPT_MAXCLIENTS,
+        OPT_PREFIX,
+        OPT_TIMEOUT,
+        OPT_REQUIREPASS
+    };
+    static const struct option longopts[] = {
+        {"servers", required_argument, NULL, 's'},
+        {"port", required_argument, NULL, 'p'},
+        {"bind", required_argument, NULL, OPT_BIND},
+        {"unixsocket", required_argument, NULL, OPT_UNIX},
+        {"requirepass-file", required_argument, NULL, OPT_PASSFILE},
+        {"requirepass", required_argument, NULL, OPT_REQUIREPASS},
+        {"maxclients", required_argument, NULL, OPT_MAXCLIENTS},
+        {"prefix", required_argument, NULL, OPT_PREFIX},
+        {"timeout", required_argument, NULL, OPT_TIMEOUT},
+        {"help", no_argument, NULL, 'h'},
+        {"version", no_argument, NULL, 'V'},
+        {NULL, 0, NULL, 0},
+    };
+    const char *servers = NULL, *passfile = NULL, *prefix = NULL;
+    long timeout_ms = 0;
+    dd_srv.bind = "127.0.0.1";
+    dd_srv.port = DD_PORT_DEF;
+    dd_srv.maxclients = DD_MAXCLIENTS_DEF;
+    opterr = 0;
+    int opt;
+    long v;
+    while ((opt = getopt_long(argc, argv, ":s:p:hV", longopts, NULL)) != -1) {
+        switch (opt) {
+        case 's':
+            servers = optarg;
+            break;
+        case 'p':
+            if (!parse_int(optarg, 0, 65535, &v))
+                return usage_error("bad port '%s' (0 to 65535)", optarg);
+            dd_srv.port = (int)v;
+            break;
+        case OPT_BIND:
+            dd_srv.bind = optarg;
+            break;
+        case OPT_UNIX:
+            dd_srv.unixsocket = optarg;
+            break;
+        case OPT_PASSFILE:
+            passfile = optarg;
+            break;
+        case OPT_REQUIREPASS:
+            return usage_error("--requirepass is not taken on the command line, where ps "
+                               "shows it: use --requirepass-file FILE or $DLOCKD_REQUIREPASS");
+        case OPT_MAXCLIENTS:
+            if (!parse_int(optarg, 1, 1000000, &v))
+                return usage_error("bad --maxclients '%s' (1 to 1000000)", optarg);
+            dd_srv.maxclients = (int)v;
+            break;
+        case OPT_PREFIX:
+            prefix = optarg;
+            break;
+        case OPT_TIMEOUT:
+            if (!parse_int(optarg, 1, 3600000, &timeout_ms))
+                return usage_error("bad --timeout '%s' (1 to 3600000 ms)", optarg);
+            break;
+        case 'h':
+            fputs(usage_text, stdout);
+            return 0;
+        case 'V':
+            printf("dlockd %s\n", dlock_version());
+            return 0;
+        case ':':
+            return usage_error("option %s needs a value", argv[optind - 1]);
+        default:
+            return usage_error("unknown option '%s'", argv[optind - 1]);
+        }
+    }
+    if (optind < argc)
+        return usage_error("unexpected argument '%s'", argv[optind]);
+    if (dd_srv.port == 0 && dd_srv.unixsocket == NULL)
+        return usage_error("--port 0 turns TCP off: give --unixsocket then");
+
+    char *pass = NULL;
+    if (passfile != NULL) {
+        pass = read_password_file(passfile);
+        if (pass == NULL)
+            return EXIT_USAGE;
+    } else {
+        const char *env = getenv("DLOCKD_REQUIREPASS");
+        if (env != NULL && env[0] != '\0' && (pass = strdup(env)) == NULL)
+            return EXIT_FAIL;
+    }
+    dd_srv.requirepass = pass;
+
+    if (servers == NULL) {
+        servers = getenv("DLOCK_SERVERS");
+        if (servers == NULL || servers[0] == '\0')
+            servers = "redis://127.0.0.1:6379";
+    }
+    dlock_config cfg;
+    memset(&cfg, 0, sizeof cfg);
+    cfg.prefix = prefix;
+    cfg.timeout_ms = timeout_ms;
+    const char *password = getenv("DLOCK_PASSWORD");
+    if (password != NULL && password[0] != '\0')
+        cfg.password = password;
+    cfg.log = library_log;
+    /* The list is not echoed: its URLs may carry passwords; the detail names the bad
+     * part without them. */
+    int rc = dlock_client_new(servers, &cfg, &dd_srv.client);
+    if (rc != DLOCK_OK) {
+        fprintf(stderr, "dlockd: servers: %s (%s)\n", dlock_strerror(rc), dlock_errmsg());
+        return EXIT_USAGE;
+    }
+    dd_srv.nservers = dlock_client_nservers(dd_srv.client);
+
+    /* Every blocking library call runs on libuv's pool; 8 threads keep the whole
+     * process (loop, pool, the library's wake-up and renewal threads) under 16. The
+     * pool reads this at its first use, below. */
+    setenv("UV_THREADPOOL_SIZE", DD_POOL_DEF, 0);
+    /* A write to a client that has gone must fail with EPIPE, not kill the daemon. */
+    signal(SIGPIPE, SIG_IGN);
+    raise_nofile();
+
+    dd_srv.limits.max_args = DD_MAX_ARGS;
+    dd_srv.limits.max_bulk = DD_MAX_BULK;
+    dd_srv.limits.max_inline = DD_MAX_INLINE;
+    static uv_loop_t loop;
+    uv_loop_init(&loop);
+    dd_srv.loop = &loop;
+    dd_srv.started_ms = dd_now_ms();
+    uv_signal_init(&loop, &dd_srv.sigterm);
+    uv_signal_init(&loop, &dd_srv.sigint);
+    uv_signal_start(&dd_srv.sigterm, on_signal, SIGTERM);
+    uv_signal_start(&dd_srv.sigint, on_signal, SIGINT);
+    if (dd_server_listen() != 0) {
+        dd_server_stop();
+        uv_run(&loop, UV_RUN_DEFAULT);
+        uv_loop_close(&loop);
+        dlock_client_free(dd_srv.client);
+        free(pass);
+        return EXIT_FAIL;
+    }
+    char where[PATH_MAX + 64] = "";
+    if (dd_srv.port > 0)
+        snprintf(where, sizeof where, "%s:%d", dd_srv.bind, dd_srv.port);
+    if (dd_srv.unixsocket != NULL)
+        snprintf(where + strlen(where), sizeof where - strlen(where), "%s%s",
+                 where[0] ? " and " : "", dd_srv.unixsocket);
+    dd_log("dlockd %s listening on %s; %d lock server%s; maxclients %d%s", dlock_version(), where,
+           dd_srv.nservers, dd_srv.nservers > 1 ? "s" : "", dd_srv.maxclients,
+           pass != NULL ? "; AUTH required" : "");
+
+    uv_run(&loop, UV_RUN_DEFAULT);
+
+    uv_loop_close(&loop);
+    /* Every connection's session locks were released by now; nothing else is attached
+     * to the client (detached locks have no handle here). */
+    dlock_client_free(dd_srv.client);
+    free(pass);
+    dd_log("stopped");
+    return 0;
+}

@@ -1,0 +1,173 @@
+/*
+ * park.c: LOCKs waiting on the loop.
+ *
+ * After a step answers DLOCK_ERR_AGAIN, the job waits here, holding no thread: until
+ * the library's descriptor (dlock_pending_fd) is readable, or its due time
+ * (dlock_pending_due_ms) comes, whichever is first; then its next step is queued on
+ * the pool.
+ *
+ * One poll handle per descriptor, shared by every job parked on it: libuv allows only
+ * one poll handle per descriptor in a loop, and several pendings may well be woken
+ * through the same one. A readable descriptor wakes every job parked on it; a step
+ * taken early is harmless (the library's contract), so no wake-up can be lost. The
+ * watcher is stopped, not closed, when no job is left on it (a descriptor the library
+ * closes in the meantime is dropped by the kernel from the poll set; a later start
+ * registers whatever the number then names), and all are closed at shutdown.
+ */
+#include "dlockd.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct dd_watch {
+    uv_poll_t poll;
+    int fd;
+    bool active;
+    dd_conn *parked; /* jobs' connections parked on it, through watch_next */
+} dd_watch;
+
+static void wake(dd_conn *c);
+
+static void watch_remove(dd_conn *c)
+{
+    dd_watch *w = c->watch;
+    if (w == NULL)
+        return;
+    for (dd_conn **pp = &w->parked; *pp != NULL; pp = &(*pp)->watch_next) {
+        if (*pp == c) {
+            *pp = c->watch_next;
+            break;
+        }
+    }
+    c->watch = NULL;
+    c->watch_next = NULL;
+    if (w->parked == NULL && w->active) {
+        uv_poll_stop(&w->poll);
+        w->active = false;
+    }
+}
+
+static void on_readable(uv_poll_t *h, int status, int events)
+{
+    dd_watch *w = h->data;
+    (void)status; /* an error (the descriptor went away) wakes them too: a step will
+                     tell what happened */
+    (void)events;
+    /* Take the whole list first: each wake may park its job again on this watcher. */
+    dd_conn *list = w->parked;
+    w->parked = NULL;
+    uv_poll_stop(&w->poll);
+    w->active = false;
+    while (list != NULL) {
+        dd_conn *c = list;
+        list = c->watch_next;
+        c->watch = NULL;
+        c->watch_next = NULL;
+        wake(c);
+    }
+}
+
+static void on_due(uv_timer_t *t)
+{
+    wake(t->data);
+}
+
+/* Off the loop and onto the pool for its next step. */
+static void wake(dd_conn *c)
+{
+    dd_job *j = dd_unpark(c);
+    if (j != NULL)
+        dd_lock_step(j);
+}
+
+static dd_watch *watch_get(int fd)
+{
+    if (fd >= dd_srv.nwatch) {
+        int n = dd_srv.nwatch ? dd_srv.nwatch : 64;
+        while (n <= fd)
+            n *= 2;
+        dd_watch **t = realloc(dd_srv.watch, (size_t)n * sizeof *t);
+        if (t == NULL)
+            abort();
+        memset(t + dd_srv.nwatch, 0, (size_t)(n - dd_srv.nwatch) * sizeof *t);
+        dd_srv.watch = t;
+        dd_srv.nwatch = n;
+    }
+    dd_watch *w = dd_srv.watch[fd];
+    if (w == NULL) {
+        w = calloc(1, sizeof *w);
+        if (w == NULL)
+            abort();
+        /* uv_poll_init_socket works for any descriptor on Linux (an eventfd too). */
+        int rc = uv_poll_init(dd_srv.loop, &w->poll, fd);
+        if (rc < 0) {
+            dd_log("watching descriptor %d: %s", fd, uv_strerror(rc));
+            free(w);
+            return NULL;
+        }
+        w->poll.data = w;
+        w->fd = fd;
+        dd_srv.watch[fd] = w;
+    }
+    return w;
+}
+
+void dd_park(dd_conn *c, dd_job *j)
+{
+    dd_srv.parked++;
+    if (!j->waited) {
+        j->waited = true;
+        dd_srv.stats.waits++;
+    }
+    c->parked_job = j;
+    int64_t due = dlock_pending_due_ms(j->pending);
+    int fd = dlock_pending_fd(j->pending);
+    dd_watch *w = fd >= 0 ? watch_get(fd) : NULL;
+    if (w != NULL) {
+        c->watch = w;
+        c->watch_next = w->parked;
+        w->parked = c;
+        if (!w->active) {
+            int rc = uv_poll_start(&w->poll, UV_READABLE, on_readable);
+            if (rc < 0) {
+                /* The timer still bounds the wait; the step after it sees the rest. */
+                dd_log("polling descriptor %d: %s", fd, uv_strerror(rc));
+                watch_remove(c);
+            } else {
+                w->active = true;
+            }
+        }
+    }
+    uv_timer_start(&c->timer, on_due, (uint64_t)(due > 0 ? due : 0), 0);
+}
+
+dd_job *dd_unpark(dd_conn *c)
+{
+    dd_job *j = c->parked_job;
+    if (j == NULL)
+        return NULL;
+    c->parked_job = NULL;
+    dd_srv.parked--;
+    watch_remove(c);
+    uv_timer_stop(&c->timer);
+    return j;
+}
+
+static void on_watch_closed(uv_handle_t *h)
+{
+    free(h->data);
+}
+
+void dd_park_shutdown(void)
+{
+    for (int fd = 0; fd < dd_srv.nwatch; fd++) {
+        dd_watch *w = dd_srv.watch[fd];
+        if (w == NULL)
+            continue;
+        uv_close((uv_handle_t *)&w->poll, on_watch_closed);
+        dd_srv.watch[fd] = NULL;
+    }
+    free(dd_srv.watch);
+    dd_srv.watch = NULL;
+    dd_srv.nwatch = 0;
+}

@@ -1,0 +1,144 @@
+/*
+ * reply.c: growing buffers and RESP2 replies.
+ *
+ * Replies are built into a dd_buf: on the loop for the commands answered at once, on a
+ * pool thread for a job (whose failure detail, dlock_errmsg(), belongs to that thread),
+ * and moved into the connection's output in order.
+ */
+#include "dlockd.h"
+
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+void dd_buf_append(dd_buf *b, const void *p, size_t n)
+{
+    if (n == 0)
+        return;
+    if (b->cap - b->len < n) {
+        size_t cap = b->cap ? b->cap : 256;
+        while (cap - b->len < n)
+            cap *= 2;
+        char *q = realloc(b->p, cap);
+        if (q == NULL) {
+            fprintf(stderr, "dlockd: out of memory (%zu bytes for a reply)\n", cap);
+            abort();
+        }
+        b->p = q;
+        b->cap = cap;
+    }
+    memcpy(b->p + b->len, p, n);
+    b->len += n;
+}
+
+void dd_buf_free(dd_buf *b)
+{
+    free(b->p);
+    b->p = NULL;
+    b->len = b->cap = 0;
+}
+
+void dd_buf_move(dd_buf *dst, dd_buf *b)
+{
+    if (dst->len == 0 && dst->cap < b->cap) {
+        /* Take the bytes without copying them. */
+        free(dst->p);
+        *dst = *b;
+        memset(b, 0, sizeof *b);
+        return;
+    }
+    dd_buf_append(dst, b->p, b->len);
+    b->len = 0;
+}
+
+static void printf_line(dd_buf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void printf_line(dd_buf *b, const char *fmt, ...)
+{
+    char tmp[64];
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(tmp, sizeof tmp, fmt, ap);
+    va_end(ap);
+    dd_buf_append(b, tmp, (size_t)n);
+}
+
+void dd_reply_status(dd_buf *b, const char *s)
+{
+    dd_buf_append(b, "+", 1);
+    dd_buf_append(b, s, strlen(s));
+    dd_buf_append(b, "\r\n", 2);
+}
+
+void dd_reply_error(dd_buf *b, const char *fmt, ...)
+{
+    char msg[1536];
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    if (n < 0)
+        n = 0;
+    if ((size_t)n >= sizeof msg)
+        n = sizeof msg - 1;
+    /* An error reply is one line: a CR or LF inside (a server's message, a client's
+     * argument echoed back) would end it early and desynchronize the client. */
+    for (int i = 0; i < n; i++)
+        if (msg[i] == '\r' || msg[i] == '\n')
+            msg[i] = ' ';
+    dd_buf_append(b, "-", 1);
+    dd_buf_append(b, msg, (size_t)n);
+    dd_buf_append(b, "\r\n", 2);
+}
+
+void dd_reply_int(dd_buf *b, long long v)
+{
+    printf_line(b, ":%lld\r\n", v);
+}
+
+void dd_reply_bulk(dd_buf *b, const void *p, size_t n)
+{
+    printf_line(b, "$%zu\r\n", n);
+    dd_buf_append(b, p, n);
+    dd_buf_append(b, "\r\n", 2);
+}
+
+void dd_reply_cstr(dd_buf *b, const char *s)
+{
+    dd_reply_bulk(b, s, strlen(s));
+}
+
+void dd_reply_nil(dd_buf *b)
+{
+    dd_buf_append(b, "$-1\r\n", 5);
+}
+
+void dd_reply_array(dd_buf *b, size_t n)
+{
+    printf_line(b, "*%zu\r\n", n);
+}
+
+void dd_reply_dlock_error(dd_buf *b, int rc)
+{
+    const char *detail = dlock_errmsg();
+    const char *sep = detail[0] != '\0' ? ": " : "";
+    switch (rc) {
+    case DLOCK_ERR_NOQUORUM:
+        dd_reply_error(b, "NOQUORUM %s%s%s", dlock_strerror(rc), sep, detail);
+        break;
+    case DLOCK_ERR_IO:
+    case DLOCK_ERR_TIMEOUT:
+    case DLOCK_ERR_UNAVAILABLE:
+    case DLOCK_ERR_AUTH:
+    case DLOCK_ERR_PROTOCOL:
+    case DLOCK_ERR_CLOSED:
+        /* The lock servers failed this call (with N = 1, its own failure; with N > 1
+         * the library answers NOQUORUM instead): nothing the client did wrong. */
+        dd_reply_error(b, "UNAVAILABLE %s%s%s", dlock_strerror(rc), sep, detail);
+        break;
+    default:
+        dd_reply_error(b, "ERR %s%s%s", dlock_strerror(rc), sep, detail);
+        break;
+    }
+}

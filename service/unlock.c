@@ -1,0 +1,179 @@
+/*
+ * unlock.c: UNLOCK, EXTEND and LOCKINFO, each one job on the pool.
+ *
+ * UNLOCK and EXTEND work on a name and a token. When the token is one of this
+ * connection's session locks, they use its handle (a release also stops its renewal;
+ * an extend also sets the renewal's ttl); otherwise a handle is adopted for the call
+ * (dlock_lock_adopt), so that a lock taken by another connection, another dlockd or
+ * `dlock acquire` can be released or extended here.
+ */
+#include "dlockd.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+/* ---- UNLOCK and EXTEND -------------------------------------------------------------- */
+
+/* 1, 0 (not held with that token: lost, expired, another holder's), or an error. */
+static void reply_held(dd_job *j, int rc)
+{
+    if (rc == DLOCK_OK)
+        dd_reply_int(&j->reply, 1);
+    else if (rc == DLOCK_ERR_LOST)
+        dd_reply_int(&j->reply, 0);
+    else
+        dd_reply_dlock_error(&j->reply, rc);
+}
+
+static void unlock_work(dd_job *j)
+{
+    dlock_lock *l = NULL;
+    int rc;
+    if (j->sess != NULL) {
+        rc = dlock_release(j->sess->lock);
+        j->sess->lock = NULL;
+    } else {
+        rc = dlock_lock_adopt(dd_srv.client, j->name, j->token, &l);
+        if (rc == DLOCK_OK)
+            rc = dlock_release(l);
+    }
+    reply_held(j, rc);
+}
+
+static void unlock_done(dd_job *j)
+{
+    if (j->sess != NULL)
+        dd_session_free(j->sess);
+    dd_job_answer(j);
+    dd_job_free(j);
+}
+
+/* NAME TOKEN: copied into the job, the token checked for its form. */
+static dd_job *name_token_job(dd_conn *c, resp_arg *argv, dd_buf *out)
+{
+    if (argv[2].len != DLOCK_TOKEN_LEN) {
+        dd_reply_error(out, "ERR a token is %d hexadecimal characters", DLOCK_TOKEN_LEN);
+        return NULL;
+    }
+    dd_job *j = dd_job_new(c);
+    j->name = dd_arg_dup(&argv[1], "lock name", DLOCK_NAME_MAX, out);
+    if (j->name == NULL) {
+        dd_job_free(j);
+        return NULL;
+    }
+    memcpy(j->token, argv[2].p, DLOCK_TOKEN_LEN);
+    j->token[DLOCK_TOKEN_LEN] = '\0';
+    return j;
+}
+
+void dd_cmd_unlock(dd_conn *c, resp_arg *argv, size_t argc, dd_buf *out)
+{
+    (void)argc;
+    dd_job *j = name_token_job(c, argv, out);
+    if (j == NULL)
+        return;
+    dd_session *s = dd_session_find(c, argv[1].p, argv[1].len);
+    if (s != NULL && strcmp(s->token, j->token) == 0) {
+        /* This connection's own session lock: release its handle, which also stops
+         * its renewal. */
+        dd_session_unlink(c, s);
+        j->sess = s;
+    }
+    j->work = unlock_work;
+    j->done = unlock_done;
+    dd_job_queue(j);
+}
+
+static void extend_work(dd_job *j)
+{
+    if (j->sess != NULL) {
+        /* On the session's handle, so that renewal goes on with the new ttl. */
+        j->rc = dlock_extend(j->sess->lock, j->ttl_ms);
+        reply_held(j, j->rc);
+        return;
+    }
+    dlock_lock *l;
+    int rc = dlock_lock_adopt(dd_srv.client, j->name, j->token, &l);
+    if (rc == DLOCK_OK) {
+        rc = dlock_extend(l, j->ttl_ms);
+        /* Keep the lock whatever the answer: the handle was only borrowed. */
+        dlock_lock_detach(l);
+    }
+    reply_held(j, rc);
+}
+
+static void simple_done(dd_job *j)
+{
+    dd_job_answer(j);
+    dd_job_free(j);
+}
+
+static void extend_done(dd_job *j)
+{
+    /* A session lock found lost stops blocking a new LOCK of its name. */
+    if (j->sess != NULL && j->rc == DLOCK_ERR_LOST)
+        atomic_store(&j->sess->lost, 1);
+    simple_done(j);
+}
+
+void dd_cmd_extend(dd_conn *c, resp_arg *argv, size_t argc, dd_buf *out)
+{
+    (void)argc;
+    int64_t ttl;
+    if (!dd_arg_ttl(&argv[3], &ttl, out))
+        return;
+    dd_job *j = name_token_job(c, argv, out);
+    if (j == NULL)
+        return;
+    j->ttl_ms = ttl;
+    dd_session *s = dd_session_find(c, argv[1].p, argv[1].len);
+    if (s != NULL && strcmp(s->token, j->token) == 0)
+        j->sess = s; /* stays listed: the connection is busy until the job is done */
+    j->work = extend_work;
+    j->done = extend_done;
+    dd_job_queue(j);
+}
+
+/* ---- LOCKINFO ----------------------------------------------------------------------- */
+
+static void lockinfo_work(dd_job *j)
+{
+    dlock_holder h;
+    int rc = dlock_inspect(dd_srv.client, j->name, &h);
+    if (rc != DLOCK_OK) {
+        dd_reply_dlock_error(&j->reply, rc);
+        return;
+    }
+    dd_buf *b = &j->reply;
+    dd_reply_array(b, h.shared > 0 ? 10 : 8);
+    dd_reply_cstr(b, "state");
+    dd_reply_cstr(b, h.held ? "held" : "free");
+    dd_reply_cstr(b, "holder");
+    /* The exclusive holder's "host:pid label"; none for a free name or shared holders. */
+    if (h.held && h.shared == 0)
+        dd_reply_bulk(b, h.description, strnlen(h.description, sizeof h.description));
+    else
+        dd_reply_nil(b);
+    dd_reply_cstr(b, "remaining_ms");
+    dd_reply_int(b, h.held ? h.remaining_ms : 0);
+    dd_reply_cstr(b, "fence");
+    dd_reply_int(b, (long long)h.fence);
+    if (h.shared > 0) {
+        dd_reply_cstr(b, "shared");
+        dd_reply_int(b, h.shared);
+    }
+}
+
+void dd_cmd_lockinfo(dd_conn *c, resp_arg *argv, size_t argc, dd_buf *out)
+{
+    (void)argc;
+    dd_job *j = dd_job_new(c);
+    j->name = dd_arg_dup(&argv[1], "lock name", DLOCK_NAME_MAX, out);
+    if (j->name == NULL) {
+        dd_job_free(j);
+        return;
+    }
+    j->work = lockinfo_work;
+    j->done = simple_done;
+    dd_job_queue(j);
+}

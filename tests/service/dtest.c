@@ -1,0 +1,369 @@
+/*
+ * dtest.c: helpers of the dlockd tests (see dtest.h).
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cmocka.h>
+
+#include "dtest.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#define ARGS_MAX 32
+
+static const char *daemon_path(void)
+{
+    const char *p = getenv("DLOCKD");
+    if (p == NULL || p[0] == '\0') {
+        fprintf(stderr, "dtest: $DLOCKD (the dlockd binary) is not set; run through CTest\n");
+        exit(1);
+    }
+    return p;
+}
+
+/* A port nobody listens on now (another process may take it before dlockd does: the
+ * caller retries then). */
+static int free_port(void)
+{
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    assert_true(fd >= 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    assert_int_equal(bind(fd, (struct sockaddr *)&a, sizeof a), 0);
+    socklen_t len = sizeof a;
+    assert_int_equal(getsockname(fd, (struct sockaddr *)&a, &len), 0);
+    close(fd);
+    return ntohs(a.sin_port);
+}
+
+static int connect_port(int port)
+{
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0)
+        return -1;
+    struct sockaddr_in a = {.sin_family = AF_INET,
+                            .sin_port = htons((uint16_t)port),
+                            .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    if (connect(fd, (struct sockaddr *)&a, sizeof a) != 0) {
+        close(fd);
+        return -1;
+    }
+    return fd;
+}
+
+static bool unix_accepts(const char *path)
+{
+    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0)
+        return false;
+    struct sockaddr_un a = {.sun_family = AF_UNIX};
+    size_t n = strlen(path);
+    assert_true(n < sizeof a.sun_path);
+    memcpy(a.sun_path, path, n + 1);
+    bool ok = connect(fd, (struct sockaddr *)&a, sizeof a) == 0;
+    close(fd);
+    return ok;
+}
+
+static long next_nofile;
+
+void dt_next_nofile(long n)
+{
+    next_nofile = n;
+}
+
+void dt_start(dt_daemon *d, const char *servers, ...)
+{
+    const char *extra[ARGS_MAX];
+    int nextra = 0;
+    va_list ap;
+    va_start(ap, servers);
+    const char *a;
+    while ((a = va_arg(ap, const char *)) != NULL) {
+        assert_true(nextra < ARGS_MAX - 12);
+        extra[nextra++] = a;
+    }
+    va_end(ap);
+    memset(d, 0, sizeof *d);
+    /* The limit applies to this start only, whether it succeeds or not. */
+    char nofile[64] = "";
+    if (next_nofile > 0) {
+        snprintf(nofile, sizeof nofile, "--nofile=%ld:%ld", next_nofile, next_nofile);
+        next_nofile = 0;
+        if (access("/usr/bin/prlimit", X_OK) != 0)
+            fail_msg("/usr/bin/prlimit is missing (Debian: util-linux)");
+    }
+    char timeout[32];
+    snprintf(timeout, sizeof timeout, "%lld", (long long)(100 * dh_slack()));
+    for (int attempt = 0; attempt < 5; attempt++) {
+        int port = free_port();
+        char portstr[16];
+        snprintf(portstr, sizeof portstr, "%d", port);
+        const char *argv[ARGS_MAX];
+        int n = 0;
+        if (nofile[0] != '\0') {
+            /* prlimit(1) sets the limit and execs dlockd in the same process. Not
+             * setrlimit in the forked child: under valgrind the child is still
+             * valgrind's, which refuses to lower the limit below its own descriptors. */
+            argv[n++] = "/usr/bin/prlimit";
+            argv[n++] = nofile;
+        }
+        argv[n++] = daemon_path();
+        argv[n++] = "-s";
+        argv[n++] = servers;
+        argv[n++] = "-p";
+        argv[n++] = portstr;
+        argv[n++] = "--timeout";
+        argv[n++] = timeout;
+        for (int i = 0; i < nextra; i++) {
+            argv[n++] = extra[i];
+            if (strcmp(extra[i], "--unixsocket") == 0 && i + 1 < nextra)
+                snprintf(d->unixsocket, sizeof d->unixsocket, "%s", extra[i + 1]);
+        }
+        argv[n] = NULL;
+        /* Its log goes to the test's stderr, which CTest shows when a test fails. */
+        dh_spawn_opts o = {.out_fd = -1, .err_fd = STDERR_FILENO};
+        pid_t pid = dh_spawn(argv, &o);
+        assert_true(pid > 0);
+        int64_t deadline = dh_now_ms() + 10000 * dh_slack();
+        while (dh_now_ms() < deadline) {
+            if (dh_exited(pid, NULL))
+                break; /* the port was taken meanwhile: try another */
+            int fd = connect_port(port);
+            if (fd >= 0) {
+                close(fd);
+                d->pid = pid;
+                d->port = port;
+                /* The unix socket is bound after the TCP port: wait for it too. */
+                while (d->unixsocket[0] != '\0' && !unix_accepts(d->unixsocket)) {
+                    if (dh_now_ms() > deadline || dh_exited(pid, NULL))
+                        fail_msg("dlockd did not listen on %s", d->unixsocket);
+                    dh_sleep_ms(10);
+                }
+                return;
+            }
+            dh_sleep_ms(10);
+        }
+        if (!dh_exited(pid, NULL)) {
+            dh_reap(pid, 0, NULL);
+            fail_msg("dlockd did not accept connections within %lld ms",
+                     (long long)(10000 * dh_slack()));
+        }
+    }
+    fail_msg("dlockd would not start (5 attempts)");
+}
+
+int dt_stop(dt_daemon *d)
+{
+    if (d->pid <= 0)
+        return 0;
+    kill(d->pid, SIGTERM);
+    int status = 0;
+    bool gone = dh_reap(d->pid, 10000 * dh_slack(), &status);
+    d->pid = 0;
+    assert_true(gone);
+    return status;
+}
+
+void dt_kill(dt_daemon *d)
+{
+    if (d->pid <= 0)
+        return;
+    kill(d->pid, SIGKILL);
+    dh_reap(d->pid, 10000, NULL);
+    d->pid = 0;
+}
+
+redisContext *dt_connect(const dt_daemon *d)
+{
+    struct timeval tv = {.tv_sec = 5 * dh_slack()};
+    redisContext *c = redisConnectWithTimeout("127.0.0.1", d->port, tv);
+    assert_non_null(c);
+    if (c->err)
+        fail_msg("connecting to dlockd on port %d: %s", d->port, c->errstr);
+    assert_int_equal(redisSetTimeout(c, tv), REDIS_OK);
+    return c;
+}
+
+redisReply *dt_cmd(redisContext *c, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    redisReply *r = redisvCommand(c, fmt, ap);
+    va_end(ap);
+    if (r == NULL)
+        fail_msg("no reply to '%s': %s", fmt, c->errstr);
+    return r;
+}
+
+void dt_send(redisContext *c, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    assert_int_equal(redisvAppendCommand(c, fmt, ap), REDIS_OK);
+    va_end(ap);
+    int done = 0;
+    while (!done)
+        assert_int_equal(redisBufferWrite(c, &done), REDIS_OK);
+}
+
+redisReply *dt_reply(redisContext *c)
+{
+    void *r = NULL;
+    if (redisGetReply(c, &r) != REDIS_OK || r == NULL)
+        fail_msg("no reply: %s", c->errstr);
+    return r;
+}
+
+void dt_expect_status(redisReply *r, const char *want)
+{
+    if (r->type != REDIS_REPLY_STATUS || strcmp(r->str, want) != 0)
+        fail_msg("expected +%s, got type %d '%s'", want, r->type, r->str ? r->str : "");
+    freeReplyObject(r);
+}
+
+void dt_expect_int(redisReply *r, long long want)
+{
+    if (r->type != REDIS_REPLY_INTEGER || r->integer != want)
+        fail_msg("expected :%lld, got type %d (%lld, '%s')", want, r->type, r->integer,
+                 r->str ? r->str : "");
+    freeReplyObject(r);
+}
+
+void dt_expect_nil(redisReply *r)
+{
+    if (r->type != REDIS_REPLY_NIL)
+        fail_msg("expected nil, got type %d '%s'", r->type, r->str ? r->str : "");
+    freeReplyObject(r);
+}
+
+void dt_expect_error(redisReply *r, const char *prefix)
+{
+    if (r->type != REDIS_REPLY_ERROR || strncmp(r->str, prefix, strlen(prefix)) != 0)
+        fail_msg("expected -%s..., got type %d '%s'", prefix, r->type, r->str ? r->str : "");
+    freeReplyObject(r);
+}
+
+void dt_expect_lock(redisReply *r, dt_lock *out)
+{
+    if (r->type != REDIS_REPLY_ARRAY || r->elements != 3)
+        fail_msg("expected a LOCK array, got type %d '%s'", r->type, r->str ? r->str : "");
+    assert_int_equal(r->element[0]->type, REDIS_REPLY_STRING);
+    assert_int_equal(r->element[0]->len, 32);
+    assert_int_equal(strspn(r->element[0]->str, "0123456789abcdef"), 32);
+    assert_int_equal(r->element[1]->type, REDIS_REPLY_INTEGER);
+    assert_int_equal(r->element[2]->type, REDIS_REPLY_INTEGER);
+    assert_true(r->element[1]->integer >= 1);
+    assert_true(r->element[2]->integer > 0);
+    memcpy(out->token, r->element[0]->str, 33);
+    out->fence = r->element[1]->integer;
+    out->validity_ms = r->element[2]->integer;
+    freeReplyObject(r);
+}
+
+int dt_raw(const dt_daemon *d)
+{
+    int fd = connect_port(d->port);
+    assert_true(fd >= 0);
+    return fd;
+}
+
+void dt_raw_write(int fd, const void *p, size_t n)
+{
+    const char *q = p;
+    while (n > 0) {
+        ssize_t w = send(fd, q, n, MSG_NOSIGNAL);
+        if (w < 0 && errno == EINTR)
+            continue;
+        if (w < 0)
+            fail_msg("write to dlockd: %s", strerror(errno));
+        q += w;
+        n -= (size_t)w;
+    }
+}
+
+size_t dt_raw_read_all(int fd, char *buf, size_t len, int64_t timeout_ms, bool *closed)
+{
+    size_t got = 0;
+    *closed = false;
+    int64_t deadline = dh_now_ms() + timeout_ms;
+    for (;;) {
+        int64_t left = deadline - dh_now_ms();
+        if (left <= 0)
+            break;
+        struct pollfd p = {.fd = fd, .events = POLLIN};
+        int rc = poll(&p, 1, (int)left);
+        if (rc < 0 && errno == EINTR)
+            continue;
+        if (rc <= 0)
+            break;
+        char tmp[4096];
+        ssize_t n = recv(fd, tmp, sizeof tmp, 0);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n <= 0) {
+            *closed = true; /* EOF, or a reset after the peer closed with data unread */
+            break;
+        }
+        size_t keep = (size_t)n;
+        if (keep > len - 1 - got)
+            keep = len - 1 - got;
+        memcpy(buf + got, tmp, keep);
+        got += keep;
+    }
+    buf[got] = '\0';
+    return got;
+}
+
+long dt_info(redisContext *c, const char *field)
+{
+    redisReply *r = dt_cmd(c, "INFO");
+    assert_int_equal(r->type, REDIS_REPLY_STRING);
+    long v = dh_info_long(r, field);
+    freeReplyObject(r);
+    return v;
+}
+
+/* A "Field: value" line of /proc/PID/status. */
+static long long proc_status(pid_t pid, const char *field)
+{
+    char path[64], line[256];
+    snprintf(path, sizeof path, "/proc/%d/status", (int)pid);
+    FILE *f = fopen(path, "r");
+    if (f == NULL)
+        return -1;
+    long long v = -1;
+    size_t n = strlen(field);
+    while (fgets(line, sizeof line, f) != NULL) {
+        if (strncmp(line, field, n) == 0 && line[n] == ':') {
+            v = strtoll(line + n + 1, NULL, 10);
+            break;
+        }
+    }
+    fclose(f);
+    return v;
+}
+
+long long dt_threads(pid_t pid)
+{
+    return proc_status(pid, "Threads");
+}
+
+long long dt_rss_kib(pid_t pid)
+{
+    return proc_status(pid, "VmRSS");
+}

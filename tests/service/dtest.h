@@ -1,0 +1,79 @@
+/*
+ * dtest.h: helpers of the dlockd tests: a real dlockd process (build/dlockd, from
+ * $DLOCKD, which CTest sets) in front of real redis-servers, and clients for it:
+ * hiredis connections, and raw sockets for what no well-behaved client sends.
+ *
+ * Include after <cmocka.h>: the helpers assert.
+ */
+#ifndef DLOCK_DTEST_H
+#define DLOCK_DTEST_H
+
+#include "support.h"
+
+#include <hiredis/hiredis.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+typedef struct dt_daemon {
+    pid_t pid; /* 0 once stopped */
+    int port;
+    char unixsocket[256]; /* "" unless started with one */
+} dt_daemon;
+
+/* Start dlockd for servers (a URL list) on a free port, with the per-server deadline
+ * it_timeout_ms() and the extra arguments that follow (up to a NULL). Asserts that it
+ * accepts connections within 10 s (times the slack). */
+void dt_start(dt_daemon *d, const char *servers, ...);
+/* Make the next dt_start's dlockd run (through prlimit(1)) with an open-files limit of n, soft and
+ * hard (it cannot raise it then). */
+void dt_next_nofile(long n);
+/* SIGTERM, then wait up to 10 s (times the slack) for it to exit; returns its wait
+ * status. Safe on a daemon already stopped (returns 0). */
+int dt_stop(dt_daemon *d);
+/* SIGKILL and reap. */
+void dt_kill(dt_daemon *d);
+
+/* A hiredis connection (5 s timeout times the slack) to d's TCP port. Asserts. */
+redisContext *dt_connect(const dt_daemon *d);
+/* One command (redisCommand's format); asserts a reply came. Free with freeReplyObject. */
+redisReply *dt_cmd(redisContext *c, const char *fmt, ...);
+/* Send a command without waiting for its reply (it is read later by dt_reply). */
+void dt_send(redisContext *c, const char *fmt, ...);
+/* The next reply of c; asserts one came. */
+redisReply *dt_reply(redisContext *c);
+
+/* Assertions on a reply, which they free. */
+void dt_expect_status(redisReply *r, const char *want);
+void dt_expect_int(redisReply *r, long long want);
+void dt_expect_nil(redisReply *r);
+/* An error reply that starts with prefix ("NOAUTH", "ERR unknown command"). */
+void dt_expect_error(redisReply *r, const char *prefix);
+
+/* A LOCK's reply: token, fence, validity. Asserts its shape (a 32-hex token, fence >= 1,
+ * validity in (0, ttl]) and frees it. */
+typedef struct dt_lock {
+    char token[33];
+    long long fence;
+    long long validity_ms;
+} dt_lock;
+void dt_expect_lock(redisReply *r, dt_lock *out);
+
+/* A raw TCP socket to d (blocking, CLOEXEC). Asserts. */
+int dt_raw(const dt_daemon *d);
+/* Write all of p. Asserts. */
+void dt_raw_write(int fd, const void *p, size_t n);
+/* Read until the peer closes or timeout_ms passes; returns the bytes read into buf
+ * (NUL-terminated, truncated to len - 1) and sets *closed when the peer closed. */
+size_t dt_raw_read_all(int fd, char *buf, size_t len, int64_t timeout_ms, bool *closed);
+
+/* A field of the daemon's INFO ("connected_clients"), or -1. */
+long dt_info(redisContext *c, const char *field);
+
+/* VmRSS of a process in KiB, or -1. */
+long long dt_rss_kib(pid_t pid);
+/* Threads of a process, or -1. */
+long long dt_threads(pid_t pid);
+
+#endif /* DLOCK_DTEST_H */
