@@ -6,7 +6,7 @@
 //   php flash_sale.php [OPTIONS] buy        one buyer: buy until the stock is gone
 //   php flash_sale.php [OPTIONS] report     check the sale, print a RESULT line
 //
-// OPTIONS: --dlockd HOST:PORT (default $DLOCKD, else 127.0.0.1:7379), --redis HOST:PORT
+// OPTIONS (before or after the command): --dlockd HOST:PORT (default $DLOCKD, else 127.0.0.1:7379), --redis HOST:PORT
 // (the shop's database, where the stock lives; default 127.0.0.1:6379), --item ITEM
 // (default sku-1), --wait MS (how long one LOCK waits, default 10000), --ttl MS (default
 // 30000), --stall (buy: take the lock once, print "HOLDING ..." and stay inside the
@@ -34,7 +34,7 @@
 
 const EXIT_TEMPFAIL = 75;
 
-function usage(): void
+function usage(): never
 {
     fwrite(STDERR, "usage: php flash_sale.php [--dlockd HOST:PORT] [--redis HOST:PORT] [--item ITEM]\n" .
         "         [--wait MS] [--ttl MS] [--stall] [--killed-at US] stock N | buy | report\n");
@@ -232,25 +232,50 @@ function report(array $o, ?int $killed_at): int
     return $ok ? 0 : 1;
 }
 
+// Options before or after the command: --name VALUE, --name=VALUE, or a flag.
+function parse_args(array $argv, array $valued, array $flags): array
+{
+    $opts = [];
+    $args = [];
+    for ($i = 1; $i < count($argv); $i++) {
+        $a = $argv[$i];
+        if (strncmp($a, '--', 2) != 0) {
+            $args[] = $a;
+            continue;
+        }
+        [$name, $value] = array_pad(explode('=', substr($a, 2), 2), 2, null);
+        if (in_array($name, $flags, true) && $value === null) {
+            $opts[$name] = true;
+        } elseif (in_array($name, $valued, true)) {
+            $value ??= $argv[++$i] ?? usage();
+            $opts[$name] = $value;
+        } else {
+            usage();
+        }
+    }
+    return [$opts, $args];
+}
+
 $env = getenv('DLOCKD');
 $o = ['dlockd' => $env !== false && $env !== '' ? $env : '127.0.0.1:7379',
     'redis' => '127.0.0.1:6379', 'item' => 'sku-1', 'wait' => 10000, 'ttl' => 30000];
-$rest = 0;
-$opts = getopt('', ['dlockd:', 'redis:', 'item:', 'wait:', 'ttl:', 'stall', 'killed-at:'], $rest);
+[$opts, $args] = parse_args($argv, ['dlockd', 'redis', 'item', 'wait', 'ttl', 'killed-at'],
+    ['stall']);
 foreach (['dlockd', 'redis', 'item'] as $k) {
     if (isset($opts[$k])) {
-        $o[$k] = (string)$opts[$k];
+        $o[$k] = $opts[$k];
+    }
+}
+foreach (['wait', 'ttl', 'killed-at'] as $k) {
+    if (isset($opts[$k]) && !ctype_digit($opts[$k])) {
+        usage();
     }
 }
 foreach (['wait', 'ttl'] as $k) {
     if (isset($opts[$k])) {
-        if (!ctype_digit((string)$opts[$k])) {
-            usage();
-        }
         $o[$k] = (int)$opts[$k];
     }
 }
-$args = array_slice($argv, $rest);
 switch ($args[0] ?? '') {
     case 'stock':
         if (count($args) != 2 || !ctype_digit($args[1])) {
