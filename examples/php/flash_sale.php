@@ -6,13 +6,13 @@
 //   php flash_sale.php [OPTIONS] buy        one buyer: buy until the stock is gone
 //   php flash_sale.php [OPTIONS] report     check the sale, print a RESULT line
 //
-// OPTIONS (before or after the command): --dlockd HOST:PORT (default $DLOCKD, else 127.0.0.1:7379), --redis HOST:PORT
-// (the shop's database, where the stock lives; default 127.0.0.1:6379), --item ITEM
-// (default sku-1), --wait MS (how long one LOCK waits, default 10000), --ttl MS (default
-// 30000), --stall (buy: take the lock once, print "HOLDING ..." and stay inside the
-// critical section until killed, as a request stuck in a slow call), --killed-at US
-// (report: the wall-clock time, in microseconds, a holder was killed: how long the lock
-// took to pass on).
+// OPTIONS, before or after the command: --dlockd HOST:PORT (default $DLOCKD, else
+// 127.0.0.1:7379), --redis HOST:PORT (the shop's database, where the stock lives;
+// default 127.0.0.1:6379), --item ITEM (default sku-1), --wait MS (how long one LOCK
+// waits, default 10000), --ttl MS (default 30000), --stall (buy: take the lock once,
+// print "HOLDING ..." and stay inside the critical section until killed, as a request
+// stuck in a slow call), --killed-at US (report: the wall-clock time, in microseconds,
+// a holder was killed: how long the lock took to pass on).
 //
 // Each purchase is what one web request of the shop would do:
 //
