@@ -11,8 +11,9 @@
 // default 127.0.0.1:6379), --item ITEM (default sku-1), --wait MS (how long one LOCK
 // waits, default 10000), --ttl MS (default 30000), --stall (buy: take the lock once,
 // print "HOLDING ..." and stay inside the critical section until killed, as a request
-// stuck in a slow call), --killed-at US (report: the wall-clock time, in microseconds,
-// a holder was killed: how long the lock took to pass on).
+// stuck in a slow call), --stall-at N (buy: the same, in the first critical section
+// that finds at most N units left), --killed-at US (report: the wall-clock time, in
+// microseconds, a holder was killed: how long the lock took to pass on).
 //
 // Each purchase is what one web request of the shop would do:
 //
@@ -37,7 +38,8 @@ const EXIT_TEMPFAIL = 75;
 function usage(): never
 {
     fwrite(STDERR, "usage: php flash_sale.php [--dlockd HOST:PORT] [--redis HOST:PORT] [--item ITEM]\n" .
-        "         [--wait MS] [--ttl MS] [--stall] [--killed-at US] stock N | buy | report\n");
+        "         [--wait MS] [--ttl MS] [--stall | --stall-at N] [--killed-at US]\n" .
+        "         stock N | buy | report\n");
     exit(2);
 }
 
@@ -112,7 +114,7 @@ function lock_call(Redis $r, string ...$args)
 // One purchase, as one request of the shop would make it. Returns true when a unit was
 // sold, false when the stock is gone, null when the lock did not come within WAIT (the
 // shop would answer "busy, try again").
-function buy_one(Redis $lockd, Redis $shop, array $o, bool $stall): ?bool
+function buy_one(Redis $lockd, Redis $shop, array $o, ?int $stall_at): ?bool
 {
     $lock = lock_call($lockd, 'LOCK', "sale:{$o['item']}", 'TTL', (string)$o['ttl'],
         'WAIT', (string)$o['wait'], 'LABEL', 'php buyer ' . getmypid());
@@ -122,13 +124,13 @@ function buy_one(Redis $lockd, Redis $shop, array $o, bool $stall): ?bool
     $acquired = now_us();
     [$token, $fence] = $lock;
     try {
-        if ($stall) {
+        $left = (int)$shop->get("stock:{$o['item']}");
+        if ($stall_at !== null && $left <= $stall_at) {
             // The demo kills this process here, holding the lock.
-            printf("HOLDING fence=%d pid=%d\n", $fence, getmypid());
+            printf("HOLDING fence=%d pid=%d left=%d\n", $fence, getmypid(), $left);
             fflush(STDOUT);
             sleep(3600);
         }
-        $left = (int)$shop->get("stock:{$o['item']}");
         if ($left > 0) {
             $shop->set("stock:{$o['item']}", $left - 1);
         }
@@ -146,14 +148,14 @@ function buy_one(Redis $lockd, Redis $shop, array $o, bool $stall): ?bool
     }
 }
 
-function buy(array $o, bool $stall): int
+function buy(array $o, ?int $stall_at): int
 {
     $lockd = dlockd_connect($o);
     $shop = shop_connect($o);
     $sold = 0;
     $busy = 0;
     for (;;) {
-        $r = buy_one($lockd, $shop, $o, $stall);
+        $r = buy_one($lockd, $shop, $o, $stall_at);
         if ($r === false) {
             break;
         }
@@ -259,14 +261,14 @@ function parse_args(array $argv, array $valued, array $flags): array
 $env = getenv('DLOCKD');
 $o = ['dlockd' => $env !== false && $env !== '' ? $env : '127.0.0.1:7379',
     'redis' => '127.0.0.1:6379', 'item' => 'sku-1', 'wait' => 10000, 'ttl' => 30000];
-[$opts, $args] = parse_args($argv, ['dlockd', 'redis', 'item', 'wait', 'ttl', 'killed-at'],
+[$opts, $args] = parse_args($argv, ['dlockd', 'redis', 'item', 'wait', 'ttl', 'killed-at', 'stall-at'],
     ['stall']);
 foreach (['dlockd', 'redis', 'item'] as $k) {
     if (isset($opts[$k])) {
         $o[$k] = $opts[$k];
     }
 }
-foreach (['wait', 'ttl', 'killed-at'] as $k) {
+foreach (['wait', 'ttl', 'killed-at', 'stall-at'] as $k) {
     if (isset($opts[$k]) && !ctype_digit($opts[$k])) {
         usage();
     }
@@ -283,7 +285,11 @@ switch ($args[0] ?? '') {
         }
         exit(stock($o, (int)$args[1]));
     case 'buy':
-        exit(buy($o, isset($opts['stall'])));
+        $stall_at = isset($opts['stall']) ? PHP_INT_MAX : null;
+        if (isset($opts['stall-at'])) {
+            $stall_at = (int)$opts['stall-at'];
+        }
+        exit(buy($o, $stall_at));
     case 'report':
         exit(report($o, isset($opts['killed-at']) ? (int)$opts['killed-at'] : null));
     default:

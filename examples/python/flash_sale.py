@@ -73,11 +73,11 @@ def buy_one(lockd, shop, args):
     acquired = now_us()
     token, fence, _ = lock
     try:
-        if args.stall:
-            # A buyer stuck in a slow call, holding the lock until it is killed.
-            print(f"HOLDING fence={fence} pid={os.getpid()}", flush=True)
-            time.sleep(3600)
         left = int(shop.get(f"stock:{item}") or 0)
+        if args.stall or (args.stall_at is not None and left <= args.stall_at):
+            # A buyer stuck in a slow call, holding the lock until it is killed.
+            print(f"HOLDING fence={fence} pid={os.getpid()} left={left}", flush=True)
+            time.sleep(3600)
         if left > 0:
             shop.set(f"stock:{item}", left - 1)
         shop.rpush(f"sales:{item}", f"{max(left, 0)} {fence} {os.getpid()} {acquired} {now_us()}")
@@ -166,6 +166,8 @@ def main():
     b = sub.add_parser("buy")
     b.add_argument("--stall", action="store_true",
                    help="take the lock once and stay inside the section until killed")
+    b.add_argument("--stall-at", type=int, metavar="N",
+                   help="the same, in the first section that finds at most N units left")
     r = sub.add_parser("report")
     r.add_argument("--killed-at", type=int,
                    help="wall-clock us when a holder was killed: how long the lock took to pass on")
