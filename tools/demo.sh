@@ -371,15 +371,18 @@ elif [ $(((t_sold - t_killed) / 1000)) -lt $((lease - 100)) ]; then
 fi
 
 # ---- 5. the service: PHP buyers through dlockd, one killed holding the lock -------------
-# dlockd in front of the 3 nodes, on a free port: it says "listening on" in its log
-# once it accepts (a port another program took makes it exit; try another).
+# dlockd in front of the 3 nodes, on a free port: it logs "dlockd VERSION listening on"
+# once it accepts; a port another program took makes it exit, and another is tried.
+# The port is drawn below the kernel's ephemeral range, where the connections of the
+# scenes before (thousands, some still in TIME_WAIT) took their local ports.
+read -r eph_low _ </proc/sys/net/ipv4/ip_local_port_range
 dlockd_port=
-for _ in 1 2 3 4 5; do
-  port=$((20000 + RANDOM % 40000))
+for _ in 1 2 3 4 5 6 7 8; do
+  port=$((10000 + RANDOM % (eph_low - 10000)))
   "$dlockd" -s "$urls" -p "$port" --timeout 200 2>"$dir/dlockd.err" &
   dlockd_pid=$!
   for _ in $(seq 400); do
-    grep -q "listening on" "$dir/dlockd.err" && { dlockd_port=$port; break 2; }
+    grep -q "dlockd [^ ]* listening on" "$dir/dlockd.err" && { dlockd_port=$port; break 2; }
     kill -0 "$dlockd_pid" 2>/dev/null || break
     nap
   done
