@@ -79,6 +79,13 @@ static bool unix_accepts(const char *path)
     return ok;
 }
 
+static long next_nofile;
+
+void dt_next_nofile(long n)
+{
+    next_nofile = n;
+}
+
 void dt_start(dt_daemon *d, const char *servers, ...)
 {
     const char *extra[ARGS_MAX];
@@ -92,6 +99,14 @@ void dt_start(dt_daemon *d, const char *servers, ...)
     }
     va_end(ap);
     memset(d, 0, sizeof *d);
+    /* The limit applies to this start only, whether it succeeds or not. */
+    char nofile[64] = "";
+    if (next_nofile > 0) {
+        snprintf(nofile, sizeof nofile, "--nofile=%ld:%ld", next_nofile, next_nofile);
+        next_nofile = 0;
+        if (access("/usr/bin/prlimit", X_OK) != 0)
+            fail_msg("/usr/bin/prlimit is missing (Debian: util-linux)");
+    }
     char timeout[32];
     snprintf(timeout, sizeof timeout, "%lld", (long long)(100 * dh_slack()));
     for (int attempt = 0; attempt < 5; attempt++) {
@@ -100,6 +115,13 @@ void dt_start(dt_daemon *d, const char *servers, ...)
         snprintf(portstr, sizeof portstr, "%d", port);
         const char *argv[ARGS_MAX];
         int n = 0;
+        if (nofile[0] != '\0') {
+            /* prlimit(1) sets the limit and execs dlockd in the same process. Not
+             * setrlimit in the forked child: under valgrind the child is still
+             * valgrind's, which refuses to lower the limit below its own descriptors. */
+            argv[n++] = "/usr/bin/prlimit";
+            argv[n++] = nofile;
+        }
         argv[n++] = daemon_path();
         argv[n++] = "-s";
         argv[n++] = servers;
