@@ -371,10 +371,13 @@ static void test_cron_job(void **state)
     snprintf(key, sizeof key, "%s:steps", job);
     it_del(&it_srv, key);
 
-    /* Two machines' crontabs fire at the same minute. */
+    /* Two machines' crontabs fire at the same minute. The job lasts long enough (1.5 s
+     * times the slack) that the second start, however slow, finds the first running. */
     bg a, b;
-    start_example(&a, l, l->cron_job, "--steps", "3", "--step-ms", "200", job, NULL);
-    start_example(&b, l, l->cron_job, "--steps", "3", "--step-ms", "200", job, NULL);
+    char step_ms[32];
+    snprintf(step_ms, sizeof step_ms, "%lld", (long long)(500 * dh_slack()));
+    start_example(&a, l, l->cron_job, "--steps", "3", "--step-ms", step_ms, job, NULL);
+    start_example(&b, l, l->cron_job, "--steps", "3", "--step-ms", step_ms, job, NULL);
     char out_a[4096], out_b[4096];
     int st_a = bg_wait(&a, out_a, sizeof out_a), st_b = bg_wait(&b, out_b, sizeof out_b);
     if (st_a != 0 || st_b != 0)
