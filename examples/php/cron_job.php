@@ -41,27 +41,37 @@ function job_step(Redis $out, string $job, int $fence, int $step, int $step_ms):
     printf("%s: step %d done (fence %d)\n", $job, $step, $fence);
 }
 
-$env = getenv('DLOCKD');
-$dlockd = $env !== false && $env !== '' ? $env : '127.0.0.1:7379';
-$redis = '127.0.0.1:6379';
-$steps = 3;
-$step_ms = 1000;
-$rest = 0;
-$opts = getopt('', ['dlockd:', 'redis:', 'steps:', 'step-ms:'], $rest);
-$dlockd = (string)($opts['dlockd'] ?? $dlockd);
-$redis = (string)($opts['redis'] ?? $redis);
-foreach (['steps' => &$steps, 'step-ms' => &$step_ms] as $k => &$v) {
-    if (isset($opts[$k])) {
-        if (!ctype_digit((string)$opts[$k])) {
-            fwrite(STDERR, "usage: php cron_job.php [--dlockd HOST:PORT] [--redis HOST:PORT] " .
-                "[--steps N] [--step-ms MS] [JOB]\n");
-            exit(2);
-        }
-        $v = (int)$opts[$k];
-    }
+function usage(): never
+{
+    fwrite(STDERR, "usage: php cron_job.php [--dlockd HOST:PORT] [--redis HOST:PORT] " .
+        "[--steps N] [--step-ms MS] [JOB]\n");
+    exit(2);
 }
-unset($v);
-$job = $argv[$rest] ?? 'nightly-report';
+
+// Options before or after JOB: --name VALUE or --name=VALUE.
+$env = getenv('DLOCKD');
+$opts = ['dlockd' => $env !== false && $env !== '' ? $env : '127.0.0.1:7379',
+    'redis' => '127.0.0.1:6379', 'steps' => '3', 'step-ms' => '1000'];
+$jobs = [];
+for ($i = 1; $i < count($argv); $i++) {
+    if (strncmp($argv[$i], '--', 2) != 0) {
+        $jobs[] = $argv[$i];
+        continue;
+    }
+    [$name, $value] = array_pad(explode('=', substr($argv[$i], 2), 2), 2, null);
+    if (!array_key_exists($name, $opts)) {
+        usage();
+    }
+    $opts[$name] = $value ?? $argv[++$i] ?? usage();
+}
+if (count($jobs) > 1 || !ctype_digit($opts['steps']) || !ctype_digit($opts['step-ms'])) {
+    usage();
+}
+$dlockd = $opts['dlockd'];
+$redis = $opts['redis'];
+$steps = (int)$opts['steps'];
+$step_ms = (int)$opts['step-ms'];
+$job = $jobs[0] ?? 'nightly-report';
 
 $lockd = new Redis();
 try {
