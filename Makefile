@@ -59,8 +59,9 @@ test-valgrind:
 	cd build-valgrind && DLOCK_TEST_SLACK=10 \
 	  ctest --output-on-failure -j $(JOBS) -E 'bench_quick|demo_quick' -LE 'slow|soak'
 
-# The flash sale, a node killed mid-run, a stale holder fenced off: tools/demo.sh, on
-# redis-server processes it starts itself. The build's output is shown only if it fails.
+# The flash sale, a node killed mid-run, a stale holder fenced off, a buyer killed
+# holding reservations, PHP buyers through dlockd with one killed holding the lock:
+# tools/demo.sh, on redis-server processes it starts itself. The build's output is shown only if it fails.
 demo: deps
 	@mkdir -p $(BUILD) && echo "building (log: $(BUILD)/demo-build.log)..."
 	@$(MAKE) --no-print-directory all >$(BUILD)/demo-build.log 2>&1 || \

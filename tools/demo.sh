@@ -13,12 +13,16 @@
 #      writes, A resumes and writes with its old fence: the resource refuses it;
 #   4. the stock way beside the lock way: a buyer reserves units and is killed
 #      (SIGKILL) before paying; its units come back when the lease runs out and are
-#      sold to the other buyers: sold exactly the stock, never more.
+#      sold to the other buyers: sold exactly the stock, never more;
+#   5. the service: the flash sale by PHP buyer processes through dlockd (Redlock on the
+#      3 nodes; examples/php/flash_sale.php), one of them killed (SIGKILL) while it
+#      holds the lock with the others waiting: its session lock is released when its
+#      connection dies, and the lock passes on at once, not when its lease ends.
 # and prints a short report. Exits non-zero when anything was oversold, a fence did not
 # increase, or a scene did not go as told. Needs bash, redis-server and the built
 # programs (build/dlock-test-servers, build/dlock-flash-sale, build/dlock-fenced-write,
-# build/dlock-stock-sale, build/dlock);
-# nothing else.
+# build/dlock-stock-sale, build/dlock, build/dlockd), and php with phpredis (Debian's
+# php-cli and php-redis) for scene 5; nothing else.
 # --quick (the CTest smoke test): fewer buyers and a smaller stock.
 set -euo pipefail
 
@@ -36,9 +40,16 @@ fenced="$build/dlock-fenced-write"
 servers="$build/dlock-test-servers"
 stock_sale="$build/dlock-stock-sale"
 cli="$build/dlock"
-for bin in "$sale" "$fenced" "$servers" "$stock_sale" "$cli"; do
+dlockd="$build/dlockd"
+for bin in "$sale" "$fenced" "$servers" "$stock_sale" "$cli" "$dlockd"; do
   [ -x "$bin" ] || { echo "demo: $bin is not built (run make)" >&2; exit 1; }
 done
+php_sale="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)/examples/php/flash_sale.php"
+if ! php -r "exit(class_exists('Redis') ? 0 : 1);" 2>/dev/null; then
+  echo "demo: scene 5 needs php with phpredis: apt-get install php-cli php-redis" \
+    "(tools/ensure-deps.sh does it as root)" >&2
+  exit 1
+fi
 
 if [ "$quick" = 1 ]; then buyers=4 stock=200; else buyers=8 stock=1000; fi
 held=5        # units the killed buyer holds in the stock scene
@@ -52,12 +63,14 @@ dir=$(mktemp -d "${TMPDIR:-/tmp}/dlock-demo.XXXXXX")
 declare -a sport=()   # the servers' ports, index 1..3
 jobs_pids=()          # other processes we started (a sale, holder A)
 srv_pid=              # dlock-test-servers, which owns the servers
+dlockd_pid=           # dlockd, scene 5
 # shellcheck disable=SC2317 # cleanup and on_signal run from traps
 cleanup() {
   local p
   trap - EXIT INT TERM
   # A stopped process keeps a TERM pending until it continues: send CONT too.
   for p in "${jobs_pids[@]}"; do kill -TERM "$p" 2>/dev/null && kill -CONT "$p" 2>/dev/null; done
+  [ -z "$dlockd_pid" ] || kill -TERM "$dlockd_pid" 2>/dev/null || true
   # TERM makes dlock-test-servers kill its servers before it exits.
   [ -z "$srv_pid" ] || kill -TERM "$srv_pid" 2>/dev/null || true
   wait 2>/dev/null || true
@@ -357,11 +370,147 @@ elif [ $(((t_sold - t_killed) / 1000)) -lt $((lease - 100)) ]; then
   fail "4. stock: sold out before the killed buyer's lease ran out"
 fi
 
+# ---- 5. the service: PHP buyers through dlockd, one killed holding the lock -------------
+# dlockd in front of the 3 nodes, on a free port: it logs "dlockd VERSION listening on"
+# once it accepts; a port another program took makes it exit, and another is tried.
+# The port is drawn below the kernel's ephemeral range, where the connections of the
+# scenes before (thousands, some still in TIME_WAIT) took their local ports.
+read -r eph_low _ </proc/sys/net/ipv4/ip_local_port_range
+dlockd_port=
+for _ in 1 2 3 4 5 6 7 8; do
+  port=$((10000 + RANDOM % (eph_low - 10000)))
+  "$dlockd" -s "$urls" -p "$port" --timeout 200 2>"$dir/dlockd.err" &
+  dlockd_pid=$!
+  for _ in $(seq 400); do
+    grep -q "dlockd [^ ]* listening on" "$dir/dlockd.err" && { dlockd_port=$port; break 2; }
+    kill -0 "$dlockd_pid" 2>/dev/null || break
+    nap
+  done
+  kill -TERM "$dlockd_pid" 2>/dev/null || true
+  wait "$dlockd_pid" 2>/dev/null || true
+  dlockd_pid=
+done
+
+# A RESP reply from fd $1, its strings appended to the array resp (an array's elements
+# in order, nil as ""): enough for INFO and LOCKINFO.
+resp_read() {
+  local head n i LC_ALL=C # bulk lengths count bytes
+  IFS= read -r -t 2 -u "$1" head || return 1
+  head=${head%$'\r'}
+  case "$head" in
+    [-+:]*) resp+=("${head:1}") ;;
+    '$-1' | '*-1') resp+=("") ;;
+    \$*)
+      n=${head:1}
+      IFS= read -r -d '' -N "$n" -t 2 -u "$1" head || return 1
+      resp+=("$head")
+      IFS= read -r -t 2 -u "$1" _ || return 1
+      ;;
+    \**) for ((i = 0; i < ${head:1}; i++)); do resp_read "$1" || return 1; done ;;
+  esac
+}
+# A command to dlockd over the connection on $dlockd_fd: its reply in resp.
+dlockd_cmd() {
+  resp=()
+  printf '%s\r\n' "$*" >&"$dlockd_fd" && resp_read "$dlockd_fd"
+}
+# A field of dlockd's INFO, in REPLY ("" when missing).
+dlockd_info() {
+  REPLY=
+  dlockd_cmd INFO || return 1
+  [[ "${resp[0]}" =~ (^|$'\n')$1:([0-9]+) ]] && REPLY=${BASH_REMATCH[2]}
+  return 0
+}
+
+php_args=(--dlockd "127.0.0.1:$dlockd_port" --redis "127.0.0.1:${sport[1]}" --item sku-5)
+victim_line='' blocked='' holder='' left_at_kill='?' after_kill='' rc=1
+declare -A r5=()
+if [ -z "$dlockd_port" ]; then
+  fail "5. dlockd: dlockd would not start"
+  show_log "$dir/dlockd.err"
+else
+  exec {dlockd_fd}<>"/dev/tcp/127.0.0.1/$dlockd_port"
+  php "$php_sale" "${php_args[@]}" stock "$stock" >/dev/null 2>"$dir/php.err" ||
+    fail "5. dlockd: putting the stock on the shelf failed: $(cat "$dir/php.err")"
+  # One of the buyers, once a third of the stock is sold, stays in its critical section
+  # (a request stuck in a slow call) until it is killed; the others buy as usual.
+  mkfifo "$dir/victim.out"
+  t_sale=${EPOCHREALTIME/./}
+  php "$php_sale" "${php_args[@]}" buy --stall-at $((stock * 2 / 3)) >"$dir/victim.out" \
+    2>"$dir/victim.err" &
+  victim_pid=$!
+  jobs_pids+=("$victim_pid")
+  buyer_pids=()
+  for ((i = 1; i < buyers; i++)); do
+    php "$php_sale" "${php_args[@]}" buy >"$dir/buyer$i.out" 2>"$dir/buyer$i.err" &
+    buyer_pids+=($!)
+  done
+  jobs_pids+=("${buyer_pids[@]}")
+  exec {victim_fd}<"$dir/victim.out"
+  IFS= read -r -t 10 -u "$victim_fd" victim_line || true
+  exec {victim_fd}<&-
+  # Every other buyer parks its LOCK behind it (at most 5 s), and LOCKINFO names it.
+  for _ in $(seq 1000); do
+    dlockd_info blocked_clients && [ "${REPLY:-0}" -ge $((buyers - 1)) ] &&
+      { blocked=$REPLY; break; }
+    nap
+  done
+  dlockd_cmd LOCKINFO sale:sku-5 && holder=${resp[3]}
+  node1_get GET stock:sku-5 && left_at_kill=$REPLY
+  t_kill=${EPOCHREALTIME/./}
+  kill -KILL "$victim_pid" 2>/dev/null || true
+  wait "$victim_pid" 2>/dev/null || true
+  buyers_ok=0
+  for p in "${buyer_pids[@]}"; do wait "$p" && buyers_ok=$((buyers_ok + 1)); done
+  buyers_ok=$((buyers_ok + 1)) # and the one killed
+  jobs_pids=()
+  t_end=${EPOCHREALTIME/./}
+  rc=0
+  php "$php_sale" "${php_args[@]}" report --killed-at "$t_kill" >"$dir/sale5.out" \
+    2>"$dir/sale5.err" || rc=$?
+  read_result r5 "$dir/sale5.out"
+  after_kill=${r5[after_kill_us]:-}
+fi
+victim=${victim_line##*pid=}
+victim=${victim%% *}
+printf '5. dlockd        %d PHP buyer processes through dlockd (Redlock on the 3 nodes),\n' \
+  "$buyers"
+printf '   stock %d, session locks with a 30 s lease\n' "$stock"
+printf '   buyer %s killed (SIGKILL) inside its critical section, holding the lock,\n' \
+  "${victim:-?}"
+printf '   with %s buyers waiting in LOCK and %s units left\n' "${blocked:-?}" "$left_at_kill"
+if [[ "$after_kill" =~ ^[0-9]+$ ]]; then
+  printf '   the lock passed on %s ms after the kill: its connection closed, dlockd released it\n' \
+    "$(ms "$after_kill")"
+fi
+printf '   sold %s, oversold %s, stock left %s, in %s s; fences strictly increasing: %s\n' \
+  "${r5[sold]:-?}" "${r5[oversold]:-?}" "${r5[left]:-?}" \
+  "$(s1 $(((${t_end:-$t_sale} - ${t_sale:-0}) / 1000)))" "${r5[fences_increasing]:-?}"
+if [ -n "$dlockd_port" ]; then
+  check_sale "5. dlockd" "$rc" r5 5
+  if [[ "$victim_line" != HOLDING* ]] || [[ "$holder" != *"php buyer $victim" ]]; then
+    fail "5. dlockd: the buyer to kill did not hold the lock (${victim_line:-no output}," \
+      "holder ${holder:-?})"
+    show_log "$dir/victim.err"
+  elif [ -z "$blocked" ]; then
+    fail "5. dlockd: the other buyers were not all waiting for the lock"
+  elif ! [[ "$left_at_kill" =~ ^[0-9]+$ ]] || [ "$left_at_kill" -eq 0 ]; then
+    fail "5. dlockd: the kill did not land mid-sale (units left: $left_at_kill)"
+  elif ! [[ "$after_kill" =~ ^[0-9]+$ ]] || [ "$after_kill" -ge 2000000 ]; then
+    fail "5. dlockd: the lock did not pass on at once after the kill (${after_kill:-?} us)"
+  elif [ "$buyers_ok" -ne "$buyers" ] || [ "${r5[sold]:-}" != "$stock" ]; then
+    fail "5. dlockd: $buyers_ok of $buyers buyers finished, sold ${r5[sold]:-?} of $stock"
+    show_log "$dir"/buyer*.err
+  fi
+fi
+
 elapsed_ms=$(((${EPOCHREALTIME/./} - t_start) / 1000))
 echo
 if [ "${#failures[@]}" -eq 0 ]; then
   printf '%sPASS%s: nothing oversold, fences strictly increasing, ' "$bold" "$off"
-  printf 'the stale write refused, a killed buyer'"'"'s units sold (%s s)\n' "$(s1 "$elapsed_ms")"
+  printf 'the stale write refused, a killed buyer'"'"'s units sold,\n'
+  printf '      a killed holder'"'"'s lock passed on in %s ms (%s s)\n' "$(ms "${after_kill:-0}")" \
+    "$(s1 "$elapsed_ms")"
   exit 0
 fi
 printf '%sFAIL%s (%s s):\n' "$bold" "$off" "$(s1 "$elapsed_ms")"
