@@ -11,7 +11,10 @@
  *       name token per cycle, no pipelining (a cycle is two round trips to dlockd, each
  *       of which makes one to Redis). cycles_per_s carries the ratio to W1's of the
  *       same round; p50_us the ratio to W1's p50, and p50_extra_rtt the difference
- *       from W1's p50 in RTTs (redis-benchmark's p50 at -c 1).
+ *       from W1's p50 in RTTs (redis-benchmark's p50 at -c 1). The LOCK is a session
+ *       lock, dlockd's default (renewed while the connection lives, released when it
+ *       closes); W6/detached is the same with DETACHED (a plain lease, as W1's), so the
+ *       two show what the session's bookkeeping costs.
  *   W5/php-recipe, W5/php-dlockd  the flash sale in PHP: 20 php-cli processes
  *       (bench/php/buyer.php, phpredis) started together, selling the W5 stock with
  *       the usual PHP recipe (SET NX EX, usleep(1000) between tries, a Lua release)
@@ -160,15 +163,17 @@ void dlockd_stop(bench_dlockd *d)
 
 typedef struct w6_arg {
     const bench_ctx *ctx;
+    bool detached;
     long cycles;
     long warmup;
     int64_t *lat; /* [cycle], nanoseconds */
 } w6_arg;
 
 /* One LOCK + UNLOCK. 0, or -1 with why in err. */
-static int w6_cycle(redisContext *c, const char *name, char *err, size_t errlen)
+static int w6_cycle(redisContext *c, const char *name, bool detached, char *err, size_t errlen)
 {
-    redisReply *r = redisCommand(c, "LOCK %s TTL %d", name, BENCH_TTL_MS);
+    redisReply *r = detached ? redisCommand(c, "LOCK %s TTL %d DETACHED", name, BENCH_TTL_MS)
+                             : redisCommand(c, "LOCK %s TTL %d", name, BENCH_TTL_MS);
     if (r == NULL) {
         snprintf(err, errlen, "LOCK %s: %s", name, c->errstr);
         return -1;
@@ -212,17 +217,19 @@ static void w6_worker(team *t, int id, void *p)
     }
     /* Warm-up, as W1's: not measured, names of their own. */
     for (long i = 0; c != NULL && i < a->warmup && !team_stopped(t); i++) {
-        snprintf(name, sizeof name, "w6:r%d:warm:%d:%ld", a->ctx->round, id, i);
-        if (w6_cycle(c, name, err, sizeof err) != 0) {
+        snprintf(name, sizeof name, "w6%s:r%d:warm:%d:%ld", a->detached ? "d" : "", a->ctx->round,
+                 id, i);
+        if (w6_cycle(c, name, a->detached, err, sizeof err) != 0) {
             team_error(t, "warm-up: %s", err);
             break;
         }
     }
     team_ready(t);
     for (long i = 0; c != NULL && i < a->cycles && !team_stopped(t); i++) {
-        snprintf(name, sizeof name, "w6:r%d:%d:%ld", a->ctx->round, id, i);
+        snprintf(name, sizeof name, "w6%s:r%d:%d:%ld", a->detached ? "d" : "", a->ctx->round, id,
+                 i);
         int64_t t0 = now_ns();
-        if (w6_cycle(c, name, err, sizeof err) != 0) {
+        if (w6_cycle(c, name, a->detached, err, sizeof err) != 0) {
             team_error(t, "%s", err);
             break;
         }
@@ -233,19 +240,21 @@ static void w6_worker(team *t, int id, void *p)
     redisFree(c);
 }
 
-int run_w6(bench_ctx *ctx)
+/* One W6 run: session locks, or detached ones. */
+static int w6_one(bench_ctx *ctx, bool detached)
 {
     const bench_opts *o = ctx->opt;
     char label[32];
+    snprintf(label, sizeof label, "W6");
     if (o->nodes > 1)
-        snprintf(label, sizeof label, "W6/n%d", o->nodes);
-    else
-        snprintf(label, sizeof label, "W6");
+        snprintf(label + 2, sizeof label - 2, "/n%d", o->nodes);
+    if (detached)
+        snprintf(label + strlen(label), sizeof label - strlen(label), "/detached");
     if (ctx->dlockd == NULL || ctx->dlockd->pid <= 0) {
         bench_fail(ctx, "%s: dlockd is not running", label);
         return -1;
     }
-    w6_arg a = {.ctx = ctx, .cycles = o->w6_cycles};
+    w6_arg a = {.ctx = ctx, .detached = detached, .cycles = o->w6_cycles};
     a.warmup = a.cycles / 10 < W6_WARMUP ? a.cycles / 10 : W6_WARMUP;
     a.lat = calloc((size_t)a.cycles, sizeof *a.lat);
     if (a.lat == NULL) {
@@ -276,6 +285,14 @@ int run_w6(bench_ctx *ctx)
     fig(label, "p99_us", p99, 0, -1, NULL);
     progress("%s: %.0f cycles/s, p50 %.0f us, p99 %.0f us (%.2f s)", label, per_s, p50, p99, secs);
     return 0;
+}
+
+int run_w6(bench_ctx *ctx)
+{
+    int rc = w6_one(ctx, false);
+    if (w6_one(ctx, true) != 0)
+        rc = -1;
+    return rc;
 }
 
 /* ---- the PHP flash sale ------------------------------------------------------- */
