@@ -321,7 +321,19 @@ static void keepalive(dd_conn *c)
 static void on_connection(uv_stream_t *listener, int status)
 {
     if (status < 0) {
-        dd_log("accept: %s", uv_strerror(status));
+        /* Out of descriptors, each refused connection reports it: a line a second is
+         * enough to tell the operator, and a storm must not flood the log. */
+        static int64_t last_ms;
+        static bool reported;
+        static unsigned long refused;
+        refused++;
+        if (!reported || dd_now_ms() - last_ms >= 1000) {
+            reported = true;
+            dd_log("accept: %s (%lu connections refused since the last report)",
+                   uv_strerror(status), refused);
+            last_ms = dd_now_ms();
+            refused = 0;
+        }
         return;
     }
     dd_conn *c = calloc(1, sizeof *c);

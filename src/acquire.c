@@ -121,6 +121,10 @@ static int start(dlock_client *c, const char *name, const dlock_opts *opts, int6
     if (rc == DLOCK_OK)
         rc = dlock__request_format(c, &p->q, &p->args, &p->acq, e);
     if (rc != DLOCK_OK) {
+        /* Nothing was sent: stop listening, leave no queue. */
+        if (p->w != NULL)
+            dlock__wait_leave(c, p->w);
+        p->w = NULL;
         p->phase = DONE;
         dlock_pending_free(p);
         return rc;

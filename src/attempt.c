@@ -43,7 +43,6 @@ static int raise_fences(dlock_client *c, dlock__round *rd, const dlock__keys *k,
     return rc;
 }
 
-
 /* Whether q carries a ticket: false for a plain try, and for a request never made. */
 bool dlock__request_queued(const dlock__request *q)
 {
@@ -53,8 +52,8 @@ bool dlock__request_queued(const dlock__request *q)
 /* Send a release, not awaited, to the nodes marked in undo[]: a give-back, which keeps
  * a queued caller's place (scripts.c). A failure to format it is not reported: the
  * leases expire by themselves. */
-static void undo_grants(dlock_client *c, dlock__round *rd, const dlock__request *q, const dlock_lock *l,
-                        const bool *undo)
+static void undo_grants(dlock_client *c, dlock__round *rd, const dlock__request *q,
+                        const dlock_lock *l, const bool *undo)
 {
     dlock__call rel;
     dlock__err ignored;
@@ -190,11 +189,10 @@ int dlock__attempt(dlock_client *c, dlock__round *rd, dlock__call *acq, const dl
     return rc;
 }
 
-
 /* Format the acquire call, a plain try or a queued attempt as q->ticket says: ACQUIRE
  * for an exclusive lock, ACQUIRE_SHARED for a shared one (scripts.c). */
-int dlock__request_format(dlock_client *c, const dlock__request *q, dlock__acquire_args *a, dlock__call *out,
-                          dlock__err *e)
+int dlock__request_format(dlock_client *c, const dlock__request *q, dlock__acquire_args *a,
+                          dlock__call *out, dlock__err *e)
 {
     const dlock__keys *k = &q->k;
     const char *value = q->member + q->value_at;
@@ -229,7 +227,8 @@ void dlock__request_set_ticket(dlock__request *q, int64_t ticket)
 }
 
 /* Join the queue: from now on the attempts carry the ticket. */
-int dlock__queue_up(dlock_client *c, dlock__request *q, int64_t ticket, dlock__acquire_args *a, dlock__call *acq)
+int dlock__queue_up(dlock_client *c, dlock__request *q, int64_t ticket, dlock__acquire_args *a,
+                    dlock__call *acq)
 {
     dlock__call queued_call;
     dlock__err ignored;
@@ -246,7 +245,8 @@ int dlock__queue_up(dlock_client *c, dlock__request *q, int64_t ticket, dlock__a
 /* A queued waiter's refresh (REFRESH in scripts.c) on every node: true when it should
  * attempt now (the lock is free somewhere, or a queue is gone), else the shortest
  * lease left in *busy_ms. */
-bool dlock__queue_refresh(dlock_client *c, dlock__round *rd, const dlock__request *q, int64_t *busy_ms)
+bool dlock__queue_refresh(dlock_client *c, dlock__round *rd, const dlock__request *q,
+                          int64_t *busy_ms)
 {
     dlock__call call;
     dlock__err ignored;
@@ -275,7 +275,8 @@ bool dlock__queue_refresh(dlock_client *c, dlock__round *rd, const dlock__reques
 /* Fill q for one acquire call: keys, lease, and the queue entry that carries the
  * lock's value and the lease a handoff gives it before it confirms. */
 int dlock__request_make(dlock_client *c, const char *name, size_t name_len, const dlock_opts *opts,
-                        int64_t ttl_ms, int64_t limit, const char *token, dlock__request *q, dlock__err *e)
+                        int64_t ttl_ms, int64_t limit, const char *token, dlock__request *q,
+                        dlock__err *e)
 {
     memset(q, 0, sizeof *q);
     q->ttl_ms = ttl_ms;
@@ -299,4 +300,3 @@ int dlock__request_make(dlock_client *c, const char *name, size_t name_len, cons
     q->member_len = (size_t)at + (size_t)len;
     return dlock__keys_make(c->prefix, c->prefix_len, name, name_len, &q->k, e);
 }
-

@@ -15,8 +15,11 @@
  *   servers     node.c      what a server's INFO says: restart voting, eviction policy
  *   transport   conn.c      one connection: non-blocking connect, handshake, buffers
  *               fanout.c    one command to N nodes in parallel under one deadline
- *   scripts     scripts.c   the Lua scripts (the wait queue, its handoff and the shared
- *                           holders among them), their SHA1s, and the key layout
+ *   scripts     stock_scripts.c  the stock's scripts, their key layout and invariant
+ *               scripts.c   the Lua scripts (the wait queue, its handoff and the shared
+ *                           holders among them) and the key layout
+ *               script_call.c    a script call: the bodies joined once, their SHA1s,
+ *                                EVALSHA and its EVAL fallback on -NOSCRIPT
  *   rounds      round.c     one round to N nodes and its vote; validity; tallies
  *   lifecycle   handle.c    the dlock_lock handle, argument checks, accessors
  *               acquire.c   dlock_acquire and dlock_sem_acquire (exclusive, shared, one
@@ -31,15 +34,21 @@
  *                           backoff, leaving the queue
  *               watchdog.c  automatic renewal and lost-lock notification
  *               stock.c     counted stock per SKU with leased reservations, on node 0
- *                           (its scripts and key layout with it)
+ *                           (its scripts in stock_scripts.c)
  *   client      client.c    dlock_client: config, the node list, the connection pool
- *   local       local.c     file:///DIR clients: every lock call on files of one host,
- *                           reached by a dispatch at the top of each entry point
+ *   local       local_file.c     the lock file on disk: its name, byte locks, records,
+ *                                fence (local.h: what the local files share)
+ *               local_acquire.c  taking a name: one try under the guard; the inotify wait
+ *               local.c          file:///DIR clients: every lock call on files of one host,
+ *                                reached by a dispatch at the top of each entry point
+ *
+ * The declarations follow the layers: base.h (base, parsing), transport.h (servers,
+ * transport; it includes base.h), then this file (the rest; it includes transport.h).
  *
  * The transport knows nothing above it: a node carries the rules its connections
  * follow (dlock__node_rules: deadlines, password, voting rule, log), so node.c,
  * conn.c and fanout.c never see the client; and a request says itself which reply
- * it answers by resending (scripts.c's -NOSCRIPT rule), so fanout.c knows no script.
+ * it answers by resending (script_call.c's -NOSCRIPT rule), so fanout.c knows no script.
  */
 #ifndef DLOCK_INTERNAL_H
 #define DLOCK_INTERNAL_H
@@ -56,255 +65,9 @@
 
 #include "hooks.h"
 
-/* ---- alloc.c ---------------------------------------------------------------- */
+#include "transport.h"
 
-/* The library's allocations (the test build can make any of them fail). Free with
- * free(). */
-void *dlock__malloc(size_t n);
-void *dlock__calloc(size_t count, size_t size);
-void *dlock__realloc(void *p, size_t n);
-char *dlock__strdup(const char *s);
-
-/* ---- error.c ---------------------------------------------------------------- */
-
-/* The one rule for messages: internal functions return a code and write why into a
- * buffer of their caller's (a dlock__err here; conn.c and fanout.c write a node's
- * reason into its request); only a public entry point sets the calling thread's
- * message, with dlock__err_raise on its way out, or dlock__fail for a check it makes
- * itself. So no caller saves and restores messages, and a clean-up after a failure
- * writes into its own buffer, never over the error that caused it. */
-#define DLOCK_ERRMSG_MAX 1024
-typedef struct dlock__err {
-    char msg[DLOCK_ERRMSG_MAX];
-} dlock__err;
-
-/* Write the message into e and return code (so `return dlock__err_set(...)`). */
-int dlock__err_set(dlock__err *e, int code, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-/* Append "; " and more text (several nodes' reasons in one message). */
-void dlock__err_append(dlock__err *e, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-/* Public entry points: make e the thread's message (empty for DLOCK_OK), return code. */
-int dlock__err_raise(const dlock__err *e, int code);
-
-/* Record a detail for the calling thread and return err (so `return dlock__fail(...)`). */
-int dlock__fail(int err, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-/* Empty the calling thread's detail (start of every public call). */
-void dlock__clear_error(void);
-
-/* ---- clock.c ---------------------------------------------------------------- */
-
-/* Microseconds on CLOCK_BOOTTIME: monotonic, and it keeps counting through a suspend,
- * as leases do on the servers. Every elapsed time and deadline in src/ uses it. */
-int64_t dlock__now_us(void);
-/* Microseconds on CLOCK_REALTIME: not for durations, only to order waiters' arrivals
- * across hosts (the fair queue's tickets). */
-int64_t dlock__wallclock_us(void);
-/* A condition variable whose timed waits run on CLOCK_MONOTONIC, and the absolute
- * deadline rel_us from now on that clock (condition variables cannot use BOOTTIME). */
-void dlock__cond_init(pthread_cond_t *cv);
-void dlock__cond_deadline(struct timespec *ts, int64_t rel_us);
-
-/* ---- token.c ---------------------------------------------------------------- */
-
-/* Fill out with DLOCK_TOKEN_LEN lowercase hex characters and a NUL, from getrandom
- * (through a per-thread pool, refilled after a fork). */
-int dlock__token_new(char out[DLOCK_TOKEN_LEN + 1]);
-/* True when s is DLOCK_TOKEN_LEN lowercase hex characters. */
-bool dlock__token_valid(const char *s);
-/* A uniform random number in [0, bound) (bound > 0), for jitter. */
-uint64_t dlock__random_below(uint64_t bound);
-
-/* ---- fork.c ----------------------------------------------------------------- */
-
-/* How many times this process's ancestry has forked since libdlock first looked: a
- * pthread_atfork child handler counts, so state that records the value can tell, with
- * no system call, that it was inherited by a forked child. (A process made by the raw
- * clone or fork system call, not by fork(3), is not seen; posix_spawn and vfork+exec
- * need not be.) */
-uint64_t dlock__fork_gen(void);
-/* True in a forked child of the process that recorded gen (dlock__fork_gen) and pid
- * (getpid, compared only if the fork handler could not be registered). */
-bool dlock__forked_since(uint64_t gen, pid_t pid);
-
-/* ---- url.c ------------------------------------------------------------------ */
-
-typedef struct dlock__addr {
-    bool is_unix;
-    char *host;     /* TCP: host name or address, without IPv6 brackets */
-    int port;       /* TCP */
-    char *path;     /* unix */
-    char *user;     /* NULL: none (AUTH with a password alone) */
-    char *password; /* NULL: none */
-    int db;
-    char *display; /* the URL without its password, for messages */
-} dlock__addr;
-
-/* Parse one URL of len bytes. On error, returns DLOCK_ERR_INVALID and writes a message
- * naming the bad part to err. *out owns its strings: free with dlock__addr_clear. */
-int dlock__url_parse(const char *url, size_t len, dlock__addr *out, char *err, size_t errlen);
-void dlock__addr_clear(dlock__addr *a);
-/* Parse a comma-separated list into a new array of *n addresses (at most max). */
-int dlock__url_parse_list(const char *list, int max, dlock__addr **out, int *n, char *err,
-                          size_t errlen);
-
-/* ---- reply.c ---------------------------------------------------------------- */
-
-/* The largest reply we accept, and the most elements in one array. A lock reply is
- * tens of bytes; INFO is a few KiB. Anything past these is refused, not buffered. */
-#define DLOCK_REPLY_MAX_BYTES    (256 * 1024)
-#define DLOCK_REPLY_MAX_ELEMENTS 64
-
-/* A redisReader whose replies are hiredis redisReply objects (freeReplyObject), and
- * that refuses arrays longer than DLOCK_REPLY_MAX_ELEMENTS. NULL when out of memory. */
-redisReader *dlock__reader_new(void);
-
-/* What an error reply (-PREFIX message) means: DLOCK_ERR_UNAVAILABLE, _AUTH or
- * _PROTOCOL, by meaning: a node that is busy, loading, read-only or out of memory
- * is unavailable for this attempt (never DLOCK_ERR_BUSY, which means a holder);
- * refused credentials are _AUTH; a reply of the wrong kind is _PROTOCOL. */
-int dlock__server_error_code(const char *str, size_t len);
-/* True for a -NOSCRIPT reply. */
-bool dlock__is_noscript(const redisReply *r);
-
-/* ---- node.c, conn.c, fanout.c ----------------------------------------------- */
-
-/* All that the nodes of one client share, and all that a connection, a fan-out and
- * the INFO facts need of the client: deadlines, the default password, the restart
- * voting rule, the log. Set by dlock_client_new; only max_ttl_used_ms changes later. */
-typedef struct dlock__node_rules {
-    int64_t timeout_us, connect_timeout_us;
-    char *password;                  /* for servers whose URL has none; NULL: none */
-    int restart_voting;              /* resolved: never DLOCK_RESTART_AUTO */
-    bool strict;                     /* refuse a server whose eviction policy can drop lock keys */
-    int64_t max_lease_ms;            /* configured; 0: max_ttl_used_ms */
-    _Atomic int64_t max_ttl_used_ms; /* longest ttl the client has used so far */
-    dlock_log_fn log;
-    void *log_user;
-} dlock__node_rules;
-
-/* What the client knows of one server, shared by all its connections. */
-typedef struct dlock__node {
-    dlock__node_rules *rules; /* the client's */
-    dlock__addr addr;
-    int index;                  /* position in the server list, for messages */
-    pthread_mutex_t mu;         /* guards the fields below */
-    char run_id[41];            /* from INFO on the last handshake ("" before) */
-    int64_t votes_from_us;      /* dlock__now_us() from which its grants count (0: now) */
-    bool policy_reported;       /* the eviction warning was logged for this node */
-    bool info_refused_reported; /* the "INFO refused by an ACL" warning was logged */
-    bool evicting;              /* its maxmemory-policy can evict lock keys */
-} dlock__node;
-
-enum dlock__conn_state { DLOCK_CONN_CLOSED, DLOCK_CONN_CONNECTING, DLOCK_CONN_READY };
-
-/* Write "<node's URL>: " and the formatted reason into detail[n]; returns err. */
-int dlock__node_detail(char *detail, size_t n, int err, const dlock__node *node, const char *fmt,
-                       ...) __attribute__((format(printf, 5, 6)));
-/* Take what a handshake's INFO reply says of node (restart voting, eviction policy);
- * an error when the node must not be used (a password missing, or in strict mode an
- * evicting policy), with why in detail. (node.c) */
-int dlock__node_on_info(dlock__node *node, const redisReply *r, char *detail, size_t n);
-/* The longest lease restart voting must wait out. */
-int64_t dlock__rules_max_lease_ms(const dlock__node_rules *r);
-/* Record a ttl the client used. */
-void dlock__rules_note_ttl(dlock__node_rules *r, int64_t ttl_ms);
-/* Log through the client's callback, if any. */
-void dlock__rules_log(const dlock__node_rules *r, int level, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-
-/* One connection to one node. Used by one thread at a time (it lives in a connset
- * that a call takes from the client's pool). */
-typedef struct dlock__conn {
-    dlock__node *node;
-    int fd;
-    enum dlock__conn_state state;
-    redisReader *reader;
-    char *out; /* bytes queued for the socket: out[outpos, outlen) */
-    size_t outlen, outpos, outcap;
-    int handshake;                 /* handshake replies still to come (AUTH, SELECT, INFO) */
-    unsigned char hs[3];           /* which handshake step each of those replies answers */
-    int hs_next;                   /* index in hs of the next handshake reply */
-    int skip;                      /* replies of abandoned commands still to come, to discard */
-    bool lagging;                  /* missed a deadline, and nothing heard since (kept across
-                                    * reconnects): a round decided by the others does not
-                                    * wait for it */
-    bool too_big;                  /* set by the reader when it refused an array */
-    int64_t connect_deadline_us;   /* when a connect or handshake in progress gives up */
-    struct addrinfo *ai, *ai_next; /* TCP addresses and the next one to try */
-} dlock__conn;
-
-void dlock__conn_init(dlock__conn *c, dlock__node *node);
-/* Close the socket and forget queued bytes and expected replies. */
-void dlock__conn_close(dlock__conn *c);
-/* Free everything (closes first). */
-void dlock__conn_free(dlock__conn *c);
-/* In a forked child: free everything, closing the descriptor without touching the
- * socket it shares with the parent. */
-void dlock__conn_forget(dlock__conn *c);
-
-/* Close any connection and start a new one: non-blocking connect, handshake queued.
- * On failure the connection is closed and detail says why. */
-int dlock__conn_open(dlock__conn *c, char *detail, size_t n);
-/* The socket of a CONNECTING connection became writable: finish, or try the next
- * address. DLOCK_OK while connected or still connecting. */
-int dlock__conn_on_connect(dlock__conn *c, char *detail, size_t n);
-/* Append bytes to the output buffer (sent by dlock__conn_flush). */
-int dlock__conn_queue(dlock__conn *c, const char *buf, size_t len);
-/* Send what the socket takes without blocking. */
-int dlock__conn_flush(dlock__conn *c, char *detail, size_t n);
-/* Read what the socket has into the reader (refusing more than the reply cap). */
-int dlock__conn_read(dlock__conn *c, char *detail, size_t n);
-/* The next complete reply to one of the caller's commands, or *out NULL if none is
- * complete yet. Handshake replies and replies to abandoned commands are consumed. */
-int dlock__conn_next_reply(dlock__conn *c, redisReply **out, char *detail, size_t n);
-/* True when an idle connection must be reopened before use (closed by the server,
- * or out of step). */
-bool dlock__conn_stale(dlock__conn *c);
-
-/* One node's part of a round. */
-typedef struct dlock__req {
-    const char *cmd; /* RESP bytes to send (not owned); NULL: nothing for this node */
-    size_t cmdlen;
-    /* A reply the sender answers by sending other bytes, once (a script call whose
-     * server lost its script cache is resent as the script itself): resend sets *cmd
-     * and *len to the bytes to send, or *cmd to NULL to keep the reply, and returns
-     * DLOCK_OK or an error code. NULL: every reply is kept. */
-    int (*resend)(void *arg, const redisReply *reply, const char **cmd, size_t *len);
-    void *resend_arg;
-    bool await; /* false: send and leave the reply to be discarded later */
-    /* results */
-    redisReply *reply; /* the reply (caller frees with freeReplyObject), or NULL */
-    int err;           /* DLOCK_OK when reply is set, else why not */
-    char detail[160];  /* why not, for dlock_errmsg */
-    /* private to fanout.c */
-    int64_t start_us, deadline_us;
-    bool done, retried, held;
-} dlock__req;
-
-/* Send reqs[i] on conns[i] for every i with a cmd, in parallel, and wait for the
- * awaited replies until each node's deadline: now + timeout (+ connect timeout for a
- * node that must first connect). A node that misses its deadline keeps its socket
- * only if its command was sent whole (its late reply is then discarded by the next
- * round); otherwise its connection is closed. */
-void dlock__fanout(dlock__conn *conns, dlock__req *reqs, int n);
-
-/* Whether node i's reply (r->reply, r->err == DLOCK_OK) is a "yes" in a quorum vote. */
-typedef bool (*dlock__vote_fn)(const dlock__req *r, int i, void *arg);
-/* dlock__fanout for a quorum vote: the round also ends as soon as a quorum said yes or
- * too few nodes are left to make one; the nodes not heard from are abandoned as if
- * timed out. */
-void dlock__fanout_vote(dlock__conn *conns, dlock__req *reqs, int n, dlock__vote_fn vote,
-                        void *arg);
-/* Quorum of n nodes: n/2 + 1. */
-int dlock__quorum(int n);
-
-/* A set of N connections, one per node, that one call uses at a time. */
-typedef struct dlock__connset {
-    struct dlock__connset *next; /* in the client's free list */
-    dlock__conn conns[];
-} dlock__connset;
-
-/* ---- scripts.c -------------------------------------------------------------- */
+/* ---- scripts.c, script_call.c ----------------------------------------------- */
 
 enum dlock__script_id {
     DLOCK_SCRIPT_ACQUIRE,
@@ -317,7 +80,7 @@ enum dlock__script_id {
     DLOCK_SCRIPT_RENEW,
     DLOCK_SCRIPT_REFRESH,
     DLOCK_SCRIPT_ACQUIRE_SHARED,
-    /* stock.c's, whose bodies live there (it says why) */
+    /* the stock's, whose bodies live in stock_scripts.c (it says why) */
     DLOCK_SCRIPT_STOCK_UPDATE,
     DLOCK_SCRIPT_STOCK_RESERVE,
     DLOCK_SCRIPT_STOCK_END,
@@ -328,6 +91,9 @@ typedef struct dlock__scripts {
     char sha[DLOCK_SCRIPT_COUNT][41];
 } dlock__scripts;
 
+/* Script id's parts, a NULL-terminated list: script_call.c joins them into its body. */
+const char *const *dlock__script_parts(int id);
+/* The SHA1 of every script into s (script_call.c, as are the dlock__call functions). */
 int dlock__scripts_init(dlock__scripts *s, dlock__err *e);
 
 /* The keys of one name, in one allocation (free buf): P{name}, P{name}:fence,
@@ -372,9 +138,9 @@ int dlock__call_eval(dlock__call *call);
 /* Point reqs[0..n) at call, awaited or not, resent as EVAL on -NOSCRIPT. */
 void dlock__call_reqs(dlock__call *call, dlock__req *reqs, int n, bool await);
 
-/* ---- stock.c (its scripts, registered in scripts.c's table) ------------------ */
+/* ---- stock_scripts.c (registered in scripts.c's table) ----------------------- */
 
-/* Each a NULL-terminated list of parts, as scripts.c's own (joined there). */
+/* Each a NULL-terminated list of parts, as scripts.c's own (joined in script_call.c). */
 extern const char *const dlock__stock_update_lua[];
 extern const char *const dlock__stock_reserve_lua[];
 extern const char *const dlock__stock_end_lua[];
@@ -697,12 +463,13 @@ bool dlock__queue_refresh(struct dlock_client *c, dlock__round *rd, const dlock_
 /* Release l (one round), then free it, whatever the outcome. */
 int dlock__lock_release(struct dlock_lock *l, dlock__err *e);
 
-/* ---- local.c ---------------------------------------------------------------- */
+/* ---- local.c, local_acquire.c ------------------------------------------------ */
 
 /* A client for file:///DIR keeps its locks in files of DIR (docs/guide.md, "Local
  * locks"). Each public entry point, once its arguments are checked, hands a call on
  * such a client (c->local set) to the function here, whose code and message it
- * returns as its own; the rest of src/ never sees a local client. */
+ * returns as its own; the rest of src/ never sees a local client (local.h, which only
+ * the local files include, defines the structs below). */
 struct dlock__local;
 struct dlock__local_hold;
 
@@ -714,7 +481,7 @@ bool dlock__local_url(const char *servers);
 int dlock__local_client_new(struct dlock_client *c, const char *servers, struct dlock_client **out);
 void dlock__local_client_free(struct dlock_client *c);
 /* limit 0: exclusive; else a shared holder among at most limit (DLOCK_PERMITS_MAX for
- * dlock_opts.shared, K for a semaphore of K >= 2 permits). */
+ * dlock_opts.shared, K for a semaphore of K >= 2 permits). (local_acquire.c) */
 int dlock__local_acquire(struct dlock_client *c, const char *name, const dlock_opts *opts,
                          int64_t ttl_ms, int64_t wait_ms, int64_t limit, struct dlock_lock **out,
                          dlock__err *e);

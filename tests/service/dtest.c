@@ -19,6 +19,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <sys/wait.h>
@@ -79,6 +80,20 @@ static bool unix_accepts(const char *path)
     return ok;
 }
 
+static rlim_t next_nofile;
+
+void dt_next_nofile(long n)
+{
+    next_nofile = (rlim_t)n;
+}
+
+/* In the forked child, before exec: only async-signal-safe calls. */
+static int limit_nofile(void *arg)
+{
+    struct rlimit rl = {.rlim_cur = *(rlim_t *)arg, .rlim_max = *(rlim_t *)arg};
+    return setrlimit(RLIMIT_NOFILE, &rl) == 0 ? 0 : 1;
+}
+
 void dt_start(dt_daemon *d, const char *servers, ...)
 {
     const char *extra[ARGS_MAX];
@@ -115,6 +130,12 @@ void dt_start(dt_daemon *d, const char *servers, ...)
         argv[n] = NULL;
         /* Its log goes to the test's stderr, which CTest shows when a test fails. */
         dh_spawn_opts o = {.out_fd = -1, .err_fd = STDERR_FILENO};
+        static rlim_t nofile;
+        if (next_nofile > 0) {
+            nofile = next_nofile;
+            o.child_setup = limit_nofile;
+            o.child_arg = &nofile;
+        }
         pid_t pid = dh_spawn(argv, &o);
         assert_true(pid > 0);
         int64_t deadline = dh_now_ms() + 10000 * dh_slack();
@@ -126,6 +147,7 @@ void dt_start(dt_daemon *d, const char *servers, ...)
                 close(fd);
                 d->pid = pid;
                 d->port = port;
+                next_nofile = 0;
                 /* The unix socket is bound after the TCP port: wait for it too. */
                 while (d->unixsocket[0] != '\0' && !unix_accepts(d->unixsocket)) {
                     if (dh_now_ms() > deadline || dh_exited(pid, NULL))

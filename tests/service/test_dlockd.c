@@ -14,8 +14,10 @@
 #include "dtest.h"
 #include "itest.h"
 
+#include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <netinet/in.h>
 #include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -347,6 +349,54 @@ static void test_maxclients(void **state)
     assert_int_equal(dt_stop(&small), 0);
 }
 
+/* Out of descriptors (a hard limit of 64): connections past it are refused by the
+ * kernel or closed at once, none is half served, and dlockd serves again as soon as
+ * descriptors are free. */
+static void test_fd_limit(void **state)
+{
+    (void)state;
+    dt_daemon f;
+    dt_next_nofile(64);
+    dt_start(&f, it_srv.url, NULL);
+    redisContext *a = dt_connect(&f);
+    dt_lock l;
+    dt_expect_lock(dt_cmd(a, "LOCK fd-limit"), &l);
+    enum { N = 150 };
+    int fds[N], n = 0;
+    for (int i = 0; i < N; i++) {
+        int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        assert_true(fd >= 0);
+        struct sockaddr_in sa = {.sin_family = AF_INET,
+                                 .sin_port = htons((uint16_t)f.port),
+                                 .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+        if (connect(fd, (struct sockaddr *)&sa, sizeof sa) == 0)
+            fds[n++] = fd;
+        else
+            close(fd);
+    }
+    dh_sleep_ms(200);
+    /* The connection opened before is served all along. */
+    dt_expect_status(dt_cmd(a, "PING"), "PONG");
+    for (int i = 0; i < n; i++)
+        close(fds[i]);
+    int64_t deadline = dh_now_ms() + 5000 * dh_slack();
+    for (;;) {
+        redisContext *c = redisConnect("127.0.0.1", f.port);
+        redisReply *r = c != NULL && c->err == 0 ? redisCommand(c, "PING") : NULL;
+        bool ok = r != NULL && r->type == REDIS_REPLY_STATUS;
+        if (r != NULL)
+            freeReplyObject(r);
+        redisFree(c);
+        if (ok)
+            break;
+        assert_true(dh_now_ms() < deadline);
+        dh_sleep_ms(20);
+    }
+    dt_expect_int(dt_cmd(a, "UNLOCK fd-limit %s", l.token), 1);
+    redisFree(a);
+    assert_int_equal(dt_stop(&f), 0);
+}
+
 static void test_unixsocket(void **state)
 {
     (void)state;
@@ -481,8 +531,9 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_compat),     cmocka_unit_test(test_bad_input),
         cmocka_unit_test(test_pipeline),   cmocka_unit_test(test_client_never_reads),
-        cmocka_unit_test(test_maxclients), cmocka_unit_test(test_unixsocket),
-        cmocka_unit_test(test_auth),       cmocka_unit_test(test_usage),
+        cmocka_unit_test(test_maxclients), cmocka_unit_test(test_fd_limit),
+        cmocka_unit_test(test_unixsocket), cmocka_unit_test(test_auth),
+        cmocka_unit_test(test_usage),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

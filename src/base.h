@@ -1,0 +1,129 @@
+/*
+ * base.h: the bottom layers of src/ (base and parsing in internal.h's map): memory,
+ * messages, the clock, tokens, fork detection, addresses and replies. They depend on
+ * nothing of the library; everything else does on them.
+ */
+#ifndef DLOCK_BASE_H
+#define DLOCK_BASE_H
+
+#include "dlock.h"
+
+#include <hiredis/hiredis.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/types.h>
+#include <time.h>
+
+/* ---- alloc.c ---------------------------------------------------------------- */
+
+/* The library's allocations (the test build can make any of them fail). Free with
+ * free(). */
+void *dlock__malloc(size_t n);
+void *dlock__calloc(size_t count, size_t size);
+void *dlock__realloc(void *p, size_t n);
+char *dlock__strdup(const char *s);
+
+/* ---- error.c ---------------------------------------------------------------- */
+
+/* The one rule for messages: internal functions return a code and write why into a
+ * buffer of their caller's (a dlock__err here; conn.c and fanout.c write a node's
+ * reason into its request); only a public entry point sets the calling thread's
+ * message, with dlock__err_raise on its way out, or dlock__fail for a check it makes
+ * itself. So no caller saves and restores messages, and a clean-up after a failure
+ * writes into its own buffer, never over the error that caused it. */
+#define DLOCK_ERRMSG_MAX 1024
+typedef struct dlock__err {
+    char msg[DLOCK_ERRMSG_MAX];
+} dlock__err;
+
+/* Write the message into e and return code (so `return dlock__err_set(...)`). */
+int dlock__err_set(dlock__err *e, int code, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+/* Append "; " and more text (several nodes' reasons in one message). */
+void dlock__err_append(dlock__err *e, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* Public entry points: make e the thread's message (empty for DLOCK_OK), return code. */
+int dlock__err_raise(const dlock__err *e, int code);
+
+/* Record a detail for the calling thread and return err (so `return dlock__fail(...)`). */
+int dlock__fail(int err, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* Empty the calling thread's detail (start of every public call). */
+void dlock__clear_error(void);
+
+/* ---- clock.c ---------------------------------------------------------------- */
+
+/* Microseconds on CLOCK_BOOTTIME: monotonic, and it keeps counting through a suspend,
+ * as leases do on the servers. Every elapsed time and deadline in src/ uses it. */
+int64_t dlock__now_us(void);
+/* Microseconds on CLOCK_REALTIME: not for durations, only to order waiters' arrivals
+ * across hosts (the fair queue's tickets). */
+int64_t dlock__wallclock_us(void);
+/* A condition variable whose timed waits run on CLOCK_MONOTONIC, and the absolute
+ * deadline rel_us from now on that clock (condition variables cannot use BOOTTIME). */
+void dlock__cond_init(pthread_cond_t *cv);
+void dlock__cond_deadline(struct timespec *ts, int64_t rel_us);
+
+/* ---- token.c ---------------------------------------------------------------- */
+
+/* Fill out with DLOCK_TOKEN_LEN lowercase hex characters and a NUL, from getrandom
+ * (through a per-thread pool, refilled after a fork). */
+int dlock__token_new(char out[DLOCK_TOKEN_LEN + 1]);
+/* True when s is DLOCK_TOKEN_LEN lowercase hex characters. */
+bool dlock__token_valid(const char *s);
+/* A uniform random number in [0, bound) (bound > 0), for jitter. */
+uint64_t dlock__random_below(uint64_t bound);
+
+/* ---- fork.c ----------------------------------------------------------------- */
+
+/* How many times this process's ancestry has forked since libdlock first looked: a
+ * pthread_atfork child handler counts, so state that records the value can tell, with
+ * no system call, that it was inherited by a forked child. (A process made by the raw
+ * clone or fork system call, not by fork(3), is not seen; posix_spawn and vfork+exec
+ * need not be.) */
+uint64_t dlock__fork_gen(void);
+/* True in a forked child of the process that recorded gen (dlock__fork_gen) and pid
+ * (getpid, compared only if the fork handler could not be registered). */
+bool dlock__forked_since(uint64_t gen, pid_t pid);
+
+/* ---- url.c ------------------------------------------------------------------ */
+
+typedef struct dlock__addr {
+    bool is_unix;
+    char *host;     /* TCP: host name or address, without IPv6 brackets */
+    int port;       /* TCP */
+    char *path;     /* unix */
+    char *user;     /* NULL: none (AUTH with a password alone) */
+    char *password; /* NULL: none */
+    int db;
+    char *display; /* the URL without its password, for messages */
+} dlock__addr;
+
+/* Parse one URL of len bytes. On error, returns DLOCK_ERR_INVALID and writes a message
+ * naming the bad part to err. *out owns its strings: free with dlock__addr_clear. */
+int dlock__url_parse(const char *url, size_t len, dlock__addr *out, char *err, size_t errlen);
+void dlock__addr_clear(dlock__addr *a);
+/* Parse a comma-separated list into a new array of *n addresses (at most max). */
+int dlock__url_parse_list(const char *list, int max, dlock__addr **out, int *n, char *err,
+                          size_t errlen);
+
+/* ---- reply.c ---------------------------------------------------------------- */
+
+/* The largest reply we accept, and the most elements in one array. A lock reply is
+ * tens of bytes; INFO is a few KiB. Anything past these is refused, not buffered. */
+#define DLOCK_REPLY_MAX_BYTES    (256 * 1024)
+#define DLOCK_REPLY_MAX_ELEMENTS 64
+
+/* A redisReader whose replies are hiredis redisReply objects (freeReplyObject), and
+ * that refuses arrays longer than DLOCK_REPLY_MAX_ELEMENTS. NULL when out of memory. */
+redisReader *dlock__reader_new(void);
+
+/* What an error reply (-PREFIX message) means: DLOCK_ERR_UNAVAILABLE, _AUTH or
+ * _PROTOCOL, by meaning: a node that is busy, loading, read-only or out of memory
+ * is unavailable for this attempt (never DLOCK_ERR_BUSY, which means a holder);
+ * refused credentials are _AUTH; a reply of the wrong kind is _PROTOCOL. */
+int dlock__server_error_code(const char *str, size_t len);
+/* True for a -NOSCRIPT reply. */
+bool dlock__is_noscript(const redisReply *r);
+
+#endif /* DLOCK_BASE_H */

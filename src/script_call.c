@@ -1,0 +1,168 @@
+/*
+ * script_call.c: a script call, as bytes for the fan-out. Each script's body is joined
+ * once from its parts (scripts.c has them, and says what each script does), and hashed
+ * into the SHA1 that EVALSHA names.
+ *
+ * Calls go by EVALSHA; a -NOSCRIPT reply (the server restarted or SCRIPT FLUSH ran)
+ * is answered by sending the same call as EVAL, once, which also re-caches the
+ * script (resend_as_eval, which each request carries to the fan-out).
+ */
+#include "internal.h"
+
+#include <openssl/evp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* A writable global, on purpose: the joined bodies are the same for every client, so
+ * they are written once under pthread_once by the first client and only read after,
+ * by every client and thread. Static storage, not an allocation: nothing would ever
+ * free it, and a leak checker would say so. */
+#define DLOCK_SCRIPT_MAX 8192
+static char bodies[DLOCK_SCRIPT_COUNT][DLOCK_SCRIPT_MAX];
+static pthread_once_t joined = PTHREAD_ONCE_INIT;
+static bool too_long; /* a script outgrew DLOCK_SCRIPT_MAX: a bug of ours */
+
+static void join_parts(void)
+{
+    for (int i = 0; i < DLOCK_SCRIPT_COUNT; i++) {
+        size_t at = 0;
+        for (const char *const *p = dlock__script_parts(i); *p != NULL; p++) {
+            size_t len = strlen(*p);
+            if (at + len >= DLOCK_SCRIPT_MAX) {
+                too_long = true;
+                break;
+            }
+            memcpy(bodies[i] + at, *p, len);
+            at += len;
+        }
+        bodies[i][at] = '\0';
+    }
+}
+
+int dlock__scripts_init(dlock__scripts *s, dlock__err *e)
+{
+    static const char hex[] = "0123456789abcdef";
+    pthread_once(&joined, join_parts);
+    if (too_long) /* caught by every test, never cut short on a server */
+        return dlock__err_set(e, DLOCK_ERR_INVALID, "a script is over %d bytes", DLOCK_SCRIPT_MAX);
+    for (int i = 0; i < DLOCK_SCRIPT_COUNT; i++) {
+        unsigned char md[EVP_MAX_MD_SIZE];
+        unsigned int len = 0;
+        if (!EVP_Digest(bodies[i], strlen(bodies[i]), md, &len, EVP_sha1(), NULL) || len != 20)
+            return dlock__err_set(e, DLOCK_ERR_NOMEM, "SHA1 of a script failed (OpenSSL)");
+        for (unsigned int k = 0; k < len; k++) {
+            s->sha[i][2 * k] = hex[md[k] >> 4];
+            s->sha[i][2 * k + 1] = hex[md[k] & 15];
+        }
+        s->sha[i][40] = '\0';
+    }
+    return DLOCK_OK;
+}
+
+/* Format "VERB head nkeys args..." into *out: DLOCK_ERR_NOMEM, or DLOCK_ERR_INVALID
+ * for an impossible argument count (a bug of ours). Calls with a few arguments (every lock
+ * operation) use the stack; a renewal batch, with thousands, the heap. */
+static int format(const char *verb, const char *head, int nkeys, int nargs, const char *const *args,
+                  const size_t *lens, char **out, int *outlen)
+{
+    const char *argv_stack[3 + 16];
+    size_t len_stack[3 + 16];
+    const char **argv = argv_stack;
+    size_t *argvlen = len_stack;
+    char nk[16];
+    *out = NULL;
+    if (nargs < 0 || nargs > 1000000)
+        return DLOCK_ERR_INVALID;
+    if (nargs > 16) {
+        argv = dlock__malloc((size_t)(3 + nargs) * sizeof *argv);
+        argvlen = dlock__malloc((size_t)(3 + nargs) * sizeof *argvlen);
+        if (argv == NULL || argvlen == NULL) {
+            free(argv);
+            free(argvlen);
+            return DLOCK_ERR_NOMEM;
+        }
+    }
+    snprintf(nk, sizeof nk, "%d", nkeys);
+    argv[0] = verb;
+    argv[1] = head;
+    argv[2] = nk;
+    argvlen[0] = strlen(verb);
+    argvlen[1] = strlen(head);
+    argvlen[2] = strlen(nk);
+    for (int i = 0; i < nargs; i++) {
+        argv[3 + i] = args[i];
+        argvlen[3 + i] = lens[i];
+    }
+    *outlen = redisFormatCommandArgv(out, 3 + nargs, argv, argvlen);
+    if (argv != argv_stack) {
+        free(argv);
+        free(argvlen);
+    }
+    if (*outlen < 0) {
+        *out = NULL;
+        return DLOCK_ERR_NOMEM;
+    }
+    return DLOCK_OK;
+}
+
+int dlock__call_format(const dlock__scripts *s, enum dlock__script_id id, int nkeys, int nargs,
+                       const char *const *args, const size_t *lens, dlock__call *out, dlock__err *e)
+{
+    memset(out, 0, sizeof *out);
+    out->id = id;
+    out->nkeys = nkeys;
+    out->nargs = nargs;
+    out->args = args;
+    out->lens = lens;
+    /* Only the EVALSHA form now: the EVAL form, the whole script, is needed once per
+     * server restart or SCRIPT FLUSH, not on every call. */
+    int rc =
+        format("EVALSHA", s->sha[id], nkeys, nargs, args, lens, &out->evalsha, &out->evalsha_len);
+    if (rc != DLOCK_OK)
+        dlock__err_set(e, rc, "%s formatting a command",
+                       rc == DLOCK_ERR_NOMEM ? "out of memory" : "bad argument count");
+    return rc;
+}
+
+int dlock__call_eval(dlock__call *call)
+{
+    if (call->eval != NULL)
+        return DLOCK_OK;
+    return format("EVAL", bodies[call->id], call->nkeys, call->nargs, call->args, call->lens,
+                  &call->eval, &call->eval_len);
+}
+
+void dlock__call_free(dlock__call *call)
+{
+    redisFreeCommand(call->evalsha);
+    redisFreeCommand(call->eval);
+    call->evalsha = call->eval = NULL;
+}
+
+/* A -NOSCRIPT reply (the server restarted, or SCRIPT FLUSH ran) is answered by
+ * sending the script itself, which also caches it for the next EVALSHA. */
+static int resend_as_eval(void *arg, const redisReply *reply, const char **cmd, size_t *len)
+{
+    dlock__call *call = arg;
+    *cmd = NULL;
+    if (!dlock__is_noscript(reply))
+        return DLOCK_OK;
+    int rc = dlock__call_eval(call);
+    if (rc != DLOCK_OK)
+        return rc;
+    *cmd = call->eval;
+    *len = (size_t)call->eval_len;
+    return DLOCK_OK;
+}
+
+void dlock__call_reqs(dlock__call *call, dlock__req *reqs, int n, bool await)
+{
+    for (int i = 0; i < n; i++) {
+        reqs[i].cmd = call->evalsha;
+        reqs[i].cmdlen = (size_t)call->evalsha_len;
+        reqs[i].resend = resend_as_eval;
+        reqs[i].resend_arg = call;
+        reqs[i].await = await;
+    }
+}

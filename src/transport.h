@@ -1,0 +1,151 @@
+/*
+ * transport.h: what a server is and how to talk to N of them at once (servers and
+ * transport in internal.h's map: node.c, conn.c, fanout.c). It knows nothing of
+ * scripts, votes or the client: a node carries the rules its connections follow.
+ */
+#ifndef DLOCK_TRANSPORT_H
+#define DLOCK_TRANSPORT_H
+
+#include "base.h"
+
+#include <stdatomic.h>
+
+/* ---- node.c, conn.c, fanout.c ----------------------------------------------- */
+
+/* All that the nodes of one client share, and all that a connection, a fan-out and
+ * the INFO facts need of the client: deadlines, the default password, the restart
+ * voting rule, the log. Set by dlock_client_new; only max_ttl_used_ms changes later. */
+typedef struct dlock__node_rules {
+    int64_t timeout_us, connect_timeout_us;
+    char *password;                  /* for servers whose URL has none; NULL: none */
+    int restart_voting;              /* resolved: never DLOCK_RESTART_AUTO */
+    bool strict;                     /* refuse a server whose eviction policy can drop lock keys */
+    int64_t max_lease_ms;            /* configured; 0: max_ttl_used_ms */
+    _Atomic int64_t max_ttl_used_ms; /* longest ttl the client has used so far */
+    dlock_log_fn log;
+    void *log_user;
+} dlock__node_rules;
+
+/* What the client knows of one server, shared by all its connections. */
+typedef struct dlock__node {
+    dlock__node_rules *rules; /* the client's */
+    dlock__addr addr;
+    int index;                  /* position in the server list, for messages */
+    pthread_mutex_t mu;         /* guards the fields below */
+    char run_id[41];            /* from INFO on the last handshake ("" before) */
+    int64_t votes_from_us;      /* dlock__now_us() from which its grants count (0: now) */
+    bool policy_reported;       /* the eviction warning was logged for this node */
+    bool info_refused_reported; /* the "INFO refused by an ACL" warning was logged */
+    bool evicting;              /* its maxmemory-policy can evict lock keys */
+} dlock__node;
+
+enum dlock__conn_state { DLOCK_CONN_CLOSED, DLOCK_CONN_CONNECTING, DLOCK_CONN_READY };
+
+/* Write "<node's URL>: " and the formatted reason into detail[n]; returns err. */
+int dlock__node_detail(char *detail, size_t n, int err, const dlock__node *node, const char *fmt,
+                       ...) __attribute__((format(printf, 5, 6)));
+/* Take what a handshake's INFO reply says of node (restart voting, eviction policy);
+ * an error when the node must not be used (a password missing, or in strict mode an
+ * evicting policy), with why in detail. (node.c) */
+int dlock__node_on_info(dlock__node *node, const redisReply *r, char *detail, size_t n);
+/* The longest lease restart voting must wait out. */
+int64_t dlock__rules_max_lease_ms(const dlock__node_rules *r);
+/* Record a ttl the client used. */
+void dlock__rules_note_ttl(dlock__node_rules *r, int64_t ttl_ms);
+/* Log through the client's callback, if any. */
+void dlock__rules_log(const dlock__node_rules *r, int level, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+/* One connection to one node. Used by one thread at a time (it lives in a connset
+ * that a call takes from the client's pool). */
+typedef struct dlock__conn {
+    dlock__node *node;
+    int fd;
+    enum dlock__conn_state state;
+    redisReader *reader;
+    char *out; /* bytes queued for the socket: out[outpos, outlen) */
+    size_t outlen, outpos, outcap;
+    int handshake;                 /* handshake replies still to come (AUTH, SELECT, INFO) */
+    unsigned char hs[3];           /* which handshake step each of those replies answers */
+    int hs_next;                   /* index in hs of the next handshake reply */
+    int skip;                      /* replies of abandoned commands still to come, to discard */
+    bool lagging;                  /* missed a deadline, and nothing heard since (kept across
+                                    * reconnects): a round decided by the others does not
+                                    * wait for it */
+    bool too_big;                  /* set by the reader when it refused an array */
+    int64_t connect_deadline_us;   /* when a connect or handshake in progress gives up */
+    struct addrinfo *ai, *ai_next; /* TCP addresses and the next one to try */
+} dlock__conn;
+
+void dlock__conn_init(dlock__conn *c, dlock__node *node);
+/* Close the socket and forget queued bytes and expected replies. */
+void dlock__conn_close(dlock__conn *c);
+/* Free everything (closes first). */
+void dlock__conn_free(dlock__conn *c);
+/* In a forked child: free everything, closing the descriptor without touching the
+ * socket it shares with the parent. */
+void dlock__conn_forget(dlock__conn *c);
+
+/* Close any connection and start a new one: non-blocking connect, handshake queued.
+ * On failure the connection is closed and detail says why. */
+int dlock__conn_open(dlock__conn *c, char *detail, size_t n);
+/* The socket of a CONNECTING connection became writable: finish, or try the next
+ * address. DLOCK_OK while connected or still connecting. */
+int dlock__conn_on_connect(dlock__conn *c, char *detail, size_t n);
+/* Append bytes to the output buffer (sent by dlock__conn_flush). */
+int dlock__conn_queue(dlock__conn *c, const char *buf, size_t len);
+/* Send what the socket takes without blocking. */
+int dlock__conn_flush(dlock__conn *c, char *detail, size_t n);
+/* Read what the socket has into the reader (refusing more than the reply cap). */
+int dlock__conn_read(dlock__conn *c, char *detail, size_t n);
+/* The next complete reply to one of the caller's commands, or *out NULL if none is
+ * complete yet. Handshake replies and replies to abandoned commands are consumed. */
+int dlock__conn_next_reply(dlock__conn *c, redisReply **out, char *detail, size_t n);
+/* True when an idle connection must be reopened before use (closed by the server,
+ * or out of step). */
+bool dlock__conn_stale(dlock__conn *c);
+
+/* One node's part of a round. */
+typedef struct dlock__req {
+    const char *cmd; /* RESP bytes to send (not owned); NULL: nothing for this node */
+    size_t cmdlen;
+    /* A reply the sender answers by sending other bytes, once (a script call whose
+     * server lost its script cache is resent as the script itself): resend sets *cmd
+     * and *len to the bytes to send, or *cmd to NULL to keep the reply, and returns
+     * DLOCK_OK or an error code. NULL: every reply is kept. */
+    int (*resend)(void *arg, const redisReply *reply, const char **cmd, size_t *len);
+    void *resend_arg;
+    bool await; /* false: send and leave the reply to be discarded later */
+    /* results */
+    redisReply *reply; /* the reply (caller frees with freeReplyObject), or NULL */
+    int err;           /* DLOCK_OK when reply is set, else why not */
+    char detail[160];  /* why not, for dlock_errmsg */
+    /* private to fanout.c */
+    int64_t start_us, deadline_us;
+    bool done, retried, held;
+} dlock__req;
+
+/* Send reqs[i] on conns[i] for every i with a cmd, in parallel, and wait for the
+ * awaited replies until each node's deadline: now + timeout (+ connect timeout for a
+ * node that must first connect). A node that misses its deadline keeps its socket
+ * only if its command was sent whole (its late reply is then discarded by the next
+ * round); otherwise its connection is closed. */
+void dlock__fanout(dlock__conn *conns, dlock__req *reqs, int n);
+
+/* Whether node i's reply (r->reply, r->err == DLOCK_OK) is a "yes" in a quorum vote. */
+typedef bool (*dlock__vote_fn)(const dlock__req *r, int i, void *arg);
+/* dlock__fanout for a quorum vote: the round also ends as soon as a quorum said yes or
+ * too few nodes are left to make one; the nodes not heard from are abandoned as if
+ * timed out. */
+void dlock__fanout_vote(dlock__conn *conns, dlock__req *reqs, int n, dlock__vote_fn vote,
+                        void *arg);
+/* Quorum of n nodes: n/2 + 1. */
+int dlock__quorum(int n);
+
+/* A set of N connections, one per node, that one call uses at a time. */
+typedef struct dlock__connset {
+    struct dlock__connset *next; /* in the client's free list */
+    dlock__conn conns[];
+} dlock__connset;
+
+#endif /* DLOCK_TRANSPORT_H */
