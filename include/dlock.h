@@ -273,7 +273,8 @@ DLOCK_API int dlock_sem_acquire(dlock_client *c, const char *name, int64_t permi
 /*
  * Waiting without a thread, for event loops and services (dlockd parks thousands of
  * waiters this way). dlock_acquire waits on its calling thread; the same acquisition,
- * with the same queue, wake-ups and fairness, can be run in steps instead:
+ * with the same queue, wake-ups and fairness, can be run in steps instead (and so can
+ * dlock_sem_acquire and dlock_stock_reserve, through their _start forms):
  *
  *     dlock_pending *p;
  *     dlock_lock *l;
@@ -300,10 +301,15 @@ typedef struct dlock_pending dlock_pending;
 DLOCK_API int dlock_acquire_start(dlock_client *c, const char *name, const dlock_opts *opts,
                                   dlock_pending **out);
 
-/* The next step. DLOCK_OK: *out is the lock, as from dlock_acquire. DLOCK_ERR_AGAIN:
- * not yet (see above). Anything else: the acquisition failed as dlock_acquire would
- * (DLOCK_ERR_BUSY when not granted within wait_ms, ...). After a result other than
- * DLOCK_ERR_AGAIN, only dlock_pending_free is left. */
+/* The same for dlock_sem_acquire(c, name, permits, opts, ...). */
+DLOCK_API int dlock_sem_acquire_start(dlock_client *c, const char *name, int64_t permits,
+                                      const dlock_opts *opts, dlock_pending **out);
+
+/* The next step. DLOCK_OK: *out is the lock, as from dlock_acquire (for a stock
+ * reservation, out may be NULL and stays NULL: the id is dlock_pending_id's).
+ * DLOCK_ERR_AGAIN: not yet (see above). Anything else: the operation failed as its
+ * blocking call would (DLOCK_ERR_BUSY when not granted within wait_ms, ...). After a
+ * result other than DLOCK_ERR_AGAIN, only dlock_pending_id and dlock_pending_free. */
 DLOCK_API int dlock_pending_step(dlock_pending *p, dlock_lock **out);
 
 /* A descriptor that becomes readable when the next step should run now, or -1. */
@@ -312,9 +318,13 @@ DLOCK_API int dlock_pending_fd(const dlock_pending *p);
 /* Milliseconds until the next step is due even if the fd stays quiet; 0: now. */
 DLOCK_API int64_t dlock_pending_due_ms(const dlock_pending *p);
 
-/* Give up (when the acquisition has not finished: leave the wait queue, sent and not
+/* A stock reservation's id (DLOCK_TOKEN_LEN characters) once a step returned
+ * DLOCK_OK; else "". Borrowed: valid until dlock_pending_free. */
+DLOCK_API const char *dlock_pending_id(const dlock_pending *p);
+
+/* Give up (when the operation has not finished: leave its wait queue, sent and not
  * awaited, so it may write to the servers) and free. A lock a step handed out stays
- * the caller's. NULL is ignored. */
+ * the caller's, as does a reservation. NULL is ignored. */
 DLOCK_API void dlock_pending_free(dlock_pending *p);
 
 /* Set the lease to ttl_ms from now (it does not add), if this handle still holds the
@@ -489,6 +499,13 @@ DLOCK_API int dlock_stock_add(dlock_client *c, const char *sku, int64_t delta,
  */
 DLOCK_API int dlock_stock_reserve(dlock_client *c, const char *sku, int64_t qty,
                                   const dlock_reserve_opts *opts, char id[DLOCK_TOKEN_LEN + 1]);
+
+/* dlock_stock_reserve in steps, for event loops (see dlock_acquire_start): the same
+ * checks, no I/O. Each dlock_pending_step (out may be NULL) ends with DLOCK_OK and the
+ * reservation's id in dlock_pending_id, DLOCK_ERR_AGAIN, or dlock_stock_reserve's
+ * error. cancel_fd is not watched: free the pending to give up. */
+DLOCK_API int dlock_stock_reserve_start(dlock_client *c, const char *sku, int64_t qty,
+                                        const dlock_reserve_opts *opts, dlock_pending **out);
 
 /* Commit reservation id: its units are sold, for good. A commit repeated within
  * DLOCK_STOCK_COMMIT_RETENTION_MS of the first succeeds again and counts nothing more.

@@ -58,7 +58,8 @@ enum phase {
 /* One acquisition, dlock_acquire's as well as an event loop's: everything that lives
  * from one attempt to the next, so that between steps it holds no thread and no
  * connection. */
-struct dlock_pending {
+typedef struct acquisition {
+    dlock_pending base; /* fd, due_us, done: what the caller of the steps sees */
     dlock_client *c;
     dlock_lock *l; /* ours until a step hands it out */
     dlock__request q;
@@ -72,14 +73,16 @@ struct dlock_pending {
     int64_t ticket; /* the arrival time: orders fair waiters, the same on every node */
     int64_t deadline_us;
     int64_t outage_since_us;
-    int64_t due_us;         /* the next step, if nothing wakes it earlier */
     int64_t await_at_us;    /* AWAIT: when to refresh or attempt */
     int64_t first_grant_us; /* AWAIT: when the first node handed us the lock, or 0 */
     bool auto_renew;
     dlock_lost_fn on_lost;
     void *on_lost_user;
     dlock__err e; /* why the last attempt failed */
-};
+} acquisition;
+
+static int run_step(dlock_pending *base, dlock_lock **out, dlock__err *e);
+static void destroy(dlock_pending *base);
 
 /* The checks every acquisition makes before anything else. */
 static int prepare(dlock_client *c, const char *name, const dlock_opts *opts, int64_t *ttl_ms,
@@ -95,9 +98,12 @@ static int prepare(dlock_client *c, const char *name, const dlock_opts *opts, in
 static int start(dlock_client *c, const char *name, const dlock_opts *opts, int64_t ttl_ms,
                  int64_t wait_ms, int64_t limit, dlock_pending **out, dlock__err *e)
 {
-    dlock_pending *p = dlock__calloc(1, sizeof *p);
+    acquisition *p = dlock__calloc(1, sizeof *p);
     if (p == NULL)
         return dlock__err_set(e, DLOCK_ERR_NOMEM, "out of memory");
+    p->base.step = run_step;
+    p->base.destroy = destroy;
+    p->base.fd = -1;
     p->c = c;
     p->ticket = dlock__wallclock_us();
     p->ttl_ms = ttl_ms;
@@ -126,7 +132,7 @@ static int start(dlock_client *c, const char *name, const dlock_opts *opts, int6
             dlock__wait_leave(c, p->w);
         p->w = NULL;
         p->phase = DONE;
-        dlock_pending_free(p);
+        destroy(&p->base);
         return rc;
     }
     int64_t now = dlock__now_us();
@@ -134,13 +140,13 @@ static int start(dlock_client *c, const char *name, const dlock_opts *opts, int6
     p->deadline_us =
         wait_ms < 0 || wait_ms > INT64_C(3153600000000) ? INT64_MAX : now + wait_ms * 1000;
     p->phase = ATTEMPT;
-    p->due_us = now;
-    *out = p;
+    p->base.due_us = now;
+    *out = &p->base;
     return DLOCK_OK;
 }
 
 /* The end of an acquisition, granted or not: stop listening, and leave the queue. */
-static void finish(dlock_pending *p, dlock__round *rd, int rc)
+static void finish(acquisition *p, dlock__round *rd, int rc)
 {
     if (p->w != NULL)
         dlock__wait_leave(p->c, p->w);
@@ -161,9 +167,9 @@ static void finish(dlock_pending *p, dlock__round *rd, int rc)
 /* A queued waiter between attempts: true when it is time to attempt (a release handed
  * it the lock, with N > 1 on a quorum of nodes or one per-node timeout after the first
  * of them; a wake-up of another kind, as when a subscriber connection was remade; the
- * holder's lease end; the deadline). Otherwise the next step is due at p->due_us;
+ * holder's lease end; the deadline). Otherwise the next step is due at p->base.due_us;
  * every DLOCK_QUEUE_REFRESH_MS meanwhile it refreshes its place. */
-static bool await_turn(dlock_pending *p, dlock__round *rd)
+static bool await_turn(acquisition *p, dlock__round *rd)
 {
     dlock_client *c = p->c;
     int64_t now = dlock__now_us();
@@ -177,33 +183,33 @@ static bool await_turn(dlock_pending *p, dlock__round *rd)
         int64_t enough = p->first_grant_us + c->rules.timeout_us;
         if (now >= enough || now >= p->await_at_us)
             return true;
-        p->due_us = enough < p->await_at_us ? enough : p->await_at_us;
+        p->base.due_us = enough < p->await_at_us ? enough : p->await_at_us;
         return false;
     }
     if (woken || now >= p->deadline_us)
         return true;
-    if (now < p->due_us)
+    if (now < p->base.due_us)
         return false; /* an early call: nothing happened */
     /* The lease end or the refresh time: ask before attempting, which costs more. */
     int64_t busy_ms;
     if (dlock__queue_refresh(c, rd, &p->q, &busy_ms))
         return true;
     p->await_at_us = dlock__retry_at(dlock__now_us(), busy_ms, p->deadline_us);
-    p->due_us = p->await_at_us;
-    if (p->first_grant_us != 0 && p->first_grant_us + c->rules.timeout_us < p->due_us)
-        p->due_us = p->first_grant_us + c->rules.timeout_us;
+    p->base.due_us = p->await_at_us;
+    if (p->first_grant_us != 0 && p->first_grant_us + c->rules.timeout_us < p->base.due_us)
+        p->base.due_us = p->first_grant_us + c->rules.timeout_us;
     return false;
 }
 
 /* One step: attempts until granted, refused for good, or time to wait (DLOCK_ERR_AGAIN,
- * with p->phase and p->due_us saying for what). Any other result ends the
+ * with p->phase and p->base.due_us saying for what). Any other result ends the
  * acquisition, the error's message in p->e. */
-static int step(dlock_pending *p, dlock__round *rd)
+static int step(acquisition *p, dlock__round *rd)
 {
     dlock_client *c = p->c;
     if (p->phase == AWAIT && !await_turn(p, rd))
         return DLOCK_ERR_AGAIN;
-    if (p->phase == BACKOFF && dlock__now_us() < p->due_us)
+    if (p->phase == BACKOFF && dlock__now_us() < p->base.due_us)
         return DLOCK_ERR_AGAIN;
     for (;;) {
         if (p->w != NULL)
@@ -235,12 +241,12 @@ static int step(dlock_pending *p, dlock__round *rd)
             p->phase = AWAIT;
             p->first_grant_us = 0;
             p->await_at_us = dlock__retry_at(now, busy_ms, p->deadline_us);
-            p->due_us = p->await_at_us;
+            p->base.due_us = p->await_at_us;
         } else {
             p->phase = BACKOFF;
-            p->due_us = now + dlock__backoff_us(p->attempts++, busy_ms);
-            if (p->due_us > p->deadline_us)
-                p->due_us = p->deadline_us;
+            p->base.due_us = now + dlock__backoff_us(p->attempts++, busy_ms);
+            if (p->base.due_us > p->deadline_us)
+                p->base.due_us = p->deadline_us;
         }
         return DLOCK_ERR_AGAIN;
     }
@@ -248,8 +254,9 @@ static int step(dlock_pending *p, dlock__round *rd)
 
 /* A step, and on its result the end of the acquisition: the lock handed out in *out
  * (renewed from now on if asked), or the error in *e. */
-static int run_step(dlock_pending *p, dlock_lock **out, dlock__err *e)
+static int run_step(dlock_pending *base, dlock_lock **out, dlock__err *e)
 {
+    acquisition *p = (acquisition *)base;
     dlock_client *c = p->c;
     dlock__round rd;
     int rc = dlock__round_begin(c, &rd, e);
@@ -257,9 +264,8 @@ static int run_step(dlock_pending *p, dlock_lock **out, dlock__err *e)
         rc = step(p, &rd);
     if (rc == DLOCK_ERR_AGAIN) {
         dlock__round_end(c, &rd);
-        return dlock__err_set(e, rc,
-                              "waiting: step again when dlock_pending_fd is readable or "
-                              "dlock_pending_due_ms has passed");
+        p->base.fd = p->phase == AWAIT ? p->w->efd : -1;
+        return dlock__pending_again(e);
     }
     if (rc != DLOCK_OK && rd.set != NULL)
         memcpy(e, &p->e, sizeof *e); /* the attempt's reason */
@@ -303,14 +309,32 @@ static int acquire(dlock_client *c, const char *name, const dlock_opts *opts, in
     dlock_pending *p;
     if ((rc = start(c, name, opts, ttl_ms, wait_ms, limit, &p, &e)) != DLOCK_OK)
         return dlock__err_raise(&e, rc);
-    int cancel_fd = opts ? opts->cancel_fd : 0;
-    while ((rc = run_step(p, out, &e)) == DLOCK_ERR_AGAIN)
-        if (dlock__sleep_on(dlock_pending_fd(p), p->due_us, cancel_fd) != DLOCK_OK) {
-            rc = dlock__err_set(&e, DLOCK_ERR_CANCELED, "canceled through cancel_fd");
-            break;
-        }
-    dlock_pending_free(p);
+    rc = dlock__pending_run(p, opts ? opts->cancel_fd : 0, out, &e);
+    destroy(p);
     return dlock__err_raise(&e, rc);
+}
+
+/* The limit of dlock_sem_acquire's permits, or an error. */
+static int sem_limit(const dlock_client *c, int64_t permits, const dlock_opts *opts, int64_t *limit,
+                     dlock__err *e)
+{
+    if (permits < 1 || permits > DLOCK_PERMITS_MAX)
+        return dlock__err_set(e, DLOCK_ERR_INVALID, "permits %lld: a semaphore has 1 to %d",
+                              (long long)permits, DLOCK_PERMITS_MAX);
+    if (opts != NULL && opts->shared)
+        return dlock__err_set(e, DLOCK_ERR_INVALID,
+                              "dlock_opts.shared is for dlock_acquire: a permit is shared already");
+    /* Only a single server can count K >= 2 holders: N independent ones cannot, by a
+     * quorum (docs/guarantees.md). One permit is the exclusive lock, which a quorum
+     * can bound. */
+    if (permits >= 2 && c != NULL && c->magic == DLOCK_CLIENT_MAGIC && c->n > 1)
+        return dlock__err_set(e, DLOCK_ERR_INVALID,
+                              "a semaphore of %lld permits needs a client of one server (this "
+                              "one has %d): a quorum of independent servers cannot bound K >= 2 "
+                              "holders",
+                              (long long)permits, c->n);
+    *limit = permits == 1 ? 0 : permits;
+    return DLOCK_OK;
 }
 
 int dlock_acquire(dlock_client *c, const char *name, const dlock_opts *opts, dlock_lock **out)
@@ -321,23 +345,26 @@ int dlock_acquire(dlock_client *c, const char *name, const dlock_opts *opts, dlo
 int dlock_sem_acquire(dlock_client *c, const char *name, int64_t permits, const dlock_opts *opts,
                       dlock_lock **out)
 {
+    dlock__err e;
+    int64_t limit = 0;
     if (out != NULL)
         *out = NULL;
-    if (permits < 1 || permits > DLOCK_PERMITS_MAX)
-        return dlock__fail(DLOCK_ERR_INVALID, "permits %lld: a semaphore has 1 to %d",
-                           (long long)permits, DLOCK_PERMITS_MAX);
-    if (opts != NULL && opts->shared)
-        return dlock__fail(DLOCK_ERR_INVALID,
-                           "dlock_opts.shared is for dlock_acquire: a permit is shared already");
-    /* Only a single server can count K >= 2 holders: N independent ones cannot, by a
-     * quorum (docs/guarantees.md). One permit is the exclusive lock, which a quorum
-     * can bound. */
-    if (permits >= 2 && c != NULL && c->magic == DLOCK_CLIENT_MAGIC && c->n > 1)
-        return dlock__fail(DLOCK_ERR_INVALID,
-                           "a semaphore of %lld permits needs a client of one server (this one "
-                           "has %d): a quorum of independent servers cannot bound K >= 2 holders",
-                           (long long)permits, c->n);
-    return acquire(c, name, opts, permits == 1 ? 0 : permits, out);
+    int rc = sem_limit(c, permits, opts, &limit, &e);
+    return rc != DLOCK_OK ? dlock__err_raise(&e, rc) : acquire(c, name, opts, limit, out);
+}
+
+/* dlock_acquire_start and dlock_sem_acquire_start. */
+static int acquire_start(dlock_client *c, const char *name, const dlock_opts *opts, int64_t limit,
+                         dlock_pending **out, dlock__err *e)
+{
+    int64_t ttl_ms = 0, wait_ms = 0;
+    int rc = prepare(c, name, opts, &ttl_ms, &wait_ms, e);
+    if (rc == DLOCK_OK && c->local != NULL)
+        rc = dlock__err_set(e, DLOCK_ERR_INVALID,
+                            "a file:// client waits on its calling thread: use dlock_acquire");
+    if (limit == 0 && opts != NULL && opts->shared)
+        limit = DLOCK_PERMITS_MAX;
+    return rc != DLOCK_OK ? rc : start(c, name, opts, ttl_ms, wait_ms, limit, out, e);
 }
 
 int dlock_acquire_start(dlock_client *c, const char *name, const dlock_opts *opts,
@@ -347,51 +374,29 @@ int dlock_acquire_start(dlock_client *c, const char *name, const dlock_opts *opt
     if (out == NULL)
         return dlock__fail(DLOCK_ERR_INVALID, "out is NULL");
     *out = NULL;
-    int64_t ttl_ms = 0, wait_ms = 0;
-    int rc = prepare(c, name, opts, &ttl_ms, &wait_ms, &e);
-    if (rc == DLOCK_OK && c->local != NULL)
-        rc = dlock__err_set(&e, DLOCK_ERR_INVALID,
-                            "a file:// client waits on its calling thread: use dlock_acquire");
-    if (rc == DLOCK_OK)
-        rc = start(c, name, opts, ttl_ms, wait_ms, opts && opts->shared ? DLOCK_PERMITS_MAX : 0,
-                   out, &e);
-    return dlock__err_raise(&e, rc);
+    return dlock__err_raise(&e, acquire_start(c, name, opts, 0, out, &e));
 }
 
-int dlock_pending_step(dlock_pending *p, dlock_lock **out)
+int dlock_sem_acquire_start(dlock_client *c, const char *name, int64_t permits,
+                            const dlock_opts *opts, dlock_pending **out)
 {
+    dlock__err e;
+    int64_t limit = 0;
     if (out == NULL)
         return dlock__fail(DLOCK_ERR_INVALID, "out is NULL");
     *out = NULL;
-    if (p == NULL)
-        return dlock__fail(DLOCK_ERR_INVALID, "pending is NULL");
-    if (p->phase == DONE)
-        return dlock__fail(DLOCK_ERR_INVALID,
-                           "the acquisition has finished: only dlock_pending_free is left");
-    dlock__err e;
-    int rc = run_step(p, out, &e);
+    int rc = sem_limit(c, permits, opts, &limit, &e);
+    if (rc == DLOCK_OK)
+        rc = acquire_start(c, name, opts, limit, out, &e);
     return dlock__err_raise(&e, rc);
 }
 
-int dlock_pending_fd(const dlock_pending *p)
+/* Free an acquisition; one not finished gives up first: it leaves the queue, sent,
+ * not awaited. */
+static void destroy(dlock_pending *base)
 {
-    return p != NULL && p->phase == AWAIT ? p->w->efd : -1;
-}
-
-int64_t dlock_pending_due_ms(const dlock_pending *p)
-{
-    if (p == NULL || p->phase == DONE || p->phase == ATTEMPT)
-        return 0;
-    int64_t left = p->due_us - dlock__now_us();
-    return left <= 0 ? 0 : (left + 999) / 1000; /* rounded up: never early */
-}
-
-void dlock_pending_free(dlock_pending *p)
-{
-    if (p == NULL)
-        return;
+    acquisition *p = (acquisition *)base;
     if (p->phase != DONE) {
-        /* Given up between steps: leave the queue, sent, not awaited. */
         dlock__round rd;
         dlock__err ignored;
         dlock__round_begin(p->c, &rd, &ignored); /* without a set, finish() sends nothing */

@@ -28,6 +28,8 @@
  *                           between the steps, an event loop can drive them instead
  *               attempt.c   one attempt: the request and its call, the vote, undoing
  *                           partial grants, joining and refreshing a place in the queue
+ *               pending.c   operations in steps (dlock_pending: an acquisition, a stock
+ *                           reservation), and the sleeping loop blocking calls run them in
  *               lock.c      extend, release, check, inspect (and the shared holders)
  *               fence.c     the resource side: fenced writes, dlock_fence_admit
  *               wait.c      the client's wake-up channel: its subscriber thread, waiters,
@@ -397,6 +399,30 @@ void dlock__lock_attach(struct dlock_lock *l);
 void dlock__lock_free(struct dlock_lock *l);
 /* The handle is lost: say so to dlock_remaining_ms, the lost fd and later calls. */
 void dlock__lock_mark_lost(struct dlock_lock *l);
+
+/* ---- pending.c -------------------------------------------------------------- */
+
+/* An operation in steps, the public dlock_pending: an acquisition (acquire.c) or a
+ * stock reservation (stock.c), each a struct that begins with this one. */
+struct dlock_pending {
+    /* The next step: DLOCK_OK (done: the lock in *out, or the reservation's id in
+     * id), DLOCK_ERR_AGAIN (fd and due_us say when to step again), or the error that
+     * ends it, its message in *e. */
+    int (*step)(struct dlock_pending *p, dlock_lock **out, dlock__err *e);
+    /* Free it; an operation not finished gives up first (leaves its queue). */
+    void (*destroy)(struct dlock_pending *p);
+    int fd;                       /* readable: step now; -1: none */
+    int64_t due_us;               /* step then, even if fd stays quiet (dlock__now_us) */
+    bool done;                    /* a step returned something other than DLOCK_ERR_AGAIN */
+    bool reservation;             /* a stock reservation: its result is id, not a lock */
+    char id[DLOCK_TOKEN_LEN + 1]; /* the reservation's id once granted, else "" */
+};
+
+/* A step's DLOCK_ERR_AGAIN, with its message. */
+int dlock__pending_again(dlock__err *e);
+/* The blocking form: step, sleeping between steps on fd and due_us, until the result
+ * (DLOCK_ERR_CANCELED when cancel_fd, 0 for none, became readable). The caller frees. */
+int dlock__pending_run(dlock_pending *p, int cancel_fd, dlock_lock **out, dlock__err *e);
 
 /* ---- attempt.c -------------------------------------------------------------- */
 

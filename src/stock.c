@@ -476,6 +476,156 @@ static bool permanent(int err)
            err == DLOCK_ERR_NOMEM;
 }
 
+/* A reserve in steps (pending.c): dlock_stock_reserve runs them with sleeps between,
+ * an event loop parks it on its wake-up descriptor and due time. Between steps it
+ * holds no connection. */
+typedef struct reservation {
+    dlock_pending base;
+    stock_op op;
+    reserve_req q;
+    dlock__waiter *w; /* listening for wake-ups, or NULL */
+    int64_t deadline_us;
+    int64_t outage_since_us;
+    int attempts;
+    bool parked;  /* waiting between steps (on base.fd, until base.due_us) */
+    bool unknown; /* an attempt may have been granted unseen */
+} reservation;
+
+/* The end of a reserve, granted or not, on the connection set r->op.set (NULL: none
+ * could be had, nothing is sent): stop listening, and for one given up, leave the
+ * waiters and give back what an attempt whose reply was lost may have reserved. */
+static void reserve_finish(reservation *r, int rc)
+{
+    if (r->w != NULL)
+        dlock__wait_leave(r->op.c, r->w);
+    r->w = NULL;
+    if (rc != DLOCK_OK && (r->q.queued || r->unknown) && r->op.set != NULL) {
+        stock_args a;
+        args_init(&a, &r->op);
+        args_add(&a, r->q.id);
+        args_add(&a, "leave");
+        args_add(&a, "0");
+        send_only(&r->op, DLOCK_SCRIPT_STOCK_END, &a);
+    }
+    r->base.done = true;
+}
+
+static int reserve_step(dlock_pending *base, dlock_lock **out, dlock__err *e)
+{
+    (void)out; /* a reservation's result is its id */
+    reservation *r = (reservation *)base;
+    dlock_client *c = r->op.c;
+    /* Parked: a step before the due time without a wake-up is early, and changes
+     * nothing. */
+    if (r->parked && !(r->w != NULL && base->fd >= 0 && dlock__wait_woken(r->w)) &&
+        dlock__now_us() < base->due_us)
+        return dlock__pending_again(e);
+    r->parked = false;
+    if ((r->op.set = dlock__connset_get(c)) == NULL) {
+        reserve_finish(r, DLOCK_ERR_NOMEM);
+        return dlock__err_set(e, DLOCK_ERR_NOMEM, "out of memory");
+    }
+    int rc;
+    for (;;) {
+        reserve_busy b = {-1};
+        bool sent_maybe = false;
+        rc = reserve_attempt(&r->op, &r->q, &b, &sent_maybe, e);
+        r->unknown |= sent_maybe;
+        if (rc == DLOCK_OK || (rc == DLOCK_ERR_BUSY && b.next_ms == -2))
+            break;
+        int64_t now = dlock__now_us();
+        /* The server unreachable for longer than the connect timeout in a row ends
+         * even an endless wait, as for a lock: a wait is for units, not for an outage
+         * to end. */
+        if (dlock__outage_over(&r->outage_since_us, rc, now, c->rules.connect_timeout_us) ||
+            (rc != DLOCK_ERR_BUSY && permanent(rc)) || now >= r->deadline_us)
+            break;
+        if (rc == DLOCK_ERR_BUSY && r->w == NULL &&
+            dlock__wait_join(c, r->q.id, false, &r->w) == DLOCK_OK) {
+            /* Listening now: ask again at once, as a waiter, so that units freed
+             * between the refusal and the subscription are not missed. */
+            r->q.queued = true;
+            continue;
+        }
+        if (rc == DLOCK_ERR_BUSY && r->w != NULL) {
+            base->fd = r->w->efd;
+            base->due_us = dlock__retry_at(now, b.next_ms >= 0 ? b.next_ms + 1 : 0, r->deadline_us);
+        } else {
+            base->fd = -1;
+            base->due_us = now + dlock__backoff_us(r->attempts++, b.next_ms > 0 ? b.next_ms : 0);
+            if (base->due_us > r->deadline_us)
+                base->due_us = r->deadline_us;
+        }
+        r->parked = true;
+        dlock__connset_put(c, r->op.set);
+        r->op.set = NULL;
+        return dlock__pending_again(e);
+    }
+    reserve_finish(r, rc);
+    if (rc == DLOCK_OK)
+        memcpy(base->id, r->q.id, sizeof r->q.id);
+    return rc;
+}
+
+/* Free a reserve; one not finished gives up first. */
+static void reserve_destroy(dlock_pending *base)
+{
+    reservation *r = (reservation *)base;
+    if (!base->done) {
+        if (r->op.set == NULL)
+            r->op.set = dlock__connset_get(r->op.c);
+        reserve_finish(r, DLOCK_ERR_CANCELED);
+    }
+    op_end(&r->op);
+    free(r);
+}
+
+/* dlock_stock_reserve's checks, and a reserve ready for its first step (no I/O). */
+static int reserve_start(dlock_client *c, const char *sku, int64_t qty,
+                         const dlock_reserve_opts *opts, dlock_pending **out, dlock__err *e)
+{
+    reservation *r = dlock__calloc(1, sizeof *r);
+    if (r == NULL)
+        return dlock__err_set(e, DLOCK_ERR_NOMEM, "out of memory");
+    r->base.step = reserve_step;
+    r->base.destroy = reserve_destroy;
+    r->base.fd = -1;
+    r->base.reservation = true;
+    int64_t lease_ms = 0, wait_ms = 0;
+    int rc = op_begin(&r->op, c, sku, e);
+    if (rc == DLOCK_OK) {
+        /* Connections are taken per step. */
+        dlock__connset_put(c, r->op.set);
+        r->op.set = NULL;
+        rc = check_reserve_opts(opts, &lease_ms, &wait_ms, e);
+    }
+    if (rc == DLOCK_OK && (qty < 1 || qty > DLOCK_STOCK_QTY_MAX))
+        rc = dlock__err_set(e, DLOCK_ERR_INVALID, "qty %lld is outside [1, %lld]", (long long)qty,
+                            (long long)DLOCK_STOCK_QTY_MAX);
+    if (rc == DLOCK_OK && (rc = dlock__token_new(r->q.id)) != DLOCK_OK)
+        dlock__err_set(e, rc, "getrandom: %s", strerror(errno));
+    if (rc != DLOCK_OK) {
+        r->base.done = true;
+        reserve_destroy(&r->base);
+        return rc;
+    }
+    r->q.sku = sku;
+    r->q.qty = qty;
+    snprintf(r->q.qty_s, sizeof r->q.qty_s, "%lld", (long long)qty);
+    snprintf(r->q.lease_s, sizeof r->q.lease_s, "%lld", (long long)lease_ms);
+    snprintf(r->q.wttl_s, sizeof r->q.wttl_s, "%d", DLOCK_QUEUE_TTL_MS);
+    /* A client already listening for wake-ups waits in the queue from its first
+     * attempt; another one tries first, and listens only if it must wait. */
+    if (wait_ms != 0 && dlock__wait_join(c, r->q.id, true, &r->w) == DLOCK_OK)
+        r->q.queued = true;
+    int64_t now = dlock__now_us();
+    r->deadline_us =
+        wait_ms < 0 || wait_ms > INT64_C(3153600000000) ? INT64_MAX : now + wait_ms * 1000;
+    r->base.due_us = now;
+    *out = &r->base;
+    return DLOCK_OK;
+}
+
 int dlock_stock_reserve(dlock_client *c, const char *sku, int64_t qty,
                         const dlock_reserve_opts *opts, char id[DLOCK_TOKEN_LEN + 1])
 {
@@ -483,88 +633,23 @@ int dlock_stock_reserve(dlock_client *c, const char *sku, int64_t qty,
     if (id == NULL)
         return dlock__fail(DLOCK_ERR_INVALID, "id is NULL (it receives the reservation id)");
     id[0] = '\0';
-    int64_t lease_ms = 0, wait_ms = 0;
-    int rc = dlock__client_enter(c, &e);
-    if (rc != DLOCK_OK || (rc = dlock__check_key_name(sku, "sku", &e)) != DLOCK_OK ||
-        (rc = check_reserve_opts(opts, &lease_ms, &wait_ms, &e)) != DLOCK_OK)
+    dlock_pending *p;
+    int rc = reserve_start(c, sku, qty, opts, &p, &e);
+    if (rc != DLOCK_OK)
         return dlock__err_raise(&e, rc);
-    if (qty < 1 || qty > DLOCK_STOCK_QTY_MAX)
-        return dlock__fail(DLOCK_ERR_INVALID, "qty %lld is outside [1, %lld]", (long long)qty,
-                           (long long)DLOCK_STOCK_QTY_MAX);
-    int cancel_fd = opts ? opts->cancel_fd : 0;
-
-    reserve_req q;
-    memset(&q, 0, sizeof q);
-    q.sku = sku;
-    q.qty = qty;
-    snprintf(q.qty_s, sizeof q.qty_s, "%lld", (long long)qty);
-    snprintf(q.lease_s, sizeof q.lease_s, "%lld", (long long)lease_ms);
-    snprintf(q.wttl_s, sizeof q.wttl_s, "%d", DLOCK_QUEUE_TTL_MS);
-    if ((rc = dlock__token_new(q.id)) != DLOCK_OK)
-        return dlock__fail(rc, "getrandom: %s", strerror(errno));
-    stock_op op;
-    if ((rc = op_begin(&op, c, sku, &e)) != DLOCK_OK) {
-        op_end(&op);
-        return dlock__err_raise(&e, rc);
-    }
-    /* A client already listening for wake-ups waits in the queue from its first
-     * attempt; another one tries first, and listens only if it must wait. */
-    dlock__waiter *w = NULL;
-    if (wait_ms != 0 && dlock__wait_join(c, q.id, true, &w) == DLOCK_OK)
-        q.queued = true;
-    int64_t start = dlock__now_us();
-    int64_t deadline =
-        wait_ms < 0 || wait_ms > INT64_C(3153600000000) ? INT64_MAX : start + wait_ms * 1000;
-    /* The server unreachable for longer than the connect timeout in a row ends even an
-     * endless wait, as for a lock: a wait is for units, not for an outage to end. */
-    int64_t outage_since = 0;
-    bool unknown = false; /* an attempt may have been granted unseen */
-    for (int n = 0;; n++) {
-        reserve_busy b = {-1};
-        bool sent_maybe = false;
-        rc = reserve_attempt(&op, &q, &b, &sent_maybe, &e);
-        unknown |= sent_maybe;
-        if (rc == DLOCK_OK || (rc == DLOCK_ERR_BUSY && b.next_ms == -2))
-            break;
-        int64_t now = dlock__now_us();
-        if (dlock__outage_over(&outage_since, rc, now, c->rules.connect_timeout_us) ||
-            (rc != DLOCK_ERR_BUSY && permanent(rc)))
-            break;
-        if (now >= deadline)
-            break;
-        if (rc == DLOCK_ERR_BUSY && w == NULL && dlock__wait_join(c, q.id, false, &w) == DLOCK_OK) {
-            /* Listening now: ask again at once, as a waiter, so that units freed
-             * between the refusal and the subscription are not missed. */
-            q.queued = true;
-            continue;
-        }
-        int src;
-        if (rc == DLOCK_ERR_BUSY && w != NULL) {
-            bool woken;
-            int64_t at = dlock__retry_at(now, b.next_ms >= 0 ? b.next_ms + 1 : 0, deadline);
-            src = dlock__wait_sleep(w, at, cancel_fd, &woken);
-        } else {
-            src = dlock__backoff(n, b.next_ms > 0 ? b.next_ms : 0, deadline, cancel_fd);
-        }
-        if (src != DLOCK_OK) {
-            rc = dlock__err_set(&e, src, "canceled through cancel_fd");
-            break;
-        }
-    }
-    if (w != NULL)
-        dlock__wait_leave(c, w);
-    if (rc != DLOCK_OK && (q.queued || unknown)) {
-        /* Given up: leave the waiters, and give back what an attempt whose reply was
-         * lost may have reserved. */
-        stock_args a;
-        args_init(&a, &op);
-        args_add(&a, q.id);
-        args_add(&a, "leave");
-        args_add(&a, "0");
-        send_only(&op, DLOCK_SCRIPT_STOCK_END, &a);
-    }
-    op_end(&op);
+    rc = dlock__pending_run(p, opts ? opts->cancel_fd : 0, NULL, &e);
     if (rc == DLOCK_OK)
-        memcpy(id, q.id, sizeof q.id);
+        memcpy(id, p->id, DLOCK_TOKEN_LEN + 1);
+    dlock_pending_free(p);
     return dlock__err_raise(&e, rc);
+}
+
+int dlock_stock_reserve_start(dlock_client *c, const char *sku, int64_t qty,
+                              const dlock_reserve_opts *opts, dlock_pending **out)
+{
+    dlock__err e;
+    if (out == NULL)
+        return dlock__fail(DLOCK_ERR_INVALID, "out is NULL");
+    *out = NULL;
+    return dlock__err_raise(&e, reserve_start(c, sku, qty, opts, out, &e));
 }

@@ -5,7 +5,8 @@
  * What it must give: the same lock as dlock_acquire (fences, queue order, wake-ups
  * from a release, the deadline), waiters that hold no thread (a thousand of them parked
  * on this one thread, served by poll() alone), and a clean departure for one freed
- * while it waits (the waiter behind it is not held up).
+ * while it waits (the waiter behind it is not held up); the same for a semaphore's
+ * permit and a stock reservation.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -246,6 +247,81 @@ static void thousand_waiters_on_one_thread(void **state)
     dlock_client_free(c);
 }
 
+/* A semaphore's permit in steps: the third of two parks, and a release serves it. */
+static void semaphore_permit_in_steps(void **state)
+{
+    (void)state;
+    dlock_client *c = it_client(&it_srv, it_timeout_ms());
+    dlock_lock *a = NULL, *b = NULL, *l = NULL;
+    assert_int_equal(dlock_sem_acquire(c, "p-sem", 2, NULL, &a), DLOCK_OK);
+    assert_int_equal(dlock_sem_acquire(c, "p-sem", 2, NULL, &b), DLOCK_OK);
+    dlock_opts o = {0};
+    o.wait_ms = -1;
+    dlock_pending *p = NULL;
+    assert_int_equal(dlock_sem_acquire_start(c, "p-sem", 2, &o, &p), DLOCK_OK);
+    assert_int_equal(dlock_pending_step(p, &l), DLOCK_ERR_AGAIN);
+    assert_true(dlock_pending_fd(p) >= 0);
+    assert_int_equal(dlock_release(a), DLOCK_OK);
+    assert_int_equal(drive(p, &l), DLOCK_OK);
+    dlock_holder h;
+    assert_int_equal(dlock_inspect(c, "p-sem", &h), DLOCK_OK);
+    assert_int_equal(h.shared, 2);
+    dlock_pending_free(p);
+    assert_int_equal(dlock_release(l), DLOCK_OK);
+    assert_int_equal(dlock_release(b), DLOCK_OK);
+    /* The same checks as dlock_sem_acquire. */
+    assert_int_equal(dlock_sem_acquire_start(c, "p-sem", 0, &o, &p), DLOCK_ERR_INVALID);
+    assert_null(p);
+    dlock_client_free(c);
+}
+
+/* A stock reservation in steps: it parks while the units are reserved, a cancel serves
+ * it, its id commits; one freed while parked leaves no waiter behind. */
+static void stock_reservation_in_steps(void **state)
+{
+    (void)state;
+    dlock_client *c = it_client(&it_srv, it_timeout_ms());
+    assert_int_equal(dlock_stock_set(c, "p-sku", 1, NULL), DLOCK_OK);
+    char first[DLOCK_TOKEN_LEN + 1];
+    assert_int_equal(dlock_stock_reserve(c, "p-sku", 1, NULL, first), DLOCK_OK);
+    dlock_reserve_opts ro = {0};
+    ro.wait_ms = -1;
+    dlock_pending *p = NULL;
+    assert_int_equal(dlock_stock_reserve_start(c, "p-sku", 1, &ro, &p), DLOCK_OK);
+    assert_int_equal(dlock_pending_step(p, NULL), DLOCK_ERR_AGAIN);
+    assert_string_equal(dlock_pending_id(p), "");
+    assert_true(dlock_pending_fd(p) >= 0);
+    assert_int_equal(dlock_stock_cancel(c, "p-sku", first), DLOCK_OK);
+    struct pollfd pf = {.fd = dlock_pending_fd(p), .events = POLLIN};
+    assert_int_equal(poll(&pf, 1, (int)(2000 * dh_slack())), 1);
+    int rc;
+    while ((rc = dlock_pending_step(p, NULL)) == DLOCK_ERR_AGAIN)
+        poll(&pf, 1, (int)dlock_pending_due_ms(p));
+    assert_int_equal(rc, DLOCK_OK);
+    assert_int_equal(strlen(dlock_pending_id(p)), DLOCK_TOKEN_LEN);
+    assert_int_equal(dlock_stock_commit(c, "p-sku", dlock_pending_id(p)), DLOCK_OK);
+    dlock_pending_free(p);
+
+    /* Sold out now: a waiter that is freed leaves the waiters' queue. */
+    assert_int_equal(dlock_stock_add(c, "p-sku", 1, NULL), DLOCK_OK);
+    assert_int_equal(dlock_stock_reserve(c, "p-sku", 1, NULL, first), DLOCK_OK);
+    assert_int_equal(dlock_stock_reserve_start(c, "p-sku", 1, &ro, &p), DLOCK_OK);
+    assert_int_equal(dlock_pending_step(p, NULL), DLOCK_ERR_AGAIN);
+    dlock_stock_info info;
+    assert_int_equal(dlock_stock_status(c, "p-sku", &info), DLOCK_OK);
+    assert_int_equal(info.waiters, 1);
+    dlock_pending_free(p);
+    int64_t until = dh_now_us() + 1000000LL * dh_slack();
+    do
+        assert_int_equal(dlock_stock_status(c, "p-sku", &info), DLOCK_OK);
+    while (info.waiters != 0 && dh_now_us() < until);
+    assert_int_equal(info.waiters, 0);
+    /* The same checks as dlock_stock_reserve. */
+    assert_int_equal(dlock_stock_reserve_start(c, "p-sku", 0, &ro, &p), DLOCK_ERR_INVALID);
+    assert_null(p);
+    dlock_client_free(c);
+}
+
 static void bad_arguments(void **state)
 {
     (void)state;
@@ -293,6 +369,8 @@ int main(void)
         cmocka_unit_test(deadline_ends_the_wait_with_busy),
         cmocka_unit_test(freed_waiter_does_not_hold_up_the_next),
         cmocka_unit_test(thousand_waiters_on_one_thread),
+        cmocka_unit_test(semaphore_permit_in_steps),
+        cmocka_unit_test(stock_reservation_in_steps),
         cmocka_unit_test(bad_arguments),
     };
     return cmocka_run_group_tests_name("pending", tests, it_srv_setup, it_srv_teardown);

@@ -19,7 +19,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <sys/wait.h>
@@ -80,18 +79,11 @@ static bool unix_accepts(const char *path)
     return ok;
 }
 
-static rlim_t next_nofile;
+static long next_nofile;
 
 void dt_next_nofile(long n)
 {
-    next_nofile = (rlim_t)n;
-}
-
-/* In the forked child, before exec: only async-signal-safe calls. */
-static int limit_nofile(void *arg)
-{
-    struct rlimit rl = {.rlim_cur = *(rlim_t *)arg, .rlim_max = *(rlim_t *)arg};
-    return setrlimit(RLIMIT_NOFILE, &rl) == 0 ? 0 : 1;
+    next_nofile = n;
 }
 
 void dt_start(dt_daemon *d, const char *servers, ...)
@@ -107,6 +99,14 @@ void dt_start(dt_daemon *d, const char *servers, ...)
     }
     va_end(ap);
     memset(d, 0, sizeof *d);
+    /* The limit applies to this start only, whether it succeeds or not. */
+    char nofile[64] = "";
+    if (next_nofile > 0) {
+        snprintf(nofile, sizeof nofile, "--nofile=%ld:%ld", next_nofile, next_nofile);
+        next_nofile = 0;
+        if (access("/usr/bin/prlimit", X_OK) != 0)
+            fail_msg("/usr/bin/prlimit is missing (Debian: util-linux)");
+    }
     char timeout[32];
     snprintf(timeout, sizeof timeout, "%lld", (long long)(100 * dh_slack()));
     for (int attempt = 0; attempt < 5; attempt++) {
@@ -115,6 +115,13 @@ void dt_start(dt_daemon *d, const char *servers, ...)
         snprintf(portstr, sizeof portstr, "%d", port);
         const char *argv[ARGS_MAX];
         int n = 0;
+        if (nofile[0] != '\0') {
+            /* prlimit(1) sets the limit and execs dlockd in the same process. Not
+             * setrlimit in the forked child: under valgrind the child is still
+             * valgrind's, which refuses to lower the limit below its own descriptors. */
+            argv[n++] = "/usr/bin/prlimit";
+            argv[n++] = nofile;
+        }
         argv[n++] = daemon_path();
         argv[n++] = "-s";
         argv[n++] = servers;
@@ -130,12 +137,6 @@ void dt_start(dt_daemon *d, const char *servers, ...)
         argv[n] = NULL;
         /* Its log goes to the test's stderr, which CTest shows when a test fails. */
         dh_spawn_opts o = {.out_fd = -1, .err_fd = STDERR_FILENO};
-        static rlim_t nofile;
-        if (next_nofile > 0) {
-            nofile = next_nofile;
-            o.child_setup = limit_nofile;
-            o.child_arg = &nofile;
-        }
         pid_t pid = dh_spawn(argv, &o);
         assert_true(pid > 0);
         int64_t deadline = dh_now_ms() + 10000 * dh_slack();
@@ -147,7 +148,6 @@ void dt_start(dt_daemon *d, const char *servers, ...)
                 close(fd);
                 d->pid = pid;
                 d->port = port;
-                next_nofile = 0;
                 /* The unix socket is bound after the TCP port: wait for it too. */
                 while (d->unixsocket[0] != '\0' && !unix_accepts(d->unixsocket)) {
                     if (dh_now_ms() > deadline || dh_exited(pid, NULL))

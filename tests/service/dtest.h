@@ -26,8 +26,8 @@ typedef struct dt_daemon {
  * it_timeout_ms() and the extra arguments that follow (up to a NULL). Asserts that it
  * accepts connections within 10 s (times the slack). */
 void dt_start(dt_daemon *d, const char *servers, ...);
-/* Make the next dt_start's dlockd run with an open-files limit of n, soft and hard
- * (it cannot raise it then). */
+/* Make the next dt_start's dlockd run (through prlimit(1)) with an open-files limit of n, soft and
+ * hard (it cannot raise it then). */
 void dt_next_nofile(long n);
 /* SIGTERM, then wait up to 10 s (times the slack) for it to exit; returns its wait
  * status. Safe on a daemon already stopped (returns 0). */
