@@ -34,6 +34,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #define W6_WARMUP      100
@@ -312,6 +313,17 @@ static const char *php_dir(void)
     return env != NULL && env[0] != '\0' ? env : DLOCK_BENCH_PHP_DIR;
 }
 
+/* "exit status N" or "killed by signal N", from a wait status. */
+static void describe_status(int st, char *out, size_t n)
+{
+    if (WIFEXITED(st))
+        snprintf(out, n, "exit status %d", WEXITSTATUS(st));
+    else if (WIFSIGNALED(st))
+        snprintf(out, n, "killed by signal %d", WTERMSIG(st));
+    else
+        snprintf(out, n, "wait status %d", st);
+}
+
 /* Everything a buyer printed (one line), NUL-terminated. */
 static void read_all(int fd, char *buf, size_t len)
 {
@@ -346,8 +358,9 @@ static int php_wait_ready(redisContext *admin, const char *k_ready, php_buyer *b
         for (int i = 0; i < n; i++) {
             if (!b[i].reaped && dh_exited(b[i].pid, &b[i].status)) {
                 b[i].reaped = true;
-                snprintf(why, whylen, "buyer %d exited before the start (status %d)", i,
-                         b[i].status);
+                char st[48];
+                describe_status(b[i].status, st, sizeof st);
+                snprintf(why, whylen, "buyer %d exited before the start (%s)", i, st);
                 return -1;
             }
         }
@@ -474,7 +487,9 @@ static int php_sale(bench_ctx *ctx, const char *php, const char *mode, redisCont
                                        "bought %ld last_sale_ns %lld retries %ld "
                                        "max_wait_ns %lld",
                                        &nb, &last, &nr, &maxw) != 4) {
-            snprintf(why, sizeof why, "buyer %d: exit status %d, output '%.*s'", i, b[i].status,
+            char st[48];
+            describe_status(b[i].status, st, sizeof st);
+            snprintf(why, sizeof why, "buyer %d: %s, output '%.*s'", i, st,
                      (int)strcspn(line, "\n"), line);
             bad = true;
             continue;
