@@ -1,8 +1,9 @@
 /*
  * bench.h: what the files of dlock-bench share.
  *
- * dlock-bench measures five workloads (W1 uncontended cycles, W2 the same from 8
- * clients, W3 one contended name, W4 Redlock on 1 to 5 nodes, W5 a flash sale) against
+ * dlock-bench measures six workloads (W1 uncontended cycles, W2 the same from 8
+ * clients, W3 one contended name, W4 Redlock on 1 to 5 nodes, W5 a flash sale, W6 W1
+ * through dlockd) against
  * redis-benchmark run on the same servers, under the same CPU placement, in the same
  * run. The parts:
  *   main.c       options, the order of the run, the figures table and BENCH lines
@@ -18,6 +19,9 @@
  *   cycles.c     W1, W2 and W4 (acquire + release cycles)
  *   contended.c  W3 (one name, blocking waits)
  *   flashsale.c  W5 (four ways to sell 1000 items to 50 buyers)
+ *   service.c    dlockd, the lock service, as a process of ours; W6 (W1 through it)
+ *                and W5's PHP sale (php-cli buyers, bench/php/buyer.php) with the
+ *                usual PHP recipe and through dlockd
  * W4's emulated network is the fault suite's relay (tests/support/relay.h), delaying.
  *
  * Everything but the relays and the workers runs on the main thread.
@@ -51,8 +55,9 @@
 enum pin_mode { PIN_SPLIT, PIN_SAME, PIN_NONE };
 
 typedef struct bench_opts {
-    bool run[6];    /* run[1..5]: which of W1..W5 */
+    bool run[7];    /* run[1..6]: which of W1..W6 */
     long w1_cycles; /* -n */
+    long w6_cycles; /* W6 cycles (as W1's by default) */
     int w2_clients; /* 8 */
     long w2_cycles; /* per client, 5000 */
     int w3_workers[BENCH_MAX_LIST];
@@ -67,6 +72,8 @@ typedef struct bench_opts {
     int delay_ms;         /* relay delay each way, 1 */
     long w5_stock;        /* 1000 */
     int w5_buyers;        /* 50 */
+    int php_buyers;       /* W5/php-*: php processes, 20 */
+    const char *dlockd;   /* --dlockd PATH, or NULL: $DLOCKD, else next to dlock-bench */
     int nodes;            /* servers for W1, W2, W3 and the W5 lock ways (1) */
     long requests;        /* redis-benchmark -n */
     int64_t timeout_ms;   /* dlock_config.timeout_ms */
@@ -190,6 +197,24 @@ long long stats_calls(const srv_stats *before, const srv_stats *after, const cha
 /* Print the per-command differences to stderr, "label: cmd +calls ...". */
 void stats_print(const char *label, const srv_stats *before, const srv_stats *after);
 
+/* ---- dlockd (service.c) ----------------------------------------------------- */
+
+typedef struct bench_dlockd {
+    pid_t pid; /* 0: not running */
+    int port;
+    char path[4096];
+} bench_dlockd;
+
+/* Start dlockd (path, or NULL: $DLOCKD, else dlockd next to this executable) in front
+ * of nodes [0, nodes) of ss, on a free 127.0.0.1 port, pinned to cpu (-1: not
+ * pinned), with timeout_ms as its per-server deadline. Returns 0 once it accepts
+ * connections, or -1 after printing why. Call it from the main thread (the child dies
+ * with the thread that forked it). */
+int dlockd_start(bench_dlockd *d, const bench_servers *ss, int nodes, const char *path, int cpu,
+                 int64_t timeout_ms);
+/* SIGTERM, then SIGKILL after 5 s. Safe on one not started. */
+void dlockd_stop(bench_dlockd *d);
+
 /* ---- baseline (baseline.c) ---------------------------------------------------- */
 
 typedef struct baseline {
@@ -223,8 +248,11 @@ typedef struct bench_ctx {
     const placement *place;
     double rps_c1, rps_c8; /* redis-benchmark SET rps at -c 1 and -c 8 (0: unknown) */
     double rtt_us;         /* p50 at -c 1 (0: unknown) */
-    bool failed;           /* a sanity check failed: exit non-zero */
-    int round;             /* 1..repeat */
+    double w1_per_s;       /* W1's cycles/s and p50 of this round, for W6 (0: unknown) */
+    double w1_p50_us;
+    const bench_dlockd *dlockd; /* NULL when no workload of the run needs it */
+    bool failed;                /* a sanity check failed: exit non-zero */
+    int round;                  /* 1..repeat */
 } bench_ctx;
 
 /* Record one figure: a row of the table and a BENCH line. ratio < 0 means none; `vs`
@@ -299,7 +327,11 @@ int run_w3(bench_ctx *ctx);
  * on node 1 through DEL + PUBLISH and SET NX; figures gap_p50_us and gap_p99_us.
  * 0, or -1 after bench_fail. */
 int run_wake(bench_ctx *ctx);
-/* W5 (flashsale.c): lock, lock-pipelined, watch, script, stock. */
+/* W5 (flashsale.c): lock, lock-pipelined, watch, script, stock, then the PHP sale. */
 int run_w5(bench_ctx *ctx);
+/* W5/php-recipe and W5/php-dlockd (service.c), run at the end of W5. */
+int run_w5_php(bench_ctx *ctx);
+/* W6 (service.c): W1 through dlockd, right after W1. */
+int run_w6(bench_ctx *ctx);
 
 #endif /* DLOCK_BENCH_H */

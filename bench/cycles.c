@@ -164,7 +164,7 @@ static void label_nodes(char *out, size_t n, const char *w, int nodes)
  * rate at the same number of clients (rps, named vs). The run's label is returned in
  * label. */
 static int uncontended(bench_ctx *ctx, const char *w, const char *tag, int clients, long cycles,
-                       double rps, const char *vs, char label[32], double *per_s)
+                       double rps, const char *vs, char label[32], double *per_s, double *p50_us)
 {
     const bench_opts *o = ctx->opt;
     char urls[BENCH_MAX_NODES * 620];
@@ -178,7 +178,8 @@ static int uncontended(bench_ctx *ctx, const char *w, const char *tag, int clien
      * take it as the workload's headline figure. */
     fig(label, "cycles_per_s", r.per_s, 0, ratio(r.per_s, rps), vs);
     *per_s = r.per_s;
-    fig(label, "p50_us", (double)r.p50_ns / 1000, 0, -1, NULL);
+    *p50_us = (double)r.p50_ns / 1000;
+    fig(label, "p50_us", *p50_us, 0, -1, NULL);
     fig(label, "p99_us", (double)r.p99_ns / 1000, 0, -1, NULL);
     return 0;
 }
@@ -217,10 +218,14 @@ static int w1_kinds(bench_ctx *ctx, const char *w1_label, double w1_per_s)
 int run_w1(bench_ctx *ctx)
 {
     char label[32];
-    double per_s = 0;
+    double per_s = 0, p50 = 0;
+    ctx->w1_per_s = ctx->w1_p50_us = 0;
     if (uncontended(ctx, "W1", "w1", 1, ctx->opt->w1_cycles, ctx->rps_c1, "SET rps -c1", label,
-                    &per_s) != 0)
+                    &per_s, &p50) != 0)
         return -1;
+    /* W6 runs next and compares itself with these. */
+    ctx->w1_per_s = per_s;
+    ctx->w1_p50_us = p50;
     return w1_kinds(ctx, label, per_s);
 }
 
@@ -228,9 +233,9 @@ int run_w2(bench_ctx *ctx)
 {
     const bench_opts *o = ctx->opt;
     char label[32];
-    double per_s;
+    double per_s, p50;
     if (uncontended(ctx, "W2", "w2", o->w2_clients, o->w2_cycles, ctx->rps_c8, "SET rps -c8", label,
-                    &per_s) != 0)
+                    &per_s, &p50) != 0)
         return -1;
     /* ru_maxrss is the peak of the process so far: the baselines ran in children
      * (not counted), W1 before this used less, so in the first round it is W2's peak.

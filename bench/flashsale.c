@@ -490,5 +490,7 @@ int run_w5(bench_ctx *ctx)
             script_ms = ms;
     }
     redisFree(admin);
+    if (run_w5_php(ctx) != 0)
+        rc = -1;
     return rc;
 }

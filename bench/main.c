@@ -2,7 +2,7 @@
  * main.c: dlock-bench's options, the order of a run, and the report.
  *
  * A run: decide the CPU placement and pin ourselves; start the servers (or take -s);
- * then, `repeat` times, redis-benchmark SET -c 1 on node 1, W1, redis-benchmark SET
+ * then, `repeat` times, redis-benchmark SET -c 1 on node 1, W1, W6, redis-benchmark SET
  * -c 8, W2, baseline/wake and W3, W4, W5 (those chosen); print the table and then one BENCH line
  * per figure (docs/benchmarks.md explains them), each the median of its rounds, the machine line
  * first. Progress goes to stderr, the figures to stdout.
@@ -153,7 +153,7 @@ static void print_value(FILE *out, double v, int decimals)
 }
 
 /* The table (for people) and the BENCH lines (for scripts), in the order the
- * figures were first recorded: machine, then c1, W1, c8, W2, wake, W3, W4, W5. */
+ * figures were first recorded: machine, then c1, W1, W6, c8, W2, wake, W3, W4, W5. */
 static void print_report(const bench_ctx *ctx, double other_cpus, double steal_cpus)
 {
     const placement *p = ctx->place;
@@ -221,17 +221,22 @@ static void usage(FILE *out)
     fprintf(out,
             "usage: dlock-bench [options]\n"
             "\n"
-            "Runs the workloads W1-W5 on redis-server processes it starts (or on -s\n"
+            "Runs the workloads W1-W6 on redis-server processes it starts (or on -s\n"
             "servers), beside redis-benchmark SET -c 1 and -c 8 on the same servers under the\n"
             "same CPU placement. Figures go to stdout (a table, then BENCH lines); progress to\n"
             "stderr. With W3, baseline/wake runs just before it: two threads hand a key to\n"
             "each other through DEL + PUBLISH (one EVAL) and SET NX, the raw hand-over that\n"
             "W3's xgap can at best match. W5 sells with lock (GET, SET, INCR: three round\n"
             "trips in the lock), lock-pipelined (SET and INCR in one), watch, script, and\n"
-            "stock (the library's reserve + commit, two script calls per unit).\n"
+            "stock (the library's reserve + commit, two script calls per unit), then\n"
+            "php-recipe and php-dlockd: php-cli buyers with SET NX EX + usleep(1000) + a Lua\n"
+            "release, and through dlockd (LOCK WAIT, UNLOCK). W6 is W1 through dlockd (LOCK +\n"
+            "UNLOCK over RESP from one hiredis connection), compared with W1 of the same\n"
+            "round, which it runs too. W5 and W6 start build/dlockd themselves.\n"
             "\n"
-            "  -w, --workloads LIST    which of W1,W2,W3,W4,W5 (default all)\n"
+            "  -w, --workloads LIST    which of W1,W2,W3,W4,W5,W6 (default all)\n"
             "  -n, --cycles N          W1 cycles (20000)\n"
+            "      --w6-cycles N       W6 cycles (as W1's)\n"
             "      --w2-cycles N       W2 cycles per client (5000)\n"
             "      --w2-clients N      W2 clients (8)\n"
             "      --w3-sections N     W3 critical sections per worker (200)\n"
@@ -244,6 +249,9 @@ static void usage(FILE *out)
             "      --delay-ms D        W4 relay delay each way, 0 for none (1)\n"
             "      --w5-stock N        W5 items (1000)\n"
             "      --w5-buyers N       W5 buyers (50)\n"
+            "      --php-buyers N      W5/php-* php processes (20); stock as --w5-stock\n"
+            "      --dlockd PATH       the dlockd to run (default $DLOCKD, else the dlockd\n"
+            "                          next to dlock-bench)\n"
             "      --nodes N           servers for W1, W2, W3 and the W5 lock ways (1)\n"
             "      --requests N        redis-benchmark -n (50000)\n"
             "      --timeout-ms MS     dlock_config.timeout_ms (1000)\n"
@@ -293,19 +301,19 @@ static bool parse_list(const char *s, int min, int max, int *v, int *n)
     return *n > 0;
 }
 
-/* "W1,W3" (any case) or "all" into run[1..5]. */
-static bool parse_workloads(const char *s, bool run[6])
+/* "W1,W3" (any case) or "all" into run[1..6]. */
+static bool parse_workloads(const char *s, bool run[7])
 {
-    memset(run, 0, 6 * sizeof run[0]);
+    memset(run, 0, 7 * sizeof run[0]);
     char buf[256];
     snprintf(buf, sizeof buf, "%s", s);
     char *save = NULL;
     bool any = false;
     for (char *tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
-        if ((tok[0] == 'W' || tok[0] == 'w') && tok[1] >= '1' && tok[1] <= '5' && tok[2] == '\0')
+        if ((tok[0] == 'W' || tok[0] == 'w') && tok[1] >= '1' && tok[1] <= '6' && tok[2] == '\0')
             run[tok[1] - '0'] = any = true;
         else if (strcasecmp(tok, "all") == 0)
-            run[1] = run[2] = run[3] = run[4] = run[5] = any = true;
+            run[1] = run[2] = run[3] = run[4] = run[5] = run[6] = any = true;
         else
             return false;
     }
@@ -332,7 +340,10 @@ enum {
     OPT_SERVER_CPU,
     OPT_CLIENT_CPU,
     OPT_QUICK,
-    OPT_REPEAT
+    OPT_REPEAT,
+    OPT_W6_CYCLES,
+    OPT_PHP_BUYERS,
+    OPT_DLOCKD
 };
 
 /* The reference sizes: a run with no options is the run whose figures
@@ -340,8 +351,9 @@ enum {
 static void defaults(bench_opts *o)
 {
     memset(o, 0, sizeof *o);
-    o->run[1] = o->run[2] = o->run[3] = o->run[4] = o->run[5] = true;
+    o->run[1] = o->run[2] = o->run[3] = o->run[4] = o->run[5] = o->run[6] = true;
     o->w1_cycles = 20000;
+    o->w6_cycles = 0; /* as w1_cycles, once the options are read */
     o->w2_clients = 8;
     o->w2_cycles = 5000;
     o->w3_workers[0] = 8;
@@ -356,6 +368,7 @@ static void defaults(bench_opts *o)
     o->delay_ms = 1;
     o->w5_stock = 1000;
     o->w5_buyers = 50;
+    o->php_buyers = 20;
     o->nodes = 1;
     o->requests = 50000;
     o->timeout_ms = 1000;
@@ -391,6 +404,9 @@ static int parse_args(int argc, char **argv, bench_opts *o)
         {"client-cpu", required_argument, NULL, OPT_CLIENT_CPU},
         {"quick", no_argument, NULL, OPT_QUICK},
         {"repeat", required_argument, NULL, OPT_REPEAT},
+        {"w6-cycles", required_argument, NULL, OPT_W6_CYCLES},
+        {"php-buyers", required_argument, NULL, OPT_PHP_BUYERS},
+        {"dlockd", required_argument, NULL, OPT_DLOCKD},
         {"quiet", no_argument, NULL, 'q'},
         {"verbose", no_argument, NULL, 'v'},
         {"help", no_argument, NULL, 'h'},
@@ -407,6 +423,7 @@ static int parse_args(int argc, char **argv, bench_opts *o)
             o->w4_cycles = 300;
             o->w4_delay_cycles = 50;
             o->w5_stock = 200;
+            o->w6_cycles = 500;
             o->requests = 10000;
             o->repeat = 1;
         }
@@ -457,6 +474,16 @@ static int parse_args(int argc, char **argv, bench_opts *o)
             break;
         case OPT_W5_STOCK:
             ok = parse_long(optarg, 1, big, &o->w5_stock);
+            break;
+        case OPT_W6_CYCLES:
+            ok = parse_long(optarg, 1, big, &o->w6_cycles);
+            break;
+        case OPT_PHP_BUYERS:
+            ok = parse_long(optarg, 1, 256, &v);
+            o->php_buyers = (int)v;
+            break;
+        case OPT_DLOCKD:
+            o->dlockd = optarg;
             break;
         case OPT_W5_BUYERS:
             ok = parse_long(optarg, 1, 256, &v);
@@ -526,6 +553,8 @@ static int parse_args(int argc, char **argv, bench_opts *o)
         fprintf(stderr, "dlock-bench: unexpected argument: %s (see -h)\n", argv[optind]);
         return 1;
     }
+    if (o->w6_cycles == 0)
+        o->w6_cycles = o->w1_cycles;
     return 0;
 }
 
@@ -607,24 +636,40 @@ int main(int argc, char **argv)
         }
     }
 
+    /* W5's PHP sale and W6 go through dlockd, one process for the run, in front of
+     * the servers W1 uses. */
+    static bench_dlockd dlockd;
+    if (o.run[5] || o.run[6]) {
+        progress("starting dlockd");
+        if (dlockd_start(&dlockd, &servers, o.nodes, o.dlockd, place.server_cpu, o.timeout_ms) !=
+            0) {
+            servers_stop(&servers);
+            return BENCH_EXIT_SERVERS;
+        }
+        progress("dlockd %s on port %d", dlockd.path, dlockd.port);
+    }
+
     /* Rounds: the baselines and the workloads, in order, `repeat` times. On a shared or
      * virtual machine a burst of other work can hit any single measurement; a figure
      * that is the median of its rounds does not move with one burst, and the baselines
      * of a round are taken minutes, not hours, from its workloads. */
-    bench_ctx ctx = {.opt = &o, .servers = &servers, .place = &place};
+    bench_ctx ctx = {
+        .opt = &o, .servers = &servers, .place = &place, .dlockd = dlockd.pid > 0 ? &dlockd : NULL};
     int (*const runs[6])(bench_ctx *) = {NULL, run_w1, run_w2, run_w3, run_w4, run_w5};
     int status = 0;
     for (ctx.round = 1; ctx.round <= o.repeat && status == 0; ctx.round++) {
         if (o.repeat > 1)
             progress("round %d of %d", ctx.round, o.repeat);
-        /* c1, W1, c8, W2, wake, W3, W4, W5: the baselines stand next to what they
-         * measure. */
+        /* c1, W1, W6, c8, W2, wake, W3, W4, W5: the baselines stand next to what they
+         * measure, and W6 next to W1, the denominator of its ratios (so W6 runs W1 too). */
         if (run_baseline(&ctx, 1) != 0) {
             status = BENCH_EXIT_SERVERS;
             break;
         }
-        if (o.run[1])
+        if (o.run[1] || o.run[6])
             run_w1(&ctx);
+        if (o.run[6])
+            run_w6(&ctx);
         if (run_baseline(&ctx, 8) != 0) {
             status = BENCH_EXIT_SERVERS;
             break;
@@ -636,14 +681,19 @@ int main(int argc, char **argv)
                 runs[w](&ctx);
         }
     }
-    pid_t pids[BENCH_MAX_NODES];
+    /* dlockd's CPU time is the run's own, like the servers'. */
+    pid_t pids[BENCH_MAX_NODES + 1];
+    int npids = 0;
     for (int i = 0; i < servers.n; i++)
-        pids[i] = servers.s[i].pid;
-    cpu_usage_take(&u1, pids, servers.n);
+        pids[npids++] = servers.s[i].pid;
+    if (dlockd.pid > 0)
+        pids[npids++] = dlockd.pid;
+    cpu_usage_take(&u1, pids, npids);
     double other, steal;
     cpu_usage_diff(&u0, &u1, &other, &steal);
     if (status == 0)
         print_report(&ctx, other, steal);
+    dlockd_stop(&dlockd);
     servers_stop(&servers);
     if (status != 0)
         return status;

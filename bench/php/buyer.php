@@ -1,0 +1,146 @@
+<?php
+/*
+ * buyer.php: one buyer of dlock-bench's PHP flash sale (W5/php-recipe, W5/php-dlockd).
+ * The bench starts 20 of these at once; each buys one unit at a time until it finds
+ * the stock gone, every purchase inside a lock taken one of two ways:
+ *
+ *   recipe  what PHP code does without a lock service: SET lock token NX EX 10,
+ *           usleep(1000) between refused tries, release by a Lua compare-and-delete;
+ *   dlockd  LOCK name WAIT 5000 sent to dlockd, UNLOCK name token after.
+ *
+ * Either way the stock is read (GET) and decremented (DECR) on the redis-server
+ * itself, so a lock that let two buyers in at once would show as units sold beyond
+ * the stock, which the bench counts.
+ *
+ * usage: php buyer.php recipe|dlockd HOST PORT PASSWORD DB DLOCKD_PORT KEY_PREFIX NAME ID
+ *   KEY_PREFIX  prefix of this sale's keys on the redis-server (stock, ready, go, and
+ *               the recipe's lock key)
+ *   NAME        the lock name given to dlockd (dlockd adds its own key prefix)
+ *
+ * Start: the buyer connects, runs one warm-up cycle on a lock of its own (so that
+ * connecting and the servers' script caches are not in the figures), INCRs the
+ * "ready" key and blocks in BLPOP on "go" until the bench pushes one element per
+ * buyer. At the end it prints one line on stdout:
+ *   bought N last_sale_ns T retries R max_wait_ns W
+ * with T the CLOCK_MONOTONIC time (hrtime) of its last purchase, R its refused
+ * attempts (recipe: SET NX refusals; dlockd: LOCK replies of nil) and W its longest
+ * time to get the lock. Any failure is one line on stderr and exit status 1.
+ */
+declare(strict_types=1);
+
+function fail(string $msg): void
+{
+    fwrite(STDERR, "buyer.php: $msg\n");
+    exit(1);
+}
+
+if ($argc !== 10) {
+    fail('usage: buyer.php recipe|dlockd HOST PORT PASSWORD DB DLOCKD_PORT KEY_PREFIX NAME ID');
+}
+[, $mode, $host, $port, $password, $db, $dport, $prefix, $name, $id] = $argv;
+if ($mode !== 'recipe' && $mode !== 'dlockd') {
+    fail("unknown mode '$mode'");
+}
+if (!class_exists('Redis')) {
+    fail('the Redis class is missing: install php-redis');
+}
+
+/* A read timeout above every wait here (BLPOP's 30 s, LOCK's 5 s): a shorter one would
+ * turn a long wait into a connection error. */
+function connect_to(string $host, int $port): Redis
+{
+    $r = new Redis();
+    if (!$r->connect($host, $port, 5.0)) {
+        fail("cannot connect to $host:$port");
+    }
+    $r->setOption(Redis::OPT_READ_TIMEOUT, 60);
+    return $r;
+}
+
+try {
+    $r = connect_to($host, (int)$port);
+    if ($password !== '') {
+        $r->auth($password);
+    }
+    if ((int)$db !== 0) {
+        $r->select((int)$db);
+    }
+    $d = $mode === 'dlockd' ? connect_to('127.0.0.1', (int)$dport) : null;
+
+    $stockKey = $prefix . 'stock';
+    $lockKey = $prefix . 'recipe-lock';
+    /* Compare-and-delete: release only the lock this buyer still holds. */
+    $release = "if redis.call('get', KEYS[1]) == ARGV[1] then\n" .
+        "  return redis.call('del', KEYS[1])\n" .
+        "end\n" .
+        "return 0\n";
+
+    /* One cycle on a lock of its own, not counted. */
+    if ($mode === 'recipe') {
+        $token = bin2hex(random_bytes(16));
+        $r->set("$lockKey:warm:$id", $token, ['nx', 'ex' => 10]);
+        $r->eval($release, ["$lockKey:warm:$id", $token], 1);
+    } else {
+        $l = $d->rawCommand('LOCK', "$name:warm:$id", 'WAIT', '5000');
+        if (!is_array($l) || $d->rawCommand('UNLOCK', "$name:warm:$id", $l[0]) !== 1) {
+            fail('warm-up LOCK/UNLOCK through dlockd failed: ' . ($d->getLastError() ?? '?'));
+        }
+    }
+
+    $r->incr($prefix . 'ready');
+    if ($r->blPop([$prefix . 'go'], 30) === []) {
+        fail('no start signal within 30 s');
+    }
+
+    $bought = 0;
+    $retries = 0;
+    $lastSale = 0;
+    $maxWait = 0;
+    for (;;) {
+        $t0 = hrtime(true);
+        if ($mode === 'recipe') {
+            $token = bin2hex(random_bytes(16));
+            while (!$r->set($lockKey, $token, ['nx', 'ex' => 10])) {
+                $retries++;
+                usleep(1000);
+            }
+        } else {
+            for (;;) {
+                $d->clearLastError();
+                $l = $d->rawCommand('LOCK', $name, 'WAIT', '5000');
+                if (is_array($l)) {
+                    $token = $l[0];
+                    break;
+                }
+                if ($d->getLastError() !== null) {
+                    fail('LOCK: ' . $d->getLastError());
+                }
+                $retries++; /* nil: not granted within WAIT */
+            }
+        }
+        $maxWait = max($maxWait, hrtime(true) - $t0);
+
+        $stock = (int)$r->get($stockKey);
+        if ($stock > 0) {
+            $r->decr($stockKey);
+            $bought++;
+            $lastSale = hrtime(true);
+        }
+
+        if ($mode === 'recipe') {
+            $r->eval($release, [$lockKey, $token], 1);
+        } else {
+            $u = $d->rawCommand('UNLOCK', $name, $token);
+            if ($u !== 1) {
+                fail('UNLOCK replied ' . var_export($u, true) . ': ' . ($d->getLastError() ?? ''));
+            }
+        }
+        if ($stock <= 0) {
+            break;
+        }
+    }
+    printf("bought %d last_sale_ns %d retries %d max_wait_ns %d\n", $bought, $lastSale, $retries,
+        $maxWait);
+} catch (RedisException $e) {
+    fail($e->getMessage());
+}

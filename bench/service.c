@@ -1,0 +1,568 @@
+/*
+ * service.c: the workloads through dlockd, the lock service.
+ *
+ * The bench starts build/dlockd itself (the binary next to dlock-bench, or --dlockd
+ * PATH), as a real process in front of the same redis-server that W1 uses, pinned as
+ * the servers are, on a free 127.0.0.1 port. It is stopped with SIGTERM at the end of
+ * the run, and dies with the bench if the bench is killed (PR_SET_PDEATHSIG, as every
+ * child of the test-support library).
+ *
+ *   W6  W1 through dlockd: one hiredis connection, LOCK name TTL 10000 then UNLOCK
+ *       name token per cycle, no pipelining (a cycle is two round trips to dlockd, each
+ *       of which makes one to Redis). cycles_per_s carries the ratio to W1's of the
+ *       same round; p50_us the ratio to W1's p50, and p50_extra_rtt the difference
+ *       from W1's p50 in RTTs (redis-benchmark's p50 at -c 1). The LOCK is a session
+ *       lock, dlockd's default (renewed while the connection lives, released when it
+ *       closes); W6/detached is the same with DETACHED (a plain lease, as W1's), so the
+ *       two show what the session's bookkeeping costs.
+ *   W5/php-recipe, W5/php-dlockd  the flash sale in PHP: 20 php-cli processes
+ *       (bench/php/buyer.php, phpredis) started together, selling the W5 stock with
+ *       the usual PHP recipe (SET NX EX, usleep(1000) between tries, a Lua release)
+ *       or through dlockd (LOCK WAIT 5000, UNLOCK), the stock read and decremented on
+ *       the redis-server either way. php-dlockd's sellout_ms carries its ratio to
+ *       php-recipe's of the same round (below 1: dlockd sells out faster).
+ */
+#include "bench.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#define W6_WARMUP      100
+#define DLOCKD_WAIT_MS 10000 /* for dlockd to accept connections */
+#define PHP_READY_MS   30000 /* for every buyer to connect and warm up */
+#define PHP_SALE_MS    60000 /* for the sale itself; the buyers are killed after */
+#define PHP_MAX_BUYERS 256
+
+/* ---- the dlockd process ------------------------------------------------------- */
+
+/* $DLOCKD (as CTest sets it for the service tests), else dlockd in the directory of
+ * this executable: the build puts both in build/. */
+static int find_dlockd(const char *given, char *out, size_t n)
+{
+    const char *env = getenv("DLOCKD");
+    if (given == NULL && env != NULL && env[0] != '\0')
+        given = env;
+    if (given != NULL) {
+        snprintf(out, n, "%s", given);
+    } else {
+        /* Our own path, its last component replaced. */
+        if (n < 8)
+            return -1;
+        ssize_t len = readlink("/proc/self/exe", out, n - 8);
+        if (len < 0)
+            return -1;
+        out[len] = '\0';
+        char *slash = strrchr(out, '/');
+        memcpy(slash != NULL ? slash + 1 : out, "dlockd", 7);
+    }
+    return access(out, X_OK) == 0 ? 0 : -1;
+}
+
+/* A port that nobody listens on now. Another process may take it before dlockd binds
+ * it; dlockd then exits and the caller tries another. */
+static int free_port(void)
+{
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0)
+        return -1;
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t len = sizeof a;
+    int port = -1;
+    if (bind(fd, (struct sockaddr *)&a, sizeof a) == 0 &&
+        getsockname(fd, (struct sockaddr *)&a, &len) == 0)
+        port = ntohs(a.sin_port);
+    close(fd);
+    return port;
+}
+
+static bool accepts(int port)
+{
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0)
+        return false;
+    struct sockaddr_in a = {.sin_family = AF_INET,
+                            .sin_port = htons((uint16_t)port),
+                            .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    bool ok = connect(fd, (struct sockaddr *)&a, sizeof a) == 0;
+    close(fd);
+    return ok;
+}
+
+int dlockd_start(bench_dlockd *d, const bench_servers *ss, int nodes, const char *path, int cpu,
+                 int64_t timeout_ms)
+{
+    memset(d, 0, sizeof *d);
+    if (find_dlockd(path, d->path, sizeof d->path) != 0) {
+        fprintf(stderr,
+                "dlock-bench: dlockd not found or not executable: %s (build it with make, or "
+                "give --dlockd PATH)\n",
+                d->path[0] ? d->path : "?");
+        return -1;
+    }
+    char urls[BENCH_MAX_NODES * 620], timeout[24], portstr[16];
+    servers_urls(ss, 0, nodes, urls, sizeof urls);
+    snprintf(timeout, sizeof timeout, "%lld", (long long)timeout_ms);
+    for (int attempt = 0; attempt < 5; attempt++) {
+        int port = free_port();
+        if (port <= 0)
+            break;
+        snprintf(portstr, sizeof portstr, "%d", port);
+        /* Its key prefix is the bench's, so that the clean-up after a -s run finds
+         * W6's keys too. The URLs go on its command line as they went to
+         * redis-benchmark's: these are the bench's own servers, or the user's -s. */
+        const char *argv[] = {d->path,    "-s",         urls,        "-p",    portstr,
+                              "--prefix", BENCH_PREFIX, "--timeout", timeout, NULL};
+        /* Its log (a line at start and stop, and errors) goes to our stderr. */
+        pid_t pid = place_spawn(argv, cpu, -1, STDERR_FILENO, true);
+        if (pid < 0)
+            return -1;
+        int64_t deadline = now_ns() + (int64_t)DLOCKD_WAIT_MS * 1000000;
+        while (now_ns() < deadline) {
+            int status;
+            if (dh_exited(pid, &status))
+                break; /* the port was taken meanwhile, or it could not start */
+            if (accepts(port)) {
+                d->pid = pid;
+                d->port = port;
+                return 0;
+            }
+            dh_sleep_ms(5);
+        }
+        if (!dh_exited(pid, NULL)) {
+            dh_reap(pid, 0, NULL);
+            fprintf(stderr, "dlock-bench: dlockd did not accept connections within %d ms\n",
+                    DLOCKD_WAIT_MS);
+            return -1;
+        }
+    }
+    fprintf(stderr, "dlock-bench: dlockd would not start (see its messages above)\n");
+    return -1;
+}
+
+void dlockd_stop(bench_dlockd *d)
+{
+    if (d->pid <= 0)
+        return;
+    kill(d->pid, SIGTERM);
+    int status = 0;
+    if (!dh_reap(d->pid, 5000, &status))
+        fprintf(stderr, "dlock-bench: dlockd did not stop within 5 s of SIGTERM: killed\n");
+    d->pid = 0;
+}
+
+/* ---- W6 ------------------------------------------------------------------------ */
+
+typedef struct w6_arg {
+    const bench_ctx *ctx;
+    bool detached;
+    long cycles;
+    long warmup;
+    int64_t *lat; /* [cycle], nanoseconds */
+} w6_arg;
+
+/* One LOCK + UNLOCK. 0, or -1 with why in err. */
+static int w6_cycle(redisContext *c, const char *name, bool detached, char *err, size_t errlen)
+{
+    redisReply *r = detached ? redisCommand(c, "LOCK %s TTL %d DETACHED", name, BENCH_TTL_MS)
+                             : redisCommand(c, "LOCK %s TTL %d", name, BENCH_TTL_MS);
+    if (r == NULL) {
+        snprintf(err, errlen, "LOCK %s: %s", name, c->errstr);
+        return -1;
+    }
+    if (r->type != REDIS_REPLY_ARRAY || r->elements != 3 ||
+        r->element[0]->type != REDIS_REPLY_STRING || r->element[0]->len >= 64) {
+        snprintf(err, errlen, "LOCK %s: unexpected reply (type %d%s%s)", name, r->type,
+                 r->type == REDIS_REPLY_ERROR ? ": " : "",
+                 r->type == REDIS_REPLY_ERROR ? r->str : "");
+        freeReplyObject(r);
+        return -1;
+    }
+    char token[64];
+    memcpy(token, r->element[0]->str, r->element[0]->len + 1);
+    freeReplyObject(r);
+    r = redisCommand(c, "UNLOCK %s %s", name, token);
+    if (r == NULL) {
+        snprintf(err, errlen, "UNLOCK %s: %s", name, c->errstr);
+        return -1;
+    }
+    bool ok = r->type == REDIS_REPLY_INTEGER && r->integer == 1;
+    if (!ok)
+        snprintf(err, errlen, "UNLOCK %s: expected 1, got type %d (%lld%s%s)", name, r->type,
+                 r->integer, r->str ? " " : "", r->str ? r->str : "");
+    freeReplyObject(r);
+    return ok ? 0 : -1;
+}
+
+static void w6_worker(team *t, int id, void *p)
+{
+    w6_arg *a = p;
+    char name[128], err[600];
+    struct timeval tv = {.tv_sec = 10};
+    redisContext *c = redisConnectWithTimeout("127.0.0.1", a->ctx->dlockd->port, tv);
+    if (c == NULL || c->err) {
+        team_error(t, "connect to dlockd: %s", c ? c->errstr : "out of memory");
+        redisFree(c);
+        c = NULL;
+    } else {
+        redisSetTimeout(c, tv);
+    }
+    /* Warm-up, as W1's: not measured, names of their own. */
+    for (long i = 0; c != NULL && i < a->warmup && !team_stopped(t); i++) {
+        snprintf(name, sizeof name, "w6%s:r%d:warm:%d:%ld", a->detached ? "d" : "", a->ctx->round,
+                 id, i);
+        if (w6_cycle(c, name, a->detached, err, sizeof err) != 0) {
+            team_error(t, "warm-up: %s", err);
+            break;
+        }
+    }
+    team_ready(t);
+    for (long i = 0; c != NULL && i < a->cycles && !team_stopped(t); i++) {
+        snprintf(name, sizeof name, "w6%s:r%d:%d:%ld", a->detached ? "d" : "", a->ctx->round, id,
+                 i);
+        int64_t t0 = now_ns();
+        if (w6_cycle(c, name, a->detached, err, sizeof err) != 0) {
+            team_error(t, "%s", err);
+            break;
+        }
+        a->lat[i] = now_ns() - t0;
+        atomic_fetch_add(&t->done, 1);
+    }
+    team_end(t);
+    redisFree(c);
+}
+
+/* One W6 run: session locks, or detached ones. */
+static int w6_one(bench_ctx *ctx, bool detached)
+{
+    const bench_opts *o = ctx->opt;
+    char label[32];
+    snprintf(label, sizeof label, "W6");
+    if (o->nodes > 1)
+        snprintf(label + 2, sizeof label - 2, "/n%d", o->nodes);
+    if (detached)
+        snprintf(label + strlen(label), sizeof label - strlen(label), "/detached");
+    if (ctx->dlockd == NULL || ctx->dlockd->pid <= 0) {
+        bench_fail(ctx, "%s: dlockd is not running", label);
+        return -1;
+    }
+    w6_arg a = {.ctx = ctx, .detached = detached, .cycles = o->w6_cycles};
+    a.warmup = a.cycles / 10 < W6_WARMUP ? a.cycles / 10 : W6_WARMUP;
+    a.lat = calloc((size_t)a.cycles, sizeof *a.lat);
+    if (a.lat == NULL) {
+        bench_fail(ctx, "%s: out of memory", label);
+        return -1;
+    }
+    progress("%s: 1 client x %ld cycles through dlockd (port %d)", label, a.cycles,
+             ctx->dlockd->port);
+    team t;
+    if (team_run(&t, label, 1, a.cycles, w6_worker, &a, NULL, NULL) != 0) {
+        bench_fail(ctx, "%s: %s", label, t.err);
+        free(a.lat);
+        return -1;
+    }
+    double secs = (double)(t.end_ns - t.start_ns) / 1e9;
+    double per_s = secs > 0 ? (double)a.cycles / secs : 0;
+    samples_sort(a.lat, (size_t)a.cycles);
+    double p50 = (double)percentile_sorted(a.lat, (size_t)a.cycles, 50) / 1000;
+    double p99 = (double)percentile_sorted(a.lat, (size_t)a.cycles, 99) / 1000;
+    free(a.lat);
+    /* Without W1 in this round there is nothing to compare with (main runs W1 with
+     * W6, so this only happens when W1 failed). */
+    bool w1 = ctx->w1_per_s > 0 && ctx->w1_p50_us > 0;
+    fig(label, "cycles_per_s", per_s, 0, w1 ? per_s / ctx->w1_per_s : -1, "W1");
+    fig(label, "p50_us", p50, 0, w1 ? p50 / ctx->w1_p50_us : -1, "W1 p50");
+    if (w1 && ctx->rtt_us > 0)
+        fig(label, "p50_extra_rtt", (p50 - ctx->w1_p50_us) / ctx->rtt_us, 2, -1, NULL);
+    fig(label, "p99_us", p99, 0, -1, NULL);
+    progress("%s: %.0f cycles/s, p50 %.0f us, p99 %.0f us (%.2f s)", label, per_s, p50, p99, secs);
+    return 0;
+}
+
+int run_w6(bench_ctx *ctx)
+{
+    int rc = w6_one(ctx, false);
+    if (w6_one(ctx, true) != 0)
+        rc = -1;
+    return rc;
+}
+
+/* ---- the PHP flash sale ------------------------------------------------------- */
+
+typedef struct php_buyer {
+    pid_t pid;
+    int out; /* read end of its stdout */
+    int status;
+    bool reaped;
+} php_buyer;
+
+/* The directory of buyer.php: $DLOCK_BENCH_PHP_DIR, else the source tree's bench/php
+ * (the bench runs from a build tree; it is not installed). */
+static const char *php_dir(void)
+{
+    const char *env = getenv("DLOCK_BENCH_PHP_DIR");
+    return env != NULL && env[0] != '\0' ? env : DLOCK_BENCH_PHP_DIR;
+}
+
+/* "exit status N" or "killed by signal N", from a wait status. */
+static void describe_status(int st, char *out, size_t n)
+{
+    if (WIFEXITED(st))
+        snprintf(out, n, "exit status %d", WEXITSTATUS(st));
+    else if (WIFSIGNALED(st))
+        snprintf(out, n, "killed by signal %d", WTERMSIG(st));
+    else
+        snprintf(out, n, "wait status %d", st);
+}
+
+/* Everything a buyer printed (one line), NUL-terminated. */
+static void read_all(int fd, char *buf, size_t len)
+{
+    size_t got = 0;
+    while (got < len - 1) {
+        ssize_t n = read(fd, buf + got, len - 1 - got);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n <= 0)
+            break;
+        got += (size_t)n;
+    }
+    buf[got] = '\0';
+}
+
+/* Wait until the sale's "ready" counter reaches n, failing early when a buyer has
+ * already exited (php or php-redis missing, a connection refused). */
+static int php_wait_ready(redisContext *admin, const char *k_ready, php_buyer *b, int n, char *why,
+                          size_t whylen)
+{
+    int64_t deadline = now_ns() + (int64_t)PHP_READY_MS * 1000000;
+    while (now_ns() < deadline) {
+        redisReply *r = server_cmd(admin, "GET %s", k_ready);
+        if (r == NULL) {
+            snprintf(why, whylen, "GET of the ready counter failed");
+            return -1;
+        }
+        long ready = r->type == REDIS_REPLY_STRING ? strtol(r->str, NULL, 10) : 0;
+        freeReplyObject(r);
+        if (ready >= n)
+            return 0;
+        for (int i = 0; i < n; i++) {
+            if (!b[i].reaped && dh_exited(b[i].pid, &b[i].status)) {
+                b[i].reaped = true;
+                char st[48];
+                describe_status(b[i].status, st, sizeof st);
+                snprintf(why, whylen, "buyer %d exited before the start (%s)", i, st);
+                return -1;
+            }
+        }
+        dh_sleep_ms(2);
+    }
+    snprintf(why, whylen, "the buyers were not ready within %d ms", PHP_READY_MS);
+    return -1;
+}
+
+/* One PHP sale: mode "recipe" or "dlockd". *sellout_ms gets its sellout time;
+ * recipe_ms (0: none) is php-recipe's of the same round, for php-dlockd's ratio. */
+static int php_sale(bench_ctx *ctx, const char *php, const char *mode, redisContext *admin,
+                    double recipe_ms, double *sellout_ms)
+{
+    const bench_opts *o = ctx->opt;
+    const bench_server *s = &ctx->servers->s[0];
+    int n = o->php_buyers;
+    char label[48], script[PATH_MAX], prefix[96], name[64], port[16], db[16], dport[16];
+    snprintf(label, sizeof label, "W5/php-%s", mode);
+    snprintf(script, sizeof script, "%s/buyer.php", php_dir());
+    snprintf(prefix, sizeof prefix, "%sw5php:r%d:%s:", BENCH_PREFIX, ctx->round, mode);
+    snprintf(name, sizeof name, "w5php:r%d:sale", ctx->round);
+    snprintf(port, sizeof port, "%d", s->port);
+    snprintf(db, sizeof db, "%d", s->db);
+    snprintf(dport, sizeof dport, "%d", ctx->dlockd != NULL ? ctx->dlockd->port : 0);
+    if (access(script, R_OK) != 0) {
+        bench_fail(ctx, "%s: %s: %s (set $DLOCK_BENCH_PHP_DIR)", label, script, strerror(errno));
+        return -1;
+    }
+    if (strcmp(mode, "dlockd") == 0 && (ctx->dlockd == NULL || ctx->dlockd->pid <= 0)) {
+        bench_fail(ctx, "%s: dlockd is not running", label);
+        return -1;
+    }
+    char k_stock[128], k_ready[128], k_go[128];
+    snprintf(k_stock, sizeof k_stock, "%sstock", prefix);
+    snprintf(k_ready, sizeof k_ready, "%sready", prefix);
+    snprintf(k_go, sizeof k_go, "%sgo", prefix);
+    redisReply *r = server_cmd(admin, "SET %s %ld", k_stock, o->w5_stock);
+    freeReplyObject(r);
+    if (r != NULL)
+        freeReplyObject(r = server_cmd(admin, "DEL %s %s", k_ready, k_go));
+    if (r == NULL) {
+        bench_fail(ctx, "%s: cannot set up the sale", label);
+        return -1;
+    }
+
+    php_buyer *b = calloc((size_t)n, sizeof *b);
+    if (b == NULL) {
+        bench_fail(ctx, "%s: out of memory", label);
+        return -1;
+    }
+    int rc = -1, started = 0;
+    char why[256] = "";
+    progress("%s: %d php buyers, stock %ld", label, n, o->w5_stock);
+    for (; started < n; started++) {
+        char id[16];
+        snprintf(id, sizeof id, "%d", started);
+        const char *argv[] = {php, script, mode,   s->host, port, s->password,
+                              db,  dport,  prefix, name,    id,   NULL};
+        int p[2];
+        if (pipe2(p, O_CLOEXEC) != 0) {
+            snprintf(why, sizeof why, "pipe: %s", strerror(errno));
+            break;
+        }
+        /* Pinned where the bench's own client threads run; their errors go to our
+         * stderr as they come. */
+        b[started].pid = place_spawn(argv, ctx->place->client_cpu, p[1], STDERR_FILENO, false);
+        close(p[1]);
+        b[started].out = p[0];
+        if (b[started].pid < 0) {
+            close(p[0]);
+            snprintf(why, sizeof why, "cannot start %s", php);
+            break;
+        }
+    }
+    int64_t t0 = 0;
+    stats_conns sc = {0};
+    srv_stats before, after;
+    bool have_stats = false;
+    if (started == n && php_wait_ready(admin, k_ready, b, n, why, sizeof why) == 0) {
+        /* The server's command counts over the sale: what a unit costs it. */
+        have_stats = stats_open(ctx->servers, 1, &sc) == 0 && stats_take(&sc, &before) == 0;
+        /* One element per buyer: each BLPOP takes one, so all start at once. */
+        const char **argv = calloc((size_t)n + 2, sizeof *argv);
+        if (argv != NULL) {
+            argv[0] = "RPUSH";
+            argv[1] = k_go;
+            for (int i = 0; i < n; i++)
+                argv[2 + i] = "1";
+            t0 = now_ns();
+            r = redisCommandArgv(admin, n + 2, argv, NULL);
+            if (r == NULL || r->type != REDIS_REPLY_INTEGER)
+                t0 = 0;
+            freeReplyObject(r);
+            free(argv);
+        }
+        if (t0 == 0)
+            snprintf(why, sizeof why, "RPUSH of the start signal failed");
+    }
+    /* Every buyer is waited for (or killed) whatever happened, so none outlives the
+     * sale. */
+    int64_t deadline_ms = dh_now_ms() + PHP_SALE_MS;
+    long bought = 0, retries = 0;
+    int64_t last_sale = 0, max_wait = 0;
+    bool bad = started < n || t0 == 0;
+    for (int i = 0; i < started; i++) {
+        if (!b[i].reaped) {
+            int64_t left = deadline_ms - dh_now_ms();
+            if (!dh_reap(b[i].pid, bad || left < 0 ? 0 : left, &b[i].status) && !bad) {
+                snprintf(why, sizeof why, "buyer %d still running after %d ms: killed", i,
+                         PHP_SALE_MS);
+                bad = true;
+            }
+            b[i].reaped = true;
+        }
+        char line[512];
+        read_all(b[i].out, line, sizeof line);
+        close(b[i].out);
+        long nb, nr;
+        long long last, maxw;
+        if (bad)
+            continue;
+        if (b[i].status != 0 || sscanf(line,
+                                       "bought %ld last_sale_ns %lld retries %ld "
+                                       "max_wait_ns %lld",
+                                       &nb, &last, &nr, &maxw) != 4) {
+            char st[48];
+            describe_status(b[i].status, st, sizeof st);
+            snprintf(why, sizeof why, "buyer %d: %s, output '%.*s'", i, st,
+                     (int)strcspn(line, "\n"), line);
+            bad = true;
+            continue;
+        }
+        bought += nb;
+        retries += nr;
+        if (nb > 0 && last > last_sale)
+            last_sale = last;
+        if (maxw > max_wait)
+            max_wait = maxw;
+        /* php's hrtime is CLOCK_MONOTONIC as ours is; a sale before the start signal
+         * would mean it is not, and the sellout time would be nonsense. */
+        if (nb > 0 && last < t0) {
+            snprintf(why, sizeof why, "buyer %d: a sale before the start (clocks differ)", i);
+            bad = true;
+        }
+    }
+    have_stats = have_stats && stats_take(&sc, &after) == 0;
+    long long cmds = have_stats ? stats_commands(&sc, &before, &after) : -1;
+    stats_close(&sc);
+    if (bad) {
+        bench_fail(ctx, "%s: %s", label, why);
+        goto out;
+    }
+    if (have_stats && o->verbose)
+        stats_print(label, &before, &after);
+    r = server_cmd(admin, "GET %s", k_stock);
+    long long left = r != NULL && r->type == REDIS_REPLY_STRING ? strtoll(r->str, NULL, 10) : -1;
+    freeReplyObject(r);
+    long oversold = bought > o->w5_stock ? bought - o->w5_stock : 0;
+    *sellout_ms = (double)(last_sale - t0) / 1e6;
+    if (recipe_ms > 0)
+        fig(label, "sellout_ms", *sellout_ms, 0, *sellout_ms / recipe_ms, "W5/php-recipe");
+    else
+        fig(label, "sellout_ms", *sellout_ms, 0, -1, NULL);
+    fig(label, "retries", (double)retries, 0, -1, NULL);
+    fig(label, "max_wait_ms", (double)max_wait / 1e6, 1, -1, NULL);
+    /* Everything the sale made the server do, the start signal's BLPOPs and the
+     * buyers' final look at an empty stock included. */
+    if (have_stats && bought > 0)
+        fig(label, "cmds_per_unit", (double)cmds / (double)bought, 1, -1, NULL);
+    fig(label, "oversold", (double)oversold, 0, -1, NULL);
+    progress("%s: sold out in %.0f ms, %ld retries, %ld purchases, stock left %lld", label,
+             *sellout_ms, retries, bought, left);
+    if (oversold != 0 || bought != o->w5_stock || left != 0) {
+        bench_fail(ctx, "%s: %ld purchases of %ld (oversold %ld), stock left %lld", label, bought,
+                   o->w5_stock, oversold, left);
+        goto out;
+    }
+    rc = 0;
+out:
+    free(b);
+    return rc;
+}
+
+int run_w5_php(bench_ctx *ctx)
+{
+    char php[PATH_MAX];
+    /* No php is a failure, not a skip: the figures this run promises would be missing. */
+    if (dh_find_exe("php", "DLOCK_PHP", php, sizeof php) != 0) {
+        bench_fail(ctx, "W5/php: php not found on the PATH nor in $DLOCK_PHP (Debian: php-cli "
+                        "php-redis)");
+        return -1;
+    }
+    redisContext *admin = server_connect(&ctx->servers->s[0]);
+    if (admin == NULL) {
+        bench_fail(ctx, "W5/php: cannot connect to node 1");
+        return -1;
+    }
+    double recipe_ms = 0, dlockd_ms = 0;
+    int rc = php_sale(ctx, php, "recipe", admin, 0, &recipe_ms);
+    if (php_sale(ctx, php, "dlockd", admin, rc == 0 ? recipe_ms : 0, &dlockd_ms) != 0)
+        rc = -1;
+    redisFree(admin);
+    return rc;
+}
