@@ -99,7 +99,10 @@ static int parse_file_url(const char *url, char *out, size_t outlen, dlock__err 
 }
 
 /* The kernel's boot id: a detached lock's lease is kept on CLOCK_BOOTTIME, which starts
- * again at each boot, so a record says which boot its time belongs to. */
+ * again at each boot, so a record says which boot its time belongs to. Without /proc the
+ * id is "-", the same at every boot: a detached record from before a reboot then counts
+ * as live until its lease end comes round on the new boot's clock. That errs towards
+ * holding a name too long (at most the lease), never towards two holders. */
 static void read_boot_id(char out[40])
 {
     strcpy(out, "-");

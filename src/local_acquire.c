@@ -25,6 +25,9 @@
 #define BURST_RETRIES 4
 /* The longest a waiter sleeps without trying, in case a wake-up was missed. */
 #define SAFETY_RETRY_US 1000000
+/* Reopens in a row after which a file that keeps being removed or replaced is an
+ * error: a try that meets a new file each time would otherwise never end. */
+#define REOPEN_MAX 64
 
 /* ---- acquire ---------------------------------------------------------------- */
 
@@ -217,11 +220,18 @@ int dlock__local_acquire(dlock_client *c, const char *name, const dlock_opts *op
     /* A wait longer than a century is a wait forever (and must not overflow). */
     int64_t deadline =
         wait_ms < 0 || wait_ms > INT64_C(3153600000000) ? INT64_MAX : start + wait_ms * 1000;
-    int ifd = -1, burst = 0;
+    int ifd = -1, burst = 0, reopens = 0;
     bool unwatchable = false;
     for (int n = 0;; n++) {
         int64_t until = 0;
         rc = try_once(c, l, &q, &until, e);
+        if (rc == TRY_REOPEN && ++reopens > REOPEN_MAX) {
+            rc = dlock__err_set(e, DLOCK_ERR_IO,
+                                "%s was removed or replaced %d times in a row while we "
+                                "tried to lock it",
+                                q.file, REOPEN_MAX);
+            break;
+        }
         if (rc == TRY_REOPEN) {
             /* The file was removed or replaced: take the one the directory has now, and
              * watch it instead. */
@@ -235,6 +245,7 @@ int dlock__local_acquire(dlock_client *c, const char *name, const dlock_opts *op
                 break;
             continue;
         }
+        reopens = 0;
         int64_t now = dlock__now_us();
         if (rc != DLOCK_ERR_BUSY || now >= deadline)
             break;
