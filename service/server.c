@@ -399,7 +399,7 @@ int dd_server_listen(void)
         if (rc == 0)
             rc = uv_listen((uv_stream_t *)&dd_srv.tcp, 511, on_connection);
         if (rc < 0) {
-            dd_log("listening on %s:%d: %s", dd_srv.bind, dd_srv.port, uv_strerror(rc));
+            dd_log("cannot listen on %s:%d: %s", dd_srv.bind, dd_srv.port, uv_strerror(rc));
             return -1;
         }
     }
@@ -412,7 +412,7 @@ int dd_server_listen(void)
         if (rc == 0)
             rc = uv_listen((uv_stream_t *)&dd_srv.pipe, 511, on_connection);
         if (rc < 0) {
-            dd_log("listening on %s: %s", dd_srv.unixsocket, uv_strerror(rc));
+            dd_log("cannot listen on %s: %s", dd_srv.unixsocket, uv_strerror(rc));
             return -1;
         }
     }
