@@ -34,6 +34,7 @@ typedef struct dd_watch {
 } dd_watch;
 
 static void wake(dd_conn *c);
+static void park(dd_conn *c, dd_job *j);
 static dd_job *unpark(dd_conn *c);
 
 /* ---- steps -------------------------------------------------------------------------- */
@@ -74,8 +75,6 @@ static void give_up_work(dd_job *j)
     if (j->rc == DLOCK_OK)
         j->steps->undo(j);
 }
-
-static void park(dd_conn *c, dd_job *j);
 
 static void step_done(dd_job *j)
 {

@@ -393,11 +393,12 @@ static void test_stock_reserve_commit_cancel_extend(void **state)
     expect_counts(expect_stock(dt_cmd(a, "STOCK STATUS prims-rc")), 10, 7, 0, 3);
 
     /* A lease that runs out gives its units back; EXTEND keeps one alive. */
-    expect_id(dt_cmd(a, "STOCK RESERVE prims-rc 1 TTL 200"), id2);
-    expect_id(dt_cmd(a, "STOCK RESERVE prims-rc 1 TTL 200"), id3);
+    long long lease = 300 * dh_slack();
+    expect_id(dt_cmd(a, "STOCK RESERVE prims-rc 1 TTL %lld", lease), id2);
+    expect_id(dt_cmd(a, "STOCK RESERVE prims-rc 1 TTL %lld", lease), id3);
     dt_expect_int(dt_cmd(b, "STOCK EXTEND prims-rc %s 60000", id3), 1);
     dt_expect_int(dt_cmd(b, "STOCK EXTEND prims-rc ffffffffffffffffffffffffffffffff 60000"), 0);
-    dh_sleep_ms(400);
+    dh_sleep_ms(2 * lease);
     dt_expect_int(dt_cmd(b, "STOCK COMMIT prims-rc %s", id2), 0);
     dt_expect_int(dt_cmd(b, "STOCK COMMIT prims-rc %s", id3), 1);
     expect_counts(expect_stock(dt_cmd(a, "STOCK STATUS prims-rc")), 10, 6, 0, 4);
