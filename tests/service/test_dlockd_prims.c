@@ -4,7 +4,8 @@
  * DETACHED ones kept, several of one name on one connection, the refusals of a wait
  * for oneself), the stock (SET, ADD, STATUS, RESERVE, COMMIT, CANCEL, EXTEND; a waiting
  * RESERVE woken by a CANCEL, one given up by its connection, many reservers that never
- * oversell), bad arguments, and redis-py as a client nobody here wrote.
+ * oversell), the lock server down, bad arguments, and redis-py as a client nobody
+ * here wrote.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -615,6 +616,36 @@ static void test_stock_never_oversold(void **state)
     redisFree(a);
 }
 
+/* The lock server down: SEM and STOCK answer -UNAVAILABLE, and work again once it is
+ * back. */
+static void test_server_down(void **state)
+{
+    (void)state;
+    dh_server s;
+    assert_int_equal(dh_server_start(&s, NULL), 0);
+    dt_daemon d1;
+    dt_start(&d1, s.url, NULL);
+    redisContext *a = dt_connect(&d1);
+    expect_stock(dt_cmd(a, "STOCK SET prims-down 3"));
+    dh_server_kill(&s);
+    dt_expect_error(dt_cmd(a, "SEM ACQUIRE prims-down 2"), "UNAVAILABLE ");
+    dt_expect_error(dt_cmd(a, "STOCK STATUS prims-down"), "UNAVAILABLE ");
+    dt_expect_error(dt_cmd(a, "STOCK RESERVE prims-down 1 WAIT 100"), "UNAVAILABLE ");
+    dt_expect_error(dt_cmd(a, "STOCK COMMIT prims-down 0123456789abcdef0123456789abcdef"),
+                    "UNAVAILABLE ");
+    dt_expect_status(dt_cmd(a, "PING"), "PONG");
+    assert_int_equal(dh_server_restart(&s), 0);
+    dt_lock p;
+    dt_expect_lock(dt_cmd(a, "SEM ACQUIRE prims-down 2"), &p);
+    expect_stock(dt_cmd(a, "STOCK SET prims-down 3")); /* the restarted server kept nothing */
+    char id[33];
+    expect_id(dt_cmd(a, "STOCK RESERVE prims-down 1"), id);
+    assert_int_equal(dt_info(a, "errors_unavailable"), 4);
+    redisFree(a);
+    assert_int_equal(dt_stop(&d1), 0);
+    dh_server_stop(&s);
+}
+
 /* ---- bad input ---------------------------------------------------------------------- */
 
 static void test_bad_input(void **state)
@@ -775,6 +806,7 @@ int main(void)
         cmocka_unit_test(test_stock_waiter_closes),
         cmocka_unit_test(test_stock_granted_after_close),
         cmocka_unit_test(test_stock_never_oversold),
+        cmocka_unit_test(test_server_down),
         cmocka_unit_test(test_bad_input),
         cmocka_unit_test(test_redis_py),
     };
