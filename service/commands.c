@@ -1,7 +1,8 @@
 /*
  * commands.c: the command table, AUTH, and the commands answered on the loop.
  *
- * Besides the lock commands (locks.c), dlockd answers what Redis clients send on
+ * Besides the lock commands (locks.c, unlock.c), SEM (sem.c) and STOCK (stock.c), dlockd
+ * answers what Redis clients send on
  * connect or by habit, so that they work unchanged: PING, ECHO, QUIT, AUTH, SELECT 0,
  * CLIENT SETNAME/GETNAME/SETINFO/ID, HELLO 2, COMMAND (empty: clients fall back to
  * their own tables) and INFO (with loading:0, which ioredis waits for).
@@ -293,12 +294,27 @@ static void cmd_info(dd_conn *c, resp_arg *argv, size_t argc, dd_buf *out)
     if (want_section(sec, "replication"))
         info_append(&b, "# Replication\r\nrole:master\r\nconnected_slaves:0\r\n\r\n");
     if (want_section(sec, "locks")) {
+        /* Permits are session locks too: session_permits counts them apart. */
         info_append(&b,
-                    "# Locks\r\nsession_locks:%d\r\nwaiting_locks:%d\r\nlocks_acquired:%llu\r\n"
-                    "locks_not_acquired:%llu\r\nwaits:%llu\r\nsession_locks_lost:%llu\r\n\r\n",
-                    dd_srv.session_locks, dd_srv.parked, (unsigned long long)st->locks_acquired,
-                    (unsigned long long)st->locks_not_acquired, (unsigned long long)st->waits,
+                    "# Locks\r\nsession_locks:%d\r\nsession_permits:%d\r\nwaiting_locks:%d\r\n"
+                    "locks_acquired:%llu\r\nlocks_not_acquired:%llu\r\npermits_acquired:%llu\r\n"
+                    "permits_not_acquired:%llu\r\nwaits:%llu\r\nsession_locks_lost:%llu\r\n\r\n",
+                    dd_srv.session_locks, dd_srv.session_permits, dd_srv.parked_locks,
+                    (unsigned long long)st->locks_acquired,
+                    (unsigned long long)st->locks_not_acquired,
+                    (unsigned long long)st->permits_acquired,
+                    (unsigned long long)st->permits_not_acquired, (unsigned long long)st->waits,
                     (unsigned long long)atomic_load(&dd_srv.stats.locks_lost));
+    }
+    if (want_section(sec, "stock")) {
+        info_append(&b,
+                    "# Stock\r\nwaiting_reserves:%d\r\nstock_reserved:%llu\r\n"
+                    "stock_not_reserved:%llu\r\nstock_waits:%llu\r\nstock_committed:%llu\r\n"
+                    "stock_canceled:%llu\r\n\r\n",
+                    dd_srv.parked_reserves, (unsigned long long)st->stock_reserved,
+                    (unsigned long long)st->stock_not_reserved, (unsigned long long)st->stock_waits,
+                    (unsigned long long)st->stock_committed,
+                    (unsigned long long)st->stock_canceled);
     }
     if (want_section(sec, "errors")) {
         info_append(&b, "# Errors\r\n");
@@ -316,6 +332,7 @@ static void cmd_info(dd_conn *c, resp_arg *argv, size_t argc, dd_buf *out)
 static const command commands[] = {
     {"lock", -2, false, dd_cmd_lock},    {"unlock", 3, false, dd_cmd_unlock},
     {"extend", 4, false, dd_cmd_extend}, {"lockinfo", 2, false, dd_cmd_lockinfo},
+    {"sem", -2, false, dd_cmd_sem},      {"stock", -2, false, dd_cmd_stock},
     {"ping", -1, false, cmd_ping},       {"echo", 2, false, cmd_echo},
     {"quit", -1, true, cmd_quit},        {"auth", -2, true, cmd_auth},
     {"hello", -1, true, cmd_hello},      {"select", 2, false, cmd_select},

@@ -3,23 +3,28 @@
  *
  * dlockd speaks RESP2 so that any Redis client is a lock client. One libuv loop thread
  * owns every connection; each library call that talks to the lock servers runs on
- * libuv's thread pool, and a LOCK that must wait is parked on the loop (a poll on the
- * library's descriptor and a timer), never on a thread.
+ * libuv's thread pool, and an operation that must wait (a LOCK, a SEM ACQUIRE, a STOCK
+ * RESERVE) is parked on the loop (a poll on the library's descriptor and a timer),
+ * never on a thread.
  *
  *   resp.c      the request parser: pure, limits checked at each header (fuzzed)
  *   reply.c     growing buffers and the RESP2 replies written into them
  *   server.c    listeners, connections, reading, the write queue, the limits
  *   commands.c  the command table, AUTH, and the commands answered on the loop
  *   jobs.c      commands' work on libuv's pool; argument checks
- *   locks.c     LOCK and the session locks; a closing connection's release
+ *   locks.c     LOCK and the session locks (permits too); a closing connection's
+ *               release
+ *   sem.c       SEM ACQUIRE and SEM RELEASE: semaphore permits as locks
  *   unlock.c    UNLOCK, EXTEND, LOCKINFO
- *   park.c      LOCKs waiting on the loop: descriptors, timers, the step API
+ *   stock.c     STOCK: a SKU's stock and its leased reservations
+ *   park.c      operations in steps (a dlock_pending): stepped on the pool, parked on
+ *               the loop between steps (descriptors, timers), given up at a close
  *   main.c      options, signals, the open-files limit, start and stop
  *
  * Threads: the loop thread touches every structure here; a job's work function (on a
  * pool thread) touches only its own dd_job and the library handles it carries, and a
- * connection has at most one job in flight, so a handle is never used by two threads
- * at once.
+ * connection has at most one job in flight, so a handle or a pending is never used by
+ * two threads at once.
  */
 #ifndef DLOCKD_H
 #define DLOCKD_H
@@ -93,8 +98,16 @@ typedef struct dd_stats {
     uint64_t commands_processed;
     uint64_t rejected_connections;
     uint64_t locks_acquired;
-    uint64_t locks_not_acquired; /* LOCK answered nil */
-    uint64_t waits;              /* LOCKs that had to wait (parked at least once) */
+    uint64_t locks_not_acquired;   /* LOCK answered nil */
+    uint64_t permits_acquired;     /* SEM ACQUIRE */
+    uint64_t permits_not_acquired; /* SEM ACQUIRE answered nil */
+    uint64_t waits;                /* LOCKs and SEM ACQUIREs that had to wait (parked at
+                                      least once) */
+    uint64_t stock_reserved;       /* STOCK RESERVE granted */
+    uint64_t stock_not_reserved;   /* STOCK RESERVE answered nil */
+    uint64_t stock_waits;          /* STOCK RESERVEs that had to wait */
+    uint64_t stock_committed;      /* STOCK COMMIT answered 1 */
+    uint64_t stock_canceled;       /* STOCK CANCEL answered 1 */
     uint64_t errors[DD_E_KINDS];
     atomic_ullong locks_lost; /* session locks the renewal found lost (renewal thread) */
 } dd_stats;
@@ -120,8 +133,11 @@ typedef struct dd_server {
     int nconns;       /* open (not closing) */
     int nconns_alloc; /* allocated, closing ones included */
     uint64_t next_id;
-    int session_locks; /* held by open connections */
-    int parked;        /* LOCKs waiting on the loop */
+    int session_locks;   /* held by open connections, permits included */
+    int session_permits; /* of them, semaphore permits */
+    int parked;          /* operations waiting on the loop (blocked_clients) */
+    int parked_locks;    /* of them, LOCKs and SEM ACQUIREs */
+    int parked_reserves; /* and STOCK RESERVEs */
     int64_t started_ms;
     dd_stats stats;
     /* the parser's argument table, used on the loop thread only */
@@ -140,7 +156,7 @@ typedef struct dd_conn {
         uv_tcp_t tcp;
         uv_pipe_t pipe;
     } h;
-    uv_timer_t timer; /* a parked LOCK's due time */
+    uv_timer_t timer; /* a parked operation's due time */
     uint64_t id;
     int refs;       /* the two handles, and a job in flight */
     dd_buf query;   /* bytes read and not yet parsed */
@@ -148,8 +164,8 @@ typedef struct dd_conn {
     dd_buf out;     /* replies not yet handed to a write */
     size_t writing; /* bytes in the write in flight (one at a time) */
     bool busy;      /* a command is on the pool or parked: later ones wait */
-    int jobs;       /* jobs on the pool: one for a command; after a close, a LOCK given
-                       up and the session locks released may run together */
+    int jobs;       /* jobs on the pool: one for a command; after a close, an operation
+                       given up and the session locks released may run together */
     bool reading;
     bool closing;           /* closed or closing: nothing more is read or answered */
     bool quit;              /* close once the replies are written (QUIT, protocol error) */
@@ -157,21 +173,28 @@ typedef struct dd_conn {
     uv_shutdown_t shutdown; /* the FIN of a lingering close */
     bool authed;
     char *name;                  /* CLIENT SETNAME; NULL: none */
-    struct dd_session *sessions; /* session locks held */
-    struct dd_job *parked_job;   /* its LOCK parked on the loop, or NULL */
+    struct dd_session *sessions; /* session locks held (permits too) */
+    struct dd_job *parked_job;   /* its operation parked on the loop, or NULL */
     struct dd_watch *watch;      /* the watcher it is parked on, or NULL */
     struct dd_conn *watch_next;
     struct dd_conn *prev, *next;
 } dd_conn;
 
-/* A session lock: held while its connection is open, renewed by the library. */
+/* A session lock or permit: held while its connection is open, renewed by the library.
+ * A connection may hold several permits of one name, so a session is known by its name
+ * and token. */
 typedef struct dd_session {
     struct dd_session *next;
     dlock_lock *lock;
     char *name;
     char token[DLOCK_TOKEN_LEN + 1];
+    bool permit;     /* taken by SEM ACQUIRE */
+    bool shared;     /* one of the name's shared holders (LOCK SHARED, a permit of K >= 2);
+                        else it holds the name exclusively (LOCK, a permit of K = 1) */
     atomic_int lost; /* set by the renewal thread's on_lost */
 } dd_session;
+
+struct dd_steps;
 
 /* A command's work on the pool. */
 typedef struct dd_job {
@@ -181,15 +204,19 @@ typedef struct dd_job {
     void (*done)(struct dd_job *j); /* on the loop, then the job is freed */
     dd_buf reply;
     /* arguments */
-    char *name;
+    char *name; /* a lock name or a SKU */
     char *label;
-    char token[DLOCK_TOKEN_LEN + 1];
+    char token[DLOCK_TOKEN_LEN + 1]; /* a lock's token or a reservation's id */
     int64_t ttl_ms, wait_ms;
+    int64_t permits; /* SEM ACQUIRE: K; 0 for LOCK */
+    int64_t qty;     /* STOCK: units */
     bool detached, fair, shared;
-    bool waited;            /* LOCK: parked at least once (INFO's waits) */
-    dd_session *sess;       /* the session lock it works on */
-    dlock_pending *pending; /* LOCK: the acquisition in progress */
-    dd_session *release;    /* cleanup: session locks to release */
+    bool waited;                  /* parked at least once (INFO's waits) */
+    dd_session *sess;             /* the session lock it works on */
+    dlock_pending *pending;       /* an operation in steps, in progress */
+    const struct dd_steps *steps; /* what its results mean */
+    dd_session *release;          /* session locks to release (a closing connection's, or
+                                     lost ones of the name a LOCK takes again) */
     int rc;
 } dd_job;
 
@@ -233,30 +260,69 @@ bool dd_arg_ttl(const resp_arg *a, int64_t *ttl, dd_buf *out);
 /* ---- locks.c ------------------------------------------------------------------------ */
 
 void dd_cmd_lock(dd_conn *c, resp_arg *argv, size_t argc, dd_buf *out);
-/* A LOCK step that finished on the pool (called from park.c and locks.c). */
-void dd_lock_step_done(dd_job *j);
-/* Queue the next step of a LOCK (after it was parked). */
-void dd_lock_step(dd_job *j);
-/* A closing connection's session locks and parked LOCK are given up on the pool. */
+/* LOCK's options from argv[first] on (TTL, WAIT, DETACHED, FAIR, LABEL, and SHARED
+ * unless j->permits is set), into j; cmd names the command in errors. */
+bool dd_lock_options(resp_arg *argv, size_t argc, size_t first, const char *cmd, dd_job *j,
+                     dd_buf *out);
+/* Start the acquisition of j->name (a permit of K = j->permits when set) and run it to
+ * its reply; false with the error in out (j stays the caller's to free). */
+bool dd_lock_start(dd_conn *c, dd_job *j, dd_buf *out);
+/* A closing connection's session locks and parked operation are given up on the pool. */
 void dd_conn_release_all(dd_conn *c);
-/* The connection's session lock of that name, or NULL. */
-dd_session *dd_session_find(dd_conn *c, const char *name, size_t len);
+/* The connection's session lock of that name held with that token, or NULL. */
+dd_session *dd_session_find(dd_conn *c, const char *name, size_t len, const char *token);
+/* What the connection holds of a name as session locks, those found lost left out. */
+typedef struct dd_held {
+    int exclusive; /* LOCKs, permits of K = 1 */
+    int shared;    /* LOCK SHAREDs, permits of K >= 2 */
+    int permits;   /* permits of any K */
+} dd_held;
+dd_held dd_session_held(dd_conn *c, const char *name, size_t len);
 void dd_session_unlink(dd_conn *c, dd_session *s);
 void dd_session_free(dd_session *s); /* NULL: nothing */
+/* On the pool: release each session of the list and free it. */
+void dd_sessions_release(dd_session *list);
+
+/* ---- sem.c -------------------------------------------------------------------------- */
+
+void dd_cmd_sem(dd_conn *c, resp_arg *argv, size_t argc, dd_buf *out);
 
 /* ---- unlock.c ----------------------------------------------------------------------- */
 
 void dd_cmd_unlock(dd_conn *c, resp_arg *argv, size_t argc, dd_buf *out);
+/* UNLOCK's work for name and token (SEM RELEASE too); what names the name in errors. */
+void dd_unlock(dd_conn *c, const resp_arg *name, const resp_arg *token, const char *what,
+               dd_buf *out);
 void dd_cmd_extend(dd_conn *c, resp_arg *argv, size_t argc, dd_buf *out);
 void dd_cmd_lockinfo(dd_conn *c, resp_arg *argv, size_t argc, dd_buf *out);
 
+/* ---- stock.c ------------------------------------------------------------------------ */
+
+void dd_cmd_stock(dd_conn *c, resp_arg *argv, size_t argc, dd_buf *out);
+
 /* ---- park.c ------------------------------------------------------------------------- */
 
-/* Park c's LOCK job until its pending's descriptor is readable or its due time
- * comes, then queue its next step. */
-void dd_park(dd_conn *c, dd_job *j);
-/* Take c's LOCK off the loop (its connection closes); returns the job or NULL. */
-dd_job *dd_unpark(dd_conn *c);
+/* What an operation in steps does with its end. */
+typedef struct dd_steps {
+    /* On the pool, once a step ended it (j->rc is not DLOCK_ERR_AGAIN; l is the lock a
+     * step handed out, or NULL): the reply, and what must outlive the pending. */
+    void (*finish)(dd_job *j, dlock_lock *l);
+    /* On the loop, before the reply goes: counters, the connection's sessions. */
+    void (*settle)(dd_job *j);
+    /* On the pool, when the connection closed and the step succeeded: undo what it
+     * took for nobody. */
+    void (*undo)(dd_job *j);
+    /* On the loop, just before the job is freed: what settle did not keep. */
+    void (*drop)(dd_job *j);
+    int *parked;     /* dd_srv's count of these parked now */
+    uint64_t *waits; /* dd_stats's count of these that had to wait */
+} dd_steps;
+
+/* Run j->pending to its end: steps on the pool, parked on the loop between them until
+ * its descriptor is readable or its due time comes, then j->steps' reply. */
+void dd_step(dd_job *j);
+/* c closes: give its parked operation up (on the pool). */
+void dd_park_give_up(dd_conn *c);
 void dd_park_shutdown(void);
 
 #endif /* DLOCKD_H */

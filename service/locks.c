@@ -8,7 +8,8 @@
  * A LOCK is an acquisition in steps (dlock_acquire_start, then dlock_pending_step on
  * the pool); a step that answers DLOCK_ERR_AGAIN parks the job on the loop (park.c)
  * until the library's descriptor is readable or its due time comes. So a waiter holds
- * no thread, however long it waits.
+ * no thread, however long it waits. SEM ACQUIRE (sem.c) is the same acquisition with
+ * dlock_sem_acquire_start, and its permits are session locks like any other.
  *
  * Session locks (the default) are taken with auto_renew: the library's renewal thread
  * extends them every TTL/3 while the connection is open, and they are released on the
@@ -23,12 +24,40 @@
 
 /* ---- sessions ---------------------------------------------------------------------- */
 
-dd_session *dd_session_find(dd_conn *c, const char *name, size_t len)
+static void account(const dd_session *s, int d)
+{
+    dd_srv.session_locks += d;
+    if (s->permit)
+        dd_srv.session_permits += d;
+}
+
+static bool named(const dd_session *s, const char *name, size_t len)
+{
+    return strlen(s->name) == len && memcmp(s->name, name, len) == 0;
+}
+
+dd_session *dd_session_find(dd_conn *c, const char *name, size_t len, const char *token)
 {
     for (dd_session *s = c->sessions; s != NULL; s = s->next)
-        if (strlen(s->name) == len && memcmp(s->name, name, len) == 0)
+        if (named(s, name, len) && strcmp(s->token, token) == 0)
             return s;
     return NULL;
+}
+
+dd_held dd_session_held(dd_conn *c, const char *name, size_t len)
+{
+    dd_held h = {0, 0, 0};
+    for (dd_session *s = c->sessions; s != NULL; s = s->next) {
+        if (!named(s, name, len) || atomic_load(&s->lost))
+            continue;
+        if (s->shared)
+            h.shared++;
+        else
+            h.exclusive++;
+        if (s->permit)
+            h.permits++;
+    }
+    return h;
 }
 
 void dd_session_unlink(dd_conn *c, dd_session *s)
@@ -37,7 +66,7 @@ void dd_session_unlink(dd_conn *c, dd_session *s)
         if (*pp == s) {
             *pp = s->next;
             s->next = NULL;
-            dd_srv.session_locks--;
+            account(s, -1);
             return;
         }
     }
@@ -51,7 +80,37 @@ void dd_session_free(dd_session *s)
     free(s);
 }
 
-/* ---- LOCK --------------------------------------------------------------------------- */
+void dd_sessions_release(dd_session *list)
+{
+    while (list != NULL) {
+        dd_session *s = list;
+        list = s->next;
+        dlock_release(s->lock);
+        dd_session_free(s);
+    }
+}
+
+/* The sessions of a name that the renewal found lost, off the connection's list: they
+ * are released before the name is taken again. */
+static dd_session *take_lost(dd_conn *c, const char *name)
+{
+    dd_session *lost = NULL;
+    size_t len = strlen(name);
+    for (dd_session **pp = &c->sessions; *pp != NULL;) {
+        dd_session *s = *pp;
+        if (named(s, name, len) && atomic_load(&s->lost)) {
+            *pp = s->next;
+            account(s, -1);
+            s->next = lost;
+            lost = s;
+        } else {
+            pp = &s->next;
+        }
+    }
+    return lost;
+}
+
+/* ---- an acquisition's end ----------------------------------------------------------- */
 
 /* The renewal thread found a session lock lost: the handle says so from now on; the
  * flag lets the connection take the name again without an UNLOCK. */
@@ -63,19 +122,9 @@ static void on_lost(dlock_lock *l, void *user)
     atomic_fetch_add(&dd_srv.stats.locks_lost, 1);
 }
 
-/* On the pool: one step, and what it means for the reply. */
-static void lock_work(dd_job *j)
+/* On the pool: the reply, and the lock kept (a session's) or left to its lease. */
+static void lock_finish(dd_job *j, dlock_lock *l)
 {
-    if (j->release != NULL) {
-        /* A lost session lock of the same name goes before the name is taken again. */
-        dlock_release(j->release->lock);
-        dd_session_free(j->release);
-        j->release = NULL;
-    }
-    dlock_lock *l = NULL;
-    j->rc = dlock_pending_step(j->pending, &l);
-    if (j->rc == DLOCK_ERR_AGAIN)
-        return;
     if (j->rc == DLOCK_OK) {
         dd_reply_array(&j->reply, 3);
         dd_reply_cstr(&j->reply, dlock_token(l));
@@ -93,113 +142,89 @@ static void lock_work(dd_job *j)
     } else {
         dd_reply_dlock_error(&j->reply, j->rc);
     }
-    dlock_pending_free(j->pending);
-    j->pending = NULL;
 }
 
-/* On the pool: a connection closed while its LOCK ran or waited. */
-static void lock_abandon_work(dd_job *j)
-{
-    dlock_pending_free(j->pending);
-    j->pending = NULL;
-    if (j->sess != NULL && j->sess->lock != NULL)
-        dlock_release(j->sess->lock);
-}
-
-static void lock_abandon_done(dd_job *j)
-{
-    if (j->sess != NULL)
-        dd_session_free(j->sess);
-    dd_job_free(j);
-}
-
-void dd_lock_step_done(dd_job *j)
+static void lock_settle(dd_job *j)
 {
     dd_conn *c = j->conn;
-    if (c->closing) {
-        /* Nobody to answer: give up the wait, or release what the step took. */
-        dd_buf_free(&j->reply);
-        j->work = lock_abandon_work;
-        j->done = lock_abandon_done;
-        if (j->rc != DLOCK_OK || j->detached) {
-            dd_session_free(j->sess);
-            j->sess = NULL;
-        }
-        if (j->pending == NULL && j->sess == NULL) {
-            dd_job_free(j);
-            return;
-        }
-        dd_job_queue(j);
-        return;
-    }
-    if (j->rc == DLOCK_ERR_AGAIN) {
-        dd_park(c, j);
-        return;
-    }
     if (j->rc == DLOCK_OK) {
-        dd_srv.stats.locks_acquired++;
+        if (j->permits > 0)
+            dd_srv.stats.permits_acquired++;
+        else
+            dd_srv.stats.locks_acquired++;
         if (!j->detached) {
             j->sess->next = c->sessions;
             c->sessions = j->sess;
-            dd_srv.session_locks++;
+            account(j->sess, +1);
             j->sess = NULL;
         }
     } else if (j->rc == DLOCK_ERR_BUSY) {
-        dd_srv.stats.locks_not_acquired++;
+        if (j->permits > 0)
+            dd_srv.stats.permits_not_acquired++;
+        else
+            dd_srv.stats.locks_not_acquired++;
     }
+}
+
+/* On the pool: a session lock granted to a connection that has closed. */
+static void lock_undo(dd_job *j)
+{
+    if (j->sess != NULL && j->sess->lock != NULL) {
+        dlock_release(j->sess->lock);
+        j->sess->lock = NULL;
+    }
+}
+
+static void lock_drop(dd_job *j)
+{
     dd_session_free(j->sess);
     j->sess = NULL;
-    dd_job_answer(j);
-    dd_job_free(j);
 }
 
-void dd_lock_step(dd_job *j)
-{
-    j->work = lock_work;
-    j->done = dd_lock_step_done;
-    dd_job_queue(j);
-}
+static const dd_steps lock_steps = {
+    .finish = lock_finish,
+    .settle = lock_settle,
+    .undo = lock_undo,
+    .drop = lock_drop,
+    .parked = &dd_srv.parked_locks,
+    .waits = &dd_srv.stats.waits,
+};
 
-void dd_cmd_lock(dd_conn *c, resp_arg *argv, size_t argc, dd_buf *out)
+/* ---- LOCK --------------------------------------------------------------------------- */
+
+bool dd_lock_options(resp_arg *argv, size_t argc, size_t first, const char *cmd, dd_job *j,
+                     dd_buf *out)
 {
-    dd_session *held = dd_session_find(c, argv[1].p, argv[1].len);
-    if (held != NULL && !atomic_load(&held->lost)) {
-        /* The library is not reentrant: a second LOCK would wait for this connection's
-         * own lock until its lease ran out, which renewal never lets happen. */
-        dd_reply_error(out, "ERR this connection already holds lock '%.*s' (UNLOCK it first)",
-                       (int)(argv[1].len > 128 ? 128 : argv[1].len), argv[1].p);
-        return;
-    }
-    dd_job *j = dd_job_new(c);
-    j->ttl_ms = DLOCK_TTL_DEFAULT_MS;
     /* Options in any order, each at most once; TTL, WAIT and LABEL take a value. */
-    enum { TTL, WAIT, DETACHED, FAIR, SHARED, LABEL, NOPTS };
-    static const char *const names[NOPTS] = {"TTL", "WAIT", "DETACHED", "FAIR", "SHARED", "LABEL"};
+    enum { TTL, WAIT, DETACHED, FAIR, LABEL, SHARED, NOPTS };
+    static const char *const names[NOPTS] = {"TTL", "WAIT", "DETACHED", "FAIR", "LABEL", "SHARED"};
+    /* A permit is a shared holder already: SHARED is LOCK's alone. */
+    int nopts = j->permits > 0 ? SHARED : NOPTS;
     bool seen[NOPTS] = {false};
-    for (size_t i = 2; i < argc; i++) {
+    for (size_t i = first; i < argc; i++) {
         int opt = 0;
-        while (opt < NOPTS && !dd_arg_is(&argv[i], names[opt]))
+        while (opt < nopts && !dd_arg_is(&argv[i], names[opt]))
             opt++;
-        if (opt == NOPTS) {
+        if (opt == nopts) {
             dd_reply_error(out,
-                           "ERR unknown LOCK option '%.*s' (TTL ms, WAIT ms, DETACHED, "
-                           "FAIR, SHARED, LABEL text)",
-                           (int)(argv[i].len > 64 ? 64 : argv[i].len), argv[i].p);
-            goto fail;
+                           "ERR unknown %s option '%.*s' (TTL ms, WAIT ms, DETACHED, FAIR, %s)",
+                           cmd, (int)(argv[i].len > 64 ? 64 : argv[i].len), argv[i].p,
+                           j->permits > 0 ? "LABEL text" : "SHARED, LABEL text");
+            return false;
         }
         if (seen[opt]) {
-            dd_reply_error(out, "ERR LOCK option %s given twice", names[opt]);
-            goto fail;
+            dd_reply_error(out, "ERR %s option %s given twice", cmd, names[opt]);
+            return false;
         }
         seen[opt] = true;
         if ((opt == TTL || opt == WAIT || opt == LABEL) && i + 1 >= argc) {
-            dd_reply_error(out, "ERR LOCK option %s needs a value", names[opt]);
-            goto fail;
+            dd_reply_error(out, "ERR %s option %s needs a value", cmd, names[opt]);
+            return false;
         }
         switch (opt) {
         case TTL:
             if (!dd_arg_ttl(&argv[++i], &j->ttl_ms, out))
-                goto fail;
+                return false;
             break;
         case WAIT:
             if (!dd_arg_int(&argv[++i], -1, DLOCK_TTL_MAX_MS, &j->wait_ms)) {
@@ -207,7 +232,7 @@ void dd_cmd_lock(dd_conn *c, resp_arg *argv, size_t argc, dd_buf *out)
                                "ERR WAIT must be -1 (forever) or an integer from 0 to %d "
                                "(milliseconds)",
                                DLOCK_TTL_MAX_MS);
-                goto fail;
+                return false;
             }
             break;
         case DETACHED:
@@ -222,17 +247,22 @@ void dd_cmd_lock(dd_conn *c, resp_arg *argv, size_t argc, dd_buf *out)
         default: /* LABEL */
             j->label = dd_arg_dup(&argv[++i], "LABEL", DLOCK_LABEL_MAX, out);
             if (j->label == NULL)
-                goto fail;
+                return false;
             break;
         }
     }
-    j->name = dd_arg_dup(&argv[1], "lock name", DLOCK_NAME_MAX, out);
-    if (j->name == NULL)
-        goto fail;
+    return true;
+}
+
+bool dd_lock_start(dd_conn *c, dd_job *j, dd_buf *out)
+{
     if (!j->detached) {
         j->sess = calloc(1, sizeof *j->sess);
         if (j->sess == NULL || (j->sess->name = strdup(j->name)) == NULL)
             abort();
+        j->sess->permit = j->permits > 0;
+        /* The library makes a permit of K = 1 an exclusive lock. */
+        j->sess->shared = j->shared || j->permits >= 2;
     }
     dlock_opts o;
     memset(&o, 0, sizeof o);
@@ -247,33 +277,53 @@ void dd_cmd_lock(dd_conn *c, resp_arg *argv, size_t argc, dd_buf *out)
         o.on_lost_user = j->sess;
     }
     /* No I/O: the same checks as dlock_acquire, on the loop. */
-    int rc = dlock_acquire_start(dd_srv.client, j->name, &o, &j->pending);
+    int rc = j->permits > 0
+                 ? dlock_sem_acquire_start(dd_srv.client, j->name, j->permits, &o, &j->pending)
+                 : dlock_acquire_start(dd_srv.client, j->name, &o, &j->pending);
     if (rc != DLOCK_OK) {
         dd_reply_dlock_error(out, rc);
-        goto fail;
-    }
-    if (held != NULL) {
-        dd_session_unlink(c, held);
-        j->release = held;
-    }
-    dd_lock_step(j);
-    return;
-fail:
-    if (j->sess != NULL)
         dd_session_free(j->sess);
-    dd_job_free(j);
+        j->sess = NULL;
+        return false;
+    }
+    j->release = take_lost(c, j->name);
+    j->steps = &lock_steps;
+    dd_step(j);
+    return true;
+}
+
+void dd_cmd_lock(dd_conn *c, resp_arg *argv, size_t argc, dd_buf *out)
+{
+    dd_held held = dd_session_held(c, argv[1].p, argv[1].len);
+    int name_len = (int)(argv[1].len > 128 ? 128 : argv[1].len);
+    /* The library is not reentrant: a second LOCK would wait for this connection's own
+     * lock or permit until its lease ran out, which renewal never lets happen. */
+    if (held.permits > 0) {
+        dd_reply_error(out,
+                       "ERR this connection already holds a permit of '%.*s' (SEM RELEASE it "
+                       "first): a LOCK would wait for it",
+                       name_len, argv[1].p);
+        return;
+    }
+    if (held.exclusive + held.shared > 0) {
+        dd_reply_error(out, "ERR this connection already holds lock '%.*s' (UNLOCK it first)",
+                       name_len, argv[1].p);
+        return;
+    }
+    dd_job *j = dd_job_new(c);
+    j->ttl_ms = DLOCK_TTL_DEFAULT_MS;
+    if (!dd_lock_options(argv, argc, 2, "LOCK", j, out) ||
+        (j->name = dd_arg_dup(&argv[1], "lock name", DLOCK_NAME_MAX, out)) == NULL ||
+        !dd_lock_start(c, j, out))
+        dd_job_free(j);
 }
 
 /* ---- a connection's end ------------------------------------------------------------- */
 
 static void release_all_work(dd_job *j)
 {
-    while (j->release != NULL) {
-        dd_session *s = j->release;
-        j->release = s->next;
-        dlock_release(s->lock);
-        dd_session_free(s);
-    }
+    dd_sessions_release(j->release);
+    j->release = NULL;
 }
 
 static void release_all_done(dd_job *j)
@@ -287,17 +337,13 @@ void dd_conn_release_all(dd_conn *c)
      * callback calls here again once it is over. */
     if (c->jobs > 0)
         return;
-    dd_job *parked = dd_unpark(c);
-    if (parked != NULL) {
-        parked->rc = DLOCK_ERR_AGAIN;
-        dd_lock_step_done(parked); /* c->closing: gives the wait up on the pool */
-    }
+    dd_park_give_up(c);
     if (c->sessions == NULL)
         return;
     dd_job *j = dd_job_new(c);
     j->release = c->sessions;
     for (dd_session *s = c->sessions; s != NULL; s = s->next)
-        dd_srv.session_locks--;
+        account(s, -1);
     c->sessions = NULL;
     j->work = release_all_work;
     j->done = release_all_done;

@@ -1,10 +1,17 @@
 /*
- * park.c: LOCKs waiting on the loop.
+ * park.c: operations in steps, and their waits on the loop.
  *
- * After a step answers DLOCK_ERR_AGAIN, the job waits here, holding no thread: until
- * the library's descriptor (dlock_pending_fd) is readable, or its due time
+ * LOCK, SEM ACQUIRE and STOCK RESERVE are each a dlock_pending (the library's step
+ * API), driven here the same way: a step (dlock_pending_step) runs as a job on the
+ * pool; after one answers DLOCK_ERR_AGAIN, the job waits here, holding no thread:
+ * until the library's descriptor (dlock_pending_fd) is readable, or its due time
  * (dlock_pending_due_ms) comes, whichever is first; then its next step is queued on
- * the pool.
+ * the pool. The step that ends it hands the result to the job's dd_steps, which make
+ * the reply and keep what the result took (a session lock, a reservation's id).
+ *
+ * A connection that closes gives its operation up: the pending is freed on the pool
+ * (the library leaves the wait queue), and what a last step took for nobody is undone
+ * (dd_steps.undo: a session lock released, a reservation canceled).
  *
  * One poll handle per descriptor, shared by every job parked on it: libuv allows only
  * one poll handle per descriptor in a loop, and several pendings may well be woken
@@ -27,6 +34,89 @@ typedef struct dd_watch {
 } dd_watch;
 
 static void wake(dd_conn *c);
+static void park(dd_conn *c, dd_job *j);
+static dd_job *unpark(dd_conn *c);
+
+/* ---- steps -------------------------------------------------------------------------- */
+
+/* On the pool: one step, and at its end what it means for the reply. */
+static void step_work(dd_job *j)
+{
+    if (j->release != NULL) {
+        /* Lost session locks of the name go before it is taken again. */
+        dd_sessions_release(j->release);
+        j->release = NULL;
+    }
+    dlock_lock *l = NULL;
+    j->rc = dlock_pending_step(j->pending, &l);
+    if (j->rc == DLOCK_ERR_AGAIN)
+        return;
+    j->steps->finish(j, l);
+    dlock_pending_free(j->pending);
+    j->pending = NULL;
+}
+
+static void drop_free(dd_job *j)
+{
+    if (j->steps->drop != NULL)
+        j->steps->drop(j);
+    dd_job_free(j);
+}
+
+/* On the pool: the connection closed while the operation ran or waited. */
+static void give_up_work(dd_job *j)
+{
+    if (j->release != NULL) {
+        dd_sessions_release(j->release);
+        j->release = NULL;
+    }
+    dlock_pending_free(j->pending);
+    j->pending = NULL;
+    if (j->rc == DLOCK_OK)
+        j->steps->undo(j);
+}
+
+static void step_done(dd_job *j)
+{
+    dd_conn *c = j->conn;
+    if (c->closing) {
+        /* Nobody to answer: give up the wait, or undo what the step took. */
+        dd_buf_free(&j->reply);
+        if (j->pending == NULL && j->rc != DLOCK_OK && j->release == NULL) {
+            drop_free(j);
+            return;
+        }
+        j->work = give_up_work;
+        j->done = drop_free;
+        dd_job_queue(j);
+        return;
+    }
+    if (j->rc == DLOCK_ERR_AGAIN) {
+        park(c, j);
+        return;
+    }
+    j->steps->settle(j);
+    dd_job_answer(j);
+    drop_free(j);
+}
+
+void dd_step(dd_job *j)
+{
+    j->work = step_work;
+    j->done = step_done;
+    dd_job_queue(j);
+}
+
+void dd_park_give_up(dd_conn *c)
+{
+    dd_job *j = unpark(c);
+    if (j != NULL) {
+        j->rc = DLOCK_ERR_AGAIN;
+        step_done(j); /* c->closing: gives the wait up on the pool */
+    }
+}
+
+/* ---- waits -------------------------------------------------------------------------- */
 
 static void watch_remove(dd_conn *c)
 {
@@ -75,9 +165,9 @@ static void on_due(uv_timer_t *t)
 /* Off the loop and onto the pool for its next step. */
 static void wake(dd_conn *c)
 {
-    dd_job *j = dd_unpark(c);
+    dd_job *j = unpark(c);
     if (j != NULL)
-        dd_lock_step(j);
+        dd_step(j);
 }
 
 static dd_watch *watch_get(int fd)
@@ -112,12 +202,13 @@ static dd_watch *watch_get(int fd)
     return w;
 }
 
-void dd_park(dd_conn *c, dd_job *j)
+static void park(dd_conn *c, dd_job *j)
 {
     dd_srv.parked++;
+    (*j->steps->parked)++;
     if (!j->waited) {
         j->waited = true;
-        dd_srv.stats.waits++;
+        (*j->steps->waits)++;
     }
     c->parked_job = j;
     int64_t due = dlock_pending_due_ms(j->pending);
@@ -141,13 +232,14 @@ void dd_park(dd_conn *c, dd_job *j)
     uv_timer_start(&c->timer, on_due, (uint64_t)(due > 0 ? due : 0), 0);
 }
 
-dd_job *dd_unpark(dd_conn *c)
+static dd_job *unpark(dd_conn *c)
 {
     dd_job *j = c->parked_job;
     if (j == NULL)
         return NULL;
     c->parked_job = NULL;
     dd_srv.parked--;
+    (*j->steps->parked)--;
     watch_remove(c);
     uv_timer_stop(&c->timer);
     return j;

@@ -1,9 +1,10 @@
 /*
  * unlock.c: UNLOCK, EXTEND and LOCKINFO, each one job on the pool.
  *
- * UNLOCK and EXTEND work on a name and a token. When the token is one of this
- * connection's session locks, they use its handle (a release also stops its renewal;
- * an extend also sets the renewal's ttl); otherwise a handle is adopted for the call
+ * UNLOCK and EXTEND work on a name and a token, on a lock or a semaphore's permit
+ * alike (SEM RELEASE is UNLOCK). When the name and token are one of this connection's
+ * session locks, they use its handle (a release also stops its renewal; an extend
+ * also sets the renewal's ttl); otherwise a handle is adopted for the call
  * (dlock_lock_adopt), so that a lock taken by another connection, another dlockd or
  * `dlock acquire` can be released or extended here.
  */
@@ -49,31 +50,32 @@ static void unlock_done(dd_job *j)
 }
 
 /* NAME TOKEN: copied into the job, the token checked for its form. */
-static dd_job *name_token_job(dd_conn *c, resp_arg *argv, dd_buf *out)
+static dd_job *name_token_job(dd_conn *c, const resp_arg *name, const resp_arg *token,
+                              const char *what, dd_buf *out)
 {
-    if (argv[2].len != DLOCK_TOKEN_LEN) {
+    if (token->len != DLOCK_TOKEN_LEN) {
         dd_reply_error(out, "ERR a token is %d hexadecimal characters", DLOCK_TOKEN_LEN);
         return NULL;
     }
     dd_job *j = dd_job_new(c);
-    j->name = dd_arg_dup(&argv[1], "lock name", DLOCK_NAME_MAX, out);
+    j->name = dd_arg_dup(name, what, DLOCK_NAME_MAX, out);
     if (j->name == NULL) {
         dd_job_free(j);
         return NULL;
     }
-    memcpy(j->token, argv[2].p, DLOCK_TOKEN_LEN);
+    memcpy(j->token, token->p, DLOCK_TOKEN_LEN);
     j->token[DLOCK_TOKEN_LEN] = '\0';
     return j;
 }
 
-void dd_cmd_unlock(dd_conn *c, resp_arg *argv, size_t argc, dd_buf *out)
+void dd_unlock(dd_conn *c, const resp_arg *name, const resp_arg *token, const char *what,
+               dd_buf *out)
 {
-    (void)argc;
-    dd_job *j = name_token_job(c, argv, out);
+    dd_job *j = name_token_job(c, name, token, what, out);
     if (j == NULL)
         return;
-    dd_session *s = dd_session_find(c, argv[1].p, argv[1].len);
-    if (s != NULL && strcmp(s->token, j->token) == 0) {
+    dd_session *s = dd_session_find(c, name->p, name->len, j->token);
+    if (s != NULL) {
         /* This connection's own session lock: release its handle, which also stops
          * its renewal. */
         dd_session_unlink(c, s);
@@ -82,6 +84,12 @@ void dd_cmd_unlock(dd_conn *c, resp_arg *argv, size_t argc, dd_buf *out)
     j->work = unlock_work;
     j->done = unlock_done;
     dd_job_queue(j);
+}
+
+void dd_cmd_unlock(dd_conn *c, resp_arg *argv, size_t argc, dd_buf *out)
+{
+    (void)argc;
+    dd_unlock(c, &argv[1], &argv[2], "lock name", out);
 }
 
 static void extend_work(dd_job *j)
@@ -122,13 +130,12 @@ void dd_cmd_extend(dd_conn *c, resp_arg *argv, size_t argc, dd_buf *out)
     int64_t ttl;
     if (!dd_arg_ttl(&argv[3], &ttl, out))
         return;
-    dd_job *j = name_token_job(c, argv, out);
+    dd_job *j = name_token_job(c, &argv[1], &argv[2], "lock name", out);
     if (j == NULL)
         return;
     j->ttl_ms = ttl;
-    dd_session *s = dd_session_find(c, argv[1].p, argv[1].len);
-    if (s != NULL && strcmp(s->token, j->token) == 0)
-        j->sess = s; /* stays listed: the connection is busy until the job is done */
+    /* stays listed: the connection is busy until the job is done */
+    j->sess = dd_session_find(c, argv[1].p, argv[1].len, j->token);
     j->work = extend_work;
     j->done = extend_done;
     dd_job_queue(j);
