@@ -405,7 +405,7 @@ static int check_reserve_opts(const dlock_reserve_opts *o, int64_t *lease_ms, in
 
 /* What one reserve asks for, the same in every attempt but for "queued". */
 typedef struct reserve_req {
-    const char *sku;
+    char *sku; /* a copy: a pending outlives its caller's string */
     int64_t qty;
     char id[DLOCK_TOKEN_LEN + 1];
     char qty_s[24], lease_s[24], wttl_s[24];
@@ -577,6 +577,7 @@ static void reserve_destroy(dlock_pending *base)
         reserve_finish(r, DLOCK_ERR_CANCELED);
     }
     op_end(&r->op);
+    free(r->q.sku);
     free(r);
 }
 
@@ -604,12 +605,13 @@ static int reserve_start(dlock_client *c, const char *sku, int64_t qty,
                             (long long)DLOCK_STOCK_QTY_MAX);
     if (rc == DLOCK_OK && (rc = dlock__token_new(r->q.id)) != DLOCK_OK)
         dlock__err_set(e, rc, "getrandom: %s", strerror(errno));
+    if (rc == DLOCK_OK && (r->q.sku = dlock__strdup(sku)) == NULL)
+        rc = dlock__err_set(e, DLOCK_ERR_NOMEM, "out of memory");
     if (rc != DLOCK_OK) {
         r->base.done = true;
         reserve_destroy(&r->base);
         return rc;
     }
-    r->q.sku = sku;
     r->q.qty = qty;
     snprintf(r->q.qty_s, sizeof r->q.qty_s, "%lld", (long long)qty);
     snprintf(r->q.lease_s, sizeof r->q.lease_s, "%lld", (long long)lease_ms);

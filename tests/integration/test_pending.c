@@ -275,6 +275,26 @@ static void semaphore_permit_in_steps(void **state)
     dlock_client_free(c);
 }
 
+/* The strings given to a _start call are the caller's only until it returns: a step
+ * that names the SKU in its error uses the pending's own copy. */
+static void start_copies_its_strings(void **state)
+{
+    (void)state;
+    dlock_client *c = it_client(&it_srv, it_timeout_ms());
+    assert_int_equal(dlock_stock_set(c, "p-copied-sku", 0, NULL), DLOCK_OK);
+    char *sku = strdup("p-copied-sku");
+    assert_non_null(sku);
+    dlock_pending *p = NULL;
+    assert_int_equal(dlock_stock_reserve_start(c, sku, 1, NULL, &p), DLOCK_OK);
+    memset(sku, 'x', strlen(sku));
+    free(sku);
+    assert_int_equal(dlock_pending_step(p, NULL), DLOCK_ERR_BUSY);
+    if (strstr(dlock_errmsg(), "p-copied-sku") == NULL)
+        fail_msg("the error does not name the SKU: %s", dlock_errmsg());
+    dlock_pending_free(p);
+    dlock_client_free(c);
+}
+
 /* A stock reservation in steps: it parks while the units are reserved, a cancel serves
  * it, its id commits; one freed while parked leaves no waiter behind. */
 static void stock_reservation_in_steps(void **state)
@@ -371,6 +391,7 @@ int main(void)
         cmocka_unit_test(thousand_waiters_on_one_thread),
         cmocka_unit_test(semaphore_permit_in_steps),
         cmocka_unit_test(stock_reservation_in_steps),
+        cmocka_unit_test(start_copies_its_strings),
         cmocka_unit_test(bad_arguments),
     };
     return cmocka_run_group_tests_name("pending", tests, it_srv_setup, it_srv_teardown);
