@@ -200,8 +200,7 @@ static bool reserve_start(dd_job *j, resp_arg *argv, size_t argc, dd_buf *out)
     memset(&o, 0, sizeof o);
     o.lease_ms = j->ttl_ms;
     o.wait_ms = j->wait_ms;
-    /* No I/O: the same checks as dlock_stock_reserve, on the loop. The pending keeps
-     * a pointer to the SKU: j->name outlives it. */
+    /* No I/O: the same checks as dlock_stock_reserve, on the loop. */
     int rc = dlock_stock_reserve_start(dd_srv.client, j->name, j->qty, &o, &j->pending);
     if (rc != DLOCK_OK) {
         dd_reply_dlock_error(out, rc);
