@@ -20,6 +20,8 @@
  *   signals.c   signals by name (-k) and the names used in messages
  *   run*.c      `dlock run` (see run.h)
  *   stock.c     `dlock stock SUBCOMMAND`: the stock with leased reservations
+ *   doctor*.c   `dlock doctor`: what in the servers' setup can break a lock (the
+ *               rules in doctor_judge.c, pure code)
  *   duration.c  parsing and printing durations
  *   escape.c    untrusted bytes to a terminal or into JSON
  */
@@ -110,6 +112,7 @@ extern const char cli_sem_help[];
 extern const char cli_sem_acquire_help[];
 extern const char cli_sem_release_help[];
 extern const char cli_sem_run_help[];
+extern const char cli_doctor_help[];
 
 /* ---- output.c ---- */
 
@@ -147,6 +150,10 @@ int cli_take(dlock_client *c, const char *name, const dlock_opts *opts, int64_t 
 int cli_cmd_extend(struct cli *cli, char **args, const struct cmd_opts *o);
 int cli_cmd_release(struct cli *cli, char **args, const struct cmd_opts *o);
 int cli_cmd_status(struct cli *cli, char **args, const struct cmd_opts *o);
+
+/* ---- doctor.c ---- */
+
+int cli_cmd_doctor(struct cli *cli, char **args, const struct cmd_opts *o);
 
 /* ---- cancel.c ---- */
 

@@ -35,6 +35,7 @@ const char cli_main_help[] =
     "  stock SUBCOMMAND ... a SKU's stock, sold through reservations with a lease:\n"
     "                       set|add SKU QTY, reserve [-t LEASE] [-w WAIT] SKU QTY,\n"
     "                       commit|cancel|extend SKU ID, status SKU (dlock stock --help)\n"
+    "  doctor [-t TTL]      check the servers for what can break a lock, and the fixes\n"
     "\n"
     "Options (also accepted after the command):\n"
     "  -s, --servers URLS   comma-separated servers (default $DLOCK_SERVERS, else\n"

@@ -396,6 +396,36 @@ DLOCK_API int dlock_inspect(dlock_client *c, const char *name, dlock_holder *out
 DLOCK_API int dlock_inspect_shared(dlock_client *c, const char *name, dlock_holder *out, int max,
                                    int *n, int64_t *total);
 
+/* What a lock server says of itself (dlock_probe), for `dlock doctor` and for
+ * monitoring. A fact the server did not give (an ACL refused INFO or CONFIG, a managed
+ * service renamed the command) is "" or -1. */
+typedef struct dlock_server_facts {
+    char server[256];          /* its URL without the password */
+    int error;                 /* DLOCK_OK, or why it could not be asked at all (then
+                                  the facts below are unknown) */
+    char detail[256];          /* the error's detail (without the URL); "" */
+    char version[32];          /* redis_version */
+    char role[16];             /* "master" or "slave" */
+    int cluster;               /* cluster_enabled: 1 or 0 */
+    int64_t maxmemory;         /* bytes; 0: no limit */
+    char maxmemory_policy[32]; /* "noeviction", "allkeys-lru", ... */
+    int aof;                   /* aof_enabled: 1 or 0 */
+    char appendfsync[16];      /* "always", "everysec" or "no" (CONFIG GET) */
+    int64_t uptime_s;          /* uptime_in_seconds */
+    int64_t clock_offset_us;   /* the server's TIME less this host's wall clock, at the
+                                  middle of the quickest of three round trips */
+    int64_t clock_error_us;    /* half that round trip: the offset is exact within it */
+    uint64_t spare[8];         /* zero; room for more facts */
+} dlock_server_facts;
+
+/* Ask each server of c, all at once, what it says of its version, role, memory policy,
+ * persistence and clock: out[i] for server i, out holding n >= dlock_client_nservers(c)
+ * elements. Each server's own failure is in out[i].error and .detail; the call returns
+ * DLOCK_OK once every server was asked, DLOCK_ERR_INVALID for a NULL, n too small or a
+ * file:// client (it has no server), DLOCK_ERR_NOMEM, DLOCK_ERR_CLOSED. Thread-safety:
+ * any thread. */
+DLOCK_API int dlock_probe(dlock_client *c, dlock_server_facts *out, int n);
+
 /*
  * The resource side of fencing. A lock can end while its holder still works (a long
  * pause); only the resource can then refuse the stale holder, by accepting a write

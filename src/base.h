@@ -57,7 +57,8 @@ void dlock__clear_error(void);
  * as leases do on the servers. Every elapsed time and deadline in src/ uses it. */
 int64_t dlock__now_us(void);
 /* Microseconds on CLOCK_REALTIME: not for durations, only to order waiters' arrivals
- * across hosts (the fair queue's tickets). */
+ * across hosts (the fair queue's tickets) and to compare a server's TIME with
+ * (dlock_probe). */
 int64_t dlock__wallclock_us(void);
 /* A condition variable whose timed waits run on CLOCK_MONOTONIC, and the absolute
  * deadline rel_us from now on that clock (condition variables cannot use BOOTTIME). */

@@ -37,6 +37,8 @@
  *               watchdog.c  automatic renewal and lost-lock notification
  *               stock.c     counted stock per SKU with leased reservations, on node 0
  *                           (its scripts in stock_scripts.c)
+ *               probe.c     what each server says of itself (INFO, CONFIG, TIME), for
+ *                           dlock doctor
  *   client      client.c    dlock_client: config, the node list, the connection pool
  *   local       local_file.c     the lock file on disk: its name, byte locks, records,
  *                                fence (local.h: what the local files share)

@@ -35,8 +35,7 @@ static bool starts_with(const char *s, const char *prefix)
     return strncmp(s, prefix, strlen(prefix)) == 0;
 }
 
-/* Copy the value of "field:" from an INFO reply into out (at most n-1 bytes). */
-static bool info_field(const redisReply *r, const char *field, char *out, size_t n)
+bool dlock__info_field(const redisReply *r, const char *field, char *out, size_t n)
 {
     size_t flen = strlen(field);
     for (const char *p = r->str; p != NULL && *p; p = strchr(p, '\n'), p = p ? p + 1 : NULL) {
@@ -79,9 +78,9 @@ int dlock__node_on_info(dlock__node *node, const redisReply *r, char *detail, si
         return dlock__node_detail(detail, n, DLOCK_ERR_PROTOCOL, node,
                                   "INFO: unexpected reply type %d", r->type);
     char policy[64] = "", run_id[41] = "", uptime[24] = "";
-    info_field(r, "maxmemory_policy", policy, sizeof policy);
-    info_field(r, "run_id", run_id, sizeof run_id);
-    info_field(r, "uptime_in_seconds", uptime, sizeof uptime);
+    dlock__info_field(r, "maxmemory_policy", policy, sizeof policy);
+    dlock__info_field(r, "run_id", run_id, sizeof run_id);
+    dlock__info_field(r, "uptime_in_seconds", uptime, sizeof uptime);
     bool evicting = strncmp(policy, "allkeys-", 8) == 0 || strncmp(policy, "volatile-", 9) == 0;
 
     /* Restart-aware voting (docs/guarantees.md): a node whose run_id changed has

@@ -48,6 +48,9 @@ int dlock__node_detail(char *detail, size_t n, int err, const dlock__node *node,
  * an error when the node must not be used (a password missing, or in strict mode an
  * evicting policy), with why in detail. (node.c) */
 int dlock__node_on_info(dlock__node *node, const redisReply *r, char *detail, size_t n);
+/* Copy the value of "field:" from an INFO reply (a string) into out, at most n - 1
+ * bytes; false when the reply has no such field. */
+bool dlock__info_field(const redisReply *r, const char *field, char *out, size_t n);
 /* The longest lease restart voting must wait out. */
 int64_t dlock__rules_max_lease_ms(const dlock__node_rules *r);
 /* Record a ttl the client used. */

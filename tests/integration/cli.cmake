@@ -14,3 +14,6 @@ add_dependencies(test_local_cli dlock_cli)
 # `dlock stock ...` (tests/integration/test_stock_cli.c).
 dlock_add_test(test_stock_cli SOURCES test_stock_cli.c itest.c LABELS integration)
 add_dependencies(test_stock_cli dlock_cli)
+# `dlock doctor` (tests/integration/test_doctor.c; its rules in tests/unit).
+dlock_add_test(test_doctor SOURCES test_doctor.c itest.c LABELS integration)
+add_dependencies(test_doctor dlock_cli)

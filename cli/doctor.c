@@ -1,0 +1,142 @@
+/*
+ * doctor.c: `dlock doctor`, what in the servers' setup can break a lock, and the fix:
+ * it asks every server for its facts (dlock_probe), has doctor_judge.c judge them, and
+ * prints one line per finding, or one JSON object.
+ */
+#include "doctor.h"
+#include "cli.h"
+#include "escape.h"
+
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+const char cli_doctor_help[] =
+    "Usage: dlock [OPTIONS] doctor [-t TTL] [--json]\n"
+    "\n"
+    "Check each server for what can break a lock, one line per finding, each with what\n"
+    "it risks and the fix:\n"
+    "  - a maxmemory-policy that can evict lock keys (every policy but noeviction);\n"
+    "  - persistence off, or appendfsync not always (a restart forgets held locks);\n"
+    "  - a replica, or a Redis Cluster node, named as a lock server;\n"
+    "  - clocks of the servers apart by more than a tenth of TTL;\n"
+    "  - a Redis older than 7.0 (slower acquires), or too old to run the scripts;\n"
+    "  - a server that cannot be reached.\n"
+    "\n"
+    "  -t, --ttl TTL   the shortest lease you use (default 30s): the clock check's scale\n"
+    "      --json      one JSON object: the servers' facts and the findings\n"
+    "\n"
+    "Exit status: 0 when nothing threatens safety (notes only), 1 when a risk was found,\n"
+    "64 usage error.\n";
+
+static void print_text(const cli_findings *fs, const dlock_server_facts *f, int n)
+{
+    for (int i = 0; i < n; i++) {
+        bool any = false;
+        for (int k = 0; k < fs->n; k++) {
+            if (fs->f[k].server != i)
+                continue;
+            any = true;
+            cli_write_safe(stdout, f[i].server, strlen(f[i].server));
+            printf(": %s: ", fs->f[k].risk ? "risk" : "note");
+            cli_write_safe(stdout, fs->f[k].text, strlen(fs->f[k].text));
+            putchar('\n');
+        }
+        if (any)
+            continue;
+        cli_write_safe(stdout, f[i].server, strlen(f[i].server));
+        printf(": ok: Redis ");
+        cli_write_safe(stdout, f[i].version, strlen(f[i].version));
+        printf(", %s, %s, AOF %s, clock %+.1f ms from this host's\n", f[i].role,
+               f[i].maxmemory_policy, f[i].appendfsync[0] ? f[i].appendfsync : "on",
+               (double)f[i].clock_offset_us / 1000.0);
+    }
+    for (int k = 0; k < fs->n; k++) {
+        if (fs->f[k].server >= 0)
+            continue;
+        printf("servers: %s: ", fs->f[k].risk ? "risk" : "note");
+        cli_write_safe(stdout, fs->f[k].text, strlen(fs->f[k].text));
+        putchar('\n');
+    }
+    if (fs->risks == 0)
+        printf("no risk found (%d server%s)\n", n, n == 1 ? "" : "s");
+    else
+        printf("%d risk%s found\n", fs->risks, fs->risks == 1 ? "" : "s");
+}
+
+static void json_str(const char *s)
+{
+    cli_write_json_string(stdout, s, strlen(s));
+}
+
+static void print_json(const cli_findings *fs, const dlock_server_facts *f, int n)
+{
+    fputs("{\"servers\":[", stdout);
+    for (int i = 0; i < n; i++) {
+        fputs(i ? ",{\"server\":" : "{\"server\":", stdout);
+        json_str(f[i].server);
+        printf(",\"error\":");
+        if (f[i].error == DLOCK_OK)
+            fputs("null", stdout);
+        else
+            json_str(f[i].detail);
+        fputs(",\"version\":", stdout);
+        json_str(f[i].version);
+        fputs(",\"role\":", stdout);
+        json_str(f[i].role);
+        fputs(",\"maxmemory_policy\":", stdout);
+        json_str(f[i].maxmemory_policy);
+        fputs(",\"appendfsync\":", stdout);
+        json_str(f[i].appendfsync);
+        printf(",\"maxmemory\":%" PRId64 ",\"aof\":%d,\"cluster\":%d,\"clock_offset_us\":%" PRId64
+               ",\"clock_error_us\":%" PRId64 "}",
+               f[i].maxmemory, f[i].aof, f[i].cluster, f[i].clock_offset_us, f[i].clock_error_us);
+    }
+    fputs("],\"findings\":[", stdout);
+    for (int k = 0; k < fs->n; k++) {
+        const cli_finding *x = &fs->f[k];
+        fputs(k ? ",{\"server\":" : "{\"server\":", stdout);
+        if (x->server >= 0)
+            json_str(f[x->server].server);
+        else
+            fputs("null", stdout);
+        printf(",\"level\":\"%s\",\"kind\":\"%s\",\"text\":", x->risk ? "risk" : "note", x->kind);
+        json_str(x->text);
+        putchar('}');
+    }
+    printf("],\"risks\":%d}\n", fs->risks);
+}
+
+int cli_cmd_doctor(struct cli *cli, char **args, const struct cmd_opts *o)
+{
+    (void)args;
+    int code = cli_client_open(cli);
+    if (code != 0)
+        return code;
+    int n = dlock_client_nservers(cli->client);
+    dlock_server_facts *f = calloc((size_t)n, sizeof *f);
+    cli_findings *fs = calloc(1, sizeof *fs);
+    if (f == NULL || fs == NULL) {
+        free(f);
+        free(fs);
+        return cli_fail_call("doctor", DLOCK_ERR_NOMEM);
+    }
+    int rc = dlock_probe(cli->client, f, n);
+    if (rc != DLOCK_OK) {
+        free(f);
+        free(fs);
+        return cli_fail_call("doctor", rc);
+    }
+    cli_doctor_judge(f, n, o->ttl_ms, fs);
+    if (cli->json)
+        print_json(fs, f, n);
+    else
+        print_text(fs, f, n);
+    code = fs->risks > 0 ? 1 : 0;
+    free(f);
+    free(fs);
+    if (fflush(stdout) != 0)
+        return CLI_EXIT_INTERNAL;
+    return code;
+}

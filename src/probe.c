@@ -1,0 +1,178 @@
+/*
+ * probe.c: dlock_probe, what each lock server says of itself: the facts `dlock doctor`
+ * judges (eviction policy, persistence, role, version, clock).
+ *
+ * Three kinds of question, each sent to every server at once through the transport:
+ * INFO (its default sections hold the version, role, memory policy, AOF and cluster
+ * state), CONFIG GET appendfsync (not in INFO; managed services often refuse CONFIG,
+ * and the fact is then unknown rather than an error), and TIME, three times. A server's
+ * clock is compared with this host's wall clock at the middle of the quickest of the
+ * three round trips: the reply was made within half that trip of the middle, so half
+ * the trip bounds the error. The offsets of two servers, each measured that way,
+ * differ from their clocks' true difference by at most the sum of the two bounds.
+ */
+#include "internal.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define TIME_SAMPLES 3
+
+static const char INFO_CMD[] = "*1\r\n$4\r\nINFO\r\n";
+static const char FSYNC_CMD[] = "*3\r\n$6\r\nCONFIG\r\n$3\r\nGET\r\n$11\r\nappendfsync\r\n";
+static const char TIME_CMD[] = "*1\r\n$4\r\nTIME\r\n";
+
+/* Send cmd to every server still answering, and wait for the replies. */
+static void ask_all(dlock_client *c, dlock__connset *set, dlock__req *reqs, const char *cmd,
+                    size_t len, const dlock_server_facts *out)
+{
+    for (int i = 0; i < c->n; i++) {
+        freeReplyObject(reqs[i].reply);
+        memset(&reqs[i], 0, sizeof reqs[i]);
+        if (out[i].error == DLOCK_OK) {
+            reqs[i].cmd = cmd;
+            reqs[i].cmdlen = len;
+            reqs[i].await = true;
+        }
+    }
+    dlock__fanout(set->conns, reqs, c->n);
+}
+
+/* The transport's failure to reach server i, kept as its error. */
+static bool reached(dlock__req *r, dlock_server_facts *f)
+{
+    if (r->cmd == NULL)
+        return false;
+    if (r->err == DLOCK_OK)
+        return true;
+    f->error = r->err;
+    /* The transport's detail starts with the server's URL, which f->server holds. */
+    const char *d = r->detail;
+    size_t len = strlen(f->server);
+    if (strncmp(d, f->server, len) == 0 && strncmp(d + len, ": ", 2) == 0)
+        d += len + 2;
+    snprintf(f->detail, sizeof f->detail, "%s", d);
+    return false;
+}
+
+static int64_t int_field(const redisReply *r, const char *field)
+{
+    char v[32];
+    if (!dlock__info_field(r, field, v, sizeof v))
+        return -1;
+    char *end;
+    long long x = strtoll(v, &end, 10);
+    return end == v ? -1 : (int64_t)x;
+}
+
+static void take_info(const redisReply *r, dlock_server_facts *f)
+{
+    /* An error reply (an ACL's NOPERM) leaves the facts unknown. */
+    if (r->type != REDIS_REPLY_STRING)
+        return;
+    dlock__info_field(r, "redis_version", f->version, sizeof f->version);
+    dlock__info_field(r, "role", f->role, sizeof f->role);
+    dlock__info_field(r, "maxmemory_policy", f->maxmemory_policy, sizeof f->maxmemory_policy);
+    f->maxmemory = int_field(r, "maxmemory");
+    f->aof = (int)int_field(r, "aof_enabled");
+    f->cluster = (int)int_field(r, "cluster_enabled");
+    f->uptime_s = int_field(r, "uptime_in_seconds");
+}
+
+static void take_fsync(const redisReply *r, dlock_server_facts *f)
+{
+    if (r->type == REDIS_REPLY_ARRAY && r->elements == 2 &&
+        r->element[1]->type == REDIS_REPLY_STRING)
+        snprintf(f->appendfsync, sizeof f->appendfsync, "%s", r->element[1]->str);
+}
+
+/* TIME's reply in microseconds, or -1. */
+static int64_t time_us(const redisReply *r)
+{
+    if (r->type != REDIS_REPLY_ARRAY || r->elements != 2)
+        return -1;
+    int64_t v[2];
+    for (int k = 0; k < 2; k++) {
+        const redisReply *e = r->element[k];
+        char *end;
+        if (e->type != REDIS_REPLY_STRING)
+            return -1;
+        long long x = strtoll(e->str, &end, 10);
+        if (end == e->str || *end != '\0' || x < 0 || x > INT64_C(9000000000000))
+            return -1;
+        v[k] = x;
+    }
+    return v[0] * 1000000 + v[1];
+}
+
+/* Three TIMEs of each server, one server at a time so that each trip is its own. */
+static void take_clocks(dlock_client *c, dlock__connset *set, dlock__req *reqs,
+                        dlock_server_facts *out)
+{
+    for (int i = 0; i < c->n; i++) {
+        int64_t best_rtt = -1;
+        for (int k = 0; k < TIME_SAMPLES && out[i].error == DLOCK_OK; k++) {
+            for (int j = 0; j < c->n; j++) {
+                freeReplyObject(reqs[j].reply);
+                memset(&reqs[j], 0, sizeof reqs[j]);
+            }
+            reqs[i].cmd = TIME_CMD;
+            reqs[i].cmdlen = sizeof TIME_CMD - 1;
+            reqs[i].await = true;
+            int64_t t0 = dlock__wallclock_us(), m0 = dlock__now_us();
+            dlock__fanout(set->conns, reqs, c->n);
+            int64_t t1 = dlock__wallclock_us(), rtt = dlock__now_us() - m0;
+            if (!reached(&reqs[i], &out[i]))
+                break;
+            int64_t server = time_us(reqs[i].reply);
+            if (server < 0 || (best_rtt >= 0 && rtt >= best_rtt))
+                continue;
+            best_rtt = rtt;
+            out[i].clock_offset_us = server - (t0 + (t1 - t0) / 2);
+            out[i].clock_error_us = rtt / 2 + 1;
+        }
+    }
+}
+
+int dlock_probe(dlock_client *c, dlock_server_facts *out, int n)
+{
+    dlock__err e;
+    int rc = dlock__client_enter(c, &e);
+    if (rc != DLOCK_OK)
+        return dlock__err_raise(&e, rc);
+    if (out == NULL)
+        return dlock__fail(DLOCK_ERR_INVALID, "out is NULL");
+    if (c->local != NULL)
+        return dlock__fail(DLOCK_ERR_INVALID, "a file:// client has no server to probe");
+    if (n < c->n)
+        return dlock__fail(DLOCK_ERR_INVALID, "out holds %d facts, the client has %d servers", n,
+                           c->n);
+    for (int i = 0; i < c->n; i++) {
+        dlock_server_facts *f = &out[i];
+        memset(f, 0, sizeof *f);
+        snprintf(f->server, sizeof f->server, "%s", c->nodes[i].addr.display);
+        f->cluster = f->aof = -1;
+        f->maxmemory = f->uptime_s = f->clock_error_us = -1;
+    }
+    dlock__connset *set = dlock__connset_get(c);
+    if (set == NULL)
+        return dlock__fail(DLOCK_ERR_NOMEM, "out of memory");
+    dlock__req reqs[DLOCK_SERVERS_MAX];
+    memset(reqs, 0, sizeof reqs);
+
+    ask_all(c, set, reqs, INFO_CMD, sizeof INFO_CMD - 1, out);
+    for (int i = 0; i < c->n; i++)
+        if (reached(&reqs[i], &out[i]))
+            take_info(reqs[i].reply, &out[i]);
+    ask_all(c, set, reqs, FSYNC_CMD, sizeof FSYNC_CMD - 1, out);
+    for (int i = 0; i < c->n; i++)
+        if (reached(&reqs[i], &out[i]))
+            take_fsync(reqs[i].reply, &out[i]);
+    take_clocks(c, set, reqs, out);
+
+    for (int i = 0; i < c->n; i++)
+        freeReplyObject(reqs[i].reply);
+    dlock__connset_put(c, set);
+    return DLOCK_OK;
+}

@@ -1,0 +1,264 @@
+/*
+ * test_doctor.c: `dlock doctor` against real redis-server processes set up the ways
+ * it must judge: eviction on, persistence off and on, a replica, a password, an ACL
+ * user without INFO, a server down. What a script relies on is checked exactly: the
+ * exit status (0 nothing threatens safety, 1 a risk, 64 usage), one line per finding
+ * naming the server, and JSON that parses. Its rules over facts no server here can
+ * give (an old Redis, skewed clocks) are unit-tested in test_doctor_judge.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cmocka.h>
+
+#include "itest.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+static dh_server durable, evicting, plain[3], replica, locked;
+
+static int group_setup(void **state)
+{
+    (void)state;
+    static const char *const aof[] = {"--appendonly", "yes", "--appendfsync", "always", NULL};
+    static const char *const lru[] = {"--appendonly",
+                                      "yes",
+                                      "--appendfsync",
+                                      "always",
+                                      "--maxmemory",
+                                      "100mb",
+                                      "--maxmemory-policy",
+                                      "allkeys-lru",
+                                      NULL};
+    static const char *const pw[] = {
+        "--requirepass", "doctor-secret", "--appendonly", "yes", "--appendfsync", "always", NULL};
+    if (dh_server_start(&durable, aof) != 0 || dh_server_start(&evicting, lru) != 0 ||
+        dh_servers_start(plain, 3, NULL) != 0 || dh_server_start(&locked, pw) != 0)
+        return -1;
+    char of[64];
+    snprintf(of, sizeof of, "%d", durable.port);
+    const char *const rep[] = {"--replicaof", durable.host, of, NULL};
+    return dh_server_start(&replica, rep);
+}
+
+static int group_teardown(void **state)
+{
+    (void)state;
+    dh_server_stop(&durable);
+    dh_server_stop(&evicting);
+    dh_servers_stop(plain, 3);
+    dh_server_stop(&replica);
+    dh_server_stop(&locked);
+    return 0;
+}
+
+/* Run `dlock doctor ARGS...` (NULL-terminated) against the comma-separated servers,
+ * with DLOCK_PASSWORD set to password (NULL: removed). */
+static void doctor(it_run *r, const char *servers, const char *password, ...)
+{
+    static char s_env[1024], p_env[128];
+    snprintf(s_env, sizeof s_env, "DLOCK_SERVERS=%s", servers);
+    snprintf(p_env, sizeof p_env, "DLOCK_PASSWORD=%s", password ? password : "");
+    const char *const env[] = {s_env, password ? p_env : "DLOCK_PASSWORD", NULL};
+    static const char *const pre[] = {"doctor", NULL};
+    va_list ap;
+    va_start(ap, password);
+    it_cli_va(r, env, pre, ap);
+    va_end(ap);
+}
+
+/* Exit `status`; and a line of stdout that holds every needle (up to a NULL). */
+static void expect_line(const it_run *r, int status, ...)
+{
+    if (r->status != status)
+        fail_msg("exit %d, want %d\nstdout: %s\nstderr: %s", r->status, status, r->out, r->err);
+    va_list ap;
+    const char *needles[8];
+    int n = 0;
+    va_start(ap, status);
+    for (const char *s; n < 8 && (s = va_arg(ap, const char *)) != NULL;)
+        needles[n++] = s;
+    va_end(ap);
+    for (const char *line = r->out; *line;) {
+        const char *end = strchr(line, '\n');
+        size_t len = end ? (size_t)(end - line) : strlen(line);
+        int k = 0;
+        while (k < n && memmem(line, len, needles[k], strlen(needles[k])) != NULL)
+            k++;
+        if (k == n)
+            return;
+        line += len + (end != NULL);
+    }
+    fail_msg("no line of stdout holds all of \"%s\"...:\n%s", needles[0], r->out);
+}
+
+static int count_lines(const char *s, const char *needle)
+{
+    int n = 0;
+    for (const char *p = s; (p = strstr(p, needle)) != NULL; p++)
+        n++;
+    return n;
+}
+
+static void healthy_server_is_ok(void **state)
+{
+    (void)state;
+    it_run r;
+    doctor(&r, durable.url, NULL, (const char *)NULL);
+    expect_line(&r, 0, durable.url, ": ok: Redis ", "master", "noeviction", "AOF always", NULL);
+    expect_line(&r, 0, "no risk found (1 server)", NULL);
+    assert_int_equal(count_lines(r.out, "risk:"), 0);
+}
+
+static void eviction_is_a_risk(void **state)
+{
+    (void)state;
+    it_run r;
+    doctor(&r, evicting.url, NULL, (const char *)NULL);
+    expect_line(&r, 1, evicting.url, "risk:", "allkeys-lru", "evict", "noeviction", NULL);
+    expect_line(&r, 1, "1 risk found", NULL);
+}
+
+/* The launcher starts servers without AOF: alone, a restart hands a held lock to a
+ * second holder; three of them vote, and restart voting covers it. */
+static void persistence_off_depends_on_n(void **state)
+{
+    (void)state;
+    it_run r;
+    doctor(&r, plain[0].url, NULL, (const char *)NULL);
+    expect_line(&r, 1, plain[0].url, "risk:", "appendonly no", "appendonly yes", NULL);
+    char urls[512];
+    dh_server_urls(plain, 3, urls, sizeof urls);
+    doctor(&r, urls, NULL, (const char *)NULL);
+    for (int i = 0; i < 3; i++)
+        expect_line(&r, 0, plain[i].url, "note:", "appendonly no", "restart voting", NULL);
+    expect_line(&r, 0, "no risk found (3 servers)", NULL);
+}
+
+static void replica_is_a_risk(void **state)
+{
+    (void)state;
+    it_run r;
+    doctor(&r, replica.url, NULL, (const char *)NULL);
+    expect_line(&r, 1, replica.url, "risk:", "replica", "name the master", NULL);
+}
+
+/* A server down among reachable ones: its line says it cannot be asked, the others
+ * are judged all the same. */
+static void unreachable_server(void **state)
+{
+    (void)state;
+    dh_server gone;
+    assert_int_equal(dh_server_start(&gone, NULL), 0);
+    char url[128];
+    snprintf(url, sizeof url, "%s", gone.url);
+    dh_server_stop(&gone);
+    char urls[512];
+    snprintf(urls, sizeof urls, "%s,%s,%s", durable.url, url, evicting.url);
+    it_run r;
+    doctor(&r, urls, NULL, (const char *)NULL);
+    expect_line(&r, 1, url, "risk:", "cannot be asked", NULL);
+    expect_line(&r, 1, durable.url, ": ok: ", NULL);
+    expect_line(&r, 1, evicting.url, "allkeys-lru", NULL);
+    expect_line(&r, 1, "2 risks found", NULL);
+}
+
+/* The password reaches the servers as for every command; a wrong one is a server that
+ * cannot be asked, and the password never shows. */
+static void password(void **state)
+{
+    (void)state;
+    it_run r;
+    doctor(&r, locked.url, "doctor-secret", (const char *)NULL);
+    expect_line(&r, 0, locked.url, ": ok: ", NULL);
+    doctor(&r, locked.url, "not-the-secret", (const char *)NULL);
+    expect_line(&r, 1, locked.url, "risk:", "cannot be asked", NULL);
+    assert_null(strstr(r.out, "not-the-secret"));
+    assert_null(strstr(r.err, "not-the-secret"));
+}
+
+/* An ACL user that may lock but not read INFO or CONFIG: nothing can be judged, which
+ * is a note, not a made-up risk. */
+static void info_refused(void **state)
+{
+    (void)state;
+    redisReply *rr = dh_cmd(&locked, "AUTH doctor-secret");
+    freeReplyObject(rr);
+    rr = dh_cmd(&locked, "ACL SETUSER locker on >locker-pw ~* +@all -info -config");
+    assert_non_null(rr);
+    assert_int_not_equal(rr->type, REDIS_REPLY_ERROR);
+    freeReplyObject(rr);
+    char url[160];
+    snprintf(url, sizeof url, "redis://locker:locker-pw@%s:%d", locked.host, locked.port);
+    it_run r;
+    doctor(&r, url, NULL, (const char *)NULL);
+    expect_line(&r, 0, "note:", "INFO was refused", "+info", NULL);
+    assert_null(strstr(r.out, "locker-pw"));
+}
+
+/* --json: one object that a JSON parser reads, with the findings and their count. */
+static void json_output(void **state)
+{
+    (void)state;
+    char urls[512];
+    snprintf(urls, sizeof urls, "%s,%s,%s", durable.url, evicting.url, plain[0].url);
+    it_run r;
+    doctor(&r, urls, NULL, "--json", (const char *)NULL);
+    it_expect_status(&r, 1);
+    char py[9000];
+    snprintf(py, sizeof py,
+             "import json,sys\n"
+             "d = json.loads(sys.argv[1])\n"
+             "assert len(d['servers']) == 3, d\n"
+             "assert d['servers'][0]['appendfsync'] == 'always', d\n"
+             "assert d['servers'][1]['maxmemory_policy'] == 'allkeys-lru', d\n"
+             "kinds = sorted(f['kind'] for f in d['findings'] if f['level'] == 'risk')\n"
+             "assert kinds == ['eviction'], kinds\n"
+             "assert d['risks'] == 1, d\n");
+    const char *const argv[] = {"/usr/bin/python3", "-c", py, r.out, NULL};
+    char out[256], err[2048];
+    int st = dh_run(argv, NULL, out, sizeof out, err, sizeof err);
+    if (st != 0)
+        fail_msg("python3 refused the JSON (%d): %s\n%s", st, err, r.out);
+}
+
+static void usage_errors(void **state)
+{
+    (void)state;
+    it_run r;
+    doctor(&r, durable.url, NULL, "extra", (const char *)NULL);
+    it_expect_status(&r, 64);
+    doctor(&r, durable.url, NULL, "-t", "0", (const char *)NULL);
+    it_expect_status(&r, 64);
+    doctor(&r, durable.url, NULL, "-w", "1s", (const char *)NULL);
+    it_expect_status(&r, 64);
+    char dir[] = "/tmp/dlock-doctor-XXXXXX";
+    assert_non_null(mkdtemp(dir));
+    char url[64];
+    snprintf(url, sizeof url, "file://%s", dir);
+    doctor(&r, url, NULL, (const char *)NULL);
+    it_expect_status(&r, 64);
+    assert_non_null(strstr(r.err, "file://"));
+    rmdir(dir);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(healthy_server_is_ok),
+        cmocka_unit_test(eviction_is_a_risk),
+        cmocka_unit_test(persistence_off_depends_on_n),
+        cmocka_unit_test(replica_is_a_risk),
+        cmocka_unit_test(unreachable_server),
+        cmocka_unit_test(password),
+        cmocka_unit_test(info_refused),
+        cmocka_unit_test(json_output),
+        cmocka_unit_test(usage_errors),
+    };
+    return cmocka_run_group_tests(tests, group_setup, group_teardown);
+}

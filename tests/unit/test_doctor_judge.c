@@ -1,0 +1,215 @@
+/*
+ * test_doctor_judge.c: the rules of `dlock doctor` (cli/doctor_judge.c) over facts
+ * made by hand, among them those no server here can be made to give: an old Redis,
+ * clocks seconds apart. test_doctor runs the command against real servers.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cmocka.h>
+
+#include <stdio.h>
+#include <string.h>
+
+#include "dlock.h"
+#include "doctor.h"
+
+#define TTL_MS 30000
+
+static cli_findings fs;
+
+/* A server with nothing to find: Redis 7.0, a master, noeviction, AOF always. */
+static dlock_server_facts healthy(int i)
+{
+    dlock_server_facts f;
+    memset(&f, 0, sizeof f);
+    snprintf(f.server, sizeof f.server, "redis://10.0.0.%d:6379", i + 1);
+    strcpy(f.version, "7.0.15");
+    strcpy(f.role, "master");
+    strcpy(f.maxmemory_policy, "noeviction");
+    strcpy(f.appendfsync, "always");
+    f.aof = 1;
+    f.cluster = 0;
+    f.clock_error_us = 50;
+    return f;
+}
+
+/* The one finding of kind `kind`, or NULL; a second one fails the test. */
+static const cli_finding *find(const char *kind)
+{
+    const cli_finding *hit = NULL;
+    for (int k = 0; k < fs.n; k++) {
+        if (strcmp(fs.f[k].kind, kind) != 0)
+            continue;
+        if (hit != NULL)
+            fail_msg("two findings of kind %s", kind);
+        hit = &fs.f[k];
+    }
+    return hit;
+}
+
+/* Exactly one finding, of that kind and level, whose text holds each needle. */
+static void expect_one(const char *kind, bool risk, const char *needle1, const char *needle2)
+{
+    if (fs.n != 1)
+        fail_msg("%d findings, want 1 (%s); first: %s", fs.n, kind, fs.n ? fs.f[0].text : "-");
+    const cli_finding *x = find(kind);
+    if (x == NULL)
+        fail_msg("no %s finding; found %s: %s", kind, fs.f[0].kind, fs.f[0].text);
+    if (x->risk != risk)
+        fail_msg("%s is a %s, want a %s: %s", kind, x->risk ? "risk" : "note",
+                 risk ? "risk" : "note", x->text);
+    assert_int_equal(fs.risks, risk ? 1 : 0);
+    if (needle1 != NULL && strstr(x->text, needle1) == NULL)
+        fail_msg("\"%s\" lacks \"%s\"", x->text, needle1);
+    if (needle2 != NULL && strstr(x->text, needle2) == NULL)
+        fail_msg("\"%s\" lacks \"%s\"", x->text, needle2);
+}
+
+static void nothing_to_find(void **state)
+{
+    (void)state;
+    dlock_server_facts f[3] = {healthy(0), healthy(1), healthy(2)};
+    f[1].clock_offset_us = 900;
+    f[2].clock_offset_us = -1200;
+    cli_doctor_judge(f, 3, TTL_MS, &fs);
+    assert_int_equal(fs.n, 0);
+    assert_int_equal(fs.risks, 0);
+}
+
+static void unreachable_is_a_risk(void **state)
+{
+    (void)state;
+    dlock_server_facts f = healthy(0);
+    f.error = DLOCK_ERR_IO;
+    strcpy(f.detail, "connect: Connection refused");
+    cli_doctor_judge(&f, 1, TTL_MS, &fs);
+    expect_one("unreachable", true, "Connection refused", "every lock call fails");
+}
+
+/* Every policy but noeviction can evict lock keys: a risk once maxmemory is set, a
+ * note before. The line names the policy and says "evict". */
+static void eviction(void **state)
+{
+    (void)state;
+    static const char *const policies[] = {"allkeys-lru",  "allkeys-lfu",  "allkeys-random",
+                                           "volatile-lru", "volatile-lfu", "volatile-random",
+                                           "volatile-ttl"};
+    for (size_t i = 0; i < sizeof policies / sizeof *policies; i++) {
+        dlock_server_facts f = healthy(0);
+        strcpy(f.maxmemory_policy, policies[i]);
+        f.maxmemory = 1 << 20;
+        cli_doctor_judge(&f, 1, TTL_MS, &fs);
+        expect_one("eviction", true, policies[i], "evict");
+        f.maxmemory = 0;
+        cli_doctor_judge(&f, 1, TTL_MS, &fs);
+        expect_one("eviction", false, policies[i], "evict");
+    }
+}
+
+/* With one server a restart that forgets a lock makes two holders; with several,
+ * restart voting covers it. */
+static void persistence_depends_on_n(void **state)
+{
+    (void)state;
+    dlock_server_facts f[3] = {healthy(0), healthy(1), healthy(2)};
+    f[0].aof = 0;
+    cli_doctor_judge(f, 1, TTL_MS, &fs);
+    expect_one("persistence", true, "appendonly no", "second holder");
+    cli_doctor_judge(f, 3, TTL_MS, &fs);
+    expect_one("persistence", false, "appendonly no", "restart voting");
+
+    f[0].aof = 1;
+    strcpy(f[0].appendfsync, "everysec");
+    cli_doctor_judge(f, 1, TTL_MS, &fs);
+    expect_one("persistence", true, "appendfsync everysec", "second holder");
+    cli_doctor_judge(f, 3, TTL_MS, &fs);
+    expect_one("persistence", false, "appendfsync everysec", "restart voting");
+
+    /* CONFIG refused: unknown, so a note even alone. */
+    f[0].appendfsync[0] = '\0';
+    cli_doctor_judge(f, 1, TTL_MS, &fs);
+    expect_one("persistence", false, "cannot be read", NULL);
+}
+
+static void versions(void **state)
+{
+    (void)state;
+    dlock_server_facts f = healthy(0);
+    strcpy(f.version, "7.2.4");
+    cli_doctor_judge(&f, 1, TTL_MS, &fs);
+    assert_int_equal(fs.n, 0);
+    strcpy(f.version, "6.2.14");
+    cli_doctor_judge(&f, 1, TTL_MS, &fs);
+    expect_one("version", false, "6.2.14", "7.0");
+    strcpy(f.version, "3.2.0");
+    cli_doctor_judge(&f, 1, TTL_MS, &fs);
+    expect_one("version", false, "3.2.0", NULL);
+    strcpy(f.version, "3.0.7");
+    cli_doctor_judge(&f, 1, TTL_MS, &fs);
+    expect_one("version", true, "every acquire fails", NULL);
+    /* INFO refused: nothing is known, which is worth a note, not a guess. */
+    f = healthy(0);
+    f.version[0] = f.role[0] = f.maxmemory_policy[0] = '\0';
+    f.aof = f.cluster = -1;
+    f.maxmemory = -1;
+    f.appendfsync[0] = '\0';
+    cli_doctor_judge(&f, 1, TTL_MS, &fs);
+    expect_one("info", false, "INFO was refused", NULL);
+}
+
+static void replica_and_cluster_node(void **state)
+{
+    (void)state;
+    dlock_server_facts f = healthy(0);
+    strcpy(f.role, "slave");
+    cli_doctor_judge(&f, 1, TTL_MS, &fs);
+    expect_one("replica", true, "READONLY", "name the master");
+    f = healthy(0);
+    f.cluster = 1;
+    cli_doctor_judge(&f, 1, TTL_MS, &fs);
+    expect_one("cluster", true, "MOVED", NULL);
+}
+
+/* Clocks: apart by more than a tenth of the lease beyond what the measurement's own
+ * error could explain is a risk; within it, nothing. An unreachable server's clock is
+ * not counted. */
+static void clocks(void **state)
+{
+    (void)state;
+    dlock_server_facts f[3] = {healthy(0), healthy(1), healthy(2)};
+    f[1].clock_offset_us = 4000000; /* 4 s apart, a tenth of 30 s is 3 s */
+    cli_doctor_judge(f, 3, TTL_MS, &fs);
+    expect_one("clock", true, "4000.0 ms apart", "10.0.0.2");
+    assert_int_equal(fs.f[0].server, -1);
+    /* The same with a 60 s lease: within a tenth. */
+    cli_doctor_judge(f, 3, 2 * TTL_MS, &fs);
+    assert_int_equal(fs.n, 0);
+    /* 3.05 s apart but each offset only known within 100 ms: not surely past 3 s. */
+    f[1].clock_offset_us = 3050000;
+    f[0].clock_error_us = f[1].clock_error_us = 100000;
+    cli_doctor_judge(f, 3, TTL_MS, &fs);
+    assert_int_equal(fs.n, 0);
+    /* A server that could not be asked: its stale offset is not a clock. */
+    f[1].error = DLOCK_ERR_TIMEOUT;
+    f[1].clock_offset_us = 9000000;
+    cli_doctor_judge(f, 3, TTL_MS, &fs);
+    expect_one("unreachable", true, NULL, NULL);
+    /* One server alone has no other clock to differ from. */
+    f[0].clock_offset_us = 60000000;
+    cli_doctor_judge(f, 1, TTL_MS, &fs);
+    assert_int_equal(fs.n, 0);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(nothing_to_find), cmocka_unit_test(unreachable_is_a_risk),
+        cmocka_unit_test(eviction),        cmocka_unit_test(persistence_depends_on_n),
+        cmocka_unit_test(versions),        cmocka_unit_test(replica_and_cluster_node),
+        cmocka_unit_test(clocks),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
