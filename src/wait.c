@@ -187,11 +187,10 @@ static void *subscriber_main(void *arg)
                     next = ws->retry_at_us[i];
                 continue;
             }
-            short ev = POLLIN;
-            if (conn->state == DLOCK_CONN_CONNECTING || conn->outpos < conn->outlen)
-                ev |= POLLOUT;
-            pfd[nfds] = (struct pollfd){.fd = conn->fd, .events = ev};
+            pfd[nfds] = (struct pollfd){.fd = conn->fd, .events = dlock__conn_events(conn)};
             idx[nfds++] = i;
+            if (dlock__conn_buffered(conn))
+                next = now; /* TLS holds decrypted bytes the socket will not report */
         }
         int64_t wait_us = next == INT64_MAX ? 1000000 : next - now;
         if (wait_us < 0)
@@ -200,6 +199,8 @@ static void *subscriber_main(void *arg)
         if (ppoll(pfd, (nfds_t)nfds, &ts, NULL) < 0)
             continue; /* EINTR; any other failure is retried on the next turn */
         for (int k = 0; k < nfds; k++) {
+            if (idx[k] >= 0 && dlock__conn_buffered(&ws->conns[idx[k]]))
+                pfd[k].revents |= ws->conns[idx[k]].read_ev;
             if (pfd[k].revents == 0)
                 continue;
             if (idx[k] < 0) {
@@ -214,14 +215,14 @@ static void *subscriber_main(void *arg)
                     continue;
                 }
                 if (conn->state != DLOCK_CONN_READY)
-                    continue;
+                    continue; /* the next address, or the TLS handshake, goes on */
             }
             if (conn->outpos < conn->outlen &&
                 dlock__conn_flush(conn, detail, sizeof detail) != DLOCK_OK) {
                 node_down(ws, i);
                 continue;
             }
-            if (pfd[k].revents & (POLLIN | POLLERR | POLLHUP))
+            if (pfd[k].revents & (conn->read_ev | POLLERR | POLLHUP))
                 on_readable(c, ws, i);
         }
     }
