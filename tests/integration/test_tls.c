@@ -399,6 +399,65 @@ static void wrong_protocol(void **state)
     dh_server_stop(&tls);
 }
 
+/* ---- the dlock command ------------------------------------------------------------------ */
+
+static void cli_with_cacert(void **state)
+{
+    (void)state;
+    dh_server s[2];
+    start_tls(&s[0], 1, "server", false, NULL);
+    start_tls(&s[1], 1, "server", true, NULL);
+    const char *const *env = it_cli_env(&s[0]);
+    it_run r;
+    it_cli(&r, env, (const char *[]){"--cacert", file("ca.crt"), NULL}, "acquire", "-t", "10s",
+           "tls-cli", NULL);
+    it_expect_status(&r, 0);
+    char token[DLOCK_TOKEN_LEN + 1];
+    assert_int_equal(sscanf(r.out, "%32s", token), 1);
+    it_expect_holder(&s[0], "tls-cli", token);
+    /* The flags are accepted after the command too. */
+    it_cli(&r, env, NULL, "status", "tls-cli", "--cacert", file("ca.crt"), NULL);
+    it_expect_status(&r, 0);
+    assert_non_null(strstr(r.out, "held by"));
+    it_cli(&r, env, NULL, "release", "tls-cli", token, "--cacert", file("ca.crt"), NULL);
+    it_expect_status(&r, 0);
+    /* Without the CA: refused as authentication is (77), the chain named. */
+    it_cli(&r, env, NULL, "status", "tls-cli", NULL);
+    it_expect_status(&r, 77);
+    assert_non_null(strstr(r.err, "chain is not trusted"));
+    /* A URL's own parameter wins over the flag. */
+    char urls[400];
+    snprintf(urls, sizeof urls, "%s?cacert=%s", s[0].url, file("evil.crt"));
+    it_cli(&r, env, (const char *[]){"-s", urls, "--cacert", file("ca.crt"), NULL}, "status",
+           "tls-cli", NULL);
+    it_expect_status(&r, 77);
+    /* --sni and --insecure. */
+    it_cli(&r, env, (const char *[]){"--cacert", file("ca.crt"), "--sni", "other.test", NULL},
+           "status", "tls-cli", NULL);
+    it_expect_status(&r, 77);
+    assert_non_null(strstr(r.err, "host name mismatch"));
+    it_cli(&r, env, (const char *[]){"--insecure", NULL}, "status", "tls-cli", NULL);
+    it_expect_status(&r, 0);
+    assert_non_null(strstr(r.err, "insecure=1"));
+    /* A client certificate, and the usage errors. */
+    env = it_cli_env(&s[1]);
+    it_cli(&r, env,
+           (const char *[]){"--cacert", file("ca.crt"), "--cert", file("client.crt"), "--key",
+                            file("client.key"), NULL},
+           "status", "tls-cli", NULL);
+    it_expect_status(&r, 0);
+    it_cli(&r, env, (const char *[]){"--cacert", file("ca.crt"), NULL}, "status", "tls-cli", NULL);
+    it_expect_status(&r, 77);
+    it_cli(&r, env, (const char *[]){"--cert", file("client.crt"), NULL}, "status", "x", NULL);
+    it_expect_status(&r, 64);
+    assert_non_null(strstr(r.err, "--cert needs --key"));
+    it_cli(&r, env, (const char *[]){"--cacert", "/nonexistent.pem", NULL}, "status", "x", NULL);
+    it_expect_status(&r, 64);
+    assert_non_null(strstr(r.err, "cacert /nonexistent.pem"));
+    dh_server_stop(&s[0]);
+    dh_server_stop(&s[1]);
+}
+
 /* ---- parameters ------------------------------------------------------------------------ */
 
 static void refused(const char *url, const dlock_tls *t, const char *needle)
@@ -459,6 +518,7 @@ int main(void)
         cmocka_unit_test(paused_in_handshake),
         cmocka_unit_test(wrong_protocol),
         cmocka_unit_test(bad_parameters),
+        cmocka_unit_test(cli_with_cacert),
     };
     return cmocka_run_group_tests_name("tls", tests, group_setup, group_teardown);
 }
