@@ -23,6 +23,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 
 static char g_dir[512];
 
@@ -352,6 +353,48 @@ static void session_resumed_on_reconnect(void **state)
     dh_server_stop(&s);
 }
 
+static long total_connections(dh_server *s)
+{
+    redisReply *r = dh_cmd(s, "INFO stats");
+    long n = dh_info_long(r, "total_connections_received");
+    freeReplyObject(r);
+    assert_true(n > 0);
+    return n;
+}
+
+/* A forked child that frees its copy of the client must not end the parent's TLS
+ * session: a close_notify on the shared socket would make the server close it. */
+static void fork_child_leaves_the_session(void **state)
+{
+    (void)state;
+    dh_server s;
+    start_tls(&s, 1, "server", false, NULL);
+    dlock_tls t = {.cacert = file("ca.crt")};
+    dlock_client *c = client(s.url, &t, NULL);
+    acquire_release(c, "tls-fork");
+    long long clients = it_connected_clients(&s);
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        dlock_lock *l = NULL;
+        int rc = dlock_acquire(c, "tls-fork", NULL, &l); /* refused: not this process's */
+        dlock_client_free(c);
+        _exit(rc == DLOCK_ERR_CLOSED ? 0 : 1);
+    }
+    int status = 0;
+    assert_int_equal(waitpid(pid, &status, 0), pid);
+    assert_true(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    dh_sleep_ms(50);
+    assert_int_equal(it_connected_clients(&s), clients);
+    /* The parent's next call uses the same connection: the server counts only the
+     * admin connections of this test's own commands. */
+    long before = total_connections(&s);
+    acquire_release(c, "tls-fork");
+    assert_int_equal(total_connections(&s), before + 1);
+    dlock_client_free(c);
+    dh_server_stop(&s);
+}
+
 static void paused_in_handshake(void **state)
 {
     (void)state;
@@ -515,6 +558,7 @@ int main(void)
         cmocka_unit_test(password_over_tls),
         cmocka_unit_test(redlock_over_tls),
         cmocka_unit_test(session_resumed_on_reconnect),
+        cmocka_unit_test(fork_child_leaves_the_session),
         cmocka_unit_test(paused_in_handshake),
         cmocka_unit_test(wrong_protocol),
         cmocka_unit_test(bad_parameters),
