@@ -91,7 +91,8 @@ typedef struct dlock__conn {
      * state is CONNECTING, tls_handshaking says the TCP connect is done and the TLS
      * handshake is in progress. read_ev and flush_ev are the poll events a read and a
      * flush wait for: POLLIN and POLLOUT, except when TLS needs the other direction
-     * first (a handshake message, a key update). */
+     * first (a key update to read before a write, a record to send before a read);
+     * during the handshake, read_ev is the event its next step waits for. */
     struct ssl_st *ssl;
     bool tls_handshaking;
     short read_ev, flush_ev;

@@ -115,6 +115,13 @@ static void acquire_release(dlock_client *c, const char *name)
     assert_int_equal(dlock_release(l), DLOCK_OK);
 }
 
+static void *resume_later(void *arg)
+{
+    dh_sleep_ms(300);
+    dh_server_resume(arg);
+    return NULL;
+}
+
 /* ---- verified connections ------------------------------------------------------------ */
 
 static void lock_calls_over_tls(void **state)
@@ -136,6 +143,28 @@ static void lock_calls_over_tls(void **state)
     /* The fenced register, a script of its own over the same connection. */
     assert_int_equal(dlock_fenced_set(c, "tls-res", fence, "v1", 2), DLOCK_OK);
     assert_int_equal(dlock_fenced_set(c, "tls-res", fence - 1, "v0", 2), DLOCK_ERR_FENCED);
+    /* A command far larger than the socket takes at once: TLS writes it in parts,
+     * each resumed when the socket is writable again. */
+    size_t big = 8u << 20;
+    char *value = malloc(big);
+    assert_non_null(value);
+    for (size_t i = 0; i < big; i++)
+        value[i] = (char)('a' + i % 26);
+    dlock_config cfg = {.timeout_ms = 5000 * dh_slack(), .connect_timeout_ms = 1000 * dh_slack()};
+    dlock_client *slow = it_client_cfg(url, &cfg);
+    acquire_release(slow, "tls-big"); /* connected */
+    /* Paused, the server reads nothing and the socket fills up; it resumes later. */
+    dh_server_pause(&s);
+    pthread_t th;
+    assert_int_equal(pthread_create(&th, NULL, resume_later, &s), 0);
+    assert_int_equal(dlock_fenced_set(slow, "tls-big", fence, value, big), DLOCK_OK);
+    pthread_join(th, NULL);
+    free(value);
+    redisReply *r = dh_cmd(&s, "HSTRLEN tls-big value");
+    assert_non_null(r);
+    assert_int_equal(r->integer, (long long)big);
+    freeReplyObject(r);
+    dlock_client_free(slow);
     assert_int_equal(dlock_release(l), DLOCK_OK);
     assert_int_equal(it_exists(&s, key), 0);
     dlock_client_free(c);
