@@ -1,13 +1,12 @@
 /*
  * test_tls.c: rediss:// against real redis-servers listening with TLS, their
  * certificates made at test time by a CA of the test's own (tests/support/tls.c).
- *
- * What is checked: the lock calls over a verified connection; each refusal of a
- * server that cannot be verified (unknown CA, host name, expired) says which check
- * failed; a client certificate the server requires; a password over TLS; Redlock
- * over three TLS servers; session resumption after the server dropped the
- * connection; deadlines that hold when the server stalls in the handshake or speaks
- * the other protocol; and the parameters refused when the client is made.
+ * Checked: the lock calls and wake-ups over a verified connection, large writes in
+ * parts; each refusal of a server that cannot be verified (unknown CA, host name,
+ * expired) says which check failed; client certificates; a password; Redlock; session
+ * resumption after the server dropped the connection; a forked child's clean-up;
+ * deadlines when the server stalls in the handshake or speaks the other protocol;
+ * the parameters refused when the client is made; the dlock command's TLS options.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -90,8 +89,10 @@ static dlock_client *client(const char *urls, const dlock_tls *tls, it_log *lg)
     return it_client_cfg(urls, &cfg);
 }
 
-/* An acquire through c fails with code, its message containing each needle (NULL-
- * terminated), within the connect deadline. */
+/* An acquire through c fails with code (ANY_TLS_MISMATCH: a timeout or a protocol
+ * error), its message containing each needle (NULL-terminated), within the connect
+ * deadline. */
+#define ANY_TLS_MISMATCH (-1)
 static void expect_failure(dlock_client *c, int code, const char *const *needles)
 {
     dlock_config cfg;
@@ -102,7 +103,10 @@ static void expect_failure(dlock_client *c, int code, const char *const *needles
     int rc = dlock_acquire(c, "tls-refused", NULL, &l);
     int64_t took = dh_now_ms() - t0;
     printf("INFO %s after %lld ms: %s\n", dlock_errname(rc), (long long)took, dlock_errmsg());
-    assert_int_equal(rc, code);
+    if (code == ANY_TLS_MISMATCH)
+        assert_true(rc == DLOCK_ERR_TIMEOUT || rc == DLOCK_ERR_PROTOCOL);
+    else
+        assert_int_equal(rc, code);
     assert_null(l);
     for (int i = 0; needles[i] != NULL; i++)
         assert_non_null(strstr(dlock_errmsg(), needles[i]));
@@ -452,15 +456,13 @@ static void wrong_protocol(void **state)
     assert_int_equal(dh_server_start(&plain, NULL), 0);
     start_tls(&tls, 1, "server", false, NULL);
     char url[400];
-    /* TLS to a server without: it never answers the handshake as TLS. */
+    /* TLS to a server without: it waits for the end of a line the hello may not
+     * hold (a timeout), or answers it with an error that is not TLS. */
     snprintf(url, sizeof url, "rediss://127.0.0.1:%d", plain.port);
     dlock_tls t = {.cacert = file("ca.crt")};
     dlock_client *c = client(url, &t, NULL);
-    dlock_lock *l = NULL;
-    int rc = dlock_acquire(c, "x", NULL, &l);
-    printf("INFO rediss:// to a plain server: %s: %s\n", dlock_errname(rc), dlock_errmsg());
-    expect_failure(c, rc == DLOCK_ERR_TIMEOUT ? DLOCK_ERR_TIMEOUT : DLOCK_ERR_PROTOCOL,
-                   (const char *[]){url, "TLS", NULL});
+    for (int i = 0; i < 2; i++)
+        expect_failure(c, ANY_TLS_MISMATCH, (const char *[]){url, "not a TLS port", NULL});
     dlock_client_free(c);
     /* Plain text to a TLS port: dropped before any reply, and said so. */
     snprintf(url, sizeof url, "redis://127.0.0.1:%d", tls.tls_port);
