@@ -14,3 +14,6 @@ add_dependencies(test_local_cli dlock_cli)
 # `dlock stock ...` (tests/integration/test_stock_cli.c).
 dlock_add_test(test_stock_cli SOURCES test_stock_cli.c itest.c LABELS integration)
 add_dependencies(test_stock_cli dlock_cli)
+# The dlock command's TLS options against servers with TLS (test_tls_cli.c).
+dlock_add_test(test_tls_cli SOURCES test_tls_cli.c itest.c LABELS integration)
+add_dependencies(test_tls_cli dlock_cli)

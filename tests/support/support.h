@@ -230,6 +230,12 @@ void dh_tls_dir_remove(const char *dir);
 int dh_tls_make_ca(const char *dir, const char *name);
 /* dir/NAME.crt and dir/NAME.key (subject CN=NAME), signed by the CA dir/CA.crt. */
 int dh_tls_issue(const char *dir, const char *ca, const char *name, const dh_tls_cert_opts *o);
+/* The set the TLS tests share, in dir (each NAME as dir/NAME.crt and dir/NAME.key):
+ * the CAs "ca" and "evil"; signed by ca, "server" (localhost and 127.0.0.1, valid
+ * now), "other" (other.test only), "expired" (localhost and 127.0.0.1, for a day that
+ * ended yesterday) and the client certificate "client"; signed by evil, the client
+ * certificate "stranger"; and dir/cadir, ca alone under its hashed name. 0 or -1. */
+int dh_tls_make_set(const char *dir);
 
 /* $DLOCK_TEST_SLACK (a positive integer), default 1: the factor for liveness bounds. */
 long long dh_slack(void);

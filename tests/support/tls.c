@@ -145,6 +145,36 @@ int dh_tls_issue(const char *dir, const char *ca, const char *name, const dh_tls
     return rc;
 }
 
+int dh_tls_make_set(const char *dir)
+{
+    const long day = 86400;
+    dh_tls_cert_opts server = {.san = "DNS:localhost,IP:127.0.0.1", -3600, day, false};
+    dh_tls_cert_opts other = {.san = "DNS:other.test", -3600, day, false};
+    dh_tls_cert_opts expired = {.san = "DNS:localhost,IP:127.0.0.1", -2 * day, -day, false};
+    dh_tls_cert_opts client = {.san = "DNS:client.test", -3600, day, true};
+    if (dh_tls_make_ca(dir, "ca") < 0 || dh_tls_make_ca(dir, "evil") < 0 ||
+        dh_tls_issue(dir, "ca", "server", &server) < 0 ||
+        dh_tls_issue(dir, "ca", "other", &other) < 0 ||
+        dh_tls_issue(dir, "ca", "expired", &expired) < 0 ||
+        dh_tls_issue(dir, "ca", "client", &client) < 0 ||
+        dh_tls_issue(dir, "evil", "stranger", &client) < 0)
+        return -1;
+    /* The CA again, alone in a directory under its hashed name, as OpenSSL looks a
+     * CA up in a directory (what `openssl rehash` makes). */
+    char path[600];
+    snprintf(path, sizeof path, "%s/cadir", dir);
+    if (mkdir(path, 0755) < 0)
+        return fail(strerror(errno), path);
+    snprintf(path, sizeof path, "%s/ca.crt", dir);
+    X509 *ca = read_cert(path);
+    if (ca == NULL)
+        return fail("cannot read", path);
+    snprintf(path, sizeof path, "%s/cadir/%08lx.0", dir, X509_subject_name_hash(ca));
+    int rc = write_pem(path, ca, NULL);
+    X509_free(ca);
+    return rc;
+}
+
 int dh_tls_dir(char *out, size_t len)
 {
     const char *base = getenv("DLOCK_TEST_TMP");
