@@ -367,10 +367,16 @@ void dlock__wait_leave(dlock_client *c, dlock__waiter *w)
 }
 
 /* What the wait system owns besides its thread and its lock. */
-static void free_waitsys(dlock_client *c, struct dlock__waitsys *ws)
+/* Free the wait system's memory and descriptors; in a forked child (forget), without
+ * touching the sockets the parent still uses (dlock__conn_forget). */
+static void free_waitsys(dlock_client *c, struct dlock__waitsys *ws, bool forget)
 {
-    for (int i = 0; i < c->n; i++)
-        dlock__conn_free(&ws->conns[i]);
+    for (int i = 0; i < c->n; i++) {
+        if (forget)
+            dlock__conn_forget(&ws->conns[i]);
+        else
+            dlock__conn_free(&ws->conns[i]);
+    }
     close(ws->ctl);
     free(ws->conns);
     free(ws->retry_at_us);
@@ -389,7 +395,7 @@ void dlock__wait_stop(dlock_client *c)
     pthread_mutex_unlock(&ws->mu);
     kick(ws->ctl);
     pthread_join(ws->thread, NULL);
-    free_waitsys(c, ws);
+    free_waitsys(c, ws, false);
     pthread_cond_destroy(&ws->confirmed);
     pthread_mutex_destroy(&ws->mu);
     free(ws);
@@ -403,7 +409,7 @@ void dlock__wait_forget(dlock_client *c)
      * (the parent's stay open). */
     if (c->wait == NULL)
         return;
-    free_waitsys(c, c->wait);
+    free_waitsys(c, c->wait, true);
     free(c->wait);
     c->wait = NULL;
 }

@@ -6,7 +6,7 @@
  * expired) says which check failed; client certificates; a password; Redlock; session
  * resumption after the server dropped the connection; a forked child's clean-up;
  * deadlines when the server stalls in the handshake or speaks the other protocol;
- * the parameters refused when the client is made; the dlock command's TLS options.
+ * the parameters refused when the client is made. (test_tls_cli: the dlock command.)
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -40,19 +40,7 @@ static int group_setup(void **state)
 {
     (void)state;
     assert_int_equal(dh_tls_dir(g_dir, sizeof g_dir), 0);
-    const long day = 86400;
-    dh_tls_cert_opts server = {.san = "DNS:localhost,IP:127.0.0.1", -3600, day};
-    dh_tls_cert_opts other = {.san = "DNS:other.test", -3600, day};
-    dh_tls_cert_opts expired = {.san = "DNS:localhost,IP:127.0.0.1", -2 * day, -day};
-    dh_tls_cert_opts client = {.san = "DNS:client.test", -3600, day, true};
-    assert_int_equal(dh_tls_make_ca(g_dir, "ca"), 0);
-    assert_int_equal(dh_tls_make_ca(g_dir, "evil"), 0);
-    assert_int_equal(dh_tls_issue(g_dir, "ca", "server", &server), 0);
-    assert_int_equal(dh_tls_issue(g_dir, "ca", "other", &other), 0);
-    assert_int_equal(dh_tls_issue(g_dir, "ca", "expired", &expired), 0);
-    assert_int_equal(dh_tls_issue(g_dir, "ca", "client", &client), 0);
-    /* A client certificate from a CA the servers do not trust. */
-    assert_int_equal(dh_tls_issue(g_dir, "evil", "stranger", &client), 0);
+    assert_int_equal(dh_tls_make_set(g_dir), 0);
     return 0;
 }
 
@@ -179,9 +167,13 @@ static void lock_calls_over_tls(void **state)
     c = client(url, &t, NULL);
     acquire_release(c, "tls-by-name");
     dlock_client_free(c);
-    /* A CA directory in OpenSSL's hashed layout would do as well; an empty one
-     * trusts nothing. */
+    /* A CA directory in OpenSSL's hashed layout does as well; one without our CA
+     * under its hashed name trusts nothing. */
     t.cacert = NULL;
+    t.cacertdir = file("cadir");
+    c = client(s.url, &t, NULL);
+    acquire_release(c, "tls-cadir");
+    dlock_client_free(c);
     t.cacertdir = g_dir;
     c = client(s.url, &t, NULL);
     expect_failure(c, DLOCK_ERR_AUTH, (const char *[]){"chain", NULL});
@@ -404,12 +396,16 @@ static void fork_child_leaves_the_session(void **state)
     start_tls(&s, 1, "server", false, NULL);
     dlock_tls t = {.cacert = file("ca.crt")};
     dlock_client *c = client(s.url, &t, NULL);
-    acquire_release(c, "tls-fork");
+    /* A wait starts the subscriber thread: its connection is shared with a child too. */
+    dlock_lock *held = it_acquire(c, "tls-fork", 5000), *l = NULL;
+    dlock_opts o = {.wait_ms = 100};
+    assert_int_equal(dlock_acquire(c, "tls-fork", &o, &l), DLOCK_ERR_BUSY);
+    assert_int_equal(dlock_release(held), DLOCK_OK);
     long long clients = it_connected_clients(&s);
+    assert_true(clients >= 3); /* the pool's, the subscriber's, the admin's */
     pid_t pid = fork();
     assert_true(pid >= 0);
     if (pid == 0) {
-        dlock_lock *l = NULL;
         int rc = dlock_acquire(c, "tls-fork", NULL, &l); /* refused: not this process's */
         dlock_client_free(c);
         _exit(rc == DLOCK_ERR_CLOSED ? 0 : 1);
@@ -473,65 +469,6 @@ static void wrong_protocol(void **state)
     dh_server_stop(&tls);
 }
 
-/* ---- the dlock command ------------------------------------------------------------------ */
-
-static void cli_with_cacert(void **state)
-{
-    (void)state;
-    dh_server s[2];
-    start_tls(&s[0], 1, "server", false, NULL);
-    start_tls(&s[1], 1, "server", true, NULL);
-    const char *const *env = it_cli_env(&s[0]);
-    it_run r;
-    it_cli(&r, env, (const char *[]){"--cacert", file("ca.crt"), NULL}, "acquire", "-t", "10s",
-           "tls-cli", NULL);
-    it_expect_status(&r, 0);
-    char token[DLOCK_TOKEN_LEN + 1];
-    assert_int_equal(sscanf(r.out, "%32s", token), 1);
-    it_expect_holder(&s[0], "tls-cli", token);
-    /* The flags are accepted after the command too. */
-    it_cli(&r, env, NULL, "status", "tls-cli", "--cacert", file("ca.crt"), NULL);
-    it_expect_status(&r, 0);
-    assert_non_null(strstr(r.out, "held by"));
-    it_cli(&r, env, NULL, "release", "tls-cli", token, "--cacert", file("ca.crt"), NULL);
-    it_expect_status(&r, 0);
-    /* Without the CA: refused as authentication is (77), the chain named. */
-    it_cli(&r, env, NULL, "status", "tls-cli", NULL);
-    it_expect_status(&r, 77);
-    assert_non_null(strstr(r.err, "chain is not trusted"));
-    /* A URL's own parameter wins over the flag. */
-    char urls[400];
-    snprintf(urls, sizeof urls, "%s?cacert=%s", s[0].url, file("evil.crt"));
-    it_cli(&r, env, (const char *[]){"-s", urls, "--cacert", file("ca.crt"), NULL}, "status",
-           "tls-cli", NULL);
-    it_expect_status(&r, 77);
-    /* --sni and --insecure. */
-    it_cli(&r, env, (const char *[]){"--cacert", file("ca.crt"), "--sni", "other.test", NULL},
-           "status", "tls-cli", NULL);
-    it_expect_status(&r, 77);
-    assert_non_null(strstr(r.err, "host name mismatch"));
-    it_cli(&r, env, (const char *[]){"--insecure", NULL}, "status", "tls-cli", NULL);
-    it_expect_status(&r, 0);
-    assert_non_null(strstr(r.err, "insecure=1"));
-    /* A client certificate, and the usage errors. */
-    env = it_cli_env(&s[1]);
-    it_cli(&r, env,
-           (const char *[]){"--cacert", file("ca.crt"), "--cert", file("client.crt"), "--key",
-                            file("client.key"), NULL},
-           "status", "tls-cli", NULL);
-    it_expect_status(&r, 0);
-    it_cli(&r, env, (const char *[]){"--cacert", file("ca.crt"), NULL}, "status", "tls-cli", NULL);
-    it_expect_status(&r, 77);
-    it_cli(&r, env, (const char *[]){"--cert", file("client.crt"), NULL}, "status", "x", NULL);
-    it_expect_status(&r, 64);
-    assert_non_null(strstr(r.err, "--cert needs --key"));
-    it_cli(&r, env, (const char *[]){"--cacert", "/nonexistent.pem", NULL}, "status", "x", NULL);
-    it_expect_status(&r, 64);
-    assert_non_null(strstr(r.err, "cacert /nonexistent.pem"));
-    dh_server_stop(&s[0]);
-    dh_server_stop(&s[1]);
-}
-
 /* ---- parameters ------------------------------------------------------------------------ */
 
 static void refused(const char *url, const dlock_tls *t, const char *needle)
@@ -593,7 +530,6 @@ int main(void)
         cmocka_unit_test(paused_in_handshake),
         cmocka_unit_test(wrong_protocol),
         cmocka_unit_test(bad_parameters),
-        cmocka_unit_test(cli_with_cacert),
     };
     return cmocka_run_group_tests_name("tls", tests, group_setup, group_teardown);
 }
