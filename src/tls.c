@@ -336,7 +336,7 @@ int dlock__tls_start(dlock__conn *c, char *detail, size_t n)
     }
     BIO_set_data(bio, (void *)(intptr_t)c->fd);
     SSL_set_bio(ssl, bio, bio);
-    const char *name = node->tls_name;
+    char *name = node->tls_name; /* not const: SSL_set_tlsext_host_name casts it to void * */
     bool ip = is_ip(name);
     int ok = 1;
     if (!ip) /* a server name indication never carries an address */
