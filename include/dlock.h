@@ -109,7 +109,8 @@ typedef struct dlock_lock dlock_lock;     /* opaque; one held lock; one thread a
 enum dlock_log_level { DLOCK_LOG_ERROR = 0, DLOCK_LOG_WARN = 1, DLOCK_LOG_INFO = 2 };
 
 /* Called for conditions worth a human's attention (a server whose eviction policy
- * can drop lock keys, a server seen to restart). `msg` is valid only during the call.
+ * can drop lock keys, a server seen to restart, a rediss:// server whose certificate
+ * is not verified). `msg` is valid only during the call.
  * It runs on the thread whose dlock call met the condition, or on one of the client's
  * background threads (wake-ups, renewals), and must not call back into the same
  * client. */
