@@ -53,6 +53,7 @@ enum {
 struct cli {
     const char *servers;
     const char *prefix;
+    dlock_tls tls; /* --cacert, --cert, ...: defaults of every rediss:// server */
     bool quiet;
     bool json;
     dlock_client *client;

@@ -38,6 +38,13 @@ int cli_client_open(struct cli *cli)
     if (password != NULL && password[0] != '\0')
         cfg.password = password;
     cfg.log = cli_log_to_stderr;
+    /* --cacert and the others apply to every rediss:// server whose URL does not say. */
+    const dlock_tls *t = &cli->tls;
+    if ((t->cert == NULL) != (t->key == NULL))
+        return cli_usage_error(cli->cmd, "%s",
+                               t->cert ? "--cert needs --key" : "--key needs --cert");
+    if (t->cacert || t->cacertdir || t->cert || t->sni || t->insecure)
+        cfg.tls = t;
     /* The list is not echoed in the message: its URLs may carry passwords. The
      * library's detail names the bad server and part without them. */
     int rc = dlock_client_new(servers, &cfg, &cli->client);

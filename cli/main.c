@@ -154,7 +154,8 @@ int main(int argc, char **argv)
      * a lock whose token nobody will see), not kill us silently. */
     signal(SIGPIPE, SIG_IGN);
 
-    struct cli cli = {NULL, NULL, false, false, NULL, NULL};
+    struct cli cli;
+    memset(&cli, 0, sizeof cli);
     struct cmd_opts o = {DLOCK_TTL_DEFAULT_MS, CLI_WAIT_FOREVER, NULL, NULL, NULL, false, 0};
     int code = cli_parse_options(&cli, NULL, argc, argv, &o);
     if (code != -1)

@@ -21,17 +21,41 @@
 #include <stdlib.h>
 #include <string.h>
 
-enum { OPT_PREFIX = 256, OPT_JSON, OPT_SHARED };
+enum {
+    OPT_PREFIX = 256,
+    OPT_JSON,
+    OPT_SHARED,
+    /* TLS for rediss:// servers, named as redis-cli names them */
+    OPT_CACERT,
+    OPT_CACERTDIR,
+    OPT_CERT,
+    OPT_KEY,
+    OPT_SNI,
+    OPT_INSECURE
+};
 
 /* Every long option; each parse refuses those its context does not allow. */
 static const struct option long_options[] = {
-    {"servers", required_argument, NULL, 's'}, {"prefix", required_argument, NULL, OPT_PREFIX},
-    {"quiet", no_argument, NULL, 'q'},         {"json", no_argument, NULL, OPT_JSON},
-    {"help", no_argument, NULL, 'h'},          {"version", no_argument, NULL, 'V'},
-    {"ttl", required_argument, NULL, 't'},     {"wait", required_argument, NULL, 'w'},
-    {"label", required_argument, NULL, 'l'},   {"signal", required_argument, NULL, 'k'},
-    {"grace", required_argument, NULL, 'g'},   {"shared", no_argument, NULL, OPT_SHARED},
-    {"permits", required_argument, NULL, 'n'}, {NULL, 0, NULL, 0},
+    {"servers", required_argument, NULL, 's'},
+    {"prefix", required_argument, NULL, OPT_PREFIX},
+    {"quiet", no_argument, NULL, 'q'},
+    {"json", no_argument, NULL, OPT_JSON},
+    {"help", no_argument, NULL, 'h'},
+    {"version", no_argument, NULL, 'V'},
+    {"ttl", required_argument, NULL, 't'},
+    {"wait", required_argument, NULL, 'w'},
+    {"label", required_argument, NULL, 'l'},
+    {"signal", required_argument, NULL, 'k'},
+    {"grace", required_argument, NULL, 'g'},
+    {"shared", no_argument, NULL, OPT_SHARED},
+    {"permits", required_argument, NULL, 'n'},
+    {"cacert", required_argument, NULL, OPT_CACERT},
+    {"cacertdir", required_argument, NULL, OPT_CACERTDIR},
+    {"cert", required_argument, NULL, OPT_CERT},
+    {"key", required_argument, NULL, OPT_KEY},
+    {"sni", required_argument, NULL, OPT_SNI},
+    {"insecure", no_argument, NULL, OPT_INSECURE},
+    {NULL, 0, NULL, 0},
 };
 
 int cli_usage_error(const struct command *cmd, const char *fmt, ...)
@@ -84,7 +108,8 @@ int cli_parse_options(struct cli *cli, const struct command *cmd, int argc, char
          * accepted them, so name them from the table, not from argv (whose last word
          * may be the option's value). */
         bool allowed = c == 's' || c == 'q' || c == 'h' || c == OPT_PREFIX || c == OPT_JSON ||
-                       c == '?' || c == ':' || (cmd == NULL && c == 'V') ||
+                       (c >= OPT_CACERT && c <= OPT_INSECURE) || c == '?' || c == ':' ||
+                       (cmd == NULL && c == 'V') ||
                        (cmd != NULL && c == OPT_SHARED && cmd->takes_shared) ||
                        (cmd != NULL && c < 256 && strchr(cmd->shortopts, c) != NULL);
         if (!allowed) {
@@ -103,6 +128,24 @@ int cli_parse_options(struct cli *cli, const struct command *cmd, int argc, char
             break;
         case 'q':
             cli->quiet = true;
+            break;
+        case OPT_CACERT:
+            cli->tls.cacert = optarg;
+            break;
+        case OPT_CACERTDIR:
+            cli->tls.cacertdir = optarg;
+            break;
+        case OPT_CERT:
+            cli->tls.cert = optarg;
+            break;
+        case OPT_KEY:
+            cli->tls.key = optarg;
+            break;
+        case OPT_SNI:
+            cli->tls.sni = optarg;
+            break;
+        case OPT_INSECURE:
+            cli->tls.insecure = 1;
             break;
         case OPT_JSON:
             cli->json = true;

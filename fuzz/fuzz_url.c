@@ -51,14 +51,23 @@ static void check_addr(const dlock__addr *a)
     }
     if (a->password != NULL)
         assert(a->password[0] != '\0');
+    /* TLS parameters only on rediss://, never empty, cert and key together. */
+    if (!a->tls)
+        assert(a->cacert == NULL && a->cacertdir == NULL && a->cert == NULL && a->sni == NULL &&
+               a->insecure == -1);
+    assert((a->cert == NULL) == (a->key == NULL));
+    assert(a->insecure >= -1 && a->insecure <= 1);
+    const char *params[] = {a->cacert, a->cacertdir, a->cert, a->key, a->sni};
+    for (size_t i = 0; i < sizeof params / sizeof params[0]; i++)
+        assert(params[i] == NULL || params[i][0] != '\0');
     /* The display form is made of the address's parts and nothing else: no password. */
     char want[700];
     if (a->is_unix)
         snprintf(want, sizeof want, "unix://%s", a->path);
     else
-        snprintf(want, sizeof want, "redis://%.64s%s%s%s%s:%d", a->user ? a->user : "",
-                 a->user ? "@" : "", strchr(a->host, ':') ? "[" : "", a->host,
-                 strchr(a->host, ':') ? "]" : "", a->port);
+        snprintf(want, sizeof want, "%s://%.64s%s%s%s%s:%d", a->tls ? "rediss" : "redis",
+                 a->user ? a->user : "", a->user ? "@" : "", strchr(a->host, ':') ? "[" : "",
+                 a->host, strchr(a->host, ':') ? "]" : "", a->port);
     if (a->db != 0)
         snprintf(want + strlen(want), sizeof want - strlen(want), a->is_unix ? "?db=%d" : "/%d",
                  a->db);
@@ -74,7 +83,7 @@ static void check_round_trip(const dlock__addr *a)
     char err[256];
     int rc = dlock__url_parse(a->display, strlen(a->display), &b, err, sizeof err);
     assert(rc == DLOCK_OK);
-    assert(b.is_unix == a->is_unix && b.db == a->db && b.password == NULL);
+    assert(b.is_unix == a->is_unix && b.db == a->db && b.password == NULL && b.tls == a->tls);
     if (a->is_unix) {
         assert(strcmp(a->path, b.path) == 0);
     } else {
@@ -99,7 +108,7 @@ static int parse_once(const char *buf, size_t size)
         /* Every refusal says why; and a failed parse leaves nothing behind. */
         assert(err[0] != '\0');
         assert(a.host == NULL && a.path == NULL && a.user == NULL && a.password == NULL &&
-               a.display == NULL);
+               a.display == NULL && a.cacert == NULL && a.key == NULL && a.sni == NULL);
     }
     return rc;
 }

@@ -33,6 +33,10 @@ urls = {
  'host-253':'redis://'+'a'*253+':1', 'host-254':'redis://'+'a'*254,
  'path-107':'unix:///'+'p'*106, 'path-108':'unix:///'+'p'*107, 'empty':'', 'scheme-only':'redis://',
  'underscore':'redis://my_host-1.example:6379/1',
+ 'rediss-params':'rediss://u:p@h:6380/2?cacert=/ca.pem&cacertdir=/ca&cert=/c.pem&key=/k.pem&sni=s.example&insecure=0',
+ 'rediss-v6':'rediss://[::1]:6380?insecure=1', 'rediss-pct':'rediss://h?sni=a%26b&cacert=%2Fx',
+ 'rediss-unknown':'rediss://h?x=1', 'rediss-cert-only':'rediss://h?cert=/c.pem',
+ 'rediss-twice':'rediss://h?sni=a&sni=b', 'rediss-empty':'rediss://h?', 'redis-query':'redis://h?sni=a',
 }
 for k,v in urls.items(): put('fuzz_url', k, v)
 

@@ -109,7 +109,8 @@ typedef struct dlock_lock dlock_lock;     /* opaque; one held lock; one thread a
 enum dlock_log_level { DLOCK_LOG_ERROR = 0, DLOCK_LOG_WARN = 1, DLOCK_LOG_INFO = 2 };
 
 /* Called for conditions worth a human's attention (a server whose eviction policy
- * can drop lock keys, a server seen to restart). `msg` is valid only during the call.
+ * can drop lock keys, a server seen to restart, a rediss:// server whose certificate
+ * is not verified). `msg` is valid only during the call.
  * It runs on the thread whose dlock call met the condition, or on one of the client's
  * background threads (wake-ups, renewals), and must not call back into the same
  * client. */
@@ -140,6 +141,23 @@ enum dlock_restart_voting {
 };
 
 /*
+ * TLS defaults for the rediss:// servers of a client (dlock_config.tls): each applies
+ * to every rediss:// server whose URL does not give the parameter of the same name
+ * (cert and key count as one: a URL with its own cert= uses its own key=). Plain
+ * redis:// and unix:// servers ignore them. Zero-initialize; NULL or 0: the default.
+ */
+typedef struct dlock_tls {
+    const char *cacert;    /* PEM file of the CAs to trust; NULL: the system's store */
+    const char *cacertdir; /* directory of trusted CA certificates (c_rehash layout) */
+    const char *cert;      /* PEM client certificate, for servers that ask for one */
+    const char *key;       /* its private key (PEM), required with cert */
+    const char *sni;       /* server name sent, and the name its certificate must carry;
+                              NULL: the URL's host */
+    int insecure;          /* 1: do not verify the servers' certificates (logged) */
+    uint64_t reserved[4];  /* must be zero */
+} dlock_tls;
+
+/*
  * Client configuration. Zero-initialize it and set what you need: every zero field
  * means its default. Strings are copied by dlock_client_new.
  */
@@ -162,7 +180,12 @@ typedef struct dlock_config {
                                    0: DLOCK_FENCE_RETENTION_DEFAULT_MS; else at least
                                    1000 (fences keep increasing after the counter expires:
                                    each is at least the server's clock in microseconds) */
-    uint64_t reserved[5];       /* must be zero */
+    union {
+        const dlock_tls *tls; /* defaults of rediss:// servers; NULL: none (the
+                                 dlock_tls itself is read by dlock_client_new only) */
+        uint64_t tls_word_;   /* keeps the struct's layout where pointers are 32-bit */
+    };
+    uint64_t reserved[4]; /* must be zero */
 } dlock_config;
 
 /*
@@ -170,9 +193,16 @@ typedef struct dlock_config {
  *
  * servers: comma-separated URLs, each
  *     redis://[[user]:password@]host[:port][/db]   (IPv6 host as [::1]; port 6379; db 0)
+ *     rediss://[[user]:password@]host[:port][/db][?cacert=FILE&cacertdir=DIR&cert=FILE
+ *              &key=FILE&sni=NAME&insecure=1]   (TLS; docs/guide.md, "TLS")
  *     unix://[:password@]/path/to/socket[?db=N]
- *   user and password may be percent-encoded (a comma must be written %2C). A bare
- *   "user@" is refused as ambiguous; rediss:// (TLS) is not supported yet.
+ *   user and password may be percent-encoded (a comma must be written %2C), and so
+ *   may TLS parameters (an '@' or '&' in one must be). A bare "user@" is refused as
+ *   ambiguous. A rediss:// server's certificate and host name are verified (against
+ *   the system's trust store, or cacert/cacertdir) unless insecure=1; the files are
+ *   read here, so a missing or unreadable one is DLOCK_ERR_INVALID. A certificate
+ *   that fails verification (unknown CA, host name mismatch, expired) makes calls on
+ *   that server fail with DLOCK_ERR_AUTH, the check that failed in dlock_errmsg.
  *   With one server, locks live there; with N > 1 they are taken on a quorum of
  *   N/2+1 independent masters (Redlock).
  *   Or, alone, file:///path/to/dir (percent-escapes decoded; no host part): local

@@ -98,6 +98,11 @@ typedef struct dlock__addr {
     char *password; /* NULL: none */
     int db;
     char *display; /* the URL without its password, for messages */
+    /* rediss:// (TLS), and its parameters (percent-decoded; NULL: not given, the
+     * client's dlock_config.tls or the default applies). */
+    bool tls;
+    char *cacert, *cacertdir, *cert, *key, *sni;
+    int insecure; /* -1: not given; 0 or 1 */
 } dlock__addr;
 
 /* Parse one URL of len bytes. On error, returns DLOCK_ERR_INVALID and writes a message

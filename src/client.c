@@ -27,6 +27,8 @@ _Static_assert(sizeof(void *) != 8 || sizeof(dlock_opts) == 96,
                "dlock_opts changed size: take a reserved word instead");
 _Static_assert(sizeof(void *) != 8 || sizeof(dlock_holder) == 600,
                "dlock_holder changed size: take a reserved word instead");
+_Static_assert(sizeof(void *) != 8 || sizeof(dlock_tls) == 80,
+               "dlock_tls changed size: take a reserved word instead");
 
 static bool all_zero(const uint64_t *w, size_t n)
 {
@@ -89,6 +91,37 @@ static int apply_config(dlock_client *c, const dlock_config *cfg)
                                                  : DLOCK_FENCE_RETENTION_DEFAULT_MS));
     c->rules.log = cfg->log;
     c->rules.log_user = cfg->log_user;
+    const dlock_tls *tls = cfg->tls;
+    if (tls != NULL) {
+        if (!all_zero(tls->reserved, sizeof tls->reserved / sizeof *tls->reserved))
+            return dlock__fail(DLOCK_ERR_INVALID, "dlock_tls.reserved must be zero");
+        bool cert = tls->cert != NULL && tls->cert[0] != '\0';
+        bool key = tls->key != NULL && tls->key[0] != '\0';
+        if (cert != key)
+            return dlock__fail(DLOCK_ERR_INVALID, "dlock_tls: %s",
+                               cert ? "cert given without key" : "key given without cert");
+        if (tls->insecure != 0 && tls->insecure != 1)
+            return dlock__fail(DLOCK_ERR_INVALID, "dlock_tls.insecure must be 0 or 1");
+    }
+    return DLOCK_OK;
+}
+
+/* The TLS context of every rediss:// node, with cfg's defaults: its files are read
+ * here, once, so that a missing one is this call's error. */
+static int init_tls(dlock_client *c, const dlock_config *cfg)
+{
+    for (int i = 0; i < c->n; i++) {
+        if (!c->nodes[i].addr.tls)
+            continue;
+        char err[400];
+        int rc = dlock__tls_node_init(&c->nodes[i], cfg ? cfg->tls : NULL, err, sizeof err);
+        if (rc == DLOCK_OK)
+            continue;
+        if (c->n > 1)
+            return dlock__fail(rc, "server %d of %d: %s: %s", i + 1, c->n, c->nodes[i].addr.display,
+                               err);
+        return dlock__fail(rc, "%s: %s", c->nodes[i].addr.display, err);
+    }
     return DLOCK_OK;
 }
 
@@ -137,6 +170,9 @@ int dlock_client_new(const char *servers, const dlock_config *cfg, dlock_client 
         c->quorum = dlock__quorum(c->n);
         if (c->rules.restart_voting == DLOCK_RESTART_AUTO)
             c->rules.restart_voting = c->n > 1 ? DLOCK_RESTART_OBSERVED : DLOCK_RESTART_OFF;
+        rc = init_tls(c, cfg);
+    }
+    if (rc == DLOCK_OK) {
         dlock__err e;
         if ((rc = dlock__scripts_init(&c->scripts, &e)) != DLOCK_OK)
             dlock__err_raise(&e, rc);
@@ -208,6 +244,7 @@ void dlock_client_free(dlock_client *c)
         free(s);
     }
     for (int i = 0; i < c->n; i++) {
+        dlock__tls_node_free(&c->nodes[i]);
         dlock__addr_clear(&c->nodes[i].addr);
         if (owner)
             pthread_mutex_destroy(&c->nodes[i].mu);

@@ -18,6 +18,10 @@
  * Every descriptor is CLOEXEC (dlock run forks and execs) and every send uses
  * MSG_NOSIGNAL (the library installs no signal handlers, and a closed peer must not
  * kill the process with SIGPIPE).
+ *
+ * A rediss:// node (one with a TLS context) runs the same life with tls.c between
+ * the buffers and the socket: the TLS handshake follows the TCP connect within the
+ * same connect deadline, and flushes and reads go through the session.
  */
 #include "internal.h"
 
@@ -25,6 +29,7 @@
 #include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -41,6 +46,8 @@ void dlock__conn_init(dlock__conn *c, dlock__node *node)
     c->node = node;
     c->fd = -1;
     c->state = DLOCK_CONN_CLOSED;
+    c->read_ev = POLLIN;
+    c->flush_ev = POLLOUT;
 }
 
 void dlock__conn_close(dlock__conn *c)
@@ -53,14 +60,19 @@ void dlock__conn_close(dlock__conn *c)
          * then take the lock for a full lease, held by no one. An abortive close
          * (linger 0: reset, send queue dropped) ends them with the connection. A
          * clean connection is closed normally. */
-        if (c->skip > 0 || c->outpos < c->outlen || c->handshake > 0) {
+        bool abortive = c->skip > 0 || c->outpos < c->outlen || c->handshake > 0;
+        if (abortive) {
             struct linger lg = {.l_onoff = 1, .l_linger = 0};
             (void)setsockopt(c->fd, SOL_SOCKET, SO_LINGER, &lg, sizeof lg);
         }
+        dlock__tls_close(c, !abortive); /* no-op without TLS */
         close(c->fd);
     }
+    dlock__tls_close(c, false);
     c->fd = -1;
     c->state = DLOCK_CONN_CLOSED;
+    c->read_ev = POLLIN;
+    c->flush_ev = POLLOUT;
     if (c->reader != NULL)
         redisReaderFree(c->reader);
     c->reader = NULL;
@@ -77,7 +89,9 @@ void dlock__conn_forget(dlock__conn *c)
 {
     /* The socket is the parent's too: it stays open there, and an option set on it
      * here (the abortive close's SO_LINGER) would change how the parent's own close
-     * ends the connection. Drop this process's descriptor and touch nothing else. */
+     * ends the connection, and a TLS close_notify would end the parent's session. Drop
+     * this process's descriptor and memory and touch nothing else. */
+    dlock__tls_close(c, false);
     if (c->fd >= 0)
         close(c->fd);
     c->fd = -1;
@@ -126,6 +140,16 @@ static int queue_handshake(dlock__conn *c, int step, int argc, const char **argv
     return rc;
 }
 
+/* The TCP (or unix) connect is done: the connection is ready, or for TLS its
+ * handshake starts. */
+static int connected(dlock__conn *c, char *detail, size_t n)
+{
+    if (c->node->tls_ctx != NULL)
+        return dlock__tls_start(c, detail, n);
+    c->state = DLOCK_CONN_READY;
+    return DLOCK_OK;
+}
+
 /* Start a non-blocking connect to c->ai_next (TCP) or the socket path (unix). */
 static int start_connect(dlock__conn *c, char *detail, size_t n)
 {
@@ -163,10 +187,8 @@ static int start_connect(dlock__conn *c, char *detail, size_t n)
         do
             rc = connect(fd, sa, salen);
         while (rc < 0 && errno == EINTR);
-        if (rc == 0) {
-            c->state = DLOCK_CONN_READY;
-            return DLOCK_OK;
-        }
+        if (rc == 0)
+            return connected(c, detail, n);
         if (errno == EINPROGRESS) {
             c->state = DLOCK_CONN_CONNECTING;
             return DLOCK_OK;
@@ -232,14 +254,14 @@ int dlock__conn_open(dlock__conn *c, char *detail, size_t n)
 
 int dlock__conn_on_connect(dlock__conn *c, char *detail, size_t n)
 {
+    if (c->tls_handshaking)
+        return dlock__tls_handshake(c, detail, n);
     int err = 0;
     socklen_t len = sizeof err;
     if (getsockopt(c->fd, SOL_SOCKET, SO_ERROR, &err, &len) < 0)
         err = errno;
-    if (err == 0) {
-        c->state = DLOCK_CONN_READY;
-        return DLOCK_OK;
-    }
+    if (err == 0)
+        return connected(c, detail, n);
     dlock__node_detail(detail, n, DLOCK_ERR_IO, c->node, "connect: %s", strerror(err));
     close(c->fd);
     c->fd = -1;
@@ -253,6 +275,8 @@ int dlock__conn_on_connect(dlock__conn *c, char *detail, size_t n)
 
 int dlock__conn_flush(dlock__conn *c, char *detail, size_t n)
 {
+    if (c->ssl != NULL)
+        return dlock__tls_flush(c, detail, n);
     while (c->outpos < c->outlen) {
         ssize_t w = send(c->fd, c->out + c->outpos, c->outlen - c->outpos, MSG_NOSIGNAL);
         if (w < 0) {
@@ -270,20 +294,27 @@ int dlock__conn_flush(dlock__conn *c, char *detail, size_t n)
 
 int dlock__conn_read(dlock__conn *c, char *detail, size_t n)
 {
+    if (c->ssl != NULL)
+        return dlock__tls_read(c, detail, n);
     char buf[16384];
     for (;;) {
         ssize_t r = recv(c->fd, buf, sizeof buf, 0);
+        /* A TLS port drops a client that does not speak TLS before answering
+         * anything: say what it may be. */
+        const char *hint = c->handshake > 0 && c->hs_next == 0 && !c->node->addr.is_unix
+                               ? " before any reply (a TLS port? use rediss:// for one)"
+                               : "";
         if (r < 0) {
             if (errno == EINTR)
                 continue;
             if (errno == EAGAIN || errno == EWOULDBLOCK)
                 return DLOCK_OK;
-            return dlock__node_detail(detail, n, DLOCK_ERR_IO, c->node, "recv: %s",
-                                      strerror(errno));
+            return dlock__node_detail(detail, n, DLOCK_ERR_IO, c->node, "recv: %s%s",
+                                      strerror(errno), hint);
         }
         if (r == 0)
             return dlock__node_detail(detail, n, DLOCK_ERR_IO, c->node,
-                                      "connection closed by the server");
+                                      "connection closed by the server%s", hint);
         /* Refuse to buffer past the cap: a reply that large is not a lock reply. */
         size_t buffered = c->reader->len - c->reader->pos;
         if (buffered + (size_t)r > DLOCK_REPLY_MAX_BYTES)
@@ -351,6 +382,26 @@ int dlock__conn_next_reply(dlock__conn *c, redisReply **out, char *detail, size_
     }
 }
 
+short dlock__conn_events(const dlock__conn *c)
+{
+    if (c->state == DLOCK_CONN_CONNECTING)
+        return c->tls_handshaking ? c->read_ev : POLLIN | POLLOUT;
+    return (short)(c->read_ev | (c->outpos < c->outlen ? c->flush_ev : 0));
+}
+
+/* Whether the server sent something: recv's MSG_PEEK, or for TLS whether a record
+ * carried data (1), the end (0), or nothing yet (-1, errno EAGAIN). */
+static ssize_t peek(dlock__conn *c)
+{
+    char b;
+    if (c->ssl == NULL)
+        return recv(c->fd, &b, 1, MSG_PEEK | MSG_DONTWAIT);
+    int r = dlock__tls_peek(c);
+    if (r < 0)
+        errno = EAGAIN;
+    return r;
+}
+
 bool dlock__conn_stale(dlock__conn *c)
 {
     /* A connect or handshake left over from an earlier round goes on until its
@@ -362,8 +413,7 @@ bool dlock__conn_stale(dlock__conn *c)
     /* An idle connection that the server closed (a restart, a timeout, CLIENT KILL)
      * shows as EOF or an error; unexpected bytes with no reply owed mean the stream is
      * out of step. Either way, reconnect now rather than fail the caller's command. */
-    char b;
-    ssize_t r = recv(c->fd, &b, 1, MSG_PEEK | MSG_DONTWAIT);
+    ssize_t r = peek(c);
     if (r > 0 && c->skip > 0) {
         /* The late replies of abandoned commands: take them now. A server that sent
          * them and then closed (it restarted) shows its EOF only behind them, and a
@@ -378,7 +428,7 @@ bool dlock__conn_stale(dlock__conn *c)
             freeReplyObject(extra); /* a reply nobody owed: out of step */
             return true;
         }
-        r = recv(c->fd, &b, 1, MSG_PEEK | MSG_DONTWAIT);
+        r = peek(c);
     }
     if (r == 0)
         return true;

@@ -110,11 +110,15 @@ static void begin(dlock__conn *c, dlock__req *r, int64_t start)
 /* The node missed its deadline. */
 static void expire(dlock__conn *c, dlock__req *r)
 {
-    const char *what = c->state == DLOCK_CONN_CONNECTING ? "connect"
-                       : c->handshake > 0                ? "handshake reply"
-                                                         : "reply";
-    snprintf(r->detail, sizeof r->detail, "%s: no %s within %lld ms", c->node->addr.display, what,
-             (long long)((r->deadline_us - r->start_us) / 1000));
+    const char *what = c->state == DLOCK_CONN_CONNECTING
+                           ? (c->tls_handshaking ? "TLS handshake" : "connect")
+                       : c->handshake > 0 ? "handshake reply"
+                                          : "reply";
+    /* A server without TLS on that port waits for a command's end that a TLS hello
+     * never brings: it looks paused, and the message says both. */
+    snprintf(r->detail, sizeof r->detail, "%s: no %s within %lld ms%s", c->node->addr.display, what,
+             (long long)((r->deadline_us - r->start_us) / 1000),
+             c->tls_handshaking ? " (paused, or not a TLS port?)" : "");
     r->err = DLOCK_ERR_TIMEOUT;
     r->done = true;
     if (r->await)
@@ -138,17 +142,20 @@ static void step(dlock__conn *c, dlock__req *r, short revents)
 {
     int rc;
     if (c->state == DLOCK_CONN_CONNECTING) {
-        if (!(revents & (POLLOUT | POLLERR | POLLHUP)))
+        /* The TCP connect reports as writable; a TLS handshake step waits for what
+         * it asked for. */
+        short want = c->tls_handshaking ? c->read_ev : POLLOUT;
+        if (!(revents & (want | POLLERR | POLLHUP)))
             return;
         if ((rc = dlock__conn_on_connect(c, r->detail, sizeof r->detail)) != DLOCK_OK) {
             fail(c, r, rc);
             return;
         }
         if (c->state != DLOCK_CONN_READY)
-            return; /* trying the host's next address */
-        revents |= POLLOUT;
+            return; /* trying the host's next address, or in the TLS handshake */
+        revents |= c->flush_ev;
     }
-    if ((revents & POLLOUT) && c->outpos < c->outlen &&
+    if ((revents & c->flush_ev) && c->outpos < c->outlen &&
         (rc = dlock__conn_flush(c, r->detail, sizeof r->detail)) != DLOCK_OK) {
         fail(c, r, rc);
         return;
@@ -157,7 +164,7 @@ static void step(dlock__conn *c, dlock__req *r, short revents)
         r->done = c->outpos == c->outlen; /* written: nothing to wait for */
         return;
     }
-    if (!(revents & (POLLIN | POLLERR | POLLHUP)))
+    if (!(revents & (c->read_ev | POLLERR | POLLHUP)))
         return;
     DLOCK_PAUSE_POINT(DLOCK_HOOK_BEFORE_READ);
     if ((rc = dlock__conn_read(c, r->detail, sizeof r->detail)) != DLOCK_OK) {
@@ -328,13 +335,14 @@ void dlock__fanout_vote(dlock__conn *conns, dlock__req *reqs, int n, dlock__vote
                 expire(&conns[i], r);
                 continue;
             }
-            short ev = POLLIN;
-            if (conns[i].state == DLOCK_CONN_CONNECTING || conns[i].outpos < conns[i].outlen)
-                ev |= POLLOUT;
-            pfd[nfds] = (struct pollfd){.fd = conns[i].fd, .events = ev};
+            pfd[nfds] = (struct pollfd){.fd = conns[i].fd, .events = dlock__conn_events(&conns[i])};
             idx[nfds++] = i;
             if (r->deadline_us < next)
                 next = r->deadline_us;
+            /* Bytes TLS already decrypted do not make the socket readable: take them
+             * now rather than wait. */
+            if (dlock__conn_buffered(&conns[i]))
+                next = now;
         }
         if (nfds == 0)
             return;
@@ -352,11 +360,11 @@ void dlock__fanout_vote(dlock__conn *conns, dlock__req *reqs, int n, dlock__vote
             }
             return;
         }
-        for (int k = 0; k < nfds && ready > 0; k++) {
-            if (pfd[k].revents == 0)
-                continue;
-            ready--;
-            step(&conns[idx[k]], &reqs[idx[k]], pfd[k].revents);
+        for (int k = 0; k < nfds; k++) {
+            if (dlock__conn_buffered(&conns[idx[k]]))
+                pfd[k].revents |= conns[idx[k]].read_ev;
+            if (pfd[k].revents != 0)
+                step(&conns[idx[k]], &reqs[idx[k]], pfd[k].revents);
         }
         /* Once the answers so far decide the round, either way, a node still
          * connecting or a lagging one is not waited for (abandon() says why and what

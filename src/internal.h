@@ -14,6 +14,8 @@
  *               reply.c     hiredis's redisReader with our size caps; server errors
  *   servers     node.c      what a server's INFO says: restart voting, eviction policy
  *   transport   conn.c      one connection: non-blocking connect, handshake, buffers
+ *               tls.c       TLS for rediss:// (OpenSSL): each node's context, the
+ *                           handshake, encrypted reads and writes, resumed sessions
  *               fanout.c    one command to N nodes in parallel under one deadline
  *   scripts     stock_scripts.c  the stock's scripts, their key layout and invariant
  *               scripts.c   the Lua scripts (the wait queue, its handoff and the shared
@@ -51,7 +53,7 @@
  *
  * The transport knows nothing above it: a node carries the rules its connections
  * follow (dlock__node_rules: deadlines, password, voting rule, log), so node.c,
- * conn.c and fanout.c never see the client; and a request says itself which reply
+ * conn.c, tls.c and fanout.c never see the client; and a request says itself which reply
  * it answers by resending (script_call.c's -NOSCRIPT rule), so fanout.c knows no script.
  */
 #ifndef DLOCK_INTERNAL_H

@@ -1,6 +1,6 @@
 /*
  * transport.h: what a server is and how to talk to N of them at once (servers and
- * transport in internal.h's map: node.c, conn.c, fanout.c). It knows nothing of
+ * transport in internal.h's map: node.c, conn.c, tls.c, fanout.c). It knows nothing of
  * scripts, votes or the client: a node carries the rules its connections follow.
  */
 #ifndef DLOCK_TRANSPORT_H
@@ -10,7 +10,12 @@
 
 #include <stdatomic.h>
 
-/* ---- node.c, conn.c, fanout.c ----------------------------------------------- */
+/* ---- node.c, conn.c, tls.c, fanout.c ----------------------------------------- */
+
+/* OpenSSL's types, named without its headers (only tls.c and the tests include them). */
+struct ssl_st;
+struct ssl_ctx_st;
+struct ssl_session_st;
 
 /* All that the nodes of one client share, and all that a connection, a fan-out and
  * the INFO facts need of the client: deadlines, the default password, the restart
@@ -37,6 +42,13 @@ typedef struct dlock__node {
     bool policy_reported;       /* the eviction warning was logged for this node */
     bool info_refused_reported; /* the "INFO refused by an ACL" warning was logged */
     bool evicting;              /* its maxmemory-policy can evict lock keys */
+    /* rediss:// only (tls.c). ctx is made by dlock_client_new and never changes;
+     * session (the last one the server gave, for resumption) is guarded by mu. */
+    struct ssl_ctx_st *tls_ctx;
+    struct ssl_session_st *tls_session;
+    char *tls_name;               /* the name sent as SNI and checked in the certificate */
+    bool tls_insecure;            /* verification off (insecure=1) */
+    _Atomic uint64_t tls_resumed; /* handshakes that resumed a session (for tests) */
 } dlock__node;
 
 enum dlock__conn_state { DLOCK_CONN_CLOSED, DLOCK_CONN_CONNECTING, DLOCK_CONN_READY };
@@ -78,6 +90,15 @@ typedef struct dlock__conn {
     bool too_big;                  /* set by the reader when it refused an array */
     int64_t connect_deadline_us;   /* when a connect or handshake in progress gives up */
     struct addrinfo *ai, *ai_next; /* TCP addresses and the next one to try */
+    /* TLS (tls.c): the session on the socket, NULL for a plain connection. While the
+     * state is CONNECTING, tls_handshaking says the TCP connect is done and the TLS
+     * handshake is in progress. read_ev and flush_ev are the poll events a read and a
+     * flush wait for: POLLIN and POLLOUT, except when TLS needs the other direction
+     * first (a key update to read before a write, a record to send before a read);
+     * during the handshake, read_ev is the event its next step waits for. */
+    struct ssl_st *ssl;
+    bool tls_handshaking;
+    short read_ev, flush_ev;
 } dlock__conn;
 
 void dlock__conn_init(dlock__conn *c, dlock__node *node);
@@ -107,6 +128,32 @@ int dlock__conn_next_reply(dlock__conn *c, redisReply **out, char *detail, size_
 /* True when an idle connection must be reopened before use (closed by the server,
  * or out of step). */
 bool dlock__conn_stale(dlock__conn *c);
+/* The poll events the connection waits for now (POLLIN, POLLOUT or both). */
+short dlock__conn_events(const dlock__conn *c);
+/* True when bytes already read from the socket wait to be taken by dlock__conn_read
+ * (TLS decrypts a record whole): read now, without waiting for the socket. */
+bool dlock__conn_buffered(const dlock__conn *c);
+
+/* TLS on a connection (tls.c), called by conn.c for a node with tls_ctx. */
+/* Make node's SSL_CTX from its address's parameters and the client's defaults (def,
+ * may be NULL): DLOCK_ERR_INVALID, with why in err, for a file that cannot be used. */
+int dlock__tls_node_init(dlock__node *node, const dlock_tls *def, char *err, size_t n);
+/* Free the node's context, session and name (the process's own or a forked child's
+ * copy: no lock taken). */
+void dlock__tls_node_free(dlock__node *node);
+/* The TCP connect is done: start the handshake (state stays CONNECTING). */
+int dlock__tls_start(dlock__conn *c, char *detail, size_t n);
+/* Go on with the handshake; READY once it is done. */
+int dlock__tls_handshake(dlock__conn *c, char *detail, size_t n);
+int dlock__tls_flush(dlock__conn *c, char *detail, size_t n);
+int dlock__tls_read(dlock__conn *c, char *detail, size_t n);
+/* For dlock__conn_stale: 1 when application bytes are waiting, 0 when the server
+ * closed the connection, -1 when nothing is (a TLS record that carries no data, such
+ * as a session ticket, is taken on the way). */
+int dlock__tls_peek(dlock__conn *c);
+/* Free the session on the socket; with notify, tell the server first (close_notify).
+ * The descriptor is left to the caller. */
+void dlock__tls_close(dlock__conn *c, bool notify);
 
 /* One node's part of a round. */
 typedef struct dlock__req {

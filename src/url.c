@@ -2,6 +2,9 @@
  * url.c: server addresses.
  *
  *   redis://[[user]:password@]host[:port][/db]
+ *   rediss://[[user]:password@]host[:port][/db][?param=value&...]   (TLS; the
+ *       parameters are cacert, cacertdir, cert, key, sni and insecure, named after
+ *       redis-cli's flags; their files are opened by tls.c, not here)
  *   unix://[:password@]/path/to/socket[?db=N]
  *
  * The parser is pure (no I/O, no globals) so that unit tests and the fuzzer can drive
@@ -159,11 +162,75 @@ static bool host_char_ok(char c)
     return isalnum((unsigned char)c) || c == '.' || c == '-' || c == '_';
 }
 
+/* One rediss:// parameter: "name=value", the value percent-decoded. */
+static int parse_param(span p, dlock__addr *a, char *err, size_t errlen)
+{
+    const char *eq = find(p, '=');
+    span name = {p.p, eq ? (size_t)(eq - p.p) : p.n};
+    span value = {eq ? eq + 1 : p.p + p.n, eq ? p.n - name.n - 1 : 0};
+    static const char *const names[] = {"cacert", "cacertdir", "cert", "key", "sni"};
+    char **slots[] = {&a->cacert, &a->cacertdir, &a->cert, &a->key, &a->sni};
+    int shown = (int)(name.n > 40 ? 40 : name.n);
+    if (name.n == 8 && memcmp(name.p, "insecure", 8) == 0) {
+        if (a->insecure >= 0)
+            return bad(err, errlen, "parameter \"insecure\" given twice");
+        if (value.n != 1 || (value.p[0] != '0' && value.p[0] != '1'))
+            return bad(err, errlen, "insecure= takes 1 (do not verify the server) or 0");
+        a->insecure = value.p[0] - '0';
+        return DLOCK_OK;
+    }
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
+        if (strlen(names[i]) != name.n || memcmp(names[i], name.p, name.n) != 0)
+            continue;
+        if (*slots[i] != NULL)
+            return bad(err, errlen, "parameter \"%s\" given twice", names[i]);
+        if (value.n == 0)
+            return bad(err, errlen, "parameter \"%s\" has an empty value", names[i]);
+        return decode(value, slots[i], names[i], err, errlen);
+    }
+    return bad(err, errlen,
+               "unknown parameter \"%.*s\" (rediss:// takes cacert, cacertdir, cert, key, sni "
+               "and insecure)",
+               shown, name.p);
+}
+
+/* The parameters of a rediss:// URL: "name=value" pairs joined by '&'. */
+static int parse_params(span q, dlock__addr *a, char *err, size_t errlen)
+{
+    while (q.n > 0) {
+        const char *amp = find(q, '&');
+        span p = {q.p, amp ? (size_t)(amp - q.p) : q.n};
+        if (p.n == 0)
+            return bad(err, errlen, "empty parameter between '&'s");
+        int rc = parse_param(p, a, err, errlen);
+        if (rc != DLOCK_OK)
+            return rc;
+        q.p += p.n + (amp ? 1 : 0);
+        q.n -= p.n + (amp ? 1 : 0);
+    }
+    /* A certificate is useless without its key, and the reverse. */
+    if ((a->cert == NULL) != (a->key == NULL))
+        return bad(err, errlen, "%s",
+                   a->cert ? "cert= given without key=" : "key= given without cert=");
+    return DLOCK_OK;
+}
+
 static int parse_redis(span rest, dlock__addr *a, char *err, size_t errlen)
 {
     int rc = parse_userinfo(&rest, a, true, err, errlen);
     if (rc != DLOCK_OK)
         return rc;
+    const char *q = find(rest, '?');
+    if (q != NULL && !a->tls && find((span){rest.p, (size_t)(q - rest.p)}, '/') == NULL)
+        return bad(err, errlen, "parameters after '?' are for rediss:// (TLS) URLs only");
+    if (q != NULL && a->tls) {
+        span query = {q + 1, rest.n - (size_t)(q - rest.p) - 1};
+        if (query.n == 0)
+            return bad(err, errlen, "empty parameter list after '?'");
+        if ((rc = parse_params(query, a, err, errlen)) != DLOCK_OK)
+            return rc;
+        rest.n = (size_t)(q - rest.p);
+    }
     const char *slash = find(rest, '/');
     span hostport = {rest.p, slash ? (size_t)(slash - rest.p) : rest.n};
     span path = {slash ? slash + 1 : rest.p + rest.n, slash ? rest.n - hostport.n - 1 : 0};
@@ -259,12 +326,13 @@ static int make_display(dlock__addr *a)
     char buf[600];
     const char *user = a->user ? a->user : "";
     const char *at = a->user ? "@" : "";
+    const char *scheme = a->tls ? "rediss" : "redis";
     if (a->is_unix)
         snprintf(buf, sizeof buf, "unix://%s", a->path);
     else if (strchr(a->host, ':') != NULL)
-        snprintf(buf, sizeof buf, "redis://%.64s%s[%s]:%d", user, at, a->host, a->port);
+        snprintf(buf, sizeof buf, "%s://%.64s%s[%s]:%d", scheme, user, at, a->host, a->port);
     else
-        snprintf(buf, sizeof buf, "redis://%.64s%s%s:%d", user, at, a->host, a->port);
+        snprintf(buf, sizeof buf, "%s://%.64s%s%s:%d", scheme, user, at, a->host, a->port);
     if (a->db != 0) {
         size_t used = strlen(buf);
         snprintf(buf + used, sizeof buf - used, a->is_unix ? "?db=%d" : "/%d", a->db);
@@ -276,13 +344,15 @@ static int make_display(dlock__addr *a)
 int dlock__url_parse(const char *url, size_t len, dlock__addr *out, char *err, size_t errlen)
 {
     memset(out, 0, sizeof *out);
+    out->insecure = -1;
     span s = {url, len};
     static const char redis[] = "redis://", rediss[] = "rediss://", unix_[] = "unix://";
     int rc;
     if (len >= sizeof rediss - 1 && memcmp(url, rediss, sizeof rediss - 1) == 0) {
-        return bad(err, errlen,
-                   "rediss:// (TLS) is not supported yet: use redis:// over a trusted network "
-                   "or a TLS tunnel");
+        s.p += sizeof rediss - 1;
+        s.n -= sizeof rediss - 1;
+        out->tls = true;
+        rc = parse_redis(s, out, err, errlen);
     } else if (len >= sizeof redis - 1 && memcmp(url, redis, sizeof redis - 1) == 0) {
         s.p += sizeof redis - 1;
         s.n -= sizeof redis - 1;
@@ -293,7 +363,8 @@ int dlock__url_parse(const char *url, size_t len, dlock__addr *out, char *err, s
         out->is_unix = true;
         rc = parse_unix(s, out, err, errlen);
     } else {
-        rc = bad(err, errlen, "unsupported scheme: expected redis://, unix:// or file://");
+        rc = bad(err, errlen,
+                 "unsupported scheme: expected redis://, rediss://, unix:// or file://");
     }
     if (rc == DLOCK_OK)
         rc = make_display(out);
@@ -318,6 +389,11 @@ void dlock__addr_clear(dlock__addr *a)
         free(a->password);
     }
     free(a->display);
+    free(a->cacert);
+    free(a->cacertdir);
+    free(a->cert);
+    free(a->key);
+    free(a->sni);
     memset(a, 0, sizeof *a);
 }
 

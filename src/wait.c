@@ -187,11 +187,10 @@ static void *subscriber_main(void *arg)
                     next = ws->retry_at_us[i];
                 continue;
             }
-            short ev = POLLIN;
-            if (conn->state == DLOCK_CONN_CONNECTING || conn->outpos < conn->outlen)
-                ev |= POLLOUT;
-            pfd[nfds] = (struct pollfd){.fd = conn->fd, .events = ev};
+            pfd[nfds] = (struct pollfd){.fd = conn->fd, .events = dlock__conn_events(conn)};
             idx[nfds++] = i;
+            if (dlock__conn_buffered(conn))
+                next = now; /* TLS holds decrypted bytes the socket will not report */
         }
         int64_t wait_us = next == INT64_MAX ? 1000000 : next - now;
         if (wait_us < 0)
@@ -200,6 +199,8 @@ static void *subscriber_main(void *arg)
         if (ppoll(pfd, (nfds_t)nfds, &ts, NULL) < 0)
             continue; /* EINTR; any other failure is retried on the next turn */
         for (int k = 0; k < nfds; k++) {
+            if (idx[k] >= 0 && dlock__conn_buffered(&ws->conns[idx[k]]))
+                pfd[k].revents |= ws->conns[idx[k]].read_ev;
             if (pfd[k].revents == 0)
                 continue;
             if (idx[k] < 0) {
@@ -214,14 +215,14 @@ static void *subscriber_main(void *arg)
                     continue;
                 }
                 if (conn->state != DLOCK_CONN_READY)
-                    continue;
+                    continue; /* the next address, or the TLS handshake, goes on */
             }
             if (conn->outpos < conn->outlen &&
                 dlock__conn_flush(conn, detail, sizeof detail) != DLOCK_OK) {
                 node_down(ws, i);
                 continue;
             }
-            if (pfd[k].revents & (POLLIN | POLLERR | POLLHUP))
+            if (pfd[k].revents & (conn->read_ev | POLLERR | POLLHUP))
                 on_readable(c, ws, i);
         }
     }
@@ -366,10 +367,16 @@ void dlock__wait_leave(dlock_client *c, dlock__waiter *w)
 }
 
 /* What the wait system owns besides its thread and its lock. */
-static void free_waitsys(dlock_client *c, struct dlock__waitsys *ws)
+/* Free the wait system's memory and descriptors; in a forked child (forget), without
+ * touching the sockets the parent still uses (dlock__conn_forget). */
+static void free_waitsys(dlock_client *c, struct dlock__waitsys *ws, bool forget)
 {
-    for (int i = 0; i < c->n; i++)
-        dlock__conn_free(&ws->conns[i]);
+    for (int i = 0; i < c->n; i++) {
+        if (forget)
+            dlock__conn_forget(&ws->conns[i]);
+        else
+            dlock__conn_free(&ws->conns[i]);
+    }
     close(ws->ctl);
     free(ws->conns);
     free(ws->retry_at_us);
@@ -388,7 +395,7 @@ void dlock__wait_stop(dlock_client *c)
     pthread_mutex_unlock(&ws->mu);
     kick(ws->ctl);
     pthread_join(ws->thread, NULL);
-    free_waitsys(c, ws);
+    free_waitsys(c, ws, false);
     pthread_cond_destroy(&ws->confirmed);
     pthread_mutex_destroy(&ws->mu);
     free(ws);
@@ -402,7 +409,7 @@ void dlock__wait_forget(dlock_client *c)
      * (the parent's stay open). */
     if (c->wait == NULL)
         return;
-    free_waitsys(c, c->wait);
+    free_waitsys(c, c->wait, true);
     free(c->wait);
     c->wait = NULL;
 }

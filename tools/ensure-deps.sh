@@ -11,6 +11,9 @@
 set -euo pipefail
 
 pkgs=(cmake make gcc pkg-config libhiredis-dev libssl-dev libcmocka-dev redis-server redis-tools)
+# rediss:// (TLS) is built on libssl-dev (above); the openssl command makes certificates
+# by hand for the TLS setups docs/guide.md shows.
+pkgs+=(openssl)
 # dlockd's event loop, and the Redis clients its tests use as any user would (redis-cli
 # comes with redis-tools).
 pkgs+=(libuv1-dev python3-redis php-cli php-redis)

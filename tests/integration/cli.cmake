@@ -17,3 +17,6 @@ add_dependencies(test_stock_cli dlock_cli)
 # `dlock doctor` (tests/integration/test_doctor.c; its rules in tests/unit).
 dlock_add_test(test_doctor SOURCES test_doctor.c itest.c LABELS integration)
 add_dependencies(test_doctor dlock_cli)
+# The dlock command's TLS options against servers with TLS (test_tls_cli.c).
+dlock_add_test(test_tls_cli SOURCES test_tls_cli.c itest.c LABELS integration)
+add_dependencies(test_tls_cli dlock_cli)

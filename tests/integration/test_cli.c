@@ -714,11 +714,13 @@ static void test_rediss_refused(void **state)
 {
     (void)state;
     run r;
-    RUN(&r, "-s", "rediss://127.0.0.1:6380", "status", "cli-tls");
-    expect_failure(&r, 64, "TLS", true);
-    const char *const env[] = {"DLOCK_SERVERS=rediss://:pw@127.0.0.1:6380", NULL};
+    /* rediss:// parameters are checked before anything connects: a usage error. */
+    RUN(&r, "-s", "rediss://127.0.0.1:6380?verify=1", "status", "cli-tls");
+    expect_failure(&r, 64, "unknown parameter", true);
+    const char *const env[] = {"DLOCK_SERVERS=rediss://:pw@127.0.0.1:6380?cacert=/nonexistent",
+                               NULL};
     run_env(&r, env, "acquire", "cli-tls", (const char *)NULL);
-    expect_failure(&r, 64, "TLS", true);
+    expect_failure(&r, 64, "cacert /nonexistent", true);
     /* Other malformed lists are usage errors too, naming the bad part. */
     RUN(&r, "-s", "redis://127.0.0.1:0", "status", "cli-tls");
     expect_failure(&r, 64, "port", true);

@@ -324,6 +324,13 @@ static int spawn(dh_server *s)
         return -1;
     }
     snprintf(portstr, sizeof portstr, "%d", s->port);
+    char tlsport[16];
+    snprintf(tlsport, sizeof tlsport, "%d", s->tls_port);
+    const char *tls[] = {"--tls-port",         tlsport,
+                         "--tls-cert-file",    s->tls_files[0],
+                         "--tls-key-file",     s->tls_files[1],
+                         "--tls-ca-cert-file", s->tls_files[2],
+                         "--tls-auth-clients", s->tls_auth_clients ? "yes" : "no"};
     dir_file(s, "redis.conf", conf, sizeof conf);
     dir_file(s, "redis.log", logfile, sizeof logfile);
     dir_file(s, "stdout.log", outfile, sizeof outfile);
@@ -333,13 +340,16 @@ static int spawn(dh_server *s)
     const char *fixed[] = {"--port",      portstr,  "--bind",    s->host,        "--dir",
                            s->dir,        "--save", "",          "--appendonly", "no",
                            "--daemonize", "no",     "--logfile", logfile};
-    const char *argv[2 + sizeof fixed / sizeof fixed[0] + DH_EXTRA_MAX + 1];
+    const char
+        *argv[2 + sizeof fixed / sizeof fixed[0] + sizeof tls / sizeof tls[0] + DH_EXTRA_MAX + 1];
     size_t n = 0;
     argv[n++] = exe;
     if (s->has_config)
         argv[n++] = conf;
     for (size_t i = 0; i < sizeof fixed / sizeof fixed[0]; i++)
         argv[n++] = fixed[i];
+    for (size_t i = 0; s->tls_port > 0 && i < sizeof tls / sizeof tls[0]; i++)
+        argv[n++] = tls[i];
     for (int i = 0; i < DH_EXTRA_MAX && s->extra[i]; i++)
         argv[n++] = s->extra[i];
     argv[n] = NULL;
@@ -500,6 +510,12 @@ static int prepare(dh_server *s, const dh_server_opts *o)
     s->keep_dir = o->keep_dir;
     s->child_setup = o->child_setup;
     s->child_arg = o->child_arg;
+    if (o->tls != NULL) {
+        snprintf(s->tls_files[0], sizeof s->tls_files[0], "%s", o->tls->cert);
+        snprintf(s->tls_files[1], sizeof s->tls_files[1], "%s", o->tls->key);
+        snprintf(s->tls_files[2], sizeof s->tls_files[2], "%s", o->tls->ca);
+        s->tls_auth_clients = o->tls->auth_clients;
+    }
     for (int i = 0; o->args && o->args[i]; i++) {
         if (i >= DH_EXTRA_MAX - 1) {
             fprintf(stderr, "dh: FATAL: more than %d extra redis-server arguments\n",
@@ -535,6 +551,16 @@ static int launch(dh_server *s, int fixed_port)
         return -1;
     }
     snprintf(s->url, sizeof s->url, "redis://%s:%d", s->host, s->port);
+    if (s->tls_files[0][0] != '\0') {
+        /* A restart keeps its TLS port as it keeps its plain one. */
+        if (fixed_port <= 0 || s->tls_port <= 0)
+            s->tls_port = free_port(s->host);
+        if (s->tls_port <= 0 || s->tls_port == s->port) {
+            fprintf(stderr, "dh: FATAL: no second free port on %s\n", s->host);
+            return -1;
+        }
+        snprintf(s->url, sizeof s->url, "rediss://%s:%d", s->host, s->tls_port);
+    }
     return spawn(s);
 }
 

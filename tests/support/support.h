@@ -10,6 +10,7 @@
  *              its output captured (dh_run);
  *   procfs.c   what /proc says about this process: descriptors, threads, memory;
  *   env.c      the test's environment: clocks, the slack factor, the CLI's path;
+ *   tls.c      certificates for TLS tests: a CA of the test's own and what it signs;
  *   relay.c    the delaying and fault-injecting TCP relay (relay.h).
  *
  * Every server gets its own temporary directory under $DLOCK_TEST_TMP (or /tmp, or
@@ -48,6 +49,13 @@
  * non-zero return makes the child exit with status 126 instead of running. */
 typedef int (*dh_child_fn)(void *arg);
 
+/* A server that also listens with TLS (PEM files, as redis-server's tls-* options). */
+typedef struct dh_server_tls {
+    const char *cert, *key; /* the server's certificate and key */
+    const char *ca;         /* the CA its clients' certificates must come from */
+    bool auth_clients;      /* require a client certificate (--tls-auth-clients yes) */
+} dh_server_tls;
+
 typedef struct dh_server_opts {
     /* Address the server binds and the library connects to; NULL: 127.0.0.1. */
     const char *bind;
@@ -71,14 +79,22 @@ typedef struct dh_server_opts {
     /* See dh_child_fn; NULL for nothing. */
     dh_child_fn child_setup;
     void *child_arg;
+    /* TLS on a second free port (tls_port) besides the plain one, which stays for the
+     * admin connections (dh_cmd: hiredis here speaks no TLS); url is then
+     * rediss://HOST:TLS_PORT. NULL: no TLS. */
+    const dh_server_tls *tls;
 } dh_server_opts;
 
 typedef struct dh_server {
-    pid_t pid;                 /* 0 when not running (stopped or killed) */
-    int port;                  /* kept across kill/restart */
-    char host[64];             /* the bind address, also used to connect */
-    char dir[512];             /* its --dir, removed by dh_server_stop */
-    char url[128];             /* "redis://HOST:PORT" (no password) */
+    pid_t pid;              /* 0 when not running (stopped or killed) */
+    int port;               /* kept across kill/restart */
+    char host[64];          /* the bind address, also used to connect */
+    char dir[512];          /* its --dir, removed by dh_server_stop */
+    char url[128];          /* "redis://HOST:PORT" (no password), or with TLS
+                               "rediss://HOST:TLS_PORT" */
+    int tls_port;           /* 0: no TLS; kept across kill/restart */
+    char tls_files[3][300]; /* cert, key, CA */
+    bool tls_auth_clients;
     char *extra[DH_EXTRA_MAX]; /* copies of the extra arguments, NULL-terminated */
     bool has_config;           /* dir/redis.conf was written and is read first */
     bool keep_dir;
@@ -195,6 +211,31 @@ int dh_thread_count(void);
 long long dh_status_kib(const char *field);
 
 /* ---- the environment (env.c) ---------------------------------------------------- */
+
+/* ---- certificates for TLS tests (tls.c) ----------------------------------------- */
+
+typedef struct dh_tls_cert_opts {
+    const char *san;   /* subjectAltName, as openssl's config says it:
+                          "DNS:localhost,IP:127.0.0.1" */
+    long not_before_s; /* validity, in seconds from now (negative: in the past) */
+    long not_after_s;
+    bool client; /* a client certificate (clientAuth), else a server's (serverAuth) */
+} dh_tls_cert_opts;
+
+/* A new temporary directory for certificates under $DLOCK_TEST_TMP (or /tmp) into
+ * out; 0 or -1. dh_tls_dir_remove removes it and its files. */
+int dh_tls_dir(char *out, size_t len);
+void dh_tls_dir_remove(const char *dir);
+/* A self-signed CA: dir/NAME.crt and dir/NAME.key. 0, or -1 after printing why. */
+int dh_tls_make_ca(const char *dir, const char *name);
+/* dir/NAME.crt and dir/NAME.key (subject CN=NAME), signed by the CA dir/CA.crt. */
+int dh_tls_issue(const char *dir, const char *ca, const char *name, const dh_tls_cert_opts *o);
+/* The set the TLS tests share, in dir (each NAME as dir/NAME.crt and dir/NAME.key):
+ * the CAs "ca" and "evil"; signed by ca, "server" (localhost and 127.0.0.1, valid
+ * now), "other" (other.test only), "expired" (localhost and 127.0.0.1, for a day that
+ * ended yesterday) and the client certificate "client"; signed by evil, the client
+ * certificate "stranger"; and dir/cadir, ca alone under its hashed name. 0 or -1. */
+int dh_tls_make_set(const char *dir);
 
 /* $DLOCK_TEST_SLACK (a positive integer), default 1: the factor for liveness bounds. */
 long long dh_slack(void);

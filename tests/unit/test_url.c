@@ -3,6 +3,8 @@
  * dlock_client_new's comment in dlock.h gives:
  *
  *   redis://[[user]:password@]host[:port][/db]
+ *   rediss://[[user]:password@]host[:port][/db][?cacert=..&cacertdir=..&cert=..&key=..
+ *            &sni=..&insecure=0|1]
  *   unix://[:password@]/path/to/socket[?db=N]
  *
  * Every refusal is DLOCK_ERR_INVALID with a message naming the bad part; no
@@ -54,6 +56,8 @@ static void parse_bad(const char *url, const char *why)
     assert_null(a.user);
     assert_null(a.password);
     assert_null(a.display);
+    assert_null(a.cacert);
+    assert_null(a.key);
 }
 
 /* got is want, or both are NULL. */
@@ -193,14 +197,58 @@ static void test_tcp_refused(void **state)
 static void test_schemes(void **state)
 {
     (void)state;
-    parse_bad("rediss://h:6380", "TLS");
-    parse_bad("rediss://h:6380", "not supported");
-    parse_bad("rediss://:pw@h", "TLS");
     parse_bad("http://h", "scheme");
     parse_bad("h:6379", "scheme");
     parse_bad("redis:/h", "scheme");
     parse_bad("", "scheme");
     parse_bad(" redis://h", "scheme");
+}
+
+static void test_tls(void **state)
+{
+    (void)state;
+    dlock__addr a;
+    parse_ok("rediss://h:6380", &a);
+    assert_true(a.tls);
+    assert_int_equal(a.port, 6380);
+    assert_int_equal(a.insecure, -1);
+    assert_null(a.cacert);
+    expect_str(a.display, "rediss://h:6380");
+    dlock__addr_clear(&a);
+    parse_ok("redis://h", &a);
+    assert_false(a.tls);
+    dlock__addr_clear(&a);
+    parse_ok("rediss://u:p%40ss@h/3?cacert=/etc/ca.pem&cacertdir=/etc/ca&cert=/c%26d.pem"
+             "&key=/k.pem&sni=srv.example&insecure=1",
+             &a);
+    expect_str(a.user, "u");
+    expect_str(a.password, "p@ss");
+    assert_int_equal(a.db, 3);
+    expect_str(a.cacert, "/etc/ca.pem");
+    expect_str(a.cacertdir, "/etc/ca");
+    expect_str(a.cert, "/c&d.pem");
+    expect_str(a.key, "/k.pem");
+    expect_str(a.sni, "srv.example");
+    assert_int_equal(a.insecure, 1);
+    expect_str(a.display, "rediss://u@h:6379/3");
+    dlock__addr_clear(&a);
+    parse_ok("rediss://[::1]:7000?insecure=0", &a);
+    expect_str(a.host, "::1");
+    assert_int_equal(a.insecure, 0);
+    dlock__addr_clear(&a);
+
+    parse_bad("rediss://h?", "empty parameter list");
+    parse_bad("rediss://h?cacert=/a&&sni=x", "empty parameter between");
+    parse_bad("rediss://h?verify=1", "unknown parameter \"verify\"");
+    parse_bad("rediss://h?cacert", "empty value");
+    parse_bad("rediss://h?cacert=/a&cacert=/b", "given twice");
+    parse_bad("rediss://h?insecure=2", "insecure=");
+    parse_bad("rediss://h?insecure=1&insecure=1", "given twice");
+    parse_bad("rediss://h?cert=/c.pem", "cert= given without key=");
+    parse_bad("rediss://h?key=/k.pem", "key= given without cert=");
+    parse_bad("rediss://h?sni=%zz", "percent-encoding");
+    parse_bad("redis://h?cacert=/a", "rediss://");
+    parse_bad("rediss://h:x?sni=a", "port");
 }
 
 static void test_unix(void **state)
@@ -348,7 +396,7 @@ static void test_list_refused(void **state)
     list_bad("redis://a,", 4, "server 2 of 2");
     list_bad("redis://a,,redis://b", 4, "server 2 of 3");
     list_bad("redis://a,redis://b:0,redis://c", 4, "server 2 of 3: port");
-    list_bad("redis://a,rediss://b", 4, "TLS");
+    list_bad("redis://a,rediss://b?x=1", 4, "server 2 of 2: unknown parameter");
     list_bad("redis://a,redis://b,redis://c", 2, "at most 2");
 }
 
@@ -378,13 +426,21 @@ static void test_list_max(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_tcp_hosts_ports),  cmocka_unit_test(test_tcp_db),
-        cmocka_unit_test(test_tcp_ipv6),         cmocka_unit_test(test_tcp_credentials),
-        cmocka_unit_test(test_percent_encoding), cmocka_unit_test(test_tcp_refused),
-        cmocka_unit_test(test_schemes),          cmocka_unit_test(test_unix),
-        cmocka_unit_test(test_length_bounded),   cmocka_unit_test(test_display),
-        cmocka_unit_test(test_addr_clear),       cmocka_unit_test(test_list),
-        cmocka_unit_test(test_list_refused),     cmocka_unit_test(test_list_max),
+        cmocka_unit_test(test_tcp_hosts_ports),
+        cmocka_unit_test(test_tcp_db),
+        cmocka_unit_test(test_tcp_ipv6),
+        cmocka_unit_test(test_tcp_credentials),
+        cmocka_unit_test(test_percent_encoding),
+        cmocka_unit_test(test_tcp_refused),
+        cmocka_unit_test(test_schemes),
+        cmocka_unit_test(test_tls),
+        cmocka_unit_test(test_unix),
+        cmocka_unit_test(test_length_bounded),
+        cmocka_unit_test(test_display),
+        cmocka_unit_test(test_addr_clear),
+        cmocka_unit_test(test_list),
+        cmocka_unit_test(test_list_refused),
+        cmocka_unit_test(test_list_max),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1,0 +1,119 @@
+/*
+ * test_tls_cli.c: the dlock command's TLS options (--cacert, --cacertdir, --cert, --key,
+ * --sni, --insecure) against redis-servers with TLS, through the built command
+ * ($DLOCK_CLI), with the certificates the test support makes (dh_tls_make_set).
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cmocka.h>
+
+#include "itest.h"
+
+#include <stdio.h>
+#include <string.h>
+
+static char g_dir[512];
+
+/* dir/NAME, in one of a few rotating buffers (a call may use several at once). */
+static const char *file(const char *name)
+{
+    static char buf[8][600];
+    static int next;
+    char *p = buf[next++ % 8];
+    snprintf(p, sizeof buf[0], "%s/%s", g_dir, name);
+    return p;
+}
+
+static int group_setup(void **state)
+{
+    (void)state;
+    assert_int_equal(dh_tls_dir(g_dir, sizeof g_dir), 0);
+    assert_int_equal(dh_tls_make_set(g_dir), 0);
+    return 0;
+}
+
+static int group_teardown(void **state)
+{
+    (void)state;
+    dh_tls_dir_remove(g_dir);
+    return 0;
+}
+
+/* Start s with TLS and the set's server certificate. */
+static void start_tls(dh_server *s, bool auth_clients)
+{
+    dh_server_tls t = {file("server.crt"), file("server.key"), file("ca.crt"), auth_clients};
+    dh_server_opts o = {.tls = &t};
+    assert_int_equal(dh_server_start_opts(s, &o), 0);
+}
+
+static void cli_with_cacert(void **state)
+{
+    (void)state;
+    dh_server s[2];
+    start_tls(&s[0], false);
+    start_tls(&s[1], true);
+    const char *const *env = it_cli_env(&s[0]);
+    it_run r;
+    it_cli(&r, env, (const char *[]){"--cacert", file("ca.crt"), NULL}, "acquire", "-t", "10s",
+           "tls-cli", NULL);
+    it_expect_status(&r, 0);
+    char token[DLOCK_TOKEN_LEN + 1];
+    assert_int_equal(sscanf(r.out, "%32s", token), 1);
+    it_expect_holder(&s[0], "tls-cli", token);
+    /* The flags are accepted after the command too. */
+    it_cli(&r, env, NULL, "status", "tls-cli", "--cacert", file("ca.crt"), NULL);
+    it_expect_status(&r, 0);
+    assert_non_null(strstr(r.out, "held by"));
+    it_cli(&r, env, NULL, "release", "tls-cli", token, "--cacert", file("ca.crt"), NULL);
+    it_expect_status(&r, 0);
+    /* Without the CA: refused as authentication is (77), the chain named. */
+    it_cli(&r, env, NULL, "status", "tls-cli", NULL);
+    it_expect_status(&r, 77);
+    assert_non_null(strstr(r.err, "chain is not trusted"));
+    /* A URL's own parameter wins over the flag. */
+    char urls[400];
+    snprintf(urls, sizeof urls, "%s?cacert=%s", s[0].url, file("evil.crt"));
+    it_cli(&r, env, (const char *[]){"-s", urls, "--cacert", file("ca.crt"), NULL}, "status",
+           "tls-cli", NULL);
+    it_expect_status(&r, 77);
+    /* --cacertdir, --sni and --insecure. */
+    it_cli(&r, env, (const char *[]){"--cacertdir", file("cadir"), NULL}, "status", "tls-cli",
+           NULL);
+    it_expect_status(&r, 0);
+    it_cli(&r, env, (const char *[]){"--cacert", file("ca.crt"), "--sni", "other.test", NULL},
+           "status", "tls-cli", NULL);
+    it_expect_status(&r, 77);
+    assert_non_null(strstr(r.err, "host name mismatch"));
+    it_cli(&r, env, (const char *[]){"--insecure", NULL}, "status", "tls-cli", NULL);
+    it_expect_status(&r, 0);
+    assert_non_null(strstr(r.err, "insecure=1"));
+    /* A client certificate, and the usage errors. */
+    env = it_cli_env(&s[1]);
+    it_cli(&r, env,
+           (const char *[]){"--cacert", file("ca.crt"), "--cert", file("client.crt"), "--key",
+                            file("client.key"), NULL},
+           "status", "tls-cli", NULL);
+    it_expect_status(&r, 0);
+    it_cli(&r, env, (const char *[]){"--cacert", file("ca.crt"), NULL}, "status", "tls-cli", NULL);
+    it_expect_status(&r, 77);
+    it_cli(&r, env, (const char *[]){"--cert", file("client.crt"), NULL}, "status", "x", NULL);
+    it_expect_status(&r, 64);
+    assert_non_null(strstr(r.err, "--cert needs --key"));
+    it_cli(&r, env, (const char *[]){"--cacert", "/nonexistent.pem", NULL}, "status", "x", NULL);
+    it_expect_status(&r, 64);
+    assert_non_null(strstr(r.err, "cacert /nonexistent.pem"));
+    dh_server_stop(&s[0]);
+    dh_server_stop(&s[1]);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(cli_with_cacert),
+    };
+    return cmocka_run_group_tests_name("tls_cli", tests, group_setup, group_teardown);
+}
