@@ -22,6 +22,7 @@ const char cli_doctor_help[] =
     "  - a replica, or a Redis Cluster node, named as a lock server;\n"
     "  - clocks of the servers apart by more than a tenth of TTL;\n"
     "  - a Redis older than 7.0 (slower acquires), or too old to run the scripts;\n"
+    "  - TLS with verification off (insecure=1);\n"
     "  - a server that cannot be reached.\n"
     "\n"
     "  -t, --ttl TTL   the shortest lease you use (default 30s): the clock check's scale\n"
@@ -90,8 +91,9 @@ static void print_json(const cli_findings *fs, const dlock_server_facts *f, int 
         fputs(",\"appendfsync\":", stdout);
         json_str(f[i].appendfsync);
         printf(",\"maxmemory\":%" PRId64 ",\"aof\":%d,\"cluster\":%d,\"clock_offset_us\":%" PRId64
-               ",\"clock_error_us\":%" PRId64 "}",
-               f[i].maxmemory, f[i].aof, f[i].cluster, f[i].clock_offset_us, f[i].clock_error_us);
+               ",\"clock_error_us\":%" PRId64 ",\"tls\":%s,\"tls_verified\":%s}",
+               f[i].maxmemory, f[i].aof, f[i].cluster, f[i].clock_offset_us, f[i].clock_error_us,
+               f[i].tls ? "true" : "false", f[i].tls_verified ? "true" : "false");
     }
     fputs("],\"findings\":[", stdout);
     for (int k = 0; k < fs->n; k++) {

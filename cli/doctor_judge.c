@@ -48,6 +48,11 @@ static int version_of(const char *v)
 
 static void judge_server(cli_findings *fs, int i, const dlock_server_facts *f, int n)
 {
+    if (f->tls && !f->tls_verified)
+        add(fs, i, true, "tls",
+            "TLS without verification (insecure=1): anyone on the path can pose as the "
+            "server and grant locks it does not hold. Fix: cacert= (or --cacert) with the "
+            "server's CA, and sni= when the certificate names another host");
     if (f->error != DLOCK_OK) {
         add(fs, i, true, "unreachable",
             "cannot be asked: %s (%s); nothing about it can be checked, and %s. Fix: "

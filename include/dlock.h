@@ -445,7 +445,10 @@ typedef struct dlock_server_facts {
     int64_t clock_offset_us;   /* the server's TIME less this host's wall clock, at the
                                   middle of the quickest of three round trips */
     int64_t clock_error_us;    /* half that round trip: the offset is exact within it */
-    uint64_t spare[8];         /* zero; room for more facts */
+    int tls;                   /* 1: rediss://, 0: plain */
+    int tls_verified;          /* 1: its certificate and name were verified; 0: insecure=1
+                                  (or plain) */
+    uint64_t spare[7];         /* zero; room for more facts */
 } dlock_server_facts;
 
 /* Ask each server of c, all at once, what it says of its version, role, memory policy,

@@ -152,6 +152,8 @@ int dlock_probe(dlock_client *c, dlock_server_facts *out, int n)
         dlock_server_facts *f = &out[i];
         memset(f, 0, sizeof *f);
         snprintf(f->server, sizeof f->server, "%s", c->nodes[i].addr.display);
+        f->tls = c->nodes[i].tls_ctx != NULL;
+        f->tls_verified = f->tls && !c->nodes[i].tls_insecure;
         f->cluster = f->aof = -1;
         f->maxmemory = f->uptime_s = f->clock_error_us = -1;
     }

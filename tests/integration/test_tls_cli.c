@@ -110,10 +110,34 @@ static void cli_with_cacert(void **state)
     dh_server_stop(&s[1]);
 }
 
+/* dlock doctor over TLS: verification off is a risk of its own; a CA that does not
+ * verify the server leaves it a server that cannot be asked, the chain named. */
+static void doctor_over_tls(void **state)
+{
+    (void)state;
+    dh_server s;
+    start_tls(&s, false);
+    const char *const *env = it_cli_env(&s);
+    it_run r;
+    it_cli(&r, env, (const char *[]){"--cacert", file("ca.crt"), NULL}, "doctor", NULL);
+    it_expect_status(&r, 1); /* the launcher's servers run without AOF */
+    assert_null(strstr(r.out, "TLS without verification"));
+    assert_non_null(strstr(r.out, "appendonly no"));
+    it_cli(&r, env, (const char *[]){"--insecure", NULL}, "doctor", NULL);
+    it_expect_status(&r, 1);
+    assert_non_null(strstr(r.out, "risk: TLS without verification (insecure=1)"));
+    it_cli(&r, env, (const char *[]){"--cacert", file("evil.crt"), NULL}, "doctor", NULL);
+    it_expect_status(&r, 1);
+    assert_non_null(strstr(r.out, "cannot be asked"));
+    assert_non_null(strstr(r.out, "chain is not trusted"));
+    dh_server_stop(&s);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(cli_with_cacert),
+        cmocka_unit_test(doctor_over_tls),
     };
     return cmocka_run_group_tests_name("tls_cli", tests, group_setup, group_teardown);
 }

@@ -173,6 +173,20 @@ static void replica_and_cluster_node(void **state)
     expect_one("cluster", true, "MOVED", NULL);
 }
 
+/* TLS with verification off lets anyone on the path grant locks; verified, or plain
+ * (a choice of network, not a check skipped), is no finding. */
+static void unverified_tls(void **state)
+{
+    (void)state;
+    dlock_server_facts f = healthy(0);
+    f.tls = 1;
+    cli_doctor_judge(&f, 1, TTL_MS, &fs);
+    expect_one("tls", true, "insecure=1", "cacert");
+    f.tls_verified = 1;
+    cli_doctor_judge(&f, 1, TTL_MS, &fs);
+    assert_int_equal(fs.n, 0);
+}
+
 /* Clocks: apart by more than a tenth of the lease beyond what the measurement's own
  * error could explain is a risk; within it, nothing. An unreachable server's clock is
  * not counted. */
@@ -209,7 +223,7 @@ int main(void)
         cmocka_unit_test(nothing_to_find), cmocka_unit_test(unreachable_is_a_risk),
         cmocka_unit_test(eviction),        cmocka_unit_test(persistence_depends_on_n),
         cmocka_unit_test(versions),        cmocka_unit_test(replica_and_cluster_node),
-        cmocka_unit_test(clocks),
+        cmocka_unit_test(unverified_tls),  cmocka_unit_test(clocks),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
