@@ -201,6 +201,32 @@ static void info_refused(void **state)
     assert_null(strstr(r.out, "locker-pw"));
 }
 
+/* Three servers, one of them on a clock of its own (libfaketime): 10 s apart is more
+ * than a tenth of a 30 s lease, and less than a tenth of a 5 min one; a step of that
+ * clock while it runs is seen by the next doctor. */
+static void clocks_apart(void **state)
+{
+    (void)state;
+    dh_server s[3];
+    dh_server_opts o = {
+        .args = (const char *const[]){"--appendonly", "yes", "--appendfsync", "always", NULL}};
+    assert_int_equal(dh_servers_start_opts(s, 2, &o), 0);
+    o.clock = "+10s";
+    assert_int_equal(dh_server_start_opts(&s[2], &o), 0);
+    char urls[512];
+    dh_server_urls(s, 3, urls, sizeof urls);
+    it_run r;
+    doctor(&r, urls, NULL, "-t", "30s", (const char *)NULL);
+    expect_line(&r, 1, "servers: risk: the clocks of", s[2].url, "10000.0 ms apart", NULL);
+    doctor(&r, urls, NULL, "-t", "5m", (const char *)NULL);
+    expect_line(&r, 0, "no risk found (3 servers)", NULL);
+    expect_line(&r, 0, s[2].url, ": ok: ", "clock +10", NULL);
+    assert_int_equal(dh_server_set_clock(&s[2], "-20s"), 0);
+    doctor(&r, urls, NULL, "-t", "5m", (const char *)NULL);
+    expect_line(&r, 0, s[2].url, ": ok: ", "clock -20", NULL);
+    dh_servers_stop(s, 3);
+}
+
 /* --json: one object that a JSON parser reads, with the findings and their count. */
 static void json_output(void **state)
 {
@@ -257,6 +283,7 @@ int main(void)
         cmocka_unit_test(unreachable_server),
         cmocka_unit_test(password),
         cmocka_unit_test(info_refused),
+        cmocka_unit_test(clocks_apart),
         cmocka_unit_test(json_output),
         cmocka_unit_test(usage_errors),
     };

@@ -88,6 +88,9 @@ static bool child_prepare(pid_t parent, int out, int err)
            dup2(err >= 0 ? err : null, 2) >= 0;
 }
 
+static char **build_env(const char *const env[], char ***owned);
+static void free_env(char **envp, char **owned);
+
 pid_t dh_spawn(const char *const argv[], const dh_spawn_opts *o)
 {
     /* execv's prototype predates const; it does not modify the strings. */
@@ -100,6 +103,12 @@ pid_t dh_spawn(const char *const argv[], const dh_spawn_opts *o)
         o = &none;
     long maxfd = max_fd();
     pid_t parent = getpid();
+    /* Made before the fork: the child may only make async-signal-safe calls. */
+    char **owned = NULL, **envp = environ;
+    if (o->env != NULL && (envp = build_env(o->env, &owned)) == NULL) {
+        fprintf(stderr, "dh: out of memory\n");
+        return -1;
+    }
     pid_t pid = fork();
     if (pid == 0) {
         /* Only async-signal-safe calls from here on: the parent may have threads. */
@@ -110,9 +119,11 @@ pid_t dh_spawn(const char *const argv[], const dh_spawn_opts *o)
         if (o->child_setup != NULL && o->child_setup(o->child_arg) != 0)
             _exit(126);
         close_from_3(maxfd);
-        execv(argv[0], args.out);
+        execve(argv[0], args.out, envp);
         _exit(127);
     }
+    if (o->env != NULL)
+        free_env(envp, owned);
     if (pid < 0) {
         fprintf(stderr, "dh: fork: %s\n", strerror(errno));
         return -1;
@@ -187,6 +198,15 @@ static char **build_env(const char *const env[], char ***owned)
     }
     *owned = copies;
     return out;
+}
+
+/* Free what build_env made (either may be NULL). */
+static void free_env(char **envp, char **owned)
+{
+    for (size_t i = 0; owned != NULL && owned[i]; i++)
+        free(owned[i]);
+    free(owned);
+    free(envp);
 }
 
 /* Append what fd has to the buffer (truncating), or note EOF. */
@@ -299,10 +319,6 @@ out:
         for (size_t i = 0; i < argc; i++)
             free(av[i]);
     free(av);
-    if (owned)
-        for (size_t i = 0; owned[i]; i++)
-            free(owned[i]);
-    free(owned);
-    free(envp);
+    free_env(envp, owned);
     return result;
 }

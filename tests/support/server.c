@@ -17,6 +17,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <ftw.h>
+#include <glob.h>
 #include <netinet/in.h>
 #include <pthread.h>
 #include <signal.h>
@@ -315,6 +316,79 @@ long dh_info_long(const redisReply *r, const char *field)
 /* ---- one server ---------------------------------------------------------------- */
 
 /* fork/exec redis-server on s->host:s->port in s->dir. */
+/* ---- a server's own clock ---------------------------------------------------- */
+
+/* libfaketime, and glibc's malloc to preload before it: Debian's redis-server takes its
+ * malloc from jemalloc, whose first allocation reads the clock, which libfaketime is
+ * still setting itself up to fake (it allocates while it starts): the two wait on each
+ * other and the server never starts. With glibc's malloc first in the search order,
+ * jemalloc's is never called. */
+static int faketime_libs(char *out, size_t n)
+{
+    glob_t g;
+    const char *lib = getenv("DLOCK_LIBFAKETIME");
+    char found[512] = "";
+    if (lib != NULL && lib[0] != '\0') {
+        snprintf(found, sizeof found, "%s", lib);
+    } else if (glob("/usr/lib/*/faketime/libfaketime.so.1", 0, NULL, &g) == 0) {
+        snprintf(found, sizeof found, "%s", g.gl_pathv[0]);
+        globfree(&g);
+    }
+    if (found[0] == '\0' || access(found, R_OK) != 0) {
+        fprintf(stderr, "dh: FATAL: libfaketime not found (or $DLOCK_LIBFAKETIME); install "
+                        "it: apt-get install libfaketime\n");
+        return -1;
+    }
+    /* The malloc library lives in the same multiarch directory as faketime/. */
+    char dir[512];
+    snprintf(dir, sizeof dir, "%s", found);
+    char *slash = strstr(dir, "/faketime/");
+    if (slash != NULL)
+        *slash = '\0';
+    char malloc_lib[600];
+    snprintf(malloc_lib, sizeof malloc_lib, "%s/libc_malloc_debug.so.0", dir);
+    if (access(malloc_lib, R_OK) != 0) {
+        fprintf(stderr, "dh: FATAL: %s not found (glibc 2.34 or later has it)\n", malloc_lib);
+        return -1;
+    }
+    snprintf(out, n, "LD_PRELOAD=%s:%s", malloc_lib, found);
+    return 0;
+}
+
+static void clock_file(const dh_server *s, char *out, size_t n)
+{
+    dir_file(s, "faketime.rc", out, n);
+}
+
+/* The environment entries of a server on its own clock. */
+static int clock_env(const dh_server *s, char *preload, size_t pn, char *rc, size_t rn)
+{
+    if (faketime_libs(preload, pn) < 0)
+        return -1;
+    char path[600];
+    clock_file(s, path, sizeof path);
+    snprintf(rc, rn, "FAKETIME_TIMESTAMP_FILE=%s", path);
+    return 0;
+}
+
+int dh_server_set_clock(dh_server *s, const char *clock)
+{
+    if (!s->faked_clock) {
+        fprintf(stderr, "dh: FATAL: the server was not started with a clock of its own\n");
+        return -1;
+    }
+    /* Written aside and renamed, so that the server never reads half of it. */
+    char path[600], tmp[620];
+    clock_file(s, path, sizeof path);
+    snprintf(tmp, sizeof tmp, "%s.new", path);
+    FILE *f = fopen(tmp, "w");
+    if (f == NULL || fprintf(f, "%s\n", clock) < 0 || fclose(f) != 0 || rename(tmp, path) != 0) {
+        fprintf(stderr, "dh: FATAL: %s: %s\n", path, strerror(errno));
+        return -1;
+    }
+    return 0;
+}
+
 static int spawn(dh_server *s)
 {
     char exe[512], portstr[16], conf[600], logfile[600], outfile[600];
@@ -359,13 +433,21 @@ static int spawn(dh_server *s)
         fprintf(stderr, "dh: %s: %s\n", outfile, strerror(errno));
         return -1;
     }
+    char preload[1100], rcfile[640];
+    const char *env[] = {preload, rcfile, "FAKETIME_NO_CACHE=1", "FAKETIME_DONT_FAKE_MONOTONIC=1",
+                         NULL};
+    if (s->faked_clock && clock_env(s, preload, sizeof preload, rcfile, sizeof rcfile) < 0) {
+        close(out);
+        return -1;
+    }
     /* Own process group: signals aimed at the test's group (a CLI test's
      * `kill -- -pgid`) do not reach the server. */
     dh_spawn_opts so = {.out_fd = out,
                         .err_fd = out,
                         .own_group = true,
                         .child_setup = s->child_setup,
-                        .child_arg = s->child_arg};
+                        .child_arg = s->child_arg,
+                        .env = s->faked_clock ? env : NULL};
     pid_t pid = dh_spawn(argv, &so);
     close(out);
     if (pid < 0)
@@ -510,6 +592,9 @@ static int prepare(dh_server *s, const dh_server_opts *o)
     s->keep_dir = o->keep_dir;
     s->child_setup = o->child_setup;
     s->child_arg = o->child_arg;
+    if (o->clock != NULL) {
+        s->faked_clock = true;
+    }
     if (o->tls != NULL) {
         snprintf(s->tls_files[0], sizeof s->tls_files[0], "%s", o->tls->cert);
         snprintf(s->tls_files[1], sizeof s->tls_files[1], "%s", o->tls->key);
@@ -539,6 +624,8 @@ static int prepare(dh_server *s, const dh_server_opts *o)
         s->dir[0] = '\0';
         return -1;
     }
+    if (s->faked_clock && dh_server_set_clock(s, o->clock) < 0)
+        return -1;
     return write_config(s, o->config);
 }
 

@@ -83,6 +83,12 @@ typedef struct dh_server_opts {
      * admin connections (dh_cmd: hiredis here speaks no TLS); url is then
      * rediss://HOST:TLS_PORT. NULL: no TLS. */
     const dh_server_tls *tls;
+    /* The server's wall clock, as libfaketime's FAKETIME says it ("+10s", "-2m", "+0
+     * x1.05" for a clock 5% fast): the server runs with libfaketime preloaded, reading
+     * its clock from a file in its directory on every call, so that dh_server_set_clock
+     * can step it while it runs. Only CLOCK_REALTIME is faked (TIME, key expiry), not
+     * the monotonic clock its timers use. NULL: the host's clock. */
+    const char *clock;
 } dh_server_opts;
 
 typedef struct dh_server {
@@ -95,12 +101,17 @@ typedef struct dh_server {
     int tls_port;           /* 0: no TLS; kept across kill/restart */
     char tls_files[3][300]; /* cert, key, CA */
     bool tls_auth_clients;
+    bool faked_clock;          /* runs under libfaketime (dh_server_opts.clock) */
     char *extra[DH_EXTRA_MAX]; /* copies of the extra arguments, NULL-terminated */
     bool has_config;           /* dir/redis.conf was written and is read first */
     bool keep_dir;
     dh_child_fn child_setup;
     void *child_arg;
 } dh_server;
+
+/* Set the clock of a server started with dh_server_opts.clock (the same forms), at
+ * once and for its restarts. 0, or -1 after printing why. */
+int dh_server_set_clock(dh_server *s, const char *clock);
 
 /* Start a server on a free 127.0.0.1 port with extra_args (as dh_server_opts.args).
  * *s is overwritten. Returns 0 once the server answers PING (its PID checked through
@@ -174,6 +185,9 @@ typedef struct dh_spawn_opts {
                            (a terminal's ^C, a test's kill of its group) miss it */
     dh_child_fn child_setup;
     void *child_arg;
+    /* Changes to this process's environment for the child ("NAME=value" sets, "NAME"
+     * removes), NULL-terminated; NULL: none. */
+    const char *const *env;
 } dh_spawn_opts;
 
 /* fork + exec argv[0] (a path) with stdin from /dev/null, no other descriptor
