@@ -338,12 +338,16 @@ static int on_handshake(dlock__conn *c, const redisReply *r, char *detail, size_
         return dlock__node_on_info(c->node, r, detail, n);
     if (r->type != REDIS_REPLY_ERROR)
         return DLOCK_OK;
-    if (step == HS_AUTH)
+    int err = dlock__server_error_code(r->str, r->len);
+    /* A server that cannot serve yet (loading, at its maxclients) refuses the AUTH too:
+     * that is no verdict on the password. */
+    if (step == HS_AUTH && err != DLOCK_ERR_UNAVAILABLE)
         return dlock__node_detail(detail, n, DLOCK_ERR_AUTH, c->node, "AUTH refused: %.200s",
                                   r->str);
+    if (step == HS_AUTH)
+        return dlock__node_detail(detail, n, err, c->node, "AUTH: %.200s", r->str);
     /* SELECT: -NOAUTH is a missing password, -LOADING a node not ready; a plain -ERR is
      * a database number the server does not have, which is the URL's fault. */
-    int err = dlock__server_error_code(r->str, r->len);
     return dlock__node_detail(detail, n, err == DLOCK_ERR_PROTOCOL ? DLOCK_ERR_INVALID : err,
                               c->node, "SELECT %d refused: %.200s", c->node->addr.db, r->str);
 }

@@ -58,6 +58,10 @@ int dlock__node_on_info(dlock__node *node, const redisReply *r, char *detail, si
     if (r->type == REDIS_REPLY_ERROR &&
         starts_with(r->str, "NOAUTH")) /* no password given to a server that needs one */
         return dlock__node_detail(detail, n, DLOCK_ERR_AUTH, node, "%.200s", r->str);
+    if (r->type == REDIS_REPLY_ERROR &&
+        dlock__server_error_code(r->str, r->len) == DLOCK_ERR_UNAVAILABLE &&
+        strstr(r->str, "max number of clients") != NULL)
+        return dlock__node_detail(detail, n, DLOCK_ERR_UNAVAILABLE, node, "%.200s", r->str);
     if (r->type == REDIS_REPLY_ERROR) {
         /* INFO may be denied by an ACL (reported once per node; locking works without
          * it); any other error (-LOADING, -BUSY) is passing: the next connection asks

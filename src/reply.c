@@ -116,6 +116,11 @@ int dlock__server_error_code(const char *str, size_t len)
     for (size_t i = 0; i < sizeof auth / sizeof *auth; i++)
         if (starts_with_word(str, len, auth[i]))
             return DLOCK_ERR_AUTH;
+    /* A server at its maxclients answers a new connection's first command so, and
+     * closes it: it cannot serve now, and may once a client leaves. */
+    if (starts_with_word(str, len, "ERR") && len > 4 &&
+        strstr(str, "max number of clients reached") != NULL)
+        return DLOCK_ERR_UNAVAILABLE;
     /* Redis before 6 answers a bad AUTH with a plain -ERR. */
     if (starts_with_word(str, len, "ERR") && len > 4 &&
         (strstr(str, "invalid password") != NULL || strstr(str, "no password is set") != NULL))

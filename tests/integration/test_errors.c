@@ -546,6 +546,39 @@ static void auth_codes(void **state)
     assert_int_equal(try_auth("al%69ce:alicepw@", NULL), DLOCK_OK); /* percent-encoded */
 }
 
+/* A server at its maxclients answers a new connection's first command with "-ERR max
+ * number of clients reached" and closes it: a server that cannot serve now, not a
+ * protocol error and not a refused password (with a password, the refusal answers the
+ * AUTH). Once a client leaves, the same client is served. */
+static void max_clients_is_unavailable(void **state)
+{
+    (void)state;
+    static const char *const with_pw[] = {"--maxclients", "1", "--requirepass", "mcpw", NULL};
+    static const char *const without[] = {"--maxclients", "1", NULL};
+    const char *const *args[] = {without, with_pw};
+    for (int k = 0; k < 2; k++) {
+        dh_server s;
+        assert_int_equal(dh_server_start(&s, args[k]), 0);
+        redisContext *taken = dh_connect(&s); /* the one slot */
+        assert_non_null(taken);
+        dlock_config cfg;
+        it_config_init(&cfg);
+        cfg.password = k == 1 ? "mcpw" : NULL;
+        dlock_client *c = it_client_cfg(s.url, &cfg);
+        dlock_lock *l = NULL;
+        int rc = dlock_acquire(c, "mc", NULL, &l);
+        if (rc != DLOCK_ERR_UNAVAILABLE || strstr(dlock_errmsg(), "max number of clients") == NULL)
+            fail_msg("%s: %s (%s)", k ? "with a password" : "without", dlock_errname(rc),
+                     dlock_errmsg());
+        redisFree(taken);
+        dh_sleep_ms(50);
+        assert_int_equal(dlock_acquire(c, "mc", NULL, &l), DLOCK_OK);
+        assert_int_equal(dlock_release(l), DLOCK_OK);
+        dlock_client_free(c);
+        dh_server_stop(&s);
+    }
+}
+
 /* ---- servers that are down, paused or gone ---------------------------------- */
 
 static dlock_client *timed_client(int64_t *bound_ms)
@@ -691,6 +724,7 @@ int main(void)
     };
     const struct CMUnitTest auth[] = {
         cmocka_unit_test(auth_codes),
+        cmocka_unit_test(max_clients_is_unavailable),
     };
     /* Each test here gets a fresh server and stops it; the fixture only cleans up. */
     const struct CMUnitTest down[] = {
