@@ -114,6 +114,11 @@ typedef struct dlock__keys {
 
 int dlock__keys_make(const char *prefix, size_t prefix_len, const char *name, size_t name_len,
                      dlock__keys *k, dlock__err *e);
+/* A name as written inside the braces of its keys' hash tag (scripts.c: as it is, or
+ * in hex when it begins with '}' or '%'): its length, and the bytes written at out
+ * (returns the end; no NUL). The stock's keys use it for SKUs. */
+size_t dlock__tag_len(const char *name, size_t name_len);
+char *dlock__tag_write(char *out, const char *name, size_t name_len);
 /* The five keys in layout order at args[0..5), their lengths at lens[0..5): the KEYS
  * of the scripts that take them all (ACQUIRE, ACQUIRE_SHARED, RELEASE). */
 #define DLOCK_KEYS_ALL 5

@@ -9,7 +9,11 @@
  *   P{name}:holders        shared holders and semaphore permits: tokens scored by the
  *                          end of their lease (SHARED_LUA below)
  *   P{name}:holders:info   their descriptions, by token
- * All share the hash tag {name}, so they live in one Cluster slot. Wake-ups go to the
+ * All share the hash tag {name}, so they live in one Cluster slot. A name that begins
+ * with '}' would make that tag empty (Redis hashes the whole key then, each key to its
+ * own slot), so such a name, and for the encoding to stay one-to-one every name that
+ * begins with '%', is written in the tag as '%' and its bytes in lowercase hex: "}x"
+ * is P{%7d78}, "%" is P{%25}; every other name is written as it is. Wake-ups go to the
  * waiting client's own channel, Pwake:<32 hex>, named in its queue entry: a release
  * wakes one process, not every process that waits on the name (P{name}:wake, the
  * channel every waiter of a name once shared, is no longer used).
@@ -516,13 +520,40 @@ const char *const *dlock__script_parts(int i)
     return i >= DLOCK_SCRIPT_STOCK_UPDATE ? stock_parts[i - DLOCK_SCRIPT_STOCK_UPDATE] : parts[i];
 }
 
+/* Whether name is written in hex in its hash tag (the key layout above says why). */
+static bool tag_encoded(const char *name, size_t name_len)
+{
+    return name_len > 0 && (name[0] == '}' || name[0] == '%');
+}
+
+size_t dlock__tag_len(const char *name, size_t name_len)
+{
+    return tag_encoded(name, name_len) ? 1 + 2 * name_len : name_len;
+}
+
+char *dlock__tag_write(char *out, const char *name, size_t name_len)
+{
+    if (!tag_encoded(name, name_len)) {
+        memcpy(out, name, name_len);
+        return out + name_len;
+    }
+    static const char hex[] = "0123456789abcdef";
+    *out++ = '%';
+    for (size_t i = 0; i < name_len; i++) {
+        unsigned char b = (unsigned char)name[i];
+        *out++ = hex[b >> 4];
+        *out++ = hex[b & 15];
+    }
+    return out;
+}
+
 int dlock__keys_make(const char *prefix, size_t prefix_len, const char *name, size_t name_len,
                      dlock__keys *k, dlock__err *e)
 {
     static const char *const suffix[5] = {"", ":fence", ":queue", ":holders", ":holders:info"};
     const char **dst[5] = {&k->lock, &k->fence, &k->queue, &k->holders, &k->info};
     size_t *len[5] = {&k->lock_len, &k->fence_len, &k->queue_len, &k->holders_len, &k->info_len};
-    size_t base = prefix_len + name_len + sizeof "{}";
+    size_t base = prefix_len + dlock__tag_len(name, name_len) + sizeof "{}";
     k->buf = dlock__malloc(5 * base + sizeof ":fence:queue:holders:holders:info");
     if (k->buf == NULL)
         return dlock__err_set(e, DLOCK_ERR_NOMEM, "out of memory");
@@ -533,8 +564,7 @@ int dlock__keys_make(const char *prefix, size_t prefix_len, const char *name, si
         memcpy(q, prefix, prefix_len);
         q += prefix_len;
         *q++ = '{';
-        memcpy(q, name, name_len);
-        q += name_len;
+        q = dlock__tag_write(q, name, name_len);
         *q++ = '}';
         size_t slen = strlen(suffix[i]);
         memcpy(q, suffix[i], slen + 1);

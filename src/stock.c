@@ -48,17 +48,17 @@ static int keys_make(const dlock_client *c, const char *sku, stock_keys *k, dloc
 {
     static const char *const suffix[STOCK_NKEYS] = {":stock", ":stock:res", ":stock:done",
                                                     ":stock:wait", ":stock:winfo"};
-    size_t sku_len = strlen(sku), total = 0;
+    size_t sku_len = strlen(sku), tag_len = dlock__tag_len(sku, sku_len), total = 0;
     for (int i = 0; i < STOCK_NKEYS; i++)
-        total += c->prefix_len + sku_len + sizeof "{}" + strlen(suffix[i]);
+        total += c->prefix_len + tag_len + sizeof "{}" + strlen(suffix[i]);
     if ((k->buf = dlock__malloc(total)) == NULL)
         return dlock__err_set(e, DLOCK_ERR_NOMEM, "out of memory");
     /* "P{s}" once, then each key is a copy of it with its suffix. */
     char *p = k->buf;
     memcpy(p, c->prefix, c->prefix_len);
     p[c->prefix_len] = '{';
-    memcpy(p + c->prefix_len + 1, sku, sku_len);
-    size_t base = c->prefix_len + sku_len + 2;
+    dlock__tag_write(p + c->prefix_len + 1, sku, sku_len);
+    size_t base = c->prefix_len + tag_len + 2;
     p[base - 1] = '}';
     for (int i = 0; i < STOCK_NKEYS; i++) {
         size_t slen = strlen(suffix[i]);

@@ -124,6 +124,62 @@ static void names(void **state)
     dlock_client_free(c);
 }
 
+/* Hostile names: any bytes but NUL. Held all at once, each is its own lock; each one's
+ * keys (the lock and its fence counter here) share one Cluster slot, a name that
+ * begins with '}' included, whose hash tag would otherwise be empty. */
+static void hostile_names_stay_apart(void **state)
+{
+    (void)state;
+    static const char *const names[] = {"\r\n", "a\r\nb", "}",         "}x",       "%7d78", "%",
+                                        "%25",  "{",      "{}",        "}{",       "x}",    "*",
+                                        "a*",   "?",      "[a]",       "\xff\xfe", "\xc3",  " ",
+                                        "\t",   "\x01",   "dlock:{x}", "x}:fence"};
+    enum { N = sizeof names / sizeof *names };
+    static const char *const cluster[] = {"--cluster-enabled", "yes", NULL};
+    dh_server slots; /* a Cluster node alone, for CLUSTER KEYSLOT */
+    assert_int_equal(dh_server_start(&slots, cluster), 0);
+    dlock_client *c = it_client(&it_srv, 500);
+    freeReplyObject(dh_cmd(&it_srv, "FLUSHALL"));
+    dlock_lock *l[N];
+    for (int i = 0; i < N; i++)
+        l[i] = it_acquire(c, names[i], 5000);
+    for (int i = 0; i < N; i++) {
+        dlock_holder h;
+        assert_int_equal(dlock_inspect(c, names[i], &h), DLOCK_OK);
+        if (!h.held || strcmp(h.token, dlock_token(l[i])) != 0)
+            fail_msg("name %d is not held by its own token", i);
+    }
+    for (int i = 0; i < N; i++) {
+        int rc = dlock_release(l[i]);
+        if (rc != DLOCK_OK)
+            fail_msg("name %d: release: %s (%s)", i, dlock_errname(rc), dlock_errmsg());
+    }
+    /* Each name's keys, alone on the server: one slot. */
+    for (int i = 0; i < N; i++) {
+        freeReplyObject(dh_cmd(&it_srv, "FLUSHALL"));
+        l[i] = it_acquire(c, names[i], 5000);
+        redisReply *keys = dh_cmd(&it_srv, "KEYS *");
+        assert_non_null(keys);
+        assert_int_equal(keys->elements, 2); /* the lock and its fence counter */
+        long long slot[2];
+        for (int k = 0; k < 2; k++) {
+            redisReply *r =
+                dh_cmd(&slots, "CLUSTER KEYSLOT %b", keys->element[k]->str, keys->element[k]->len);
+            assert_non_null(r);
+            assert_int_equal(r->type, REDIS_REPLY_INTEGER);
+            slot[k] = r->integer;
+            freeReplyObject(r);
+        }
+        if (slot[0] != slot[1])
+            fail_msg("name %d: keys %s and %s in slots %lld and %lld", i, keys->element[0]->str,
+                     keys->element[1]->str, slot[0], slot[1]);
+        freeReplyObject(keys);
+        assert_int_equal(dlock_release(l[i]), DLOCK_OK);
+    }
+    dlock_client_free(c);
+    dh_server_stop(&slots);
+}
+
 static void ttls(void **state)
 {
     (void)state;
@@ -712,6 +768,7 @@ int main(void)
     const struct CMUnitTest args[] = {
         cmocka_unit_test(null_arguments),
         cmocka_unit_test(names),
+        cmocka_unit_test(hostile_names_stay_apart),
         cmocka_unit_test(ttls),
         cmocka_unit_test(options_and_config),
         cmocka_unit_test(second_release_through_adopted_handle),

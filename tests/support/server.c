@@ -629,10 +629,40 @@ static int prepare(dh_server *s, const dh_server_opts *o)
     return write_config(s, o->config);
 }
 
+/* Whether s runs as a Cluster node (an argument or a configuration line says so). */
+static bool cluster_node(const dh_server *s)
+{
+    for (int i = 0; i + 1 < DH_EXTRA_MAX && s->extra[i] && s->extra[i + 1]; i++)
+        if (strcmp(s->extra[i], "--cluster-enabled") == 0 && strcmp(s->extra[i + 1], "yes") == 0)
+            return true;
+    char path[600], line[256];
+    dir_file(s, "redis.conf", path, sizeof path);
+    FILE *f = s->has_config ? fopen(path, "r") : NULL;
+    bool yes = false;
+    while (f != NULL && !yes && fgets(line, sizeof line, f) != NULL)
+        yes = strncmp(line, "cluster-enabled yes", 19) == 0;
+    if (f != NULL)
+        fclose(f);
+    return yes;
+}
+
+/* A free port; for a Cluster node one whose bus port (10,000 above) exists too, which
+ * redis-server checks at start. */
+static int pick_port(const dh_server *s)
+{
+    bool cluster = cluster_node(s);
+    for (int i = 0; i < 100; i++) {
+        int port = free_port(s->host);
+        if (port <= 0 || !cluster || port <= 65535 - 10000)
+            return port;
+    }
+    return -1;
+}
+
 /* Pick a port (unless fixed) and spawn. 0 or -1. */
 static int launch(dh_server *s, int fixed_port)
 {
-    s->port = fixed_port > 0 ? fixed_port : free_port(s->host);
+    s->port = fixed_port > 0 ? fixed_port : pick_port(s);
     if (s->port <= 0) {
         fprintf(stderr, "dh: FATAL: no free port on %s: %s\n", s->host, strerror(errno));
         return -1;
