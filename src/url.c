@@ -135,6 +135,18 @@ static int parse_userinfo(span *rest, dlock__addr *a, bool allow_user, char *err
             at = head.p + i - 1;
             break;
         }
+    if (at == NULL && slash != NULL && allow_user) {
+        /* An '@' after the first '/' (and before any '?'): a password with a '/' in it,
+         * cut in two. Say so without echoing any part of the URL, which holds it. */
+        span tail = {slash, rest->n - (size_t)(slash - rest->p)};
+        const char *q = find(tail, '?');
+        if (q != NULL)
+            tail.n = (size_t)(q - tail.p);
+        if (find(tail, '@') != NULL)
+            return bad(err, errlen,
+                       "'@' after the first '/': a '/' in a password must be written %%2F "
+                       "(percent-encoded)");
+    }
     if (at == NULL)
         return DLOCK_OK;
     span info = {head.p, (size_t)(at - head.p)};

@@ -315,6 +315,47 @@ static void test_display(void **state)
     dlock__addr_clear(&a);
 }
 
+/* No part of a password is ever echoed, however malformed the URL around it: each
+ * URL below holds the password "Zq/9x@w" in some broken form (raw, with its '/', or
+ * cut by other mistakes), and no refusal may show "Zq", "9x" or "w@". A '/' in a
+ * password is named as the likely mistake. */
+static void test_password_never_echoed(void **state)
+{
+    (void)state;
+    static const char *const urls[] = {
+        "redis://:Zq/9x@w@127.0.0.1:6379",
+        "redis://u:Zq/9x@w@127.0.0.1:6379/0",
+        "redis://:Zq/9x@w@h:99999",
+        "redis://:Zq/9x@w@[::1:6379",
+        "redis://:Zq/9x@w@",
+        "redis://:Zq/9x@w@h:1/db",
+        "redis://:Zq/9x@w@h:1?x=1",
+        "rediss://:Zq/9x@w@h:1?cacert=/none",
+        "unix://:Zq/9x@w@relative",
+        "redis://:Zq%2/9x@w@h:1",
+        "redis://u:Zq/9x@w@h:1/2/3",
+        "redis://:Zq/9x@w@h:0",
+        "rediss://u:Zq/9x@w@h:1?insecure=2",
+        "redis://Zq/9x@w@h:1",
+    };
+    for (size_t i = 0; i < sizeof urls / sizeof *urls; i++) {
+        dlock__addr a;
+        char err[256] = "";
+        int rc = dlock__url_parse(urls[i], strlen(urls[i]), &a, err, sizeof err);
+        if (rc == DLOCK_OK) {
+            dlock__addr_clear(&a);
+            continue;
+        }
+        if (strstr(err, "Zq") || strstr(err, "9x") || strstr(err, "w@"))
+            fail_msg("\"%s\": the message shows the password: %s", urls[i], err);
+    }
+    char err[256] = "";
+    dlock__addr a;
+    assert_int_equal(dlock__url_parse(urls[1], strlen(urls[1]), &a, err, sizeof err),
+                     DLOCK_ERR_INVALID);
+    assert_non_null(strstr(err, "%2F"));
+}
+
 static void test_addr_clear(void **state)
 {
     (void)state;
@@ -437,6 +478,7 @@ int main(void)
         cmocka_unit_test(test_unix),
         cmocka_unit_test(test_length_bounded),
         cmocka_unit_test(test_display),
+        cmocka_unit_test(test_password_never_echoed),
         cmocka_unit_test(test_addr_clear),
         cmocka_unit_test(test_list),
         cmocka_unit_test(test_list_refused),
