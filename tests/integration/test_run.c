@@ -629,6 +629,27 @@ static void test_environment(void **state)
     free(counter);
 }
 
+/* CMD inherits no descriptor of dlock's (its connections, its signal and timer
+ * descriptors, the renewal's eventfds): the same shell run by dlock run and run
+ * directly sees the same descriptors, each pointing at the same kind of file. */
+static void test_no_descriptor_leaks_into_cmd(void **state)
+{
+    (void)state;
+    static const char list[] = "cd /proc/$$/fd && for f in *; do printf '%s:%s ' \"$f\" "
+                               "\"$(readlink \"$f\" | cut -d: -f1)\"; done";
+    const char *direct[] = {"/bin/sh", "-c", list, NULL};
+    run plain_run;
+    memset(&plain_run, 0, sizeof plain_run);
+    plain_run.status = dh_run(direct, run_env(), plain_run.out, sizeof plain_run.out, plain_run.err,
+                              sizeof plain_run.err);
+    it_expect_status(&plain_run, 0);
+    run r;
+    RUN(&r, "run", "run-fds", "--", "/bin/sh", "-c", list);
+    it_expect_status(&r, 0);
+    if (strcmp(r.out, plain_run.out) != 0)
+        fail_msg("CMD under dlock run sees \"%s\", a plain run \"%s\"", r.out, plain_run.out);
+}
+
 static void forwarded(int sig, const char *name, int want_status)
 {
     char script[2048], tag[32];
@@ -875,6 +896,7 @@ int main(void)
         cmocka_unit_test(test_exit_status_passthrough),
         cmocka_unit_test(test_exec_failures),
         cmocka_unit_test(test_environment),
+        cmocka_unit_test(test_no_descriptor_leaks_into_cmd),
         cmocka_unit_test(test_signals_forwarded),
         cmocka_unit_test(test_busy_try_once),
         cmocka_unit_test(test_signal_cancels_wait),
