@@ -122,6 +122,14 @@ static int refused(const dlock_client *c, const dlock__round *rd, const dlock__t
     return rc;
 }
 
+/* The highest fence a grant may carry, now: a day past this host's wall clock. Fences
+ * are the servers' TIME in microseconds plus at most one per grant, so only a server
+ * whose clock is a day ahead, or one that lies, answers more; and a resource that
+ * accepted such a fence would refuse every honest holder after it, for as long as the
+ * clocks took to catch up. So it is no grant. (A fence too low harms nobody: the
+ * resource refuses its holder.) */
+#define FENCE_AHEAD_MAX_US INT64_C(86400000000)
+
 /* One acquisition attempt. DLOCK_OK with l's fence and validity set, or the attempt's
  * error, with what it learned in *info. */
 int dlock__attempt(dlock_client *c, dlock__round *rd, dlock__call *acq, const dlock__request *q,
@@ -131,6 +139,7 @@ int dlock__attempt(dlock_client *c, dlock__round *rd, dlock__call *acq, const dl
     int64_t ttl_ms = q->ttl_ms;
     dlock__round_run(c, rd, acq, dlock__vote_grant, NULL);
     uint64_t fence = 0;
+    int64_t fence_max = dlock__wallclock_us() + FENCE_AHEAD_MAX_US;
     int nonvoting = 0;
     bool undo[DLOCK_SERVERS_MAX], any = false;
     for (int i = 0; i < c->n; i++) {
@@ -149,6 +158,15 @@ int dlock__attempt(dlock_client *c, dlock__round *rd, dlock__call *acq, const dl
             int64_t left = v < -(long long)DLOCK_TTL_MAX_MS ? DLOCK_TTL_MAX_MS : -v;
             if (left > t.busy_remaining_ms)
                 t.busy_remaining_ms = left;
+            continue;
+        }
+        if (v > fence_max) {
+            /* Undone there like any unknown outcome. */
+            snprintf(rd->reqs[i].detail, sizeof rd->reqs[i].detail,
+                     "%s: acquire: fence %lld is more than a day ahead of this host's clock "
+                     "(a server clock that far off, or a server that lies)",
+                     rd->set->conns[i].node->addr.display, v);
+            dlock__tally_failure(&t, &rd->reqs[i], DLOCK_ERR_PROTOCOL);
             continue;
         }
         if ((uint64_t)v > fence)

@@ -98,6 +98,7 @@ static const struct canned {
                  "HTTP/1.1 400 Bad Request\r\nContent-Type: text/plain\r\nContent-Length: "
                  "11\r\nConnection: close\r\n\r\nBad Request",
                  CAN_POISON | CAN_CLOSE},
+    [FR_HUGE_INTEGER] = {"HUGE_INTEGER", ":9007199254740991\r\n", 0},
 };
 
 const char *fr_canned_name(fr_canned c)

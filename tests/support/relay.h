@@ -69,15 +69,16 @@ typedef enum fr_canned {
     FR_MOVED,
     FR_ASK,
     FR_CROSSSLOT,
-    FR_ERR,         /* a plain -ERR */
-    FR_INTEGER,     /* ":42" */
-    FR_BULK,        /* "$5 hello" */
-    FR_NIL,         /* "$-1" */
-    FR_STATUS,      /* "+OK" */
-    FR_EMPTY_ARRAY, /* "*0" */
-    FR_HUGE_ARRAY,  /* "*2147483647": hiredis's default reader would calloc 16 GiB */
-    FR_HUGE_BULK,   /* "$1000000000" followed by a stream of 10^9 bytes */
-    FR_HTTP,        /* an HTTP/1.1 400 answer, then the connection closes */
+    FR_ERR,          /* a plain -ERR */
+    FR_INTEGER,      /* ":42" */
+    FR_BULK,         /* "$5 hello" */
+    FR_NIL,          /* "$-1" */
+    FR_STATUS,       /* "+OK" */
+    FR_EMPTY_ARRAY,  /* "*0" */
+    FR_HUGE_ARRAY,   /* "*2147483647": hiredis's default reader would calloc 16 GiB */
+    FR_HUGE_BULK,    /* "$1000000000" followed by a stream of 10^9 bytes */
+    FR_HTTP,         /* an HTTP/1.1 400 answer, then the connection closes */
+    FR_HUGE_INTEGER, /* ":9007199254740991": as a fence, the year 2255 in microseconds */
     FR_CANNED_COUNT
 } fr_canned;
 
