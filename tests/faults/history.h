@@ -15,7 +15,8 @@
  *
  * What the checkers assert (docs/guarantees.md has the promises):
  *   (1) fences: an acquisition that began after another one returned has a larger
- *       fence; an accepted resource write never has a fence lower than one accepted
+ *       fence, and so does one that returned after another's granted interval (below)
+ *       had ended (the real-time order of grants); an accepted resource write never has a fence lower than one accepted
  *       before it was sent (a stale write accepted); a rejected write was rejected
  *       for a reason (a higher fence was accepted first);
  *   (2) granted intervals [ok-acquire, min(release sent, validity deadline)] of

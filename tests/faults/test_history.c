@@ -161,10 +161,22 @@ static void test_fence_regression(void **state)
     section(0, 1, 10, 0, 1, 4, 2, 3);
     section(1, 2, 9, 5, 6, 100, 7, 8);
     assert_int_equal(check(-1).fence_regressions, 1);
-    /* Concurrent calls (B asked before A returned) prove nothing either way. */
+    /* Concurrent calls prove nothing by their start: B asked before A returned, and
+     * was granted before A's (still running) call returned. */
     reset();
     section(0, 1, 10, 0, 6, 9, 7, 8);
     section(1, 2, 9, 0, 1, 4, 2, 3);
+    assert_int_equal(check(-1).fence_regressions, 0);
+    /* The handover of a blocking wait: B asked while A held the lock, and its call
+     * returned after A had released; a smaller fence is a regression all the same. */
+    reset();
+    section(0, 1, 10, 1, 2, 100, 5, 6);
+    section(1, 2, 9, 0, 9, 100, 10, 11);
+    assert_int_equal(check(-1).fence_regressions, 1);
+    /* The same with the larger fence: in order. */
+    reset();
+    section(0, 1, 10, 1, 2, 100, 5, 6);
+    section(1, 2, 11, 0, 9, 100, 10, 11);
     assert_int_equal(check(-1).fence_regressions, 0);
 }
 
