@@ -17,6 +17,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/un.h>
 
 /* A bounded piece of the input; URLs are parsed without copying until the end. */
@@ -447,6 +448,26 @@ int dlock__url_parse_list(const char *list, int max, dlock__addr **out, int *n, 
             return rc;
         }
         p = *end ? end + 1 : end;
+    }
+    /* The same server twice would vote twice: a quorum of one server's say. (The same
+     * server under two names, or two addresses, cannot be told here.) */
+    for (int i = 1; i < count; i++) {
+        for (int j = 0; j < i; j++) {
+            const dlock__addr *a = &addrs[i], *b = &addrs[j];
+            bool same = a->is_unix == b->is_unix &&
+                        (a->is_unix ? strcmp(a->path, b->path) == 0
+                                    : a->port == b->port && strcasecmp(a->host, b->host) == 0);
+            if (!same)
+                continue;
+            int rc = bad(err, errlen,
+                         "servers %d and %d are the same server (%s): each must be a server "
+                         "of its own, or it votes twice",
+                         j + 1, i + 1, b->display);
+            for (int k = 0; k < count; k++)
+                dlock__addr_clear(&addrs[k]);
+            free(addrs);
+            return rc;
+        }
     }
     *out = addrs;
     *n = count;

@@ -561,7 +561,7 @@ static void test_sem_usage_errors(void **state)
     expect_failure(&r, 64, "missing TOKEN", true);
     /* K >= 2 on several servers: refused by the library, with the reason. */
     char two[300];
-    snprintf(two, sizeof two, "%s,%s", plain.url, plain.url);
+    snprintf(two, sizeof two, "%s,redis://127.0.0.1:1", plain.url);
     RUN(&r, "-s", two, "sem", "acquire", "-n", "2", "cli-semu");
     expect_failure(&r, 64, "one server", false);
     assert_int_equal(key_exists(&plain, "cli-semu"), 0);
@@ -658,7 +658,7 @@ static void test_server_down(void **state)
 
     /* Three servers, all down: no quorum, still 69. */
     char list[512];
-    snprintf(list, sizeof list, "%s,%s,%s", gone.url, gone.url, gone.url);
+    snprintf(list, sizeof list, "%s,redis://127.0.0.1:1,redis://127.0.0.1:2", gone.url);
     RUN(&r, "-s", list, "acquire", "-w", "0", "cli-down");
     expect_failure(&r, 69, NULL, true);
     dh_server_stop(&gone);

@@ -439,6 +439,19 @@ static void test_list_refused(void **state)
     list_bad("redis://a,redis://b:0,redis://c", 4, "server 2 of 3: port");
     list_bad("redis://a,rediss://b?x=1", 4, "server 2 of 2: unknown parameter");
     list_bad("redis://a,redis://b,redis://c", 2, "at most 2");
+    /* One server twice would vote twice: refused, whatever else differs. */
+    list_bad("redis://a,redis://b,redis://a", 4, "servers 1 and 3 are the same server");
+    list_bad("redis://:pw@a:7000/1,redis://A:7000/2", 4, "servers 1 and 2 are the same");
+    list_bad("redis://a:6379,rediss://a", 4, "the same server");
+    list_bad("unix:///s.sock,unix://:pw@/s.sock?db=1", 4, "the same server");
+    /* Another port, path or host is another server. */
+    dlock__addr *addrs = NULL;
+    int n = 0;
+    char err[256] = "";
+    assert_int_equal(dlock__url_parse_list("redis://a:1,redis://a:2,redis://b:1,unix:///x", 4,
+                                           &addrs, &n, err, sizeof err),
+                     DLOCK_OK);
+    list_free(addrs, n);
 }
 
 static void test_list_max(void **state)
