@@ -388,6 +388,10 @@ int main(int argc, char **argv)
      * to the client (detached locks have no handle here). */
     dlock_client_free(dd_srv.client);
     free(pass);
+    /* The pool's threads end here, before OpenSSL's exit handler runs: each frees the
+     * per-thread state that rediss:// lock servers gave it (error queue, random
+     * generators) as it ends, which after that handler it could not. */
+    uv_library_shutdown();
     dd_log("stopped");
     return 0;
 }
