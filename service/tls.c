@@ -35,7 +35,13 @@ struct dd_tls {
     SSL *ssl;
     BIO *rbio, *wbio; /* owned by ssl */
     bool ready;       /* the handshake is done */
+    bool fed;         /* a byte came: first is the first */
+    unsigned char first;
 };
+
+/* A memory BIO keeps the room it once needed: past this, it is replaced once empty, so
+ * that a connection that once sent or got a big pipeline keeps no big buffer. */
+#define BIO_KEEP (64 * 1024)
 
 static SSL_CTX *ctx;
 
@@ -143,12 +149,40 @@ typedef struct tls_write {
     dd_buf buf;
 } tls_write;
 
-static void drain(BIO *b, dd_buf *out)
+static size_t drain(BIO *b, dd_buf *out)
 {
     char chunk[16384];
     int n;
-    while ((n = BIO_read(b, chunk, sizeof chunk)) > 0)
+    size_t total = 0;
+    while ((n = BIO_read(b, chunk, sizeof chunk)) > 0) {
         dd_buf_append(out, chunk, (size_t)n);
+        total += (size_t)n;
+    }
+    return total;
+}
+
+static BIO *new_mem_bio(void)
+{
+    BIO *b = BIO_new(BIO_s_mem());
+    /* An empty memory BIO asks for more rather than reporting the end of the stream. */
+    if (b != NULL)
+        BIO_set_mem_eof_return(b, -1);
+    return b;
+}
+
+/* Replace an emptied BIO that grew past BIO_KEEP (kept as it is when out of memory). */
+static void shrink(dd_tls *t, bool rbio)
+{
+    BIO *b = new_mem_bio();
+    if (b == NULL)
+        return;
+    if (rbio) {
+        SSL_set0_rbio(t->ssl, b);
+        t->rbio = b;
+    } else {
+        SSL_set0_wbio(t->ssl, b);
+        t->wbio = b;
+    }
 }
 
 static void on_tls_written(uv_write_t *req, int status)
@@ -217,8 +251,8 @@ int dd_tls_accept(dd_conn *c)
     if (t == NULL)
         return -1;
     t->ssl = SSL_new(ctx);
-    t->rbio = BIO_new(BIO_s_mem());
-    t->wbio = BIO_new(BIO_s_mem());
+    t->rbio = new_mem_bio();
+    t->wbio = new_mem_bio();
     if (t->ssl == NULL || t->rbio == NULL || t->wbio == NULL) {
         BIO_free(t->rbio);
         BIO_free(t->wbio);
@@ -227,9 +261,6 @@ int dd_tls_accept(dd_conn *c)
         ERR_clear_error();
         return -1;
     }
-    /* An empty read BIO asks for more rather than reporting the end of the stream. */
-    BIO_set_mem_eof_return(t->rbio, -1);
-    BIO_set_mem_eof_return(t->wbio, -1);
     SSL_set_bio(t->ssl, t->rbio, t->wbio);
     SSL_set_accept_state(t->ssl);
     c->tls = t;
@@ -256,6 +287,10 @@ static const char *failure(int e)
 int dd_tls_feed(dd_conn *c, const char *p, size_t n)
 {
     dd_tls *t = c->tls;
+    if (!t->fed && n > 0) {
+        t->fed = true;
+        t->first = (unsigned char)p[0];
+    }
     if (BIO_write(t->rbio, p, (int)n) != (int)n)
         return -1;
     char what[160];
@@ -266,8 +301,12 @@ int dd_tls_feed(dd_conn *c, const char *p, size_t n)
             int e = SSL_get_error(t->ssl, rc);
             if (e == SSL_ERROR_WANT_READ)
                 return send_pending(c);
-            /* The alert OpenSSL wrote is not waited for: the close cancels it. */
-            snprintf(what, sizeof what, "TLS handshake failed: %s", failure(e));
+            /* The alert OpenSSL wrote is not waited for: the close cancels it. A TLS
+             * client's first record is a handshake record (type 22). */
+            if (t->first != 22)
+                snprintf(what, sizeof what, "not TLS (a plain client on the TLS port?)");
+            else
+                snprintf(what, sizeof what, "TLS handshake failed: %s", failure(e));
             log_failure(c, what);
             ERR_clear_error();
             return -1;
@@ -289,8 +328,13 @@ int dd_tls_feed(dd_conn *c, const char *p, size_t n)
         int e = SSL_get_error(t->ssl, r);
         if (send_pending(c) != 0)
             return -1;
-        if (e == SSL_ERROR_WANT_READ)
+        if (e == SSL_ERROR_WANT_READ) {
+            /* A read of more than a record may have grown the read BIO to BIO_KEEP:
+             * the read chunk is that size. */
+            if (n > 16384 && BIO_ctrl_pending(t->rbio) == 0)
+                shrink(t, true);
             return 0;
+        }
         const char *why = failure(e);
         if (why != NULL && !c->lingering) {
             snprintf(what, sizeof what, "TLS: %s", why);
@@ -319,7 +363,8 @@ int dd_tls_seal(dd_conn *c, dd_buf *plain, dd_buf *wire)
         off += (size_t)w;
     }
     dd_buf_free(plain);
-    drain(t->wbio, wire);
+    if (drain(t->wbio, wire) > BIO_KEEP)
+        shrink(t, false);
     return 0;
 }
 
