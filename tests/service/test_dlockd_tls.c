@@ -1,7 +1,7 @@
 /*
  * test_dlockd_tls.c: dlockd's TLS listener (--tls-port) with real clients: redis-cli
- * --tls, redis-py with ssl=True, phpredis over tls://, and an OpenSSL client of this
- * file's own for what those do not send (no certificate, a stranger's certificate,
+ * --tls, redis-py with ssl=True, phpredis over tls://, and the tests' OpenSSL client
+ * (dtls.h) for what those do not send (no certificate, a stranger's certificate,
  * garbage after the handshake, a handshake never made, 10,000 pipelined commands, a
  * client killed while it holds a session lock). Also dlockd itself in front of a TLS
  * redis-server (-s rediss://...). The certificates are the test support's set.
@@ -14,13 +14,9 @@
 #include <cmocka.h>
 
 #include "dtest.h"
+#include "dtls.h"
 #include "itest.h"
 
-#include <arpa/inet.h>
-#include <hiredis/read.h>
-#include <netinet/in.h>
-#include <openssl/err.h>
-#include <openssl/ssl.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -62,129 +58,6 @@ static int teardown(void **state)
     assert_int_equal(dt_stop(&d), 0);
     dh_tls_dir_remove(certs);
     return it_srv_teardown(state);
-}
-
-/* ---- an OpenSSL client: blocking, the server verified as localhost ------------------ */
-
-typedef struct tc {
-    int fd;
-    SSL_CTX *ctx;
-    SSL *ssl;
-    redisReader *rd;
-} tc;
-
-static int tcp_to(int port)
-{
-    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    assert_true(fd >= 0);
-    struct sockaddr_in a = {.sin_family = AF_INET,
-                            .sin_port = htons((uint16_t)port),
-                            .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-    assert_int_equal(connect(fd, (struct sockaddr *)&a, sizeof a), 0);
-    struct timeval tv = {.tv_sec = 5 * dh_slack()};
-    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
-    setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
-    return fd;
-}
-
-/* Connect and handshake, with the client certificate name (NULL: none). False when the
- * handshake failed (t is closed then). */
-static bool tc_open(tc *t, int port, const char *name)
-{
-    memset(t, 0, sizeof *t);
-    t->ctx = SSL_CTX_new(TLS_client_method());
-    assert_non_null(t->ctx);
-    assert_int_equal(SSL_CTX_load_verify_locations(t->ctx, cert("ca", "crt"), NULL), 1);
-    SSL_CTX_set_verify(t->ctx, SSL_VERIFY_PEER, NULL);
-    if (name != NULL) {
-        assert_int_equal(SSL_CTX_use_certificate_file(t->ctx, cert(name, "crt"), SSL_FILETYPE_PEM),
-                         1);
-        assert_int_equal(SSL_CTX_use_PrivateKey_file(t->ctx, cert(name, "key"), SSL_FILETYPE_PEM),
-                         1);
-    }
-    t->fd = tcp_to(port);
-    t->ssl = SSL_new(t->ctx);
-    SSL_set1_host(t->ssl, "localhost");
-    SSL_set_fd(t->ssl, t->fd);
-    t->rd = redisReaderCreate();
-    bool ok = SSL_connect(t->ssl) == 1;
-    ERR_clear_error();
-    return ok;
-}
-
-static void tc_close(tc *t)
-{
-    if (t->ssl != NULL)
-        SSL_free(t->ssl);
-    SSL_CTX_free(t->ctx);
-    if (t->fd > 0)
-        close(t->fd);
-    redisReaderFree(t->rd);
-    memset(t, 0, sizeof *t);
-}
-
-static bool tc_write(tc *t, const void *p, size_t n)
-{
-    bool ok = SSL_write(t->ssl, p, (int)n) == (int)n;
-    ERR_clear_error();
-    return ok;
-}
-
-/* Send a command (redisCommand's format); false when it could not be written. */
-static bool tc_send(tc *t, const char *fmt, ...)
-{
-    char *cmd;
-    va_list ap;
-    va_start(ap, fmt);
-    int n = redisvFormatCommand(&cmd, fmt, ap);
-    va_end(ap);
-    assert_true(n > 0);
-    bool ok = tc_write(t, cmd, (size_t)n);
-    redisFreeCommand(cmd);
-    return ok;
-}
-
-/* The next reply, or NULL when the connection ended or failed first. */
-static redisReply *tc_reply(tc *t)
-{
-    for (;;) {
-        void *r = NULL;
-        assert_int_equal(redisReaderGetReply(t->rd, &r), REDIS_OK);
-        if (r != NULL)
-            return r;
-        char buf[16384];
-        int n = SSL_read(t->ssl, buf, sizeof buf);
-        ERR_clear_error();
-        if (n <= 0)
-            return NULL;
-        redisReaderFeed(t->rd, buf, (size_t)n);
-    }
-}
-
-static redisReply *tc_cmd(tc *t, const char *fmt, ...)
-{
-    char *cmd;
-    va_list ap;
-    va_start(ap, fmt);
-    int n = redisvFormatCommand(&cmd, fmt, ap);
-    va_end(ap);
-    assert_true(n > 0);
-    bool ok = tc_write(t, cmd, (size_t)n);
-    redisFreeCommand(cmd);
-    return ok ? tc_reply(t) : NULL;
-}
-
-/* The daemon serves a TLS client (with that certificate) on port. */
-static bool tls_serves(int port, const char *name)
-{
-    tc t;
-    bool ok = tc_open(&t, port, name);
-    redisReply *r = ok ? tc_cmd(&t, "PING") : NULL;
-    ok = r != NULL && r->type == REDIS_REPLY_STATUS && strcmp(r->str, "PONG") == 0;
-    if (r != NULL)
-        freeReplyObject(r);
-    tc_close(&t);
-    return ok;
 }
 
 /* ---- the Redis clients ------------------------------------------------------------- */
@@ -239,7 +112,7 @@ static void test_redis_cli(void **state)
     const char *plain[] = {cli, "-p", tls_port, "PING", NULL};
     r.status = dh_run(plain, NULL, r.out, sizeof r.out, r.err, sizeof r.err);
     assert_null(strstr(r.out, "PONG"));
-    assert_true(tls_serves(d.tls_port, NULL));
+    assert_true(dt_tls_serves(d.tls_port, certs, NULL));
 }
 
 static void test_redis_py(void **state)
@@ -280,28 +153,28 @@ static void test_client_certificates(void **state)
     dt_start_tls(&y, it_srv.url, false, "--tls-cert-file", cert("server", "crt"), "--tls-key-file",
                  cert("server", "key"), "--tls-ca-cert-file", cert("ca", "crt"),
                  "--requirepass-file", pwfile, NULL);
-    tc t;
+    dt_tls t;
     /* Without a certificate: with TLS 1.3 the client's handshake may end before the
      * server's verdict, which comes as an alert: nothing is ever answered. */
-    if (tc_open(&t, y.tls_port, NULL)) {
-        redisReply *r = tc_cmd(&t, "PING");
+    if (dt_tls_open(&t, y.tls_port, certs, NULL)) {
+        redisReply *r = dt_tls_cmd(&t, "PING");
         assert_null(r);
     }
-    tc_close(&t);
-    if (tc_open(&t, y.tls_port, "stranger"))
-        assert_null(tc_cmd(&t, "PING"));
-    tc_close(&t);
-    assert_true(tc_open(&t, y.tls_port, "client"));
-    dt_expect_error(tc_cmd(&t, "PING"), "NOAUTH");
-    dt_expect_status(tc_cmd(&t, "AUTH s3cret"), "OK");
-    dt_expect_status(tc_cmd(&t, "PING"), "PONG");
+    dt_tls_close(&t);
+    if (dt_tls_open(&t, y.tls_port, certs, "stranger"))
+        assert_null(dt_tls_cmd(&t, "PING"));
+    dt_tls_close(&t);
+    assert_true(dt_tls_open(&t, y.tls_port, certs, "client"));
+    dt_expect_error(dt_tls_cmd(&t, "PING"), "NOAUTH");
+    dt_expect_status(dt_tls_cmd(&t, "AUTH s3cret"), "OK");
+    dt_expect_status(dt_tls_cmd(&t, "PING"), "PONG");
     dt_lock l;
-    dt_expect_lock(tc_cmd(&t, "LOCK tls:auth TTL 5000"), &l);
-    dt_expect_int(tc_cmd(&t, "UNLOCK tls:auth %s", l.token), 1);
+    dt_expect_lock(dt_tls_cmd(&t, "LOCK tls:auth TTL 5000"), &l);
+    dt_expect_int(dt_tls_cmd(&t, "UNLOCK tls:auth %s", l.token), 1);
     /* SIGTERM with a TLS client connected. */
     assert_int_equal(dt_stop(&y), 0);
-    assert_null(tc_reply(&t));
-    tc_close(&t);
+    assert_null(dt_tls_reply(&t));
+    dt_tls_close(&t);
 
     /* optional, with the CA as a hashed directory: no certificate is fine, a bad one
      * is not. */
@@ -311,9 +184,9 @@ static void test_client_certificates(void **state)
     dt_start_tls(&o, it_srv.url, true, "--tls-cert-file", cert("server", "crt"), "--tls-key-file",
                  cert("server", "key"), "--tls-ca-cert-dir", cadir, "--tls-auth-clients",
                  "optional", NULL);
-    assert_true(tls_serves(o.tls_port, NULL));
-    assert_true(tls_serves(o.tls_port, "client"));
-    assert_false(tls_serves(o.tls_port, "stranger"));
+    assert_true(dt_tls_serves(o.tls_port, certs, NULL));
+    assert_true(dt_tls_serves(o.tls_port, certs, "client"));
+    assert_false(dt_tls_serves(o.tls_port, certs, "stranger"));
     assert_int_equal(dt_stop(&o), 0);
 }
 
@@ -332,7 +205,7 @@ static void test_plaintext_on_tls_port(void **state)
     assert_true(closed);
     assert_null(strstr(buf, "PONG"));
     close(fd);
-    assert_true(tls_serves(d.tls_port, NULL));
+    assert_true(dt_tls_serves(d.tls_port, certs, NULL));
     redisContext *c = dt_connect(&d);
     dt_expect_status(dt_cmd(c, "PING"), "PONG");
     redisFree(c);
@@ -348,7 +221,7 @@ static void test_handshake_timeout(void **state)
     int partial = dt_raw(&p);
     dt_raw_write(partial, "\x16\x03\x01\x02\x00", 5);
     /* Others are served meanwhile. */
-    assert_true(tls_serves(d.tls_port, NULL));
+    assert_true(dt_tls_serves(d.tls_port, certs, NULL));
     char buf[64];
     bool closed;
     int64_t bound = (DLOCKD_HANDSHAKE_S + 5) * 1000 * dh_slack();
@@ -362,30 +235,30 @@ static void test_handshake_timeout(void **state)
     assert_true(closed);
     close(silent);
     close(partial);
-    assert_true(tls_serves(d.tls_port, NULL));
+    assert_true(dt_tls_serves(d.tls_port, certs, NULL));
 }
 
 static void test_garbage_after_handshake(void **state)
 {
     (void)state;
-    tc t;
-    assert_true(tc_open(&t, d.tls_port, NULL));
+    dt_tls t;
+    assert_true(dt_tls_open(&t, d.tls_port, certs, NULL));
     const char bad[] = "*1\r\n$abc\r\n";
-    assert_true(tc_write(&t, bad, sizeof bad - 1));
-    redisReply *r = tc_reply(&t);
+    assert_true(dt_tls_write(&t, bad, sizeof bad - 1));
+    redisReply *r = dt_tls_reply(&t);
     assert_non_null(r);
     dt_expect_error(r, "ERR Protocol error");
-    assert_null(tc_reply(&t)); /* closed after it */
-    tc_close(&t);
-    assert_true(tls_serves(d.tls_port, NULL));
+    assert_null(dt_tls_reply(&t)); /* closed after it */
+    dt_tls_close(&t);
+    assert_true(dt_tls_serves(d.tls_port, certs, NULL));
 }
 
 static void test_pipeline(void **state)
 {
     (void)state;
     enum { N = 10000 };
-    tc t;
-    assert_true(tc_open(&t, d.tls_port, NULL));
+    dt_tls t;
+    assert_true(dt_tls_open(&t, d.tls_port, certs, NULL));
     size_t cap = (size_t)N * 32, len = 0;
     char *all = malloc(cap);
     assert_non_null(all);
@@ -394,10 +267,10 @@ static void test_pipeline(void **state)
         int k = snprintf(num, sizeof num, "%d", i);
         len += (size_t)snprintf(all + len, cap - len, "*2\r\n$4\r\nPING\r\n$%d\r\n%s\r\n", k, num);
     }
-    assert_true(tc_write(&t, all, len));
+    assert_true(dt_tls_write(&t, all, len));
     free(all);
     for (int i = 0; i < N; i++) {
-        redisReply *r = tc_reply(&t);
+        redisReply *r = dt_tls_reply(&t);
         if (r == NULL)
             fail_msg("no reply %d of %d", i, N);
         assert_int_equal(r->type, REDIS_REPLY_STRING);
@@ -405,7 +278,67 @@ static void test_pipeline(void **state)
             fail_msg("reply %d is '%s'", i, r->str);
         freeReplyObject(r);
     }
-    tc_close(&t);
+    dt_tls_close(&t);
+}
+
+/* --maxclients counts TLS clients, which get the refusal once their handshake is done;
+ * a TLS client that never reads is held to the same buffers as a plain one. */
+static void test_limits(void **state)
+{
+    (void)state;
+    dt_daemon m;
+    dt_start_tls(&m, it_srv.url, false, "--maxclients", "1", "--tls-cert-file",
+                 cert("server", "crt"), "--tls-key-file", cert("server", "key"),
+                 "--tls-auth-clients", "no", NULL);
+    dt_tls a, b;
+    /* dt_start's probe may not have been seen closing yet. */
+    int64_t deadline = dh_now_ms() + 5000 * dh_slack();
+    for (;;) {
+        assert_true(dt_tls_open(&a, m.tls_port, certs, NULL));
+        redisReply *r = dt_tls_cmd(&a, "PING");
+        bool ok = r != NULL && r->type == REDIS_REPLY_STATUS;
+        if (r != NULL)
+            freeReplyObject(r);
+        if (ok)
+            break;
+        dt_tls_close(&a);
+        assert_true(dh_now_ms() < deadline);
+        dh_sleep_ms(20);
+    }
+    assert_true(dt_tls_open(&b, m.tls_port, certs, NULL));
+    redisReply *r = dt_tls_reply(&b);
+    assert_non_null(r);
+    dt_expect_error(r, "ERR max number of clients reached");
+    assert_null(dt_tls_reply(&b));
+    dt_tls_close(&b);
+    dt_tls_close(&a);
+    assert_int_equal(dt_stop(&m), 0);
+
+    long long rss0 = dt_rss_kib(d.pid);
+    assert_true(dt_tls_open(&a, d.tls_port, certs, NULL));
+    int small = 64 * 1024;
+    setsockopt(a.fd, SOL_SOCKET, SO_RCVBUF, &small, sizeof small);
+    struct timeval tv = {.tv_sec = 1};
+    setsockopt(a.fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
+    static char chunk[65536];
+    const char echo[] = "*2\r\n$4\r\nECHO\r\n$32\r\n01234567890123456789012345678901\r\n";
+    size_t n = sizeof chunk / (sizeof echo - 1) * (sizeof echo - 1), sent = 0;
+    for (size_t i = 0; i < n; i += sizeof echo - 1)
+        memcpy(chunk + i, echo, sizeof echo - 1);
+    /* Write until a write stays blocked for a second (dlockd stopped reading), or
+     * 200 MB. */
+    while (sent < (size_t)200 << 20 && dt_tls_write(&a, chunk, n))
+        sent += n;
+    long long rss1 = dt_rss_kib(d.pid);
+    print_message("FIG dlockd_tls_unread_client_sent_kib %zu KiB\n", sent / 1024);
+    print_message("FIG dlockd_tls_unread_client_rss_growth_kib %lld KiB\n", rss1 - rss0);
+    assert_true(sent < (size_t)100 << 20);
+#if !defined(__SANITIZE_ADDRESS__) && !defined(__SANITIZE_THREAD__)
+    assert_true(rss1 - rss0 < 32 * 1024);
+#endif
+    assert_true(dt_tls_serves(d.tls_port, certs, NULL));
+    dt_tls_close(&a);
+    assert_true(dt_tls_serves(d.tls_port, certs, NULL));
 }
 
 /* A session lock taken over TLS goes with its client, killed: a waiting LOCK of
@@ -419,10 +352,10 @@ static void test_session_lock_killed_client(void **state)
     assert_true(pid >= 0);
     if (pid == 0) {
         close(pfd[0]);
-        tc t;
+        dt_tls t;
         char ok = 'n';
-        if (tc_open(&t, d.tls_port, NULL)) {
-            redisReply *r = tc_cmd(&t, "LOCK tls:kill TTL 3000");
+        if (dt_tls_open(&t, d.tls_port, certs, NULL)) {
+            redisReply *r = dt_tls_cmd(&t, "LOCK tls:kill TTL 3000");
             if (r != NULL && r->type == REDIS_REPLY_ARRAY)
                 ok = 'y';
         }
@@ -436,21 +369,21 @@ static void test_session_lock_killed_client(void **state)
     assert_int_equal(read(pfd[0], &ok, 1), 1);
     close(pfd[0]);
     assert_int_equal(ok, 'y');
-    tc w;
-    assert_true(tc_open(&w, d.tls_port, NULL));
-    assert_true(tc_send(&w, "LOCK tls:kill TTL 3000 WAIT 20000"));
+    dt_tls w;
+    assert_true(dt_tls_open(&w, d.tls_port, certs, NULL));
+    assert_true(dt_tls_send(&w, "LOCK tls:kill TTL 3000 WAIT 20000"));
     dh_sleep_ms(200);
     int64_t t0 = dh_now_ms();
     kill(pid, SIGKILL);
     waitpid(pid, NULL, 0);
     dt_lock l;
-    redisReply *r = tc_reply(&w);
+    redisReply *r = dt_tls_reply(&w);
     assert_non_null(r);
     dt_expect_lock(r, &l);
     /* Released at the close, not at the lease's end (3 s). */
     assert_true(dh_now_ms() - t0 < 2500 * dh_slack());
-    dt_expect_int(tc_cmd(&w, "UNLOCK tls:kill %s", l.token), 1);
-    tc_close(&w);
+    dt_expect_int(dt_tls_cmd(&w, "UNLOCK tls:kill %s", l.token), 1);
+    dt_tls_close(&w);
 }
 
 /* ---- dlockd in front of a TLS redis-server ----------------------------------------- */
@@ -470,13 +403,13 @@ static void test_rediss_servers(void **state)
     dt_daemon r;
     dt_start_tls(&r, url, true, "--tls-cert-file", cert("server", "crt"), "--tls-key-file",
                  cert("server", "key"), "--tls-auth-clients", "no", NULL);
-    tc t;
-    assert_true(tc_open(&t, r.tls_port, NULL));
+    dt_tls t;
+    assert_true(dt_tls_open(&t, r.tls_port, certs, NULL));
     dt_lock l;
-    dt_expect_lock(tc_cmd(&t, "LOCK tls:rediss TTL 5000"), &l);
+    dt_expect_lock(dt_tls_cmd(&t, "LOCK tls:rediss TTL 5000"), &l);
     it_expect_holder(&s, "tls:rediss", l.token);
-    dt_expect_int(tc_cmd(&t, "UNLOCK tls:rediss %s", l.token), 1);
-    tc_close(&t);
+    dt_expect_int(dt_tls_cmd(&t, "UNLOCK tls:rediss %s", l.token), 1);
+    dt_tls_close(&t);
     assert_int_equal(dt_stop(&r), 0);
     dh_server_stop(&s);
 }
@@ -560,6 +493,7 @@ int main(void)
         cmocka_unit_test(test_handshake_timeout),
         cmocka_unit_test(test_garbage_after_handshake),
         cmocka_unit_test(test_pipeline),
+        cmocka_unit_test(test_limits),
         cmocka_unit_test(test_session_lock_killed_client),
         cmocka_unit_test(test_rediss_servers),
         cmocka_unit_test(test_start_errors),
