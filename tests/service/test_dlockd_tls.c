@@ -341,8 +341,8 @@ static void test_limits(void **state)
     assert_true(dt_tls_serves(d.tls_port, certs, NULL));
 }
 
-/* A session lock taken over TLS goes with its client, killed: a waiting LOCK of
- * another client gets it. */
+/* A session lock taken over TLS goes with its client, killed or closing cleanly: a
+ * waiting LOCK of another client gets it. */
 static void test_session_lock_killed_client(void **state)
 {
     (void)state;
@@ -383,6 +383,21 @@ static void test_session_lock_killed_client(void **state)
     /* Released at the close, not at the lease's end (3 s). */
     assert_true(dh_now_ms() - t0 < 2500 * dh_slack());
     dt_expect_int(dt_tls_cmd(&w, "UNLOCK tls:kill %s", l.token), 1);
+
+    /* The same for a clean close: close_notify, then FIN. */
+    dt_tls h;
+    assert_true(dt_tls_open(&h, d.tls_port, certs, NULL));
+    dt_expect_lock(dt_tls_cmd(&h, "LOCK tls:clean TTL 3000"), &l);
+    assert_true(dt_tls_send(&w, "LOCK tls:clean TTL 3000 WAIT 20000"));
+    dh_sleep_ms(200);
+    t0 = dh_now_ms();
+    assert_int_equal(SSL_shutdown(h.ssl), 0); /* sent; the reply is not waited for */
+    dt_tls_close(&h);
+    r = dt_tls_reply(&w);
+    assert_non_null(r);
+    dt_expect_lock(r, &l);
+    assert_true(dh_now_ms() - t0 < 2500 * dh_slack());
+    dt_expect_int(dt_tls_cmd(&w, "UNLOCK tls:clean %s", l.token), 1);
     dt_tls_close(&w);
 }
 
