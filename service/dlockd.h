@@ -10,6 +10,8 @@
  *   resp.c      the request parser: pure, limits checked at each header (fuzzed)
  *   reply.c     growing buffers and the RESP2 replies written into them
  *   server.c    listeners, connections, reading, the write queue, the limits
+ *   tls.c       TLS for clients: the server's context, and each TLS connection's
+ *               SSL object between the stream and the query and output buffers
  *   commands.c  the command table, AUTH, and the commands answered on the loop
  *   jobs.c      commands' work on libuv's pool; argument checks
  *   locks.c     LOCK and the session locks (permits too); a closing connection's
@@ -59,6 +61,8 @@
 #define DD_MAXCLIENTS_DEF  10000
 #define DD_PORT_DEF        7379
 #define DD_POOL_DEF        "8" /* UV_THREADPOOL_SIZE unless the user set it */
+#define DD_TLS_HANDSHAKE_MS                                                                        \
+    10000 /* a TLS client that has not completed its handshake by then is closed */
 
 /* ---- reply.c ------------------------------------------------------------------------ */
 
@@ -92,6 +96,10 @@ enum { DD_E_ERR, DD_E_NOAUTH, DD_E_NOQUORUM, DD_E_UNAVAILABLE, DD_E_PROTOCOL, DD
 
 struct dd_conn;
 struct dd_session;
+typedef struct dd_tls dd_tls;
+
+/* --tls-auth-clients: client certificates required, verified when given, not asked. */
+enum { DD_TLS_AUTH_YES, DD_TLS_AUTH_OPTIONAL, DD_TLS_AUTH_NO };
 
 typedef struct dd_stats {
     uint64_t connections_received;
@@ -122,10 +130,14 @@ typedef struct dd_server {
     const char *unixsocket;
     int maxclients;
     const char *requirepass; /* NULL: no AUTH needed */
-    /* listeners (either may be unused) */
-    uv_tcp_t tcp;
+    int tls_port;            /* 0: no TLS listener */
+    const char *tls_cert, *tls_key;
+    const char *tls_ca_file, *tls_ca_dir; /* client certificates' CAs; NULL: none */
+    int tls_auth;                         /* DD_TLS_AUTH_* */
+    /* listeners (any may be unused) */
+    uv_tcp_t tcp, tls_tcp;
     uv_pipe_t pipe;
-    bool tcp_on, pipe_on;
+    bool tcp_on, tls_on, pipe_on;
     uv_signal_t sigterm, sigint;
     bool stopping;
     /* connections */
@@ -172,6 +184,7 @@ typedef struct dd_conn {
     bool lingering;         /* quit: replies written, FIN sent, draining until EOF */
     uv_shutdown_t shutdown; /* the FIN of a lingering close */
     bool authed;
+    dd_tls *tls;                 /* accepted on the TLS listener; NULL: plain */
     char *name;                  /* CLIENT SETNAME; NULL: none */
     struct dd_session *sessions; /* session locks held (permits too) */
     struct dd_job *parked_job;   /* its operation parked on the loop, or NULL */
@@ -234,6 +247,28 @@ void dd_conn_close(dd_conn *c);
 void dd_conn_unref(dd_conn *c);
 void dd_log(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 int64_t dd_now_ms(void);
+
+/* ---- tls.c -------------------------------------------------------------------------- */
+
+/* The server's TLS context from the dd_srv.tls_* options; false after a one-line error
+ * on stderr (a file that cannot be read, a key not of the certificate). */
+bool dd_tls_setup(void);
+void dd_tls_cleanup(void);
+/* A connection accepted on the TLS listener: its SSL object, and the handshake's
+ * deadline on its timer. -1: out of memory. */
+int dd_tls_accept(dd_conn *c);
+/* True until the handshake is done: nothing can be written, and input is needed even
+ * after a quit. */
+bool dd_tls_handshaking(const dd_conn *c);
+/* Bytes read from the client: the handshake goes on, and what they decrypt to is
+ * appended to c->query (dropped once c->quit). -1: the connection must close (a failed
+ * handshake, bad records, the client's close_notify). */
+int dd_tls_feed(dd_conn *c, const char *p, size_t n);
+/* The replies of plain (emptied) as records appended to wire; -1 on failure. */
+int dd_tls_seal(dd_conn *c, dd_buf *plain, dd_buf *wire);
+/* A lingering close: the close_notify alert goes before the FIN. */
+void dd_tls_close_notify(dd_conn *c);
+void dd_tls_free(dd_conn *c); /* at the connection's free; plain: nothing */
 
 /* ---- commands.c --------------------------------------------------------------------- */
 

@@ -3,12 +3,19 @@
  *
  *   dlockd [-s URLS] [-p|--port PORT] [--bind ADDR] [--unixsocket PATH]
  *          [--requirepass-file FILE] [--maxclients N] [--prefix P] [--timeout MS]
+ *          [--tls-port PORT --tls-cert-file FILE --tls-key-file FILE
+ *           [--tls-ca-cert-file FILE] [--tls-ca-cert-dir DIR]
+ *           [--tls-auth-clients yes|no|optional]]
  *
  * The lock servers are given as to the dlock command: -s, else $DLOCK_SERVERS, else
  * redis://127.0.0.1:6379, their password from $DLOCK_PASSWORD. The password clients
  * must give comes from a file or $DLOCKD_REQUIREPASS, never from the command line,
  * where ps would show it. Runs in the foreground and logs to stderr; SIGTERM or
  * SIGINT stop it cleanly (session locks released, detached ones kept), exit 0.
+ *
+ * The TLS options are named and mean what redis-server's do, so that a configuration
+ * reads the same: --tls-auth-clients defaults to yes (a client certificate from the
+ * CAs is required), and then, as with redis-server, the CAs must be given.
  */
 #include "dlockd.h"
 
@@ -33,7 +40,8 @@ static const char usage_text[] =
     "  -s, --servers URLS        lock servers, as for dlock (default $DLOCK_SERVERS,\n"
     "                            else redis://127.0.0.1:6379); their password from\n"
     "                            $DLOCK_PASSWORD when the URLs carry none\n"
-    "  -p, --port PORT           TCP port (default 7379; 0: no TCP, with --unixsocket)\n"
+    "  -p, --port PORT           TCP port (default 7379; 0: no plain TCP, with\n"
+    "                            --unixsocket or --tls-port)\n"
     "      --bind ADDR           TCP address (default 127.0.0.1)\n"
     "      --unixsocket PATH     also listen on a unix socket\n"
     "      --requirepass-file F  clients must AUTH with the first line of F (or set\n"
@@ -41,6 +49,13 @@ static const char usage_text[] =
     "      --maxclients N        connections at most (default 10000)\n"
     "      --prefix P            key prefix on the lock servers (default dlock:)\n"
     "      --timeout MS          per-server deadline of one command (default 50)\n"
+    "      --tls-port PORT       also listen with TLS on PORT (same --bind)\n"
+    "      --tls-cert-file FILE  the server's certificate (PEM, chain allowed)\n"
+    "      --tls-key-file FILE   its private key (PEM, no passphrase)\n"
+    "      --tls-ca-cert-file F  CA certificates that client certificates must chain to\n"
+    "      --tls-ca-cert-dir DIR the same, a directory by hash (openssl rehash)\n"
+    "      --tls-auth-clients X  yes (default): a client certificate is required;\n"
+    "                            optional: verified when sent; no: not asked for\n"
     "  -h, --help                this text\n"
     "  -V, --version             the version\n"
     "\n"
@@ -88,6 +103,26 @@ static char *read_password_file(const char *path)
         return NULL;
     }
     return strdup(line);
+}
+
+/* The TLS options make sense together only: a listener needs its certificate and key,
+ * files without a listener are a mistake (TLS would seem to be on), and a client
+ * certificate can be verified only against CAs (redis-server refuses to start too). */
+static int check_tls_options(void)
+{
+    bool files = dd_srv.tls_cert || dd_srv.tls_key || dd_srv.tls_ca_file || dd_srv.tls_ca_dir;
+    if (dd_srv.tls_port == 0)
+        return files ? usage_error("the --tls-* files need --tls-port") : 0;
+    if (dd_srv.tls_port == dd_srv.port)
+        return usage_error("--tls-port %d is --port too: give another", dd_srv.tls_port);
+    if (dd_srv.tls_cert == NULL || dd_srv.tls_key == NULL)
+        return usage_error("--tls-port needs --tls-cert-file and --tls-key-file");
+    if (dd_srv.tls_auth != DD_TLS_AUTH_NO && dd_srv.tls_ca_file == NULL &&
+        dd_srv.tls_ca_dir == NULL)
+        return usage_error("--tls-auth-clients %s verifies client certificates: give "
+                           "--tls-ca-cert-file or --tls-ca-cert-dir, or --tls-auth-clients no",
+                           dd_srv.tls_auth == DD_TLS_AUTH_YES ? "yes (the default)" : "optional");
+    return 0;
 }
 
 static void library_log(void *user, int level, const char *msg)
@@ -144,7 +179,13 @@ int main(int argc, char **argv)
         OPT_MAXCLIENTS,
         OPT_PREFIX,
         OPT_TIMEOUT,
-        OPT_REQUIREPASS
+        OPT_REQUIREPASS,
+        OPT_TLS_PORT,
+        OPT_TLS_CERT,
+        OPT_TLS_KEY,
+        OPT_TLS_CA_FILE,
+        OPT_TLS_CA_DIR,
+        OPT_TLS_AUTH
     };
     static const struct option longopts[] = {
         {"servers", required_argument, NULL, 's'},
@@ -156,6 +197,12 @@ int main(int argc, char **argv)
         {"maxclients", required_argument, NULL, OPT_MAXCLIENTS},
         {"prefix", required_argument, NULL, OPT_PREFIX},
         {"timeout", required_argument, NULL, OPT_TIMEOUT},
+        {"tls-port", required_argument, NULL, OPT_TLS_PORT},
+        {"tls-cert-file", required_argument, NULL, OPT_TLS_CERT},
+        {"tls-key-file", required_argument, NULL, OPT_TLS_KEY},
+        {"tls-ca-cert-file", required_argument, NULL, OPT_TLS_CA_FILE},
+        {"tls-ca-cert-dir", required_argument, NULL, OPT_TLS_CA_DIR},
+        {"tls-auth-clients", required_argument, NULL, OPT_TLS_AUTH},
         {"help", no_argument, NULL, 'h'},
         {"version", no_argument, NULL, 'V'},
         {NULL, 0, NULL, 0},
@@ -202,6 +249,33 @@ int main(int argc, char **argv)
             if (!parse_int(optarg, 1, 3600000, &timeout_ms))
                 return usage_error("bad --timeout '%s' (1 to 3600000 ms)", optarg);
             break;
+        case OPT_TLS_PORT:
+            if (!parse_int(optarg, 0, 65535, &v))
+                return usage_error("bad --tls-port '%s' (0 to 65535)", optarg);
+            dd_srv.tls_port = (int)v;
+            break;
+        case OPT_TLS_CERT:
+            dd_srv.tls_cert = optarg;
+            break;
+        case OPT_TLS_KEY:
+            dd_srv.tls_key = optarg;
+            break;
+        case OPT_TLS_CA_FILE:
+            dd_srv.tls_ca_file = optarg;
+            break;
+        case OPT_TLS_CA_DIR:
+            dd_srv.tls_ca_dir = optarg;
+            break;
+        case OPT_TLS_AUTH:
+            if (strcmp(optarg, "yes") == 0)
+                dd_srv.tls_auth = DD_TLS_AUTH_YES;
+            else if (strcmp(optarg, "optional") == 0)
+                dd_srv.tls_auth = DD_TLS_AUTH_OPTIONAL;
+            else if (strcmp(optarg, "no") == 0)
+                dd_srv.tls_auth = DD_TLS_AUTH_NO;
+            else
+                return usage_error("bad --tls-auth-clients '%s' (yes, no or optional)", optarg);
+            break;
         case 'h':
             fputs(usage_text, stdout);
             return 0;
@@ -216,8 +290,11 @@ int main(int argc, char **argv)
     }
     if (optind < argc)
         return usage_error("unexpected argument '%s'", argv[optind]);
-    if (dd_srv.port == 0 && dd_srv.unixsocket == NULL)
-        return usage_error("--port 0 turns TCP off: give --unixsocket then");
+    if (dd_srv.port == 0 && dd_srv.unixsocket == NULL && dd_srv.tls_port == 0)
+        return usage_error("--port 0 turns TCP off: give --unixsocket or --tls-port then");
+    int rc = check_tls_options();
+    if (rc != 0)
+        return rc;
 
     char *pass = NULL;
     if (passfile != NULL) {
@@ -246,12 +323,18 @@ int main(int argc, char **argv)
     cfg.log = library_log;
     /* The list is not echoed: its URLs may carry passwords; the detail names the bad
      * part without them. */
-    int rc = dlock_client_new(servers, &cfg, &dd_srv.client);
+    rc = dlock_client_new(servers, &cfg, &dd_srv.client);
     if (rc != DLOCK_OK) {
         fprintf(stderr, "dlockd: servers: %s (%s)\n", dlock_strerror(rc), dlock_errmsg());
         return EXIT_USAGE;
     }
     dd_srv.nservers = dlock_client_nservers(dd_srv.client);
+    if (dd_srv.tls_port > 0 && !dd_tls_setup()) {
+        dd_tls_cleanup();
+        dlock_client_free(dd_srv.client);
+        free(pass);
+        return EXIT_FAIL;
+    }
 
     /* Every blocking library call runs on libuv's pool; 8 threads keep the whole
      * process (loop, pool, the library's wake-up and renewal threads) under 16. The
@@ -276,6 +359,7 @@ int main(int argc, char **argv)
         dd_server_stop();
         uv_run(&loop, UV_RUN_DEFAULT);
         uv_loop_close(&loop);
+        dd_tls_cleanup();
         dlock_client_free(dd_srv.client);
         free(pass);
         return EXIT_FAIL;
@@ -283,6 +367,12 @@ int main(int argc, char **argv)
     char where[PATH_MAX + 64] = "";
     if (dd_srv.port > 0)
         snprintf(where, sizeof where, "%s:%d", dd_srv.bind, dd_srv.port);
+    if (dd_srv.tls_port > 0)
+        snprintf(where + strlen(where), sizeof where - strlen(where), "%s%s:%d with TLS%s",
+                 where[0] ? " and " : "", dd_srv.bind, dd_srv.tls_port,
+                 dd_srv.tls_auth == DD_TLS_AUTH_YES        ? " (client certificates required)"
+                 : dd_srv.tls_auth == DD_TLS_AUTH_OPTIONAL ? " (client certificates optional)"
+                                                           : "");
     if (dd_srv.unixsocket != NULL)
         snprintf(where + strlen(where), sizeof where - strlen(where), "%s%s",
                  where[0] ? " and " : "", dd_srv.unixsocket);
@@ -293,10 +383,15 @@ int main(int argc, char **argv)
     uv_run(&loop, UV_RUN_DEFAULT);
 
     uv_loop_close(&loop);
+    dd_tls_cleanup();
     /* Every connection's session locks were released by now; nothing else is attached
      * to the client (detached locks have no handle here). */
     dlock_client_free(dd_srv.client);
     free(pass);
+    /* The pool's threads end here, before OpenSSL's exit handler runs: each frees the
+     * per-thread state that rediss:// lock servers gave it (error queue, random
+     * generators) as it ends, which after that handler it could not. */
+    uv_library_shutdown();
     dd_log("stopped");
     return 0;
 }

@@ -10,6 +10,10 @@
  * noticed, but stops while the query buffer is full or the client has not read
  * DD_OUT_SOFT bytes of replies: a client can make dlockd hold only so much for it.
  *
+ * A connection of the TLS listener is the same machine with tls.c between its stream
+ * and its buffers: reads are decrypted into the query buffer, the output is encrypted
+ * as it is handed to a write, and every limit counts the decrypted bytes.
+ *
  * Lifetime: a connection is freed when its references are gone: its stream and timer
  * handles (each released by its uv_close callback) and the job in flight, if any.
  */
@@ -73,6 +77,7 @@ void dd_conn_unref(dd_conn *c)
         c->next->prev = c->prev;
     dd_buf_free(&c->query);
     dd_buf_free(&c->out);
+    dd_tls_free(c);
     free(c->name);
     free(c);
     dd_srv.nconns_alloc--;
@@ -121,6 +126,7 @@ static void linger(dd_conn *c)
 {
     c->lingering = true;
     c->shutdown.data = c;
+    dd_tls_close_notify(c);
     if (uv_shutdown(&c->shutdown, &c->h.stream, on_shutdown) != 0) {
         dd_conn_close(c);
         return;
@@ -157,7 +163,7 @@ static void on_written(uv_write_t *req, int status)
 
 static void flush(dd_conn *c)
 {
-    if (c->closing || c->writing > 0 || c->out.len == 0)
+    if (c->closing || c->writing > 0 || c->out.len == 0 || dd_tls_handshaking(c))
         return;
     write_req *w = calloc(1, sizeof *w);
     if (w == NULL) {
@@ -165,10 +171,21 @@ static void flush(dd_conn *c)
         dd_conn_close(c);
         return;
     }
-    w->buf = c->out;
-    memset(&c->out, 0, sizeof c->out);
+    c->writing = c->out.len;
+    if (c->tls != NULL) {
+        if (dd_tls_seal(c, &c->out, &w->buf) != 0) {
+            dd_log("client %llu closed: TLS cannot encrypt its replies", (unsigned long long)c->id);
+            c->writing = 0;
+            dd_buf_free(&w->buf);
+            free(w);
+            dd_conn_close(c);
+            return;
+        }
+    } else {
+        w->buf = c->out;
+        memset(&c->out, 0, sizeof c->out);
+    }
     w->req.data = c;
-    c->writing = w->buf.len;
     uv_buf_t b = uv_buf_init(w->buf.p, (unsigned)w->buf.len);
     int rc = uv_write(&w->req, &c->h.stream, &b, 1, on_written);
     if (rc < 0) {
@@ -279,7 +296,19 @@ static void on_read(uv_stream_t *s, ssize_t n, const uv_buf_t *buf)
         dd_conn_close(c);
         return;
     }
-    if (n == 0 || c->closing || c->quit)
+    if (n == 0 || c->closing)
+        return;
+    if (c->tls != NULL) {
+        /* Read on after a QUIT too: the handshake may still be under way (the
+         * --maxclients refusal waits for it), and a lingering close reads the client's
+         * close_notify. */
+        if (dd_tls_feed(c, buf->base, (size_t)n) != 0)
+            dd_conn_close(c);
+        else
+            process(c);
+        return;
+    }
+    if (c->quit)
         return; /* after a QUIT or an error: dropped (see linger) */
     dd_buf_append(&c->query, buf->base, (size_t)n);
     process(c);
@@ -288,7 +317,8 @@ static void on_read(uv_stream_t *s, ssize_t n, const uv_buf_t *buf)
 static void update_reading(dd_conn *c)
 {
     bool want = !c->closing &&
-                (c->quit ? c->lingering : c->query.len < DD_QUERY_MAX && unsent(c) < DD_OUT_SOFT);
+                (dd_tls_handshaking(c) ||
+                 (c->quit ? c->lingering : c->query.len < DD_QUERY_MAX && unsent(c) < DD_OUT_SOFT));
     if (want == c->reading)
         return;
     if (want) {
@@ -341,8 +371,9 @@ static void on_connection(uv_stream_t *listener, int status)
         dd_log("out of memory accepting a client");
         return;
     }
-    int rc = listener == (uv_stream_t *)&dd_srv.tcp ? uv_tcp_init(dd_srv.loop, &c->h.tcp)
-                                                    : uv_pipe_init(dd_srv.loop, &c->h.pipe, 0);
+    bool is_pipe = listener == (uv_stream_t *)&dd_srv.pipe;
+    int rc =
+        is_pipe ? uv_pipe_init(dd_srv.loop, &c->h.pipe, 0) : uv_tcp_init(dd_srv.loop, &c->h.tcp);
     if (rc < 0) {
         free(c);
         dd_log("accept: %s", uv_strerror(rc));
@@ -367,9 +398,14 @@ static void on_connection(uv_stream_t *listener, int status)
         dd_conn_close(c);
         return;
     }
-    if (listener == (uv_stream_t *)&dd_srv.tcp) {
+    if (!is_pipe) {
         uv_tcp_nodelay(&c->h.tcp, 1);
         keepalive(c);
+    }
+    if (listener == (uv_stream_t *)&dd_srv.tls_tcp && dd_tls_accept(c) != 0) {
+        dd_log("out of memory accepting a TLS client");
+        dd_conn_close(c);
+        return;
     }
     if (dd_srv.nconns > dd_srv.maxclients) {
         dd_srv.stats.rejected_connections++;
@@ -378,31 +414,41 @@ static void on_connection(uv_stream_t *listener, int status)
         dd_conn_reply(c, &b);
         dd_buf_free(&b);
         c->quit = true;
+        /* A TLS client reads the refusal once its handshake is done. */
+        update_reading(c);
         return;
     }
     update_reading(c);
 }
 
+static int listen_tcp(uv_tcp_t *h, bool *on, int port, const char *what)
+{
+    struct sockaddr_storage addr;
+    if (uv_ip4_addr(dd_srv.bind, port, (struct sockaddr_in *)&addr) != 0 &&
+        uv_ip6_addr(dd_srv.bind, port, (struct sockaddr_in6 *)&addr) != 0) {
+        dd_log("--bind %s: not an IPv4 or IPv6 address", dd_srv.bind);
+        return -1;
+    }
+    uv_tcp_init(dd_srv.loop, h);
+    *on = true;
+    int rc = uv_tcp_bind(h, (struct sockaddr *)&addr, 0);
+    if (rc == 0)
+        rc = uv_listen((uv_stream_t *)h, 511, on_connection);
+    if (rc < 0) {
+        dd_log("cannot listen%s on %s:%d: %s", what, dd_srv.bind, port, uv_strerror(rc));
+        return -1;
+    }
+    return 0;
+}
+
 int dd_server_listen(void)
 {
     int rc;
-    if (dd_srv.port > 0) {
-        struct sockaddr_storage addr;
-        if (uv_ip4_addr(dd_srv.bind, dd_srv.port, (struct sockaddr_in *)&addr) != 0 &&
-            uv_ip6_addr(dd_srv.bind, dd_srv.port, (struct sockaddr_in6 *)&addr) != 0) {
-            dd_log("--bind %s: not an IPv4 or IPv6 address", dd_srv.bind);
-            return -1;
-        }
-        uv_tcp_init(dd_srv.loop, &dd_srv.tcp);
-        dd_srv.tcp_on = true;
-        rc = uv_tcp_bind(&dd_srv.tcp, (struct sockaddr *)&addr, 0);
-        if (rc == 0)
-            rc = uv_listen((uv_stream_t *)&dd_srv.tcp, 511, on_connection);
-        if (rc < 0) {
-            dd_log("cannot listen on %s:%d: %s", dd_srv.bind, dd_srv.port, uv_strerror(rc));
-            return -1;
-        }
-    }
+    if (dd_srv.port > 0 && listen_tcp(&dd_srv.tcp, &dd_srv.tcp_on, dd_srv.port, "") != 0)
+        return -1;
+    if (dd_srv.tls_port > 0 &&
+        listen_tcp(&dd_srv.tls_tcp, &dd_srv.tls_on, dd_srv.tls_port, " with TLS") != 0)
+        return -1;
     if (dd_srv.unixsocket != NULL) {
         uv_pipe_init(dd_srv.loop, &dd_srv.pipe, 0);
         dd_srv.pipe_on = true;
@@ -430,6 +476,8 @@ void dd_server_stop(void)
         dd_srv.stopping = true;
         if (dd_srv.tcp_on)
             uv_close((uv_handle_t *)&dd_srv.tcp, on_listener_closed);
+        if (dd_srv.tls_on)
+            uv_close((uv_handle_t *)&dd_srv.tls_tcp, on_listener_closed);
         if (dd_srv.pipe_on) {
             uv_close((uv_handle_t *)&dd_srv.pipe, on_listener_closed);
             unlink(dd_srv.unixsocket);

@@ -86,18 +86,17 @@ void dt_next_nofile(long n)
     next_nofile = n;
 }
 
-void dt_start(dt_daemon *d, const char *servers, ...)
+/* dt_start, and with tls a TLS listener on a second free port too; without plain,
+ * that listener alone ("-p 0"). */
+static void start(dt_daemon *d, const char *servers, bool tls, bool plain, va_list ap)
 {
     const char *extra[ARGS_MAX];
     int nextra = 0;
-    va_list ap;
-    va_start(ap, servers);
     const char *a;
     while ((a = va_arg(ap, const char *)) != NULL) {
-        assert_true(nextra < ARGS_MAX - 12);
+        assert_true(nextra < ARGS_MAX - 14);
         extra[nextra++] = a;
     }
-    va_end(ap);
     memset(d, 0, sizeof *d);
     /* The limit applies to this start only, whether it succeeds or not. */
     char nofile[64] = "";
@@ -110,9 +109,13 @@ void dt_start(dt_daemon *d, const char *servers, ...)
     char timeout[32];
     snprintf(timeout, sizeof timeout, "%lld", (long long)(100 * dh_slack()));
     for (int attempt = 0; attempt < 5; attempt++) {
-        int port = free_port();
-        char portstr[16];
+        int port = plain ? free_port() : 0;
+        int tls_port = 0;
+        while (tls && (tls_port == 0 || tls_port == port))
+            tls_port = free_port();
+        char portstr[16], tlsportstr[16];
         snprintf(portstr, sizeof portstr, "%d", port);
+        snprintf(tlsportstr, sizeof tlsportstr, "%d", tls_port);
         const char *argv[ARGS_MAX];
         int n = 0;
         if (nofile[0] != '\0') {
@@ -129,6 +132,10 @@ void dt_start(dt_daemon *d, const char *servers, ...)
         argv[n++] = portstr;
         argv[n++] = "--timeout";
         argv[n++] = timeout;
+        if (tls) {
+            argv[n++] = "--tls-port";
+            argv[n++] = tlsportstr;
+        }
         for (int i = 0; i < nextra; i++) {
             argv[n++] = extra[i];
             if (strcmp(extra[i], "--unixsocket") == 0 && i + 1 < nextra)
@@ -143,11 +150,17 @@ void dt_start(dt_daemon *d, const char *servers, ...)
         while (dh_now_ms() < deadline) {
             if (dh_exited(pid, NULL))
                 break; /* the port was taken meanwhile: try another */
-            int fd = connect_port(port);
+            /* The TLS listener is bound after the plain one: wait for it. */
+            int fd = connect_port(tls ? tls_port : port);
+            if (fd >= 0 && tls && plain) {
+                close(fd);
+                fd = connect_port(port);
+            }
             if (fd >= 0) {
                 close(fd);
                 d->pid = pid;
                 d->port = port;
+                d->tls_port = tls_port;
                 /* The unix socket is bound after the TCP port: wait for it too. */
                 while (d->unixsocket[0] != '\0' && !unix_accepts(d->unixsocket)) {
                     if (dh_now_ms() > deadline || dh_exited(pid, NULL))
@@ -165,6 +178,22 @@ void dt_start(dt_daemon *d, const char *servers, ...)
         }
     }
     fail_msg("dlockd would not start (5 attempts)");
+}
+
+void dt_start(dt_daemon *d, const char *servers, ...)
+{
+    va_list ap;
+    va_start(ap, servers);
+    start(d, servers, false, true, ap);
+    va_end(ap);
+}
+
+void dt_start_tls(dt_daemon *d, const char *servers, bool plain, ...)
+{
+    va_list ap;
+    va_start(ap, plain);
+    start(d, servers, true, plain, ap);
+    va_end(ap);
 }
 
 int dt_stop(dt_daemon *d)

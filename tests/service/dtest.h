@@ -17,8 +17,9 @@
 #include <sys/types.h>
 
 typedef struct dt_daemon {
-    pid_t pid; /* 0 once stopped */
-    int port;
+    pid_t pid;            /* 0 once stopped */
+    int port;             /* 0: no plain TCP */
+    int tls_port;         /* 0: no TLS listener */
     char unixsocket[256]; /* "" unless started with one */
 } dt_daemon;
 
@@ -26,6 +27,9 @@ typedef struct dt_daemon {
  * it_timeout_ms() and the extra arguments that follow (up to a NULL). Asserts that it
  * accepts connections within 10 s (times the slack). */
 void dt_start(dt_daemon *d, const char *servers, ...);
+/* The same with a TLS listener on a second free port (d->tls_port); the extra arguments
+ * give its certificate options. plain false: the TLS listener alone (-p 0). */
+void dt_start_tls(dt_daemon *d, const char *servers, bool plain, ...);
 /* Make the next dt_start's dlockd run (through prlimit(1)) with an open-files limit of n, soft and
  * hard (it cannot raise it then). */
 void dt_next_nofile(long n);
