@@ -148,7 +148,7 @@ int baseline_run(const bench_server *s, int clients, long requests, int cpu, bas
     snprintf(n, sizeof n, "%ld", requests);
     snprintf(c, sizeof c, "%d", clients);
     snprintf(db, sizeof db, "%d", s->db);
-    const char *argv[24];
+    const char *argv[28];
     int k = 0;
     argv[k++] = exe;
     argv[k++] = "-h";
@@ -166,6 +166,11 @@ int baseline_run(const bench_server *s, int clients, long requests, int cpu, bas
     if (s->db != 0) {
         argv[k++] = "--dbnum";
         argv[k++] = db;
+    }
+    if (s->tls_ca[0]) {
+        argv[k++] = "--tls";
+        argv[k++] = "--cacert";
+        argv[k++] = s->tls_ca;
     }
     argv[k++] = "-t";
     argv[k++] = "set";

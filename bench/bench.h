@@ -55,7 +55,7 @@
 enum pin_mode { PIN_SPLIT, PIN_SAME, PIN_NONE };
 
 typedef struct bench_opts {
-    bool run[7];    /* run[1..6]: which of W1..W6 */
+    bool run[8];    /* run[1..6]: which of W1..W6; run[7]: W1 over TLS ("TLS") */
     long w1_cycles; /* -n */
     long w6_cycles; /* W6 cycles (as W1's by default) */
     int w2_clients; /* 8 */
@@ -133,6 +133,7 @@ pid_t place_spawn(const char *const argv[], int cpu, int out_fd, int err_fd, boo
 typedef struct bench_server {
     char host[256];
     int port;
+    char tls_ca[600];   /* TLS: the CA file that verifies it (redis-benchmark --tls); "" */
     char user[128];     /* "" for none (AUTH with the password alone) */
     char password[256]; /* "" for none */
     int db;
@@ -318,6 +319,14 @@ static inline bool team_stopped(team *t)
 
 /* W1 and W2 (cycles.c): uncontended acquire + release on distinct names. */
 int run_w1(bench_ctx *ctx);
+/* W1's loop, one client, on the servers of urls: figures cycles_per_s (its ratio to
+ * rps, named vs), p50_us, p99_us under label. 0, or -1 after bench_fail. */
+int w1_run_on(bench_ctx *ctx, const char *label, const char *tag, const char *urls, double rps,
+              const char *vs);
+/* W1 over TLS (tls.c): a TLS redis-server of its own (certificates made for the run),
+ * redis-benchmark --tls SET -c 1 on it, then W1 through rediss://. */
+int run_w1_tls(bench_ctx *ctx);
+void w1_tls_stop(void);
 int run_w2(bench_ctx *ctx);
 /* W4 (cycles.c): W1 on 1, 3, 5 nodes, on loopback and through delaying relays. */
 int run_w4(bench_ctx *ctx);

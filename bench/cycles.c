@@ -184,6 +184,20 @@ static int uncontended(bench_ctx *ctx, const char *w, const char *tag, int clien
     return 0;
 }
 
+int w1_run_on(bench_ctx *ctx, const char *label, const char *tag, const char *urls, double rps,
+              const char *vs)
+{
+    long cycles = ctx->opt->w1_cycles;
+    long warm = cycles / 10 < WARMUP_CYCLES ? cycles / 10 : WARMUP_CYCLES;
+    cyc_result r;
+    if (cycles_run(ctx, label, tag, urls, 1, cycles, warm, &r) != 0)
+        return -1;
+    fig(label, "cycles_per_s", r.per_s, 0, ratio(r.per_s, rps), vs);
+    fig(label, "p50_us", (double)r.p50_ns / 1000, 0, -1, NULL);
+    fig(label, "p99_us", (double)r.p99_ns / 1000, 0, -1, NULL);
+    return 0;
+}
+
 /* W1's other kinds, each beside the lock of the same run: a semaphore of one permit
  * (which is the exclusive lock), of three (a shared holder among at most three), and
  * a shared lock. */

@@ -232,9 +232,10 @@ static void usage(FILE *out)
             "php-recipe and php-dlockd: php-cli buyers with SET NX EX + usleep(1000) + a Lua\n"
             "release, and through dlockd (LOCK WAIT, UNLOCK). W6 is W1 through dlockd (LOCK +\n"
             "UNLOCK over RESP from one hiredis connection), compared with W1 of the same\n"
-            "round, which it runs too. W5 and W6 start build/dlockd themselves.\n"
+            "round, which it runs too. W5 and W6 start build/dlockd themselves. TLS is W1\n"
+            "over TLS on a redis-server of its own, beside redis-benchmark --tls.\n"
             "\n"
-            "  -w, --workloads LIST    which of W1,W2,W3,W4,W5,W6 (default all)\n"
+            "  -w, --workloads LIST    which of W1,W2,W3,W4,W5,W6,TLS (default all)\n"
             "  -n, --cycles N          W1 cycles (20000)\n"
             "      --w6-cycles N       W6 cycles (as W1's)\n"
             "      --w2-cycles N       W2 cycles per client (5000)\n"
@@ -301,10 +302,10 @@ static bool parse_list(const char *s, int min, int max, int *v, int *n)
     return *n > 0;
 }
 
-/* "W1,W3" (any case) or "all" into run[1..6]. */
-static bool parse_workloads(const char *s, bool run[7])
+/* "W1,W3,TLS" (any case) or "all" into run[1..7]. */
+static bool parse_workloads(const char *s, bool run[8])
 {
-    memset(run, 0, 7 * sizeof run[0]);
+    memset(run, 0, 8 * sizeof run[0]);
     char buf[256];
     snprintf(buf, sizeof buf, "%s", s);
     char *save = NULL;
@@ -312,8 +313,10 @@ static bool parse_workloads(const char *s, bool run[7])
     for (char *tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
         if ((tok[0] == 'W' || tok[0] == 'w') && tok[1] >= '1' && tok[1] <= '6' && tok[2] == '\0')
             run[tok[1] - '0'] = any = true;
+        else if (strcasecmp(tok, "tls") == 0)
+            run[7] = any = true;
         else if (strcasecmp(tok, "all") == 0)
-            run[1] = run[2] = run[3] = run[4] = run[5] = run[6] = any = true;
+            run[1] = run[2] = run[3] = run[4] = run[5] = run[6] = run[7] = any = true;
         else
             return false;
     }
@@ -670,6 +673,8 @@ int main(int argc, char **argv)
             run_w1(&ctx);
         if (o.run[6])
             run_w6(&ctx);
+        if (o.run[7])
+            run_w1_tls(&ctx);
         if (run_baseline(&ctx, 8) != 0) {
             status = BENCH_EXIT_SERVERS;
             break;
@@ -694,6 +699,7 @@ int main(int argc, char **argv)
     if (status == 0)
         print_report(&ctx, other, steal);
     dlockd_stop(&dlockd);
+    w1_tls_stop();
     servers_stop(&servers);
     if (status != 0)
         return status;
