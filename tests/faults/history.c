@@ -292,8 +292,13 @@ static long build_sessions(const hist_log *log, hist_session **out, tok_map *map
         case HIST_CHECK:
             x->check_rc = r->rc;
             break;
+        case HIST_RELEASE_INVOKE:
+            if (x->release_ns == 0 || r->t_ns < x->release_ns)
+                x->release_ns = r->t_ns;
+            break;
         case HIST_RELEASE:
-            x->release_ns = r->start_ns;
+            if (x->release_ns == 0 || r->start_ns < x->release_ns)
+                x->release_ns = r->start_ns;
             x->release_rc = r->rc;
             break;
         case HIST_LOST:
@@ -599,9 +604,10 @@ void hist_print(const char *name, const hist_report *r)
 
 static const char *type_name(int t)
 {
-    static const char *const names[] = {
-        "?",     "START",  "ACQ_INV", "ACQ_OK", "ACQ_FAIL", "ENTER", "READ",  "W_INV", "W_OK",
-        "W_REJ", "W_FAIL", "EXIT",    "CHECK",  "RELEASE",  "LOST",  "FAULT", "END",   "NOTE"};
+    static const char *const names[] = {"?",      "START", "ACQ_INV", "ACQ_OK",  "ACQ_FAIL",
+                                        "ENTER",  "READ",  "W_INV",   "W_OK",    "W_REJ",
+                                        "W_FAIL", "EXIT",  "CHECK",   "RELEASE", "LOST",
+                                        "FAULT",  "END",   "NOTE",    "REL_INV"};
     return t >= 0 && t < (int)(sizeof names / sizeof *names) ? names[t] : "?";
 }
 

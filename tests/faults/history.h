@@ -16,15 +16,13 @@
  * What the checkers assert (docs/guarantees.md has the promises):
  *   (1) fences: an acquisition that began after another one returned has a larger
  *       fence, and so does one that returned after another's granted interval (below)
- *       had ended (the real-time order of grants); an accepted resource write never has a fence lower than one accepted
- *       before it was sent (a stale write accepted); a rejected write was rejected
- *       for a reason (a higher fence was accepted first);
- *   (2) granted intervals [ok-acquire, min(release sent, validity deadline)] of
- *       different tokens never overlap (asserted where no server fault is injected);
- *   (3) believed intervals [ok-acquire, section exit] may overlap under pauses: the
- *       number and rate are figures;
- *   (4) lost updates: the register's final counter equals the accepted writes (plus
- *       at most the writes whose outcome is unknown: a worker killed mid-write);
+ *       had ended (the real-time order of grants); an accepted resource write never has a fence
+ * lower than one accepted before it was sent (a stale write accepted); a rejected write was
+ * rejected for a reason (a higher fence was accepted first); (2) granted intervals [ok-acquire,
+ * min(release sent, validity deadline)] of different tokens never overlap (asserted where no server
+ * fault is injected); (3) believed intervals [ok-acquire, section exit] may overlap under pauses:
+ * the number and rate are figures; (4) lost updates: the register's final counter equals the
+ * accepted writes (plus at most the writes whose outcome is unknown: a worker killed mid-write);
  *   (5) no lock key is left after its ttl (hist_keys_left, on the servers);
  *   (6) each worker's fds and threads are back to their baseline after it freed its
  *       clients, and its RSS grew by less than a bound (WORKER_END records).
@@ -58,7 +56,10 @@ enum hist_type {
     HIST_FAULT,            /* the test injected a fault: rc = enum hist_fault, aux = target */
     HIST_WORKER_END,       /* resources: fence/value = fds before/after, aux = threads
                               before << 32 | after, start_ns/deadline_ns = RSS kB before/after */
-    HIST_NOTE              /* free use by a test: value/aux as it says */
+    HIST_NOTE,             /* free use by a test: value/aux as it says */
+    HIST_RELEASE_INVOKE    /* dlock_release is about to be called: from here on the lock
+                              may be released (a worker killed in the call leaves no
+                              HIST_RELEASE) */
 };
 
 /* Faults, in HIST_FAULT records (rc). */

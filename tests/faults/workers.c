@@ -445,6 +445,7 @@ int wk_release_rec(const hist_writer *hw, dlock_lock *l)
     rel.type = HIST_RELEASE;
     rel.fence = dlock_fence(l);
     hist_token_bytes(dlock_token(l), rel.token);
+    hist_put(hw, HIST_RELEASE_INVOKE, 0, 0, l, 0, 0);
     rel.start_ns = hist_now_ns();
     rel.rc = dlock_release(l);
     hist_write(hw, &rel);
