@@ -307,3 +307,31 @@ void it_expect_status(const it_run *r, int want)
     if (r->status != want)
         fail_msg("exit %d, want %d\nstdout: %s\nstderr: %s", r->status, want, r->out, r->err);
 }
+
+/* ---- TLS certificates ------------------------------------------------------------ */
+
+char it_tls_dir[512];
+
+const char *it_tls_file(const char *name)
+{
+    static char buf[8][600];
+    static int next;
+    char *p = buf[next++ % 8];
+    snprintf(p, sizeof buf[0], "%s/%s", it_tls_dir, name);
+    return p;
+}
+
+int it_tls_setup(void **state)
+{
+    (void)state;
+    if (dh_tls_dir(it_tls_dir, sizeof it_tls_dir) != 0 || dh_tls_make_set(it_tls_dir) != 0)
+        return -1;
+    return 0;
+}
+
+int it_tls_teardown(void **state)
+{
+    (void)state;
+    dh_tls_dir_remove(it_tls_dir);
+    return 0;
+}

@@ -135,4 +135,13 @@ void it_log_cb(void *user, int level, const char *msg);
 /* Messages at `level` containing `needle` (NULL: any). */
 int it_log_count(it_log *lg, int level, const char *needle);
 
+/* The TLS tests' certificates (dh_tls_make_set), made once per test process in
+ * it_tls_dir: it_tls_setup and it_tls_teardown are a cmocka group's setup and
+ * teardown, and it_tls_file(NAME) is it_tls_dir/NAME (from a few rotating buffers, so
+ * that one call may use several). */
+extern char it_tls_dir[512];
+int it_tls_setup(void **state);
+int it_tls_teardown(void **state);
+const char *it_tls_file(const char *name);
+
 #endif /* DLOCK_ITEST_H */

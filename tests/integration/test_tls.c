@@ -25,33 +25,6 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-static char g_dir[512];
-
-/* dir/NAME, in one of a few rotating buffers (a call may use several at once). */
-static const char *file(const char *name)
-{
-    static char buf[8][600];
-    static int next;
-    char *p = buf[next++ % 8];
-    snprintf(p, sizeof buf[0], "%s/%s", g_dir, name);
-    return p;
-}
-
-static int group_setup(void **state)
-{
-    (void)state;
-    assert_int_equal(dh_tls_dir(g_dir, sizeof g_dir), 0);
-    assert_int_equal(dh_tls_make_set(g_dir), 0);
-    return 0;
-}
-
-static int group_teardown(void **state)
-{
-    (void)state;
-    dh_tls_dir_remove(g_dir);
-    return 0;
-}
-
 /* Start s with TLS, its certificate dir/CERT.crt; args as dh_server_opts.args. */
 static void start_tls(dh_server *s, int n, const char *cert, bool auth_clients,
                       const char *const *args)
@@ -59,7 +32,7 @@ static void start_tls(dh_server *s, int n, const char *cert, bool auth_clients,
     char crt[64], key[64];
     snprintf(crt, sizeof crt, "%s.crt", cert);
     snprintf(key, sizeof key, "%s.key", cert);
-    dh_server_tls t = {file(crt), file(key), file("ca.crt"), auth_clients};
+    dh_server_tls t = {it_tls_file(crt), it_tls_file(key), it_tls_file("ca.crt"), auth_clients};
     dh_server_opts o = {.args = args, .tls = &t};
     assert_int_equal(dh_servers_start_opts(s, n, &o), 0);
 }
@@ -123,7 +96,7 @@ static void lock_calls_over_tls(void **state)
     dh_server s;
     start_tls(&s, 1, "server", false, NULL);
     char url[400];
-    snprintf(url, sizeof url, "%s?cacert=%s", s.url, file("ca.crt"));
+    snprintf(url, sizeof url, "%s?cacert=%s", s.url, it_tls_file("ca.crt"));
     dlock_client *c = client(url, NULL, NULL);
     dlock_lock *l = it_acquire(c, "tls-basic", 5000);
     it_expect_holder(&s, "tls-basic", dlock_token(l));
@@ -163,7 +136,7 @@ static void lock_calls_over_tls(void **state)
     dlock_client_free(c);
 
     /* The same with the CA as the client's default, and the host by name. */
-    dlock_tls t = {.cacert = file("ca.crt")};
+    dlock_tls t = {.cacert = it_tls_file("ca.crt")};
     snprintf(url, sizeof url, "rediss://localhost:%d", s.tls_port);
     c = client(url, &t, NULL);
     acquire_release(c, "tls-by-name");
@@ -171,11 +144,11 @@ static void lock_calls_over_tls(void **state)
     /* A CA directory in OpenSSL's hashed layout does as well; one without our CA
      * under its hashed name trusts nothing. */
     t.cacert = NULL;
-    t.cacertdir = file("cadir");
+    t.cacertdir = it_tls_file("cadir");
     c = client(s.url, &t, NULL);
     acquire_release(c, "tls-cadir");
     dlock_client_free(c);
-    t.cacertdir = g_dir;
+    t.cacertdir = it_tls_dir;
     c = client(s.url, &t, NULL);
     expect_failure(c, DLOCK_ERR_AUTH, (const char *[]){"chain", NULL});
     dlock_client_free(c);
@@ -196,7 +169,7 @@ static void wake_up_over_tls(void **state)
     (void)state;
     dh_server s;
     start_tls(&s, 1, "server", false, NULL);
-    dlock_tls t = {.cacert = file("ca.crt")};
+    dlock_tls t = {.cacert = it_tls_file("ca.crt")};
     dlock_client *holder = client(s.url, &t, NULL), *waiter = client(s.url, &t, NULL);
     dlock_opts o = {.ttl_ms = 30000, .wait_ms = 10000};
     dlock_lock *first = NULL, *l = NULL;
@@ -226,7 +199,7 @@ static void unverifiable_servers_are_refused(void **state)
     start_tls(&s[0], 1, "server", false, NULL);
     start_tls(&s[1], 1, "other", false, NULL);
     start_tls(&s[2], 1, "expired", false, NULL);
-    dlock_tls ca = {.cacert = file("ca.crt")}, evil = {.cacert = file("evil.crt")};
+    dlock_tls ca = {.cacert = it_tls_file("ca.crt")}, evil = {.cacert = it_tls_file("evil.crt")};
 
     /* A CA that did not sign it: the chain. */
     dlock_client *c = client(s[0].url, &evil, NULL);
@@ -248,7 +221,7 @@ static void unverifiable_servers_are_refused(void **state)
     c = client(url, &ca, NULL);
     acquire_release(c, "tls-sni");
     dlock_client_free(c);
-    dlock_tls sni = {.cacert = file("ca.crt"), .sni = "other.test"};
+    dlock_tls sni = {.cacert = it_tls_file("ca.crt"), .sni = "other.test"};
     c = client(s[1].url, &sni, NULL);
     acquire_release(c, "tls-sni");
     dlock_client_free(c);
@@ -261,7 +234,7 @@ static void unverifiable_servers_are_refused(void **state)
     assert_int_equal(it_log_count(&lg, DLOCK_LOG_WARN, "insecure=1"), 1);
     dlock_client_free(c);
     /* A URL's insecure=0 wins over the default's 1. */
-    dlock_tls lax = {.cacert = file("ca.crt"), .insecure = 1};
+    dlock_tls lax = {.cacert = it_tls_file("ca.crt"), .insecure = 1};
     snprintf(url, sizeof url, "%s?insecure=0", s[1].url);
     c = client(url, &lax, NULL);
     expect_failure(c, DLOCK_ERR_AUTH, (const char *[]){"host name mismatch", NULL});
@@ -280,25 +253,25 @@ static void client_certificate(void **state)
     (void)state;
     dh_server s;
     start_tls(&s, 1, "server", true, NULL);
-    dlock_tls t = {.cacert = file("ca.crt")};
+    dlock_tls t = {.cacert = it_tls_file("ca.crt")};
     dlock_client *c = client(s.url, &t, NULL);
     expect_failure(c, DLOCK_ERR_AUTH, (const char *[]){s.url, "certificate", NULL});
     dlock_client_free(c);
     /* One from a CA the server does not trust. */
-    t.cert = file("stranger.crt");
-    t.key = file("stranger.key");
+    t.cert = it_tls_file("stranger.crt");
+    t.key = it_tls_file("stranger.key");
     c = client(s.url, &t, NULL);
     expect_failure(c, DLOCK_ERR_AUTH, (const char *[]){"certificate", NULL});
     dlock_client_free(c);
     /* Ours, as defaults and in the URL. */
-    t.cert = file("client.crt");
-    t.key = file("client.key");
+    t.cert = it_tls_file("client.crt");
+    t.key = it_tls_file("client.key");
     c = client(s.url, &t, NULL);
     acquire_release(c, "tls-client-cert");
     dlock_client_free(c);
     char url[800];
-    snprintf(url, sizeof url, "%s?cacert=%s&cert=%s&key=%s", s.url, file("ca.crt"),
-             file("client.crt"), file("client.key"));
+    snprintf(url, sizeof url, "%s?cacert=%s&cert=%s&key=%s", s.url, it_tls_file("ca.crt"),
+             it_tls_file("client.crt"), it_tls_file("client.key"));
     c = client(url, NULL, NULL);
     acquire_release(c, "tls-client-cert");
     dlock_client_free(c);
@@ -310,7 +283,7 @@ static void password_over_tls(void **state)
     (void)state;
     dh_server s;
     start_tls(&s, 1, "server", false, (const char *[]){"--requirepass", "s3cret", NULL});
-    dlock_tls t = {.cacert = file("ca.crt")};
+    dlock_tls t = {.cacert = it_tls_file("ca.crt")};
     char url[400];
     snprintf(url, sizeof url, "rediss://:s3cret@127.0.0.1:%d/2", s.tls_port);
     dlock_client *c = client(url, &t, NULL);
@@ -331,7 +304,7 @@ static void redlock_over_tls(void **state)
     start_tls(s, 3, "server", false, NULL);
     char urls[600];
     dh_server_urls(s, 3, urls, sizeof urls);
-    dlock_tls t = {.cacert = file("ca.crt")};
+    dlock_tls t = {.cacert = it_tls_file("ca.crt")};
     dlock_client *c = client(urls, &t, NULL);
     assert_int_equal(dlock_client_nservers(c), 3);
     dlock_lock *l = it_acquire(c, "tls-redlock", 5000);
@@ -366,7 +339,7 @@ static void session_resumed_on_reconnect(void **state)
     (void)state;
     dh_server s;
     start_tls(&s, 1, "server", false, NULL);
-    dlock_tls t = {.cacert = file("ca.crt")};
+    dlock_tls t = {.cacert = it_tls_file("ca.crt")};
     dlock_client *c = client(s.url, &t, NULL);
     acquire_release(c, "tls-resume");
     assert_int_equal(atomic_load(&c->nodes[0].tls_resumed), 0);
@@ -401,7 +374,7 @@ static void fork_child_leaves_the_session(void **state)
     (void)state;
     dh_server s;
     start_tls(&s, 1, "server", false, NULL);
-    dlock_tls t = {.cacert = file("ca.crt")};
+    dlock_tls t = {.cacert = it_tls_file("ca.crt")};
     dlock_client *c = client(s.url, &t, NULL);
     /* A wait starts the subscriber thread: its connection is shared with a child too. */
     dlock_lock *held = it_acquire(c, "tls-fork", 5000), *l = NULL;
@@ -444,7 +417,7 @@ static void paused_in_handshake(void **state)
     (void)state;
     dh_server s;
     start_tls(&s, 1, "server", false, NULL);
-    dlock_tls t = {.cacert = file("ca.crt")};
+    dlock_tls t = {.cacert = it_tls_file("ca.crt")};
     dlock_client *c = client(s.url, &t, NULL);
     /* The kernel completes the TCP connect; the TLS handshake gets no answer. */
     dh_server_pause(&s);
@@ -470,7 +443,7 @@ static void wrong_protocol(void **state)
     /* TLS to a server without: it waits for the end of a line the hello may not
      * hold (a timeout), or answers it with an error that is not TLS. */
     snprintf(url, sizeof url, "rediss://127.0.0.1:%d", plain.port);
-    dlock_tls t = {.cacert = file("ca.crt")};
+    dlock_tls t = {.cacert = it_tls_file("ca.crt")};
     dlock_client *c = client(url, &t, NULL);
     for (int i = 0; i < 2; i++)
         expect_failure(c, ANY_TLS_MISMATCH, (const char *[]){url, "not a TLS port", NULL});
@@ -511,12 +484,12 @@ static void bad_parameters(void **state)
     refused("rediss://127.0.0.1:1?cacert=/nonexistent/ca.crt", NULL,
             "cacert /nonexistent/ca.crt: No such file or directory");
     refused("rediss://127.0.0.1:1?cacertdir=/nonexistent", NULL, "cacertdir /nonexistent");
-    snprintf(url, sizeof url, "rediss://127.0.0.1:1?cert=%s", file("client.crt"));
+    snprintf(url, sizeof url, "rediss://127.0.0.1:1?cert=%s", it_tls_file("client.crt"));
     refused(url, NULL, "cert= given without key=");
-    snprintf(url, sizeof url, "rediss://127.0.0.1:1?cert=%s&key=%s", file("client.crt"),
-             file("server.key"));
+    snprintf(url, sizeof url, "rediss://127.0.0.1:1?cert=%s&key=%s", it_tls_file("client.crt"),
+             it_tls_file("server.key"));
     refused(url, NULL, "is not the key of cert");
-    snprintf(url, sizeof url, "rediss://127.0.0.1:1?cacert=%s", file("ca.key"));
+    snprintf(url, sizeof url, "rediss://127.0.0.1:1?cacert=%s", it_tls_file("ca.key"));
     refused(url, NULL, "cacert");
     /* The same through the defaults, and a list that names the bad server. */
     refused("rediss://127.0.0.1:1", &(dlock_tls){.cert = "/x"}, "cert given without key");
@@ -546,5 +519,5 @@ int main(void)
         cmocka_unit_test(wrong_protocol),
         cmocka_unit_test(bad_parameters),
     };
-    return cmocka_run_group_tests_name("tls", tests, group_setup, group_teardown);
+    return cmocka_run_group_tests_name("tls", tests, it_tls_setup, it_tls_teardown);
 }

@@ -15,37 +15,11 @@
 #include <stdio.h>
 #include <string.h>
 
-static char g_dir[512];
-
-/* dir/NAME, in one of a few rotating buffers (a call may use several at once). */
-static const char *file(const char *name)
-{
-    static char buf[8][600];
-    static int next;
-    char *p = buf[next++ % 8];
-    snprintf(p, sizeof buf[0], "%s/%s", g_dir, name);
-    return p;
-}
-
-static int group_setup(void **state)
-{
-    (void)state;
-    assert_int_equal(dh_tls_dir(g_dir, sizeof g_dir), 0);
-    assert_int_equal(dh_tls_make_set(g_dir), 0);
-    return 0;
-}
-
-static int group_teardown(void **state)
-{
-    (void)state;
-    dh_tls_dir_remove(g_dir);
-    return 0;
-}
-
 /* Start s with TLS and the set's server certificate. */
 static void start_tls(dh_server *s, bool auth_clients)
 {
-    dh_server_tls t = {file("server.crt"), file("server.key"), file("ca.crt"), auth_clients};
+    dh_server_tls t = {it_tls_file("server.crt"), it_tls_file("server.key"), it_tls_file("ca.crt"),
+                       auth_clients};
     dh_server_opts o = {.tls = &t};
     assert_int_equal(dh_server_start_opts(s, &o), 0);
 }
@@ -58,17 +32,17 @@ static void cli_with_cacert(void **state)
     start_tls(&s[1], true);
     const char *const *env = it_cli_env(&s[0]);
     it_run r;
-    it_cli(&r, env, (const char *[]){"--cacert", file("ca.crt"), NULL}, "acquire", "-t", "10s",
-           "tls-cli", NULL);
+    it_cli(&r, env, (const char *[]){"--cacert", it_tls_file("ca.crt"), NULL}, "acquire", "-t",
+           "10s", "tls-cli", NULL);
     it_expect_status(&r, 0);
     char token[DLOCK_TOKEN_LEN + 1];
     assert_int_equal(sscanf(r.out, "%32s", token), 1);
     it_expect_holder(&s[0], "tls-cli", token);
     /* The flags are accepted after the command too. */
-    it_cli(&r, env, NULL, "status", "tls-cli", "--cacert", file("ca.crt"), NULL);
+    it_cli(&r, env, NULL, "status", "tls-cli", "--cacert", it_tls_file("ca.crt"), NULL);
     it_expect_status(&r, 0);
     assert_non_null(strstr(r.out, "held by"));
-    it_cli(&r, env, NULL, "release", "tls-cli", token, "--cacert", file("ca.crt"), NULL);
+    it_cli(&r, env, NULL, "release", "tls-cli", token, "--cacert", it_tls_file("ca.crt"), NULL);
     it_expect_status(&r, 0);
     /* Without the CA: refused as authentication is (77), the chain named. */
     it_cli(&r, env, NULL, "status", "tls-cli", NULL);
@@ -76,15 +50,16 @@ static void cli_with_cacert(void **state)
     assert_non_null(strstr(r.err, "chain is not trusted"));
     /* A URL's own parameter wins over the flag. */
     char urls[400];
-    snprintf(urls, sizeof urls, "%s?cacert=%s", s[0].url, file("evil.crt"));
-    it_cli(&r, env, (const char *[]){"-s", urls, "--cacert", file("ca.crt"), NULL}, "status",
+    snprintf(urls, sizeof urls, "%s?cacert=%s", s[0].url, it_tls_file("evil.crt"));
+    it_cli(&r, env, (const char *[]){"-s", urls, "--cacert", it_tls_file("ca.crt"), NULL}, "status",
            "tls-cli", NULL);
     it_expect_status(&r, 77);
     /* --cacertdir, --sni and --insecure. */
-    it_cli(&r, env, (const char *[]){"--cacertdir", file("cadir"), NULL}, "status", "tls-cli",
-           NULL);
+    it_cli(&r, env, (const char *[]){"--cacertdir", it_tls_file("cadir"), NULL}, "status",
+           "tls-cli", NULL);
     it_expect_status(&r, 0);
-    it_cli(&r, env, (const char *[]){"--cacert", file("ca.crt"), "--sni", "other.test", NULL},
+    it_cli(&r, env,
+           (const char *[]){"--cacert", it_tls_file("ca.crt"), "--sni", "other.test", NULL},
            "status", "tls-cli", NULL);
     it_expect_status(&r, 77);
     assert_non_null(strstr(r.err, "host name mismatch"));
@@ -94,13 +69,15 @@ static void cli_with_cacert(void **state)
     /* A client certificate, and the usage errors. */
     env = it_cli_env(&s[1]);
     it_cli(&r, env,
-           (const char *[]){"--cacert", file("ca.crt"), "--cert", file("client.crt"), "--key",
-                            file("client.key"), NULL},
+           (const char *[]){"--cacert", it_tls_file("ca.crt"), "--cert", it_tls_file("client.crt"),
+                            "--key", it_tls_file("client.key"), NULL},
            "status", "tls-cli", NULL);
     it_expect_status(&r, 0);
-    it_cli(&r, env, (const char *[]){"--cacert", file("ca.crt"), NULL}, "status", "tls-cli", NULL);
+    it_cli(&r, env, (const char *[]){"--cacert", it_tls_file("ca.crt"), NULL}, "status", "tls-cli",
+           NULL);
     it_expect_status(&r, 77);
-    it_cli(&r, env, (const char *[]){"--cert", file("client.crt"), NULL}, "status", "x", NULL);
+    it_cli(&r, env, (const char *[]){"--cert", it_tls_file("client.crt"), NULL}, "status", "x",
+           NULL);
     it_expect_status(&r, 64);
     assert_non_null(strstr(r.err, "--cert needs --key"));
     it_cli(&r, env, (const char *[]){"--cacert", "/nonexistent.pem", NULL}, "status", "x", NULL);
@@ -119,14 +96,14 @@ static void doctor_over_tls(void **state)
     start_tls(&s, false);
     const char *const *env = it_cli_env(&s);
     it_run r;
-    it_cli(&r, env, (const char *[]){"--cacert", file("ca.crt"), NULL}, "doctor", NULL);
+    it_cli(&r, env, (const char *[]){"--cacert", it_tls_file("ca.crt"), NULL}, "doctor", NULL);
     it_expect_status(&r, 1); /* the launcher's servers run without AOF */
     assert_null(strstr(r.out, "TLS without verification"));
     assert_non_null(strstr(r.out, "appendonly no"));
     it_cli(&r, env, (const char *[]){"--insecure", NULL}, "doctor", NULL);
     it_expect_status(&r, 1);
     assert_non_null(strstr(r.out, "risk: TLS without verification (insecure=1)"));
-    it_cli(&r, env, (const char *[]){"--cacert", file("evil.crt"), NULL}, "doctor", NULL);
+    it_cli(&r, env, (const char *[]){"--cacert", it_tls_file("evil.crt"), NULL}, "doctor", NULL);
     it_expect_status(&r, 1);
     assert_non_null(strstr(r.out, "cannot be asked"));
     assert_non_null(strstr(r.out, "chain is not trusted"));
@@ -139,5 +116,5 @@ int main(void)
         cmocka_unit_test(cli_with_cacert),
         cmocka_unit_test(doctor_over_tls),
     };
-    return cmocka_run_group_tests_name("tls_cli", tests, group_setup, group_teardown);
+    return cmocka_run_group_tests_name("tls_cli", tests, it_tls_setup, it_tls_teardown);
 }

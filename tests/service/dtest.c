@@ -9,6 +9,7 @@
 #include <cmocka.h>
 
 #include "dtest.h"
+#include "itest.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -395,4 +396,20 @@ long long dt_threads(pid_t pid)
 long long dt_rss_kib(pid_t pid)
 {
     return proc_status(pid, "VmRSS");
+}
+
+dt_daemon dt_one;
+
+int dt_one_setup(void **state)
+{
+    if (it_srv_setup(state) != 0)
+        return -1;
+    dt_start(&dt_one, it_srv.url, NULL);
+    return 0;
+}
+
+int dt_one_teardown(void **state)
+{
+    assert_int_equal(dt_stop(&dt_one), 0);
+    return it_srv_teardown(state);
 }

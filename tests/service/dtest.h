@@ -36,6 +36,12 @@ void dt_next_nofile(long n);
 /* SIGTERM, then wait up to 10 s (times the slack) for it to exit; returns its wait
  * status. Safe on a daemon already stopped (returns 0). */
 int dt_stop(dt_daemon *d);
+
+/* One dlockd in front of the integration tests' server (it_srv), for a test file's
+ * group: dt_one_setup starts both, dt_one_teardown stops them (dlockd must exit 0). */
+extern dt_daemon dt_one;
+int dt_one_setup(void **state);
+int dt_one_teardown(void **state);
 /* SIGKILL and reap. */
 void dt_kill(dt_daemon *d);
 

@@ -26,25 +26,10 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-static dt_daemon d;
-
-static int setup(void **state)
-{
-    it_srv_setup(state);
-    dt_start(&d, it_srv.url, NULL);
-    return 0;
-}
-
-static int teardown(void **state)
-{
-    assert_int_equal(dt_stop(&d), 0);
-    return it_srv_teardown(state);
-}
-
 /* dlockd is still there and answering. */
 static void expect_serving(void)
 {
-    redisContext *c = dt_connect(&d);
+    redisContext *c = dt_connect(&dt_one);
     dt_expect_status(dt_cmd(c, "PING"), "PONG");
     redisFree(c);
 }
@@ -52,7 +37,7 @@ static void expect_serving(void)
 static void test_compat(void **state)
 {
     (void)state;
-    redisContext *c = dt_connect(&d);
+    redisContext *c = dt_connect(&dt_one);
     dt_expect_status(dt_cmd(c, "PING"), "PONG");
     dt_expect_status(dt_cmd(c, "ping"), "PONG");
     redisReply *r = dt_cmd(c, "PING %s", "hello");
@@ -126,7 +111,7 @@ static void test_compat(void **state)
     redisFree(c);
 
     /* Inline commands, as from telnet. */
-    int fd = dt_raw(&d);
+    int fd = dt_raw(&dt_one);
     const char inl[] = "PING\r\n  ECHO   two\nQUIT\r\n";
     dt_raw_write(fd, inl, sizeof inl - 1);
     char buf[256];
@@ -141,7 +126,7 @@ static void test_compat(void **state)
  * daemon serves the others as before. */
 static void expect_protocol_error(const void *req, size_t n, const char *what)
 {
-    int fd = dt_raw(&d);
+    int fd = dt_raw(&dt_one);
     dt_raw_write(fd, req, n);
     char buf[512];
     bool closed;
@@ -224,7 +209,7 @@ static void test_pipeline(void **state)
         int k = snprintf(num, sizeof num, "%d", i);
         len += (size_t)snprintf(req + len, cap - len, "*2\r\n$4\r\nECHO\r\n$%d\r\n%s\r\n", k, num);
     }
-    int fd = dt_raw(&d);
+    int fd = dt_raw(&dt_one);
     fcntl(fd, F_SETFL, O_NONBLOCK);
     redisReader *rd = redisReaderCreate();
     assert_non_null(rd);
@@ -269,9 +254,9 @@ static void test_pipeline(void **state)
 static void test_client_never_reads(void **state)
 {
     (void)state;
-    long long rss0 = dt_rss_kib(d.pid);
+    long long rss0 = dt_rss_kib(dt_one.pid);
     assert_true(rss0 > 0);
-    int fd = dt_raw(&d);
+    int fd = dt_raw(&dt_one);
     int small = 64 * 1024;
     setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &small, sizeof small);
     fcntl(fd, F_SETFL, O_NONBLOCK);
@@ -294,7 +279,7 @@ static void test_client_never_reads(void **state)
             dh_sleep_ms(10);
         }
     }
-    long long rss1 = dt_rss_kib(d.pid);
+    long long rss1 = dt_rss_kib(dt_one.pid);
     print_message("FIG dlockd_unread_client_sent_kib %zu KiB\n", sent / 1024);
     print_message("FIG dlockd_unread_client_rss_growth_kib %lld KiB\n", rss1 - rss0);
     /* It stopped taking requests well before 200 MB ... */
@@ -402,7 +387,8 @@ static void test_unixsocket(void **state)
     (void)state;
     char path[256];
     const char *tmp = getenv("DLOCK_TEST_TMP");
-    snprintf(path, sizeof path, "%s/dlockd-%d.sock", tmp != NULL ? tmp : "/tmp", (int)getpid());
+    snprintf(path, sizeof path, "%s/dlockd-%dt_one.sock", tmp != NULL ? tmp : "/tmp",
+             (int)getpid());
     dt_daemon u;
     dt_start(&u, it_srv.url, "--unixsocket", path, NULL);
     redisContext *c = redisConnectUnix(path);
@@ -462,7 +448,7 @@ static void test_auth(void **state)
     assert_int_equal(dh_run(argv, NULL, NULL, 0, err, sizeof err), 64);
     assert_non_null(strstr(err, "--requirepass-file"));
     /* Without a password set, AUTH is an error, not a silent success. */
-    c = dt_connect(&d);
+    c = dt_connect(&dt_one);
     dt_expect_error(dt_cmd(c, "AUTH %s", "x"), "ERR");
     redisFree(c);
 }
@@ -538,5 +524,5 @@ int main(void)
         cmocka_unit_test(test_unixsocket), cmocka_unit_test(test_auth),
         cmocka_unit_test(test_usage),
     };
-    return cmocka_run_group_tests(tests, setup, teardown);
+    return cmocka_run_group_tests(tests, dt_one_setup, dt_one_teardown);
 }

@@ -21,21 +21,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-static dt_daemon d;
-
-static int setup(void **state)
-{
-    it_srv_setup(state);
-    dt_start(&d, it_srv.url, NULL);
-    return 0;
-}
-
-static int teardown(void **state)
-{
-    assert_int_equal(dt_stop(&d), 0);
-    return it_srv_teardown(state);
-}
-
 static void test_ioredis(void **state)
 {
     (void)state;
@@ -56,7 +41,7 @@ static void test_ioredis(void **state)
                  "there)\n%s",
                  dir, err);
     char port[16];
-    snprintf(port, sizeof port, "%d", d.port);
+    snprintf(port, sizeof port, "%d", dt_one.port);
     const char *argv[] = {node, script, port, NULL};
     int st = dh_run(argv, NULL, out, sizeof out, err, sizeof err);
     fputs(out, stdout); /* its FIG lines */
@@ -64,7 +49,7 @@ static void test_ioredis(void **state)
         fail_msg("ioredis_test.js exited %d\nstdout:\n%s\nstderr:\n%s", st, out, err);
     assert_non_null(strstr(out, "ioredis: all checks passed"));
     /* Both connections are gone: nothing of theirs is left in dlockd. */
-    redisContext *c = dt_connect(&d);
+    redisContext *c = dt_connect(&dt_one);
     int64_t deadline = dh_now_ms() + 5000 * dh_slack();
     while (dt_info(c, "connected_clients") != 1 || dt_info(c, "session_locks") != 0) {
         if (dh_now_ms() > deadline)
@@ -80,5 +65,5 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_ioredis),
     };
-    return cmocka_run_group_tests(tests, setup, teardown);
+    return cmocka_run_group_tests(tests, dt_one_setup, dt_one_teardown);
 }

@@ -23,21 +23,6 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-static dt_daemon d;
-
-static int setup(void **state)
-{
-    it_srv_setup(state);
-    dt_start(&d, it_srv.url, NULL);
-    return 0;
-}
-
-static int teardown(void **state)
-{
-    assert_int_equal(dt_stop(&d), 0);
-    return it_srv_teardown(state);
-}
-
 /* Wait until the lock key of name is gone from it_srv, within bound_ms; the time it
  * took, or fail. */
 static int64_t wait_key_gone(const char *name, int64_t bound_ms)
@@ -56,7 +41,7 @@ static int64_t wait_key_gone(const char *name, int64_t bound_ms)
 static void test_lock_unlock(void **state)
 {
     (void)state;
-    redisContext *a = dt_connect(&d), *b = dt_connect(&d);
+    redisContext *a = dt_connect(&dt_one), *b = dt_connect(&dt_one);
     dt_lock l1;
     dt_expect_lock(dt_cmd(a, "LOCK basic"), &l1);
     assert_true(l1.validity_ms <= 30000);
@@ -106,7 +91,7 @@ static void test_lock_unlock(void **state)
 static void test_extend_and_lockinfo(void **state)
 {
     (void)state;
-    redisContext *a = dt_connect(&d);
+    redisContext *a = dt_connect(&dt_one);
     redisReply *r = dt_cmd(a, "LOCKINFO info-name");
     assert_int_equal(r->type, REDIS_REPLY_ARRAY);
     assert_int_equal(r->elements, 8);
@@ -145,7 +130,7 @@ static void test_extend_and_lockinfo(void **state)
     dt_expect_int(dt_cmd(a, "UNLOCK info-session %s", l.token), 1);
 
     /* Shared holders are counted. */
-    redisContext *b = dt_connect(&d);
+    redisContext *b = dt_connect(&dt_one);
     dt_lock s1, s2;
     dt_expect_lock(dt_cmd(a, "LOCK info-shared SHARED"), &s1);
     dt_expect_lock(dt_cmd(b, "LOCK info-shared SHARED"), &s2);
@@ -157,7 +142,7 @@ static void test_extend_and_lockinfo(void **state)
     assert_int_equal(r->element[9]->integer, 2);
     freeReplyObject(r);
     /* An exclusive LOCK from a third connection is refused while they hold it. */
-    redisContext *c = dt_connect(&d);
+    redisContext *c = dt_connect(&dt_one);
     dt_expect_nil(dt_cmd(c, "LOCK info-shared"));
     redisFree(c);
     redisFree(b);
@@ -168,7 +153,7 @@ static void test_extend_and_lockinfo(void **state)
 static void test_session_and_detached(void **state)
 {
     (void)state;
-    redisContext *a = dt_connect(&d), *b = dt_connect(&d);
+    redisContext *a = dt_connect(&dt_one), *b = dt_connect(&dt_one);
     dt_lock l, dl;
     dt_expect_lock(dt_cmd(a, "LOCK sess"), &l);
     dt_expect_lock(dt_cmd(a, "LOCK det DETACHED TTL 30000"), &dl);
@@ -196,7 +181,7 @@ static void test_session_and_detached(void **state)
 static void test_renewal(void **state)
 {
     (void)state;
-    redisContext *a = dt_connect(&d);
+    redisContext *a = dt_connect(&dt_one);
     dt_lock l;
     dt_expect_lock(dt_cmd(a, "LOCK renewed TTL 300"), &l);
     dh_sleep_ms(1500);
@@ -216,7 +201,7 @@ static void test_renewal(void **state)
 static void test_wait(void **state)
 {
     (void)state;
-    redisContext *a = dt_connect(&d), *b = dt_connect(&d);
+    redisContext *a = dt_connect(&dt_one), *b = dt_connect(&dt_one);
     dt_lock l, l2;
     dt_expect_lock(dt_cmd(a, "LOCK w"), &l);
     int64_t t0 = dh_now_ms();
@@ -255,7 +240,7 @@ static void test_wait(void **state)
 static void test_waiter_leaves(void **state)
 {
     (void)state;
-    redisContext *a = dt_connect(&d), *b = dt_connect(&d), *c = dt_connect(&d);
+    redisContext *a = dt_connect(&dt_one), *b = dt_connect(&dt_one), *c = dt_connect(&dt_one);
     dt_lock l, l3;
     dt_expect_lock(dt_cmd(a, "LOCK q FAIR"), &l);
     dt_send(b, "LOCK q WAIT 30000 FAIR");
@@ -285,21 +270,21 @@ static void test_many_waiters(void **state)
 {
     (void)state;
     enum { NAMES = 10, WAITERS = 300 };
-    redisContext *holder = dt_connect(&d);
+    redisContext *holder = dt_connect(&dt_one);
     dt_lock held[NAMES];
     for (int i = 0; i < NAMES; i++)
         dt_expect_lock(dt_cmd(holder, "LOCK many-%d", i), &held[i]);
     static redisContext *w[WAITERS];
     static bool served[WAITERS];
     for (int i = 0; i < WAITERS; i++) {
-        w[i] = dt_connect(&d);
+        w[i] = dt_connect(&dt_one);
         served[i] = false;
         dt_send(w[i], "LOCK many-%d WAIT 60000", i % NAMES);
     }
     int64_t deadline = dh_now_ms() + 20000 * dh_slack();
     while (dt_info(holder, "blocked_clients") != WAITERS)
         assert_true(dh_now_ms() < deadline);
-    long long threads = dt_threads(d.pid);
+    long long threads = dt_threads(dt_one.pid);
     print_message("FIG dlockd_threads_with_%d_waiters %lld threads\n", WAITERS, threads);
     assert_true(threads > 0 && threads <= 16);
     int64_t t0 = dh_now_ms();
@@ -363,11 +348,11 @@ static void test_disconnect_mid_command(void **state)
     assert_int_equal(dt_stop(&slow), 0);
     fr_stop(r);
 
-    int fd = dt_raw(&d);
+    int fd = dt_raw(&dt_one);
     static const char half[] = "*3\r\n$4\r\nLOCK\r\n$4\r\nhalf\r\n$";
     dt_raw_write(fd, half, sizeof half - 1);
     close(fd);
-    redisContext *b = dt_connect(&d);
+    redisContext *b = dt_connect(&dt_one);
     dt_lock l;
     dt_expect_lock(dt_cmd(b, "LOCK half"), &l);
     dt_expect_int(dt_cmd(b, "UNLOCK half %s", l.token), 1);
@@ -380,7 +365,7 @@ static void test_two_daemons(void **state)
     (void)state;
     dt_daemon d2;
     dt_start(&d2, it_srv.url, NULL);
-    redisContext *a = dt_connect(&d), *b = dt_connect(&d2);
+    redisContext *a = dt_connect(&dt_one), *b = dt_connect(&d2);
     dt_lock l;
     dt_expect_lock(dt_cmd(a, "LOCK shared-name"), &l);
     dt_expect_nil(dt_cmd(b, "LOCK shared-name"));
@@ -496,5 +481,5 @@ int main(void)
         cmocka_unit_test(test_server_down),
         cmocka_unit_test(test_signals),
     };
-    return cmocka_run_group_tests(tests, setup, teardown);
+    return cmocka_run_group_tests(tests, dt_one_setup, dt_one_teardown);
 }

@@ -24,21 +24,6 @@
 #include <string.h>
 #include <unistd.h>
 
-static dt_daemon d;
-
-static int setup(void **state)
-{
-    it_srv_setup(state);
-    dt_start(&d, it_srv.url, NULL);
-    return 0;
-}
-
-static int teardown(void **state)
-{
-    assert_int_equal(dt_stop(&d), 0);
-    return it_srv_teardown(state);
-}
-
 /* Until the daemon's INFO field reaches want, within 5 s times the slack. */
 static void wait_info(redisContext *c, const char *field, long want)
 {
@@ -120,7 +105,7 @@ static void test_sem_peak(void **state)
     atomic_store(&sem_peak, 0);
     for (int i = 0; i < SEM_WORKERS; i++) {
         memset(&w[i], 0, sizeof w[i]);
-        w[i].c = dt_connect(&d);
+        w[i].c = dt_connect(&dt_one);
     }
     int64_t t0 = dh_now_ms();
     for (int i = 0; i < SEM_WORKERS; i++)
@@ -146,7 +131,7 @@ static void test_sem_peak(void **state)
 static void test_sem_session_close(void **state)
 {
     (void)state;
-    redisContext *a = dt_connect(&d), *b = dt_connect(&d), *c = dt_connect(&d);
+    redisContext *a = dt_connect(&dt_one), *b = dt_connect(&dt_one), *c = dt_connect(&dt_one);
     dt_lock pa, pb, pc;
     dt_expect_lock(dt_cmd(a, "SEM ACQUIRE prims-close 2"), &pa);
     dt_expect_lock(dt_cmd(b, "SEM ACQUIRE prims-close 2 TTL 5000 LABEL b"), &pb);
@@ -179,7 +164,7 @@ static void test_sem_session_close(void **state)
 static void test_sem_detached_unlock_extend(void **state)
 {
     (void)state;
-    redisContext *a = dt_connect(&d), *b = dt_connect(&d);
+    redisContext *a = dt_connect(&dt_one), *b = dt_connect(&dt_one);
     dt_lock p, q;
     dt_expect_lock(dt_cmd(a, "SEM ACQUIRE prims-det 1 DETACHED TTL 30000"), &p);
     assert_int_equal(dt_info(a, "session_permits"), 0);
@@ -211,7 +196,7 @@ static void test_sem_detached_unlock_extend(void **state)
 static void test_sem_two_on_one(void **state)
 {
     (void)state;
-    redisContext *a = dt_connect(&d);
+    redisContext *a = dt_connect(&dt_one);
     dt_lock p1, p2;
     dt_expect_lock(dt_cmd(a, "SEM ACQUIRE prims-two 3"), &p1);
     dt_expect_lock(dt_cmd(a, "SEM ACQUIRE prims-two 3"), &p2);
@@ -234,7 +219,7 @@ static void test_sem_two_on_one(void **state)
 static void test_sem_refusals(void **state)
 {
     (void)state;
-    redisContext *a = dt_connect(&d), *b = dt_connect(&d);
+    redisContext *a = dt_connect(&dt_one), *b = dt_connect(&dt_one);
     dt_lock p1, p2, l, p3;
     int64_t t0 = dh_now_ms();
     dt_expect_lock(dt_cmd(a, "SEM ACQUIRE prims-self 2"), &p1);
@@ -349,7 +334,7 @@ static void expect_id(redisReply *r, char id[33])
 static void test_stock_set_add_status(void **state)
 {
     (void)state;
-    redisContext *a = dt_connect(&d);
+    redisContext *a = dt_connect(&dt_one);
     stock s = expect_stock(dt_cmd(a, "STOCK STATUS prims-never"));
     expect_counts(s, 0, 0, 0, 0);
     assert_true(s.reservations == 0 && s.waiters == 0);
@@ -373,7 +358,7 @@ static void test_stock_set_add_status(void **state)
 static void test_stock_reserve_commit_cancel_extend(void **state)
 {
     (void)state;
-    redisContext *a = dt_connect(&d), *b = dt_connect(&d);
+    redisContext *a = dt_connect(&dt_one), *b = dt_connect(&dt_one);
     expect_stock(dt_cmd(a, "STOCK SET prims-rc 10"));
     char id1[33], id2[33], id3[33];
     expect_id(dt_cmd(a, "STOCK RESERVE prims-rc 3"), id1);
@@ -428,7 +413,7 @@ static void test_stock_reserve_commit_cancel_extend(void **state)
 static void test_stock_wait_woken_by_cancel(void **state)
 {
     (void)state;
-    redisContext *a = dt_connect(&d), *b = dt_connect(&d);
+    redisContext *a = dt_connect(&dt_one), *b = dt_connect(&dt_one);
     expect_stock(dt_cmd(a, "STOCK SET prims-wake 2"));
     char id[33], id2[33];
     expect_id(dt_cmd(a, "STOCK RESERVE prims-wake 2"), id);
@@ -458,7 +443,7 @@ static void test_stock_wait_woken_by_cancel(void **state)
 static void test_stock_waiter_closes(void **state)
 {
     (void)state;
-    redisContext *a = dt_connect(&d), *b = dt_connect(&d), *c = dt_connect(&d);
+    redisContext *a = dt_connect(&dt_one), *b = dt_connect(&dt_one), *c = dt_connect(&dt_one);
     expect_stock(dt_cmd(a, "STOCK SET prims-gone 1"));
     char id[33], id2[33];
     expect_id(dt_cmd(a, "STOCK RESERVE prims-gone 1"), id);
@@ -491,7 +476,7 @@ static void test_stock_granted_after_close(void **state)
     assert_non_null(r);
     dt_daemon slow;
     dt_start(&slow, fr_url(r), "--timeout", "5000", NULL);
-    redisContext *a = dt_connect(&slow), *c = dt_connect(&d);
+    redisContext *a = dt_connect(&slow), *c = dt_connect(&dt_one);
     expect_stock(dt_cmd(a, "STOCK SET prims-late 5"));
     fr_delay(r, 0, 300); /* replies from the server come 300 ms late */
     dt_send(a, "STOCK RESERVE prims-late 2 TTL 60000");
@@ -568,14 +553,14 @@ static void *buy(void *arg)
 static void test_stock_never_oversold(void **state)
 {
     (void)state;
-    redisContext *a = dt_connect(&d);
+    redisContext *a = dt_connect(&dt_one);
     expect_counts(expect_stock(dt_cmd(a, "STOCK SET prims-sale %d", RESTOCK)), RESTOCK, RESTOCK, 0,
                   0);
     long long waits = dt_info(a, "stock_waits");
     static buyer b[BUYERS];
     for (int i = 0; i < BUYERS; i++) {
         memset(&b[i], 0, sizeof b[i]);
-        b[i].c = dt_connect(&d);
+        b[i].c = dt_connect(&dt_one);
     }
     int64_t t0 = dh_now_ms();
     for (int i = 0; i < BUYERS; i++)
@@ -651,7 +636,7 @@ static void test_server_down(void **state)
 static void test_bad_input(void **state)
 {
     (void)state;
-    redisContext *a = dt_connect(&d);
+    redisContext *a = dt_connect(&dt_one);
     expect_stock(dt_cmd(a, "STOCK SET prims-bad 5"));
     char id[33];
     expect_id(dt_cmd(a, "STOCK RESERVE prims-bad 1"), id);
@@ -781,7 +766,7 @@ static void test_redis_py(void **state)
     if (access("/usr/bin/python3", X_OK) != 0)
         fail_msg("/usr/bin/python3 is missing: apt-get install python3 python3-redis");
     char port[16], out[4096], err[4096];
-    snprintf(port, sizeof port, "%d", d.port);
+    snprintf(port, sizeof port, "%d", dt_one.port);
     const char *argv[] = {"/usr/bin/python3", "-c", py, port, NULL};
     int st = dh_run(argv, NULL, out, sizeof out, err, sizeof err);
     if (st != 0)
@@ -810,5 +795,5 @@ int main(void)
         cmocka_unit_test(test_bad_input),
         cmocka_unit_test(test_redis_py),
     };
-    return cmocka_run_group_tests(tests, setup, teardown);
+    return cmocka_run_group_tests(tests, dt_one_setup, dt_one_teardown);
 }
