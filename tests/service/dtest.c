@@ -413,3 +413,20 @@ int dt_one_teardown(void **state)
     assert_int_equal(dt_stop(&dt_one), 0);
     return it_srv_teardown(state);
 }
+
+void dt_run_ok(dt_run *r, const char *const argv[])
+{
+    r->status = dh_run(argv, NULL, r->out, sizeof r->out, r->err, sizeof r->err);
+    if (r->status != 0)
+        fail_msg("%s exited %d\nstdout:\n%s\nstderr:\n%s", argv[0], r->status, r->out, r->err);
+}
+
+const char *dt_client_script(const char *name)
+{
+    static char path[1024];
+    const char *dir = getenv("DLOCKD_CLIENTS");
+    if (dir == NULL)
+        fail_msg("$DLOCKD_CLIENTS is not set; run through CTest");
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    return path;
+}

@@ -37,6 +37,19 @@ void dt_next_nofile(long n);
  * status. Safe on a daemon already stopped (returns 0). */
 int dt_stop(dt_daemon *d);
 
+/* One run of a client program to its end: its exit status and what it printed. */
+typedef struct dt_run {
+    int status;
+    char out[16384];
+    char err[8192];
+} dt_run;
+/* Run argv (dh_run's form, this environment) to its end; fail the test unless it
+ * exits 0, showing what it printed. */
+void dt_run_ok(dt_run *r, const char *const argv[]);
+/* The client script NAME in $DLOCKD_CLIENTS (tests/service/clients, as CTest sets it);
+ * fails the test when the variable is unset. Static storage, rewritten by each call. */
+const char *dt_client_script(const char *name);
+
 /* One dlockd in front of the integration tests' server (it_srv), for a test file's
  * group: dt_one_setup starts both, dt_one_teardown stops them (dlockd must exit 0). */
 extern dt_daemon dt_one;

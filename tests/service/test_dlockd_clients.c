@@ -37,17 +37,9 @@ static int teardown(void **state)
     return it_srv_teardown(state);
 }
 
-typedef struct run {
-    int status;
-    char out[16384];
-    char err[8192];
-} run;
-
-static void run_argv(run *r, const char *const argv[])
+static void run_argv(dt_run *r, const char *const argv[])
 {
-    r->status = dh_run(argv, NULL, r->out, sizeof r->out, r->err, sizeof r->err);
-    if (r->status != 0)
-        fail_msg("%s exited %d\nstdout:\n%s\nstderr:\n%s", argv[0], r->status, r->out, r->err);
+    dt_run_ok(r, argv);
     /* Their FIG lines go to the test's output. */
     fputs(r->out, stdout);
 }
@@ -59,16 +51,6 @@ static void need_exe(const char *path, const char *package)
                  package);
 }
 
-static const char *script(const char *name)
-{
-    static char path[1024];
-    const char *dir = getenv("DLOCKD_CLIENTS");
-    if (dir == NULL)
-        fail_msg("$DLOCKD_CLIENTS is not set; run through CTest");
-    snprintf(path, sizeof path, "%s/%s", dir, name);
-    return path;
-}
-
 /* redis-cli LOCK/UNLOCK/PING/INFO, one invocation each, as a shell script would. */
 static void test_redis_cli(void **state)
 {
@@ -76,7 +58,7 @@ static void test_redis_cli(void **state)
     char cli[512];
     if (dh_find_exe("redis-cli", NULL, cli, sizeof cli) != 0)
         fail_msg("redis-cli is missing: apt-get install redis-tools");
-    run r;
+    dt_run r;
     const char *ping[] = {cli, "-p", port, "PING", NULL};
     run_argv(&r, ping);
     assert_string_equal(r.out, "PONG\n");
@@ -119,13 +101,13 @@ static void test_redis_py(void **state)
 {
     (void)state;
     need_exe("/usr/bin/python3", "python3");
-    run r;
+    dt_run r;
     const char *check[] = {"/usr/bin/python3", "-c", "import redis", NULL};
     r.status = dh_run(check, NULL, r.out, sizeof r.out, r.err, sizeof r.err);
     if (r.status != 0)
         fail_msg("redis-py is missing for /usr/bin/python3 (apt-get install python3-redis): %s",
                  r.err);
-    const char *argv[] = {"/usr/bin/python3", script("redis_py.py"), port, NULL};
+    const char *argv[] = {"/usr/bin/python3", dt_client_script("redis_py.py"), port, NULL};
     run_argv(&r, argv);
     assert_non_null(strstr(r.out, "redis-py: all checks passed"));
 }
@@ -134,12 +116,12 @@ static void test_phpredis(void **state)
 {
     (void)state;
     need_exe("/usr/bin/php", "php-cli");
-    run r;
+    dt_run r;
     const char *check[] = {"/usr/bin/php", "-r", "exit(class_exists('Redis') ? 0 : 1);", NULL};
     r.status = dh_run(check, NULL, r.out, sizeof r.out, r.err, sizeof r.err);
     if (r.status != 0)
         fail_msg("phpredis is missing (apt-get install php-redis)");
-    const char *argv[] = {"/usr/bin/php", script("phpredis.php"), port, NULL};
+    const char *argv[] = {"/usr/bin/php", dt_client_script("phpredis.php"), port, NULL};
     run_argv(&r, argv);
     assert_non_null(strstr(r.out, "phpredis: all checks passed"));
 }

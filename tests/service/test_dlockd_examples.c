@@ -125,14 +125,8 @@ static const char **example_argv(const lang *l, const char *script, va_list ap)
     return argv;
 }
 
-typedef struct run {
-    int status;
-    char out[16384];
-    char err[8192];
-} run;
-
 /* Run an example to its end. */
-static void run_example(run *r, const lang *l, const char *script, ...)
+static void run_example(dt_run *r, const lang *l, const char *script, ...)
 {
     va_list ap;
     va_start(ap, script);
@@ -219,7 +213,7 @@ static long long result_field(const char *out, const char *key)
 /* Put the stock on the shelf under item. */
 static void stock(const lang *l, const char *item)
 {
-    run r;
+    dt_run r;
     char n[16];
     snprintf(n, sizeof n, "%d", STOCK);
     run_example(&r, l, l->flash_sale, "--item", item, "stock", n, NULL);
@@ -240,7 +234,7 @@ static void wait_buyers(bg *b, int n)
 
 /* The sale's own report: every check passed, exactly STOCK sold, and every buyer came to
  * the end (each ends with one section that finds the stock gone). */
-static void expect_report(run *r, const lang *l, const char *item, const char *killed_at,
+static void expect_report(dt_run *r, const lang *l, const char *item, const char *killed_at,
                           int buyers_done)
 {
     if (killed_at != NULL)
@@ -272,7 +266,7 @@ static void test_flash_sale(void **state)
         start_example(&b[i], l, l->flash_sale, "--item", item, "buy", NULL);
     wait_buyers(b, BUYERS);
     printf("FIG dlockd_%s_flash_sale_ms %lld ms\n", l->name, (long long)(dh_now_ms() - t0));
-    run r;
+    dt_run r;
     expect_report(&r, l, item, NULL, BUYERS);
 }
 
@@ -300,7 +294,7 @@ static void test_flash_sale_killed_holder(void **state)
         dh_sleep_ms(5);
     }
     /* Nothing was sold while it held the lock. */
-    run r;
+    dt_run r;
     run_example(&r, l, l->flash_sale, "--item", item, "report", NULL);
     assert_int_equal(result_field(r.out, "sold"), 0);
     /* The wall clock, which the example's microtime()/time_ns() also read. */
@@ -395,7 +389,7 @@ static void test_cron_job(void **state)
     start_example(&a, l, l->cron_job, "--steps", "100", "--step-ms", "100", job, NULL);
     bg_expect(&a, "step 1 done");
     redisContext *c = dt_connect(&d);
-    run r;
+    dt_run r;
     run_example(&r, l, l->cron_job, "--steps", "1", "--step-ms", "0", job, NULL);
     assert_int_equal(r.status, 0);
     assert_string_equal(r.out, ""); /* still held by the run in progress */

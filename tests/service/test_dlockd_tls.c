@@ -62,29 +62,6 @@ static int teardown(void **state)
 
 /* ---- the Redis clients ------------------------------------------------------------- */
 
-typedef struct run {
-    int status;
-    char out[8192];
-    char err[8192];
-} run;
-
-static void run_ok(run *r, const char *const argv[])
-{
-    r->status = dh_run(argv, NULL, r->out, sizeof r->out, r->err, sizeof r->err);
-    if (r->status != 0)
-        fail_msg("%s exited %d\nstdout:\n%s\nstderr:\n%s", argv[0], r->status, r->out, r->err);
-}
-
-static const char *script(const char *name)
-{
-    static char path[1024];
-    const char *dir = getenv("DLOCKD_CLIENTS");
-    if (dir == NULL)
-        fail_msg("$DLOCKD_CLIENTS is not set; run through CTest");
-    snprintf(path, sizeof path, "%s/%s", dir, name);
-    return path;
-}
-
 static void test_redis_cli(void **state)
 {
     (void)state;
@@ -92,13 +69,13 @@ static void test_redis_cli(void **state)
     if (dh_find_exe("redis-cli", NULL, cli, sizeof cli) != 0)
         fail_msg("redis-cli is missing: apt-get install redis-tools");
     const char *ca = cert("ca", "crt");
-    run r;
+    dt_run r;
     const char *ping[] = {cli, "--tls", "--cacert", ca, "-p", tls_port, "PING", NULL};
-    run_ok(&r, ping);
+    dt_run_ok(&r, ping);
     assert_string_equal(r.out, "PONG\n");
     const char *lock[] = {cli,    "--tls",   "--cacert", ca,      "-p",       tls_port,
                           "LOCK", "tls:cli", "TTL",      "10000", "DETACHED", NULL};
-    run_ok(&r, lock);
+    dt_run_ok(&r, lock);
     char token[64];
     long long fence, validity;
     if (sscanf(r.out, "%63s %lld %lld", token, &fence, &validity) != 3 || strlen(token) != 32)
@@ -106,7 +83,7 @@ static void test_redis_cli(void **state)
     it_expect_holder(&it_srv, "tls:cli", token);
     const char *unlock[] = {cli,      "--tls",  "--cacert", ca,    "-p",
                             tls_port, "UNLOCK", "tls:cli",  token, NULL};
-    run_ok(&r, unlock);
+    dt_run_ok(&r, unlock);
     assert_string_equal(r.out, "1\n");
     /* Without --tls, redis-cli's plain RESP on the TLS port: closed, nothing answered. */
     const char *plain[] = {cli, "-p", tls_port, "PING", NULL};
@@ -118,10 +95,10 @@ static void test_redis_cli(void **state)
 static void test_redis_py(void **state)
 {
     (void)state;
-    const char *argv[] = {"/usr/bin/python3", script("redis_py_tls.py"), tls_port,
+    const char *argv[] = {"/usr/bin/python3", dt_client_script("redis_py_tls.py"), tls_port,
                           cert("ca", "crt"), NULL};
-    run r;
-    run_ok(&r, argv);
+    dt_run r;
+    dt_run_ok(&r, argv);
     assert_non_null(strstr(r.out, "redis-py tls: all checks passed"));
 }
 
@@ -130,10 +107,14 @@ static void test_phpredis(void **state)
     (void)state;
     if (access("/usr/bin/php", X_OK) != 0)
         fail_msg("/usr/bin/php is missing: apt-get install php-cli php-redis");
-    const char *argv[] = {"/usr/bin/php",    script("phpredis_tls.php"), tls_port,
-                          cert("ca", "crt"), cert("evil", "crt"),        NULL};
-    run r;
-    run_ok(&r, argv);
+    const char *argv[] = {"/usr/bin/php",
+                          dt_client_script("phpredis_tls.php"),
+                          tls_port,
+                          cert("ca", "crt"),
+                          cert("evil", "crt"),
+                          NULL};
+    dt_run r;
+    dt_run_ok(&r, argv);
     assert_non_null(strstr(r.out, "phpredis tls: all checks passed"));
 }
 
