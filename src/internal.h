@@ -37,8 +37,10 @@
  *               wait.c      the client's wake-up channel: its subscriber thread, waiters,
  *                           backoff, leaving the queue
  *               watchdog.c  automatic renewal and lost-lock notification
- *               stock.c     counted stock per SKU with leased reservations, on node 0
- *                           (its scripts in stock_scripts.c)
+ *               stock.c     counted stock per SKU with leased reservations, on node 0:
+ *                           set, add, status, commit, cancel, extend (stock.h: what its
+ *                           files share; its scripts in stock_scripts.c)
+ *               stock_reserve.c  the reserve, and its wait for units, in steps
  *               probe.c     what each server says of itself (INFO, CONFIG, TIME), for
  *                           dlock doctor
  *   client      client.c    dlock_client: config, the node list, the connection pool
