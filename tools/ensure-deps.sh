@@ -21,6 +21,8 @@ pkgs+=(libuv1-dev python3-redis php-cli php-redis)
 # builds its network with ip(8) and iptables-restore(8); a fresh Debian 12 has neither
 # for certain, and the test fails (never skips) without them.
 pkgs+=(iproute2 iptables)
+# `make model`: Spin searches the Promela model of fences (model/fencing.pml).
+pkgs+=(spin)
 # Node for the ioredis client test. A machine with node and npm (Debian's, or another
 # build on PATH) keeps them: Debian's npm would not install beside another nodejs.
 if ! command -v node >/dev/null || ! command -v npm >/dev/null; then
