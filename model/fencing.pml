@@ -7,8 +7,9 @@
  *     fence counter. A grant (ACQUIRE on a free key) sets the key with a lease of LEASE
  *     ticks and runs next_fence: counter = max(counter + 1, TIME), TIME being the node's
  *     clock. A node restarts without persistence: it forgets its key and its counter and
- *     is down for RESTART ticks, answering nothing (requests and releases sent to it
- *     meanwhile are lost). At most RESTARTS restarts in a run, of any nodes.
+ *     is down, answering nothing (requests and releases sent to it meanwhile are lost),
+ *     from a moment in one tick until RESTART ticks after that tick began: more than
+ *     RESTART - 1 ticks. At most RESTARTS restarts in a run, of any nodes.
  *   - Clocks. Real time is `now`, advanced by the clock process; it only moves forward.
  *     Node i's clock is now + off[i], off[i] in 0..SKEW, fixed for the run (the clocks
  *     differ by up to SKEW ticks and run at the same rate). A restarted node comes back
@@ -56,8 +57,8 @@
  *     once, so elapsed is 0 and validity LEASE - SKEW. A release is one step too and
  *     reaches every node that is up: a release cut off half-way (the client dies
  *     between two nodes) is not modelled, except through the nodes that are down.
- *   - A restart happens at the end of a tick, counted from that tick: requests that
- *     reached the node after it went down are the lost ones above.
+ *   - A restart takes effect at the end of the tick it happens in: the requests that
+ *     reached the node after it went down, in that tick, are the lost ones above.
  *   - Restart-aware voting is off (DLOCK_RESTART_OFF, or a client that did not see the
  *     restart): every grant counts. Two holders at once are then possible after a
  *     restart (Redlock's hazard) and mutual exclusion is not asserted; fences must order
@@ -71,11 +72,11 @@
  *     are taken in increasing order with node 0's at 0.
  *
  * The default mode's assumptions, as bounds here: SKEW < LEASE (with the validity rule
- * above), and RESTART > SKEW: a node that restarts under a holder must come back with
- * its clock past the fences that holder's quorum handed out. With RESTART <= SKEW Spin
- * finds fences going back even with the floor (a node restarts quickly after granting
- * a holder whose fence came from a node with a faster clock; the next quorum's nodes
- * all have slower clocks).
+ * above), and RESTART > SKEW, so that a restart lasts longer than the clocks differ: a
+ * node that restarts under a holder must come back with its clock past the fences that
+ * holder's quorum handed out. With RESTART <= SKEW Spin finds fences going back even
+ * with the floor: a node restarts quickly after granting a holder whose fence came from
+ * a node with a faster clock, and the next quorum's nodes all have slower clocks.
  */
 
 #ifndef CLIENTS
