@@ -86,7 +86,7 @@
 #define ATTEMPTS 1
 #endif
 #ifndef LEASE
-#define LEASE 3
+#define LEASE 4
 #endif
 #ifndef SKEW
 #define SKEW 1
