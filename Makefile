@@ -7,7 +7,7 @@ JOBS     ?= $(shell nproc 2>/dev/null || echo 2)
 CMAKE_FLAGS ?=
 WERROR   ?= OFF
 
-.PHONY: all deps test test-asan test-tsan test-valgrind test-faults soak fuzz demo install format format-check clean
+.PHONY: all deps test test-asan test-tsan test-valgrind test-faults soak fuzz model demo install format format-check clean
 
 all: deps
 	@cmake -S . -B $(BUILD) -DDLOCK_WERROR=$(WERROR) -DCMAKE_INSTALL_PREFIX=$(PREFIX) $(CMAKE_FLAGS) >/dev/null
@@ -49,6 +49,12 @@ FUZZ_SECONDS ?= 60
 fuzz: deps
 	DLOCK_FUZZ_BUILD=build-fuzz WERROR=$(WERROR) tools/fuzz.sh $(FUZZ_SECONDS)
 
+# The Spin model of acquire, release and fences (model/fencing.pml, docs/testing.md):
+# an exhaustive search for small bounds that must find no error, and the same model
+# without the TIME floor, whose search must find fences going back. In build-model/.
+model: deps
+	@model/run.sh build-model
+
 # The quick tier under valgrind's memcheck (each test executable run by valgrind; a
 # memory error or a definite leak fails the test). Liveness bounds get slack 10.
 VALGRIND_CMD = valgrind;--error-exitcode=99;--leak-check=full;--errors-for-leak-kinds=definite;--show-leak-kinds=definite;--quiet
@@ -80,4 +86,4 @@ format-check:
 	clang-format --dry-run --Werror $$(git ls-files '*.c' '*.h')
 
 clean:
-	rm -rf build build-asan build-tsan build-valgrind build-fuzz
+	rm -rf build build-asan build-tsan build-valgrind build-fuzz build-model

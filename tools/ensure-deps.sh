@@ -24,6 +24,8 @@ pkgs+=(iproute2 iptables)
 # redis-servers on a clock of their own (the test support's dh_server_opts.clock):
 # libfaketime, preloaded into them.
 pkgs+=(libfaketime)
+# `make model`: Spin searches the Promela model of fences (model/fencing.pml).
+pkgs+=(spin)
 # Node for the ioredis client test. A machine with node and npm (Debian's, or another
 # build on PATH) keeps them: Debian's npm would not install beside another nodejs.
 if ! command -v node >/dev/null || ! command -v npm >/dev/null; then
