@@ -410,18 +410,21 @@ bool dlock__conn_stale(dlock__conn *c)
 {
     /* A connect or handshake left over from an earlier round goes on until its
      * deadline. */
-    if (c->state == DLOCK_CONN_CONNECTING || (c->state == DLOCK_CONN_READY && c->handshake > 0))
+    if (c->state == DLOCK_CONN_CONNECTING)
         return dlock__now_us() >= c->connect_deadline_us;
     if (c->state != DLOCK_CONN_READY)
         return false;
+    if (c->handshake > 0 && dlock__now_us() >= c->connect_deadline_us)
+        return true;
     /* An idle connection that the server closed (a restart, a timeout, CLIENT KILL)
      * shows as EOF or an error; unexpected bytes with no reply owed mean the stream is
      * out of step. Either way, reconnect now rather than fail the caller's command. */
     ssize_t r = peek(c);
-    if (r > 0 && c->skip > 0) {
-        /* The late replies of abandoned commands: take them now. A server that sent
-         * them and then closed (it restarted) shows its EOF only behind them, and a
-         * command sent on that connection would fail the caller's round. */
+    if (r > 0 && (c->skip > 0 || c->handshake > 0)) {
+        /* The late replies of abandoned commands, or of a handshake that an earlier
+         * round left going (decided without this node): take them now. A server that
+         * sent them and then closed (it restarted) shows its EOF only behind them, and
+         * a command sent on that connection would fail the caller's round. */
         char detail[160];
         redisReply *extra = NULL;
         if (dlock__conn_read(c, detail, sizeof detail) != DLOCK_OK ||

@@ -295,6 +295,42 @@ static void test_late_replies_then_restart(void **state)
     dlock_client_free(c);
 }
 
+/* A round decided without a node whose handshake was still going (its replies late)
+ * leaves that connection mid-handshake; its replies then arrive, and the server closes
+ * (it restarted). The next round must see that close behind the handshake's replies
+ * and reconnect, not hold its command behind a handshake that is over and fail on the
+ * EOF: here node 2 refuses writes, so the acquire needs node 0. */
+static void test_handshake_left_then_restart(void **state)
+{
+    (void)state;
+    /* Restart voting off: node 0's grant after its restart counts, as it would for a
+     * restart this client did not see; here the point is the connection. */
+    dlock_config cfg = {0};
+    cfg.timeout_ms = it_timeout_ms();
+    cfg.connect_timeout_ms = 1000 * dh_slack();
+    cfg.restart_voting = DLOCK_RESTART_OFF;
+    dlock_client *c = it_client_cfg(it_relayed_urls, &cfg);
+    fr_delay(it_relay[0], 0, 3 * it_timeout_ms());
+    dlock_opts o = {0};
+    o.ttl_ms = 10000;
+    dlock_lock *l = NULL;
+    /* Decided by nodes 1 and 2; node 0's handshake goes on. */
+    assert_int_equal(dlock_acquire(c, "hs-left", &o, &l), DLOCK_OK);
+    assert_int_equal(dlock_release(l), DLOCK_OK);
+    fr_delay(it_relay[0], 0, 0);
+    dh_sleep_ms(5 * it_timeout_ms()); /* its replies arrive, unread */
+    dh_server_kill(&it_relayed_srv[0]);
+    assert_int_equal(dh_server_restart(&it_relayed_srv[0]), 0);
+    dh_sleep_ms(100);
+    freeReplyObject(dh_cmd(&it_relayed_srv[2], "CONFIG SET min-replicas-to-write 1"));
+    int rc = dlock_acquire(c, "hs-after", &o, &l);
+    it_show("acquire after the restart, node 2 refusing", rc);
+    freeReplyObject(dh_cmd(&it_relayed_srv[2], "CONFIG SET min-replicas-to-write 0"));
+    assert_int_equal(rc, DLOCK_OK);
+    assert_int_equal(dlock_release(l), DLOCK_OK);
+    dlock_client_free(c);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -304,6 +340,7 @@ int main(void)
         cmocka_unit_test_setup(test_late_replies_leave_no_validity, clean),
         cmocka_unit_test_setup(test_validity_never_exceeds_the_servers_lease, clean),
         cmocka_unit_test_setup(test_late_replies_then_restart, clean),
+        cmocka_unit_test_setup(test_handshake_left_then_restart, clean),
     };
     int failed =
         cmocka_run_group_tests_name("inflight", tests, it_relayed_setup, it_relayed_teardown);
