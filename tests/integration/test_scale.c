@@ -4,7 +4,7 @@
  *
  * Asserted: every call succeeds; every name's lock key is gone after its release; the
  * fence counters, the one thing a used name leaves behind, expire after their
- * retention (2 s here), so that the server's key count and memory come back to where
+ * retention (20 s here), so that the server's key count and memory come back to where
  * they started; 2,000 clients each hold their own name at the same time, and the
  * server sees at least 2,000 connections. Figures: names/s, the server's memory before,
  * with the counters, and after they expired, and the clients' connect-and-hold time.
@@ -25,7 +25,7 @@
 
 #define NAMES        100000
 #define CLIENTS      2000
-#define RETENTION_MS 2000
+#define RETENTION_MS 20000 /* longer than the loop takes, even on a loaded machine */
 
 static long long server_memory(dh_server *s)
 {
@@ -73,9 +73,17 @@ static void hundred_thousand_names(void **state)
     }
     int64_t took = dh_now_ms() - t0;
     long long mem1 = server_memory(&it_srv), keys1 = server_keys(&it_srv);
-    /* Only the fence counters are left, one per name, until their retention ends. */
+    /* Only the fence counters are left, one per name, until their retention ends: all
+     * of them, when the loop took less than the retention (the first counter was
+     * written at its start). */
+    printf("FIG scale_counters_after_loop %lld count\n", keys1 - keys0);
     assert_true(keys1 - keys0 <= NAMES);
-    assert_true(keys1 - keys0 >= NAMES / 2); /* most are still there right after */
+    if (took < RETENTION_MS - 1000)
+        assert_int_equal(keys1 - keys0, NAMES);
+    else
+        printf("INFO the loop took %lld ms, past the %d ms retention: some counters expired "
+               "during it\n",
+               (long long)took, RETENTION_MS);
     int64_t deadline = dh_now_ms() + (RETENTION_MS + 10000) * dh_slack();
     long long keys2;
     while ((keys2 = server_keys(&it_srv)) > keys0 && dh_now_ms() < deadline)
