@@ -292,6 +292,20 @@ int dlock__conn_flush(dlock__conn *c, char *detail, size_t n)
     return DLOCK_OK;
 }
 
+int dlock__conn_feed(dlock__conn *c, const char *buf, size_t len, char *detail, size_t n)
+{
+    /* Refuse to buffer past the cap: a reply that large is not a lock reply. */
+    size_t buffered = c->reader->len - c->reader->pos;
+    if (buffered + len > DLOCK_REPLY_MAX_BYTES)
+        return dlock__node_detail(detail, n, DLOCK_ERR_PROTOCOL, c->node,
+                                  "reply larger than %d bytes refused", DLOCK_REPLY_MAX_BYTES);
+    if (redisReaderFeed(c->reader, buf, len) != REDIS_OK)
+        return dlock__node_detail(detail, n, DLOCK_ERR_NOMEM, c->node,
+                                  "out of memory reading a reply");
+    c->lagging = false; /* the server answers again */
+    return DLOCK_OK;
+}
+
 int dlock__conn_read(dlock__conn *c, char *detail, size_t n)
 {
     if (c->ssl != NULL)
@@ -315,15 +329,9 @@ int dlock__conn_read(dlock__conn *c, char *detail, size_t n)
         if (r == 0)
             return dlock__node_detail(detail, n, DLOCK_ERR_IO, c->node,
                                       "connection closed by the server%s", hint);
-        /* Refuse to buffer past the cap: a reply that large is not a lock reply. */
-        size_t buffered = c->reader->len - c->reader->pos;
-        if (buffered + (size_t)r > DLOCK_REPLY_MAX_BYTES)
-            return dlock__node_detail(detail, n, DLOCK_ERR_PROTOCOL, c->node,
-                                      "reply larger than %d bytes refused", DLOCK_REPLY_MAX_BYTES);
-        if (redisReaderFeed(c->reader, buf, (size_t)r) != REDIS_OK)
-            return dlock__node_detail(detail, n, DLOCK_ERR_NOMEM, c->node,
-                                      "out of memory reading a reply");
-        c->lagging = false; /* the server answers again */
+        int rc = dlock__conn_feed(c, buf, (size_t)r, detail, n);
+        if (rc != DLOCK_OK)
+            return rc;
         if ((size_t)r < sizeof buf)
             return DLOCK_OK;
     }

@@ -434,14 +434,9 @@ int dlock__tls_read(dlock__conn *c, char *detail, size_t n)
             return ssl_failure(c, r, e, "read", detail, n);
         }
         c->read_ev = POLLIN;
-        size_t buffered = c->reader->len - c->reader->pos;
-        if (buffered + (size_t)r > DLOCK_REPLY_MAX_BYTES)
-            return dlock__node_detail(detail, n, DLOCK_ERR_PROTOCOL, c->node,
-                                      "reply larger than %d bytes refused", DLOCK_REPLY_MAX_BYTES);
-        if (redisReaderFeed(c->reader, buf, (size_t)r) != REDIS_OK)
-            return dlock__node_detail(detail, n, DLOCK_ERR_NOMEM, c->node,
-                                      "out of memory reading a reply");
-        c->lagging = false; /* the server answers again */
+        int rc = dlock__conn_feed(c, buf, (size_t)r, detail, n);
+        if (rc != DLOCK_OK)
+            return rc;
     }
 }
 

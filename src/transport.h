@@ -120,6 +120,9 @@ int dlock__conn_on_connect(dlock__conn *c, char *detail, size_t n);
 int dlock__conn_queue(dlock__conn *c, const char *buf, size_t len);
 /* Send what the socket takes without blocking. */
 int dlock__conn_flush(dlock__conn *c, char *detail, size_t n);
+/* Hand len bytes read from the server (through TLS or not) to the reader, refusing
+ * more than the reply cap. */
+int dlock__conn_feed(dlock__conn *c, const char *buf, size_t len, char *detail, size_t n);
 /* Read what the socket has into the reader (refusing more than the reply cap). */
 int dlock__conn_read(dlock__conn *c, char *detail, size_t n);
 /* The next complete reply to one of the caller's commands, or *out NULL if none is
