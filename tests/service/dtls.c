@@ -83,16 +83,23 @@ bool dt_tls_write(dt_tls *t, const void *p, size_t n)
     return ok;
 }
 
-bool dt_tls_send(dt_tls *t, const char *fmt, ...)
+/* Format a command (hiredis's format) and write it. */
+static bool vsend(dt_tls *t, const char *fmt, va_list ap)
 {
     char *cmd;
-    va_list ap;
-    va_start(ap, fmt);
     int n = redisvFormatCommand(&cmd, fmt, ap);
-    va_end(ap);
     assert_true(n > 0);
     bool ok = dt_tls_write(t, cmd, (size_t)n);
     redisFreeCommand(cmd);
+    return ok;
+}
+
+bool dt_tls_send(dt_tls *t, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    bool ok = vsend(t, fmt, ap);
+    va_end(ap);
     return ok;
 }
 
@@ -114,14 +121,10 @@ redisReply *dt_tls_reply(dt_tls *t)
 
 redisReply *dt_tls_cmd(dt_tls *t, const char *fmt, ...)
 {
-    char *cmd;
     va_list ap;
     va_start(ap, fmt);
-    int n = redisvFormatCommand(&cmd, fmt, ap);
+    bool ok = vsend(t, fmt, ap);
     va_end(ap);
-    assert_true(n > 0);
-    bool ok = dt_tls_write(t, cmd, (size_t)n);
-    redisFreeCommand(cmd);
     return ok ? dt_tls_reply(t) : NULL;
 }
 
