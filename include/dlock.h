@@ -196,6 +196,13 @@ typedef struct dlock_config {
  *     rediss://[[user]:password@]host[:port][/db][?cacert=FILE&cacertdir=DIR&cert=FILE
  *              &key=FILE&sni=NAME&insecure=1]   (TLS; docs/guide.md, "TLS")
  *     unix://[:password@]/path/to/socket[?db=N]
+ *     redis-sentinel://[[user]:password@]host[:port][,host[:port]...][/MASTER_NAME]
+ *              [?sentinel_user=U&sentinel_password=P&db=N]
+ *              (the hosts are Sentinels, port 26379; the server is the master they
+ *              name for MASTER_NAME, "mymaster" by default, asked again on each new
+ *              connection, so a failover is followed; user and password are the
+ *              master's; rediss-sentinel:// is the same over TLS and takes the TLS
+ *              parameters; docs/guide.md, "Sentinel")
  *   user and password may be percent-encoded (a comma must be written %2C), and so
  *   may TLS parameters (an '@' or '&' in one must be). A bare "user@" is refused as
  *   ambiguous. A rediss:// server's certificate and host name are verified (against

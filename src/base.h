@@ -89,6 +89,9 @@ bool dlock__forked_since(uint64_t gen, pid_t pid);
 
 /* ---- url.c ------------------------------------------------------------------ */
 
+#define DLOCK_SENTINELS_MAX 8 /* Sentinels in one redis-sentinel:// URL */
+#define DLOCK_SENTINEL_PORT 26379
+
 typedef struct dlock__addr {
     bool is_unix;
     char *host;     /* TCP: host name or address, without IPv6 brackets */
@@ -103,6 +106,17 @@ typedef struct dlock__addr {
     bool tls;
     char *cacert, *cacertdir, *cert, *key, *sni;
     int insecure; /* -1: not given; 0 or 1 */
+    /* redis-sentinel:// and rediss-sentinel://: the master is whatever the Sentinels
+     * name for master_name (host and port above are unused); user and password are
+     * the master's, sentinel_user and sentinel_password the Sentinels'. */
+    bool sentinel;
+    char *master_name;
+    int nsentinels;
+    struct dlock__sentinel_addr {
+        char *host;
+        int port;
+    } sentinels[DLOCK_SENTINELS_MAX];
+    char *sentinel_user, *sentinel_password;
 } dlock__addr;
 
 /* Parse one URL of len bytes. On error, returns DLOCK_ERR_INVALID and writes a message

@@ -210,6 +210,17 @@ int dlock__conn_open(dlock__conn *c, char *detail, size_t n)
     /* Not redisReaderSetPrivdata: hiredis 0.14 casts its result to int, which clang
      * rejects as a pointer truncation. */
     c->reader->privdata = &c->too_big;
+    c->reresolve = false;
+    if (a->sentinel) {
+        int rc = dlock__sentinel_master(c->node, c->host, sizeof c->host, &c->port, detail, n);
+        if (rc != DLOCK_OK) {
+            dlock__conn_close(c);
+            return rc;
+        }
+    } else if (!a->is_unix) {
+        snprintf(c->host, sizeof c->host, "%s", a->host);
+        c->port = a->port;
+    }
     if (!a->is_unix) {
         /* Name resolution is the one step not bounded by our deadline (getaddrinfo
          * blocks); numeric addresses, the common case for lock servers, do not touch
@@ -218,8 +229,8 @@ int dlock__conn_open(dlock__conn *c, char *detail, size_t n)
         hints.ai_socktype = SOCK_STREAM;
         hints.ai_flags = AI_NUMERICSERV;
         char port[8];
-        snprintf(port, sizeof port, "%d", a->port);
-        int gai = getaddrinfo(a->host, port, &hints, &c->ai);
+        snprintf(port, sizeof port, "%d", c->port);
+        int gai = getaddrinfo(c->host, port, &hints, &c->ai);
         if (gai != 0) {
             c->ai = NULL;
             dlock__conn_close(c);
@@ -242,7 +253,7 @@ int dlock__conn_open(dlock__conn *c, char *detail, size_t n)
             snprintf(db, sizeof db, "%d", a->db);
             rc = queue_handshake(c, HS_SELECT, 2, (const char *[]){"SELECT", db});
         }
-        if (rc == DLOCK_OK)
+        if (rc == DLOCK_OK && !c->node->sentinel_query)
             rc = queue_handshake(c, HS_INFO, 1, (const char *[]){"INFO"});
         if (rc != DLOCK_OK)
             dlock__node_detail(detail, n, rc, c->node, "out of memory");
@@ -422,7 +433,7 @@ bool dlock__conn_stale(dlock__conn *c)
         return dlock__now_us() >= c->connect_deadline_us;
     if (c->state != DLOCK_CONN_READY)
         return false;
-    if (c->handshake > 0 && dlock__now_us() >= c->connect_deadline_us)
+    if (c->reresolve || (c->handshake > 0 && dlock__now_us() >= c->connect_deadline_us))
         return true;
     /* An idle connection that the server closed (a restart, a timeout, CLIENT KILL)
      * shows as EOF or an error; unexpected bytes with no reply owed mean the stream is

@@ -209,6 +209,10 @@ static void step(dlock__conn *c, dlock__req *r, short revents)
                 return;
             }
         }
+        /* A Sentinel URL's master that was demoted: ask the Sentinels again. */
+        if (c->node->addr.sentinel && reply->type == REDIS_REPLY_ERROR &&
+            strncmp(reply->str, "READONLY", 8) == 0)
+            c->reresolve = true;
         r->reply = reply;
         r->done = true;
         return;

@@ -17,6 +17,8 @@
  *               tls.c       TLS for rediss:// (OpenSSL): each node's context, the
  *                           handshake, encrypted reads and writes, resumed sessions
  *               fanout.c    one command to N nodes in parallel under one deadline
+ *               sentinel.c  the master a redis-sentinel:// URL's Sentinels name,
+ *                           asked on each connect (through fanout.c, for conn.c)
  *   scripts     stock_scripts.c  the stock's scripts, their key layout and invariant
  *               scripts.c   the Lua scripts (the wait queue, its handoff and the shared
  *                           holders among them) and the key layout

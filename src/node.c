@@ -81,7 +81,14 @@ int dlock__node_on_info(dlock__node *node, const redisReply *r, char *detail, si
     if (r->type != REDIS_REPLY_STRING && r->type != REDIS_REPLY_STATUS)
         return dlock__node_detail(detail, n, DLOCK_ERR_PROTOCOL, node,
                                   "INFO: unexpected reply type %d", r->type);
-    char policy[64] = "", run_id[41] = "", uptime[24] = "";
+    char policy[64] = "", run_id[41] = "", uptime[24] = "", role[16] = "";
+    /* A Sentinel's answer may be a moment old: a demoted master must not take locks
+     * that its replication would then overwrite. */
+    if (node->addr.sentinel && dlock__info_field(r, "role", role, sizeof role) &&
+        strcmp(role, "master") != 0)
+        return dlock__node_detail(detail, n, DLOCK_ERR_UNAVAILABLE, node,
+                                  "the Sentinels named a %s, not a master (a failover going on?)",
+                                  role);
     dlock__info_field(r, "maxmemory_policy", policy, sizeof policy);
     dlock__info_field(r, "run_id", run_id, sizeof run_id);
     dlock__info_field(r, "uptime_in_seconds", uptime, sizeof uptime);
@@ -111,8 +118,8 @@ int dlock__node_on_info(dlock__node *node, const redisReply *r, char *detail, si
     pthread_mutex_unlock(&node->mu);
     if (restarted)
         dlock__rules_log(
-            rules, DLOCK_LOG_WARN, "%s restarted (run_id changed, up %s s)%s", node->addr.display,
-            uptime,
+            rules, DLOCK_LOG_WARN, "%s %s (run_id changed, up %s s)%s", node->addr.display,
+            node->addr.sentinel ? "has a new master" : "restarted", uptime,
             rules->restart_voting != DLOCK_RESTART_OFF && wait_ms > 0
                 ? ": its grants do not count until it has been up for the longest lease"
                 : "");

@@ -52,7 +52,7 @@ static bool reached(dlock__req *r, dlock_server_facts *f)
     size_t len = strlen(f->server);
     if (strncmp(d, f->server, len) == 0 && strncmp(d + len, ": ", 2) == 0)
         d += len + 2;
-    snprintf(f->detail, sizeof f->detail, "%s", d);
+    snprintf(f->detail, sizeof f->detail, "%.*s", (int)sizeof f->detail - 1, d);
     return false;
 }
 

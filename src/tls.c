@@ -110,7 +110,7 @@ static bool is_ip(const char *host)
 static int verify_failure(dlock__conn *c, long v, char *detail, size_t n)
 {
     const char *why = X509_verify_cert_error_string(v);
-    const char *name = c->node->tls_name;
+    const char *name = c->node->tls_name ? c->node->tls_name : c->host;
     switch (v) {
     case X509_V_ERR_HOSTNAME_MISMATCH:
     case X509_V_ERR_IP_ADDRESS_MISMATCH:
@@ -182,7 +182,7 @@ static int ssl_failure(dlock__conn *c, int ret, int e, const char *during, char 
  * with the first reply): keep it for the node's next connection. */
 static int on_new_session(SSL *ssl, SSL_SESSION *sess)
 {
-    dlock__node *node = SSL_CTX_get_app_data(SSL_get_SSL_CTX(ssl));
+    dlock__node *node = SSL_get_app_data(ssl);
     if (node == NULL || !SSL_SESSION_is_resumable(sess))
         return 0;
     pthread_mutex_lock(&node->mu);
@@ -281,7 +281,10 @@ int dlock__tls_node_init(dlock__node *node, const dlock_tls *def, char *err, siz
     pthread_once(&g_bio_once, bio_method_init);
     if (g_bio_method == NULL)
         return tls_bad(err, n, DLOCK_ERR_NOMEM, "out of memory");
-    if ((node->tls_name = dlock__strdup(name ? name : a->host)) == NULL)
+    /* A Sentinel URL's master has no name until the Sentinels give its address: each
+     * connection then checks that (dlock__conn_host), unless sni= names it. */
+    if ((name != NULL || a->host != NULL) &&
+        (node->tls_name = dlock__strdup(name ? name : a->host)) == NULL)
         return tls_bad(err, n, DLOCK_ERR_NOMEM, "out of memory");
     node->tls_insecure = insecure;
     SSL_CTX *ctx = SSL_CTX_new(TLS_client_method());
@@ -294,7 +297,6 @@ int dlock__tls_node_init(dlock__node *node, const dlock_tls *def, char *err, siz
     SSL_CTX_set_mode(ctx, SSL_MODE_ENABLE_PARTIAL_WRITE | SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER);
     SSL_CTX_set_session_cache_mode(ctx, SSL_SESS_CACHE_CLIENT | SSL_SESS_CACHE_NO_INTERNAL_STORE);
     SSL_CTX_sess_set_new_cb(ctx, on_new_session);
-    SSL_CTX_set_app_data(ctx, node);
     SSL_CTX_set_verify(ctx, insecure ? SSL_VERIFY_NONE : SSL_VERIFY_PEER, NULL);
     int rc = load_files(ctx, pick(a->cacert, def->cacert), pick(a->cacertdir, def->cacertdir), cert,
                         key, !insecure, err, n);
@@ -312,14 +314,22 @@ void dlock__tls_node_free(dlock__node *node)
 {
     if (node->tls_session != NULL)
         SSL_SESSION_free(node->tls_session);
-    if (node->tls_ctx != NULL) {
-        SSL_CTX_set_app_data(node->tls_ctx, NULL);
-        SSL_CTX_free(node->tls_ctx);
-    }
+    if (node->tls_ctx != NULL)
+        SSL_CTX_free(node->tls_ctx); /* one reference: the context may be shared */
     free(node->tls_name);
     node->tls_session = NULL;
     node->tls_ctx = NULL;
     node->tls_name = NULL;
+}
+
+int dlock__tls_node_share(dlock__node *node, const dlock__node *from, char *detail, size_t n)
+{
+    if ((node->tls_name = dlock__strdup(node->addr.host)) == NULL)
+        return dlock__node_detail(detail, n, DLOCK_ERR_NOMEM, node, "out of memory");
+    SSL_CTX_up_ref(from->tls_ctx);
+    node->tls_ctx = from->tls_ctx;
+    node->tls_insecure = from->tls_insecure;
+    return DLOCK_OK;
 }
 
 /* ---- a connection ------------------------------------------------------------------- */
@@ -336,7 +346,8 @@ int dlock__tls_start(dlock__conn *c, char *detail, size_t n)
     }
     BIO_set_data(bio, (void *)(intptr_t)c->fd);
     SSL_set_bio(ssl, bio, bio);
-    char *name = node->tls_name; /* not const: SSL_set_tlsext_host_name casts it to void * */
+    /* not const: SSL_set_tlsext_host_name casts it to void * */
+    char *name = node->tls_name ? node->tls_name : c->host;
     bool ip = is_ip(name);
     int ok = 1;
     if (!ip) /* a server name indication never carries an address */
@@ -356,6 +367,7 @@ int dlock__tls_start(dlock__conn *c, char *detail, size_t n)
         ERR_clear_error();
         return dlock__node_detail(detail, n, DLOCK_ERR_NOMEM, node, "out of memory (TLS)");
     }
+    SSL_set_app_data(ssl, node); /* where on_new_session keeps the session */
     c->ssl = ssl;
     c->state = DLOCK_CONN_CONNECTING;
     c->tls_handshaking = true;

@@ -49,6 +49,7 @@ typedef struct dlock__node {
     char *tls_name;               /* the name sent as SNI and checked in the certificate */
     bool tls_insecure;            /* verification off (insecure=1) */
     _Atomic uint64_t tls_resumed; /* handshakes that resumed a session (for tests) */
+    bool sentinel_query;          /* a Sentinel asked for a master (sentinel.c): no INFO */
 } dlock__node;
 
 enum dlock__conn_state { DLOCK_CONN_CLOSED, DLOCK_CONN_CONNECTING, DLOCK_CONN_READY };
@@ -90,6 +91,11 @@ typedef struct dlock__conn {
     bool too_big;                  /* set by the reader when it refused an array */
     int64_t connect_deadline_us;   /* when a connect or handshake in progress gives up */
     struct addrinfo *ai, *ai_next; /* TCP addresses and the next one to try */
+    /* TCP: where it connects, the URL's host and port or, for a Sentinel URL, the
+     * master the Sentinels named when it was opened */
+    char host[256];
+    int port;
+    bool reresolve; /* a Sentinel URL's master said -READONLY: reconnect, asking again */
     /* TLS (tls.c): the session on the socket, NULL for a plain connection. While the
      * state is CONNECTING, tls_handshaking says the TCP connect is done and the TLS
      * handshake is in progress. read_ev and flush_ev are the poll events a read and a
@@ -144,6 +150,9 @@ int dlock__tls_node_init(dlock__node *node, const dlock_tls *def, char *err, siz
 /* Free the node's context, session and name (the process's own or a forked child's
  * copy: no lock taken). */
 void dlock__tls_node_free(dlock__node *node);
+/* Give node (a Sentinel of from's URL) from's TLS context, checking node's own host
+ * name; dlock__tls_node_free lets it go. */
+int dlock__tls_node_share(dlock__node *node, const dlock__node *from, char *detail, size_t n);
 /* The TCP connect is done: start the handshake (state stays CONNECTING). */
 int dlock__tls_start(dlock__conn *c, char *detail, size_t n);
 /* Go on with the handshake; READY once it is done. */
@@ -172,7 +181,7 @@ typedef struct dlock__req {
     /* results */
     redisReply *reply; /* the reply (caller frees with freeReplyObject), or NULL */
     int err;           /* DLOCK_OK when reply is set, else why not */
-    char detail[160];  /* why not, for dlock_errmsg */
+    char detail[400];  /* why not, for dlock_errmsg */
     /* private to fanout.c */
     int64_t start_us, deadline_us;
     bool done, retried, held;
@@ -194,6 +203,14 @@ void dlock__fanout_vote(dlock__conn *conns, dlock__req *reqs, int n, dlock__vote
                         void *arg);
 /* Quorum of n nodes: n/2 + 1. */
 int dlock__quorum(int n);
+
+/* The address of the master that a Sentinel URL's node's Sentinels name now, asked in
+ * one round under the node's deadlines (sentinel.c; conn.c asks on each connect).
+ * DLOCK_ERR_INVALID when every Sentinel answered that it knows no such master,
+ * DLOCK_ERR_AUTH when one refused the credentials, else DLOCK_ERR_IO or
+ * DLOCK_ERR_UNAVAILABLE, each Sentinel's reason in detail. */
+int dlock__sentinel_master(dlock__node *node, char *host, size_t hostlen, int *port, char *detail,
+                           size_t n);
 
 /* A set of N connections, one per node, that one call uses at a time. */
 typedef struct dlock__connset {

@@ -6,6 +6,14 @@
  *       parameters are cacert, cacertdir, cert, key, sni and insecure, named after
  *       redis-cli's flags; their files are opened by tls.c, not here)
  *   unix://[:password@]/path/to/socket[?db=N]
+ *   redis-sentinel://[[user]:password@]host[:port][,host[:port]...][/MASTER_NAME][?...]
+ *   rediss-sentinel://...   (the same, over TLS to the Sentinels and the master)
+ *       The hosts are Sentinels (port 26379 by default), asked for the master of
+ *       MASTER_NAME ("mymaster" when none is given). The user and password are the
+ *       master's; the parameters sentinel_user and sentinel_password are the
+ *       Sentinels', db=N is the master's database, and rediss-sentinel:// also takes
+ *       the TLS parameters. A comma inside the host part lists Sentinels; a comma
+ *       followed by a scheme starts the next server.
  *
  * The parser is pure (no I/O, no globals) so that unit tests and the fuzzer can drive
  * it directly. Every refusal names the part that is wrong, because a user staring at
@@ -107,6 +115,11 @@ static const char *find(span s, char c)
     return s.n ? memchr(s.p, c, s.n) : NULL;
 }
 
+static bool span_is(span s, const char *word)
+{
+    return s.n == strlen(word) && memcmp(s.p, word, s.n) == 0;
+}
+
 /* Split off "[user]:password@" from the front of *rest, if there is an '@' before
  * the first '/' (the host part cannot contain one). */
 static int parse_userinfo(span *rest, dlock__addr *a, bool allow_user, char *err, size_t errlen)
@@ -175,16 +188,21 @@ static bool host_char_ok(char c)
     return isalnum((unsigned char)c) || c == '.' || c == '-' || c == '_';
 }
 
-/* One rediss:// parameter: "name=value", the value percent-decoded. */
+/* One parameter: "name=value", the value percent-decoded. A rediss:// URL takes the
+ * TLS parameters; a Sentinel URL takes the Sentinels' credentials and the database,
+ * and the TLS ones too over TLS. */
 static int parse_param(span p, dlock__addr *a, char *err, size_t errlen)
 {
     const char *eq = find(p, '=');
     span name = {p.p, eq ? (size_t)(eq - p.p) : p.n};
     span value = {eq ? eq + 1 : p.p + p.n, eq ? p.n - name.n - 1 : 0};
-    static const char *const names[] = {"cacert", "cacertdir", "cert", "key", "sni"};
-    char **slots[] = {&a->cacert, &a->cacertdir, &a->cert, &a->key, &a->sni};
+    static const char *const names[] = {"cacert",        "cacertdir",        "cert", "key", "sni",
+                                        "sentinel_user", "sentinel_password"};
+    char **slots[] = {&a->cacert,        &a->cacertdir,        &a->cert, &a->key, &a->sni,
+                      &a->sentinel_user, &a->sentinel_password};
+    enum { TLS_PARAMS = 5 }; /* the first five names */
     int shown = (int)(name.n > 40 ? 40 : name.n);
-    if (name.n == 8 && memcmp(name.p, "insecure", 8) == 0) {
+    if (a->tls && span_is(name, "insecure")) {
         if (a->insecure >= 0)
             return bad(err, errlen, "parameter \"insecure\" given twice");
         if (value.n != 1 || (value.p[0] != '0' && value.p[0] != '1'))
@@ -192,22 +210,37 @@ static int parse_param(span p, dlock__addr *a, char *err, size_t errlen)
         a->insecure = value.p[0] - '0';
         return DLOCK_OK;
     }
+    if (a->sentinel && span_is(name, "db")) {
+        long v = parse_num(value, 0, 2147483647);
+        if (a->db != 0 || v < 0)
+            return bad(err, errlen, "db= takes the master's database, a non-negative number, once");
+        a->db = (int)v;
+        return DLOCK_OK;
+    }
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
-        if (strlen(names[i]) != name.n || memcmp(names[i], name.p, name.n) != 0)
+        if (!span_is(name, names[i]))
             continue;
+        if (i < TLS_PARAMS ? !a->tls : !a->sentinel)
+            break;
         if (*slots[i] != NULL)
             return bad(err, errlen, "parameter \"%s\" given twice", names[i]);
         if (value.n == 0)
             return bad(err, errlen, "parameter \"%s\" has an empty value", names[i]);
         return decode(value, slots[i], names[i], err, errlen);
     }
+    if (!a->sentinel)
+        return bad(err, errlen,
+                   "unknown parameter \"%.*s\" (rediss:// takes cacert, cacertdir, cert, key, "
+                   "sni and insecure)",
+                   shown, name.p);
     return bad(err, errlen,
-               "unknown parameter \"%.*s\" (rediss:// takes cacert, cacertdir, cert, key, sni "
-               "and insecure)",
-               shown, name.p);
+               "unknown parameter \"%.*s\" (%s takes sentinel_user, sentinel_password and "
+               "db%s)",
+               shown, name.p, a->tls ? "rediss-sentinel://" : "redis-sentinel://",
+               a->tls ? ", and cacert, cacertdir, cert, key, sni and insecure" : "");
 }
 
-/* The parameters of a rediss:// URL: "name=value" pairs joined by '&'. */
+/* The parameters of a URL: "name=value" pairs joined by '&'. */
 static int parse_params(span q, dlock__addr *a, char *err, size_t errlen)
 {
     while (q.n > 0) {
@@ -228,25 +261,23 @@ static int parse_params(span q, dlock__addr *a, char *err, size_t errlen)
     return DLOCK_OK;
 }
 
-static int parse_redis(span rest, dlock__addr *a, char *err, size_t errlen)
+/* Parse the parameters after a '?' in *rest, if any, and cut them off it. */
+static int take_params(span *rest, dlock__addr *a, char *err, size_t errlen)
 {
-    int rc = parse_userinfo(&rest, a, true, err, errlen);
-    if (rc != DLOCK_OK)
-        return rc;
-    const char *q = find(rest, '?');
-    if (q != NULL && !a->tls && find((span){rest.p, (size_t)(q - rest.p)}, '/') == NULL)
-        return bad(err, errlen, "parameters after '?' are for rediss:// (TLS) URLs only");
-    if (q != NULL && a->tls) {
-        span query = {q + 1, rest.n - (size_t)(q - rest.p) - 1};
-        if (query.n == 0)
-            return bad(err, errlen, "empty parameter list after '?'");
-        if ((rc = parse_params(query, a, err, errlen)) != DLOCK_OK)
-            return rc;
-        rest.n = (size_t)(q - rest.p);
-    }
-    const char *slash = find(rest, '/');
-    span hostport = {rest.p, slash ? (size_t)(slash - rest.p) : rest.n};
-    span path = {slash ? slash + 1 : rest.p + rest.n, slash ? rest.n - hostport.n - 1 : 0};
+    const char *q = find(*rest, '?');
+    if (q == NULL)
+        return DLOCK_OK;
+    span query = {q + 1, rest->n - (size_t)(q - rest->p) - 1};
+    if (query.n == 0)
+        return bad(err, errlen, "empty parameter list after '?'");
+    rest->n = (size_t)(q - rest->p);
+    return parse_params(query, a, err, errlen);
+}
+
+/* "host[:port]" or "[v6]:port" into a new string and a port. */
+static int parse_hostport(span hostport, int default_port, char **host_out, int *port_out,
+                          char *err, size_t errlen)
+{
     span host, port = {NULL, 0};
 
     if (hostport.n > 0 && hostport.p[0] == '[') {
@@ -285,14 +316,34 @@ static int parse_redis(span rest, dlock__addr *a, char *err, size_t errlen)
         return bad(err, errlen, "missing host");
     if (host.n > 253)
         return bad(err, errlen, "host name longer than 253 characters");
-    a->port = 6379;
+    *port_out = default_port;
     if (port.p != NULL) {
         long v = parse_num(port, 1, 65535);
         if (v < 0)
             return bad(err, errlen, "port \"%.*s\" is not a number from 1 to 65535", (int)port.n,
                        port.p);
-        a->port = (int)v;
+        *port_out = (int)v;
     }
+    if ((*host_out = dup_span(host)) == NULL)
+        return DLOCK_ERR_NOMEM;
+    return DLOCK_OK;
+}
+
+static int parse_redis(span rest, dlock__addr *a, char *err, size_t errlen)
+{
+    int rc = parse_userinfo(&rest, a, true, err, errlen);
+    if (rc != DLOCK_OK)
+        return rc;
+    const char *q = find(rest, '?');
+    if (q != NULL && !a->tls && find((span){rest.p, (size_t)(q - rest.p)}, '/') == NULL)
+        return bad(err, errlen, "parameters after '?' are for rediss:// (TLS) URLs only");
+    if (a->tls && (rc = take_params(&rest, a, err, errlen)) != DLOCK_OK)
+        return rc;
+    const char *slash = find(rest, '/');
+    span hostport = {rest.p, slash ? (size_t)(slash - rest.p) : rest.n};
+    span path = {slash ? slash + 1 : rest.p + rest.n, slash ? rest.n - hostport.n - 1 : 0};
+    if ((rc = parse_hostport(hostport, 6379, &a->host, &a->port, err, errlen)) != DLOCK_OK)
+        return rc;
     if (path.n > 0) {
         long v = parse_num(path, 0, 2147483647);
         if (v < 0)
@@ -300,9 +351,60 @@ static int parse_redis(span rest, dlock__addr *a, char *err, size_t errlen)
                        (int)(path.n > 40 ? 40 : path.n), path.p);
         a->db = (int)v;
     }
-    if ((a->host = dup_span(host)) == NULL)
-        return DLOCK_ERR_NOMEM;
     return DLOCK_OK;
+}
+
+/* The master's name in a Sentinel URL's path: what a Sentinel's configuration calls
+ * it ("sentinel monitor NAME ..."), which is one word. */
+static int parse_master_name(span path, dlock__addr *a, char *err, size_t errlen)
+{
+    if (path.n == 0)
+        path = (span){"mymaster", 8}; /* the name in Redis's example sentinel.conf */
+    int rc = decode(path, &a->master_name, "master name", err, errlen);
+    if (rc != DLOCK_OK)
+        return rc;
+    size_t n = strlen(a->master_name);
+    if (n > 128)
+        return bad(err, errlen, "master name longer than 128 bytes");
+    for (size_t i = 0; i < n; i++)
+        if (!isgraph((unsigned char)a->master_name[i]))
+            return bad(err, errlen, "master name with a space or a control character");
+    return DLOCK_OK;
+}
+
+static int parse_sentinel(span rest, dlock__addr *a, char *err, size_t errlen)
+{
+    int rc = parse_userinfo(&rest, a, true, err, errlen);
+    if (rc != DLOCK_OK)
+        return rc;
+    if ((rc = take_params(&rest, a, err, errlen)) != DLOCK_OK)
+        return rc;
+    const char *slash = find(rest, '/');
+    span hosts = {rest.p, slash ? (size_t)(slash - rest.p) : rest.n};
+    span path = {slash ? slash + 1 : rest.p + rest.n, slash ? rest.n - hosts.n - 1 : 0};
+    for (;;) {
+        const char *comma = find(hosts, ',');
+        span one = {hosts.p, comma ? (size_t)(comma - hosts.p) : hosts.n};
+        /* "s1, s2" as people write lists, like the list of servers. */
+        while (one.n > 0 && one.p[0] == ' ') {
+            one.p++;
+            one.n--;
+        }
+        while (one.n > 0 && one.p[one.n - 1] == ' ')
+            one.n--;
+        if (a->nsentinels == DLOCK_SENTINELS_MAX)
+            return bad(err, errlen, "more than %d Sentinels", DLOCK_SENTINELS_MAX);
+        struct dlock__sentinel_addr *sa = &a->sentinels[a->nsentinels];
+        if ((rc = parse_hostport(one, DLOCK_SENTINEL_PORT, &sa->host, &sa->port, err, errlen)) !=
+            DLOCK_OK)
+            return rc;
+        a->nsentinels++;
+        if (comma == NULL)
+            break;
+        hosts.n -= (size_t)(comma + 1 - hosts.p);
+        hosts.p = comma + 1;
+    }
+    return parse_master_name(path, a, err, errlen);
 }
 
 static int parse_unix(span rest, dlock__addr *a, char *err, size_t errlen)
@@ -336,11 +438,21 @@ static int parse_unix(span rest, dlock__addr *a, char *err, size_t errlen)
 /* The URL with the password left out, for messages and dlock_errmsg. */
 static int make_display(dlock__addr *a)
 {
-    char buf[600];
+    char buf[1200];
     const char *user = a->user ? a->user : "";
     const char *at = a->user ? "@" : "";
     const char *scheme = a->tls ? "rediss" : "redis";
-    if (a->is_unix)
+    if (a->sentinel) {
+        int at_ = snprintf(buf, sizeof buf, "%s-sentinel://%.64s%s", scheme, user, at);
+        for (int i = 0; i < a->nsentinels && at_ < (int)sizeof buf; i++) {
+            const struct dlock__sentinel_addr *sa = &a->sentinels[i];
+            bool v6 = strchr(sa->host, ':') != NULL;
+            at_ += snprintf(buf + at_, sizeof buf - (size_t)at_, "%s%s%.64s%s:%d", i ? "," : "",
+                            v6 ? "[" : "", sa->host, v6 ? "]" : "", sa->port);
+        }
+        if (at_ < (int)sizeof buf)
+            snprintf(buf + at_, sizeof buf - (size_t)at_, "/%.128s", a->master_name);
+    } else if (a->is_unix)
         snprintf(buf, sizeof buf, "unix://%s", a->path);
     else if (strchr(a->host, ':') != NULL)
         snprintf(buf, sizeof buf, "%s://%.64s%s[%s]:%d", scheme, user, at, a->host, a->port);
@@ -348,36 +460,51 @@ static int make_display(dlock__addr *a)
         snprintf(buf, sizeof buf, "%s://%.64s%s%s:%d", scheme, user, at, a->host, a->port);
     if (a->db != 0) {
         size_t used = strlen(buf);
-        snprintf(buf + used, sizeof buf - used, a->is_unix ? "?db=%d" : "/%d", a->db);
+        snprintf(buf + used, sizeof buf - used, a->is_unix || a->sentinel ? "?db=%d" : "/%d",
+                 a->db);
     }
     a->display = dlock__strdup(buf);
     return a->display ? DLOCK_OK : DLOCK_ERR_NOMEM;
+}
+
+/* The length of the "scheme://" that s starts with, or 0. */
+static size_t scheme_len(const char *s, size_t n)
+{
+    size_t i = 0;
+    while (i < n && (isalnum((unsigned char)s[i]) || s[i] == '+' || s[i] == '-' || s[i] == '.'))
+        i++;
+    return i > 0 && isalpha((unsigned char)s[0]) && n - i >= 3 && memcmp(s + i, "://", 3) == 0
+               ? i + 3
+               : 0;
 }
 
 int dlock__url_parse(const char *url, size_t len, dlock__addr *out, char *err, size_t errlen)
 {
     memset(out, 0, sizeof *out);
     out->insecure = -1;
-    span s = {url, len};
-    static const char redis[] = "redis://", rediss[] = "rediss://", unix_[] = "unix://";
-    int rc;
-    if (len >= sizeof rediss - 1 && memcmp(url, rediss, sizeof rediss - 1) == 0) {
-        s.p += sizeof rediss - 1;
-        s.n -= sizeof rediss - 1;
-        out->tls = true;
-        rc = parse_redis(s, out, err, errlen);
-    } else if (len >= sizeof redis - 1 && memcmp(url, redis, sizeof redis - 1) == 0) {
-        s.p += sizeof redis - 1;
-        s.n -= sizeof redis - 1;
-        rc = parse_redis(s, out, err, errlen);
-    } else if (len >= sizeof unix_ - 1 && memcmp(url, unix_, sizeof unix_ - 1) == 0) {
-        s.p += sizeof unix_ - 1;
-        s.n -= sizeof unix_ - 1;
-        out->is_unix = true;
-        rc = parse_unix(s, out, err, errlen);
-    } else {
-        rc = bad(err, errlen,
-                 "unsupported scheme: expected redis://, rediss://, unix:// or file://");
+    static const struct {
+        const char *name;
+        bool tls, sentinel, is_unix;
+    } schemes[] = {
+        {"redis://", false, false, false},         {"rediss://", true, false, false},
+        {"unix://", false, false, true},           {"redis-sentinel://", false, true, false},
+        {"rediss-sentinel://", true, true, false},
+    };
+    size_t n = scheme_len(url, len);
+    int rc = bad(err, errlen,
+                 "unsupported scheme: expected redis://, rediss://, unix://, redis-sentinel://, "
+                 "rediss-sentinel:// or file://");
+    for (size_t i = 0; i < sizeof schemes / sizeof schemes[0]; i++) {
+        if (n != strlen(schemes[i].name) || memcmp(url, schemes[i].name, n) != 0)
+            continue;
+        out->tls = schemes[i].tls;
+        out->sentinel = schemes[i].sentinel;
+        out->is_unix = schemes[i].is_unix;
+        span rest = {url + n, len - n};
+        rc = out->sentinel  ? parse_sentinel(rest, out, err, errlen)
+             : out->is_unix ? parse_unix(rest, out, err, errlen)
+                            : parse_redis(rest, out, err, errlen);
+        break;
     }
     if (rc == DLOCK_OK)
         rc = make_display(out);
@@ -407,7 +534,58 @@ void dlock__addr_clear(dlock__addr *a)
     free(a->cert);
     free(a->key);
     free(a->sni);
+    free(a->master_name);
+    for (int i = 0; i < a->nsentinels; i++)
+        free(a->sentinels[i].host);
+    free(a->sentinel_user);
+    if (a->sentinel_password != NULL) {
+        memset(a->sentinel_password, 0, strlen(a->sentinel_password));
+        free(a->sentinel_password);
+    }
     memset(a, 0, sizeof *a);
+}
+
+/* Whether a and b name the same server: the same address, or the master of the same
+ * name as one of the same Sentinels sees it. */
+static bool same_server(const dlock__addr *a, const dlock__addr *b)
+{
+    if (a->is_unix != b->is_unix || a->sentinel != b->sentinel)
+        return false;
+    if (a->is_unix)
+        return strcmp(a->path, b->path) == 0;
+    if (!a->sentinel)
+        return a->port == b->port && strcasecmp(a->host, b->host) == 0;
+    if (strcmp(a->master_name, b->master_name) != 0)
+        return false;
+    for (int i = 0; i < a->nsentinels; i++)
+        for (int j = 0; j < b->nsentinels; j++)
+            if (a->sentinels[i].port == b->sentinels[j].port &&
+                strcasecmp(a->sentinels[i].host, b->sentinels[j].host) == 0)
+                return true;
+    return false;
+}
+
+/* The comma that ends the list's entry at p, or its terminating NUL. Commas separate
+ * servers, except in a Sentinel URL's host part, where they separate its Sentinels
+ * unless a scheme follows. */
+static const char *entry_end(const char *p)
+{
+    while (*p == ' ')
+        p++;
+    size_t n = scheme_len(p, strlen(p));
+    bool sentinels = n >= 12 && memcmp(p + n - 12, "-sentinel://", 12) == 0;
+    for (const char *q = p + n; *q != '\0'; q++) {
+        if (*q == '/' || *q == '?')
+            sentinels = false;
+        if (*q != ',')
+            continue;
+        const char *next = q + 1;
+        while (*next == ' ')
+            next++;
+        if (!sentinels || scheme_len(next, strlen(next)) > 0)
+            return q;
+    }
+    return p + strlen(p);
 }
 
 int dlock__url_parse_list(const char *list, int max, dlock__addr **out, int *n, char *err,
@@ -416,8 +594,8 @@ int dlock__url_parse_list(const char *list, int max, dlock__addr **out, int *n, 
     *out = NULL;
     *n = 0;
     int count = 1;
-    for (const char *p = list; *p; p++)
-        count += *p == ',';
+    for (const char *p = list; *(p = entry_end(p)) != '\0'; p++)
+        count++;
     if (count > max)
         return bad(err, errlen, "%d servers given, at most %d are supported", count, max);
     dlock__addr *addrs = dlock__calloc((size_t)count, sizeof *addrs);
@@ -425,9 +603,7 @@ int dlock__url_parse_list(const char *list, int max, dlock__addr **out, int *n, 
         return DLOCK_ERR_NOMEM;
     const char *p = list;
     for (int i = 0; i < count; i++) {
-        const char *end = strchr(p, ',');
-        if (end == NULL)
-            end = p + strlen(p);
+        const char *end = entry_end(p);
         /* Allow "a, b" as people write lists, but nothing else around a URL. */
         while (p < end && *p == ' ')
             p++;
@@ -453,11 +629,8 @@ int dlock__url_parse_list(const char *list, int max, dlock__addr **out, int *n, 
      * server under two names, or two addresses, cannot be told here.) */
     for (int i = 1; i < count; i++) {
         for (int j = 0; j < i; j++) {
-            const dlock__addr *a = &addrs[i], *b = &addrs[j];
-            bool same = a->is_unix == b->is_unix &&
-                        (a->is_unix ? strcmp(a->path, b->path) == 0
-                                    : a->port == b->port && strcasecmp(a->host, b->host) == 0);
-            if (!same)
+            const dlock__addr *b = &addrs[j];
+            if (!same_server(&addrs[i], b))
                 continue;
             int rc = bad(err, errlen,
                          "servers %d and %d are the same server (%s): each must be a server "

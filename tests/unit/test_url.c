@@ -6,6 +6,8 @@
  *   rediss://[[user]:password@]host[:port][/db][?cacert=..&cacertdir=..&cert=..&key=..
  *            &sni=..&insecure=0|1]
  *   unix://[:password@]/path/to/socket[?db=N]
+ *   redis-sentinel://[[user]:password@]host[:port][,host[:port]...][/MASTER_NAME]
+ *            [?sentinel_user=..&sentinel_password=..&db=N]   (rediss-sentinel://: TLS)
  *
  * Every refusal is DLOCK_ERR_INVALID with a message naming the bad part; no
  * accepted form may leak its password into the display string used in messages.
@@ -477,6 +479,87 @@ static void test_list_max(void **state)
     list_bad(list, DLOCK_SERVERS_MAX, "at most");
 }
 
+static void test_sentinel(void **state)
+{
+    (void)state;
+    dlock__addr a;
+    parse_ok("redis-sentinel://10.0.0.1", &a);
+    assert_true(a.sentinel);
+    assert_false(a.tls);
+    assert_int_equal(a.nsentinels, 1);
+    assert_string_equal(a.sentinels[0].host, "10.0.0.1");
+    assert_int_equal(a.sentinels[0].port, DLOCK_SENTINEL_PORT);
+    assert_string_equal(a.master_name, "mymaster"); /* redis's example configuration */
+    assert_null(a.host);
+    assert_string_equal(a.display, "redis-sentinel://10.0.0.1:26379/mymaster");
+    dlock__addr_clear(&a);
+
+    /* Several Sentinels, the master's credentials, the Sentinels' own, a database. */
+    parse_ok("redis-sentinel://app:m%40pw@s1:5000,[::1]:5001,s3/orders"
+             "?sentinel_user=sen&sentinel_password=spw&db=2",
+             &a);
+    /* The display names every Sentinel with its port, the master, the user and the
+     * database; the passwords are checked apart. */
+    assert_int_equal(a.nsentinels, 3);
+    assert_string_equal(a.password, "m@pw");
+    assert_string_equal(a.sentinel_user, "sen");
+    assert_string_equal(a.sentinel_password, "spw");
+    /* Neither password is shown. */
+    assert_string_equal(a.display, "redis-sentinel://app@s1:5000,[::1]:5001,s3:26379/orders?db=2");
+    dlock__addr_clear(&a);
+
+    /* Over TLS, with the TLS parameters. */
+    parse_ok("rediss-sentinel://s1/m?cacert=/ca.pem&sni=redis.internal&insecure=0", &a);
+    assert_true(a.sentinel);
+    assert_true(a.tls);
+    assert_string_equal(a.cacert, "/ca.pem");
+    assert_string_equal(a.sni, "redis.internal");
+    assert_int_equal(a.insecure, 0);
+    assert_string_equal(a.display, "rediss-sentinel://s1:26379/m");
+    dlock__addr_clear(&a);
+}
+
+static void test_sentinel_refused(void **state)
+{
+    (void)state;
+    parse_bad("redis-sentinel://", "missing host");
+    parse_bad("redis-sentinel://s1,/m", "missing host");
+    parse_bad("redis-sentinel://s1:0/m", "port");
+    parse_bad("redis-sentinel://s1/has%20space", "master name with a space");
+    parse_bad("redis-sentinel://s1/m?cacert=/x", "unknown parameter \"cacert\"");
+    parse_bad("redis-sentinel://s1/m?db=-1", "db=");
+    parse_bad("redis-sentinel://s1/m?db=1&db=2", "db=");
+    parse_bad("redis-sentinel://s1/m?sentinel_password=", "empty value");
+    parse_bad("redis-sentinel://s1/m?sentinel_password=a&sentinel_password=b", "given twice");
+    parse_bad("redis-sentinel://s1/m?", "empty parameter list");
+    parse_bad("rediss://h?sentinel_password=x", "unknown parameter");
+    parse_bad("redis-sentinels://s1", "scheme");
+    parse_bad("redis-sentinel://a,b,c,d,e,f,g,h,i/m", "more than 8 Sentinels");
+}
+
+static void test_sentinel_list(void **state)
+{
+    (void)state;
+    /* A comma in a Sentinel URL's host part lists Sentinels; one followed by a scheme
+     * starts the next server, as does any comma after the host part. */
+    dlock__addr *addrs = list_ok("redis-sentinel://s1,s2:5000/a,redis://h:1,"
+                                 "redis-sentinel://s3, s4,rediss-sentinel://s5/c",
+                                 DLOCK_SERVERS_MAX, 4);
+    assert_int_equal(addrs[0].nsentinels, 2);
+    assert_string_equal(addrs[0].master_name, "a");
+    assert_string_equal(addrs[1].host, "h");
+    assert_int_equal(addrs[2].nsentinels, 2);
+    assert_string_equal(addrs[2].sentinels[1].host, "s4");
+    assert_true(addrs[3].tls);
+    assert_string_equal(addrs[3].master_name, "c");
+    list_free(addrs, 4);
+    /* The same master through a shared Sentinel is one server; other masters, or the
+     * same name at other Sentinels, are not. */
+    list_bad("redis-sentinel://s1,s2/a,redis-sentinel://s3,s2/a", 4, "the same server");
+    addrs = list_ok("redis-sentinel://s1/a,redis-sentinel://s1/b,redis-sentinel://s2/a", 4, 3);
+    list_free(addrs, 3);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -496,6 +579,9 @@ int main(void)
         cmocka_unit_test(test_list),
         cmocka_unit_test(test_list_refused),
         cmocka_unit_test(test_list_max),
+        cmocka_unit_test(test_sentinel),
+        cmocka_unit_test(test_sentinel_refused),
+        cmocka_unit_test(test_sentinel_list),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
