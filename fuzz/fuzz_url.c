@@ -10,8 +10,9 @@
  * short). What must hold for every input:
  *   - the parser returns DLOCK_OK, DLOCK_ERR_INVALID with a message, or DLOCK_ERR_NOMEM;
  *   - an accepted address is complete: a host (at most 253 bytes, no brackets) and a
- *     port in 1..65535, or an absolute socket path that fits in sun_path; a db >= 0;
- *     a display form without the password;
+ *     port in 1..65535, or an absolute socket path that fits in sun_path, or 1 to 8
+ *     Sentinels of such hosts and a master name of letters, digits and "-_.:"; a db
+ *     >= 0; a display form without the passwords;
  *   - the display form of an address without a user parses back to the same address;
  *   - the same bytes as a NUL-terminated server list parse (or not) without leaks;
  *   - with an allocation failure injected at one of the parser's allocations (chosen
@@ -20,6 +21,7 @@
 #include "internal.h"
 
 #include <assert.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -32,22 +34,69 @@
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
+static void check_host(const char *host, int port)
+{
+    assert(host != NULL);
+    size_t hl = strlen(host);
+    assert(hl > 0 && hl <= 253);
+    assert(strchr(host, '[') == NULL && strchr(host, ']') == NULL);
+    assert(port >= 1 && port <= 65535);
+}
+
+/* "host:port", or "[host]:port" for an IPv6 address, appended to want. */
+static void put_host(char *want, size_t len, const char *host, int port)
+{
+    bool v6 = strchr(host, ':') != NULL;
+    size_t used = strlen(want);
+    snprintf(want + used, len - used, "%s%s%s:%d", v6 ? "[" : "", host, v6 ? "]" : "", port);
+}
+
+/* A Sentinel URL: its Sentinels, a master name of the allowed characters, and a
+ * display form of exactly those parts. */
+static void check_sentinel(const dlock__addr *a, char *want, size_t len)
+{
+    assert(a->host == NULL && a->path == NULL && !a->is_unix);
+    assert(a->nsentinels >= 1 && a->nsentinels <= DLOCK_SENTINELS_MAX);
+    assert(a->master_name != NULL);
+    size_t nl = strlen(a->master_name);
+    assert(nl >= 1 && nl <= 128);
+    assert(strspn(a->master_name, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
+                                  "0123456789-_.:") == nl);
+    const char *secrets[] = {a->sentinel_user, a->sentinel_password};
+    for (size_t i = 0; i < 2; i++)
+        assert(secrets[i] == NULL || secrets[i][0] != '\0');
+    snprintf(want, len, "%s-sentinel://%.64s%s", a->tls ? "rediss" : "redis",
+             a->user ? a->user : "", a->user ? "@" : "");
+    for (int i = 0; i < a->nsentinels; i++) {
+        check_host(a->sentinels[i].host, a->sentinels[i].port);
+        if (i > 0)
+            strcat(want, ",");
+        put_host(want, len, a->sentinels[i].host, a->sentinels[i].port);
+    }
+    snprintf(want + strlen(want), len - strlen(want), "/%s", a->master_name);
+    if (a->db != 0)
+        snprintf(want + strlen(want), len - strlen(want), "?db=%d", a->db);
+}
+
 /* Everything an accepted address must be. */
 static void check_addr(const dlock__addr *a)
 {
     assert(a->display != NULL);
     assert(a->db >= 0);
-    if (a->is_unix) {
+    char want[2600];
+    if (!a->sentinel)
+        assert(a->nsentinels == 0 && a->master_name == NULL && a->sentinel_user == NULL &&
+               a->sentinel_password == NULL);
+    if (a->sentinel) {
+        check_sentinel(a, want, sizeof want);
+    } else if (a->is_unix) {
         assert(a->path != NULL && a->host == NULL);
         assert(a->path[0] == '/');
         assert(strlen(a->path) < sizeof(((struct sockaddr_un *)0)->sun_path));
         assert(a->user == NULL); /* unix:// takes a password alone */
     } else {
-        assert(a->host != NULL && a->path == NULL);
-        size_t hl = strlen(a->host);
-        assert(hl > 0 && hl <= 253);
-        assert(strchr(a->host, '[') == NULL && strchr(a->host, ']') == NULL);
-        assert(a->port >= 1 && a->port <= 65535);
+        assert(a->path == NULL);
+        check_host(a->host, a->port);
     }
     if (a->password != NULL)
         assert(a->password[0] != '\0');
@@ -61,14 +110,14 @@ static void check_addr(const dlock__addr *a)
     for (size_t i = 0; i < sizeof params / sizeof params[0]; i++)
         assert(params[i] == NULL || params[i][0] != '\0');
     /* The display form is made of the address's parts and nothing else: no password. */
-    char want[700];
-    if (a->is_unix)
+    if (a->is_unix) {
         snprintf(want, sizeof want, "unix://%s", a->path);
-    else
-        snprintf(want, sizeof want, "%s://%.64s%s%s%s%s:%d", a->tls ? "rediss" : "redis",
-                 a->user ? a->user : "", a->user ? "@" : "", strchr(a->host, ':') ? "[" : "",
-                 a->host, strchr(a->host, ':') ? "]" : "", a->port);
-    if (a->db != 0)
+    } else if (!a->sentinel) {
+        snprintf(want, sizeof want, "%s://%.64s%s", a->tls ? "rediss" : "redis",
+                 a->user ? a->user : "", a->user ? "@" : "");
+        put_host(want, sizeof want, a->host, a->port);
+    }
+    if (a->db != 0 && !a->sentinel)
         snprintf(want + strlen(want), sizeof want - strlen(want), a->is_unix ? "?db=%d" : "/%d",
                  a->db);
     assert(strcmp(a->display, want) == 0);
@@ -84,8 +133,14 @@ static void check_round_trip(const dlock__addr *a)
     int rc = dlock__url_parse(a->display, strlen(a->display), &b, err, sizeof err);
     assert(rc == DLOCK_OK);
     assert(b.is_unix == a->is_unix && b.db == a->db && b.password == NULL && b.tls == a->tls);
+    assert(b.sentinel == a->sentinel && b.nsentinels == a->nsentinels);
     if (a->is_unix) {
         assert(strcmp(a->path, b.path) == 0);
+    } else if (a->sentinel) {
+        assert(strcmp(a->master_name, b.master_name) == 0);
+        for (int i = 0; i < a->nsentinels; i++)
+            assert(strcmp(a->sentinels[i].host, b.sentinels[i].host) == 0 &&
+                   a->sentinels[i].port == b.sentinels[i].port);
     } else {
         assert(strcmp(a->host, b.host) == 0 && a->port == b.port);
     }
@@ -108,7 +163,8 @@ static int parse_once(const char *buf, size_t size)
         /* Every refusal says why; and a failed parse leaves nothing behind. */
         assert(err[0] != '\0');
         assert(a.host == NULL && a.path == NULL && a.user == NULL && a.password == NULL &&
-               a.display == NULL && a.cacert == NULL && a.key == NULL && a.sni == NULL);
+               a.display == NULL && a.cacert == NULL && a.key == NULL && a.sni == NULL &&
+               a.master_name == NULL && a.nsentinels == 0 && a.sentinel_password == NULL);
     }
     return rc;
 }

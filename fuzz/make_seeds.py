@@ -37,6 +37,10 @@ urls = {
  'rediss-v6':'rediss://[::1]:6380?insecure=1', 'rediss-pct':'rediss://h?sni=a%26b&cacert=%2Fx',
  'rediss-unknown':'rediss://h?x=1', 'rediss-cert-only':'rediss://h?cert=/c.pem',
  'rediss-twice':'rediss://h?sni=a&sni=b', 'rediss-empty':'rediss://h?', 'redis-query':'redis://h?sni=a',
+ 'sentinel':'redis-sentinel://s1', 'sentinel-full':'redis-sentinel://u:p@s1:5000,[::1]:5001,s3/orders?sentinel_user=su&sentinel_password=sp&db=2',
+ 'sentinel-tls':'rediss-sentinel://s1/m?cacert=/ca.pem&sni=x', 'sentinel-list':'redis-sentinel://s1, s2/a,redis://h,redis-sentinel://s3',
+ 'sentinel-name':'redis-sentinel://s1/a%20b', 'sentinel-many':'redis-sentinel://a,b,c,d,e,f,g,h,i/m',
+ 'sentinel-empty':'redis-sentinel://,/m', 'sentinel-db':'redis-sentinel://s/m?db=1&db=2',
 }
 for k,v in urls.items(): put('fuzz_url', k, v)
 

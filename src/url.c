@@ -366,9 +366,16 @@ static int parse_master_name(span path, dlock__addr *a, char *err, size_t errlen
     size_t n = strlen(a->master_name);
     if (n > 128)
         return bad(err, errlen, "master name longer than 128 bytes");
-    for (size_t i = 0; i < n; i++)
-        if (!isgraph((unsigned char)a->master_name[i]))
-            return bad(err, errlen, "master name with a space or a control character");
+    for (size_t i = 0; i < n; i++) {
+        char ch = a->master_name[i];
+        if (isalnum((unsigned char)ch) || strchr("-_.:", ch) != NULL)
+            continue;
+        char what[40] = "a space or a control character";
+        if (isgraph((unsigned char)ch))
+            snprintf(what, sizeof what, "'%c'", ch);
+        return bad(err, errlen,
+                   "master name with %s: it may hold letters, digits, '-', '_', '.' and ':'", what);
+    }
     return DLOCK_OK;
 }
 
@@ -438,7 +445,8 @@ static int parse_unix(span rest, dlock__addr *a, char *err, size_t errlen)
 /* The URL with the password left out, for messages and dlock_errmsg. */
 static int make_display(dlock__addr *a)
 {
-    char buf[1200];
+    /* The longest: eight Sentinels of 253-byte hosts, a user and a master name. */
+    char buf[2600];
     const char *user = a->user ? a->user : "";
     const char *at = a->user ? "@" : "";
     const char *scheme = a->tls ? "rediss" : "redis";
@@ -447,11 +455,11 @@ static int make_display(dlock__addr *a)
         for (int i = 0; i < a->nsentinels && at_ < (int)sizeof buf; i++) {
             const struct dlock__sentinel_addr *sa = &a->sentinels[i];
             bool v6 = strchr(sa->host, ':') != NULL;
-            at_ += snprintf(buf + at_, sizeof buf - (size_t)at_, "%s%s%.64s%s:%d", i ? "," : "",
+            at_ += snprintf(buf + at_, sizeof buf - (size_t)at_, "%s%s%s%s:%d", i ? "," : "",
                             v6 ? "[" : "", sa->host, v6 ? "]" : "", sa->port);
         }
         if (at_ < (int)sizeof buf)
-            snprintf(buf + at_, sizeof buf - (size_t)at_, "/%.128s", a->master_name);
+            snprintf(buf + at_, sizeof buf - (size_t)at_, "/%s", a->master_name);
     } else if (a->is_unix)
         snprintf(buf, sizeof buf, "unix://%s", a->path);
     else if (strchr(a->host, ':') != NULL)

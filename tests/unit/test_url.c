@@ -526,6 +526,8 @@ static void test_sentinel_refused(void **state)
     parse_bad("redis-sentinel://s1,/m", "missing host");
     parse_bad("redis-sentinel://s1:0/m", "port");
     parse_bad("redis-sentinel://s1/has%20space", "master name with a space");
+    parse_bad("redis-sentinel://s1/a%3Fb", "master name with '?'");
+    parse_bad("redis-sentinel://s1/a/b", "master name with '/'");
     parse_bad("redis-sentinel://s1/m?cacert=/x", "unknown parameter \"cacert\"");
     parse_bad("redis-sentinel://s1/m?db=-1", "db=");
     parse_bad("redis-sentinel://s1/m?db=1&db=2", "db=");
