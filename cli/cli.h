@@ -85,6 +85,13 @@ struct command {
                                         WAIT forever) */
 };
 
+/* The fields every command has, in the order a table row gives them: its name, its
+ * options beyond the common ones, its operands (how many, and their names), what runs
+ * it and its help. */
+#define CLI_COMMAND(name_, shortopts_, nargs_, operands_, run_, help_)                             \
+    .name = (name_), .shortopts = (shortopts_), .nargs = (nargs_), .operands = (operands_),        \
+    .run = (run_), .help = (help_)
+
 /* ---- options.c ---- */
 
 /*

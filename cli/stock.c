@@ -312,63 +312,23 @@ static int run_status(struct cli *cli, char **args, const struct cmd_opts *o)
     return 0;
 }
 
-/* The commands of the group `dlock stock`, found by main.c. Designated fields: the
- * table says only what a subcommand has. */
 /* A reservation's lease defaults to 30 s, and a reserve answers at once unless told to
  * wait (a buyer in a sale does not queue by default; a lock does). */
 static const struct cmd_opts stock_defaults = {.ttl_ms = DLOCK_STOCK_LEASE_DEFAULT_MS,
                                                .wait_ms = 0};
 
+/* A subcommand of `dlock stock`: CLI_COMMAND's fields, and the stock's defaults. */
+#define STOCK_COMMAND(...) CLI_COMMAND(__VA_ARGS__), .defaults = &stock_defaults
+
+/* The commands of the group `dlock stock`, found by main.c. */
 const struct command cli_stock_commands[] = {
-    {.name = "stock set",
-     .shortopts = "",
-     .nargs = 2,
-     .operands = "SKU QTY",
-     .run = run_set,
-     .help = set_help,
-     .defaults = &stock_defaults},
-    {.name = "stock add",
-     .shortopts = "",
-     .nargs = 2,
-     .operands = "SKU QTY",
-     .run = run_add,
-     .help = add_help,
-     .defaults = &stock_defaults},
-    {.name = "stock reserve",
-     .shortopts = "t:w:",
-     .nargs = 2,
-     .operands = "SKU QTY",
-     .run = run_reserve,
-     .help = reserve_help,
-     .defaults = &stock_defaults},
-    {.name = "stock commit",
-     .shortopts = "",
-     .nargs = 2,
-     .operands = "SKU ID",
-     .run = run_commit,
-     .help = commit_help,
-     .defaults = &stock_defaults},
-    {.name = "stock cancel",
-     .shortopts = "",
-     .nargs = 2,
-     .operands = "SKU ID",
-     .run = run_cancel,
-     .help = cancel_help,
-     .defaults = &stock_defaults},
-    {.name = "stock extend",
-     .shortopts = "t:",
-     .nargs = 2,
-     .operands = "SKU ID",
-     .run = run_extend,
-     .help = extend_help,
-     .defaults = &stock_defaults},
-    {.name = "stock status",
-     .shortopts = "",
-     .nargs = 1,
-     .operands = "SKU",
-     .run = run_status,
-     .help = status_help,
-     .defaults = &stock_defaults},
+    {STOCK_COMMAND("stock set", "", 2, "SKU QTY", run_set, set_help)},
+    {STOCK_COMMAND("stock add", "", 2, "SKU QTY", run_add, add_help)},
+    {STOCK_COMMAND("stock reserve", "t:w:", 2, "SKU QTY", run_reserve, reserve_help)},
+    {STOCK_COMMAND("stock commit", "", 2, "SKU ID", run_commit, commit_help)},
+    {STOCK_COMMAND("stock cancel", "", 2, "SKU ID", run_cancel, cancel_help)},
+    {STOCK_COMMAND("stock extend", "t:", 2, "SKU ID", run_extend, extend_help)},
+    {STOCK_COMMAND("stock status", "", 1, "SKU", run_status, status_help)},
 };
 
 const size_t cli_stock_ncommands = sizeof cli_stock_commands / sizeof *cli_stock_commands;
