@@ -219,12 +219,9 @@ static int run_reserve(struct cli *cli, char **args, const struct cmd_opts *o)
     int code = parse_qty(cmd, args[1], &qty);
     if (code != 0 || (code = begin(cli, cmd, args[0], what)) != 0)
         return code;
-    dlock_reserve_opts opts;
-    memset(&opts, 0, sizeof opts);
-    opts.lease_ms = o->ttl_ms;
-    opts.wait_ms = o->wait_ms;
-    int cancel_fd = o->wait_ms != 0 ? cli_cancel_setup() : -1;
-    opts.cancel_fd = cancel_fd > 0 ? cancel_fd : 0;
+    dlock_reserve_opts opts = {.lease_ms = o->ttl_ms,
+                               .wait_ms = o->wait_ms,
+                               .cancel_fd = o->wait_ms != 0 ? cli_cancel_setup() : 0};
     char id[DLOCK_TOKEN_LEN + 1];
     int rc = dlock_stock_reserve(cli->client, args[0], qty, &opts, id);
     if (rc == DLOCK_OK && cli_cancel_signal() != 0) {
@@ -232,13 +229,8 @@ static int run_reserve(struct cli *cli, char **args, const struct cmd_opts *o)
         dlock_stock_cancel(cli->client, args[0], id);
         rc = DLOCK_ERR_CANCELED;
     }
-    if (rc == DLOCK_ERR_CANCELED) {
-        char sn[32];
-        int signo = cli_cancel_signal();
-        cli_errline("%s: canceled by %s", what,
-                    signo != 0 ? cli_signal_label(signo, sn, sizeof sn) : "a signal");
-        return CLI_EXIT_NOT_ACQUIRED;
-    }
+    if (rc == DLOCK_ERR_CANCELED)
+        return cli_canceled(what);
     if (rc != DLOCK_OK)
         return stock_fail(what, rc);
     printf("%s\n", id);
