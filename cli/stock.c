@@ -179,20 +179,23 @@ static int parse_qty(const struct command *cmd, const char *s, int64_t *out)
     return 0;
 }
 
-/* What every subcommand does first: name itself for its messages and open the client. */
-static int begin(struct cli *cli, const struct command *cmd, const char *sku, char what[WHAT_LEN])
+/* What every subcommand does first: read its QTY (args[1]) if it has one, name itself
+ * for its messages and open the client. */
+static int begin(struct cli *cli, char **args, int64_t *qty, char what[WHAT_LEN])
 {
-    snprintf(what, WHAT_LEN, "%s %s", cmd->name, sku);
+    int code = qty != NULL ? parse_qty(cli->cmd, args[1], qty) : 0;
+    if (code != 0)
+        return code;
+    snprintf(what, WHAT_LEN, "%s %s", cli->cmd->name, args[0]);
     return cli_client_open(cli);
 }
 
 static int run_update(struct cli *cli, char **args, bool add)
 {
-    const struct command *cmd = cli->cmd;
     int64_t qty;
     char what[WHAT_LEN];
-    int code = parse_qty(cmd, args[1], &qty);
-    if (code != 0 || (code = begin(cli, cmd, args[0], what)) != 0)
+    int code = begin(cli, args, &qty, what);
+    if (code != 0)
         return code;
     int rc = add ? dlock_stock_add(cli->client, args[0], qty, NULL)
                  : dlock_stock_set(cli->client, args[0], qty, NULL);
@@ -213,11 +216,10 @@ static int run_add(struct cli *cli, char **args, const struct cmd_opts *o)
 
 static int run_reserve(struct cli *cli, char **args, const struct cmd_opts *o)
 {
-    const struct command *cmd = cli->cmd;
     int64_t qty;
     char what[WHAT_LEN];
-    int code = parse_qty(cmd, args[1], &qty);
-    if (code != 0 || (code = begin(cli, cmd, args[0], what)) != 0)
+    int code = begin(cli, args, &qty, what);
+    if (code != 0)
         return code;
     dlock_reserve_opts opts = {.lease_ms = o->ttl_ms,
                                .wait_ms = o->wait_ms,
@@ -250,7 +252,7 @@ enum end_kind { END_COMMIT, END_CANCEL, END_EXTEND };
 static int run_end(struct cli *cli, char **args, const struct cmd_opts *o, enum end_kind kind)
 {
     char what[WHAT_LEN];
-    int code = begin(cli, cli->cmd, args[0], what);
+    int code = begin(cli, args, NULL, what);
     if (code != 0)
         return code;
     int rc = kind == END_COMMIT   ? dlock_stock_commit(cli->client, args[0], args[1])
@@ -279,7 +281,7 @@ static int run_status(struct cli *cli, char **args, const struct cmd_opts *o)
     (void)o;
     const char *sku = args[0];
     char what[WHAT_LEN];
-    int code = begin(cli, cli->cmd, sku, what);
+    int code = begin(cli, args, NULL, what);
     if (code != 0)
         return code;
     dlock_stock_info in;
