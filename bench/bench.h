@@ -76,7 +76,7 @@ typedef struct bench_opts {
     const char *dlockd;   /* --dlockd PATH, or NULL: $DLOCKD, else next to dlock-bench */
     int nodes;            /* servers for W1, W2, W3 and the W5 lock ways (1) */
     long requests;        /* redis-benchmark -n */
-    int64_t timeout_ms;   /* dlock_config.timeout_ms */
+    long timeout_ms;      /* dlock_config.timeout_ms */
     int repeat;           /* rounds (baselines + workloads); figures are their medians */
     const char *servers;  /* -s URLS, or NULL to start our own */
     enum pin_mode pin;
