@@ -338,6 +338,11 @@ int run_w3(bench_ctx *ctx);
 int run_wake(bench_ctx *ctx);
 /* W5 (flashsale.c): lock, lock-pipelined, watch, script, stock, then the PHP sale. */
 int run_w5(bench_ctx *ctx);
+/* The end of a W5 sale: its figure oversold, the progress line, and the checks: every
+ * unit of stock bought once, none left, and as many sold (unless sold is NULL: a sale
+ * that keeps no such count). 0, or -1 after bench_fail. */
+int w5_outcome(bench_ctx *ctx, const char *label, long stock, long purchases, long retries,
+               double sellout_ms, long long left, const long long *sold);
 /* W5/php-recipe and W5/php-dlockd (service.c), run at the end of W5. */
 int run_w5_php(bench_ctx *ctx);
 /* W6 (service.c): W1 through dlockd, right after W1. */

@@ -429,7 +429,6 @@ static int w5_one(bench_ctx *ctx, enum variant v, const char *urls, redisContext
     }
 
     long purchases = a->purchases;
-    long oversold = purchases > a->stock ? purchases - a->stock : 0;
     long retries = a->retries;
     if (is_lock(v) && have_stats) {
         long long scripts =
@@ -456,18 +455,27 @@ static int w5_one(bench_ctx *ctx, enum variant v, const char *urls, redisContext
         fig(label, "retries", (double)retries, 0, -1, NULL);
     if (is_lock(v))
         fig(label, "max_wait_ms", (double)a->max_wait_ns / 1e6, 1, -1, NULL);
-    fig(label, "oversold", (double)oversold, 0, -1, NULL);
-    progress("%s: sold out in %.0f ms, %ld retries, %ld purchases, stock left %lld, sold %lld",
-             label, sellout_ms, retries, purchases, stock_left, sold);
-    if (oversold != 0 || purchases != a->stock || stock_left != 0 || sold != a->stock) {
-        bench_fail(ctx, "%s: %ld purchases of %ld (oversold %ld), stock left %lld, sold %lld",
-                   label, purchases, a->stock, oversold, stock_left, sold);
-        goto out;
-    }
-    rc = 0;
+    rc = w5_outcome(ctx, label, a->stock, purchases, retries, sellout_ms, stock_left, &sold);
 out:
     free(a);
     return rc;
+}
+
+int w5_outcome(bench_ctx *ctx, const char *label, long stock, long purchases, long retries,
+               double sellout_ms, long long left, const long long *sold)
+{
+    long oversold = purchases > stock ? purchases - stock : 0;
+    fig(label, "oversold", (double)oversold, 0, -1, NULL);
+    char sold_text[32] = "";
+    if (sold != NULL)
+        snprintf(sold_text, sizeof sold_text, ", sold %lld", *sold);
+    progress("%s: sold out in %.0f ms, %ld retries, %ld purchases, stock left %lld%s", label,
+             sellout_ms, retries, purchases, left, sold_text);
+    if (oversold == 0 && purchases == stock && left == 0 && (sold == NULL || *sold == stock))
+        return 0;
+    bench_fail(ctx, "%s: %ld purchases of %ld (oversold %ld), stock left %lld%s", label, purchases,
+               stock, oversold, left, sold_text);
+    return -1;
 }
 
 int run_w5(bench_ctx *ctx)

@@ -519,27 +519,16 @@ static int php_sale(bench_ctx *ctx, const char *php, const char *mode, redisCont
     r = server_cmd(admin, "GET %s", k_stock);
     long long left = r != NULL && r->type == REDIS_REPLY_STRING ? strtoll(r->str, NULL, 10) : -1;
     freeReplyObject(r);
-    long oversold = bought > o->w5_stock ? bought - o->w5_stock : 0;
     *sellout_ms = (double)(last_sale - t0) / 1e6;
-    if (recipe_ms > 0)
-        fig(label, "sellout_ms", *sellout_ms, 0, *sellout_ms / recipe_ms, "W5/php-recipe");
-    else
-        fig(label, "sellout_ms", *sellout_ms, 0, -1, NULL);
+    fig(label, "sellout_ms", *sellout_ms, 0, recipe_ms > 0 ? *sellout_ms / recipe_ms : -1,
+        "W5/php-recipe");
     fig(label, "retries", (double)retries, 0, -1, NULL);
     fig(label, "max_wait_ms", (double)max_wait / 1e6, 1, -1, NULL);
     /* Everything the sale made the server do, the start signal's BLPOPs and the
      * buyers' final look at an empty stock included. */
     if (have_stats && bought > 0)
         fig(label, "cmds_per_unit", (double)cmds / (double)bought, 1, -1, NULL);
-    fig(label, "oversold", (double)oversold, 0, -1, NULL);
-    progress("%s: sold out in %.0f ms, %ld retries, %ld purchases, stock left %lld", label,
-             *sellout_ms, retries, bought, left);
-    if (oversold != 0 || bought != o->w5_stock || left != 0) {
-        bench_fail(ctx, "%s: %ld purchases of %ld (oversold %ld), stock left %lld", label, bought,
-                   o->w5_stock, oversold, left);
-        goto out;
-    }
-    rc = 0;
+    rc = w5_outcome(ctx, label, o->w5_stock, bought, retries, *sellout_ms, left, NULL);
 out:
     free(b);
     return rc;
