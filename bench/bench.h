@@ -190,6 +190,18 @@ int stats_open(const bench_servers *ss, int n, stats_conns *sc);
 void stats_close(stats_conns *sc);
 /* One snapshot. 0, or -1 after printing why. */
 int stats_take(stats_conns *sc, srv_stats *out);
+/* The counts over a team's run: the connections, and the snapshot stats_window_start
+ * takes once every worker is ready. */
+typedef struct stats_window {
+    stats_conns sc;
+    srv_stats before;
+} stats_window;
+/* team_run's `before` hook, for a stats_window: its first snapshot. When that fails, the
+ * window is closed (sc.n = 0) and the workload goes on without counts. */
+void stats_window_start(void *w);
+/* The second snapshot, and the differences printed when verbose. false when there are
+ * no counts. The connections stay open (stats_commands counts them); close them after. */
+bool stats_window_end(stats_window *w, const char *label, bool verbose, srv_stats *after);
 /* Commands the servers processed between two snapshots, less the first snapshot's
  * own INFO on each node (INFO counts itself only once it has run). */
 long long stats_commands(const stats_conns *sc, const srv_stats *before, const srv_stats *after);

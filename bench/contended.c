@@ -57,8 +57,7 @@ typedef struct w3_arg {
     _Atomic int holder;    /* worker id + 1 while it holds the lock, else 0 */
     _Atomic long overlaps; /* holders found at once */
     _Atomic int64_t max_wait_ns;
-    stats_conns sc;
-    srv_stats before;
+    stats_window st;
 } w3_arg;
 
 /* Lock-free maximum: a CAS loop that gives up once another thread stored more. */
@@ -137,14 +136,6 @@ static void w3_worker(team *t, int id, void *p)
     dlock_client_free(c);
 }
 
-/* The commands count starts once every worker is connected and warm. */
-static void w3_before(void *p)
-{
-    w3_arg *a = p;
-    if (stats_take(&a->sc, &a->before) != 0)
-        a->sc.n = 0;
-}
-
 /* One W3 run with `workers` workers, fair (FIFO) waiting or not. */
 static int w3_one(bench_ctx *ctx, int workers, bool fair)
 {
@@ -186,7 +177,7 @@ static int w3_one(bench_ctx *ctx, int workers, bool fair)
     redisContext *admin = server_connect(&ctx->servers->s[0]);
     redisReply *r = admin ? server_cmd(admin, "DEL %s", a->counter) : NULL;
     freeReplyObject(r);
-    if (r == NULL || stats_open(ctx->servers, o->nodes, &a->sc) != 0) {
+    if (r == NULL || stats_open(ctx->servers, o->nodes, &a->st.sc) != 0) {
         bench_fail(ctx, "%s: cannot reach the servers", label);
         redisFree(admin);
         goto out;
@@ -194,18 +185,16 @@ static int w3_one(bench_ctx *ctx, int workers, bool fair)
     progress("%s: %d workers x %ld sections on one name, blocking wait", label, workers,
              a->sections);
     team t;
-    if (team_run(&t, label, workers, a->total, w3_worker, a, w3_before, a) != 0) {
+    if (team_run(&t, label, workers, a->total, w3_worker, a, stats_window_start, &a->st) != 0) {
         bench_fail(ctx, "%s: %s", label, t.err);
         redisFree(admin);
-        stats_close(&a->sc);
+        stats_close(&a->st.sc);
         goto out;
     }
     srv_stats after;
-    bool have_stats = a->sc.n > 0 && stats_take(&a->sc, &after) == 0;
-    long long cmds = have_stats ? stats_commands(&a->sc, &a->before, &after) : -1;
-    if (have_stats && o->verbose)
-        stats_print(label, &a->before, &after);
-    stats_close(&a->sc);
+    bool have_stats = stats_window_end(&a->st, label, o->verbose, &after);
+    long long cmds = have_stats ? stats_commands(&a->st.sc, &a->st.before, &after) : -1;
+    stats_close(&a->st.sc);
 
     /* The sanity checks: the counter, every slot written once, one holder at a time. */
     r = server_cmd(admin, "GET %s", a->counter);

@@ -65,8 +65,7 @@ typedef struct w5_arg {
     _Atomic int64_t max_wait_ns; /* lock: the longest dlock_acquire call */
     _Atomic int64_t last_sale_ns;
     char sku[48]; /* stock: the SKU, new for every run */
-    stats_conns sc;
-    srv_stats before;
+    stats_window st;
 } w5_arg;
 
 /* A purchase confirmed to its buyer: count it and remember when, for sellout_ms. */
@@ -322,15 +321,6 @@ static void w5_worker(team *t, int id, void *p)
     redisFree(rc);
 }
 
-/* Snapshot commandstats once every buyer is ready, so the lock ways can count the
- * refused acquire attempts. */
-static void w5_before(void *p)
-{
-    w5_arg *a = p;
-    if (stats_take(&a->sc, &a->before) != 0)
-        a->sc.n = 0;
-}
-
 /* Reset stock and sold (and load the script). 0, or -1 after printing why. */
 static int w5_setup(w5_arg *a, redisContext *admin)
 {
@@ -399,19 +389,17 @@ static int w5_one(bench_ctx *ctx, enum variant v, const char *urls, redisContext
     int rc = -1;
     /* The lock's script calls land on the lock's nodes. */
     if (w5_setup(a, admin) != 0 || (v == V_STOCK && w5_stock_call(ctx, a, true, NULL, NULL)) ||
-        stats_open(ctx->servers, is_lock(v) ? o->nodes : 1, &a->sc)) {
+        stats_open(ctx->servers, is_lock(v) ? o->nodes : 1, &a->st.sc)) {
         bench_fail(ctx, "%s: cannot set up the sale", label);
         goto out;
     }
     progress("%s: %d buyers, stock %ld", label, o->w5_buyers, a->stock);
     team t;
-    int trc = team_run(&t, label, o->w5_buyers, a->stock, w5_worker, a, w5_before, a);
+    int trc = team_run(&t, label, o->w5_buyers, a->stock, w5_worker, a, stats_window_start, &a->st);
     srv_stats after;
-    bool have_stats = a->sc.n > 0 && stats_take(&a->sc, &after) == 0;
-    int stat_nodes = a->sc.n;
-    if (have_stats && o->verbose)
-        stats_print(label, &a->before, &after);
-    stats_close(&a->sc);
+    bool have_stats = stats_window_end(&a->st, label, o->verbose, &after);
+    int stat_nodes = a->st.sc.n;
+    stats_close(&a->st.sc);
     if (trc != 0) {
         bench_fail(ctx, "%s: %s", label, t.err);
         goto out;
@@ -431,8 +419,8 @@ static int w5_one(bench_ctx *ctx, enum variant v, const char *urls, redisContext
     long purchases = a->purchases;
     long retries = a->retries;
     if (is_lock(v) && have_stats) {
-        long long scripts =
-            stats_calls(&a->before, &after, "evalsha") + stats_calls(&a->before, &after, "eval");
+        long long scripts = stats_calls(&a->st.before, &after, "evalsha") +
+                            stats_calls(&a->st.before, &after, "eval");
         /* Every attempt is one script call on each of the lock's nodes. */
         retries = (long)(scripts / stat_nodes - 2 * (long long)a->granted);
     }
@@ -444,8 +432,8 @@ static int w5_one(bench_ctx *ctx, enum variant v, const char *urls, redisContext
         /* Two per unit, and one refused reserve per buyer at the end. */
         if (have_stats && purchases > 0)
             fig(label, "scripts_per_unit",
-                (double)(stats_calls(&a->before, &after, "evalsha") +
-                         stats_calls(&a->before, &after, "eval")) /
+                (double)(stats_calls(&a->st.before, &after, "evalsha") +
+                         stats_calls(&a->st.before, &after, "eval")) /
                     (double)purchases,
                 2, -1, NULL);
     } else {
