@@ -273,6 +273,9 @@ typedef struct bench_ctx {
  * after the point in the BENCH line. */
 void fig(const char *workload, const char *metric, double value, int decimals, double ratio,
          const char *vs);
+/* A figure's workload label: w ("W3/w16"), "/nN" when it ran on N > 1 nodes, then
+ * suffix ("/fair", or ""). */
+void bench_label(char *out, size_t n, const char *w, int nodes, const char *suffix);
 /* Progress and notes to stderr (silenced by -q). */
 void progress(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 /* True when stderr shows progress (not -q). */

@@ -141,14 +141,10 @@ static int w3_one(bench_ctx *ctx, int workers, bool fair)
 {
     const bench_opts *o = ctx->opt;
     char label[48], urls[BENCH_MAX_NODES * 620];
-    if (workers == 8)
-        snprintf(label, sizeof label, "W3");
-    else
-        snprintf(label, sizeof label, "W3/w%d", workers);
-    if (o->nodes > 1)
-        snprintf(label + strlen(label), sizeof label - strlen(label), "/n%d", o->nodes);
-    if (fair)
-        snprintf(label + strlen(label), sizeof label - strlen(label), "/fair");
+    char w[16] = "W3";
+    if (workers != 8)
+        snprintf(w, sizeof w, "W3/w%d", workers);
+    bench_label(label, sizeof label, w, o->nodes, fair ? "/fair" : "");
     servers_urls(ctx->servers, 0, o->nodes, urls, sizeof urls);
 
     w3_arg *a = calloc(1, sizeof *a);

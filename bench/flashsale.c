@@ -370,10 +370,9 @@ static int w5_one(bench_ctx *ctx, enum variant v, const char *urls, redisContext
 {
     static int runs; /* the stock way takes a new SKU every run: sold units stay sold */
     const bench_opts *o = ctx->opt;
-    char label[48];
-    snprintf(label, sizeof label, "W5/%s", variant_names[v]);
-    if (is_lock(v) && o->nodes > 1)
-        snprintf(label + strlen(label), sizeof label - strlen(label), "/n%d", o->nodes);
+    char w[32], label[48];
+    snprintf(w, sizeof w, "W5/%s", variant_names[v]);
+    bench_label(label, sizeof label, w, is_lock(v) ? o->nodes : 1, "");
     w5_arg *a = calloc(1, sizeof *a);
     if (a == NULL) {
         bench_fail(ctx, "%s: out of memory", label);

@@ -75,6 +75,14 @@ void fig(const char *workload, const char *metric, double value, int decimals, d
     f->n++;
 }
 
+void bench_label(char *out, size_t n, const char *w, int nodes, const char *suffix)
+{
+    if (nodes > 1)
+        snprintf(out, n, "%s/n%d%s", w, nodes, suffix);
+    else
+        snprintf(out, n, "%s%s", w, suffix);
+}
+
 static int cmp_double(const void *a, const void *b)
 {
     double x = *(const double *)a, y = *(const double *)b;

@@ -246,11 +246,7 @@ static int w6_one(bench_ctx *ctx, bool detached)
 {
     const bench_opts *o = ctx->opt;
     char label[32];
-    snprintf(label, sizeof label, "W6");
-    if (o->nodes > 1)
-        snprintf(label + 2, sizeof label - 2, "/n%d", o->nodes);
-    if (detached)
-        snprintf(label + strlen(label), sizeof label - strlen(label), "/detached");
+    bench_label(label, sizeof label, "W6", o->nodes, detached ? "/detached" : "");
     if (ctx->dlockd == NULL || ctx->dlockd->pid <= 0) {
         bench_fail(ctx, "%s: dlockd is not running", label);
         return -1;
