@@ -284,6 +284,9 @@ bool progress_on(void);
 void bench_dlock_config(const bench_ctx *ctx, dlock_config *cfg);
 /* Mark the run failed and say why on stderr (always, even with -q). */
 void bench_fail(bench_ctx *ctx, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* calloc for a workload (n = 0 counts as 1): NULL after bench_fail "label: out of
+ * memory". */
+void *bench_calloc(bench_ctx *ctx, const char *label, size_t n, size_t size);
 
 /* ---- worker teams (team.c) ---------------------------------------------------- */
 

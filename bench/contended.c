@@ -147,11 +147,9 @@ static int w3_one(bench_ctx *ctx, int workers, bool fair)
     bench_label(label, sizeof label, w, o->nodes, fair ? "/fair" : "");
     servers_urls(ctx->servers, 0, o->nodes, urls, sizeof urls);
 
-    w3_arg *a = calloc(1, sizeof *a);
-    if (a == NULL) {
-        bench_fail(ctx, "%s: out of memory", label);
+    w3_arg *a = bench_calloc(ctx, label, 1, sizeof *a);
+    if (a == NULL)
         return -1;
-    }
     a->ctx = ctx;
     a->urls = urls;
     a->workers = workers;
@@ -161,12 +159,10 @@ static int w3_one(bench_ctx *ctx, int workers, bool fair)
     snprintf(a->name, sizeof a->name, "w3:%d%s", workers, fair ? ":fair" : "");
     snprintf(a->counter, sizeof a->counter, "%sw3:count:%d%s", BENCH_PREFIX, workers,
              fair ? ":fair" : "");
-    a->secs = calloc((size_t)a->total, sizeof *a->secs);
+    a->secs = bench_calloc(ctx, label, (size_t)a->total, sizeof *a->secs);
     int rc = -1;
-    if (a->secs == NULL) {
-        bench_fail(ctx, "%s: out of memory", label);
+    if (a->secs == NULL)
         goto out;
-    }
     for (long i = 0; i < a->total; i++)
         a->secs[i].worker = -1;
     /* A fresh counter. */
@@ -209,11 +205,9 @@ static int w3_one(bench_ctx *ctx, int workers, bool fair)
 
     double secs = (double)(t.end_ns - t.start_ns) / 1e9;
     long switches = 0;
-    int64_t *gaps = calloc((size_t)a->total, sizeof *gaps);
-    if (gaps == NULL) {
-        bench_fail(ctx, "%s: out of memory", label);
+    int64_t *gaps = bench_calloc(ctx, label, (size_t)a->total, sizeof *gaps);
+    if (gaps == NULL)
         goto out;
-    }
     for (long i = 1; i < a->total; i++) {
         if (a->secs[i].worker == a->secs[i - 1].worker)
             continue;

@@ -111,11 +111,9 @@ static int cycles_run_kind(bench_ctx *ctx, const char *label, const char *tag, c
                  .permits = permits,
                  .shared = shared};
     size_t total = (size_t)clients * (size_t)cycles;
-    a.lat = calloc(total ? total : 1, sizeof *a.lat);
-    if (a.lat == NULL) {
-        bench_fail(ctx, "%s: out of memory", label);
+    a.lat = bench_calloc(ctx, label, total, sizeof *a.lat);
+    if (a.lat == NULL)
         return -1;
-    }
     progress("%s: %d client%s x %ld cycles on %s", label, clients, clients > 1 ? "s" : "", cycles,
              urls);
     team t;

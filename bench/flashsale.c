@@ -373,15 +373,10 @@ static int w5_one(bench_ctx *ctx, enum variant v, const char *urls, redisContext
     char w[32], label[48];
     snprintf(w, sizeof w, "W5/%s", variant_names[v]);
     bench_label(label, sizeof label, w, is_lock(v) ? o->nodes : 1, "");
-    w5_arg *a = calloc(1, sizeof *a);
-    if (a == NULL) {
-        bench_fail(ctx, "%s: out of memory", label);
+    w5_arg *a = bench_calloc(ctx, label, 1, sizeof *a);
+    if (a == NULL)
         return -1;
-    }
-    a->ctx = ctx;
-    a->urls = urls;
-    a->v = v;
-    a->stock = o->w5_stock;
+    *a = (w5_arg){.ctx = ctx, .urls = urls, .v = v, .stock = o->w5_stock};
     snprintf(a->k_stock, sizeof a->k_stock, "%sw5:stock", BENCH_PREFIX);
     snprintf(a->k_sold, sizeof a->k_sold, "%sw5:sold", BENCH_PREFIX);
     snprintf(a->sku, sizeof a->sku, "w5:stock:%d", ++runs);

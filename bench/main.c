@@ -136,6 +136,14 @@ void bench_fail(bench_ctx *ctx, const char *fmt, ...)
     va_end(ap);
 }
 
+void *bench_calloc(bench_ctx *ctx, const char *label, size_t n, size_t size)
+{
+    void *p = calloc(n > 0 ? n : 1, size);
+    if (p == NULL)
+        bench_fail(ctx, "%s: out of memory", label);
+    return p;
+}
+
 /* The library's log callback (it never prints by itself): an evicting
  * maxmemory-policy or a failed reconnect shows here, next to the figures it may
  * explain. */

@@ -253,11 +253,9 @@ static int w6_one(bench_ctx *ctx, bool detached)
     }
     w6_arg a = {.ctx = ctx, .detached = detached, .cycles = o->w6_cycles};
     a.warmup = a.cycles / 10 < W6_WARMUP ? a.cycles / 10 : W6_WARMUP;
-    a.lat = calloc((size_t)a.cycles, sizeof *a.lat);
-    if (a.lat == NULL) {
-        bench_fail(ctx, "%s: out of memory", label);
+    a.lat = bench_calloc(ctx, label, (size_t)a.cycles, sizeof *a.lat);
+    if (a.lat == NULL)
         return -1;
-    }
     progress("%s: 1 client x %ld cycles through dlockd (port %d)", label, a.cycles,
              ctx->dlockd->port);
     team t;
@@ -403,11 +401,9 @@ static int php_sale(bench_ctx *ctx, const char *php, const char *mode, redisCont
         return -1;
     }
 
-    php_buyer *b = calloc((size_t)n, sizeof *b);
-    if (b == NULL) {
-        bench_fail(ctx, "%s: out of memory", label);
+    php_buyer *b = bench_calloc(ctx, label, (size_t)n, sizeof *b);
+    if (b == NULL)
         return -1;
-    }
     int rc = -1, started = 0;
     char why[256] = "";
     progress("%s: %d php buyers, stock %ld", label, n, o->w5_stock);
