@@ -76,7 +76,7 @@ typedef struct bench_opts {
     const char *dlockd;   /* --dlockd PATH, or NULL: $DLOCKD, else next to dlock-bench */
     int nodes;            /* servers for W1, W2, W3 and the W5 lock ways (1) */
     long requests;        /* redis-benchmark -n */
-    int64_t timeout_ms;   /* dlock_config.timeout_ms */
+    long timeout_ms;      /* dlock_config.timeout_ms */
     int repeat;           /* rounds (baselines + workloads); figures are their medians */
     const char *servers;  /* -s URLS, or NULL to start our own */
     enum pin_mode pin;
@@ -190,6 +190,18 @@ int stats_open(const bench_servers *ss, int n, stats_conns *sc);
 void stats_close(stats_conns *sc);
 /* One snapshot. 0, or -1 after printing why. */
 int stats_take(stats_conns *sc, srv_stats *out);
+/* The counts over a team's run: the connections, and the snapshot stats_window_start
+ * takes once every worker is ready. */
+typedef struct stats_window {
+    stats_conns sc;
+    srv_stats before;
+} stats_window;
+/* team_run's `before` hook, for a stats_window: its first snapshot. When that fails, the
+ * window is closed (sc.n = 0) and the workload goes on without counts. */
+void stats_window_start(void *w);
+/* The second snapshot, and the differences printed when verbose. false when there are
+ * no counts. The connections stay open (stats_commands counts them); close them after. */
+bool stats_window_end(stats_window *w, const char *label, bool verbose, srv_stats *after);
 /* Commands the servers processed between two snapshots, less the first snapshot's
  * own INFO on each node (INFO counts itself only once it has run). */
 long long stats_commands(const stats_conns *sc, const srv_stats *before, const srv_stats *after);
@@ -261,6 +273,9 @@ typedef struct bench_ctx {
  * after the point in the BENCH line. */
 void fig(const char *workload, const char *metric, double value, int decimals, double ratio,
          const char *vs);
+/* A figure's workload label: w ("W3/w16"), "/nN" when it ran on N > 1 nodes, then
+ * suffix ("/fair", or ""). */
+void bench_label(char *out, size_t n, const char *w, int nodes, const char *suffix);
 /* Progress and notes to stderr (silenced by -q). */
 void progress(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 /* True when stderr shows progress (not -q). */
@@ -269,6 +284,9 @@ bool progress_on(void);
 void bench_dlock_config(const bench_ctx *ctx, dlock_config *cfg);
 /* Mark the run failed and say why on stderr (always, even with -q). */
 void bench_fail(bench_ctx *ctx, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* calloc for a workload (n = 0 counts as 1): NULL after bench_fail "label: out of
+ * memory". */
+void *bench_calloc(bench_ctx *ctx, const char *label, size_t n, size_t size);
 
 /* ---- worker teams (team.c) ---------------------------------------------------- */
 
@@ -338,6 +356,11 @@ int run_w3(bench_ctx *ctx);
 int run_wake(bench_ctx *ctx);
 /* W5 (flashsale.c): lock, lock-pipelined, watch, script, stock, then the PHP sale. */
 int run_w5(bench_ctx *ctx);
+/* The end of a W5 sale: its figure oversold, the progress line, and the checks: every
+ * unit of stock bought once, none left, and as many sold (unless sold is NULL: a sale
+ * that keeps no such count). 0, or -1 after bench_fail. */
+int w5_outcome(bench_ctx *ctx, const char *label, long stock, long purchases, long retries,
+               double sellout_ms, long long left, const long long *sold);
 /* W5/php-recipe and W5/php-dlockd (service.c), run at the end of W5. */
 int run_w5_php(bench_ctx *ctx);
 /* W6 (service.c): W1 through dlockd, right after W1. */

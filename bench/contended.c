@@ -57,8 +57,7 @@ typedef struct w3_arg {
     _Atomic int holder;    /* worker id + 1 while it holds the lock, else 0 */
     _Atomic long overlaps; /* holders found at once */
     _Atomic int64_t max_wait_ns;
-    stats_conns sc;
-    srv_stats before;
+    stats_window st;
 } w3_arg;
 
 /* Lock-free maximum: a CAS loop that gives up once another thread stored more. */
@@ -137,34 +136,20 @@ static void w3_worker(team *t, int id, void *p)
     dlock_client_free(c);
 }
 
-/* The commands count starts once every worker is connected and warm. */
-static void w3_before(void *p)
-{
-    w3_arg *a = p;
-    if (stats_take(&a->sc, &a->before) != 0)
-        a->sc.n = 0;
-}
-
 /* One W3 run with `workers` workers, fair (FIFO) waiting or not. */
 static int w3_one(bench_ctx *ctx, int workers, bool fair)
 {
     const bench_opts *o = ctx->opt;
     char label[48], urls[BENCH_MAX_NODES * 620];
-    if (workers == 8)
-        snprintf(label, sizeof label, "W3");
-    else
-        snprintf(label, sizeof label, "W3/w%d", workers);
-    if (o->nodes > 1)
-        snprintf(label + strlen(label), sizeof label - strlen(label), "/n%d", o->nodes);
-    if (fair)
-        snprintf(label + strlen(label), sizeof label - strlen(label), "/fair");
+    char w[16] = "W3";
+    if (workers != 8)
+        snprintf(w, sizeof w, "W3/w%d", workers);
+    bench_label(label, sizeof label, w, o->nodes, fair ? "/fair" : "");
     servers_urls(ctx->servers, 0, o->nodes, urls, sizeof urls);
 
-    w3_arg *a = calloc(1, sizeof *a);
-    if (a == NULL) {
-        bench_fail(ctx, "%s: out of memory", label);
+    w3_arg *a = bench_calloc(ctx, label, 1, sizeof *a);
+    if (a == NULL)
         return -1;
-    }
     a->ctx = ctx;
     a->urls = urls;
     a->workers = workers;
@@ -174,19 +159,17 @@ static int w3_one(bench_ctx *ctx, int workers, bool fair)
     snprintf(a->name, sizeof a->name, "w3:%d%s", workers, fair ? ":fair" : "");
     snprintf(a->counter, sizeof a->counter, "%sw3:count:%d%s", BENCH_PREFIX, workers,
              fair ? ":fair" : "");
-    a->secs = calloc((size_t)a->total, sizeof *a->secs);
+    a->secs = bench_calloc(ctx, label, (size_t)a->total, sizeof *a->secs);
     int rc = -1;
-    if (a->secs == NULL) {
-        bench_fail(ctx, "%s: out of memory", label);
+    if (a->secs == NULL)
         goto out;
-    }
     for (long i = 0; i < a->total; i++)
         a->secs[i].worker = -1;
     /* A fresh counter. */
     redisContext *admin = server_connect(&ctx->servers->s[0]);
     redisReply *r = admin ? server_cmd(admin, "DEL %s", a->counter) : NULL;
     freeReplyObject(r);
-    if (r == NULL || stats_open(ctx->servers, o->nodes, &a->sc) != 0) {
+    if (r == NULL || stats_open(ctx->servers, o->nodes, &a->st.sc) != 0) {
         bench_fail(ctx, "%s: cannot reach the servers", label);
         redisFree(admin);
         goto out;
@@ -194,18 +177,16 @@ static int w3_one(bench_ctx *ctx, int workers, bool fair)
     progress("%s: %d workers x %ld sections on one name, blocking wait", label, workers,
              a->sections);
     team t;
-    if (team_run(&t, label, workers, a->total, w3_worker, a, w3_before, a) != 0) {
+    if (team_run(&t, label, workers, a->total, w3_worker, a, stats_window_start, &a->st) != 0) {
         bench_fail(ctx, "%s: %s", label, t.err);
         redisFree(admin);
-        stats_close(&a->sc);
+        stats_close(&a->st.sc);
         goto out;
     }
     srv_stats after;
-    bool have_stats = a->sc.n > 0 && stats_take(&a->sc, &after) == 0;
-    long long cmds = have_stats ? stats_commands(&a->sc, &a->before, &after) : -1;
-    if (have_stats && o->verbose)
-        stats_print(label, &a->before, &after);
-    stats_close(&a->sc);
+    bool have_stats = stats_window_end(&a->st, label, o->verbose, &after);
+    long long cmds = have_stats ? stats_commands(&a->st.sc, &a->st.before, &after) : -1;
+    stats_close(&a->st.sc);
 
     /* The sanity checks: the counter, every slot written once, one holder at a time. */
     r = server_cmd(admin, "GET %s", a->counter);
@@ -224,11 +205,9 @@ static int w3_one(bench_ctx *ctx, int workers, bool fair)
 
     double secs = (double)(t.end_ns - t.start_ns) / 1e9;
     long switches = 0;
-    int64_t *gaps = calloc((size_t)a->total, sizeof *gaps);
-    if (gaps == NULL) {
-        bench_fail(ctx, "%s: out of memory", label);
+    int64_t *gaps = bench_calloc(ctx, label, (size_t)a->total, sizeof *gaps);
+    if (gaps == NULL)
         goto out;
-    }
     for (long i = 1; i < a->total; i++) {
         if (a->secs[i].worker == a->secs[i - 1].worker)
             continue;

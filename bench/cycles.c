@@ -111,11 +111,9 @@ static int cycles_run_kind(bench_ctx *ctx, const char *label, const char *tag, c
                  .permits = permits,
                  .shared = shared};
     size_t total = (size_t)clients * (size_t)cycles;
-    a.lat = calloc(total ? total : 1, sizeof *a.lat);
-    if (a.lat == NULL) {
-        bench_fail(ctx, "%s: out of memory", label);
+    a.lat = bench_calloc(ctx, label, total, sizeof *a.lat);
+    if (a.lat == NULL)
         return -1;
-    }
     progress("%s: %d client%s x %ld cycles on %s", label, clients, clients > 1 ? "s" : "", cycles,
              urls);
     team t;
@@ -150,15 +148,6 @@ static double ratio(double a, double b)
     return b > 0 ? a / b : -1;
 }
 
-/* "W1" or "W1/n3" when the run's --nodes is above 1. */
-static void label_nodes(char *out, size_t n, const char *w, int nodes)
-{
-    if (nodes > 1)
-        snprintf(out, n, "%s/n%d", w, nodes);
-    else
-        snprintf(out, n, "%s", w);
-}
-
 /* W1 and W2: `clients` clients each run `cycles` acquire + release cycles on distinct
  * names of the first --nodes servers; the figures' ratio is to redis-benchmark's SET
  * rate at the same number of clients (rps, named vs). The run's label is returned in
@@ -169,7 +158,7 @@ static int uncontended(bench_ctx *ctx, const char *w, const char *tag, int clien
     const bench_opts *o = ctx->opt;
     char urls[BENCH_MAX_NODES * 620];
     servers_urls(ctx->servers, 0, o->nodes, urls, sizeof urls);
-    label_nodes(label, 32, w, o->nodes);
+    bench_label(label, 32, w, o->nodes, "");
     long warm = cycles / 10 < WARMUP_CYCLES ? cycles / 10 : WARMUP_CYCLES;
     cyc_result r;
     if (cycles_run(ctx, label, tag, urls, clients, cycles, warm, &r) != 0)

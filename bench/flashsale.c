@@ -65,8 +65,7 @@ typedef struct w5_arg {
     _Atomic int64_t max_wait_ns; /* lock: the longest dlock_acquire call */
     _Atomic int64_t last_sale_ns;
     char sku[48]; /* stock: the SKU, new for every run */
-    stats_conns sc;
-    srv_stats before;
+    stats_window st;
 } w5_arg;
 
 /* A purchase confirmed to its buyer: count it and remember when, for sellout_ms. */
@@ -322,15 +321,6 @@ static void w5_worker(team *t, int id, void *p)
     redisFree(rc);
 }
 
-/* Snapshot commandstats once every buyer is ready, so the lock ways can count the
- * refused acquire attempts. */
-static void w5_before(void *p)
-{
-    w5_arg *a = p;
-    if (stats_take(&a->sc, &a->before) != 0)
-        a->sc.n = 0;
-}
-
 /* Reset stock and sold (and load the script). 0, or -1 after printing why. */
 static int w5_setup(w5_arg *a, redisContext *admin)
 {
@@ -380,38 +370,30 @@ static int w5_one(bench_ctx *ctx, enum variant v, const char *urls, redisContext
 {
     static int runs; /* the stock way takes a new SKU every run: sold units stay sold */
     const bench_opts *o = ctx->opt;
-    char label[48];
-    snprintf(label, sizeof label, "W5/%s", variant_names[v]);
-    if (is_lock(v) && o->nodes > 1)
-        snprintf(label + strlen(label), sizeof label - strlen(label), "/n%d", o->nodes);
-    w5_arg *a = calloc(1, sizeof *a);
-    if (a == NULL) {
-        bench_fail(ctx, "%s: out of memory", label);
+    char w[32], label[48];
+    snprintf(w, sizeof w, "W5/%s", variant_names[v]);
+    bench_label(label, sizeof label, w, is_lock(v) ? o->nodes : 1, "");
+    w5_arg *a = bench_calloc(ctx, label, 1, sizeof *a);
+    if (a == NULL)
         return -1;
-    }
-    a->ctx = ctx;
-    a->urls = urls;
-    a->v = v;
-    a->stock = o->w5_stock;
+    *a = (w5_arg){.ctx = ctx, .urls = urls, .v = v, .stock = o->w5_stock};
     snprintf(a->k_stock, sizeof a->k_stock, "%sw5:stock", BENCH_PREFIX);
     snprintf(a->k_sold, sizeof a->k_sold, "%sw5:sold", BENCH_PREFIX);
     snprintf(a->sku, sizeof a->sku, "w5:stock:%d", ++runs);
     int rc = -1;
     /* The lock's script calls land on the lock's nodes. */
     if (w5_setup(a, admin) != 0 || (v == V_STOCK && w5_stock_call(ctx, a, true, NULL, NULL)) ||
-        stats_open(ctx->servers, is_lock(v) ? o->nodes : 1, &a->sc)) {
+        stats_open(ctx->servers, is_lock(v) ? o->nodes : 1, &a->st.sc)) {
         bench_fail(ctx, "%s: cannot set up the sale", label);
         goto out;
     }
     progress("%s: %d buyers, stock %ld", label, o->w5_buyers, a->stock);
     team t;
-    int trc = team_run(&t, label, o->w5_buyers, a->stock, w5_worker, a, w5_before, a);
+    int trc = team_run(&t, label, o->w5_buyers, a->stock, w5_worker, a, stats_window_start, &a->st);
     srv_stats after;
-    bool have_stats = a->sc.n > 0 && stats_take(&a->sc, &after) == 0;
-    int stat_nodes = a->sc.n;
-    if (have_stats && o->verbose)
-        stats_print(label, &a->before, &after);
-    stats_close(&a->sc);
+    bool have_stats = stats_window_end(&a->st, label, o->verbose, &after);
+    int stat_nodes = a->st.sc.n;
+    stats_close(&a->st.sc);
     if (trc != 0) {
         bench_fail(ctx, "%s: %s", label, t.err);
         goto out;
@@ -429,11 +411,10 @@ static int w5_one(bench_ctx *ctx, enum variant v, const char *urls, redisContext
     }
 
     long purchases = a->purchases;
-    long oversold = purchases > a->stock ? purchases - a->stock : 0;
     long retries = a->retries;
     if (is_lock(v) && have_stats) {
-        long long scripts =
-            stats_calls(&a->before, &after, "evalsha") + stats_calls(&a->before, &after, "eval");
+        long long scripts = stats_calls(&a->st.before, &after, "evalsha") +
+                            stats_calls(&a->st.before, &after, "eval");
         /* Every attempt is one script call on each of the lock's nodes. */
         retries = (long)(scripts / stat_nodes - 2 * (long long)a->granted);
     }
@@ -445,8 +426,8 @@ static int w5_one(bench_ctx *ctx, enum variant v, const char *urls, redisContext
         /* Two per unit, and one refused reserve per buyer at the end. */
         if (have_stats && purchases > 0)
             fig(label, "scripts_per_unit",
-                (double)(stats_calls(&a->before, &after, "evalsha") +
-                         stats_calls(&a->before, &after, "eval")) /
+                (double)(stats_calls(&a->st.before, &after, "evalsha") +
+                         stats_calls(&a->st.before, &after, "eval")) /
                     (double)purchases,
                 2, -1, NULL);
     } else {
@@ -456,18 +437,27 @@ static int w5_one(bench_ctx *ctx, enum variant v, const char *urls, redisContext
         fig(label, "retries", (double)retries, 0, -1, NULL);
     if (is_lock(v))
         fig(label, "max_wait_ms", (double)a->max_wait_ns / 1e6, 1, -1, NULL);
-    fig(label, "oversold", (double)oversold, 0, -1, NULL);
-    progress("%s: sold out in %.0f ms, %ld retries, %ld purchases, stock left %lld, sold %lld",
-             label, sellout_ms, retries, purchases, stock_left, sold);
-    if (oversold != 0 || purchases != a->stock || stock_left != 0 || sold != a->stock) {
-        bench_fail(ctx, "%s: %ld purchases of %ld (oversold %ld), stock left %lld, sold %lld",
-                   label, purchases, a->stock, oversold, stock_left, sold);
-        goto out;
-    }
-    rc = 0;
+    rc = w5_outcome(ctx, label, a->stock, purchases, retries, sellout_ms, stock_left, &sold);
 out:
     free(a);
     return rc;
+}
+
+int w5_outcome(bench_ctx *ctx, const char *label, long stock, long purchases, long retries,
+               double sellout_ms, long long left, const long long *sold)
+{
+    long oversold = purchases > stock ? purchases - stock : 0;
+    fig(label, "oversold", (double)oversold, 0, -1, NULL);
+    char sold_text[32] = "";
+    if (sold != NULL)
+        snprintf(sold_text, sizeof sold_text, ", sold %lld", *sold);
+    progress("%s: sold out in %.0f ms, %ld retries, %ld purchases, stock left %lld%s", label,
+             sellout_ms, retries, purchases, left, sold_text);
+    if (oversold == 0 && purchases == stock && left == 0 && (sold == NULL || *sold == stock))
+        return 0;
+    bench_fail(ctx, "%s: %ld purchases of %ld (oversold %ld), stock left %lld%s", label, purchases,
+               stock, oversold, left, sold_text);
+    return -1;
 }
 
 int run_w5(bench_ctx *ctx)

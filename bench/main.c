@@ -27,6 +27,11 @@
  * its figures are disturbed: on 2 CPUs, a quarter of one is already felt. */
 #define DISTURBED_CPUS 0.25
 
+/* The placement modes by name, as --pin takes them and the BENCH machine line shows
+ * them. */
+static const char *const pin_names[] = {
+    [PIN_SPLIT] = "split", [PIN_SAME] = "same", [PIN_NONE] = "none"};
+
 /* One figure, with its value (and ratio) from every round of the run. */
 typedef struct figure {
     char workload[48];
@@ -68,6 +73,14 @@ void fig(const char *workload, const char *metric, double value, int decimals, d
     f->values[f->n] = value;
     f->ratios[f->n] = ratio;
     f->n++;
+}
+
+void bench_label(char *out, size_t n, const char *w, int nodes, const char *suffix)
+{
+    if (nodes > 1)
+        snprintf(out, n, "%s/n%d%s", w, nodes, suffix);
+    else
+        snprintf(out, n, "%s%s", w, suffix);
 }
 
 static int cmp_double(const void *a, const void *b)
@@ -121,6 +134,14 @@ void bench_fail(bench_ctx *ctx, const char *fmt, ...)
     vfprintf(stderr, fmt, ap);
     fprintf(stderr, "\n");
     va_end(ap);
+}
+
+void *bench_calloc(bench_ctx *ctx, const char *label, size_t n, size_t size)
+{
+    void *p = calloc(n > 0 ? n : 1, size);
+    if (p == NULL)
+        bench_fail(ctx, "%s: out of memory", label);
+    return p;
 }
 
 /* The library's log callback (it never prints by itself): an evicting
@@ -192,9 +213,7 @@ static void print_report(const bench_ctx *ctx, double other_cpus, double steal_c
     }
     printf("\n");
     printf("BENCH machine cpus=%d model=\"%s\" placement=%s", p->ncpus, p->model,
-           p->mode == PIN_SPLIT  ? "split"
-           : p->mode == PIN_SAME ? "same"
-                                 : "none");
+           pin_names[p->mode]);
     if (p->server_cpu >= 0 && ss->own)
         printf(" server_cpu=%d", p->server_cpu);
     if (p->client_cpu >= 0)
@@ -302,10 +321,11 @@ static bool parse_list(const char *s, int min, int max, int *v, int *n)
     return *n > 0;
 }
 
-/* "W1,W3,TLS" (any case) or "all" into run[1..7]. */
-static bool parse_workloads(const char *s, bool run[8])
+/* "W1,W3,TLS" (any case) or "all" into o->run[1..7]. */
+static bool parse_workloads(const char *s, bench_opts *o)
 {
-    memset(run, 0, 8 * sizeof run[0]);
+    bool *run = o->run;
+    memset(run, 0, sizeof o->run);
     char buf[256];
     snprintf(buf, sizeof buf, "%s", s);
     char *save = NULL;
@@ -323,31 +343,16 @@ static bool parse_workloads(const char *s, bool run[8])
     return any;
 }
 
-enum {
-    OPT_W2_CYCLES = 256,
-    OPT_W2_CLIENTS,
-    OPT_W3_SECTIONS,
-    OPT_W3_WORKERS,
-    OPT_W3_FAIR,
-    OPT_WAKE_CYCLES,
-    OPT_W4_NODES,
-    OPT_W4_CYCLES,
-    OPT_W4_DELAY_CYCLES,
-    OPT_DELAY_MS,
-    OPT_W5_STOCK,
-    OPT_W5_BUYERS,
-    OPT_NODES,
-    OPT_REQUESTS,
-    OPT_TIMEOUT,
-    OPT_PIN,
-    OPT_SERVER_CPU,
-    OPT_CLIENT_CPU,
-    OPT_QUICK,
-    OPT_REPEAT,
-    OPT_W6_CYCLES,
-    OPT_PHP_BUYERS,
-    OPT_DLOCKD
-};
+/* --pin MODE: one of these names. */
+static bool parse_pin(const char *s, bench_opts *o)
+{
+    for (int m = 0; m < (int)(sizeof pin_names / sizeof pin_names[0]); m++)
+        if (strcmp(s, pin_names[m]) == 0) {
+            o->pin = (enum pin_mode)m;
+            return true;
+        }
+    return false;
+}
 
 /* The reference sizes: a run with no options is the run whose figures
  * docs/benchmarks.md reports, so that runs on other machines compare with it. */
@@ -380,41 +385,76 @@ static void defaults(bench_opts *o)
     o->server_cpu = o->client_cpu = -1;
 }
 
+/* One option: its long name, its letter (0: a long option alone), and where its value
+ * goes, by the one pointer that is set: a whole number in [min, max] into a long (l) or
+ * an int (i), a list of them into list with their count in nlist, the string as given
+ * (s), true for an option without a value (on), or what parse makes of it. */
+typedef struct bench_option {
+    const char *name;
+    int letter;
+    long min, max;
+    long *l;
+    int *i;
+    int *list, *nlist;
+    const char **s;
+    bool *on;
+    bool (*parse)(const char *s, bench_opts *o);
+} bench_option;
+
 /* Parse argv into o. Returns -1 to exit 0 (help), 0 to run, 1 on a usage error. */
 static int parse_args(int argc, char **argv, bench_opts *o)
 {
-    static const struct option longopts[] = {
-        {"workloads", required_argument, NULL, 'w'},
-        {"cycles", required_argument, NULL, 'n'},
-        {"w2-cycles", required_argument, NULL, OPT_W2_CYCLES},
-        {"w2-clients", required_argument, NULL, OPT_W2_CLIENTS},
-        {"w3-sections", required_argument, NULL, OPT_W3_SECTIONS},
-        {"w3-workers", required_argument, NULL, OPT_W3_WORKERS},
-        {"w3-fair", no_argument, NULL, OPT_W3_FAIR},
-        {"wake-cycles", required_argument, NULL, OPT_WAKE_CYCLES},
-        {"w4-nodes", required_argument, NULL, OPT_W4_NODES},
-        {"w4-cycles", required_argument, NULL, OPT_W4_CYCLES},
-        {"w4-delay-cycles", required_argument, NULL, OPT_W4_DELAY_CYCLES},
-        {"delay-ms", required_argument, NULL, OPT_DELAY_MS},
-        {"w5-stock", required_argument, NULL, OPT_W5_STOCK},
-        {"w5-buyers", required_argument, NULL, OPT_W5_BUYERS},
-        {"nodes", required_argument, NULL, OPT_NODES},
-        {"requests", required_argument, NULL, OPT_REQUESTS},
-        {"timeout-ms", required_argument, NULL, OPT_TIMEOUT},
-        {"servers", required_argument, NULL, 's'},
-        {"pin", required_argument, NULL, OPT_PIN},
-        {"server-cpu", required_argument, NULL, OPT_SERVER_CPU},
-        {"client-cpu", required_argument, NULL, OPT_CLIENT_CPU},
-        {"quick", no_argument, NULL, OPT_QUICK},
-        {"repeat", required_argument, NULL, OPT_REPEAT},
-        {"w6-cycles", required_argument, NULL, OPT_W6_CYCLES},
-        {"php-buyers", required_argument, NULL, OPT_PHP_BUYERS},
-        {"dlockd", required_argument, NULL, OPT_DLOCKD},
-        {"quiet", no_argument, NULL, 'q'},
-        {"verbose", no_argument, NULL, 'v'},
-        {"help", no_argument, NULL, 'h'},
-        {NULL, 0, NULL, 0},
+    const long big = 100000000;
+    bool help = false;
+    const bench_option opts[] = {
+        {"workloads", 'w', .parse = parse_workloads},
+        {"cycles", 'n', 1, big, .l = &o->w1_cycles},
+        {"w2-cycles", 0, 1, big, .l = &o->w2_cycles},
+        {"w2-clients", 0, 1, 256, .i = &o->w2_clients},
+        {"w3-sections", 0, 1, big, .l = &o->w3_sections},
+        {"w3-workers", 0, 1, 256, .list = o->w3_workers, .nlist = &o->w3_nworkers},
+        {"w3-fair", 0, .on = &o->w3_fair},
+        {"wake-cycles", 0, 1, big, .l = &o->wake_cycles},
+        {"w4-nodes", 0, 1, BENCH_MAX_NODES, .list = o->w4_nodes, .nlist = &o->w4_nnodes},
+        {"w4-cycles", 0, 1, big, .l = &o->w4_cycles},
+        {"w4-delay-cycles", 0, 1, big, .l = &o->w4_delay_cycles},
+        {"delay-ms", 0, 0, 1000, .i = &o->delay_ms},
+        {"w5-stock", 0, 1, big, .l = &o->w5_stock},
+        {"w5-buyers", 0, 1, 256, .i = &o->w5_buyers},
+        {"nodes", 0, 1, BENCH_MAX_NODES, .i = &o->nodes},
+        {"requests", 0, 1, big, .l = &o->requests},
+        {"timeout-ms", 0, 1, 3600000, .l = &o->timeout_ms},
+        {"servers", 's', .s = &o->servers},
+        {"pin", 0, .parse = parse_pin},
+        {"server-cpu", 0, 0, 1023, .i = &o->server_cpu},
+        {"client-cpu", 0, 0, 1023, .i = &o->client_cpu},
+        {"quick", 0, .on = &o->quick},
+        {"repeat", 0, 1, BENCH_MAX_ROUNDS, .i = &o->repeat},
+        {"w6-cycles", 0, 1, big, .l = &o->w6_cycles},
+        {"php-buyers", 0, 1, 256, .i = &o->php_buyers},
+        {"dlockd", 0, .s = &o->dlockd},
+        {"quiet", 'q', .on = &o->quiet},
+        {"verbose", 'v', .on = &o->verbose},
+        {"help", 'h', .on = &help},
     };
+    enum { NOPTS = sizeof opts / sizeof opts[0] };
+    /* getopt_long's tables, made from ours: a long option alone is known by 256 + its
+     * index. */
+    struct option longopts[NOPTS + 1];
+    char shortopts[2 * NOPTS + 1], *sp = shortopts;
+    for (int k = 0; k < NOPTS; k++) {
+        int has_arg = opts[k].on != NULL ? no_argument : required_argument;
+        longopts[k] = (struct option){opts[k].name, has_arg, NULL,
+                                      opts[k].letter != 0 ? opts[k].letter : 256 + k};
+        if (opts[k].letter != 0) {
+            *sp++ = (char)opts[k].letter;
+            if (has_arg == required_argument)
+                *sp++ = ':';
+        }
+    }
+    *sp = '\0';
+    longopts[NOPTS] = (struct option){NULL, 0, NULL, 0};
+
     /* --quick first, so that explicit sizes given with it win wherever they stand. */
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--quick") == 0) {
@@ -432,123 +472,37 @@ static int parse_args(int argc, char **argv, bench_opts *o)
         }
     }
     int c;
-    long v;
-    const long big = 100000000;
-    while ((c = getopt_long(argc, argv, "w:n:s:qvh", longopts, NULL)) != -1) {
-        bool ok = true;
-        switch (c) {
-        case 'w':
-            ok = parse_workloads(optarg, o->run);
-            break;
-        case 'n':
-            ok = parse_long(optarg, 1, big, &o->w1_cycles);
-            break;
-        case OPT_W2_CYCLES:
-            ok = parse_long(optarg, 1, big, &o->w2_cycles);
-            break;
-        case OPT_W2_CLIENTS:
-            ok = parse_long(optarg, 1, 256, &v);
-            o->w2_clients = (int)v;
-            break;
-        case OPT_W3_SECTIONS:
-            ok = parse_long(optarg, 1, big, &o->w3_sections);
-            break;
-        case OPT_W3_WORKERS:
-            ok = parse_list(optarg, 1, 256, o->w3_workers, &o->w3_nworkers);
-            break;
-        case OPT_W3_FAIR:
-            o->w3_fair = true;
-            break;
-        case OPT_WAKE_CYCLES:
-            ok = parse_long(optarg, 1, big, &o->wake_cycles);
-            break;
-        case OPT_W4_NODES:
-            ok = parse_list(optarg, 1, BENCH_MAX_NODES, o->w4_nodes, &o->w4_nnodes);
-            break;
-        case OPT_W4_CYCLES:
-            ok = parse_long(optarg, 1, big, &o->w4_cycles);
-            break;
-        case OPT_W4_DELAY_CYCLES:
-            ok = parse_long(optarg, 1, big, &o->w4_delay_cycles);
-            break;
-        case OPT_DELAY_MS:
-            ok = parse_long(optarg, 0, 1000, &v);
-            o->delay_ms = (int)v;
-            break;
-        case OPT_W5_STOCK:
-            ok = parse_long(optarg, 1, big, &o->w5_stock);
-            break;
-        case OPT_W6_CYCLES:
-            ok = parse_long(optarg, 1, big, &o->w6_cycles);
-            break;
-        case OPT_PHP_BUYERS:
-            ok = parse_long(optarg, 1, 256, &v);
-            o->php_buyers = (int)v;
-            break;
-        case OPT_DLOCKD:
-            o->dlockd = optarg;
-            break;
-        case OPT_W5_BUYERS:
-            ok = parse_long(optarg, 1, 256, &v);
-            o->w5_buyers = (int)v;
-            break;
-        case OPT_NODES:
-            ok = parse_long(optarg, 1, BENCH_MAX_NODES, &v);
-            o->nodes = (int)v;
-            break;
-        case OPT_REQUESTS:
-            ok = parse_long(optarg, 1, big, &o->requests);
-            break;
-        case OPT_TIMEOUT:
-            ok = parse_long(optarg, 1, 3600000, &v);
-            o->timeout_ms = v;
-            break;
-        case 's':
-            o->servers = optarg;
-            break;
-        case OPT_PIN:
-            if (strcmp(optarg, "split") == 0)
-                o->pin = PIN_SPLIT;
-            else if (strcmp(optarg, "same") == 0)
-                o->pin = PIN_SAME;
-            else if (strcmp(optarg, "none") == 0)
-                o->pin = PIN_NONE;
-            else
-                ok = false;
-            break;
-        case OPT_SERVER_CPU:
-            ok = parse_long(optarg, 0, 1023, &v);
-            o->server_cpu = (int)v;
-            break;
-        case OPT_CLIENT_CPU:
-            ok = parse_long(optarg, 0, 1023, &v);
-            o->client_cpu = (int)v;
-            break;
-        case OPT_QUICK:
-            break; /* applied above */
-        case OPT_REPEAT:
-            ok = parse_long(optarg, 1, BENCH_MAX_ROUNDS, &v);
-            o->repeat = (int)v;
-            break;
-        case 'q':
-            o->quiet = true;
-            break;
-        case 'v':
-            o->verbose = true;
-            break;
-        case 'h':
-            usage(stdout);
-            return -1;
-        default:
+    while ((c = getopt_long(argc, argv, shortopts, longopts, NULL)) != -1) {
+        const bench_option *b = NULL;
+        for (int k = 0; k < NOPTS && b == NULL; k++)
+            if (longopts[k].val == c)
+                b = &opts[k];
+        if (b == NULL) { /* getopt_long said what is wrong */
             usage(stderr);
             return 1;
         }
+        bool ok = true;
+        if (b->l != NULL) {
+            ok = parse_long(optarg, b->min, b->max, b->l);
+        } else if (b->i != NULL) {
+            long v;
+            if ((ok = parse_long(optarg, b->min, b->max, &v)))
+                *b->i = (int)v;
+        } else if (b->list != NULL) {
+            ok = parse_list(optarg, (int)b->min, (int)b->max, b->list, b->nlist);
+        } else if (b->s != NULL) {
+            *b->s = optarg;
+        } else if (b->on != NULL) {
+            *b->on = true;
+        } else {
+            ok = b->parse(optarg, o);
+        }
+        if (help) {
+            usage(stdout);
+            return -1;
+        }
         if (!ok) {
-            const char *name = "?";
-            for (const struct option *lo = longopts; lo->name != NULL; lo++)
-                if (lo->val == c)
-                    name = lo->name;
-            fprintf(stderr, "dlock-bench: bad value for --%s: %s (see -h)\n", name, optarg);
+            fprintf(stderr, "dlock-bench: bad value for --%s: %s (see -h)\n", b->name, optarg);
             return 1;
         }
     }

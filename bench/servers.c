@@ -356,6 +356,22 @@ int stats_take(stats_conns *sc, srv_stats *out)
     return 0;
 }
 
+void stats_window_start(void *w)
+{
+    stats_window *sw = w;
+    if (stats_take(&sw->sc, &sw->before) != 0)
+        stats_close(&sw->sc);
+}
+
+bool stats_window_end(stats_window *w, const char *label, bool verbose, srv_stats *after)
+{
+    if (w->sc.n == 0 || stats_take(&w->sc, after) != 0)
+        return false;
+    if (verbose)
+        stats_print(label, &w->before, after);
+    return true;
+}
+
 long long stats_commands(const stats_conns *sc, const srv_stats *before, const srv_stats *after)
 {
     return after->commands - before->commands - sc->n;

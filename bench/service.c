@@ -246,22 +246,16 @@ static int w6_one(bench_ctx *ctx, bool detached)
 {
     const bench_opts *o = ctx->opt;
     char label[32];
-    snprintf(label, sizeof label, "W6");
-    if (o->nodes > 1)
-        snprintf(label + 2, sizeof label - 2, "/n%d", o->nodes);
-    if (detached)
-        snprintf(label + strlen(label), sizeof label - strlen(label), "/detached");
+    bench_label(label, sizeof label, "W6", o->nodes, detached ? "/detached" : "");
     if (ctx->dlockd == NULL || ctx->dlockd->pid <= 0) {
         bench_fail(ctx, "%s: dlockd is not running", label);
         return -1;
     }
     w6_arg a = {.ctx = ctx, .detached = detached, .cycles = o->w6_cycles};
     a.warmup = a.cycles / 10 < W6_WARMUP ? a.cycles / 10 : W6_WARMUP;
-    a.lat = calloc((size_t)a.cycles, sizeof *a.lat);
-    if (a.lat == NULL) {
-        bench_fail(ctx, "%s: out of memory", label);
+    a.lat = bench_calloc(ctx, label, (size_t)a.cycles, sizeof *a.lat);
+    if (a.lat == NULL)
         return -1;
-    }
     progress("%s: 1 client x %ld cycles through dlockd (port %d)", label, a.cycles,
              ctx->dlockd->port);
     team t;
@@ -407,11 +401,9 @@ static int php_sale(bench_ctx *ctx, const char *php, const char *mode, redisCont
         return -1;
     }
 
-    php_buyer *b = calloc((size_t)n, sizeof *b);
-    if (b == NULL) {
-        bench_fail(ctx, "%s: out of memory", label);
+    php_buyer *b = bench_calloc(ctx, label, (size_t)n, sizeof *b);
+    if (b == NULL)
         return -1;
-    }
     int rc = -1, started = 0;
     char why[256] = "";
     progress("%s: %d php buyers, stock %ld", label, n, o->w5_stock);
@@ -519,27 +511,16 @@ static int php_sale(bench_ctx *ctx, const char *php, const char *mode, redisCont
     r = server_cmd(admin, "GET %s", k_stock);
     long long left = r != NULL && r->type == REDIS_REPLY_STRING ? strtoll(r->str, NULL, 10) : -1;
     freeReplyObject(r);
-    long oversold = bought > o->w5_stock ? bought - o->w5_stock : 0;
     *sellout_ms = (double)(last_sale - t0) / 1e6;
-    if (recipe_ms > 0)
-        fig(label, "sellout_ms", *sellout_ms, 0, *sellout_ms / recipe_ms, "W5/php-recipe");
-    else
-        fig(label, "sellout_ms", *sellout_ms, 0, -1, NULL);
+    fig(label, "sellout_ms", *sellout_ms, 0, recipe_ms > 0 ? *sellout_ms / recipe_ms : -1,
+        "W5/php-recipe");
     fig(label, "retries", (double)retries, 0, -1, NULL);
     fig(label, "max_wait_ms", (double)max_wait / 1e6, 1, -1, NULL);
     /* Everything the sale made the server do, the start signal's BLPOPs and the
      * buyers' final look at an empty stock included. */
     if (have_stats && bought > 0)
         fig(label, "cmds_per_unit", (double)cmds / (double)bought, 1, -1, NULL);
-    fig(label, "oversold", (double)oversold, 0, -1, NULL);
-    progress("%s: sold out in %.0f ms, %ld retries, %ld purchases, stock left %lld", label,
-             *sellout_ms, retries, bought, left);
-    if (oversold != 0 || bought != o->w5_stock || left != 0) {
-        bench_fail(ctx, "%s: %ld purchases of %ld (oversold %ld), stock left %lld", label, bought,
-                   o->w5_stock, oversold, left);
-        goto out;
-    }
-    rc = 0;
+    rc = w5_outcome(ctx, label, o->w5_stock, bought, retries, *sellout_ms, left, NULL);
 out:
     free(b);
     return rc;

@@ -158,15 +158,12 @@ static void wake_worker(team *t, int id, void *p)
 int run_wake(bench_ctx *ctx)
 {
     const char *label = "baseline/wake";
-    wake_arg *a = calloc(1, sizeof *a);
-    if (a != NULL) {
-        a->n = ctx->opt->wake_cycles + WAKE_WARMUP;
-        a->gaps = calloc((size_t)a->n, sizeof *a->gaps);
-    }
-    if (a == NULL || a->gaps == NULL) {
-        bench_fail(ctx, "%s: out of memory", label);
-        if (a != NULL)
-            free(a->gaps);
+    wake_arg *a = bench_calloc(ctx, label, 1, sizeof *a);
+    if (a == NULL)
+        return -1;
+    a->n = ctx->opt->wake_cycles + WAKE_WARMUP;
+    a->gaps = bench_calloc(ctx, label, (size_t)a->n, sizeof *a->gaps);
+    if (a->gaps == NULL) {
         free(a);
         return -1;
     }

@@ -17,6 +17,7 @@
 #endif
 
 #include "cli.h"
+#include "escape.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -41,8 +42,9 @@ static void on_cancel_signal(int signo)
 int cli_cancel_setup(void)
 {
     int fds[2];
+    /* Never 0 itself: main() keeps descriptors 0 to 2 open. */
     if (pipe2(fds, O_CLOEXEC | O_NONBLOCK) != 0)
-        return -1;
+        return 0;
     cancel_pipe_wr = fds[1];
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);
@@ -63,4 +65,13 @@ int cli_cancel_setup(void)
 int cli_cancel_signal(void)
 {
     return cancel_signo;
+}
+
+int cli_canceled(const char *what)
+{
+    char sn[32];
+    int signo = cli_cancel_signal();
+    cli_errline("%s: canceled by %s", what,
+                signo != 0 ? cli_signal_label(signo, sn, sizeof sn) : "a signal");
+    return CLI_EXIT_NOT_ACQUIRED;
 }

@@ -85,6 +85,13 @@ struct command {
                                         WAIT forever) */
 };
 
+/* The fields every command has, in the order a table row gives them: its name, its
+ * options beyond the common ones, its operands (how many, and their names), what runs
+ * it and its help. */
+#define CLI_COMMAND(name_, shortopts_, nargs_, operands_, run_, help_)                             \
+    .name = (name_), .shortopts = (shortopts_), .nargs = (nargs_), .operands = (operands_),        \
+    .run = (run_), .help = (help_)
+
 /* ---- options.c ---- */
 
 /*
@@ -159,12 +166,16 @@ int cli_cmd_doctor(struct cli *cli, char **args, const struct cmd_opts *o);
 /* ---- cancel.c ---- */
 
 /* Make a pipe for dlock_opts.cancel_fd and route SIGINT, SIGTERM and SIGHUP to it.
- * Returns the read end, or -1 (then waits cannot be interrupted cleanly, but still
- * work). A signal our parent set to be ignored stays ignored. */
+ * Returns the read end, or 0, the cancel_fd of none (then waits cannot be interrupted
+ * cleanly, but still work). A signal our parent set to be ignored stays ignored. */
 int cli_cancel_setup(void);
 
 /* The signal that canceled the wait, or 0 if none came. */
 int cli_cancel_signal(void);
+
+/* The wait was canceled by a signal: say which, in "<what>: canceled by SIGINT", and
+ * return the exit code of a wait that ran out. */
+int cli_canceled(const char *what);
 
 /* ---- signals.c ---- */
 

@@ -88,16 +88,6 @@ static void print_waiting(struct cli *cli, const char *name)
         cli_errline("waiting for %s", name);
 }
 
-/* The wait was canceled by a signal: say which, and exit as for a wait that ran out. */
-static int canceled(const char *what)
-{
-    char sn[32];
-    int signo = cli_cancel_signal();
-    cli_errline("%s: canceled by %s", what,
-                signo != 0 ? cli_signal_label(signo, sn, sizeof sn) : "a signal");
-    return CLI_EXIT_NOT_ACQUIRED;
-}
-
 int cli_take(dlock_client *c, const char *name, const dlock_opts *opts, int64_t permits,
              dlock_lock **out)
 {
@@ -125,8 +115,7 @@ int cli_cmd_acquire(struct cli *cli, char **args, const struct cmd_opts *o)
     opts.ttl_ms = o->ttl_ms;
     opts.label = o->label;
     opts.shared = o->shared;
-    int cancel_fd = cli_cancel_setup();
-    opts.cancel_fd = cancel_fd > 0 ? cancel_fd : 0;
+    opts.cancel_fd = cli_cancel_setup();
 
     dlock_lock *l = NULL;
     int rc;
@@ -155,14 +144,14 @@ int cli_cmd_acquire(struct cli *cli, char **args, const struct cmd_opts *o)
     }
 
     if (rc == DLOCK_ERR_CANCELED || (rc != DLOCK_OK && cli_cancel_signal() != 0))
-        return canceled(what);
+        return cli_canceled(what);
     if (rc != DLOCK_OK)
         return cli_fail_call(what, rc);
     if (cli_cancel_signal() != 0) {
         /* The signal came as the lock was granted: the user asked to give up, and
          * nobody has the token yet, so let go rather than leave it held. */
         dlock_release(l);
-        return canceled(what);
+        return cli_canceled(what);
     }
 
     printf("%s %" PRIu64 "\n", dlock_token(l), dlock_fence(l));

@@ -85,6 +85,31 @@ static const char *bad_option(char **argv, char *buf, size_t buflen)
     return buf;
 }
 
+/* Where an option that keeps its value as given keeps it; NULL for the options that
+ * check or convert theirs. */
+static const char **kept_value(struct cli *cli, struct cmd_opts *o, int c)
+{
+    const struct {
+        int c;
+        const char **at;
+    } kept[] = {
+        {'s', &cli->servers},
+        {OPT_PREFIX, &cli->prefix},
+        {OPT_CACERT, &cli->tls.cacert},
+        {OPT_CACERTDIR, &cli->tls.cacertdir},
+        {OPT_CERT, &cli->tls.cert},
+        {OPT_KEY, &cli->tls.key},
+        {OPT_SNI, &cli->tls.sni},
+        {'l', &o->label},
+        {'k', &o->signal},
+        {'g', &o->grace},
+    };
+    for (size_t i = 0; i < sizeof kept / sizeof kept[0]; i++)
+        if (kept[i].c == c)
+            return kept[i].at;
+    return NULL;
+}
+
 /* Print a help or version text. A failed write is an error: a script that reads the
  * text must not get half of it with status 0. */
 static int text_written(void)
@@ -118,31 +143,15 @@ int cli_parse_options(struct cli *cli, const struct command *cmd, int argc, char
             return cli_usage_error(cmd, "unknown option -%c", c);
         }
         index = -1;
+        const char **value = kept_value(cli, o, c);
+        if (value != NULL) {
+            *value = optarg;
+            continue;
+        }
         char err[256];
         switch (c) {
-        case 's':
-            cli->servers = optarg;
-            break;
-        case OPT_PREFIX:
-            cli->prefix = optarg;
-            break;
         case 'q':
             cli->quiet = true;
-            break;
-        case OPT_CACERT:
-            cli->tls.cacert = optarg;
-            break;
-        case OPT_CACERTDIR:
-            cli->tls.cacertdir = optarg;
-            break;
-        case OPT_CERT:
-            cli->tls.cert = optarg;
-            break;
-        case OPT_KEY:
-            cli->tls.key = optarg;
-            break;
-        case OPT_SNI:
-            cli->tls.sni = optarg;
             break;
         case OPT_INSECURE:
             cli->tls.insecure = 1;
@@ -163,15 +172,6 @@ int cli_parse_options(struct cli *cli, const struct command *cmd, int argc, char
         case 'w':
             if (cli_parse_wait(optarg, &o->wait_ms, err, sizeof err) != 0)
                 return cli_usage_error(cmd, "invalid WAIT \"%.64s\": %s", optarg, err);
-            break;
-        case 'l':
-            o->label = optarg;
-            break;
-        case 'k':
-            o->signal = optarg;
-            break;
-        case 'g':
-            o->grace = optarg;
             break;
         case OPT_SHARED:
             o->shared = true;

@@ -179,20 +179,23 @@ static int parse_qty(const struct command *cmd, const char *s, int64_t *out)
     return 0;
 }
 
-/* What every subcommand does first: name itself for its messages and open the client. */
-static int begin(struct cli *cli, const struct command *cmd, const char *sku, char what[WHAT_LEN])
+/* What every subcommand does first: read its QTY (args[1]) if it has one, name itself
+ * for its messages and open the client. */
+static int begin(struct cli *cli, char **args, int64_t *qty, char what[WHAT_LEN])
 {
-    snprintf(what, WHAT_LEN, "%s %s", cmd->name, sku);
+    int code = qty != NULL ? parse_qty(cli->cmd, args[1], qty) : 0;
+    if (code != 0)
+        return code;
+    snprintf(what, WHAT_LEN, "%s %s", cli->cmd->name, args[0]);
     return cli_client_open(cli);
 }
 
 static int run_update(struct cli *cli, char **args, bool add)
 {
-    const struct command *cmd = cli->cmd;
     int64_t qty;
     char what[WHAT_LEN];
-    int code = parse_qty(cmd, args[1], &qty);
-    if (code != 0 || (code = begin(cli, cmd, args[0], what)) != 0)
+    int code = begin(cli, args, &qty, what);
+    if (code != 0)
         return code;
     int rc = add ? dlock_stock_add(cli->client, args[0], qty, NULL)
                  : dlock_stock_set(cli->client, args[0], qty, NULL);
@@ -213,18 +216,14 @@ static int run_add(struct cli *cli, char **args, const struct cmd_opts *o)
 
 static int run_reserve(struct cli *cli, char **args, const struct cmd_opts *o)
 {
-    const struct command *cmd = cli->cmd;
     int64_t qty;
     char what[WHAT_LEN];
-    int code = parse_qty(cmd, args[1], &qty);
-    if (code != 0 || (code = begin(cli, cmd, args[0], what)) != 0)
+    int code = begin(cli, args, &qty, what);
+    if (code != 0)
         return code;
-    dlock_reserve_opts opts;
-    memset(&opts, 0, sizeof opts);
-    opts.lease_ms = o->ttl_ms;
-    opts.wait_ms = o->wait_ms;
-    int cancel_fd = o->wait_ms != 0 ? cli_cancel_setup() : -1;
-    opts.cancel_fd = cancel_fd > 0 ? cancel_fd : 0;
+    dlock_reserve_opts opts = {.lease_ms = o->ttl_ms,
+                               .wait_ms = o->wait_ms,
+                               .cancel_fd = o->wait_ms != 0 ? cli_cancel_setup() : 0};
     char id[DLOCK_TOKEN_LEN + 1];
     int rc = dlock_stock_reserve(cli->client, args[0], qty, &opts, id);
     if (rc == DLOCK_OK && cli_cancel_signal() != 0) {
@@ -232,13 +231,8 @@ static int run_reserve(struct cli *cli, char **args, const struct cmd_opts *o)
         dlock_stock_cancel(cli->client, args[0], id);
         rc = DLOCK_ERR_CANCELED;
     }
-    if (rc == DLOCK_ERR_CANCELED) {
-        char sn[32];
-        int signo = cli_cancel_signal();
-        cli_errline("%s: canceled by %s", what,
-                    signo != 0 ? cli_signal_label(signo, sn, sizeof sn) : "a signal");
-        return CLI_EXIT_NOT_ACQUIRED;
-    }
+    if (rc == DLOCK_ERR_CANCELED)
+        return cli_canceled(what);
     if (rc != DLOCK_OK)
         return stock_fail(what, rc);
     printf("%s\n", id);
@@ -258,7 +252,7 @@ enum end_kind { END_COMMIT, END_CANCEL, END_EXTEND };
 static int run_end(struct cli *cli, char **args, const struct cmd_opts *o, enum end_kind kind)
 {
     char what[WHAT_LEN];
-    int code = begin(cli, cli->cmd, args[0], what);
+    int code = begin(cli, args, NULL, what);
     if (code != 0)
         return code;
     int rc = kind == END_COMMIT   ? dlock_stock_commit(cli->client, args[0], args[1])
@@ -287,7 +281,7 @@ static int run_status(struct cli *cli, char **args, const struct cmd_opts *o)
     (void)o;
     const char *sku = args[0];
     char what[WHAT_LEN];
-    int code = begin(cli, cli->cmd, sku, what);
+    int code = begin(cli, args, NULL, what);
     if (code != 0)
         return code;
     dlock_stock_info in;
@@ -312,63 +306,23 @@ static int run_status(struct cli *cli, char **args, const struct cmd_opts *o)
     return 0;
 }
 
-/* The commands of the group `dlock stock`, found by main.c. Designated fields: the
- * table says only what a subcommand has. */
 /* A reservation's lease defaults to 30 s, and a reserve answers at once unless told to
  * wait (a buyer in a sale does not queue by default; a lock does). */
 static const struct cmd_opts stock_defaults = {.ttl_ms = DLOCK_STOCK_LEASE_DEFAULT_MS,
                                                .wait_ms = 0};
 
+/* A subcommand of `dlock stock`: CLI_COMMAND's fields, and the stock's defaults. */
+#define STOCK_COMMAND(...) CLI_COMMAND(__VA_ARGS__), .defaults = &stock_defaults
+
+/* The commands of the group `dlock stock`, found by main.c. */
 const struct command cli_stock_commands[] = {
-    {.name = "stock set",
-     .shortopts = "",
-     .nargs = 2,
-     .operands = "SKU QTY",
-     .run = run_set,
-     .help = set_help,
-     .defaults = &stock_defaults},
-    {.name = "stock add",
-     .shortopts = "",
-     .nargs = 2,
-     .operands = "SKU QTY",
-     .run = run_add,
-     .help = add_help,
-     .defaults = &stock_defaults},
-    {.name = "stock reserve",
-     .shortopts = "t:w:",
-     .nargs = 2,
-     .operands = "SKU QTY",
-     .run = run_reserve,
-     .help = reserve_help,
-     .defaults = &stock_defaults},
-    {.name = "stock commit",
-     .shortopts = "",
-     .nargs = 2,
-     .operands = "SKU ID",
-     .run = run_commit,
-     .help = commit_help,
-     .defaults = &stock_defaults},
-    {.name = "stock cancel",
-     .shortopts = "",
-     .nargs = 2,
-     .operands = "SKU ID",
-     .run = run_cancel,
-     .help = cancel_help,
-     .defaults = &stock_defaults},
-    {.name = "stock extend",
-     .shortopts = "t:",
-     .nargs = 2,
-     .operands = "SKU ID",
-     .run = run_extend,
-     .help = extend_help,
-     .defaults = &stock_defaults},
-    {.name = "stock status",
-     .shortopts = "",
-     .nargs = 1,
-     .operands = "SKU",
-     .run = run_status,
-     .help = status_help,
-     .defaults = &stock_defaults},
+    {STOCK_COMMAND("stock set", "", 2, "SKU QTY", run_set, set_help)},
+    {STOCK_COMMAND("stock add", "", 2, "SKU QTY", run_add, add_help)},
+    {STOCK_COMMAND("stock reserve", "t:w:", 2, "SKU QTY", run_reserve, reserve_help)},
+    {STOCK_COMMAND("stock commit", "", 2, "SKU ID", run_commit, commit_help)},
+    {STOCK_COMMAND("stock cancel", "", 2, "SKU ID", run_cancel, cancel_help)},
+    {STOCK_COMMAND("stock extend", "t:", 2, "SKU ID", run_extend, extend_help)},
+    {STOCK_COMMAND("stock status", "", 1, "SKU", run_status, status_help)},
 };
 
 const size_t cli_stock_ncommands = sizeof cli_stock_commands / sizeof *cli_stock_commands;

@@ -546,8 +546,7 @@ int main(int argc, char **argv)
             usage(stdout);
             return 0;
         default:
-            usage(stderr);
-            return 2;
+            goto bad;
         }
     }
     if (optind != argc)

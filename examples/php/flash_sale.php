@@ -61,21 +61,28 @@ function now_us(): int
     return (int)(microtime(true) * 1e6);
 }
 
-// A connection to dlockd. connect(), not pconnect(): the connection, and with it any
-// session lock, ends with this process however it ends. A persistent connection would
-// outlive the request and keep a lock that the request's `finally` did not release (a
-// fatal error skips `finally` blocks): there, use LOCK ... DETACHED with a TTL shorter
-// than the request's time limit.
-function dlockd_connect(array $o): Redis
+// A connection to $what at $addr, or exit 75: the sale cannot go on without it.
+// connect(), not pconnect(): the connection, and with it any session lock, ends with
+// this process however it ends. A persistent connection would outlive the request and
+// keep a lock that the request's `finally` did not release (a fatal error skips
+// `finally` blocks): there, use LOCK ... DETACHED with a TTL shorter than the request's
+// time limit.
+function connect_to(string $what, string $addr, int $default_port): Redis
 {
-    [$host, $port] = address($o['dlockd'], 7379);
+    [$host, $port] = address($addr, $default_port);
     $r = new Redis();
     try {
         $r->connect($host, $port, 2.0);
     } catch (RedisException $e) {
-        fwrite(STDERR, "flash_sale: dlockd at {$o['dlockd']}: {$e->getMessage()}\n");
+        fwrite(STDERR, "flash_sale: $what at $addr: {$e->getMessage()}\n");
         exit(EXIT_TEMPFAIL);
     }
+    return $r;
+}
+
+function dlockd_connect(array $o): Redis
+{
+    $r = connect_to('dlockd', $o['dlockd'], 7379);
     // A waiting LOCK answers only when it is served or WAIT runs out: a read timeout
     // shorter than WAIT would drop the connection, and the wait with it.
     $r->setOption(Redis::OPT_READ_TIMEOUT, $o['wait'] / 1000 + 5);
@@ -84,15 +91,7 @@ function dlockd_connect(array $o): Redis
 
 function shop_connect(array $o): Redis
 {
-    [$host, $port] = address($o['redis'], 6379);
-    $r = new Redis();
-    try {
-        $r->connect($host, $port, 2.0);
-    } catch (RedisException $e) {
-        fwrite(STDERR, "flash_sale: the shop's Redis at {$o['redis']}: {$e->getMessage()}\n");
-        exit(EXIT_TEMPFAIL);
-    }
-    return $r;
+    return connect_to("the shop's Redis", $o['redis'], 6379);
 }
 
 // A lock command through rawCommand. phpredis answers false both for nil and for an

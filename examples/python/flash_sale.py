@@ -174,12 +174,12 @@ def main():
     args = p.parse_args()
     try:
         return {"stock": stock, "buy": buy, "report": report}[args.command](args)
-    except redis.exceptions.ConnectionError as e:
+    except (redis.exceptions.ConnectionError, redis.exceptions.ResponseError) as e:
         print(f"flash_sale: {e}", file=sys.stderr)
-        return EXIT_TEMPFAIL
-    except redis.exceptions.ResponseError as e:
-        print(f"flash_sale: {e}", file=sys.stderr)
-        return EXIT_TEMPFAIL if str(e).startswith(("NOQUORUM", "UNAVAILABLE")) else 1
+        # Unreachable, -NOQUORUM or -UNAVAILABLE: try later; another error reply is a bug.
+        unavailable = (isinstance(e, redis.exceptions.ConnectionError)
+                       or str(e).startswith(("NOQUORUM", "UNAVAILABLE")))
+        return EXIT_TEMPFAIL if unavailable else 1
 
 
 if __name__ == "__main__":
