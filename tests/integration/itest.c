@@ -10,9 +10,11 @@
 
 #include "itest.h"
 
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 dh_server it_srv;
 
@@ -127,14 +129,18 @@ void it_fence_key(char *buf, size_t len, const char *name)
     snprintf(buf, len, "dlock:{%s}:fence", name);
 }
 
-static long long int_reply(dh_server *s, const char *cmd, const char *key)
+long long it_int_reply(redisReply *r)
 {
-    redisReply *r = dh_cmd(s, "%s %s", cmd, key);
     assert_non_null(r);
     assert_int_equal(r->type, REDIS_REPLY_INTEGER);
     long long v = r->integer;
     freeReplyObject(r);
     return v;
+}
+
+static long long int_reply(dh_server *s, const char *cmd, const char *key)
+{
+    return it_int_reply(dh_cmd(s, "%s %s", cmd, key));
 }
 
 long long it_pttl(dh_server *s, const char *key)
@@ -306,6 +312,32 @@ void it_expect_status(const it_run *r, int want)
 {
     if (r->status != want)
         fail_msg("exit %d, want %d\nstdout: %s\nstderr: %s", r->status, want, r->out, r->err);
+}
+
+/* ---- temporary directories ------------------------------------------------------ */
+
+int it_tmpdir(char *dir, size_t len, const char *prefix)
+{
+    const char *base = getenv("DLOCK_TEST_TMP");
+    if (base == NULL || base[0] == '\0')
+        base = "/tmp";
+    mkdir(base, 0755); /* may exist */
+    snprintf(dir, len, "%.200s/%s.XXXXXX", base, prefix);
+    if (mkdtemp(dir) == NULL) {
+        fprintf(stderr, "mkdtemp %s: %s\n", dir, strerror(errno));
+        return -1;
+    }
+    return 0;
+}
+
+void it_tmpdir_remove(const char *dir)
+{
+    if (getenv("DLOCK_TEST_KEEP") != NULL)
+        return;
+    char cmd[700];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    if (system(cmd) != 0)
+        fprintf(stderr, "could not remove %s\n", dir);
 }
 
 /* ---- TLS certificates ------------------------------------------------------------ */

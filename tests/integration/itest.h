@@ -84,6 +84,10 @@ dlock_client *it_client_cfg(const char *servers, const dlock_config *cfg);
 void it_key(char *buf, size_t len, const char *name);
 void it_fence_key(char *buf, size_t len, const char *name);
 
+/* The value of an integer reply r (from dh_cmd), which is freed; asserts that r is
+ * one. */
+long long it_int_reply(redisReply *r);
+
 /* Looking at a key from outside, through dh_cmd. */
 long long it_pttl(dh_server *s, const char *key); /* -2 missing, -1 no expiry */
 long long it_exists(dh_server *s, const char *key);
@@ -134,6 +138,13 @@ void it_log_init(it_log *lg);
 void it_log_cb(void *user, int level, const char *msg);
 /* Messages at `level` containing `needle` (NULL: any). */
 int it_log_count(it_log *lg, int level, const char *needle);
+
+/* A new directory of the test's own, "PREFIX.XXXXXX" under $DLOCK_TEST_TMP (or /tmp,
+ * made if missing), into dir: 0, or -1 with the reason on stderr. it_tmpdir_remove
+ * removes it and what it holds, unless DLOCK_TEST_KEEP is set (to look at what a
+ * failed test left). */
+int it_tmpdir(char *dir, size_t len, const char *prefix);
+void it_tmpdir_remove(const char *dir);
 
 /* The TLS tests' certificates (dh_tls_make_set), made once per test process in
  * it_tls_dir: it_tls_setup and it_tls_teardown are a cmocka group's setup and

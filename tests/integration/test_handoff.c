@@ -55,12 +55,7 @@ static void queue_key(char *buf, size_t len, const char *name)
 
 static long long zcard(dh_server *s, const char *key)
 {
-    redisReply *r = dh_cmd(s, "ZCARD %s", key);
-    assert_non_null(r);
-    assert_int_equal(r->type, REDIS_REPLY_INTEGER);
-    long long n = r->integer;
-    freeReplyObject(r);
-    return n;
+    return it_int_reply(dh_cmd(s, "ZCARD %s", key));
 }
 
 /* Wait until name's queue has `want` entries on every node: a waiter is queued only

@@ -15,6 +15,7 @@
 #include <cmocka.h>
 
 #include "dlock.h"
+#include "itest.h"
 #include "support.h"
 
 #include <dirent.h>
@@ -34,21 +35,14 @@
 #include <time.h>
 #include <unistd.h>
 
-static char base[256]; /* $DLOCK_TEST_TMP or /tmp */
-static char dir[320];  /* the group's lock directory, in base */
-static char url[340];  /* file://<dir> */
+static char dir[320]; /* the group's lock directory */
+static char url[340]; /* file://<dir> */
 
 static int group_setup(void **state)
 {
     (void)state;
-    const char *b = getenv("DLOCK_TEST_TMP");
-    snprintf(base, sizeof base, "%.200s", b != NULL && b[0] != '\0' ? b : "/tmp");
-    mkdir(base, 0755); /* may exist */
-    snprintf(dir, sizeof dir, "%s/test_local.XXXXXX", base);
-    if (mkdtemp(dir) == NULL) {
-        fprintf(stderr, "mkdtemp %s: %s\n", dir, strerror(errno));
+    if (it_tmpdir(dir, sizeof dir, "test_local") != 0)
         return -1;
-    }
     snprintf(url, sizeof url, "file://%s", dir);
     return 0;
 }
@@ -56,12 +50,7 @@ static int group_setup(void **state)
 static int group_teardown(void **state)
 {
     (void)state;
-    if (getenv("DLOCK_TEST_KEEP") == NULL) {
-        char cmd[600];
-        snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
-        if (system(cmd) != 0)
-            fprintf(stderr, "could not remove %s\n", dir);
-    }
+    it_tmpdir_remove(dir);
     return 0;
 }
 

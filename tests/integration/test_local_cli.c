@@ -31,15 +31,8 @@ static char url[340]; /* file://<dir> */
 static int group_setup(void **state)
 {
     (void)state;
-    const char *base = getenv("DLOCK_TEST_TMP");
-    if (base == NULL || base[0] == '\0')
-        base = "/tmp";
-    mkdir(base, 0755); /* may exist */
-    snprintf(dir, sizeof dir, "%.200s/test_local_cli.XXXXXX", base);
-    if (mkdtemp(dir) == NULL) {
-        fprintf(stderr, "mkdtemp %s: %s\n", dir, strerror(errno));
+    if (it_tmpdir(dir, sizeof dir, "test_local_cli") != 0)
         return -1;
-    }
     snprintf(url, sizeof url, "file://%s", dir);
     return 0;
 }
@@ -47,10 +40,7 @@ static int group_setup(void **state)
 static int group_teardown(void **state)
 {
     (void)state;
-    char cmd[400];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
-    if (getenv("DLOCK_TEST_KEEP") == NULL && system(cmd) != 0)
-        fprintf(stderr, "could not remove %s\n", dir);
+    it_tmpdir_remove(dir);
     return 0;
 }
 

@@ -49,12 +49,7 @@ static long long field(dh_server *s, const char *sku, const char *name)
 
 static long long card(dh_server *s, const char *sku, const char *suffix)
 {
-    redisReply *r = dh_cmd(s, "ZCARD dlock:{%s}:stock:%s", sku, suffix);
-    assert_non_null(r);
-    assert_int_equal(r->type, REDIS_REPLY_INTEGER);
-    long long v = r->integer;
-    freeReplyObject(r);
-    return v;
+    return it_int_reply(dh_cmd(s, "ZCARD dlock:{%s}:stock:%s", sku, suffix));
 }
 
 static void show(const char *what, int rc)
