@@ -340,6 +340,25 @@ void it_tmpdir_remove(const char *dir)
         fprintf(stderr, "could not remove %s\n", dir);
 }
 
+char it_local_dir[320];
+char it_local_url[340];
+
+int it_local_setup(void **state)
+{
+    (void)state;
+    if (it_tmpdir(it_local_dir, sizeof it_local_dir, program_invocation_short_name) != 0)
+        return -1;
+    snprintf(it_local_url, sizeof it_local_url, "file://%s", it_local_dir);
+    return 0;
+}
+
+int it_local_teardown(void **state)
+{
+    (void)state;
+    it_tmpdir_remove(it_local_dir);
+    return 0;
+}
+
 /* ---- TLS certificates ------------------------------------------------------------ */
 
 char it_tls_dir[512];

@@ -45,6 +45,15 @@ extern char it_relayed_urls[IT_RELAYED * 64];
 int it_relayed_setup(void **state);
 int it_relayed_teardown(void **state);
 
+/* A directory of local locks shared by the tests of a file (file:// clients, no
+ * server): it_local_setup (a cmocka setup) makes it_local_dir (it_tmpdir, named after
+ * the test program) and sets it_local_url to "file://" it_local_dir;
+ * it_local_teardown removes it. */
+extern char it_local_dir[320];
+extern char it_local_url[340];
+int it_local_setup(void **state);
+int it_local_teardown(void **state);
+
 /* A case of a table-driven test: f runs with *state pointing at arg, under the name
  * given (cmocka's own macros name a case after its function, which here serves every
  * case). IT_CASE_FIXTURE: the same with a fresh it_srv for the case; IT_CASE_WITH:

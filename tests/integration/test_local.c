@@ -35,33 +35,14 @@
 #include <time.h>
 #include <unistd.h>
 
-static char dir[320]; /* the group's lock directory */
-static char url[340]; /* file://<dir> */
-
-static int group_setup(void **state)
-{
-    (void)state;
-    if (it_tmpdir(dir, sizeof dir, "test_local") != 0)
-        return -1;
-    snprintf(url, sizeof url, "file://%s", dir);
-    return 0;
-}
-
-static int group_teardown(void **state)
-{
-    (void)state;
-    it_tmpdir_remove(dir);
-    return 0;
-}
-
 /* ---- helpers ---------------------------------------------------------------- */
 
 static dlock_client *client(void)
 {
     dlock_client *c = NULL;
-    int rc = dlock_client_new(url, NULL, &c);
+    int rc = dlock_client_new(it_local_url, NULL, &c);
     if (rc != DLOCK_OK)
-        fail_msg("dlock_client_new(%s): %s (%s)", url, dlock_errname(rc), dlock_errmsg());
+        fail_msg("dlock_client_new(%s): %s (%s)", it_local_url, dlock_errname(rc), dlock_errmsg());
     return c;
 }
 
@@ -179,7 +160,7 @@ static int counter_worker(void *arg)
 {
     section *s = arg;
     dlock_client *c;
-    if (dlock_client_new(url, NULL, &c) != DLOCK_OK)
+    if (dlock_client_new(it_local_url, NULL, &c) != DLOCK_OK)
         return 10;
     uint64_t last = 0;
     for (int i = 0; i < ITERATIONS; i++) {
@@ -203,7 +184,7 @@ static void processes_exclude_each_other(void **state)
 {
     (void)state;
     section *s = shared_map(sizeof *s);
-    snprintf(s->counter_path, sizeof s->counter_path, "%s/counter.txt", dir);
+    snprintf(s->counter_path, sizeof s->counter_path, "%s/counter.txt", it_local_dir);
     pid_t pids[WORKERS];
     int64_t t0 = dh_now_ms();
     for (int i = 0; i < WORKERS; i++)
@@ -247,7 +228,7 @@ static void threads_exclude_each_other(void **state)
 {
     (void)state;
     section *s = shared_map(sizeof *s);
-    snprintf(s->counter_path, sizeof s->counter_path, "%s/counter-threads.txt", dir);
+    snprintf(s->counter_path, sizeof s->counter_path, "%s/counter-threads.txt", it_local_dir);
     dlock_client *c = client();
     pthread_t th[WORKERS];
     thread_arg args[WORKERS];
@@ -290,7 +271,7 @@ static dlock_lock *child_take(const pipe_arg *a)
     o.wait_ms = a->wait_ms;
     o.shared = a->shared;
     o.label = a->label;
-    if (dlock_client_new(url, NULL, &c) != DLOCK_OK)
+    if (dlock_client_new(it_local_url, NULL, &c) != DLOCK_OK)
         return NULL;
     child_client = c;
     return dlock_acquire(c, a->name, &o, &l) == DLOCK_OK ? l : NULL;
@@ -427,7 +408,7 @@ static void fences_increase_across_processes(void **state)
     assert_int_equal(h.held, 0);
     assert_true(h.fence == last);
     char path[700];
-    snprintf(path, sizeof path, "%s/fences.lock", dir);
+    snprintf(path, sizeof path, "%s/fences.lock", it_local_dir);
     assert_int_equal(unlink(path), 0);
     uint64_t f4 = fence_from_new_process("fences", 0);
     printf("INFO fences %llu %llu %llu, %llu after removing the file\n", (unsigned long long)f1,
@@ -504,7 +485,7 @@ static int sem_worker(void *arg)
 {
     sem_state *s = arg;
     dlock_client *c;
-    if (dlock_client_new(url, NULL, &c) != DLOCK_OK)
+    if (dlock_client_new(it_local_url, NULL, &c) != DLOCK_OK)
         return 50;
     for (int i = 0; i < SEM_ROUNDS; i++) {
         dlock_opts o = {0};
@@ -793,7 +774,7 @@ static void status_and_lease_meaning(void **state)
     (void)state;
     dlock_client *c = client();
     char path[700];
-    snprintf(path, sizeof path, "%s/never-held.lock", dir);
+    snprintf(path, sizeof path, "%s/never-held.lock", it_local_dir);
     dlock_holder h;
     assert_int_equal(dlock_inspect(c, "never-held", &h), DLOCK_OK);
     assert_int_equal(h.held, 0);
@@ -830,7 +811,7 @@ static void status_and_lease_meaning(void **state)
     /* The file removed under the holder: check says lost, and so does the lost fd. */
     int lfd = dlock_lost_fd(l);
     assert_true(lfd >= 0);
-    snprintf(path, sizeof path, "%s/status.lock", dir);
+    snprintf(path, sizeof path, "%s/status.lock", it_local_dir);
     assert_int_equal(unlink(path), 0);
     assert_int_equal(dlock_check(l), DLOCK_ERR_LOST);
     struct pollfd p = {.fd = lfd, .events = POLLIN};
@@ -905,7 +886,7 @@ static void bad_urls_refused(void **state)
 {
     (void)state;
     char u[700], missing[600];
-    snprintf(missing, sizeof missing, "%s/no-such-dir", dir);
+    snprintf(missing, sizeof missing, "%s/no-such-dir", it_local_dir);
     snprintf(u, sizeof u, "file://%s", missing);
     expect_client_refused(u, missing);
     assert_int_equal(access(missing, F_OK), -1); /* not created */
@@ -913,12 +894,12 @@ static void bad_urls_refused(void **state)
     expect_client_refused("file://relative/dir", "relative path");
     expect_client_refused("file://host/var/lock", "host part");
     expect_client_refused("file:/var/lock", "file:///absolute/path");
-    snprintf(u, sizeof u, "file://%s,redis://127.0.0.1:6379", dir);
+    snprintf(u, sizeof u, "file://%s,redis://127.0.0.1:6379", it_local_dir);
     expect_client_refused(u, "only server");
-    snprintf(u, sizeof u, "redis://127.0.0.1:6379, file://%s", dir);
+    snprintf(u, sizeof u, "redis://127.0.0.1:6379, file://%s", it_local_dir);
     expect_client_refused(u, "only server");
     char plain[600];
-    snprintf(plain, sizeof plain, "%s/plain-file", dir);
+    snprintf(plain, sizeof plain, "%s/plain-file", it_local_dir);
     int fd = open(plain, O_WRONLY | O_CREAT | O_CLOEXEC, 0644);
     assert_true(fd >= 0);
     close(fd);
@@ -937,9 +918,9 @@ static void bad_urls_refused(void **state)
 
     /* A percent-encoded path is the directory it decodes to. */
     char spaced[600];
-    snprintf(spaced, sizeof spaced, "%s/with space", dir);
+    snprintf(spaced, sizeof spaced, "%s/with space", it_local_dir);
     assert_int_equal(mkdir(spaced, 0755), 0);
-    snprintf(u, sizeof u, "file://%s/with%%20space", dir);
+    snprintf(u, sizeof u, "file://%s/with%%20space", it_local_dir);
     dlock_client *c;
     assert_int_equal(dlock_client_new(u, NULL, &c), DLOCK_OK);
     dlock_release(take(c, "x", 0));
@@ -971,7 +952,7 @@ static void names_stay_inside(void **state)
 {
     (void)state;
     char nd[600];
-    snprintf(nd, sizeof nd, "%s/names", dir);
+    snprintf(nd, sizeof nd, "%s/names", it_local_dir);
     assert_int_equal(mkdir(nd, 0755), 0);
     char u[700];
     snprintf(u, sizeof u, "file://%s", nd);
@@ -987,12 +968,12 @@ static void names_stay_inside(void **state)
                            long_a,   long_b, slashes,     "a%2Fb",       "A",           "a",
                            "a.lock", "-",    "_",         "\xe2\x82\xac"};
     enum { N = sizeof names / sizeof names[0] };
-    int parent_before = count_entries(dir);
+    int parent_before = count_entries(it_local_dir);
     dlock_lock *held[N];
     for (int i = 0; i < N; i++)
         held[i] = take(c, names[i], 0);
     assert_int_equal(count_entries(nd), N);
-    assert_int_equal(count_entries(dir), parent_before);
+    assert_int_equal(count_entries(it_local_dir), parent_before);
     DIR *dp = opendir(nd);
     struct dirent *de;
     while ((de = readdir(dp)) != NULL) {
@@ -1028,5 +1009,5 @@ int main(void)
         cmocka_unit_test(bad_urls_refused),
         cmocka_unit_test(names_stay_inside),
     };
-    return cmocka_run_group_tests(tests, group_setup, group_teardown);
+    return cmocka_run_group_tests(tests, it_local_setup, it_local_teardown);
 }
