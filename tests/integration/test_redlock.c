@@ -343,9 +343,33 @@ static void test_restart_voting(void **state)
 
 /* ---- fences -------------------------------------------------------------------- */
 
-/* Take and drop "f" on different quorums; fences must strictly increase. */
-static void fences_across_quorums(int mode)
+/* Strict mode raised a quorum's counters to the fence before acquire returned (a node
+ * still reconnecting may sit the round out), and none is above it. */
+static void strict_fence_on_a_quorum(void)
 {
+    dlock_client *c = client(DLOCK_RESTART_OFF, DLOCK_FENCE_STRICT, 0);
+    dlock_lock *l = it_acquire(c, "strict", 5000);
+    char key[64];
+    it_fence_key(key, sizeof key, "strict");
+    int at_fence = 0;
+    for (int i = 0; i < 3; i++) {
+        char *v = it_get(&g_srv[i], key);
+        if (v != NULL) {
+            assert_true(strtoull(v, NULL, 10) <= dlock_fence(l));
+            at_fence += strtoull(v, NULL, 10) == dlock_fence(l);
+        }
+        free(v);
+    }
+    assert_true(at_fence >= 2);
+    assert_int_equal(dlock_release(l), DLOCK_OK);
+    dlock_client_free(c);
+}
+
+/* Take and drop "f" on different quorums in the fence mode *state: fences must strictly
+ * increase. */
+static void test_fences(void **state)
+{
+    const int mode = *(int *)*state;
     dlock_client *c = client(DLOCK_RESTART_OFF, mode, 0);
     uint64_t last = 0;
     dlock_lock *l;
@@ -383,36 +407,8 @@ static void fences_across_quorums(int mode)
         assert_int_equal(dlock_release(l), DLOCK_OK);
     }
     dlock_client_free(c);
-}
-
-static void test_fences_default_mode(void **state)
-{
-    (void)state;
-    fences_across_quorums(DLOCK_FENCE_DEFAULT);
-}
-
-static void test_fences_strict_mode(void **state)
-{
-    (void)state;
-    fences_across_quorums(DLOCK_FENCE_STRICT);
-    /* Strict mode raised a quorum's counters to the fence before acquire returned
-     * (a node still reconnecting may sit the round out), and none is above it. */
-    dlock_client *c = client(DLOCK_RESTART_OFF, DLOCK_FENCE_STRICT, 0);
-    dlock_lock *l = it_acquire(c, "strict", 5000);
-    char key[64];
-    it_fence_key(key, sizeof key, "strict");
-    int at_fence = 0;
-    for (int i = 0; i < 3; i++) {
-        char *v = it_get(&g_srv[i], key);
-        if (v != NULL) {
-            assert_true(strtoull(v, NULL, 10) <= dlock_fence(l));
-            at_fence += strtoull(v, NULL, 10) == dlock_fence(l);
-        }
-        free(v);
-    }
-    assert_true(at_fence >= 2);
-    assert_int_equal(dlock_release(l), DLOCK_OK);
-    dlock_client_free(c);
+    if (mode == DLOCK_FENCE_STRICT)
+        strict_fence_on_a_quorum();
 }
 
 /* ---- mutual exclusion under faults --------------------------------------------- */
@@ -553,6 +549,7 @@ static void test_mutual_exclusion_under_faults(void **state)
 
 int main(void)
 {
+    static int fence_default = DLOCK_FENCE_DEFAULT, fence_strict = DLOCK_FENCE_STRICT;
     const struct CMUnitTest five[] = {
         cmocka_unit_test_setup_teardown(test_two_of_five_killed_still_locks, setup5,
                                         teardown_nodes),
@@ -566,8 +563,9 @@ int main(void)
                                         teardown_nodes),
         cmocka_unit_test_setup_teardown(test_cli_with_three_servers, setup3, teardown_nodes),
         cmocka_unit_test_setup_teardown(test_restart_voting, setup3, teardown_nodes),
-        cmocka_unit_test_setup_teardown(test_fences_default_mode, setup3, teardown_nodes),
-        cmocka_unit_test_setup_teardown(test_fences_strict_mode, setup3, teardown_nodes),
+        IT_CASE_WITH("test_fences_default_mode", test_fences, setup3, teardown_nodes,
+                     &fence_default),
+        IT_CASE_WITH("test_fences_strict_mode", test_fences, setup3, teardown_nodes, &fence_strict),
     };
     int failed = cmocka_run_group_tests_name("redlock_5_nodes", five, NULL, NULL);
     failed += cmocka_run_group_tests_name("redlock_3_nodes", three, NULL, NULL);
