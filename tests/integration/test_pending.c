@@ -138,10 +138,7 @@ static void deadline_ends_the_wait_with_busy(void **state)
     char key[64];
     it_key(key, sizeof key, "p-deadline");
     assert_int_equal(dlock_release(holder), DLOCK_OK);
-    redisReply *r = dh_cmd(&it_srv, "ZCARD %s:queue", key);
-    assert_non_null(r);
-    assert_int_equal(r->integer, 0);
-    freeReplyObject(r);
+    assert_int_equal(it_int_reply(dh_cmd(&it_srv, "ZCARD %s:queue", key)), 0);
     dlock_client_free(c);
 }
 

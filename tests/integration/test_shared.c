@@ -462,11 +462,7 @@ static void test_sem_adopt_release(void **state)
 
 static long long dbsize(void)
 {
-    redisReply *r = dh_cmd(&it_node[0], "DBSIZE");
-    assert_non_null(r);
-    long long n = r->integer;
-    freeReplyObject(r);
-    return n;
+    return it_int_reply(dh_cmd(&it_node[0], "DBSIZE"));
 }
 
 /* Bad permits and modes: DLOCK_ERR_INVALID with a reason, and nothing written. */

@@ -126,10 +126,7 @@ static void lock_calls_over_tls(void **state)
     assert_int_equal(dlock_fenced_set(slow, "tls-big", fence, value, big), DLOCK_OK);
     pthread_join(th, NULL);
     free(value);
-    redisReply *r = dh_cmd(&s, "HSTRLEN tls-big value");
-    assert_non_null(r);
-    assert_int_equal(r->integer, (long long)big);
-    freeReplyObject(r);
+    assert_int_equal(it_int_reply(dh_cmd(&s, "HSTRLEN tls-big value")), (long long)big);
     dlock_client_free(slow);
     assert_int_equal(dlock_release(l), DLOCK_OK);
     assert_int_equal(it_exists(&s, key), 0);
@@ -345,10 +342,7 @@ static void session_resumed_on_reconnect(void **state)
     assert_int_equal(atomic_load(&c->nodes[0].tls_resumed), 0);
     for (int round = 1; round <= 3; round++) {
         /* The server drops every client connection; the next call reconnects. */
-        redisReply *r = dh_cmd(&s, "CLIENT KILL TYPE normal");
-        assert_non_null(r);
-        assert_true(r->type == REDIS_REPLY_INTEGER && r->integer >= 1);
-        freeReplyObject(r);
+        assert_true(it_int_reply(dh_cmd(&s, "CLIENT KILL TYPE normal")) >= 1);
         acquire_release(c, "tls-resume");
         printf("INFO after kill %d: %llu resumed\n", round,
                (unsigned long long)atomic_load(&c->nodes[0].tls_resumed));
