@@ -129,6 +129,28 @@ void it_fence_key(char *buf, size_t len, const char *name)
     snprintf(buf, len, "dlock:{%s}:fence", name);
 }
 
+void it_queue_key(char *buf, size_t len, const char *name)
+{
+    snprintf(buf, len, "dlock:{%s}:queue", name);
+}
+
+void it_wait_queued(const char *name, long long want)
+{
+    char key[256];
+    it_queue_key(key, sizeof key, name);
+    int64_t until = dh_now_ms() + 3000 * dh_slack();
+    for (;;) {
+        int ok = 0;
+        for (int i = 0; i < it_nodes; i++)
+            ok += it_int_reply(dh_cmd(&it_node[i], "ZCARD %s", key)) == want;
+        if (ok == it_nodes)
+            return;
+        if (dh_now_ms() > until)
+            fail_msg("queue %s: not %lld entries on every node in time", key, want);
+        dh_sleep_ms(5);
+    }
+}
+
 long long it_int_reply(redisReply *r)
 {
     assert_non_null(r);
@@ -267,6 +289,19 @@ long long it_cmd_calls(dh_server *s, const char *cmd)
 long long it_script_calls(dh_server *s)
 {
     return it_cmd_calls(s, "evalsha") + it_cmd_calls(s, "eval");
+}
+
+int it_holding(dh_server *s, int n, const char *name, const dlock_lock *l)
+{
+    char key[256];
+    it_key(key, sizeof key, name);
+    int holding = 0;
+    for (int i = 0; i < n; i++) {
+        char *v = it_get(&s[i], key);
+        holding += v != NULL && strncmp(v, dlock_token(l), DLOCK_TOKEN_LEN) == 0;
+        free(v);
+    }
+    return holding;
 }
 
 void it_expect_holder(dh_server *s, const char *name, const char *token)

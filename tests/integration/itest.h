@@ -34,6 +34,15 @@ int it_nodes_setup1(void **state);
 int it_nodes_setup3(void **state);
 int it_nodes_teardown(void **state);
 dlock_client *it_nodes_client(void);
+/* Run a test file's two groups of such tests, `one` on a single server and `three` on
+ * three, named PREFIX_1_node and PREFIX_3_nodes; the count of failures. */
+#define IT_NODES_GROUPS(prefix, one, three)                                                        \
+    (cmocka_run_group_tests_name(prefix "_1_node", one, it_nodes_setup1, it_nodes_teardown) +      \
+     cmocka_run_group_tests_name(prefix "_3_nodes", three, it_nodes_setup3, it_nodes_teardown))
+/* Wait until name's queue has `want` entries on every one of the it_nodes: a waiter is
+ * queued only once its entry is on the servers, which is what the next step of a test
+ * relies on. Fails after 3 s (times the slack). */
+void it_wait_queued(const char *name, long long want);
 
 /* Servers each behind a fault relay of its own (tests/support/relay.h), shared by the
  * tests of a file: it_relayed_setup (a cmocka setup) starts them and asserts that they
@@ -89,9 +98,11 @@ long long it_cmd_calls(dh_server *s, const char *cmd);
 /* Same, with a caller's config (its timeouts are used as given). */
 dlock_client *it_client_cfg(const char *servers, const dlock_config *cfg);
 
-/* "dlock:{name}" and "dlock:{name}:fence" (the fixed default key layout). */
+/* "dlock:{name}", "dlock:{name}:fence" and "dlock:{name}:queue" (the fixed default key
+ * layout). */
 void it_key(char *buf, size_t len, const char *name);
 void it_fence_key(char *buf, size_t len, const char *name);
+void it_queue_key(char *buf, size_t len, const char *name);
 
 /* The value of an integer reply r (from dh_cmd), which is freed; asserts that r is
  * one. */
@@ -127,6 +138,10 @@ void it_expect_status(const it_run *r, int want);
 /* Assert that lock name's key on s holds token (the first DLOCK_TOKEN_LEN bytes of
  * its value): its holder's lock is untouched. */
 void it_expect_holder(dh_server *s, const char *name, const char *token);
+
+/* How many of the servers s[0..n-1] hold lock name with l's token: a Redlock round
+ * ends at a quorum, so the others may not have it (yet). */
+int it_holding(dh_server *s, int n, const char *name, const dlock_lock *l);
 
 /* Acquire with a ttl and no wait; asserts DLOCK_OK and returns the handle. */
 dlock_lock *it_acquire(dlock_client *c, const char *name, int64_t ttl_ms);

@@ -216,22 +216,6 @@ static void holder_join(holder *h)
     assert_int_equal(h->rc, DLOCK_OK);
 }
 
-/* Wait until name's queue has `want` waiters on node 0. */
-static void wait_queued(const char *name, long long want)
-{
-    char key[256];
-    snprintf(key, sizeof key, "dlock:{%s}:queue", name);
-    for (int i = 0; i < 400 * dh_slack(); i++) {
-        redisReply *r = dh_cmd(&it_node[0], "ZCARD %s", key);
-        long long n = r != NULL && r->type == REDIS_REPLY_INTEGER ? r->integer : -1;
-        freeReplyObject(r);
-        if (n == want)
-            return;
-        dh_sleep_ms(5);
-    }
-    fail_msg("%s: not %lld waiters in time", key, want);
-}
-
 /* ---- 2. a waiting writer is not starved by overlapping readers ------------------- */
 
 /* Readers come and go, each taking its lock before the one before it lets go, so that
@@ -247,7 +231,7 @@ static void test_writer_not_starved(void **state)
     assert_int_equal(take(rc, name, 1, 10000, 0, &prev), DLOCK_OK);
     holder w;
     holder_start(&w, name, 0, 0, 50, NULL);
-    wait_queued(name, 1);
+    it_wait_queued(name, 1);
     int64_t queued_ms = dh_now_ms();
     int refused = 0, admitted_while_waiting = 0;
     /* The stream: 20 readers, 20 ms apart. The reader admitted before the writer queued
@@ -292,7 +276,7 @@ static void test_readers_woken_together(void **state)
     holder r[READERS];
     for (int i = 0; i < READERS; i++)
         holder_start(&r[i], "wake", 1, 0, 300 * dh_slack(), b);
-    wait_queued("wake", READERS);
+    it_wait_queued("wake", READERS);
     int64_t t0 = dh_now_ms();
     assert_int_equal(dlock_release(w), DLOCK_OK);
     int64_t slowest = 0;
@@ -427,7 +411,7 @@ static void test_sem_release_wakes(void **state)
     assert_int_equal(take_permit(c, "wk", 2, 30000, 0, &b), DLOCK_OK);
     holder w;
     holder_start(&w, "wk", 0, 2, 0, NULL);
-    wait_queued("wk", 1);
+    it_wait_queued("wk", 1);
     int64_t t0 = dh_now_ms();
     assert_int_equal(dlock_release(a), DLOCK_OK);
     holder_join(&w);
@@ -544,13 +528,7 @@ static void test_redlock_sem(void **state)
     assert_int_equal(take_permit(c, "rs", 1, 10000, 0, &b), DLOCK_ERR_BUSY);
     assert_int_equal(take(c, "rs", 0, 10000, 0, &b), DLOCK_ERR_BUSY);
     /* Held on a quorum (the round ends once two granted: the third may not have yet). */
-    int holding = 0;
-    for (int i = 0; i < 3; i++) {
-        char *v = it_get(&it_node[i], "dlock:{rs}");
-        holding += v != NULL && strncmp(v, dlock_token(a), DLOCK_TOKEN_LEN) == 0;
-        free(v);
-    }
-    assert_true(holding >= 2);
+    assert_true(it_holding(it_node, 3, "rs", a) >= 2);
     assert_int_equal(dlock_release(a), DLOCK_OK);
     dlock_client_free(c);
 }
@@ -568,9 +546,5 @@ int main(void)
         cmocka_unit_test(test_redlock_one_down),
         cmocka_unit_test(test_redlock_sem),
     };
-    int failed =
-        cmocka_run_group_tests_name("shared_one_server", one, it_nodes_setup1, it_nodes_teardown);
-    failed += cmocka_run_group_tests_name("shared_three_servers", three, it_nodes_setup3,
-                                          it_nodes_teardown);
-    return failed;
+    return IT_NODES_GROUPS("shared", one, three);
 }

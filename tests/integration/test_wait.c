@@ -498,9 +498,5 @@ int main(void)
         cmocka_unit_test(eight_threads_two_processes),
         cmocka_unit_test(fair_order_across_processes),
     };
-    int failed =
-        cmocka_run_group_tests_name("wait_1_node", one, it_nodes_setup1, it_nodes_teardown);
-    failed +=
-        cmocka_run_group_tests_name("wait_3_nodes", three, it_nodes_setup3, it_nodes_teardown);
-    return failed;
+    return IT_NODES_GROUPS("wait", one, three);
 }
