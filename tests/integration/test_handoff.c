@@ -325,6 +325,26 @@ static void expect_takeover(thread_waiter *c, const char *name, const char *fig,
 
 /* ---- 2. a head that died while queued --------------------------------------------- */
 
+/* Where both dead-head tests start: holder A of name (client hc) and a waiter B, a
+ * forked child asking for a lease of ttl, queued behind it. */
+typedef struct dead_head {
+    dlock_client *hc;
+    dlock_lock *a;
+    held ha;
+    pid_t b;
+} dead_head;
+
+static void dead_head_start(dead_head *d, const char *name, int fair, int64_t ttl)
+{
+    d->hc = it_nodes_client();
+    d->a = it_acquire(d->hc, name, 10000);
+    d->ha = keep(d->a);
+    child_waiter w = {
+        .name = name, .fair = fair, .wait_ms = -1, .ttl_ms = ttl, .report_fd = -1, .go_fd = -1};
+    d->b = spawn_waiter(&w);
+    it_wait_queued(name, 1);
+}
+
 /* Holder A, a waiter B (a child) queued and SIGKILLed, a waiter C (a thread) queued
  * behind B's dead entry; A releases. The release hands the lock to B, who never
  * confirms: C gets it once B's handoff lease ends. */
@@ -336,16 +356,11 @@ static void test_dead_head_queued(void **state)
     char key[256], qkey[256];
     it_key(key, sizeof key, name);
     it_queue_key(qkey, sizeof qkey, name);
-    dlock_client *hc = it_nodes_client();
-    dlock_lock *a = it_acquire(hc, name, 10000);
-    held ha = keep(a);
-    child_waiter w = {
-        .name = name, .fair = fair, .wait_ms = -1, .ttl_ms = ttl, .report_fd = -1, .go_fd = -1};
-    pid_t b = spawn_waiter(&w);
-    it_wait_queued(name, 1);
+    dead_head d;
+    dead_head_start(&d, name, fair, ttl);
     char b_value[512], head[512];
     queue_entry(&it_node[0], name, 0, b_value, sizeof b_value);
-    kill_and_reap(b);
+    kill_and_reap(d.b);
 
     thread_waiter c;
     thread_start(&c, name, fair, true);
@@ -354,8 +369,8 @@ static void test_dead_head_queued(void **state)
     assert_string_equal(head, b_value); /* the dead entry is first in line */
 
     int64_t t0 = dh_now_us();
-    assert_int_equal(dlock_release(a), DLOCK_OK);
-    expect_takeover(&c, name, "dead_head_queued", fair, t0, ttl, ha.fence);
+    assert_int_equal(dlock_release(d.a), DLOCK_OK);
+    expect_takeover(&c, name, "dead_head_queued", fair, t0, ttl, d.ha.fence);
 
     /* Nothing of the dead waiter stays behind. */
     int64_t until = dh_now_ms() + (DLOCK_QUEUE_TTL_MS + 1000) * dh_slack();
@@ -363,7 +378,7 @@ static void test_dead_head_queued(void **state)
         dh_sleep_ms(50);
     assert_int_equal(it_exists(&it_node[0], qkey), 0);
     assert_int_equal(it_exists(&it_node[0], key), 0);
-    dlock_client_free(hc);
+    dlock_client_free(d.hc);
 }
 
 /* ---- 3. a head that dies with the lock handed to it ------------------------------- */
@@ -377,25 +392,20 @@ static void test_dead_head_during_handoff(void **state)
     const int64_t ttl = 5000;
     char key[256];
     it_key(key, sizeof key, name);
-    dlock_client *hc = it_nodes_client();
-    dlock_lock *a = it_acquire(hc, name, 10000);
-    held ha = keep(a);
-    child_waiter w = {
-        .name = name, .fair = fair, .wait_ms = -1, .ttl_ms = ttl, .report_fd = -1, .go_fd = -1};
-    pid_t b = spawn_waiter(&w);
-    it_wait_queued(name, 1);
+    dead_head d;
+    dead_head_start(&d, name, fair, ttl);
     thread_waiter c;
     thread_start(&c, name, fair, true);
     it_wait_queued(name, 2);
     char b_value[512];
     assert_int_equal(queue_entry(&it_node[0], name, 0, b_value, sizeof b_value), handoff_ms(ttl));
     char pid[32];
-    snprintf(pid, sizeof pid, ":%ld", (long)b);
+    snprintf(pid, sizeof pid, ":%ld", (long)d.b);
     assert_non_null(strstr(b_value, pid)); /* the head is B */
 
-    assert_int_equal(kill(b, SIGSTOP), 0);
+    assert_int_equal(kill(d.b, SIGSTOP), 0);
     int64_t t0 = dh_now_us();
-    assert_int_equal(dlock_release(a), DLOCK_OK);
+    assert_int_equal(dlock_release(d.a), DLOCK_OK);
     /* The release itself made B the holder, with the handoff lease. */
     char *v = it_get(&it_node[0], key);
     long long pttl = it_pttl(&it_node[0], key);
@@ -403,10 +413,10 @@ static void test_dead_head_during_handoff(void **state)
     assert_string_equal(v, b_value);
     free(v);
     assert_true(pttl > 0 && pttl <= handoff_ms(ttl));
-    kill_and_reap(b);
+    kill_and_reap(d.b);
 
-    expect_takeover(&c, name, "dead_head_handoff", fair, t0, ttl, ha.fence);
-    dlock_client_free(hc);
+    expect_takeover(&c, name, "dead_head_handoff", fair, t0, ttl, d.ha.fence);
+    dlock_client_free(d.hc);
 }
 
 /* ---- 4. Redlock: one node lost the queue ------------------------------------------ */
