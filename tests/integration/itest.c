@@ -365,14 +365,17 @@ int it_tmpdir(char *dir, size_t len, const char *prefix)
     return 0;
 }
 
-void it_tmpdir_remove(const char *dir)
+int it_tmpdir_remove(const char *dir)
 {
     if (getenv("DLOCK_TEST_KEEP") != NULL)
-        return;
+        return 0;
     char cmd[700];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
-    if (system(cmd) != 0)
+    if (system(cmd) != 0) {
         fprintf(stderr, "could not remove %s\n", dir);
+        return -1;
+    }
+    return 0;
 }
 
 char it_local_dir[320];

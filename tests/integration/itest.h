@@ -166,9 +166,9 @@ int it_log_count(it_log *lg, int level, const char *needle);
 /* A new directory of the test's own, "PREFIX.XXXXXX" under $DLOCK_TEST_TMP (or /tmp,
  * made if missing), into dir: 0, or -1 with the reason on stderr. it_tmpdir_remove
  * removes it and what it holds, unless DLOCK_TEST_KEEP is set (to look at what a
- * failed test left). */
+ * failed test left): 0, or -1 with the reason on stderr. */
 int it_tmpdir(char *dir, size_t len, const char *prefix);
-void it_tmpdir_remove(const char *dir);
+int it_tmpdir_remove(const char *dir);
 
 /* The TLS tests' certificates (dh_tls_make_set), made once per test process in
  * it_tls_dir: it_tls_setup and it_tls_teardown are a cmocka group's setup and

@@ -364,17 +364,15 @@ static void bad_arguments(void **state)
     dlock_client_free(c);
 
     /* A file:// client waits on its own thread. */
-    char dir[] = "/tmp/dlock-pending-XXXXXX", url[64];
-    assert_non_null(mkdtemp(dir));
+    char dir[512], url[600];
+    assert_int_equal(it_tmpdir(dir, sizeof dir, "dlock-pending"), 0);
     snprintf(url, sizeof url, "file://%s", dir);
     dlock_client *local = NULL;
     assert_int_equal(dlock_client_new(url, NULL, &local), DLOCK_OK);
     assert_int_equal(dlock_acquire_start(local, "x", NULL, &p), DLOCK_ERR_INVALID);
     assert_non_null(strstr(dlock_errmsg(), "file://"));
     dlock_client_free(local);
-    char cmd[96];
-    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
-    assert_int_equal(system(cmd), 0);
+    assert_int_equal(it_tmpdir_remove(dir), 0);
 }
 
 int main(void)

@@ -462,9 +462,7 @@ static void test_bad_input(void **state)
 
     /* A file:// client has no server to keep a stock on. */
     char dir[512];
-    const char *tmp = getenv("DLOCK_TEST_TMP");
-    snprintf(dir, sizeof dir, "%s/stock-local-XXXXXX", tmp && *tmp ? tmp : "/tmp");
-    assert_non_null(mkdtemp(dir));
+    assert_int_equal(it_tmpdir(dir, sizeof dir, "stock-local"), 0);
     char url[600];
     snprintf(url, sizeof url, "file://%s", dir);
     dlock_client *lc = NULL;
@@ -475,7 +473,7 @@ static void test_bad_input(void **state)
     expect_invalid(dlock_stock_status(lc, "bad", &in), "needs a Redis server");
     expect_invalid(dlock_stock_commit(lc, "bad", held), "needs a Redis server");
     dlock_client_free(lc);
-    rmdir(dir);
+    it_tmpdir_remove(dir);
 
     snapshot("bad", after, sizeof after);
     assert_string_equal(before, after);
