@@ -14,7 +14,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 dh_server it_srv;
 
@@ -218,6 +221,103 @@ dlock_lock *it_acquire(dlock_client *c, const char *name, int64_t ttl_ms)
     assert_int_equal(rc, DLOCK_OK);
     assert_non_null(l);
     return l;
+}
+
+int it_rounds_run(const it_rounds *r)
+{
+    dlock_client *c = r->client;
+    if (c == NULL && dlock_client_new(r->servers, r->cfg, &c) != DLOCK_OK)
+        return IT_ROUNDS_CLIENT;
+    int status = 0;
+    for (int i = 0; i < r->rounds && status == 0; i++) {
+        dlock_opts o = {0};
+        o.ttl_ms = r->ttl_ms;
+        o.wait_ms = -1;
+        dlock_lock *l;
+        int rc = r->permits > 0 ? dlock_sem_acquire(c, r->name, r->permits, &o, &l)
+                                : dlock_acquire(c, r->name, &o, &l);
+        if (rc != DLOCK_OK) {
+            status = IT_ROUNDS_ACQUIRE;
+            break;
+        }
+        status = r->section(l, r->arg);
+        if (dlock_release(l) != DLOCK_OK && status == 0)
+            status = IT_ROUNDS_RELEASE;
+    }
+    if (c != r->client)
+        dlock_client_free(c);
+    return status;
+}
+
+void it_fork_all(int n, int (*fn)(void *arg), void *arg)
+{
+    pid_t *pid = calloc((size_t)n, sizeof *pid);
+    assert_non_null(pid);
+    for (int i = 0; i < n; i++) {
+        pid[i] = fork();
+        assert_true(pid[i] >= 0);
+        if (pid[i] == 0)
+            _exit(fn(arg));
+    }
+    for (int i = 0; i < n; i++) {
+        int st;
+        assert_int_equal(waitpid(pid[i], &st, 0), pid[i]);
+        if (!WIFEXITED(st) || WEXITSTATUS(st) != 0)
+            fail_msg("child %d of %d: %s %d", i, n, WIFEXITED(st) ? "exit" : "signal",
+                     WIFEXITED(st) ? WEXITSTATUS(st) : WTERMSIG(st));
+    }
+    free(pid);
+}
+
+it_board *it_board_new(void)
+{
+    it_board *b = mmap(NULL, sizeof *b, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    assert_true(b != MAP_FAILED);
+    memset(b, 0, sizeof *b);
+    return b;
+}
+
+void it_board_free(it_board *b)
+{
+    munmap(b, sizeof *b);
+}
+
+void it_board_enter(it_board *b)
+{
+    int now = ++b->now, peak = b->peak;
+    while (now > peak && !atomic_compare_exchange_weak(&b->peak, &peak, now))
+        ;
+}
+
+void it_board_leave(it_board *b)
+{
+    b->now--;
+    b->sections++;
+}
+
+static int board_hold(dlock_lock *l, void *arg)
+{
+    (void)l;
+    it_board *b = arg;
+    it_board_enter(b);
+    dh_sleep_ms(b->hold_ms);
+    it_board_leave(b);
+    return 0;
+}
+
+static int rounds_child(void *arg)
+{
+    return it_rounds_run(arg);
+}
+
+it_board *it_board_procs(int procs, it_rounds *r, int64_t hold_ms)
+{
+    it_board *b = it_board_new();
+    b->hold_ms = hold_ms;
+    r->section = board_hold;
+    r->arg = b;
+    it_fork_all(procs, rounds_child, r);
+    return b;
 }
 
 void it_show(const char *what, int err)

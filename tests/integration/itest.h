@@ -12,6 +12,7 @@
 #include "support.h"
 
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
 
@@ -145,6 +146,50 @@ int it_holding(dh_server *s, int n, const char *name, const dlock_lock *l);
 
 /* Acquire with a ttl and no wait; asserts DLOCK_OK and returns the handle. */
 dlock_lock *it_acquire(dlock_client *c, const char *name, int64_t ttl_ms);
+
+/* A worker's loop of locked sections, for a thread or a forked child: `rounds` times,
+ * wait for name without a deadline (permits 0: the lock itself, dlock_acquire; else one
+ * of that many permits, dlock_sem_acquire) with the lease ttl_ms (0: the default), run
+ * section holding it, and release. On client, or else on a client of its own for
+ * servers and cfg (NULL: the defaults), made first and freed at the end. */
+typedef struct it_rounds {
+    dlock_client *client;
+    const char *servers;
+    const dlock_config *cfg;
+    const char *name;
+    int64_t permits;
+    int64_t ttl_ms;
+    int rounds;
+    int (*section)(dlock_lock *l, void *arg); /* 0, or a status to stop with */
+    void *arg;
+} it_rounds;
+/* 0 when every round went through; else the step that failed (and stopped the loop):
+ * IT_ROUNDS_CLIENT, IT_ROUNDS_ACQUIRE, IT_ROUNDS_RELEASE, or what section returned. A
+ * child can exit with it. */
+#define IT_ROUNDS_CLIENT  1
+#define IT_ROUNDS_ACQUIRE 2
+#define IT_ROUNDS_RELEASE 3
+int it_rounds_run(const it_rounds *r);
+
+/* Run fn(arg) in n forked children, each exiting with what fn returns, and wait for
+ * them all: fails unless each exited 0. */
+void it_fork_all(int n, int (*fn)(void *arg), void *arg);
+
+/* The holders of one name, counted in memory shared across fork(): how many hold it
+ * now, the most that ever did, and the sections completed. it_board_enter and
+ * it_board_leave count one holder in and out. */
+typedef struct it_board {
+    _Atomic int now, peak, sections;
+    int64_t hold_ms; /* how long it_board_procs's workers hold */
+} it_board;
+it_board *it_board_new(void);
+void it_board_free(it_board *b);
+void it_board_enter(it_board *b);
+void it_board_leave(it_board *b);
+/* procs forked processes each run the rounds r describes (on a client of their own;
+ * r's section and arg are set here), holding the name hold_ms on a new board, which is
+ * returned (for the caller to check and free) once every process went through. */
+it_board *it_board_procs(int procs, it_rounds *r, int64_t hold_ms);
 
 /* Print a code and the thread's detail, for results a test shows but does not assert. */
 void it_show(const char *what, int err);

@@ -156,28 +156,31 @@ static long read_counter(const char *path)
     return v;
 }
 
+/* A worker's state in the counter tests: its last fence, which must increase too. */
+typedef struct counter_arg {
+    section *s;
+    uint64_t last;
+} counter_arg;
+
+static int counter_section(dlock_lock *l, void *arg)
+{
+    counter_arg *a = arg;
+    if (dlock_fence(l) <= a->last)
+        return 12;
+    a->last = dlock_fence(l);
+    increment(a->s);
+    return 0;
+}
+
 static int counter_worker(void *arg)
 {
-    section *s = arg;
-    dlock_client *c;
-    if (dlock_client_new(it_local_url, NULL, &c) != DLOCK_OK)
-        return 10;
-    uint64_t last = 0;
-    for (int i = 0; i < ITERATIONS; i++) {
-        dlock_opts o = {0};
-        o.wait_ms = -1;
-        dlock_lock *l;
-        if (dlock_acquire(c, "counter", &o, &l) != DLOCK_OK)
-            return 11;
-        if (dlock_fence(l) <= last)
-            return 12; /* this process's fences must increase too */
-        last = dlock_fence(l);
-        increment(s);
-        if (dlock_release(l) != DLOCK_OK)
-            return 13;
-    }
-    dlock_client_free(c);
-    return 0;
+    counter_arg a = {.s = arg};
+    it_rounds r = {.servers = it_local_url,
+                   .name = "counter",
+                   .rounds = ITERATIONS,
+                   .section = counter_section,
+                   .arg = &a};
+    return it_rounds_run(&r);
 }
 
 static void processes_exclude_each_other(void **state)
@@ -185,12 +188,8 @@ static void processes_exclude_each_other(void **state)
     (void)state;
     section *s = shared_map(sizeof *s);
     snprintf(s->counter_path, sizeof s->counter_path, "%s/counter.txt", it_local_dir);
-    pid_t pids[WORKERS];
     int64_t t0 = dh_now_ms();
-    for (int i = 0; i < WORKERS; i++)
-        pids[i] = child(counter_worker, s);
-    for (int i = 0; i < WORKERS; i++)
-        assert_int_equal(wait_exit(pids[i]), 0);
+    it_fork_all(WORKERS, counter_worker, s);
     int64_t took = dh_now_ms() - t0;
     assert_int_equal(atomic_load(&s->overlaps), 0);
     assert_int_equal(read_counter(s->counter_path), WORKERS * ITERATIONS);
@@ -200,26 +199,16 @@ static void processes_exclude_each_other(void **state)
 }
 
 typedef struct thread_arg {
-    dlock_client *c;
-    section *s;
+    it_rounds r;
+    counter_arg a;
+    pthread_t th;
     int rc;
 } thread_arg;
 
 static void *counter_thread(void *arg)
 {
     thread_arg *t = arg;
-    for (int i = 0; i < ITERATIONS && t->rc == 0; i++) {
-        dlock_opts o = {0};
-        o.wait_ms = -1;
-        dlock_lock *l;
-        if (dlock_acquire(t->c, "counter-threads", &o, &l) != DLOCK_OK) {
-            t->rc = 1;
-            break;
-        }
-        increment(t->s);
-        if (dlock_release(l) != DLOCK_OK)
-            t->rc = 2;
-    }
+    t->rc = it_rounds_run(&t->r);
     return NULL;
 }
 
@@ -230,14 +219,19 @@ static void threads_exclude_each_other(void **state)
     section *s = shared_map(sizeof *s);
     snprintf(s->counter_path, sizeof s->counter_path, "%s/counter-threads.txt", it_local_dir);
     dlock_client *c = client();
-    pthread_t th[WORKERS];
     thread_arg args[WORKERS];
     for (int i = 0; i < WORKERS; i++) {
-        args[i] = (thread_arg){c, s, 0};
-        assert_int_equal(pthread_create(&th[i], NULL, counter_thread, &args[i]), 0);
+        thread_arg *t = &args[i];
+        t->a = (counter_arg){.s = s};
+        t->r = (it_rounds){.client = c,
+                           .name = "counter-threads",
+                           .rounds = ITERATIONS,
+                           .section = counter_section,
+                           .arg = &t->a};
+        assert_int_equal(pthread_create(&t->th, NULL, counter_thread, t), 0);
     }
     for (int i = 0; i < WORKERS; i++) {
-        pthread_join(th[i], NULL);
+        pthread_join(args[i].th, NULL);
         assert_int_equal(args[i].rc, 0);
     }
     assert_int_equal(atomic_load(&s->overlaps), 0);
@@ -476,49 +470,15 @@ static void shared_holders_overlap_and_exclude(void **state)
 #define SEM_WORKERS 6
 #define SEM_ROUNDS  25
 
-typedef struct sem_state {
-    _Atomic int holders;
-    _Atomic int peak;
-} sem_state;
-
-static int sem_worker(void *arg)
-{
-    sem_state *s = arg;
-    dlock_client *c;
-    if (dlock_client_new(it_local_url, NULL, &c) != DLOCK_OK)
-        return 50;
-    for (int i = 0; i < SEM_ROUNDS; i++) {
-        dlock_opts o = {0};
-        o.wait_ms = -1;
-        dlock_lock *l;
-        if (dlock_sem_acquire(c, "sem", SEM_K, &o, &l) != DLOCK_OK)
-            return 51;
-        int now = atomic_fetch_add(&s->holders, 1) + 1;
-        int peak = atomic_load(&s->peak);
-        while (now > peak && !atomic_compare_exchange_weak(&s->peak, &peak, now))
-            ;
-        dh_sleep_ms(2);
-        atomic_fetch_sub(&s->holders, 1);
-        if (dlock_release(l) != DLOCK_OK)
-            return 52;
-    }
-    dlock_client_free(c);
-    return 0;
-}
-
 static void semaphore_peak_is_k(void **state)
 {
     (void)state;
-    sem_state *s = shared_map(sizeof *s);
-    pid_t pids[SEM_WORKERS];
-    for (int i = 0; i < SEM_WORKERS; i++)
-        pids[i] = child(sem_worker, s);
-    for (int i = 0; i < SEM_WORKERS; i++)
-        assert_int_equal(wait_exit(pids[i]), 0);
+    it_rounds r = {.servers = it_local_url, .name = "sem", .permits = SEM_K, .rounds = SEM_ROUNDS};
+    it_board *board = it_board_procs(SEM_WORKERS, &r, 2);
     printf("INFO semaphore of %d permits, %d processes: peak %d holders\n", SEM_K, SEM_WORKERS,
-           atomic_load(&s->peak));
-    assert_int_equal(atomic_load(&s->peak), SEM_K);
-    munmap(s, sizeof *s);
+           atomic_load(&board->peak));
+    assert_int_equal(atomic_load(&board->peak), SEM_K);
+    it_board_free(board);
 
     /* K permits counted with every shared holder; an exclusive holder excludes all;
      * one permit is an exclusive lock. */

@@ -142,33 +142,6 @@ static void test_shared_auto_renew(void **state)
 
 /* ---- threads and processes that wait, hold and record --------------------------- */
 
-/* What holders of one test share (in memory shared across fork() for processes):
- * how many hold the name now, the most that ever did, and sections completed. */
-typedef struct board {
-    _Atomic int now, peak, sections;
-} board;
-
-static board *board_new(void)
-{
-    board *b = mmap(NULL, sizeof *b, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
-    assert_true(b != MAP_FAILED);
-    memset(b, 0, sizeof *b);
-    return b;
-}
-
-static void board_enter(board *b)
-{
-    int now = ++b->now, peak = b->peak;
-    while (now > peak && !atomic_compare_exchange_weak(&b->peak, &peak, now))
-        ;
-}
-
-static void board_leave(board *b)
-{
-    b->now--;
-    b->sections++;
-}
-
 /* A thread that waits for the name (shared, exclusive, or one of k permits), holds
  * it hold_ms on the board, and releases it. */
 typedef struct holder {
@@ -177,7 +150,7 @@ typedef struct holder {
     int shared;
     int64_t k; /* 0: dlock_acquire */
     int64_t hold_ms;
-    board *b;
+    it_board *b;
     dlock_client *c;
     int rc;
     _Atomic int64_t got_ms; /* dh_now_ms() when it got the lock; 0 before */
@@ -192,17 +165,17 @@ static void *holder_main(void *arg)
     if (h->rc == DLOCK_OK) {
         h->got_ms = dh_now_ms();
         if (h->b != NULL)
-            board_enter(h->b);
+            it_board_enter(h->b);
         dh_sleep_ms(h->hold_ms);
         if (h->b != NULL)
-            board_leave(h->b);
+            it_board_leave(h->b);
         dlock_release(l);
     }
     return NULL;
 }
 
 static void holder_start(holder *h, const char *name, int shared, int64_t k, int64_t hold_ms,
-                         board *b)
+                         it_board *b)
 {
     *h = (holder){.name = name, .shared = shared, .k = k, .hold_ms = hold_ms, .b = b};
     h->c = it_nodes_client();
@@ -272,7 +245,7 @@ static void test_readers_woken_together(void **state)
     dlock_client *c = it_nodes_client();
     dlock_lock *w;
     assert_int_equal(take(c, "wake", 0, 30000, 0, &w), DLOCK_OK);
-    board *b = board_new();
+    it_board *b = it_board_new();
     holder r[READERS];
     for (int i = 0; i < READERS; i++)
         holder_start(&r[i], "wake", 1, 0, 300 * dh_slack(), b);
@@ -288,7 +261,7 @@ static void test_readers_woken_together(void **state)
     printf("FIG readers_woken_slowest_ms %lld (%d readers)\n", (long long)slowest, READERS);
     assert_int_equal(b->peak, READERS);
     assert_true(slowest < 250 * dh_slack());
-    munmap(b, sizeof *b);
+    it_board_free(b);
     dlock_client_free(c);
 }
 
@@ -298,47 +271,20 @@ static void test_readers_woken_together(void **state)
 #define SEM_K      3
 #define SEM_ROUNDS 5
 
-/* One process of the peak test: SEM_ROUNDS sections with a permit each. */
-static int sem_worker(board *b)
-{
-    dlock_config cfg;
-    it_config_init(&cfg);
-    dlock_client *c = NULL;
-    if (dlock_client_new(it_node_urls, &cfg, &c) != DLOCK_OK)
-        return 2;
-    for (int i = 0; i < SEM_ROUNDS; i++) {
-        dlock_lock *l;
-        if (take_permit(c, "sem", SEM_K, 10000, -1, &l) != DLOCK_OK)
-            return 3;
-        board_enter(b);
-        dh_sleep_ms(20);
-        board_leave(b);
-        if (dlock_release(l) != DLOCK_OK)
-            return 4;
-    }
-    dlock_client_free(c);
-    return 0;
-}
-
 /* Twelve processes share three permits: never more than three hold one, and three
  * do at once (the peak is exactly K). */
 static void test_sem_peak(void **state)
 {
     (void)state;
-    board *b = board_new();
-    pid_t pid[SEM_PROCS];
-    for (int i = 0; i < SEM_PROCS; i++) {
-        pid[i] = fork();
-        assert_true(pid[i] >= 0);
-        if (pid[i] == 0)
-            _exit(sem_worker(b));
-    }
-    for (int i = 0; i < SEM_PROCS; i++) {
-        int st;
-        assert_int_equal(waitpid(pid[i], &st, 0), pid[i]);
-        assert_true(WIFEXITED(st));
-        assert_int_equal(WEXITSTATUS(st), 0);
-    }
+    dlock_config cfg;
+    it_config_init(&cfg);
+    it_rounds r = {.servers = it_node_urls,
+                   .cfg = &cfg,
+                   .name = "sem",
+                   .permits = SEM_K,
+                   .ttl_ms = 10000,
+                   .rounds = SEM_ROUNDS};
+    it_board *b = it_board_procs(SEM_PROCS, &r, 20);
     printf("FIG sem_peak %d (K %d, %d processes)\n", b->peak, SEM_K, SEM_PROCS);
     assert_int_equal(b->sections, SEM_PROCS * SEM_ROUNDS);
     assert_int_equal(b->peak, SEM_K);
@@ -347,7 +293,7 @@ static void test_sem_peak(void **state)
     assert_int_equal(dlock_inspect(c, "sem", &h), DLOCK_OK);
     assert_int_equal(h.held, 0);
     dlock_client_free(c);
-    munmap(b, sizeof *b);
+    it_board_free(b);
 }
 
 /* A holder killed with SIGKILL gives its permit back when its lease runs out, not
