@@ -404,6 +404,15 @@ int it_holding(dh_server *s, int n, const char *name, const dlock_lock *l)
     return holding;
 }
 
+void it_expect_shared(dlock_client *c, const char *name, dlock_holder *list, int max, int want)
+{
+    int n = -1;
+    int64_t total = -1;
+    assert_int_equal(dlock_inspect_shared(c, name, list, max, &n, &total), DLOCK_OK);
+    assert_int_equal(n, want);
+    assert_int_equal(total, want);
+}
+
 void it_expect_holder(dh_server *s, const char *name, const char *token)
 {
     char key[256];

@@ -144,6 +144,10 @@ void it_expect_holder(dh_server *s, const char *name, const char *token);
  * ends at a quorum, so the others may not have it (yet). */
 int it_holding(dh_server *s, int n, const char *name, const dlock_lock *l);
 
+/* dlock_inspect_shared of name into list[0..max-1]: asserts that it succeeds and that
+ * exactly `want` shared holders hold it, all of them listed. */
+void it_expect_shared(dlock_client *c, const char *name, dlock_holder *list, int max, int want);
+
 /* Acquire with a ttl and no wait; asserts DLOCK_OK and returns the handle. */
 dlock_lock *it_acquire(dlock_client *c, const char *name, int64_t ttl_ms);
 

@@ -71,11 +71,7 @@ static void test_readers_and_writer(void **state)
     assert_true(h.remaining_ms > 14000 && h.remaining_ms <= 15000); /* the longest */
     assert_int_equal(h.fence, f2);
     dlock_holder list[4];
-    int n = -1;
-    int64_t total = -1;
-    assert_int_equal(dlock_inspect_shared(c, "rw", list, 4, &n, &total), DLOCK_OK);
-    assert_int_equal(n, 2);
-    assert_int_equal(total, 2);
+    it_expect_shared(c, "rw", list, 4, 2);
     /* Longest lease first. */
     assert_string_equal(list[0].token, dlock_token(r2));
     assert_string_equal(list[1].token, dlock_token(r1));
