@@ -302,6 +302,23 @@ static int cmp_i64(const void *a, const void *b)
     return (x > y) - (x < y);
 }
 
+/* Run fn(a) in a child that reports on a new pipe p (a->fd is its write end), and wait
+ * for its first report, len bytes into buf. */
+static pid_t child_started(int (*fn)(void *), pipe_arg *a, int p[2], void *buf, size_t len)
+{
+    assert_int_equal(pipe(p), 0);
+    a->fd = p[1];
+    pid_t pid = child(fn, a);
+    assert_true(get(p[0], buf, len, 5000 * dh_slack()));
+    return pid;
+}
+
+static void close_pipe(int p[2])
+{
+    close(p[0]);
+    close(p[1]);
+}
+
 #define ROUNDS 5
 
 /* The kernel drops a dead holder's locks with its descriptors: a waiter gets the name
@@ -312,13 +329,11 @@ static void killed_holder_frees_at_once(void **state)
     int64_t took[ROUNDS];
     for (int r = 0; r < ROUNDS; r++) {
         int hp[2], wp[2];
-        assert_int_equal(pipe(hp), 0);
-        assert_int_equal(pipe(wp), 0);
-        pipe_arg ha = {"killed", hp[1], 0, 60000, 0, NULL};
-        pipe_arg wa = {"killed", wp[1], 20000, 0, 0, NULL};
-        pid_t holder = child(holder_until_killed, &ha);
+        pipe_arg ha = {"killed", -1, 0, 60000, 0, NULL};
         uint64_t hf = 0;
-        assert_true(get(hp[0], &hf, sizeof hf, 5000 * dh_slack()));
+        pid_t holder = child_started(holder_until_killed, &ha, hp, &hf, sizeof hf);
+        assert_int_equal(pipe(wp), 0);
+        pipe_arg wa = {"killed", wp[1], 20000, 0, 0, NULL};
         pid_t w = child(waiter, &wa);
         /* The waiter is waiting by now (else it tries after the kill, which the figure
          * then includes). */
@@ -331,10 +346,8 @@ static void killed_holder_frees_at_once(void **state)
         assert_true((uint64_t)msg[1] > hf);
         assert_int_equal(wait_exit(holder), 128 + SIGKILL);
         assert_int_equal(wait_exit(w), 0);
-        close(hp[0]);
-        close(hp[1]);
-        close(wp[0]);
-        close(wp[1]);
+        close_pipe(hp);
+        close_pipe(wp);
     }
     qsort(took, ROUNDS, sizeof *took, cmp_i64);
     printf("FIG local_takeover_ms %.2f ms (median of %d; max %.2f)\n", took[ROUNDS / 2] / 1000.0,
@@ -348,13 +361,9 @@ static void killed_holder_frees_at_once(void **state)
 static void child_report(int (*fn)(void *), pipe_arg *a, void *buf, size_t len)
 {
     int p[2];
-    assert_int_equal(pipe(p), 0);
-    a->fd = p[1];
-    pid_t pid = child(fn, a);
-    assert_true(get(p[0], buf, len, 5000 * dh_slack()));
+    pid_t pid = child_started(fn, a, p, buf, len);
     assert_int_equal(wait_exit(pid), 0);
-    close(p[0]);
-    close(p[1]);
+    close_pipe(p);
 }
 
 static int take_and_report_fence(void *arg)
@@ -430,11 +439,9 @@ static void shared_holders_overlap_and_exclude(void **state)
     dlock_client *c = client();
     /* Another process holds it shared; this one joins. */
     int p[2];
-    assert_int_equal(pipe(p), 0);
-    pipe_arg a = {"rw", p[1], 0, 60000, 1, NULL};
-    pid_t other = child(holder_until_killed, &a);
+    pipe_arg a = {"rw", -1, 0, 60000, 1, NULL};
     uint64_t f;
-    assert_true(get(p[0], &f, sizeof f, 5000 * dh_slack()));
+    pid_t other = child_started(holder_until_killed, &a, p, &f, sizeof f);
     dlock_lock *mine = take_shared(c, "rw");
     expect_busy(c, "rw", 0);
     dlock_holder h;
@@ -457,8 +464,7 @@ static void shared_holders_overlap_and_exclude(void **state)
     assert_int_equal(h.shared, 0);
     assert_string_equal(h.token, dlock_token(x));
     assert_int_equal(dlock_release(x), DLOCK_OK);
-    close(p[0]);
-    close(p[1]);
+    close_pipe(p);
     dlock_client_free(c);
 }
 
@@ -546,11 +552,9 @@ static void release_wakes_waiter(void **state)
     (void)state;
     dlock_client *c = client();
     int p[2];
-    assert_int_equal(pipe(p), 0);
-    pipe_arg a = {"wake", p[1], 0, 400, 0, NULL};
-    pid_t holder = child(hold_then_release, &a);
+    pipe_arg a = {"wake", -1, 0, 400, 0, NULL};
     int64_t t;
-    assert_true(get(p[0], &t, sizeof t, 5000 * dh_slack()));
+    pid_t holder = child_started(hold_then_release, &a, p, &t, sizeof t);
     long before = voluntary_switches();
     dlock_lock *l = take(c, "wake", 10000 * dh_slack());
     int64_t got = now_us();
@@ -564,8 +568,7 @@ static void release_wakes_waiter(void **state)
     assert_true(got - released < 20000 * dh_slack());
     assert_true(switches >= 0 && switches < 20);
     assert_int_equal(dlock_release(l), DLOCK_OK);
-    close(p[0]);
-    close(p[1]);
+    close_pipe(p);
     dlock_client_free(c);
 }
 
