@@ -320,6 +320,11 @@ it_board *it_board_procs(int procs, it_rounds *r, int64_t hold_ms)
     return b;
 }
 
+void it_warm_up(dlock_client *c, const char *name, int64_t ttl_ms)
+{
+    assert_int_equal(dlock_release(it_acquire(c, name, ttl_ms)), DLOCK_OK);
+}
+
 void it_show(const char *what, int err)
 {
     printf("INFO %s -> %s (%s)\n", what, dlock_errname(err), err ? dlock_errmsg() : "");

@@ -195,6 +195,11 @@ void it_board_leave(it_board *b);
  * returned (for the caller to check and free) once every process went through. */
 it_board *it_board_procs(int procs, it_rounds *r, int64_t hold_ms);
 
+/* Take name with a lease of ttl_ms and release it, asserting both: c is then connected
+ * to every server that answered and the scripts are in their caches, as in steady
+ * state (a first EVALSHA is refused with -NOSCRIPT and sent again as EVAL). */
+void it_warm_up(dlock_client *c, const char *name, int64_t ttl_ms);
+
 /* Print a code and the thread's detail, for results a test shows but does not assert. */
 void it_show(const char *what, int err);
 

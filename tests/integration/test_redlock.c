@@ -33,19 +33,16 @@ static char g_urls[NMAX * 140];
 /* Start n servers and build the comma-separated list of their URLs. */
 static void start_nodes(int n)
 {
-    for (int i = 0; i < n; i++)
-        assert_int_equal(dh_server_start(&g_srv[i], NULL), 0);
+    assert_int_equal(dh_servers_start(g_srv, n, NULL), 0);
     dh_server_urls(g_srv, n, g_urls, sizeof g_urls);
 }
 
+/* Stops the paused ones too (dh_server_stop resumes a server to stop it) and those a
+ * test killed. */
 static int teardown_nodes(void **state)
 {
     (void)state;
-    for (int i = 0; i < NMAX; i++) {
-        if (g_srv[i].pid != 0)
-            dh_server_resume(&g_srv[i]);
-        dh_server_stop(&g_srv[i]);
-    }
+    dh_servers_stop(g_srv, NMAX);
     memset(g_srv, 0, sizeof g_srv);
     return 0;
 }
@@ -102,12 +99,11 @@ static void test_two_of_five_killed_still_locks(void **state)
 {
     (void)state;
     dlock_client *c = client(0, 0, 0);
-    dlock_lock *l = it_acquire(c, "warmup", 5000); /* connect to all five */
-    assert_int_equal(dlock_release(l), DLOCK_OK);
+    it_warm_up(c, "warmup", 5000); /* connect to all five */
     dh_server_kill(&g_srv[0]);
     dh_server_kill(&g_srv[3]);
 
-    l = it_acquire(c, "two-down", 5000);
+    dlock_lock *l = it_acquire(c, "two-down", 5000);
     assert_true(dlock_fence(l) > 0);
     assert_true(dlock_remaining_ms(l) > 4000);
     char key[64];
@@ -129,10 +125,10 @@ static void test_three_of_five_down_is_noquorum(void **state)
     /* This client sees three nodes restart below; voting off keeps their grants
      * counting, since this test is about availability, not restarts. */
     dlock_client *c = client(DLOCK_RESTART_OFF, 0, 0);
-    dlock_lock *l = it_acquire(c, "warmup", 5000);
-    assert_int_equal(dlock_release(l), DLOCK_OK);
+    it_warm_up(c, "warmup", 5000);
     char key[64];
     it_key(key, sizeof key, "three-down");
+    dlock_lock *l;
 
     /* Killed: connections are refused at once. */
     dh_server_kill(&g_srv[0]);
@@ -153,8 +149,7 @@ static void test_three_of_five_down_is_noquorum(void **state)
     /* Paused (the kernel accepts, nobody answers): bounded by the per-node deadline. */
     for (int i = 0; i < 3; i++)
         assert_int_equal(dh_server_restart(&g_srv[i]), 0);
-    l = it_acquire(c, "warmup", 5000);
-    assert_int_equal(dlock_release(l), DLOCK_OK);
+    it_warm_up(c, "warmup", 5000);
     for (int i = 0; i < 3; i++)
         dh_server_pause(&g_srv[i]);
     t0 = dh_now_ms();
@@ -179,11 +174,10 @@ static void test_paused_node_costs_one_timeout(void **state)
 {
     (void)state;
     dlock_client *c = client(0, 0, 0);
-    dlock_lock *l = it_acquire(c, "warmup", 5000);
-    assert_int_equal(dlock_release(l), DLOCK_OK);
+    it_warm_up(c, "warmup", 5000);
     dh_server_pause(&g_srv[2]);
     int64_t t0 = dh_now_ms();
-    l = it_acquire(c, "slow-node", 5000);
+    dlock_lock *l = it_acquire(c, "slow-node", 5000);
     int64_t took = dh_now_ms() - t0;
     printf("FIG acquire_with_paused_node_ms %lld ms\n", (long long)took);
     /* The round waits for the paused node until its deadline, never longer. */
@@ -202,13 +196,12 @@ static void test_reconnecting_node_does_not_delay(void **state)
 {
     (void)state;
     dlock_client *c = client(DLOCK_RESTART_OFF, 0, 0);
-    dlock_lock *l = it_acquire(c, "warmup", 5000);
-    assert_int_equal(dlock_release(l), DLOCK_OK);
+    it_warm_up(c, "warmup", 5000);
     assert_int_equal(dh_server_restart(&g_srv[1]), 0);
     dh_server_pause(&g_srv[1]);
     for (int i = 0; i < 3; i++) {
         int64_t t0 = dh_now_ms();
-        l = it_acquire(c, "reconnecting", 5000);
+        dlock_lock *l = it_acquire(c, "reconnecting", 5000);
         int64_t took = dh_now_ms() - t0;
         printf("FIG acquire_with_frozen_reconnect_ms %lld ms\n", (long long)took);
         /* Well under the per-node timeout, let alone the 1 s connect timeout. */
@@ -224,7 +217,7 @@ static void test_reconnecting_node_does_not_delay(void **state)
     it_key(key, sizeof key, "reconnecting");
     bool joined = false;
     for (int i = 0; i < 50 && !joined; i++) {
-        l = it_acquire(c, "reconnecting", 5000);
+        dlock_lock *l = it_acquire(c, "reconnecting", 5000);
         joined = it_exists(&g_srv[1], key) == 1;
         assert_int_equal(dlock_release(l), DLOCK_OK);
         dh_sleep_ms(10);
@@ -288,10 +281,8 @@ static void test_restart_voting(void **state)
     dlock_client *a = client(DLOCK_RESTART_OFF, 0, 0);
     dlock_client *b = client(DLOCK_RESTART_OBSERVED, 0, 2000);
     dlock_client *off = client(DLOCK_RESTART_OFF, 0, 0);
-    dlock_lock *l = it_acquire(b, "warmup-b", 2000); /* b and off learn every run_id */
-    assert_int_equal(dlock_release(l), DLOCK_OK);
-    l = it_acquire(off, "warmup-off", 2000);
-    assert_int_equal(dlock_release(l), DLOCK_OK);
+    it_warm_up(b, "warmup-b", 2000); /* b and off learn every run_id */
+    it_warm_up(off, "warmup-off", 2000);
 
     refuse_writes(2, true);
     dlock_lock *la = it_acquire(a, "r", 10000);
