@@ -429,6 +429,7 @@ static void test_redlock_queue_missing_on_one_node(void **state)
     it_key(key, sizeof key, "m");
     it_queue_key(qkey, sizeof qkey, "m");
     dlock_client *hc = it_nodes_client();
+    /* Steady state: connected, and no -NOSCRIPT round trip in the rounds below. */
     it_warm_up(hc, "m-warm", 1000);
     dlock_lock *a;
     /* The scenario needs A on every node; a quorum is enough for the library, and
