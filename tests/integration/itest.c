@@ -35,6 +35,25 @@ int it_srv_teardown(void **state)
     return 0;
 }
 
+dh_server it_auth_srv;
+
+int it_srv_auth_setup(void **state)
+{
+    (void)state;
+    static const char *const auth_args[] = {"--requirepass", IT_PASSWORD, NULL};
+    if (dh_server_start(&it_srv, NULL) != 0 || dh_server_start(&it_auth_srv, auth_args) != 0)
+        return -1;
+    return 0;
+}
+
+int it_srv_auth_teardown(void **state)
+{
+    (void)state;
+    dh_server_stop(&it_srv);
+    dh_server_stop(&it_auth_srv);
+    return 0;
+}
+
 dh_server it_node[IT_NODES_MAX];
 char it_node_urls[IT_NODES_MAX * 140];
 int it_nodes;

@@ -23,6 +23,14 @@ extern dh_server it_srv;
 int it_srv_setup(void **state);
 int it_srv_teardown(void **state);
 
+/* A plain server and one that wants a password, shared by the tests of a file:
+ * it_srv_auth_setup (a cmocka setup) starts it_srv and it_auth_srv, which requires
+ * IT_PASSWORD; it_srv_auth_teardown stops both. */
+#define IT_PASSWORD "cli-test-secret"
+extern dh_server it_auth_srv;
+int it_srv_auth_setup(void **state);
+int it_srv_auth_teardown(void **state);
+
 /* Independent servers shared by the tests of a group, one or three of them:
  * it_nodes_setup1 and it_nodes_setup3 (cmocka setups) start them and list their URLs in
  * it_node_urls, it_nodes_teardown stops them, and it_nodes_client makes a client of
