@@ -10,9 +10,14 @@
 
 #include "itest.h"
 
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 dh_server it_srv;
 
@@ -27,6 +32,25 @@ int it_srv_teardown(void **state)
 {
     (void)state;
     dh_server_stop(&it_srv);
+    return 0;
+}
+
+dh_server it_auth_srv;
+
+int it_srv_auth_setup(void **state)
+{
+    (void)state;
+    static const char *const auth_args[] = {"--requirepass", IT_PASSWORD, NULL};
+    if (dh_server_start(&it_srv, NULL) != 0 || dh_server_start(&it_auth_srv, auth_args) != 0)
+        return -1;
+    return 0;
+}
+
+int it_srv_auth_teardown(void **state)
+{
+    (void)state;
+    dh_server_stop(&it_srv);
+    dh_server_stop(&it_auth_srv);
     return 0;
 }
 
@@ -127,14 +151,40 @@ void it_fence_key(char *buf, size_t len, const char *name)
     snprintf(buf, len, "dlock:{%s}:fence", name);
 }
 
-static long long int_reply(dh_server *s, const char *cmd, const char *key)
+void it_queue_key(char *buf, size_t len, const char *name)
 {
-    redisReply *r = dh_cmd(s, "%s %s", cmd, key);
+    snprintf(buf, len, "dlock:{%s}:queue", name);
+}
+
+void it_wait_queued(const char *name, long long want)
+{
+    char key[256];
+    it_queue_key(key, sizeof key, name);
+    int64_t until = dh_now_ms() + 3000 * dh_slack();
+    for (;;) {
+        int ok = 0;
+        for (int i = 0; i < it_nodes; i++)
+            ok += it_int_reply(dh_cmd(&it_node[i], "ZCARD %s", key)) == want;
+        if (ok == it_nodes)
+            return;
+        if (dh_now_ms() > until)
+            fail_msg("queue %s: not %lld entries on every node in time", key, want);
+        dh_sleep_ms(5);
+    }
+}
+
+long long it_int_reply(redisReply *r)
+{
     assert_non_null(r);
     assert_int_equal(r->type, REDIS_REPLY_INTEGER);
     long long v = r->integer;
     freeReplyObject(r);
     return v;
+}
+
+static long long int_reply(dh_server *s, const char *cmd, const char *key)
+{
+    return it_int_reply(dh_cmd(s, "%s %s", cmd, key));
 }
 
 long long it_pttl(dh_server *s, const char *key)
@@ -190,6 +240,108 @@ dlock_lock *it_acquire(dlock_client *c, const char *name, int64_t ttl_ms)
     assert_int_equal(rc, DLOCK_OK);
     assert_non_null(l);
     return l;
+}
+
+int it_rounds_run(const it_rounds *r)
+{
+    dlock_client *c = r->client;
+    if (c == NULL && dlock_client_new(r->servers, r->cfg, &c) != DLOCK_OK)
+        return IT_ROUNDS_CLIENT;
+    int status = 0;
+    for (int i = 0; i < r->rounds && status == 0; i++) {
+        dlock_opts o = {0};
+        o.ttl_ms = r->ttl_ms;
+        o.wait_ms = -1;
+        dlock_lock *l;
+        int rc = r->permits > 0 ? dlock_sem_acquire(c, r->name, r->permits, &o, &l)
+                                : dlock_acquire(c, r->name, &o, &l);
+        if (rc != DLOCK_OK) {
+            status = IT_ROUNDS_ACQUIRE;
+            break;
+        }
+        status = r->section(l, r->arg);
+        if (dlock_release(l) != DLOCK_OK && status == 0)
+            status = IT_ROUNDS_RELEASE;
+    }
+    if (c != r->client)
+        dlock_client_free(c);
+    return status;
+}
+
+void it_fork_all(int n, int (*fn)(void *arg), void *arg)
+{
+    pid_t *pid = calloc((size_t)n, sizeof *pid);
+    assert_non_null(pid);
+    for (int i = 0; i < n; i++) {
+        pid[i] = fork();
+        assert_true(pid[i] >= 0);
+        if (pid[i] == 0)
+            _exit(fn(arg));
+    }
+    for (int i = 0; i < n; i++) {
+        int st;
+        assert_int_equal(waitpid(pid[i], &st, 0), pid[i]);
+        if (!WIFEXITED(st) || WEXITSTATUS(st) != 0)
+            fail_msg("child %d of %d: %s %d", i, n, WIFEXITED(st) ? "exit" : "signal",
+                     WIFEXITED(st) ? WEXITSTATUS(st) : WTERMSIG(st));
+    }
+    free(pid);
+}
+
+it_board *it_board_new(void)
+{
+    it_board *b = mmap(NULL, sizeof *b, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    assert_true(b != MAP_FAILED);
+    memset(b, 0, sizeof *b);
+    return b;
+}
+
+void it_board_free(it_board *b)
+{
+    munmap(b, sizeof *b);
+}
+
+void it_board_enter(it_board *b)
+{
+    int now = ++b->now, peak = b->peak;
+    while (now > peak && !atomic_compare_exchange_weak(&b->peak, &peak, now))
+        ;
+}
+
+void it_board_leave(it_board *b)
+{
+    b->now--;
+    b->sections++;
+}
+
+static int board_hold(dlock_lock *l, void *arg)
+{
+    (void)l;
+    it_board *b = arg;
+    it_board_enter(b);
+    dh_sleep_ms(b->hold_ms);
+    it_board_leave(b);
+    return 0;
+}
+
+static int rounds_child(void *arg)
+{
+    return it_rounds_run(arg);
+}
+
+it_board *it_board_procs(int procs, it_rounds *r, int64_t hold_ms)
+{
+    it_board *b = it_board_new();
+    b->hold_ms = hold_ms;
+    r->section = board_hold;
+    r->arg = b;
+    it_fork_all(procs, rounds_child, r);
+    return b;
+}
+
+void it_warm_up(dlock_client *c, const char *name, int64_t ttl_ms)
+{
+    assert_int_equal(dlock_release(it_acquire(c, name, ttl_ms)), DLOCK_OK);
 }
 
 void it_show(const char *what, int err)
@@ -263,6 +415,28 @@ long long it_script_calls(dh_server *s)
     return it_cmd_calls(s, "evalsha") + it_cmd_calls(s, "eval");
 }
 
+int it_holding(dh_server *s, int n, const char *name, const dlock_lock *l)
+{
+    char key[256];
+    it_key(key, sizeof key, name);
+    int holding = 0;
+    for (int i = 0; i < n; i++) {
+        char *v = it_get(&s[i], key);
+        holding += v != NULL && strncmp(v, dlock_token(l), DLOCK_TOKEN_LEN) == 0;
+        free(v);
+    }
+    return holding;
+}
+
+void it_expect_shared(dlock_client *c, const char *name, dlock_holder *list, int max, int want)
+{
+    int n = -1;
+    int64_t total = -1;
+    assert_int_equal(dlock_inspect_shared(c, name, list, max, &n, &total), DLOCK_OK);
+    assert_int_equal(n, want);
+    assert_int_equal(total, want);
+}
+
 void it_expect_holder(dh_server *s, const char *name, const char *token)
 {
     char key[256];
@@ -306,6 +480,54 @@ void it_expect_status(const it_run *r, int want)
 {
     if (r->status != want)
         fail_msg("exit %d, want %d\nstdout: %s\nstderr: %s", r->status, want, r->out, r->err);
+}
+
+/* ---- temporary directories ------------------------------------------------------ */
+
+int it_tmpdir(char *dir, size_t len, const char *prefix)
+{
+    const char *base = getenv("DLOCK_TEST_TMP");
+    if (base == NULL || base[0] == '\0')
+        base = "/tmp";
+    mkdir(base, 0755); /* may exist */
+    snprintf(dir, len, "%.200s/%s.XXXXXX", base, prefix);
+    if (mkdtemp(dir) == NULL) {
+        fprintf(stderr, "mkdtemp %s: %s\n", dir, strerror(errno));
+        return -1;
+    }
+    return 0;
+}
+
+int it_tmpdir_remove(const char *dir)
+{
+    if (getenv("DLOCK_TEST_KEEP") != NULL)
+        return 0;
+    char cmd[700];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    if (system(cmd) != 0) {
+        fprintf(stderr, "could not remove %s\n", dir);
+        return -1;
+    }
+    return 0;
+}
+
+char it_local_dir[320];
+char it_local_url[340];
+
+int it_local_setup(void **state)
+{
+    (void)state;
+    if (it_tmpdir(it_local_dir, sizeof it_local_dir, program_invocation_short_name) != 0)
+        return -1;
+    snprintf(it_local_url, sizeof it_local_url, "file://%s", it_local_dir);
+    return 0;
+}
+
+int it_local_teardown(void **state)
+{
+    (void)state;
+    it_tmpdir_remove(it_local_dir);
+    return 0;
 }
 
 /* ---- TLS certificates ------------------------------------------------------------ */

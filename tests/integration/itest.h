@@ -12,6 +12,7 @@
 #include "support.h"
 
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
 
@@ -21,6 +22,14 @@
 extern dh_server it_srv;
 int it_srv_setup(void **state);
 int it_srv_teardown(void **state);
+
+/* A plain server and one that wants a password, shared by the tests of a file:
+ * it_srv_auth_setup (a cmocka setup) starts it_srv and it_auth_srv, which requires
+ * IT_PASSWORD; it_srv_auth_teardown stops both. */
+#define IT_PASSWORD "cli-test-secret"
+extern dh_server it_auth_srv;
+int it_srv_auth_setup(void **state);
+int it_srv_auth_teardown(void **state);
 
 /* Independent servers shared by the tests of a group, one or three of them:
  * it_nodes_setup1 and it_nodes_setup3 (cmocka setups) start them and list their URLs in
@@ -34,6 +43,15 @@ int it_nodes_setup1(void **state);
 int it_nodes_setup3(void **state);
 int it_nodes_teardown(void **state);
 dlock_client *it_nodes_client(void);
+/* Run a test file's two groups of such tests, `one` on a single server and `three` on
+ * three, named PREFIX_1_node and PREFIX_3_nodes; the count of failures. */
+#define IT_NODES_GROUPS(prefix, one, three)                                                        \
+    (cmocka_run_group_tests_name(prefix "_1_node", one, it_nodes_setup1, it_nodes_teardown) +      \
+     cmocka_run_group_tests_name(prefix "_3_nodes", three, it_nodes_setup3, it_nodes_teardown))
+/* Wait until name's queue has `want` entries on every one of the it_nodes: a waiter is
+ * queued only once its entry is on the servers, which is what the next step of a test
+ * relies on. Fails after 3 s (times the slack). */
+void it_wait_queued(const char *name, long long want);
 
 /* Servers each behind a fault relay of its own (tests/support/relay.h), shared by the
  * tests of a file: it_relayed_setup (a cmocka setup) starts them and asserts that they
@@ -44,6 +62,15 @@ extern fr_relay *it_relay[IT_RELAYED];
 extern char it_relayed_urls[IT_RELAYED * 64];
 int it_relayed_setup(void **state);
 int it_relayed_teardown(void **state);
+
+/* A directory of local locks shared by the tests of a file (file:// clients, no
+ * server): it_local_setup (a cmocka setup) makes it_local_dir (it_tmpdir, named after
+ * the test program) and sets it_local_url to "file://" it_local_dir;
+ * it_local_teardown removes it. */
+extern char it_local_dir[320];
+extern char it_local_url[340];
+int it_local_setup(void **state);
+int it_local_teardown(void **state);
 
 /* A case of a table-driven test: f runs with *state pointing at arg, under the name
  * given (cmocka's own macros name a case after its function, which here serves every
@@ -80,9 +107,15 @@ long long it_cmd_calls(dh_server *s, const char *cmd);
 /* Same, with a caller's config (its timeouts are used as given). */
 dlock_client *it_client_cfg(const char *servers, const dlock_config *cfg);
 
-/* "dlock:{name}" and "dlock:{name}:fence" (the fixed default key layout). */
+/* "dlock:{name}", "dlock:{name}:fence" and "dlock:{name}:queue" (the fixed default key
+ * layout). */
 void it_key(char *buf, size_t len, const char *name);
 void it_fence_key(char *buf, size_t len, const char *name);
+void it_queue_key(char *buf, size_t len, const char *name);
+
+/* The value of an integer reply r (from dh_cmd), which is freed; asserts that r is
+ * one. */
+long long it_int_reply(redisReply *r);
 
 /* Looking at a key from outside, through dh_cmd. */
 long long it_pttl(dh_server *s, const char *key); /* -2 missing, -1 no expiry */
@@ -115,8 +148,65 @@ void it_expect_status(const it_run *r, int want);
  * its value): its holder's lock is untouched. */
 void it_expect_holder(dh_server *s, const char *name, const char *token);
 
+/* How many of the servers s[0..n-1] hold lock name with l's token: a Redlock round
+ * ends at a quorum, so the others may not have it (yet). */
+int it_holding(dh_server *s, int n, const char *name, const dlock_lock *l);
+
+/* dlock_inspect_shared of name into list[0..max-1]: asserts that it succeeds and that
+ * exactly `want` shared holders hold it, all of them listed. */
+void it_expect_shared(dlock_client *c, const char *name, dlock_holder *list, int max, int want);
+
 /* Acquire with a ttl and no wait; asserts DLOCK_OK and returns the handle. */
 dlock_lock *it_acquire(dlock_client *c, const char *name, int64_t ttl_ms);
+
+/* A worker's loop of locked sections, for a thread or a forked child: `rounds` times,
+ * wait for name without a deadline (permits 0: the lock itself, dlock_acquire; else one
+ * of that many permits, dlock_sem_acquire) with the lease ttl_ms (0: the default), run
+ * section holding it, and release. On client, or else on a client of its own for
+ * servers and cfg (NULL: the defaults), made first and freed at the end. */
+typedef struct it_rounds {
+    dlock_client *client;
+    const char *servers;
+    const dlock_config *cfg;
+    const char *name;
+    int64_t permits;
+    int64_t ttl_ms;
+    int rounds;
+    int (*section)(dlock_lock *l, void *arg); /* 0, or a status to stop with */
+    void *arg;
+} it_rounds;
+/* 0 when every round went through; else the step that failed (and stopped the loop):
+ * IT_ROUNDS_CLIENT, IT_ROUNDS_ACQUIRE, IT_ROUNDS_RELEASE, or what section returned. A
+ * child can exit with it. */
+#define IT_ROUNDS_CLIENT  1
+#define IT_ROUNDS_ACQUIRE 2
+#define IT_ROUNDS_RELEASE 3
+int it_rounds_run(const it_rounds *r);
+
+/* Run fn(arg) in n forked children, each exiting with what fn returns, and wait for
+ * them all: fails unless each exited 0. */
+void it_fork_all(int n, int (*fn)(void *arg), void *arg);
+
+/* The holders of one name, counted in memory shared across fork(): how many hold it
+ * now, the most that ever did, and the sections completed. it_board_enter and
+ * it_board_leave count one holder in and out. */
+typedef struct it_board {
+    _Atomic int now, peak, sections;
+    int64_t hold_ms; /* how long it_board_procs's workers hold */
+} it_board;
+it_board *it_board_new(void);
+void it_board_free(it_board *b);
+void it_board_enter(it_board *b);
+void it_board_leave(it_board *b);
+/* procs forked processes each run the rounds r describes (on a client of their own;
+ * r's section and arg are set here), holding the name hold_ms on a new board, which is
+ * returned (for the caller to check and free) once every process went through. */
+it_board *it_board_procs(int procs, it_rounds *r, int64_t hold_ms);
+
+/* Take name with a lease of ttl_ms and release it, asserting both: c is then connected
+ * to every server that answered and the scripts are in their caches, as in steady
+ * state (a first EVALSHA is refused with -NOSCRIPT and sent again as EVAL). */
+void it_warm_up(dlock_client *c, const char *name, int64_t ttl_ms);
 
 /* Print a code and the thread's detail, for results a test shows but does not assert. */
 void it_show(const char *what, int err);
@@ -134,6 +224,13 @@ void it_log_init(it_log *lg);
 void it_log_cb(void *user, int level, const char *msg);
 /* Messages at `level` containing `needle` (NULL: any). */
 int it_log_count(it_log *lg, int level, const char *needle);
+
+/* A new directory of the test's own, "PREFIX.XXXXXX" under $DLOCK_TEST_TMP (or /tmp,
+ * made if missing), into dir: 0, or -1 with the reason on stderr. it_tmpdir_remove
+ * removes it and what it holds, unless DLOCK_TEST_KEEP is set (to look at what a
+ * failed test left): 0, or -1 with the reason on stderr. */
+int it_tmpdir(char *dir, size_t len, const char *prefix);
+int it_tmpdir_remove(const char *dir);
 
 /* The TLS tests' certificates (dh_tls_make_set), made once per test process in
  * it_tls_dir: it_tls_setup and it_tls_teardown are a cmocka group's setup and

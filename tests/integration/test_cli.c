@@ -27,30 +27,6 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#define PASSWORD "cli-test-secret"
-
-/* The servers of the group: a plain one, and one that wants PASSWORD. */
-static dh_server plain, authed;
-
-static int group_setup(void **state)
-{
-    (void)state;
-    static const char *const auth_args[] = {"--requirepass", PASSWORD, NULL};
-    if (dh_server_start(&plain, NULL) != 0)
-        return -1;
-    if (dh_server_start(&authed, auth_args) != 0)
-        return -1;
-    return 0;
-}
-
-static int group_teardown(void **state)
-{
-    (void)state;
-    dh_server_stop(&plain);
-    dh_server_stop(&authed);
-    return 0;
-}
-
 /* ---- running the command ---------------------------------------------------- */
 
 typedef it_run run;
@@ -70,7 +46,7 @@ static void run_env(run *r, const char *const env[], ...)
 /* The default environment: the plain server, no password from the caller's shell. */
 static const char *const *plain_env(void)
 {
-    return it_cli_env(&plain);
+    return it_cli_env(&it_srv);
 }
 
 #define RUN(r, ...) run_env((r), plain_env(), __VA_ARGS__, (const char *)NULL)
@@ -178,14 +154,14 @@ static void test_acquire_prints_token_and_fence(void **state)
     char key[256], fkey[256];
     it_key(key, sizeof key, "cli-acq");
     it_fence_key(fkey, sizeof fkey, "cli-acq");
-    char *value = it_get(&plain, key);
+    char *value = it_get(&it_srv, key);
     assert_non_null(value);
     assert_memory_equal(value, token, DLOCK_TOKEN_LEN); /* the value starts with the token */
     free(value);
-    long long pttl = it_pttl(&plain, key);
+    long long pttl = it_pttl(&it_srv, key);
     assert_true(pttl > 0 && pttl <= 30000);
     /* With one server the fence printed is the server's counter. */
-    char *counter = it_get(&plain, fkey);
+    char *counter = it_get(&it_srv, fkey);
     assert_non_null(counter);
     assert_int_equal(strtoull(counter, NULL, 10), fence);
     free(counter);
@@ -194,7 +170,7 @@ static void test_acquire_prints_token_and_fence(void **state)
     run r;
     RUN(&r, "acquire", "-w", "0", "cli-acq");
     expect_failure(&r, 75, "held by another owner", true);
-    value = it_get(&plain, key);
+    value = it_get(&it_srv, key);
     assert_non_null(value);
     assert_memory_equal(value, token, DLOCK_TOKEN_LEN);
     free(value);
@@ -220,7 +196,7 @@ static void test_release(void **state)
     it_expect_status(&r, 0);
     assert_string_equal(r.out, "");
     assert_string_equal(r.err, "");
-    assert_false(key_exists(&plain, "cli-rel"));
+    assert_false(key_exists(&it_srv, "cli-rel"));
 
     /* The same token again: nothing held any more. */
     RUN(&r, "release", "cli-rel", token);
@@ -231,7 +207,7 @@ static void test_release(void **state)
     acquire("cli-rel", "30s", token2, &fence);
     RUN(&r, "release", "cli-rel", token);
     expect_failure(&r, 73, NULL, true);
-    assert_true(key_exists(&plain, "cli-rel"));
+    assert_true(key_exists(&it_srv, "cli-rel"));
     RUN(&r, "release", "cli-rel", token2);
     it_expect_status(&r, 0);
 }
@@ -242,7 +218,7 @@ static void test_extend(void **state)
     char token[DLOCK_TOKEN_LEN + 1];
     uint64_t fence;
     acquire("cli-ext", "2s", token, &fence);
-    assert_true(key_pttl(&plain, "cli-ext") <= 2000);
+    assert_true(key_pttl(&it_srv, "cli-ext") <= 2000);
 
     run r;
     RUN(&r, "extend", "-t", "10s", "cli-ext", token);
@@ -250,23 +226,23 @@ static void test_extend(void **state)
     assert_string_equal(r.out, "");
     assert_string_equal(r.err, "");
     /* Set to 10 s from now, not added to what was left. */
-    long long pttl = key_pttl(&plain, "cli-ext");
+    long long pttl = key_pttl(&it_srv, "cli-ext");
     assert_true(pttl <= 10000);
     assert_true(pttl > 10000 - 1000 * dh_slack());
 
     /* Options after the operands work too (GNU getopt order). */
     RUN(&r, "extend", "cli-ext", token, "--ttl=20s");
     it_expect_status(&r, 0);
-    assert_true(key_pttl(&plain, "cli-ext") > 10000);
+    assert_true(key_pttl(&it_srv, "cli-ext") > 10000);
 
     /* Extending never releases: the key is still there after the command exits. */
-    assert_true(key_exists(&plain, "cli-ext"));
+    assert_true(key_exists(&it_srv, "cli-ext"));
 
     RUN(&r, "release", "cli-ext", token);
     it_expect_status(&r, 0);
     RUN(&r, "extend", "-t", "10s", "cli-ext", token);
     expect_failure(&r, 73, "extend cli-ext: ", true);
-    assert_false(key_exists(&plain, "cli-ext"));
+    assert_false(key_exists(&it_srv, "cli-ext"));
 
     /* A lease of 0 would be a release in disguise: refused before any server. */
     RUN(&r, "extend", "-t", "0", "cli-ext", token);
@@ -320,8 +296,8 @@ static void test_prefix_and_label(void **state)
     char token[DLOCK_TOKEN_LEN + 1];
     uint64_t fence;
     parse_token_line(r.out, token, &fence);
-    assert_false(key_exists(&plain, "cli-pre")); /* not under the default prefix */
-    char *value = it_get(&plain, "myapp:{cli-pre}");
+    assert_false(key_exists(&it_srv, "cli-pre")); /* not under the default prefix */
+    char *value = it_get(&it_srv, "myapp:{cli-pre}");
     assert_non_null(value);
     assert_memory_equal(value, token, DLOCK_TOKEN_LEN);
     assert_non_null(strstr(value, "nightly backup"));
@@ -561,10 +537,10 @@ static void test_sem_usage_errors(void **state)
     expect_failure(&r, 64, "missing TOKEN", true);
     /* K >= 2 on several servers: refused by the library, with the reason. */
     char two[300];
-    snprintf(two, sizeof two, "%s,redis://127.0.0.1:1", plain.url);
+    snprintf(two, sizeof two, "%s,redis://127.0.0.1:1", it_srv.url);
     RUN(&r, "-s", two, "sem", "acquire", "-n", "2", "cli-semu");
     expect_failure(&r, 64, "one server", false);
-    assert_int_equal(key_exists(&plain, "cli-semu"), 0);
+    assert_int_equal(key_exists(&it_srv, "cli-semu"), 0);
 }
 
 static void test_usage_errors(void **state)
@@ -612,7 +588,7 @@ static void test_usage_errors(void **state)
     RUN(&r, "status", "");
     expect_failure(&r, 64, NULL, true);
     /* None of this reached the server. */
-    assert_false(key_exists(&plain, "cli-use"));
+    assert_false(key_exists(&it_srv, "cli-use"));
 }
 
 static void test_help_and_version(void **state)
@@ -668,9 +644,9 @@ static void test_auth(void **state)
 {
     (void)state;
     char servers[160], right[80], wrong[80];
-    snprintf(servers, sizeof servers, "DLOCK_SERVERS=%s", authed.url);
-    snprintf(right, sizeof right, "DLOCK_PASSWORD=%s", PASSWORD);
-    snprintf(wrong, sizeof wrong, "DLOCK_PASSWORD=not-%s", PASSWORD);
+    snprintf(servers, sizeof servers, "DLOCK_SERVERS=%s", it_auth_srv.url);
+    snprintf(right, sizeof right, "DLOCK_PASSWORD=%s", IT_PASSWORD);
+    snprintf(wrong, sizeof wrong, "DLOCK_PASSWORD=not-%s", IT_PASSWORD);
     const char *const env_right[] = {servers, right, NULL};
     const char *const env_wrong[] = {servers, wrong, NULL};
     const char *const env_none[] = {servers, "DLOCK_PASSWORD", NULL};
@@ -686,7 +662,7 @@ static void test_auth(void **state)
 
     run_env(&r, env_wrong, "status", "cli-auth", (const char *)NULL);
     expect_failure(&r, 77, NULL, true);
-    assert_null(strstr(r.err, PASSWORD)); /* the password is never printed */
+    assert_null(strstr(r.err, IT_PASSWORD)); /* the password is never printed */
     run_env(&r, env_wrong, "acquire", "cli-auth", (const char *)NULL);
     expect_failure(&r, 77, NULL, true);
     run_env(&r, env_wrong, "release", "cli-auth", token, (const char *)NULL);
@@ -698,13 +674,13 @@ static void test_auth(void **state)
 
     /* The password in the URL works the same, and a wrong one is not echoed. */
     char url[200];
-    snprintf(url, sizeof url, "redis://:%s@127.0.0.1:%d", PASSWORD, authed.port);
+    snprintf(url, sizeof url, "redis://:%s@127.0.0.1:%d", IT_PASSWORD, it_auth_srv.port);
     run_env(&r, env_none, "-s", url, "status", "cli-auth", (const char *)NULL);
     it_expect_status(&r, 0);
-    snprintf(url, sizeof url, "redis://:wrong-%s@127.0.0.1:%d", PASSWORD, authed.port);
+    snprintf(url, sizeof url, "redis://:wrong-%s@127.0.0.1:%d", IT_PASSWORD, it_auth_srv.port);
     run_env(&r, env_none, "-s", url, "status", "cli-auth", (const char *)NULL);
     expect_failure(&r, 77, NULL, true);
-    assert_null(strstr(r.err, PASSWORD));
+    assert_null(strstr(r.err, IT_PASSWORD));
 
     run_env(&r, env_right, "release", "cli-auth", token, (const char *)NULL);
     it_expect_status(&r, 0);
@@ -752,7 +728,7 @@ static pid_t spawn_cli(const char *const args[], int stdout_fd, int *err_fd)
         /* A SIGINT ignored by whoever started the tests would stay ignored (the CLI
          * keeps inherited SIG_IGN, as nohup needs): start from the default. */
         signal(SIGINT, SIG_DFL);
-        setenv("DLOCK_SERVERS", plain.url, 1);
+        setenv("DLOCK_SERVERS", it_srv.url, 1);
         unsetenv("DLOCK_PASSWORD");
         execv(argv[0], (char *const *)(uintptr_t)argv);
         _exit(127);
@@ -792,7 +768,7 @@ static void test_sigint_cancels_wait(void **state)
     uint64_t fence;
     acquire("cli-sig", "60s", token, &fence);
 
-    long long before = it_connected_clients(&plain);
+    long long before = it_connected_clients(&it_srv);
     /* A long wait rather than forever, so that a broken cancel fails the test (by its
      * message and timing below) instead of hanging it. */
     static const char *const args[] = {"acquire", "-w", "120s", "cli-sig", NULL};
@@ -801,7 +777,7 @@ static void test_sigint_cancels_wait(void **state)
     /* Once the waiter is connected it is past installing its handler (it connects on
      * its first attempt): only then is SIGINT a cancellation and not a plain kill. */
     int64_t deadline = dh_now_ms() + 10000 * dh_slack();
-    while (it_connected_clients(&plain) <= before) {
+    while (it_connected_clients(&it_srv) <= before) {
         assert_true(dh_now_ms() < deadline);
         dh_sleep_ms(10);
     }
@@ -819,7 +795,7 @@ static void test_sigint_cancels_wait(void **state)
     assert_true(strchr(err, '\n') == err + strlen(err) - 1);
 
     /* The holder's lock is untouched. */
-    it_expect_holder(&plain, "cli-sig", token);
+    it_expect_holder(&it_srv, "cli-sig", token);
     run r;
     RUN(&r, "release", "cli-sig", token);
     it_expect_status(&r, 0);
@@ -843,7 +819,7 @@ static void test_closed_stdout_releases(void **state)
     if (status != 70)
         fail_msg("exit %d, want 70; stderr: %s", status, err);
     assert_true(strchr(err, '\n') == err + strlen(err) - 1);
-    assert_false(key_exists(&plain, "cli-epipe"));
+    assert_false(key_exists(&it_srv, "cli-epipe"));
 }
 
 int main(void)
@@ -868,5 +844,5 @@ int main(void)
         cmocka_unit_test(test_sigint_cancels_wait),
         cmocka_unit_test(test_closed_stdout_releases),
     };
-    return cmocka_run_group_tests(tests, group_setup, group_teardown);
+    return cmocka_run_group_tests(tests, it_srv_auth_setup, it_srv_auth_teardown);
 }

@@ -163,12 +163,8 @@ static void hostile_names_stay_apart(void **state)
         assert_int_equal(keys->elements, 2); /* the lock and its fence counter */
         long long slot[2];
         for (int k = 0; k < 2; k++) {
-            redisReply *r =
-                dh_cmd(&slots, "CLUSTER KEYSLOT %b", keys->element[k]->str, keys->element[k]->len);
-            assert_non_null(r);
-            assert_int_equal(r->type, REDIS_REPLY_INTEGER);
-            slot[k] = r->integer;
-            freeReplyObject(r);
+            slot[k] = it_int_reply(
+                dh_cmd(&slots, "CLUSTER KEYSLOT %b", keys->element[k]->str, keys->element[k]->len));
         }
         if (slot[0] != slot[1])
             fail_msg("name %d: keys %s and %s in slots %lld and %lld", i, keys->element[0]->str,

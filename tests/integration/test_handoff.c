@@ -48,47 +48,13 @@ static int64_t dead_head_bound_ms(int64_t ttl_ms)
     return (handoff_ms(ttl_ms) + DLOCK_QUEUE_REFRESH_MS + 500) * dh_slack();
 }
 
-static void queue_key(char *buf, size_t len, const char *name)
-{
-    snprintf(buf, len, "dlock:{%s}:queue", name);
-}
-
-static long long zcard(dh_server *s, const char *key)
-{
-    redisReply *r = dh_cmd(s, "ZCARD %s", key);
-    assert_non_null(r);
-    assert_int_equal(r->type, REDIS_REPLY_INTEGER);
-    long long n = r->integer;
-    freeReplyObject(r);
-    return n;
-}
-
-/* Wait until name's queue has `want` entries on every node: a waiter is queued only
- * once its entry is on the servers, which is what the next step of a test relies on. */
-static void wait_queued(const char *name, long long want)
-{
-    char key[256];
-    queue_key(key, sizeof key, name);
-    int64_t until = dh_now_ms() + 3000 * dh_slack();
-    for (;;) {
-        int ok = 0;
-        for (int i = 0; i < it_nodes; i++)
-            ok += zcard(&it_node[i], key) == want;
-        if (ok == it_nodes)
-            return;
-        if (dh_now_ms() > until)
-            fail_msg("queue %s: not %lld entries on every node in time", key, want);
-        dh_sleep_ms(5);
-    }
-}
-
 /* The queue entry at rank `rank` on node s: "<handoff ms> <limit> <channel length>
  * <channel><value>" (limit 0: an exclusive waiter). Copies the value (what the lock will hold once
  * handed over) into value and returns the handoff lease. */
 static long long queue_entry(dh_server *s, const char *name, int rank, char *value, size_t len)
 {
     char key[256];
-    queue_key(key, sizeof key, name);
+    it_queue_key(key, sizeof key, name);
     redisReply *r = dh_cmd(s, "ZRANGE %s %d %d", key, rank, rank);
     assert_non_null(r);
     assert_int_equal(r->type, REDIS_REPLY_ARRAY);
@@ -286,7 +252,7 @@ static void test_handoff_across_processes(void **state)
     pid_t b = spawn_waiter(&w);
     close(rep[1]);
     close(go[0]);
-    wait_queued("h", 1);
+    it_wait_queued("h", 1);
     char b_value[512];
     assert_int_equal(queue_entry(&it_node[0], "h", 0, b_value, sizeof b_value), handoff_ms(ttl_b));
 
@@ -359,6 +325,26 @@ static void expect_takeover(thread_waiter *c, const char *name, const char *fig,
 
 /* ---- 2. a head that died while queued --------------------------------------------- */
 
+/* Where both dead-head tests start: holder A of name (client hc) and a waiter B, a
+ * forked child asking for a lease of ttl, queued behind it. */
+typedef struct dead_head {
+    dlock_client *hc;
+    dlock_lock *a;
+    held ha;
+    pid_t b;
+} dead_head;
+
+static void dead_head_start(dead_head *d, const char *name, int fair, int64_t ttl)
+{
+    d->hc = it_nodes_client();
+    d->a = it_acquire(d->hc, name, 10000);
+    d->ha = keep(d->a);
+    child_waiter w = {
+        .name = name, .fair = fair, .wait_ms = -1, .ttl_ms = ttl, .report_fd = -1, .go_fd = -1};
+    d->b = spawn_waiter(&w);
+    it_wait_queued(name, 1);
+}
+
 /* Holder A, a waiter B (a child) queued and SIGKILLed, a waiter C (a thread) queued
  * behind B's dead entry; A releases. The release hands the lock to B, who never
  * confirms: C gets it once B's handoff lease ends. */
@@ -369,27 +355,22 @@ static void test_dead_head_queued(void **state)
     const int64_t ttl = 5000;
     char key[256], qkey[256];
     it_key(key, sizeof key, name);
-    queue_key(qkey, sizeof qkey, name);
-    dlock_client *hc = it_nodes_client();
-    dlock_lock *a = it_acquire(hc, name, 10000);
-    held ha = keep(a);
-    child_waiter w = {
-        .name = name, .fair = fair, .wait_ms = -1, .ttl_ms = ttl, .report_fd = -1, .go_fd = -1};
-    pid_t b = spawn_waiter(&w);
-    wait_queued(name, 1);
+    it_queue_key(qkey, sizeof qkey, name);
+    dead_head d;
+    dead_head_start(&d, name, fair, ttl);
     char b_value[512], head[512];
     queue_entry(&it_node[0], name, 0, b_value, sizeof b_value);
-    kill_and_reap(b);
+    kill_and_reap(d.b);
 
     thread_waiter c;
     thread_start(&c, name, fair, true);
-    wait_queued(name, 2);
+    it_wait_queued(name, 2);
     queue_entry(&it_node[0], name, 0, head, sizeof head);
     assert_string_equal(head, b_value); /* the dead entry is first in line */
 
     int64_t t0 = dh_now_us();
-    assert_int_equal(dlock_release(a), DLOCK_OK);
-    expect_takeover(&c, name, "dead_head_queued", fair, t0, ttl, ha.fence);
+    assert_int_equal(dlock_release(d.a), DLOCK_OK);
+    expect_takeover(&c, name, "dead_head_queued", fair, t0, ttl, d.ha.fence);
 
     /* Nothing of the dead waiter stays behind. */
     int64_t until = dh_now_ms() + (DLOCK_QUEUE_TTL_MS + 1000) * dh_slack();
@@ -397,7 +378,7 @@ static void test_dead_head_queued(void **state)
         dh_sleep_ms(50);
     assert_int_equal(it_exists(&it_node[0], qkey), 0);
     assert_int_equal(it_exists(&it_node[0], key), 0);
-    dlock_client_free(hc);
+    dlock_client_free(d.hc);
 }
 
 /* ---- 3. a head that dies with the lock handed to it ------------------------------- */
@@ -411,25 +392,20 @@ static void test_dead_head_during_handoff(void **state)
     const int64_t ttl = 5000;
     char key[256];
     it_key(key, sizeof key, name);
-    dlock_client *hc = it_nodes_client();
-    dlock_lock *a = it_acquire(hc, name, 10000);
-    held ha = keep(a);
-    child_waiter w = {
-        .name = name, .fair = fair, .wait_ms = -1, .ttl_ms = ttl, .report_fd = -1, .go_fd = -1};
-    pid_t b = spawn_waiter(&w);
-    wait_queued(name, 1);
+    dead_head d;
+    dead_head_start(&d, name, fair, ttl);
     thread_waiter c;
     thread_start(&c, name, fair, true);
-    wait_queued(name, 2);
+    it_wait_queued(name, 2);
     char b_value[512];
     assert_int_equal(queue_entry(&it_node[0], name, 0, b_value, sizeof b_value), handoff_ms(ttl));
     char pid[32];
-    snprintf(pid, sizeof pid, ":%ld", (long)b);
+    snprintf(pid, sizeof pid, ":%ld", (long)d.b);
     assert_non_null(strstr(b_value, pid)); /* the head is B */
 
-    assert_int_equal(kill(b, SIGSTOP), 0);
+    assert_int_equal(kill(d.b, SIGSTOP), 0);
     int64_t t0 = dh_now_us();
-    assert_int_equal(dlock_release(a), DLOCK_OK);
+    assert_int_equal(dlock_release(d.a), DLOCK_OK);
     /* The release itself made B the holder, with the handoff lease. */
     char *v = it_get(&it_node[0], key);
     long long pttl = it_pttl(&it_node[0], key);
@@ -437,10 +413,10 @@ static void test_dead_head_during_handoff(void **state)
     assert_string_equal(v, b_value);
     free(v);
     assert_true(pttl > 0 && pttl <= handoff_ms(ttl));
-    kill_and_reap(b);
+    kill_and_reap(d.b);
 
-    expect_takeover(&c, name, "dead_head_handoff", fair, t0, ttl, ha.fence);
-    dlock_client_free(hc);
+    expect_takeover(&c, name, "dead_head_handoff", fair, t0, ttl, d.ha.fence);
+    dlock_client_free(d.hc);
 }
 
 /* ---- 4. Redlock: one node lost the queue ------------------------------------------ */
@@ -451,23 +427,16 @@ static void test_redlock_queue_missing_on_one_node(void **state)
     assert_int_equal(it_nodes, 3);
     char key[256], qkey[256];
     it_key(key, sizeof key, "m");
-    queue_key(qkey, sizeof qkey, "m");
+    it_queue_key(qkey, sizeof qkey, "m");
     dlock_client *hc = it_nodes_client();
-    /* Put the scripts in the servers' caches and connect, as in steady state: a first
-     * EVALSHA is refused with -NOSCRIPT and sent again as EVAL, a round trip more. */
-    dlock_lock *a = it_acquire(hc, "m-warm", 1000);
-    assert_int_equal(dlock_release(a), DLOCK_OK);
+    /* Steady state: connected, and no -NOSCRIPT round trip in the rounds below. */
+    it_warm_up(hc, "m-warm", 1000);
+    dlock_lock *a;
     /* The scenario needs A on every node; a quorum is enough for the library, and
      * under load a node can miss its per-node deadline. */
     for (int tries = 0;; tries++) {
         a = it_acquire(hc, "m", 10000);
-        int on = 0;
-        for (int i = 0; i < it_nodes; i++) {
-            char *v = it_get(&it_node[i], key);
-            on += v != NULL && memcmp(v, dlock_token(a), DLOCK_TOKEN_LEN) == 0;
-            free(v);
-        }
-        if (on == it_nodes)
+        if (it_holding(it_node, it_nodes, "m", a) == it_nodes)
             break;
         assert_true(tries < 10);
         assert_int_equal(dlock_release(a), DLOCK_OK);
@@ -475,7 +444,7 @@ static void test_redlock_queue_missing_on_one_node(void **state)
     held ha = keep(a);
     thread_waiter b;
     thread_start(&b, "m", 0, true);
-    wait_queued("m", 1);
+    it_wait_queued("m", 1);
     it_del(&it_node[2], qkey);
 
     int64_t t0 = dh_now_us();
@@ -600,7 +569,7 @@ static pid_t spawn_fair(const int *fds, int nfds, int ctl, int rep)
 static void order(int ctl, unsigned char idx, long long queued)
 {
     assert_int_equal(write(ctl, &idx, 1), 1);
-    wait_queued("f", queued);
+    it_wait_queued("f", queued);
 }
 
 /* W1 (process P1), then W2 (P2), then W3 (P1 again), each queued before the next
@@ -687,7 +656,7 @@ static void test_quiet_waiting(void **state)
     thread_waiter w[QUIET_WAITERS];
     for (int i = 0; i < QUIET_WAITERS; i++)
         thread_start(&w[i], name, fair, false);
-    wait_queued(name, QUIET_WAITERS);
+    it_wait_queued(name, QUIET_WAITERS);
     dh_sleep_ms(200);
     long long before = total_commands();
     dh_sleep_ms(2000);
@@ -705,7 +674,7 @@ static void test_quiet_waiting(void **state)
     }
     char key[256], qkey[256];
     it_key(key, sizeof key, name);
-    queue_key(qkey, sizeof qkey, name);
+    it_queue_key(qkey, sizeof qkey, name);
     assert_int_equal(it_exists(&it_node[0], key), 0);
     assert_int_equal(it_exists(&it_node[0], qkey), 0);
     dlock_client_free(hc);
@@ -767,12 +736,12 @@ static void test_queue_expires_after_dead_waiter(void **state)
 {
     (void)state;
     char qkey[256];
-    queue_key(qkey, sizeof qkey, "x");
+    it_queue_key(qkey, sizeof qkey, "x");
     dlock_client *hc = it_nodes_client();
     dlock_lock *a = it_acquire(hc, "x", 30000);
     child_waiter w = {.name = "x", .wait_ms = -1, .ttl_ms = 5000, .report_fd = -1, .go_fd = -1};
     pid_t b = spawn_waiter(&w);
-    wait_queued("x", 1);
+    it_wait_queued("x", 1);
     /* Queueing set the queue's lifetime (polled every 5 ms, so it is fresh). */
     long long pttl = it_pttl(&it_node[0], qkey);
     assert_true(pttl > DLOCK_QUEUE_TTL_MS - 100 * dh_slack() && pttl <= DLOCK_QUEUE_TTL_MS);
@@ -806,9 +775,5 @@ int main(void)
     const struct CMUnitTest three[] = {
         cmocka_unit_test(test_redlock_queue_missing_on_one_node),
     };
-    int failed =
-        cmocka_run_group_tests_name("handoff_1_node", one, it_nodes_setup1, it_nodes_teardown);
-    failed +=
-        cmocka_run_group_tests_name("handoff_3_nodes", three, it_nodes_setup3, it_nodes_teardown);
-    return failed;
+    return IT_NODES_GROUPS("handoff", one, three);
 }

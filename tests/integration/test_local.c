@@ -15,6 +15,7 @@
 #include <cmocka.h>
 
 #include "dlock.h"
+#include "itest.h"
 #include "support.h"
 
 #include <dirent.h>
@@ -34,45 +35,14 @@
 #include <time.h>
 #include <unistd.h>
 
-static char base[256]; /* $DLOCK_TEST_TMP or /tmp */
-static char dir[320];  /* the group's lock directory, in base */
-static char url[340];  /* file://<dir> */
-
-static int group_setup(void **state)
-{
-    (void)state;
-    const char *b = getenv("DLOCK_TEST_TMP");
-    snprintf(base, sizeof base, "%.200s", b != NULL && b[0] != '\0' ? b : "/tmp");
-    mkdir(base, 0755); /* may exist */
-    snprintf(dir, sizeof dir, "%s/test_local.XXXXXX", base);
-    if (mkdtemp(dir) == NULL) {
-        fprintf(stderr, "mkdtemp %s: %s\n", dir, strerror(errno));
-        return -1;
-    }
-    snprintf(url, sizeof url, "file://%s", dir);
-    return 0;
-}
-
-static int group_teardown(void **state)
-{
-    (void)state;
-    if (getenv("DLOCK_TEST_KEEP") == NULL) {
-        char cmd[600];
-        snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
-        if (system(cmd) != 0)
-            fprintf(stderr, "could not remove %s\n", dir);
-    }
-    return 0;
-}
-
 /* ---- helpers ---------------------------------------------------------------- */
 
 static dlock_client *client(void)
 {
     dlock_client *c = NULL;
-    int rc = dlock_client_new(url, NULL, &c);
+    int rc = dlock_client_new(it_local_url, NULL, &c);
     if (rc != DLOCK_OK)
-        fail_msg("dlock_client_new(%s): %s (%s)", url, dlock_errname(rc), dlock_errmsg());
+        fail_msg("dlock_client_new(%s): %s (%s)", it_local_url, dlock_errname(rc), dlock_errmsg());
     return c;
 }
 
@@ -186,41 +156,40 @@ static long read_counter(const char *path)
     return v;
 }
 
+/* A worker's state in the counter tests: its last fence, which must increase too. */
+typedef struct counter_arg {
+    section *s;
+    uint64_t last;
+} counter_arg;
+
+static int counter_section(dlock_lock *l, void *arg)
+{
+    counter_arg *a = arg;
+    if (dlock_fence(l) <= a->last)
+        return 12;
+    a->last = dlock_fence(l);
+    increment(a->s);
+    return 0;
+}
+
 static int counter_worker(void *arg)
 {
-    section *s = arg;
-    dlock_client *c;
-    if (dlock_client_new(url, NULL, &c) != DLOCK_OK)
-        return 10;
-    uint64_t last = 0;
-    for (int i = 0; i < ITERATIONS; i++) {
-        dlock_opts o = {0};
-        o.wait_ms = -1;
-        dlock_lock *l;
-        if (dlock_acquire(c, "counter", &o, &l) != DLOCK_OK)
-            return 11;
-        if (dlock_fence(l) <= last)
-            return 12; /* this process's fences must increase too */
-        last = dlock_fence(l);
-        increment(s);
-        if (dlock_release(l) != DLOCK_OK)
-            return 13;
-    }
-    dlock_client_free(c);
-    return 0;
+    counter_arg a = {.s = arg};
+    it_rounds r = {.servers = it_local_url,
+                   .name = "counter",
+                   .rounds = ITERATIONS,
+                   .section = counter_section,
+                   .arg = &a};
+    return it_rounds_run(&r);
 }
 
 static void processes_exclude_each_other(void **state)
 {
     (void)state;
     section *s = shared_map(sizeof *s);
-    snprintf(s->counter_path, sizeof s->counter_path, "%s/counter.txt", dir);
-    pid_t pids[WORKERS];
+    snprintf(s->counter_path, sizeof s->counter_path, "%s/counter.txt", it_local_dir);
     int64_t t0 = dh_now_ms();
-    for (int i = 0; i < WORKERS; i++)
-        pids[i] = child(counter_worker, s);
-    for (int i = 0; i < WORKERS; i++)
-        assert_int_equal(wait_exit(pids[i]), 0);
+    it_fork_all(WORKERS, counter_worker, s);
     int64_t took = dh_now_ms() - t0;
     assert_int_equal(atomic_load(&s->overlaps), 0);
     assert_int_equal(read_counter(s->counter_path), WORKERS * ITERATIONS);
@@ -230,26 +199,16 @@ static void processes_exclude_each_other(void **state)
 }
 
 typedef struct thread_arg {
-    dlock_client *c;
-    section *s;
+    it_rounds r;
+    counter_arg a;
+    pthread_t th;
     int rc;
 } thread_arg;
 
 static void *counter_thread(void *arg)
 {
     thread_arg *t = arg;
-    for (int i = 0; i < ITERATIONS && t->rc == 0; i++) {
-        dlock_opts o = {0};
-        o.wait_ms = -1;
-        dlock_lock *l;
-        if (dlock_acquire(t->c, "counter-threads", &o, &l) != DLOCK_OK) {
-            t->rc = 1;
-            break;
-        }
-        increment(t->s);
-        if (dlock_release(l) != DLOCK_OK)
-            t->rc = 2;
-    }
+    t->rc = it_rounds_run(&t->r);
     return NULL;
 }
 
@@ -258,16 +217,21 @@ static void threads_exclude_each_other(void **state)
 {
     (void)state;
     section *s = shared_map(sizeof *s);
-    snprintf(s->counter_path, sizeof s->counter_path, "%s/counter-threads.txt", dir);
+    snprintf(s->counter_path, sizeof s->counter_path, "%s/counter-threads.txt", it_local_dir);
     dlock_client *c = client();
-    pthread_t th[WORKERS];
     thread_arg args[WORKERS];
     for (int i = 0; i < WORKERS; i++) {
-        args[i] = (thread_arg){c, s, 0};
-        assert_int_equal(pthread_create(&th[i], NULL, counter_thread, &args[i]), 0);
+        thread_arg *t = &args[i];
+        t->a = (counter_arg){.s = s};
+        t->r = (it_rounds){.client = c,
+                           .name = "counter-threads",
+                           .rounds = ITERATIONS,
+                           .section = counter_section,
+                           .arg = &t->a};
+        assert_int_equal(pthread_create(&t->th, NULL, counter_thread, t), 0);
     }
     for (int i = 0; i < WORKERS; i++) {
-        pthread_join(th[i], NULL);
+        pthread_join(args[i].th, NULL);
         assert_int_equal(args[i].rc, 0);
     }
     assert_int_equal(atomic_load(&s->overlaps), 0);
@@ -301,7 +265,7 @@ static dlock_lock *child_take(const pipe_arg *a)
     o.wait_ms = a->wait_ms;
     o.shared = a->shared;
     o.label = a->label;
-    if (dlock_client_new(url, NULL, &c) != DLOCK_OK)
+    if (dlock_client_new(it_local_url, NULL, &c) != DLOCK_OK)
         return NULL;
     child_client = c;
     return dlock_acquire(c, a->name, &o, &l) == DLOCK_OK ? l : NULL;
@@ -338,6 +302,23 @@ static int cmp_i64(const void *a, const void *b)
     return (x > y) - (x < y);
 }
 
+/* Run fn(a) in a child that reports on a new pipe p (a->fd is its write end), and wait
+ * for its first report, len bytes into buf. */
+static pid_t child_started(int (*fn)(void *), pipe_arg *a, int p[2], void *buf, size_t len)
+{
+    assert_int_equal(pipe(p), 0);
+    a->fd = p[1];
+    pid_t pid = child(fn, a);
+    assert_true(get(p[0], buf, len, 5000 * dh_slack()));
+    return pid;
+}
+
+static void close_pipe(int p[2])
+{
+    close(p[0]);
+    close(p[1]);
+}
+
 #define ROUNDS 5
 
 /* The kernel drops a dead holder's locks with its descriptors: a waiter gets the name
@@ -348,13 +329,11 @@ static void killed_holder_frees_at_once(void **state)
     int64_t took[ROUNDS];
     for (int r = 0; r < ROUNDS; r++) {
         int hp[2], wp[2];
-        assert_int_equal(pipe(hp), 0);
-        assert_int_equal(pipe(wp), 0);
-        pipe_arg ha = {"killed", hp[1], 0, 60000, 0, NULL};
-        pipe_arg wa = {"killed", wp[1], 20000, 0, 0, NULL};
-        pid_t holder = child(holder_until_killed, &ha);
+        pipe_arg ha = {"killed", -1, 0, 60000, 0, NULL};
         uint64_t hf = 0;
-        assert_true(get(hp[0], &hf, sizeof hf, 5000 * dh_slack()));
+        pid_t holder = child_started(holder_until_killed, &ha, hp, &hf, sizeof hf);
+        assert_int_equal(pipe(wp), 0);
+        pipe_arg wa = {"killed", wp[1], 20000, 0, 0, NULL};
         pid_t w = child(waiter, &wa);
         /* The waiter is waiting by now (else it tries after the kill, which the figure
          * then includes). */
@@ -367,10 +346,8 @@ static void killed_holder_frees_at_once(void **state)
         assert_true((uint64_t)msg[1] > hf);
         assert_int_equal(wait_exit(holder), 128 + SIGKILL);
         assert_int_equal(wait_exit(w), 0);
-        close(hp[0]);
-        close(hp[1]);
-        close(wp[0]);
-        close(wp[1]);
+        close_pipe(hp);
+        close_pipe(wp);
     }
     qsort(took, ROUNDS, sizeof *took, cmp_i64);
     printf("FIG local_takeover_ms %.2f ms (median of %d; max %.2f)\n", took[ROUNDS / 2] / 1000.0,
@@ -384,13 +361,9 @@ static void killed_holder_frees_at_once(void **state)
 static void child_report(int (*fn)(void *), pipe_arg *a, void *buf, size_t len)
 {
     int p[2];
-    assert_int_equal(pipe(p), 0);
-    a->fd = p[1];
-    pid_t pid = child(fn, a);
-    assert_true(get(p[0], buf, len, 5000 * dh_slack()));
+    pid_t pid = child_started(fn, a, p, buf, len);
     assert_int_equal(wait_exit(pid), 0);
-    close(p[0]);
-    close(p[1]);
+    close_pipe(p);
 }
 
 static int take_and_report_fence(void *arg)
@@ -438,7 +411,7 @@ static void fences_increase_across_processes(void **state)
     assert_int_equal(h.held, 0);
     assert_true(h.fence == last);
     char path[700];
-    snprintf(path, sizeof path, "%s/fences.lock", dir);
+    snprintf(path, sizeof path, "%s/fences.lock", it_local_dir);
     assert_int_equal(unlink(path), 0);
     uint64_t f4 = fence_from_new_process("fences", 0);
     printf("INFO fences %llu %llu %llu, %llu after removing the file\n", (unsigned long long)f1,
@@ -466,11 +439,9 @@ static void shared_holders_overlap_and_exclude(void **state)
     dlock_client *c = client();
     /* Another process holds it shared; this one joins. */
     int p[2];
-    assert_int_equal(pipe(p), 0);
-    pipe_arg a = {"rw", p[1], 0, 60000, 1, NULL};
-    pid_t other = child(holder_until_killed, &a);
+    pipe_arg a = {"rw", -1, 0, 60000, 1, NULL};
     uint64_t f;
-    assert_true(get(p[0], &f, sizeof f, 5000 * dh_slack()));
+    pid_t other = child_started(holder_until_killed, &a, p, &f, sizeof f);
     dlock_lock *mine = take_shared(c, "rw");
     expect_busy(c, "rw", 0);
     dlock_holder h;
@@ -479,11 +450,7 @@ static void shared_holders_overlap_and_exclude(void **state)
     assert_int_equal(h.shared, 2);
     assert_string_equal(h.token, "");
     dlock_holder list[4];
-    int n = -1;
-    int64_t total = -1;
-    assert_int_equal(dlock_inspect_shared(c, "rw", list, 4, &n, &total), DLOCK_OK);
-    assert_int_equal(n, 2);
-    assert_int_equal(total, 2);
+    it_expect_shared(c, "rw", list, 4, 2);
     assert_true(strcmp(list[0].token, dlock_token(mine)) == 0 ||
                 strcmp(list[1].token, dlock_token(mine)) == 0);
     /* One shared holder left (the other process dies): an exclusive try still fails. */
@@ -497,8 +464,7 @@ static void shared_holders_overlap_and_exclude(void **state)
     assert_int_equal(h.shared, 0);
     assert_string_equal(h.token, dlock_token(x));
     assert_int_equal(dlock_release(x), DLOCK_OK);
-    close(p[0]);
-    close(p[1]);
+    close_pipe(p);
     dlock_client_free(c);
 }
 
@@ -506,49 +472,15 @@ static void shared_holders_overlap_and_exclude(void **state)
 #define SEM_WORKERS 6
 #define SEM_ROUNDS  25
 
-typedef struct sem_state {
-    _Atomic int holders;
-    _Atomic int peak;
-} sem_state;
-
-static int sem_worker(void *arg)
-{
-    sem_state *s = arg;
-    dlock_client *c;
-    if (dlock_client_new(url, NULL, &c) != DLOCK_OK)
-        return 50;
-    for (int i = 0; i < SEM_ROUNDS; i++) {
-        dlock_opts o = {0};
-        o.wait_ms = -1;
-        dlock_lock *l;
-        if (dlock_sem_acquire(c, "sem", SEM_K, &o, &l) != DLOCK_OK)
-            return 51;
-        int now = atomic_fetch_add(&s->holders, 1) + 1;
-        int peak = atomic_load(&s->peak);
-        while (now > peak && !atomic_compare_exchange_weak(&s->peak, &peak, now))
-            ;
-        dh_sleep_ms(2);
-        atomic_fetch_sub(&s->holders, 1);
-        if (dlock_release(l) != DLOCK_OK)
-            return 52;
-    }
-    dlock_client_free(c);
-    return 0;
-}
-
 static void semaphore_peak_is_k(void **state)
 {
     (void)state;
-    sem_state *s = shared_map(sizeof *s);
-    pid_t pids[SEM_WORKERS];
-    for (int i = 0; i < SEM_WORKERS; i++)
-        pids[i] = child(sem_worker, s);
-    for (int i = 0; i < SEM_WORKERS; i++)
-        assert_int_equal(wait_exit(pids[i]), 0);
+    it_rounds r = {.servers = it_local_url, .name = "sem", .permits = SEM_K, .rounds = SEM_ROUNDS};
+    it_board *board = it_board_procs(SEM_WORKERS, &r, 2);
     printf("INFO semaphore of %d permits, %d processes: peak %d holders\n", SEM_K, SEM_WORKERS,
-           atomic_load(&s->peak));
-    assert_int_equal(atomic_load(&s->peak), SEM_K);
-    munmap(s, sizeof *s);
+           atomic_load(&board->peak));
+    assert_int_equal(atomic_load(&board->peak), SEM_K);
+    it_board_free(board);
 
     /* K permits counted with every shared holder; an exclusive holder excludes all;
      * one permit is an exclusive lock. */
@@ -620,11 +552,9 @@ static void release_wakes_waiter(void **state)
     (void)state;
     dlock_client *c = client();
     int p[2];
-    assert_int_equal(pipe(p), 0);
-    pipe_arg a = {"wake", p[1], 0, 400, 0, NULL};
-    pid_t holder = child(hold_then_release, &a);
+    pipe_arg a = {"wake", -1, 0, 400, 0, NULL};
     int64_t t;
-    assert_true(get(p[0], &t, sizeof t, 5000 * dh_slack()));
+    pid_t holder = child_started(hold_then_release, &a, p, &t, sizeof t);
     long before = voluntary_switches();
     dlock_lock *l = take(c, "wake", 10000 * dh_slack());
     int64_t got = now_us();
@@ -638,8 +568,7 @@ static void release_wakes_waiter(void **state)
     assert_true(got - released < 20000 * dh_slack());
     assert_true(switches >= 0 && switches < 20);
     assert_int_equal(dlock_release(l), DLOCK_OK);
-    close(p[0]);
-    close(p[1]);
+    close_pipe(p);
     dlock_client_free(c);
 }
 
@@ -804,7 +733,7 @@ static void status_and_lease_meaning(void **state)
     (void)state;
     dlock_client *c = client();
     char path[700];
-    snprintf(path, sizeof path, "%s/never-held.lock", dir);
+    snprintf(path, sizeof path, "%s/never-held.lock", it_local_dir);
     dlock_holder h;
     assert_int_equal(dlock_inspect(c, "never-held", &h), DLOCK_OK);
     assert_int_equal(h.held, 0);
@@ -841,7 +770,7 @@ static void status_and_lease_meaning(void **state)
     /* The file removed under the holder: check says lost, and so does the lost fd. */
     int lfd = dlock_lost_fd(l);
     assert_true(lfd >= 0);
-    snprintf(path, sizeof path, "%s/status.lock", dir);
+    snprintf(path, sizeof path, "%s/status.lock", it_local_dir);
     assert_int_equal(unlink(path), 0);
     assert_int_equal(dlock_check(l), DLOCK_ERR_LOST);
     struct pollfd p = {.fd = lfd, .events = POLLIN};
@@ -916,7 +845,7 @@ static void bad_urls_refused(void **state)
 {
     (void)state;
     char u[700], missing[600];
-    snprintf(missing, sizeof missing, "%s/no-such-dir", dir);
+    snprintf(missing, sizeof missing, "%s/no-such-dir", it_local_dir);
     snprintf(u, sizeof u, "file://%s", missing);
     expect_client_refused(u, missing);
     assert_int_equal(access(missing, F_OK), -1); /* not created */
@@ -924,12 +853,12 @@ static void bad_urls_refused(void **state)
     expect_client_refused("file://relative/dir", "relative path");
     expect_client_refused("file://host/var/lock", "host part");
     expect_client_refused("file:/var/lock", "file:///absolute/path");
-    snprintf(u, sizeof u, "file://%s,redis://127.0.0.1:6379", dir);
+    snprintf(u, sizeof u, "file://%s,redis://127.0.0.1:6379", it_local_dir);
     expect_client_refused(u, "only server");
-    snprintf(u, sizeof u, "redis://127.0.0.1:6379, file://%s", dir);
+    snprintf(u, sizeof u, "redis://127.0.0.1:6379, file://%s", it_local_dir);
     expect_client_refused(u, "only server");
     char plain[600];
-    snprintf(plain, sizeof plain, "%s/plain-file", dir);
+    snprintf(plain, sizeof plain, "%s/plain-file", it_local_dir);
     int fd = open(plain, O_WRONLY | O_CREAT | O_CLOEXEC, 0644);
     assert_true(fd >= 0);
     close(fd);
@@ -948,9 +877,9 @@ static void bad_urls_refused(void **state)
 
     /* A percent-encoded path is the directory it decodes to. */
     char spaced[600];
-    snprintf(spaced, sizeof spaced, "%s/with space", dir);
+    snprintf(spaced, sizeof spaced, "%s/with space", it_local_dir);
     assert_int_equal(mkdir(spaced, 0755), 0);
-    snprintf(u, sizeof u, "file://%s/with%%20space", dir);
+    snprintf(u, sizeof u, "file://%s/with%%20space", it_local_dir);
     dlock_client *c;
     assert_int_equal(dlock_client_new(u, NULL, &c), DLOCK_OK);
     dlock_release(take(c, "x", 0));
@@ -982,7 +911,7 @@ static void names_stay_inside(void **state)
 {
     (void)state;
     char nd[600];
-    snprintf(nd, sizeof nd, "%s/names", dir);
+    snprintf(nd, sizeof nd, "%s/names", it_local_dir);
     assert_int_equal(mkdir(nd, 0755), 0);
     char u[700];
     snprintf(u, sizeof u, "file://%s", nd);
@@ -998,12 +927,12 @@ static void names_stay_inside(void **state)
                            long_a,   long_b, slashes,     "a%2Fb",       "A",           "a",
                            "a.lock", "-",    "_",         "\xe2\x82\xac"};
     enum { N = sizeof names / sizeof names[0] };
-    int parent_before = count_entries(dir);
+    int parent_before = count_entries(it_local_dir);
     dlock_lock *held[N];
     for (int i = 0; i < N; i++)
         held[i] = take(c, names[i], 0);
     assert_int_equal(count_entries(nd), N);
-    assert_int_equal(count_entries(dir), parent_before);
+    assert_int_equal(count_entries(it_local_dir), parent_before);
     DIR *dp = opendir(nd);
     struct dirent *de;
     while ((de = readdir(dp)) != NULL) {
@@ -1039,5 +968,5 @@ int main(void)
         cmocka_unit_test(bad_urls_refused),
         cmocka_unit_test(names_stay_inside),
     };
-    return cmocka_run_group_tests(tests, group_setup, group_teardown);
+    return cmocka_run_group_tests(tests, it_local_setup, it_local_teardown);
 }

@@ -25,40 +25,11 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-static char dir[320]; /* the group's lock directory */
-static char url[340]; /* file://<dir> */
-
-static int group_setup(void **state)
-{
-    (void)state;
-    const char *base = getenv("DLOCK_TEST_TMP");
-    if (base == NULL || base[0] == '\0')
-        base = "/tmp";
-    mkdir(base, 0755); /* may exist */
-    snprintf(dir, sizeof dir, "%.200s/test_local_cli.XXXXXX", base);
-    if (mkdtemp(dir) == NULL) {
-        fprintf(stderr, "mkdtemp %s: %s\n", dir, strerror(errno));
-        return -1;
-    }
-    snprintf(url, sizeof url, "file://%s", dir);
-    return 0;
-}
-
-static int group_teardown(void **state)
-{
-    (void)state;
-    char cmd[400];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
-    if (getenv("DLOCK_TEST_KEEP") == NULL && system(cmd) != 0)
-        fprintf(stderr, "could not remove %s\n", dir);
-    return 0;
-}
-
 /* dlock -s <url> ARGS... (NULL-terminated), with DLOCK_SERVERS and DLOCK_PASSWORD
  * removed from its environment. */
 static it_run *dlock(it_run *o, ...)
 {
-    const char *const pre[] = {"-s", url, NULL};
+    const char *const pre[] = {"-s", it_local_url, NULL};
     static const char *const env[] = {"DLOCK_SERVERS", "DLOCK_PASSWORD", NULL};
     va_list ap;
     va_start(ap, o);
@@ -150,7 +121,7 @@ static void acquire_waits_for_lease(void **state)
 static void wait_held(const char *name)
 {
     dlock_client *c;
-    assert_int_equal(dlock_client_new(url, NULL, &c), DLOCK_OK);
+    assert_int_equal(dlock_client_new(it_local_url, NULL, &c), DLOCK_OK);
     dlock_holder h = {0};
     for (int64_t end = dh_now_ms() + 10000 * dh_slack(); dh_now_ms() < end; dh_sleep_ms(10))
         if (dlock_inspect(c, name, &h) == DLOCK_OK && h.held)
@@ -164,8 +135,8 @@ static void wait_held(const char *name)
 static void run_and_sigkill(void **state)
 {
     (void)state;
-    const char *argv[] = {dh_cli_path(), "-s", url,     "run", "-t", "1h",
-                          "task",        "--", "sleep", "60",  NULL};
+    const char *argv[] = {dh_cli_path(), "-s", it_local_url, "run", "-t", "1h",
+                          "task",        "--", "sleep",      "60",  NULL};
     pid_t first = dh_spawn(argv, NULL);
     assert_true(first > 0);
     wait_held("task");
@@ -196,7 +167,8 @@ static void run_outlives_its_ttl(void **state)
 static void run_waits_for_run(void **state)
 {
     (void)state;
-    const char *argv[] = {dh_cli_path(), "-s", url, "run", "queue", "--", "sleep", "0.3", NULL};
+    const char *argv[] = {dh_cli_path(), "-s",    it_local_url, "run", "queue",
+                          "--",          "sleep", "0.3",        NULL};
     pid_t first = dh_spawn(argv, NULL);
     assert_true(first > 0);
     wait_held("queue");
@@ -250,7 +222,7 @@ static void bad_directories(void **state)
     expect(&o, 64, "host part");
     /* From the environment too. */
     char env_url[400];
-    snprintf(env_url, sizeof env_url, "DLOCK_SERVERS=%s", url);
+    snprintf(env_url, sizeof env_url, "DLOCK_SERVERS=%s", it_local_url);
     const char *const env[] = {env_url, NULL};
     const char *plain[] = {dh_cli_path(), "status", "never", NULL};
     o.status = dh_run(plain, env, o.out, sizeof o.out, o.err, sizeof o.err);
@@ -269,5 +241,5 @@ int main(void)
         cmocka_unit_test(shared_and_sem_commands),
         cmocka_unit_test(bad_directories),
     };
-    return cmocka_run_group_tests(tests, group_setup, group_teardown);
+    return cmocka_run_group_tests(tests, it_local_setup, it_local_teardown);
 }

@@ -640,10 +640,7 @@ static char g_sockdir[512], g_sock[600];
 static int setup_unix(void **state)
 {
     (void)state;
-    const char *base = getenv("DLOCK_TEST_TMP");
-    snprintf(g_sockdir, sizeof g_sockdir, "%s/sock-XXXXXX", base && *base ? base : "/tmp");
-    mkdir(base && *base ? base : "/tmp", 0755);
-    assert_non_null(mkdtemp(g_sockdir));
+    assert_int_equal(it_tmpdir(g_sockdir, sizeof g_sockdir, "sock"), 0);
     snprintf(g_sock, sizeof g_sock, "%s/r.sock", g_sockdir);
     const char *const args[] = {"--unixsocket", g_sock, "--unixsocketperm", "700", NULL};
     assert_int_equal(dh_server_start(&g_unix, args), 0);
@@ -654,7 +651,7 @@ static int teardown_unix(void **state)
 {
     (void)state;
     dh_server_stop(&g_unix);
-    rmdir(g_sockdir);
+    it_tmpdir_remove(g_sockdir);
     return 0;
 }
 

@@ -75,8 +75,7 @@ static void try_once_on_a_held_name_is_busy(void **state)
 {
     (void)state;
     dlock_client *c = it_client(&it_srv, it_timeout_ms());
-    dlock_lock *holder = NULL;
-    assert_int_equal(dlock_acquire(c, "p-busy", NULL, &holder), DLOCK_OK);
+    dlock_lock *holder = it_acquire(c, "p-busy", 0);
     dlock_pending *p = start(c, "p-busy", 0);
     dlock_lock *l = NULL;
     assert_int_equal(dlock_pending_step(p, &l), DLOCK_ERR_BUSY);
@@ -93,8 +92,7 @@ static void release_wakes_the_parked_waiter(void **state)
     (void)state;
     dlock_client *c = it_client(&it_srv, it_timeout_ms());
     dlock_client *other = it_client(&it_srv, it_timeout_ms());
-    dlock_lock *holder = NULL;
-    assert_int_equal(dlock_acquire(other, "p-wake", NULL, &holder), DLOCK_OK);
+    dlock_lock *holder = it_acquire(other, "p-wake", 0);
     uint64_t f1 = dlock_fence(holder);
     dlock_pending *p = start(c, "p-wake", -1);
     dlock_lock *l = NULL;
@@ -122,8 +120,7 @@ static void deadline_ends_the_wait_with_busy(void **state)
 {
     (void)state;
     dlock_client *c = it_client(&it_srv, it_timeout_ms());
-    dlock_lock *holder = NULL;
-    assert_int_equal(dlock_acquire(c, "p-deadline", NULL, &holder), DLOCK_OK);
+    dlock_lock *holder = it_acquire(c, "p-deadline", 0);
     dlock_pending *p = start(c, "p-deadline", 300);
     dlock_lock *l = NULL;
     int64_t t0 = dh_now_us();
@@ -138,10 +135,7 @@ static void deadline_ends_the_wait_with_busy(void **state)
     char key[64];
     it_key(key, sizeof key, "p-deadline");
     assert_int_equal(dlock_release(holder), DLOCK_OK);
-    redisReply *r = dh_cmd(&it_srv, "ZCARD %s:queue", key);
-    assert_non_null(r);
-    assert_int_equal(r->integer, 0);
-    freeReplyObject(r);
+    assert_int_equal(it_int_reply(dh_cmd(&it_srv, "ZCARD %s:queue", key)), 0);
     dlock_client_free(c);
 }
 
@@ -151,8 +145,7 @@ static void freed_waiter_does_not_hold_up_the_next(void **state)
 {
     (void)state;
     dlock_client *c = it_client(&it_srv, it_timeout_ms());
-    dlock_lock *holder = NULL;
-    assert_int_equal(dlock_acquire(c, "p-gone", NULL, &holder), DLOCK_OK);
+    dlock_lock *holder = it_acquire(c, "p-gone", 0);
     dlock_opts o = {0};
     o.wait_ms = -1;
     o.fair = 1;
@@ -367,17 +360,15 @@ static void bad_arguments(void **state)
     dlock_client_free(c);
 
     /* A file:// client waits on its own thread. */
-    char dir[] = "/tmp/dlock-pending-XXXXXX", url[64];
-    assert_non_null(mkdtemp(dir));
+    char dir[512], url[600];
+    assert_int_equal(it_tmpdir(dir, sizeof dir, "dlock-pending"), 0);
     snprintf(url, sizeof url, "file://%s", dir);
     dlock_client *local = NULL;
     assert_int_equal(dlock_client_new(url, NULL, &local), DLOCK_OK);
     assert_int_equal(dlock_acquire_start(local, "x", NULL, &p), DLOCK_ERR_INVALID);
     assert_non_null(strstr(dlock_errmsg(), "file://"));
     dlock_client_free(local);
-    char cmd[96];
-    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
-    assert_int_equal(system(cmd), 0);
+    assert_int_equal(it_tmpdir_remove(dir), 0);
 }
 
 int main(void)

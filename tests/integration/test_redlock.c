@@ -33,19 +33,16 @@ static char g_urls[NMAX * 140];
 /* Start n servers and build the comma-separated list of their URLs. */
 static void start_nodes(int n)
 {
-    for (int i = 0; i < n; i++)
-        assert_int_equal(dh_server_start(&g_srv[i], NULL), 0);
+    assert_int_equal(dh_servers_start(g_srv, n, NULL), 0);
     dh_server_urls(g_srv, n, g_urls, sizeof g_urls);
 }
 
+/* Stops the paused ones too (dh_server_stop resumes a server to stop it) and those a
+ * test killed. */
 static int teardown_nodes(void **state)
 {
     (void)state;
-    for (int i = 0; i < NMAX; i++) {
-        if (g_srv[i].pid != 0)
-            dh_server_resume(&g_srv[i]);
-        dh_server_stop(&g_srv[i]);
-    }
+    dh_servers_stop(g_srv, NMAX);
     memset(g_srv, 0, sizeof g_srv);
     return 0;
 }
@@ -102,12 +99,11 @@ static void test_two_of_five_killed_still_locks(void **state)
 {
     (void)state;
     dlock_client *c = client(0, 0, 0);
-    dlock_lock *l = it_acquire(c, "warmup", 5000); /* connect to all five */
-    assert_int_equal(dlock_release(l), DLOCK_OK);
+    it_warm_up(c, "warmup", 5000); /* connect to all five */
     dh_server_kill(&g_srv[0]);
     dh_server_kill(&g_srv[3]);
 
-    l = it_acquire(c, "two-down", 5000);
+    dlock_lock *l = it_acquire(c, "two-down", 5000);
     assert_true(dlock_fence(l) > 0);
     assert_true(dlock_remaining_ms(l) > 4000);
     char key[64];
@@ -129,10 +125,10 @@ static void test_three_of_five_down_is_noquorum(void **state)
     /* This client sees three nodes restart below; voting off keeps their grants
      * counting, since this test is about availability, not restarts. */
     dlock_client *c = client(DLOCK_RESTART_OFF, 0, 0);
-    dlock_lock *l = it_acquire(c, "warmup", 5000);
-    assert_int_equal(dlock_release(l), DLOCK_OK);
+    it_warm_up(c, "warmup", 5000);
     char key[64];
     it_key(key, sizeof key, "three-down");
+    dlock_lock *l;
 
     /* Killed: connections are refused at once. */
     dh_server_kill(&g_srv[0]);
@@ -153,8 +149,7 @@ static void test_three_of_five_down_is_noquorum(void **state)
     /* Paused (the kernel accepts, nobody answers): bounded by the per-node deadline. */
     for (int i = 0; i < 3; i++)
         assert_int_equal(dh_server_restart(&g_srv[i]), 0);
-    l = it_acquire(c, "warmup", 5000);
-    assert_int_equal(dlock_release(l), DLOCK_OK);
+    it_warm_up(c, "warmup", 5000);
     for (int i = 0; i < 3; i++)
         dh_server_pause(&g_srv[i]);
     t0 = dh_now_ms();
@@ -179,11 +174,10 @@ static void test_paused_node_costs_one_timeout(void **state)
 {
     (void)state;
     dlock_client *c = client(0, 0, 0);
-    dlock_lock *l = it_acquire(c, "warmup", 5000);
-    assert_int_equal(dlock_release(l), DLOCK_OK);
+    it_warm_up(c, "warmup", 5000);
     dh_server_pause(&g_srv[2]);
     int64_t t0 = dh_now_ms();
-    l = it_acquire(c, "slow-node", 5000);
+    dlock_lock *l = it_acquire(c, "slow-node", 5000);
     int64_t took = dh_now_ms() - t0;
     printf("FIG acquire_with_paused_node_ms %lld ms\n", (long long)took);
     /* The round waits for the paused node until its deadline, never longer. */
@@ -202,13 +196,12 @@ static void test_reconnecting_node_does_not_delay(void **state)
 {
     (void)state;
     dlock_client *c = client(DLOCK_RESTART_OFF, 0, 0);
-    dlock_lock *l = it_acquire(c, "warmup", 5000);
-    assert_int_equal(dlock_release(l), DLOCK_OK);
+    it_warm_up(c, "warmup", 5000);
     assert_int_equal(dh_server_restart(&g_srv[1]), 0);
     dh_server_pause(&g_srv[1]);
     for (int i = 0; i < 3; i++) {
         int64_t t0 = dh_now_ms();
-        l = it_acquire(c, "reconnecting", 5000);
+        dlock_lock *l = it_acquire(c, "reconnecting", 5000);
         int64_t took = dh_now_ms() - t0;
         printf("FIG acquire_with_frozen_reconnect_ms %lld ms\n", (long long)took);
         /* Well under the per-node timeout, let alone the 1 s connect timeout. */
@@ -224,7 +217,7 @@ static void test_reconnecting_node_does_not_delay(void **state)
     it_key(key, sizeof key, "reconnecting");
     bool joined = false;
     for (int i = 0; i < 50 && !joined; i++) {
-        l = it_acquire(c, "reconnecting", 5000);
+        dlock_lock *l = it_acquire(c, "reconnecting", 5000);
         joined = it_exists(&g_srv[1], key) == 1;
         assert_int_equal(dlock_release(l), DLOCK_OK);
         dh_sleep_ms(10);
@@ -288,10 +281,8 @@ static void test_restart_voting(void **state)
     dlock_client *a = client(DLOCK_RESTART_OFF, 0, 0);
     dlock_client *b = client(DLOCK_RESTART_OBSERVED, 0, 2000);
     dlock_client *off = client(DLOCK_RESTART_OFF, 0, 0);
-    dlock_lock *l = it_acquire(b, "warmup-b", 2000); /* b and off learn every run_id */
-    assert_int_equal(dlock_release(l), DLOCK_OK);
-    l = it_acquire(off, "warmup-off", 2000);
-    assert_int_equal(dlock_release(l), DLOCK_OK);
+    it_warm_up(b, "warmup-b", 2000); /* b and off learn every run_id */
+    it_warm_up(off, "warmup-off", 2000);
 
     refuse_writes(2, true);
     dlock_lock *la = it_acquire(a, "r", 10000);
@@ -343,9 +334,33 @@ static void test_restart_voting(void **state)
 
 /* ---- fences -------------------------------------------------------------------- */
 
-/* Take and drop "f" on different quorums; fences must strictly increase. */
-static void fences_across_quorums(int mode)
+/* Strict mode raised a quorum's counters to the fence before acquire returned (a node
+ * still reconnecting may sit the round out), and none is above it. */
+static void strict_fence_on_a_quorum(void)
 {
+    dlock_client *c = client(DLOCK_RESTART_OFF, DLOCK_FENCE_STRICT, 0);
+    dlock_lock *l = it_acquire(c, "strict", 5000);
+    char key[64];
+    it_fence_key(key, sizeof key, "strict");
+    int at_fence = 0;
+    for (int i = 0; i < 3; i++) {
+        char *v = it_get(&g_srv[i], key);
+        if (v != NULL) {
+            assert_true(strtoull(v, NULL, 10) <= dlock_fence(l));
+            at_fence += strtoull(v, NULL, 10) == dlock_fence(l);
+        }
+        free(v);
+    }
+    assert_true(at_fence >= 2);
+    assert_int_equal(dlock_release(l), DLOCK_OK);
+    dlock_client_free(c);
+}
+
+/* Take and drop "f" on different quorums in the fence mode *state: fences must strictly
+ * increase. */
+static void test_fences(void **state)
+{
+    const int mode = *(int *)*state;
     dlock_client *c = client(DLOCK_RESTART_OFF, mode, 0);
     uint64_t last = 0;
     dlock_lock *l;
@@ -383,36 +398,8 @@ static void fences_across_quorums(int mode)
         assert_int_equal(dlock_release(l), DLOCK_OK);
     }
     dlock_client_free(c);
-}
-
-static void test_fences_default_mode(void **state)
-{
-    (void)state;
-    fences_across_quorums(DLOCK_FENCE_DEFAULT);
-}
-
-static void test_fences_strict_mode(void **state)
-{
-    (void)state;
-    fences_across_quorums(DLOCK_FENCE_STRICT);
-    /* Strict mode raised a quorum's counters to the fence before acquire returned
-     * (a node still reconnecting may sit the round out), and none is above it. */
-    dlock_client *c = client(DLOCK_RESTART_OFF, DLOCK_FENCE_STRICT, 0);
-    dlock_lock *l = it_acquire(c, "strict", 5000);
-    char key[64];
-    it_fence_key(key, sizeof key, "strict");
-    int at_fence = 0;
-    for (int i = 0; i < 3; i++) {
-        char *v = it_get(&g_srv[i], key);
-        if (v != NULL) {
-            assert_true(strtoull(v, NULL, 10) <= dlock_fence(l));
-            at_fence += strtoull(v, NULL, 10) == dlock_fence(l);
-        }
-        free(v);
-    }
-    assert_true(at_fence >= 2);
-    assert_int_equal(dlock_release(l), DLOCK_OK);
-    dlock_client_free(c);
+    if (mode == DLOCK_FENCE_STRICT)
+        strict_fence_on_a_quorum();
 }
 
 /* ---- mutual exclusion under faults --------------------------------------------- */
@@ -553,6 +540,7 @@ static void test_mutual_exclusion_under_faults(void **state)
 
 int main(void)
 {
+    static int fence_default = DLOCK_FENCE_DEFAULT, fence_strict = DLOCK_FENCE_STRICT;
     const struct CMUnitTest five[] = {
         cmocka_unit_test_setup_teardown(test_two_of_five_killed_still_locks, setup5,
                                         teardown_nodes),
@@ -566,8 +554,9 @@ int main(void)
                                         teardown_nodes),
         cmocka_unit_test_setup_teardown(test_cli_with_three_servers, setup3, teardown_nodes),
         cmocka_unit_test_setup_teardown(test_restart_voting, setup3, teardown_nodes),
-        cmocka_unit_test_setup_teardown(test_fences_default_mode, setup3, teardown_nodes),
-        cmocka_unit_test_setup_teardown(test_fences_strict_mode, setup3, teardown_nodes),
+        IT_CASE_WITH("test_fences_default_mode", test_fences, setup3, teardown_nodes,
+                     &fence_default),
+        IT_CASE_WITH("test_fences_strict_mode", test_fences, setup3, teardown_nodes, &fence_strict),
     };
     int failed = cmocka_run_group_tests_name("redlock_5_nodes", five, NULL, NULL);
     failed += cmocka_run_group_tests_name("redlock_3_nodes", three, NULL, NULL);

@@ -39,15 +39,8 @@ static char tmpdir[512]; /* this group's files: CMD's records, dlock's output */
 static int group_setup(void **state)
 {
     (void)state;
-    const char *base = getenv("DLOCK_TEST_TMP");
-    if (base == NULL || base[0] == '\0')
-        base = "/tmp";
-    mkdir(base, 0700); /* may exist */
-    snprintf(tmpdir, sizeof tmpdir, "%s/test_run.XXXXXX", base);
-    if (mkdtemp(tmpdir) == NULL) {
-        fprintf(stderr, "mkdtemp %s: %s\n", tmpdir, strerror(errno));
+    if (it_tmpdir(tmpdir, sizeof tmpdir, "test_run") != 0)
         return -1;
-    }
     return dh_server_start(&plain, NULL);
 }
 
@@ -55,12 +48,7 @@ static int group_teardown(void **state)
 {
     (void)state;
     dh_server_stop(&plain);
-    if (getenv("DLOCK_TEST_KEEP") == NULL) {
-        char cmd[600];
-        snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
-        if (system(cmd) != 0)
-            fprintf(stderr, "could not remove %s\n", tmpdir);
-    }
+    it_tmpdir_remove(tmpdir);
     return 0;
 }
 
@@ -132,12 +120,7 @@ static long long key_expiretime(const char *name)
 {
     char key[256];
     it_key(key, sizeof key, name);
-    redisReply *r = dh_cmd(&plain, "PEXPIRETIME %s", key);
-    assert_non_null(r);
-    assert_int_equal(r->type, REDIS_REPLY_INTEGER);
-    long long v = r->integer;
-    freeReplyObject(r);
-    return v;
+    return it_int_reply(dh_cmd(&plain, "PEXPIRETIME %s", key));
 }
 
 static void wait_for_key(const char *name, int64_t timeout_ms)

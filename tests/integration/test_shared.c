@@ -71,11 +71,7 @@ static void test_readers_and_writer(void **state)
     assert_true(h.remaining_ms > 14000 && h.remaining_ms <= 15000); /* the longest */
     assert_int_equal(h.fence, f2);
     dlock_holder list[4];
-    int n = -1;
-    int64_t total = -1;
-    assert_int_equal(dlock_inspect_shared(c, "rw", list, 4, &n, &total), DLOCK_OK);
-    assert_int_equal(n, 2);
-    assert_int_equal(total, 2);
+    it_expect_shared(c, "rw", list, 4, 2);
     /* Longest lease first. */
     assert_string_equal(list[0].token, dlock_token(r2));
     assert_string_equal(list[1].token, dlock_token(r1));
@@ -142,33 +138,6 @@ static void test_shared_auto_renew(void **state)
 
 /* ---- threads and processes that wait, hold and record --------------------------- */
 
-/* What holders of one test share (in memory shared across fork() for processes):
- * how many hold the name now, the most that ever did, and sections completed. */
-typedef struct board {
-    _Atomic int now, peak, sections;
-} board;
-
-static board *board_new(void)
-{
-    board *b = mmap(NULL, sizeof *b, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
-    assert_true(b != MAP_FAILED);
-    memset(b, 0, sizeof *b);
-    return b;
-}
-
-static void board_enter(board *b)
-{
-    int now = ++b->now, peak = b->peak;
-    while (now > peak && !atomic_compare_exchange_weak(&b->peak, &peak, now))
-        ;
-}
-
-static void board_leave(board *b)
-{
-    b->now--;
-    b->sections++;
-}
-
 /* A thread that waits for the name (shared, exclusive, or one of k permits), holds
  * it hold_ms on the board, and releases it. */
 typedef struct holder {
@@ -177,7 +146,7 @@ typedef struct holder {
     int shared;
     int64_t k; /* 0: dlock_acquire */
     int64_t hold_ms;
-    board *b;
+    it_board *b;
     dlock_client *c;
     int rc;
     _Atomic int64_t got_ms; /* dh_now_ms() when it got the lock; 0 before */
@@ -192,17 +161,17 @@ static void *holder_main(void *arg)
     if (h->rc == DLOCK_OK) {
         h->got_ms = dh_now_ms();
         if (h->b != NULL)
-            board_enter(h->b);
+            it_board_enter(h->b);
         dh_sleep_ms(h->hold_ms);
         if (h->b != NULL)
-            board_leave(h->b);
+            it_board_leave(h->b);
         dlock_release(l);
     }
     return NULL;
 }
 
 static void holder_start(holder *h, const char *name, int shared, int64_t k, int64_t hold_ms,
-                         board *b)
+                         it_board *b)
 {
     *h = (holder){.name = name, .shared = shared, .k = k, .hold_ms = hold_ms, .b = b};
     h->c = it_nodes_client();
@@ -214,22 +183,6 @@ static void holder_join(holder *h)
     assert_int_equal(pthread_join(h->th, NULL), 0);
     dlock_client_free(h->c);
     assert_int_equal(h->rc, DLOCK_OK);
-}
-
-/* Wait until name's queue has `want` waiters on node 0. */
-static void wait_queued(const char *name, long long want)
-{
-    char key[256];
-    snprintf(key, sizeof key, "dlock:{%s}:queue", name);
-    for (int i = 0; i < 400 * dh_slack(); i++) {
-        redisReply *r = dh_cmd(&it_node[0], "ZCARD %s", key);
-        long long n = r != NULL && r->type == REDIS_REPLY_INTEGER ? r->integer : -1;
-        freeReplyObject(r);
-        if (n == want)
-            return;
-        dh_sleep_ms(5);
-    }
-    fail_msg("%s: not %lld waiters in time", key, want);
 }
 
 /* ---- 2. a waiting writer is not starved by overlapping readers ------------------- */
@@ -247,7 +200,7 @@ static void test_writer_not_starved(void **state)
     assert_int_equal(take(rc, name, 1, 10000, 0, &prev), DLOCK_OK);
     holder w;
     holder_start(&w, name, 0, 0, 50, NULL);
-    wait_queued(name, 1);
+    it_wait_queued(name, 1);
     int64_t queued_ms = dh_now_ms();
     int refused = 0, admitted_while_waiting = 0;
     /* The stream: 20 readers, 20 ms apart. The reader admitted before the writer queued
@@ -288,11 +241,11 @@ static void test_readers_woken_together(void **state)
     dlock_client *c = it_nodes_client();
     dlock_lock *w;
     assert_int_equal(take(c, "wake", 0, 30000, 0, &w), DLOCK_OK);
-    board *b = board_new();
+    it_board *b = it_board_new();
     holder r[READERS];
     for (int i = 0; i < READERS; i++)
         holder_start(&r[i], "wake", 1, 0, 300 * dh_slack(), b);
-    wait_queued("wake", READERS);
+    it_wait_queued("wake", READERS);
     int64_t t0 = dh_now_ms();
     assert_int_equal(dlock_release(w), DLOCK_OK);
     int64_t slowest = 0;
@@ -304,7 +257,7 @@ static void test_readers_woken_together(void **state)
     printf("FIG readers_woken_slowest_ms %lld (%d readers)\n", (long long)slowest, READERS);
     assert_int_equal(b->peak, READERS);
     assert_true(slowest < 250 * dh_slack());
-    munmap(b, sizeof *b);
+    it_board_free(b);
     dlock_client_free(c);
 }
 
@@ -314,47 +267,20 @@ static void test_readers_woken_together(void **state)
 #define SEM_K      3
 #define SEM_ROUNDS 5
 
-/* One process of the peak test: SEM_ROUNDS sections with a permit each. */
-static int sem_worker(board *b)
-{
-    dlock_config cfg;
-    it_config_init(&cfg);
-    dlock_client *c = NULL;
-    if (dlock_client_new(it_node_urls, &cfg, &c) != DLOCK_OK)
-        return 2;
-    for (int i = 0; i < SEM_ROUNDS; i++) {
-        dlock_lock *l;
-        if (take_permit(c, "sem", SEM_K, 10000, -1, &l) != DLOCK_OK)
-            return 3;
-        board_enter(b);
-        dh_sleep_ms(20);
-        board_leave(b);
-        if (dlock_release(l) != DLOCK_OK)
-            return 4;
-    }
-    dlock_client_free(c);
-    return 0;
-}
-
 /* Twelve processes share three permits: never more than three hold one, and three
  * do at once (the peak is exactly K). */
 static void test_sem_peak(void **state)
 {
     (void)state;
-    board *b = board_new();
-    pid_t pid[SEM_PROCS];
-    for (int i = 0; i < SEM_PROCS; i++) {
-        pid[i] = fork();
-        assert_true(pid[i] >= 0);
-        if (pid[i] == 0)
-            _exit(sem_worker(b));
-    }
-    for (int i = 0; i < SEM_PROCS; i++) {
-        int st;
-        assert_int_equal(waitpid(pid[i], &st, 0), pid[i]);
-        assert_true(WIFEXITED(st));
-        assert_int_equal(WEXITSTATUS(st), 0);
-    }
+    dlock_config cfg;
+    it_config_init(&cfg);
+    it_rounds r = {.servers = it_node_urls,
+                   .cfg = &cfg,
+                   .name = "sem",
+                   .permits = SEM_K,
+                   .ttl_ms = 10000,
+                   .rounds = SEM_ROUNDS};
+    it_board *b = it_board_procs(SEM_PROCS, &r, 20);
     printf("FIG sem_peak %d (K %d, %d processes)\n", b->peak, SEM_K, SEM_PROCS);
     assert_int_equal(b->sections, SEM_PROCS * SEM_ROUNDS);
     assert_int_equal(b->peak, SEM_K);
@@ -363,7 +289,7 @@ static void test_sem_peak(void **state)
     assert_int_equal(dlock_inspect(c, "sem", &h), DLOCK_OK);
     assert_int_equal(h.held, 0);
     dlock_client_free(c);
-    munmap(b, sizeof *b);
+    it_board_free(b);
 }
 
 /* A holder killed with SIGKILL gives its permit back when its lease runs out, not
@@ -427,7 +353,7 @@ static void test_sem_release_wakes(void **state)
     assert_int_equal(take_permit(c, "wk", 2, 30000, 0, &b), DLOCK_OK);
     holder w;
     holder_start(&w, "wk", 0, 2, 0, NULL);
-    wait_queued("wk", 1);
+    it_wait_queued("wk", 1);
     int64_t t0 = dh_now_ms();
     assert_int_equal(dlock_release(a), DLOCK_OK);
     holder_join(&w);
@@ -462,11 +388,7 @@ static void test_sem_adopt_release(void **state)
 
 static long long dbsize(void)
 {
-    redisReply *r = dh_cmd(&it_node[0], "DBSIZE");
-    assert_non_null(r);
-    long long n = r->integer;
-    freeReplyObject(r);
-    return n;
+    return it_int_reply(dh_cmd(&it_node[0], "DBSIZE"));
 }
 
 /* Bad permits and modes: DLOCK_ERR_INVALID with a reason, and nothing written. */
@@ -548,13 +470,7 @@ static void test_redlock_sem(void **state)
     assert_int_equal(take_permit(c, "rs", 1, 10000, 0, &b), DLOCK_ERR_BUSY);
     assert_int_equal(take(c, "rs", 0, 10000, 0, &b), DLOCK_ERR_BUSY);
     /* Held on a quorum (the round ends once two granted: the third may not have yet). */
-    int holding = 0;
-    for (int i = 0; i < 3; i++) {
-        char *v = it_get(&it_node[i], "dlock:{rs}");
-        holding += v != NULL && strncmp(v, dlock_token(a), DLOCK_TOKEN_LEN) == 0;
-        free(v);
-    }
-    assert_true(holding >= 2);
+    assert_true(it_holding(it_node, 3, "rs", a) >= 2);
     assert_int_equal(dlock_release(a), DLOCK_OK);
     dlock_client_free(c);
 }
@@ -572,9 +488,5 @@ int main(void)
         cmocka_unit_test(test_redlock_one_down),
         cmocka_unit_test(test_redlock_sem),
     };
-    int failed =
-        cmocka_run_group_tests_name("shared_one_server", one, it_nodes_setup1, it_nodes_teardown);
-    failed += cmocka_run_group_tests_name("shared_three_servers", three, it_nodes_setup3,
-                                          it_nodes_teardown);
-    return failed;
+    return IT_NODES_GROUPS("shared", one, three);
 }

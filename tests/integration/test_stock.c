@@ -49,12 +49,7 @@ static long long field(dh_server *s, const char *sku, const char *name)
 
 static long long card(dh_server *s, const char *sku, const char *suffix)
 {
-    redisReply *r = dh_cmd(s, "ZCARD dlock:{%s}:stock:%s", sku, suffix);
-    assert_non_null(r);
-    assert_int_equal(r->type, REDIS_REPLY_INTEGER);
-    long long v = r->integer;
-    freeReplyObject(r);
-    return v;
+    return it_int_reply(dh_cmd(s, "ZCARD dlock:{%s}:stock:%s", sku, suffix));
 }
 
 static void show(const char *what, int rc)
@@ -467,9 +462,7 @@ static void test_bad_input(void **state)
 
     /* A file:// client has no server to keep a stock on. */
     char dir[512];
-    const char *tmp = getenv("DLOCK_TEST_TMP");
-    snprintf(dir, sizeof dir, "%s/stock-local-XXXXXX", tmp && *tmp ? tmp : "/tmp");
-    assert_non_null(mkdtemp(dir));
+    assert_int_equal(it_tmpdir(dir, sizeof dir, "stock-local"), 0);
     char url[600];
     snprintf(url, sizeof url, "file://%s", dir);
     dlock_client *lc = NULL;
@@ -480,7 +473,7 @@ static void test_bad_input(void **state)
     expect_invalid(dlock_stock_status(lc, "bad", &in), "needs a Redis server");
     expect_invalid(dlock_stock_commit(lc, "bad", held), "needs a Redis server");
     dlock_client_free(lc);
-    rmdir(dir);
+    it_tmpdir_remove(dir);
 
     snapshot("bad", after, sizeof after);
     assert_string_equal(before, after);
@@ -950,59 +943,38 @@ static void test_script_flush(void **state)
 
 /* ---- N = 3: the stock lives on the first server -------------------------------------- */
 
-static dh_server g3[3];
-static char g3_urls[3 * 140];
-
-static int setup3(void **state)
-{
-    (void)state;
-    if (dh_servers_start(g3, 3, NULL) != 0)
-        return -1;
-    dh_server_urls(g3, 3, g3_urls, sizeof g3_urls);
-    return 0;
-}
-
-static int teardown3(void **state)
-{
-    (void)state;
-    dh_servers_stop(g3, 3);
-    return 0;
-}
-
 static void test_three_servers_node0(void **state)
 {
     (void)state;
-    dlock_config cfg;
-    it_config_init(&cfg);
-    dlock_client *c = it_client_cfg(g3_urls, &cfg);
+    dlock_client *c = it_nodes_client();
     set_stock(c, "n3", 4);
     res_id id;
     reserve_ok(c, "n3", 3, 30000, id);
-    assert_int_equal(it_exists(&g3[0], "dlock:{n3}:stock"), 1);
-    assert_int_equal(it_exists(&g3[1], "dlock:{n3}:stock"), 0);
-    assert_int_equal(it_exists(&g3[2], "dlock:{n3}:stock"), 0);
-    assert_int_equal(it_exists(&g3[1], "dlock:{n3}:stock:res"), 0);
+    assert_int_equal(it_exists(&it_node[0], "dlock:{n3}:stock"), 1);
+    assert_int_equal(it_exists(&it_node[1], "dlock:{n3}:stock"), 0);
+    assert_int_equal(it_exists(&it_node[2], "dlock:{n3}:stock"), 0);
+    assert_int_equal(it_exists(&it_node[1], "dlock:{n3}:stock:res"), 0);
     /* The others down: it goes on. */
-    dh_server_kill(&g3[1]);
-    dh_server_kill(&g3[2]);
+    dh_server_kill(&it_node[1]);
+    dh_server_kill(&it_node[2]);
     assert_int_equal(dlock_stock_commit(c, "n3", id), DLOCK_OK);
     expect(c, "n3", 4, 1, 0, 3);
     /* Node 0 down: its own error (as for N = 1), not NOQUORUM. */
-    dh_server_kill(&g3[0]);
+    dh_server_kill(&it_node[0]);
     dlock_stock_info in;
     int rc = dlock_stock_status(c, "n3", &in);
     printf("INFO status with node 0 down: %s: %s\n", dlock_errname(rc), dlock_errmsg());
     assert_true(rc == DLOCK_ERR_IO || rc == DLOCK_ERR_TIMEOUT);
-    assert_non_null(strstr(dlock_errmsg(), g3[0].url + strlen("redis://")));
+    assert_non_null(strstr(dlock_errmsg(), it_node[0].url + strlen("redis://")));
     int64_t t0 = dh_now_ms();
     rc = reserve(c, "n3", 1, 30000, 60000, id);
     printf("INFO waiting reserve with node 0 down: %s after %lld ms: %s\n", dlock_errname(rc),
            (long long)(dh_now_ms() - t0), dlock_errmsg());
     assert_true(rc == DLOCK_ERR_IO || rc == DLOCK_ERR_TIMEOUT);
     assert_true(dh_now_ms() - t0 < 5000 * dh_slack());
-    assert_int_equal(dh_server_restart(&g3[0]), 0);
-    assert_int_equal(dh_server_restart(&g3[1]), 0);
-    assert_int_equal(dh_server_restart(&g3[2]), 0);
+    assert_int_equal(dh_server_restart(&it_node[0]), 0);
+    assert_int_equal(dh_server_restart(&it_node[1]), 0);
+    assert_int_equal(dh_server_restart(&it_node[2]), 0);
     dlock_client_free(c);
 }
 
@@ -1032,6 +1004,6 @@ int main(void)
         cmocka_unit_test(test_three_servers_node0),
     };
     int failed = cmocka_run_group_tests_name("stock", one, it_srv_setup, it_srv_teardown);
-    failed += cmocka_run_group_tests_name("stock_n3", three, setup3, teardown3);
+    failed += cmocka_run_group_tests_name("stock_n3", three, it_nodes_setup3, it_nodes_teardown);
     return failed ? 1 : 0;
 }

@@ -21,25 +21,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-static dh_server srv, locked;
-
-static int group_setup(void **state)
-{
-    (void)state;
-    static const char *const auth[] = {"--requirepass", "stock-cli-secret", NULL};
-    if (dh_server_start(&srv, NULL) != 0 || dh_server_start(&locked, auth) != 0)
-        return -1;
-    return 0;
-}
-
-static int group_teardown(void **state)
-{
-    (void)state;
-    dh_server_stop(&srv);
-    dh_server_stop(&locked);
-    return 0;
-}
-
 /* Run `dlock stock ARGS...` (NULL-terminated) with env (dh_run's form). */
 static void stock_env(it_run *r, const char *const *env, ...)
 {
@@ -50,7 +31,7 @@ static void stock_env(it_run *r, const char *const *env, ...)
     va_end(ap);
 }
 
-#define STOCK(r, ...) stock_env((r), it_cli_env(&srv), __VA_ARGS__, (const char *)NULL)
+#define STOCK(r, ...) stock_env((r), it_cli_env(&it_srv), __VA_ARGS__, (const char *)NULL)
 
 /* Success: exit 0, nothing on stderr, and stdout exactly `out` (NULL: not checked). */
 static void ok(const it_run *r, const char *out)
@@ -91,7 +72,7 @@ static void parse_id(const it_run *r, char id[DLOCK_TOKEN_LEN + 1])
 static void expect_counts(const char *sku, int64_t stock, int64_t avail, int64_t reserved,
                           int64_t sold)
 {
-    dlock_client *c = it_client(&srv, 1000);
+    dlock_client *c = it_client(&it_srv, 1000);
     dlock_stock_info in;
     assert_int_equal(dlock_stock_status(c, sku, &in), DLOCK_OK);
     assert_int_equal(in.stock, stock);
@@ -126,7 +107,7 @@ static void test_set_add_status(void **state)
            "\"reservations\":0,\"waiters\":0}\n");
     /* --json before the subcommand too, and an SKU that needs escaping. */
     static const char *const json[] = {"--json", "stock", NULL};
-    it_cli(&r, it_cli_env(&srv), json, "status", "cli \"q\"\n", (const char *)NULL);
+    it_cli(&r, it_cli_env(&it_srv), json, "status", "cli \"q\"\n", (const char *)NULL);
     ok(&r, "{\"sku\":\"cli \\\"q\\\"\\n\",\"stock\":0,\"available\":0,\"reserved\":0,"
            "\"sold\":0,\"reservations\":0,\"waiters\":0}\n");
     /* Refused changes: exit 64, nothing changed. */
@@ -256,11 +237,11 @@ static void test_reserve_waits_for_cancel(void **state)
     parse_id(&r, a);
     const char *argv[] = {dh_cli_path(), "stock", "reserve", "-w", "20s", "cli-f", "1", NULL};
     bg b = {.argv = argv};
-    snprintf(b.servers, sizeof b.servers, "DLOCK_SERVERS=%s", srv.url);
+    snprintf(b.servers, sizeof b.servers, "DLOCK_SERVERS=%s", it_srv.url);
     b.env[0] = b.servers;
     b.env[1] = "DLOCK_PASSWORD";
     assert_int_equal(pthread_create(&b.th, NULL, bg_main, &b), 0);
-    dlock_client *c = it_client(&srv, 1000);
+    dlock_client *c = it_client(&it_srv, 1000);
     dlock_stock_info in = {0};
     int64_t until = dh_now_ms() + 5000 * dh_slack();
     while (in.waiters == 0 && dh_now_ms() < until) {
@@ -285,7 +266,7 @@ static void test_usage_errors(void **state)
     (void)state;
     it_run r;
     const char *id = "0123456789abcdef0123456789abcdef";
-    stock_env(&r, it_cli_env(&srv), (const char *)NULL);
+    stock_env(&r, it_cli_env(&it_srv), (const char *)NULL);
     fails(&r, 64, "stock: missing SUBCOMMAND");
     STOCK(&r, "sell", "x", "1");
     fails(&r, 64, "unknown subcommand \"sell\"");
@@ -319,7 +300,7 @@ static void test_usage_errors(void **state)
     fails(&r, 73, "no such live reservation");
     expect_counts("cli-u", 0, 0, 0, 0);
 
-    stock_env(&r, it_cli_env(&srv), "--help", (const char *)NULL);
+    stock_env(&r, it_cli_env(&it_srv), "--help", (const char *)NULL);
     ok(&r, NULL);
     assert_non_null(strstr(r.out, "Usage: dlock [OPTIONS] stock SUBCOMMAND"));
     const char *subs[] = {"set", "add", "reserve", "commit", "cancel", "extend", "status"};
@@ -343,13 +324,13 @@ static void test_server_down_and_auth(void **state)
     fails(&r, 69, "connection to the server failed");
     /* Only the first server holds the stock: a second one that is down is not asked. */
     char two[256];
-    snprintf(two, sizeof two, "DLOCK_SERVERS=%s,redis://127.0.0.1:1", srv.url);
+    snprintf(two, sizeof two, "DLOCK_SERVERS=%s,redis://127.0.0.1:1", it_srv.url);
     const char *const first_up[] = {two, "DLOCK_PASSWORD", NULL};
     stock_env(&r, first_up, "set", "cli-x", "3", (const char *)NULL);
     ok(&r, "");
     expect_counts("cli-x", 3, 3, 0, 0);
 
-    const char *const *env = it_cli_env(&locked);
+    const char *const *env = it_cli_env(&it_auth_srv);
     stock_env(&r, env, "status", "cli-x", (const char *)NULL);
     fails(&r, 77, "authentication or permission refused");
 }
@@ -366,5 +347,5 @@ int main(void)
         cmocka_unit_test(test_usage_errors),
         cmocka_unit_test(test_server_down_and_auth),
     };
-    return cmocka_run_group_tests_name("stock_cli", tests, group_setup, group_teardown);
+    return cmocka_run_group_tests_name("stock_cli", tests, it_srv_auth_setup, it_srv_auth_teardown);
 }

@@ -51,6 +51,13 @@ static dlock_client *client(const char *urls, const dlock_tls *tls, it_log *lg)
     return it_client_cfg(urls, &cfg);
 }
 
+/* A client of urls that trusts the test CA, which signed the servers' certificates. */
+static dlock_client *ca_client(const char *urls)
+{
+    dlock_tls t = {.cacert = it_tls_file("ca.crt")};
+    return client(urls, &t, NULL);
+}
+
 /* An acquire through c fails with code (ANY_TLS_MISMATCH: a timeout or a protocol
  * error), its message containing each needle (NULL-terminated), within the connect
  * deadline. */
@@ -126,10 +133,7 @@ static void lock_calls_over_tls(void **state)
     assert_int_equal(dlock_fenced_set(slow, "tls-big", fence, value, big), DLOCK_OK);
     pthread_join(th, NULL);
     free(value);
-    redisReply *r = dh_cmd(&s, "HSTRLEN tls-big value");
-    assert_non_null(r);
-    assert_int_equal(r->integer, (long long)big);
-    freeReplyObject(r);
+    assert_int_equal(it_int_reply(dh_cmd(&s, "HSTRLEN tls-big value")), (long long)big);
     dlock_client_free(slow);
     assert_int_equal(dlock_release(l), DLOCK_OK);
     assert_int_equal(it_exists(&s, key), 0);
@@ -169,8 +173,7 @@ static void wake_up_over_tls(void **state)
     (void)state;
     dh_server s;
     start_tls(&s, 1, "server", false, NULL);
-    dlock_tls t = {.cacert = it_tls_file("ca.crt")};
-    dlock_client *holder = client(s.url, &t, NULL), *waiter = client(s.url, &t, NULL);
+    dlock_client *holder = ca_client(s.url), *waiter = ca_client(s.url);
     dlock_opts o = {.ttl_ms = 30000, .wait_ms = 10000};
     dlock_lock *first = NULL, *l = NULL;
     assert_int_equal(dlock_acquire(holder, "tls-wait", &o, &first), DLOCK_OK);
@@ -283,15 +286,14 @@ static void password_over_tls(void **state)
     (void)state;
     dh_server s;
     start_tls(&s, 1, "server", false, (const char *[]){"--requirepass", "s3cret", NULL});
-    dlock_tls t = {.cacert = it_tls_file("ca.crt")};
     char url[400];
     snprintf(url, sizeof url, "rediss://:s3cret@127.0.0.1:%d/2", s.tls_port);
-    dlock_client *c = client(url, &t, NULL);
+    dlock_client *c = ca_client(url);
     dlock_lock *l = it_acquire(c, "tls-pw", 5000);
     assert_int_equal(dlock_release(l), DLOCK_OK);
     dlock_client_free(c);
     snprintf(url, sizeof url, "rediss://:wrong@127.0.0.1:%d", s.tls_port);
-    c = client(url, &t, NULL);
+    c = ca_client(url);
     expect_failure(c, DLOCK_ERR_AUTH, (const char *[]){"AUTH refused", NULL});
     dlock_client_free(c);
     dh_server_stop(&s);
@@ -304,20 +306,11 @@ static void redlock_over_tls(void **state)
     start_tls(s, 3, "server", false, NULL);
     char urls[600];
     dh_server_urls(s, 3, urls, sizeof urls);
-    dlock_tls t = {.cacert = it_tls_file("ca.crt")};
-    dlock_client *c = client(urls, &t, NULL);
+    dlock_client *c = ca_client(urls);
     assert_int_equal(dlock_client_nservers(c), 3);
     dlock_lock *l = it_acquire(c, "tls-redlock", 5000);
     /* A quorum holds it (the third node's handshake may still be going on). */
-    char key[64];
-    it_key(key, sizeof key, "tls-redlock");
-    int holding = 0;
-    for (int i = 0; i < 3; i++) {
-        char *v = it_get(&s[i], key);
-        holding += v != NULL && strncmp(v, dlock_token(l), DLOCK_TOKEN_LEN) == 0;
-        free(v);
-    }
-    assert_true(holding >= 2);
+    assert_true(it_holding(s, 3, "tls-redlock", l) >= 2);
     /* One node gone: the quorum still holds. */
     dh_server_kill(&s[2]);
     assert_int_equal(dlock_extend(l, 5000), DLOCK_OK);
@@ -339,16 +332,12 @@ static void session_resumed_on_reconnect(void **state)
     (void)state;
     dh_server s;
     start_tls(&s, 1, "server", false, NULL);
-    dlock_tls t = {.cacert = it_tls_file("ca.crt")};
-    dlock_client *c = client(s.url, &t, NULL);
+    dlock_client *c = ca_client(s.url);
     acquire_release(c, "tls-resume");
     assert_int_equal(atomic_load(&c->nodes[0].tls_resumed), 0);
     for (int round = 1; round <= 3; round++) {
         /* The server drops every client connection; the next call reconnects. */
-        redisReply *r = dh_cmd(&s, "CLIENT KILL TYPE normal");
-        assert_non_null(r);
-        assert_true(r->type == REDIS_REPLY_INTEGER && r->integer >= 1);
-        freeReplyObject(r);
+        assert_true(it_int_reply(dh_cmd(&s, "CLIENT KILL TYPE normal")) >= 1);
         acquire_release(c, "tls-resume");
         printf("INFO after kill %d: %llu resumed\n", round,
                (unsigned long long)atomic_load(&c->nodes[0].tls_resumed));
@@ -374,8 +363,7 @@ static void fork_child_leaves_the_session(void **state)
     (void)state;
     dh_server s;
     start_tls(&s, 1, "server", false, NULL);
-    dlock_tls t = {.cacert = it_tls_file("ca.crt")};
-    dlock_client *c = client(s.url, &t, NULL);
+    dlock_client *c = ca_client(s.url);
     /* A wait starts the subscriber thread: its connection is shared with a child too. */
     dlock_lock *held = it_acquire(c, "tls-fork", 5000), *l = NULL;
     dlock_opts o = {.wait_ms = 100};
@@ -417,8 +405,7 @@ static void paused_in_handshake(void **state)
     (void)state;
     dh_server s;
     start_tls(&s, 1, "server", false, NULL);
-    dlock_tls t = {.cacert = it_tls_file("ca.crt")};
-    dlock_client *c = client(s.url, &t, NULL);
+    dlock_client *c = ca_client(s.url);
     /* The kernel completes the TCP connect; the TLS handshake gets no answer. */
     dh_server_pause(&s);
     expect_failure(c, DLOCK_ERR_TIMEOUT, (const char *[]){s.url, "TLS handshake", NULL});

@@ -221,10 +221,7 @@ static void wait_deadline_is_kept(void **state)
         assert_true(took_ms <= (waits[i] + 20) * dh_slack()); /* a few ms after it */
     }
     /* A waiter that gave up left the queue: nothing of it remains. */
-    redisReply *r = dh_cmd(&it_node[0], "ZCARD dlock:{deadline}:queue");
-    assert_non_null(r);
-    assert_int_equal(r->integer, 0);
-    freeReplyObject(r);
+    assert_int_equal(it_int_reply(dh_cmd(&it_node[0], "ZCARD dlock:{deadline}:queue")), 0);
     assert_int_equal(dlock_release(holder), DLOCK_OK);
     dlock_client_free(c);
 }
@@ -501,9 +498,5 @@ int main(void)
         cmocka_unit_test(eight_threads_two_processes),
         cmocka_unit_test(fair_order_across_processes),
     };
-    int failed =
-        cmocka_run_group_tests_name("wait_1_node", one, it_nodes_setup1, it_nodes_teardown);
-    failed +=
-        cmocka_run_group_tests_name("wait_3_nodes", three, it_nodes_setup3, it_nodes_teardown);
-    return failed;
+    return IT_NODES_GROUPS("wait", one, three);
 }
