@@ -241,18 +241,6 @@ void dd_count_errors(const char *p, size_t n)
     dd_srv.stats.errors[kind]++;
 }
 
-static void info_append(dd_buf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void info_append(dd_buf *b, const char *fmt, ...)
-{
-    char line[512];
-    va_list ap;
-    va_start(ap, fmt);
-    int n = vsnprintf(line, sizeof line, fmt, ap);
-    va_end(ap);
-    if (n > 0)
-        dd_buf_append(b, line, (size_t)n < sizeof line ? (size_t)n : sizeof line - 1);
-}
-
 static bool want_section(const resp_arg *sec, const char *name)
 {
     return sec == NULL || dd_arg_is(sec, name) || dd_arg_is(sec, "all") ||
@@ -268,63 +256,63 @@ static void cmd_info(dd_conn *c, resp_arg *argv, size_t argc, dd_buf *out)
     dd_buf b = {0};
     if (want_section(sec, "server")) {
         /* redis_version is for clients that branch on it; dlockd's own is below. */
-        info_append(&b,
-                    "# Server\r\nredis_version:7.0.0\r\ndlockd_version:%s\r\n"
-                    "redis_mode:standalone\r\nprocess_id:%d\r\ntcp_port:%d\r\n"
-                    "uptime_in_seconds:%lld\r\nuptime_in_days:%lld\r\nlock_servers:%d\r\n\r\n",
-                    dlock_version(), (int)getpid(), dd_srv.port, (long long)up,
-                    (long long)(up / 86400), dd_srv.nservers);
+        dd_buf_printf(&b,
+                      "# Server\r\nredis_version:7.0.0\r\ndlockd_version:%s\r\n"
+                      "redis_mode:standalone\r\nprocess_id:%d\r\ntcp_port:%d\r\n"
+                      "uptime_in_seconds:%lld\r\nuptime_in_days:%lld\r\nlock_servers:%d\r\n\r\n",
+                      dlock_version(), (int)getpid(), dd_srv.port, (long long)up,
+                      (long long)(up / 86400), dd_srv.nservers);
     }
     if (want_section(sec, "clients")) {
-        info_append(&b,
-                    "# Clients\r\nconnected_clients:%d\r\nmaxclients:%d\r\n"
-                    "blocked_clients:%d\r\n\r\n",
-                    dd_srv.nconns, dd_srv.maxclients, dd_srv.parked);
+        dd_buf_printf(&b,
+                      "# Clients\r\nconnected_clients:%d\r\nmaxclients:%d\r\n"
+                      "blocked_clients:%d\r\n\r\n",
+                      dd_srv.nconns, dd_srv.maxclients, dd_srv.parked);
     }
     if (want_section(sec, "persistence"))
-        info_append(&b, "# Persistence\r\nloading:0\r\n\r\n");
+        dd_buf_printf(&b, "# Persistence\r\nloading:0\r\n\r\n");
     if (want_section(sec, "stats")) {
-        info_append(&b,
-                    "# Stats\r\ntotal_connections_received:%llu\r\n"
-                    "total_commands_processed:%llu\r\nrejected_connections:%llu\r\n\r\n",
-                    (unsigned long long)st->connections_received,
-                    (unsigned long long)st->commands_processed,
-                    (unsigned long long)st->rejected_connections);
+        dd_buf_printf(&b,
+                      "# Stats\r\ntotal_connections_received:%llu\r\n"
+                      "total_commands_processed:%llu\r\nrejected_connections:%llu\r\n\r\n",
+                      (unsigned long long)st->connections_received,
+                      (unsigned long long)st->commands_processed,
+                      (unsigned long long)st->rejected_connections);
     }
     if (want_section(sec, "replication"))
-        info_append(&b, "# Replication\r\nrole:master\r\nconnected_slaves:0\r\n\r\n");
+        dd_buf_printf(&b, "# Replication\r\nrole:master\r\nconnected_slaves:0\r\n\r\n");
     if (want_section(sec, "locks")) {
         /* Permits are session locks too: session_permits counts them apart. */
-        info_append(&b,
-                    "# Locks\r\nsession_locks:%d\r\nsession_permits:%d\r\nwaiting_locks:%d\r\n"
-                    "locks_acquired:%llu\r\nlocks_not_acquired:%llu\r\npermits_acquired:%llu\r\n"
-                    "permits_not_acquired:%llu\r\nwaits:%llu\r\nsession_locks_lost:%llu\r\n\r\n",
-                    dd_srv.session_locks, dd_srv.session_permits, dd_srv.parked_locks,
-                    (unsigned long long)st->locks_acquired,
-                    (unsigned long long)st->locks_not_acquired,
-                    (unsigned long long)st->permits_acquired,
-                    (unsigned long long)st->permits_not_acquired, (unsigned long long)st->waits,
-                    (unsigned long long)atomic_load(&dd_srv.stats.locks_lost));
+        dd_buf_printf(&b,
+                      "# Locks\r\nsession_locks:%d\r\nsession_permits:%d\r\nwaiting_locks:%d\r\n"
+                      "locks_acquired:%llu\r\nlocks_not_acquired:%llu\r\npermits_acquired:%llu\r\n"
+                      "permits_not_acquired:%llu\r\nwaits:%llu\r\nsession_locks_lost:%llu\r\n\r\n",
+                      dd_srv.session_locks, dd_srv.session_permits, dd_srv.parked_locks,
+                      (unsigned long long)st->locks_acquired,
+                      (unsigned long long)st->locks_not_acquired,
+                      (unsigned long long)st->permits_acquired,
+                      (unsigned long long)st->permits_not_acquired, (unsigned long long)st->waits,
+                      (unsigned long long)atomic_load(&dd_srv.stats.locks_lost));
     }
     if (want_section(sec, "stock")) {
-        info_append(&b,
-                    "# Stock\r\nwaiting_reserves:%d\r\nstock_reserved:%llu\r\n"
-                    "stock_not_reserved:%llu\r\nstock_waits:%llu\r\nstock_committed:%llu\r\n"
-                    "stock_canceled:%llu\r\n\r\n",
-                    dd_srv.parked_reserves, (unsigned long long)st->stock_reserved,
-                    (unsigned long long)st->stock_not_reserved, (unsigned long long)st->stock_waits,
-                    (unsigned long long)st->stock_committed,
-                    (unsigned long long)st->stock_canceled);
+        dd_buf_printf(&b,
+                      "# Stock\r\nwaiting_reserves:%d\r\nstock_reserved:%llu\r\n"
+                      "stock_not_reserved:%llu\r\nstock_waits:%llu\r\nstock_committed:%llu\r\n"
+                      "stock_canceled:%llu\r\n\r\n",
+                      dd_srv.parked_reserves, (unsigned long long)st->stock_reserved,
+                      (unsigned long long)st->stock_not_reserved,
+                      (unsigned long long)st->stock_waits, (unsigned long long)st->stock_committed,
+                      (unsigned long long)st->stock_canceled);
     }
     if (want_section(sec, "errors")) {
-        info_append(&b, "# Errors\r\n");
+        dd_buf_printf(&b, "# Errors\r\n");
         for (int k = 0; k < DD_E_KINDS; k++)
-            info_append(&b, "errors_%s:%llu\r\n", error_names[k],
-                        (unsigned long long)st->errors[k]);
-        info_append(&b, "\r\n");
+            dd_buf_printf(&b, "errors_%s:%llu\r\n", error_names[k],
+                          (unsigned long long)st->errors[k]);
+        dd_buf_printf(&b, "\r\n");
     }
     if (want_section(sec, "keyspace"))
-        info_append(&b, "# Keyspace\r\n");
+        dd_buf_printf(&b, "# Keyspace\r\n");
     dd_reply_bulk(out, b.p != NULL ? b.p : "", b.len);
     dd_buf_free(&b);
 }

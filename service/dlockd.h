@@ -75,6 +75,8 @@ typedef struct dd_buf {
 
 void dd_buf_append(dd_buf *b, const void *p, size_t n);
 void dd_buf_free(dd_buf *b);
+/* Append printf's output, cut at 511 bytes (a line of INFO, a reply's header). */
+void dd_buf_printf(dd_buf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* Append b's bytes to dst and empty b. */
 void dd_buf_move(dd_buf *dst, dd_buf *b);
 

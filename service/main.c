@@ -170,124 +170,87 @@ static void raise_nofile(void)
                (unsigned long long)rl.rlim_cur, dd_srv.maxclients);
 }
 
+/* --tls-auth-clients: redis-server's words for it. */
+static int parse_tls_auth(const char *arg)
+{
+    static const char *const words[] = {
+        [DD_TLS_AUTH_YES] = "yes", [DD_TLS_AUTH_OPTIONAL] = "optional", [DD_TLS_AUTH_NO] = "no"};
+    for (int i = 0; i < (int)(sizeof words / sizeof words[0]); i++)
+        if (strcmp(arg, words[i]) == 0)
+            return i;
+    return -1;
+}
+
 int main(int argc, char **argv)
 {
-    enum {
-        OPT_BIND = 256,
-        OPT_UNIX,
-        OPT_PASSFILE,
-        OPT_MAXCLIENTS,
-        OPT_PREFIX,
-        OPT_TIMEOUT,
-        OPT_REQUIREPASS,
-        OPT_TLS_PORT,
-        OPT_TLS_CERT,
-        OPT_TLS_KEY,
-        OPT_TLS_CA_FILE,
-        OPT_TLS_CA_DIR,
-        OPT_TLS_AUTH
-    };
-    static const struct option longopts[] = {
-        {"servers", required_argument, NULL, 's'},
-        {"port", required_argument, NULL, 'p'},
-        {"bind", required_argument, NULL, OPT_BIND},
-        {"unixsocket", required_argument, NULL, OPT_UNIX},
-        {"requirepass-file", required_argument, NULL, OPT_PASSFILE},
-        {"requirepass", required_argument, NULL, OPT_REQUIREPASS},
-        {"maxclients", required_argument, NULL, OPT_MAXCLIENTS},
-        {"prefix", required_argument, NULL, OPT_PREFIX},
-        {"timeout", required_argument, NULL, OPT_TIMEOUT},
-        {"tls-port", required_argument, NULL, OPT_TLS_PORT},
-        {"tls-cert-file", required_argument, NULL, OPT_TLS_CERT},
-        {"tls-key-file", required_argument, NULL, OPT_TLS_KEY},
-        {"tls-ca-cert-file", required_argument, NULL, OPT_TLS_CA_FILE},
-        {"tls-ca-cert-dir", required_argument, NULL, OPT_TLS_CA_DIR},
-        {"tls-auth-clients", required_argument, NULL, OPT_TLS_AUTH},
-        {"help", no_argument, NULL, 'h'},
-        {"version", no_argument, NULL, 'V'},
-        {NULL, 0, NULL, 0},
-    };
-    const char *servers = NULL, *passfile = NULL, *prefix = NULL;
-    long timeout_ms = 0;
+    const char *servers = NULL, *passfile = NULL, *prefix = NULL, *tls_auth = NULL,
+               *requirepass = NULL;
+    long port = DD_PORT_DEF, maxclients = DD_MAXCLIENTS_DEF, timeout_ms = 0, tls_port = 0;
     dd_srv.bind = "127.0.0.1";
-    dd_srv.port = DD_PORT_DEF;
-    dd_srv.maxclients = DD_MAXCLIENTS_DEF;
+    /* Every option that takes a value: where it goes, and a number's range. */
+    const struct {
+        const char *name;
+        int letter; /* its short form, or 0 */
+        const char **str;
+        long *num;
+        long lo, hi;
+        const char *range;
+    } opts[] = {
+        {"servers", 's', &servers, NULL, 0, 0, NULL},
+        {"port", 'p', NULL, &port, 0, 65535, "0 to 65535"},
+        {"bind", 0, &dd_srv.bind, NULL, 0, 0, NULL},
+        {"unixsocket", 0, &dd_srv.unixsocket, NULL, 0, 0, NULL},
+        {"requirepass-file", 0, &passfile, NULL, 0, 0, NULL},
+        {"requirepass", 0, &requirepass, NULL, 0, 0, NULL},
+        {"maxclients", 0, NULL, &maxclients, 1, 1000000, "1 to 1000000"},
+        {"prefix", 0, &prefix, NULL, 0, 0, NULL},
+        {"timeout", 0, NULL, &timeout_ms, 1, 3600000, "1 to 3600000 ms"},
+        {"tls-port", 0, NULL, &tls_port, 0, 65535, "0 to 65535"},
+        {"tls-cert-file", 0, &dd_srv.tls_cert, NULL, 0, 0, NULL},
+        {"tls-key-file", 0, &dd_srv.tls_key, NULL, 0, 0, NULL},
+        {"tls-ca-cert-file", 0, &dd_srv.tls_ca_file, NULL, 0, 0, NULL},
+        {"tls-ca-cert-dir", 0, &dd_srv.tls_ca_dir, NULL, 0, 0, NULL},
+        {"tls-auth-clients", 0, &tls_auth, NULL, 0, 0, NULL},
+    };
+    enum { NOPTS = sizeof opts / sizeof opts[0], FIRST = 256 };
+    struct option longopts[NOPTS + 3];
+    for (int i = 0; i < NOPTS; i++)
+        longopts[i] = (struct option){opts[i].name, required_argument, NULL,
+                                      opts[i].letter ? opts[i].letter : FIRST + i};
+    longopts[NOPTS] = (struct option){"help", no_argument, NULL, 'h'};
+    longopts[NOPTS + 1] = (struct option){"version", no_argument, NULL, 'V'};
+    longopts[NOPTS + 2] = (struct option){NULL, 0, NULL, 0};
     opterr = 0;
     int opt;
-    long v;
     while ((opt = getopt_long(argc, argv, ":s:p:hV", longopts, NULL)) != -1) {
-        switch (opt) {
-        case 's':
-            servers = optarg;
-            break;
-        case 'p':
-            if (!parse_int(optarg, 0, 65535, &v))
-                return usage_error("bad port '%s' (0 to 65535)", optarg);
-            dd_srv.port = (int)v;
-            break;
-        case OPT_BIND:
-            dd_srv.bind = optarg;
-            break;
-        case OPT_UNIX:
-            dd_srv.unixsocket = optarg;
-            break;
-        case OPT_PASSFILE:
-            passfile = optarg;
-            break;
-        case OPT_REQUIREPASS:
-            return usage_error("--requirepass is not taken on the command line, where ps "
-                               "shows it: use --requirepass-file FILE or $DLOCKD_REQUIREPASS");
-        case OPT_MAXCLIENTS:
-            if (!parse_int(optarg, 1, 1000000, &v))
-                return usage_error("bad --maxclients '%s' (1 to 1000000)", optarg);
-            dd_srv.maxclients = (int)v;
-            break;
-        case OPT_PREFIX:
-            prefix = optarg;
-            break;
-        case OPT_TIMEOUT:
-            if (!parse_int(optarg, 1, 3600000, &timeout_ms))
-                return usage_error("bad --timeout '%s' (1 to 3600000 ms)", optarg);
-            break;
-        case OPT_TLS_PORT:
-            if (!parse_int(optarg, 0, 65535, &v))
-                return usage_error("bad --tls-port '%s' (0 to 65535)", optarg);
-            dd_srv.tls_port = (int)v;
-            break;
-        case OPT_TLS_CERT:
-            dd_srv.tls_cert = optarg;
-            break;
-        case OPT_TLS_KEY:
-            dd_srv.tls_key = optarg;
-            break;
-        case OPT_TLS_CA_FILE:
-            dd_srv.tls_ca_file = optarg;
-            break;
-        case OPT_TLS_CA_DIR:
-            dd_srv.tls_ca_dir = optarg;
-            break;
-        case OPT_TLS_AUTH:
-            if (strcmp(optarg, "yes") == 0)
-                dd_srv.tls_auth = DD_TLS_AUTH_YES;
-            else if (strcmp(optarg, "optional") == 0)
-                dd_srv.tls_auth = DD_TLS_AUTH_OPTIONAL;
-            else if (strcmp(optarg, "no") == 0)
-                dd_srv.tls_auth = DD_TLS_AUTH_NO;
-            else
-                return usage_error("bad --tls-auth-clients '%s' (yes, no or optional)", optarg);
-            break;
-        case 'h':
+        if (opt == 'h') {
             fputs(usage_text, stdout);
             return 0;
-        case 'V':
+        }
+        if (opt == 'V') {
             printf("dlockd %s\n", dlock_version());
             return 0;
-        case ':':
-            return usage_error("option %s needs a value", argv[optind - 1]);
-        default:
-            return usage_error("unknown option '%s'", argv[optind - 1]);
         }
+        if (opt == ':')
+            return usage_error("option %s needs a value", argv[optind - 1]);
+        int i = 0;
+        while (i < NOPTS && (opts[i].letter ? opts[i].letter : FIRST + i) != opt)
+            i++;
+        if (i == NOPTS)
+            return usage_error("unknown option '%s'", argv[optind - 1]);
+        if (opts[i].str != NULL)
+            *opts[i].str = optarg;
+        else if (!parse_int(optarg, opts[i].lo, opts[i].hi, opts[i].num))
+            return usage_error("bad --%s '%s' (%s)", opts[i].name, optarg, opts[i].range);
     }
+    if (requirepass != NULL)
+        return usage_error("--requirepass is not taken on the command line, where ps "
+                           "shows it: use --requirepass-file FILE or $DLOCKD_REQUIREPASS");
+    if (tls_auth != NULL && (dd_srv.tls_auth = parse_tls_auth(tls_auth)) < 0)
+        return usage_error("bad --tls-auth-clients '%s' (yes, no or optional)", tls_auth);
+    dd_srv.port = (int)port;
+    dd_srv.maxclients = (int)maxclients;
+    dd_srv.tls_port = (int)tls_port;
     if (optind < argc)
         return usage_error("unexpected argument '%s'", argv[optind]);
     if (dd_srv.port == 0 && dd_srv.unixsocket == NULL && dd_srv.tls_port == 0)

@@ -53,15 +53,23 @@ void dd_buf_move(dd_buf *dst, dd_buf *b)
     b->len = 0;
 }
 
-static void printf_line(dd_buf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void printf_line(dd_buf *b, const char *fmt, ...)
+/* Append at most max - 1 bytes of vprintf's output. */
+static void buf_vprintf(dd_buf *b, size_t max, const char *fmt, va_list ap)
 {
-    char tmp[64];
+    char line[1536];
+    if (max > sizeof line)
+        max = sizeof line;
+    int n = vsnprintf(line, max, fmt, ap);
+    if (n > 0)
+        dd_buf_append(b, line, (size_t)n < max ? (size_t)n : max - 1);
+}
+
+void dd_buf_printf(dd_buf *b, const char *fmt, ...)
+{
     va_list ap;
     va_start(ap, fmt);
-    int n = vsnprintf(tmp, sizeof tmp, fmt, ap);
+    buf_vprintf(b, 512, fmt, ap);
     va_end(ap);
-    dd_buf_append(b, tmp, (size_t)n);
 }
 
 void dd_reply_status(dd_buf *b, const char *s)
@@ -73,33 +81,28 @@ void dd_reply_status(dd_buf *b, const char *s)
 
 void dd_reply_error(dd_buf *b, const char *fmt, ...)
 {
-    char msg[1536];
+    dd_buf_append(b, "-", 1);
+    size_t start = b->len;
     va_list ap;
     va_start(ap, fmt);
-    int n = vsnprintf(msg, sizeof msg, fmt, ap);
+    buf_vprintf(b, 1536, fmt, ap);
     va_end(ap);
-    if (n < 0)
-        n = 0;
-    if ((size_t)n >= sizeof msg)
-        n = sizeof msg - 1;
     /* An error reply is one line: a CR or LF inside (a server's message, a client's
      * argument echoed back) would end it early and desynchronize the client. */
-    for (int i = 0; i < n; i++)
-        if (msg[i] == '\r' || msg[i] == '\n')
-            msg[i] = ' ';
-    dd_buf_append(b, "-", 1);
-    dd_buf_append(b, msg, (size_t)n);
+    for (size_t i = start; i < b->len; i++)
+        if (b->p[i] == '\r' || b->p[i] == '\n')
+            b->p[i] = ' ';
     dd_buf_append(b, "\r\n", 2);
 }
 
 void dd_reply_int(dd_buf *b, long long v)
 {
-    printf_line(b, ":%lld\r\n", v);
+    dd_buf_printf(b, ":%lld\r\n", v);
 }
 
 void dd_reply_bulk(dd_buf *b, const void *p, size_t n)
 {
-    printf_line(b, "$%zu\r\n", n);
+    dd_buf_printf(b, "$%zu\r\n", n);
     dd_buf_append(b, p, n);
     dd_buf_append(b, "\r\n", 2);
 }
@@ -116,7 +119,7 @@ void dd_reply_nil(dd_buf *b)
 
 void dd_reply_array(dd_buf *b, size_t n)
 {
-    printf_line(b, "*%zu\r\n", n);
+    dd_buf_printf(b, "*%zu\r\n", n);
 }
 
 void dd_reply_dlock_error(dd_buf *b, int rc)

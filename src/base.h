@@ -123,6 +123,8 @@ typedef struct dlock__addr {
  * naming the bad part to err. *out owns its strings: free with dlock__addr_clear. */
 int dlock__url_parse(const char *url, size_t len, dlock__addr *out, char *err, size_t errlen);
 void dlock__addr_clear(dlock__addr *a);
+/* The value of a hexadecimal digit, or -1 (percent-escapes here, in local.c names). */
+int dlock__hexval(char c);
 /* Parse a comma-separated list into a new array of *n addresses (at most max). */
 int dlock__url_parse_list(const char *list, int max, dlock__addr **out, int *n, char *err,
                           size_t errlen);

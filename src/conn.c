@@ -284,21 +284,29 @@ int dlock__conn_on_connect(dlock__conn *c, char *detail, size_t n)
     return rc;
 }
 
+/* A send or recv that returned -1: DLOCK_ERR_AGAIN to retry it (EINTR), DLOCK_OK when
+ * the socket has no more room or bytes for now, or the error. */
+static int sock_failed(dlock__conn *c, const char *op, const char *hint, char *detail, size_t n)
+{
+    if (errno == EINTR)
+        return DLOCK_ERR_AGAIN;
+    if (errno == EAGAIN || errno == EWOULDBLOCK)
+        return DLOCK_OK;
+    return dlock__node_detail(detail, n, DLOCK_ERR_IO, c->node, "%s: %s%s", op, strerror(errno),
+                              hint);
+}
+
 int dlock__conn_flush(dlock__conn *c, char *detail, size_t n)
 {
     if (c->ssl != NULL)
         return dlock__tls_flush(c, detail, n);
     while (c->outpos < c->outlen) {
         ssize_t w = send(c->fd, c->out + c->outpos, c->outlen - c->outpos, MSG_NOSIGNAL);
-        if (w < 0) {
-            if (errno == EINTR)
-                continue;
-            if (errno == EAGAIN || errno == EWOULDBLOCK)
-                return DLOCK_OK;
-            return dlock__node_detail(detail, n, DLOCK_ERR_IO, c->node, "send: %s",
-                                      strerror(errno));
-        }
-        c->outpos += (size_t)w;
+        int rc = w < 0 ? sock_failed(c, "send", "", detail, n) : DLOCK_ERR_AGAIN;
+        if (rc != DLOCK_ERR_AGAIN)
+            return rc;
+        if (w > 0)
+            c->outpos += (size_t)w;
     }
     return DLOCK_OK;
 }
@@ -330,12 +338,10 @@ int dlock__conn_read(dlock__conn *c, char *detail, size_t n)
                                ? " before any reply (a TLS port? use rediss:// for one)"
                                : "";
         if (r < 0) {
-            if (errno == EINTR)
+            int rc = sock_failed(c, "recv", hint, detail, n);
+            if (rc == DLOCK_ERR_AGAIN)
                 continue;
-            if (errno == EAGAIN || errno == EWOULDBLOCK)
-                return DLOCK_OK;
-            return dlock__node_detail(detail, n, DLOCK_ERR_IO, c->node, "recv: %s%s",
-                                      strerror(errno), hint);
+            return rc;
         }
         if (r == 0)
             return dlock__node_detail(detail, n, DLOCK_ERR_IO, c->node,

@@ -37,17 +37,6 @@ bool dlock__local_url(const char *servers)
     }
 }
 
-static int hex_digit(char ch)
-{
-    if (ch >= '0' && ch <= '9')
-        return ch - '0';
-    if (ch >= 'a' && ch <= 'f')
-        return ch - 'a' + 10;
-    if (ch >= 'A' && ch <= 'F')
-        return ch - 'A' + 10;
-    return -1;
-}
-
 /* The directory of "file:///path" (percent-escapes decoded) into out[outlen]. */
 static int parse_file_url(const char *url, char *out, size_t outlen, dlock__err *e)
 {
@@ -82,8 +71,8 @@ static int parse_file_url(const char *url, char *out, size_t outlen, dlock__err 
                                   "file:// URL with '%c': write it %%%02X in a directory name", ch,
                                   (unsigned)ch);
         if (ch == '%') {
-            int hi = i + 2 < len ? hex_digit(p[i + 1]) : -1;
-            int lo = hi >= 0 ? hex_digit(p[i + 2]) : -1;
+            int hi = i + 2 < len ? dlock__hexval(p[i + 1]) : -1;
+            int lo = hi >= 0 ? dlock__hexval(p[i + 2]) : -1;
             if (lo < 0 || (hi == 0 && lo == 0))
                 return dlock__err_set(e, DLOCK_ERR_INVALID,
                                       "file:// URL: bad percent-escape at byte %zu", i + 8);
@@ -117,7 +106,7 @@ static void read_boot_id(char out[40])
     memcpy(out, buf, 36);
     out[36] = '\0';
     for (int i = 0; i < 36; i++)
-        if (!(out[i] == '-' || hex_digit(out[i]) >= 0))
+        if (!(out[i] == '-' || dlock__hexval(out[i]) >= 0))
             strcpy(out, "-");
 }
 

@@ -46,7 +46,7 @@ static int bad(char *err, size_t errlen, const char *fmt, ...)
     return DLOCK_ERR_INVALID;
 }
 
-static int hexval(char c)
+int dlock__hexval(char c)
 {
     if (c >= '0' && c <= '9')
         return c - '0';
@@ -72,8 +72,8 @@ static int decode(span s, char **out, const char *what, char *err, size_t errlen
             d[k++] = s.p[i];
             continue;
         }
-        int hi = i + 2 < s.n ? hexval(s.p[i + 1]) : -1;
-        int lo = i + 2 < s.n ? hexval(s.p[i + 2]) : -1;
+        int hi = i + 2 < s.n ? dlock__hexval(s.p[i + 1]) : -1;
+        int lo = i + 2 < s.n ? dlock__hexval(s.p[i + 2]) : -1;
         if (hi < 0 || lo < 0 || (hi == 0 && lo == 0)) {
             free(d);
             return bad(err, errlen, "bad percent-encoding in the %s", what);

@@ -316,14 +316,24 @@ static struct dlock__watchdog *get_wd(dlock_client *c)
     return wd;
 }
 
-void dlock__watchdog_remove(dlock_client *c, dlock_lock *l)
+/* The renewal with its lock taken and no batch renewing l, or NULL when there is none:
+ * whatever the caller changes in l then applies to every renewal formatted later. */
+static struct dlock__watchdog *lock_idle(dlock_client *c, dlock_lock *l)
 {
     struct dlock__watchdog *wd = get_wd(c);
     if (wd == NULL)
-        return;
+        return NULL;
     pthread_mutex_lock(&wd->mu);
     while (l->in_batch)
         pthread_cond_wait(&wd->idle, &wd->mu);
+    return wd;
+}
+
+void dlock__watchdog_remove(dlock_client *c, dlock_lock *l)
+{
+    struct dlock__watchdog *wd = lock_idle(c, l);
+    if (wd == NULL)
+        return;
     if (l->renewing)
         unlink_lock(wd, l);
     pthread_mutex_unlock(&wd->mu);
@@ -331,16 +341,13 @@ void dlock__watchdog_remove(dlock_client *c, dlock_lock *l)
 
 void dlock__watchdog_set_ttl(dlock_client *c, dlock_lock *l, int64_t ttl_ms)
 {
-    struct dlock__watchdog *wd = get_wd(c);
-    if (wd == NULL)
-        return;
-    pthread_mutex_lock(&wd->mu);
     /* A renewal of l already formatted with the old ttl could reach the servers after
      * the extend that follows, and shorten the lease again; and its outcome would be
-     * counted with the new ttl, overstating validity. So wait for it to end: every
-     * renewal formatted from now on uses the new ttl. */
-    while (l->in_batch)
-        pthread_cond_wait(&wd->idle, &wd->mu);
+     * counted with the new ttl, overstating validity. So it ends first: every renewal
+     * formatted from now on uses the new ttl. */
+    struct dlock__watchdog *wd = lock_idle(c, l);
+    if (wd == NULL)
+        return;
     if (l->renewing) {
         l->ttl_ms = ttl_ms;
         l->next_renew_us = dlock__now_us() + ttl_ms * 1000 / 3;
