@@ -23,6 +23,8 @@ const char cli_doctor_help[] =
     "  - clocks of the servers apart by more than a tenth of TTL;\n"
     "  - a Redis older than 7.0 (slower acquires), or too old to run the scripts;\n"
     "  - TLS with verification off (insecure=1);\n"
+    "  - for a master behind Sentinels (redis-sentinel://): what a failover can lose,\n"
+    "    Sentinels that do not answer or cannot authorize a failover, no replica;\n"
     "  - a server that cannot be reached.\n"
     "\n"
     "  -t, --ttl TTL   the shortest lease you use (default 30s): the clock check's scale\n"
@@ -91,9 +93,17 @@ static void print_json(const cli_findings *fs, const dlock_server_facts *f, int 
         fputs(",\"appendfsync\":", stdout);
         json_str(f[i].appendfsync);
         printf(",\"maxmemory\":%" PRId64 ",\"aof\":%d,\"cluster\":%d,\"clock_offset_us\":%" PRId64
-               ",\"clock_error_us\":%" PRId64 ",\"tls\":%s,\"tls_verified\":%s}",
+               ",\"clock_error_us\":%" PRId64 ",\"tls\":%s,\"tls_verified\":%s",
                f[i].maxmemory, f[i].aof, f[i].cluster, f[i].clock_offset_us, f[i].clock_error_us,
                f[i].tls ? "true" : "false", f[i].tls_verified ? "true" : "false");
+        printf(",\"replicas\":%" PRId64, f[i].replicas);
+        if (f[i].sentinels > 0) {
+            printf(",\"sentinels\":%d,\"sentinels_up\":%d,\"sentinel_quorum\":%d,"
+                   "\"sentinel_detail\":",
+                   f[i].sentinels, f[i].sentinels_up, f[i].sentinel_quorum);
+            json_str(f[i].sentinel_detail);
+        }
+        putchar('}');
     }
     fputs("],\"findings\":[", stdout);
     for (int k = 0; k < fs->n; k++) {

@@ -122,6 +122,40 @@ static void judge_server(cli_findings *fs, int i, const dlock_server_facts *f, i
             "locks unless it is always. Fix: check it with the provider");
 }
 
+/* A master behind Sentinels: what a failover may cost, and whether one can happen. */
+static void judge_sentinel(cli_findings *fs, int i, const dlock_server_facts *f, int n)
+{
+    if (f->sentinels == 0)
+        return;
+    bool alone = n == 1;
+    add(fs, i, alone, "failover",
+        "a master behind Sentinels: replication is asynchronous, so a failover can lose a "
+        "lock granted just before it, and the new master grants the name again while its "
+        "holder still works; %s. Fix: %s",
+        alone ? "fences keep increasing, so a fenced resource refuses the first holder"
+              : "restart voting keeps the new master's grants from counting until the "
+                "longest lease has passed",
+        alone ? "fence the resource (dlock_fenced_set), set min-replicas-to-write 1 to narrow "
+                "the window, or lock on a quorum of three masters"
+              : "nothing more; min-replicas-to-write 1 narrows the window");
+    if (f->sentinels_up < f->sentinels)
+        add(fs, i, false, "sentinel",
+            "%d of its %d Sentinels answered: with none, the master cannot be found after a "
+            "failover or a broken connection, and every lock call on it fails. Fix: make "
+            "them reachable, or list the ones that run",
+            f->sentinels_up, f->sentinels);
+    if (f->sentinel_quorum == 0)
+        add(fs, i, false, "sentinel-quorum",
+            "its Sentinels cannot fail the master over (%s): if it fails, it stays down and "
+            "every lock call on it fails. Fix: at least three Sentinels, a quorum that a "
+            "majority of them can reach",
+            f->sentinel_detail);
+    if (f->error == DLOCK_OK && f->replicas == 0)
+        add(fs, i, false, "replicas",
+            "the master has no replica connected: a failover has nothing to promote. Fix: "
+            "a replica (replicaof) that its Sentinels know");
+}
+
 /* The servers' clocks, pairwise through their offsets from this host: the default
  * fence mode needs them closer than the shortest lease, and drift makes a margin
  * wise. */
@@ -156,7 +190,9 @@ static void judge_clocks(cli_findings *fs, const dlock_server_facts *f, int n, i
 void cli_doctor_judge(const dlock_server_facts *f, int n, int64_t ttl_ms, cli_findings *out)
 {
     out->n = out->risks = 0;
-    for (int i = 0; i < n; i++)
+    for (int i = 0; i < n; i++) {
         judge_server(out, i, &f[i], n);
+        judge_sentinel(out, i, &f[i], n);
+    }
     judge_clocks(out, f, n, ttl_ms);
 }

@@ -455,6 +455,13 @@ typedef struct dlock_server_facts {
     int tls;                   /* 1: rediss://, 0: plain */
     int tls_verified;          /* 1: its certificate and name were verified; 0: insecure=1
                                   (or plain) */
+    int64_t replicas;          /* connected_slaves: replicas a failover could promote */
+    /* A master behind Sentinels (redis-sentinel://); sentinels is 0 for other servers. */
+    int sentinels;             /* Sentinels its URL lists */
+    int sentinels_up;          /* of those, how many answered */
+    int sentinel_quorum;       /* SENTINEL CKQUORUM: 1, a failover can be authorized; 0,
+                                  a Sentinel says it cannot; -1, none could say */
+    char sentinel_detail[160]; /* that Sentinel's words */
     uint64_t spare[7];         /* zero; room for more facts */
 } dlock_server_facts;
 

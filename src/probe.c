@@ -1,6 +1,7 @@
 /*
  * probe.c: dlock_probe, what each lock server says of itself: the facts `dlock doctor`
- * judges (eviction policy, persistence, role, version, clock).
+ * judges (eviction policy, persistence, role, version, clock, and for a master behind
+ * Sentinels, whether they can fail it over).
  *
  * Three kinds of question, each sent to every server at once through the transport:
  * INFO (its default sections hold the version, role, memory policy, AOF and cluster
@@ -78,6 +79,7 @@ static void take_info(const redisReply *r, dlock_server_facts *f)
     f->aof = (int)int_field(r, "aof_enabled");
     f->cluster = (int)int_field(r, "cluster_enabled");
     f->uptime_s = int_field(r, "uptime_in_seconds");
+    f->replicas = int_field(r, "connected_slaves");
 }
 
 static void take_fsync(const redisReply *r, dlock_server_facts *f)
@@ -155,7 +157,9 @@ int dlock_probe(dlock_client *c, dlock_server_facts *out, int n)
         f->tls = c->nodes[i].tls_ctx != NULL;
         f->tls_verified = f->tls && !c->nodes[i].tls_insecure;
         f->cluster = f->aof = -1;
-        f->maxmemory = f->uptime_s = f->clock_error_us = -1;
+        f->maxmemory = f->uptime_s = f->clock_error_us = f->replicas = -1;
+        f->sentinels = c->nodes[i].addr.sentinel ? c->nodes[i].addr.nsentinels : 0;
+        f->sentinel_quorum = -1;
     }
     dlock__connset *set = dlock__connset_get(c);
     if (set == NULL)
@@ -172,6 +176,12 @@ int dlock_probe(dlock_client *c, dlock_server_facts *out, int n)
         if (reached(&reqs[i], &out[i]))
             take_fsync(reqs[i].reply, &out[i]);
     take_clocks(c, set, reqs, out);
+    /* Asked whether or not the master answered: its Sentinels are what a failover
+     * needs, and what finds a new master when it is down. */
+    for (int i = 0; i < c->n; i++)
+        if (out[i].sentinels > 0)
+            dlock__sentinel_quorum(&c->nodes[i], &out[i].sentinels_up, &out[i].sentinel_quorum,
+                                   out[i].sentinel_detail, sizeof out[i].sentinel_detail);
 
     for (int i = 0; i < c->n; i++)
         freeReplyObject(reqs[i].reply);

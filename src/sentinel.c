@@ -87,34 +87,44 @@ static int no_master(const dlock__node *node, const dlock__req *reqs, char *deta
     return err;
 }
 
-int dlock__sentinel_master(dlock__node *node, char *host, size_t hostlen, int *port, char *detail,
-                           size_t n)
+/* One question to every Sentinel of a node's URL at once, on connections of its own. */
+typedef struct sentinel_round {
+    dlock__node_rules rules;
+    int k;
+    dlock__node nodes[DLOCK_SENTINELS_MAX];
+    dlock__conn conns[DLOCK_SENTINELS_MAX];
+    dlock__req reqs[DLOCK_SENTINELS_MAX];
+    char display[DLOCK_SENTINELS_MAX][300];
+    char *cmd;
+} sentinel_round;
+
+/* Ask "SENTINEL <sub> <master name>" of every Sentinel; the replies in sr->reqs. Free
+ * with round_end, whatever this returns. */
+static int round_run(const dlock__node *node, const char *sub, sentinel_round *sr, char *detail,
+                     size_t n)
 {
     const dlock__addr *a = &node->addr;
     const dlock__node_rules *rules = node->rules;
-    int k = a->nsentinels;
     /* The Sentinels' rules: the client's deadlines and log, none of the master's
      * credentials, no restart voting (they hold no locks). */
-    dlock__node_rules srules = {
+    sr->rules = (dlock__node_rules){
         .timeout_us = rules->timeout_us,
         .connect_timeout_us = rules->connect_timeout_us,
         .restart_voting = DLOCK_RESTART_OFF,
         .log = rules->log,
         .log_user = rules->log_user,
     };
-    dlock__node nodes[DLOCK_SENTINELS_MAX];
-    dlock__conn conns[DLOCK_SENTINELS_MAX];
-    dlock__req reqs[DLOCK_SENTINELS_MAX];
-    char display[DLOCK_SENTINELS_MAX][300];
-    char *cmd = NULL;
-    int len = redisFormatCommand(&cmd, "SENTINEL get-master-addr-by-name %s", a->master_name);
-    if (len < 0)
+    sr->k = 0;
+    int len = redisFormatCommand(&sr->cmd, "SENTINEL %s %s", sub, a->master_name);
+    if (len < 0) {
+        sr->cmd = NULL;
         return dlock__node_detail(detail, n, DLOCK_ERR_NOMEM, node, "out of memory");
-    int rc = DLOCK_OK, ready = 0;
-    for (int i = 0; i < k; i++) {
-        dlock__node *s = &nodes[i];
+    }
+    int rc = DLOCK_OK;
+    for (int i = 0; i < a->nsentinels; i++) {
+        dlock__node *s = &sr->nodes[i];
         memset(s, 0, sizeof *s);
-        s->rules = &srules;
+        s->rules = &sr->rules;
         s->index = node->index;
         s->sentinel_query = true;
         s->addr.host = a->sentinels[i].host;
@@ -123,20 +133,43 @@ int dlock__sentinel_master(dlock__node *node, char *host, size_t hostlen, int *p
         s->addr.password = a->sentinel_password;
         s->addr.tls = a->tls;
         s->addr.insecure = a->insecure;
-        snprintf(display[i], sizeof display[i], "Sentinel %s:%d", s->addr.host, s->addr.port);
-        s->addr.display = display[i];
+        snprintf(sr->display[i], sizeof sr->display[i], "Sentinel %s:%d", s->addr.host,
+                 s->addr.port);
+        s->addr.display = sr->display[i];
         pthread_mutex_init(&s->mu, NULL);
-        if (node->tls_ctx != NULL && rc == DLOCK_OK)
-            rc = dlock__tls_node_share(s, node, detail, n);
-        dlock__conn_init(&conns[i], s);
-        memset(&reqs[i], 0, sizeof reqs[i]);
-        reqs[i].cmd = cmd;
-        reqs[i].cmdlen = (size_t)len;
-        reqs[i].await = true;
-        ready = i + 1;
+        dlock__conn_init(&sr->conns[i], s);
+        memset(&sr->reqs[i], 0, sizeof sr->reqs[i]);
+        sr->reqs[i].cmd = sr->cmd;
+        sr->reqs[i].cmdlen = (size_t)len;
+        sr->reqs[i].await = true;
+        sr->k = i + 1;
+        if (node->tls_ctx != NULL && (rc = dlock__tls_node_share(s, node, detail, n)) != DLOCK_OK)
+            return rc;
     }
+    dlock__fanout(sr->conns, sr->reqs, sr->k);
+    return DLOCK_OK;
+}
+
+static void round_end(sentinel_round *sr)
+{
+    for (int i = 0; i < sr->k; i++) {
+        freeReplyObject(sr->reqs[i].reply);
+        dlock__conn_free(&sr->conns[i]);
+        dlock__tls_node_free(&sr->nodes[i]);
+        pthread_mutex_destroy(&sr->nodes[i].mu);
+    }
+    redisFreeCommand(sr->cmd);
+}
+
+int dlock__sentinel_master(dlock__node *node, char *host, size_t hostlen, int *port, char *detail,
+                           size_t n)
+{
+    const dlock__addr *a = &node->addr;
+    sentinel_round sr;
+    int rc = round_run(node, "get-master-addr-by-name", &sr, detail, n);
+    const dlock__req *reqs = sr.reqs;
+    int k = sr.k;
     if (rc == DLOCK_OK) {
-        dlock__fanout(conns, reqs, k);
         /* The address most of them give. */
         char cand[256];
         int cport = 0, best = 0;
@@ -162,16 +195,34 @@ int dlock__sentinel_master(dlock__node *node, char *host, size_t hostlen, int *p
             *port = cport;
         } else {
             for (int i = 0; i < k; i++)
-                explain(a, &reqs[i], i);
+                explain(a, &sr.reqs[i], i);
             rc = no_master(node, reqs, detail, n);
         }
     }
-    for (int i = 0; i < ready; i++) {
-        freeReplyObject(reqs[i].reply);
-        dlock__conn_free(&conns[i]);
-        dlock__tls_node_free(&nodes[i]);
-        pthread_mutex_destroy(&nodes[i].mu);
+    round_end(&sr);
+    return rc;
+}
+
+int dlock__sentinel_quorum(dlock__node *node, int *up, int *ok, char *words, size_t n)
+{
+    sentinel_round sr;
+    *up = 0;
+    *ok = -1;
+    words[0] = '\0';
+    int rc = round_run(node, "ckquorum", &sr, words, n);
+    for (int i = 0; rc == DLOCK_OK && i < sr.k; i++) {
+        const redisReply *r = sr.reqs[i].reply;
+        if (sr.reqs[i].err != DLOCK_OK)
+            continue;
+        (*up)++;
+        bool yes = r->type == REDIS_REPLY_STATUS && strncmp(r->str, "OK", 2) == 0;
+        bool no = r->type == REDIS_REPLY_ERROR && strncmp(r->str, "NOQUORUM", 8) == 0;
+        /* The first Sentinel's verdict, unless a later one says there is none. */
+        if ((yes || no) && (*ok != 0)) {
+            *ok = yes;
+            snprintf(words, n, "%s: %s", sr.display[i], r->str);
+        }
     }
-    redisFreeCommand(cmd);
+    round_end(&sr);
     return rc;
 }

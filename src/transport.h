@@ -211,6 +211,11 @@ int dlock__quorum(int n);
  * DLOCK_ERR_UNAVAILABLE, each Sentinel's reason in detail. */
 int dlock__sentinel_master(dlock__node *node, char *host, size_t hostlen, int *port, char *detail,
                            size_t n);
+/* What a Sentinel URL's Sentinels say of the failover they could make (SENTINEL
+ * CKQUORUM): *up of them answered; *ok 1 when one says a quorum and a failover's
+ * authorization can be reached, 0 when one says not, -1 when none could say; words,
+ * that Sentinel's reply. */
+int dlock__sentinel_quorum(dlock__node *node, int *up, int *ok, char *words, size_t n);
 
 /* A set of N connections, one per node, that one call uses at a time. */
 typedef struct dlock__connset {

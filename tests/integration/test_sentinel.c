@@ -194,6 +194,28 @@ static void test_no_sentinel_up(void **state)
     dlock_client_free(c);
 }
 
+/* `dlock doctor` through the Sentinels: the master's facts, the Sentinels' health, and
+ * the failover's risk for one server. */
+static void test_doctor(void **state)
+{
+    (void)state;
+    char u[300], env_servers[340];
+    url(u, sizeof u, MASTER_PW, "mymaster", SENTINEL_PW);
+    snprintf(env_servers, sizeof env_servers, "DLOCK_SERVERS=%s", u);
+    const char *const env[] = {env_servers, "DLOCK_PASSWORD", NULL};
+    it_run r;
+    it_cli(&r, env, NULL, "doctor", "--json", (const char *)NULL);
+    printf("INFO %s", r.out);
+    it_expect_status(&r, 1); /* one master: a failover can lose a lock */
+    assert_non_null(strstr(r.out, "\"role\":\"master\""));
+    assert_non_null(strstr(r.out, "\"replicas\":1,\"sentinels\":2,\"sentinels_up\":1,"
+                                  "\"sentinel_quorum\":1"));
+    assert_non_null(strstr(r.out, "\"level\":\"risk\",\"kind\":\"failover\""));
+    assert_non_null(strstr(r.out, "\"level\":\"note\",\"kind\":\"sentinel\""));
+    assert_null(strstr(r.out, "\"kind\":\"sentinel-quorum\""));
+    assert_null(strstr(r.out, "\"kind\":\"replicas\""));
+}
+
 /* A client holding a lock across a forced failover: once the Sentinel names the
  * replica and has demoted the old master, the same client takes a new lock on the new
  * master and releases the old one there. */
@@ -327,6 +349,7 @@ int main(void)
         IT_CASE("no_sentinel_password", test_refused, &no_sentinel_pw),
         IT_CASE("no_master_password", test_refused, &no_master_pw),
         cmocka_unit_test(test_no_sentinel_up),
+        cmocka_unit_test(test_doctor),
         /* Last: it moves the master. */
         cmocka_unit_test(test_failover_followed),
     };

@@ -217,6 +217,50 @@ static void clocks(void **state)
     assert_int_equal(fs.n, 0);
 }
 
+/* A master behind three Sentinels, a replica connected, a failover authorized. */
+static dlock_server_facts behind_sentinels(int i)
+{
+    dlock_server_facts f = healthy(i);
+    snprintf(f.server, sizeof f.server, "redis-sentinel://s%d:26379/m", i + 1);
+    f.sentinels = f.sentinels_up = 3;
+    f.sentinel_quorum = 1;
+    f.replicas = 1;
+    return f;
+}
+
+static void sentinel(void **state)
+{
+    (void)state;
+    /* One master behind Sentinels: a failover can lose a lock, as a restart can. */
+    dlock_server_facts f[3] = {behind_sentinels(0), behind_sentinels(1), behind_sentinels(2)};
+    cli_doctor_judge(f, 1, TTL_MS, &fs);
+    expect_one("failover", true, "asynchronous", "dlock_fenced_set");
+    /* Three of them: restart voting covers a failover. */
+    cli_doctor_judge(f, 3, TTL_MS, &fs);
+    assert_int_equal(fs.n, 3);
+    assert_int_equal(fs.risks, 0);
+    /* Unhealthy Sentinels are notes: they cost availability, not exclusion. */
+    f[0].sentinels_up = 1;
+    f[0].sentinel_quorum = 0;
+    snprintf(f[0].sentinel_detail, sizeof f[0].sentinel_detail, "NOQUORUM 1 usable Sentinels");
+    f[0].replicas = 0;
+    cli_doctor_judge(f, 3, TTL_MS, &fs);
+    assert_int_equal(fs.risks, 0);
+    const cli_finding *x = find("sentinel");
+    assert_non_null(x);
+    assert_non_null(strstr(x->text, "1 of its 3 Sentinels answered"));
+    x = find("sentinel-quorum");
+    assert_non_null(x);
+    assert_non_null(strstr(x->text, "NOQUORUM 1 usable"));
+    x = find("replicas");
+    assert_non_null(x);
+    assert_false(x->risk);
+    /* A plain server says nothing of Sentinels, whatever its replicas. */
+    dlock_server_facts plain = healthy(0);
+    cli_doctor_judge(&plain, 1, TTL_MS, &fs);
+    assert_int_equal(fs.n, 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -224,6 +268,7 @@ int main(void)
         cmocka_unit_test(eviction),        cmocka_unit_test(persistence_depends_on_n),
         cmocka_unit_test(versions),        cmocka_unit_test(replica_and_cluster_node),
         cmocka_unit_test(unverified_tls),  cmocka_unit_test(clocks),
+        cmocka_unit_test(sentinel),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
