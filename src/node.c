@@ -107,6 +107,12 @@ int dlock__node_on_info(dlock__node *node, const redisReply *r, char *detail, si
     pthread_mutex_lock(&node->mu);
     bool known = node->run_id[0] != '\0';
     bool restarted = known && run_id[0] != '\0' && strcmp(node->run_id, run_id) != 0;
+    /* A Sentinel's new master is a replica that was promoted: up for long, yet it may
+     * lack the last grants of the old master (replication is asynchronous, and the old
+     * master took writes until it was demoted). Its uptime says nothing: a whole lease
+     * from now. */
+    if (restarted && node->addr.sentinel)
+        wait_ms = dlock__rules_max_lease_ms(rules);
     bool distrust = restarted || (!known && rules->restart_voting == DLOCK_RESTART_STRICT);
     if (rules->restart_voting != DLOCK_RESTART_OFF && distrust && wait_ms > 0)
         node->votes_from_us = now + wait_ms * 1000;
@@ -121,7 +127,9 @@ int dlock__node_on_info(dlock__node *node, const redisReply *r, char *detail, si
             rules, DLOCK_LOG_WARN, "%s %s (run_id changed, up %s s)%s", node->addr.display,
             node->addr.sentinel ? "has a new master" : "restarted", uptime,
             rules->restart_voting != DLOCK_RESTART_OFF && wait_ms > 0
-                ? ": its grants do not count until it has been up for the longest lease"
+                ? (node->addr.sentinel ? ": its grants do not count for the longest lease"
+                                       : ": its grants do not count until it has been up for "
+                                         "the longest lease")
                 : "");
     if (report)
         dlock__rules_log(rules, rules->strict ? DLOCK_LOG_ERROR : DLOCK_LOG_WARN,
