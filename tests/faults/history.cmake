@@ -38,7 +38,7 @@ dlock_history_test(fault_failover test_failover.c faults quick)
 dlock_history_test(fault_lifecycle test_lifecycle.c faults quick HOOKS)
 
 # The soak: 10 minutes by default, so its own timeout; never in a CI tier.
-dlock_history_test(fault_soak test_soak.c soak)
+dlock_history_test(fault_soak test_soak.c soak HOOKS)
 set_tests_properties(fault_soak PROPERTIES TIMEOUT 1200)
 # Holders and waiters SIGKILLed at random instants of the whole lifecycle.
 dlock_history_test(fault_killpoints test_killpoints.c faults slow)

@@ -238,6 +238,8 @@ int wk_main(const wk_config *cfg)
 
     int done = 0;
     while (!stopped(cfg) && (cfg->sections == 0 || done < cfg->sections)) {
+        if (cfg->before_acquire != NULL)
+            cfg->before_acquire(cfg);
         hist_put(&hw, HIST_ACQ_INVOKE, 0, 0, NULL, 0, 0);
         int64_t t0 = hist_now_ns();
         dlock_lock *l = NULL;

@@ -57,6 +57,9 @@ typedef struct wk_config {
     wk_shared *shared;    /* NULL: none */
     bool check_when_late; /* dlock_check when the section ended past validity */
     bool verbose;         /* print failed calls to stderr */
+    /* Called in the worker before each acquire (NULL: nothing): a scenario's way to
+     * change the worker's own state as it runs, such as its clock through the hooks. */
+    void (*before_acquire)(const struct wk_config *cfg);
 } wk_config;
 
 /* A shared page for up to WK_MAX workers, zeroed. NULL on failure. */
