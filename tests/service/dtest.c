@@ -240,15 +240,20 @@ redisReply *dt_cmd(redisContext *c, const char *fmt, ...)
     return r;
 }
 
+static void vsend(redisContext *c, const char *fmt, va_list ap)
+{
+    assert_int_equal(redisvAppendCommand(c, fmt, ap), REDIS_OK);
+    int done = 0;
+    while (!done)
+        assert_int_equal(redisBufferWrite(c, &done), REDIS_OK);
+}
+
 void dt_send(redisContext *c, const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);
-    assert_int_equal(redisvAppendCommand(c, fmt, ap), REDIS_OK);
+    vsend(c, fmt, ap);
     va_end(ap);
-    int done = 0;
-    while (!done)
-        assert_int_equal(redisBufferWrite(c, &done), REDIS_OK);
 }
 
 redisReply *dt_reply(redisContext *c)
@@ -412,6 +417,47 @@ int dt_one_teardown(void **state)
 {
     assert_int_equal(dt_stop(&dt_one), 0);
     return it_srv_teardown(state);
+}
+
+redisContext *dt_fresh_start(dt_fresh *f, int n)
+{
+    assert_true(n >= 1 && n <= 3);
+    f->n = n;
+    assert_int_equal(dh_servers_start(f->srv, n, NULL), 0);
+    char urls[512];
+    dh_server_urls(f->srv, n, urls, sizeof urls);
+    dt_start(&f->d, urls, NULL);
+    return dt_connect(&f->d);
+}
+
+void dt_fresh_stop(dt_fresh *f)
+{
+    assert_int_equal(dt_stop(&f->d), 0);
+    dh_servers_stop(f->srv, f->n);
+}
+
+void dt_slow_start(dt_slow *s)
+{
+    s->relay = fr_start(it_srv.port);
+    assert_non_null(s->relay);
+    dt_start(&s->d, fr_url(s->relay), "--timeout", "5000", NULL);
+}
+
+void dt_slow_send_and_close(dt_slow *s, redisContext *c, const char *fmt, ...)
+{
+    fr_delay(s->relay, 0, 300);
+    va_list ap;
+    va_start(ap, fmt);
+    vsend(c, fmt, ap);
+    va_end(ap);
+    dh_sleep_ms(50);
+    redisFree(c);
+}
+
+void dt_slow_stop(dt_slow *s)
+{
+    assert_int_equal(dt_stop(&s->d), 0);
+    fr_stop(s->relay);
 }
 
 void dt_run_ok(dt_run *r, const char *const argv[])

@@ -8,6 +8,7 @@
 #ifndef DLOCK_DTEST_H
 #define DLOCK_DTEST_H
 
+#include "relay.h"
 #include "support.h"
 
 #include <hiredis/hiredis.h>
@@ -57,6 +58,33 @@ int dt_one_setup(void **state);
 int dt_one_teardown(void **state);
 /* SIGKILL and reap. */
 void dt_kill(dt_daemon *d);
+
+/* A dlockd of the test's own in front of n (1 to 3) redis-servers of its own, for a
+ * test that stops, kills or pauses them, which it_srv must never be. */
+typedef struct dt_fresh {
+    dh_server srv[3];
+    int n;
+    dt_daemon d;
+} dt_fresh;
+/* Start the servers and dlockd; a connection to it. Asserts. */
+redisContext *dt_fresh_start(dt_fresh *f, int n);
+/* Stop dlockd (it must exit 0), then the servers. */
+void dt_fresh_stop(dt_fresh *f);
+
+/* A dlockd of the test's own whose server, it_srv, is behind a relay (relay.h), so that
+ * the test can hold its replies back; its per-server deadline is 5 s, longer than any
+ * delay the tests set. */
+typedef struct dt_slow {
+    fr_relay *relay;
+    dt_daemon d;
+} dt_slow;
+void dt_slow_start(dt_slow *s);
+/* Send a command (dt_send's format) on c with the server's replies made 300 ms late,
+ * and close c 50 ms later: the client is gone before the server's answer reaches
+ * dlockd. */
+void dt_slow_send_and_close(dt_slow *s, redisContext *c, const char *fmt, ...);
+/* Stop dlockd (it must exit 0), then the relay. */
+void dt_slow_stop(dt_slow *s);
 
 /* A hiredis connection (5 s timeout times the slack) to d's TCP port. Asserts. */
 redisContext *dt_connect(const dt_daemon *d);
