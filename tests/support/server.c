@@ -16,7 +16,6 @@
 #include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <ftw.h>
 #include <glob.h>
 #include <netinet/in.h>
 #include <pthread.h>
@@ -61,19 +60,10 @@ static bool keep_dirs(void)
     return k && *k && strcmp(k, "0") != 0;
 }
 
-static int rm_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw)
-{
-    (void)st;
-    (void)flag;
-    (void)ftw;
-    remove(path);
-    return 0;
-}
-
 static void rm_tree(const char *dir, bool keep)
 {
-    if (dir[0] && !keep && !keep_dirs())
-        nftw(dir, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
+    if (!keep && !keep_dirs())
+        dh_rm_tree(dir);
 }
 
 /* Kill pid's process group (the server and any BGSAVE child) and reap the server. */

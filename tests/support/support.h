@@ -262,6 +262,10 @@ int64_t dh_now_us(void);
 /* Sleep ms milliseconds (restarted after signals). */
 void dh_sleep_ms(int64_t ms);
 
+/* Remove dir and everything below it, links not followed; best effort (what cannot
+ * be removed stays). Nothing for NULL or "". */
+void dh_rm_tree(const char *dir);
+
 /* $DLOCK_CLI (CTest sets it to the built dlock command). Exits the test process with
  * a message when it is unset. */
 const char *dh_cli_path(void);
