@@ -52,54 +52,53 @@
 
 enum { CAN_POISON = 1, CAN_STREAM = 2, CAN_CLOSE = 4 };
 
+/* Each reply's name is its enumerator's; an error reply is "-NAME message\r\n". */
+#define CANNED(id, bytes, flags) [FR_##id] = {#id, bytes, flags}
+#define ERROR_REPLY(id, message) CANNED(id, "-" #id " " message "\r\n", 0)
+
 static const struct canned {
     const char *name;
     const char *bytes;
     int flags; /* CAN_POISON: the stream is garbage after it (later replies are dropped);
                   CAN_STREAM: 10^9 filler bytes follow; CAN_CLOSE: the relay closes after */
 } canned_table[FR_CANNED_COUNT] = {
-    [FR_LOADING] = {"LOADING", "-LOADING Redis is loading the dataset in memory\r\n", 0},
-    [FR_BUSY] = {"BUSY",
-                 "-BUSY Redis is busy running a script. You can only call SCRIPT KILL or "
-                 "SHUTDOWN NOSAVE.\r\n",
-                 0},
-    [FR_MASTERDOWN] = {"MASTERDOWN",
-                       "-MASTERDOWN Link with MASTER is down and replica-serve-stale-data is "
-                       "set to 'no'.\r\n",
-                       0},
-    [FR_TRYAGAIN] = {"TRYAGAIN", "-TRYAGAIN Multiple keys request during rehashing of slot\r\n", 0},
-    [FR_CLUSTERDOWN] = {"CLUSTERDOWN", "-CLUSTERDOWN The cluster is down\r\n", 0},
-    [FR_READONLY] = {"READONLY", "-READONLY You can't write against a read only replica.\r\n", 0},
-    [FR_OOM] = {"OOM", "-OOM command not allowed when used memory > 'maxmemory'.\r\n", 0},
-    [FR_MISCONF] = {"MISCONF",
-                    "-MISCONF Redis is configured to save RDB snapshots, but it's currently "
-                    "unable to persist to disk.\r\n",
-                    0},
-    [FR_NOSCRIPT] = {"NOSCRIPT", "-NOSCRIPT No matching script. Please use EVAL.\r\n", 0},
-    [FR_NOAUTH] = {"NOAUTH", "-NOAUTH Authentication required.\r\n", 0},
-    [FR_WRONGPASS] = {"WRONGPASS",
-                      "-WRONGPASS invalid username-password pair or user is disabled.\r\n", 0},
-    [FR_NOPERM] = {"NOPERM",
-                   "-NOPERM this user has no permissions to run the 'evalsha' command\r\n", 0},
-    [FR_WRONGTYPE] = {"WRONGTYPE",
-                      "-WRONGTYPE Operation against a key holding the wrong kind of value\r\n", 0},
-    [FR_MOVED] = {"MOVED", "-MOVED 3999 127.0.0.1:6381\r\n", 0},
-    [FR_ASK] = {"ASK", "-ASK 3999 127.0.0.1:6381\r\n", 0},
-    [FR_CROSSSLOT] = {"CROSSSLOT", "-CROSSSLOT Keys in request don't hash to the same slot\r\n", 0},
-    [FR_ERR] = {"ERR", "-ERR unknown command 'EVALSHA'\r\n", 0},
-    [FR_INTEGER] = {"INTEGER", ":42\r\n", 0},
-    [FR_BULK] = {"BULK", "$5\r\nhello\r\n", 0},
-    [FR_NIL] = {"NIL", "$-1\r\n", 0},
-    [FR_STATUS] = {"STATUS", "+OK\r\n", 0},
-    [FR_EMPTY_ARRAY] = {"EMPTY_ARRAY", "*0\r\n", 0},
-    [FR_HUGE_ARRAY] = {"HUGE_ARRAY", "*2147483647\r\n", CAN_POISON},
-    [FR_HUGE_BULK] = {"HUGE_BULK", "$1000000000\r\n", CAN_POISON | CAN_STREAM},
-    [FR_HTTP] = {"HTTP",
-                 "HTTP/1.1 400 Bad Request\r\nContent-Type: text/plain\r\nContent-Length: "
-                 "11\r\nConnection: close\r\n\r\nBad Request",
-                 CAN_POISON | CAN_CLOSE},
-    [FR_HUGE_INTEGER] = {"HUGE_INTEGER", ":9007199254740991\r\n", 0},
+    ERROR_REPLY(LOADING, "Redis is loading the dataset in memory"),
+    ERROR_REPLY(
+        BUSY, "Redis is busy running a script. You can only call SCRIPT KILL or SHUTDOWN NOSAVE."),
+    ERROR_REPLY(MASTERDOWN,
+                "Link with MASTER is down and replica-serve-stale-data is set to 'no'."),
+    ERROR_REPLY(TRYAGAIN, "Multiple keys request during rehashing of slot"),
+    ERROR_REPLY(CLUSTERDOWN, "The cluster is down"),
+    ERROR_REPLY(READONLY, "You can't write against a read only replica."),
+    ERROR_REPLY(OOM, "command not allowed when used memory > 'maxmemory'."),
+    ERROR_REPLY(
+        MISCONF,
+        "Redis is configured to save RDB snapshots, but it's currently unable to persist to disk."),
+    ERROR_REPLY(NOSCRIPT, "No matching script. Please use EVAL."),
+    ERROR_REPLY(NOAUTH, "Authentication required."),
+    ERROR_REPLY(WRONGPASS, "invalid username-password pair or user is disabled."),
+    ERROR_REPLY(NOPERM, "this user has no permissions to run the 'evalsha' command"),
+    ERROR_REPLY(WRONGTYPE, "Operation against a key holding the wrong kind of value"),
+    ERROR_REPLY(MOVED, "3999 127.0.0.1:6381"),
+    ERROR_REPLY(ASK, "3999 127.0.0.1:6381"),
+    ERROR_REPLY(CROSSSLOT, "Keys in request don't hash to the same slot"),
+    ERROR_REPLY(ERR, "unknown command 'EVALSHA'"),
+    CANNED(INTEGER, ":42\r\n", 0),
+    CANNED(BULK, "$5\r\nhello\r\n", 0),
+    CANNED(NIL, "$-1\r\n", 0),
+    CANNED(STATUS, "+OK\r\n", 0),
+    CANNED(EMPTY_ARRAY, "*0\r\n", 0),
+    CANNED(HUGE_ARRAY, "*2147483647\r\n", CAN_POISON),
+    CANNED(HUGE_BULK, "$1000000000\r\n", CAN_POISON | CAN_STREAM),
+    CANNED(HTTP,
+           "HTTP/1.1 400 Bad Request\r\nContent-Type: text/plain\r\nContent-Length: "
+           "11\r\nConnection: close\r\n\r\nBad Request",
+           CAN_POISON | CAN_CLOSE),
+    CANNED(HUGE_INTEGER, ":9007199254740991\r\n", 0),
 };
+
+#undef CANNED
+#undef ERROR_REPLY
 
 const char *fr_canned_name(fr_canned c)
 {
