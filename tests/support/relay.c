@@ -128,6 +128,24 @@ typedef struct queue {
     chunk *head, *tail;
 } queue;
 
+/* The relay's FIFO lists (a queue's chunks, a pair's owed replies) are singly linked
+ * with a tail pointer: FIFO_PUSH appends node (its next already NULL) at the tail,
+ * FIFO_SHIFT unlinks the head, which must be there. */
+#define FIFO_PUSH(head, tail, node)                                                                \
+    do {                                                                                           \
+        if ((tail) != NULL)                                                                        \
+            (tail)->next = (node);                                                                 \
+        else                                                                                       \
+            (head) = (node);                                                                       \
+        (tail) = (node);                                                                           \
+    } while (0)
+#define FIFO_SHIFT(head, tail)                                                                     \
+    do {                                                                                           \
+        (head) = (head)->next;                                                                     \
+        if ((head) == NULL)                                                                        \
+            (tail) = NULL;                                                                         \
+    } while (0)
+
 /* One direction's message parser: raw holds the bytes fed to rd that do not belong to
  * a message handed on yet. When rd completes a message, it ends where rd's unread
  * bytes begin, so its length is raw.len - (rd->len - rd->pos). */
@@ -218,11 +236,7 @@ static bool q_push(queue *q, const char *data, size_t len, int64_t due, uint64_t
     c->rst = close_after == CLOSE_RST;
     if (len > 0)
         memcpy(c->data, data, len);
-    if (q->tail != NULL)
-        q->tail->next = c;
-    else
-        q->head = c;
-    q->tail = c;
+    FIFO_PUSH(q->head, q->tail, c);
     return true;
 }
 
@@ -346,9 +360,7 @@ static void drain_canned(fr_relay *r, pair *p)
 {
     while (p->exp != NULL && p->exp->canned && !p->closing) {
         expect *e = p->exp;
-        p->exp = e->next;
-        if (p->exp == NULL)
-            p->exp_tail = NULL;
+        FIFO_SHIFT(p->exp, p->exp_tail);
         if (!p->poisoned)
             emit_canned(r, p, e->what);
         free(e);
@@ -363,11 +375,7 @@ static bool push_expect(pair *p, bool canned, fr_canned what, const char *name)
     e->canned = canned;
     e->what = what;
     snprintf(e->name, sizeof e->name, "%s", name);
-    if (p->exp_tail != NULL)
-        p->exp_tail->next = e;
-    else
-        p->exp = e;
-    p->exp_tail = e;
+    FIFO_PUSH(p->exp, p->exp_tail, e);
     return true;
 }
 
@@ -419,9 +427,7 @@ static void on_reply(fr_relay *r, pair *p, const char *raw, size_t len)
     expect *e = NULL;
     if (p->exp != NULL && !p->exp->canned) {
         e = p->exp;
-        p->exp = e->next;
-        if (p->exp == NULL)
-            p->exp_tail = NULL;
+        FIFO_SHIFT(p->exp, p->exp_tail);
     }
     const rule *ru =
         match(r, e != NULL ? e->name : NULL,
@@ -610,9 +616,7 @@ static void pump_out(fr_relay *r, pair *p, int d, int64_t now)
         }
         if (c->off < c->len || c->filler > 0)
             continue;
-        p->q[d].head = c->next;
-        if (p->q[d].head == NULL)
-            p->q[d].tail = NULL;
+        FIFO_SHIFT(p->q[d].head, p->q[d].tail);
         bool close_now = c->close_after, rst = c->rst;
         free(c);
         if (close_now) {
