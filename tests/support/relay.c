@@ -520,6 +520,17 @@ static void ingest(fr_relay *r, pair *p, int side, const char *b, size_t n)
     }
 }
 
+/* After a recv or send on p failed: true when a signal interrupted it (try again);
+ * else false, with the pair closed unless the socket was only not ready. */
+static bool io_interrupted(fr_relay *r, pair *p)
+{
+    if (errno == EINTR)
+        return true;
+    if (errno != EAGAIN && errno != EWOULDBLOCK)
+        pair_close(r, p, false);
+    return false;
+}
+
 /* Read what side has. */
 static void pump_in(fr_relay *r, pair *p, int side)
 {
@@ -527,10 +538,8 @@ static void pump_in(fr_relay *r, pair *p, int side)
     for (int rounds = 0; rounds < 8 && !p->closing; rounds++) {
         ssize_t n = recv(p->fd[side], buf, sizeof buf, 0);
         if (n < 0) {
-            if (errno == EINTR)
+            if (io_interrupted(r, p))
                 continue;
-            if (errno != EAGAIN && errno != EWOULDBLOCK)
-                pair_close(r, p, false);
             return;
         }
         if (n == 0) {
@@ -592,10 +601,8 @@ static void pump_out(fr_relay *r, pair *p, int d, int64_t now)
         if (want > 0) {
             ssize_t n = send(fd, src, want, MSG_NOSIGNAL);
             if (n < 0) {
-                if (errno == EINTR)
+                if (io_interrupted(r, p))
                     continue;
-                if (errno != EAGAIN && errno != EWOULDBLOCK)
-                    pair_close(r, p, false);
                 return;
             }
             if (d == 0)
