@@ -373,6 +373,30 @@ long dt_info(redisContext *c, const char *field)
     return v;
 }
 
+size_t dt_fill_echoes(char *buf, size_t len)
+{
+    static const char echo[] = "*2\r\n$4\r\nECHO\r\n$32\r\n01234567890123456789012345678901\r\n";
+    size_t n = len / (sizeof echo - 1) * (sizeof echo - 1);
+    for (size_t i = 0; i < n; i += sizeof echo - 1)
+        memcpy(buf + i, echo, sizeof echo - 1);
+    return n;
+}
+
+void dt_expect_unread_bounded(const dt_daemon *d, const char *fig, size_t sent, long long rss0)
+{
+    long long rss1 = dt_rss_kib(d->pid);
+    print_message("FIG %s_unread_client_sent_kib %zu KiB\n", fig, sent / 1024);
+    print_message("FIG %s_unread_client_rss_growth_kib %lld KiB\n", fig, rss1 - rss0);
+    /* It stopped taking requests well before 200 MB ... */
+    assert_true(sent < (size_t)100 << 20);
+    /* ... and holds a few MB for it at most (query buffer, replies, read chunk); not
+     * asserted when dlockd is built with a sanitizer, whose shadow memory and
+     * quarantine make RSS meaningless. */
+#if !defined(__SANITIZE_ADDRESS__) && !defined(__SANITIZE_THREAD__)
+    assert_true(rss1 - rss0 < 32 * 1024);
+#endif
+}
+
 /* A "Field: value" line of /proc/PID/status. */
 static long long proc_status(pid_t pid, const char *field)
 {

@@ -119,6 +119,14 @@ void dt_raw_write(int fd, const void *p, size_t n);
  * (NUL-terminated, truncated to len - 1) and sets *closed when the peer closed. */
 size_t dt_raw_read_all(int fd, char *buf, size_t len, int64_t timeout_ms, bool *closed);
 
+/* A client that sends without ever reading: fill buf with whole ECHO commands; the
+ * length they take (len rounded down to a command). */
+size_t dt_fill_echoes(char *buf, size_t len);
+/* What dlockd must do with such a client, which wrote sent bytes while d's RSS was
+ * rss0 KiB before: stop taking them well before 200 MB, and grow by a few MB at most.
+ * FIG lines "FIG <fig>_unread_client_...". */
+void dt_expect_unread_bounded(const dt_daemon *d, const char *fig, size_t sent, long long rss0);
+
 /* A field of the daemon's INFO ("connected_clients"), or -1. */
 long dt_info(redisContext *c, const char *field);
 
