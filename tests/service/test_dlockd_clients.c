@@ -106,25 +106,11 @@ typedef struct script_client {
     const char *script;
 } script_client;
 
-static script_client redis_py = {
-    .library = "redis-py",
-    .library_package = "python3-redis",
-    .exe = "/usr/bin/python3",
-    .exe_package = "python3",
-    .check_flag = "-c",
-    .check_code = "import redis",
-    .script = "redis_py.py",
-};
-
-static script_client phpredis = {
-    .library = "phpredis",
-    .library_package = "php-redis",
-    .exe = "/usr/bin/php",
-    .exe_package = "php-cli",
-    .check_flag = "-r",
-    .check_code = "exit(class_exists('Redis') ? 0 : 1);",
-    .script = "phpredis.php",
-};
+static script_client redis_py = {"redis-py", "python3-redis", "/usr/bin/python3", "python3",
+                                 "-c",       "import redis",  "redis_py.py"};
+static script_client phpredis = {"phpredis",    "php-redis", "/usr/bin/php",
+                                 "php-cli",     "-r",        "exit(class_exists('Redis') ? 0 : 1);",
+                                 "phpredis.php"};
 
 static void test_script_client(void **state)
 {
