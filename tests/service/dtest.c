@@ -373,6 +373,21 @@ long dt_info(redisContext *c, const char *field)
     return v;
 }
 
+char *dt_numbered_pipeline(const char *cmd, int n, size_t *len)
+{
+    size_t cap = (size_t)n * (32 + strlen(cmd)), at = 0;
+    char *req = malloc(cap);
+    assert_non_null(req);
+    for (int i = 0; i < n; i++) {
+        char num[16];
+        int k = snprintf(num, sizeof num, "%d", i);
+        at += (size_t)snprintf(req + at, cap - at, "*2\r\n$%zu\r\n%s\r\n$%d\r\n%s\r\n", strlen(cmd),
+                               cmd, k, num);
+    }
+    *len = at;
+    return req;
+}
+
 size_t dt_fill_echoes(char *buf, size_t len)
 {
     static const char echo[] = "*2\r\n$4\r\nECHO\r\n$32\r\n01234567890123456789012345678901\r\n";

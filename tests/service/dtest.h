@@ -119,6 +119,10 @@ void dt_raw_write(int fd, const void *p, size_t n);
  * (NUL-terminated, truncated to len - 1) and sets *closed when the peer closed. */
 size_t dt_raw_read_all(int fd, char *buf, size_t len, int64_t timeout_ms, bool *closed);
 
+/* A pipeline of n commands "CMD i" for i = 0 .. n-1 (ECHO and PING answer i back), in
+ * one malloc'd buffer (free it); its length in *len. Asserts. */
+char *dt_numbered_pipeline(const char *cmd, int n, size_t *len);
+
 /* A client that sends without ever reading: fill buf with whole ECHO commands; the
  * length they take (len rounded down to a command). */
 size_t dt_fill_echoes(char *buf, size_t len);

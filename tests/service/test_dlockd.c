@@ -201,14 +201,8 @@ static void test_pipeline(void **state)
 {
     (void)state;
     enum { N = 100000 };
-    size_t cap = (size_t)N * 32, len = 0;
-    char *req = malloc(cap);
-    assert_non_null(req);
-    for (int i = 0; i < N; i++) {
-        char num[16];
-        int k = snprintf(num, sizeof num, "%d", i);
-        len += (size_t)snprintf(req + len, cap - len, "*2\r\n$4\r\nECHO\r\n$%d\r\n%s\r\n", k, num);
-    }
+    size_t len;
+    char *req = dt_numbered_pipeline("ECHO", N, &len);
     int fd = dt_raw(&dt_one);
     fcntl(fd, F_SETFL, O_NONBLOCK);
     redisReader *rd = redisReaderCreate();

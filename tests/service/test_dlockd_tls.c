@@ -240,14 +240,8 @@ static void test_pipeline(void **state)
     enum { N = 10000 };
     dt_tls t;
     assert_true(dt_tls_open(&t, d.tls_port, certs, NULL));
-    size_t cap = (size_t)N * 32, len = 0;
-    char *all = malloc(cap);
-    assert_non_null(all);
-    for (int i = 0; i < N; i++) {
-        char num[16];
-        int k = snprintf(num, sizeof num, "%d", i);
-        len += (size_t)snprintf(all + len, cap - len, "*2\r\n$4\r\nPING\r\n$%d\r\n%s\r\n", k, num);
-    }
+    size_t len;
+    char *all = dt_numbered_pipeline("PING", N, &len);
     assert_true(dt_tls_write(&t, all, len));
     free(all);
     for (int i = 0; i < N; i++) {
