@@ -364,6 +364,17 @@ size_t dt_raw_read_all(int fd, char *buf, size_t len, int64_t timeout_ms, bool *
     return got;
 }
 
+bool dt_raw_exchange(const dt_daemon *d, const void *req, size_t n, char *buf, size_t len,
+                     int64_t timeout_ms)
+{
+    int fd = dt_raw(d);
+    dt_raw_write(fd, req, n);
+    bool closed;
+    dt_raw_read_all(fd, buf, len, timeout_ms, &closed);
+    close(fd);
+    return closed;
+}
+
 long dt_info(redisContext *c, const char *field)
 {
     redisReply *r = dt_cmd(c, "INFO");

@@ -131,6 +131,12 @@ size_t dt_fill_echoes(char *buf, size_t len);
  * FIG lines "FIG <fig>_unread_client_...". */
 void dt_expect_unread_bounded(const dt_daemon *d, const char *fig, size_t sent, long long rss0);
 
+/* Write req (n bytes) on a new raw connection to d, read the answer into buf (as
+ * dt_raw_read_all does) until d closes it or timeout_ms pass, and close it; true when d
+ * closed it. */
+bool dt_raw_exchange(const dt_daemon *d, const void *req, size_t n, char *buf, size_t len,
+                     int64_t timeout_ms);
+
 /* A field of the daemon's INFO ("connected_clients"), or -1. */
 long dt_info(redisContext *c, const char *field);
 

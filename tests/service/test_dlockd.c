@@ -111,33 +111,25 @@ static void test_compat(void **state)
     redisFree(c);
 
     /* Inline commands, as from telnet. */
-    int fd = dt_raw(&dt_one);
     const char inl[] = "PING\r\n  ECHO   two\nQUIT\r\n";
-    dt_raw_write(fd, inl, sizeof inl - 1);
     char buf[256];
-    bool closed;
-    dt_raw_read_all(fd, buf, sizeof buf, 2000 * dh_slack(), &closed);
+    bool closed = dt_raw_exchange(&dt_one, inl, sizeof inl - 1, buf, sizeof buf, 2000 * dh_slack());
     assert_string_equal(buf, "+PONG\r\n$3\r\ntwo\r\n+OK\r\n");
     assert_true(closed);
-    close(fd);
 }
 
 /* A bad request gets "-ERR Protocol error: ..." and the connection is closed; the
  * daemon serves the others as before. */
 static void expect_protocol_error(const void *req, size_t n, const char *what)
 {
-    int fd = dt_raw(&dt_one);
-    dt_raw_write(fd, req, n);
     char buf[512];
-    bool closed;
     int64_t t0 = dh_now_ms();
-    dt_raw_read_all(fd, buf, sizeof buf, 5000 * dh_slack(), &closed);
+    bool closed = dt_raw_exchange(&dt_one, req, n, buf, sizeof buf, 5000 * dh_slack());
     if (strncmp(buf, "-ERR Protocol error: ", 21) != 0 || !closed)
         fail_msg("%s: got '%s' (closed %d)", what, buf, closed);
     buf[strcspn(buf, "\r\n")] = '\0';
     print_message("FIG dlockd_protocol_error_close_ms %lld ms (%s: %s)\n",
                   (long long)(dh_now_ms() - t0), what, buf);
-    close(fd);
     expect_serving();
 }
 

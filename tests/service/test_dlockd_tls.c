@@ -177,15 +177,10 @@ static void test_plaintext_on_tls_port(void **state)
 {
     (void)state;
     dt_daemon p = {.port = d.tls_port};
-    int fd = dt_raw(&p);
     const char ping[] = "*1\r\n$4\r\nPING\r\n";
-    dt_raw_write(fd, ping, sizeof ping - 1);
     char buf[512];
-    bool closed;
-    dt_raw_read_all(fd, buf, sizeof buf, 5000 * dh_slack(), &closed);
-    assert_true(closed);
+    assert_true(dt_raw_exchange(&p, ping, sizeof ping - 1, buf, sizeof buf, 5000 * dh_slack()));
     assert_null(strstr(buf, "PONG"));
-    close(fd);
     assert_true(dt_tls_serves(d.tls_port, certs, NULL));
     redisContext *c = dt_connect(&d);
     dt_expect_status(dt_cmd(c, "PING"), "PONG");
