@@ -77,13 +77,7 @@ static bool pump(fwd *f, int from, int to, bool droppable)
         atomic_fetch_add(&f->dropped, n);
         return true;
     }
-    for (ssize_t off = 0; off < n;) {
-        ssize_t w = send(to, buf + off, (size_t)(n - off), MSG_NOSIGNAL);
-        if (w <= 0)
-            return false;
-        off += w;
-    }
-    return true;
+    return dh_send_all(to, buf, (size_t)n) == 0;
 }
 
 static void *fwd_main(void *arg)

@@ -319,16 +319,8 @@ int dt_raw(const dt_daemon *d)
 
 void dt_raw_write(int fd, const void *p, size_t n)
 {
-    const char *q = p;
-    while (n > 0) {
-        ssize_t w = send(fd, q, n, MSG_NOSIGNAL);
-        if (w < 0 && errno == EINTR)
-            continue;
-        if (w < 0)
-            fail_msg("write to dlockd: %s", strerror(errno));
-        q += w;
-        n -= (size_t)w;
-    }
+    if (dh_send_all(fd, p, n) < 0)
+        fail_msg("write to dlockd: %s", strerror(errno));
 }
 
 size_t dt_raw_read_all(int fd, char *buf, size_t len, int64_t timeout_ms, bool *closed)

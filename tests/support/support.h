@@ -11,7 +11,8 @@
  *   procfs.c   what /proc says about this process: descriptors, threads, memory;
  *   env.c      the test's environment: clocks, the slack factor, the CLI's path;
  *   tls.c      certificates for TLS tests: a CA of the test's own and what it signs;
- *   relay.c    the delaying and fault-injecting TCP relay (relay.h).
+ *   relay.c    the delaying and fault-injecting TCP relay (relay.h);
+ *   net.c      sockets: sending a whole buffer.
  *
  * Every server gets its own temporary directory under $DLOCK_TEST_TMP (or /tmp, or
  * the caller's parent directory) and no persistence unless its arguments ask for it.
@@ -223,6 +224,13 @@ int dh_fd_count(void);
 int dh_thread_count(void);
 /* A size field of /proc/self/status in KiB ("VmRSS", "VmSize", "VmPeak"), or -1. */
 long long dh_status_kib(const char *field);
+
+/* ---- sockets (net.c) ------------------------------------------------------------ */
+
+/* Send all of buf on the socket fd, retrying after signals, MSG_NOSIGNAL (a peer that
+ * closed is EPIPE, not SIGPIPE). 0, or -1 with errno from send(2): on a non-blocking
+ * socket, EAGAIN when its buffer is full. */
+int dh_send_all(int fd, const void *buf, size_t len);
 
 /* ---- the environment (env.c) ---------------------------------------------------- */
 
