@@ -205,8 +205,11 @@ static void promote_replica(void)
     freeReplyObject(r);
 }
 
-static void failover(bool missed)
+/* The case's state (a bool): whether the replica missed the lock's write, or acknowledged
+ * it, before the failover. */
+static void failover(void **state)
 {
+    bool missed = *(const bool *)*state;
     const char *label = missed ? "failover_missed_write" : "failover_replicated";
     char hist[600];
     snprintf(hist, sizeof hist, "%s/%s.hist", g_res.dir, label);
@@ -285,23 +288,12 @@ static void failover(bool missed)
     dlock_client_free(res);
 }
 
-static void test_failover_missed_write(void **state)
-{
-    (void)state;
-    failover(true);
-}
-
-static void test_failover_replicated_write(void **state)
-{
-    (void)state;
-    failover(false);
-}
-
 int main(void)
 {
+    static bool missed = true, replicated = false;
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test_setup_teardown(test_failover_missed_write, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_failover_replicated_write, setup, teardown),
+        IT_CASE_WITH("test_failover_missed_write", failover, setup, teardown, &missed),
+        IT_CASE_WITH("test_failover_replicated_write", failover, setup, teardown, &replicated),
     };
     return cmocka_run_group_tests_name("fault_failover", tests, NULL, NULL);
 }
