@@ -199,10 +199,7 @@ static void wait_replicated(void)
 
 static void promote_replica(void)
 {
-    redisReply *r = dh_cmd(&g_replica, "REPLICAOF NO ONE");
-    assert_non_null(r);
-    assert_int_equal(r->type, REDIS_REPLY_STATUS);
-    freeReplyObject(r);
+    assert_int_equal(dh_reply_status(dh_cmd(&g_replica, "REPLICAOF NO ONE"), "REPLICAOF"), 0);
 }
 
 /* The case's state (a bool): whether the replica missed the lock's write, or acknowledged

@@ -590,13 +590,8 @@ int wk_wait_in_section(wk_shared *sh, const pid_t *pids, int n, int64_t within_m
 
 int wk_refuse_writes(dh_server *s, bool on)
 {
-    redisReply *r = dh_cmd(s, "CONFIG SET min-replicas-to-write %s", on ? "1" : "0");
-    bool ok = r != NULL && r->type == REDIS_REPLY_STATUS;
-    if (r != NULL && !ok)
-        fprintf(stderr, "CONFIG SET min-replicas-to-write: %s\n",
-                r->type == REDIS_REPLY_ERROR ? r->str : "unexpected reply");
-    freeReplyObject(r);
-    return ok ? 0 : -1;
+    return dh_reply_status(dh_cmd(s, "CONFIG SET min-replicas-to-write %s", on ? "1" : "0"),
+                           "CONFIG SET min-replicas-to-write");
 }
 
 pid_t wk_holder_pid(const char *d)

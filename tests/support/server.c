@@ -854,3 +854,13 @@ redisReply *dh_cmd(dh_server *s, const char *fmt, ...)
     redisFree(c);
     return r;
 }
+
+int dh_reply_status(redisReply *r, const char *what)
+{
+    bool ok = r != NULL && r->type == REDIS_REPLY_STATUS;
+    if (r != NULL && !ok)
+        fprintf(stderr, "dh: %s: %s\n", what,
+                r->type == REDIS_REPLY_ERROR ? r->str : "not a status reply");
+    freeReplyObject(r);
+    return ok ? 0 : -1;
+}

@@ -166,6 +166,11 @@ void dh_servers_die_with_signals(const char *extra_dir);
  * Thread-safety: any thread (each call has its own connection). */
 redisReply *dh_cmd(dh_server *s, const char *fmt, ...);
 
+/* For the reply of a dh_cmd that must answer a status (+OK): 0, or -1 after printing
+ * what came instead after what (the command); NULL (dh_cmd printed why) is -1 too.
+ * Frees r. */
+int dh_reply_status(redisReply *r, const char *what);
+
 /* Connect to the server as dh_cmd does (authenticated), for tests that issue many
  * commands. NULL after printing why. Free with redisFree. */
 redisContext *dh_connect(dh_server *s);
