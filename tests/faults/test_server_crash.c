@@ -53,8 +53,11 @@ static int teardown(void **state)
     return 0;
 }
 
-static void crash_loop(const char *mode)
+/* The case's state: the server's persistence, "always" or "everysec" (AOF with that
+ * fsync policy) or "none". */
+static void crash_loop(void **state)
 {
+    const char *mode = *state;
     const char *always[] = {"--appendonly", "yes", "--appendfsync", "always", NULL};
     const char *everysec[] = {"--appendonly", "yes", "--appendfsync", "everysec", NULL};
     const char *const *args = strcmp(mode, "always") == 0     ? always
@@ -124,31 +127,14 @@ static void crash_loop(const char *mode)
     dh_server_stop(&g_srv);
 }
 
-static void test_crashes_aof_always(void **state)
-{
-    (void)state;
-    crash_loop("always");
-}
-
-static void test_crashes_aof_everysec(void **state)
-{
-    (void)state;
-    crash_loop("everysec");
-}
-
-static void test_crashes_no_persistence(void **state)
-{
-    (void)state;
-    crash_loop("none");
-}
-
 int main(void)
 {
     wk_seed("fault_server_crash");
+    static char always[] = "always", everysec[] = "everysec", none[] = "none";
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_crashes_aof_always),
-        cmocka_unit_test(test_crashes_aof_everysec),
-        cmocka_unit_test(test_crashes_no_persistence),
+        IT_CASE("test_crashes_aof_always", crash_loop, always),
+        IT_CASE("test_crashes_aof_everysec", crash_loop, everysec),
+        IT_CASE("test_crashes_no_persistence", crash_loop, none),
     };
     return cmocka_run_group_tests_name("fault_server_crash", tests, setup, teardown);
 }
