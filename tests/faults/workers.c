@@ -470,20 +470,30 @@ int wk_register_read(dh_server *res, const char *key, uint64_t *value, uint64_t 
 
 dh_server wk_srv[WK_NODES], wk_res;
 
-int wk_servers_setup(void **state)
+int wk_res_setup(void **state)
 {
     (void)state;
+    return dh_server_start(&wk_res, NULL);
+}
+
+int wk_res_teardown(void **state)
+{
+    (void)state;
+    dh_server_stop(&wk_res);
+    return 0;
+}
+
+int wk_servers_setup(void **state)
+{
     if (dh_servers_start(wk_srv, WK_NODES, NULL) < 0)
         return -1;
-    return dh_server_start(&wk_res, NULL);
+    return wk_res_setup(state);
 }
 
 int wk_servers_teardown(void **state)
 {
-    (void)state;
     dh_servers_stop(wk_srv, WK_NODES);
-    dh_server_stop(&wk_res);
-    return 0;
+    return wk_res_teardown(state);
 }
 
 int wk_scenario_open(wk_scenario *sc, int n, const char *name, const char *fig)

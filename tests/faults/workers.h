@@ -138,6 +138,10 @@ long wk_rss_bound_kb(void);
 extern dh_server wk_srv[WK_NODES], wk_res;
 int wk_servers_setup(void **state);
 int wk_servers_teardown(void **state);
+/* The same for the resource server alone, in a file whose tests start their own lock
+ * servers. */
+int wk_res_setup(void **state);
+int wk_res_teardown(void **state);
 
 /* What every run of a scenario with workers needs: a fresh history in the resource
  * server's directory, a writer for the test's own records (faults), the page the
