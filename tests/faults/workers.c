@@ -525,6 +525,14 @@ int wk_scenario_open(wk_scenario *sc, int n, const char *name, const char *fig)
     return 0;
 }
 
+int wk_scenario_open_n(wk_scenario *sc, int n, const char *name, const char *fig)
+{
+    char nm[sizeof sc->name], fg[sizeof sc->fig];
+    snprintf(nm, sizeof nm, "%s-n%d", name, n);
+    snprintf(fg, sizeof fg, "%s_n%d", fig, n);
+    return wk_scenario_open(sc, n, nm, fg);
+}
+
 void wk_scenario_close(wk_scenario *sc)
 {
     hist_close(&sc->hw);

@@ -161,6 +161,9 @@ typedef struct wk_scenario {
 /* Create the history and the rest for a run on the first n lock servers. 0, or -1
  * after printing why (what was opened is closed). */
 int wk_scenario_open(wk_scenario *sc, int n, const char *name, const char *fig);
+/* The same for a scenario run on 1 or 3 servers alike: the lock "<name>-n<n>", the FIG
+ * prefix "<fig>_n<n>". */
+int wk_scenario_open_n(wk_scenario *sc, int n, const char *name, const char *fig);
 /* Close and free what wk_scenario_open made (the history file stays, for a
  * post-mortem with DLOCK_TEST_KEEP). */
 void wk_scenario_close(wk_scenario *sc);
