@@ -469,6 +469,7 @@ int wk_register_read(dh_server *res, const char *key, uint64_t *value, uint64_t 
 /* ---- a scenario's scaffolding ------------------------------------------------------ */
 
 dh_server wk_srv[WK_NODES], wk_res;
+char wk_urls[512];
 
 int wk_res_setup(void **state)
 {
@@ -483,16 +484,32 @@ int wk_res_teardown(void **state)
     return 0;
 }
 
+int wk_nodes_setup(void **state)
+{
+    (void)state;
+    if (dh_servers_start(wk_srv, WK_NODES, NULL) < 0)
+        return -1;
+    dh_server_urls(wk_srv, WK_NODES, wk_urls, sizeof wk_urls);
+    return 0;
+}
+
+int wk_nodes_teardown(void **state)
+{
+    (void)state;
+    dh_servers_stop(wk_srv, WK_NODES);
+    return 0;
+}
+
 int wk_servers_setup(void **state)
 {
-    if (dh_servers_start(wk_srv, WK_NODES, NULL) < 0)
+    if (wk_nodes_setup(state) < 0)
         return -1;
     return wk_res_setup(state);
 }
 
 int wk_servers_teardown(void **state)
 {
-    dh_servers_stop(wk_srv, WK_NODES);
+    wk_nodes_teardown(state);
     return wk_res_teardown(state);
 }
 

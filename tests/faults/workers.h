@@ -136,8 +136,12 @@ long wk_rss_bound_kb(void);
  * shared by its tests: wk_servers_setup and wk_servers_teardown are its cmocka group
  * setup and teardown (the state is unused; -1 when a server did not start). */
 extern dh_server wk_srv[WK_NODES], wk_res;
+extern char wk_urls[512]; /* the URLs of all of wk_srv */
 int wk_servers_setup(void **state);
 int wk_servers_teardown(void **state);
+/* The same for the lock servers alone, in a file whose tests need no register. */
+int wk_nodes_setup(void **state);
+int wk_nodes_teardown(void **state);
 /* The same for the resource server alone, in a file whose tests start their own lock
  * servers. */
 int wk_res_setup(void **state);
