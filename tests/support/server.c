@@ -855,6 +855,18 @@ redisReply *dh_cmd(dh_server *s, const char *fmt, ...)
     return r;
 }
 
+int dh_reply_integer(redisReply *r, const char *what, long long *out)
+{
+    bool ok = r != NULL && r->type == REDIS_REPLY_INTEGER;
+    if (ok)
+        *out = r->integer;
+    else if (r != NULL)
+        fprintf(stderr, "dh: %s: %s\n", what,
+                r->type == REDIS_REPLY_ERROR ? r->str : "not an integer reply");
+    freeReplyObject(r);
+    return ok ? 0 : -1;
+}
+
 int dh_reply_status(redisReply *r, const char *what)
 {
     bool ok = r != NULL && r->type == REDIS_REPLY_STATUS;

@@ -170,6 +170,8 @@ redisReply *dh_cmd(dh_server *s, const char *fmt, ...);
  * what came instead after what (the command); NULL (dh_cmd printed why) is -1 too.
  * Frees r. */
 int dh_reply_status(redisReply *r, const char *what);
+/* The same for one that must answer an integer: 0 with the integer in *out, or -1. */
+int dh_reply_integer(redisReply *r, const char *what, long long *out);
 
 /* Connect to the server as dh_cmd does (authenticated), for tests that issue many
  * commands. NULL after printing why. Free with redisFree. */
