@@ -310,6 +310,17 @@ void dt_expect_lock(redisReply *r, dt_lock *out)
     freeReplyObject(r);
 }
 
+void dt_expect_close_serves(redisContext *holder, redisContext *waiter, dt_lock *got,
+                            const char *fig, int64_t bound_ms)
+{
+    int64_t t0 = dh_now_ms();
+    redisFree(holder);
+    dt_expect_lock(dt_reply(waiter), got);
+    int64_t took = dh_now_ms() - t0;
+    print_message("FIG %s %lld ms\n", fig, (long long)took);
+    assert_true(took < bound_ms);
+}
+
 int dt_raw(const dt_daemon *d)
 {
     int fd = connect_port(d->port);

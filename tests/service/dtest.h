@@ -111,6 +111,11 @@ typedef struct dt_lock {
 } dt_lock;
 void dt_expect_lock(redisReply *r, dt_lock *out);
 
+/* Close holder, whose going must serve waiter's pending LOCK or SEM ACQUIRE within
+ * bound_ms: the grant into *got, the time it took as "FIG <fig> N ms". */
+void dt_expect_close_serves(redisContext *holder, redisContext *waiter, dt_lock *got,
+                            const char *fig, int64_t bound_ms);
+
 /* A raw TCP socket to d (blocking, CLOEXEC). Asserts. */
 int dt_raw(const dt_daemon *d);
 /* Write all of p. Asserts. */
