@@ -9,7 +9,8 @@
  *              reaping with a grace period, and running a command to completion with
  *              its output captured (dh_run);
  *   procfs.c   what /proc says about this process: descriptors, threads, memory;
- *   env.c      the test's environment: clocks, the slack factor, the CLI's path;
+ *   env.c      the test's environment: clocks, the slack factor, the CLI's path,
+ *              removing the directories tests make;
  *   tls.c      certificates for TLS tests: a CA of the test's own and what it signs;
  *   relay.c    the delaying and fault-injecting TCP relay (relay.h);
  *   net.c      sockets: sending a whole buffer.
