@@ -2,6 +2,7 @@
  * fuzz_server.c: the listening unix socket the connection fuzzers serve from.
  */
 #include "fuzz_server.h"
+#include "support.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -24,7 +25,7 @@ static void cleanup(void)
         rmdir(g_dir);
 }
 
-static void die(const char *what)
+_Noreturn static void die(const char *what)
 {
     fprintf(stderr, "fuzz_server: %s: %s\n", what, strerror(errno));
     exit(2);
@@ -68,19 +69,11 @@ int fs_accept(void)
 
 bool fs_write(int fd, const void *buf, size_t len)
 {
-    const char *p = buf;
-    while (len > 0) {
-        ssize_t w = send(fd, p, len, MSG_NOSIGNAL);
-        if (w < 0 && errno == EINTR)
-            continue;
-        if (w < 0 && (errno == EPIPE || errno == ECONNRESET))
-            return false; /* the library closed this connection already */
-        if (w < 0)
-            die("send to the client (more than its socket buffer?)");
-        p += w;
-        len -= (size_t)w;
-    }
-    return true;
+    if (dh_send_all(fd, buf, len) == 0)
+        return true;
+    if (errno == EPIPE || errno == ECONNRESET)
+        return false; /* the library closed this connection already */
+    die("send to the client (more than its socket buffer?)");
 }
 
 void fs_drain(int fd)

@@ -77,11 +77,14 @@ src=open(os.path.join(here,'..','tests','support','relay.c')).read()
 table=src[src.index('canned_table[FR_CANNED_COUNT] = {'):]
 table=table[:table.index('};')]
 relay={}
-for m in re.finditer(r'\[FR_\w+\]\s*=\s*\{\s*"(\w+)",\s*((?:"(?:[^"\\]|\\.)*"\s*)+),\s*([^}]*)\}', table):
-    name=m.group(1).lower().replace('_','-')
-    parts=re.findall(r'"((?:[^"\\]|\\.)*)"', m.group(2))
-    data=''.join(ast.literal_eval('"'+x+'"') for x in parts).encode('latin-1')
-    if 'CAN_STREAM' in m.group(3): data += b'A'*200
+# CANNED(ID, "bytes", FLAGS), or ERROR_REPLY(ID, "message"): "-ID message\r\n".
+for m in re.finditer(r'\b(CANNED|ERROR_REPLY)\(\s*(\w+),\s*((?:"(?:[^"\\]|\\.)*"\s*)+)(?:,\s*([^)]*))?\)', table):
+    name=m.group(2).lower().replace('_','-')
+    parts=re.findall(r'"((?:[^"\\]|\\.)*)"', m.group(3))
+    text=''.join(ast.literal_eval('"'+x+'"') for x in parts)
+    if m.group(1) == 'ERROR_REPLY': text = '-'+m.group(2)+' '+text+'\r\n'
+    data=text.encode('latin-1')
+    if 'CAN_STREAM' in (m.group(4) or ''): data += b'A'*200
     relay[name]=data
 assert len(relay) >= 25, relay.keys()
 extra = {k:(v+'\r\n').encode() for k,v in errors.items() if k not in relay}

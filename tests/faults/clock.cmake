@@ -1,4 +1,4 @@
 # The lock servers' own clocks faulted (test_serverclock.c): redis-servers under
 # libfaketime, stepped, fast and skewed, within and beyond the assumptions.
-dlock_add_test(fault_serverclock SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_serverclock.c
-  ${PROJECT_SOURCE_DIR}/tests/integration/itest.c LABELS faults slow)
+# Its resource server is the scenario scaffolding's (workers.c).
+dlock_history_test(fault_serverclock test_serverclock.c faults slow)

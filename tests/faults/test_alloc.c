@@ -91,8 +91,10 @@ static int workflow(bool threads)
     return nomem;
 }
 
-static void every_allocation_can_fail(bool threads)
+/* The case's state: whether the workflow runs the wait and renewal threads (a bool). */
+static void every_allocation_can_fail(void **state)
 {
+    bool threads = *(const bool *)*state;
     long n;
     for (n = 1; n < 5000; n++) {
         inject(n, false);
@@ -114,23 +116,12 @@ static void every_allocation_can_fail(bool threads)
     inject(0, false);
 }
 
-static void plain_workflow(void **state)
-{
-    (void)state;
-    every_allocation_can_fail(false);
-}
-
-static void with_wait_and_renewal_threads(void **state)
-{
-    (void)state;
-    every_allocation_can_fail(true);
-}
-
 int main(void)
 {
+    static bool plain = false, threads = true;
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(plain_workflow),
-        cmocka_unit_test(with_wait_and_renewal_threads),
+        IT_CASE("plain_workflow", every_allocation_can_fail, &plain),
+        IT_CASE("with_wait_and_renewal_threads", every_allocation_can_fail, &threads),
     };
     return cmocka_run_group_tests_name("alloc", tests, it_srv_setup, it_srv_teardown);
 }

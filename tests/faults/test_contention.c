@@ -31,13 +31,12 @@
 #define WORKERS  4
 #define SECTIONS 100
 
-static void contention(int n)
+/* One function for every case; its state is the number of lock servers. */
+static void test_contention(void **state)
 {
-    char name[32], fig[32];
-    snprintf(name, sizeof name, "contended-n%d", n);
-    snprintf(fig, sizeof fig, "contention_n%d", n);
+    int n = *(int *)*state;
     wk_scenario sc;
-    assert_int_equal(wk_scenario_open(&sc, n, name, fig), 0);
+    assert_int_equal(wk_scenario_open_n(&sc, n, "contended", "contention"), 0);
     wk_config cfg = sc.cfg;
     cfg.sections = SECTIONS;
     cfg.ttl_ms = 2000;
@@ -48,7 +47,7 @@ static void contention(int n)
     assert_int_equal(wk_spawn_all(&cfg, WORKERS, pids), 0);
     assert_int_equal(wk_reap_all(pids, WORKERS, 120000 * dh_slack()), 0);
     int64_t took = dh_now_ms() - t0;
-    printf("FIG %s_sections_per_s %.0f sections/s\n", fig,
+    printf("FIG %s_sections_per_s %.0f sections/s\n", sc.fig,
            WORKERS * SECTIONS * 1000.0 / (double)(took > 0 ? took : 1));
 
     hist_report rep;
@@ -65,14 +64,8 @@ static void contention(int n)
     assert_int_equal(rep.duplicate_values, 0);
     assert_int_equal(rep.workers_ended, WORKERS);
     assert_true(rep.rss_growth_max_kb < wk_rss_bound_kb());
-    assert_int_equal(hist_keys_left(wk_srv, n, name, 100), 0);
+    assert_int_equal(hist_keys_left(wk_srv, n, sc.name, 100), 0);
     wk_scenario_close(&sc);
-}
-
-/* One function for every case; its state is the number of lock servers. */
-static void test_contention(void **state)
-{
-    contention(*(int *)*state);
 }
 
 int main(void)

@@ -71,8 +71,10 @@ static pid_t spawn_waiter(const char *name, int fair)
     return pid;
 }
 
-static void dead_waiter(int fair)
+/* One function for both cases; its state says whether the waiters queue fairly. */
+static void test_dead_waiter(void **state)
 {
+    int fair = *(int *)*state;
     const char *name = fair ? "dw-fair" : "dw-default";
     char queue[64];
     snprintf(queue, sizeof queue, "dlock:{%s}:queue", name);
@@ -117,12 +119,6 @@ static void dead_waiter(int fair)
     assert_int_equal(rc, DLOCK_OK);
     assert_int_equal(dlock_release(l), DLOCK_OK);
     dlock_client_free(c);
-}
-
-/* One function for both cases; its state says whether the waiters queue fairly. */
-static void test_dead_waiter(void **state)
-{
-    dead_waiter(*(int *)*state);
 }
 
 int main(void)

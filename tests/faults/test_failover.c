@@ -77,13 +77,7 @@ static bool pump(fwd *f, int from, int to, bool droppable)
         atomic_fetch_add(&f->dropped, n);
         return true;
     }
-    for (ssize_t off = 0; off < n;) {
-        ssize_t w = send(to, buf + off, (size_t)(n - off), MSG_NOSIGNAL);
-        if (w <= 0)
-            return false;
-        off += w;
-    }
-    return true;
+    return dh_send_all(to, buf, (size_t)n) == 0;
 }
 
 static void *fwd_main(void *arg)
@@ -205,14 +199,14 @@ static void wait_replicated(void)
 
 static void promote_replica(void)
 {
-    redisReply *r = dh_cmd(&g_replica, "REPLICAOF NO ONE");
-    assert_non_null(r);
-    assert_int_equal(r->type, REDIS_REPLY_STATUS);
-    freeReplyObject(r);
+    assert_int_equal(dh_reply_status(dh_cmd(&g_replica, "REPLICAOF NO ONE"), "REPLICAOF"), 0);
 }
 
-static void failover(bool missed)
+/* The case's state (a bool): whether the replica missed the lock's write, or acknowledged
+ * it, before the failover. */
+static void failover(void **state)
 {
+    bool missed = *(const bool *)*state;
     const char *label = missed ? "failover_missed_write" : "failover_replicated";
     char hist[600];
     snprintf(hist, sizeof hist, "%s/%s.hist", g_res.dir, label);
@@ -291,23 +285,12 @@ static void failover(bool missed)
     dlock_client_free(res);
 }
 
-static void test_failover_missed_write(void **state)
-{
-    (void)state;
-    failover(true);
-}
-
-static void test_failover_replicated_write(void **state)
-{
-    (void)state;
-    failover(false);
-}
-
 int main(void)
 {
+    static bool missed = true, replicated = false;
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test_setup_teardown(test_failover_missed_write, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_failover_replicated_write, setup, teardown),
+        IT_CASE_WITH("test_failover_missed_write", failover, setup, teardown, &missed),
+        IT_CASE_WITH("test_failover_replicated_write", failover, setup, teardown, &replicated),
     };
     return cmocka_run_group_tests_name("fault_failover", tests, NULL, NULL);
 }

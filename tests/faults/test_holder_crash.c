@@ -78,13 +78,18 @@ static bool section_ended(const char *hist, uint64_t fence)
     return ended;
 }
 
-static void holder_crash(int n, int runs)
+/* A case: lock servers, and crashes to observe. */
+typedef struct crash_case {
+    int n, runs;
+} crash_case;
+
+static void test_holder_crash(void **state)
 {
-    char name[32], fig[32];
-    snprintf(name, sizeof name, "crash-n%d", n);
-    snprintf(fig, sizeof fig, "holder_crash_n%d", n);
+    const crash_case *c = *state;
+    int n = c->n, runs = c->runs;
     wk_scenario sc;
-    assert_int_equal(wk_scenario_open(&sc, n, name, fig), 0);
+    assert_int_equal(wk_scenario_open_n(&sc, n, "crash", "holder_crash"), 0);
+    const char *name = sc.name, *fig = sc.fig;
     const char *hist = sc.hist;
     wk_shared *sh = sc.sh;
     wk_config cfg = sc.cfg;
@@ -186,17 +191,6 @@ static void holder_crash(int n, int runs)
     /* The dead holders' keys expired with their leases; the others were released. */
     assert_int_equal(hist_keys_left(wk_srv, n, name, TTL_MS * dh_slack()), 0);
     wk_scenario_close(&sc);
-}
-
-/* A case: lock servers, and crashes to observe. */
-typedef struct crash_case {
-    int n, runs;
-} crash_case;
-
-static void test_holder_crash(void **state)
-{
-    const crash_case *c = *state;
-    holder_crash(c->n, c->runs);
 }
 
 int main(void)

@@ -44,13 +44,13 @@
 
 static int g_kills, g_overlaps;
 
-static void kill_points(int n)
+/* One function for both cases; its state is the number of lock servers. */
+static void kill_points(void **state)
 {
-    char name[32], fig[32];
-    snprintf(name, sizeof name, "killpoint-n%d", n);
-    snprintf(fig, sizeof fig, "killpoint_n%d", n);
+    int n = *(int *)*state;
     wk_scenario sc;
-    assert_int_equal(wk_scenario_open(&sc, n, name, fig), 0);
+    assert_int_equal(wk_scenario_open_n(&sc, n, "killpoint", "killpoint"), 0);
+    const char *name = sc.name, *fig = sc.fig;
     wk_config cfg = sc.cfg;
     cfg.ttl_ms = TTL_MS;
     cfg.work_ms = WORK_MS;
@@ -113,18 +113,6 @@ static void kill_points(int n)
     wk_scenario_close(&sc);
 }
 
-static void one_node(void **state)
-{
-    (void)state;
-    kill_points(1);
-}
-
-static void three_nodes(void **state)
-{
-    (void)state;
-    kill_points(3);
-}
-
 static int teardown(void **state)
 {
     printf("FIG killpoint_kills %d count\n", g_kills);
@@ -135,9 +123,10 @@ static int teardown(void **state)
 int main(void)
 {
     wk_seed("fault_killpoints");
+    static int n1 = 1, n3 = 3;
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(one_node),
-        cmocka_unit_test(three_nodes),
+        IT_CASE("one_node", kill_points, &n1),
+        IT_CASE("three_nodes", kill_points, &n3),
     };
     return cmocka_run_group_tests(tests, wk_servers_setup, teardown);
 }

@@ -45,30 +45,11 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-static dh_server g_srv[3];
-static char g_urls[512];
-
-static int setup(void **state)
-{
-    (void)state;
-    if (dh_servers_start(g_srv, 3, NULL) < 0)
-        return -1;
-    dh_server_urls(g_srv, 3, g_urls, sizeof g_urls);
-    return 0;
-}
-
-static int teardown(void **state)
-{
-    (void)state;
-    dh_servers_stop(g_srv, 3);
-    return 0;
-}
-
 static dlock_client *client(void)
 {
     dlock_config cfg;
     it_config_init(&cfg);
-    return it_client_cfg(g_urls, &cfg);
+    return it_client_cfg(wk_urls, &cfg);
 }
 
 /* Fork; the child runs fn and leaves with its result, at most limit_s seconds later
@@ -125,7 +106,7 @@ static int fd_limit_child(void *arg)
     dlock_opts wo = {0};
     wo.ttl_ms = 1000;
     wo.auto_renew = 1;
-    if (dlock_client_new(g_urls, &cfg, &warm) != DLOCK_OK ||
+    if (dlock_client_new(wk_urls, &cfg, &warm) != DLOCK_OK ||
         dlock_acquire(warm, "fdlimit-warmup", &wo, &wl) != DLOCK_OK)
         return 9;
     dlock_release(wl);
@@ -136,7 +117,7 @@ static int fd_limit_child(void *arg)
     dlock_lock *l[FD_CLIENTS] = {0};
     int ok = 0, failed = 0, emfile = 0;
     for (int i = 0; i < FD_CLIENTS; i++) {
-        if (dlock_client_new(g_urls, &cfg, &c[i]) != DLOCK_OK)
+        if (dlock_client_new(wk_urls, &cfg, &c[i]) != DLOCK_OK)
             return 11;
         char name[32];
         snprintf(name, sizeof name, "fdlimit-%d", i);
@@ -194,7 +175,7 @@ static int fd_limit_child(void *arg)
         return 17;
     /* With descriptors back, locking works again. */
     dlock_client *again = NULL;
-    if (dlock_client_new(g_urls, &cfg, &again) != DLOCK_OK)
+    if (dlock_client_new(wk_urls, &cfg, &again) != DLOCK_OK)
         return 18;
     dlock_lock *la = NULL;
     dlock_opts o = {0};
@@ -212,7 +193,7 @@ static void test_fd_limit_32(void **state)
     for (int i = 0; i < FD_CLIENTS; i++) {
         char name[32];
         snprintf(name, sizeof name, "fdlimit-%d", i);
-        assert_int_equal(hist_keys_left(g_srv, 3, name, 100), 0);
+        assert_int_equal(hist_keys_left(wk_srv, WK_NODES, name, 100), 0);
     }
 }
 
@@ -253,7 +234,7 @@ static int forked_child(void *arg)
     dlock_config cfg = {0};
     cfg.timeout_ms = it_timeout_ms();
     dlock_client *own = NULL;
-    if (dlock_client_new(g_urls, &cfg, &own) != DLOCK_OK)
+    if (dlock_client_new(wk_urls, &cfg, &own) != DLOCK_OK)
         return 20;
     bad += expect("own acquire", dlock_acquire(own, x->name, NULL, &other), DLOCK_ERR_BUSY);
     dlock_client_free(own);
@@ -281,10 +262,10 @@ static void fork_after_acquire(bool mutex_held, bool release_first)
     memcpy(token, dlock_token(l), sizeof token);
     /* Which servers hold the token before the child acts: exactly these must still
      * hold it after (the child must not take it off any of them). */
-    bool held_before[3];
+    bool held_before[WK_NODES];
     int copies = 0;
-    for (int i = 0; i < 3; i++) {
-        char *v = it_get(&g_srv[i], key);
+    for (int i = 0; i < WK_NODES; i++) {
+        char *v = it_get(&wk_srv[i], key);
         held_before[i] = v != NULL && memcmp(v, token, DLOCK_TOKEN_LEN) == 0;
         copies += held_before[i];
         free(v);
@@ -307,10 +288,10 @@ static void fork_after_acquire(bool mutex_held, bool release_first)
     /* The parent's lock: intact, renewed past its ttl, released normally. */
     dh_sleep_ms(2 * 600);
     assert_int_equal(dlock_check(l), DLOCK_OK);
-    for (int i = 0; i < 3; i++) {
+    for (int i = 0; i < WK_NODES; i++) {
         if (!held_before[i])
             continue;
-        char *v = it_get(&g_srv[i], key);
+        char *v = it_get(&wk_srv[i], key);
         if (v == NULL || memcmp(v, token, DLOCK_TOKEN_LEN) != 0)
             printf("INFO fork: server %d held the token before the fork, not after\n", i);
         assert_non_null(v);
@@ -318,7 +299,7 @@ static void fork_after_acquire(bool mutex_held, bool release_first)
         free(v);
     }
     assert_int_equal(dlock_release(l), DLOCK_OK);
-    assert_int_equal(hist_keys_left(g_srv, 3, name, 100), 0);
+    assert_int_equal(hist_keys_left(wk_srv, WK_NODES, name, 100), 0);
     dlock_client_free(c);
 }
 
@@ -432,7 +413,7 @@ static void renew_cycle(bool hooked)
     for (int i = 0; i < RENEW_LOCKS; i++) {
         char name[32];
         snprintf(name, sizeof name, "renewing-%d", i);
-        assert_int_equal(hist_keys_left(g_srv, 3, name, 0), 0);
+        assert_int_equal(hist_keys_left(wk_srv, WK_NODES, name, 0), 0);
     }
 }
 
@@ -464,5 +445,5 @@ int main(void)
         cmocka_unit_test(test_fork_with_client_mutex_held),
         cmocka_unit_test(test_fork_child_leaves_parent_sockets),
     };
-    return cmocka_run_group_tests_name("fault_lifecycle", tests, setup, teardown);
+    return cmocka_run_group_tests_name("fault_lifecycle", tests, wk_nodes_setup, wk_nodes_teardown);
 }

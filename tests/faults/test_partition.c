@@ -47,6 +47,7 @@
 #include <cmocka.h>
 
 #include "dlock.h"
+#include "integration/itest.h" /* IT_CASE_WITH */
 #include "netns.h"
 #include "support.h"
 
@@ -523,6 +524,23 @@ static int phases_of(enum phase_kind kind, int *out, int max)
     return n;
 }
 
+/* The one PH_FAULT phase of the current scenario (asserts there is one). */
+static int fault_phase(void)
+{
+    int p[4];
+    assert_int_equal(phases_of(PH_FAULT, p, 4), 1);
+    return p[0];
+}
+
+/* With a majority reachable in the fault phase: granted all along; its longest acquire
+ * as FIG netns_<fig>_longest_acquire_ms. */
+static void expect_granted(const report *r, const char *fig)
+{
+    int p = fault_phase();
+    assert_true(r->grants[p] > 0);
+    printf("FIG netns_%s_longest_acquire_ms %lld ms\n", fig, (long long)r->max_us[p] / 1000);
+}
+
 /* ---- scenarios -------------------------------------------------------------------------- */
 
 static void faults_one_node(void)
@@ -530,19 +548,6 @@ static void faults_one_node(void)
     dn_cut_node(&g_net, 2, DN_DROP);
     apply(PH_FAULT, "n3 dropped (blackhole)");
     hold(3000);
-}
-
-static void test_one_node_dropped(void **state)
-{
-    (void)state;
-    report r;
-    run_scenario("one_node_dropped", faults_one_node, &r);
-    /* A majority is there: the lock is granted all along. */
-    int p[4];
-    assert_int_equal(phases_of(PH_FAULT, p, 4), 1);
-    assert_true(r.grants[p[0]] > 0);
-    printf("FIG netns_one_node_dropped_longest_acquire_ms %lld ms\n",
-           (long long)r.max_us[p[0]] / 1000);
 }
 
 static void faults_split(void)
@@ -568,14 +573,6 @@ static void expect_no_quorum(const report *r, const char *scenario)
     }
 }
 
-static void test_majority_split(void **state)
-{
-    (void)state;
-    report r;
-    run_scenario("majority_split", faults_split, &r);
-    expect_no_quorum(&r, "majority_split");
-}
-
 static void faults_overlap(void)
 {
     dn_cut(&g_net, 2, 0, DN_DROP); /* A: n1, n2 */
@@ -584,20 +581,17 @@ static void faults_overlap(void)
     hold(3000);
 }
 
-static void test_overlapping_majorities(void **state)
+static void expect_overlap_safe(const report *r, const char *scenario)
 {
-    (void)state;
-    report r;
-    run_scenario("overlapping_majorities", faults_overlap, &r);
+    (void)scenario;
     /* Both sides have a majority, and could take turns through n2; but every attempt
      * that wins one node and loses the other keeps its grant until its round ends, and
      * a round that waits on a node still connecting lasts the connect timeout too: under
      * this much contention few attempts win. Shown, not asserted:
      * safety is what must hold here. */
-    int p[4];
-    assert_int_equal(phases_of(PH_FAULT, p, 4), 1);
-    printf("FIG netns_overlapping_majorities_grants_A %ld grants\n", r.grants_by_client[p[0]][0]);
-    printf("FIG netns_overlapping_majorities_grants_B %ld grants\n", r.grants_by_client[p[0]][1]);
+    int p = fault_phase();
+    printf("FIG netns_overlapping_majorities_grants_A %ld grants\n", r->grants_by_client[p][0]);
+    printf("FIG netns_overlapping_majorities_grants_B %ld grants\n", r->grants_by_client[p][1]);
 }
 
 static void faults_resets(void)
@@ -610,17 +604,12 @@ static void faults_resets(void)
     hold(1500);
 }
 
-static void test_tcp_resets(void **state)
+static void expect_granted_then_no_quorum(const report *r, const char *scenario)
 {
-    (void)state;
-    report r;
-    run_scenario("tcp_resets", faults_resets, &r);
-    int p[4];
-    assert_int_equal(phases_of(PH_FAULT, p, 4), 1);
-    assert_true(r.grants[p[0]] > 0);
-    printf("FIG netns_tcp_resets_one_node_longest_acquire_ms %lld ms\n",
-           (long long)r.max_us[p[0]] / 1000);
-    expect_no_quorum(&r, "tcp_resets");
+    char fig[64];
+    snprintf(fig, sizeof fig, "%s_one_node", scenario);
+    expect_granted(r, fig);
+    expect_no_quorum(r, scenario);
 }
 
 /* Every 500 ms a different fault, or none. */
@@ -656,25 +645,46 @@ static void faults_flapping(void)
     }
 }
 
-static void test_flapping(void **state)
+static void expect_flapping(const report *r, const char *scenario)
 {
-    (void)state;
-    report r;
-    run_scenario("flapping", faults_flapping, &r);
+    (void)scenario;
     /* Short phases: too short to assert availability in each, but not too short for a
      * grant, nor to hold the split's NOQUORUM. */
     int p[MAX_PHASES];
     int n = phases_of(PH_NOQUORUM, p, MAX_PHASES);
     for (int k = 0; k < n; k++) {
-        assert_int_equal(r.grants[p[k]], 0);
-        assert_int_equal(r.noquorum[p[k]], r.calls[p[k]]);
+        assert_int_equal(r->grants[p[k]], 0);
+        assert_int_equal(r->noquorum[p[k]], r->calls[p[k]]);
     }
     long granted = 0;
     n = phases_of(PH_FAULT, p, MAX_PHASES);
     for (int k = 0; k < n; k++)
-        granted += r.grants[p[k]];
+        granted += r->grants[p[k]];
     assert_true(granted > 0);
 }
+
+/* A scenario with workers: its name (that of its FIG lines), its faults, and what must
+ * hold after them besides the checks of every scenario, given its report and name. */
+typedef struct scenario {
+    const char *name;
+    schedule_fn faults;
+    void (*expect)(const report *r, const char *name);
+} scenario;
+
+static void test_scenario(void **state)
+{
+    const scenario *s = *state;
+    report r;
+    run_scenario(s->name, s->faults, &r);
+    s->expect(&r, s->name);
+}
+
+/* With one node dropped a majority is there: the lock is granted all along. */
+static scenario one_node = {"one_node_dropped", faults_one_node, expect_granted};
+static scenario split = {"majority_split", faults_split, expect_no_quorum};
+static scenario overlap = {"overlapping_majorities", faults_overlap, expect_overlap_safe};
+static scenario resets = {"tcp_resets", faults_resets, expect_granted_then_no_quorum};
+static scenario flapping = {"flapping", faults_flapping, expect_flapping};
 
 /*
  * Commands left in flight by a connection the client gave up on. A blackhole holds the
@@ -815,11 +825,11 @@ static int scenario_setup(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test_setup(test_one_node_dropped, scenario_setup),
-        cmocka_unit_test_setup(test_majority_split, scenario_setup),
-        cmocka_unit_test_setup(test_overlapping_majorities, scenario_setup),
-        cmocka_unit_test_setup(test_tcp_resets, scenario_setup),
-        cmocka_unit_test_setup(test_flapping, scenario_setup),
+        IT_CASE_WITH("test_one_node_dropped", test_scenario, scenario_setup, NULL, &one_node),
+        IT_CASE_WITH("test_majority_split", test_scenario, scenario_setup, NULL, &split),
+        IT_CASE_WITH("test_overlapping_majorities", test_scenario, scenario_setup, NULL, &overlap),
+        IT_CASE_WITH("test_tcp_resets", test_scenario, scenario_setup, NULL, &resets),
+        IT_CASE_WITH("test_flapping", test_scenario, scenario_setup, NULL, &flapping),
         cmocka_unit_test_setup(test_no_ghost_grant_after_heal, scenario_setup),
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);

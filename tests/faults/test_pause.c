@@ -42,8 +42,15 @@
 #define WORK_MS 30
 #define PAUSES  4
 
-static void holder_pause(int n, int renew)
+/* A case: lock servers, and whether the workers renew their leases. */
+typedef struct pause_case {
+    int n, renew;
+} pause_case;
+
+static void test_pause(void **state)
 {
+    const pause_case *c = *state;
+    int n = c->n, renew = c->renew;
     char name[32], fig[48];
     snprintf(name, sizeof name, "pause-n%d-r%d", n, renew);
     snprintf(fig, sizeof fig, "pause_n%d_renew_%s", n, renew ? "on" : "off");
@@ -116,17 +123,6 @@ static void holder_pause(int n, int renew)
     assert_true(rep.believed_overlaps >= 2);
     assert_int_equal(hist_keys_left(wk_srv, n, name, TTL_MS * dh_slack()), 0);
     wk_scenario_close(&sc);
-}
-
-/* A case: lock servers, and whether the workers renew their leases. */
-typedef struct pause_case {
-    int n, renew;
-} pause_case;
-
-static void test_pause(void **state)
-{
-    const pause_case *c = *state;
-    holder_pause(c->n, c->renew);
 }
 
 int main(void)

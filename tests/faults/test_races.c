@@ -30,9 +30,8 @@
 static long long count_keys(const char *pattern)
 {
     redisReply *r = dh_cmd(&it_srv, "EVAL %s 1 %s", "return #redis.call('KEYS', KEYS[1])", pattern);
-    assert_non_null(r);
-    long long n = r->integer;
-    freeReplyObject(r);
+    long long n;
+    assert_int_equal(dh_reply_integer(r, "EVAL", &n), 0);
     return n;
 }
 

@@ -75,6 +75,17 @@ static redisReply *cmd(redisContext *c, const char *fmt, ...)
     return r;
 }
 
+/* A PING that must be answered; the time the answer took, in ms. */
+static int64_t ping(redisContext *c)
+{
+    int64_t t0 = dh_now_ms();
+    redisReply *r = cmd(c, "PING");
+    int64_t took = dh_now_ms() - t0;
+    assert_non_null(r);
+    freeReplyObject(r);
+    return took;
+}
+
 static long long counter(const char *key)
 {
     redisReply *r = dh_cmd(&g_srv, "GET %s", key);
@@ -201,42 +212,50 @@ static void test_canned_bytes(void **state)
     assert_int_equal(st.injected - st0.injected, FR_CANNED_COUNT);
 }
 
+/* SET key with one direction held (FR_DOWN: the replies, FR_UP: the requests): whether
+ * the server has run it 100 ms later, before the release. Its reply comes after. */
+static bool ran_while_held(redisContext *c, int dir, const char *key)
+{
+    fr_hold(g_relay, dir);
+    redisAppendCommand(c, "SET %s 1", key);
+    assert_int_equal(redisBufferWrite(c, &(int){0}), REDIS_OK);
+    dh_sleep_ms(100);
+    bool ran = it_exists(&g_srv, key) == 1;
+    fr_release(g_relay);
+    void *v;
+    assert_int_equal(redisGetReply(c, &v), REDIS_OK);
+    freeReplyObject(v);
+    return ran;
+}
+
 static void test_delay_and_hold(void **state)
 {
     (void)state;
     redisContext *c = through(3000);
     fr_delay(g_relay, 50, 50);
-    int64_t t0 = dh_now_ms();
-    redisReply *r = cmd(c, "PING");
-    int64_t took = dh_now_ms() - t0;
-    assert_non_null(r);
-    freeReplyObject(r);
+    int64_t took = ping(c);
     printf("FIG relay_delay_50_each_way_rtt_ms %lld ms\n", (long long)took);
     assert_true(took >= 100);
     fr_delay(g_relay, 0, 0);
 
     /* Held replies: the command runs at once, the reply waits for the release. */
-    fr_hold(g_relay, FR_DOWN);
-    redisAppendCommand(c, "SET held 1");
-    assert_int_equal(redisBufferWrite(c, &(int){0}), REDIS_OK);
-    dh_sleep_ms(100);
-    assert_int_equal(it_exists(&g_srv, "held"), 1);
-    fr_release(g_relay);
-    void *v;
-    assert_int_equal(redisGetReply(c, &v), REDIS_OK);
-    freeReplyObject(v);
-
+    assert_true(ran_while_held(c, FR_DOWN, "held"));
     /* Held requests: nothing reaches the server until the release. */
-    fr_hold(g_relay, FR_UP);
-    redisAppendCommand(c, "SET held2 1");
-    assert_int_equal(redisBufferWrite(c, &(int){0}), REDIS_OK);
-    dh_sleep_ms(100);
-    assert_int_equal(it_exists(&g_srv, "held2"), 0);
-    fr_release(g_relay);
-    assert_int_equal(redisGetReply(c, &v), REDIS_OK);
-    freeReplyObject(v);
+    assert_false(ran_while_held(c, FR_UP, "held2"));
     assert_int_equal(it_exists(&g_srv, "held2"), 1);
     redisFree(c);
+}
+
+/* SET key on a new connection with a rule that resets it (FR_RESET_REQUEST or
+ * FR_RESET_REPLY): no reply comes; whether the server ran it. */
+static bool ran_before_reset(enum fr_action how, const char *key)
+{
+    fr_rule ru = {.action = how, .count = 1, .cmd = "SET"};
+    fr_add_rule(g_relay, &ru);
+    redisContext *c = through(1000);
+    assert_null(cmd(c, "SET %s 1", key));
+    redisFree(c);
+    return it_exists(&g_srv, key) == 1;
 }
 
 static void test_blackhole_reset_refuse(void **state)
@@ -244,8 +263,7 @@ static void test_blackhole_reset_refuse(void **state)
     (void)state;
     redisContext *c = through(300);
     fr_blackhole(g_relay, true, FR_HEAL_RESET);
-    redisReply *r = cmd(c, "SET bh 1");
-    assert_null(r); /* timed out */
+    assert_null(cmd(c, "SET bh 1")); /* timed out */
     assert_int_equal(it_exists(&g_srv, "bh"), 0);
     /* A connection made during the blackhole is accepted and never answered. */
     redisContext *c2 = through(300);
@@ -260,12 +278,9 @@ static void test_blackhole_reset_refuse(void **state)
 
     /* Healed: new connections work. A reset ends the open ones with ECONNRESET. */
     c = through(1000);
-    r = cmd(c, "PING");
-    assert_non_null(r);
-    freeReplyObject(r);
+    ping(c);
     fr_reset_now(g_relay);
-    r = cmd(c, "PING");
-    assert_null(r);
+    assert_null(cmd(c, "PING"));
     printf("INFO after reset: %s\n", c->errstr);
     redisFree(c);
 
@@ -282,24 +297,12 @@ static void test_blackhole_reset_refuse(void **state)
     redisFree(c);
     fr_refuse(g_relay, false);
     c = through(1000);
-    r = cmd(c, "PING");
-    assert_non_null(r);
-    freeReplyObject(r);
+    ping(c);
     redisFree(c);
 
     /* Reset on a request (never forwarded) or instead of a reply (the command ran). */
-    fr_rule ru = {.action = FR_RESET_REQUEST, .count = 1, .cmd = "SET"};
-    fr_add_rule(g_relay, &ru);
-    c = through(1000);
-    assert_null(cmd(c, "SET rq 1"));
-    redisFree(c);
-    assert_int_equal(it_exists(&g_srv, "rq"), 0);
-    ru.action = FR_RESET_REPLY;
-    fr_add_rule(g_relay, &ru);
-    c = through(1000);
-    assert_null(cmd(c, "SET rp 1"));
-    redisFree(c);
-    assert_int_equal(it_exists(&g_srv, "rp"), 1);
+    assert_false(ran_before_reset(FR_RESET_REQUEST, "rq"));
+    assert_true(ran_before_reset(FR_RESET_REPLY, "rp"));
     fr_pass(g_relay);
 }
 
@@ -308,11 +311,7 @@ static void test_trickle_and_close_after(void **state)
     (void)state;
     redisContext *c = through(3000);
     fr_trickle(g_relay, 100);
-    int64_t t0 = dh_now_ms();
-    redisReply *r = cmd(c, "PING"); /* "+PONG\r\n": 7 bytes */
-    int64_t took = dh_now_ms() - t0;
-    assert_non_null(r);
-    freeReplyObject(r);
+    int64_t took = ping(c); /* "+PONG\r\n": 7 bytes */
     printf("FIG relay_trickle_7_bytes_ms %lld ms\n", (long long)took);
     assert_true(took >= 550);
     fr_trickle(g_relay, 0);
@@ -320,10 +319,8 @@ static void test_trickle_and_close_after(void **state)
     /* Close after 3 bytes of the GET's reply: "$5\r" arrives, then EOF. */
     fr_rule ru = {.action = FR_CLOSE_AFTER, .k = 3, .count = 1, .cmd = "GET"};
     fr_add_rule(g_relay, &ru);
-    r = cmd(c, "SET ca hello");
-    freeReplyObject(r);
-    r = cmd(c, "GET ca");
-    assert_null(r);
+    freeReplyObject(cmd(c, "SET ca hello"));
+    assert_null(cmd(c, "GET ca"));
     assert_int_equal(c->err, REDIS_ERR_EOF);
     redisFree(c);
     fr_pass(g_relay);
@@ -340,9 +337,7 @@ static void test_stop_is_clean(void **state)
     redisContext *cs[5];
     for (int i = 0; i < 5; i++) {
         cs[i] = through(1000);
-        redisReply *r = cmd(cs[i], "PING");
-        assert_non_null(r);
-        freeReplyObject(r);
+        ping(cs[i]);
     }
     assert_int_equal(fr_fds(g_relay), 2 + 2 * 5);
     fr_hold(g_relay, FR_DOWN | FR_UP);

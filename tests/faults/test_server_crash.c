@@ -37,24 +37,19 @@
 #define CRASHES 100
 #define TTL_MS  300
 
-static dh_server g_srv, g_res;
-
-static int setup(void **state)
-{
-    (void)state;
-    return dh_server_start(&g_res, NULL);
-}
+static dh_server g_srv; /* the server that crashes; the register is on wk_res */
 
 static int teardown(void **state)
 {
-    (void)state;
     dh_server_stop(&g_srv);
-    dh_server_stop(&g_res);
-    return 0;
+    return wk_res_teardown(state);
 }
 
-static void crash_loop(const char *mode)
+/* The case's state: the server's persistence, "always" or "everysec" (AOF with that
+ * fsync policy) or "none". */
+static void crash_loop(void **state)
 {
+    const char *mode = *state;
     const char *always[] = {"--appendonly", "yes", "--appendfsync", "always", NULL};
     const char *everysec[] = {"--appendonly", "yes", "--appendfsync", "everysec", NULL};
     const char *const *args = strcmp(mode, "always") == 0     ? always
@@ -62,7 +57,7 @@ static void crash_loop(const char *mode)
                                                               : NULL;
     assert_int_equal(dh_server_start(&g_srv, args), 0);
     char hist[600], name[32], reg[32], fig[48];
-    snprintf(hist, sizeof hist, "%s/crash-%s.hist", g_res.dir, mode);
+    snprintf(hist, sizeof hist, "%s/crash-%s.hist", wk_res.dir, mode);
     snprintf(name, sizeof name, "crashy-%s", mode);
     snprintf(reg, sizeof reg, "register-%s", mode);
     snprintf(fig, sizeof fig, "server_crash_aof_%s", mode);
@@ -74,7 +69,7 @@ static void crash_loop(const char *mode)
 
     wk_config cfg = {0};
     cfg.servers = g_srv.url;
-    cfg.resource = g_res.url;
+    cfg.resource = wk_res.url;
     cfg.reg_key = reg;
     cfg.name = name;
     cfg.history = hist;
@@ -103,7 +98,7 @@ static void crash_loop(const char *mode)
            (long long)(dh_now_ms() - t0), (long long)down_ms);
 
     hist_report rep;
-    assert_int_equal(wk_judge(hist, &g_res, reg, fig, &rep), 0);
+    assert_int_equal(wk_judge(hist, &wk_res, reg, fig, &rep), 0);
     printf("FIG %s_fence_regressions_per_100_crashes %d count\n", fig,
            rep.fence_regressions * 100 / CRASHES);
     printf("FIG %s_double_grants %d count\n", fig, rep.granted_overlaps);
@@ -124,31 +119,14 @@ static void crash_loop(const char *mode)
     dh_server_stop(&g_srv);
 }
 
-static void test_crashes_aof_always(void **state)
-{
-    (void)state;
-    crash_loop("always");
-}
-
-static void test_crashes_aof_everysec(void **state)
-{
-    (void)state;
-    crash_loop("everysec");
-}
-
-static void test_crashes_no_persistence(void **state)
-{
-    (void)state;
-    crash_loop("none");
-}
-
 int main(void)
 {
     wk_seed("fault_server_crash");
+    static char always[] = "always", everysec[] = "everysec", none[] = "none";
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_crashes_aof_always),
-        cmocka_unit_test(test_crashes_aof_everysec),
-        cmocka_unit_test(test_crashes_no_persistence),
+        IT_CASE("test_crashes_aof_always", crash_loop, always),
+        IT_CASE("test_crashes_aof_everysec", crash_loop, everysec),
+        IT_CASE("test_crashes_no_persistence", crash_loop, none),
     };
-    return cmocka_run_group_tests_name("fault_server_crash", tests, setup, teardown);
+    return cmocka_run_group_tests_name("fault_server_crash", tests, wk_res_setup, teardown);
 }

@@ -334,8 +334,10 @@ static void test_maxmemory_noeviction_is_unavailable(void **state)
     dlock_client_free(c);
 }
 
-static void eviction_policy_warns(const char *policy)
+/* The case's state: the maxmemory-policy, one that evicts lock keys. */
+static void eviction_policy_warns(void **state)
 {
+    const char *policy = *state;
     it_log_init(&g_log);
     assert_int_equal(dh_server_start(&g_srv, NULL), 0);
     char set[96];
@@ -362,18 +364,6 @@ static void eviction_policy_warns(const char *policy)
     assert_non_null(strstr(dlock_errmsg(), policy));
     assert_int_equal(it_log_count(&g_log, DLOCK_LOG_ERROR, needle), 1);
     dlock_client_free(c);
-}
-
-static void test_allkeys_lru_warns(void **state)
-{
-    (void)state;
-    eviction_policy_warns("allkeys-lru");
-}
-
-static void test_volatile_ttl_warns(void **state)
-{
-    (void)state;
-    eviction_policy_warns("volatile-ttl");
 }
 
 /* A transient error answered to the handshake's INFO (-LOADING, -BUSY: the real
@@ -482,14 +472,15 @@ static void test_acl_users(void **state)
 
 int main(void)
 {
+    static char lru[] = "allkeys-lru", ttl[] = "volatile-ttl";
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_teardown(test_busy_script_is_unavailable, teardown),
         cmocka_unit_test_teardown(test_loading_is_unavailable, teardown),
         cmocka_unit_test_teardown(test_replica_is_unavailable, teardown),
         cmocka_unit_test_teardown(test_client_pause_write_times_out, teardown),
         cmocka_unit_test_teardown(test_maxmemory_noeviction_is_unavailable, teardown),
-        cmocka_unit_test_teardown(test_allkeys_lru_warns, teardown),
-        cmocka_unit_test_teardown(test_volatile_ttl_warns, teardown),
+        IT_CASE_WITH("test_allkeys_lru_warns", eviction_policy_warns, NULL, teardown, lru),
+        IT_CASE_WITH("test_volatile_ttl_warns", eviction_policy_warns, NULL, teardown, ttl),
         cmocka_unit_test_teardown(test_transient_info_error_keeps_policy_check, teardown),
         cmocka_unit_test_teardown(test_acl_users, teardown),
     };

@@ -20,6 +20,7 @@
 #include <cmocka.h>
 
 #include "integration/itest.h"
+#include "workers.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -27,19 +28,12 @@
 
 #define RESTARTS 10
 
-static dh_server g_res; /* the resource's register, on the host's clock */
+/* The resource's register is on wk_res, on the host's clock. */
 static int g_regressions, g_overlaps;
-
-static int setup(void **state)
-{
-    (void)state;
-    return dh_server_start(&g_res, NULL);
-}
 
 static int teardown(void **state)
 {
-    (void)state;
-    dh_server_stop(&g_res);
+    wk_res_teardown(state);
     printf("FIG serverclock_fence_regressions %d count\n", g_regressions);
     printf("FIG serverclock_overlaps %d count\n", g_overlaps);
     assert_int_equal(g_regressions, 0);
@@ -54,6 +48,15 @@ static dlock_client *client_of(const dh_server *s, int n)
     dlock_config cfg;
     it_config_init(&cfg);
     return it_client_cfg(urls, &cfg);
+}
+
+/* A lock server whose wall clock starts as clock says (dh_server_opts.clock) and can be
+ * stepped while it runs or restarts, and a client of it. */
+static dlock_client *clocked_server(dh_server *s, const char *clock)
+{
+    dh_server_opts o = {.clock = clock};
+    assert_int_equal(dh_server_start_opts(s, &o), 0);
+    return client_of(s, 1);
 }
 
 /* A holder that crashed holding name: its lock is left to its lease. */
@@ -78,9 +81,7 @@ static void restart_within(void **state)
 {
     (void)state;
     dh_server s;
-    dh_server_opts o = {.clock = "+0"};
-    assert_int_equal(dh_server_start_opts(&s, &o), 0);
-    dlock_client *c = client_of(&s, 1);
+    dlock_client *c = clocked_server(&s, "+0");
     uint64_t last = take_and_crash(c, "sc-within", 60000);
     for (int i = 0; i < RESTARTS; i++) {
         dh_server_kill(&s);
@@ -102,10 +103,8 @@ static void restart_clock_back(void **state)
 {
     (void)state;
     dh_server s;
-    dh_server_opts o = {.clock = "+0"};
-    assert_int_equal(dh_server_start_opts(&s, &o), 0);
-    dlock_client *c = client_of(&s, 1);
-    dlock_client *res = it_client(&g_res, it_timeout_ms());
+    dlock_client *c = clocked_server(&s, "+0");
+    dlock_client *res = it_client(&wk_res, it_timeout_ms());
     uint64_t a = take_and_crash(c, "sc-back", 60000);
     assert_int_equal(write_resource(res, a, "A"), DLOCK_OK);
     dh_server_kill(&s);
@@ -134,9 +133,7 @@ static void restart_clock_back(void **state)
 static double fast_clock_overlap(const char *clock, int64_t ttl_ms)
 {
     dh_server s;
-    dh_server_opts o = {.clock = clock};
-    assert_int_equal(dh_server_start_opts(&s, &o), 0);
-    dlock_client *a = client_of(&s, 1), *b = client_of(&s, 1);
+    dlock_client *a = clocked_server(&s, clock), *b = client_of(&s, 1);
     dlock_lock *la = it_acquire(a, "sc-fast", ttl_ms);
     int64_t valid_until = dh_now_us() + dlock_remaining_ms(la) * 1000;
     dlock_opts bo = {0};
@@ -182,7 +179,7 @@ static double skewed_quorums(const char *skew, int64_t ttl_ms)
     dh_server_opts o = {.clock = skew};
     assert_int_equal(dh_server_start_opts(&s[2], &o), 0);
     dlock_client *c = client_of(s, 3);
-    dlock_client *res = it_client(&g_res, it_timeout_ms());
+    dlock_client *res = it_client(&wk_res, it_timeout_ms());
     /* Connections made first: a node paused in its handshake would cost the connect
      * timeout, which a slowed run (the sanitizers) could make longer than the lease. */
     dlock_holder h;
@@ -228,5 +225,5 @@ int main(void)
         cmocka_unit_test(fast_clock),
         cmocka_unit_test(skew_n3),
     };
-    return cmocka_run_group_tests(tests, setup, teardown);
+    return cmocka_run_group_tests(tests, wk_res_setup, teardown);
 }

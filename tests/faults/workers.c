@@ -471,21 +471,48 @@ int wk_register_read(dh_server *res, const char *key, uint64_t *value, uint64_t 
 /* ---- a scenario's scaffolding ------------------------------------------------------ */
 
 dh_server wk_srv[WK_NODES], wk_res;
+char wk_urls[512];
 
-int wk_servers_setup(void **state)
+int wk_res_setup(void **state)
+{
+    (void)state;
+    return dh_server_start(&wk_res, NULL);
+}
+
+int wk_res_teardown(void **state)
+{
+    (void)state;
+    dh_server_stop(&wk_res);
+    return 0;
+}
+
+int wk_nodes_setup(void **state)
 {
     (void)state;
     if (dh_servers_start(wk_srv, WK_NODES, NULL) < 0)
         return -1;
-    return dh_server_start(&wk_res, NULL);
+    dh_server_urls(wk_srv, WK_NODES, wk_urls, sizeof wk_urls);
+    return 0;
+}
+
+int wk_nodes_teardown(void **state)
+{
+    (void)state;
+    dh_servers_stop(wk_srv, WK_NODES);
+    return 0;
+}
+
+int wk_servers_setup(void **state)
+{
+    if (wk_nodes_setup(state) < 0)
+        return -1;
+    return wk_res_setup(state);
 }
 
 int wk_servers_teardown(void **state)
 {
-    (void)state;
-    dh_servers_stop(wk_srv, WK_NODES);
-    dh_server_stop(&wk_res);
-    return 0;
+    wk_nodes_teardown(state);
+    return wk_res_teardown(state);
 }
 
 int wk_scenario_open(wk_scenario *sc, int n, const char *name, const char *fig)
@@ -515,6 +542,14 @@ int wk_scenario_open(wk_scenario *sc, int n, const char *name, const char *fig)
     c->cancel_fd = sc->stop.rd;
     c->shared = sc->sh;
     return 0;
+}
+
+int wk_scenario_open_n(wk_scenario *sc, int n, const char *name, const char *fig)
+{
+    char nm[sizeof sc->name], fg[sizeof sc->fig];
+    snprintf(nm, sizeof nm, "%s-n%d", name, n);
+    snprintf(fg, sizeof fg, "%s_n%d", fig, n);
+    return wk_scenario_open(sc, n, nm, fg);
 }
 
 void wk_scenario_close(wk_scenario *sc)
@@ -592,13 +627,8 @@ int wk_wait_in_section(wk_shared *sh, const pid_t *pids, int n, int64_t within_m
 
 int wk_refuse_writes(dh_server *s, bool on)
 {
-    redisReply *r = dh_cmd(s, "CONFIG SET min-replicas-to-write %s", on ? "1" : "0");
-    bool ok = r != NULL && r->type == REDIS_REPLY_STATUS;
-    if (r != NULL && !ok)
-        fprintf(stderr, "CONFIG SET min-replicas-to-write: %s\n",
-                r->type == REDIS_REPLY_ERROR ? r->str : "unexpected reply");
-    freeReplyObject(r);
-    return ok ? 0 : -1;
+    return dh_reply_status(dh_cmd(s, "CONFIG SET min-replicas-to-write %s", on ? "1" : "0"),
+                           "CONFIG SET min-replicas-to-write");
 }
 
 pid_t wk_holder_pid(const char *d)

@@ -139,8 +139,16 @@ long wk_rss_bound_kb(void);
  * shared by its tests: wk_servers_setup and wk_servers_teardown are its cmocka group
  * setup and teardown (the state is unused; -1 when a server did not start). */
 extern dh_server wk_srv[WK_NODES], wk_res;
+extern char wk_urls[512]; /* the URLs of all of wk_srv */
 int wk_servers_setup(void **state);
 int wk_servers_teardown(void **state);
+/* The same for the lock servers alone, in a file whose tests need no register. */
+int wk_nodes_setup(void **state);
+int wk_nodes_teardown(void **state);
+/* The same for the resource server alone, in a file whose tests start their own lock
+ * servers. */
+int wk_res_setup(void **state);
+int wk_res_teardown(void **state);
 
 /* What every run of a scenario with workers needs: a fresh history in the resource
  * server's directory, a writer for the test's own records (faults), the page the
@@ -160,6 +168,9 @@ typedef struct wk_scenario {
 /* Create the history and the rest for a run on the first n lock servers. 0, or -1
  * after printing why (what was opened is closed). */
 int wk_scenario_open(wk_scenario *sc, int n, const char *name, const char *fig);
+/* The same for a scenario run on 1 or 3 servers alike: the lock "<name>-n<n>", the FIG
+ * prefix "<fig>_n<n>". */
+int wk_scenario_open_n(wk_scenario *sc, int n, const char *name, const char *fig);
 /* Close and free what wk_scenario_open made (the history file stays, for a
  * post-mortem with DLOCK_TEST_KEEP). */
 void wk_scenario_close(wk_scenario *sc);

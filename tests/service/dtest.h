@@ -8,6 +8,7 @@
 #ifndef DLOCK_DTEST_H
 #define DLOCK_DTEST_H
 
+#include "relay.h"
 #include "support.h"
 
 #include <hiredis/hiredis.h>
@@ -58,6 +59,33 @@ int dt_one_teardown(void **state);
 /* SIGKILL and reap. */
 void dt_kill(dt_daemon *d);
 
+/* A dlockd of the test's own in front of n (1 to 3) redis-servers of its own, for a
+ * test that stops, kills or pauses them, which it_srv must never be. */
+typedef struct dt_fresh {
+    dh_server srv[3];
+    int n;
+    dt_daemon d;
+} dt_fresh;
+/* Start the servers and dlockd; a connection to it. Asserts. */
+redisContext *dt_fresh_start(dt_fresh *f, int n);
+/* Stop dlockd (it must exit 0), then the servers. */
+void dt_fresh_stop(dt_fresh *f);
+
+/* A dlockd of the test's own whose server, it_srv, is behind a relay (relay.h), so that
+ * the test can hold its replies back; its per-server deadline is 5 s, longer than any
+ * delay the tests set. */
+typedef struct dt_slow {
+    fr_relay *relay;
+    dt_daemon d;
+} dt_slow;
+void dt_slow_start(dt_slow *s);
+/* Send a command (dt_send's format) on c with the server's replies made 300 ms late,
+ * and close c 50 ms later: the client is gone before the server's answer reaches
+ * dlockd. */
+void dt_slow_send_and_close(dt_slow *s, redisContext *c, const char *fmt, ...);
+/* Stop dlockd (it must exit 0), then the relay. */
+void dt_slow_stop(dt_slow *s);
+
 /* A hiredis connection (5 s timeout times the slack) to d's TCP port. Asserts. */
 redisContext *dt_connect(const dt_daemon *d);
 /* One command (redisCommand's format); asserts a reply came. Free with freeReplyObject. */
@@ -83,6 +111,11 @@ typedef struct dt_lock {
 } dt_lock;
 void dt_expect_lock(redisReply *r, dt_lock *out);
 
+/* Close holder, whose going must serve waiter's pending LOCK or SEM ACQUIRE within
+ * bound_ms: the grant into *got, the time it took as "FIG <fig> N ms". */
+void dt_expect_close_serves(redisContext *holder, redisContext *waiter, dt_lock *got,
+                            const char *fig, int64_t bound_ms);
+
 /* A raw TCP socket to d (blocking, CLOEXEC). Asserts. */
 int dt_raw(const dt_daemon *d);
 /* Write all of p. Asserts. */
@@ -90,6 +123,24 @@ void dt_raw_write(int fd, const void *p, size_t n);
 /* Read until the peer closes or timeout_ms passes; returns the bytes read into buf
  * (NUL-terminated, truncated to len - 1) and sets *closed when the peer closed. */
 size_t dt_raw_read_all(int fd, char *buf, size_t len, int64_t timeout_ms, bool *closed);
+
+/* A pipeline of n commands "CMD i" for i = 0 .. n-1 (ECHO and PING answer i back), in
+ * one malloc'd buffer (free it); its length in *len. Asserts. */
+char *dt_numbered_pipeline(const char *cmd, int n, size_t *len);
+
+/* A client that sends without ever reading: fill buf with whole ECHO commands; the
+ * length they take (len rounded down to a command). */
+size_t dt_fill_echoes(char *buf, size_t len);
+/* What dlockd must do with such a client, which wrote sent bytes while d's RSS was
+ * rss0 KiB before: stop taking them well before 200 MB, and grow by a few MB at most.
+ * FIG lines "FIG <fig>_unread_client_...". */
+void dt_expect_unread_bounded(const dt_daemon *d, const char *fig, size_t sent, long long rss0);
+
+/* Write req (n bytes) on a new raw connection to d, read the answer into buf (as
+ * dt_raw_read_all does) until d closes it or timeout_ms pass, and close it; true when d
+ * closed it. */
+bool dt_raw_exchange(const dt_daemon *d, const void *req, size_t n, char *buf, size_t len,
+                     int64_t timeout_ms);
 
 /* A field of the daemon's INFO ("connected_clients"), or -1. */
 long dt_info(redisContext *c, const char *field);

@@ -111,33 +111,25 @@ static void test_compat(void **state)
     redisFree(c);
 
     /* Inline commands, as from telnet. */
-    int fd = dt_raw(&dt_one);
     const char inl[] = "PING\r\n  ECHO   two\nQUIT\r\n";
-    dt_raw_write(fd, inl, sizeof inl - 1);
     char buf[256];
-    bool closed;
-    dt_raw_read_all(fd, buf, sizeof buf, 2000 * dh_slack(), &closed);
+    bool closed = dt_raw_exchange(&dt_one, inl, sizeof inl - 1, buf, sizeof buf, 2000 * dh_slack());
     assert_string_equal(buf, "+PONG\r\n$3\r\ntwo\r\n+OK\r\n");
     assert_true(closed);
-    close(fd);
 }
 
 /* A bad request gets "-ERR Protocol error: ..." and the connection is closed; the
  * daemon serves the others as before. */
 static void expect_protocol_error(const void *req, size_t n, const char *what)
 {
-    int fd = dt_raw(&dt_one);
-    dt_raw_write(fd, req, n);
     char buf[512];
-    bool closed;
     int64_t t0 = dh_now_ms();
-    dt_raw_read_all(fd, buf, sizeof buf, 5000 * dh_slack(), &closed);
+    bool closed = dt_raw_exchange(&dt_one, req, n, buf, sizeof buf, 5000 * dh_slack());
     if (strncmp(buf, "-ERR Protocol error: ", 21) != 0 || !closed)
         fail_msg("%s: got '%s' (closed %d)", what, buf, closed);
     buf[strcspn(buf, "\r\n")] = '\0';
     print_message("FIG dlockd_protocol_error_close_ms %lld ms (%s: %s)\n",
                   (long long)(dh_now_ms() - t0), what, buf);
-    close(fd);
     expect_serving();
 }
 
@@ -201,14 +193,8 @@ static void test_pipeline(void **state)
 {
     (void)state;
     enum { N = 100000 };
-    size_t cap = (size_t)N * 32, len = 0;
-    char *req = malloc(cap);
-    assert_non_null(req);
-    for (int i = 0; i < N; i++) {
-        char num[16];
-        int k = snprintf(num, sizeof num, "%d", i);
-        len += (size_t)snprintf(req + len, cap - len, "*2\r\n$4\r\nECHO\r\n$%d\r\n%s\r\n", k, num);
-    }
+    size_t len;
+    char *req = dt_numbered_pipeline("ECHO", N, &len);
     int fd = dt_raw(&dt_one);
     fcntl(fd, F_SETFL, O_NONBLOCK);
     redisReader *rd = redisReaderCreate();
@@ -261,10 +247,7 @@ static void test_client_never_reads(void **state)
     setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &small, sizeof small);
     fcntl(fd, F_SETFL, O_NONBLOCK);
     static char chunk[65536];
-    const char ping[] = "*2\r\n$4\r\nECHO\r\n$32\r\n01234567890123456789012345678901\r\n";
-    for (size_t i = 0; i + sizeof ping - 1 <= sizeof chunk; i += sizeof ping - 1)
-        memcpy(chunk + i, ping, sizeof ping - 1);
-    size_t chunk_len = (sizeof chunk / (sizeof ping - 1)) * (sizeof ping - 1);
+    size_t chunk_len = dt_fill_echoes(chunk, sizeof chunk);
     size_t sent = 0, off = 0;
     int64_t quiet_since = dh_now_ms();
     /* Write until dlockd has taken nothing for a second (it stopped reading), or 200 MB. */
@@ -279,17 +262,7 @@ static void test_client_never_reads(void **state)
             dh_sleep_ms(10);
         }
     }
-    long long rss1 = dt_rss_kib(dt_one.pid);
-    print_message("FIG dlockd_unread_client_sent_kib %zu KiB\n", sent / 1024);
-    print_message("FIG dlockd_unread_client_rss_growth_kib %lld KiB\n", rss1 - rss0);
-    /* It stopped taking requests well before 200 MB ... */
-    assert_true(sent < (size_t)100 << 20);
-    /* ... and holds a few MB for it at most (query buffer, replies, read chunk); not
-     * asserted when dlockd is built with a sanitizer, whose shadow memory and
-     * quarantine make RSS meaningless. */
-#if !defined(__SANITIZE_ADDRESS__) && !defined(__SANITIZE_THREAD__)
-    assert_true(rss1 - rss0 < 32 * 1024);
-#endif
+    dt_expect_unread_bounded(&dt_one, "dlockd", sent, rss0);
     expect_serving();
     close(fd);
     expect_serving();

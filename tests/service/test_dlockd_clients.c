@@ -97,41 +97,44 @@ static void test_redis_cli(void **state)
     assert_true(strncmp(r.out, "PONG\n", 5) == 0);
 }
 
-static void test_redis_py(void **state)
-{
-    (void)state;
-    need_exe("/usr/bin/python3", "python3");
-    dt_run r;
-    const char *check[] = {"/usr/bin/python3", "-c", "import redis", NULL};
-    r.status = dh_run(check, NULL, r.out, sizeof r.out, r.err, sizeof r.err);
-    if (r.status != 0)
-        fail_msg("redis-py is missing for /usr/bin/python3 (apt-get install python3-redis): %s",
-                 r.err);
-    const char *argv[] = {"/usr/bin/python3", dt_client_script("redis_py.py"), port, NULL};
-    run_argv(&r, argv);
-    assert_non_null(strstr(r.out, "redis-py: all checks passed"));
-}
+/* A client library, run by its interpreter on a script of ours in $DLOCKD_CLIENTS
+ * that prints "LIBRARY: all checks passed" at its end. */
+typedef struct script_client {
+    const char *library, *library_package;
+    const char *exe, *exe_package;
+    const char *check_flag, *check_code; /* exe FLAG CODE exits 0 when the library loads */
+    const char *script;
+} script_client;
 
-static void test_phpredis(void **state)
+static script_client redis_py = {"redis-py", "python3-redis", "/usr/bin/python3", "python3",
+                                 "-c",       "import redis",  "redis_py.py"};
+static script_client phpredis = {"phpredis",    "php-redis", "/usr/bin/php",
+                                 "php-cli",     "-r",        "exit(class_exists('Redis') ? 0 : 1);",
+                                 "phpredis.php"};
+
+static void test_script_client(void **state)
 {
-    (void)state;
-    need_exe("/usr/bin/php", "php-cli");
+    const script_client *sc = *state;
+    need_exe(sc->exe, sc->exe_package);
     dt_run r;
-    const char *check[] = {"/usr/bin/php", "-r", "exit(class_exists('Redis') ? 0 : 1);", NULL};
+    const char *check[] = {sc->exe, sc->check_flag, sc->check_code, NULL};
     r.status = dh_run(check, NULL, r.out, sizeof r.out, r.err, sizeof r.err);
     if (r.status != 0)
-        fail_msg("phpredis is missing (apt-get install php-redis)");
-    const char *argv[] = {"/usr/bin/php", dt_client_script("phpredis.php"), port, NULL};
+        fail_msg("%s is missing for %s (apt-get install %s): %s", sc->library, sc->exe,
+                 sc->library_package, r.err);
+    const char *argv[] = {sc->exe, dt_client_script(sc->script), port, NULL};
     run_argv(&r, argv);
-    assert_non_null(strstr(r.out, "phpredis: all checks passed"));
+    char passed[64];
+    snprintf(passed, sizeof passed, "%s: all checks passed", sc->library);
+    assert_non_null(strstr(r.out, passed));
 }
 
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_redis_cli),
-        cmocka_unit_test(test_redis_py),
-        cmocka_unit_test(test_phpredis),
+        IT_CASE("test_redis_py", test_script_client, &redis_py),
+        IT_CASE("test_phpredis", test_script_client, &phpredis),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

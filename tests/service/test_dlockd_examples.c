@@ -210,9 +210,12 @@ static long long result_field(const char *out, const char *key)
     return strtoll(p, NULL, 10);
 }
 
-/* Put the stock on the shelf under item. */
-static void stock(const lang *l, const char *item)
+/* Open a sale in l's example: the item "LANG-what" (into item) with the stock on the
+ * shelf, once l's interpreter is known to be there. */
+static void open_sale(const lang *l, const char *what, char *item, size_t len)
 {
+    need(l);
+    snprintf(item, len, "%s-%s", l->name, what);
     dt_run r;
     char n[16];
     snprintf(n, sizeof n, "%d", STOCK);
@@ -256,10 +259,8 @@ static void expect_report(dt_run *r, const lang *l, const char *item, const char
 static void test_flash_sale(void **state)
 {
     const lang *l = *state;
-    need(l);
     char item[32];
-    snprintf(item, sizeof item, "%s-sale", l->name);
-    stock(l, item);
+    open_sale(l, "sale", item, sizeof item);
     bg b[BUYERS];
     int64_t t0 = dh_now_ms();
     for (int i = 0; i < BUYERS; i++)
@@ -275,10 +276,8 @@ static void test_flash_sale(void **state)
 static void test_flash_sale_killed_holder(void **state)
 {
     const lang *l = *state;
-    need(l);
     char item[32];
-    snprintf(item, sizeof item, "%s-kill", l->name);
-    stock(l, item);
+    open_sale(l, "kill", item, sizeof item);
     bg victim, b[BUYERS - 1];
     start_example(&victim, l, l->flash_sale, "--item", item, "buy", "--stall", NULL);
     bg_expect(&victim, "HOLDING");

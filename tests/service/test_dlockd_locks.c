@@ -160,13 +160,9 @@ static void test_session_and_detached(void **state)
     assert_int_equal(dt_info(b, "session_locks"), 1);
     dt_send(b, "LOCK sess WAIT %lld", (long long)(10000 * dh_slack()));
     dh_sleep_ms(100);
-    int64_t t0 = dh_now_ms();
-    redisFree(a); /* the client goes away holding both */
+    /* The client goes away holding both. */
     dt_lock l2;
-    dt_expect_lock(dt_reply(b), &l2);
-    int64_t took = dh_now_ms() - t0;
-    print_message("FIG dlockd_session_close_to_waiter_ms %lld ms\n", (long long)took);
-    assert_true(took < 2000 * dh_slack());
+    dt_expect_close_serves(a, b, &l2, "dlockd_session_close_to_waiter_ms", 2000 * dh_slack());
     assert_true(l2.fence > l.fence);
     it_expect_holder(&it_srv, "sess", l2.token);
     /* The detached lock is still held with its token. */
@@ -324,16 +320,11 @@ static void test_many_waiters(void **state)
 static void test_disconnect_mid_command(void **state)
 {
     (void)state;
-    fr_relay *r = fr_start(it_srv.port);
-    assert_non_null(r);
-    dt_daemon slow;
-    dt_start(&slow, fr_url(r), "--timeout", "5000", NULL);
-    redisContext *a = dt_connect(&slow);
+    dt_slow slow;
+    dt_slow_start(&slow);
+    redisContext *a = dt_connect(&slow.d);
     dt_expect_status(dt_cmd(a, "PING"), "PONG");
-    fr_delay(r, 0, 300); /* replies from the server come 300 ms late */
-    dt_send(a, "LOCK mid TTL 30000");
-    dh_sleep_ms(50);
-    redisFree(a); /* gone before the server's grant reaches dlockd */
+    dt_slow_send_and_close(&slow, a, "LOCK mid TTL 30000");
     char key[256];
     it_key(key, sizeof key, "mid");
     int64_t deadline = dh_now_ms() + 5000 * dh_slack();
@@ -341,12 +332,11 @@ static void test_disconnect_mid_command(void **state)
         assert_true(dh_now_ms() < deadline);                /* the grant happened ... */
     int64_t gone = wait_key_gone("mid", 3000 * dh_slack()); /* ... and was undone */
     print_message("FIG dlockd_grant_after_close_released_ms %lld ms\n", (long long)gone);
-    fr_pass(r);
-    a = dt_connect(&slow);
+    fr_pass(slow.relay);
+    a = dt_connect(&slow.d);
     assert_int_equal(dt_info(a, "session_locks"), 0);
     redisFree(a);
-    assert_int_equal(dt_stop(&slow), 0);
-    fr_stop(r);
+    dt_slow_stop(&slow);
 
     int fd = dt_raw(&dt_one);
     static const char half[] = "*3\r\n$4\r\nLOCK\r\n$4\r\nhalf\r\n$";
@@ -382,14 +372,12 @@ static void test_two_daemons(void **state)
 static void test_server_down(void **state)
 {
     (void)state;
-    dh_server s;
-    assert_int_equal(dh_server_start(&s, NULL), 0);
-    dt_daemon d1;
-    dt_start(&d1, s.url, NULL);
-    redisContext *a = dt_connect(&d1);
+    dt_fresh f1;
+    redisContext *a = dt_fresh_start(&f1, 1);
+    dh_server *s = &f1.srv[0];
     dt_lock l;
     dt_expect_lock(dt_cmd(a, "LOCK down"), &l);
-    dh_server_pause(&s);
+    dh_server_pause(s);
     int64_t t0 = dh_now_ms();
     dt_expect_error(dt_cmd(a, "LOCK down2"), "UNAVAILABLE ");
     int64_t took = dh_now_ms() - t0;
@@ -398,36 +386,29 @@ static void test_server_down(void **state)
      * round, plus the clean-up of a failed one, which is sent, not awaited. */
     assert_true(took < 4 * it_timeout_ms() + 200 * dh_slack());
     dt_expect_status(dt_cmd(a, "PING"), "PONG");
-    dh_server_resume(&s);
-    dh_server_kill(&s);
+    dh_server_resume(s);
+    dh_server_kill(s);
     t0 = dh_now_ms();
     dt_expect_error(dt_cmd(a, "LOCK down3"), "UNAVAILABLE ");
     print_message("FIG dlockd_killed_server_unavailable_ms %lld ms\n",
                   (long long)(dh_now_ms() - t0));
-    assert_int_equal(dh_server_restart(&s), 0);
+    assert_int_equal(dh_server_restart(s), 0);
     dt_expect_lock(dt_cmd(a, "LOCK down4"), &l);
     assert_int_equal(dt_info(a, "errors_unavailable"), 2);
     redisFree(a);
-    assert_int_equal(dt_stop(&d1), 0);
-    dh_server_stop(&s);
+    dt_fresh_stop(&f1);
 
-    dh_server n[3];
-    assert_int_equal(dh_servers_start(n, 3, NULL), 0);
-    char urls[512];
-    dh_server_urls(n, 3, urls, sizeof urls);
-    dt_daemon d3;
-    dt_start(&d3, urls, NULL);
-    a = dt_connect(&d3);
+    dt_fresh f3;
+    a = dt_fresh_start(&f3, 3);
     dt_expect_lock(dt_cmd(a, "LOCK q3"), &l);
     dt_expect_int(dt_cmd(a, "UNLOCK q3 %s", l.token), 1);
-    dh_server_kill(&n[1]);
-    dh_server_kill(&n[2]);
+    dh_server_kill(&f3.srv[1]);
+    dh_server_kill(&f3.srv[2]);
     dt_expect_error(dt_cmd(a, "LOCK q3"), "NOQUORUM ");
     dt_expect_status(dt_cmd(a, "PING"), "PONG");
     assert_int_equal(dt_info(a, "errors_noquorum"), 1);
     redisFree(a);
-    assert_int_equal(dt_stop(&d3), 0);
-    dh_servers_stop(n, 3);
+    dt_fresh_stop(&f3);
 }
 
 /* SIGTERM: session locks released, detached ones kept, exit 0. SIGKILL: the session

@@ -143,12 +143,8 @@ static void test_sem_session_close(void **state)
     dt_send(c, "SEM ACQUIRE prims-close 2 WAIT %lld", (long long)(10000 * dh_slack()));
     wait_info(b, "waiting_locks", 1);
     assert_int_equal(dt_info(b, "blocked_clients"), 1);
-    int64_t t0 = dh_now_ms();
-    redisFree(a); /* gone holding its permit */
-    dt_expect_lock(dt_reply(c), &pc);
-    int64_t took = dh_now_ms() - t0;
-    print_message("FIG dlockd_sem_close_to_waiter_ms %lld ms\n", (long long)took);
-    assert_true(took < 1000 * dh_slack());
+    /* a goes holding its permit. */
+    dt_expect_close_serves(a, c, &pc, "dlockd_sem_close_to_waiter_ms", 1000 * dh_slack());
     assert_int_equal(dt_info(b, "permits_not_acquired"), 1);
     assert_true(dt_info(b, "waits") >= 1);
     dt_expect_int(dt_cmd(b, "SEM RELEASE prims-close %s", pb.token), 1);
@@ -267,13 +263,8 @@ static void test_sem_refusals(void **state)
 static void test_sem_redlock(void **state)
 {
     (void)state;
-    dh_server n[3];
-    assert_int_equal(dh_servers_start(n, 3, NULL), 0);
-    char urls[512];
-    dh_server_urls(n, 3, urls, sizeof urls);
-    dt_daemon d3;
-    dt_start(&d3, urls, NULL);
-    redisContext *a = dt_connect(&d3);
+    dt_fresh f3;
+    redisContext *a = dt_fresh_start(&f3, 3);
     dt_expect_error(dt_cmd(a, "SEM ACQUIRE prims-n3 2"), "ERR invalid argument");
     redisReply *r = dt_cmd(a, "SEM ACQUIRE prims-n3 2");
     assert_non_null(strstr(r->str, "one server"));
@@ -282,8 +273,7 @@ static void test_sem_redlock(void **state)
     dt_expect_lock(dt_cmd(a, "SEM ACQUIRE prims-n3 1"), &p);
     dt_expect_int(dt_cmd(a, "SEM RELEASE prims-n3 %s", p.token), 1);
     redisFree(a);
-    assert_int_equal(dt_stop(&d3), 0);
-    dh_servers_stop(n, 3);
+    dt_fresh_stop(&f3);
 }
 
 /* ---- STOCK -------------------------------------------------------------------------- */
@@ -472,16 +462,11 @@ static void test_stock_waiter_closes(void **state)
 static void test_stock_granted_after_close(void **state)
 {
     (void)state;
-    fr_relay *r = fr_start(it_srv.port);
-    assert_non_null(r);
-    dt_daemon slow;
-    dt_start(&slow, fr_url(r), "--timeout", "5000", NULL);
-    redisContext *a = dt_connect(&slow), *c = dt_connect(&dt_one);
+    dt_slow slow;
+    dt_slow_start(&slow);
+    redisContext *a = dt_connect(&slow.d), *c = dt_connect(&dt_one);
     expect_stock(dt_cmd(a, "STOCK SET prims-late 5"));
-    fr_delay(r, 0, 300); /* replies from the server come 300 ms late */
-    dt_send(a, "STOCK RESERVE prims-late 2 TTL 60000");
-    dh_sleep_ms(50);
-    redisFree(a); /* gone before the grant reaches dlockd */
+    dt_slow_send_and_close(&slow, a, "STOCK RESERVE prims-late 2 TTL 60000");
     int64_t deadline = dh_now_ms() + 5000 * dh_slack();
     while (expect_stock(dt_cmd(c, "STOCK STATUS prims-late")).reserved != 2)
         assert_true(dh_now_ms() < deadline); /* the grant happened ... */
@@ -491,10 +476,9 @@ static void test_stock_granted_after_close(void **state)
     print_message("FIG dlockd_reserve_after_close_canceled_ms %lld ms\n",
                   (long long)(dh_now_ms() - t0));
     expect_counts(expect_stock(dt_cmd(c, "STOCK STATUS prims-late")), 5, 5, 0, 0);
-    fr_pass(r);
+    fr_pass(slow.relay);
     redisFree(c);
-    assert_int_equal(dt_stop(&slow), 0);
-    fr_stop(r);
+    dt_slow_stop(&slow);
 }
 
 /* Many reservers at once, each committing or canceling, while the stock is restocked
@@ -606,20 +590,17 @@ static void test_stock_never_oversold(void **state)
 static void test_server_down(void **state)
 {
     (void)state;
-    dh_server s;
-    assert_int_equal(dh_server_start(&s, NULL), 0);
-    dt_daemon d1;
-    dt_start(&d1, s.url, NULL);
-    redisContext *a = dt_connect(&d1);
+    dt_fresh f1;
+    redisContext *a = dt_fresh_start(&f1, 1);
     expect_stock(dt_cmd(a, "STOCK SET prims-down 3"));
-    dh_server_kill(&s);
+    dh_server_kill(&f1.srv[0]);
     dt_expect_error(dt_cmd(a, "SEM ACQUIRE prims-down 2"), "UNAVAILABLE ");
     dt_expect_error(dt_cmd(a, "STOCK STATUS prims-down"), "UNAVAILABLE ");
     dt_expect_error(dt_cmd(a, "STOCK RESERVE prims-down 1 WAIT 100"), "UNAVAILABLE ");
     dt_expect_error(dt_cmd(a, "STOCK COMMIT prims-down 0123456789abcdef0123456789abcdef"),
                     "UNAVAILABLE ");
     dt_expect_status(dt_cmd(a, "PING"), "PONG");
-    assert_int_equal(dh_server_restart(&s), 0);
+    assert_int_equal(dh_server_restart(&f1.srv[0]), 0);
     dt_lock p;
     dt_expect_lock(dt_cmd(a, "SEM ACQUIRE prims-down 2"), &p);
     expect_stock(dt_cmd(a, "STOCK SET prims-down 3")); /* the restarted server kept nothing */
@@ -627,8 +608,7 @@ static void test_server_down(void **state)
     expect_id(dt_cmd(a, "STOCK RESERVE prims-down 1"), id);
     assert_int_equal(dt_info(a, "errors_unavailable"), 4);
     redisFree(a);
-    assert_int_equal(dt_stop(&d1), 0);
-    dh_server_stop(&s);
+    dt_fresh_stop(&f1);
 }
 
 /* ---- bad input ---------------------------------------------------------------------- */

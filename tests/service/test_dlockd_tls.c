@@ -177,15 +177,10 @@ static void test_plaintext_on_tls_port(void **state)
 {
     (void)state;
     dt_daemon p = {.port = d.tls_port};
-    int fd = dt_raw(&p);
     const char ping[] = "*1\r\n$4\r\nPING\r\n";
-    dt_raw_write(fd, ping, sizeof ping - 1);
     char buf[512];
-    bool closed;
-    dt_raw_read_all(fd, buf, sizeof buf, 5000 * dh_slack(), &closed);
-    assert_true(closed);
+    assert_true(dt_raw_exchange(&p, ping, sizeof ping - 1, buf, sizeof buf, 5000 * dh_slack()));
     assert_null(strstr(buf, "PONG"));
-    close(fd);
     assert_true(dt_tls_serves(d.tls_port, certs, NULL));
     redisContext *c = dt_connect(&d);
     dt_expect_status(dt_cmd(c, "PING"), "PONG");
@@ -240,14 +235,8 @@ static void test_pipeline(void **state)
     enum { N = 10000 };
     dt_tls t;
     assert_true(dt_tls_open(&t, d.tls_port, certs, NULL));
-    size_t cap = (size_t)N * 32, len = 0;
-    char *all = malloc(cap);
-    assert_non_null(all);
-    for (int i = 0; i < N; i++) {
-        char num[16];
-        int k = snprintf(num, sizeof num, "%d", i);
-        len += (size_t)snprintf(all + len, cap - len, "*2\r\n$4\r\nPING\r\n$%d\r\n%s\r\n", k, num);
-    }
+    size_t len;
+    char *all = dt_numbered_pipeline("PING", N, &len);
     assert_true(dt_tls_write(&t, all, len));
     free(all);
     for (int i = 0; i < N; i++) {
@@ -302,21 +291,12 @@ static void test_limits(void **state)
     struct timeval tv = {.tv_sec = 1};
     setsockopt(a.fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
     static char chunk[65536];
-    const char echo[] = "*2\r\n$4\r\nECHO\r\n$32\r\n01234567890123456789012345678901\r\n";
-    size_t n = sizeof chunk / (sizeof echo - 1) * (sizeof echo - 1), sent = 0;
-    for (size_t i = 0; i < n; i += sizeof echo - 1)
-        memcpy(chunk + i, echo, sizeof echo - 1);
+    size_t n = dt_fill_echoes(chunk, sizeof chunk), sent = 0;
     /* Write until a write stays blocked for a second (dlockd stopped reading), or
      * 200 MB. */
     while (sent < (size_t)200 << 20 && dt_tls_write(&a, chunk, n))
         sent += n;
-    long long rss1 = dt_rss_kib(d.pid);
-    print_message("FIG dlockd_tls_unread_client_sent_kib %zu KiB\n", sent / 1024);
-    print_message("FIG dlockd_tls_unread_client_rss_growth_kib %lld KiB\n", rss1 - rss0);
-    assert_true(sent < (size_t)100 << 20);
-#if !defined(__SANITIZE_ADDRESS__) && !defined(__SANITIZE_THREAD__)
-    assert_true(rss1 - rss0 < 32 * 1024);
-#endif
+    dt_expect_unread_bounded(&d, "dlockd_tls", sent, rss0);
     assert_true(dt_tls_serves(d.tls_port, certs, NULL));
     dt_tls_close(&a);
     assert_true(dt_tls_serves(d.tls_port, certs, NULL));
@@ -412,67 +392,62 @@ static void test_rediss_servers(void **state)
 
 /* ---- start-up errors ---------------------------------------------------------------- */
 
-static void expect_start_error(int want, const char *const *args)
+/* A start that must fail: dlockd with --tls-port 1 (unless tls_port is false), the
+ * certificate and key files given (NULL: not given) and one more option. */
+typedef struct start_case {
+    int want; /* its exit status: 64 for options that do not go together, 70 for files
+                 that cannot be used (the daemon could not start) */
+    bool tls_port;
+    const char *cert, *key;
+    const char *opt, *val; /* NULL: none */
+} start_case;
+
+/* It exits want with one line on stderr that starts "dlockd: ". */
+static void expect_start_error(const start_case *c)
 {
-    const char *argv[24] = {getenv("DLOCKD"), "-s", it_srv.url, "-p", "0"};
+    const char *argv[16] = {getenv("DLOCKD"), "-s", it_srv.url, "-p", "0"};
     int n = 5;
-    for (; *args != NULL; args++)
-        argv[n++] = *args;
+    if (c->tls_port) {
+        argv[n++] = "--tls-port";
+        argv[n++] = "1";
+    }
+    if (c->cert) {
+        argv[n++] = "--tls-cert-file";
+        argv[n++] = c->cert;
+    }
+    if (c->key) {
+        argv[n++] = "--tls-key-file";
+        argv[n++] = c->key;
+    }
+    if (c->opt) {
+        argv[n++] = c->opt;
+        argv[n++] = c->val;
+    }
     argv[n] = NULL;
     char err[1024];
     int st = dh_run(argv, NULL, NULL, 0, err, sizeof err);
     char *nl = strchr(err, '\n');
-    if (st != want || strncmp(err, "dlockd: ", 8) != 0 || nl == NULL || nl[1] != '\0')
-        fail_msg("%s %s: exit %d (want %d), '%s'", args[-2], args[-1], st, want, err);
+    if (st != c->want || strncmp(err, "dlockd: ", 8) != 0 || nl == NULL || nl[1] != '\0')
+        fail_msg("%s %s: exit %d (want %d), '%s'", argv[n - 2], argv[n - 1], st, c->want, err);
 }
 
 static void test_start_errors(void **state)
 {
     (void)state;
     const char *crt = cert("server", "crt"), *key = cert("server", "key");
-    const char *no_cert[] = {"--tls-port", "1", "--tls-key-file", key, NULL};
-    const char *no_ca[] = {"--tls-port", "1", "--tls-cert-file", crt, "--tls-key-file", key, NULL};
-    const char *no_port[] = {"--unixsocket", "/nonexistent/s", "--tls-cert-file", crt, NULL};
-    const char *bad_auth[] = {
-        "--tls-port", "1", "--tls-cert-file", crt, "--tls-key-file", key, "--tls-auth-clients",
-        "maybe",      NULL};
-    expect_start_error(64, no_cert);
-    expect_start_error(64, no_ca);
-    expect_start_error(64, no_port);
-    expect_start_error(64, bad_auth);
-    /* Files that cannot be used: the daemon could not start. */
-    const char *missing[] = {"--tls-port",
-                             "1",
-                             "--tls-cert-file",
-                             "/nonexistent.crt",
-                             "--tls-key-file",
-                             key,
-                             "--tls-auth-clients",
-                             "no",
-                             NULL};
-    const char *not_cert[] = {
-        "--tls-port", "1", "--tls-cert-file", key, "--tls-key-file", key, "--tls-auth-clients",
-        "no",         NULL};
-    const char *wrong_key[] = {"--tls-port",
-                               "1",
-                               "--tls-cert-file",
-                               crt,
-                               "--tls-key-file",
-                               cert("other", "key"),
-                               "--tls-auth-clients",
-                               "no",
-                               NULL};
-    const char *bad_ca[] = {
-        "--tls-port", "1", "--tls-cert-file", crt, "--tls-key-file", key, "--tls-ca-cert-file",
-        key,          NULL};
-    const char *no_cadir[] = {
-        "--tls-port",   "1", "--tls-cert-file", crt, "--tls-key-file", key, "--tls-ca-cert-dir",
-        "/nonexistent", NULL};
-    expect_start_error(70, missing);
-    expect_start_error(70, not_cert);
-    expect_start_error(70, wrong_key);
-    expect_start_error(70, bad_ca);
-    expect_start_error(70, no_cadir);
+    const start_case cases[] = {
+        {64, true, NULL, key, NULL, NULL}, /* no certificate */
+        {64, true, crt, key, NULL, NULL},  /* no CA, which client certificates need */
+        {64, false, crt, NULL, "--unixsocket", "/nonexistent/s"},          /* no TLS port */
+        {64, true, crt, key, "--tls-auth-clients", "maybe"},               /* a bad mode */
+        {70, true, "/nonexistent.crt", key, "--tls-auth-clients", "no"},   /* missing */
+        {70, true, key, key, "--tls-auth-clients", "no"},                  /* not a certificate */
+        {70, true, crt, cert("other", "key"), "--tls-auth-clients", "no"}, /* the wrong key */
+        {70, true, crt, key, "--tls-ca-cert-file", key},                   /* not a CA */
+        {70, true, crt, key, "--tls-ca-cert-dir", "/nonexistent"},         /* no CA directory */
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
+        expect_start_error(&cases[i]);
 }
 
 int main(void)

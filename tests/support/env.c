@@ -1,12 +1,14 @@
 /*
- * env.c: the test's environment: clocks, the slack factor for liveness bounds, and
- * where the built dlock command is.
+ * env.c: the test's environment: clocks, the slack factor for liveness bounds, where
+ * the built dlock command is, and the removal of the directories tests make.
  */
 #include "support.h"
 
 #include <errno.h>
+#include <ftw.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <sys/stat.h>
 #include <time.h>
 
 int64_t dh_now_us(void)
@@ -47,4 +49,20 @@ const char *dh_cli_path(void)
         exit(1);
     }
     return p;
+}
+
+static int rm_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw)
+{
+    (void)st;
+    (void)flag;
+    (void)ftw;
+    remove(path);
+    return 0;
+}
+
+void dh_rm_tree(const char *dir)
+{
+    /* Depth first, so that a directory is empty when its turn comes. */
+    if (dir && dir[0])
+        nftw(dir, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
 }

@@ -52,54 +52,53 @@
 
 enum { CAN_POISON = 1, CAN_STREAM = 2, CAN_CLOSE = 4 };
 
+/* Each reply's name is its enumerator's; an error reply is "-NAME message\r\n". */
+#define CANNED(id, bytes, flags) [FR_##id] = {#id, bytes, flags}
+#define ERROR_REPLY(id, message) CANNED(id, "-" #id " " message "\r\n", 0)
+
 static const struct canned {
     const char *name;
     const char *bytes;
     int flags; /* CAN_POISON: the stream is garbage after it (later replies are dropped);
                   CAN_STREAM: 10^9 filler bytes follow; CAN_CLOSE: the relay closes after */
 } canned_table[FR_CANNED_COUNT] = {
-    [FR_LOADING] = {"LOADING", "-LOADING Redis is loading the dataset in memory\r\n", 0},
-    [FR_BUSY] = {"BUSY",
-                 "-BUSY Redis is busy running a script. You can only call SCRIPT KILL or "
-                 "SHUTDOWN NOSAVE.\r\n",
-                 0},
-    [FR_MASTERDOWN] = {"MASTERDOWN",
-                       "-MASTERDOWN Link with MASTER is down and replica-serve-stale-data is "
-                       "set to 'no'.\r\n",
-                       0},
-    [FR_TRYAGAIN] = {"TRYAGAIN", "-TRYAGAIN Multiple keys request during rehashing of slot\r\n", 0},
-    [FR_CLUSTERDOWN] = {"CLUSTERDOWN", "-CLUSTERDOWN The cluster is down\r\n", 0},
-    [FR_READONLY] = {"READONLY", "-READONLY You can't write against a read only replica.\r\n", 0},
-    [FR_OOM] = {"OOM", "-OOM command not allowed when used memory > 'maxmemory'.\r\n", 0},
-    [FR_MISCONF] = {"MISCONF",
-                    "-MISCONF Redis is configured to save RDB snapshots, but it's currently "
-                    "unable to persist to disk.\r\n",
-                    0},
-    [FR_NOSCRIPT] = {"NOSCRIPT", "-NOSCRIPT No matching script. Please use EVAL.\r\n", 0},
-    [FR_NOAUTH] = {"NOAUTH", "-NOAUTH Authentication required.\r\n", 0},
-    [FR_WRONGPASS] = {"WRONGPASS",
-                      "-WRONGPASS invalid username-password pair or user is disabled.\r\n", 0},
-    [FR_NOPERM] = {"NOPERM",
-                   "-NOPERM this user has no permissions to run the 'evalsha' command\r\n", 0},
-    [FR_WRONGTYPE] = {"WRONGTYPE",
-                      "-WRONGTYPE Operation against a key holding the wrong kind of value\r\n", 0},
-    [FR_MOVED] = {"MOVED", "-MOVED 3999 127.0.0.1:6381\r\n", 0},
-    [FR_ASK] = {"ASK", "-ASK 3999 127.0.0.1:6381\r\n", 0},
-    [FR_CROSSSLOT] = {"CROSSSLOT", "-CROSSSLOT Keys in request don't hash to the same slot\r\n", 0},
-    [FR_ERR] = {"ERR", "-ERR unknown command 'EVALSHA'\r\n", 0},
-    [FR_INTEGER] = {"INTEGER", ":42\r\n", 0},
-    [FR_BULK] = {"BULK", "$5\r\nhello\r\n", 0},
-    [FR_NIL] = {"NIL", "$-1\r\n", 0},
-    [FR_STATUS] = {"STATUS", "+OK\r\n", 0},
-    [FR_EMPTY_ARRAY] = {"EMPTY_ARRAY", "*0\r\n", 0},
-    [FR_HUGE_ARRAY] = {"HUGE_ARRAY", "*2147483647\r\n", CAN_POISON},
-    [FR_HUGE_BULK] = {"HUGE_BULK", "$1000000000\r\n", CAN_POISON | CAN_STREAM},
-    [FR_HTTP] = {"HTTP",
-                 "HTTP/1.1 400 Bad Request\r\nContent-Type: text/plain\r\nContent-Length: "
-                 "11\r\nConnection: close\r\n\r\nBad Request",
-                 CAN_POISON | CAN_CLOSE},
-    [FR_HUGE_INTEGER] = {"HUGE_INTEGER", ":9007199254740991\r\n", 0},
+    ERROR_REPLY(LOADING, "Redis is loading the dataset in memory"),
+    ERROR_REPLY(
+        BUSY, "Redis is busy running a script. You can only call SCRIPT KILL or SHUTDOWN NOSAVE."),
+    ERROR_REPLY(MASTERDOWN,
+                "Link with MASTER is down and replica-serve-stale-data is set to 'no'."),
+    ERROR_REPLY(TRYAGAIN, "Multiple keys request during rehashing of slot"),
+    ERROR_REPLY(CLUSTERDOWN, "The cluster is down"),
+    ERROR_REPLY(READONLY, "You can't write against a read only replica."),
+    ERROR_REPLY(OOM, "command not allowed when used memory > 'maxmemory'."),
+    ERROR_REPLY(
+        MISCONF,
+        "Redis is configured to save RDB snapshots, but it's currently unable to persist to disk."),
+    ERROR_REPLY(NOSCRIPT, "No matching script. Please use EVAL."),
+    ERROR_REPLY(NOAUTH, "Authentication required."),
+    ERROR_REPLY(WRONGPASS, "invalid username-password pair or user is disabled."),
+    ERROR_REPLY(NOPERM, "this user has no permissions to run the 'evalsha' command"),
+    ERROR_REPLY(WRONGTYPE, "Operation against a key holding the wrong kind of value"),
+    ERROR_REPLY(MOVED, "3999 127.0.0.1:6381"),
+    ERROR_REPLY(ASK, "3999 127.0.0.1:6381"),
+    ERROR_REPLY(CROSSSLOT, "Keys in request don't hash to the same slot"),
+    ERROR_REPLY(ERR, "unknown command 'EVALSHA'"),
+    CANNED(INTEGER, ":42\r\n", 0),
+    CANNED(BULK, "$5\r\nhello\r\n", 0),
+    CANNED(NIL, "$-1\r\n", 0),
+    CANNED(STATUS, "+OK\r\n", 0),
+    CANNED(EMPTY_ARRAY, "*0\r\n", 0),
+    CANNED(HUGE_ARRAY, "*2147483647\r\n", CAN_POISON),
+    CANNED(HUGE_BULK, "$1000000000\r\n", CAN_POISON | CAN_STREAM),
+    CANNED(HTTP,
+           "HTTP/1.1 400 Bad Request\r\nContent-Type: text/plain\r\nContent-Length: "
+           "11\r\nConnection: close\r\n\r\nBad Request",
+           CAN_POISON | CAN_CLOSE),
+    CANNED(HUGE_INTEGER, ":9007199254740991\r\n", 0),
 };
+
+#undef CANNED
+#undef ERROR_REPLY
 
 const char *fr_canned_name(fr_canned c)
 {
@@ -128,6 +127,24 @@ typedef struct chunk {
 typedef struct queue {
     chunk *head, *tail;
 } queue;
+
+/* The relay's FIFO lists (a queue's chunks, a pair's owed replies) are singly linked
+ * with a tail pointer: FIFO_PUSH appends node (its next already NULL) at the tail,
+ * FIFO_SHIFT unlinks the head, which must be there. */
+#define FIFO_PUSH(head, tail, node)                                                                \
+    do {                                                                                           \
+        if ((tail) != NULL)                                                                        \
+            (tail)->next = (node);                                                                 \
+        else                                                                                       \
+            (head) = (node);                                                                       \
+        (tail) = (node);                                                                           \
+    } while (0)
+#define FIFO_SHIFT(head, tail)                                                                     \
+    do {                                                                                           \
+        (head) = (head)->next;                                                                     \
+        if ((head) == NULL)                                                                        \
+            (tail) = NULL;                                                                         \
+    } while (0)
 
 /* One direction's message parser: raw holds the bytes fed to rd that do not belong to
  * a message handed on yet. When rd completes a message, it ends where rd's unread
@@ -219,11 +236,7 @@ static bool q_push(queue *q, const char *data, size_t len, int64_t due, uint64_t
     c->rst = close_after == CLOSE_RST;
     if (len > 0)
         memcpy(c->data, data, len);
-    if (q->tail != NULL)
-        q->tail->next = c;
-    else
-        q->head = c;
-    q->tail = c;
+    FIFO_PUSH(q->head, q->tail, c);
     return true;
 }
 
@@ -347,9 +360,7 @@ static void drain_canned(fr_relay *r, pair *p)
 {
     while (p->exp != NULL && p->exp->canned && !p->closing) {
         expect *e = p->exp;
-        p->exp = e->next;
-        if (p->exp == NULL)
-            p->exp_tail = NULL;
+        FIFO_SHIFT(p->exp, p->exp_tail);
         if (!p->poisoned)
             emit_canned(r, p, e->what);
         free(e);
@@ -364,11 +375,7 @@ static bool push_expect(pair *p, bool canned, fr_canned what, const char *name)
     e->canned = canned;
     e->what = what;
     snprintf(e->name, sizeof e->name, "%s", name);
-    if (p->exp_tail != NULL)
-        p->exp_tail->next = e;
-    else
-        p->exp = e;
-    p->exp_tail = e;
+    FIFO_PUSH(p->exp, p->exp_tail, e);
     return true;
 }
 
@@ -420,9 +427,7 @@ static void on_reply(fr_relay *r, pair *p, const char *raw, size_t len)
     expect *e = NULL;
     if (p->exp != NULL && !p->exp->canned) {
         e = p->exp;
-        p->exp = e->next;
-        if (p->exp == NULL)
-            p->exp_tail = NULL;
+        FIFO_SHIFT(p->exp, p->exp_tail);
     }
     const rule *ru =
         match(r, e != NULL ? e->name : NULL,
@@ -515,6 +520,17 @@ static void ingest(fr_relay *r, pair *p, int side, const char *b, size_t n)
     }
 }
 
+/* After a recv or send on p failed: true when a signal interrupted it (try again);
+ * else false, with the pair closed unless the socket was only not ready. */
+static bool io_interrupted(fr_relay *r, pair *p)
+{
+    if (errno == EINTR)
+        return true;
+    if (errno != EAGAIN && errno != EWOULDBLOCK)
+        pair_close(r, p, false);
+    return false;
+}
+
 /* Read what side has. */
 static void pump_in(fr_relay *r, pair *p, int side)
 {
@@ -522,10 +538,8 @@ static void pump_in(fr_relay *r, pair *p, int side)
     for (int rounds = 0; rounds < 8 && !p->closing; rounds++) {
         ssize_t n = recv(p->fd[side], buf, sizeof buf, 0);
         if (n < 0) {
-            if (errno == EINTR)
+            if (io_interrupted(r, p))
                 continue;
-            if (errno != EAGAIN && errno != EWOULDBLOCK)
-                pair_close(r, p, false);
             return;
         }
         if (n == 0) {
@@ -587,10 +601,8 @@ static void pump_out(fr_relay *r, pair *p, int d, int64_t now)
         if (want > 0) {
             ssize_t n = send(fd, src, want, MSG_NOSIGNAL);
             if (n < 0) {
-                if (errno == EINTR)
+                if (io_interrupted(r, p))
                     continue;
-                if (errno != EAGAIN && errno != EWOULDBLOCK)
-                    pair_close(r, p, false);
                 return;
             }
             if (d == 0)
@@ -611,9 +623,7 @@ static void pump_out(fr_relay *r, pair *p, int d, int64_t now)
         }
         if (c->off < c->len || c->filler > 0)
             continue;
-        p->q[d].head = c->next;
-        if (p->q[d].head == NULL)
-            p->q[d].tail = NULL;
+        FIFO_SHIFT(p->q[d].head, p->q[d].tail);
         bool close_now = c->close_after, rst = c->rst;
         free(c);
         if (close_now) {

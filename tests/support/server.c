@@ -16,7 +16,6 @@
 #include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <ftw.h>
 #include <glob.h>
 #include <netinet/in.h>
 #include <pthread.h>
@@ -61,19 +60,10 @@ static bool keep_dirs(void)
     return k && *k && strcmp(k, "0") != 0;
 }
 
-static int rm_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw)
-{
-    (void)st;
-    (void)flag;
-    (void)ftw;
-    remove(path);
-    return 0;
-}
-
 static void rm_tree(const char *dir, bool keep)
 {
-    if (dir[0] && !keep && !keep_dirs())
-        nftw(dir, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
+    if (!keep && !keep_dirs())
+        dh_rm_tree(dir);
 }
 
 /* Kill pid's process group (the server and any BGSAVE child) and reap the server. */
@@ -863,4 +853,26 @@ redisReply *dh_cmd(dh_server *s, const char *fmt, ...)
         fprintf(stderr, "dh: command on %s:%d failed: %s\n", s->host, s->port, c->errstr);
     redisFree(c);
     return r;
+}
+
+int dh_reply_integer(redisReply *r, const char *what, long long *out)
+{
+    bool ok = r != NULL && r->type == REDIS_REPLY_INTEGER;
+    if (ok)
+        *out = r->integer;
+    else if (r != NULL)
+        fprintf(stderr, "dh: %s: %s\n", what,
+                r->type == REDIS_REPLY_ERROR ? r->str : "not an integer reply");
+    freeReplyObject(r);
+    return ok ? 0 : -1;
+}
+
+int dh_reply_status(redisReply *r, const char *what)
+{
+    bool ok = r != NULL && r->type == REDIS_REPLY_STATUS;
+    if (r != NULL && !ok)
+        fprintf(stderr, "dh: %s: %s\n", what,
+                r->type == REDIS_REPLY_ERROR ? r->str : "not a status reply");
+    freeReplyObject(r);
+    return ok ? 0 : -1;
 }

@@ -9,9 +9,11 @@
  *              reaping with a grace period, and running a command to completion with
  *              its output captured (dh_run);
  *   procfs.c   what /proc says about this process: descriptors, threads, memory;
- *   env.c      the test's environment: clocks, the slack factor, the CLI's path;
+ *   env.c      the test's environment: clocks, the slack factor, the CLI's path,
+ *              removing the directories tests make;
  *   tls.c      certificates for TLS tests: a CA of the test's own and what it signs;
- *   relay.c    the delaying and fault-injecting TCP relay (relay.h).
+ *   relay.c    the delaying and fault-injecting TCP relay (relay.h);
+ *   net.c      sockets: sending a whole buffer.
  *
  * Every server gets its own temporary directory under $DLOCK_TEST_TMP (or /tmp, or
  * the caller's parent directory) and no persistence unless its arguments ask for it.
@@ -165,6 +167,13 @@ void dh_servers_die_with_signals(const char *extra_dir);
  * Thread-safety: any thread (each call has its own connection). */
 redisReply *dh_cmd(dh_server *s, const char *fmt, ...);
 
+/* For the reply of a dh_cmd that must answer a status (+OK): 0, or -1 after printing
+ * what came instead after what (the command); NULL (dh_cmd printed why) is -1 too.
+ * Frees r. */
+int dh_reply_status(redisReply *r, const char *what);
+/* The same for one that must answer an integer: 0 with the integer in *out, or -1. */
+int dh_reply_integer(redisReply *r, const char *what, long long *out);
+
 /* Connect to the server as dh_cmd does (authenticated), for tests that issue many
  * commands. NULL after printing why. Free with redisFree. */
 redisContext *dh_connect(dh_server *s);
@@ -224,6 +233,13 @@ int dh_thread_count(void);
 /* A size field of /proc/self/status in KiB ("VmRSS", "VmSize", "VmPeak"), or -1. */
 long long dh_status_kib(const char *field);
 
+/* ---- sockets (net.c) ------------------------------------------------------------ */
+
+/* Send all of buf on the socket fd, retrying after signals, MSG_NOSIGNAL (a peer that
+ * closed is EPIPE, not SIGPIPE). 0, or -1 with errno from send(2): on a non-blocking
+ * socket, EAGAIN when its buffer is full. */
+int dh_send_all(int fd, const void *buf, size_t len);
+
 /* ---- the environment (env.c) ---------------------------------------------------- */
 
 /* ---- certificates for TLS tests (tls.c) ----------------------------------------- */
@@ -261,6 +277,10 @@ int64_t dh_now_us(void);
 
 /* Sleep ms milliseconds (restarted after signals). */
 void dh_sleep_ms(int64_t ms);
+
+/* Remove dir and everything below it, links not followed; best effort (what cannot
+ * be removed stays). Nothing for NULL or "". */
+void dh_rm_tree(const char *dir);
 
 /* $DLOCK_CLI (CTest sets it to the built dlock command). Exits the test process with
  * a message when it is unset. */

@@ -10,7 +10,6 @@
 #include "support.h"
 
 #include <errno.h>
-#include <ftw.h>
 #include <openssl/evp.h>
 #include <openssl/pem.h>
 #include <openssl/x509.h>
@@ -53,24 +52,17 @@ static int write_pem(const char *path, X509 *cert, EVP_PKEY *key)
     return 0;
 }
 
-static EVP_PKEY *read_key(const char *path)
+/* Read path's certificate into *cert, or, cert NULL, its key into *key; NULL there when
+ * the file cannot be read. */
+static void read_pem(const char *path, X509 **cert, EVP_PKEY **key)
 {
     FILE *f = fopen(path, "r");
-    if (f == NULL)
-        return NULL;
-    EVP_PKEY *k = PEM_read_PrivateKey(f, NULL, NULL, NULL);
-    fclose(f);
-    return k;
-}
-
-static X509 *read_cert(const char *path)
-{
-    FILE *f = fopen(path, "r");
-    if (f == NULL)
-        return NULL;
-    X509 *c = PEM_read_X509(f, NULL, NULL, NULL);
-    fclose(f);
-    return c;
+    if (cert)
+        *cert = f ? PEM_read_X509(f, NULL, NULL, NULL) : NULL;
+    else
+        *key = f ? PEM_read_PrivateKey(f, NULL, NULL, NULL) : NULL;
+    if (f)
+        fclose(f);
 }
 
 /* Make dir/name.crt and dir/name.key: a certificate for cn with the key made here,
@@ -135,9 +127,11 @@ int dh_tls_issue(const char *dir, const char *ca, const char *name, const dh_tls
 {
     char path[600];
     snprintf(path, sizeof path, "%s/%s.crt", dir, ca);
-    X509 *ca_cert = read_cert(path);
+    X509 *ca_cert;
+    read_pem(path, &ca_cert, NULL);
     snprintf(path, sizeof path, "%s/%s.key", dir, ca);
-    EVP_PKEY *ca_key = read_key(path);
+    EVP_PKEY *ca_key;
+    read_pem(path, NULL, &ca_key);
     int rc = ca_cert && ca_key ? make(dir, name, name, o, ca_cert, ca_key)
                                : fail("cannot read the CA", path);
     X509_free(ca_cert);
@@ -166,7 +160,8 @@ int dh_tls_make_set(const char *dir)
     if (mkdir(path, 0755) < 0)
         return fail(strerror(errno), path);
     snprintf(path, sizeof path, "%s/ca.crt", dir);
-    X509 *ca = read_cert(path);
+    X509 *ca;
+    read_pem(path, &ca, NULL);
     if (ca == NULL)
         return fail("cannot read", path);
     snprintf(path, sizeof path, "%s/cadir/%08lx.0", dir, X509_subject_name_hash(ca));
@@ -187,17 +182,7 @@ int dh_tls_dir(char *out, size_t len)
     return 0;
 }
 
-static int rm_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw)
-{
-    (void)st;
-    (void)flag;
-    (void)ftw;
-    remove(path);
-    return 0;
-}
-
 void dh_tls_dir_remove(const char *dir)
 {
-    if (dir && dir[0])
-        nftw(dir, rm_entry, 8, FTW_DEPTH | FTW_PHYS);
+    dh_rm_tree(dir);
 }

@@ -2,13 +2,8 @@
 // dlockd through phpredis (Debian's php-redis), as a PHP request would use it:
 // rawCommand for the lock commands, a read timeout longer than WAIT.
 // Usage: php phpredis.php PORT. Exit 0 when every check held, 1 otherwise.
-function check($cond, $what)
-{
-    if (!$cond) {
-        fwrite(STDERR, "phpredis: FAILED: $what\n");
-        exit(1);
-    }
-}
+define('CHECK_SCRIPT', 'phpredis');
+require __DIR__ . '/check.php';
 
 $port = (int)$argv[1];
 $a = new Redis();

@@ -2,13 +2,8 @@
 // dlockd's TLS port through phpredis (Debian's php-redis): a tls:// host, the server
 // verified against the test's CA through the stream context.
 // Usage: php phpredis_tls.php PORT CA OTHER_CA. Exit 0 when every check held, 1 otherwise.
-function check($cond, $what)
-{
-    if (!$cond) {
-        fwrite(STDERR, "phpredis tls: FAILED: $what\n");
-        exit(1);
-    }
-}
+define('CHECK_SCRIPT', 'phpredis tls');
+require __DIR__ . '/check.php';
 
 $port = (int)$argv[1];
 $ctx = ['stream' => ['verify_peer' => true, 'verify_peer_name' => true,
