@@ -314,7 +314,9 @@ typedef struct dd_held {
     int shared;    /* LOCK SHAREDs, permits of K >= 2 */
     int permits;   /* permits of any K */
 } dd_held;
-dd_held dd_session_held(dd_conn *c, const char *name, size_t len);
+/* True, with the error in out, when what the connection holds of name would make a
+ * LOCK (permits 0) or a SEM ACQUIRE of K permits wait for the connection itself. */
+bool dd_would_wait_for_itself(dd_conn *c, const resp_arg *name, int64_t permits, dd_buf *out);
 void dd_session_unlink(dd_conn *c, dd_session *s);
 void dd_session_free(dd_session *s); /* NULL: nothing */
 /* On the pool: release each session of the list and free it. */

@@ -44,7 +44,7 @@ dd_session *dd_session_find(dd_conn *c, const char *name, size_t len, const char
     return NULL;
 }
 
-dd_held dd_session_held(dd_conn *c, const char *name, size_t len)
+static dd_held dd_session_held(dd_conn *c, const char *name, size_t len)
 {
     dd_held h = {0, 0, 0};
     for (dd_session *s = c->sessions; s != NULL; s = s->next) {
@@ -292,24 +292,41 @@ bool dd_lock_start(dd_conn *c, dd_job *j, dd_buf *out)
     return true;
 }
 
-void dd_cmd_lock(dd_conn *c, resp_arg *argv, size_t argc, dd_buf *out)
+bool dd_would_wait_for_itself(dd_conn *c, const resp_arg *name, int64_t permits, dd_buf *out)
 {
-    dd_held held = dd_session_held(c, argv[1].p, argv[1].len);
-    int name_len = (int)(argv[1].len > 128 ? 128 : argv[1].len);
-    /* The library is not reentrant: a second LOCK would wait for this connection's own
-     * lock or permit until its lease ran out, which renewal never lets happen. */
-    if (held.permits > 0) {
+    dd_held held = dd_session_held(c, name->p, name->len);
+    int shown = (int)(name->len > 128 ? 128 : name->len);
+    /* The library is not reentrant: the call would wait for this connection's own lock
+     * or permit until its lease ran out, which renewal never lets happen. A LOCK waits
+     * for any holder; a SEM ACQUIRE of K for an exclusive one, or for K holders. */
+    if (permits == 0 && held.permits > 0)
         dd_reply_error(out,
                        "ERR this connection already holds a permit of '%.*s' (SEM RELEASE it "
                        "first): a LOCK would wait for it",
-                       name_len, argv[1].p);
-        return;
-    }
-    if (held.exclusive + held.shared > 0) {
+                       shown, name->p);
+    else if (permits == 0 && held.exclusive + held.shared > 0)
         dd_reply_error(out, "ERR this connection already holds lock '%.*s' (UNLOCK it first)",
-                       name_len, argv[1].p);
+                       shown, name->p);
+    else if (permits > 0 && held.exclusive > 0)
+        dd_reply_error(out,
+                       "ERR this connection holds '%.*s' exclusively (UNLOCK it first): a SEM "
+                       "ACQUIRE would wait for it",
+                       shown, name->p);
+    else if (permits > 0 && held.shared >= permits)
+        dd_reply_error(out,
+                       "ERR this connection already holds %d of the %lld holders '%.*s' admits "
+                       "(its permits and SHARED locks; SEM RELEASE one first): a SEM ACQUIRE "
+                       "would wait for them",
+                       held.shared, (long long)permits, shown, name->p);
+    else
+        return false;
+    return true;
+}
+
+void dd_cmd_lock(dd_conn *c, resp_arg *argv, size_t argc, dd_buf *out)
+{
+    if (dd_would_wait_for_itself(c, &argv[1], 0, out))
         return;
-    }
     dd_job *j = dd_job_new(c);
     j->ttl_ms = DLOCK_TTL_DEFAULT_MS;
     if (!dd_lock_options(argv, argc, 2, "LOCK", j, out) ||

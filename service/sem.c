@@ -31,23 +31,8 @@ static void sem_acquire(dd_conn *c, resp_arg *argv, size_t argc, dd_buf *out)
         dd_reply_error(out, "ERR K (permits) must be an integer from 1 to %d", DLOCK_PERMITS_MAX);
         return;
     }
-    dd_held held = dd_session_held(c, argv[1].p, argv[1].len);
-    int name_len = (int)(argv[1].len > 128 ? 128 : argv[1].len);
-    if (held.exclusive > 0) {
-        dd_reply_error(out,
-                       "ERR this connection holds '%.*s' exclusively (UNLOCK it first): a SEM "
-                       "ACQUIRE would wait for it",
-                       name_len, argv[1].p);
+    if (dd_would_wait_for_itself(c, &argv[1], permits, out))
         return;
-    }
-    if (held.shared >= permits) {
-        dd_reply_error(out,
-                       "ERR this connection already holds %d of the %lld holders '%.*s' admits "
-                       "(its permits and SHARED locks; SEM RELEASE one first): a SEM ACQUIRE "
-                       "would wait for them",
-                       held.shared, (long long)permits, name_len, argv[1].p);
-        return;
-    }
     dd_job *j = dd_job_new(c);
     j->permits = permits;
     j->ttl_ms = DLOCK_TTL_DEFAULT_MS;

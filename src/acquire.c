@@ -26,15 +26,12 @@ static int check_opts(const dlock_opts *o, int64_t *ttl_ms, int64_t *wait_ms, dl
     static const dlock_opts defaults = {0};
     if (o == NULL)
         o = &defaults;
-    for (size_t i = 0; i < sizeof o->reserved / sizeof *o->reserved; i++)
-        if (o->reserved[i] != 0)
-            return dlock__err_set(e, DLOCK_ERR_INVALID, "dlock_opts.reserved must be zero");
-    *ttl_ms = o->ttl_ms ? o->ttl_ms : DLOCK_TTL_DEFAULT_MS;
-    int rc = dlock__check_ttl(*ttl_ms, "ttl_ms", e);
+    int rc = dlock__check_reserved(o->reserved, sizeof o->reserved / sizeof *o->reserved,
+                                   "dlock_opts", e);
+    if (rc == DLOCK_OK)
+        rc = dlock__check_lease_wait(o->ttl_ms, DLOCK_TTL_DEFAULT_MS, "ttl_ms", o->wait_ms,
+                                     o->cancel_fd, ttl_ms, wait_ms, e);
     if (rc != DLOCK_OK)
-        return rc;
-    *wait_ms = o->wait_ms;
-    if ((rc = dlock__check_wait(o->wait_ms, o->cancel_fd, e)) != DLOCK_OK)
         return rc;
     if (o->shared != 0 && o->shared != 1)
         return dlock__err_set(e, DLOCK_ERR_INVALID, "dlock_opts.shared must be 0 or 1");
@@ -98,12 +95,9 @@ static int prepare(dlock_client *c, const char *name, const dlock_opts *opts, in
 static int start(dlock_client *c, const char *name, const dlock_opts *opts, int64_t ttl_ms,
                  int64_t wait_ms, int64_t limit, dlock_pending **out, dlock__err *e)
 {
-    acquisition *p = dlock__calloc(1, sizeof *p);
+    acquisition *p = dlock__pending_new(sizeof *p, run_step, destroy);
     if (p == NULL)
         return dlock__err_set(e, DLOCK_ERR_NOMEM, "out of memory");
-    p->base.step = run_step;
-    p->base.destroy = destroy;
-    p->base.fd = -1;
     p->c = c;
     p->ticket = dlock__wallclock_us();
     p->ttl_ms = ttl_ms;

@@ -30,22 +30,17 @@ _Static_assert(sizeof(void *) != 8 || sizeof(dlock_holder) == 600,
 _Static_assert(sizeof(void *) != 8 || sizeof(dlock_tls) == 80,
                "dlock_tls changed size: take a reserved word instead");
 
-static bool all_zero(const uint64_t *w, size_t n)
-{
-    for (size_t i = 0; i < n; i++)
-        if (w[i] != 0)
-            return false;
-    return true;
-}
-
 /* Check cfg and copy its values (or the defaults) into c. */
 static int apply_config(dlock_client *c, const dlock_config *cfg)
 {
     static const dlock_config defaults = {0};
     if (cfg == NULL)
         cfg = &defaults;
-    if (!all_zero(cfg->reserved, sizeof cfg->reserved / sizeof *cfg->reserved))
-        return dlock__fail(DLOCK_ERR_INVALID, "dlock_config.reserved must be zero");
+    dlock__err e;
+    int rc = dlock__check_reserved(cfg->reserved, sizeof cfg->reserved / sizeof *cfg->reserved,
+                                   "dlock_config", &e);
+    if (rc != DLOCK_OK)
+        return dlock__err_raise(&e, rc);
     if (cfg->timeout_ms < 0 || cfg->timeout_ms > 3600000)
         return dlock__fail(DLOCK_ERR_INVALID, "timeout_ms must be 0 (default) to 3600000");
     if (cfg->connect_timeout_ms < 0 || cfg->connect_timeout_ms > 3600000)
@@ -93,8 +88,10 @@ static int apply_config(dlock_client *c, const dlock_config *cfg)
     c->rules.log_user = cfg->log_user;
     const dlock_tls *tls = cfg->tls;
     if (tls != NULL) {
-        if (!all_zero(tls->reserved, sizeof tls->reserved / sizeof *tls->reserved))
-            return dlock__fail(DLOCK_ERR_INVALID, "dlock_tls.reserved must be zero");
+        rc = dlock__check_reserved(tls->reserved, sizeof tls->reserved / sizeof *tls->reserved,
+                                   "dlock_tls", &e);
+        if (rc != DLOCK_OK)
+            return dlock__err_raise(&e, rc);
         bool cert = tls->cert != NULL && tls->cert[0] != '\0';
         bool key = tls->key != NULL && tls->key[0] != '\0';
         if (cert != key)

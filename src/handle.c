@@ -50,6 +50,23 @@ int dlock__check_ttl(int64_t ttl_ms, const char *what, dlock__err *e)
     return DLOCK_OK;
 }
 
+int dlock__check_reserved(const uint64_t *w, size_t n, const char *what, dlock__err *e)
+{
+    for (size_t i = 0; i < n; i++)
+        if (w[i] != 0)
+            return dlock__err_set(e, DLOCK_ERR_INVALID, "%s.reserved must be zero", what);
+    return DLOCK_OK;
+}
+
+int dlock__check_lease_wait(int64_t lease_ms, int64_t def_ms, const char *what, int64_t wait_ms,
+                            int cancel_fd, int64_t *lease_out, int64_t *wait_out, dlock__err *e)
+{
+    *lease_out = lease_ms ? lease_ms : def_ms;
+    *wait_out = wait_ms;
+    int rc = dlock__check_ttl(*lease_out, what, e);
+    return rc != DLOCK_OK ? rc : dlock__check_wait(wait_ms, cancel_fd, e);
+}
+
 int dlock__lock_enter(dlock_lock *l, dlock__err *e)
 {
     if (l == NULL)

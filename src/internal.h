@@ -401,6 +401,11 @@ int dlock__check_key_name(const char *name, const char *what, dlock__err *e);
  * may wait. */
 int dlock__check_wait(int64_t wait_ms, int cancel_fd, dlock__err *e);
 int dlock__check_ttl(int64_t ttl_ms, const char *what, dlock__err *e);
+/* An options struct's reserved words (what: its type's name) are all zero. */
+int dlock__check_reserved(const uint64_t *w, size_t n, const char *what, dlock__err *e);
+/* A lease (0: def_ms) and a wait with its cancel_fd, checked; the values in the outs. */
+int dlock__check_lease_wait(int64_t lease_ms, int64_t def_ms, const char *what, int64_t wait_ms,
+                            int cancel_fd, int64_t *lease_out, int64_t *wait_out, dlock__err *e);
 /* Check a handle and its client on entry to a call. */
 int dlock__lock_enter(struct dlock_lock *l, dlock__err *e);
 /* A new handle for name (not yet on the client's list). */
@@ -431,6 +436,10 @@ struct dlock_pending {
     char id[DLOCK_TOKEN_LEN + 1]; /* the reservation's id once granted, else "" */
 };
 
+/* A zeroed operation of size bytes (its struct, which begins with a dlock_pending) with
+ * its step and clean-up set and no descriptor yet; NULL when out of memory. */
+void *dlock__pending_new(size_t size, int (*step)(dlock_pending *, dlock_lock **, dlock__err *),
+                         void (*destroy)(dlock_pending *));
 /* A step's DLOCK_ERR_AGAIN, with its message. */
 int dlock__pending_again(dlock__err *e);
 /* The blocking form: step, sleeping between steps on fd and due_us, until the result

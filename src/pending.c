@@ -12,6 +12,18 @@
  */
 #include "internal.h"
 
+void *dlock__pending_new(size_t size, int (*step)(dlock_pending *, dlock_lock **, dlock__err *),
+                         void (*destroy)(dlock_pending *))
+{
+    dlock_pending *p = dlock__calloc(1, size);
+    if (p != NULL) {
+        p->step = step;
+        p->destroy = destroy;
+        p->fd = -1;
+    }
+    return p;
+}
+
 int dlock__pending_again(dlock__err *e)
 {
     return dlock__err_set(e, DLOCK_ERR_AGAIN,

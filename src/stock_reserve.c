@@ -19,17 +19,14 @@ static int check_reserve_opts(const dlock_reserve_opts *o, int64_t *lease_ms, in
     static const dlock_reserve_opts defaults = {0};
     if (o == NULL)
         o = &defaults;
-    for (size_t i = 0; i < sizeof o->reserved / sizeof *o->reserved; i++)
-        if (o->reserved[i] != 0)
-            return dlock__err_set(e, DLOCK_ERR_INVALID, "dlock_reserve_opts.reserved must be zero");
-    if (o->reserved32 != 0)
-        return dlock__err_set(e, DLOCK_ERR_INVALID, "dlock_reserve_opts.reserved32 must be zero");
-    *lease_ms = o->lease_ms ? o->lease_ms : DLOCK_STOCK_LEASE_DEFAULT_MS;
-    int rc = dlock__check_ttl(*lease_ms, "lease_ms", e);
+    int rc = dlock__check_reserved(o->reserved, sizeof o->reserved / sizeof *o->reserved,
+                                   "dlock_reserve_opts", e);
+    if (rc == DLOCK_OK && o->reserved32 != 0)
+        rc = dlock__err_set(e, DLOCK_ERR_INVALID, "dlock_reserve_opts.reserved32 must be zero");
     if (rc != DLOCK_OK)
         return rc;
-    *wait_ms = o->wait_ms;
-    return dlock__check_wait(o->wait_ms, o->cancel_fd, e);
+    return dlock__check_lease_wait(o->lease_ms, DLOCK_STOCK_LEASE_DEFAULT_MS, "lease_ms",
+                                   o->wait_ms, o->cancel_fd, lease_ms, wait_ms, e);
 }
 
 /* What one reserve asks for, the same in every attempt but for "queued". */
@@ -214,12 +211,9 @@ static void reserve_destroy(dlock_pending *base)
 static int reserve_start(dlock_client *c, const char *sku, int64_t qty,
                          const dlock_reserve_opts *opts, dlock_pending **out, dlock__err *e)
 {
-    reservation *r = dlock__calloc(1, sizeof *r);
+    reservation *r = dlock__pending_new(sizeof *r, reserve_step, reserve_destroy);
     if (r == NULL)
         return dlock__err_set(e, DLOCK_ERR_NOMEM, "out of memory");
-    r->base.step = reserve_step;
-    r->base.destroy = reserve_destroy;
-    r->base.fd = -1;
     r->base.reservation = true;
     int64_t lease_ms = 0, wait_ms = 0;
     int rc = dlock__stock_op_begin(&r->op, c, sku, e);

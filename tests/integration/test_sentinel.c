@@ -153,26 +153,30 @@ typedef struct refusal {
     const char *needle;
 } refusal;
 
-static refusal unknown_name = {MASTER_PW, "nosuch", SENTINEL_PW, DLOCK_ERR_INVALID,
-                               "knows no master named \"nosuch\""};
-static refusal wrong_sentinel_pw = {MASTER_PW, "mymaster", "not-it", DLOCK_ERR_AUTH,
-                                    "Sentinel 127.0.0.1"};
-static refusal no_sentinel_pw = {MASTER_PW, "mymaster", NULL, DLOCK_ERR_AUTH, "NOAUTH"};
+static const refusal unknown_name = {MASTER_PW, "nosuch", SENTINEL_PW, DLOCK_ERR_INVALID,
+                                     "knows no master named \"nosuch\""};
+static const refusal wrong_sentinel_pw = {MASTER_PW, "mymaster", "not-it", DLOCK_ERR_AUTH,
+                                          "Sentinel 127.0.0.1"};
+static const refusal no_sentinel_pw = {MASTER_PW, "mymaster", NULL, DLOCK_ERR_AUTH, "NOAUTH"};
 /* The Sentinel's password is the Sentinel's alone: the master still asks for its own. */
-static refusal no_master_pw = {NULL, "mymaster", SENTINEL_PW, DLOCK_ERR_AUTH,
-                               "redis-sentinel://127.0.0.1:1,"};
+static const refusal no_master_pw = {NULL, "mymaster", SENTINEL_PW, DLOCK_ERR_AUTH,
+                                     "redis-sentinel://127.0.0.1:1,"};
 
 static void test_refused(void **state)
 {
-    const refusal *f = *state;
-    dlock_client *c = client(f->master_pw, f->name, f->sentinel_pw, NULL);
-    dlock_lock *l = NULL;
-    int rc = dlock_acquire(c, "sent-refused", NULL, &l);
-    printf("INFO %s: %s\n", dlock_errname(rc), dlock_errmsg());
-    assert_int_equal(rc, f->code);
-    assert_null(l);
-    assert_non_null(strstr(dlock_errmsg(), f->needle));
-    dlock_client_free(c);
+    (void)state;
+    const refusal *cases[] = {&unknown_name, &wrong_sentinel_pw, &no_sentinel_pw, &no_master_pw};
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        const refusal *f = cases[i];
+        dlock_client *c = client(f->master_pw, f->name, f->sentinel_pw, NULL);
+        dlock_lock *l = NULL;
+        int rc = dlock_acquire(c, "sent-refused", NULL, &l);
+        printf("INFO %s: %s\n", dlock_errname(rc), dlock_errmsg());
+        assert_int_equal(rc, f->code);
+        assert_null(l);
+        assert_non_null(strstr(dlock_errmsg(), f->needle));
+        dlock_client_free(c);
+    }
 }
 
 static void test_no_sentinel_up(void **state)
@@ -344,10 +348,7 @@ int main(void)
     };
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_locks_on_the_named_master),
-        IT_CASE("unknown_master_name", test_refused, &unknown_name),
-        IT_CASE("wrong_sentinel_password", test_refused, &wrong_sentinel_pw),
-        IT_CASE("no_sentinel_password", test_refused, &no_sentinel_pw),
-        IT_CASE("no_master_password", test_refused, &no_master_pw),
+        cmocka_unit_test(test_refused),
         cmocka_unit_test(test_no_sentinel_up),
         cmocka_unit_test(test_doctor),
         /* Last: it moves the master. */
