@@ -85,7 +85,8 @@ typedef struct dh_server_opts {
      * admin connections (dh_cmd: hiredis here speaks no TLS); url is then
      * rediss://HOST:TLS_PORT. NULL: no TLS. */
     const dh_server_tls *tls;
-    /* The server's wall clock, as libfaketime's FAKETIME says it ("+10s", "-2m", "+0
+    /* The server's wall clock, as libfaketime's FAKETIME says it ("+10s", "-2m" (m is
+     * minutes: a few milliseconds are "+0.015s"), "+0
      * x1.05" for a clock 5% fast): the server runs with libfaketime preloaded, reading
      * its clock from a file in its directory on every call, so that dh_server_set_clock
      * can step it while it runs. Only CLOCK_REALTIME is faked (TIME, key expiry), not
