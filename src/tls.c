@@ -282,7 +282,7 @@ int dlock__tls_node_init(dlock__node *node, const dlock_tls *def, char *err, siz
     if (g_bio_method == NULL)
         return tls_bad(err, n, DLOCK_ERR_NOMEM, "out of memory");
     /* A Sentinel URL's master has no name until the Sentinels give its address: each
-     * connection then checks that (dlock__conn_host), unless sni= names it. */
+     * connection then checks that (conn->host), unless sni= names it. */
     if ((name != NULL || a->host != NULL) &&
         (node->tls_name = dlock__strdup(name ? name : a->host)) == NULL)
         return tls_bad(err, n, DLOCK_ERR_NOMEM, "out of memory");
