@@ -123,9 +123,12 @@ typedef struct dlock__addr {
  * naming the bad part to err. *out owns its strings: free with dlock__addr_clear. */
 int dlock__url_parse(const char *url, size_t len, dlock__addr *out, char *err, size_t errlen);
 void dlock__addr_clear(dlock__addr *a);
+/* The length of the "scheme://" that s (n bytes) starts with, or 0. */
+size_t dlock__url_scheme_len(const char *s, size_t n);
 /* The value of a hexadecimal digit, or -1 (percent-escapes here, in local.c names). */
 int dlock__hexval(char c);
-/* Parse a comma-separated list into a new array of *n addresses (at most max). */
+/* Parse a comma-separated list into a new array of *n addresses (at most max);
+ * url_list.c. */
 int dlock__url_parse_list(const char *list, int max, dlock__addr **out, int *n, char *err,
                           size_t errlen);
 

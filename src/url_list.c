@@ -1,0 +1,127 @@
+/*
+ * url_list.c: a list of server addresses, as dlock_client_new takes it: where one
+ * entry ends (commas separate servers, and a Sentinel URL's Sentinels too), and the
+ * refusal of one server named twice, which would vote twice. Each entry is parsed by
+ * url.c.
+ */
+#include "internal.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+static int list_bad(char *err, size_t errlen, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+static int list_bad(char *err, size_t errlen, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(err, errlen, fmt, ap);
+    va_end(ap);
+    return DLOCK_ERR_INVALID;
+}
+
+/* Whether a and b name the same server: the same address, or the master of the same
+ * name as one of the same Sentinels sees it. */
+static bool same_server(const dlock__addr *a, const dlock__addr *b)
+{
+    if (a->is_unix != b->is_unix || a->sentinel != b->sentinel)
+        return false;
+    if (a->is_unix)
+        return strcmp(a->path, b->path) == 0;
+    if (!a->sentinel)
+        return a->port == b->port && strcasecmp(a->host, b->host) == 0;
+    if (strcmp(a->master_name, b->master_name) != 0)
+        return false;
+    for (int i = 0; i < a->nsentinels; i++)
+        for (int j = 0; j < b->nsentinels; j++)
+            if (a->sentinels[i].port == b->sentinels[j].port &&
+                strcasecmp(a->sentinels[i].host, b->sentinels[j].host) == 0)
+                return true;
+    return false;
+}
+
+/* The comma that ends the list's entry at p, or its terminating NUL. Commas separate
+ * servers, except in a Sentinel URL's host part, where they separate its Sentinels
+ * unless a scheme follows. */
+static const char *entry_end(const char *p)
+{
+    while (*p == ' ')
+        p++;
+    size_t n = dlock__url_scheme_len(p, strlen(p));
+    bool sentinels = n >= 12 && memcmp(p + n - 12, "-sentinel://", 12) == 0;
+    for (const char *q = p + n; *q != '\0'; q++) {
+        if (*q == '/' || *q == '?')
+            sentinels = false;
+        if (*q != ',')
+            continue;
+        const char *next = q + 1;
+        while (*next == ' ')
+            next++;
+        if (!sentinels || dlock__url_scheme_len(next, strlen(next)) > 0)
+            return q;
+    }
+    return p + strlen(p);
+}
+
+int dlock__url_parse_list(const char *list, int max, dlock__addr **out, int *n, char *err,
+                          size_t errlen)
+{
+    *out = NULL;
+    *n = 0;
+    int count = 1;
+    for (const char *p = list; *(p = entry_end(p)) != '\0'; p++)
+        count++;
+    if (count > max)
+        return list_bad(err, errlen, "%d servers given, at most %d are supported", count, max);
+    dlock__addr *addrs = dlock__calloc((size_t)count, sizeof *addrs);
+    if (addrs == NULL)
+        return DLOCK_ERR_NOMEM;
+    const char *p = list;
+    for (int i = 0; i < count; i++) {
+        const char *end = entry_end(p);
+        /* Allow "a, b" as people write lists, but nothing else around a URL. */
+        while (p < end && *p == ' ')
+            p++;
+        size_t len = (size_t)(end - p);
+        while (len > 0 && p[len - 1] == ' ')
+            len--;
+        char sub[400];
+        int rc = len == 0 ? list_bad(sub, sizeof sub, "empty address")
+                          : dlock__url_parse(p, len, &addrs[i], sub, sizeof sub);
+        if (rc != DLOCK_OK) {
+            if (count > 1)
+                snprintf(err, errlen, "server %d of %d: %s", i + 1, count, sub);
+            else
+                snprintf(err, errlen, "%s", sub);
+            for (int j = 0; j < i; j++)
+                dlock__addr_clear(&addrs[j]);
+            free(addrs);
+            return rc;
+        }
+        p = *end ? end + 1 : end;
+    }
+    /* The same server twice would vote twice: a quorum of one server's say. (The same
+     * server under two names, or two addresses, cannot be told here.) */
+    for (int i = 1; i < count; i++) {
+        for (int j = 0; j < i; j++) {
+            const dlock__addr *b = &addrs[j];
+            if (!same_server(&addrs[i], b))
+                continue;
+            int rc = list_bad(err, errlen,
+                              "servers %d and %d are the same server (%s): each must be a server "
+                              "of its own, or it votes twice",
+                              j + 1, i + 1, b->display);
+            for (int k = 0; k < count; k++)
+                dlock__addr_clear(&addrs[k]);
+            free(addrs);
+            return rc;
+        }
+    }
+    *out = addrs;
+    *n = count;
+    return DLOCK_OK;
+}
