@@ -34,10 +34,7 @@ typedef struct span {
     size_t n;
 } span;
 
-static int bad(char *err, size_t errlen, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-
-static int bad(char *err, size_t errlen, const char *fmt, ...)
+int dlock__url_bad(char *err, size_t errlen, const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);
@@ -76,7 +73,7 @@ static int decode(span s, char **out, const char *what, char *err, size_t errlen
         int lo = i + 2 < s.n ? dlock__hexval(s.p[i + 2]) : -1;
         if (hi < 0 || lo < 0 || (hi == 0 && lo == 0)) {
             free(d);
-            return bad(err, errlen, "bad percent-encoding in the %s", what);
+            return dlock__url_bad(err, errlen, "bad percent-encoding in the %s", what);
         }
         d[k++] = (char)(hi * 16 + lo);
         i += 2;
@@ -140,7 +137,7 @@ static int parse_userinfo(span *rest, dlock__addr *a, bool allow_user, char *err
                 break;
             }
         if (at == NULL)
-            return bad(err, errlen, "expected \":password@\" before the socket path");
+            return dlock__url_bad(err, errlen, "expected \":password@\" before the socket path");
         head.n = (size_t)(at - rest->p) + 1; /* up to and including the '@' */
     }
     const char *at = NULL;
@@ -157,22 +154,24 @@ static int parse_userinfo(span *rest, dlock__addr *a, bool allow_user, char *err
         if (q != NULL)
             tail.n = (size_t)(q - tail.p);
         if (find(tail, '@') != NULL)
-            return bad(err, errlen,
-                       "'@' after the first '/': a '/' in a password must be written %%2F "
-                       "(percent-encoded)");
+            return dlock__url_bad(
+                err, errlen,
+                "'@' after the first '/': a '/' in a password must be written %%2F "
+                "(percent-encoded)");
     }
     if (at == NULL)
         return DLOCK_OK;
     span info = {head.p, (size_t)(at - head.p)};
     const char *colon = find(info, ':');
     if (colon == NULL)
-        return bad(err, errlen,
-                   "\"user@\" without a password is ambiguous: write \":password@\" for a "
-                   "password alone, or \"user:password@\"");
+        return dlock__url_bad(
+            err, errlen,
+            "\"user@\" without a password is ambiguous: write \":password@\" for a "
+            "password alone, or \"user:password@\"");
     span user = {info.p, (size_t)(colon - info.p)};
     span pass = {colon + 1, info.n - user.n - 1};
     if (pass.n == 0)
-        return bad(err, errlen, "empty password before '@'");
+        return dlock__url_bad(err, errlen, "empty password before '@'");
     int rc;
     if (user.n > 0 && (rc = decode(user, &a->user, "user name", err, errlen)) != DLOCK_OK)
         return rc;
@@ -204,16 +203,17 @@ static int parse_param(span p, dlock__addr *a, char *err, size_t errlen)
     int shown = (int)(name.n > 40 ? 40 : name.n);
     if (a->tls && span_is(name, "insecure")) {
         if (a->insecure >= 0)
-            return bad(err, errlen, "parameter \"insecure\" given twice");
+            return dlock__url_bad(err, errlen, "parameter \"insecure\" given twice");
         if (value.n != 1 || (value.p[0] != '0' && value.p[0] != '1'))
-            return bad(err, errlen, "insecure= takes 1 (do not verify the server) or 0");
+            return dlock__url_bad(err, errlen, "insecure= takes 1 (do not verify the server) or 0");
         a->insecure = value.p[0] - '0';
         return DLOCK_OK;
     }
     if (a->sentinel && span_is(name, "db")) {
         long v = parse_num(value, 0, 2147483647);
         if (a->db != 0 || v < 0)
-            return bad(err, errlen, "db= takes the master's database, a non-negative number, once");
+            return dlock__url_bad(err, errlen,
+                                  "db= takes the master's database, a non-negative number, once");
         a->db = (int)v;
         return DLOCK_OK;
     }
@@ -223,21 +223,23 @@ static int parse_param(span p, dlock__addr *a, char *err, size_t errlen)
         if (i < TLS_PARAMS ? !a->tls : !a->sentinel)
             break;
         if (*slots[i] != NULL)
-            return bad(err, errlen, "parameter \"%s\" given twice", names[i]);
+            return dlock__url_bad(err, errlen, "parameter \"%s\" given twice", names[i]);
         if (value.n == 0)
-            return bad(err, errlen, "parameter \"%s\" has an empty value", names[i]);
+            return dlock__url_bad(err, errlen, "parameter \"%s\" has an empty value", names[i]);
         return decode(value, slots[i], names[i], err, errlen);
     }
     if (!a->sentinel)
-        return bad(err, errlen,
-                   "unknown parameter \"%.*s\" (rediss:// takes cacert, cacertdir, cert, key, "
-                   "sni and insecure)",
-                   shown, name.p);
-    return bad(err, errlen,
-               "unknown parameter \"%.*s\" (%s takes sentinel_user, sentinel_password and "
-               "db%s)",
-               shown, name.p, a->tls ? "rediss-sentinel://" : "redis-sentinel://",
-               a->tls ? ", and cacert, cacertdir, cert, key, sni and insecure" : "");
+        return dlock__url_bad(
+            err, errlen,
+            "unknown parameter \"%.*s\" (rediss:// takes cacert, cacertdir, cert, key, "
+            "sni and insecure)",
+            shown, name.p);
+    return dlock__url_bad(
+        err, errlen,
+        "unknown parameter \"%.*s\" (%s takes sentinel_user, sentinel_password and "
+        "db%s)",
+        shown, name.p, a->tls ? "rediss-sentinel://" : "redis-sentinel://",
+        a->tls ? ", and cacert, cacertdir, cert, key, sni and insecure" : "");
 }
 
 /* The parameters of a URL: "name=value" pairs joined by '&'. */
@@ -247,7 +249,7 @@ static int parse_params(span q, dlock__addr *a, char *err, size_t errlen)
         const char *amp = find(q, '&');
         span p = {q.p, amp ? (size_t)(amp - q.p) : q.n};
         if (p.n == 0)
-            return bad(err, errlen, "empty parameter between '&'s");
+            return dlock__url_bad(err, errlen, "empty parameter between '&'s");
         int rc = parse_param(p, a, err, errlen);
         if (rc != DLOCK_OK)
             return rc;
@@ -256,8 +258,8 @@ static int parse_params(span q, dlock__addr *a, char *err, size_t errlen)
     }
     /* A certificate is useless without its key, and the reverse. */
     if ((a->cert == NULL) != (a->key == NULL))
-        return bad(err, errlen, "%s",
-                   a->cert ? "cert= given without key=" : "key= given without cert=");
+        return dlock__url_bad(err, errlen, "%s",
+                              a->cert ? "cert= given without key=" : "key= given without cert=");
     return DLOCK_OK;
 }
 
@@ -269,7 +271,7 @@ static int take_params(span *rest, dlock__addr *a, char *err, size_t errlen)
         return DLOCK_OK;
     span query = {q + 1, rest->n - (size_t)(q - rest->p) - 1};
     if (query.n == 0)
-        return bad(err, errlen, "empty parameter list after '?'");
+        return dlock__url_bad(err, errlen, "empty parameter list after '?'");
     rest->n = (size_t)(q - rest->p);
     return parse_params(query, a, err, errlen);
 }
@@ -283,21 +285,21 @@ static int parse_hostport(span hostport, int default_port, char **host_out, int 
     if (hostport.n > 0 && hostport.p[0] == '[') {
         const char *close = find(hostport, ']');
         if (close == NULL)
-            return bad(err, errlen, "IPv6 address without its closing ']'");
+            return dlock__url_bad(err, errlen, "IPv6 address without its closing ']'");
         host.p = hostport.p + 1;
         host.n = (size_t)(close - host.p);
         span after = {close + 1, hostport.n - host.n - 2};
         if (after.n > 0) {
             if (after.p[0] != ':')
-                return bad(err, errlen, "unexpected text after the IPv6 address");
+                return dlock__url_bad(err, errlen, "unexpected text after the IPv6 address");
             port.p = after.p + 1;
             port.n = after.n - 1;
             if (port.n == 0)
-                return bad(err, errlen, "empty port after ':'");
+                return dlock__url_bad(err, errlen, "empty port after ':'");
         }
         for (size_t i = 0; i < host.n; i++)
             if (!isxdigit((unsigned char)host.p[i]) && host.p[i] != ':' && host.p[i] != '.')
-                return bad(err, errlen, "bad character in the IPv6 address");
+                return dlock__url_bad(err, errlen, "bad character in the IPv6 address");
     } else {
         const char *colon = find(hostport, ':');
         host.p = hostport.p;
@@ -306,22 +308,23 @@ static int parse_hostport(span hostport, int default_port, char **host_out, int 
             port.p = colon + 1;
             port.n = hostport.n - host.n - 1;
             if (port.n == 0)
-                return bad(err, errlen, "empty port after ':'");
+                return dlock__url_bad(err, errlen, "empty port after ':'");
         }
         for (size_t i = 0; i < host.n; i++)
             if (!host_char_ok(host.p[i]))
-                return bad(err, errlen, "bad character '%c' in the host name", host.p[i]);
+                return dlock__url_bad(err, errlen, "bad character '%c' in the host name",
+                                      host.p[i]);
     }
     if (host.n == 0)
-        return bad(err, errlen, "missing host");
+        return dlock__url_bad(err, errlen, "missing host");
     if (host.n > 253)
-        return bad(err, errlen, "host name longer than 253 characters");
+        return dlock__url_bad(err, errlen, "host name longer than 253 characters");
     *port_out = default_port;
     if (port.p != NULL) {
         long v = parse_num(port, 1, 65535);
         if (v < 0)
-            return bad(err, errlen, "port \"%.*s\" is not a number from 1 to 65535", (int)port.n,
-                       port.p);
+            return dlock__url_bad(err, errlen, "port \"%.*s\" is not a number from 1 to 65535",
+                                  (int)port.n, port.p);
         *port_out = (int)v;
     }
     if ((*host_out = dup_span(host)) == NULL)
@@ -336,7 +339,8 @@ static int parse_redis(span rest, dlock__addr *a, char *err, size_t errlen)
         return rc;
     const char *q = find(rest, '?');
     if (q != NULL && !a->tls && find((span){rest.p, (size_t)(q - rest.p)}, '/') == NULL)
-        return bad(err, errlen, "parameters after '?' are for rediss:// (TLS) URLs only");
+        return dlock__url_bad(err, errlen,
+                              "parameters after '?' are for rediss:// (TLS) URLs only");
     if (a->tls && (rc = take_params(&rest, a, err, errlen)) != DLOCK_OK)
         return rc;
     const char *slash = find(rest, '/');
@@ -347,8 +351,8 @@ static int parse_redis(span rest, dlock__addr *a, char *err, size_t errlen)
     if (path.n > 0) {
         long v = parse_num(path, 0, 2147483647);
         if (v < 0)
-            return bad(err, errlen, "database \"%.*s\" is not a non-negative number",
-                       (int)(path.n > 40 ? 40 : path.n), path.p);
+            return dlock__url_bad(err, errlen, "database \"%.*s\" is not a non-negative number",
+                                  (int)(path.n > 40 ? 40 : path.n), path.p);
         a->db = (int)v;
     }
     return DLOCK_OK;
@@ -365,7 +369,7 @@ static int parse_master_name(span path, dlock__addr *a, char *err, size_t errlen
         return rc;
     size_t n = strlen(a->master_name);
     if (n > 128)
-        return bad(err, errlen, "master name longer than 128 bytes");
+        return dlock__url_bad(err, errlen, "master name longer than 128 bytes");
     for (size_t i = 0; i < n; i++) {
         char ch = a->master_name[i];
         if (isalnum((unsigned char)ch) || strchr("-_.:", ch) != NULL)
@@ -373,8 +377,9 @@ static int parse_master_name(span path, dlock__addr *a, char *err, size_t errlen
         char what[40] = "a space or a control character";
         if (isgraph((unsigned char)ch))
             snprintf(what, sizeof what, "'%c'", ch);
-        return bad(err, errlen,
-                   "master name with %s: it may hold letters, digits, '-', '_', '.' and ':'", what);
+        return dlock__url_bad(
+            err, errlen, "master name with %s: it may hold letters, digits, '-', '_', '.' and ':'",
+            what);
     }
     return DLOCK_OK;
 }
@@ -400,7 +405,7 @@ static int parse_sentinel(span rest, dlock__addr *a, char *err, size_t errlen)
         while (one.n > 0 && one.p[one.n - 1] == ' ')
             one.n--;
         if (a->nsentinels == DLOCK_SENTINELS_MAX)
-            return bad(err, errlen, "more than %d Sentinels", DLOCK_SENTINELS_MAX);
+            return dlock__url_bad(err, errlen, "more than %d Sentinels", DLOCK_SENTINELS_MAX);
         struct dlock__sentinel_addr *sa = &a->sentinels[a->nsentinels];
         if ((rc = parse_hostport(one, DLOCK_SENTINEL_PORT, &sa->host, &sa->port, err, errlen)) !=
             DLOCK_OK)
@@ -420,21 +425,21 @@ static int parse_unix(span rest, dlock__addr *a, char *err, size_t errlen)
     if (rc != DLOCK_OK)
         return rc;
     if (rest.n == 0)
-        return bad(err, errlen, "missing socket path");
+        return dlock__url_bad(err, errlen, "missing socket path");
     if (rest.p[0] != '/')
-        return bad(err, errlen, "the socket path must be absolute (unix:///path)");
+        return dlock__url_bad(err, errlen, "the socket path must be absolute (unix:///path)");
     const char *q = find(rest, '?');
     span path = {rest.p, q ? (size_t)(q - rest.p) : rest.n};
     if (path.n >= sizeof(((struct sockaddr_un *)0)->sun_path))
-        return bad(err, errlen, "socket path longer than %zu bytes",
-                   sizeof(((struct sockaddr_un *)0)->sun_path) - 1);
+        return dlock__url_bad(err, errlen, "socket path longer than %zu bytes",
+                              sizeof(((struct sockaddr_un *)0)->sun_path) - 1);
     if (q != NULL) {
         span query = {q + 1, rest.n - path.n - 1};
         if (query.n < 3 || memcmp(query.p, "db=", 3) != 0)
-            return bad(err, errlen, "the only query parameter is ?db=N");
+            return dlock__url_bad(err, errlen, "the only query parameter is ?db=N");
         long v = parse_num((span){query.p + 3, query.n - 3}, 0, 2147483647);
         if (v < 0)
-            return bad(err, errlen, "database in ?db= is not a non-negative number");
+            return dlock__url_bad(err, errlen, "database in ?db= is not a non-negative number");
         a->db = (int)v;
     }
     if ((a->path = dup_span(path)) == NULL)
@@ -498,9 +503,10 @@ int dlock__url_parse(const char *url, size_t len, dlock__addr *out, char *err, s
         {"rediss-sentinel://", true, true, false},
     };
     size_t n = dlock__url_scheme_len(url, len);
-    int rc = bad(err, errlen,
-                 "unsupported scheme: expected redis://, rediss://, unix://, redis-sentinel://, "
-                 "rediss-sentinel:// or file://");
+    int rc = dlock__url_bad(
+        err, errlen,
+        "unsupported scheme: expected redis://, rediss://, unix://, redis-sentinel://, "
+        "rediss-sentinel:// or file://");
     for (size_t i = 0; i < sizeof schemes / sizeof schemes[0]; i++) {
         if (n != strlen(schemes[i].name) || memcmp(url, schemes[i].name, n) != 0)
             continue;

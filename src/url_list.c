@@ -6,23 +6,10 @@
  */
 #include "internal.h"
 
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
-
-static int list_bad(char *err, size_t errlen, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-
-static int list_bad(char *err, size_t errlen, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, errlen, fmt, ap);
-    va_end(ap);
-    return DLOCK_ERR_INVALID;
-}
 
 /* Whether a and b name the same server: the same address, or the master of the same
  * name as one of the same Sentinels sees it. */
@@ -76,7 +63,8 @@ int dlock__url_parse_list(const char *list, int max, dlock__addr **out, int *n, 
     for (const char *p = list; *(p = entry_end(p)) != '\0'; p++)
         count++;
     if (count > max)
-        return list_bad(err, errlen, "%d servers given, at most %d are supported", count, max);
+        return dlock__url_bad(err, errlen, "%d servers given, at most %d are supported", count,
+                              max);
     dlock__addr *addrs = dlock__calloc((size_t)count, sizeof *addrs);
     if (addrs == NULL)
         return DLOCK_ERR_NOMEM;
@@ -90,7 +78,7 @@ int dlock__url_parse_list(const char *list, int max, dlock__addr **out, int *n, 
         while (len > 0 && p[len - 1] == ' ')
             len--;
         char sub[400];
-        int rc = len == 0 ? list_bad(sub, sizeof sub, "empty address")
+        int rc = len == 0 ? dlock__url_bad(sub, sizeof sub, "empty address")
                           : dlock__url_parse(p, len, &addrs[i], sub, sizeof sub);
         if (rc != DLOCK_OK) {
             if (count > 1)
@@ -111,10 +99,11 @@ int dlock__url_parse_list(const char *list, int max, dlock__addr **out, int *n, 
             const dlock__addr *b = &addrs[j];
             if (!same_server(&addrs[i], b))
                 continue;
-            int rc = list_bad(err, errlen,
-                              "servers %d and %d are the same server (%s): each must be a server "
-                              "of its own, or it votes twice",
-                              j + 1, i + 1, b->display);
+            int rc =
+                dlock__url_bad(err, errlen,
+                               "servers %d and %d are the same server (%s): each must be a server "
+                               "of its own, or it votes twice",
+                               j + 1, i + 1, b->display);
             for (int k = 0; k < count; k++)
                 dlock__addr_clear(&addrs[k]);
             free(addrs);
