@@ -291,6 +291,7 @@ static long build_sessions(const hist_log *log, hist_session **out, tok_map *map
             break;
         case HIST_CHECK:
             x->check_rc = r->rc;
+            x->check_ns = r->start_ns ? r->start_ns : r->t_ns;
             break;
         case HIST_RELEASE_INVOKE:
             if (x->release_ns == 0 || r->t_ns < x->release_ns)
@@ -527,11 +528,18 @@ void hist_check(const hist_log *log, int64_t final_value, hist_report *rep)
             hit[i] = false;
         }
 
-        /* (2) Granted intervals: [ok, min(release sent, latest validity deadline)]. */
+        /* (2) Granted intervals: [ok, min(release sent, latest validity deadline)];
+         * and for a late holder that the servers told it still held the lock (its
+         * lease had not run out there yet), until that answer: the lock was its
+         * alone until then, or the servers lied. */
         size_t k = 0;
         for (long i = 0; i < ns; i++) {
             int64_t end = s[i].deadline_ns;
             if (s[i].release_ns != 0 && s[i].release_ns < end)
+                end = s[i].release_ns;
+            if (s[i].late && s[i].check_rc == DLOCK_OK && s[i].check_ns > end)
+                end = s[i].check_ns;
+            if (s[i].late && s[i].release_rc == DLOCK_OK && s[i].release_ns > end)
                 end = s[i].release_ns;
             if (end > s[i].ok_ns)
                 sp[k++] = (span){s[i].ok_ns, end, i};

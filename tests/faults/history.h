@@ -150,6 +150,7 @@ typedef struct hist_session {
     int64_t last_ns;     /* the token's last record */
     int release_rc;      /* -1: no release record */
     int check_rc;        /* -1: no check */
+    int64_t check_ns;    /* dlock_check called */
     bool lost;           /* on_lost ran */
     bool late;           /* the section ended past the validity deadline */
 } hist_session;

@@ -129,14 +129,23 @@ static void test_granted_overlap(void **state)
     hist_report r = check(-1);
     assert_int_equal(r.granted_overlaps, 1);
     assert_true(r.granted_overlap_max_ns >= 5 * MS);
-    /* A's validity ended before B's grant: no overlap, however late A's section ran. */
+    /* A's validity ended before B's grant: no overlap, however late A's section ran
+     * (its release told LOST, as the servers must tell it then). */
     reset();
-    section(0, 1, 10, 0, 1, 7, 40, 41);
+    put(HIST_ACQ_OK, 0, 1, 10, 0, 1, 7, 0, 0);
+    put(HIST_EXIT, 0, 1, 10, 40, 40, 7, 0, 0);
+    put(HIST_RELEASE, 0, 1, 10, 41, 42, 0, 0, DLOCK_ERR_LOST);
     section(1, 2, 11, 2, 8, 100, 12, 13);
     r = check(-1);
     assert_int_equal(r.granted_overlaps, 0);
     assert_int_equal(r.believed_overlaps, 2);
     assert_int_equal(r.late_sections, 1);
+    /* The same, but the servers told the late A its release was of a lock it still
+     * held: A held it until then, so B's grant overlaps it. */
+    reset();
+    section(0, 1, 10, 0, 1, 7, 40, 41);
+    section(1, 2, 11, 2, 8, 100, 12, 13);
+    assert_int_equal(check(-1).granted_overlaps, 1);
 }
 
 /* A holder killed inside dlock_release leaves no RELEASE record: from its
