@@ -22,6 +22,7 @@
 #include "internal.h"
 
 #include <ctype.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -447,35 +448,46 @@ static int parse_unix(span rest, dlock__addr *a, char *err, size_t errlen)
     return DLOCK_OK;
 }
 
+/* Append fmt's output to the string in buf (size bytes), cut at its end. */
+static void append(char *buf, size_t size, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static void append(char *buf, size_t size, const char *fmt, ...)
+{
+    size_t used = strlen(buf);
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(buf + used, size - used, fmt, ap);
+    va_end(ap);
+}
+
+/* "host:port", an IPv6 address in brackets. */
+static void append_host(char *buf, size_t size, const char *host, int port)
+{
+    bool v6 = strchr(host, ':') != NULL;
+    append(buf, size, "%s%s%s:%d", v6 ? "[" : "", host, v6 ? "]" : "", port);
+}
+
 /* The URL with the password left out, for messages and dlock_errmsg. */
 static int make_display(dlock__addr *a)
 {
     /* The longest: eight Sentinels of 253-byte hosts, a user and a master name. */
     char buf[2600];
-    const char *user = a->user ? a->user : "";
-    const char *at = a->user ? "@" : "";
-    const char *scheme = a->tls ? "rediss" : "redis";
-    if (a->sentinel) {
-        int at_ = snprintf(buf, sizeof buf, "%s-sentinel://%.64s%s", scheme, user, at);
-        for (int i = 0; i < a->nsentinels && at_ < (int)sizeof buf; i++) {
-            const struct dlock__sentinel_addr *sa = &a->sentinels[i];
-            bool v6 = strchr(sa->host, ':') != NULL;
-            at_ += snprintf(buf + at_, sizeof buf - (size_t)at_, "%s%s%s%s:%d", i ? "," : "",
-                            v6 ? "[" : "", sa->host, v6 ? "]" : "", sa->port);
-        }
-        if (at_ < (int)sizeof buf)
-            snprintf(buf + at_, sizeof buf - (size_t)at_, "/%s", a->master_name);
-    } else if (a->is_unix)
+    if (a->is_unix) {
         snprintf(buf, sizeof buf, "unix://%s", a->path);
-    else if (strchr(a->host, ':') != NULL)
-        snprintf(buf, sizeof buf, "%s://%.64s%s[%s]:%d", scheme, user, at, a->host, a->port);
-    else
-        snprintf(buf, sizeof buf, "%s://%.64s%s%s:%d", scheme, user, at, a->host, a->port);
-    if (a->db != 0) {
-        size_t used = strlen(buf);
-        snprintf(buf + used, sizeof buf - used, a->is_unix || a->sentinel ? "?db=%d" : "/%d",
-                 a->db);
+    } else {
+        snprintf(buf, sizeof buf, "%s%s://%.64s%s", a->tls ? "rediss" : "redis",
+                 a->sentinel ? "-sentinel" : "", a->user ? a->user : "", a->user ? "@" : "");
+        for (int i = 0; i < a->nsentinels; i++) {
+            append(buf, sizeof buf, "%s", i ? "," : "");
+            append_host(buf, sizeof buf, a->sentinels[i].host, a->sentinels[i].port);
+        }
+        if (a->sentinel)
+            append(buf, sizeof buf, "/%s", a->master_name);
+        else
+            append_host(buf, sizeof buf, a->host, a->port);
     }
+    if (a->db != 0)
+        append(buf, sizeof buf, a->is_unix || a->sentinel ? "?db=%d" : "/%d", a->db);
     a->display = dlock__strdup(buf);
     return a->display ? DLOCK_OK : DLOCK_ERR_NOMEM;
 }
