@@ -45,22 +45,20 @@ static bool answer(const dlock__req *r, char *host, size_t hostlen, int *port)
     return true;
 }
 
-/* Why Sentinel i gave no address, into r->detail when the transport has not. */
-static void explain(const dlock__addr *a, dlock__req *r, int i)
+/* Why a Sentinel (who: "Sentinel host:port") gave no address, into r->detail when the
+ * transport has not. */
+static void explain(const dlock__addr *a, const char *who, dlock__req *r)
 {
     const redisReply *rep = r->reply;
-    const struct dlock__sentinel_addr *s = &a->sentinels[i];
     if (r->err != DLOCK_OK)
         return; /* the transport's reason */
     if (rep->type == REDIS_REPLY_NIL)
-        snprintf(r->detail, sizeof r->detail, "Sentinel %s:%d knows no master named \"%.60s\"",
-                 s->host, s->port, a->master_name);
+        snprintf(r->detail, sizeof r->detail, "%s knows no master named \"%.60s\"", who,
+                 a->master_name);
     else if (rep->type == REDIS_REPLY_ERROR)
-        snprintf(r->detail, sizeof r->detail, "Sentinel %s:%d: -%.100s", s->host, s->port,
-                 rep->str);
+        snprintf(r->detail, sizeof r->detail, "%s: -%.100s", who, rep->str);
     else
-        snprintf(r->detail, sizeof r->detail, "Sentinel %s:%d: not a master's address", s->host,
-                 s->port);
+        snprintf(r->detail, sizeof r->detail, "%s: not a master's address", who);
 }
 
 /* The error when no Sentinel named a master: the Sentinels' own words, all of them. */
@@ -170,32 +168,27 @@ int dlock__sentinel_master(dlock__node *node, char *host, size_t hostlen, int *p
     const dlock__req *reqs = sr.reqs;
     int k = sr.k;
     if (rc == DLOCK_OK) {
-        /* The address most of them give. */
-        char cand[256];
-        int cport = 0, best = 0;
+        /* Each answer once, then the address most of them give. */
+        char hosts[DLOCK_SENTINELS_MAX][256];
+        int ports[DLOCK_SENTINELS_MAX], best = -1, best_votes = 0;
+        bool named[DLOCK_SENTINELS_MAX];
+        for (int i = 0; i < k; i++)
+            named[i] = answer(&reqs[i], hosts[i], sizeof hosts[i], &ports[i]);
         for (int i = 0; i < k; i++) {
-            char h[256];
-            int p;
-            if (!answer(&reqs[i], h, sizeof h, &p))
-                continue;
             int votes = 0;
-            for (int j = 0; j < k; j++) {
-                char h2[256];
-                int p2;
-                votes += answer(&reqs[j], h2, sizeof h2, &p2) && p2 == p && strcmp(h2, h) == 0;
-            }
-            if (votes > best) {
-                best = votes;
-                snprintf(cand, sizeof cand, "%s", h);
-                cport = p;
+            for (int j = 0; named[i] && j < k; j++)
+                votes += named[j] && ports[j] == ports[i] && strcmp(hosts[j], hosts[i]) == 0;
+            if (votes > best_votes) {
+                best_votes = votes;
+                best = i;
             }
         }
-        if (best > 0 && strlen(cand) < hostlen) {
-            snprintf(host, hostlen, "%s", cand);
-            *port = cport;
+        if (best >= 0 && strlen(hosts[best]) < hostlen) {
+            snprintf(host, hostlen, "%s", hosts[best]);
+            *port = ports[best];
         } else {
             for (int i = 0; i < k; i++)
-                explain(a, &sr.reqs[i], i);
+                explain(a, sr.display[i], &sr.reqs[i]);
             rc = no_master(node, reqs, detail, n);
         }
     }
