@@ -4,6 +4,8 @@
  * take one lock on 3 servers (Redlock), judged at the end by every checker of
  * history.h. `make soak` runs it for DLOCK_SOAK_SECONDS (600 by default); CI runs 120
  * s. The seed is printed first (INFO line); DLOCK_TEST_SEED repeats a run's choices.
+ * The fault timeline is printed last, after the verdict, so that a log cut after its
+ * first lines still says what failed.
  *
  * The servers, each open to its own kinds of fault:
  *   node 0  a master with a replica behind a Sentinel (redis-sentinel://): failovers;
@@ -60,6 +62,12 @@
 
 static dh_server master, replica, sentinel, plain[2];
 static fr_relay *relay[2];
+
+/* The fault timeline, what a checker's report is read against: kept, and printed when
+ * the test ends, pass or fail. */
+static FILE *timeline;
+static char *timeline_text;
+static size_t timeline_len;
 
 /* The workers' clocks, set by the test, applied by each worker before each acquire: a
  * rate off by at most DRIFT_PPM. The clock stays continuous when the rate changes: what
@@ -152,6 +160,12 @@ static int setup(void **state)
     if (clk == MAP_FAILED)
         return -1;
     memset(clk, 0, sizeof *clk);
+    if ((timeline = open_memstream(&timeline_text, &timeline_len)) == NULL)
+        return -1;
+    /* The ports, which a dh: line about a command names. */
+    printf("INFO soak: ports: master %d, replica %d, sentinel %d, node 1 %d, node 2 %d, "
+           "register %d\n",
+           master.port, replica.port, sentinel.port, plain[0].port, plain[1].port, wk_res.port);
     /* STRICT distrusts nodes younger than the max lease: they age first. */
     dh_sleep_ms(1100);
     return 0;
@@ -160,6 +174,12 @@ static int setup(void **state)
 static int teardown(void **state)
 {
     (void)state;
+    if (timeline != NULL && fclose(timeline) == 0) {
+        printf("INFO soak: the fault timeline (ms from the history's start; the node or "
+               "worker last):\n%s",
+               timeline_text);
+        free(timeline_text);
+    }
     for (int i = 0; i < 2; i++)
         fr_stop(relay[i]);
     dh_server_stop(&sentinel);
@@ -210,11 +230,10 @@ typedef struct soak {
 
 static int64_t t0_ns; /* about the history's first record: the faults' times count from it */
 
-/* The fault timeline, printed: what a checker's report is read against. */
 static void say(const char *what, int k, int target)
 {
-    printf("INFO fault %.3f ms %s %s %d\n", (double)(hist_now_ns() - t0_ns) / 1e6, what,
-           kind_name[k], target);
+    fprintf(timeline, "INFO fault %.3f ms %s %s %d\n", (double)(hist_now_ns() - t0_ns) / 1e6, what,
+            kind_name[k], target);
 }
 
 static int active(const soak *s)
@@ -234,14 +253,19 @@ static void respawn(soak *s, int v)
     assert_true(s->pids[v] > 0);
 }
 
+/* A paused node answers no command of ours: the faults that send one, to begin or to
+ * end, wait for its pause to end (which a command timing out would hold up). */
+static bool paused(const soak *s, int node)
+{
+    return s->until[F_NODE_PAUSE] != 0 && s->target[F_NODE_PAUSE] == node;
+}
+
 /* Begin a fault of kind k, or do it when it is instant; false when it cannot be now. */
 static bool begin(soak *s, int k)
 {
     int node = (int)wk_rand(0, 1);
     int64_t now = dh_now_ms();
-    /* A paused node answers no command of ours: the faults that send one wait. */
-    bool paused = s->until[F_NODE_PAUSE] != 0 && s->target[F_NODE_PAUSE] == node;
-    if (paused && (k == F_MEMORY || k == F_FLUSH))
+    if (paused(s, node) && (k == F_MEMORY || k == F_FLUSH))
         return false;
     const hist_writer *hw = &s->sc.hw;
     int v = wk_in_section(s->sc.sh, s->pids, WORKERS);
@@ -270,7 +294,7 @@ static bool begin(soak *s, int k)
     case F_RESTART_AOF:
     case F_RESTART_NONE: {
         int i = k == F_RESTART_AOF ? 0 : 1;
-        if (s->until[F_NODE_PAUSE] != 0 && s->target[F_NODE_PAUSE] == i)
+        if (paused(s, i))
             return false;
         hist_fault(hw, HIST_F_SERVER_KILL, (uint64_t)(i + 1));
         assert_int_equal(dh_server_restart(&plain[i]), 0);
@@ -443,7 +467,7 @@ static void test_soak(void **state)
                     s.until[k] = 0;
                     s.failover_done = now;
                 }
-            } else if (now >= s.until[k]) {
+            } else if (now >= s.until[k] && !(k == F_MEMORY && paused(&s, s.target[k]))) {
                 end(&s, k);
             }
         }
@@ -460,6 +484,9 @@ static void test_soak(void **state)
         s.count[k]++;
         s.overlapped[k] |= others;
     }
+    /* A paused node first: the other ends may send it a command. */
+    if (s.until[F_NODE_PAUSE] != 0)
+        end(&s, F_NODE_PAUSE);
     for (int k = 0; k < F_KINDS; k++)
         if (s.until[k] != 0 && k != F_FAILOVER)
             end(&s, k);
@@ -502,6 +529,8 @@ static void test_soak(void **state)
 
 int main(void)
 {
+    /* Lines in the order they were written, among the checkers' and cmocka's. */
+    setvbuf(stdout, NULL, _IOLBF, 0);
     wk_seed("fault_soak");
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_soak),

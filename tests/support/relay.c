@@ -996,6 +996,12 @@ void fr_reset_now(fr_relay *r)
 void fr_add_rule(fr_relay *r, const fr_rule *ru)
 {
     pthread_mutex_lock(&r->mu);
+    /* Spent rules give their places up; the live ones keep their order. */
+    int live = 0;
+    for (int i = 0; i < r->nrules; i++)
+        if (r->rules[i].r.count != 0)
+            r->rules[live++] = r->rules[i];
+    r->nrules = live;
     if (r->nrules < MAX_RULES) {
         rule *d = &r->rules[r->nrules++];
         d->r = *ru;

@@ -165,7 +165,8 @@ void fr_refuse(fr_relay *r, bool on);
 /* Reset every open connection now. */
 void fr_reset_now(fr_relay *r);
 
-/* Add a rule (at most 16; the first that matches applies). */
+/* Add a rule (at most 16 live ones, spent rules not counted; the first that matches
+ * applies). */
 void fr_add_rule(fr_relay *r, const fr_rule *rule);
 /* fr_add_rule with action FR_REPLACE_INSTEAD or FR_REPLACE_AFTER. */
 void fr_replace(fr_relay *r, fr_canned what, enum fr_action how, int count, const char *cmd);
