@@ -4,8 +4,9 @@
  * Lease arithmetic (validity = ttl - elapsed - drift) must never be fooled by a
  * wall-clock step, and must count the time a machine spends suspended, because the
  * servers keep counting the lease meanwhile. CLOCK_BOOTTIME is both. Every elapsed
- * time and deadline in src/ goes through dlock__now_us(), so a test build can later
- * put a fault-injecting clock behind this single function.
+ * time and deadline in src/ goes through dlock__now_us(), so the test build puts a
+ * fault-injecting clock behind this single function, under the same guard against
+ * going back as the shipped one.
  */
 #include "internal.h"
 
@@ -25,14 +26,10 @@ int64_t dlock__real_now_us(void)
     return boottime_us();
 }
 
-/* The largest time the test clock has reported (test build only). */
-static _Atomic int64_t high_water;
-
-/* The test build's clock: the real one, frozen, offset or running at a wrong rate as
- * the fault tests set it (hooks.h). A backward step is held at the last value given
- * out, as CLOCK_BOOTTIME itself guarantees in the shipped build: every elapsed time
- * and validity in src/ relies on a clock that never goes back. */
-int64_t dlock__now_us(void)
+/* The test build's clock source: the real one, frozen, offset or running at a wrong
+ * rate as the fault tests set it (hooks.h). A step back is a step back here: holding
+ * the clock to never going back is dlock__now_us's work in both builds. */
+static int64_t source_us(void)
 {
     int64_t t = atomic_load(&dlock__test_hooks.frozen_at_us);
     if (t == 0) {
@@ -41,17 +38,31 @@ int64_t dlock__now_us(void)
         int64_t base = atomic_load(&dlock__test_hooks.rate_base_us);
         t = real + atomic_load(&dlock__test_hooks.offset_us) + (real - base) * ppm / 1000000;
     }
-    int64_t seen = atomic_load(&high_water);
-    while (t > seen && !atomic_compare_exchange_weak(&high_water, &seen, t))
-        ;
-    return t > seen ? t : seen;
+    return t;
 }
 #else
-int64_t dlock__now_us(void)
+static int64_t source_us(void)
 {
     return boottime_us();
 }
 #endif
+
+/* The largest time given out. CLOCK_BOOTTIME is specified never to go back, but every
+ * elapsed time, validity and deadline in src/ would silently grow if it did (a clock
+ * source fault, such as virtual machines have shown), so a reading below one already
+ * given out gives that one again: the clock holds still until it catches up. That
+ * costs one atomic read and, as the clock moves on, one compare-and-swap. */
+static _Atomic int64_t high_water;
+
+int64_t dlock__now_us(void)
+{
+    int64_t t = source_us();
+    int64_t seen = atomic_load_explicit(&high_water, memory_order_relaxed);
+    while (t > seen && !atomic_compare_exchange_weak_explicit(
+                           &high_water, &seen, t, memory_order_relaxed, memory_order_relaxed))
+        ;
+    return t > seen ? t : seen;
+}
 
 int64_t dlock__wallclock_us(void)
 {

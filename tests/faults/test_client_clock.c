@@ -98,7 +98,8 @@ static void steps(void **state)
     dlock_client *c = it_client(&it_srv, it_timeout_ms());
     dlock_lock *l = it_acquire(c, "step", 2000 * dh_slack());
     int64_t before = dlock_remaining_ms(l);
-    /* A backward step never lengthens the validity. */
+    /* A backward step never lengthens the validity: the hook's clock steps back, and
+     * the library's own guard (clock.c) holds its time where it was. */
     atomic_fetch_sub(&dlock__test_hooks.offset_us, 500000);
     int64_t after_back = dlock_remaining_ms(l);
     printf("FIG backward_step_500ms remaining %lld -> %lld ms\n", (long long)before,
