@@ -373,6 +373,10 @@ DLOCK_API int dlock_extend(dlock_lock *l, int64_t ttl_ms);
 /* Release the lock and free the handle, whatever it returns. Returns DLOCK_OK when
  * a quorum deleted our token, DLOCK_ERR_LOST when the lease had run out or another
  * owner holds the name (nothing of theirs is touched), or an unavailability error.
+ * When the lease had run out by this client's clock but a quorum still held the token
+ * (and deleted it), the LOST's detail (dlock_errmsg) begins "released,": the work
+ * after validity was unprotected, yet no other client can have taken the lock
+ * meanwhile (on the assumptions of docs/guarantees.md).
  * NULL is DLOCK_ERR_INVALID. */
 DLOCK_API int dlock_release(dlock_lock *l);
 

@@ -301,6 +301,7 @@ static long build_sessions(const hist_log *log, hist_session **out, tok_map *map
             if (x->release_ns == 0 || r->start_ns < x->release_ns)
                 x->release_ns = r->start_ns;
             x->release_rc = r->rc;
+            x->release_held = r->rc == DLOCK_OK || r->aux == 1;
             break;
         case HIST_LOST:
             x->lost = true;
@@ -539,7 +540,7 @@ void hist_check(const hist_log *log, int64_t final_value, hist_report *rep)
                 end = s[i].release_ns;
             if (s[i].late && s[i].check_rc == DLOCK_OK && s[i].check_ns > end)
                 end = s[i].check_ns;
-            if (s[i].late && s[i].release_rc == DLOCK_OK && s[i].release_ns > end)
+            if (s[i].late && s[i].release_held && s[i].release_ns > end)
                 end = s[i].release_ns;
             if (end > s[i].ok_ns)
                 sp[k++] = (span){s[i].ok_ns, end, i};
@@ -566,8 +567,7 @@ void hist_check(const hist_log *log, int64_t final_value, hist_report *rep)
         if (s[i].late) {
             rep->late_sections++;
             rep->late_check_not_lost += s[i].check_rc != -1 && s[i].check_rc != DLOCK_ERR_LOST;
-            rep->late_release_not_lost +=
-                s[i].release_rc != -1 && s[i].release_rc != DLOCK_ERR_LOST;
+            rep->late_release_held += s[i].release_held;
         } else if (s[i].exit_ns != 0 && s[i].release_rc != -1 && s[i].release_rc != DLOCK_OK) {
             rep->valid_release_not_ok++;
         }
@@ -601,12 +601,12 @@ void hist_print(const char *name, const hist_report *r)
     }
 #undef FIG
     if (r->spurious_rejections || r->phantom || r->duplicate_values || r->writes_unknown ||
-        r->late_check_not_lost || r->late_release_not_lost || r->valid_release_not_ok)
+        r->late_check_not_lost || r->late_release_held || r->valid_release_not_ok)
         printf("INFO %s: spurious_rejections=%d phantom=%lld duplicate_values=%d "
-               "unknown_writes=%d late_check_not_lost=%d late_release_not_lost=%d "
+               "unknown_writes=%d late_check_not_lost=%d late_release_held=%d "
                "valid_release_not_ok=%d lost_callbacks=%d\n",
                name, r->spurious_rejections, (long long)r->phantom, r->duplicate_values,
-               r->writes_unknown, r->late_check_not_lost, r->late_release_not_lost,
+               r->writes_unknown, r->late_check_not_lost, r->late_release_held,
                r->valid_release_not_ok, r->lost_callbacks);
 }
 

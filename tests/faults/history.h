@@ -51,7 +51,9 @@ enum hist_type {
     HIST_WRITE_FAIL,       /* another error: the outcome is unknown */
     HIST_EXIT,             /* the critical section ends: deadline as seen now */
     HIST_CHECK,            /* dlock_check returned rc */
-    HIST_RELEASE,          /* dlock_release returned rc */
+    HIST_RELEASE,          /* dlock_release returned rc; aux 1: a quorum still held the
+                              token, and the lease had run out only by the holder's
+                              clock (DLOCK_ERR_LOST, detail "released, ...") */
     HIST_LOST,             /* on_lost ran (on the renewal thread) */
     HIST_FAULT,            /* the test injected a fault: rc = enum hist_fault, aux = target */
     HIST_WORKER_END,       /* resources: fence/value = fds before/after, aux = threads
@@ -149,6 +151,7 @@ typedef struct hist_session {
     int64_t release_ns;  /* dlock_release called */
     int64_t last_ns;     /* the token's last record */
     int release_rc;      /* -1: no release record */
+    bool release_held;   /* a quorum still held the token when the release ran */
     int check_rc;        /* -1: no check */
     int64_t check_ns;    /* dlock_check called */
     bool lost;           /* on_lost ran */
@@ -170,10 +173,11 @@ typedef struct hist_report {
     /* (3) believed intervals */
     int believed_overlaps; /* sections whose [ok, exit] overlaps another token's */
     int64_t believed_overlap_ns;
-    int late_sections;         /* sections that ended past their validity deadline */
-    int late_check_not_lost;   /* of those, a dlock_check that did not say LOST */
-    int late_release_not_lost; /* of those, a release that did not say LOST */
-    int valid_release_not_ok;  /* sections within validity whose release was not OK */
+    int late_sections;        /* sections that ended past their validity deadline */
+    int late_check_not_lost;  /* of those, a dlock_check that did not say LOST */
+    int late_release_held;    /* of those, a release that found the token still held
+                                 on a quorum (held until then, for the overlaps) */
+    int valid_release_not_ok; /* sections within validity whose release was not OK */
     int lost_callbacks;
     /* (4) writes and lost updates */
     int writes_accepted, writes_unknown;

@@ -272,7 +272,44 @@ static void test_late_holder_told(void **state)
     hist_report r = check(-1);
     assert_int_equal(r.late_sections, 1);
     assert_int_equal(r.late_check_not_lost, 1);
-    assert_int_equal(r.late_release_not_lost, 1);
+    assert_int_equal(r.late_release_held, 1);
+}
+
+/* A late release: DLOCK_ERR_LOST either way; aux 1 when the servers still held the
+ * token (the holder's clock had run its validity out, theirs not the lease). */
+static void late_release(int worker, uint8_t tok, uint64_t fence, int64_t at, bool held)
+{
+    hist_rec r;
+    memset(&r, 0, sizeof r);
+    r.type = HIST_RELEASE;
+    r.start_ns = 1000 * MS + at * MS;
+    r.t_ns = r.start_ns + MS;
+    r.fence = fence;
+    r.rc = DLOCK_ERR_LOST;
+    r.aux = held;
+    r.token[0] = tok;
+    r.token[15] = 0xee;
+    hist_writer w = g_w;
+    w.worker = worker;
+    hist_write(&w, &r);
+}
+
+static void test_late_release_found_held(void **state)
+{
+    (void)state;
+    /* A's validity ended at 7, its section at 40; B was granted at 20. A release that
+     * found A's token still held means A held the lock past B's grant: an overlap. */
+    for (int held = 0; held <= 1; held++) {
+        reset();
+        put(HIST_ACQ_OK, 0, 1, 10, 0, 1, 7, 0, 0);
+        put(HIST_EXIT, 0, 1, 10, 40, 40, 30, 0, 0);
+        late_release(0, 1, 10, 41, held);
+        section(1, 2, 11, 2, 20, 100, 25, 26);
+        hist_report r = check(-1);
+        assert_int_equal(r.late_sections, 1);
+        assert_int_equal(r.late_release_held, held);
+        assert_int_equal(r.granted_overlaps, held);
+    }
 }
 
 static void test_worker_resources(void **state)
@@ -316,6 +353,7 @@ int main(void)
         cmocka_unit_test(test_spurious_rejection),
         cmocka_unit_test(test_lost_update),
         cmocka_unit_test(test_late_holder_told),
+        cmocka_unit_test(test_late_release_found_held),
         cmocka_unit_test(test_worker_resources),
         cmocka_unit_test(test_percentile),
     };

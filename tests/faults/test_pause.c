@@ -93,9 +93,9 @@ static void test_pause(void **state)
 
     hist_report rep;
     assert_int_equal(wk_scenario_judge(&sc, &rep), 0);
-    printf("INFO %s: late sections %d: check not LOST %d, release not LOST %d; holders "
+    printf("INFO %s: late sections %d: check not LOST %d, release found it held %d; holders "
            "within validity whose release was not OK: %d; on_lost calls %d\n",
-           fig, rep.late_sections, rep.late_check_not_lost, rep.late_release_not_lost,
+           fig, rep.late_sections, rep.late_check_not_lost, rep.late_release_held,
            rep.valid_release_not_ok, rep.lost_callbacks);
     /* Fences and the register: no stale write accepted, none refused without reason;
      * validity is never overstated, even across a pause (no granted overlap). */
@@ -110,7 +110,11 @@ static void test_pause(void **state)
      * the next holder's key alone. */
     assert_true(rep.late_sections >= PAUSES);
     assert_int_equal(rep.late_check_not_lost, 0);
-    assert_int_equal(rep.late_release_not_lost, 0);
+    /* A pause outlasts the lease on the servers too, so no paused holder's release
+     * can have found its token still there (a lease kept too long, or a release that
+     * matched another holder's token, would); only a section made late by a slow
+     * machine rather than a pause may have. */
+    assert_true(rep.late_release_held <= rep.late_sections - paused);
     assert_int_equal(rep.valid_release_not_ok, 0);
     /* on_lost never cries wolf: it runs only for renewed holders, and at most once per
      * late section (a paused holder's renewal thread resumes with it and may find the

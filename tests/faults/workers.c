@@ -450,6 +450,9 @@ int wk_release_rec(const hist_writer *hw, dlock_lock *l)
     hist_put(hw, HIST_RELEASE_INVOKE, 0, 0, l, 0, 0);
     rel.start_ns = hist_now_ns();
     rel.rc = dlock_release(l);
+    /* LOST for a lease run out by our clock, of a token a quorum still held (and
+     * released): dlock.h says the detail begins "released,". */
+    rel.aux = rel.rc == DLOCK_ERR_LOST && strncmp(dlock_errmsg(), "released,", 9) == 0;
     hist_write(hw, &rel);
     return rel.rc;
 }
