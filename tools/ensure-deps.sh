@@ -24,6 +24,9 @@ pkgs+=(iproute2 iptables)
 # redis-servers on a clock of their own (the test support's dh_server_opts.clock):
 # libfaketime, preloaded into them.
 pkgs+=(libfaketime)
+# A real seccomp filter (test_no_randomness: the kernel refusing getrandom), made with
+# libseccomp.
+pkgs+=(libseccomp-dev)
 # `make model`: Spin searches the Promela model of fences (model/fencing.pml).
 pkgs+=(spin)
 # Node for the ioredis client test. A machine with node and npm (Debian's, or another
