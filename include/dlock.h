@@ -230,7 +230,12 @@ DLOCK_API int dlock_client_new(const char *servers, const dlock_config *cfg, dlo
 
 /* Release every lock still attached to the client (best effort, one round), free
  * those handles, close the connections and free the client. NULL is a no-op.
- * Thread-safety: no other thread may use the client or its locks during or after. */
+ * Thread-safety: a blocking call that another thread is making on the client
+ * (dlock_acquire, dlock_sem_acquire, dlock_stock_reserve, waiting or not) ends with
+ * DLOCK_ERR_CLOSED, handing out no lock, and this returns only after it has; so a
+ * program can free a client at shutdown while threads wait on it. Any other use of
+ * the client, its locks or its dlock_pending operations during or after is the
+ * caller's error, as for any freed object. */
 DLOCK_API void dlock_client_free(dlock_client *c);
 
 /* Number of servers the client was created with. */

@@ -297,15 +297,16 @@ static int acquire(dlock_client *c, const char *name, const dlock_opts *opts, in
         return dlock__err_raise(&e, rc);
     if (limit == 0 && opts != NULL && opts->shared)
         limit = DLOCK_PERMITS_MAX;
-    if (c->local != NULL)
-        return dlock__err_raise(
-            &e, dlock__local_acquire(c, name, opts, ttl_ms, wait_ms, limit, out, &e));
-    dlock_pending *p;
-    if ((rc = start(c, name, opts, ttl_ms, wait_ms, limit, &p, &e)) != DLOCK_OK)
+    if ((rc = dlock__client_block_begin(c, &e)) != DLOCK_OK)
         return dlock__err_raise(&e, rc);
-    rc = dlock__pending_run(p, opts ? opts->cancel_fd : 0, out, &e);
-    destroy(p);
-    return dlock__err_raise(&e, rc);
+    dlock_pending *p;
+    if (c->local != NULL) {
+        rc = dlock__local_acquire(c, name, opts, ttl_ms, wait_ms, limit, out, &e);
+    } else if ((rc = start(c, name, opts, ttl_ms, wait_ms, limit, &p, &e)) == DLOCK_OK) {
+        rc = dlock__pending_run(p, opts ? opts->cancel_fd : 0, c->close_efd, out, &e);
+        destroy(p);
+    }
+    return dlock__err_raise(&e, dlock__client_block_end(c, rc, out, &e));
 }
 
 /* The limit of dlock_sem_acquire's permits, or an error. */

@@ -16,6 +16,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/eventfd.h>
 #include <unistd.h>
 
 /* Options structs only grow by taking reserved words, so that a program built against
@@ -137,6 +138,9 @@ int dlock_client_new(const char *servers, const dlock_config *cfg, dlock_client 
     c->pid = getpid();
     c->fork_gen = dlock__fork_gen();
     pthread_mutex_init(&c->mu, NULL);
+    pthread_mutex_init(&c->close_mu, NULL);
+    dlock__cond_init(&c->idle);
+    c->close_efd = -1; /* made by the first blocking call: a client needs no descriptor */
     char host[256];
     if (gethostname(host, sizeof host) != 0)
         strcpy(host, "unknown");
@@ -195,6 +199,64 @@ int dlock_client_new(const char *servers, const dlock_config *cfg, dlock_client 
     return DLOCK_OK;
 }
 
+/* Make every blocking call on c end (its sleep watches close_efd, which stays
+ * readable from now on), and wait until each has returned. A call that begins after
+ * this finds closing set and returns at once. */
+static void end_blocking_calls(dlock_client *c)
+{
+    pthread_mutex_lock(&c->close_mu);
+    c->closing = true;
+    uint64_t one = 1;
+    if (c->close_efd >= 0) {
+        ssize_t w = write(c->close_efd, &one, sizeof one);
+        (void)w; /* an eventfd refuses a write only at 2^64 - 2 */
+    }
+    while (c->blocking > 0)
+        pthread_cond_wait(&c->idle, &c->close_mu);
+    pthread_mutex_unlock(&c->close_mu);
+}
+
+int dlock__client_block_begin(dlock_client *c, dlock__err *e)
+{
+    pthread_mutex_lock(&c->close_mu);
+    int rc = DLOCK_OK;
+    if (c->closing)
+        rc = dlock__err_set(e, DLOCK_ERR_CLOSED, "the client is being freed");
+    else if (c->close_efd < 0 && (c->close_efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)) < 0)
+        rc = dlock__err_set(e, errno == ENOMEM ? DLOCK_ERR_NOMEM : DLOCK_ERR_IO,
+                            "eventfd (to end this call if the client is freed): %s",
+                            strerror(errno));
+    else
+        c->blocking++;
+    pthread_mutex_unlock(&c->close_mu);
+    return rc;
+}
+
+int dlock__client_block_end(dlock_client *c, int rc, dlock_lock **got, dlock__err *e)
+{
+    pthread_mutex_lock(&c->close_mu);
+    bool closing = c->closing;
+    if (!closing)
+        c->blocking--;
+    pthread_mutex_unlock(&c->close_mu);
+    if (!closing)
+        return rc;
+    /* Still counted, so dlock_client_free waits: a lock just got is given back here,
+     * as the free would release it, before the caller could ever see its handle. */
+    if (rc == DLOCK_OK && got != NULL && *got != NULL) {
+        dlock__err ignored;
+        dlock__lock_release(*got, &ignored);
+        *got = NULL;
+        rc = dlock__err_set(e, DLOCK_ERR_CLOSED,
+                            "the client was freed (dlock_client_free) during the call");
+    }
+    pthread_mutex_lock(&c->close_mu);
+    if (--c->blocking == 0)
+        pthread_cond_broadcast(&c->idle);
+    pthread_mutex_unlock(&c->close_mu);
+    return rc;
+}
+
 void dlock_client_free(dlock_client *c)
 {
     if (c == NULL)
@@ -205,6 +267,8 @@ void dlock_client_free(dlock_client *c)
     /* Release what is still held. A forked child must not: those locks are its
      * parent's, so it only frees its copies of the handles. */
     bool owner = !dlock__client_forked(c);
+    if (owner)
+        end_blocking_calls(c);
     if (owner)
         dlock__watchdog_stop(c); /* no renewal may race the releases below */
     if (!owner) {
@@ -253,8 +317,13 @@ void dlock_client_free(dlock_client *c)
         memset(c->rules.password, 0, strlen(c->rules.password));
         free(c->rules.password);
     }
-    if (owner) /* a copy inherited locked must not be destroyed (undefined) */
+    if (owner) { /* a copy inherited locked must not be destroyed (undefined) */
         pthread_mutex_destroy(&c->mu);
+        pthread_mutex_destroy(&c->close_mu);
+        pthread_cond_destroy(&c->idle);
+    }
+    if (c->close_efd >= 0)
+        close(c->close_efd); /* a forked child's copy: the parent's stays open */
     c->magic = 0;
     free(c);
 }

@@ -46,7 +46,8 @@
  *               stock_reserve.c  the reserve, and its wait for units, in steps
  *               probe.c     what each server says of itself (INFO, CONFIG, TIME), for
  *                           dlock doctor
- *   client      client.c    dlock_client: config, the node list, the connection pool
+ *   client      client.c    dlock_client: config, the node list, the connection pool,
+ *                           and its free, which ends the blocking calls made on it
  *   local       local_file.c     the lock file on disk: its name, byte locks, records,
  *                                fence (local.h: what the local files share)
  *               local_acquire.c  taking a name: one try under the guard; the inotify wait
@@ -192,11 +193,12 @@ struct dlock__waitsys;
 int dlock__wait_join(struct dlock_client *c, const char *token, bool hot, dlock__waiter **out);
 /* The nodes whose release handed w the lock since the last clear (a bit per node). */
 uint32_t dlock__wait_grants(struct dlock_client *c, dlock__waiter *w, bool clear);
-/* Sleep until fd (-1: none) is readable, until_us (dlock__now_us), or cancel_fd (0:
- * none) is readable (DLOCK_ERR_CANCELED, no message). Reads nothing. */
-int dlock__sleep_on(int fd, int64_t until_us, int cancel_fd);
-/* Sleep until a wake-up (*woken), until_us, or cancel_fd is readable (as above). */
-int dlock__wait_sleep(dlock__waiter *w, int64_t until_us, int cancel_fd, bool *woken);
+/* Sleep until fd (-1: none) is readable, until_us (dlock__now_us), cancel_fd (0:
+ * none) is readable (DLOCK_ERR_CANCELED, no message), or close_fd (the client's
+ * close_efd; -1: none) is (DLOCK_ERR_CLOSED, no message). Reads nothing. */
+int dlock__sleep_on(int fd, int64_t until_us, int cancel_fd, int close_fd);
+/* The message of a sleep's DLOCK_ERR_CANCELED or DLOCK_ERR_CLOSED, set in e. */
+int dlock__sleep_ended(dlock__err *e, int rc);
 /* Whether a wake-up for w arrived since the last call (it is taken: never blocks). */
 bool dlock__wait_woken(dlock__waiter *w);
 /* Unregister and free the waiter. */
@@ -204,9 +206,8 @@ void dlock__wait_leave(struct dlock_client *c, dlock__waiter *w);
 /* The pause before the next attempt of a caller that is not listening for wake-ups:
  * exponential backoff with jitter, never past the holder's lease (busy_ms, 0: unknown). */
 int64_t dlock__backoff_us(int attempt, int64_t busy_ms);
-/* Sleep that pause, never past the deadline. DLOCK_ERR_CANCELED (no message) when
- * cancel_fd became readable. */
-int dlock__backoff(int attempt, int64_t busy_ms, int64_t deadline_us, int cancel_fd);
+/* Sleep that pause, never past the deadline; ended early as dlock__sleep_on says. */
+int dlock__backoff(int attempt, int64_t busy_ms, int64_t deadline_us, int cancel_fd, int close_fd);
 /* The rule that ends a wait on an outage, for a waiting call's attempt that returned
  * rc at now: a refusal (DLOCK_ERR_BUSY) ends an outage; any other error starts one (in
  * *since), and true means the servers stayed unavailable for connect_timeout_us in a
@@ -273,6 +274,13 @@ struct dlock_client {
     int pool_idle;
     struct dlock_lock *locks;   /* attached handles, for dlock_client_free */
     struct dlock__local *local; /* a file:// client's directory (local.c); NULL: servers */
+    /* Calls that can block, and dlock_client_free ending them (client.c). */
+    pthread_mutex_t close_mu; /* guards closing and blocking */
+    pthread_cond_t idle;      /* blocking fell to 0 while closing */
+    bool closing;             /* dlock_client_free has begun */
+    int blocking;             /* blocking calls in progress */
+    int close_efd;            /* readable once closing: their sleeps end (-1: none yet;
+                                 the first blocking call makes it) */
 };
 
 #define DLOCK_CLIENT_MAGIC 0x646c636bU /* "dlck" */
@@ -282,6 +290,14 @@ struct dlock_client {
 bool dlock__client_forked(const struct dlock_client *c);
 /* Check c and the process on entry to a call. */
 int dlock__client_enter(struct dlock_client *c, dlock__err *e);
+/* A call that can block for long (a waiting acquire or reserve) is counted from
+ * begin to end, so that dlock_client_free, which makes its sleeps end with
+ * DLOCK_ERR_CLOSED (they also watch c->close_efd), frees nothing before it returned.
+ * begin: DLOCK_ERR_CLOSED when the client is being freed. end: rc as it was, but when
+ * the client is being freed, a lock the call got (*got) is released and rc becomes
+ * DLOCK_ERR_CLOSED, so that no handle outlives the client. */
+int dlock__client_block_begin(struct dlock_client *c, dlock__err *e);
+int dlock__client_block_end(struct dlock_client *c, int rc, struct dlock_lock **got, dlock__err *e);
 /* Take a connection set from the pool (or make one); NULL when out of memory. */
 dlock__connset *dlock__connset_get(struct dlock_client *c);
 void dlock__connset_put(struct dlock_client *c, dlock__connset *s);
@@ -444,8 +460,10 @@ void *dlock__pending_new(size_t size, int (*step)(dlock_pending *, dlock_lock **
 /* A step's DLOCK_ERR_AGAIN, with its message. */
 int dlock__pending_again(dlock__err *e);
 /* The blocking form: step, sleeping between steps on fd and due_us, until the result
- * (DLOCK_ERR_CANCELED when cancel_fd, 0 for none, became readable). The caller frees. */
-int dlock__pending_run(dlock_pending *p, int cancel_fd, dlock_lock **out, dlock__err *e);
+ * (DLOCK_ERR_CANCELED when cancel_fd, 0 for none, became readable; DLOCK_ERR_CLOSED
+ * when close_fd did: the client is being freed). The caller frees. */
+int dlock__pending_run(dlock_pending *p, int cancel_fd, int close_fd, dlock_lock **out,
+                       dlock__err *e);
 
 /* ---- attempt.c -------------------------------------------------------------- */
 

@@ -14,7 +14,6 @@
 
 #include <errno.h>
 #include <fcntl.h>
-#include <poll.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/inotify.h>
@@ -150,22 +149,17 @@ static int watch_file(int fd)
     return ifd;
 }
 
-/* Sleep until the watch fires (*changed), until_us, or cancel_fd is readable
- * (DLOCK_ERR_CANCELED). A signal ends the sleep early: the caller tries again. */
-static int sleep_on_watch(int ifd, int cancel_fd, int64_t until_us, bool *changed)
+/* Sleep until the watch fires (*changed: its events are read), until_us, or as
+ * dlock__sleep_on ends early (cancel_fd, close_fd). */
+static int sleep_on_watch(int ifd, int cancel_fd, int close_fd, int64_t until_us, bool *changed)
 {
-    struct pollfd p[2] = {{.fd = ifd, .events = POLLIN},
-                          {.fd = cancel_fd > 0 ? cancel_fd : -1, .events = POLLIN}};
-    int64_t left = until_us - dlock__now_us();
-    left = left > 0 ? left : 0;
-    struct timespec ts = {(time_t)(left / 1000000), (long)(left % 1000000) * 1000};
-    int r = ppoll(p, 2, &ts, NULL);
-    if (r > 0 && (p[1].revents & (POLLIN | POLLHUP | POLLERR)))
-        return DLOCK_ERR_CANCELED;
-    *changed = r > 0;
+    int rc = dlock__sleep_on(ifd, until_us, cancel_fd, close_fd);
+    if (rc != DLOCK_OK)
+        return rc;
     char events[4096];
-    while (r > 0 && read(ifd, events, sizeof events) > 0)
-        ;
+    *changed = false;
+    while (read(ifd, events, sizeof events) > 0) /* non-blocking: until none is left */
+        *changed = true;
     return DLOCK_OK;
 }
 
@@ -258,7 +252,8 @@ int dlock__local_acquire(dlock_client *c, const char *name, const dlock_opts *op
         }
         int src;
         if (unwatchable) {
-            src = dlock__backoff(n, until > now ? (until - now) / 1000 : 0, deadline, cancel_fd);
+            src = dlock__backoff(n, until > now ? (until - now) / 1000 : 0, deadline, cancel_fd,
+                                 c->close_efd);
         } else {
             int64_t at = now + SAFETY_RETRY_US;
             if (until > 0 && until < at)
@@ -267,12 +262,13 @@ int dlock__local_acquire(dlock_client *c, const char *name, const dlock_opts *op
                 at = now + (INT64_C(1000) << (BURST_RETRIES - burst));
             burst = burst > 0 ? burst - 1 : 0;
             bool changed = false;
-            src = sleep_on_watch(ifd, cancel_fd, at < deadline ? at : deadline, &changed);
+            src = sleep_on_watch(ifd, cancel_fd, c->close_efd, at < deadline ? at : deadline,
+                                 &changed);
             if (changed)
                 burst = BURST_RETRIES;
         }
         if (src != DLOCK_OK) {
-            rc = dlock__err_set(e, src, "canceled through cancel_fd");
+            rc = dlock__sleep_ended(e, src);
             break;
         }
     }

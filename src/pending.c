@@ -31,14 +31,17 @@ int dlock__pending_again(dlock__err *e)
                           "dlock_pending_due_ms has passed");
 }
 
-int dlock__pending_run(dlock_pending *p, int cancel_fd, dlock_lock **out, dlock__err *e)
+int dlock__pending_run(dlock_pending *p, int cancel_fd, int close_fd, dlock_lock **out,
+                       dlock__err *e)
 {
     int rc;
-    while ((rc = p->step(p, out, e)) == DLOCK_ERR_AGAIN)
-        if (dlock__sleep_on(p->fd, p->due_us, cancel_fd) != DLOCK_OK) {
-            rc = dlock__err_set(e, DLOCK_ERR_CANCELED, "canceled through cancel_fd");
+    while ((rc = p->step(p, out, e)) == DLOCK_ERR_AGAIN) {
+        int src = dlock__sleep_on(p->fd, p->due_us, cancel_fd, close_fd);
+        if (src != DLOCK_OK) {
+            rc = dlock__sleep_ended(e, src);
             break; /* not finished: freeing it gives up */
         }
+    }
     return rc;
 }
 

@@ -259,14 +259,17 @@ int dlock_stock_reserve(dlock_client *c, const char *sku, int64_t qty,
         return dlock__fail(DLOCK_ERR_INVALID, "id is NULL (it receives the reservation id)");
     id[0] = '\0';
     dlock_pending *p;
-    int rc = reserve_start(c, sku, qty, opts, &p, &e);
-    if (rc != DLOCK_OK)
+    int rc = dlock__client_enter(c, &e);
+    if (rc != DLOCK_OK || (rc = dlock__client_block_begin(c, &e)) != DLOCK_OK)
         return dlock__err_raise(&e, rc);
-    rc = dlock__pending_run(p, opts ? opts->cancel_fd : 0, NULL, &e);
-    if (rc == DLOCK_OK)
-        memcpy(id, p->id, DLOCK_TOKEN_LEN + 1);
-    dlock_pending_free(p);
-    return dlock__err_raise(&e, rc);
+    if ((rc = reserve_start(c, sku, qty, opts, &p, &e)) == DLOCK_OK) {
+        rc = dlock__pending_run(p, opts ? opts->cancel_fd : 0, c->close_efd, NULL, &e);
+        if (rc == DLOCK_OK)
+            memcpy(id, p->id, DLOCK_TOKEN_LEN + 1);
+        dlock_pending_free(p);
+    }
+    /* A reservation got is an id, not a handle: it outlives the client as it is. */
+    return dlock__err_raise(&e, dlock__client_block_end(c, rc, NULL, &e));
 }
 
 int dlock_stock_reserve_start(dlock_client *c, const char *sku, int64_t qty,

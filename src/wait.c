@@ -311,29 +311,32 @@ int dlock__wait_join(dlock_client *c, const char *token, bool hot, dlock__waiter
     return DLOCK_OK;
 }
 
-int dlock__sleep_on(int fd, int64_t until_us, int cancel_fd)
+int dlock__sleep_on(int fd, int64_t until_us, int cancel_fd, int close_fd)
 {
-    struct pollfd p[2] = {{.fd = fd, .events = POLLIN},
-                          {.fd = cancel_fd > 0 ? cancel_fd : -1, .events = POLLIN}};
+    struct pollfd p[3] = {{.fd = fd, .events = POLLIN},
+                          {.fd = cancel_fd > 0 ? cancel_fd : -1, .events = POLLIN},
+                          {.fd = close_fd, .events = POLLIN}};
     for (;;) {
         int64_t left = until_us - dlock__now_us();
         if (left < 0)
             left = 0;
         struct timespec ts = {(time_t)(left / 1000000), (long)(left % 1000000) * 1000};
-        int r = ppoll(p, 2, &ts, NULL);
+        int r = ppoll(p, 3, &ts, NULL);
         if (r < 0 && errno == EINTR)
             continue;
+        if (r > 0 && (p[2].revents & POLLIN))
+            return DLOCK_ERR_CLOSED;
         if (r > 0 && (p[1].revents & (POLLIN | POLLHUP | POLLERR)))
             return DLOCK_ERR_CANCELED;
         return DLOCK_OK;
     }
 }
 
-int dlock__wait_sleep(dlock__waiter *w, int64_t until_us, int cancel_fd, bool *woken)
+int dlock__sleep_ended(dlock__err *e, int rc)
 {
-    int rc = dlock__sleep_on(w->efd, until_us, cancel_fd);
-    *woken = rc == DLOCK_OK && dlock__wait_woken(w);
-    return rc;
+    return rc == DLOCK_ERR_CLOSED
+               ? dlock__err_set(e, rc, "the client was freed (dlock_client_free) during the wait")
+               : dlock__err_set(e, rc, "canceled through cancel_fd");
 }
 
 bool dlock__wait_woken(dlock__waiter *w)
@@ -427,10 +430,10 @@ int64_t dlock__backoff_us(int attempt, int64_t busy_ms)
     return cap_us / 2 + (int64_t)dlock__random_below((uint64_t)cap_us / 2 + 1);
 }
 
-int dlock__backoff(int attempt, int64_t busy_ms, int64_t deadline_us, int cancel_fd)
+int dlock__backoff(int attempt, int64_t busy_ms, int64_t deadline_us, int cancel_fd, int close_fd)
 {
     int64_t until = dlock__now_us() + dlock__backoff_us(attempt, busy_ms);
-    return dlock__sleep_on(-1, until < deadline_us ? until : deadline_us, cancel_fd);
+    return dlock__sleep_on(-1, until < deadline_us ? until : deadline_us, cancel_fd, close_fd);
 }
 
 bool dlock__outage_over(int64_t *since, int rc, int64_t now, int64_t connect_timeout_us)
