@@ -56,8 +56,8 @@ static void reset(void)
     assert_int_equal(hist_open(&g_w, g_path, 0), 0);
 }
 
-static void put(int type, int worker, uint8_t tok, uint64_t fence, int64_t start_ms, int64_t t_ms,
-                int64_t deadline_ms, uint64_t value, int rc)
+static void put_aux(int type, int worker, uint8_t tok, uint64_t fence, int64_t start_ms,
+                    int64_t t_ms, int64_t deadline_ms, uint64_t value, int rc, uint64_t aux)
 {
     hist_rec r;
     memset(&r, 0, sizeof r);
@@ -67,12 +67,19 @@ static void put(int type, int worker, uint8_t tok, uint64_t fence, int64_t start
     r.deadline_ns = deadline_ms ? 1000 * MS + deadline_ms * MS : 0;
     r.fence = fence;
     r.value = value;
+    r.aux = aux;
     r.rc = rc;
     r.token[0] = tok;
     r.token[15] = 0xee;
     hist_writer w = g_w;
     w.worker = worker;
     hist_write(&w, &r);
+}
+
+static void put(int type, int worker, uint8_t tok, uint64_t fence, int64_t start_ms, int64_t t_ms,
+                int64_t deadline_ms, uint64_t value, int rc)
+{
+    put_aux(type, worker, tok, fence, start_ms, t_ms, deadline_ms, value, rc, 0);
 }
 
 /* One whole section: acquired at ok (called at inv), valid until dl, released at rel. */
@@ -275,25 +282,6 @@ static void test_late_holder_told(void **state)
     assert_int_equal(r.late_release_held, 1);
 }
 
-/* A late release: DLOCK_ERR_LOST either way; aux 1 when the servers still held the
- * token (the holder's clock had run its validity out, theirs not the lease). */
-static void late_release(int worker, uint8_t tok, uint64_t fence, int64_t at, bool held)
-{
-    hist_rec r;
-    memset(&r, 0, sizeof r);
-    r.type = HIST_RELEASE;
-    r.start_ns = 1000 * MS + at * MS;
-    r.t_ns = r.start_ns + MS;
-    r.fence = fence;
-    r.rc = DLOCK_ERR_LOST;
-    r.aux = held;
-    r.token[0] = tok;
-    r.token[15] = 0xee;
-    hist_writer w = g_w;
-    w.worker = worker;
-    hist_write(&w, &r);
-}
-
 static void test_late_release_found_held(void **state)
 {
     (void)state;
@@ -303,7 +291,9 @@ static void test_late_release_found_held(void **state)
         reset();
         put(HIST_ACQ_OK, 0, 1, 10, 0, 1, 7, 0, 0);
         put(HIST_EXIT, 0, 1, 10, 40, 40, 30, 0, 0);
-        late_release(0, 1, 10, 41, held);
+        /* LOST either way; aux 1: the servers still held the token (the holder's
+         * clock had run its validity out, not theirs the lease). */
+        put_aux(HIST_RELEASE, 0, 1, 10, 41, 42, 0, 0, DLOCK_ERR_LOST, (uint64_t)held);
         section(1, 2, 11, 2, 20, 100, 25, 26);
         hist_report r = check(-1);
         assert_int_equal(r.late_sections, 1);

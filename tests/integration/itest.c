@@ -530,6 +530,17 @@ int it_local_teardown(void **state)
     return 0;
 }
 
+int it_srv_local_setup(void **state)
+{
+    return it_srv_setup(state) != 0 ? -1 : it_local_setup(state);
+}
+
+int it_srv_local_teardown(void **state)
+{
+    it_local_teardown(state);
+    return it_srv_teardown(state);
+}
+
 /* ---- TLS certificates ------------------------------------------------------------ */
 
 char it_tls_dir[512];

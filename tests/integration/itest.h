@@ -71,6 +71,9 @@ extern char it_local_dir[320];
 extern char it_local_url[340];
 int it_local_setup(void **state);
 int it_local_teardown(void **state);
+/* Both: it_srv and the local-lock directory, for a file's tests that use the two. */
+int it_srv_local_setup(void **state);
+int it_srv_local_teardown(void **state);
 
 /* A case of a table-driven test: f runs with *state pointing at arg, under the name
  * given (cmocka's own macros name a case after its function, which here serves every

@@ -73,8 +73,7 @@ static void start_call(call *k, dlock_client *c, int kind, const char *name)
 static long long queued(const char *name)
 {
     char key[160];
-    it_key(key, sizeof key, name);
-    strcat(key, ":queue");
+    it_queue_key(key, sizeof key, name);
     redisReply *r = dh_cmd(&it_srv, "ZCARD %s", key);
     long long n = -1;
     assert_int_equal(dh_reply_integer(r, "ZCARD", &n), 0);
@@ -185,17 +184,6 @@ static void free_races_a_grant(void **state)
     dlock_client_free(a);
 }
 
-static int setup(void **state)
-{
-    return it_srv_setup(state) != 0 ? -1 : it_local_setup(state);
-}
-
-static int teardown(void **state)
-{
-    it_local_teardown(state);
-    return it_srv_teardown(state);
-}
-
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -203,5 +191,6 @@ int main(void)
         cmocka_unit_test(local_wait_ends),
         cmocka_unit_test(free_races_a_grant),
     };
-    return cmocka_run_group_tests_name("client_free", tests, setup, teardown);
+    return cmocka_run_group_tests_name("client_free", tests, it_srv_local_setup,
+                                       it_srv_local_teardown);
 }

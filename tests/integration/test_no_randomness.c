@@ -150,17 +150,6 @@ static void getrandom_refused(void **state)
     assert_int_equal(WEXITSTATUS(status), 0);
 }
 
-static int setup(void **state)
-{
-    return it_srv_setup(state) != 0 ? -1 : it_local_setup(state);
-}
-
-static int teardown(void **state)
-{
-    it_local_teardown(state);
-    return it_srv_teardown(state);
-}
-
 int main(void)
 {
     static int enosys = ENOSYS, eperm = EPERM;
@@ -168,5 +157,6 @@ int main(void)
         IT_CASE("getrandom_enosys", getrandom_refused, &enosys),
         IT_CASE("getrandom_eperm", getrandom_refused, &eperm),
     };
-    return cmocka_run_group_tests_name("no_randomness", tests, setup, teardown);
+    return cmocka_run_group_tests_name("no_randomness", tests, it_srv_local_setup,
+                                       it_srv_local_teardown);
 }
