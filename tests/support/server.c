@@ -37,7 +37,8 @@
 
 /* The files a server's directory may hold, for the signal handler's clean-up, which
  * cannot walk a directory tree. */
-static const char *const g_files[] = {"redis.log", "redis.log.prev", "stdout.log", "redis.conf"};
+static const char *const g_files[] = {"redis.log", "redis.log.prev", "stdout.log", "redis.conf",
+                                      "nodes.conf"};
 
 /* ---- registry of running servers, for the atexit hook ------------------------ */
 

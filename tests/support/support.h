@@ -5,6 +5,8 @@
  * Its concerns, one file each:
  *   server.c   real redis-server processes: start (any address, port and options),
  *              stop, kill, restart, pause and resume, admin connections;
+ *   cluster.c  a Redis Cluster of such servers, all masters: start, who owns a slot,
+ *              and a slot's migration in steps that a test can act between;
  *   process.c  child processes: fork/exec with a clean descriptor table (dh_spawn),
  *              reaping with a grace period, and running a command to completion with
  *              its output captured (dh_run);
@@ -181,6 +183,72 @@ redisContext *dh_connect(dh_server *s);
 
 /* A numeric field ("name:value" at the start of a line) of an INFO reply, or -1. */
 long dh_info_long(const redisReply *r, const char *field);
+
+/* ---- Redis Cluster (cluster.c) -------------------------------------------------- */
+
+#define DH_CLUSTER_MAX   6     /* masters a dh_cluster may have */
+#define DH_CLUSTER_SLOTS 16384 /* hash slots of every Redis Cluster */
+
+typedef struct dh_cluster {
+    int n;                          /* masters running (0 when stopped) */
+    dh_server node[DH_CLUSTER_MAX]; /* each one an ordinary dh_server: dh_cmd, pause,
+                                       kill and restart work on it */
+    char id[DH_CLUSTER_MAX][41];    /* CLUSTER MYID of each */
+    int bus_port[DH_CLUSTER_MAX];   /* each one's cluster bus (cluster-port) */
+    /* The node index owning each slot, as the fixture assigned it (start, migrations)
+     * and every node's CLUSTER SLOTS last confirmed. */
+    int8_t owner[DH_CLUSTER_SLOTS];
+} dh_cluster;
+
+/* Start n masters (1 to DH_CLUSTER_MAX), each with cluster-enabled, a nodes.conf of
+ * its own in its directory, cluster-node-timeout 2000 times the slack (so that a
+ * stopped node is seen failed soon) and a cluster bus port chosen here (a node whose
+ * bus port was taken before it could bind it is started again on another); slots
+ * 0..16383 split in even ranges in node order; joined by CLUSTER MEET. Returns 0 once
+ * dh_cluster_wait does, or -1 after printing why, with the servers stopped again. *cl
+ * is overwritten.
+ * o may be NULL; its options (args such as --requirepass, config lines, TLS) apply to
+ * every node and come after the cluster's own settings, so they override them; its
+ * port must be 0. A password must be given as --requirepass in args, where dh_cmd and
+ * the migrations find it. With TLS the cluster runs on TLS (tls-cluster yes: the bus,
+ * MIGRATE and the redirections use the TLS ports), and a node always asks the others
+ * for a client certificate, whatever auth_clients says: give the nodes one fit for
+ * clientAuth and signed by the CA, as the config lines "tls-client-cert-file PATH"
+ * and "tls-client-key-file PATH" (else they offer their server certificate, which the
+ * others refuse unless it is fit for clientAuth too, and never meet). */
+int dh_cluster_start(dh_cluster *cl, int n, const dh_server_opts *o);
+/* Stop every node (dh_servers_stop) and remove its directory. Safe twice. */
+void dh_cluster_stop(dh_cluster *cl);
+
+/* Wait until every node reports cluster_state:ok, knows all n nodes, serves all slots
+ * (none failing), and its CLUSTER SLOTS names cl->owner's node for every slot at that
+ * node's host and port: what a test may take for granted afterwards. Polled for up to
+ * 10 s times the slack; 0, or -1 after printing the last disagreement. */
+int dh_cluster_wait(dh_cluster *cl);
+
+/* The index of the node that owns slot (cl->owner), or -1 for no such slot. */
+int dh_cluster_owner(const dh_cluster *cl, int slot);
+/* The slot of key as node 0's CLUSTER KEYSLOT answers, or -1 after printing why. */
+int dh_cluster_keyslot(dh_cluster *cl, const char *key);
+
+/* A slot's migration from node `from` (its owner) to node `to`, in its three steps,
+ * so that a test can act between them (a client's view changes at each). Each
+ * returns 0, or -1 after printing why.
+ *   begin:  SETSLOT IMPORTING on `to`, then SETSLOT MIGRATING on `from`: from now on
+ *           `from` answers -ASK for the slot's keys it no longer has;
+ *   keys:   MIGRATE every key of the slot from `from` to `to`, in batches (with AUTH
+ *           when the nodes have a password); may be called more than once;
+ *   finish: the keys step again (keys written meanwhile), then SETSLOT NODE on `to`,
+ *           on `from`, then on every other node; cl->owner records `to`; returns once
+ *           dh_cluster_wait does. */
+int dh_cluster_migrate_begin(dh_cluster *cl, int slot, int from, int to);
+int dh_cluster_migrate_keys(dh_cluster *cl, int slot, int from, int to);
+int dh_cluster_migrate_finish(dh_cluster *cl, int slot, int from, int to);
+
+/* The URL of node i as a seed, "redis-cluster://HOST:PORT" ("rediss-cluster://" and
+ * the TLS port with TLS), without a password; i < 0: every node as a seed,
+ * comma-separated. Into buf, truncated to len - 1. */
+void dh_cluster_url(const dh_cluster *cl, int i, char *buf, size_t len);
 
 /* ---- child processes (process.c) ------------------------------------------------ */
 
