@@ -82,10 +82,11 @@ static void judge_server(cli_findings *fs, int i, const dlock_server_facts *f, i
         add(fs, i, true, "replica",
             "a replica: it refuses writes (READONLY), or, if writable, keeps locks its "
             "master never sees. Fix: name the master");
-    if (f->cluster == 1)
+    if (f->cluster == 1 && f->cluster_masters == 0)
         add(fs, i, true, "cluster",
             "a Redis Cluster node: names whose slot another master serves are refused "
-            "(MOVED). Fix: a standalone server, one per lock server");
+            "(MOVED). Fix: name it as a cluster (redis-cluster://host:port), or a "
+            "standalone server");
     const char *policy = f->maxmemory_policy;
     if (policy[0] != '\0' && strcmp(policy, "noeviction") != 0) {
         if (f->maxmemory > 0)
@@ -122,22 +123,30 @@ static void judge_server(cli_findings *fs, int i, const dlock_server_facts *f, i
             "locks unless it is always. Fix: check it with the provider");
 }
 
+/* A server whose master a replica may replace (what, the start of the sentence: who
+ * fails over): what that may cost a lock. */
+static void judge_failover(cli_findings *fs, int i, int n, const char *what)
+{
+    bool alone = n == 1;
+    add(fs, i, alone, "failover",
+        "%s can lose a lock granted just before it, and the new master grants the name "
+        "again while its holder still works; %s. Fix: %s",
+        what,
+        alone ? "fences keep increasing, so a fenced resource refuses the first holder"
+              : "restart voting keeps the new master's grants from counting until the "
+                "longest lease has passed",
+        alone ? "fence the resource (dlock_fenced_set), set min-replicas-to-write 1 to narrow "
+                "the window, or lock on a quorum of three servers"
+              : "nothing more; min-replicas-to-write 1 narrows the window");
+}
+
 /* A master behind Sentinels: what a failover may cost, and whether one can happen. */
 static void judge_sentinel(cli_findings *fs, int i, const dlock_server_facts *f, int n)
 {
     if (f->sentinels == 0)
         return;
-    bool alone = n == 1;
-    add(fs, i, alone, "failover",
-        "a master behind Sentinels: replication is asynchronous, so a failover can lose a "
-        "lock granted just before it, and the new master grants the name again while its "
-        "holder still works; %s. Fix: %s",
-        alone ? "fences keep increasing, so a fenced resource refuses the first holder"
-              : "restart voting keeps the new master's grants from counting until the "
-                "longest lease has passed",
-        alone ? "fence the resource (dlock_fenced_set), set min-replicas-to-write 1 to narrow "
-                "the window, or lock on a quorum of three masters"
-              : "nothing more; min-replicas-to-write 1 narrows the window");
+    judge_failover(fs, i, n,
+                   "a master behind Sentinels: replication is asynchronous, so a failover");
     if (f->sentinels_up < f->sentinels)
         add(fs, i, false, "sentinel",
             "%d of its %d Sentinels answered: with none, the master cannot be found after a "
@@ -154,6 +163,26 @@ static void judge_sentinel(cli_findings *fs, int i, const dlock_server_facts *f,
         add(fs, i, false, "replicas",
             "the master has no replica connected: a failover has nothing to promote. Fix: "
             "a replica (replicaof) that its Sentinels know");
+}
+
+/* A whole Redis Cluster: what a failover in it may cost, and whether it serves all. */
+static void judge_cluster(cli_findings *fs, int i, const dlock_server_facts *f, int n)
+{
+    if (f->cluster_masters == 0)
+        return;
+    judge_failover(fs, i, n,
+                   "a Redis Cluster: replication to its replicas is asynchronous, so the "
+                   "failover of a master");
+    if (f->cluster_ok == 0)
+        add(fs, i, false, "cluster-state",
+            "cluster_state is %s: some slots have no master that serves them, and every "
+            "lock call on a name in them fails (CLUSTERDOWN). Fix: bring the failed "
+            "masters back, or assign their slots (redis-cli --cluster fix)",
+            f->cluster_state);
+    else if (f->cluster_ok < 0)
+        add(fs, i, false, "cluster-state",
+            "CLUSTER INFO could not be read (an ACL?): whether every slot is served cannot "
+            "be checked. Fix: allow CLUSTER INFO to the lock user");
 }
 
 /* The servers' clocks, pairwise through their offsets from this host: the default
@@ -193,6 +222,7 @@ void cli_doctor_judge(const dlock_server_facts *f, int n, int64_t ttl_ms, cli_fi
     for (int i = 0; i < n; i++) {
         judge_server(out, i, &f[i], n);
         judge_sentinel(out, i, &f[i], n);
+        judge_cluster(out, i, &f[i], n);
     }
     judge_clocks(out, f, n, ttl_ms);
 }

@@ -51,12 +51,28 @@ static void put_host(char *want, size_t len, const char *host, int port)
     snprintf(want + used, len - used, "%s%s%s:%d", v6 ? "[" : "", host, v6 ? "]" : "", port);
 }
 
+/* A cluster URL: its seeds, database 0, and a display form of exactly those parts. */
+static void check_cluster(const dlock__addr *a, char *want, size_t len)
+{
+    assert(a->host == NULL && a->path == NULL && !a->is_unix && !a->sentinel);
+    assert(a->nhosts >= 1 && a->nhosts <= DLOCK_HOSTS_MAX);
+    assert(a->db == 0 && a->master_name == NULL);
+    snprintf(want, len, "%s-cluster://%.64s%s", a->tls ? "rediss" : "redis", a->user ? a->user : "",
+             a->user ? "@" : "");
+    for (int i = 0; i < a->nhosts; i++) {
+        check_host(a->hosts[i].host, a->hosts[i].port);
+        if (i > 0)
+            strcat(want, ",");
+        put_host(want, len, a->hosts[i].host, a->hosts[i].port);
+    }
+}
+
 /* A Sentinel URL: its Sentinels, a master name of the allowed characters, and a
  * display form of exactly those parts. */
 static void check_sentinel(const dlock__addr *a, char *want, size_t len)
 {
-    assert(a->host == NULL && a->path == NULL && !a->is_unix);
-    assert(a->nsentinels >= 1 && a->nsentinels <= DLOCK_SENTINELS_MAX);
+    assert(a->host == NULL && a->path == NULL && !a->is_unix && !a->cluster);
+    assert(a->nhosts >= 1 && a->nhosts <= DLOCK_HOSTS_MAX);
     assert(a->master_name != NULL);
     size_t nl = strlen(a->master_name);
     assert(nl >= 1 && nl <= 128);
@@ -67,11 +83,11 @@ static void check_sentinel(const dlock__addr *a, char *want, size_t len)
         assert(secrets[i] == NULL || secrets[i][0] != '\0');
     snprintf(want, len, "%s-sentinel://%.64s%s", a->tls ? "rediss" : "redis",
              a->user ? a->user : "", a->user ? "@" : "");
-    for (int i = 0; i < a->nsentinels; i++) {
-        check_host(a->sentinels[i].host, a->sentinels[i].port);
+    for (int i = 0; i < a->nhosts; i++) {
+        check_host(a->hosts[i].host, a->hosts[i].port);
         if (i > 0)
             strcat(want, ",");
-        put_host(want, len, a->sentinels[i].host, a->sentinels[i].port);
+        put_host(want, len, a->hosts[i].host, a->hosts[i].port);
     }
     snprintf(want + strlen(want), len - strlen(want), "/%s", a->master_name);
     if (a->db != 0)
@@ -85,10 +101,13 @@ static void check_addr(const dlock__addr *a)
     assert(a->db >= 0);
     char want[2600];
     if (!a->sentinel)
-        assert(a->nsentinels == 0 && a->master_name == NULL && a->sentinel_user == NULL &&
-               a->sentinel_password == NULL);
+        assert(a->master_name == NULL && a->sentinel_user == NULL && a->sentinel_password == NULL);
+    if (!a->sentinel && !a->cluster)
+        assert(a->nhosts == 0);
     if (a->sentinel) {
         check_sentinel(a, want, sizeof want);
+    } else if (a->cluster) {
+        check_cluster(a, want, sizeof want);
     } else if (a->is_unix) {
         assert(a->path != NULL && a->host == NULL);
         assert(a->path[0] == '/');
@@ -112,7 +131,7 @@ static void check_addr(const dlock__addr *a)
     /* The display form is made of the address's parts and nothing else: no password. */
     if (a->is_unix) {
         snprintf(want, sizeof want, "unix://%s", a->path);
-    } else if (!a->sentinel) {
+    } else if (!a->sentinel && !a->cluster) {
         snprintf(want, sizeof want, "%s://%.64s%s", a->tls ? "rediss" : "redis",
                  a->user ? a->user : "", a->user ? "@" : "");
         put_host(want, sizeof want, a->host, a->port);
@@ -133,14 +152,14 @@ static void check_round_trip(const dlock__addr *a)
     int rc = dlock__url_parse(a->display, strlen(a->display), &b, err, sizeof err);
     assert(rc == DLOCK_OK);
     assert(b.is_unix == a->is_unix && b.db == a->db && b.password == NULL && b.tls == a->tls);
-    assert(b.sentinel == a->sentinel && b.nsentinels == a->nsentinels);
+    assert(b.sentinel == a->sentinel && b.cluster == a->cluster && b.nhosts == a->nhosts);
     if (a->is_unix) {
         assert(strcmp(a->path, b.path) == 0);
-    } else if (a->sentinel) {
-        assert(strcmp(a->master_name, b.master_name) == 0);
-        for (int i = 0; i < a->nsentinels; i++)
-            assert(strcmp(a->sentinels[i].host, b.sentinels[i].host) == 0 &&
-                   a->sentinels[i].port == b.sentinels[i].port);
+    } else if (a->sentinel || a->cluster) {
+        assert(!a->sentinel || strcmp(a->master_name, b.master_name) == 0);
+        for (int i = 0; i < a->nhosts; i++)
+            assert(strcmp(a->hosts[i].host, b.hosts[i].host) == 0 &&
+                   a->hosts[i].port == b.hosts[i].port);
     } else {
         assert(strcmp(a->host, b.host) == 0 && a->port == b.port);
     }
@@ -164,7 +183,7 @@ static int parse_once(const char *buf, size_t size)
         assert(err[0] != '\0');
         assert(a.host == NULL && a.path == NULL && a.user == NULL && a.password == NULL &&
                a.display == NULL && a.cacert == NULL && a.key == NULL && a.sni == NULL &&
-               a.master_name == NULL && a.nsentinels == 0 && a.sentinel_password == NULL);
+               a.master_name == NULL && a.nhosts == 0 && a.sentinel_password == NULL);
     }
     return rc;
 }

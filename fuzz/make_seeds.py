@@ -41,6 +41,9 @@ urls = {
  'sentinel-tls':'rediss-sentinel://s1/m?cacert=/ca.pem&sni=x', 'sentinel-list':'redis-sentinel://s1, s2/a,redis://h,redis-sentinel://s3',
  'sentinel-name':'redis-sentinel://s1/a%20b', 'sentinel-many':'redis-sentinel://a,b,c,d,e,f,g,h,i/m',
  'sentinel-empty':'redis-sentinel://,/m', 'sentinel-db':'redis-sentinel://s/m?db=1&db=2',
+ 'cluster':'redis-cluster://n1', 'cluster-full':'redis-cluster://u:p@n1:7000, [::1]:7001,n3/',
+ 'cluster-tls':'rediss-cluster://n1?cacert=/ca.pem&sni=x', 'cluster-list':'redis-cluster://n1,n2,redis://h,redis-cluster://m1',
+ 'cluster-db':'redis-cluster://n1/1', 'cluster-param':'redis-cluster://n1?sni=x',
 }
 for k,v in urls.items(): put('fuzz_url', k, v)
 

@@ -203,6 +203,13 @@ typedef struct dlock_config {
  *              connection, so a failover is followed; user and password are the
  *              master's; rediss-sentinel:// is the same over TLS and takes the TLS
  *              parameters; docs/guide.md, "Sentinel")
+ *     redis-cluster://[[user]:password@]host[:port][,host[:port]...]
+ *              (the hosts are seeds of one Redis Cluster, port 6379, which is one
+ *              server of the list: each call goes to the master of its name's slot,
+ *              learned with CLUSTER SLOTS, and -MOVED and -ASK are followed; user and
+ *              password are every master's; database 0 only; rediss-cluster:// is the
+ *              same over TLS to every node and takes the TLS parameters;
+ *              docs/guide.md, "Cluster")
  *   user and password may be percent-encoded (a comma must be written %2C), and so
  *   may TLS parameters (an '@' or '&' in one must be). A bare "user@" is refused as
  *   ambiguous. A rediss:// server's certificate and host name are verified (against
@@ -471,7 +478,12 @@ typedef struct dlock_server_facts {
     int sentinel_quorum;       /* SENTINEL CKQUORUM: 1, a failover can be authorized; 0,
                                   a Sentinel says it cannot; -1, none could say */
     char sentinel_detail[160]; /* that Sentinel's words */
-    uint64_t spare[7];         /* zero; room for more facts */
+    /* A whole Redis Cluster (redis-cluster://); cluster_masters is 0 for other
+     * servers. The facts above are then those of one of its masters. */
+    int cluster_masters;    /* masters that serve slots in its slot map */
+    int cluster_ok;         /* CLUSTER INFO's cluster_state: 1 "ok", 0 not, -1 unknown */
+    char cluster_state[16]; /* its words ("ok", "fail") */
+    uint64_t spare[4];      /* zero; room for more facts */
 } dlock_server_facts;
 
 /* Ask each server of c, all at once, what it says of its version, role, memory policy,

@@ -171,7 +171,7 @@ int dlock__attempt(dlock_client *c, dlock__round *rd, dlock__call *acq, const dl
         }
         if ((uint64_t)v > fence)
             fence = (uint64_t)v;
-        if (dlock__node_votes(rd->set->conns[i].node, rd->end_us))
+        if (dlock__conn_votes(&rd->set->conns[i], rd->end_us))
             t.yes++;
         else
             nonvoting++;

@@ -89,7 +89,7 @@ bool dlock__forked_since(uint64_t gen, pid_t pid);
 
 /* ---- url.c ------------------------------------------------------------------ */
 
-#define DLOCK_SENTINELS_MAX 8 /* Sentinels in one redis-sentinel:// URL */
+#define DLOCK_HOSTS_MAX     8 /* Sentinels, or a cluster's seeds, in one URL */
 #define DLOCK_SENTINEL_PORT 26379
 
 typedef struct dlock__addr {
@@ -111,12 +111,17 @@ typedef struct dlock__addr {
      * the master's, sentinel_user and sentinel_password the Sentinels'. */
     bool sentinel;
     char *master_name;
-    int nsentinels;
-    struct dlock__sentinel_addr {
+    char *sentinel_user, *sentinel_password;
+    /* redis-cluster:// and rediss-cluster://: hosts are seeds of a Redis Cluster, asked
+     * for its slot map (cluster.c); host and port above are unused, and the user and
+     * password are every master's. */
+    bool cluster;
+    /* The Sentinels, or the cluster's seeds. */
+    int nhosts;
+    struct dlock__hostport {
         char *host;
         int port;
-    } sentinels[DLOCK_SENTINELS_MAX];
-    char *sentinel_user, *sentinel_password;
+    } hosts[DLOCK_HOSTS_MAX];
 } dlock__addr;
 
 /* Parse one URL of len bytes. On error, returns DLOCK_ERR_INVALID and writes a message
@@ -142,8 +147,16 @@ int dlock__url_parse_list(const char *list, int max, dlock__addr **out, int *n, 
 #define DLOCK_REPLY_MAX_BYTES    (256 * 1024)
 #define DLOCK_REPLY_MAX_ELEMENTS 64
 
+/* What one reader takes: arrays of at most max_elements; refused is set when it
+ * refused one (both that and an allocation failure make the reader fail). */
+typedef struct dlock__reader_cap {
+    int max_elements;
+    bool refused;
+} dlock__reader_cap;
+
 /* A redisReader whose replies are hiredis redisReply objects (freeReplyObject), and
- * that refuses arrays longer than DLOCK_REPLY_MAX_ELEMENTS. NULL when out of memory. */
+ * that refuses arrays longer than the cap its privdata points at (a dlock__reader_cap,
+ * set by the caller before each redisReaderGetReply). NULL when out of memory. */
 redisReader *dlock__reader_new(void);
 
 /* What an error reply (-PREFIX message) means: DLOCK_ERR_UNAVAILABLE, _AUTH or

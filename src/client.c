@@ -165,13 +165,16 @@ int dlock_client_new(const char *servers, const dlock_config *cfg, dlock_client 
             c->nodes[i].index = i;
             c->nodes[i].rules = &c->rules;
             pthread_mutex_init(&c->nodes[i].mu, NULL);
+            if (c->nodes[i].addr.cluster && dlock__cluster_new(&c->nodes[i]) != DLOCK_OK)
+                rc = dlock__fail(DLOCK_ERR_NOMEM, "out of memory");
         }
         free(addrs);
         addrs = NULL;
         c->quorum = dlock__quorum(c->n);
         if (c->rules.restart_voting == DLOCK_RESTART_AUTO)
             c->rules.restart_voting = c->n > 1 ? DLOCK_RESTART_OBSERVED : DLOCK_RESTART_OFF;
-        rc = init_tls(c, cfg);
+        if (rc == DLOCK_OK)
+            rc = init_tls(c, cfg);
     }
     if (rc == DLOCK_OK) {
         dlock__err e;
@@ -306,6 +309,7 @@ void dlock_client_free(dlock_client *c)
     }
     for (int i = 0; i < c->n; i++) {
         dlock__tls_node_free(&c->nodes[i]);
+        dlock__cluster_free(&c->nodes[i]);
         dlock__addr_clear(&c->nodes[i].addr);
         if (owner)
             pthread_mutex_destroy(&c->nodes[i].mu);

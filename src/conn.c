@@ -79,7 +79,7 @@ void dlock__conn_close(dlock__conn *c)
     c->outlen = c->outpos = 0;
     c->handshake = c->hs_next = 0;
     c->skip = 0;
-    c->too_big = false;
+    c->cap.refused = false;
     if (c->ai != NULL)
         freeaddrinfo(c->ai);
     c->ai = c->ai_next = NULL;
@@ -95,11 +95,13 @@ void dlock__conn_forget(dlock__conn *c)
     if (c->fd >= 0)
         close(c->fd);
     c->fd = -1;
+    dlock__cluster_parked_free(c, true);
     dlock__conn_free(c);
 }
 
 void dlock__conn_free(dlock__conn *c)
 {
+    dlock__cluster_parked_free(c, false);
     dlock__conn_close(c);
     free(c->out);
     c->out = NULL;
@@ -207,11 +209,18 @@ int dlock__conn_open(dlock__conn *c, char *detail, size_t n)
     dlock__conn_close(c);
     if ((c->reader = dlock__reader_new()) == NULL)
         return dlock__node_detail(detail, n, DLOCK_ERR_NOMEM, c->node, "out of memory");
-    /* Not redisReaderSetPrivdata: hiredis 0.14 casts its result to int, which clang
-     * rejects as a pointer truncation. */
-    c->reader->privdata = &c->too_big;
+    c->cap.max_elements =
+        c->node->reply_max_elements ? c->node->reply_max_elements : DLOCK_REPLY_MAX_ELEMENTS;
     c->reresolve = false;
-    if (a->sentinel) {
+    if (a->cluster) {
+        /* The master it is routed to (cluster.c), or one for a connection that is
+         * not routed. */
+        int rc = c->host[0] ? DLOCK_OK : dlock__cluster_pick(c, detail, n);
+        if (rc != DLOCK_OK) {
+            dlock__conn_close(c);
+            return rc;
+        }
+    } else if (a->sentinel) {
         int rc = dlock__sentinel_master(c->node, c->host, sizeof c->host, &c->port, detail, n);
         if (rc != DLOCK_OK) {
             dlock__conn_close(c);
@@ -253,7 +262,7 @@ int dlock__conn_open(dlock__conn *c, char *detail, size_t n)
             snprintf(db, sizeof db, "%d", a->db);
             rc = queue_handshake(c, HS_SELECT, 2, (const char *[]){"SELECT", db});
         }
-        if (rc == DLOCK_OK && !c->node->sentinel_query)
+        if (rc == DLOCK_OK && !c->node->query_only)
             rc = queue_handshake(c, HS_INFO, 1, (const char *[]){"INFO"});
         if (rc != DLOCK_OK)
             dlock__node_detail(detail, n, rc, c->node, "out of memory");
@@ -315,9 +324,10 @@ int dlock__conn_feed(dlock__conn *c, const char *buf, size_t len, char *detail, 
 {
     /* Refuse to buffer past the cap: a reply that large is not a lock reply. */
     size_t buffered = c->reader->len - c->reader->pos;
-    if (buffered + len > DLOCK_REPLY_MAX_BYTES)
+    size_t max = c->node->reply_max_bytes ? c->node->reply_max_bytes : DLOCK_REPLY_MAX_BYTES;
+    if (buffered + len > max)
         return dlock__node_detail(detail, n, DLOCK_ERR_PROTOCOL, c->node,
-                                  "reply larger than %d bytes refused", DLOCK_REPLY_MAX_BYTES);
+                                  "reply larger than %zu bytes refused", max);
     if (redisReaderFeed(c->reader, buf, len) != REDIS_OK)
         return dlock__node_detail(detail, n, DLOCK_ERR_NOMEM, c->node,
                                   "out of memory reading a reply");
@@ -360,7 +370,8 @@ static int on_handshake(dlock__conn *c, const redisReply *r, char *detail, size_
     int step = c->hs[c->hs_next++];
     c->handshake--;
     if (step == HS_INFO)
-        return dlock__node_on_info(c->node, r, detail, n);
+        return c->node->cluster ? dlock__cluster_on_info(c, r, detail, n)
+                                : dlock__node_on_info(c->node, r, detail, n);
     if (r->type != REDIS_REPLY_ERROR)
         return DLOCK_OK;
     int err = dlock__server_error_code(r->str, r->len);
@@ -382,11 +393,15 @@ int dlock__conn_next_reply(dlock__conn *c, redisReply **out, char *detail, size_
     *out = NULL;
     for (;;) {
         void *obj = NULL;
+        /* Set here, not once: a cluster node's connections are moved (cluster.c parks
+         * them). Not redisReaderSetPrivdata: hiredis 0.14 casts its result to int, which
+         * clang rejects as a pointer truncation. */
+        c->reader->privdata = &c->cap;
         if (redisReaderGetReply(c->reader, &obj) != REDIS_OK) {
-            if (c->too_big)
+            if (c->cap.refused)
                 return dlock__node_detail(detail, n, DLOCK_ERR_PROTOCOL, c->node,
                                           "reply with more than %d elements refused",
-                                          DLOCK_REPLY_MAX_ELEMENTS);
+                                          c->cap.max_elements);
             if (c->reader->err == REDIS_ERR_OOM)
                 return dlock__node_detail(detail, n, DLOCK_ERR_NOMEM, c->node,
                                           "out of memory reading a reply");

@@ -34,12 +34,20 @@ static void fail(dlock__conn *c, dlock__req *r, int err)
     r->err = err;
     r->done = true;
     dlock__conn_close(c);
+    if (c->node->cluster != NULL)
+        dlock__cluster_suspect(c->node);
 }
 
-/* Send the request's command (or its EVAL retry) on c. */
+/* Send the request's command (or its EVAL retry) on c, after ASKING for a cluster's
+ * slot in migration (its reply is discarded as an abandoned command's). */
 static int send_cmd(dlock__conn *c, dlock__req *r, const char *cmd, size_t len)
 {
-    int rc = dlock__conn_queue(c, cmd, len);
+    static const char asking[] = "*1\r\n$6\r\nASKING\r\n";
+    int rc = DLOCK_OK;
+    if (r->asking && (rc = dlock__conn_queue(c, asking, sizeof asking - 1)) == DLOCK_OK)
+        c->skip++;
+    if (rc == DLOCK_OK)
+        rc = dlock__conn_queue(c, cmd, len);
     if (rc != DLOCK_OK) {
         snprintf(r->detail, sizeof r->detail, "%s: out of memory", c->node->addr.display);
         return rc;
@@ -49,15 +57,10 @@ static int send_cmd(dlock__conn *c, dlock__req *r, const char *cmd, size_t len)
     return rc;
 }
 
-/* Start node i's part of the round. */
-static void begin(dlock__conn *c, dlock__req *r, int64_t start)
+/* Send r on c, now or once c's handshake is done: the start of node i's part of the
+ * round, and its restart after a cluster's redirection. */
+static void start(dlock__conn *c, dlock__req *r)
 {
-    r->reply = NULL;
-    r->err = DLOCK_OK;
-    r->detail[0] = '\0';
-    r->retried = false;
-    r->done = false;
-    r->held = false; /* set again below if the command waits for a handshake */
     if (dlock__conn_stale(c))
         dlock__conn_close(c);
     if (c->state == DLOCK_CONN_CLOSED) {
@@ -67,8 +70,6 @@ static void begin(dlock__conn *c, dlock__req *r, int64_t start)
             return;
         }
     }
-    r->start_us = start;
-    r->deadline_us = start + c->node->rules->timeout_us;
     r->held = false;
     if (!r->await) {
         /* Sent, not awaited (the clean-up release of a failed attempt, a waiter
@@ -107,6 +108,27 @@ static void begin(dlock__conn *c, dlock__req *r, int64_t start)
         fail(c, r, rc);
 }
 
+static void begin(dlock__conn *c, dlock__req *r, int64_t start_us)
+{
+    r->reply = NULL;
+    r->err = DLOCK_OK;
+    r->detail[0] = '\0';
+    r->retried = false;
+    r->done = false;
+    r->held = false; /* set again by start() if the command waits for a handshake */
+    r->asking = false;
+    r->redirects = 0;
+    r->start_us = start_us;
+    r->deadline_us = start_us + c->node->rules->timeout_us;
+    int rc;
+    if (c->node->cluster != NULL &&
+        (rc = dlock__cluster_route(c, r, r->detail, sizeof r->detail)) != DLOCK_OK) {
+        fail(c, r, rc);
+        return;
+    }
+    start(c, r);
+}
+
 /* The node missed its deadline. */
 static void expire(dlock__conn *c, dlock__req *r)
 {
@@ -123,6 +145,8 @@ static void expire(dlock__conn *c, dlock__req *r)
     r->done = true;
     if (r->await)
         c->lagging = true;
+    if (c->node->cluster != NULL)
+        dlock__cluster_suspect(c->node);
     if (!r->await) {
         dlock__conn_close(c); /* not written in time: the stream may hold half of it */
     } else if (r->held) {
@@ -209,6 +233,20 @@ static void step(dlock__conn *c, dlock__req *r, short revents)
                 return;
             }
         }
+        /* A cluster's slot that moved, or is moving: the request goes where the reply
+         * says, on that master's connection, within this round's deadline. */
+        bool moved = false;
+        if (c->node->cluster != NULL && reply->type == REDIS_REPLY_ERROR &&
+            ((rc = dlock__cluster_redirect(c, r, reply, &moved)) != DLOCK_OK || moved)) {
+            freeReplyObject(reply);
+            if (rc != DLOCK_OK) {
+                fail(c, r, rc);
+                return;
+            }
+            r->retried = false;
+            start(c, r);
+            return;
+        }
         /* A Sentinel URL's master that was demoted: ask the Sentinels again. */
         if (c->node->addr.sentinel && reply->type == REDIS_REPLY_ERROR &&
             strncmp(reply->str, "READONLY", 8) == 0)
@@ -264,7 +302,7 @@ static void abandon(dlock__conn *c, dlock__req *r)
  * Without a refusal, the lagging node is waited for until its deadline: it may have
  * just resumed (its first bytes clear the mark), and no one is kept waiting by it. */
 static bool decided(const dlock__conn *conns, const dlock__req *reqs, int n, dlock__vote_fn vote,
-                    void *arg)
+                    void *arg, int quorum)
 {
     int yes = 0, no = 0, pending = 0, waited = 0;
     for (int i = 0; i < n; i++) {
@@ -282,7 +320,6 @@ static bool decided(const dlock__conn *conns, const dlock__req *reqs, int n, dlo
     }
     if (pending == 0)
         return false;
-    int quorum = dlock__quorum(n);
     return yes >= quorum || yes + pending < quorum || (no > 0 && yes + waited < quorum);
 }
 
@@ -297,6 +334,12 @@ void dlock__fanout(dlock__conn *conns, dlock__req *reqs, int n)
 }
 
 void dlock__fanout_vote(dlock__conn *conns, dlock__req *reqs, int n, dlock__vote_fn vote, void *arg)
+{
+    dlock__fanout_until(conns, reqs, n, vote, arg, dlock__quorum(n));
+}
+
+void dlock__fanout_until(dlock__conn *conns, dlock__req *reqs, int n, dlock__vote_fn vote,
+                         void *arg, int need)
 {
     struct pollfd pfd[DLOCK_SERVERS_MAX];
     int idx[DLOCK_SERVERS_MAX];
@@ -323,7 +366,7 @@ void dlock__fanout_vote(dlock__conn *conns, dlock__req *reqs, int n, dlock__vote
     for (int i = 0; i < n; i++) {
         int64_t timeout_us = conns[i].node->rules->timeout_us;
         if (reqs[i].held && reqs[i].deadline_us > start + timeout_us &&
-            ((vote != NULL && established >= dlock__quorum(n)) || conns[i].lagging))
+            ((vote != NULL && established >= need) || conns[i].lagging))
             reqs[i].deadline_us = start + timeout_us;
     }
 
@@ -375,7 +418,7 @@ void dlock__fanout_vote(dlock__conn *conns, dlock__req *reqs, int n, dlock__vote
          * becomes of its reply). The others are: they answer within a round trip,
          * and their replies keep the connections in step, the fences exact and the
          * error precise (BUSY or NOQUORUM). */
-        if (vote != NULL && decided(conns, reqs, n, vote, arg))
+        if (vote != NULL && decided(conns, reqs, n, vote, arg, need))
             for (int i = 0; i < n; i++)
                 if (reqs[i].cmd != NULL && !reqs[i].done && (reqs[i].held || conns[i].lagging))
                     abandon(&conns[i], &reqs[i]);

@@ -18,8 +18,14 @@
  *               tls.c       TLS for rediss:// (OpenSSL): each node's context, the
  *                           handshake, encrypted reads and writes, resumed sessions
  *               fanout.c    one command to N nodes in parallel under one deadline
+ *               ask.c       one question to several hosts at once, on connections of
+ *                           its own (a URL's Sentinels, a cluster's seeds)
  *               sentinel.c  the master a redis-sentinel:// URL's Sentinels name,
- *                           asked on each connect (through fanout.c, for conn.c)
+ *                           asked on each connect (through ask.c, for conn.c)
+ *               cluster.c   a redis-cluster:// node: key slots, the slot map, routing
+ *                           each request to its slot's master over parked
+ *                           connections, MOVED and ASK (for fanout.c and conn.c),
+ *                           restart voting per master
  *   scripts     stock_scripts.c  the stock's scripts, their key layout and invariant
  *               scripts.c   the Lua scripts (the wait queue, its handoff and the shared
  *                           holders among them) and the key layout
@@ -59,8 +65,9 @@
  *
  * The transport knows nothing above it: a node carries the rules its connections
  * follow (dlock__node_rules: deadlines, password, voting rule, log), so node.c,
- * conn.c, tls.c and fanout.c never see the client; and a request says itself which reply
- * it answers by resending (script_call.c's -NOSCRIPT rule), so fanout.c knows no script.
+ * conn.c, tls.c, fanout.c and cluster.c never see the client; and a request says
+ * itself which reply it answers by resending (script_call.c's -NOSCRIPT rule) and
+ * which slot it is for, so fanout.c knows no script.
  */
 #ifndef DLOCK_INTERNAL_H
 #define DLOCK_INTERNAL_H
@@ -142,6 +149,10 @@ typedef struct dlock__call {
     int nkeys, nargs;
     const char *const *args;
     const size_t *lens;
+    /* The slot of its keys (a cluster node routes by it), taken when formatted: all of
+     * a call's keys share one hash tag (scripts.c), so the first key's is the call's. */
+    bool keyed;
+    uint16_t slot;
 } dlock__call;
 
 int dlock__call_format(const dlock__scripts *s, enum dlock__script_id id, int nkeys, int nargs,
@@ -154,6 +165,8 @@ void dlock__call_free(dlock__call *call);
 int dlock__call_eval(dlock__call *call);
 /* Point reqs[0..n) at call, awaited or not, resent as EVAL on -NOSCRIPT. */
 void dlock__call_reqs(dlock__call *call, dlock__req *reqs, int n, bool await);
+/* Give r the slot of call's keys (a cluster node routes by it). */
+void dlock__call_slot(const dlock__call *call, dlock__req *r);
 
 /* ---- stock_scripts.c (registered in scripts.c's table) ----------------------- */
 
@@ -338,8 +351,6 @@ void dlock__round_end(struct dlock_client *c, dlock__round *rd);
 void dlock__round_send(struct dlock_client *c, dlock__connset *set, dlock__call *call,
                        const bool *mask);
 
-/* Whether node's grants count at `now` (restart-aware voting, conn.c sets when). */
-bool dlock__node_votes(dlock__node *node, int64_t now);
 /* Votes: an acquire's grant (a positive fence) from a node whose grants count (arg is
  * the round); a token-checked script's 1. */
 bool dlock__vote_grant(const dlock__req *r, int i, void *arg);

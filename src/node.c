@@ -54,6 +54,12 @@ bool dlock__info_field(const redisReply *r, const char *field, char *out, size_t
 
 int dlock__node_on_info(dlock__node *node, const redisReply *r, char *detail, size_t n)
 {
+    return dlock__node_on_info_of(node, &node->voter, false, r, detail, n);
+}
+
+int dlock__node_on_info_of(dlock__node *node, dlock__voter *v, bool promoted, const redisReply *r,
+                           char *detail, size_t n)
+{
     const dlock__node_rules *rules = node->rules;
     if (r->type == REDIS_REPLY_ERROR &&
         starts_with(r->str, "NOAUTH")) /* no password given to a server that needs one */
@@ -105,32 +111,35 @@ int dlock__node_on_info(dlock__node *node, const redisReply *r, char *detail, si
     int64_t up_ms = up_s < 0 ? 0 : up_s > 315360000 ? INT64_C(315360000000) : up_s * 1000;
     int64_t wait_ms = dlock__rules_max_lease_ms(rules) - up_ms;
     pthread_mutex_lock(&node->mu);
-    bool known = node->run_id[0] != '\0';
-    bool restarted = known && run_id[0] != '\0' && strcmp(node->run_id, run_id) != 0;
+    bool known = v->run_id[0] != '\0';
+    bool restarted = known && run_id[0] != '\0' && strcmp(v->run_id, run_id) != 0;
     /* A Sentinel's new master is a replica that was promoted: up for long, yet it may
      * lack the last grants of the old master (replication is asynchronous, and the old
      * master took writes until it was demoted). Its uptime says nothing: a whole lease
-     * from now. */
-    if (restarted && node->addr.sentinel)
+     * from now. So for a cluster's master first met after it took over slots. */
+    promoted = promoted && !known;
+    if ((restarted && node->addr.sentinel) || promoted)
         wait_ms = dlock__rules_max_lease_ms(rules);
-    bool distrust = restarted || (!known && rules->restart_voting == DLOCK_RESTART_STRICT);
+    bool distrust =
+        restarted || promoted || (!known && rules->restart_voting == DLOCK_RESTART_STRICT);
     if (rules->restart_voting != DLOCK_RESTART_OFF && distrust && wait_ms > 0)
-        node->votes_from_us = now + wait_ms * 1000;
+        v->votes_from_us = now + wait_ms * 1000;
     bool report = evicting && !node->policy_reported;
     node->policy_reported |= evicting;
     node->evicting = evicting;
     if (run_id[0] != '\0')
-        memcpy(node->run_id, run_id, sizeof run_id);
+        memcpy(v->run_id, run_id, sizeof run_id);
     pthread_mutex_unlock(&node->mu);
-    if (restarted)
-        dlock__rules_log(
-            rules, DLOCK_LOG_WARN, "%s %s (run_id changed, up %s s)%s", node->addr.display,
-            node->addr.sentinel ? "has a new master" : "restarted", uptime,
-            rules->restart_voting != DLOCK_RESTART_OFF && wait_ms > 0
-                ? (node->addr.sentinel ? ": its grants do not count for the longest lease"
-                                       : ": its grants do not count until it has been up for "
-                                         "the longest lease")
-                : "");
+    if (restarted || promoted)
+        dlock__rules_log(rules, DLOCK_LOG_WARN, "%s %s (%s, up %s s)%s", node->addr.display,
+                         node->addr.sentinel || promoted ? "has a new master" : "restarted",
+                         promoted ? "it took over slots" : "run_id changed", uptime,
+                         rules->restart_voting != DLOCK_RESTART_OFF && wait_ms > 0
+                             ? (node->addr.sentinel || promoted
+                                    ? ": its grants do not count for the longest lease"
+                                    : ": its grants do not count until it has been up for "
+                                      "the longest lease")
+                             : "");
     if (report)
         dlock__rules_log(rules, rules->strict ? DLOCK_LOG_ERROR : DLOCK_LOG_WARN,
                          "%s: maxmemory-policy is %s: the server may evict lock keys%s and lose "

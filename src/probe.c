@@ -158,8 +158,9 @@ int dlock_probe(dlock_client *c, dlock_server_facts *out, int n)
         f->tls_verified = f->tls && !c->nodes[i].tls_insecure;
         f->cluster = f->aof = -1;
         f->maxmemory = f->uptime_s = f->clock_error_us = f->replicas = -1;
-        f->sentinels = c->nodes[i].addr.sentinel ? c->nodes[i].addr.nsentinels : 0;
+        f->sentinels = c->nodes[i].addr.sentinel ? c->nodes[i].addr.nhosts : 0;
         f->sentinel_quorum = -1;
+        f->cluster_ok = -1;
     }
     dlock__connset *set = dlock__connset_get(c);
     if (set == NULL)
@@ -182,6 +183,16 @@ int dlock_probe(dlock_client *c, dlock_server_facts *out, int n)
         if (out[i].sentinels > 0)
             dlock__sentinel_quorum(&c->nodes[i], &out[i].sentinels_up, &out[i].sentinel_quorum,
                                    out[i].sentinel_detail, sizeof out[i].sentinel_detail);
+    /* A cluster: how many masters its map has, and whether it says it serves every
+     * slot. */
+    for (int i = 0; i < c->n; i++) {
+        char detail[300];
+        dlock_server_facts *f = &out[i];
+        if (c->nodes[i].cluster != NULL &&
+            dlock__cluster_state(&c->nodes[i], f->cluster_state, sizeof f->cluster_state,
+                                 &f->cluster_masters, detail, sizeof detail) == DLOCK_OK)
+            f->cluster_ok = strcmp(f->cluster_state, "ok") == 0;
+    }
 
     for (int i = 0; i < c->n; i++)
         freeReplyObject(reqs[i].reply);

@@ -50,9 +50,10 @@ static void *create_array(const redisReadTask *task, int elements)
 {
     /* The refusal is reported through the reader's privdata, so that conn.c can tell
      * "too large" from a real allocation failure (both make the reader fail). */
-    if (elements < 0 || elements > DLOCK_REPLY_MAX_ELEMENTS) {
-        if (task->privdata != NULL)
-            *(bool *)task->privdata = true;
+    dlock__reader_cap *cap = task->privdata;
+    if (elements < 0 || elements > (cap != NULL ? cap->max_elements : DLOCK_REPLY_MAX_ELEMENTS)) {
+        if (cap != NULL)
+            cap->refused = true;
         return NULL;
     }
     redisReply **el = NULL;

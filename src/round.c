@@ -91,6 +91,7 @@ void dlock__round_send(dlock_client *c, dlock__connset *set, dlock__call *call, 
         if (mask == NULL || mask[i]) {
             reqs[i].cmd = call->eval;
             reqs[i].cmdlen = (size_t)call->eval_len;
+            dlock__call_slot(call, &reqs[i]);
             any = true;
         }
     }
@@ -100,19 +101,11 @@ void dlock__round_send(dlock_client *c, dlock__connset *set, dlock__call *call, 
 
 /* ---- votes ------------------------------------------------------------------- */
 
-bool dlock__node_votes(dlock__node *node, int64_t now)
-{
-    pthread_mutex_lock(&node->mu);
-    bool v = node->votes_from_us <= now;
-    pthread_mutex_unlock(&node->mu);
-    return v;
-}
-
 bool dlock__vote_grant(const dlock__req *r, int i, void *arg)
 {
     const dlock__round *rd = arg;
     return r->reply->type == REDIS_REPLY_INTEGER && r->reply->integer > 0 &&
-           dlock__node_votes(rd->set->conns[i].node, dlock__now_us());
+           dlock__conn_votes(&rd->set->conns[i], dlock__now_us());
 }
 
 bool dlock__vote_one(const dlock__req *r, int i, void *arg)

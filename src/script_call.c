@@ -115,6 +115,8 @@ int dlock__call_format(const dlock__scripts *s, enum dlock__script_id id, int nk
     out->nargs = nargs;
     out->args = args;
     out->lens = lens;
+    out->keyed = nkeys > 0;
+    out->slot = out->keyed ? dlock__key_slot(args[0], lens[0]) : 0;
     /* Only the EVALSHA form now: the EVAL form, the whole script, is needed once per
      * server restart or SCRIPT FLUSH, not on every call. */
     int rc =
@@ -164,5 +166,12 @@ void dlock__call_reqs(dlock__call *call, dlock__req *reqs, int n, bool await)
         reqs[i].resend = resend_as_eval;
         reqs[i].resend_arg = call;
         reqs[i].await = await;
+        dlock__call_slot(call, &reqs[i]);
     }
+}
+
+void dlock__call_slot(const dlock__call *call, dlock__req *r)
+{
+    r->keyed = call->keyed;
+    r->slot = call->slot;
 }

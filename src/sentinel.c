@@ -15,10 +15,9 @@
  * rather than keeping a subscription to the Sentinels' +switch-master events, costs
  * one round trip per connection, and connections live as long as their servers.
  *
- * The Sentinels are reached with the transport's own connections (TLS for
+ * The Sentinels are reached with the transport's own connections (ask.c; TLS for
  * rediss-sentinel://), with the URL's sentinel_user and sentinel_password, never the
- * master's; their handshake sends no INFO (a Sentinel's has no eviction policy or
- * run_id of a data node).
+ * master's.
  */
 #include "internal.h"
 
@@ -66,7 +65,7 @@ static int no_master(const dlock__node *node, const dlock__req *reqs, char *deta
 {
     const dlock__addr *a = &node->addr;
     int err = DLOCK_ERR_IO, unknown = 0, answered = 0;
-    for (int i = 0; i < a->nsentinels; i++) {
+    for (int i = 0; i < a->nhosts; i++) {
         answered += reqs[i].err == DLOCK_OK;
         const redisReply *rep = reqs[i].reply;
         if (reqs[i].err == DLOCK_ERR_AUTH ||
@@ -80,98 +79,44 @@ static int no_master(const dlock__node *node, const dlock__req *reqs, char *deta
     if (unknown > 0 && err != DLOCK_ERR_AUTH)
         err = unknown == answered ? DLOCK_ERR_INVALID : DLOCK_ERR_UNAVAILABLE;
     int used = snprintf(detail, n, "%s: no Sentinel named the master:", a->display);
-    for (int i = 0; i < a->nsentinels && used > 0 && (size_t)used < n; i++)
+    for (int i = 0; i < a->nhosts && used > 0 && (size_t)used < n; i++)
         used += snprintf(detail + used, n - (size_t)used, "%s %s", i ? ";" : "", reqs[i].detail);
     return err;
 }
 
-/* One question to every Sentinel of a node's URL at once, on connections of its own. */
-typedef struct sentinel_round {
-    dlock__node_rules rules;
-    int k;
-    dlock__node nodes[DLOCK_SENTINELS_MAX];
-    dlock__conn conns[DLOCK_SENTINELS_MAX];
-    dlock__req reqs[DLOCK_SENTINELS_MAX];
-    char display[DLOCK_SENTINELS_MAX][300];
-    char *cmd;
-} sentinel_round;
-
-/* Ask "SENTINEL <sub> <master name>" of every Sentinel; the replies in sr->reqs. Free
- * with round_end, whatever this returns. */
-static int round_run(const dlock__node *node, const char *sub, sentinel_round *sr, char *detail,
+/* Ask "SENTINEL <sub> <master name>" of every Sentinel, with the Sentinels' own
+ * credentials; the replies in sr->reqs. Free with dlock__ask_end, whatever this
+ * returns. */
+static int round_run(const dlock__node *node, const char *sub, dlock__ask *sr, char *detail,
                      size_t n)
 {
     const dlock__addr *a = &node->addr;
-    const dlock__node_rules *rules = node->rules;
-    /* The Sentinels' rules: the client's deadlines and log, none of the master's
-     * credentials, no restart voting (they hold no locks). */
-    sr->rules = (dlock__node_rules){
-        .timeout_us = rules->timeout_us,
-        .connect_timeout_us = rules->connect_timeout_us,
-        .restart_voting = DLOCK_RESTART_OFF,
-        .log = rules->log,
-        .log_user = rules->log_user,
+    dlock__ask_spec spec = {
+        .from = node,
+        .hosts = a->hosts,
+        .k = a->nhosts,
+        .what = "Sentinel",
+        .user = a->sentinel_user,
+        .password = a->sentinel_password,
+        .argc = 3,
+        .argv = (const char *[]){"SENTINEL", sub, a->master_name},
     };
-    sr->k = 0;
-    int len = redisFormatCommand(&sr->cmd, "SENTINEL %s %s", sub, a->master_name);
-    if (len < 0) {
-        sr->cmd = NULL;
-        return dlock__node_detail(detail, n, DLOCK_ERR_NOMEM, node, "out of memory");
-    }
-    int rc = DLOCK_OK;
-    for (int i = 0; i < a->nsentinels; i++) {
-        dlock__node *s = &sr->nodes[i];
-        memset(s, 0, sizeof *s);
-        s->rules = &sr->rules;
-        s->index = node->index;
-        s->sentinel_query = true;
-        s->addr.host = a->sentinels[i].host;
-        s->addr.port = a->sentinels[i].port;
-        s->addr.user = a->sentinel_user;
-        s->addr.password = a->sentinel_password;
-        s->addr.tls = a->tls;
-        s->addr.insecure = a->insecure;
-        snprintf(sr->display[i], sizeof sr->display[i], "Sentinel %s:%d", s->addr.host,
-                 s->addr.port);
-        s->addr.display = sr->display[i];
-        pthread_mutex_init(&s->mu, NULL);
-        dlock__conn_init(&sr->conns[i], s);
-        memset(&sr->reqs[i], 0, sizeof sr->reqs[i]);
-        sr->reqs[i].cmd = sr->cmd;
-        sr->reqs[i].cmdlen = (size_t)len;
-        sr->reqs[i].await = true;
-        sr->k = i + 1;
-        if (node->tls_ctx != NULL && (rc = dlock__tls_node_share(s, node, detail, n)) != DLOCK_OK)
-            return rc;
-    }
-    dlock__fanout(sr->conns, sr->reqs, sr->k);
-    return DLOCK_OK;
-}
-
-static void round_end(sentinel_round *sr)
-{
-    for (int i = 0; i < sr->k; i++) {
-        freeReplyObject(sr->reqs[i].reply);
-        dlock__conn_free(&sr->conns[i]);
-        dlock__tls_node_free(&sr->nodes[i]);
-        pthread_mutex_destroy(&sr->nodes[i].mu);
-    }
-    redisFreeCommand(sr->cmd);
+    return dlock__ask_run(sr, &spec, detail, n);
 }
 
 int dlock__sentinel_master(dlock__node *node, char *host, size_t hostlen, int *port, char *detail,
                            size_t n)
 {
     const dlock__addr *a = &node->addr;
-    sentinel_round sr;
+    dlock__ask sr;
     int rc = round_run(node, "get-master-addr-by-name", &sr, detail, n);
     const dlock__req *reqs = sr.reqs;
     int k = sr.k;
     if (rc == DLOCK_OK) {
         /* Each answer once, then the address most of them give. */
-        char hosts[DLOCK_SENTINELS_MAX][256];
-        int ports[DLOCK_SENTINELS_MAX], best = -1, best_votes = 0;
-        bool named[DLOCK_SENTINELS_MAX];
+        char hosts[DLOCK_HOSTS_MAX][256];
+        int ports[DLOCK_HOSTS_MAX], best = -1, best_votes = 0;
+        bool named[DLOCK_HOSTS_MAX];
         for (int i = 0; i < k; i++)
             named[i] = answer(&reqs[i], hosts[i], sizeof hosts[i], &ports[i]);
         for (int i = 0; i < k; i++) {
@@ -192,13 +137,13 @@ int dlock__sentinel_master(dlock__node *node, char *host, size_t hostlen, int *p
             rc = no_master(node, reqs, detail, n);
         }
     }
-    round_end(&sr);
+    dlock__ask_end(&sr);
     return rc;
 }
 
 int dlock__sentinel_quorum(dlock__node *node, int *up, int *ok, char *words, size_t n)
 {
-    sentinel_round sr;
+    dlock__ask sr;
     *up = 0;
     *ok = -1;
     words[0] = '\0';
@@ -216,6 +161,6 @@ int dlock__sentinel_quorum(dlock__node *node, int *up, int *ok, char *words, siz
             snprintf(words, n, "%s: %s", sr.display[i], r->str);
         }
     }
-    round_end(&sr);
+    dlock__ask_end(&sr);
     return rc;
 }

@@ -322,9 +322,10 @@ void dlock__tls_node_free(dlock__node *node)
     node->tls_name = NULL;
 }
 
-int dlock__tls_node_share(dlock__node *node, const dlock__node *from, char *detail, size_t n)
+int dlock__tls_node_share(dlock__node *node, const dlock__node *from, const char *name,
+                          char *detail, size_t n)
 {
-    if ((node->tls_name = dlock__strdup(node->addr.host)) == NULL)
+    if ((node->tls_name = dlock__strdup(name ? name : node->addr.host)) == NULL)
         return dlock__node_detail(detail, n, DLOCK_ERR_NOMEM, node, "out of memory");
     SSL_CTX_up_ref(from->tls_ctx);
     node->tls_ctx = from->tls_ctx;

@@ -1,6 +1,7 @@
 /*
  * transport.h: what a server is and how to talk to N of them at once (servers and
- * transport in internal.h's map: node.c, conn.c, tls.c, fanout.c). It knows nothing of
+ * transport in internal.h's map: node.c, conn.c, tls.c, fanout.c, ask.c, sentinel.c,
+ * cluster.c). It knows nothing of
  * scripts, votes or the client: a node carries the rules its connections follow.
  */
 #ifndef DLOCK_TRANSPORT_H
@@ -31,14 +32,22 @@ typedef struct dlock__node_rules {
     void *log_user;
 } dlock__node_rules;
 
+/* What restart voting knows of one server (a node, or a master of a cluster node),
+ * guarded by its node's mu. */
+typedef struct dlock__voter {
+    char run_id[41];       /* from INFO on the last handshake ("" before) */
+    int64_t votes_from_us; /* dlock__now_us() from which its grants count (0: now) */
+} dlock__voter;
+
+struct dlock__cluster;
+
 /* What the client knows of one server, shared by all its connections. */
 typedef struct dlock__node {
     dlock__node_rules *rules; /* the client's */
     dlock__addr addr;
     int index;                  /* position in the server list, for messages */
     pthread_mutex_t mu;         /* guards the fields below */
-    char run_id[41];            /* from INFO on the last handshake ("" before) */
-    int64_t votes_from_us;      /* dlock__now_us() from which its grants count (0: now) */
+    dlock__voter voter;         /* restart voting (a cluster node's are its masters') */
     bool policy_reported;       /* the eviction warning was logged for this node */
     bool info_refused_reported; /* the "INFO refused by an ACL" warning was logged */
     bool evicting;              /* its maxmemory-policy can evict lock keys */
@@ -49,7 +58,13 @@ typedef struct dlock__node {
     char *tls_name;               /* the name sent as SNI and checked in the certificate */
     bool tls_insecure;            /* verification off (insecure=1) */
     _Atomic uint64_t tls_resumed; /* handshakes that resumed a session (for tests) */
-    bool sentinel_query;          /* a Sentinel asked for a master (sentinel.c): no INFO */
+    bool query_only; /* asked one question (a Sentinel, a cluster's seed; ask.c): no INFO */
+    /* The largest reply its connections take: 0, DLOCK_REPLY_MAX_ELEMENTS and
+     * DLOCK_REPLY_MAX_BYTES; more for a cluster's slot map. */
+    int reply_max_elements;
+    size_t reply_max_bytes;
+    /* redis-cluster:// only: the slot map and the masters' voters (cluster.c) */
+    struct dlock__cluster *cluster;
 } dlock__node;
 
 enum dlock__conn_state { DLOCK_CONN_CLOSED, DLOCK_CONN_CONNECTING, DLOCK_CONN_READY };
@@ -61,6 +76,10 @@ int dlock__node_detail(char *detail, size_t n, int err, const dlock__node *node,
  * an error when the node must not be used (a password missing, or in strict mode an
  * evicting policy), with why in detail. (node.c) */
 int dlock__node_on_info(dlock__node *node, const redisReply *r, char *detail, size_t n);
+/* The same for one voter of node's (a cluster's master; promoted: one that took over
+ * slots after the client first read the map, trusted as a Sentinel's new master). */
+int dlock__node_on_info_of(dlock__node *node, dlock__voter *v, bool promoted, const redisReply *r,
+                           char *detail, size_t n);
 /* Copy the value of "field:" from an INFO reply (a string) into out, at most n - 1
  * bytes; false when the reply has no such field. */
 bool dlock__info_field(const redisReply *r, const char *field, char *out, size_t n);
@@ -88,7 +107,7 @@ typedef struct dlock__conn {
     bool lagging;                  /* missed a deadline, and nothing heard since (kept across
                                     * reconnects): a round decided by the others does not
                                     * wait for it */
-    bool too_big;                  /* set by the reader when it refused an array */
+    dlock__reader_cap cap;         /* what the reader takes, and whether it refused */
     int64_t connect_deadline_us;   /* when a connect or handshake in progress gives up */
     struct addrinfo *ai, *ai_next; /* TCP addresses and the next one to try */
     /* TCP: where it connects, the URL's host and port or, for a Sentinel URL, the
@@ -96,6 +115,9 @@ typedef struct dlock__conn {
     char host[256];
     int port;
     bool reresolve; /* a Sentinel URL's master said -READONLY: reconnect, asking again */
+    /* A cluster node's connections to its other masters, parked while this one is in
+     * use (cluster.c swaps the one a request needs into this place). NULL otherwise. */
+    struct dlock__parked *parked;
     /* TLS (tls.c): the session on the socket, NULL for a plain connection. While the
      * state is CONNECTING, tls_handshaking says the TCP connect is done and the TLS
      * handshake is in progress. read_ev and flush_ev are the poll events a read and a
@@ -150,9 +172,10 @@ int dlock__tls_node_init(dlock__node *node, const dlock_tls *def, char *err, siz
 /* Free the node's context, session and name (the process's own or a forked child's
  * copy: no lock taken). */
 void dlock__tls_node_free(dlock__node *node);
-/* Give node (a Sentinel of from's URL) from's TLS context, checking node's own host
- * name; dlock__tls_node_free lets it go. */
-int dlock__tls_node_share(dlock__node *node, const dlock__node *from, char *detail, size_t n);
+/* Give node (a Sentinel or a seed of from's URL) from's TLS context, checking name (NULL:
+ * node's own host name); dlock__tls_node_free lets it go. */
+int dlock__tls_node_share(dlock__node *node, const dlock__node *from, const char *name,
+                          char *detail, size_t n);
 /* The TCP connect is done: start the handshake (state stays CONNECTING). */
 int dlock__tls_start(dlock__conn *c, char *detail, size_t n);
 /* Go on with the handshake; READY once it is done. */
@@ -178,6 +201,10 @@ typedef struct dlock__req {
     int (*resend)(void *arg, const redisReply *reply, const char **cmd, size_t *len);
     void *resend_arg;
     bool await; /* false: send and leave the reply to be discarded later */
+    /* The slot of the command's keys, for a cluster node (cluster.c); !keyed: any
+     * master may answer. */
+    bool keyed;
+    uint16_t slot;
     /* results */
     redisReply *reply; /* the reply (caller frees with freeReplyObject), or NULL */
     int err;           /* DLOCK_OK when reply is set, else why not */
@@ -185,6 +212,8 @@ typedef struct dlock__req {
     /* private to fanout.c */
     int64_t start_us, deadline_us;
     bool done, retried, held;
+    bool asking;   /* a cluster's -ASK: ASKING goes before each send of the command */
+    int redirects; /* -MOVED and -ASK followed */
 } dlock__req;
 
 /* Send reqs[i] on conns[i] for every i with a cmd, in parallel, and wait for the
@@ -201,6 +230,10 @@ typedef bool (*dlock__vote_fn)(const dlock__req *r, int i, void *arg);
  * timed out. */
 void dlock__fanout_vote(dlock__conn *conns, dlock__req *reqs, int n, dlock__vote_fn vote,
                         void *arg);
+/* dlock__fanout_vote, the round ending once need nodes said yes (need 1: the first
+ * answer that will do, from whichever node gives it first). */
+void dlock__fanout_until(dlock__conn *conns, dlock__req *reqs, int n, dlock__vote_fn vote,
+                         void *arg, int need);
 /* Quorum of n nodes: n/2 + 1. */
 int dlock__quorum(int n);
 
@@ -216,6 +249,80 @@ int dlock__sentinel_master(dlock__node *node, char *host, size_t hostlen, int *p
  * authorization can be reached, 0 when one says not, -1 when none could say; words,
  * that Sentinel's reply. */
 int dlock__sentinel_quorum(dlock__node *node, int *up, int *ok, char *words, size_t n);
+
+/* One question to several hosts at once, on connections of their own (ask.c): a URL's
+ * Sentinels, a cluster's seeds and masters. */
+#define DLOCK_ASK_MAX 16
+typedef struct dlock__ask {
+    int k;
+    dlock__node_rules rules;
+    dlock__node nodes[DLOCK_ASK_MAX];
+    dlock__conn conns[DLOCK_ASK_MAX];
+    dlock__req reqs[DLOCK_ASK_MAX];
+    char display[DLOCK_ASK_MAX][300];
+    char *cmd;
+} dlock__ask;
+
+/* What an ask is: whom (k hosts, at most DLOCK_ASK_MAX; what, the word for one in
+ * messages: "Sentinel"), with which credentials (NULL: none), asked what (argv), and
+ * when it is done: once need of them gave an answer that good() accepts (NULL: when
+ * all answered). The connections follow from's deadlines, log and TLS (name: the name
+ * each certificate must carry, NULL: the host's own). */
+typedef struct dlock__ask_spec {
+    const dlock__node *from;
+    const struct dlock__hostport *hosts;
+    int k;
+    const char *what, *tls_name;
+    char *user, *password; /* not const: a node's address owns its own (the ask's do not) */
+    int argc;
+    const char **argv;
+    dlock__vote_fn good;
+    int need;
+    int reply_max_elements; /* 0: the defaults */
+    size_t reply_max_bytes;
+} dlock__ask_spec;
+
+/* Ask; the replies in a->reqs[0..a->k), each with its host's display (a->display).
+ * An error only when the question could not be asked (out of memory, a TLS context);
+ * free with dlock__ask_end whatever this returns. */
+int dlock__ask_run(dlock__ask *a, const dlock__ask_spec *spec, char *detail, size_t n);
+void dlock__ask_end(dlock__ask *a);
+
+/* ---- cluster.c ---------------------------------------------------------------------- */
+
+#define DLOCK_CLUSTER_SLOTS 16384
+/* The slot of a key: CRC16 of the key, or of its hash tag (the part between the first
+ * '{' and the next '}', when not empty), modulo DLOCK_CLUSTER_SLOTS. */
+uint16_t dlock__key_slot(const char *key, size_t len);
+/* A redis-cluster:// node's map (none yet), and its end. */
+int dlock__cluster_new(dlock__node *node);
+void dlock__cluster_free(dlock__node *node);
+/* Point c (a cluster node's) at the master that serves the request r: its key's slot's
+ * owner, or for a request without a key the master c is at (any master if none). The
+ * slot map is read first when the client has none or a redirection changed it. */
+int dlock__cluster_route(dlock__conn *c, const dlock__req *r, char *detail, size_t n);
+/* For a connection opened without a request (the wake-up channel's): the master it is
+ * at while that serves slots, else any that does. */
+int dlock__cluster_pick(dlock__conn *c, char *detail, size_t n);
+/* A master of node's failed or timed out: its slots may have a new owner (a failover),
+ * so the map is read again before the next request. */
+void dlock__cluster_suspect(dlock__node *node);
+/* A reply of c's: when it is -MOVED or -ASK, c now points at the master that it names
+ * and r is to be sent again there (*moved); an error, with why in r->detail, after too
+ * many redirections. */
+int dlock__cluster_redirect(dlock__conn *c, dlock__req *r, const redisReply *reply, bool *moved);
+/* The handshake's INFO of a cluster node's connection: the master's own voter. */
+int dlock__cluster_on_info(dlock__conn *c, const redisReply *r, char *detail, size_t n);
+/* Whether grants of c's server count at now (restart voting): its node's, or for a
+ * cluster node the master c is at. */
+bool dlock__conn_votes(const dlock__conn *c, int64_t now);
+/* Free the connections parked beside c (forget: a forked child's copies, as
+ * dlock__conn_forget). */
+void dlock__cluster_parked_free(dlock__conn *c, bool forget);
+/* What the cluster says of itself for dlock doctor: CLUSTER INFO's cluster_state and
+ * the masters in the map. */
+int dlock__cluster_state(dlock__node *node, char *state, size_t statelen, int *masters,
+                         char *detail, size_t n);
 
 /* A set of N connections, one per node, that one call uses at a time. */
 typedef struct dlock__connset {

@@ -14,6 +14,10 @@
  *       Sentinels', db=N is the master's database, and rediss-sentinel:// also takes
  *       the TLS parameters. A comma inside the host part lists Sentinels; a comma
  *       followed by a scheme starts the next server.
+ *   redis-cluster://[[user]:password@]host[:port][,host[:port]...]
+ *   rediss-cluster://...[?param=value&...]   (TLS to every node, the TLS parameters)
+ *       The hosts are seeds of one Redis Cluster (port 6379 by default), asked for its
+ *       slot map; the whole cluster is one server of the list. It has database 0 only.
  *
  * The parser is pure (no I/O, no globals) so that unit tests and the fuzzer can drive
  * it directly. Every refusal names the part that is wrong, because a user staring at
@@ -229,12 +233,17 @@ static int parse_param(span p, dlock__addr *a, char *err, size_t errlen)
             return dlock__url_bad(err, errlen, "parameter \"%s\" has an empty value", names[i]);
         return decode(value, slots[i], names[i], err, errlen);
     }
+    if (a->cluster && !a->tls)
+        return dlock__url_bad(err, errlen,
+                              "unknown parameter \"%.*s\" (redis-cluster:// takes none; "
+                              "rediss-cluster:// takes cacert, cacertdir, cert, key, sni and "
+                              "insecure)",
+                              shown, name.p);
     if (!a->sentinel)
-        return dlock__url_bad(
-            err, errlen,
-            "unknown parameter \"%.*s\" (rediss:// takes cacert, cacertdir, cert, key, "
-            "sni and insecure)",
-            shown, name.p);
+        return dlock__url_bad(err, errlen,
+                              "unknown parameter \"%.*s\" (%s takes cacert, cacertdir, cert, key, "
+                              "sni and insecure)",
+                              shown, name.p, a->cluster ? "rediss-cluster://" : "rediss://");
     return dlock__url_bad(
         err, errlen,
         "unknown parameter \"%.*s\" (%s takes sentinel_user, sentinel_password and "
@@ -385,16 +394,18 @@ static int parse_master_name(span path, dlock__addr *a, char *err, size_t errlen
     return DLOCK_OK;
 }
 
-static int parse_sentinel(span rest, dlock__addr *a, char *err, size_t errlen)
+/* A Sentinel or cluster URL up to its path: the userinfo, the parameters, and the
+ * comma-separated hosts (Sentinels, or a cluster's seeds) into a->hosts; what follows
+ * the host part's '/' in *path. */
+static int parse_host_list(span rest, int default_port, const char *what, dlock__addr *a,
+                           span *path, char *err, size_t errlen)
 {
     int rc = parse_userinfo(&rest, a, true, err, errlen);
-    if (rc != DLOCK_OK)
-        return rc;
-    if ((rc = take_params(&rest, a, err, errlen)) != DLOCK_OK)
+    if (rc != DLOCK_OK || (rc = take_params(&rest, a, err, errlen)) != DLOCK_OK)
         return rc;
     const char *slash = find(rest, '/');
     span hosts = {rest.p, slash ? (size_t)(slash - rest.p) : rest.n};
-    span path = {slash ? slash + 1 : rest.p + rest.n, slash ? rest.n - hosts.n - 1 : 0};
+    *path = (span){slash ? slash + 1 : rest.p + rest.n, slash ? rest.n - hosts.n - 1 : 0};
     for (;;) {
         const char *comma = find(hosts, ',');
         span one = {hosts.p, comma ? (size_t)(comma - hosts.p) : hosts.n};
@@ -405,19 +416,34 @@ static int parse_sentinel(span rest, dlock__addr *a, char *err, size_t errlen)
         }
         while (one.n > 0 && one.p[one.n - 1] == ' ')
             one.n--;
-        if (a->nsentinels == DLOCK_SENTINELS_MAX)
-            return dlock__url_bad(err, errlen, "more than %d Sentinels", DLOCK_SENTINELS_MAX);
-        struct dlock__sentinel_addr *sa = &a->sentinels[a->nsentinels];
-        if ((rc = parse_hostport(one, DLOCK_SENTINEL_PORT, &sa->host, &sa->port, err, errlen)) !=
-            DLOCK_OK)
+        if (a->nhosts == DLOCK_HOSTS_MAX)
+            return dlock__url_bad(err, errlen, "more than %d %s", DLOCK_HOSTS_MAX, what);
+        struct dlock__hostport *hp = &a->hosts[a->nhosts];
+        if ((rc = parse_hostport(one, default_port, &hp->host, &hp->port, err, errlen)) != DLOCK_OK)
             return rc;
-        a->nsentinels++;
+        a->nhosts++;
         if (comma == NULL)
-            break;
+            return DLOCK_OK;
         hosts.n -= (size_t)(comma + 1 - hosts.p);
         hosts.p = comma + 1;
     }
-    return parse_master_name(path, a, err, errlen);
+}
+
+static int parse_sentinel(span rest, dlock__addr *a, char *err, size_t errlen)
+{
+    span path;
+    int rc = parse_host_list(rest, DLOCK_SENTINEL_PORT, "Sentinels", a, &path, err, errlen);
+    return rc != DLOCK_OK ? rc : parse_master_name(path, a, err, errlen);
+}
+
+/* A cluster's seeds: any of its nodes, each able to tell the slot map. */
+static int parse_cluster(span rest, dlock__addr *a, char *err, size_t errlen)
+{
+    span path;
+    int rc = parse_host_list(rest, 6379, "seeds", a, &path, err, errlen);
+    if (rc == DLOCK_OK && path.n > 0)
+        rc = dlock__url_bad(err, errlen, "a Redis Cluster has only database 0: no /db");
+    return rc;
 }
 
 static int parse_unix(span rest, dlock__addr *a, char *err, size_t errlen)
@@ -476,14 +502,17 @@ static int make_display(dlock__addr *a)
         snprintf(buf, sizeof buf, "unix://%s", a->path);
     } else {
         snprintf(buf, sizeof buf, "%s%s://%.64s%s", a->tls ? "rediss" : "redis",
-                 a->sentinel ? "-sentinel" : "", a->user ? a->user : "", a->user ? "@" : "");
-        for (int i = 0; i < a->nsentinels; i++) {
+                 a->sentinel  ? "-sentinel"
+                 : a->cluster ? "-cluster"
+                              : "",
+                 a->user ? a->user : "", a->user ? "@" : "");
+        for (int i = 0; i < a->nhosts; i++) {
             append(buf, sizeof buf, "%s", i ? "," : "");
-            append_host(buf, sizeof buf, a->sentinels[i].host, a->sentinels[i].port);
+            append_host(buf, sizeof buf, a->hosts[i].host, a->hosts[i].port);
         }
         if (a->sentinel)
             append(buf, sizeof buf, "/%s", a->master_name);
-        else
+        else if (!a->cluster)
             append_host(buf, sizeof buf, a->host, a->port);
     }
     if (a->db != 0)
@@ -508,25 +537,31 @@ int dlock__url_parse(const char *url, size_t len, dlock__addr *out, char *err, s
     out->insecure = -1;
     static const struct {
         const char *name;
-        bool tls, sentinel, is_unix;
+        bool tls, sentinel, is_unix, cluster;
     } schemes[] = {
-        {"redis://", false, false, false},         {"rediss://", true, false, false},
-        {"unix://", false, false, true},           {"redis-sentinel://", false, true, false},
-        {"rediss-sentinel://", true, true, false},
+        {"redis://", false, false, false, false},
+        {"rediss://", true, false, false, false},
+        {"unix://", false, false, true, false},
+        {"redis-sentinel://", false, true, false, false},
+        {"rediss-sentinel://", true, true, false, false},
+        {"redis-cluster://", false, false, false, true},
+        {"rediss-cluster://", true, false, false, true},
     };
     size_t n = dlock__url_scheme_len(url, len);
     int rc = dlock__url_bad(
         err, errlen,
         "unsupported scheme: expected redis://, rediss://, unix://, redis-sentinel://, "
-        "rediss-sentinel:// or file://");
+        "rediss-sentinel://, redis-cluster://, rediss-cluster:// or file://");
     for (size_t i = 0; i < sizeof schemes / sizeof schemes[0]; i++) {
         if (n != strlen(schemes[i].name) || memcmp(url, schemes[i].name, n) != 0)
             continue;
         out->tls = schemes[i].tls;
         out->sentinel = schemes[i].sentinel;
         out->is_unix = schemes[i].is_unix;
+        out->cluster = schemes[i].cluster;
         span rest = {url + n, len - n};
         rc = out->sentinel  ? parse_sentinel(rest, out, err, errlen)
+             : out->cluster ? parse_cluster(rest, out, err, errlen)
              : out->is_unix ? parse_unix(rest, out, err, errlen)
                             : parse_redis(rest, out, err, errlen);
         break;
@@ -560,8 +595,8 @@ void dlock__addr_clear(dlock__addr *a)
     free(a->key);
     free(a->sni);
     free(a->master_name);
-    for (int i = 0; i < a->nsentinels; i++)
-        free(a->sentinels[i].host);
+    for (int i = 0; i < a->nhosts; i++)
+        free(a->hosts[i].host);
     free(a->sentinel_user);
     if (a->sentinel_password != NULL) {
         memset(a->sentinel_password, 0, strlen(a->sentinel_password));

@@ -1,6 +1,7 @@
 /*
  * url_list.c: a list of server addresses, as dlock_client_new takes it: where one
- * entry ends (commas separate servers, and a Sentinel URL's Sentinels too), and the
+ * entry ends (commas separate servers, and a Sentinel URL's Sentinels or a cluster
+ * URL's seeds too), and the
  * refusal of one server named twice, which would vote twice. Each entry is parsed by
  * url.c.
  */
@@ -11,44 +12,45 @@
 #include <string.h>
 #include <strings.h>
 
-/* Whether a and b name the same server: the same address, or the master of the same
- * name as one of the same Sentinels sees it. */
+/* Whether a and b name the same server: the same address, the master of the same
+ * name as one of the same Sentinels sees it, or a cluster with a seed in common. */
 static bool same_server(const dlock__addr *a, const dlock__addr *b)
 {
-    if (a->is_unix != b->is_unix || a->sentinel != b->sentinel)
+    if (a->is_unix != b->is_unix || a->sentinel != b->sentinel || a->cluster != b->cluster)
         return false;
     if (a->is_unix)
         return strcmp(a->path, b->path) == 0;
-    if (!a->sentinel)
+    if (!a->sentinel && !a->cluster)
         return a->port == b->port && strcasecmp(a->host, b->host) == 0;
-    if (strcmp(a->master_name, b->master_name) != 0)
+    if (a->sentinel && strcmp(a->master_name, b->master_name) != 0)
         return false;
-    for (int i = 0; i < a->nsentinels; i++)
-        for (int j = 0; j < b->nsentinels; j++)
-            if (a->sentinels[i].port == b->sentinels[j].port &&
-                strcasecmp(a->sentinels[i].host, b->sentinels[j].host) == 0)
+    for (int i = 0; i < a->nhosts; i++)
+        for (int j = 0; j < b->nhosts; j++)
+            if (a->hosts[i].port == b->hosts[j].port &&
+                strcasecmp(a->hosts[i].host, b->hosts[j].host) == 0)
                 return true;
     return false;
 }
 
 /* The comma that ends the list's entry at p, or its terminating NUL. Commas separate
- * servers, except in a Sentinel URL's host part, where they separate its Sentinels
- * unless a scheme follows. */
+ * servers, except in a Sentinel or cluster URL's host part, where they separate its
+ * Sentinels or seeds unless a scheme follows. */
 static const char *entry_end(const char *p)
 {
     while (*p == ' ')
         p++;
     size_t n = dlock__url_scheme_len(p, strlen(p));
-    bool sentinels = n >= 12 && memcmp(p + n - 12, "-sentinel://", 12) == 0;
+    bool host_list = (n >= 12 && memcmp(p + n - 12, "-sentinel://", 12) == 0) ||
+                     (n >= 11 && memcmp(p + n - 11, "-cluster://", 11) == 0);
     for (const char *q = p + n; *q != '\0'; q++) {
         if (*q == '/' || *q == '?')
-            sentinels = false;
+            host_list = false;
         if (*q != ',')
             continue;
         const char *next = q + 1;
         while (*next == ' ')
             next++;
-        if (!sentinels || dlock__url_scheme_len(next, strlen(next)) > 0)
+        if (!host_list || dlock__url_scheme_len(next, strlen(next)) > 0)
             return q;
     }
     return p + strlen(p);

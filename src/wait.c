@@ -91,6 +91,11 @@ static int subscribe(dlock__conn *conn, const char *chan)
 static void node_down(struct dlock__waitsys *ws, int i)
 {
     dlock__conn_close(&ws->conns[i]);
+    /* A cluster's channel is on any master: the next try picks one that serves. */
+    if (ws->conns[i].node->cluster != NULL) {
+        ws->conns[i].host[0] = '\0';
+        dlock__cluster_suspect(ws->conns[i].node);
+    }
     pthread_mutex_lock(&ws->mu);
     ws->subscribed &= ~(1u << i);
     pthread_mutex_unlock(&ws->mu);

@@ -222,11 +222,25 @@ static void *watchdog_main(void *arg)
         /* The turn takes every lock due within a twelfth of its ttl: renewing that
          * early is harmless, and locks taken close together then share turns (one
          * turn per ttl/12 of acquisitions) instead of each having its own. */
-        int k = 0, cap = 0;
+        /* A batch is one script call, whose keys a Redis Cluster takes from one slot
+         * only: with a cluster among the servers, the locks of the first due lock's
+         * slot (the others are due still, and make the next turns, at once). */
+        bool one_slot = false;
+        for (int i = 0; i < c->n; i++)
+            one_slot |= c->nodes[i].cluster != NULL;
+        int k = 0, cap = 0, slot = -1;
         dlock_lock **batch = NULL;
         for (dlock_lock *l = wd->locks; l != NULL; l = l->wd_next) {
             if (l->next_renew_us - l->ttl_ms * 1000 / 12 > now)
                 continue;
+            if (one_slot) {
+                int s = l->renew_keys.buf != NULL
+                            ? dlock__key_slot(l->renew_keys.lock, l->renew_keys.lock_len)
+                            : slot;
+                if (slot >= 0 && s != slot)
+                    continue;
+                slot = s;
+            }
             if (k == cap) {
                 int ncap = cap ? cap * 2 : 64;
                 dlock_lock **nb = dlock__realloc(batch, (size_t)ncap * sizeof *nb);

@@ -158,14 +158,19 @@ void it_queue_key(char *buf, size_t len, const char *name)
 
 void it_wait_queued(const char *name, long long want)
 {
+    it_wait_queued_on(it_node, it_nodes, name, want);
+}
+
+void it_wait_queued_on(dh_server *s, int n, const char *name, long long want)
+{
     char key[256];
     it_queue_key(key, sizeof key, name);
     int64_t until = dh_now_ms() + 3000 * dh_slack();
     for (;;) {
         int ok = 0;
-        for (int i = 0; i < it_nodes; i++)
-            ok += it_int_reply(dh_cmd(&it_node[i], "ZCARD %s", key)) == want;
-        if (ok == it_nodes)
+        for (int i = 0; i < n; i++)
+            ok += it_int_reply(dh_cmd(&s[i], "ZCARD %s", key)) == want;
+        if (ok == n)
             return;
         if (dh_now_ms() > until)
             fail_msg("queue %s: not %lld entries on every node in time", key, want);

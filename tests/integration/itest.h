@@ -52,6 +52,8 @@ dlock_client *it_nodes_client(void);
  * queued only once its entry is on the servers, which is what the next step of a test
  * relies on. Fails after 3 s (times the slack). */
 void it_wait_queued(const char *name, long long want);
+/* The same on servers s[0..n). */
+void it_wait_queued_on(dh_server *s, int n, const char *name, long long want);
 
 /* Servers each behind a fault relay of its own (tests/support/relay.h), shared by the
  * tests of a file: it_relayed_setup (a cmocka setup) starts them and asserts that they

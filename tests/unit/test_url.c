@@ -486,9 +486,9 @@ static void test_sentinel(void **state)
     parse_ok("redis-sentinel://10.0.0.1", &a);
     assert_true(a.sentinel);
     assert_false(a.tls);
-    assert_int_equal(a.nsentinels, 1);
-    assert_string_equal(a.sentinels[0].host, "10.0.0.1");
-    assert_int_equal(a.sentinels[0].port, DLOCK_SENTINEL_PORT);
+    assert_int_equal(a.nhosts, 1);
+    assert_string_equal(a.hosts[0].host, "10.0.0.1");
+    assert_int_equal(a.hosts[0].port, DLOCK_SENTINEL_PORT);
     assert_string_equal(a.master_name, "mymaster"); /* redis's example configuration */
     assert_null(a.host);
     assert_string_equal(a.display, "redis-sentinel://10.0.0.1:26379/mymaster");
@@ -500,7 +500,7 @@ static void test_sentinel(void **state)
              &a);
     /* The display names every Sentinel with its port, the master, the user and the
      * database; the passwords are checked apart. */
-    assert_int_equal(a.nsentinels, 3);
+    assert_int_equal(a.nhosts, 3);
     assert_string_equal(a.password, "m@pw");
     assert_string_equal(a.sentinel_user, "sen");
     assert_string_equal(a.sentinel_password, "spw");
@@ -547,11 +547,11 @@ static void test_sentinel_list(void **state)
     dlock__addr *addrs = list_ok("redis-sentinel://s1,s2:5000/a,redis://h:1,"
                                  "redis-sentinel://s3, s4,rediss-sentinel://s5/c",
                                  DLOCK_SERVERS_MAX, 4);
-    assert_int_equal(addrs[0].nsentinels, 2);
+    assert_int_equal(addrs[0].nhosts, 2);
     assert_string_equal(addrs[0].master_name, "a");
     assert_string_equal(addrs[1].host, "h");
-    assert_int_equal(addrs[2].nsentinels, 2);
-    assert_string_equal(addrs[2].sentinels[1].host, "s4");
+    assert_int_equal(addrs[2].nhosts, 2);
+    assert_string_equal(addrs[2].hosts[1].host, "s4");
     assert_true(addrs[3].tls);
     assert_string_equal(addrs[3].master_name, "c");
     list_free(addrs, 4);
@@ -560,6 +560,93 @@ static void test_sentinel_list(void **state)
     list_bad("redis-sentinel://s1,s2/a,redis-sentinel://s3,s2/a", 4, "the same server");
     addrs = list_ok("redis-sentinel://s1/a,redis-sentinel://s1/b,redis-sentinel://s2/a", 4, 3);
     list_free(addrs, 3);
+}
+
+static void test_cluster(void **state)
+{
+    (void)state;
+    dlock__addr a;
+    parse_ok("redis-cluster://10.0.0.1", &a);
+    assert_true(a.cluster);
+    assert_false(a.sentinel);
+    assert_false(a.tls);
+    assert_int_equal(a.nhosts, 1);
+    assert_string_equal(a.hosts[0].host, "10.0.0.1");
+    assert_int_equal(a.hosts[0].port, 6379);
+    assert_null(a.host);
+    assert_string_equal(a.display, "redis-cluster://10.0.0.1:6379");
+    dlock__addr_clear(&a);
+
+    /* Several seeds, every master's credentials; a trailing slash is database 0. */
+    parse_ok("redis-cluster://app:p%40w@n1:7000, [::1]:7001,n3/", &a);
+    assert_int_equal(a.nhosts, 3);
+    assert_string_equal(a.hosts[1].host, "::1");
+    assert_int_equal(a.hosts[1].port, 7001);
+    assert_int_equal(a.hosts[2].port, 6379);
+    assert_string_equal(a.user, "app");
+    assert_string_equal(a.password, "p@w");
+    assert_string_equal(a.display, "redis-cluster://app@n1:7000,[::1]:7001,n3:6379");
+    dlock__addr_clear(&a);
+
+    parse_ok("rediss-cluster://n1:7000?cacert=/ca.pem&sni=redis.internal", &a);
+    assert_true(a.cluster);
+    assert_true(a.tls);
+    assert_string_equal(a.cacert, "/ca.pem");
+    assert_string_equal(a.sni, "redis.internal");
+    assert_string_equal(a.display, "rediss-cluster://n1:7000");
+    dlock__addr_clear(&a);
+}
+
+static void test_cluster_refused(void **state)
+{
+    (void)state;
+    parse_bad("redis-cluster://", "missing host");
+    parse_bad("redis-cluster://n1,/", "missing host");
+    parse_bad("redis-cluster://n1/1", "only database 0");
+    parse_bad("redis-cluster://n1/0", "only database 0");
+    parse_bad("redis-cluster://n1?cacert=/x", "redis-cluster:// takes none");
+    parse_bad("rediss-cluster://n1?sentinel_user=x", "rediss-cluster:// takes cacert");
+    parse_bad("redis-cluster://n1:65536", "port");
+    parse_bad("redis-cluster://a,b,c,d,e,f,g,h,i", "more than 8 seeds");
+    parse_bad("rediss-cluster://n1?cert=/c", "cert= given without key=");
+}
+
+static void test_cluster_list(void **state)
+{
+    (void)state;
+    /* Seeds are listed as Sentinels are; a scheme starts the next server. */
+    dlock__addr *addrs = list_ok("redis-cluster://n1,n2:7001,redis://h:1,redis-cluster://m1, m2",
+                                 DLOCK_SERVERS_MAX, 3);
+    assert_int_equal(addrs[0].nhosts, 2);
+    assert_string_equal(addrs[1].host, "h");
+    assert_int_equal(addrs[2].nhosts, 2);
+    assert_string_equal(addrs[2].hosts[1].host, "m2");
+    list_free(addrs, 3);
+    /* A seed in common is one cluster, named twice; a plain URL to a seed is another
+     * server (it would be refused by the doctor, not here). */
+    list_bad("redis-cluster://n1,n2,redis-cluster://n3,N2", 4, "the same server");
+    addrs = list_ok("redis-cluster://n1:7000,redis://n1:7000", 4, 2);
+    list_free(addrs, 2);
+}
+
+/* Slots as CLUSTER KEYSLOT of Redis 7.0 gives them: the whole key, or the part between
+ * the first '{' and the '}' after it when that part is not empty. */
+static void test_key_slot(void **state)
+{
+    (void)state;
+    static const struct {
+        const char *key;
+        int slot;
+    } cases[] = {
+        {"foo", 12182},       {"bar", 5061},       {"{user1000}.following", 3443},
+        {"{}x", 10595},       {"a{}b{c}", 7353},   {"{a", 10276},
+        {"dlock:{x}", 16287}, {"dlock:{}}", 6249}, {"", 0},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
+        assert_int_equal(dlock__key_slot(cases[i].key, strlen(cases[i].key)), cases[i].slot);
+    /* A tag is a lock's name: its keys all share a slot. */
+    assert_int_equal(dlock__key_slot("dlock:{x}:fence", 15), 16287);
+    assert_int_equal(dlock__key_slot("other:{x}:queue", 15), 16287);
 }
 
 int main(void)
@@ -584,6 +671,10 @@ int main(void)
         cmocka_unit_test(test_sentinel),
         cmocka_unit_test(test_sentinel_refused),
         cmocka_unit_test(test_sentinel_list),
+        cmocka_unit_test(test_cluster),
+        cmocka_unit_test(test_cluster_refused),
+        cmocka_unit_test(test_cluster_list),
+        cmocka_unit_test(test_key_slot),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

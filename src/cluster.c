@@ -1,0 +1,567 @@
+/*
+ * cluster.c: a redis-cluster:// node, one server of the Redlock list that is a whole
+ * Redis Cluster.
+ *
+ * All of a lock's keys share the hash tag {name} (scripts.c), so every script call
+ * has one slot and one master answers it: in the vote the cluster is one server, as
+ * available as the master that owns the name's slot. (A failover in the cluster is
+ * what a Sentinel failover is: asynchronous replication may lose a lock; the fence
+ * protects the resource, and docs/guarantees.md says what restart voting does.)
+ *
+ * The slot map is asked of the seeds and the masters known so far at once (CLUSTER
+ * SLOTS, through ask.c) when the client has none, and again before the next request
+ * after a redirection said it changed or a master failed or timed out (a failover may
+ * have given its slots to a replica). The first complete answer is taken.
+ *
+ * Routing: a request carries its keys' slot (script_call.c). Before a round sends it
+ * (fanout.c), the node's connection in the round's connset is pointed at the owner
+ * of the slot: the connections to the other masters stay parked beside it and are
+ * swapped in by value, so a client that locks names all over the cluster keeps one
+ * connection per master rather than reconnecting per name. A request without keys
+ * (INFO for the doctor, the wake-up channel's SUBSCRIBE) takes the master the
+ * connection is at: a cluster's pub/sub messages reach every node.
+ *
+ * Redirections, within the round and its deadline:
+ *   -MOVED slot host:port  the slot has a new owner: the map takes it at once (the
+ *                          whole map is read again before the next request), and the
+ *                          request goes there;
+ *   -ASK slot host:port    the slot is being migrated and the keys are at the target:
+ *                          the request goes there once, after ASKING;
+ * at most DLOCK_CLUSTER_REDIRECTS of them per request. A slot in migration whose keys
+ * are partly moved answers -TRYAGAIN, and a cluster that lost a slot's every master
+ * -CLUSTERDOWN: both are DLOCK_ERR_UNAVAILABLE (reply.c), a failed attempt that the
+ * caller's retries cover, and their words are in the message.
+ *
+ * Restart voting keeps a voter per master, known by its address: a master whose
+ * run_id changed has restarted, and one that appeared in the map after the client
+ * first read it (a replica promoted by a failover) is trusted as a Sentinel's new
+ * master is, a whole lease after the client first meets it.
+ */
+#include "internal.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#define MASTERS_MAX 64 /* masters one cluster node keeps track of */
+/* Redirections one request follows: a slot moves once, and an ASK may be followed
+ * by a MOVED when the migration ends meanwhile. */
+#define DLOCK_CLUSTER_REDIRECTS 5
+/* A fragmented cluster's CLUSTER SLOTS: a range per element, at most one per slot. */
+#define MAP_MAX_ELEMENTS DLOCK_CLUSTER_SLOTS
+#define MAP_MAX_BYTES    (8 * 1024 * 1024)
+
+typedef struct master {
+    char host[256];
+    int port;
+    dlock__voter voter;
+    bool promoted; /* first seen in a map after the first */
+} master;
+
+/* A node's map, guarded by the node's mu. */
+struct dlock__cluster {
+    unsigned char owner[DLOCK_CLUSTER_SLOTS]; /* index in masters + 1; 0: no owner known */
+    int nmasters;
+    master masters[MASTERS_MAX];
+    bool loaded; /* a map was read */
+    bool stale;  /* a redirection changed it: read it again before the next request */
+};
+
+/* The connections of a cluster node's other masters, parked beside its connection. */
+struct dlock__parked {
+    int n;
+    int evict; /* the next to close when all are in use */
+    dlock__conn conns[MASTERS_MAX];
+};
+
+/* ---- slots ---------------------------------------------------------------------- */
+
+/* CRC16-CCITT (XMODEM: polynomial 0x1021, initial value 0), the checksum Redis
+ * Cluster hashes keys with. Every script call takes its keys' slot, with a cluster
+ * among the servers or not, so it goes a byte at a time through a table made once
+ * (a bit at a time cost W1 a measurable 2 %). */
+static uint16_t g_crc_table[256];
+static pthread_once_t g_crc_once = PTHREAD_ONCE_INIT;
+
+static void crc_table_init(void)
+{
+    for (unsigned v = 0; v < 256; v++) {
+        uint16_t crc = (uint16_t)(v << 8);
+        for (int b = 0; b < 8; b++)
+            crc = (uint16_t)(crc & 0x8000 ? (crc << 1) ^ 0x1021 : crc << 1);
+        g_crc_table[v] = crc;
+    }
+}
+
+static uint16_t crc16(const char *buf, size_t len)
+{
+    pthread_once(&g_crc_once, crc_table_init);
+    uint16_t crc = 0;
+    for (size_t i = 0; i < len; i++)
+        crc = (uint16_t)((crc << 8) ^ g_crc_table[((crc >> 8) ^ (unsigned char)buf[i]) & 0xff]);
+    return crc;
+}
+
+uint16_t dlock__key_slot(const char *key, size_t len)
+{
+    const char *open = memchr(key, '{', len);
+    if (open != NULL) {
+        size_t from = (size_t)(open - key) + 1;
+        const char *close = memchr(open + 1, '}', len - from);
+        if (close != NULL && close > open + 1)
+            return crc16(open + 1, (size_t)(close - open - 1)) % DLOCK_CLUSTER_SLOTS;
+    }
+    return crc16(key, len) % DLOCK_CLUSTER_SLOTS;
+}
+
+/* ---- the map -------------------------------------------------------------------- */
+
+int dlock__cluster_new(dlock__node *node)
+{
+    node->cluster = dlock__calloc(1, sizeof *node->cluster);
+    return node->cluster ? DLOCK_OK : DLOCK_ERR_NOMEM;
+}
+
+void dlock__cluster_free(dlock__node *node)
+{
+    free(node->cluster);
+    node->cluster = NULL;
+}
+
+/* The index of the master at host:port, added if new (-1 when the table is full).
+ * Called with the node's mu held. */
+static int master_index(struct dlock__cluster *cl, const char *host, int port)
+{
+    for (int i = 0; i < cl->nmasters; i++)
+        if (cl->masters[i].port == port && strcasecmp(cl->masters[i].host, host) == 0)
+            return i;
+    if (cl->nmasters == MASTERS_MAX || strlen(host) >= sizeof cl->masters[0].host)
+        return -1;
+    master *m = &cl->masters[cl->nmasters];
+    memset(m, 0, sizeof *m);
+    snprintf(m->host, sizeof m->host, "%s", host);
+    m->port = port;
+    m->promoted = cl->loaded;
+    return cl->nmasters++;
+}
+
+/* One node's address in a CLUSTER SLOTS range: [host, port, id, ...]. An empty host
+ * is the asked node's own ("" when it does not know the address it is reached by). */
+static bool range_node(const redisReply *e, const char *asked, char *host, size_t hostlen,
+                       int *port)
+{
+    if (e->type != REDIS_REPLY_ARRAY || e->elements < 2 ||
+        e->element[0]->type != REDIS_REPLY_STRING || e->element[1]->type != REDIS_REPLY_INTEGER ||
+        e->element[1]->integer < 1 || e->element[1]->integer > 65535)
+        return false;
+    const char *h = e->element[0]->len > 0 ? e->element[0]->str : asked;
+    if (strlen(h) >= hostlen || strcmp(h, "?") == 0)
+        return false;
+    snprintf(host, hostlen, "%s", h);
+    *port = (int)e->element[1]->integer;
+    return true;
+}
+
+/* Whether a CLUSTER SLOTS reply is a map: ranges of [start, end, master, replicas...]. */
+static bool is_map(const dlock__req *r, int i, void *arg)
+{
+    (void)i;
+    (void)arg;
+    const redisReply *rep = r->reply;
+    if (rep->type != REDIS_REPLY_ARRAY || rep->elements == 0)
+        return false;
+    for (size_t k = 0; k < rep->elements; k++) {
+        const redisReply *e = rep->element[k];
+        if (e->type != REDIS_REPLY_ARRAY || e->elements < 3 ||
+            e->element[0]->type != REDIS_REPLY_INTEGER ||
+            e->element[1]->type != REDIS_REPLY_INTEGER || e->element[0]->integer < 0 ||
+            e->element[1]->integer >= DLOCK_CLUSTER_SLOTS ||
+            e->element[0]->integer > e->element[1]->integer)
+            return false;
+    }
+    return true;
+}
+
+/* Take map (a reply is_map accepted, from the node at asked) as node's. */
+static int take_map(dlock__node *node, const redisReply *map, const char *asked, char *detail,
+                    size_t n)
+{
+    struct dlock__cluster *cl = node->cluster;
+    int rc = DLOCK_OK;
+    pthread_mutex_lock(&node->mu);
+    memset(cl->owner, 0, sizeof cl->owner);
+    for (size_t k = 0; k < map->elements && rc == DLOCK_OK; k++) {
+        const redisReply *e = map->element[k];
+        char host[256];
+        int port, m;
+        if (!range_node(e->element[2], asked, host, sizeof host, &port))
+            continue; /* a master of unknown address: its slots stay unknown */
+        if ((m = master_index(cl, host, port)) < 0) {
+            rc = dlock__node_detail(detail, n, DLOCK_ERR_PROTOCOL, node,
+                                    "more than %d masters in the cluster", MASTERS_MAX);
+            break;
+        }
+        for (long long s = e->element[0]->integer; s <= e->element[1]->integer; s++)
+            cl->owner[s] = (unsigned char)(m + 1);
+    }
+    cl->loaded = true;
+    pthread_mutex_unlock(&node->mu);
+    return rc;
+}
+
+/* Read the map: ask the known masters (up to half the places) and the seeds at once. */
+static int load_map(dlock__node *node, char *detail, size_t n)
+{
+    const dlock__addr *a = &node->addr;
+    struct dlock__cluster *cl = node->cluster;
+    struct dlock__hostport hosts[DLOCK_ASK_MAX];
+    char names[DLOCK_ASK_MAX / 2][256];
+    int k = 0;
+    pthread_mutex_lock(&node->mu);
+    for (int i = 0; i < cl->nmasters && k < DLOCK_ASK_MAX / 2; i++) {
+        snprintf(names[k], sizeof names[k], "%s", cl->masters[i].host);
+        hosts[k] = (struct dlock__hostport){names[k], cl->masters[i].port};
+        k++;
+    }
+    pthread_mutex_unlock(&node->mu);
+    for (int i = 0; i < a->nhosts && k < DLOCK_ASK_MAX; i++)
+        hosts[k++] = a->hosts[i];
+    const dlock__node_rules *rules = node->rules;
+    dlock__ask ask;
+    dlock__ask_spec spec = {
+        .from = node,
+        .hosts = hosts,
+        .k = k,
+        .what = "cluster node",
+        .user = a->user,
+        .password = a->password ? a->password : rules->password,
+        .tls_name = node->tls_name,
+        .argc = 2,
+        .argv = (const char *[]){"CLUSTER", "SLOTS"},
+        .good = is_map,
+        .need = 1,
+        .reply_max_elements = MAP_MAX_ELEMENTS,
+        .reply_max_bytes = MAP_MAX_BYTES,
+    };
+    int rc = dlock__ask_run(&ask, &spec, detail, n);
+    int got = -1;
+    for (int i = 0; rc == DLOCK_OK && i < ask.k && got < 0; i++)
+        if (ask.reqs[i].err == DLOCK_OK && is_map(&ask.reqs[i], i, NULL))
+            got = i;
+    if (rc == DLOCK_OK && got >= 0) {
+        rc = take_map(node, ask.reqs[got].reply, hosts[got].host, detail, n);
+    } else if (rc == DLOCK_OK) {
+        /* Why each node gave no map, in one message; the error the first that
+         * answered gave (a refused password, a server without cluster support), else
+         * DLOCK_ERR_IO for none reached. */
+        rc = DLOCK_ERR_IO;
+        int used = snprintf(detail, n, "%s: no slot map from any node:", a->display);
+        for (int i = 0; i < ask.k; i++) {
+            dlock__req *r = &ask.reqs[i];
+            const redisReply *rep = r->reply;
+            char why[512] = "";
+            if (r->err != DLOCK_OK) {
+                snprintf(why, sizeof why, "%s", r->detail);
+                if (rc == DLOCK_ERR_IO && r->err != DLOCK_ERR_TIMEOUT)
+                    rc = r->err; /* a refused password, say */
+            } else if (rep->type == REDIS_REPLY_ERROR) {
+                bool disabled = strstr(rep->str, "cluster support disabled") != NULL;
+                snprintf(why, sizeof why, "%s: -%.100s%s", ask.display[i], rep->str,
+                         disabled ? " (not a cluster node: use redis://)" : "");
+                int code = dlock__server_error_code(rep->str, rep->len);
+                if (rc == DLOCK_ERR_IO)
+                    rc = disabled ? DLOCK_ERR_INVALID : code;
+            } else {
+                snprintf(why, sizeof why, "%s: not a slot map", ask.display[i]);
+                if (rc == DLOCK_ERR_IO)
+                    rc = DLOCK_ERR_PROTOCOL;
+            }
+            if (used > 0 && (size_t)used < n)
+                used += snprintf(detail + used, n - (size_t)used, "%s %s", i ? ";" : "", why);
+        }
+    }
+    dlock__ask_end(&ask);
+    return rc;
+}
+
+/* The master for slot (-1: the one c is at if it is a master, else the first), into
+ * host and port; the map read first when there is none, or a redirection changed it. */
+static int target(dlock__conn *c, int slot, char *host, int *port, char *detail, size_t n)
+{
+    dlock__node *node = c->node;
+    struct dlock__cluster *cl = node->cluster;
+    pthread_mutex_lock(&node->mu);
+    bool load = !cl->loaded || cl->stale;
+    cl->stale = false; /* one reading per change: a failed one keeps the map it has */
+    pthread_mutex_unlock(&node->mu);
+    if (load) {
+        int rc = load_map(node, detail, n);
+        pthread_mutex_lock(&node->mu);
+        bool loaded = cl->loaded;
+        pthread_mutex_unlock(&node->mu);
+        if (rc != DLOCK_OK && !loaded)
+            return rc;
+    }
+    pthread_mutex_lock(&node->mu);
+    int m = -1;
+    if (slot >= 0) {
+        m = cl->owner[slot] - 1;
+    } else {
+        /* The master c is at, if it serves a slot; else the first that does. */
+        for (int s = 0; s < DLOCK_CLUSTER_SLOTS && c->host[0] != '\0'; s++) {
+            const master *o = cl->owner[s] ? &cl->masters[cl->owner[s] - 1] : NULL;
+            if (o != NULL && o->port == c->port && strcasecmp(o->host, c->host) == 0) {
+                m = cl->owner[s] - 1;
+                break;
+            }
+        }
+        for (int s = 0; s < DLOCK_CLUSTER_SLOTS && m < 0; s++)
+            m = cl->owner[s] - 1;
+    }
+    if (m >= 0) {
+        snprintf(host, 256, "%s", cl->masters[m].host);
+        *port = cl->masters[m].port;
+    }
+    pthread_mutex_unlock(&node->mu);
+    if (m < 0 && slot >= 0)
+        return dlock__node_detail(detail, n, DLOCK_ERR_UNAVAILABLE, node,
+                                  "no master serves slot %d (the cluster is down?)", slot);
+    if (m < 0)
+        return dlock__node_detail(detail, n, DLOCK_ERR_UNAVAILABLE, node,
+                                  "no master in the slot map");
+    return DLOCK_OK;
+}
+
+void dlock__cluster_suspect(dlock__node *node)
+{
+    pthread_mutex_lock(&node->mu);
+    node->cluster->stale = true;
+    pthread_mutex_unlock(&node->mu);
+}
+
+/* ---- parked connections ------------------------------------------------------------ */
+
+/* Exchange two connections by value; the parked list stays with its place. */
+static void swap(dlock__conn *a, dlock__conn *b)
+{
+    dlock__conn t = *a;
+    *a = *b;
+    *b = t;
+    struct dlock__parked *p = a->parked;
+    a->parked = b->parked;
+    b->parked = p;
+}
+
+static bool at(const dlock__conn *c, const char *host, int port)
+{
+    return c->port == port && strcasecmp(c->host, host) == 0;
+}
+
+/* Point c at host:port: swap in its parked connection, or park c and start afresh. */
+static int switch_to(dlock__conn *c, const char *host, int port)
+{
+    if (at(c, host, port))
+        return DLOCK_OK;
+    if (c->state == DLOCK_CONN_CLOSED && c->host[0] == '\0') {
+        snprintf(c->host, sizeof c->host, "%s", host); /* nothing to park yet */
+        c->port = port;
+        return DLOCK_OK;
+    }
+    struct dlock__parked *p = c->parked;
+    if (p == NULL && (p = c->parked = dlock__calloc(1, sizeof *p)) == NULL)
+        return DLOCK_ERR_NOMEM;
+    for (int i = 0; i < p->n; i++) {
+        if (at(&p->conns[i], host, port)) {
+            swap(c, &p->conns[i]);
+            return DLOCK_OK;
+        }
+    }
+    int k;
+    if (p->n < MASTERS_MAX) {
+        k = p->n++;
+        dlock__conn_init(&p->conns[k], c->node);
+    } else {
+        k = p->evict;
+        p->evict = (p->evict + 1) % MASTERS_MAX;
+        dlock__conn_close(&p->conns[k]);
+    }
+    swap(c, &p->conns[k]);
+    snprintf(c->host, sizeof c->host, "%s", host);
+    c->port = port;
+    return DLOCK_OK;
+}
+
+void dlock__cluster_parked_free(dlock__conn *c, bool forget)
+{
+    struct dlock__parked *p = c->parked;
+    if (p == NULL)
+        return;
+    c->parked = NULL;
+    for (int i = 0; i < p->n; i++) {
+        if (forget)
+            dlock__conn_forget(&p->conns[i]);
+        else
+            dlock__conn_free(&p->conns[i]);
+    }
+    free(p);
+}
+
+/* ---- routing ----------------------------------------------------------------------- */
+
+int dlock__cluster_route(dlock__conn *c, const dlock__req *r, char *detail, size_t n)
+{
+    char host[256];
+    int port;
+    int rc = target(c, r->keyed ? r->slot : -1, host, &port, detail, n);
+    if (rc == DLOCK_OK && (rc = switch_to(c, host, port)) != DLOCK_OK)
+        dlock__node_detail(detail, n, rc, c->node, "out of memory");
+    return rc;
+}
+
+int dlock__cluster_pick(dlock__conn *c, char *detail, size_t n)
+{
+    char host[256];
+    int port;
+    int rc = target(c, -1, host, &port, detail, n);
+    if (rc == DLOCK_OK) {
+        snprintf(c->host, sizeof c->host, "%s", host);
+        c->port = port;
+    }
+    return rc;
+}
+
+/* "MOVED 3999 127.0.0.1:6381" or "ASK ...": the slot and the address (an empty host
+ * is the replying node's: one that does not know the address it is reached by). */
+static bool parse_redirect(const dlock__conn *c, const char *str, bool *ask, int *slot, char *host,
+                           size_t hostlen, int *port)
+{
+    *ask = strncmp(str, "ASK ", 4) == 0;
+    if (!*ask && strncmp(str, "MOVED ", 6) != 0)
+        return false;
+    const char *p = str + (*ask ? 4 : 6);
+    char *end;
+    long s = strtol(p, &end, 10);
+    if (end == p || *end != ' ' || s < 0 || s >= DLOCK_CLUSTER_SLOTS)
+        return false;
+    const char *addr = end + 1, *colon = strrchr(addr, ':');
+    if (colon == NULL || (size_t)(colon - addr) >= hostlen)
+        return false;
+    long pt = strtol(colon + 1, &end, 10);
+    if (end == colon + 1 || *end != '\0' || pt < 1 || pt > 65535)
+        return false;
+    if (colon == addr)
+        snprintf(host, hostlen, "%s", c->host);
+    else
+        snprintf(host, hostlen, "%.*s", (int)(colon - addr), addr);
+    *slot = (int)s;
+    *port = (int)pt;
+    return true;
+}
+
+int dlock__cluster_redirect(dlock__conn *c, dlock__req *r, const redisReply *reply, bool *moved)
+{
+    char host[256];
+    int slot, port;
+    bool ask;
+    *moved = false;
+    if (!parse_redirect(c, reply->str, &ask, &slot, host, sizeof host, &port))
+        return DLOCK_OK;
+    if (r->redirects++ == DLOCK_CLUSTER_REDIRECTS)
+        return dlock__node_detail(r->detail, sizeof r->detail, DLOCK_ERR_UNAVAILABLE, c->node,
+                                  "%d redirections in one request, the last -%.100s (slots "
+                                  "moving?)",
+                                  DLOCK_CLUSTER_REDIRECTS, reply->str);
+    dlock__node *node = c->node;
+    struct dlock__cluster *cl = node->cluster;
+    if (!ask) {
+        /* The new owner now, the rest of the map before the next request. */
+        pthread_mutex_lock(&node->mu);
+        int m = master_index(cl, host, port);
+        if (m >= 0)
+            cl->owner[slot] = (unsigned char)(m + 1);
+        cl->stale = true;
+        pthread_mutex_unlock(&node->mu);
+    }
+    r->asking = ask;
+    *moved = true;
+    if (switch_to(c, host, port) != DLOCK_OK)
+        return dlock__node_detail(r->detail, sizeof r->detail, DLOCK_ERR_NOMEM, node,
+                                  "out of memory");
+    return DLOCK_OK;
+}
+
+/* ---- voting ------------------------------------------------------------------------ */
+
+/* The voter of the master c is at (NULL when the map has no such master), with the
+ * node's mu held. */
+static master *master_at(const dlock__conn *c)
+{
+    struct dlock__cluster *cl = c->node->cluster;
+    for (int i = 0; i < cl->nmasters; i++)
+        if (at(c, cl->masters[i].host, cl->masters[i].port))
+            return &cl->masters[i];
+    return NULL;
+}
+
+int dlock__cluster_on_info(dlock__conn *c, const redisReply *r, char *detail, size_t n)
+{
+    dlock__node *node = c->node;
+    pthread_mutex_lock(&node->mu);
+    master *m = master_at(c);
+    dlock__voter *v = m ? &m->voter : &node->voter;
+    bool promoted = m && m->promoted;
+    pthread_mutex_unlock(&node->mu);
+    /* Masters are never dropped from the table, so v stays valid. */
+    return dlock__node_on_info_of(node, v, promoted, r, detail, n);
+}
+
+bool dlock__conn_votes(const dlock__conn *c, int64_t now)
+{
+    dlock__node *node = c->node;
+    pthread_mutex_lock(&node->mu);
+    master *m = node->cluster ? master_at(c) : NULL;
+    bool v = (m ? &m->voter : &node->voter)->votes_from_us <= now;
+    pthread_mutex_unlock(&node->mu);
+    return v;
+}
+
+/* ---- what the doctor asks ---------------------------------------------------------- */
+
+int dlock__cluster_state(dlock__node *node, char *state, size_t statelen, int *masters,
+                         char *detail, size_t n)
+{
+    dlock__conn c;
+    dlock__conn_init(&c, node);
+    int rc = dlock__cluster_pick(&c, detail, n);
+    state[0] = '\0';
+    pthread_mutex_lock(&node->mu);
+    int k = 0;
+    for (int i = 0; i < node->cluster->nmasters; i++) {
+        bool owns = false;
+        for (int s = 0; s < DLOCK_CLUSTER_SLOTS && !owns; s++)
+            owns = node->cluster->owner[s] == i + 1;
+        k += owns;
+    }
+    *masters = k;
+    pthread_mutex_unlock(&node->mu);
+    if (rc == DLOCK_OK) {
+        dlock__req req = {.await = true};
+        req.cmd = "*2\r\n$7\r\nCLUSTER\r\n$4\r\nINFO\r\n";
+        req.cmdlen = strlen(req.cmd);
+        dlock__fanout(&c, &req, 1);
+        if (req.err != DLOCK_OK) {
+            rc = req.err;
+            snprintf(detail, n, "%s", req.detail);
+        } else if (req.reply->type != REDIS_REPLY_STRING) {
+            rc = dlock__node_detail(detail, n, DLOCK_ERR_PROTOCOL, node,
+                                    "CLUSTER INFO: not a report");
+        } else if (!dlock__info_field(req.reply, "cluster_state", state, statelen)) {
+            rc = dlock__node_detail(detail, n, DLOCK_ERR_PROTOCOL, node,
+                                    "CLUSTER INFO: no cluster_state");
+        }
+        freeReplyObject(req.reply);
+    }
+    dlock__conn_free(&c);
+    return rc;
+}

@@ -1,0 +1,434 @@
+/*
+ * test_cluster.c: redis-cluster:// against a real Redis Cluster of three masters
+ * (tests/support/cluster.c), every node with a password and an ACL user of its own for
+ * the locks. Checked: names land on the master that owns their slot, all three get
+ * some, and the client reaches them all from one seed; contention and waiting by
+ * wake-ups across masters; renewal batches of locks in different slots; a slot
+ * migrated while a lock in it is held: during the migration the holder's renewals go
+ * on (at the source, then through -ASK and ASKING at the target), nobody else takes
+ * the name, and after it the holder releases through -MOVED and the next holder's
+ * fence is higher; a seed that is not a cluster node, a wrong password, no seed
+ * reachable; and the doctor's view of a healthy cluster and of one that lost a master.
+ * Over TLS (rediss-cluster://, the cluster bus on TLS too): every master verified, and
+ * a wrong CA refused.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cmocka.h>
+
+#include "itest.h"
+
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#define PW       "cluster-pw"
+#define LOCK_PW  "locker-pw"
+#define NMASTERS 3
+
+static dh_cluster cl;
+static char seeds[512]; /* the URL with the lock user, seeded at node 1 only */
+
+static int setup(void **state)
+{
+    (void)state;
+    const char *const args[] = {"--requirepass", PW, NULL};
+    dh_server_opts o = {.args = args};
+    assert_int_equal(dh_cluster_start(&cl, NMASTERS, &o), 0);
+    /* The locks' own user on each node: its keys, its channels, and the commands a
+     * client sends (the slot map, scripts, pub/sub, INFO). */
+    for (int i = 0; i < NMASTERS; i++)
+        assert_int_equal(dh_reply_status(dh_cmd(&cl.node[i],
+                                                "ACL SETUSER locker on >%s ~dlock:* "
+                                                "&* +@all",
+                                                LOCK_PW),
+                                         "ACL SETUSER"),
+                         0);
+    char url[256];
+    dh_cluster_url(&cl, 1, url, sizeof url);
+    /* redis-cluster://HOST:PORT with the user put in */
+    snprintf(seeds, sizeof seeds, "redis-cluster://locker:%s@%s", LOCK_PW,
+             url + strlen("redis-cluster://"));
+    return 0;
+}
+
+static int teardown(void **state)
+{
+    (void)state;
+    dh_cluster_stop(&cl);
+    return 0;
+}
+
+static dlock_client *cluster_client(void)
+{
+    dlock_config cfg;
+    it_config_init(&cfg);
+    return it_client_cfg(seeds, &cfg);
+}
+
+/* The node that owns name's lock key. */
+static int owner_of(const char *name)
+{
+    char key[128];
+    it_key(key, sizeof key, name);
+    int slot = dh_cluster_keyslot(&cl, key);
+    assert_true(slot >= 0);
+    return dh_cluster_owner(&cl, slot);
+}
+
+static void test_names_over_all_masters(void **state)
+{
+    (void)state;
+    dlock_client *c = cluster_client();
+    enum { NAMES = 48 };
+    dlock_lock *l[NAMES];
+    int per_node[NMASTERS] = {0};
+    for (int i = 0; i < NAMES; i++) {
+        char name[32];
+        snprintf(name, sizeof name, "spread-%d", i);
+        l[i] = it_acquire(c, name, 10000);
+        int o = owner_of(name);
+        per_node[o]++;
+        /* On its slot's owner, and nowhere else. */
+        char key[128];
+        it_key(key, sizeof key, name);
+        for (int k = 0; k < NMASTERS; k++)
+            if (k != o) {
+                redisReply *r = dh_cmd(&cl.node[k], "EXISTS %s", key);
+                assert_non_null(r);
+                assert_int_equal(r->type, REDIS_REPLY_ERROR); /* MOVED: not its slot */
+                freeReplyObject(r);
+            }
+        it_expect_holder(&cl.node[o], name, dlock_token(l[i]));
+    }
+    for (int k = 0; k < NMASTERS; k++)
+        assert_true(per_node[k] > 0);
+    for (int i = 0; i < NAMES; i++)
+        assert_int_equal(dlock_release(l[i]), DLOCK_OK);
+    for (int i = 0; i < NAMES; i++) {
+        char name[32], key[128];
+        snprintf(name, sizeof name, "spread-%d", i);
+        it_key(key, sizeof key, name);
+        assert_int_equal(it_exists(&cl.node[owner_of(name)], key), 0);
+    }
+    dlock_client_free(c);
+}
+
+typedef struct waiter_arg {
+    dlock_client *c;
+    const char *name;
+    int rc;
+    uint64_t fence;
+} waiter_arg;
+
+static void *waiter(void *p)
+{
+    waiter_arg *w = p;
+    dlock_opts o = {.ttl_ms = 10000, .wait_ms = 10000 * dh_slack()};
+    dlock_lock *l = NULL;
+    w->rc = dlock_acquire(w->c, w->name, &o, &l);
+    if (w->rc == DLOCK_OK) {
+        w->fence = dlock_fence(l);
+        dlock_release(l);
+    }
+    return NULL;
+}
+
+/* A waiter is woken by the release: the wake-up is published on the name's master and
+ * reaches the waiter's subscription wherever it is (a cluster's pub/sub is
+ * cluster-wide), well before its backoff would have retried. */
+static void test_contention_and_wakeup(void **state)
+{
+    (void)state;
+    dlock_client *a = cluster_client(), *b = cluster_client();
+    dlock_lock *held = it_acquire(a, "contended", 10000);
+    dlock_opts now = {.ttl_ms = 10000};
+    dlock_lock *l = NULL;
+    assert_int_equal(dlock_acquire(b, "contended", &now, &l), DLOCK_ERR_BUSY);
+    waiter_arg w = {.c = b, .name = "contended"};
+    pthread_t t;
+    assert_int_equal(pthread_create(&t, NULL, waiter, &w), 0);
+    it_wait_queued_on(&cl.node[owner_of("contended")], 1, "contended", 1);
+    int64_t t0 = dh_now_ms();
+    uint64_t first = dlock_fence(held);
+    assert_int_equal(dlock_release(held), DLOCK_OK);
+    pthread_join(t, NULL);
+    assert_int_equal(w.rc, DLOCK_OK);
+    assert_true(w.fence > first);
+    printf("FIG cluster_handoff_ms %lld\n", (long long)(dh_now_ms() - t0));
+    dlock_client_free(a);
+    dlock_client_free(b);
+}
+
+/* The renewal thread renews locks of many slots: a batch per slot, each on its master
+ * (one batch of them all would be refused, CROSSSLOT). */
+static void test_renewal_across_slots(void **state)
+{
+    (void)state;
+    dlock_client *c = cluster_client();
+    enum { NAMES = 6 };
+    dlock_lock *l[NAMES];
+    dlock_opts o = {.ttl_ms = 600 * dh_slack(), .auto_renew = 1};
+    for (int i = 0; i < NAMES; i++) {
+        char name[32];
+        snprintf(name, sizeof name, "renewed-%d", i);
+        assert_int_equal(dlock_acquire(c, name, &o, &l[i]), DLOCK_OK);
+    }
+    /* Three leases: held only if renewed. */
+    usleep((useconds_t)(3 * o.ttl_ms * 1000));
+    for (int i = 0; i < NAMES; i++) {
+        char name[32];
+        snprintf(name, sizeof name, "renewed-%d", i);
+        it_expect_holder(&cl.node[owner_of(name)], name, dlock_token(l[i]));
+        assert_int_equal(dlock_release(l[i]), DLOCK_OK);
+    }
+    dlock_client_free(c);
+}
+
+static void on_lost(dlock_lock *l, void *user)
+{
+    (void)l;
+    *(int *)user = 1;
+}
+
+/* The remaining lease of key on node s, asked after ASKING: what a slot's importing
+ * node answers for keys it has, before the slot is its own. */
+static long long asking_pttl(dh_server *s, const char *key)
+{
+    redisContext *ctx = dh_connect(s);
+    assert_non_null(ctx);
+    redisReply *r = redisCommand(ctx, "ASKING");
+    assert_non_null(r);
+    freeReplyObject(r);
+    long long ms = it_int_reply(redisCommand(ctx, "PTTL %s", key));
+    redisFree(ctx);
+    return ms;
+}
+
+/* A slot migrated while a lock in it is held, renewed by the client's watchdog. A
+ * renewal of an exclusive lock is a call of one key, so it goes on through the whole
+ * migration: at the source while the key is there, then after -ASK at the target, with
+ * ASKING. A call of several keys (an acquire, an explicit extend) is refused while the
+ * slot's keys are split (-TRYAGAIN: DLOCK_ERR_UNAVAILABLE), so nobody else takes the
+ * name meanwhile. After it, the source answers -MOVED and the client follows. */
+static void test_migration_with_held_lock(void **state)
+{
+    (void)state;
+    const char *name = "migrating";
+    char key[128];
+    it_key(key, sizeof key, name);
+    int slot = dh_cluster_keyslot(&cl, key);
+    int from = dh_cluster_owner(&cl, slot), to = (from + 1) % NMASTERS;
+    dlock_client *a = cluster_client(), *b = cluster_client();
+    int lost = 0;
+    int64_t ttl = 900 * dh_slack();
+    dlock_opts renewed = {
+        .ttl_ms = ttl, .auto_renew = 1, .on_lost = on_lost, .on_lost_user = &lost};
+    dlock_lock *held = NULL;
+    assert_int_equal(dlock_acquire(a, name, &renewed, &held), DLOCK_OK);
+    uint64_t first = dlock_fence(held);
+    dlock_opts now = {.ttl_ms = 10000};
+    dlock_lock *l = NULL;
+    int rc;
+
+    /* Migrating, the keys still at the source. */
+    assert_int_equal(dh_cluster_migrate_begin(&cl, slot, from, to), 0);
+    usleep((useconds_t)(2 * ttl * 1000));
+    assert_true(it_pttl(&cl.node[from], key) > 0);
+    rc = dlock_acquire(b, name, &now, &l);
+    assert_true(rc == DLOCK_ERR_BUSY || rc == DLOCK_ERR_UNAVAILABLE);
+    assert_int_equal(dlock_extend(held, ttl), DLOCK_ERR_UNAVAILABLE);
+    assert_non_null(strstr(dlock_errmsg(), "TRYAGAIN"));
+
+    /* The keys moved, the slot not yet its target's: renewals go there after ASKING
+     * (without it the target would send them back, -MOVED). */
+    assert_int_equal(dh_cluster_migrate_keys(&cl, slot, from, to), 0);
+    long long asking = it_cmd_calls(&cl.node[to], "asking");
+    usleep((useconds_t)(2 * ttl * 1000));
+    assert_true(it_cmd_calls(&cl.node[to], "asking") > asking);
+    assert_true(asking_pttl(&cl.node[to], key) > ttl / 3);
+    rc = dlock_acquire(b, name, &now, &l);
+    assert_true(rc == DLOCK_ERR_BUSY || rc == DLOCK_ERR_UNAVAILABLE);
+
+    /* The slot is the target's: the source answers -MOVED, and the client follows. */
+    assert_int_equal(dh_cluster_migrate_finish(&cl, slot, from, to), 0);
+    it_expect_holder(&cl.node[to], name, dlock_token(held));
+    assert_int_equal(dlock_extend(held, ttl), DLOCK_OK);
+    assert_int_equal(dlock_release(held), DLOCK_OK);
+    assert_int_equal(lost, 0);
+    assert_int_equal(it_exists(&cl.node[to], key), 0);
+    l = it_acquire(b, name, 10000);
+    assert_true(dlock_fence(l) > first);
+    assert_int_equal(dlock_release(l), DLOCK_OK);
+
+    /* And back, for the tests after this one. */
+    assert_int_equal(dh_cluster_migrate_begin(&cl, slot, to, from), 0);
+    assert_int_equal(dh_cluster_migrate_finish(&cl, slot, to, from), 0);
+    dlock_client_free(a);
+    dlock_client_free(b);
+}
+
+static void test_refused(void **state)
+{
+    (void)state;
+    dlock_config cfg;
+    it_config_init(&cfg);
+    dlock_client *c = NULL;
+    dlock_lock *l = NULL;
+    dlock_opts o = {.ttl_ms = 1000};
+    char url[600];
+
+    /* A wrong password: the seeds' own refusal. */
+    dh_cluster_url(&cl, 0, url, sizeof url);
+    char bad[700];
+    snprintf(bad, sizeof bad, "redis-cluster://locker:wrong@%s", url + strlen("redis-cluster://"));
+    assert_int_equal(dlock_client_new(bad, &cfg, &c), DLOCK_OK);
+    assert_int_equal(dlock_acquire(c, "x", &o, &l), DLOCK_ERR_AUTH);
+    assert_non_null(strstr(dlock_errmsg(), "no slot map"));
+    dlock_client_free(c);
+
+    /* A standalone server named as a cluster. */
+    dh_server plain;
+    assert_int_equal(dh_server_start(&plain, NULL), 0);
+    snprintf(url, sizeof url, "redis-cluster://%s:%d", plain.host, plain.port);
+    assert_int_equal(dlock_client_new(url, &cfg, &c), DLOCK_OK);
+    assert_int_equal(dlock_acquire(c, "x", &o, &l), DLOCK_ERR_INVALID);
+    assert_non_null(strstr(dlock_errmsg(), "use redis://"));
+    dlock_client_free(c);
+
+    /* No seed reachable. */
+    dh_server_stop(&plain);
+    assert_int_equal(dlock_client_new(url, &cfg, &c), DLOCK_OK);
+    assert_int_equal(dlock_acquire(c, "x", &o, &l), DLOCK_ERR_IO);
+    dlock_client_free(c);
+}
+
+/* Last: it stops a master. */
+static void test_doctor(void **state)
+{
+    (void)state;
+    dlock_client *c = cluster_client();
+    dlock_server_facts f;
+    assert_int_equal(dlock_probe(c, &f, 1), DLOCK_OK);
+    assert_int_equal(f.error, DLOCK_OK);
+    assert_int_equal(f.cluster, 1);
+    assert_int_equal(f.cluster_masters, NMASTERS);
+    assert_int_equal(f.cluster_ok, 1);
+    assert_string_equal(f.cluster_state, "ok");
+
+    /* A master down: once the others see it failed, the cluster says so, and a name
+     * on a live master is refused too (full coverage is required by default). */
+    dh_server_kill(&cl.node[2]);
+    int64_t until = dh_now_ms() + 15000 * dh_slack();
+    do {
+        usleep(100 * 1000);
+        assert_int_equal(dlock_probe(c, &f, 1), DLOCK_OK);
+    } while (f.cluster_ok != 0 && dh_now_ms() < until);
+    assert_int_equal(f.cluster_ok, 0);
+    assert_string_equal(f.cluster_state, "fail");
+    dlock_lock *l = NULL;
+    dlock_opts o = {.ttl_ms = 1000};
+    char name[32];
+    for (int i = 0;; i++) {
+        snprintf(name, sizeof name, "down-%d", i);
+        if (owner_of(name) == 0)
+            break;
+    }
+    assert_int_equal(dlock_acquire(c, name, &o, &l), DLOCK_ERR_UNAVAILABLE);
+    assert_non_null(strstr(dlock_errmsg(), "CLUSTERDOWN"));
+    dlock_client_free(c);
+}
+
+/* ---- over TLS ----------------------------------------------------------------- */
+
+static dh_cluster tls_cl;
+static char tls_dir[512];
+
+/* Three masters that speak TLS only to their clients and each other (the bus too),
+ * each with the set's server certificate (localhost and 127.0.0.1) and the client
+ * certificate the others ask of it. */
+static int tls_setup(void **state)
+{
+    (void)state;
+    assert_int_equal(dh_tls_dir(tls_dir, sizeof tls_dir), 0);
+    assert_int_equal(dh_tls_make_set(tls_dir), 0);
+    char cert[600], key[600], ca[600], ccert[640], ckey[640];
+    snprintf(cert, sizeof cert, "%s/server.crt", tls_dir);
+    snprintf(key, sizeof key, "%s/server.key", tls_dir);
+    snprintf(ca, sizeof ca, "%s/ca.crt", tls_dir);
+    snprintf(ccert, sizeof ccert, "tls-client-cert-file %s/client.crt", tls_dir);
+    snprintf(ckey, sizeof ckey, "tls-client-key-file %s/client.key", tls_dir);
+    dh_server_tls t = {cert, key, ca, false};
+    const char *const config[] = {ccert, ckey, NULL};
+    dh_server_opts o = {.tls = &t, .config = config};
+    assert_int_equal(dh_cluster_start(&tls_cl, NMASTERS, &o), 0);
+    return 0;
+}
+
+static int tls_teardown(void **state)
+{
+    (void)state;
+    dh_cluster_stop(&tls_cl);
+    dh_tls_dir_remove(tls_dir);
+    return 0;
+}
+
+/* Every master is verified against the address the cluster announces for it (here
+ * 127.0.0.1, in the server certificate), and names reach all of them; a CA that did
+ * not sign them refuses the seed before any map is read. */
+static void test_tls(void **state)
+{
+    (void)state;
+    char seed[256], url[1200];
+    dh_cluster_url(&tls_cl, 2, seed, sizeof seed);
+    assert_non_null(strstr(seed, "rediss-cluster://"));
+    snprintf(url, sizeof url, "%s?cacert=%s/ca.crt", seed, tls_dir);
+    dlock_config cfg;
+    it_config_init(&cfg);
+    dlock_client *c = it_client_cfg(url, &cfg);
+    enum { NAMES = 24 };
+    int per_node[NMASTERS] = {0};
+    for (int i = 0; i < NAMES; i++) {
+        char name[32], key[128];
+        snprintf(name, sizeof name, "tls-%d", i);
+        dlock_lock *l = it_acquire(c, name, 10000);
+        it_key(key, sizeof key, name);
+        int o = dh_cluster_owner(&tls_cl, dh_cluster_keyslot(&tls_cl, key));
+        per_node[o]++;
+        it_expect_holder(&tls_cl.node[o], name, dlock_token(l));
+        assert_int_equal(dlock_release(l), DLOCK_OK);
+    }
+    for (int k = 0; k < NMASTERS; k++)
+        assert_true(per_node[k] > 0);
+    dlock_client_free(c);
+
+    snprintf(url, sizeof url, "%s?cacert=%s/evil.crt", seed, tls_dir);
+    c = it_client_cfg(url, &cfg);
+    dlock_lock *l = NULL;
+    dlock_opts o = {.ttl_ms = 1000};
+    assert_int_equal(dlock_acquire(c, "tls-x", &o, &l), DLOCK_ERR_AUTH);
+    assert_non_null(strstr(dlock_errmsg(), "certificate"));
+    dlock_client_free(c);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tls_tests[] = {
+        cmocka_unit_test(test_tls),
+    };
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_names_over_all_masters),
+        cmocka_unit_test(test_contention_and_wakeup),
+        cmocka_unit_test(test_renewal_across_slots),
+        cmocka_unit_test(test_migration_with_held_lock),
+        cmocka_unit_test(test_refused),
+        cmocka_unit_test(test_doctor),
+    };
+    return cmocka_run_group_tests_name("cluster", tests, setup, teardown) +
+           cmocka_run_group_tests_name("cluster_tls", tls_tests, tls_setup, tls_teardown);
+}
