@@ -55,7 +55,8 @@
 enum pin_mode { PIN_SPLIT, PIN_SAME, PIN_NONE };
 
 typedef struct bench_opts {
-    bool run[8];    /* run[1..6]: which of W1..W6; run[7]: W1 over TLS ("TLS") */
+    bool run[9];    /* run[1..6]: which of W1..W6; run[7]: W1 over TLS ("TLS"); run[8]:
+                       W1 through a cluster ("CLUSTER") */
     long w1_cycles; /* -n */
     long w6_cycles; /* W6 cycles (as W1's by default) */
     int w2_clients; /* 8 */
@@ -337,14 +338,21 @@ static inline bool team_stopped(team *t)
 
 /* W1 and W2 (cycles.c): uncontended acquire + release on distinct names. */
 int run_w1(bench_ctx *ctx);
-/* W1's loop, one client, on the servers of urls: figures cycles_per_s (its ratio to
- * rps, named vs), p50_us, p99_us under label. 0, or -1 after bench_fail. */
+/* W1's loop, one client, on the servers of urls, its names "TAG:..." (a tag "{x}" puts
+ * them all in one cluster slot): figures cycles_per_s (its ratio to rps, named vs;
+ * rps <= 0: none), p50_us, p99_us under label, and the rate in *per_s (may be NULL).
+ * 0, or -1 after bench_fail. */
 int w1_run_on(bench_ctx *ctx, const char *label, const char *tag, const char *urls, double rps,
-              const char *vs);
+              const char *vs, double *per_s);
 /* W1 over TLS (tls.c): a TLS redis-server of its own (certificates made for the run),
  * redis-benchmark --tls SET -c 1 on it, then W1 through rediss://. */
 int run_w1_tls(bench_ctx *ctx);
 void w1_tls_stop(void);
+/* W1 through a Redis Cluster (cluster.c): three masters of its own, W1 directly on the
+ * master of one slot, then through a seed on the same names, then on names spread over
+ * all masters, each beside the direct run. */
+int run_w1_cluster(bench_ctx *ctx);
+void w1_cluster_stop(void);
 int run_w2(bench_ctx *ctx);
 /* W4 (cycles.c): W1 on 1, 3, 5 nodes, on loopback and through delaying relays. */
 int run_w4(bench_ctx *ctx);

@@ -174,7 +174,7 @@ static int uncontended(bench_ctx *ctx, const char *w, const char *tag, int clien
 }
 
 int w1_run_on(bench_ctx *ctx, const char *label, const char *tag, const char *urls, double rps,
-              const char *vs)
+              const char *vs, double *per_s)
 {
     long cycles = ctx->opt->w1_cycles;
     long warm = cycles / 10 < WARMUP_CYCLES ? cycles / 10 : WARMUP_CYCLES;
@@ -184,6 +184,8 @@ int w1_run_on(bench_ctx *ctx, const char *label, const char *tag, const char *ur
     fig(label, "cycles_per_s", r.per_s, 0, ratio(r.per_s, rps), vs);
     fig(label, "p50_us", (double)r.p50_ns / 1000, 0, -1, NULL);
     fig(label, "p99_us", (double)r.p99_ns / 1000, 0, -1, NULL);
+    if (per_s != NULL)
+        *per_s = r.per_s;
     return 0;
 }
 

@@ -252,9 +252,12 @@ static void usage(FILE *out)
             "release, and through dlockd (LOCK WAIT, UNLOCK). W6 is W1 through dlockd (LOCK +\n"
             "UNLOCK over RESP from one hiredis connection), compared with W1 of the same\n"
             "round, which it runs too. W5 and W6 start build/dlockd themselves. TLS is W1\n"
-            "over TLS on a redis-server of its own, beside redis-benchmark --tls.\n"
+            "over TLS on a redis-server of its own, beside redis-benchmark --tls. CLUSTER is\n"
+            "W1 on a Redis Cluster of three masters of its own: directly on the master of\n"
+            "one slot, then through a seed on the same names, then on names of all slots.\n"
             "\n"
-            "  -w, --workloads LIST    which of W1,W2,W3,W4,W5,W6,TLS (default all)\n"
+            "  -w, --workloads LIST    which of W1,W2,W3,W4,W5,W6,TLS,CLUSTER, or all\n"
+            "                          (default W1-W6)\n"
             "  -n, --cycles N          W1 cycles (20000)\n"
             "      --w6-cycles N       W6 cycles (as W1's)\n"
             "      --w2-cycles N       W2 cycles per client (5000)\n"
@@ -321,7 +324,7 @@ static bool parse_list(const char *s, int min, int max, int *v, int *n)
     return *n > 0;
 }
 
-/* "W1,W3,TLS" (any case) or "all" into o->run[1..7]. */
+/* "W1,W3,TLS,CLUSTER" (any case) or "all" into o->run[1..8]. */
 static bool parse_workloads(const char *s, bench_opts *o)
 {
     bool *run = o->run;
@@ -335,8 +338,10 @@ static bool parse_workloads(const char *s, bench_opts *o)
             run[tok[1] - '0'] = any = true;
         else if (strcasecmp(tok, "tls") == 0)
             run[7] = any = true;
+        else if (strcasecmp(tok, "cluster") == 0)
+            run[8] = any = true;
         else if (strcasecmp(tok, "all") == 0)
-            run[1] = run[2] = run[3] = run[4] = run[5] = run[6] = run[7] = any = true;
+            run[1] = run[2] = run[3] = run[4] = run[5] = run[6] = run[7] = run[8] = any = true;
         else
             return false;
     }
@@ -629,6 +634,8 @@ int main(int argc, char **argv)
             run_w6(&ctx);
         if (o.run[7])
             run_w1_tls(&ctx);
+        if (o.run[8])
+            run_w1_cluster(&ctx);
         if (run_baseline(&ctx, 8) != 0) {
             status = BENCH_EXIT_SERVERS;
             break;
@@ -654,6 +661,7 @@ int main(int argc, char **argv)
         print_report(&ctx, other, steal);
     dlockd_stop(&dlockd);
     w1_tls_stop();
+    w1_cluster_stop();
     servers_stop(&servers);
     if (status != 0)
         return status;
