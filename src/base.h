@@ -131,7 +131,7 @@ void dlock__addr_clear(dlock__addr *a);
 /* A refused address: the formatted reason in err; returns DLOCK_ERR_INVALID. */
 int dlock__url_bad(char *err, size_t errlen, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
-/* The length of the "scheme://" that s (n bytes) starts with, or 0. */
+/* The length of the "scheme://" that s (n bytes) starts with, or 0 (url_list.c). */
 size_t dlock__url_scheme_len(const char *s, size_t n);
 /* The value of a hexadecimal digit, or -1 (percent-escapes here, in local.c names). */
 int dlock__hexval(char c);

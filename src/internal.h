@@ -11,7 +11,8 @@
  *               fork.c      telling a forked child from the process that made a thing
  *               token.c     128-bit tokens and jitter from getrandom(2)
  *   parsing     url.c       server addresses
- *               url_list.c  the list of them: entries, a server named twice
+ *               url_list.c  the list of them: where an entry ends (a scheme starts
+ *                           one), a server named twice
  *               reply.c     hiredis's redisReader with our size caps; server errors
  *   servers     node.c      what a server's INFO says: restart voting, eviction policy
  *   transport   conn.c      one connection: non-blocking connect, handshake, buffers

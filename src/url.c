@@ -521,16 +521,6 @@ static int make_display(dlock__addr *a)
     return a->display ? DLOCK_OK : DLOCK_ERR_NOMEM;
 }
 
-size_t dlock__url_scheme_len(const char *s, size_t n)
-{
-    size_t i = 0;
-    while (i < n && (isalnum((unsigned char)s[i]) || s[i] == '+' || s[i] == '-' || s[i] == '.'))
-        i++;
-    return i > 0 && isalpha((unsigned char)s[0]) && n - i >= 3 && memcmp(s + i, "://", 3) == 0
-               ? i + 3
-               : 0;
-}
-
 int dlock__url_parse(const char *url, size_t len, dlock__addr *out, char *err, size_t errlen)
 {
     memset(out, 0, sizeof *out);

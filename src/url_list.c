@@ -1,16 +1,26 @@
 /*
  * url_list.c: a list of server addresses, as dlock_client_new takes it: where one
- * entry ends (commas separate servers, and a Sentinel URL's Sentinels or a cluster
- * URL's seeds too), and the
- * refusal of one server named twice, which would vote twice. Each entry is parsed by
- * url.c.
+ * entry ends (at a comma, unless it lists a Sentinel URL's Sentinels or a cluster
+ * URL's seeds: a scheme after it tells), and the refusal of one server named twice,
+ * which would vote twice. Each entry is parsed by url.c.
  */
 #include "internal.h"
 
+#include <ctype.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+
+size_t dlock__url_scheme_len(const char *s, size_t n)
+{
+    size_t i = 0;
+    while (i < n && (isalnum((unsigned char)s[i]) || s[i] == '+' || s[i] == '-' || s[i] == '.'))
+        i++;
+    return i > 0 && isalpha((unsigned char)s[0]) && n - i >= 3 && memcmp(s + i, "://", 3) == 0
+               ? i + 3
+               : 0;
+}
 
 /* Whether a and b name the same server: the same address, the master of the same
  * name as one of the same Sentinels sees it, or a cluster with a seed in common. */

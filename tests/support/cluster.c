@@ -32,34 +32,6 @@
 #define KEYS_BATCH      100  /* keys per GETKEYSINSLOT and MIGRATE */
 #define MIGRATE_MS      2000 /* MIGRATE's own I/O timeout, times the slack */
 
-/* A port free on host now (bound with port 0 and closed again), or -1. */
-static int free_port(const char *host)
-{
-    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    if (fd < 0)
-        return -1;
-    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = 0};
-    if (inet_pton(AF_INET, host, &sa.sin_addr) != 1)
-        sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    socklen_t len = sizeof sa;
-    int port = -1;
-    if (bind(fd, (struct sockaddr *)&sa, sizeof sa) == 0 &&
-        getsockname(fd, (struct sockaddr *)&sa, &len) == 0)
-        port = ntohs(sa.sin_port);
-    close(fd);
-    return port;
-}
-
-/* The value of --requirepass among a node's arguments, or NULL: the password MIGRATE
- * must give the target (dh_cmd finds it the same way). */
-static const char *node_password(const dh_server *s)
-{
-    for (int i = 0; i + 1 < DH_EXTRA_MAX && s->extra[i]; i++)
-        if (strcmp(s->extra[i], "--requirepass") == 0)
-            return s->extra[i + 1];
-    return NULL;
-}
-
 /* The port clients and the other nodes reach a node on: with TLS the cluster runs on
  * TLS (tls-cluster), so it is the TLS port. */
 static int client_port(const dh_server *s)
@@ -110,7 +82,7 @@ static int start_node(dh_cluster *cl, int i, const dh_server_opts *o)
 
     for (int attempt = 1;; attempt++) {
         /* The other nodes' ports are bound by their servers: never free here. */
-        int bus = free_port(o->bind ? o->bind : "127.0.0.1");
+        int bus = dh_free_port(o->bind ? o->bind : "127.0.0.1");
         if (bus <= 0) {
             fprintf(stderr, "dh: FATAL: cluster: no free bus port for node %d\n", i);
             return -1;
@@ -361,7 +333,7 @@ int dh_cluster_migrate_begin(dh_cluster *cl, int slot, int from, int to)
 static int migrate_batch(dh_cluster *cl, redisContext *c, int to, const redisReply *keys)
 {
     const dh_server *t = &cl->node[to];
-    const char *pw = node_password(t);
+    const char *pw = dh_server_password(t);
     char port[16], timeout[32];
     snprintf(port, sizeof port, "%d", client_port(t));
     snprintf(timeout, sizeof timeout, "%lld", MIGRATE_MS * dh_slack());

@@ -249,32 +249,12 @@ static void dir_file(const dh_server *s, const char *name, char *out, size_t cap
     snprintf(out, cap, "%s/%s", s->dir, name);
 }
 
-/* The value of --requirepass among the extra arguments, or NULL. */
-static const char *requirepass(const dh_server *s)
+const char *dh_server_password(const dh_server *s)
 {
     for (int i = 0; i + 1 < DH_EXTRA_MAX && s->extra[i]; i++)
         if (strcmp(s->extra[i], "--requirepass") == 0)
             return s->extra[i + 1];
     return NULL;
-}
-
-/* A free port on host (an IPv4 address), or -1. Free only now: the caller copes
- * with a race. */
-static int free_port(const char *host)
-{
-    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    if (fd < 0)
-        return -1;
-    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = 0};
-    if (inet_pton(AF_INET, host, &sa.sin_addr) != 1)
-        sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    socklen_t len = sizeof sa;
-    int port = -1;
-    if (bind(fd, (struct sockaddr *)&sa, sizeof sa) == 0 &&
-        getsockname(fd, (struct sockaddr *)&sa, &len) == 0)
-        port = ntohs(sa.sin_port);
-    close(fd);
-    return port;
 }
 
 static int mkdir_p(const char *dir)
@@ -477,7 +457,7 @@ static enum ready probe(dh_server *s)
     }
     redisSetTimeout(c, tv);
     enum ready res = READY_WAIT;
-    const char *pw = requirepass(s);
+    const char *pw = dh_server_password(s);
     redisReply *r = pw ? redisCommand(c, "AUTH %s", pw) : NULL;
     freeReplyObject(r);
     r = redisCommand(c, "PING");
@@ -643,7 +623,7 @@ static int pick_port(const dh_server *s)
 {
     bool cluster = cluster_node(s);
     for (int i = 0; i < 100; i++) {
-        int port = free_port(s->host);
+        int port = dh_free_port(s->host);
         if (port <= 0 || !cluster || port <= 65535 - 10000)
             return port;
     }
@@ -662,7 +642,7 @@ static int launch(dh_server *s, int fixed_port)
     if (s->tls_files[0][0] != '\0') {
         /* A restart keeps its TLS port as it keeps its plain one. */
         if (fixed_port <= 0 || s->tls_port <= 0)
-            s->tls_port = free_port(s->host);
+            s->tls_port = dh_free_port(s->host);
         if (s->tls_port <= 0 || s->tls_port == s->port) {
             fprintf(stderr, "dh: FATAL: no second free port on %s\n", s->host);
             return -1;
@@ -825,7 +805,7 @@ redisContext *dh_connect(dh_server *s)
         return NULL;
     }
     redisSetTimeout(c, tv);
-    const char *pw = requirepass(s);
+    const char *pw = dh_server_password(s);
     if (pw) {
         redisReply *r = redisCommand(c, "AUTH %s", pw);
         bool ok = r && r->type == REDIS_REPLY_STATUS;

@@ -15,7 +15,7 @@
  *              removing the directories tests make;
  *   tls.c      certificates for TLS tests: a CA of the test's own and what it signs;
  *   relay.c    the delaying and fault-injecting TCP relay (relay.h);
- *   net.c      sockets: sending a whole buffer.
+ *   net.c      sockets: sending a whole buffer, a free port.
  *
  * Every server gets its own temporary directory under $DLOCK_TEST_TMP (or /tmp, or
  * the caller's parent directory) and no persistence unless its arguments ask for it.
@@ -184,6 +184,10 @@ redisContext *dh_connect(dh_server *s);
 /* A numeric field ("name:value" at the start of a line) of an INFO reply, or -1. */
 long dh_info_long(const redisReply *r, const char *field);
 
+/* The value of --requirepass among s's extra arguments (what dh_cmd authenticates
+ * with, and a cluster's MIGRATE gives the target), or NULL. */
+const char *dh_server_password(const dh_server *s);
+
 /* ---- Redis Cluster (cluster.c) -------------------------------------------------- */
 
 #define DH_CLUSTER_MAX   6     /* masters a dh_cluster may have */
@@ -308,6 +312,9 @@ long long dh_status_kib(const char *field);
  * closed is EPIPE, not SIGPIPE). 0, or -1 with errno from send(2): on a non-blocking
  * socket, EAGAIN when its buffer is full. */
 int dh_send_all(int fd, const void *buf, size_t len);
+/* A port free on host (an IPv4 address; another: the loopback) now, bound with port 0
+ * and closed again, or -1. Free only now: the caller copes with a race. */
+int dh_free_port(const char *host);
 
 /* ---- the environment (env.c) ---------------------------------------------------- */
 
