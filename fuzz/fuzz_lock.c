@@ -210,8 +210,8 @@ static void reset(void)
     while ((g_peers[0] = fs_accept()) >= 0)
         close(g_peers[0]);
     dlock__node *n = &g_cl->nodes[0];
-    n->run_id[0] = '\0';
-    n->votes_from_us = 0;
+    n->voter.run_id[0] = '\0';
+    n->voter.votes_from_us = 0;
     n->policy_reported = false;
     n->evicting = false;
 }

@@ -7,7 +7,7 @@
  * dlock__conn_open to a unix socket the fuzzer listens on (fuzz_server.c), so the code
  * under test is the library's own: the handshake it queues, dlock__conn_read with its
  * cap on buffered bytes, the redisReader with our object functions (array cap, the
- * too_big flag), dlock__conn_next_reply with the handshake replies (AUTH, SELECT,
+ * refusal it reports), dlock__conn_next_reply with the handshake replies (AUTH, SELECT,
  * INFO: run_id, maxmemory_policy) and the server-error mapping. Each input is served
  * three ways:
  *   1. a fresh connection to unix://PATH: the input begins with the INFO reply;
@@ -143,8 +143,8 @@ static bool pump(dlock__conn *c, int *replies)
 static void reset_node(dlock__node *n)
 {
     pthread_mutex_lock(&n->mu);
-    n->run_id[0] = '\0';
-    n->votes_from_us = 0;
+    n->voter.run_id[0] = '\0';
+    n->voter.votes_from_us = 0;
     n->policy_reported = false;
     n->evicting = false;
     pthread_mutex_unlock(&n->mu);

@@ -183,3 +183,24 @@ requests = {
 }
 for i,(k,v) in enumerate(sorted(requests.items())):
     put('fuzz_resp',k,bytes([i*7%256])+v)
+
+# ---- a cluster's redirections (first byte even) and slot maps (odd)
+def node(host, port, nid=b'0123456789abcdef0123456789abcdef01234567'):
+    return b'*3\r\n'+bulk(host)+b':%d\r\n'%port+bulk(nid)
+def rng(a, b, *nodes):
+    return b'*%d\r\n'%(2+len(nodes))+b':%d\r\n:%d\r\n'%(a,b)+b''.join(nodes)
+three = b'*3\r\n'+rng(0,5460,node('127.0.0.1',7000),node('127.0.0.1',7003))+rng(5461,10922,node('127.0.0.1',7001))+rng(10923,16383,node('127.0.0.1',7002))
+cluster = {
+ 'moved':b'\x00MOVED 3999 127.0.0.1:6381', 'ask':b'\x00ASK 3999 127.0.0.1:6381',
+ 'moved-self':b'\x00MOVED 3999 :6381', 'moved-v6':b'\x00MOVED 12 ::1:7000',
+ 'moved-slot-big':b'\x00MOVED 16384 h:1', 'moved-port0':b'\x00MOVED 1 h:0',
+ 'moved-junk':b'\x00MOVED x h:1', 'ask-noport':b'\x02ASK 1 h', 'tryagain':b'\x00TRYAGAIN Multiple keys',
+ 'map-three':b'\x01'+three, 'map-twice':b'\x01'+three+three,
+ 'map-empty-host':b'\x01*1\r\n'+rng(0,16383,node('',7000)),
+ 'map-unknown-host':b'\x01*1\r\n'+rng(0,100,node('?',7000)),
+ 'map-reversed':b'\x01*1\r\n'+rng(9,3,node('h',1)), 'map-out':b'\x01*1\r\n'+rng(0,16384,node('h',1)),
+ 'map-nul-host':b'\x01*1\r\n'+rng(0,16383,node('\x00127.0.0.', 7000)),
+ 'map-short':b'\x01*1\r\n*2\r\n:0\r\n:1\r\n', 'map-error':b'\x01-ERR This instance has cluster support disabled\r\n',
+ 'map-many':b'\x01*70\r\n'+b''.join(rng(k,k,node('10.0.0.%d'%k,7000)) for k in range(70)),
+}
+for k,v in cluster.items(): put('fuzz_cluster', k, v)

@@ -155,7 +155,10 @@ static bool range_node(const redisReply *e, const char *asked, char *host, size_
         e->element[0]->type != REDIS_REPLY_STRING || e->element[1]->type != REDIS_REPLY_INTEGER ||
         e->element[1]->integer < 1 || e->element[1]->integer > 65535)
         return false;
-    const char *h = e->element[0]->len > 0 ? e->element[0]->str : asked;
+    const redisReply *name = e->element[0];
+    if (strlen(name->str) != name->len)
+        return false; /* a NUL inside: no address */
+    const char *h = name->len > 0 ? name->str : asked;
     if (strlen(h) >= hostlen || strcmp(h, "?") == 0)
         return false;
     snprintf(host, hostlen, "%s", h);
@@ -164,11 +167,8 @@ static bool range_node(const redisReply *e, const char *asked, char *host, size_
 }
 
 /* Whether a CLUSTER SLOTS reply is a map: ranges of [start, end, master, replicas...]. */
-static bool is_map(const dlock__req *r, int i, void *arg)
+static bool slots_reply(const redisReply *rep)
 {
-    (void)i;
-    (void)arg;
-    const redisReply *rep = r->reply;
     if (rep->type != REDIS_REPLY_ARRAY || rep->elements == 0)
         return false;
     for (size_t k = 0; k < rep->elements; k++) {
@@ -183,11 +183,20 @@ static bool is_map(const dlock__req *r, int i, void *arg)
     return true;
 }
 
-/* Take map (a reply is_map accepted, from the node at asked) as node's. */
-static int take_map(dlock__node *node, const redisReply *map, const char *asked, char *detail,
-                    size_t n)
+/* The same as a vote: whether a node's answer will do. */
+static bool is_map(const dlock__req *r, int i, void *arg)
+{
+    (void)i;
+    (void)arg;
+    return slots_reply(r->reply);
+}
+
+int dlock__cluster_take_map(dlock__node *node, const redisReply *map, const char *asked,
+                            char *detail, size_t n)
 {
     struct dlock__cluster *cl = node->cluster;
+    if (!slots_reply(map))
+        return dlock__node_detail(detail, n, DLOCK_ERR_PROTOCOL, node, "not a slot map");
     int rc = DLOCK_OK;
     pthread_mutex_lock(&node->mu);
     memset(cl->owner, 0, sizeof cl->owner);
@@ -250,7 +259,7 @@ static int load_map(dlock__node *node, char *detail, size_t n)
         if (ask.reqs[i].err == DLOCK_OK && is_map(&ask.reqs[i], i, NULL))
             got = i;
     if (rc == DLOCK_OK && got >= 0) {
-        rc = take_map(node, ask.reqs[got].reply, hosts[got].host, detail, n);
+        rc = dlock__cluster_take_map(node, ask.reqs[got].reply, hosts[got].host, detail, n);
     } else if (rc == DLOCK_OK) {
         /* Why each node gave no map, in one message; the error the first that
          * answered gave (a refused password, a server without cluster support), else
@@ -431,10 +440,8 @@ int dlock__cluster_pick(dlock__conn *c, char *detail, size_t n)
     return rc;
 }
 
-/* "MOVED 3999 127.0.0.1:6381" or "ASK ...": the slot and the address (an empty host
- * is the replying node's: one that does not know the address it is reached by). */
-static bool parse_redirect(const dlock__conn *c, const char *str, bool *ask, int *slot, char *host,
-                           size_t hostlen, int *port)
+bool dlock__cluster_parse_redirect(const char *str, const char *self, bool *ask, int *slot,
+                                   char *host, size_t hostlen, int *port)
 {
     *ask = strncmp(str, "ASK ", 4) == 0;
     if (!*ask && strncmp(str, "MOVED ", 6) != 0)
@@ -450,8 +457,10 @@ static bool parse_redirect(const dlock__conn *c, const char *str, bool *ask, int
     long pt = strtol(colon + 1, &end, 10);
     if (end == colon + 1 || *end != '\0' || pt < 1 || pt > 65535)
         return false;
+    if (colon == addr && strlen(self) >= hostlen)
+        return false;
     if (colon == addr)
-        snprintf(host, hostlen, "%s", c->host);
+        snprintf(host, hostlen, "%s", self);
     else
         snprintf(host, hostlen, "%.*s", (int)(colon - addr), addr);
     *slot = (int)s;
@@ -465,7 +474,7 @@ int dlock__cluster_redirect(dlock__conn *c, dlock__req *r, const redisReply *rep
     int slot, port;
     bool ask;
     *moved = false;
-    if (!parse_redirect(c, reply->str, &ask, &slot, host, sizeof host, &port))
+    if (!dlock__cluster_parse_redirect(reply->str, c->host, &ask, &slot, host, sizeof host, &port))
         return DLOCK_OK;
     if (r->redirects++ == DLOCK_CLUSTER_REDIRECTS)
         return dlock__node_detail(r->detail, sizeof r->detail, DLOCK_ERR_UNAVAILABLE, c->node,
@@ -489,6 +498,18 @@ int dlock__cluster_redirect(dlock__conn *c, dlock__req *r, const redisReply *rep
         return dlock__node_detail(r->detail, sizeof r->detail, DLOCK_ERR_NOMEM, node,
                                   "out of memory");
     return DLOCK_OK;
+}
+
+bool dlock__cluster_owner(dlock__node *node, int slot, char *host, size_t hostlen, int *port)
+{
+    pthread_mutex_lock(&node->mu);
+    int m = node->cluster->owner[slot] - 1;
+    if (m >= 0) {
+        snprintf(host, hostlen, "%s", node->cluster->masters[m].host);
+        *port = node->cluster->masters[m].port;
+    }
+    pthread_mutex_unlock(&node->mu);
+    return m >= 0;
 }
 
 /* ---- voting ------------------------------------------------------------------------ */

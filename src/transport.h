@@ -311,6 +311,17 @@ void dlock__cluster_suspect(dlock__node *node);
  * and r is to be sent again there (*moved); an error, with why in r->detail, after too
  * many redirections. */
 int dlock__cluster_redirect(dlock__conn *c, dlock__req *r, const redisReply *reply, bool *moved);
+/* The parsers of what a cluster says (fuzz_cluster drives them): a -MOVED or -ASK
+ * reply's words ("MOVED 3999 10.0.0.2:6381"; an empty host is self's, the replying
+ * node's), false for anything else; and a CLUSTER SLOTS reply from the node at asked,
+ * taken as node's map (DLOCK_ERR_PROTOCOL for one that is not a map, or that names
+ * more masters than a map holds). */
+bool dlock__cluster_parse_redirect(const char *str, const char *self, bool *ask, int *slot,
+                                   char *host, size_t hostlen, int *port);
+int dlock__cluster_take_map(dlock__node *node, const redisReply *map, const char *asked,
+                            char *detail, size_t n);
+/* The master that owns slot in node's map: its address, or false when none does. */
+bool dlock__cluster_owner(dlock__node *node, int slot, char *host, size_t hostlen, int *port);
 /* The handshake's INFO of a cluster node's connection: the master's own voter. */
 int dlock__cluster_on_info(dlock__conn *c, const redisReply *r, char *detail, size_t n);
 /* Whether grants of c's server count at now (restart voting): its node's, or for a

@@ -27,7 +27,7 @@ case "$secs" in
   exit 64
   ;;
 esac
-all_targets=(fuzz_url fuzz_duration fuzz_reply fuzz_lock fuzz_resp)
+all_targets=(fuzz_url fuzz_cluster fuzz_duration fuzz_reply fuzz_lock fuzz_resp)
 targets=("$@")
 [ ${#targets[@]} -gt 0 ] || targets=("${all_targets[@]}")
 build=${DLOCK_FUZZ_BUILD:-build-fuzz}
