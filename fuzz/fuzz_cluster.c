@@ -64,10 +64,11 @@ static void check_map(dlock__node *node)
 static void slot_map(const uint8_t *data, size_t size)
 {
     static dlock__node_rules rules;
+    static char display[] = "redis-cluster://seed:7000";
     dlock__node node;
     memset(&node, 0, sizeof node);
     node.rules = &rules;
-    node.addr.display = "redis-cluster://seed:7000";
+    node.addr.display = display;
     pthread_mutex_init(&node.mu, NULL);
     assert(dlock__cluster_new(&node) == DLOCK_OK);
     redisReader *reader = dlock__reader_new();
