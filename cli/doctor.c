@@ -98,8 +98,9 @@ static void print_json(const cli_findings *fs, const dlock_server_facts *f, int 
                f[i].tls ? "true" : "false", f[i].tls_verified ? "true" : "false");
         printf(",\"replicas\":%" PRId64, f[i].replicas);
         if (f[i].cluster_masters > 0) {
-            printf(",\"cluster_masters\":%d,\"cluster_ok\":%d,\"cluster_state\":",
-                   f[i].cluster_masters, f[i].cluster_ok);
+            printf(",\"cluster_masters\":%d,\"cluster_masters_up\":%d,\"cluster_ok\":%d,"
+                   "\"cluster_state\":",
+                   f[i].cluster_masters, f[i].cluster_masters_up, f[i].cluster_ok);
             json_str(f[i].cluster_state);
         }
         if (f[i].sentinels > 0) {

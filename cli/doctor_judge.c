@@ -179,7 +179,13 @@ static void judge_cluster(cli_findings *fs, int i, const dlock_server_facts *f, 
             "lock call on a name in them fails (CLUSTERDOWN). Fix: bring the failed "
             "masters back, or assign their slots (redis-cli --cluster fix)",
             f->cluster_state);
-    else if (f->cluster_ok < 0)
+    if (f->cluster_masters_up < f->cluster_masters)
+        add(fs, i, false, "cluster-masters",
+            "%d of its %d masters answered: names in the silent masters' slots cannot be "
+            "locked, and their policies and persistence are not checked. Fix: make them "
+            "reachable from here",
+            f->cluster_masters_up, f->cluster_masters);
+    if (f->cluster_ok < 0)
         add(fs, i, false, "cluster-state",
             "CLUSTER INFO could not be read (an ACL?): whether every slot is served cannot "
             "be checked. Fix: allow CLUSTER INFO to the lock user");

@@ -479,11 +479,15 @@ typedef struct dlock_server_facts {
                                   a Sentinel says it cannot; -1, none could say */
     char sentinel_detail[160]; /* that Sentinel's words */
     /* A whole Redis Cluster (redis-cluster://); cluster_masters is 0 for other
-     * servers. The facts above are then those of one of its masters. */
+     * servers. The facts above are then the worst of its masters': an eviction policy
+     * or persistence off on any of them, the weakest appendfsync, the fewest replicas,
+     * the shortest uptime (the clock and version are those of one master). */
     int cluster_masters;    /* masters that serve slots in its slot map */
     int cluster_ok;         /* CLUSTER INFO's cluster_state: 1 "ok", 0 not, -1 unknown */
     char cluster_state[16]; /* its words ("ok", "fail") */
-    uint64_t spare[4];      /* zero; room for more facts */
+    int cluster_masters_up; /* of cluster_masters, how many answered INFO */
+    int spare_int;          /* zero */
+    uint64_t spare[3];      /* zero; room for more facts */
 } dlock_server_facts;
 
 /* Ask each server of c, all at once, what it says of its version, role, memory policy,

@@ -294,7 +294,13 @@ static int load_map(dlock__node *node, char *detail, size_t n)
     return rc;
 }
 
-/* The master for slot (-1: the one c is at if it is a master, else the first), into
+/* Whether c is at (or for) the master at host:port. */
+static bool at(const dlock__conn *c, const char *host, int port)
+{
+    return c->port == port && strcasecmp(c->host, host) == 0;
+}
+
+/* The master for slot (-1: the one c is at if it serves a slot, else the first), into
  * host and port; the map read first when there is none, or a redirection changed it. */
 static int target(dlock__conn *c, int slot, char *host, int *port, char *detail, size_t n)
 {
@@ -318,13 +324,10 @@ static int target(dlock__conn *c, int slot, char *host, int *port, char *detail,
         m = cl->owner[slot] - 1;
     } else {
         /* The master c is at, if it serves a slot; else the first that does. */
-        for (int s = 0; s < DLOCK_CLUSTER_SLOTS && c->host[0] != '\0'; s++) {
-            const master *o = cl->owner[s] ? &cl->masters[cl->owner[s] - 1] : NULL;
-            if (o != NULL && o->port == c->port && strcasecmp(o->host, c->host) == 0) {
-                m = cl->owner[s] - 1;
-                break;
-            }
-        }
+        for (int i = 0; i < cl->nmasters && m < 0; i++)
+            if (at(c, cl->masters[i].host, cl->masters[i].port) &&
+                memchr(cl->owner, i + 1, sizeof cl->owner) != NULL)
+                m = i;
         for (int s = 0; s < DLOCK_CLUSTER_SLOTS && m < 0; s++)
             m = cl->owner[s] - 1;
     }
@@ -360,11 +363,6 @@ static void swap(dlock__conn *a, dlock__conn *b)
     struct dlock__parked *p = a->parked;
     a->parked = b->parked;
     b->parked = p;
-}
-
-static bool at(const dlock__conn *c, const char *host, int port)
-{
-    return c->port == port && strcasecmp(c->host, host) == 0;
 }
 
 /* Point c at host:port: swap in its parked connection, or park c and start afresh. */
@@ -548,6 +546,26 @@ bool dlock__conn_votes(const dlock__conn *c, int64_t now)
 }
 
 /* ---- what the doctor asks ---------------------------------------------------------- */
+
+int dlock__cluster_masters(dlock__node *node, struct dlock__hostport *hosts, char (*names)[256],
+                           int max)
+{
+    struct dlock__cluster *cl = node->cluster;
+    int k = 0;
+    pthread_mutex_lock(&node->mu);
+    for (int i = 0; i < cl->nmasters && k < max; i++) {
+        bool owns = false;
+        for (int s = 0; s < DLOCK_CLUSTER_SLOTS && !owns; s++)
+            owns = cl->owner[s] == i + 1;
+        if (!owns)
+            continue;
+        snprintf(names[k], sizeof names[k], "%s", cl->masters[i].host);
+        hosts[k] = (struct dlock__hostport){names[k], cl->masters[i].port};
+        k++;
+    }
+    pthread_mutex_unlock(&node->mu);
+    return k;
+}
 
 int dlock__cluster_state(dlock__node *node, char *state, size_t statelen, int *masters,
                          char *detail, size_t n)

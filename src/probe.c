@@ -3,6 +3,9 @@
  * judges (eviction policy, persistence, role, version, clock, and for a master behind
  * Sentinels, whether they can fail it over).
  *
+ * For a whole Redis Cluster, every master that serves slots is asked INFO and CONFIG
+ * too (through ask.c), and the worst answer of each fact stands for the cluster.
+ *
  * Three kinds of question, each sent to every server at once through the transport:
  * INFO (its default sections hold the version, role, memory policy, AOF and cluster
  * state), CONFIG GET appendfsync (not in INFO; managed services often refuse CONFIG,
@@ -87,6 +90,74 @@ static void take_fsync(const redisReply *r, dlock_server_facts *f)
     if (r->type == REDIS_REPLY_ARRAY && r->elements == 2 &&
         r->element[1]->type == REDIS_REPLY_STRING)
         snprintf(f->appendfsync, sizeof f->appendfsync, "%s", r->element[1]->str);
+}
+
+/* How strongly appendfsync makes writes durable: always 2, everysec 1, no 0; -1 not
+ * known. */
+static int fsync_rank(const char *v)
+{
+    return strcmp(v, "always") == 0     ? 2
+           : strcmp(v, "everysec") == 0 ? 1
+           : strcmp(v, "no") == 0       ? 0
+                                        : -1;
+}
+
+/* A cluster's masters, each asked INFO and CONFIG GET appendfsync at once, folded into
+ * f: the worst of each fact, so that one master's risk (an evicting policy, persistence
+ * off) is not hidden behind the health of the master the client's connection is at. */
+static void take_masters(dlock__node *node, dlock_server_facts *f)
+{
+    struct dlock__hostport hosts[DLOCK_ASK_MAX];
+    char names[DLOCK_ASK_MAX][256];
+    int k = dlock__cluster_masters(node, hosts, names, DLOCK_ASK_MAX);
+    char *pass = node->addr.password ? node->addr.password : node->rules->password;
+    static const char *info_argv[] = {"INFO"}, *fsync_argv[] = {"CONFIG", "GET", "appendfsync"};
+    for (int q = 0; q < 2; q++) {
+        dlock__ask ask;
+        char detail[300];
+        dlock__ask_spec spec = {.from = node,
+                                .hosts = hosts,
+                                .k = k,
+                                .what = "master",
+                                .user = node->addr.user,
+                                .password = pass,
+                                .tls_name = node->tls_name,
+                                .argc = q == 0 ? 1 : 3,
+                                .argv = q == 0 ? info_argv : fsync_argv};
+        if (dlock__ask_run(&ask, &spec, detail, sizeof detail) == DLOCK_OK) {
+            for (int i = 0; i < ask.k; i++) {
+                if (ask.reqs[i].err != DLOCK_OK)
+                    continue;
+                dlock_server_facts g;
+                memset(&g, 0, sizeof g);
+                g.aof = -1;
+                g.maxmemory = g.uptime_s = g.replicas = -1;
+                if (q == 0) {
+                    f->cluster_masters_up++;
+                    take_info(ask.reqs[i].reply, &g);
+                } else {
+                    take_fsync(ask.reqs[i].reply, &g);
+                }
+                bool evicts =
+                    g.maxmemory_policy[0] != '\0' && strcmp(g.maxmemory_policy, "noeviction") != 0;
+                if (evicts && (f->maxmemory_policy[0] == '\0' ||
+                               strcmp(f->maxmemory_policy, "noeviction") == 0)) {
+                    memcpy(f->maxmemory_policy, g.maxmemory_policy, sizeof f->maxmemory_policy);
+                    f->maxmemory = g.maxmemory;
+                }
+                if (g.aof == 0)
+                    f->aof = 0;
+                int rank = fsync_rank(g.appendfsync), had = fsync_rank(f->appendfsync);
+                if (rank >= 0 && (had < 0 || rank < had))
+                    memcpy(f->appendfsync, g.appendfsync, sizeof f->appendfsync);
+                if (g.replicas >= 0 && (f->replicas < 0 || g.replicas < f->replicas))
+                    f->replicas = g.replicas;
+                if (g.uptime_s >= 0 && (f->uptime_s < 0 || g.uptime_s < f->uptime_s))
+                    f->uptime_s = g.uptime_s;
+            }
+        }
+        dlock__ask_end(&ask);
+    }
 }
 
 /* TIME's reply in microseconds, or -1. */
@@ -188,10 +259,13 @@ int dlock_probe(dlock_client *c, dlock_server_facts *out, int n)
     for (int i = 0; i < c->n; i++) {
         char detail[300];
         dlock_server_facts *f = &out[i];
-        if (c->nodes[i].cluster != NULL &&
-            dlock__cluster_state(&c->nodes[i], f->cluster_state, sizeof f->cluster_state,
+        if (c->nodes[i].cluster == NULL)
+            continue;
+        if (dlock__cluster_state(&c->nodes[i], f->cluster_state, sizeof f->cluster_state,
                                  &f->cluster_masters, detail, sizeof detail) == DLOCK_OK)
             f->cluster_ok = strcmp(f->cluster_state, "ok") == 0;
+        if (f->error == DLOCK_OK)
+            take_masters(&c->nodes[i], f);
     }
 
     for (int i = 0; i < c->n; i++)

@@ -330,6 +330,10 @@ bool dlock__conn_votes(const dlock__conn *c, int64_t now);
 /* Free the connections parked beside c (forget: a forked child's copies, as
  * dlock__conn_forget). */
 void dlock__cluster_parked_free(dlock__conn *c, bool forget);
+/* The masters that serve slots in node's map, at most max: their addresses in hosts,
+ * each host's name copied into names[i] (hosts[i].host points there). */
+int dlock__cluster_masters(dlock__node *node, struct dlock__hostport *hosts, char (*names)[256],
+                           int max);
 /* What the cluster says of itself for dlock doctor: CLUSTER INFO's cluster_state and
  * the masters in the map. */
 int dlock__cluster_state(dlock__node *node, char *state, size_t statelen, int *masters,

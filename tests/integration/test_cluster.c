@@ -10,7 +10,8 @@
  * fence is higher; a seed that is not a cluster node, a wrong password, no seed
  * reachable; and the doctor's view of a healthy cluster and of one that lost a master.
  * Over TLS (rediss-cluster://, the cluster bus on TLS too): every master verified, and
- * a wrong CA refused.
+ * a wrong CA refused. A failover: a master killed, its replica promoted by the cluster,
+ * and a waiting client served by it.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -318,8 +319,26 @@ static void test_doctor(void **state)
     assert_int_equal(f.error, DLOCK_OK);
     assert_int_equal(f.cluster, 1);
     assert_int_equal(f.cluster_masters, NMASTERS);
+    assert_int_equal(f.cluster_masters_up, NMASTERS);
     assert_int_equal(f.cluster_ok, 1);
     assert_string_equal(f.cluster_state, "ok");
+    assert_string_equal(f.maxmemory_policy, "noeviction");
+    assert_int_equal(f.aof, 0);
+
+    /* Every master is asked: one that can evict is the cluster's risk, whichever
+     * master the client's connection is at. */
+    for (int k = 0; k < NMASTERS; k++) {
+        assert_int_equal(
+            dh_reply_status(dh_cmd(&cl.node[k], "CONFIG SET maxmemory-policy %s", "allkeys-lru"),
+                            "CONFIG SET"),
+            0);
+        assert_int_equal(dlock_probe(c, &f, 1), DLOCK_OK);
+        assert_string_equal(f.maxmemory_policy, "allkeys-lru");
+        assert_int_equal(
+            dh_reply_status(dh_cmd(&cl.node[k], "CONFIG SET maxmemory-policy %s", "noeviction"),
+                            "CONFIG SET"),
+            0);
+    }
 
     /* A master down: once the others see it failed, the cluster says so, and a name
      * on a live master is refused too (full coverage is required by default). */
@@ -331,6 +350,7 @@ static void test_doctor(void **state)
     } while (f.cluster_ok != 0 && dh_now_ms() < until);
     assert_int_equal(f.cluster_ok, 0);
     assert_string_equal(f.cluster_state, "fail");
+    assert_int_equal(f.cluster_masters_up, NMASTERS - 1);
     dlock_lock *l = NULL;
     dlock_opts o = {.ttl_ms = 1000};
     char name[32];
@@ -416,8 +436,82 @@ static void test_tls(void **state)
     dlock_client_free(c);
 }
 
+/* ---- a failover ----------------------------------------------------------------- */
+
+static dh_cluster fo_cl;
+
+/* Three masters, the first with a replica (node 3). */
+static int failover_setup(void **state)
+{
+    (void)state;
+    assert_int_equal(dh_cluster_start_replicas(&fo_cl, NMASTERS, 1, NULL), 0);
+    return 0;
+}
+
+static int failover_teardown(void **state)
+{
+    (void)state;
+    dh_cluster_stop(&fo_cl);
+    return 0;
+}
+
+/* A master dies and the cluster promotes its replica: a client that asks for a name
+ * of its slots gets it from the replica once the promotion is done (its failed calls
+ * made it read the map again), and the name's fence, replicated before, goes on
+ * rising. */
+static void test_failover(void **state)
+{
+    (void)state;
+    char seed[256], name[32], key[128];
+    dh_cluster_url(&fo_cl, 1, seed, sizeof seed);
+    dlock_config cfg;
+    it_config_init(&cfg);
+    dlock_client *c = it_client_cfg(seed, &cfg);
+    for (int i = 0;; i++) {
+        snprintf(name, sizeof name, "failover-%d", i);
+        it_key(key, sizeof key, name);
+        if (dh_cluster_owner(&fo_cl, dh_cluster_keyslot(&fo_cl, key)) == 0)
+            break;
+    }
+    dlock_lock *l = it_acquire(c, name, 10000);
+    uint64_t first = dlock_fence(l);
+    assert_int_equal(dlock_release(l), DLOCK_OK);
+    /* The fence counter on the replica before the master goes. */
+    long long acked = -1;
+    assert_int_equal(
+        dh_reply_integer(dh_cmd(&fo_cl.node[0], "WAIT 1 %lld", 5000 * dh_slack()), "WAIT", &acked),
+        0);
+    assert_int_equal(acked, 1);
+
+    /* Until the replica is promoted, a call fails as for any server that is down (a
+     * waiting acquire gives up once the outage outlasts the connect timeout); the
+     * caller tries again, and the first call after the promotion is served. */
+    dh_server_kill(&fo_cl.node[0]);
+    int64_t t0 = dh_now_ms(), until = t0 + 60000 * dh_slack();
+    dlock_opts o = {.ttl_ms = 10000, .wait_ms = 500};
+    int rc;
+    while ((rc = dlock_acquire(c, name, &o, &l)) != DLOCK_OK && dh_now_ms() < until) {
+        if (rc != DLOCK_ERR_IO && rc != DLOCK_ERR_UNAVAILABLE && rc != DLOCK_ERR_TIMEOUT)
+            fail_msg("during the failover: %s: %s", dlock_errname(rc), dlock_errmsg());
+        dh_sleep_ms(100);
+    }
+    if (rc != DLOCK_OK)
+        fprintf(stderr, "acquire after the failover: %s\n", dlock_errmsg());
+    assert_int_equal(rc, DLOCK_OK);
+    printf("FIG cluster_failover_acquire_ms %lld (master killed to lock granted)\n",
+           (long long)(dh_now_ms() - t0));
+    assert_true(dlock_fence(l) > first);
+    assert_int_equal(dh_cluster_failed_over(&fo_cl, 0, 3), 0);
+    it_expect_holder(&fo_cl.node[3], name, dlock_token(l));
+    assert_int_equal(dlock_release(l), DLOCK_OK);
+    dlock_client_free(c);
+}
+
 int main(void)
 {
+    const struct CMUnitTest failover_tests[] = {
+        cmocka_unit_test(test_failover),
+    };
     const struct CMUnitTest tls_tests[] = {
         cmocka_unit_test(test_tls),
     };
@@ -430,5 +524,7 @@ int main(void)
         cmocka_unit_test(test_doctor),
     };
     return cmocka_run_group_tests_name("cluster", tests, setup, teardown) +
-           cmocka_run_group_tests_name("cluster_tls", tls_tests, tls_setup, tls_teardown);
+           cmocka_run_group_tests_name("cluster_tls", tls_tests, tls_setup, tls_teardown) +
+           cmocka_run_group_tests_name("cluster_failover", failover_tests, failover_setup,
+                                       failover_teardown);
 }

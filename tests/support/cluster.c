@@ -185,6 +185,15 @@ static bool node_agrees(dh_cluster *cl, int i, char *why, size_t len)
             ok = false;
         }
     }
+    /* A replica has its master's data: a failover would promote a copy. */
+    if (ok && cl->replica_of[i] >= 0) {
+        r = dh_cmd(&cl->node[i], "INFO replication");
+        ok = r != NULL && r->type == REDIS_REPLY_STRING &&
+             strstr(r->str, "master_link_status:up") != NULL;
+        if (!ok)
+            snprintf(why, len, "node %d: not replicating node %d yet", i, cl->replica_of[i]);
+        freeReplyObject(r);
+    }
     return ok;
 }
 
@@ -196,7 +205,8 @@ int dh_cluster_wait(dh_cluster *cl)
     for (;;) {
         bool all = true;
         for (int i = 0; all && i < cl->n; i++)
-            all = node_agrees(cl, i, why, sizeof why);
+            all = cl->node[i].pid == 0 ||
+                  node_agrees(cl, i, why, sizeof why); /* a stopped one: no view */
         if (all)
             return 0;
         if (dh_now_ms() > deadline) {
@@ -226,13 +236,17 @@ static int form(dh_cluster *cl)
         memcpy(cl->id[i], r->str, 40);
         cl->id[i][40] = '\0';
         freeReplyObject(r);
-        int first = i * DH_CLUSTER_SLOTS / cl->n, last = (i + 1) * DH_CLUSTER_SLOTS / cl->n - 1;
+        if (node_ok(cl, i, "CLUSTER SET-CONFIG-EPOCH",
+                    dh_cmd(&cl->node[i], "CLUSTER SET-CONFIG-EPOCH %d", i + 1)) < 0)
+            return -1;
+        if (cl->replica_of[i] >= 0)
+            continue;
+        int first = i * DH_CLUSTER_SLOTS / cl->masters,
+            last = (i + 1) * DH_CLUSTER_SLOTS / cl->masters - 1;
         for (int s = first; s <= last; s++)
             cl->owner[s] = (int8_t)i;
         if (node_ok(cl, i, "CLUSTER ADDSLOTSRANGE",
-                    dh_cmd(&cl->node[i], "CLUSTER ADDSLOTSRANGE %d %d", first, last)) < 0 ||
-            node_ok(cl, i, "CLUSTER SET-CONFIG-EPOCH",
-                    dh_cmd(&cl->node[i], "CLUSTER SET-CONFIG-EPOCH %d", i + 1)) < 0)
+                    dh_cmd(&cl->node[i], "CLUSTER ADDSLOTSRANGE %d %d", first, last)) < 0)
             return -1;
     }
     /* Every pair meets, rather than all meeting node 0 and learning of each other by
@@ -246,16 +260,45 @@ static int form(dh_cluster *cl)
                 return -1;
         }
     }
+    /* A replica names its master once the handshake has made it known ("Unknown
+     * node" until then). */
+    for (int i = 0; i < cl->n; i++) {
+        if (cl->replica_of[i] < 0)
+            continue;
+        int64_t deadline = dh_now_ms() + SETTLE_MS * dh_slack();
+        for (;;) {
+            redisReply *r = dh_cmd(&cl->node[i], "CLUSTER REPLICATE %s", cl->id[cl->replica_of[i]]);
+            if ((r != NULL && r->type == REDIS_REPLY_STATUS) || dh_now_ms() > deadline) {
+                if (node_ok(cl, i, "CLUSTER REPLICATE", r) < 0)
+                    return -1;
+                break;
+            }
+            freeReplyObject(r);
+            dh_sleep_ms(POLL_MS);
+        }
+    }
     return 0;
 }
 
 int dh_cluster_start(dh_cluster *cl, int n, const dh_server_opts *o)
 {
+    return dh_cluster_start_replicas(cl, n, 0, o);
+}
+
+int dh_cluster_start_replicas(dh_cluster *cl, int masters, int replicas, const dh_server_opts *o)
+{
     memset(cl, 0, sizeof *cl);
-    if (n < 1 || n > DH_CLUSTER_MAX) {
-        fprintf(stderr, "dh: FATAL: cluster: %d masters; 1 to %d can be had\n", n, DH_CLUSTER_MAX);
+    int n = masters + replicas;
+    if (masters < 1 || replicas < 0 || replicas > masters || n > DH_CLUSTER_MAX) {
+        fprintf(stderr,
+                "dh: FATAL: cluster: %d masters and %d replicas; at most %d nodes, a replica "
+                "for a master at most\n",
+                masters, replicas, DH_CLUSTER_MAX);
         return -1;
     }
+    cl->masters = masters;
+    for (int i = 0; i < DH_CLUSTER_MAX; i++)
+        cl->replica_of[i] = i >= masters && i < n ? i - masters : -1;
     dh_server_opts defaults = {0};
     if (o == NULL)
         o = &defaults;
@@ -282,6 +325,21 @@ void dh_cluster_stop(dh_cluster *cl)
 {
     dh_servers_stop(cl->node, cl->n);
     cl->n = 0;
+}
+
+int dh_cluster_failed_over(dh_cluster *cl, int master, int replica)
+{
+    if (master < 0 || master >= cl->n || replica < 0 || replica >= cl->n ||
+        cl->replica_of[replica] != master) {
+        fprintf(stderr, "dh: cluster: node %d is not a replica of node %d\n", replica, master);
+        return -1;
+    }
+    for (int s = 0; s < DH_CLUSTER_SLOTS; s++)
+        if (cl->owner[s] == master)
+            cl->owner[s] = (int8_t)replica;
+    cl->replica_of[replica] = -1;
+    cl->replica_of[master] = replica; /* if it comes back, it comes back as a replica */
+    return dh_cluster_wait(cl);
 }
 
 int dh_cluster_owner(const dh_cluster *cl, int slot)
@@ -437,7 +495,8 @@ int dh_cluster_migrate_finish(dh_cluster *cl, int slot, int from, int to)
     if (assign(cl, to, slot, to) < 0 || assign(cl, from, slot, to) < 0)
         return -1;
     for (int i = 0; i < cl->n; i++)
-        if (i != from && i != to && assign(cl, i, slot, to) < 0)
+        if (i != from && i != to && cl->replica_of[i] < 0 && cl->node[i].pid != 0 &&
+            assign(cl, i, slot, to) < 0)
             return -1;
     cl->owner[slot] = (int8_t)to;
     return dh_cluster_wait(cl);

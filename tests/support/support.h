@@ -199,6 +199,8 @@ typedef struct dh_cluster {
                                        kill and restart work on it */
     char id[DH_CLUSTER_MAX][41];    /* CLUSTER MYID of each */
     int bus_port[DH_CLUSTER_MAX];   /* each one's cluster bus (cluster-port) */
+    int masters;                    /* node[0..masters) were started as masters */
+    int replica_of[DH_CLUSTER_MAX]; /* the node each replica copies; -1: a master */
     /* The node index owning each slot, as the fixture assigned it (start, migrations)
      * and every node's CLUSTER SLOTS last confirmed. */
     int8_t owner[DH_CLUSTER_SLOTS];
@@ -221,6 +223,14 @@ typedef struct dh_cluster {
  * and "tls-client-key-file PATH" (else they offer their server certificate, which the
  * others refuse unless it is fit for clientAuth too, and never meet). */
 int dh_cluster_start(dh_cluster *cl, int n, const dh_server_opts *o);
+/* The same with a replica for each of the first `replicas` masters: node masters + i
+ * copies node i (CLUSTER REPLICATE), and the start waits until each replica's link to
+ * its master is up, so that a failover has a copy to promote. */
+int dh_cluster_start_replicas(dh_cluster *cl, int masters, int replicas, const dh_server_opts *o);
+/* After a test stopped `master` (dh_server_kill): wait until its replica has taken its
+ * slots on every running node (the cluster's own failover, within its node timeout
+ * and an election), and record it as their owner. 0, or -1 after printing why. */
+int dh_cluster_failed_over(dh_cluster *cl, int master, int replica);
 /* Stop every node (dh_servers_stop) and remove its directory. Safe twice. */
 void dh_cluster_stop(dh_cluster *cl);
 

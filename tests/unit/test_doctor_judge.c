@@ -267,6 +267,34 @@ static void sentinel(void **state)
     assert_int_equal(fs.n, 0);
 }
 
+/* A whole Redis Cluster of three masters, all answering, every slot served. */
+static void whole_cluster(void **state)
+{
+    (void)state;
+    dlock_server_facts f[3] = {healthy(0), healthy(1), healthy(2)};
+    snprintf(f[0].server, sizeof f[0].server, "redis-cluster://n1:7000");
+    f[0].cluster = 1;
+    f[0].cluster_masters = f[0].cluster_masters_up = 3;
+    f[0].cluster_ok = 1;
+    strcpy(f[0].cluster_state, "ok");
+    /* Named as a cluster, a cluster node is no mistake; its failover is a risk alone. */
+    cli_doctor_judge(f, 1, TTL_MS, &fs);
+    expect_one("failover", true, "Redis Cluster", "dlock_fenced_set");
+    /* A master down, slots unserved: notes (availability), not risks. */
+    f[0].cluster_masters_up = 2;
+    f[0].cluster_ok = 0;
+    strcpy(f[0].cluster_state, "fail");
+    cli_doctor_judge(f, 3, TTL_MS, &fs);
+    assert_int_equal(fs.risks, 0);
+    const cli_finding *x = find("cluster-state");
+    assert_non_null(x);
+    assert_non_null(strstr(x->text, "cluster_state is fail"));
+    x = find("cluster-masters");
+    assert_non_null(x);
+    assert_non_null(strstr(x->text, "2 of its 3 masters answered"));
+    assert_null(find("cluster"));
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -274,7 +302,7 @@ int main(void)
         cmocka_unit_test(eviction),        cmocka_unit_test(persistence_depends_on_n),
         cmocka_unit_test(versions),        cmocka_unit_test(replica_and_cluster_node),
         cmocka_unit_test(unverified_tls),  cmocka_unit_test(clocks),
-        cmocka_unit_test(sentinel),
+        cmocka_unit_test(sentinel),        cmocka_unit_test(whole_cluster),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
