@@ -4,9 +4,8 @@
  *
  * All of a lock's keys share the hash tag {name} (scripts.c), so every script call
  * has one slot and one master answers it: in the vote the cluster is one server, as
- * available as the master that owns the name's slot. (A failover in the cluster is
- * what a Sentinel failover is: asynchronous replication may lose a lock; the fence
- * protects the resource, and docs/guarantees.md says what restart voting does.)
+ * available as the master of the name's slot, and its failover risks what a Sentinel
+ * failover does (asynchronous replication; docs/guarantees.md).
  *
  * The slot map is asked of the seeds and the masters known so far at once (CLUSTER
  * SLOTS, through ask.c) when the client has none, and again before the next request
@@ -14,11 +13,10 @@
  * have given its slots to a replica). The first complete answer is taken.
  *
  * Routing: a request carries its keys' slot (script_call.c). Before a round sends it
- * (fanout.c), the node's connection in the round's connset is pointed at the owner
- * of the slot: the connections to the other masters stay parked beside it and are
- * swapped in by value, so a client that locks names all over the cluster keeps one
- * connection per master rather than reconnecting per name. A request without keys
- * (INFO for the doctor, the wake-up channel's SUBSCRIBE) takes the master the
+ * (fanout.c), the node's connection is pointed at the slot's owner: the connections
+ * to the other masters stay parked beside it and are swapped in by value, so a client
+ * keeps one connection per master rather than reconnecting per name. A request
+ * without keys (the doctor's, the wake-up channel's SUBSCRIBE) takes the master the
  * connection is at: a cluster's pub/sub messages reach every node.
  *
  * Redirections, within the round and its deadline:
@@ -294,6 +292,12 @@ static int load_map(dlock__node *node, char *detail, size_t n)
     return rc;
 }
 
+/* Whether master i of the map serves a slot (with the node's mu held). */
+static bool serves(const struct dlock__cluster *cl, int i)
+{
+    return memchr(cl->owner, i + 1, sizeof cl->owner) != NULL;
+}
+
 /* Whether c is at (or for) the master at host:port. */
 static bool at(const dlock__conn *c, const char *host, int port)
 {
@@ -325,8 +329,7 @@ static int target(dlock__conn *c, int slot, char *host, int *port, char *detail,
     } else {
         /* The master c is at, if it serves a slot; else the first that does. */
         for (int i = 0; i < cl->nmasters && m < 0; i++)
-            if (at(c, cl->masters[i].host, cl->masters[i].port) &&
-                memchr(cl->owner, i + 1, sizeof cl->owner) != NULL)
+            if (at(c, cl->masters[i].host, cl->masters[i].port) && serves(cl, i))
                 m = i;
         for (int s = 0; s < DLOCK_CLUSTER_SLOTS && m < 0; s++)
             m = cl->owner[s] - 1;
@@ -416,26 +419,25 @@ void dlock__cluster_parked_free(dlock__conn *c, bool forget)
 
 /* ---- routing ----------------------------------------------------------------------- */
 
-int dlock__cluster_route(dlock__conn *c, const dlock__req *r, char *detail, size_t n)
+/* Point c at the master for slot (-1: see target). */
+static int point(dlock__conn *c, int slot, char *detail, size_t n)
 {
     char host[256];
-    int port;
-    int rc = target(c, r->keyed ? r->slot : -1, host, &port, detail, n);
+    int port = 0;
+    int rc = target(c, slot, host, &port, detail, n);
     if (rc == DLOCK_OK && (rc = switch_to(c, host, port)) != DLOCK_OK)
         dlock__node_detail(detail, n, rc, c->node, "out of memory");
     return rc;
 }
 
+int dlock__cluster_route(dlock__conn *c, const dlock__req *r, char *detail, size_t n)
+{
+    return point(c, r->keyed ? r->slot : -1, detail, n);
+}
+
 int dlock__cluster_pick(dlock__conn *c, char *detail, size_t n)
 {
-    char host[256];
-    int port;
-    int rc = target(c, -1, host, &port, detail, n);
-    if (rc == DLOCK_OK) {
-        snprintf(c->host, sizeof c->host, "%s", host);
-        c->port = port;
-    }
-    return rc;
+    return point(c, -1, detail, n);
 }
 
 bool dlock__cluster_parse_redirect(const char *str, const char *self, bool *ask, int *slot,
@@ -554,10 +556,7 @@ int dlock__cluster_masters(dlock__node *node, struct dlock__hostport *hosts, cha
     int k = 0;
     pthread_mutex_lock(&node->mu);
     for (int i = 0; i < cl->nmasters && k < max; i++) {
-        bool owns = false;
-        for (int s = 0; s < DLOCK_CLUSTER_SLOTS && !owns; s++)
-            owns = cl->owner[s] == i + 1;
-        if (!owns)
+        if (!serves(cl, i))
             continue;
         snprintf(names[k], sizeof names[k], "%s", cl->masters[i].host);
         hosts[k] = (struct dlock__hostport){names[k], cl->masters[i].port};
@@ -575,14 +574,9 @@ int dlock__cluster_state(dlock__node *node, char *state, size_t statelen, int *m
     int rc = dlock__cluster_pick(&c, detail, n);
     state[0] = '\0';
     pthread_mutex_lock(&node->mu);
-    int k = 0;
-    for (int i = 0; i < node->cluster->nmasters; i++) {
-        bool owns = false;
-        for (int s = 0; s < DLOCK_CLUSTER_SLOTS && !owns; s++)
-            owns = node->cluster->owner[s] == i + 1;
-        k += owns;
-    }
-    *masters = k;
+    *masters = 0;
+    for (int i = 0; i < node->cluster->nmasters; i++)
+        *masters += serves(node->cluster, i);
     pthread_mutex_unlock(&node->mu);
     if (rc == DLOCK_OK) {
         dlock__req req = {.await = true};
