@@ -217,24 +217,18 @@ int dlock__cluster_take_map(dlock__node *node, const redisReply *map, const char
     return rc;
 }
 
-/* Read the map: ask the known masters (up to half the places) and the seeds at once. */
+/* Read the map: ask the masters that serve slots (up to half the places) and the seeds
+ * at once. */
 static int load_map(dlock__node *node, char *detail, size_t n)
 {
     const dlock__addr *a = &node->addr;
-    struct dlock__cluster *cl = node->cluster;
     struct dlock__hostport hosts[DLOCK_ASK_MAX];
     char names[DLOCK_ASK_MAX / 2][256];
-    int k = 0;
-    pthread_mutex_lock(&node->mu);
-    for (int i = 0; i < cl->nmasters && k < DLOCK_ASK_MAX / 2; i++) {
-        snprintf(names[k], sizeof names[k], "%s", cl->masters[i].host);
-        hosts[k] = (struct dlock__hostport){names[k], cl->masters[i].port};
-        k++;
-    }
-    pthread_mutex_unlock(&node->mu);
+    int k = dlock__cluster_masters(node, hosts, names, DLOCK_ASK_MAX / 2);
+    if (k > DLOCK_ASK_MAX / 2)
+        k = DLOCK_ASK_MAX / 2;
     for (int i = 0; i < a->nhosts && k < DLOCK_ASK_MAX; i++)
         hosts[k++] = a->hosts[i];
-    const dlock__node_rules *rules = node->rules;
     dlock__ask ask;
     dlock__ask_spec spec = {
         .from = node,
@@ -242,7 +236,7 @@ static int load_map(dlock__node *node, char *detail, size_t n)
         .k = k,
         .what = "cluster node",
         .user = a->user,
-        .password = a->password ? a->password : rules->password,
+        .password = dlock__node_password(node),
         .tls_name = node->tls_name,
         .argc = 2,
         .argv = (const char *[]){"CLUSTER", "SLOTS"},
@@ -547,7 +541,7 @@ bool dlock__conn_votes(const dlock__conn *c, int64_t now)
     return v;
 }
 
-/* ---- what the doctor asks ---------------------------------------------------------- */
+/* ---- the masters, for the doctor and the map ---------------------------------------- */
 
 int dlock__cluster_masters(dlock__node *node, struct dlock__hostport *hosts, char (*names)[256],
                            int max)
@@ -555,46 +549,15 @@ int dlock__cluster_masters(dlock__node *node, struct dlock__hostport *hosts, cha
     struct dlock__cluster *cl = node->cluster;
     int k = 0;
     pthread_mutex_lock(&node->mu);
-    for (int i = 0; i < cl->nmasters && k < max; i++) {
+    for (int i = 0; i < cl->nmasters; i++) {
         if (!serves(cl, i))
             continue;
-        snprintf(names[k], sizeof names[k], "%s", cl->masters[i].host);
-        hosts[k] = (struct dlock__hostport){names[k], cl->masters[i].port};
+        if (k < max) {
+            snprintf(names[k], sizeof names[k], "%s", cl->masters[i].host);
+            hosts[k] = (struct dlock__hostport){names[k], cl->masters[i].port};
+        }
         k++;
     }
     pthread_mutex_unlock(&node->mu);
     return k;
-}
-
-int dlock__cluster_state(dlock__node *node, char *state, size_t statelen, int *masters,
-                         char *detail, size_t n)
-{
-    dlock__conn c;
-    dlock__conn_init(&c, node);
-    int rc = dlock__cluster_pick(&c, detail, n);
-    state[0] = '\0';
-    pthread_mutex_lock(&node->mu);
-    *masters = 0;
-    for (int i = 0; i < node->cluster->nmasters; i++)
-        *masters += serves(node->cluster, i);
-    pthread_mutex_unlock(&node->mu);
-    if (rc == DLOCK_OK) {
-        dlock__req req = {.await = true};
-        req.cmd = "*2\r\n$7\r\nCLUSTER\r\n$4\r\nINFO\r\n";
-        req.cmdlen = strlen(req.cmd);
-        dlock__fanout(&c, &req, 1);
-        if (req.err != DLOCK_OK) {
-            rc = req.err;
-            snprintf(detail, n, "%s", req.detail);
-        } else if (req.reply->type != REDIS_REPLY_STRING) {
-            rc = dlock__node_detail(detail, n, DLOCK_ERR_PROTOCOL, node,
-                                    "CLUSTER INFO: not a report");
-        } else if (!dlock__info_field(req.reply, "cluster_state", state, statelen)) {
-            rc = dlock__node_detail(detail, n, DLOCK_ERR_PROTOCOL, node,
-                                    "CLUSTER INFO: no cluster_state");
-        }
-        freeReplyObject(req.reply);
-    }
-    dlock__conn_free(&c);
-    return rc;
 }

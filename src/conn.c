@@ -252,7 +252,7 @@ int dlock__conn_open(dlock__conn *c, char *detail, size_t n)
     c->connect_deadline_us = dlock__now_us() + rules->connect_timeout_us + rules->timeout_us;
     int rc = start_connect(c, detail, n);
     if (rc == DLOCK_OK) {
-        const char *pass = a->password ? a->password : rules->password;
+        const char *pass = dlock__node_password(c->node);
         if (pass != NULL && a->user != NULL)
             rc = queue_handshake(c, HS_AUTH, 3, (const char *[]){"AUTH", a->user, pass});
         else if (pass != NULL)

@@ -151,6 +151,11 @@ int dlock__node_on_info_of(dlock__node *node, dlock__voter *v, bool promoted, co
     return DLOCK_OK;
 }
 
+char *dlock__node_password(const dlock__node *node)
+{
+    return node->addr.password ? node->addr.password : node->rules->password;
+}
+
 int64_t dlock__rules_max_lease_ms(const dlock__node_rules *r)
 {
     if (r->max_lease_ms > 0)

@@ -92,6 +92,25 @@ static void take_fsync(const redisReply *r, dlock_server_facts *f)
         snprintf(f->appendfsync, sizeof f->appendfsync, "%s", r->element[1]->str);
 }
 
+/* A cluster's cluster_state (CLUSTER INFO), asked of any master that serves slots (a
+ * request without keys is routed so): DLOCK_OK with it in state, or why not. */
+static int cluster_state(dlock__node *node, char *state, size_t statelen)
+{
+    dlock__conn c;
+    dlock__conn_init(&c, node);
+    dlock__req req = {.await = true};
+    req.cmd = "*2\r\n$7\r\nCLUSTER\r\n$4\r\nINFO\r\n";
+    req.cmdlen = strlen(req.cmd);
+    dlock__fanout(&c, &req, 1);
+    int rc = req.err;
+    if (rc == DLOCK_OK && (req.reply->type != REDIS_REPLY_STRING ||
+                           !dlock__info_field(req.reply, "cluster_state", state, statelen)))
+        rc = DLOCK_ERR_PROTOCOL;
+    freeReplyObject(req.reply);
+    dlock__conn_free(&c);
+    return rc;
+}
+
 /* How strongly appendfsync makes writes durable: always 2, everysec 1, no 0; -1 not
  * known. */
 static int fsync_rank(const char *v)
@@ -109,8 +128,10 @@ static void take_masters(dlock__node *node, dlock_server_facts *f)
 {
     struct dlock__hostport hosts[DLOCK_ASK_MAX];
     char names[DLOCK_ASK_MAX][256];
-    int k = dlock__cluster_masters(node, hosts, names, DLOCK_ASK_MAX);
-    char *pass = node->addr.password ? node->addr.password : node->rules->password;
+    f->cluster_masters = dlock__cluster_masters(node, hosts, names, DLOCK_ASK_MAX);
+    int k = f->cluster_masters < DLOCK_ASK_MAX ? f->cluster_masters : DLOCK_ASK_MAX;
+    if (f->error != DLOCK_OK)
+        return;
     static const char *info_argv[] = {"INFO"}, *fsync_argv[] = {"CONFIG", "GET", "appendfsync"};
     for (int q = 0; q < 2; q++) {
         dlock__ask ask;
@@ -120,7 +141,7 @@ static void take_masters(dlock__node *node, dlock_server_facts *f)
                                 .k = k,
                                 .what = "master",
                                 .user = node->addr.user,
-                                .password = pass,
+                                .password = dlock__node_password(node),
                                 .tls_name = node->tls_name,
                                 .argc = q == 0 ? 1 : 3,
                                 .argv = q == 0 ? info_argv : fsync_argv};
@@ -257,15 +278,12 @@ int dlock_probe(dlock_client *c, dlock_server_facts *out, int n)
     /* A cluster: how many masters its map has, and whether it says it serves every
      * slot. */
     for (int i = 0; i < c->n; i++) {
-        char detail[300];
         dlock_server_facts *f = &out[i];
         if (c->nodes[i].cluster == NULL)
             continue;
-        if (dlock__cluster_state(&c->nodes[i], f->cluster_state, sizeof f->cluster_state,
-                                 &f->cluster_masters, detail, sizeof detail) == DLOCK_OK)
+        if (cluster_state(&c->nodes[i], f->cluster_state, sizeof f->cluster_state) == DLOCK_OK)
             f->cluster_ok = strcmp(f->cluster_state, "ok") == 0;
-        if (f->error == DLOCK_OK)
-            take_masters(&c->nodes[i], f);
+        take_masters(&c->nodes[i], f);
     }
 
     for (int i = 0; i < c->n; i++)

@@ -83,6 +83,8 @@ int dlock__node_on_info_of(dlock__node *node, dlock__voter *v, bool promoted, co
 /* Copy the value of "field:" from an INFO reply (a string) into out, at most n - 1
  * bytes; false when the reply has no such field. */
 bool dlock__info_field(const redisReply *r, const char *field, char *out, size_t n);
+/* The password node's connections give: its URL's, else the client's (NULL: none). */
+char *dlock__node_password(const dlock__node *node);
 /* The longest lease restart voting must wait out. */
 int64_t dlock__rules_max_lease_ms(const dlock__node_rules *r);
 /* Record a ttl the client used. */
@@ -330,14 +332,10 @@ bool dlock__conn_votes(const dlock__conn *c, int64_t now);
 /* Free the connections parked beside c (forget: a forked child's copies, as
  * dlock__conn_forget). */
 void dlock__cluster_parked_free(dlock__conn *c, bool forget);
-/* The masters that serve slots in node's map, at most max: their addresses in hosts,
- * each host's name copied into names[i] (hosts[i].host points there). */
+/* How many masters serve slots in node's map; the first max of them into hosts, each
+ * host's name copied into names[i] (hosts[i].host points there). */
 int dlock__cluster_masters(dlock__node *node, struct dlock__hostport *hosts, char (*names)[256],
                            int max);
-/* What the cluster says of itself for dlock doctor: CLUSTER INFO's cluster_state and
- * the masters in the map. */
-int dlock__cluster_state(dlock__node *node, char *state, size_t statelen, int *masters,
-                         char *detail, size_t n);
 
 /* A set of N connections, one per node, that one call uses at a time. */
 typedef struct dlock__connset {
