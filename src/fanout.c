@@ -338,11 +338,10 @@ void dlock__fanout_vote(dlock__conn *conns, dlock__req *reqs, int n, dlock__vote
     dlock__fanout_until(conns, reqs, n, vote, arg, dlock__quorum(n));
 }
 
-void dlock__fanout_until(dlock__conn *conns, dlock__req *reqs, int n, dlock__vote_fn vote,
-                         void *arg, int need)
+void dlock__flight_start(dlock__flight *f, dlock__conn *conns, dlock__req *reqs, int n,
+                         dlock__vote_fn vote, void *arg, int need)
 {
-    struct pollfd pfd[DLOCK_SERVERS_MAX];
-    int idx[DLOCK_SERVERS_MAX];
+    *f = (dlock__flight){conns, reqs, n, need, vote, arg};
     int64_t start = dlock__now_us();
 
     /* Queue and send everything before waiting on anything. */
@@ -369,58 +368,87 @@ void dlock__fanout_until(dlock__conn *conns, dlock__req *reqs, int n, dlock__vot
             ((vote != NULL && established >= need) || conns[i].lagging))
             reqs[i].deadline_us = start + timeout_us;
     }
-
     DLOCK_PAUSE_POINT(DLOCK_HOOK_AFTER_SEND);
-    for (;;) {
-        int64_t now = dlock__now_us(), next = INT64_MAX;
-        int nfds = 0;
-        for (int i = 0; i < n; i++) {
-            dlock__req *r = &reqs[i];
-            if (r->done)
-                continue;
-            if (now >= r->deadline_us) {
-                expire(&conns[i], r);
-                continue;
-            }
-            pfd[nfds] = (struct pollfd){.fd = conns[i].fd, .events = dlock__conn_events(&conns[i])};
-            idx[nfds++] = i;
-            if (r->deadline_us < next)
-                next = r->deadline_us;
-            /* Bytes TLS already decrypted do not make the socket readable: take them
-             * now rather than wait. */
-            if (dlock__conn_buffered(&conns[i]))
-                next = now;
-        }
-        if (nfds == 0)
-            return;
-        int64_t wait_us = next - now;
-        struct timespec ts = {(time_t)(wait_us / 1000000), (long)(wait_us % 1000000) * 1000};
-        int ready = ppoll(pfd, (nfds_t)nfds, &ts, NULL);
-        if (ready < 0) {
-            if (errno == EINTR)
-                continue;
-            /* poll itself failed (ENOMEM): nothing can be waited for. */
-            for (int k = 0; k < nfds; k++) {
-                dlock__req *r = &reqs[idx[k]];
-                snprintf(r->detail, sizeof r->detail, "poll: %s", strerror(errno));
-                fail(&conns[idx[k]], r, DLOCK_ERR_IO);
-            }
-            return;
-        }
-        for (int k = 0; k < nfds; k++) {
-            if (dlock__conn_buffered(&conns[idx[k]]))
-                pfd[k].revents |= conns[idx[k]].read_ev;
-            if (pfd[k].revents != 0)
-                step(&conns[idx[k]], &reqs[idx[k]], pfd[k].revents);
-        }
-        /* Once the answers so far decide the round, either way, a node still
-         * connecting or a lagging one is not waited for (abandon() says why and what
-         * becomes of its reply). The others are: they answer within a round trip,
-         * and their replies keep the connections in step, the fences exact and the
-         * error precise (BUSY or NOQUORUM). */
-        if (vote != NULL && decided(conns, reqs, n, vote, arg, need))
-            for (int i = 0; i < n; i++)
-                if (reqs[i].cmd != NULL && !reqs[i].done && (reqs[i].held || conns[i].lagging))
-                    abandon(&conns[i], &reqs[i]);
+}
+
+/* The nodes the round still waits for, as poll entries (idx: their node), and in
+ * *next the earliest of their deadlines (now when TLS holds bytes already read). */
+static int wanted(const dlock__flight *f, int64_t now, struct pollfd *pfd, int *idx, int64_t *next)
+{
+    int nfds = 0;
+    *next = INT64_MAX;
+    for (int i = 0; i < f->n; i++) {
+        const dlock__req *r = &f->reqs[i];
+        if (r->done)
+            continue;
+        pfd[nfds] =
+            (struct pollfd){.fd = f->conns[i].fd, .events = dlock__conn_events(&f->conns[i])};
+        idx[nfds++] = i;
+        if (r->deadline_us < *next)
+            *next = r->deadline_us;
+        /* Bytes TLS already decrypted do not make the socket readable: take them
+         * now rather than wait. */
+        if (dlock__conn_buffered(&f->conns[i]))
+            *next = now;
     }
+    return nfds;
+}
+
+bool dlock__flight_pump(dlock__flight *f, int64_t wait_us)
+{
+    struct pollfd pfd[DLOCK_SERVERS_MAX];
+    int idx[DLOCK_SERVERS_MAX];
+    dlock__conn *conns = f->conns;
+    dlock__req *reqs = f->reqs;
+    int64_t now = dlock__now_us(), next;
+    for (int i = 0; i < f->n; i++)
+        if (!reqs[i].done && now >= reqs[i].deadline_us)
+            expire(&conns[i], &reqs[i]);
+    int nfds = wanted(f, now, pfd, idx, &next);
+    if (nfds == 0)
+        return true;
+    int64_t wait = next - now;
+    if (wait_us >= 0 && wait_us < wait)
+        wait = wait_us;
+    struct timespec ts = {(time_t)(wait / 1000000), (long)(wait % 1000000) * 1000};
+    int ready = ppoll(pfd, (nfds_t)nfds, &ts, NULL);
+    if (ready < 0) {
+        if (errno == EINTR)
+            return false;
+        /* poll itself failed (ENOMEM): nothing can be waited for. */
+        for (int k = 0; k < nfds; k++) {
+            dlock__req *r = &reqs[idx[k]];
+            snprintf(r->detail, sizeof r->detail, "poll: %s", strerror(errno));
+            fail(&conns[idx[k]], r, DLOCK_ERR_IO);
+        }
+        return true;
+    }
+    for (int k = 0; k < nfds; k++) {
+        if (dlock__conn_buffered(&conns[idx[k]]))
+            pfd[k].revents |= conns[idx[k]].read_ev;
+        if (pfd[k].revents != 0)
+            step(&conns[idx[k]], &reqs[idx[k]], pfd[k].revents);
+    }
+    /* Once the answers so far decide the round, either way, a node still connecting
+     * or a lagging one is not waited for (abandon() says why and what becomes of its
+     * reply). The others are: they answer within a round trip, and their replies keep
+     * the connections in step, the fences exact and the error precise (BUSY or
+     * NOQUORUM). */
+    if (f->vote != NULL && decided(conns, reqs, f->n, f->vote, f->arg, f->need))
+        for (int i = 0; i < f->n; i++)
+            if (reqs[i].cmd != NULL && !reqs[i].done && (reqs[i].held || conns[i].lagging))
+                abandon(&conns[i], &reqs[i]);
+    for (int i = 0; i < f->n; i++)
+        if (!reqs[i].done)
+            return false;
+    return true;
+}
+
+void dlock__fanout_until(dlock__conn *conns, dlock__req *reqs, int n, dlock__vote_fn vote,
+                         void *arg, int need)
+{
+    dlock__flight f;
+    dlock__flight_start(&f, conns, reqs, n, vote, arg, need);
+    while (!dlock__flight_pump(&f, -1))
+        ;
 }

@@ -236,6 +236,22 @@ void dlock__fanout_vote(dlock__conn *conns, dlock__req *reqs, int n, dlock__vote
  * answer that will do, from whichever node gives it first). */
 void dlock__fanout_until(dlock__conn *conns, dlock__req *reqs, int n, dlock__vote_fn vote,
                          void *arg, int need);
+/* A round in flight, between its sends and its end: dlock__fanout_until starts it,
+ * then pumps it (one poll, and what the sockets it reports bring) until it ends. */
+typedef struct dlock__flight {
+    dlock__conn *conns;
+    dlock__req *reqs;
+    int n, need;
+    dlock__vote_fn vote; /* NULL: every node is waited for */
+    void *arg;
+} dlock__flight;
+/* Send reqs[i] on conns[i] for every i with a cmd; vote, arg and need as in
+ * dlock__fanout_until. */
+void dlock__flight_start(dlock__flight *f, dlock__conn *conns, dlock__req *reqs, int n,
+                         dlock__vote_fn vote, void *arg, int need);
+/* Act on what the sockets say, waiting for it at most wait_us (0: not at all; -1: until
+ * the next node's deadline); true once the round has ended. */
+bool dlock__flight_pump(dlock__flight *f, int64_t wait_us);
 /* Quorum of n nodes: n/2 + 1. */
 int dlock__quorum(int n);
 
