@@ -78,7 +78,8 @@ extern "C" {
     XX(ERR_CANCELED, 11, "wait canceled through cancel_fd")                                        \
     XX(ERR_UNAVAILABLE, 12, "server is temporarily unable to serve (loading, busy, read-only)")    \
     XX(ERR_FENCED, 13, "refused: a write with a newer fence was already accepted")                 \
-    XX(ERR_AGAIN, 14, "not finished: step again when the fd is readable or the time is due")
+    XX(ERR_AGAIN, 14, "not finished: step again when the fd is readable or the time is due")       \
+    XX(ERR_WOULDBLOCK, 15, "the next step would block: take it with dlock_pending_step")
 
 enum dlock_error {
 #define DLOCK_XX_(name, num, msg) DLOCK_##name = num,
@@ -336,10 +337,15 @@ DLOCK_API int dlock_sem_acquire(dlock_client *c, const char *name, int64_t permi
  *
  * A step does a few rounds of network I/O at most, each bounded by the client's
  * timeout, and never sleeps: run it where blocking that long is acceptable (a worker
- * pool). Between steps an acquisition holds no thread and no connection. Its fd, a
- * wake-up from a release that handed it the lock, may change from step to step: ask
- * again after each one. Calling a step early (a spurious wake) is harmless.
- * A pending is used by one thread at a time; free every pending before its client.
+ * pool). An event loop can take most steps on its own thread instead, with
+ * dlock_pending_step_nowait, which never waits for a server: it sends an attempt's
+ * round and returns DLOCK_ERR_AGAIN, and a later step takes the replies; the few steps
+ * that would block it hands back (DLOCK_ERR_WOULDBLOCK) for dlock_pending_step on a
+ * worker. Between steps an acquisition holds no thread, and no connection unless its
+ * round is in flight. Its fd (a wake-up from a release that handed it the lock, or the
+ * sockets of a round in flight) may change from step to step: ask again after each
+ * one. Calling a step early (a spurious wake) is harmless. A pending is used by one
+ * thread at a time; free every pending before its client.
  */
 typedef struct dlock_pending dlock_pending;
 
@@ -360,6 +366,25 @@ DLOCK_API int dlock_sem_acquire_start(dlock_client *c, const char *name, int64_t
  * blocking call would (DLOCK_ERR_BUSY when not granted within wait_ms, ...). After a
  * result other than DLOCK_ERR_AGAIN, only dlock_pending_id and dlock_pending_free. */
 DLOCK_API int dlock_pending_step(dlock_pending *p, dlock_lock **out);
+
+/* The next step, for a thread that must not block (an event loop's): it sends what is
+ * due and takes what has come, and never waits for a server. The results of
+ * dlock_pending_step, and DLOCK_ERR_WOULDBLOCK when the step would have to block: take
+ * it with dlock_pending_step on a worker (nothing is lost; after it, either form may
+ * step again). Those steps: a client whose servers are found through a host name,
+ * Sentinels or a cluster's slot map, or that raises fences in a second round (strict
+ * fence mode with N > 1); joining a name's wait queue (a subscription to confirm), and
+ * refreshing a place in it; a stock reservation's steps; and an attempt that finds
+ * DLOCK_NOWAIT_SETS_MAX of the client's connection sets in flight already. */
+DLOCK_API int dlock_pending_step_nowait(dlock_pending *p, dlock_lock **out);
+
+/* Rounds that dlock_pending_step_nowait keeps in flight at once, per client: each holds
+ * a connection to every server until its replies are in. */
+#define DLOCK_NOWAIT_SETS_MAX 64
+
+/* 1 while the pending waits only for the replies to a round it sent (a command in
+ * progress, to an event loop: not a client blocked on a lock), else 0. */
+DLOCK_API int dlock_pending_in_flight(const dlock_pending *p);
 
 /* A descriptor that becomes readable when the next step should run now, or -1. */
 DLOCK_API int dlock_pending_fd(const dlock_pending *p);
@@ -391,6 +416,14 @@ DLOCK_API int dlock_extend(dlock_lock *l, int64_t ttl_ms);
  * meanwhile (on the assumptions of docs/guarantees.md).
  * NULL is DLOCK_ERR_INVALID. */
 DLOCK_API int dlock_release(dlock_lock *l);
+
+/* dlock_release in steps, for an event loop (see dlock_acquire_start): no I/O yet, and
+ * the handle belongs to the pending from now on, freed with it whatever happens (also
+ * when this call fails). Steps with out NULL end with dlock_release's result. A nowait
+ * step hands back (DLOCK_ERR_WOULDBLOCK), besides what it would for an acquisition, a
+ * release whose lock is being renewed at that moment. A file:// client's handle:
+ * DLOCK_ERR_INVALID (use dlock_release). */
+DLOCK_API int dlock_release_start(dlock_lock *l, dlock_pending **out);
 
 /* Free the handle and keep the lock on the servers (another process can release
  * or extend it with dlock_lock_adopt and the token). NULL is DLOCK_ERR_INVALID. */

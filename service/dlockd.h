@@ -2,10 +2,11 @@
  * dlockd.h: what the files of dlockd share, and the map of them.
  *
  * dlockd speaks RESP2 so that any Redis client is a lock client. One libuv loop thread
- * owns every connection; each library call that talks to the lock servers runs on
- * libuv's thread pool, and an operation that must wait (a LOCK, a SEM ACQUIRE, a STOCK
- * RESERVE) is parked on the loop (a poll on the library's descriptor and a timer),
- * never on a thread.
+ * owns every connection. The steps of a LOCK, a SEM ACQUIRE and an UNLOCK run on the
+ * loop when they need not block (the library's nowait steps send a round and take its
+ * replies later); every other library call that talks to the lock servers runs on
+ * libuv's thread pool. An operation that must wait (a LOCK, a SEM ACQUIRE, a STOCK RESERVE) is
+ * parked on the loop (a poll on the library's descriptor and a timer), never on a thread.
  *
  *   resp.c      the request parser: pure, limits checked at each header (fuzzed)
  *   reply.c     growing buffers and the RESP2 replies written into them
@@ -17,16 +18,17 @@
  *   locks.c     LOCK and the session locks (permits too); a closing connection's
  *               release
  *   sem.c       SEM ACQUIRE and SEM RELEASE: semaphore permits as locks
- *   unlock.c    UNLOCK, EXTEND, LOCKINFO
+ *   unlock.c    UNLOCK (a release in steps), EXTEND, LOCKINFO
  *   stock.c     STOCK: a SKU's stock and its leased reservations
- *   park.c      operations in steps (a dlock_pending): stepped on the pool, parked on
- *               the loop between steps (descriptors, timers), given up at a close
+ *   park.c      operations in steps (a dlock_pending): stepped on the loop or the
+ *               pool, parked on the loop between steps (descriptors, timers), given
+ *               up at a close
  *   main.c      options, signals, the open-files limit, start and stop
  *
  * Threads: the loop thread touches every structure here; a job's work function (on a
  * pool thread) touches only its own dd_job and the library handles it carries, and a
- * connection has at most one job in flight, so a handle or a pending is never used by
- * two threads at once.
+ * connection has at most one job in flight, and no step on the loop meanwhile, so a
+ * handle or a pending is never used by two threads at once.
  */
 #ifndef DLOCKD_H
 #define DLOCKD_H
@@ -172,14 +174,15 @@ typedef struct dd_conn {
     } h;
     uv_timer_t timer; /* a parked operation's due time */
     uint64_t id;
-    int refs;       /* the two handles, and a job in flight */
-    dd_buf query;   /* bytes read and not yet parsed */
-    size_t need;    /* parse again once query.len reaches it */
-    dd_buf out;     /* replies not yet handed to a write */
-    size_t writing; /* bytes in the write in flight (one at a time) */
-    bool busy;      /* a command is on the pool or parked: later ones wait */
-    int jobs;       /* jobs on the pool: one for a command; after a close, an operation
-                       given up and the session locks released may run together */
+    int refs;        /* the two handles, and a job in flight */
+    dd_buf query;    /* bytes read and not yet parsed */
+    size_t need;     /* parse again once query.len reaches it */
+    dd_buf out;      /* replies not yet handed to a write */
+    size_t writing;  /* bytes in the write in flight (one at a time) */
+    bool busy;       /* a command is on the pool or parked: later ones wait */
+    bool processing; /* its commands are being run (server.c's loop over them) */
+    int jobs;        /* jobs on the pool: one for a command; after a close, an operation
+                        given up and the session locks released may run together */
     bool reading;
     bool closing;           /* closed or closing: nothing more is read or answered */
     bool quit;              /* close once the replies are written (QUIT, protocol error) */
@@ -227,6 +230,8 @@ typedef struct dd_job {
     int64_t qty;     /* STOCK: units */
     bool detached, fair, shared;
     bool waited;                  /* parked at least once (INFO's waits) */
+    bool blocked;                 /* parked waiting (blocked_clients), not for a round's
+                                     replies */
     dd_session *sess;             /* the session lock it works on */
     dlock_pending *pending;       /* an operation in steps, in progress */
     const struct dd_steps *steps; /* what its results mean */
@@ -343,8 +348,9 @@ void dd_cmd_stock(dd_conn *c, resp_arg *argv, size_t argc, dd_buf *out);
 
 /* What an operation in steps does with its end. */
 typedef struct dd_steps {
-    /* On the pool, once a step ended it (j->rc is not DLOCK_ERR_AGAIN; l is the lock a
-     * step handed out, or NULL): the reply, and what must outlive the pending. */
+    /* Where the step that ended it ran (the loop or the pool; j->rc is not
+     * DLOCK_ERR_AGAIN; l is the lock a step handed out, or NULL): the reply, and what
+     * must outlive the pending. No blocking call. */
     void (*finish)(dd_job *j, dlock_lock *l);
     /* On the loop, before the reply goes: counters, the connection's sessions. */
     void (*settle)(dd_job *j);
@@ -353,12 +359,14 @@ typedef struct dd_steps {
     void (*undo)(dd_job *j);
     /* On the loop, just before the job is freed: what settle did not keep. */
     void (*drop)(dd_job *j);
-    int *parked;     /* dd_srv's count of these parked now */
+    int *parked;     /* dd_srv's count of these parked now; NULL: they never wait (a
+                        release: parked only for its round's replies) */
     uint64_t *waits; /* dd_stats's count of these that had to wait */
 } dd_steps;
 
-/* Run j->pending to its end: steps on the pool, parked on the loop between them until
- * its descriptor is readable or its due time comes, then j->steps' reply. */
+/* Run j->pending to its end: steps on the loop when they need not block, else on the
+ * pool, parked on the loop between them until its descriptor is readable or its due
+ * time comes, then j->steps' reply. */
 void dd_step(dd_job *j);
 /* c closes: give its parked operation up (on the pool). */
 void dd_park_give_up(dd_conn *c);

@@ -1,13 +1,17 @@
 /*
  * park.c: operations in steps, and their waits on the loop.
  *
- * LOCK, SEM ACQUIRE and STOCK RESERVE are each a dlock_pending (the library's step
- * API), driven here the same way: a step (dlock_pending_step) runs as a job on the
- * pool; after one answers DLOCK_ERR_AGAIN, the job waits here, holding no thread:
- * until the library's descriptor (dlock_pending_fd) is readable, or its due time
- * (dlock_pending_due_ms) comes, whichever is first; then its next step is queued on
- * the pool. The step that ends it hands the result to the job's dd_steps, which make
- * the reply and keep what the result took (a session lock, a reservation's id).
+ * LOCK, SEM ACQUIRE, STOCK RESERVE and UNLOCK are each a dlock_pending (the library's
+ * step API), driven here the same way. A step is taken on the loop when it need not block
+ * (dlock_pending_step_nowait: an attempt's round is sent, and a later step takes its
+ * replies), else as a job on the pool (dlock_pending_step). After one answers
+ * DLOCK_ERR_AGAIN, the job waits here, holding no thread: until the library's
+ * descriptor (dlock_pending_fd: a release's wake-up, or the sockets of the round in
+ * flight) is readable, or its due time (dlock_pending_due_ms) comes, whichever is
+ * first; then its next step is taken the same way. So an uncontended LOCK, and an
+ * UNLOCK, is two steps on the loop and no thread hand-off. The step that ends it hands the result
+ * to the job's dd_steps, which make the reply and keep what the result took (a session lock, a
+ * reservation's id).
  *
  * A connection that closes gives its operation up: the pending is freed on the pool
  * (the library leaves the wait queue), and what a last step took for nobody is undone
@@ -100,8 +104,32 @@ static void step_done(dd_job *j)
     drop_free(j);
 }
 
+/* On the loop: the next step, if it can be taken without blocking (the library's
+ * nowait step: it sends an attempt's round, or takes its replies); false when it must
+ * run on the pool. Lost session locks of the name are released first, on the pool. */
+static bool step_here(dd_job *j)
+{
+    if (j->release != NULL)
+        return false;
+    dlock_lock *l = NULL;
+    j->rc = dlock_pending_step_nowait(j->pending, &l);
+    if (j->rc == DLOCK_ERR_WOULDBLOCK)
+        return false;
+    if (j->rc != DLOCK_ERR_AGAIN) {
+        j->steps->finish(j, l);
+        dlock_pending_free(j->pending); /* finished: frees, nothing more */
+        j->pending = NULL;
+    }
+    return true;
+}
+
 void dd_step(dd_job *j)
 {
+    j->conn->busy = true;
+    if (step_here(j)) {
+        step_done(j);
+        return;
+    }
     j->work = step_work;
     j->done = step_done;
     dd_job_queue(j);
@@ -162,7 +190,7 @@ static void on_due(uv_timer_t *t)
     wake(t->data);
 }
 
-/* Off the loop and onto the pool for its next step. */
+/* Off the watch, and on to its next step. */
 static void wake(dd_conn *c)
 {
     dd_job *j = unpark(c);
@@ -204,11 +232,15 @@ static dd_watch *watch_get(int fd)
 
 static void park(dd_conn *c, dd_job *j)
 {
-    dd_srv.parked++;
-    (*j->steps->parked)++;
-    if (!j->waited) {
-        j->waited = true;
-        (*j->steps->waits)++;
+    /* A round in flight is a command in progress; a wait for the lock blocks. */
+    j->blocked = j->steps->parked != NULL && !dlock_pending_in_flight(j->pending);
+    if (j->blocked) {
+        dd_srv.parked++;
+        (*j->steps->parked)++;
+        if (!j->waited) {
+            j->waited = true;
+            (*j->steps->waits)++;
+        }
     }
     c->parked_job = j;
     int64_t due = dlock_pending_due_ms(j->pending);
@@ -238,8 +270,10 @@ static dd_job *unpark(dd_conn *c)
     if (j == NULL)
         return NULL;
     c->parked_job = NULL;
-    dd_srv.parked--;
-    (*j->steps->parked)--;
+    if (j->blocked) {
+        dd_srv.parked--;
+        (*j->steps->parked)--;
+    }
     watch_remove(c);
     uv_timer_stop(&c->timer);
     return j;

@@ -230,7 +230,7 @@ static void protocol_error(dd_conn *c, const char *msg)
     c->query.len = 0;
 }
 
-static void process(dd_conn *c)
+static void run_commands(dd_conn *c)
 {
     size_t pos = 0;
     while (!c->closing && !c->quit && !c->busy && unsent(c) < DD_OUT_SOFT) {
@@ -269,6 +269,17 @@ static void process(dd_conn *c)
         flush(c);
         update_reading(c);
     }
+}
+
+static void process(dd_conn *c)
+{
+    /* A command answered while it runs (a LOCK whose step on the loop ended at once)
+     * resumes the connection from inside run_commands, whose loop then goes on. */
+    if (c->processing)
+        return;
+    c->processing = true;
+    run_commands(c);
+    c->processing = false;
 }
 
 void dd_conn_resume(dd_conn *c)

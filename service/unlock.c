@@ -1,5 +1,6 @@
 /*
- * unlock.c: UNLOCK, EXTEND and LOCKINFO, each one job on the pool.
+ * unlock.c: UNLOCK, a release in steps (park.c), and EXTEND and LOCKINFO, each one job
+ * on the pool.
  *
  * UNLOCK and EXTEND work on a name and a token, on a lock or a semaphore's permit
  * alike (SEM RELEASE is UNLOCK). When the name and token are one of this connection's
@@ -26,28 +27,35 @@ static void reply_held(dd_job *j, int rc)
         dd_reply_dlock_error(&j->reply, rc);
 }
 
-static void unlock_work(dd_job *j)
+/* An UNLOCK is a release in steps (park.c), on the loop unless a step would block. */
+static void unlock_finish(dd_job *j, dlock_lock *l)
 {
-    dlock_lock *l = NULL;
-    int rc;
-    if (j->sess != NULL) {
-        rc = dlock_release(j->sess->lock);
-        j->sess->lock = NULL;
-    } else {
-        rc = dlock_lock_adopt(dd_srv.client, j->name, j->token, &l);
-        if (rc == DLOCK_OK)
-            rc = dlock_release(l);
-    }
-    reply_held(j, rc);
+    (void)l;
+    reply_held(j, j->rc);
 }
 
-static void unlock_done(dd_job *j)
+static void unlock_settle(dd_job *j)
 {
-    if (j->sess != NULL)
-        dd_session_free(j->sess);
-    dd_job_answer(j);
-    dd_job_free(j);
+    (void)j;
 }
+
+static void unlock_undo(dd_job *j)
+{
+    (void)j; /* a release takes nothing */
+}
+
+static void unlock_drop(dd_job *j)
+{
+    dd_session_free(j->sess);
+    j->sess = NULL;
+}
+
+static const dd_steps unlock_steps = {
+    .finish = unlock_finish,
+    .settle = unlock_settle,
+    .undo = unlock_undo,
+    .drop = unlock_drop,
+};
 
 /* NAME TOKEN: copied into the job, the token checked for its form. */
 static dd_job *name_token_job(dd_conn *c, const resp_arg *name, const resp_arg *token,
@@ -75,15 +83,29 @@ void dd_unlock(dd_conn *c, const resp_arg *name, const resp_arg *token, const ch
     if (j == NULL)
         return;
     dd_session *s = dd_session_find(c, name->p, name->len, j->token);
+    dlock_lock *l = NULL;
+    int rc = DLOCK_OK;
     if (s != NULL) {
         /* This connection's own session lock: release its handle, which also stops
          * its renewal. */
         dd_session_unlink(c, s);
         j->sess = s;
+        l = s->lock;
+        s->lock = NULL;
+    } else {
+        rc = dlock_lock_adopt(dd_srv.client, j->name, j->token, &l);
     }
-    j->work = unlock_work;
-    j->done = unlock_done;
-    dd_job_queue(j);
+    if (rc == DLOCK_OK)
+        rc = dlock_release_start(l, &j->pending); /* the pending's handle from now on */
+    if (rc != DLOCK_OK) {
+        reply_held(j, rc);
+        dd_buf_move(out, &j->reply);
+        dd_session_free(j->sess);
+        dd_job_free(j);
+        return;
+    }
+    j->steps = &unlock_steps;
+    dd_step(j);
 }
 
 void dd_cmd_unlock(dd_conn *c, resp_arg *argv, size_t argc, dd_buf *out)

@@ -46,10 +46,12 @@ static int check_opts(const dlock_opts *o, int64_t *ttl_ms, int64_t *wait_ms, dl
 
 /* Where an acquisition is between steps. */
 enum phase {
-    ATTEMPT, /* attempt at the next step */
-    AWAIT,   /* queued: wait for a handoff, the holder's lease end, or the refresh time */
-    BACKOFF, /* not listening for wake-ups: attempt again when due */
-    DONE     /* finished: only dlock_pending_free is left */
+    ATTEMPT,   /* attempt at the next step */
+    IN_FLIGHT, /* an attempt's round was sent (nowait): take its replies as they come */
+    JOIN,      /* refused, and may wait: join the queue (a step that may block) */
+    AWAIT,     /* queued: wait for a handoff, the holder's lease end, or the refresh time */
+    BACKOFF,   /* not listening for wake-ups: attempt again when due */
+    DONE       /* finished: only dlock_pending_free is left */
 };
 
 /* One acquisition, dlock_acquire's as well as an event loop's: everything that lives
@@ -76,9 +78,12 @@ typedef struct acquisition {
     dlock_lost_fn on_lost;
     void *on_lost_user;
     dlock__err e; /* why the last attempt failed */
+    /* The round of a step; a nowait step's attempt is kept in flight here (IN_FLIGHT)
+     * until later steps have taken its replies. */
+    dlock__step_round sr;
 } acquisition;
 
-static int run_step(dlock_pending *base, dlock_lock **out, dlock__err *e);
+static int run_step(dlock_pending *base, dlock_lock **out, bool nowait, dlock__err *e);
 static void destroy(dlock_pending *base);
 
 /* The checks every acquisition makes before anything else. */
@@ -99,6 +104,7 @@ static int start(dlock_client *c, const char *name, const dlock_opts *opts, int6
     if (p == NULL)
         return dlock__err_set(e, DLOCK_ERR_NOMEM, "out of memory");
     p->c = c;
+    dlock__step_round_init(&p->sr);
     p->ticket = dlock__wallclock_us();
     p->ttl_ms = ttl_ms;
     p->auto_renew = opts != NULL && opts->auto_renew;
@@ -158,12 +164,13 @@ static void finish(acquisition *p, dlock__round *rd, int rc)
     p->phase = DONE;
 }
 
-/* A queued waiter between attempts: true when it is time to attempt (a release handed
- * it the lock, with N > 1 on a quorum of nodes or one per-node timeout after the first
- * of them; a wake-up of another kind, as when a subscriber connection was remade; the
- * holder's lease end; the deadline). Otherwise the next step is due at p->base.due_us;
- * every DLOCK_QUEUE_REFRESH_MS meanwhile it refreshes its place. */
-static bool await_turn(acquisition *p, dlock__round *rd)
+/* A queued waiter between attempts: 1 when it is time to attempt (a release handed it
+ * the lock, with N > 1 on a quorum of nodes or one per-node timeout after the first of
+ * them; a wake-up of another kind, as when a subscriber connection was remade; the
+ * holder's lease end; the deadline). Otherwise the next step is due at p->base.due_us
+ * (0); every DLOCK_QUEUE_REFRESH_MS meanwhile it refreshes its place, a round that a
+ * nowait step leaves to a blocking one (-1). */
+static int await_turn(acquisition *p, dlock__round *rd, bool nowait)
 {
     dlock_client *c = p->c;
     int64_t now = dlock__now_us();
@@ -171,100 +178,183 @@ static bool await_turn(acquisition *p, dlock__round *rd)
     uint32_t grants = dlock__wait_grants(c, p->w, false);
     if (grants != 0) {
         if (__builtin_popcount(grants) >= c->quorum)
-            return true;
+            return 1;
         if (p->first_grant_us == 0)
             p->first_grant_us = now;
         int64_t enough = p->first_grant_us + c->rules.timeout_us;
         if (now >= enough || now >= p->await_at_us)
-            return true;
+            return 1;
         p->base.due_us = enough < p->await_at_us ? enough : p->await_at_us;
-        return false;
+        return 0;
     }
     if (woken || now >= p->deadline_us)
-        return true;
+        return 1;
     if (now < p->base.due_us)
-        return false; /* an early call: nothing happened */
+        return 0; /* an early call: nothing happened */
     /* The lease end or the refresh time: ask before attempting, which costs more. */
+    if (nowait)
+        return -1;
     int64_t busy_ms;
     if (dlock__queue_refresh(c, rd, &p->q, &busy_ms))
-        return true;
+        return 1;
     p->await_at_us = dlock__retry_at(dlock__now_us(), busy_ms, p->deadline_us);
     p->base.due_us = p->await_at_us;
     if (p->first_grant_us != 0 && p->first_grant_us + c->rules.timeout_us < p->base.due_us)
         p->base.due_us = p->first_grant_us + c->rules.timeout_us;
+    return 0;
+}
+
+/* Join the name's queue after a refusal: listen for wake-ups first, then queue the
+ * next attempt. A handoff between the refusal and the subscription would otherwise pass
+ * unseen. False when listening cannot start (the backoff still works). */
+static bool join(acquisition *p)
+{
+    if (dlock__wait_join(p->c, p->l->token, false, &p->w) != DLOCK_OK)
+        return false;
+    if (dlock__queue_up(p->c, &p->q, p->ticket, &p->args, &p->acq) == DLOCK_OK)
+        return true;
+    dlock__wait_leave(p->c, p->w);
+    p->w = NULL;
     return false;
 }
 
-/* One step: attempts until granted, refused for good, or time to wait (DLOCK_ERR_AGAIN,
- * with p->phase and p->base.due_us saying for what). Any other result ends the
- * acquisition, the error's message in p->e. */
-static int step(acquisition *p, dlock__round *rd)
+/* The wait after a failed attempt (rc): queued, for a handoff or the holder's lease end;
+ * else a backoff. DLOCK_ERR_AGAIN. */
+static int schedule(acquisition *p, int rc)
+{
+    int64_t now = dlock__now_us();
+    int64_t busy_ms = p->info.busy_remaining_ms;
+    if (p->w != NULL && rc == DLOCK_ERR_BUSY) {
+        p->phase = AWAIT;
+        p->first_grant_us = 0;
+        p->await_at_us = dlock__retry_at(now, busy_ms, p->deadline_us);
+        p->base.due_us = p->await_at_us;
+    } else {
+        p->phase = BACKOFF;
+        p->base.due_us = now + dlock__backoff_us(p->attempts++, busy_ms);
+        if (p->base.due_us > p->deadline_us)
+            p->base.due_us = p->deadline_us;
+    }
+    return DLOCK_ERR_AGAIN;
+}
+
+/* What follows an attempt's result rc: the end of the acquisition (rc itself: granted,
+ * or failed for good), a wait (DLOCK_ERR_AGAIN), AGAIN_NOW (another attempt at once,
+ * queued), or, for a nowait step that must join the queue, DLOCK_ERR_WOULDBLOCK. */
+#define AGAIN_NOW (-1)
+static int after_attempt(acquisition *p, int rc, bool nowait)
 {
     dlock_client *c = p->c;
-    if (p->phase == AWAIT && !await_turn(p, rd))
-        return DLOCK_ERR_AGAIN;
-    if (p->phase == BACKOFF && dlock__now_us() < p->base.due_us)
-        return DLOCK_ERR_AGAIN;
+    if (rc == DLOCK_OK || rc == DLOCK_ERR_NOMEM)
+        return rc;
+    int64_t now = dlock__now_us();
+    /* An error that no retry can fix, on enough nodes that no quorum is possible, ends
+     * the call now; so do servers that stay unreachable, even in an endless wait (the
+     * CLI's exit 69 even with -w forever). */
+    if (dlock__outage_over(&p->outage_since_us, rc, now, c->rules.connect_timeout_us) ||
+        (rc != DLOCK_ERR_BUSY && p->info.permanent > c->n - c->quorum) || now >= p->deadline_us)
+        return rc;
+    if (rc == DLOCK_ERR_BUSY && p->w == NULL) {
+        if (nowait) {
+            p->phase = JOIN;
+            return DLOCK_ERR_WOULDBLOCK;
+        }
+        if (join(p))
+            return AGAIN_NOW;
+    }
+    return schedule(p, rc);
+}
+
+/* One step: attempts until granted, refused for good, or time to wait (DLOCK_ERR_AGAIN,
+ * with p->phase and p->base.due_us saying for what), or, nowait, a step that would block
+ * (DLOCK_ERR_WOULDBLOCK). Any other result ends the acquisition, the error's message in
+ * p->e. A nowait attempt sends its round and leaves it in flight until the replies are
+ * in; a blocking step that finds one in flight waits for them. */
+static int step(acquisition *p, dlock__round *rd, bool nowait)
+{
+    dlock_client *c = p->c;
+    int rc;
+    switch (p->phase) {
+    case IN_FLIGHT:
+        if (nowait && !dlock__round_pump(rd, 0))
+            return DLOCK_ERR_AGAIN;
+        while (!nowait && !dlock__round_pump(rd, -1))
+            ;
+        p->phase = ATTEMPT;
+        rc = dlock__attempt_end(c, rd, &p->q, p->l, &p->info, &p->e);
+        if ((rc = after_attempt(p, rc, nowait)) != AGAIN_NOW)
+            return rc;
+        break;
+    case JOIN: /* never nowait: run_step hands it back */
+        p->phase = ATTEMPT;
+        if (!join(p))
+            return schedule(p, DLOCK_ERR_BUSY);
+        break;
+    case AWAIT:
+        if ((rc = await_turn(p, rd, nowait)) <= 0)
+            return rc < 0 ? DLOCK_ERR_WOULDBLOCK : DLOCK_ERR_AGAIN;
+        break;
+    case BACKOFF:
+        if (dlock__now_us() < p->base.due_us)
+            return DLOCK_ERR_AGAIN;
+        break;
+    default:
+        break;
+    }
     for (;;) {
         if (p->w != NULL)
             dlock__wait_grants(c, p->w, true); /* this attempt answers those */
         memset(&p->info, 0, sizeof p->info);
-        int rc = dlock__attempt(c, rd, &p->acq, &p->q, p->l, &p->info, &p->e);
-        if (rc == DLOCK_OK || rc == DLOCK_ERR_NOMEM)
-            return rc;
-        int64_t now = dlock__now_us();
-        /* An error that no retry can fix, on enough nodes that no quorum is possible,
-         * ends the call now; so do servers that stay unreachable, even in an endless
-         * wait (the CLI's exit 69 even with -w forever). */
-        if (dlock__outage_over(&p->outage_since_us, rc, now, c->rules.connect_timeout_us) ||
-            (rc != DLOCK_ERR_BUSY && p->info.permanent > c->n - c->quorum) || now >= p->deadline_us)
-            return rc;
-        if (rc == DLOCK_ERR_BUSY && p->w == NULL) {
-            /* Start waiting: listen for wake-ups first, then retry at once, queued.
-             * A handoff between the try and the subscription would otherwise pass
-             * unseen. If listening cannot start, the backoff below still works. */
-            if (dlock__wait_join(c, p->l->token, false, &p->w) == DLOCK_OK) {
-                if (dlock__queue_up(c, &p->q, p->ticket, &p->args, &p->acq) == DLOCK_OK)
-                    continue;
-                dlock__wait_leave(c, p->w);
-                p->w = NULL;
+        if (nowait) {
+            /* The replies are taken at once if they are in already, else by the
+             * next steps. */
+            dlock__round_start(c, rd, &p->acq, dlock__vote_grant, NULL);
+            if (!dlock__round_pump(rd, 0)) {
+                p->phase = IN_FLIGHT;
+                return DLOCK_ERR_AGAIN;
             }
-        }
-        int64_t busy_ms = p->info.busy_remaining_ms;
-        if (p->w != NULL && rc == DLOCK_ERR_BUSY) {
-            p->phase = AWAIT;
-            p->first_grant_us = 0;
-            p->await_at_us = dlock__retry_at(now, busy_ms, p->deadline_us);
-            p->base.due_us = p->await_at_us;
+            rc = dlock__attempt_end(c, rd, &p->q, p->l, &p->info, &p->e);
         } else {
-            p->phase = BACKOFF;
-            p->base.due_us = now + dlock__backoff_us(p->attempts++, busy_ms);
-            if (p->base.due_us > p->deadline_us)
-                p->base.due_us = p->deadline_us;
+            rc = dlock__attempt(c, rd, &p->acq, &p->q, p->l, &p->info, &p->e);
         }
-        return DLOCK_ERR_AGAIN;
+        if ((rc = after_attempt(p, rc, nowait)) != AGAIN_NOW)
+            return rc;
     }
 }
 
 /* A step, and on its result the end of the acquisition: the lock handed out in *out
- * (renewed from now on if asked), or the error in *e. */
-static int run_step(dlock_pending *base, dlock_lock **out, dlock__err *e)
+ * (renewed from now on if asked), or the error in *e. A nowait step hands back the
+ * steps that would block before it does anything: the joining of a queue, and any
+ * attempt on a client whose servers must be looked up first, or with no connection
+ * set left for a round in flight. */
+static int run_step(dlock_pending *base, dlock_lock **out, bool nowait, dlock__err *e)
 {
     acquisition *p = (acquisition *)base;
     dlock_client *c = p->c;
-    dlock__round rd;
-    int rc = dlock__round_begin(c, &rd, e);
+    dlock__round *rd = &p->sr.rd;
+    if (nowait && (!c->nowait_ok || p->phase == JOIN))
+        return dlock__pending_would_block(e);
+    int rc = dlock__step_round_begin(c, &p->sr, nowait, e);
+    if (rc == DLOCK_ERR_WOULDBLOCK)
+        return rc;
     if (rc == DLOCK_OK)
-        rc = step(p, &rd);
-    if (rc == DLOCK_ERR_AGAIN) {
-        dlock__round_end(c, &rd);
-        p->base.fd = p->phase == AWAIT ? p->w->efd : -1;
+        rc = step(p, rd, nowait);
+    p->base.in_flight = p->phase == IN_FLIGHT;
+    if (rc == DLOCK_ERR_AGAIN || rc == DLOCK_ERR_WOULDBLOCK) {
+        if (p->phase == IN_FLIGHT) {
+            p->base.fd = dlock__step_round_fd(&p->sr, &p->base.due_us);
+        } else {
+            dlock__step_round_end(c, &p->sr);
+            p->base.fd = p->phase == AWAIT ? p->w->efd : -1;
+        }
+        if (rc == DLOCK_ERR_WOULDBLOCK)
+            return dlock__pending_would_block(e);
         return dlock__pending_again(e);
     }
-    if (rc != DLOCK_OK && rd.set != NULL)
+    if (rc != DLOCK_OK && rd->set != NULL)
         memcpy(e, &p->e, sizeof *e); /* the attempt's reason */
-    finish(p, &rd, rc);
-    dlock__round_end(c, &rd);
+    finish(p, rd, rc);
+    dlock__step_round_end(c, &p->sr);
     if (rc != DLOCK_OK)
         return rc;
     dlock_lock *l = p->l;
@@ -391,13 +481,21 @@ int dlock_sem_acquire_start(dlock_client *c, const char *name, int64_t permits,
 static void destroy(dlock_pending *base)
 {
     acquisition *p = (acquisition *)base;
-    if (p->phase != DONE) {
-        dlock__round rd;
-        dlock__err ignored;
-        dlock__round_begin(p->c, &rd, &ignored); /* without a set, finish() sends nothing */
-        finish(p, &rd, DLOCK_ERR_CANCELED);
-        dlock__round_end(p->c, &rd);
+    dlock__round *rd = &p->sr.rd;
+    if (rd->set != NULL)
+        rd->set->post = false; /* giving up writes what it sends, as it always has */
+    if (p->phase == IN_FLIGHT) {
+        /* Whatever the round granted so far, or may yet grant, is given back. */
+        dlock__flight_drop(&rd->flight);
+        dlock__attempt_undo(p->c, rd, &p->q, p->l);
     }
+    if (p->phase != DONE) {
+        dlock__err ignored;
+        if (rd->set == NULL) /* without a set, finish() sends nothing */
+            dlock__round_begin(p->c, rd, &ignored);
+        finish(p, rd, DLOCK_ERR_CANCELED);
+    }
+    dlock__step_round_free(p->c, &p->sr);
     if (p->l != NULL)
         dlock__lock_free(p->l);
     dlock__call_free(&p->acq);

@@ -71,6 +71,19 @@ static void undo_grants(dlock_client *c, dlock__round *rd, const dlock__request 
     dlock__call_free(&rel);
 }
 
+void dlock__attempt_undo(dlock_client *c, dlock__round *rd, const dlock__request *q,
+                         const dlock_lock *l)
+{
+    bool undo[DLOCK_SERVERS_MAX], any = false;
+    for (int i = 0; i < c->n; i++) {
+        undo[i] = rd->reqs[i].cmd != NULL && !rd->reqs[i].held;
+        any |= undo[i];
+    }
+    dlock__round_free_replies(c, rd);
+    if (any)
+        undo_grants(c, rd, q, l, undo);
+}
+
 /* The error of an attempt that was not granted, from what the nodes said. */
 static int refused(const dlock_client *c, const dlock__round *rd, const dlock__tally *t,
                    int nonvoting, const dlock__request *q, dlock__err *e)
@@ -130,14 +143,18 @@ static int refused(const dlock_client *c, const dlock__round *rd, const dlock__t
  * resource refuses its holder.) */
 #define FENCE_AHEAD_MAX_US INT64_C(86400000000)
 
-/* One acquisition attempt. DLOCK_OK with l's fence and validity set, or the attempt's
- * error, with what it learned in *info. */
 int dlock__attempt(dlock_client *c, dlock__round *rd, dlock__call *acq, const dlock__request *q,
                    dlock_lock *l, dlock__attempt_info *info, dlock__err *e)
 {
+    dlock__round_run(c, rd, acq, dlock__vote_grant, NULL);
+    return dlock__attempt_end(c, rd, q, l, info, e);
+}
+
+int dlock__attempt_end(dlock_client *c, dlock__round *rd, const dlock__request *q, dlock_lock *l,
+                       dlock__attempt_info *info, dlock__err *e)
+{
     dlock__tally t = {0};
     int64_t ttl_ms = q->ttl_ms;
-    dlock__round_run(c, rd, acq, dlock__vote_grant, NULL);
     uint64_t fence = 0;
     int64_t fence_max = dlock__wallclock_us() + FENCE_AHEAD_MAX_US;
     int nonvoting = 0;

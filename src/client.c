@@ -10,6 +10,7 @@
  */
 #include "internal.h"
 
+#include <arpa/inet.h>
 #include <assert.h>
 #include <errno.h>
 #include <stdatomic.h>
@@ -123,6 +124,23 @@ static int init_tls(dlock_client *c, const dlock_config *cfg)
     return DLOCK_OK;
 }
 
+/* Whether a nowait step can run an attempt on c's servers (dlock_client.nowait_ok). */
+static bool nowait_ok(const dlock_client *c)
+{
+    if (c->n > 1 && c->fence_mode == DLOCK_FENCE_STRICT)
+        return false;
+    for (int i = 0; i < c->n; i++) {
+        const dlock__addr *a = &c->nodes[i].addr;
+        unsigned char ip[sizeof(struct in6_addr)];
+        if (a->sentinel || a->cluster)
+            return false;
+        if (!a->is_unix && inet_pton(AF_INET, a->host, ip) != 1 &&
+            inet_pton(AF_INET6, a->host, ip) != 1)
+            return false;
+    }
+    return true;
+}
+
 int dlock_client_new(const char *servers, const dlock_config *cfg, dlock_client **out)
 {
     dlock__clear_error();
@@ -171,6 +189,7 @@ int dlock_client_new(const char *servers, const dlock_config *cfg, dlock_client 
         free(addrs);
         addrs = NULL;
         c->quorum = dlock__quorum(c->n);
+        c->nowait_ok = nowait_ok(c);
         if (c->rules.restart_voting == DLOCK_RESTART_AUTO)
             c->rules.restart_voting = c->n > 1 ? DLOCK_RESTART_OBSERVED : DLOCK_RESTART_OFF;
         if (rc == DLOCK_OK)
@@ -381,8 +400,30 @@ dlock__connset *dlock__connset_get(dlock_client *c)
 
 void dlock__connset_put(dlock_client *c, dlock__connset *s)
 {
+    s->post = false;
     pthread_mutex_lock(&c->mu);
     s->next = c->pool;
     c->pool = s;
     pthread_mutex_unlock(&c->mu);
+}
+
+dlock__connset *dlock__connset_try_get(dlock_client *c)
+{
+    pthread_mutex_lock(&c->mu);
+    bool room = c->sets < DLOCK_NOWAIT_SETS_MAX;
+    c->sets += room;
+    pthread_mutex_unlock(&c->mu);
+    dlock__connset *s = room ? dlock__connset_get(c) : NULL;
+    if (room && s == NULL)
+        dlock__connset_land(c, NULL);
+    return s;
+}
+
+void dlock__connset_land(dlock_client *c, dlock__connset *s)
+{
+    pthread_mutex_lock(&c->mu);
+    c->sets--;
+    pthread_mutex_unlock(&c->mu);
+    if (s != NULL)
+        dlock__connset_put(c, s);
 }

@@ -394,6 +394,12 @@ static int wanted(const dlock__flight *f, int64_t now, struct pollfd *pfd, int *
     return nfds;
 }
 
+int dlock__flight_wants(const dlock__flight *f, struct pollfd *pfd, int64_t *due_us)
+{
+    int idx[DLOCK_SERVERS_MAX];
+    return wanted(f, dlock__now_us(), pfd, idx, due_us);
+}
+
 bool dlock__flight_pump(dlock__flight *f, int64_t wait_us)
 {
     struct pollfd pfd[DLOCK_SERVERS_MAX];
@@ -444,6 +450,22 @@ bool dlock__flight_pump(dlock__flight *f, int64_t wait_us)
     return true;
 }
 
+void dlock__flight_drop(dlock__flight *f)
+{
+    for (int i = 0; i < f->n; i++) {
+        dlock__req *r = &f->reqs[i];
+        if (r->done)
+            continue;
+        abandon(&f->conns[i], r);
+        if (!r->done) {
+            /* Half written: the stream cannot be left to the next round. */
+            dlock__conn_close(&f->conns[i]);
+            r->err = DLOCK_ERR_TIMEOUT;
+            r->done = true;
+        }
+    }
+}
+
 void dlock__fanout_until(dlock__conn *conns, dlock__req *reqs, int n, dlock__vote_fn vote,
                          void *arg, int need)
 {
@@ -451,4 +473,14 @@ void dlock__fanout_until(dlock__conn *conns, dlock__req *reqs, int n, dlock__vot
     dlock__flight_start(&f, conns, reqs, n, vote, arg, need);
     while (!dlock__flight_pump(&f, -1))
         ;
+}
+
+void dlock__fanout_post(dlock__conn *conns, dlock__req *reqs, int n)
+{
+    int64_t start = dlock__now_us();
+    for (int i = 0; i < n; i++) {
+        reqs[i].done = true;
+        if (reqs[i].cmd != NULL)
+            begin(&conns[i], &reqs[i], start);
+    }
 }

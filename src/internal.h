@@ -40,9 +40,12 @@
  *                           between the steps, an event loop can drive them instead
  *               attempt.c   one attempt: the request and its call, the vote, undoing
  *                           partial grants, joining and refreshing a place in the queue
- *               pending.c   operations in steps (dlock_pending: an acquisition, a stock
- *                           reservation), and the sleeping loop blocking calls run them in
- *               lock.c      extend, release, check, inspect (and the shared holders)
+ *               pending.c   operations in steps (dlock_pending: an acquisition, a
+ *                           release, a stock reservation), the sleeping loop blocking
+ *                           calls run them in, and the round a nowait step keeps in
+ *                           flight
+ *               release.c   dlock_release, in one call or in steps
+ *               lock.c      extend, check, inspect (and the shared holders)
  *               fence.c     the resource side: fenced writes, dlock_fence_admit
  *               wait.c      the client's wake-up channel: its subscriber thread, waiters,
  *                           backoff, leaving the queue
@@ -251,6 +254,9 @@ int dlock__watchdog_add(struct dlock_client *c, struct dlock_lock *l, int64_t tt
                         dlock_lost_fn on_lost, void *user, dlock__err *e);
 /* Stop renewing l; waits for a renewal round that includes it to finish. */
 void dlock__watchdog_remove(struct dlock_client *c, struct dlock_lock *l);
+/* dlock__watchdog_remove without the wait: false, changing nothing, while a renewal
+ * round that includes l is in flight. */
+bool dlock__watchdog_try_remove(struct dlock_client *c, struct dlock_lock *l);
 /* dlock_extend is about to change the lease: renew to the new ttl from now on. Waits
  * for a renewal round that includes l (formatted with the old ttl) to end. */
 void dlock__watchdog_set_ttl(struct dlock_client *c, struct dlock_lock *l, int64_t ttl_ms);
@@ -285,7 +291,11 @@ struct dlock_client {
     struct dlock__watchdog *wd;  /* renewals; created on first use (under mu) */
     pthread_mutex_t mu;          /* guards pool, locks and the creation of wait */
     dlock__connset *pool;
-    int pool_idle;
+    int sets; /* connection sets in flight in nowait steps (dlock__connset_try_get) */
+    /* Whether a nowait step can run an attempt: every server reached through an
+     * address (no host name to resolve, no Sentinels or slot map to ask), and no
+     * second round (strict fences with N > 1). */
+    bool nowait_ok;
     struct dlock_lock *locks;   /* attached handles, for dlock_client_free */
     struct dlock__local *local; /* a file:// client's directory (local.c); NULL: servers */
     /* Calls that can block, and dlock_client_free ending them (client.c). */
@@ -315,6 +325,11 @@ int dlock__client_block_end(struct dlock_client *c, int rc, struct dlock_lock **
 /* Take a connection set from the pool (or make one); NULL when out of memory. */
 dlock__connset *dlock__connset_get(struct dlock_client *c);
 void dlock__connset_put(struct dlock_client *c, dlock__connset *s);
+/* For a round kept in flight by nowait steps: dlock__connset_get while fewer than
+ * DLOCK_NOWAIT_SETS_MAX are; NULL when that many are, or out of memory. Give it back
+ * with dlock__connset_land. */
+dlock__connset *dlock__connset_try_get(struct dlock_client *c);
+void dlock__connset_land(struct dlock_client *c, dlock__connset *s);
 
 /* ---- round.c ---------------------------------------------------------------- */
 
@@ -334,13 +349,20 @@ int64_t dlock__round_validity_us(const struct dlock_client *c, int64_t ttl_us, i
 typedef struct dlock__round {
     dlock__connset *set;
     dlock__req reqs[DLOCK_SERVERS_MAX];
+    dlock__flight flight;
     int64_t start_us, end_us;
 } dlock__round;
 
 /* Zero rd and take a connection set for it. */
 int dlock__round_begin(struct dlock_client *c, dlock__round *rd, dlock__err *e);
-/* Run call on every node; with a vote function (given vote_arg, or rd when NULL), the
- * round ends once decided. Sets start_us and end_us. */
+/* Send call to every node; with a vote function (given vote_arg, or rd when NULL), the
+ * round ends once decided. Sets start_us. */
+void dlock__round_start(struct dlock_client *c, dlock__round *rd, dlock__call *call,
+                        dlock__vote_fn vote, void *vote_arg);
+/* Take the replies that came, waiting at most wait_us (as dlock__flight_pump); true once
+ * the round has ended, with end_us set. */
+bool dlock__round_pump(dlock__round *rd, int64_t wait_us);
+/* dlock__round_start, then pump until the round ends. */
 void dlock__round_run(struct dlock_client *c, dlock__round *rd, dlock__call *call,
                       dlock__vote_fn vote, void *vote_arg);
 /* Free the replies of the last run. */
@@ -393,6 +415,9 @@ typedef struct dlock__script_args {
  * possible; else the unavailability error. *start_us: when the round started. */
 int dlock__round_yes_no(struct dlock_client *c, const dlock__script_args *sa, const char *what,
                         int no_err, const char *no_msg, int64_t *start_us, dlock__err *e);
+/* dlock__round_yes_no's decision, once the round of such a script has ended. */
+int dlock__round_yes_no_outcome(const struct dlock_client *c, dlock__round *rd, const char *what,
+                                int no_err, const char *no_msg, dlock__err *e);
 
 /* ---- handle.c --------------------------------------------------------------- */
 
@@ -449,28 +474,59 @@ void dlock__lock_mark_lost(struct dlock_lock *l);
 
 /* ---- pending.c -------------------------------------------------------------- */
 
-/* An operation in steps, the public dlock_pending: an acquisition (acquire.c) or a
- * stock reservation (stock.c), each a struct that begins with this one. */
+/* An operation in steps, the public dlock_pending: an acquisition (acquire.c), a
+ * release (release.c) or a stock reservation (stock_reserve.c), each a struct that
+ * begins with this one. */
 struct dlock_pending {
     /* The next step: DLOCK_OK (done: the lock in *out, or the reservation's id in
      * id), DLOCK_ERR_AGAIN (fd and due_us say when to step again), or the error that
-     * ends it, its message in *e. */
-    int (*step)(struct dlock_pending *p, dlock_lock **out, dlock__err *e);
+     * ends it, its message in *e. With nowait, it never waits for a server, and
+     * answers DLOCK_ERR_WOULDBLOCK for a step that would. */
+    int (*step)(struct dlock_pending *p, dlock_lock **out, bool nowait, dlock__err *e);
     /* Free it; an operation not finished gives up first (leaves its queue). */
     void (*destroy)(struct dlock_pending *p);
-    int fd;                       /* readable: step now; -1: none */
-    int64_t due_us;               /* step then, even if fd stays quiet (dlock__now_us) */
-    bool done;                    /* a step returned something other than DLOCK_ERR_AGAIN */
-    bool reservation;             /* a stock reservation: its result is id, not a lock */
+    int fd;         /* readable: step now; -1: none */
+    int64_t due_us; /* step then, even if fd stays quiet (dlock__now_us) */
+    bool done;      /* a step returned something other than DLOCK_ERR_AGAIN or _WOULDBLOCK */
+    bool in_flight; /* fd is the sockets of a round in flight */
+    bool lockless;  /* its result is no lock (a reservation's id, a release): out may be NULL */
     char id[DLOCK_TOKEN_LEN + 1]; /* the reservation's id once granted, else "" */
 };
 
 /* A zeroed operation of size bytes (its struct, which begins with a dlock_pending) with
  * its step and clean-up set and no descriptor yet; NULL when out of memory. */
-void *dlock__pending_new(size_t size, int (*step)(dlock_pending *, dlock_lock **, dlock__err *),
+void *dlock__pending_new(size_t size,
+                         int (*step)(dlock_pending *, dlock_lock **, bool, dlock__err *),
                          void (*destroy)(dlock_pending *));
 /* A step's DLOCK_ERR_AGAIN, with its message. */
 int dlock__pending_again(dlock__err *e);
+/* A nowait step's DLOCK_ERR_WOULDBLOCK, with its message. */
+int dlock__pending_would_block(dlock__err *e);
+/* The round of a step (pending.c): a blocking step's, given back when the step ends,
+ * or a nowait step's, kept in flight across steps until its replies are in, its
+ * connection set counted in the client's sets in flight. */
+typedef struct dlock__step_round {
+    dlock__round rd; /* rd.set NULL: none */
+    bool counted;    /* rd.set came from dlock__connset_try_get */
+    int epfd;        /* an epoll set of the round's sockets (made once), or -1 */
+    int nregs;       /* the descriptors in it */
+    int regs[DLOCK_SERVERS_MAX];
+} dlock__step_round;
+void dlock__step_round_init(dlock__step_round *sr);
+/* A round for this step, unless one is in flight already: a nowait step's takes a
+ * counted set (DLOCK_ERR_WOULDBLOCK when none is left), and posts what it sends
+ * unawaited. */
+int dlock__step_round_begin(struct dlock_client *c, dlock__step_round *sr, bool nowait,
+                            dlock__err *e);
+/* While the round is in flight: the descriptor to wait on (the one socket when that is
+ * all it waits for, to read; else the epoll set), and in *due_us the next deadline; -1
+ * when the set cannot be made (*due_us is then soon, so that the steps poll). */
+int dlock__step_round_fd(dlock__step_round *sr, int64_t *due_us);
+/* The round is over: its replies freed, its set given back. */
+void dlock__step_round_end(struct dlock_client *c, dlock__step_round *sr);
+/* dlock__step_round_end, and the epoll set closed. */
+void dlock__step_round_free(struct dlock_client *c, dlock__step_round *sr);
+
 /* The blocking form: step, sleeping between steps on fd and due_us, until the result
  * (DLOCK_ERR_CANCELED when cancel_fd, 0 for none, became readable; DLOCK_ERR_CLOSED
  * when close_fd did: the client is being freed). The caller frees. */
@@ -529,6 +585,14 @@ int dlock__request_format(struct dlock_client *c, const dlock__request *q, dlock
 int dlock__attempt(struct dlock_client *c, dlock__round *rd, dlock__call *acq,
                    const dlock__request *q, struct dlock_lock *l, dlock__attempt_info *info,
                    dlock__err *e);
+/* The attempt's second half, once its round (the acquire call, voted on with
+ * dlock__vote_grant) has ended: the vote, and the give-back of a failed attempt. */
+int dlock__attempt_end(struct dlock_client *c, dlock__round *rd, const dlock__request *q,
+                       struct dlock_lock *l, dlock__attempt_info *info, dlock__err *e);
+/* An attempt given up while its round was in flight (dropped): a give-back to every
+ * node it was sent to, whatever they answered. */
+void dlock__attempt_undo(struct dlock_client *c, dlock__round *rd, const dlock__request *q,
+                         const struct dlock_lock *l);
 /* Join the queue: from now on the attempts (*acq) carry the ticket. */
 int dlock__queue_up(struct dlock_client *c, dlock__request *q, int64_t ticket,
                     dlock__acquire_args *a, dlock__call *acq);
@@ -537,8 +601,10 @@ int dlock__queue_up(struct dlock_client *c, dlock__request *q, int64_t ticket,
 bool dlock__queue_refresh(struct dlock_client *c, dlock__round *rd, const dlock__request *q,
                           int64_t *busy_ms);
 
-/* ---- lock.c ----------------------------------------------------------------- */
+/* ---- lock.c, release.c -------------------------------------------------------- */
 
+/* The message of DLOCK_ERR_LOST from a token-checked script that found another token. */
+extern const char dlock__not_ours[];
 /* Release l (one round), then free it, whatever the outcome. */
 int dlock__lock_release(struct dlock_lock *l, dlock__err *e);
 

@@ -1,10 +1,10 @@
 /*
- * lock.c: what is done with a lock once held: extend, release, check, and inspect
- * (who holds a name, for `dlock status`).
+ * lock.c: what is done with a lock once held, besides its release (release.c): extend,
+ * check, and inspect (who holds a name, for `dlock status`).
  *
- * Extend and release are token-checked scripts (EXTEND, RELEASE in scripts.c) voted
- * on by a quorum: DLOCK_ERR_LOST when so many nodes no longer hold our token that no
- * quorum can. Check and inspect read every node's view with one INSPECT round.
+ * Extend is a token-checked script (EXTEND in scripts.c) voted on by a quorum:
+ * DLOCK_ERR_LOST when so many nodes no longer hold our token that no quorum can.
+ * Check and inspect read every node's view with one INSPECT round.
  */
 #include "internal.h"
 
@@ -12,7 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-static const char not_ours[] =
+const char dlock__not_ours[] =
     "the lock is not held with this token (expired, released or taken by another owner)";
 
 /* The handle is lost for good: no more renewals, and say so to every observer. */
@@ -44,7 +44,7 @@ int dlock_extend(dlock_lock *l, int64_t ttl_ms)
     int64_t start;
     /* Before the round: no renewal with the old ttl may land after it. */
     dlock__watchdog_set_ttl(c, l, ttl_ms);
-    rc = dlock__round_yes_no(c, &sa, "extend", DLOCK_ERR_LOST, not_ours, &start, &e);
+    rc = dlock__round_yes_no(c, &sa, "extend", DLOCK_ERR_LOST, dlock__not_ours, &start, &e);
     free(k.buf);
     if (rc == DLOCK_OK) {
         /* The new lease runs from when the round started, at the latest. */
@@ -57,55 +57,6 @@ int dlock_extend(dlock_lock *l, int64_t ttl_ms)
         mark_lost(l);
     }
     return dlock__err_raise(&e, rc);
-}
-
-int dlock__lock_release(dlock_lock *l, dlock__err *e)
-{
-    dlock_client *c = l->client;
-    if (c->local != NULL)
-        return dlock__local_release(l, e);
-    dlock__keys k;
-    int rc = dlock__keys_make(c->prefix, c->prefix_len, l->name, l->name_len, &k, e);
-    if (rc != DLOCK_OK) {
-        dlock__lock_free(l);
-        return rc;
-    }
-    /* With N > 1 the release raises every node's fence counter to this lock's fence
-     * (the default fence mode, docs/guarantees.md), so a later quorum, which meets at
-     * least one of these nodes, hands out a larger fence. With N = 1 the counter is
-     * already there. */
-    char fence[24] = "0";
-    if (c->n > 1)
-        snprintf(fence, sizeof fence, "%llu", (unsigned long long)l->fence);
-    const char *args[] = {NULL,  NULL, NULL,         NULL, NULL, l->token,
-                          fence, "",   c->retention, "1",  "0"};
-    size_t lens[] = {0, 0, 0, 0, 0, DLOCK_TOKEN_LEN, strlen(fence), 0, strlen(c->retention), 1, 1};
-    dlock__keys_all(&k, args, lens);
-    const dlock__script_args sa = {DLOCK_SCRIPT_RELEASE, 5, 11, args, lens};
-    int64_t start;
-    bool expired = l->valid_until_us != 0 && dlock__now_us() >= l->valid_until_us;
-    rc = dlock__round_yes_no(c, &sa, "release", DLOCK_ERR_LOST, not_ours, &start, e);
-    free(k.buf);
-    if (rc == DLOCK_OK && expired)
-        rc = dlock__err_set(e, DLOCK_ERR_LOST,
-                            "released, but the lease had run out before the release: work "
-                            "after that was not protected");
-    dlock__lock_free(l);
-    return rc;
-}
-
-int dlock_release(dlock_lock *l)
-{
-    dlock__err e;
-    int rc = dlock__lock_enter(l, &e);
-    if (rc != DLOCK_OK) {
-        /* "Frees l, whatever it returns": a handle inherited across fork() is freed
-         * without touching the servers (the lock is the parent's). */
-        if (l != NULL && l->magic == DLOCK_LOCK_MAGIC)
-            dlock__lock_free(l);
-        return dlock__err_raise(&e, rc);
-    }
-    return dlock__err_raise(&e, dlock__lock_release(l, &e));
 }
 
 /* ---- inspect and check ------------------------------------------------------ */

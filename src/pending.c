@@ -12,7 +12,13 @@
  */
 #include "internal.h"
 
-void *dlock__pending_new(size_t size, int (*step)(dlock_pending *, dlock_lock **, dlock__err *),
+#include <poll.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <unistd.h>
+
+void *dlock__pending_new(size_t size,
+                         int (*step)(dlock_pending *, dlock_lock **, bool, dlock__err *),
                          void (*destroy)(dlock_pending *))
 {
     dlock_pending *p = dlock__calloc(1, size);
@@ -31,11 +37,18 @@ int dlock__pending_again(dlock__err *e)
                           "dlock_pending_due_ms has passed");
 }
 
+int dlock__pending_would_block(dlock__err *e)
+{
+    return dlock__err_set(e, DLOCK_ERR_WOULDBLOCK,
+                          "this step would block: take it with dlock_pending_step on a thread "
+                          "that may");
+}
+
 int dlock__pending_run(dlock_pending *p, int cancel_fd, int close_fd, dlock_lock **out,
                        dlock__err *e)
 {
     int rc;
-    while ((rc = p->step(p, out, e)) == DLOCK_ERR_AGAIN) {
+    while ((rc = p->step(p, out, false, e)) == DLOCK_ERR_AGAIN) {
         int src = dlock__sleep_on(p->fd, p->due_us, cancel_fd, close_fd);
         if (src != DLOCK_OK) {
             rc = dlock__sleep_ended(e, src);
@@ -45,21 +58,36 @@ int dlock__pending_run(dlock_pending *p, int cancel_fd, int close_fd, dlock_lock
     return rc;
 }
 
-int dlock_pending_step(dlock_pending *p, dlock_lock **out)
+static int step(dlock_pending *p, dlock_lock **out, bool nowait)
 {
     if (out != NULL)
         *out = NULL;
     if (p == NULL)
         return dlock__fail(DLOCK_ERR_INVALID, "pending is NULL");
-    if (out == NULL && !p->reservation)
+    if (out == NULL && !p->lockless)
         return dlock__fail(DLOCK_ERR_INVALID, "out is NULL (it receives the lock)");
     if (p->done)
         return dlock__fail(DLOCK_ERR_INVALID,
                            "the operation has finished: only dlock_pending_free is left");
     dlock__err e;
-    int rc = p->step(p, out, &e);
-    p->done = rc != DLOCK_ERR_AGAIN;
+    int rc = p->step(p, out, nowait, &e);
+    p->done = rc != DLOCK_ERR_AGAIN && rc != DLOCK_ERR_WOULDBLOCK;
     return dlock__err_raise(&e, rc);
+}
+
+int dlock_pending_step(dlock_pending *p, dlock_lock **out)
+{
+    return step(p, out, false);
+}
+
+int dlock_pending_step_nowait(dlock_pending *p, dlock_lock **out)
+{
+    return step(p, out, true);
+}
+
+int dlock_pending_in_flight(const dlock_pending *p)
+{
+    return p != NULL && !p->done && p->in_flight;
 }
 
 int dlock_pending_fd(const dlock_pending *p)
@@ -84,4 +112,80 @@ void dlock_pending_free(dlock_pending *p)
 {
     if (p != NULL)
         p->destroy(p);
+}
+
+/* ---- the round of a step ------------------------------------------------------- */
+
+void dlock__step_round_init(dlock__step_round *sr)
+{
+    memset(sr, 0, sizeof *sr);
+    sr->epfd = -1;
+}
+
+int dlock__step_round_begin(dlock_client *c, dlock__step_round *sr, bool nowait, dlock__err *e)
+{
+    dlock__round *rd = &sr->rd;
+    if (rd->set == NULL) {
+        if (!nowait) {
+            int rc = dlock__round_begin(c, rd, e);
+            if (rc != DLOCK_OK)
+                return rc;
+        } else {
+            memset(rd, 0, sizeof *rd);
+            if ((rd->set = dlock__connset_try_get(c)) == NULL)
+                return dlock__pending_would_block(e);
+            sr->counted = true;
+        }
+    }
+    /* What a nowait step sends unawaited, it must not wait to write. */
+    rd->set->post = nowait;
+    return DLOCK_OK;
+}
+
+int dlock__step_round_fd(dlock__step_round *sr, int64_t *due_us)
+{
+    struct pollfd pfd[DLOCK_SERVERS_MAX];
+    int n = dlock__flight_wants(&sr->rd.flight, pfd, due_us);
+    if (n == 1 && pfd[0].events == POLLIN)
+        return pfd[0].fd;
+    if (sr->epfd < 0 && (sr->epfd = epoll_create1(EPOLL_CLOEXEC)) < 0) {
+        int64_t soon = dlock__now_us() + 1000;
+        if (*due_us > soon)
+            *due_us = soon;
+        return -1;
+    }
+    /* Remade at each step: a descriptor closed since is gone from the set already, and
+     * its removal fails, harmlessly. */
+    for (int k = 0; k < sr->nregs; k++)
+        epoll_ctl(sr->epfd, EPOLL_CTL_DEL, sr->regs[k], NULL);
+    sr->nregs = 0;
+    for (int k = 0; k < n; k++) {
+        struct epoll_event ev = {.events = ((pfd[k].events & POLLIN) ? EPOLLIN : 0u) |
+                                           ((pfd[k].events & POLLOUT) ? EPOLLOUT : 0u)};
+        if (epoll_ctl(sr->epfd, EPOLL_CTL_ADD, pfd[k].fd, &ev) == 0)
+            sr->regs[sr->nregs++] = pfd[k].fd;
+    }
+    return sr->epfd;
+}
+
+void dlock__step_round_end(dlock_client *c, dlock__step_round *sr)
+{
+    dlock__round *rd = &sr->rd;
+    if (rd->set == NULL)
+        return;
+    dlock__round_free_replies(c, rd);
+    if (sr->counted)
+        dlock__connset_land(c, rd->set);
+    else
+        dlock__connset_put(c, rd->set);
+    rd->set = NULL;
+    sr->counted = false;
+}
+
+void dlock__step_round_free(dlock_client *c, dlock__step_round *sr)
+{
+    dlock__step_round_end(c, sr);
+    if (sr->epfd >= 0)
+        close(sr->epfd);
+    sr->epfd = -1;
 }

@@ -61,13 +61,29 @@ void dlock__round_end(dlock_client *c, dlock__round *rd)
     rd->set = NULL;
 }
 
-void dlock__round_run(dlock_client *c, dlock__round *rd, dlock__call *call, dlock__vote_fn vote,
-                      void *vote_arg)
+void dlock__round_start(dlock_client *c, dlock__round *rd, dlock__call *call, dlock__vote_fn vote,
+                        void *vote_arg)
 {
     dlock__call_reqs(call, rd->reqs, c->n, true);
     rd->start_us = dlock__now_us();
-    dlock__fanout_vote(rd->set->conns, rd->reqs, c->n, vote, vote_arg ? vote_arg : rd);
+    dlock__flight_start(&rd->flight, rd->set->conns, rd->reqs, c->n, vote, vote_arg ? vote_arg : rd,
+                        dlock__quorum(c->n));
+}
+
+bool dlock__round_pump(dlock__round *rd, int64_t wait_us)
+{
+    if (!dlock__flight_pump(&rd->flight, wait_us))
+        return false;
     rd->end_us = dlock__now_us();
+    return true;
+}
+
+void dlock__round_run(dlock_client *c, dlock__round *rd, dlock__call *call, dlock__vote_fn vote,
+                      void *vote_arg)
+{
+    dlock__round_start(c, rd, call, vote, vote_arg);
+    while (!dlock__round_pump(rd, -1))
+        ;
 }
 
 void dlock__round_free_replies(const dlock_client *c, dlock__round *rd)
@@ -95,7 +111,9 @@ void dlock__round_send(dlock_client *c, dlock__connset *set, dlock__call *call, 
             any = true;
         }
     }
-    if (any)
+    if (any && set->post)
+        dlock__fanout_post(set->conns, reqs, c->n);
+    else if (any)
         dlock__fanout(set->conns, reqs, c->n);
 }
 
@@ -191,28 +209,33 @@ int dlock__round_yes_no(dlock_client *c, const dlock__script_args *sa, const cha
     }
     dlock__round_run(c, &rd, &call, dlock__vote_one, NULL);
     *start_us = rd.start_us;
+    rc = dlock__round_yes_no_outcome(c, &rd, what, no_err, no_msg, e);
+    dlock__round_end(c, &rd);
+    dlock__call_free(&call);
+    return rc;
+}
+
+int dlock__round_yes_no_outcome(const dlock_client *c, dlock__round *rd, const char *what,
+                                int no_err, const char *no_msg, dlock__err *e)
+{
     dlock__tally t = {0};
     for (int i = 0; i < c->n; i++) {
         long long v;
-        if (!dlock__tally_int(&t, &rd.reqs[i], &rd.set->conns[i], what, &v))
+        if (!dlock__tally_int(&t, &rd->reqs[i], &rd->set->conns[i], what, &v))
             continue;
         if (v == 1) {
             t.yes++;
         } else if (v == 0) {
             t.no++;
         } else {
-            snprintf(rd.reqs[i].detail, sizeof rd.reqs[i].detail, "%s: %s: unexpected reply %lld",
-                     rd.set->conns[i].node->addr.display, what, v);
-            dlock__tally_failure(&t, &rd.reqs[i], DLOCK_ERR_PROTOCOL);
+            snprintf(rd->reqs[i].detail, sizeof rd->reqs[i].detail, "%s: %s: unexpected reply %lld",
+                     rd->set->conns[i].node->addr.display, what, v);
+            dlock__tally_failure(&t, &rd->reqs[i], DLOCK_ERR_PROTOCOL);
         }
     }
     if (t.yes >= c->quorum)
-        rc = DLOCK_OK;
-    else if (t.no > c->n - c->quorum)
-        rc = dlock__err_set(e, no_err, "%s: %s", what, no_msg);
-    else
-        rc = dlock__tally_undecided(c, &t, rd.reqs, e);
-    dlock__round_end(c, &rd);
-    dlock__call_free(&call);
-    return rc;
+        return DLOCK_OK;
+    if (t.no > c->n - c->quorum)
+        return dlock__err_set(e, no_err, "%s: %s", what, no_msg);
+    return dlock__tally_undecided(c, &t, rd->reqs, e);
 }

@@ -136,9 +136,11 @@ static void reserve_finish(reservation *r, int rc)
     r->base.done = true;
 }
 
-static int reserve_step(dlock_pending *base, dlock_lock **out, dlock__err *e)
+static int reserve_step(dlock_pending *base, dlock_lock **out, bool nowait, dlock__err *e)
 {
-    (void)out; /* a reservation's result is its id */
+    if (nowait)
+        return dlock__pending_would_block(e); /* its rounds wait for their replies */
+    (void)out;                                /* a reservation's result is its id */
     reservation *r = (reservation *)base;
     dlock_client *c = r->op.c;
     /* Parked: a step before the due time without a wake-up is early, and changes
@@ -214,7 +216,7 @@ static int reserve_start(dlock_client *c, const char *sku, int64_t qty,
     reservation *r = dlock__pending_new(sizeof *r, reserve_step, reserve_destroy);
     if (r == NULL)
         return dlock__err_set(e, DLOCK_ERR_NOMEM, "out of memory");
-    r->base.reservation = true;
+    r->base.lockless = true;
     int64_t lease_ms = 0, wait_ms = 0;
     int rc = dlock__stock_op_begin(&r->op, c, sku, e);
     if (rc == DLOCK_OK) {

@@ -9,6 +9,7 @@
 
 #include "base.h"
 
+#include <poll.h>
 #include <stdatomic.h>
 
 /* ---- node.c, conn.c, tls.c, fanout.c ----------------------------------------- */
@@ -237,7 +238,8 @@ void dlock__fanout_vote(dlock__conn *conns, dlock__req *reqs, int n, dlock__vote
 void dlock__fanout_until(dlock__conn *conns, dlock__req *reqs, int n, dlock__vote_fn vote,
                          void *arg, int need);
 /* A round in flight, between its sends and its end: dlock__fanout_until starts it,
- * then pumps it (one poll, and what the sockets it reports bring) until it ends. */
+ * then pumps it (one poll, and what the sockets it reports bring) until it ends; a
+ * nowait step of an acquisition starts it, and later ones pump it without waiting. */
 typedef struct dlock__flight {
     dlock__conn *conns;
     dlock__req *reqs;
@@ -252,6 +254,16 @@ void dlock__flight_start(dlock__flight *f, dlock__conn *conns, dlock__req *reqs,
 /* Act on what the sockets say, waiting for it at most wait_us (0: not at all; -1: until
  * the next node's deadline); true once the round has ended. */
 bool dlock__flight_pump(dlock__flight *f, int64_t wait_us);
+/* What the round waits for now: one poll entry per node not yet done (their count is
+ * returned), and in *due_us the earliest deadline, or now when bytes wait to be taken. */
+int dlock__flight_wants(const dlock__flight *f, struct pollfd *pfd, int64_t *due_us);
+/* Give the round up: every node not yet done is left as when a quorum decides without
+ * it (its late reply discarded by a later round), or its connection closed. */
+void dlock__flight_drop(dlock__flight *f);
+/* Send the commands that are not awaited, as far as the sockets take them now, and
+ * leave the rest queued on their connections, for the next round on each to finish:
+ * nothing waits (an event loop's step). */
+void dlock__fanout_post(dlock__conn *conns, dlock__req *reqs, int n);
 /* Quorum of n nodes: n/2 + 1. */
 int dlock__quorum(int n);
 
@@ -356,6 +368,10 @@ int dlock__cluster_masters(dlock__node *node, struct dlock__hostport *hosts, cha
 /* A set of N connections, one per node, that one call uses at a time. */
 typedef struct dlock__connset {
     struct dlock__connset *next; /* in the client's free list */
+    /* Used by a nowait step: the sends that are not awaited are posted
+     * (dlock__fanout_post), never waited for. Cleared when the set goes back to the
+     * pool. */
+    bool post;
     dlock__conn conns[];
 } dlock__connset;
 

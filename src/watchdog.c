@@ -353,6 +353,19 @@ void dlock__watchdog_remove(dlock_client *c, dlock_lock *l)
     pthread_mutex_unlock(&wd->mu);
 }
 
+bool dlock__watchdog_try_remove(dlock_client *c, dlock_lock *l)
+{
+    struct dlock__watchdog *wd = get_wd(c);
+    if (wd == NULL)
+        return true;
+    pthread_mutex_lock(&wd->mu);
+    bool idle = !l->in_batch;
+    if (idle && l->renewing)
+        unlink_lock(wd, l);
+    pthread_mutex_unlock(&wd->mu);
+    return idle;
+}
+
 void dlock__watchdog_set_ttl(dlock_client *c, dlock_lock *l, int64_t ttl_ms)
 {
     /* A renewal of l already formatted with the old ttl could reach the servers after

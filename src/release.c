@@ -1,0 +1,177 @@
+/*
+ * release.c: dlock_release, in one call or in steps (dlock_release_start).
+ *
+ * A release is one round of the RELEASE script (scripts.c), token-checked and voted on
+ * by a quorum: DLOCK_ERR_LOST when so many nodes no longer hold our token that no
+ * quorum can. The renewal of the lock stops first (a renewal landing after the release
+ * would take the lock again for nobody), and the handle is freed at the end, whatever
+ * the outcome.
+ *
+ * In steps, like an acquisition: a blocking step runs the round to its end; a nowait
+ * step sends it, and later ones take the replies, the round kept in flight between
+ * them. A nowait step hands back (DLOCK_ERR_WOULDBLOCK) what would block: a client
+ * whose servers must be looked up, no connection set left for a round in flight, and
+ * a renewal of this very lock in flight, which the renewal's stop must wait for.
+ */
+#include "internal.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* A release in steps: the handle, and the call, whose arguments it keeps. */
+typedef struct release {
+    dlock_pending base;
+    dlock_lock *l; /* the pending's: freed with it */
+    dlock__keys k;
+    char fence[24];
+    const char *args[11];
+    size_t lens[11];
+    dlock__call call;
+    dlock__step_round sr;
+    bool sent;    /* the round was started */
+    bool expired; /* the lease had run out before the release */
+} release;
+
+/* The call for l's release. With N > 1 the release raises every node's fence counter
+ * to this lock's fence (the default fence mode, docs/guarantees.md), so a later quorum,
+ * which meets at least one of these nodes, hands out a larger fence. With N = 1 the
+ * counter is already there. */
+static int format_call(release *r, dlock__err *e)
+{
+    dlock_lock *l = r->l;
+    dlock_client *c = l->client;
+    int rc = dlock__keys_make(c->prefix, c->prefix_len, l->name, l->name_len, &r->k, e);
+    if (rc != DLOCK_OK)
+        return rc;
+    strcpy(r->fence, "0");
+    if (c->n > 1)
+        snprintf(r->fence, sizeof r->fence, "%llu", (unsigned long long)l->fence);
+    const char *args[] = {NULL,     NULL, NULL,         NULL, NULL, l->token,
+                          r->fence, "",   c->retention, "1",  "0"};
+    const size_t lens[] = {
+        0, 0, 0, 0, 0, DLOCK_TOKEN_LEN, strlen(r->fence), 0, strlen(c->retention), 1, 1};
+    memcpy(r->args, args, sizeof args);
+    memcpy(r->lens, lens, sizeof lens);
+    dlock__keys_all(&r->k, r->args, r->lens);
+    return dlock__call_format(&c->scripts, DLOCK_SCRIPT_RELEASE, 5, 11, r->args, r->lens, &r->call,
+                              e);
+}
+
+static int release_step(dlock_pending *base, dlock_lock **out, bool nowait, dlock__err *e)
+{
+    (void)out; /* a release hands out nothing */
+    release *r = (release *)base;
+    dlock_client *c = r->l->client;
+    dlock__round *rd = &r->sr.rd;
+    if (!r->sent) {
+        if (nowait && !c->nowait_ok)
+            return dlock__pending_would_block(e);
+        if (nowait ? !dlock__watchdog_try_remove(c, r->l)
+                   : (dlock__watchdog_remove(c, r->l), false))
+            return dlock__pending_would_block(e);
+        int rc = dlock__step_round_begin(c, &r->sr, nowait, e);
+        if (rc != DLOCK_OK)
+            return rc;
+        r->expired = r->l->valid_until_us != 0 && dlock__now_us() >= r->l->valid_until_us;
+        dlock__round_start(c, rd, &r->call, dlock__vote_one, NULL);
+        r->sent = true;
+    }
+    bool over = dlock__round_pump(rd, 0);
+    while (!over && !nowait)
+        over = dlock__round_pump(rd, -1);
+    r->base.in_flight = !over;
+    if (!over) {
+        r->base.fd = dlock__step_round_fd(&r->sr, &r->base.due_us);
+        return dlock__pending_again(e);
+    }
+    int rc = dlock__round_yes_no_outcome(c, rd, "release", DLOCK_ERR_LOST, dlock__not_ours, e);
+    if (rc == DLOCK_OK && r->expired)
+        rc = dlock__err_set(e, DLOCK_ERR_LOST,
+                            "released, but the lease had run out before the release: work "
+                            "after that was not protected");
+    dlock__step_round_end(c, &r->sr);
+    return rc;
+}
+
+static void release_destroy(dlock_pending *base)
+{
+    release *r = (release *)base;
+    dlock_client *c = r->l->client;
+    /* A release given up in flight was sent: its replies are left to a later round. */
+    if (r->base.in_flight)
+        dlock__flight_drop(&r->sr.rd.flight);
+    dlock__step_round_free(c, &r->sr);
+    dlock__call_free(&r->call);
+    free(r->k.buf);
+    dlock__lock_free(r->l);
+    free(r);
+}
+
+/* A release of l in steps, no I/O yet; the handle is the pending's from now on. */
+static int start(dlock_lock *l, dlock_pending **out, dlock__err *e)
+{
+    release *r = dlock__pending_new(sizeof *r, release_step, release_destroy);
+    if (r == NULL) {
+        dlock__lock_free(l);
+        return dlock__err_set(e, DLOCK_ERR_NOMEM, "out of memory");
+    }
+    r->base.lockless = true;
+    r->l = l;
+    dlock__step_round_init(&r->sr);
+    int rc = format_call(r, e);
+    if (rc != DLOCK_OK) {
+        release_destroy(&r->base);
+        return rc;
+    }
+    r->base.due_us = dlock__now_us();
+    *out = &r->base;
+    return DLOCK_OK;
+}
+
+int dlock__lock_release(dlock_lock *l, dlock__err *e)
+{
+    if (l->client->local != NULL)
+        return dlock__local_release(l, e);
+    dlock_pending *p;
+    int rc = start(l, &p, e);
+    if (rc != DLOCK_OK)
+        return rc;
+    rc = release_step(p, NULL, false, e);
+    release_destroy(p);
+    return rc;
+}
+
+int dlock_release(dlock_lock *l)
+{
+    dlock__err e;
+    int rc = dlock__lock_enter(l, &e);
+    if (rc != DLOCK_OK) {
+        /* "Frees l, whatever it returns": a handle inherited across fork() is freed
+         * without touching the servers (the lock is the parent's). */
+        if (l != NULL && l->magic == DLOCK_LOCK_MAGIC)
+            dlock__lock_free(l);
+        return dlock__err_raise(&e, rc);
+    }
+    return dlock__err_raise(&e, dlock__lock_release(l, &e));
+}
+
+int dlock_release_start(dlock_lock *l, dlock_pending **out)
+{
+    dlock__err e;
+    if (out != NULL)
+        *out = NULL;
+    int rc = dlock__lock_enter(l, &e);
+    if (rc == DLOCK_OK && out == NULL)
+        rc = dlock__err_set(&e, DLOCK_ERR_INVALID, "out is NULL");
+    else if (rc == DLOCK_OK && l->client->local != NULL)
+        rc = dlock__err_set(&e, DLOCK_ERR_INVALID,
+                            "a file:// client releases on its calling thread: use dlock_release");
+    if (rc != DLOCK_OK) {
+        /* As dlock_release: the handle is freed whatever the result. */
+        if (l != NULL && l->magic == DLOCK_LOCK_MAGIC)
+            dlock__lock_free(l);
+        return dlock__err_raise(&e, rc);
+    }
+    return dlock__err_raise(&e, start(l, out, &e));
+}
