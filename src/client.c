@@ -393,6 +393,7 @@ dlock__connset *dlock__connset_get(dlock_client *c)
     if (s == NULL)
         return NULL;
     s->next = NULL;
+    s->post = false;
     for (int i = 0; i < c->n; i++)
         dlock__conn_init(&s->conns[i], &c->nodes[i]);
     return s;
