@@ -146,7 +146,7 @@ static int start(dlock_client *c, const char *name, const dlock_opts *opts, int6
 }
 
 /* The end of an acquisition, granted or not: stop listening, and leave the queue. */
-static void finish(acquisition *p, dlock__round *rd, int rc)
+static void finish(acquisition *p, dlock__connset *set, int rc)
 {
     if (p->w != NULL)
         dlock__wait_leave(p->c, p->w);
@@ -158,7 +158,7 @@ static void finish(acquisition *p, dlock__round *rd, int rc)
         for (int i = 0; i < p->c->n; i++)
             any |= p->info.refused[i];
         if (rc != DLOCK_OK || any)
-            dlock__leave_queue(p->c, rd->set, &p->q.k, p->q.member, p->q.member_len, p->l->token,
+            dlock__leave_queue(p->c, set, &p->q.k, p->q.member, p->q.member_len, p->l->token,
                                rc == DLOCK_OK ? p->info.refused : NULL);
     }
     p->phase = DONE;
@@ -331,12 +331,13 @@ static int run_step(dlock_pending *base, dlock_lock **out, bool nowait, dlock__e
 {
     acquisition *p = (acquisition *)base;
     dlock_client *c = p->c;
-    dlock__round *rd = &p->sr.rd;
     if (nowait && (!c->nowait_ok || p->phase == JOIN))
         return dlock__pending_would_block(e);
     int rc = dlock__step_round_begin(c, &p->sr, nowait, e);
     if (rc == DLOCK_ERR_WOULDBLOCK)
         return rc;
+    dlock__round *rd = p->sr.rd;
+    dlock__connset *set = rc == DLOCK_OK ? rd->set : NULL;
     if (rc == DLOCK_OK)
         rc = step(p, rd, nowait);
     p->base.in_flight = p->phase == IN_FLIGHT;
@@ -351,9 +352,9 @@ static int run_step(dlock_pending *base, dlock_lock **out, bool nowait, dlock__e
             return dlock__pending_would_block(e);
         return dlock__pending_again(e);
     }
-    if (rc != DLOCK_OK && rd->set != NULL)
+    if (rc != DLOCK_OK && set != NULL)
         memcpy(e, &p->e, sizeof *e); /* the attempt's reason */
-    finish(p, rd, rc);
+    finish(p, set, rc);
     dlock__step_round_end(c, &p->sr);
     if (rc != DLOCK_OK)
         return rc;
@@ -481,19 +482,17 @@ int dlock_sem_acquire_start(dlock_client *c, const char *name, int64_t permits,
 static void destroy(dlock_pending *base)
 {
     acquisition *p = (acquisition *)base;
-    dlock__round *rd = &p->sr.rd;
-    if (rd->set != NULL)
-        rd->set->post = false; /* giving up writes what it sends, as it always has */
-    if (p->phase == IN_FLIGHT) {
-        /* Whatever the round granted so far, or may yet grant, is given back. */
-        dlock__flight_drop(&rd->flight);
-        dlock__attempt_undo(p->c, rd, &p->q, p->l);
-    }
     if (p->phase != DONE) {
+        /* A blocking step's round (the one in flight, if any): giving up writes what it
+         * sends, as it always has. Without a set, finish() sends nothing. */
         dlock__err ignored;
-        if (rd->set == NULL) /* without a set, finish() sends nothing */
-            dlock__round_begin(p->c, rd, &ignored);
-        finish(p, rd, DLOCK_ERR_CANCELED);
+        bool begun = dlock__step_round_begin(p->c, &p->sr, false, &ignored) == DLOCK_OK;
+        if (begun && p->phase == IN_FLIGHT) {
+            /* Whatever the round granted so far, or may yet grant, is given back. */
+            dlock__flight_drop(&p->sr.rd->flight);
+            dlock__attempt_undo(p->c, p->sr.rd, &p->q, p->l);
+        }
+        finish(p, begun ? p->sr.rd->set : NULL, DLOCK_ERR_CANCELED);
     }
     dlock__step_round_free(p->c, &p->sr);
     if (p->l != NULL)

@@ -353,6 +353,8 @@ typedef struct dlock__round {
     int64_t start_us, end_us;
 } dlock__round;
 
+/* Zero rd (the requests of c's nodes) and take no set. */
+void dlock__round_reset(const struct dlock_client *c, dlock__round *rd);
 /* Zero rd and take a connection set for it. */
 int dlock__round_begin(struct dlock_client *c, dlock__round *rd, dlock__err *e);
 /* Send call to every node; with a vote function (given vote_arg, or rd when NULL), the
@@ -506,15 +508,15 @@ int dlock__pending_would_block(dlock__err *e);
  * or a nowait step's, kept in flight across steps until its replies are in, its
  * connection set counted in the client's sets in flight. */
 typedef struct dlock__step_round {
-    dlock__round rd; /* rd.set NULL: none */
-    bool counted;    /* rd.set came from dlock__connset_try_get */
-    int epfd;        /* an epoll set of the round's sockets (made once), or -1 */
-    int nregs;       /* the descriptors in it */
+    dlock__round *rd; /* made by the first begin (NULL: none yet); rd->set NULL: no set */
+    bool counted;     /* rd.set came from dlock__connset_try_get */
+    int epfd;         /* an epoll set of the round's sockets (made once), or -1 */
+    int nregs;        /* the descriptors in it */
     int regs[DLOCK_SERVERS_MAX];
 } dlock__step_round;
 void dlock__step_round_init(dlock__step_round *sr);
-/* A round for this step, unless one is in flight already: a nowait step's takes a
- * counted set (DLOCK_ERR_WOULDBLOCK when none is left), and posts what it sends
+/* A round for this step in sr->rd, unless one is in flight already: a nowait step's
+ * takes a counted set (DLOCK_ERR_WOULDBLOCK when none is left), and posts what it sends
  * unawaited. */
 int dlock__step_round_begin(struct dlock_client *c, dlock__step_round *sr, bool nowait,
                             dlock__err *e);

@@ -13,6 +13,7 @@
 #include "internal.h"
 
 #include <poll.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
 #include <unistd.h>
@@ -124,14 +125,22 @@ void dlock__step_round_init(dlock__step_round *sr)
 
 int dlock__step_round_begin(dlock_client *c, dlock__step_round *sr, bool nowait, dlock__err *e)
 {
-    dlock__round *rd = &sr->rd;
+    /* Made once, not zeroed whole (dlock__round_reset zeroes what a round uses): a
+     * round is large, and an acquisition or a release that never needs one pays nothing
+     * for it. */
+    if (sr->rd == NULL) {
+        if ((sr->rd = dlock__malloc(sizeof *sr->rd)) == NULL)
+            return dlock__err_set(e, DLOCK_ERR_NOMEM, "out of memory");
+        sr->rd->set = NULL;
+    }
+    dlock__round *rd = sr->rd;
     if (rd->set == NULL) {
         if (!nowait) {
             int rc = dlock__round_begin(c, rd, e);
             if (rc != DLOCK_OK)
                 return rc;
         } else {
-            memset(rd, 0, sizeof *rd);
+            dlock__round_reset(c, rd);
             if ((rd->set = dlock__connset_try_get(c)) == NULL)
                 return dlock__pending_would_block(e);
             sr->counted = true;
@@ -145,7 +154,7 @@ int dlock__step_round_begin(dlock_client *c, dlock__step_round *sr, bool nowait,
 int dlock__step_round_fd(dlock__step_round *sr, int64_t *due_us)
 {
     struct pollfd pfd[DLOCK_SERVERS_MAX];
-    int n = dlock__flight_wants(&sr->rd.flight, pfd, due_us);
+    int n = dlock__flight_wants(&sr->rd->flight, pfd, due_us);
     if (n == 1 && pfd[0].events == POLLIN)
         return pfd[0].fd;
     if (sr->epfd < 0 && (sr->epfd = epoll_create1(EPOLL_CLOEXEC)) < 0) {
@@ -170,8 +179,8 @@ int dlock__step_round_fd(dlock__step_round *sr, int64_t *due_us)
 
 void dlock__step_round_end(dlock_client *c, dlock__step_round *sr)
 {
-    dlock__round *rd = &sr->rd;
-    if (rd->set == NULL)
+    dlock__round *rd = sr->rd;
+    if (rd == NULL || rd->set == NULL)
         return;
     dlock__round_free_replies(c, rd);
     if (sr->counted)
@@ -185,6 +194,8 @@ void dlock__step_round_end(dlock_client *c, dlock__step_round *sr)
 void dlock__step_round_free(dlock_client *c, dlock__step_round *sr)
 {
     dlock__step_round_end(c, sr);
+    free(sr->rd);
+    sr->rd = NULL;
     if (sr->epfd >= 0)
         close(sr->epfd);
     sr->epfd = -1;

@@ -63,7 +63,6 @@ static int release_step(dlock_pending *base, dlock_lock **out, bool nowait, dloc
     (void)out; /* a release hands out nothing */
     release *r = (release *)base;
     dlock_client *c = r->l->client;
-    dlock__round *rd = &r->sr.rd;
     if (!r->sent) {
         if (nowait && !c->nowait_ok)
             return dlock__pending_would_block(e);
@@ -74,9 +73,11 @@ static int release_step(dlock_pending *base, dlock_lock **out, bool nowait, dloc
         if (rc != DLOCK_OK)
             return rc;
         r->expired = r->l->valid_until_us != 0 && dlock__now_us() >= r->l->valid_until_us;
-        dlock__round_start(c, rd, &r->call, dlock__vote_one, NULL);
+        dlock__round_start(c, r->sr.rd, &r->call, dlock__vote_one, NULL);
         r->sent = true;
     }
+    dlock__round *rd = r->sr.rd;
+    rd->set->post = nowait;
     bool over = dlock__round_pump(rd, 0);
     while (!over && !nowait)
         over = dlock__round_pump(rd, -1);
@@ -100,7 +101,7 @@ static void release_destroy(dlock_pending *base)
     dlock_client *c = r->l->client;
     /* A release given up in flight was sent: its replies are left to a later round. */
     if (r->base.in_flight)
-        dlock__flight_drop(&r->sr.rd.flight);
+        dlock__flight_drop(&r->sr.rd->flight);
     dlock__step_round_free(c, &r->sr);
     dlock__call_free(&r->call);
     free(r->k.buf);

@@ -45,9 +45,19 @@ int64_t dlock_lease_validity_ms(const dlock_config *cfg, int64_t ttl_ms)
 
 /* ---- running a round ---------------------------------------------------------- */
 
+void dlock__round_reset(const dlock_client *c, dlock__round *rd)
+{
+    /* The requests of c's nodes only: the rest of the array is never read, and zeroing
+     * all DLOCK_SERVERS_MAX of them would cost a call more than its bookkeeping. */
+    memset(rd->reqs, 0, (size_t)c->n * sizeof rd->reqs[0]);
+    memset(&rd->flight, 0, sizeof rd->flight);
+    rd->set = NULL;
+    rd->start_us = rd->end_us = 0;
+}
+
 int dlock__round_begin(dlock_client *c, dlock__round *rd, dlock__err *e)
 {
-    memset(rd, 0, sizeof *rd);
+    dlock__round_reset(c, rd);
     if ((rd->set = dlock__connset_get(c)) == NULL)
         return dlock__err_set(e, DLOCK_ERR_NOMEM, "out of memory");
     return DLOCK_OK;

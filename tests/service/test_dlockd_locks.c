@@ -370,18 +370,29 @@ static void test_two_daemons(void **state)
 }
 
 /* A lock server down: LOCK answers -UNAVAILABLE within the deadline and dlockd goes on
- * serving; with three servers and two down, -NOQUORUM. */
+ * serving, another client's commands too while the LOCK waits for the paused server
+ * (its round is in flight on the loop, which it must not hold); with three servers and
+ * two down, -NOQUORUM. */
 static void test_server_down(void **state)
 {
     (void)state;
     dt_fresh f1;
     redisContext *a = dt_fresh_start(&f1, 1);
+    redisContext *b = dt_connect(&f1.d);
     dh_server *s = &f1.srv[0];
     dt_lock l;
     dt_expect_lock(dt_cmd(a, "LOCK down"), &l);
     dh_server_pause(s);
     int64_t t0 = dh_now_ms();
-    dt_expect_error(dt_cmd(a, "LOCK down2"), "UNAVAILABLE ");
+    dt_send(a, "LOCK down2");
+    dh_sleep_ms(10);
+    int64_t tb = dh_now_ms();
+    dt_expect_status(dt_cmd(b, "PING"), "PONG");
+    assert_true(dt_info(b, "connected_clients") >= 2);
+    int64_t served_ms = dh_now_ms() - tb;
+    print_message("FIG dlockd_served_while_paused_ms %lld ms\n", (long long)served_ms);
+    assert_true(served_ms < it_timeout_ms() / 2);
+    dt_expect_error(dt_reply(a), "UNAVAILABLE ");
     int64_t took = dh_now_ms() - t0;
     print_message("FIG dlockd_paused_server_unavailable_ms %lld ms\n", (long long)took);
     /* The deadline is --timeout (100 ms times the slack) per round; an attempt is one
@@ -397,6 +408,7 @@ static void test_server_down(void **state)
     assert_int_equal(dh_server_restart(s), 0);
     dt_expect_lock(dt_cmd(a, "LOCK down4"), &l);
     assert_int_equal(dt_info(a, "errors_unavailable"), 2);
+    redisFree(b);
     redisFree(a);
     dt_fresh_stop(&f1);
 
