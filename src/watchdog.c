@@ -34,7 +34,11 @@
 
 struct dlock__watchdog {
     pthread_mutex_t mu;
-    pthread_cond_t wake; /* a lock was added, or stop */
+    pthread_cond_t wake; /* a lock due before wake_at_us was added, or stop */
+    /* When the thread's sleep ends (INT64_MAX: it waits for a lock to be added; 0: it is
+     * renewing, and looks at the list again when done). A lock due later needs no
+     * wake-up: on one CPU each would cost the adder a switch to this thread and back. */
+    int64_t wake_at_us;
     pthread_cond_t idle; /* a round finished: in_batch flags were cleared */
     pthread_t thread;
     bool stop;
@@ -210,6 +214,7 @@ static void *watchdog_main(void *arg)
             if (l->next_renew_us < next)
                 next = l->next_renew_us;
         if (next > now) {
+            wd->wake_at_us = next;
             if (next == INT64_MAX) {
                 pthread_cond_wait(&wd->wake, &wd->mu);
             } else {
@@ -217,6 +222,7 @@ static void *watchdog_main(void *arg)
                 dlock__cond_deadline(&ts, next - now);
                 pthread_cond_timedwait(&wd->wake, &wd->mu, &ts);
             }
+            wd->wake_at_us = 0;
             continue;
         }
         /* The turn takes every lock due within a twelfth of its ttl: renewing that
@@ -314,7 +320,8 @@ int dlock__watchdog_add(dlock_client *c, dlock_lock *l, int64_t ttl_ms, dlock_lo
     l->renewing = true;
     l->wd_next = wd->locks;
     wd->locks = l;
-    pthread_cond_signal(&wd->wake);
+    if (l->next_renew_us < wd->wake_at_us)
+        pthread_cond_signal(&wd->wake);
     pthread_mutex_unlock(&wd->mu);
     return DLOCK_OK;
 }
