@@ -345,7 +345,12 @@ static int run_step(dlock_pending *base, dlock_lock **out, bool nowait, dlock__e
         if (p->phase == IN_FLIGHT) {
             p->base.fd = dlock__step_round_fd(&p->sr, &p->base.due_us);
         } else {
-            dlock__step_round_end(c, &p->sr);
+            /* An attempt a server may still run keeps its connections: the next
+             * attempt, or the leaving of the queue, must reach that server after it. */
+            if (!p->info.unknown)
+                dlock__step_round_end(c, &p->sr);
+            else
+                dlock__round_free_replies(c, rd);
             p->base.fd = p->phase == AWAIT ? p->w->efd : -1;
         }
         if (rc == DLOCK_ERR_WOULDBLOCK)

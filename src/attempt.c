@@ -165,8 +165,10 @@ int dlock__attempt_end(dlock_client *c, dlock__round *rd, const dlock__request *
          * script even if its answer never arrived. A command held behind a
          * handshake that never finished was never sent: nothing to undo there. */
         undo[i] = !rd->reqs[i].held;
-        if (!dlock__tally_int(&t, &rd->reqs[i], &rd->set->conns[i], "acquire", &v))
+        if (!dlock__tally_int(&t, &rd->reqs[i], &rd->set->conns[i], "acquire", &v)) {
+            info->unknown |= undo[i] && rd->reqs[i].reply == NULL;
             continue;
+        }
         info->refused[i] = v <= 0;
         if (v <= 0) {
             undo[i] = false; /* a clean refusal: nothing of ours there */

@@ -53,14 +53,16 @@ void dlock__conn_init(dlock__conn *c, dlock__node *node)
 void dlock__conn_close(dlock__conn *c)
 {
     if (c->fd >= 0) {
-        /* Commands given up on (replies owed, a command half written, or one
-         * pipelined behind an unfinished handshake) may still sit in the kernel's
-         * send queue, unacknowledged behind a partition. A plain close() would go on
-         * delivering them once the network heals: an acquire given up long ago would
-         * then take the lock for a full lease, held by no one. An abortive close
-         * (linger 0: reset, send queue dropped) ends them with the connection. A
-         * clean connection is closed normally. */
-        bool abortive = c->skip > 0 || c->outpos < c->outlen || c->handshake > 0;
+        /* Commands given up on (an awaited command whose reply is still owed, a
+         * command half written, or one pipelined behind an unfinished handshake) may
+         * still sit in the kernel's send queue, unacknowledged behind a partition. A
+         * plain close() would go on delivering them once the network heals: an
+         * acquire given up long ago would then take the lock for a full lease, held by
+         * no one. An abortive close (linger 0: reset, send queue dropped) ends them
+         * with the connection. Otherwise the close is normal, and delivers what was
+         * sent not awaited (a release, the leaving of a queue): a reset would drop
+         * those too, and a waiter freed with its client would stay queued. */
+        bool abortive = c->risky > 0 || c->outpos < c->outlen || c->handshake > 0;
         if (abortive) {
             struct linger lg = {.l_onoff = 1, .l_linger = 0};
             (void)setsockopt(c->fd, SOL_SOCKET, SO_LINGER, &lg, sizeof lg);
@@ -78,7 +80,7 @@ void dlock__conn_close(dlock__conn *c)
     c->reader = NULL;
     c->outlen = c->outpos = 0;
     c->handshake = c->hs_next = 0;
-    c->skip = 0;
+    c->skip = c->risky = 0;
     c->cap.refused = false;
     if (c->ai != NULL)
         freeaddrinfo(c->ai);
@@ -416,6 +418,8 @@ int dlock__conn_next_reply(dlock__conn *c, redisReply **out, char *detail, size_
             rc = on_handshake(c, r, detail, n);
         } else if (c->skip > 0) {
             c->skip--; /* the late answer to an abandoned command */
+            if (c->risky > 0)
+                c->risky--;
         } else {
             *out = r;
             return DLOCK_OK;

@@ -91,6 +91,12 @@ static void start(dlock__conn *c, dlock__req *r)
         }
         c->skip++;
         r->done = c->state == DLOCK_CONN_READY && c->outpos == c->outlen;
+        /* A connection still being made has until its connect deadline, as an awaited
+         * command held behind it has: a give-up sent on a fresh connection of a busy
+         * host must not be dropped for a slow connect. */
+        if (!r->done && c->state == DLOCK_CONN_CONNECTING &&
+            c->connect_deadline_us > r->deadline_us)
+            r->deadline_us = c->connect_deadline_us;
         return;
     }
     if (c->handshake > 0) {
@@ -156,6 +162,8 @@ static void expire(dlock__conn *c, dlock__req *r)
     } else if (c->state == DLOCK_CONN_READY && c->handshake == 0 && c->outpos == c->outlen &&
                c->skip < SKIP_MAX) {
         c->skip++;
+        if (!r->harmless_late)
+            c->risky = c->skip;
     } else {
         dlock__conn_close(c);
     }
@@ -281,6 +289,8 @@ static void abandon(dlock__conn *c, dlock__req *r)
     } else if (c->state == DLOCK_CONN_READY && c->handshake == 0 && c->outpos == c->outlen &&
                c->skip < SKIP_MAX) {
         c->skip++;
+        if (!r->harmless_late)
+            c->risky = c->skip;
         snprintf(r->detail, sizeof r->detail, "%s: no reply yet when a quorum had decided",
                  c->node->addr.display);
     } else {

@@ -561,6 +561,9 @@ typedef struct dlock__attempt_info {
     int permanent;                   /* nodes that failed with an error no retry can fix */
     int64_t busy_remaining_ms;       /* the longest holder lease seen in a refusal */
     bool refused[DLOCK_SERVERS_MAX]; /* the nodes that refused */
+    /* A node may run the attempt later (sent, no reply): what follows it there, a queue's
+     * leaving among them, must go on the same connections to reach it after. */
+    bool unknown;
 } dlock__attempt_info;
 
 /* The arguments of an acquire call. They outlive the formatting: the call borrows them

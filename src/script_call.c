@@ -158,9 +158,18 @@ static int resend_as_eval(void *arg, const redisReply *reply, const char **cmd, 
     return DLOCK_OK;
 }
 
+/* Whether a script run late, long after its caller gave up on it, harms nobody: it
+ * gives back or reads, takes nothing (a lock, units) and writes nothing. */
+static bool harmless_late(enum dlock__script_id id)
+{
+    return id == DLOCK_SCRIPT_RELEASE || id == DLOCK_SCRIPT_LEAVE || id == DLOCK_SCRIPT_REFRESH ||
+           id == DLOCK_SCRIPT_INSPECT || id == DLOCK_SCRIPT_STOCK_END || id == DLOCK_SCRIPT_FENCE;
+}
+
 void dlock__call_reqs(dlock__call *call, dlock__req *reqs, int n, bool await)
 {
     for (int i = 0; i < n; i++) {
+        reqs[i].harmless_late = harmless_late(call->id);
         reqs[i].cmd = call->evalsha;
         reqs[i].cmdlen = (size_t)call->evalsha_len;
         reqs[i].resend = resend_as_eval;

@@ -104,7 +104,7 @@ static bool permanent(int err)
 
 /* A reserve in steps (pending.c): dlock_stock_reserve runs them with sleeps between,
  * an event loop parks it on its wake-up descriptor and due time. Between steps it
- * holds no connection. */
+ * holds no connection, unless its last attempt's outcome is unknown. */
 typedef struct reservation {
     dlock_pending base;
     stock_op op;
@@ -149,7 +149,7 @@ static int reserve_step(dlock_pending *base, dlock_lock **out, bool nowait, dloc
         dlock__now_us() < base->due_us)
         return dlock__pending_again(e);
     r->parked = false;
-    if ((r->op.set = dlock__connset_get(c)) == NULL) {
+    if (r->op.set == NULL && (r->op.set = dlock__connset_get(c)) == NULL) {
         reserve_finish(r, DLOCK_ERR_NOMEM);
         return dlock__err_set(e, DLOCK_ERR_NOMEM, "out of memory");
     }
@@ -185,8 +185,14 @@ static int reserve_step(dlock_pending *base, dlock_lock **out, bool nowait, dloc
                 base->due_us = r->deadline_us;
         }
         r->parked = true;
-        dlock__connset_put(c, r->op.set);
-        r->op.set = NULL;
+        /* An attempt the server may still run (its reply never came) keeps its
+         * connections: what follows it, the next attempt or the leaving of a reserve
+         * given up, must reach the server after it, which only the same connection
+         * ensures. */
+        if (!sent_maybe) {
+            dlock__connset_put(c, r->op.set);
+            r->op.set = NULL;
+        }
         return dlock__pending_again(e);
     }
     reserve_finish(r, rc);

@@ -103,14 +103,17 @@ typedef struct dlock__conn {
     redisReader *reader;
     char *out; /* bytes queued for the socket: out[outpos, outlen) */
     size_t outlen, outpos, outcap;
-    int handshake;                 /* handshake replies still to come (AUTH, SELECT, INFO) */
-    unsigned char hs[3];           /* which handshake step each of those replies answers */
-    int hs_next;                   /* index in hs of the next handshake reply */
-    int skip;                      /* replies of abandoned commands still to come, to discard */
-    bool lagging;                  /* missed a deadline, and nothing heard since (kept across
-                                    * reconnects): a round decided by the others does not
-                                    * wait for it */
-    dlock__reader_cap cap;         /* what the reader takes, and whether it refused */
+    int handshake;         /* handshake replies still to come (AUTH, SELECT, INFO) */
+    unsigned char hs[3];   /* which handshake step each of those replies answers */
+    int hs_next;           /* index in hs of the next handshake reply */
+    int skip;              /* replies of abandoned commands still to come, to discard */
+    int risky;             /* the first `risky` of them include every awaited command given up that
+                              must not run late (an acquire): a close then resets the connection; the
+                              rest (clean-ups sent not awaited, a release) a close must deliver */
+    bool lagging;          /* missed a deadline, and nothing heard since (kept across
+                            * reconnects): a round decided by the others does not
+                            * wait for it */
+    dlock__reader_cap cap; /* what the reader takes, and whether it refused */
     int64_t connect_deadline_us;   /* when a connect or handshake in progress gives up */
     struct addrinfo *ai, *ai_next; /* TCP addresses and the next one to try */
     /* TCP: where it connects, the URL's host and port or, for a Sentinel URL, the
@@ -204,6 +207,9 @@ typedef struct dlock__req {
     int (*resend)(void *arg, const redisReply *reply, const char **cmd, size_t *len);
     void *resend_arg;
     bool await; /* false: send and leave the reply to be discarded later */
+    /* Run late, after its caller gave up on it, the command harms nobody (a release, a
+     * read): its connection is closed normally, not reset (dlock__conn.risky). */
+    bool harmless_late;
     /* The slot of the command's keys, for a cluster node (cluster.c); !keyed: any
      * master may answer. */
     bool keyed;
