@@ -91,12 +91,6 @@ static void start(dlock__conn *c, dlock__req *r)
         }
         c->skip++;
         r->done = c->state == DLOCK_CONN_READY && c->outpos == c->outlen;
-        /* A connection still being made has until its connect deadline, as an awaited
-         * command held behind it has: a give-up sent on a fresh connection of a busy
-         * host must not be dropped for a slow connect. */
-        if (!r->done && c->state == DLOCK_CONN_CONNECTING &&
-            c->connect_deadline_us > r->deadline_us)
-            r->deadline_us = c->connect_deadline_us;
         return;
     }
     if (c->handshake > 0) {
