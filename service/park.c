@@ -1,17 +1,17 @@
 /*
  * park.c: operations in steps, and their waits on the loop.
  *
- * LOCK, SEM ACQUIRE, STOCK RESERVE and UNLOCK are each a dlock_pending (the library's
- * step API), driven here the same way. A step is taken on the loop when it need not block
- * (dlock_pending_step_nowait: an attempt's round is sent, and a later step takes its
- * replies), else as a job on the pool (dlock_pending_step). After one answers
- * DLOCK_ERR_AGAIN, the job waits here, holding no thread: until the library's
- * descriptor (dlock_pending_fd: a release's wake-up, or the sockets of the round in
- * flight) is readable, or its due time (dlock_pending_due_ms) comes, whichever is
+ * LOCK, SEM ACQUIRE, STOCK RESERVE and UNLOCK are each a dlock_pending (the
+ * library's step API), driven here the same way. A step is taken on the loop when it
+ * need not block (dlock_pending_step_nowait: an attempt's round is sent, and a later
+ * step takes its replies), else as a job on the pool (dlock_pending_step). After one
+ * answers DLOCK_ERR_AGAIN, the job waits here, holding no thread: until the library's
+ * descriptor (dlock_pending_fd: a wake-up from a release, or the sockets of the round
+ * in flight) is readable, or its due time (dlock_pending_due_ms) comes, whichever is
  * first; then its next step is taken the same way. So an uncontended LOCK, and an
- * UNLOCK, is two steps on the loop and no thread hand-off. The step that ends it hands the result
- * to the job's dd_steps, which make the reply and keep what the result took (a session lock, a
- * reservation's id).
+ * UNLOCK, is two steps on the loop and no thread hand-off. The step that ends it hands
+ * the result to the job's dd_steps, which make the reply and keep what the result took
+ * (a session lock, a reservation's id).
  *
  * A connection that closes gives its operation up: the pending is freed on the pool
  * (the library leaves the wait queue), and what a last step took for nobody is undone

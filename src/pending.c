@@ -2,13 +2,16 @@
  * pending.c: operations in steps (dlock_pending), for callers that wait without a
  * thread, and the loop that runs them for callers that do.
  *
- * An acquisition (acquire.c) and a stock reservation (stock.c) wait the same way: a
- * step makes the attempts that are due and, when it must wait, says on what (a
- * wake-up descriptor) and until when. A pending is the operation's own struct, which
- * begins with a dlock_pending carrying its step, its clean-up and those two facts.
- * This file holds what is common to both: the public calls, and dlock__pending_run,
- * the sleeping loop that the blocking calls are built on. So a blocking call and an
- * event loop run one code path.
+ * An acquisition (acquire.c), a release (release.c) and a stock reservation
+ * (stock_reserve.c) wait the same way: a step makes the attempts that are due and, when
+ * it must wait, says on what (a wake-up descriptor, or the sockets of a round in
+ * flight) and until when. A pending is the operation's own struct, which begins with a
+ * dlock_pending carrying its step, its clean-up and those two facts. This file holds
+ * what is common to them: the public calls; dlock__pending_run, the sleeping loop that
+ * the blocking calls are built on (so a blocking call and an event loop run one code
+ * path); and the round a step uses (dlock__step_round), which a nowait step keeps in
+ * flight between steps, its connection set counted against DLOCK_NOWAIT_SETS_MAX, with
+ * the descriptor its caller waits on meanwhile.
  */
 #include "internal.h"
 
