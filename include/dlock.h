@@ -342,10 +342,12 @@ DLOCK_API int dlock_sem_acquire(dlock_client *c, const char *name, int64_t permi
  * round and returns DLOCK_ERR_AGAIN, and a later step takes the replies; the few steps
  * that would block it hands back (DLOCK_ERR_WOULDBLOCK) for dlock_pending_step on a
  * worker. Between steps an acquisition holds no thread, and no connection unless its
- * round is in flight. Its fd (a wake-up from a release that handed it the lock, or the
- * sockets of a round in flight) may change from step to step: ask again after each
- * one. Calling a step early (a spurious wake) is harmless. A pending is used by one
- * thread at a time; free every pending before its client.
+ * round is in flight or a server may still run its last attempt (what follows must
+ * reach that server after it, on the same connection). Its fd (a wake-up from a
+ * release that handed it the lock, or the sockets of a round in flight) may change
+ * from step to step: ask again after each one. Calling a step early (a spurious wake)
+ * is harmless. A pending is used by one thread at a time; free every pending before
+ * its client.
  */
 typedef struct dlock_pending dlock_pending;
 

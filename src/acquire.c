@@ -55,8 +55,8 @@ enum phase {
 };
 
 /* One acquisition, dlock_acquire's as well as an event loop's: everything that lives
- * from one attempt to the next, so that between steps it holds no thread and no
- * connection. */
+ * from one attempt to the next, so that between steps it holds no thread, and no
+ * connection unless a round is in flight or an attempt's outcome is unknown. */
 typedef struct acquisition {
     dlock_pending base; /* fd, due_us, done: what the caller of the steps sees */
     dlock_client *c;
