@@ -276,10 +276,8 @@ static int step(acquisition *p, dlock__round *rd, bool nowait)
     int rc;
     switch (p->phase) {
     case IN_FLIGHT:
-        if (nowait && !dlock__round_pump(rd, 0))
+        if (!dlock__round_wait(rd, nowait))
             return DLOCK_ERR_AGAIN;
-        while (!nowait && !dlock__round_pump(rd, -1))
-            ;
         p->phase = ATTEMPT;
         rc = dlock__attempt_end(c, rd, &p->q, p->l, &p->info, &p->e);
         if ((rc = after_attempt(p, rc, nowait)) != AGAIN_NOW)
@@ -305,18 +303,14 @@ static int step(acquisition *p, dlock__round *rd, bool nowait)
         if (p->w != NULL)
             dlock__wait_grants(c, p->w, true); /* this attempt answers those */
         memset(&p->info, 0, sizeof p->info);
-        if (nowait) {
-            /* The replies are taken at once if they are in already, else by the
-             * next steps. */
-            dlock__round_start(c, rd, &p->acq, dlock__vote_grant, NULL);
-            if (!dlock__round_pump(rd, 0)) {
-                p->phase = IN_FLIGHT;
-                return DLOCK_ERR_AGAIN;
-            }
-            rc = dlock__attempt_end(c, rd, &p->q, p->l, &p->info, &p->e);
-        } else {
-            rc = dlock__attempt(c, rd, &p->acq, &p->q, p->l, &p->info, &p->e);
+        /* nowait: the replies are taken at once if they are in already, else by the
+         * next steps. */
+        dlock__round_start(c, rd, &p->acq, dlock__vote_grant, NULL);
+        if (!dlock__round_wait(rd, nowait)) {
+            p->phase = IN_FLIGHT;
+            return DLOCK_ERR_AGAIN;
         }
+        rc = dlock__attempt_end(c, rd, &p->q, p->l, &p->info, &p->e);
         if ((rc = after_attempt(p, rc, nowait)) != AGAIN_NOW)
             return rc;
     }

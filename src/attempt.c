@@ -143,13 +143,6 @@ static int refused(const dlock_client *c, const dlock__round *rd, const dlock__t
  * resource refuses its holder.) */
 #define FENCE_AHEAD_MAX_US INT64_C(86400000000)
 
-int dlock__attempt(dlock_client *c, dlock__round *rd, dlock__call *acq, const dlock__request *q,
-                   dlock_lock *l, dlock__attempt_info *info, dlock__err *e)
-{
-    dlock__round_run(c, rd, acq, dlock__vote_grant, NULL);
-    return dlock__attempt_end(c, rd, q, l, info, e);
-}
-
 int dlock__attempt_end(dlock_client *c, dlock__round *rd, const dlock__request *q, dlock_lock *l,
                        dlock__attempt_info *info, dlock__err *e)
 {

@@ -129,6 +129,22 @@ static void begin(dlock__conn *c, dlock__req *r, int64_t start_us)
     start(c, r);
 }
 
+/* An awaited command given up whose reply is still to come: when it went out whole on
+ * an established connection (with room for one more owed reply), the connection is
+ * kept, the late reply counted in c->skip for a later round to discard (and in
+ * c->risky, for a command that must not run late); false when the connection cannot be
+ * kept so. */
+static bool owe_reply(dlock__conn *c, const dlock__req *r)
+{
+    if (c->state != DLOCK_CONN_READY || c->handshake != 0 || c->outpos != c->outlen ||
+        c->skip >= SKIP_MAX)
+        return false;
+    c->skip++;
+    if (!r->harmless_late)
+        c->risky = c->skip;
+    return true;
+}
+
 /* The node missed its deadline. */
 static void expire(dlock__conn *c, dlock__req *r)
 {
@@ -153,12 +169,7 @@ static void expire(dlock__conn *c, dlock__req *r)
         /* Nothing of ours went out; the connection may go on until its deadline. */
         if (dlock__now_us() >= c->connect_deadline_us)
             dlock__conn_close(c);
-    } else if (c->state == DLOCK_CONN_READY && c->handshake == 0 && c->outpos == c->outlen &&
-               c->skip < SKIP_MAX) {
-        c->skip++;
-        if (!r->harmless_late)
-            c->risky = c->skip;
-    } else {
+    } else if (!owe_reply(c, r)) {
         dlock__conn_close(c);
     }
 }
@@ -280,11 +291,7 @@ static void abandon(dlock__conn *c, dlock__req *r)
     if (r->held) {
         snprintf(r->detail, sizeof r->detail, "%s: still connecting when a quorum had decided",
                  c->node->addr.display);
-    } else if (c->state == DLOCK_CONN_READY && c->handshake == 0 && c->outpos == c->outlen &&
-               c->skip < SKIP_MAX) {
-        c->skip++;
-        if (!r->harmless_late)
-            c->risky = c->skip;
+    } else if (owe_reply(c, r)) {
         snprintf(r->detail, sizeof r->detail, "%s: no reply yet when a quorum had decided",
                  c->node->addr.display);
     } else {

@@ -364,6 +364,9 @@ void dlock__round_start(struct dlock_client *c, dlock__round *rd, dlock__call *c
 /* Take the replies that came, waiting at most wait_us (as dlock__flight_pump); true once
  * the round has ended, with end_us set. */
 bool dlock__round_pump(dlock__round *rd, int64_t wait_us);
+/* nowait: take the replies that came, without waiting (true once the round has ended);
+ * else pump until the round ends (true). */
+bool dlock__round_wait(dlock__round *rd, bool nowait);
 /* dlock__round_start, then pump until the round ends. */
 void dlock__round_run(struct dlock_client *c, dlock__round *rd, dlock__call *call,
                       dlock__vote_fn vote, void *vote_arg);
@@ -585,13 +588,9 @@ void dlock__request_set_ticket(dlock__request *q, int64_t ticket);
 /* Format the acquire call, a plain try or a queued attempt as q's ticket says. */
 int dlock__request_format(struct dlock_client *c, const dlock__request *q, dlock__acquire_args *a,
                           dlock__call *out, dlock__err *e);
-/* One attempt. DLOCK_OK with l's fence and validity set, or the attempt's error, with
- * what it learned in *info; a failed attempt gives back what it was granted. */
-int dlock__attempt(struct dlock_client *c, dlock__round *rd, dlock__call *acq,
-                   const dlock__request *q, struct dlock_lock *l, dlock__attempt_info *info,
-                   dlock__err *e);
-/* The attempt's second half, once its round (the acquire call, voted on with
- * dlock__vote_grant) has ended: the vote, and the give-back of a failed attempt. */
+/* An attempt, once its round (the acquire call, voted on with dlock__vote_grant) has
+ * ended: DLOCK_OK with l's fence and validity set, or the attempt's error, with what it
+ * learned in *info; a failed attempt gives back what it was granted. */
 int dlock__attempt_end(struct dlock_client *c, dlock__round *rd, const dlock__request *q,
                        struct dlock_lock *l, dlock__attempt_info *info, dlock__err *e);
 /* An attempt given up while its round was in flight (dropped): a give-back to every

@@ -78,9 +78,7 @@ static int release_step(dlock_pending *base, dlock_lock **out, bool nowait, dloc
     }
     dlock__round *rd = r->sr.rd;
     rd->set->post = nowait;
-    bool over = dlock__round_pump(rd, 0);
-    while (!over && !nowait)
-        over = dlock__round_pump(rd, -1);
+    bool over = dlock__round_wait(rd, nowait);
     r->base.in_flight = !over;
     if (!over) {
         r->base.fd = dlock__step_round_fd(&r->sr, &r->base.due_us);

@@ -88,12 +88,20 @@ bool dlock__round_pump(dlock__round *rd, int64_t wait_us)
     return true;
 }
 
+bool dlock__round_wait(dlock__round *rd, bool nowait)
+{
+    if (nowait)
+        return dlock__round_pump(rd, 0);
+    while (!dlock__round_pump(rd, -1))
+        ;
+    return true;
+}
+
 void dlock__round_run(dlock_client *c, dlock__round *rd, dlock__call *call, dlock__vote_fn vote,
                       void *vote_arg)
 {
     dlock__round_start(c, rd, call, vote, vote_arg);
-    while (!dlock__round_pump(rd, -1))
-        ;
+    dlock__round_wait(rd, false);
 }
 
 void dlock__round_free_replies(const dlock_client *c, dlock__round *rd)
