@@ -86,6 +86,13 @@ typedef struct acquisition {
 static int run_step(dlock_pending *base, dlock_lock **out, bool nowait, dlock__err *e);
 static void destroy(dlock_pending *base);
 
+/* What a release by the same client needs to make p its heir (dlock__wait_heir): an
+ * exclusive acquisition's request; a shared one is served by wake-ups alone. */
+static const dlock__request *heir_request(const acquisition *p)
+{
+    return p->q.limit == 0 ? &p->q : NULL;
+}
+
 /* The checks every acquisition makes before anything else. */
 static int prepare(dlock_client *c, const char *name, const dlock_opts *opts, int64_t *ttl_ms,
                    int64_t *wait_ms, dlock__err *e)
@@ -122,7 +129,8 @@ static int start(dlock_client *c, const char *name, const dlock_opts *opts, int6
     /* A client already listening for wake-ups (it waited moments ago) queues with its
      * first attempt: no try and retry when the lock is busy, as it is when a name
      * passes from hand to hand. */
-    if (rc == DLOCK_OK && wait_ms != 0 && dlock__wait_join(c, p->l->token, true, &p->w) == DLOCK_OK)
+    if (rc == DLOCK_OK && wait_ms != 0 &&
+        dlock__wait_join(c, p->l->token, true, heir_request(p), p->ticket, &p->w) == DLOCK_OK)
         dlock__request_set_ticket(&p->q, p->ticket);
     if (rc == DLOCK_OK)
         rc = dlock__request_format(c, &p->q, &p->args, &p->acq, e);
@@ -175,7 +183,7 @@ static int await_turn(acquisition *p, dlock__round *rd, bool nowait)
     dlock_client *c = p->c;
     int64_t now = dlock__now_us();
     bool woken = dlock__wait_woken(p->w);
-    uint32_t grants = dlock__wait_grants(c, p->w, false);
+    uint32_t grants = dlock__wait_grants(c, p->w, false, NULL);
     if (grants != 0) {
         if (__builtin_popcount(grants) >= c->quorum)
             return 1;
@@ -204,12 +212,36 @@ static int await_turn(acquisition *p, dlock__round *rd, bool nowait)
     return 0;
 }
 
+/* Whether a release of our own client handed us the lock with our own lease and a fence,
+ * on a quorum of nodes, confirmed by its reply (scripts.c, RELEASE): then it is ours with
+ * no attempt, its validity counted from the release's round as an attempt's is from its
+ * own. The nodes that did not hand it to us keep our queue entry, which finish() clears
+ * as it does after a grant. Otherwise what was handed is a grant like any other, which
+ * the next attempt confirms. */
+static bool inherit(acquisition *p)
+{
+    dlock_client *c = p->c;
+    dlock__handoff h;
+    dlock__wait_grants(c, p->w, false, &h);
+    if (__builtin_popcount(h.nodes) < c->quorum)
+        return false;
+    int64_t validity = dlock__round_validity_us(c, p->ttl_ms * 1000, h.start_us, h.end_us);
+    if (validity <= 0 || h.end_us + validity <= dlock__now_us())
+        return false;
+    memset(&p->info, 0, sizeof p->info);
+    for (int i = 0; i < c->n; i++)
+        p->info.refused[i] = !(h.nodes & 1u << i);
+    p->l->fence = h.fence;
+    p->l->valid_until_us = h.end_us + validity;
+    return true;
+}
+
 /* Join the name's queue after a refusal: listen for wake-ups first, then queue the
  * next attempt. A handoff between the refusal and the subscription would otherwise pass
  * unseen. False when listening cannot start (the backoff still works). */
 static bool join(acquisition *p)
 {
-    if (dlock__wait_join(p->c, p->l->token, false, &p->w) != DLOCK_OK)
+    if (dlock__wait_join(p->c, p->l->token, false, heir_request(p), p->ticket, &p->w) != DLOCK_OK)
         return false;
     if (dlock__queue_up(p->c, &p->q, p->ticket, &p->args, &p->acq) == DLOCK_OK)
         return true;
@@ -289,6 +321,8 @@ static int step(acquisition *p, dlock__round *rd, bool nowait)
             return schedule(p, DLOCK_ERR_BUSY);
         break;
     case AWAIT:
+        if (inherit(p))
+            return DLOCK_OK;
         if ((rc = await_turn(p, rd, nowait)) <= 0)
             return rc < 0 ? DLOCK_ERR_WOULDBLOCK : DLOCK_ERR_AGAIN;
         break;
@@ -301,7 +335,7 @@ static int step(acquisition *p, dlock__round *rd, bool nowait)
     }
     for (;;) {
         if (p->w != NULL)
-            dlock__wait_grants(c, p->w, true); /* this attempt answers those */
+            dlock__wait_grants(c, p->w, true, NULL); /* this attempt answers those */
         memset(&p->info, 0, sizeof p->info);
         /* nowait: the replies are taken at once if they are in already, else by the
          * next steps. */

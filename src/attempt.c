@@ -135,21 +135,13 @@ static int refused(const dlock_client *c, const dlock__round *rd, const dlock__t
     return rc;
 }
 
-/* The highest fence a grant may carry, now: a day past this host's wall clock. Fences
- * are the servers' TIME in microseconds plus at most one per grant, so only a server
- * whose clock is a day ahead, or one that lies, answers more; and a resource that
- * accepted such a fence would refuse every honest holder after it, for as long as the
- * clocks took to catch up. So it is no grant. (A fence too low harms nobody: the
- * resource refuses its holder.) */
-#define FENCE_AHEAD_MAX_US INT64_C(86400000000)
-
 int dlock__attempt_end(dlock_client *c, dlock__round *rd, const dlock__request *q, dlock_lock *l,
                        dlock__attempt_info *info, dlock__err *e)
 {
     dlock__tally t = {0};
     int64_t ttl_ms = q->ttl_ms;
     uint64_t fence = 0;
-    int64_t fence_max = dlock__wallclock_us() + FENCE_AHEAD_MAX_US;
+    int64_t fence_max = dlock__wallclock_us() + DLOCK_FENCE_AHEAD_MAX_US;
     int nonvoting = 0;
     bool undo[DLOCK_SERVERS_MAX], any = false;
     for (int i = 0; i < c->n; i++) {
@@ -280,9 +272,15 @@ bool dlock__queue_refresh(dlock_client *c, dlock__round *rd, const dlock__reques
 {
     dlock__call call;
     dlock__err ignored;
-    const char *args[] = {q->k.lock, q->k.queue, q->k.holders, q->qttl, q->limit > 0 ? "1" : "0"};
-    const size_t lens[] = {q->k.lock_len, q->k.queue_len, q->k.holders_len, strlen(q->qttl), 1};
-    if (dlock__call_format(&c->scripts, DLOCK_SCRIPT_REFRESH, 3, 5, args, lens, &call, &ignored) !=
+    const char *args[] = {q->k.lock,
+                          q->k.queue,
+                          q->k.holders,
+                          q->qttl,
+                          q->limit > 0 ? "1" : "0",
+                          q->member + q->value_at};
+    const size_t lens[] = {q->k.lock_len,  q->k.queue_len, q->k.holders_len, strlen(q->qttl), 1,
+                           DLOCK_TOKEN_LEN};
+    if (dlock__call_format(&c->scripts, DLOCK_SCRIPT_REFRESH, 3, 6, args, lens, &call, &ignored) !=
         DLOCK_OK)
         return true;
     dlock__round_run(c, rd, &call, NULL, NULL);

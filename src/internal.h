@@ -47,7 +47,8 @@
  *               release.c   dlock_release, in one call or in steps
  *               lock.c      extend, check, inspect (and the shared holders)
  *               fence.c     the resource side: fenced writes, dlock_fence_admit
- *               wait.c      the client's wake-up channel: its subscriber thread, waiters,
+ *               wait.c      the client's wake-up channel: its subscriber thread, waiters
+ *                           (the heir a release of the same client hands the lock to),
  *                           backoff, leaving the queue
  *               watchdog.c  automatic renewal and lost-lock notification
  *               stock.c     counted stock per SKU with leased reservations, on node 0:
@@ -191,13 +192,29 @@ extern const char *const dlock__stock_end_lua[];
  * bounds what a head that died costs (docs/waiting.md). */
 #define DLOCK_HANDOFF_TIMEOUTS 4
 #define DLOCK_HANDOFF_MIN_MS   100
+/* A lock handed to a waiter by a release of its own client, confirmed by the release's
+ * reply (an heir's handoff): on which nodes, the highest of their fences, and the
+ * release's round, from whose start the waiter's lease counts. */
+typedef struct dlock__handoff {
+    uint32_t nodes;
+    uint64_t fence;
+    int64_t start_us, end_us;
+} dlock__handoff;
+
+struct dlock__request;
+
 /* One thread waiting for a name, registered with the client's subscriber thread. */
 typedef struct dlock__waiter {
     struct dlock__waiter *next;
     char token[DLOCK_TOKEN_LEN + 1];
-    int efd;         /* written when a wake-up for token arrives */
-    uint32_t grants; /* nodes whose release handed us the lock (guarded by the
-                        wait system's mutex; read with dlock__wait_grants) */
+    int efd; /* written when a wake-up for token arrives */
+    /* The waiter's exclusive acquisition (NULL for any other kind), and its ticket: what
+     * a release of the same client needs to make it the heir (dlock__wait_heir). */
+    const struct dlock__request *q;
+    int64_t ticket;
+    /* Guarded by the wait system's mutex, read with dlock__wait_grants: */
+    uint32_t grants;        /* nodes whose release handed us the lock */
+    dlock__handoff handoff; /* what an heir's handoff confirmed */
 } dlock__waiter;
 
 struct dlock__waitsys;
@@ -206,10 +223,30 @@ struct dlock__waitsys;
  * on first use), and give the subscription a moment to be confirmed. A failure has no
  * message: the caller falls back to waiting on timers. With hot, only if a quorum of
  * nodes already confirmed the subscription (DLOCK_ERR_BUSY otherwise): the caller may
- * then queue with its very first attempt. */
-int dlock__wait_join(struct dlock_client *c, const char *token, bool hot, dlock__waiter **out);
-/* The nodes whose release handed w the lock since the last clear (a bit per node). */
-uint32_t dlock__wait_grants(struct dlock_client *c, dlock__waiter *w, bool clear);
+ * then queue with its very first attempt. q and ticket: an exclusive acquisition's
+ * request (it outlives the waiter) and ticket, which a release of this client may hand
+ * the lock to at once; NULL for any other waiter. */
+int dlock__wait_join(struct dlock_client *c, const char *token, bool hot,
+                     const struct dlock__request *q, int64_t ticket, dlock__waiter **out);
+/* The nodes whose release handed w the lock since the last clear (a bit per node), and
+ * in *h (NULL: not asked) what an heir's handoff confirmed of it. */
+uint32_t dlock__wait_grants(struct dlock_client *c, dlock__waiter *w, bool clear,
+                            dlock__handoff *h);
+/* The heir of a release of key (a lock key) by c: the first, by ticket, of c's
+ * exclusive waiters for key, the one the release would hand the lock to if it heads the
+ * queue. Its member, token and lease (as text) are copied out; false when c has none. */
+typedef struct dlock__heir {
+    char token[DLOCK_TOKEN_LEN + 1];
+    char ttl[24];
+    size_t member_len;
+    char *member; /* malloc'd */
+} dlock__heir;
+bool dlock__wait_heir(struct dlock_client *c, const char *key, size_t key_len, dlock__heir *out);
+/* A release handed the lock to the waiter of token, h saying where, and may have on the
+ * nodes in unknown (no reply): note them all in its grants and wake it. Nothing when
+ * that waiter is gone (its leaving passes the lock on). */
+void dlock__wait_hand(struct dlock_client *c, const char *token, const dlock__handoff *h,
+                      uint32_t unknown);
 /* Sleep until fd (-1: none) is readable, until_us (dlock__now_us), cancel_fd (0:
  * none) is readable (DLOCK_ERR_CANCELED, no message), or close_fd (the client's
  * close_efd; -1: none) is (DLOCK_ERR_CLOSED, no message). Reads nothing. */
@@ -380,7 +417,8 @@ void dlock__round_send(struct dlock_client *c, dlock__connset *set, dlock__call 
                        const bool *mask);
 
 /* Votes: an acquire's grant (a positive fence) from a node whose grants count (arg is
- * the round); a token-checked script's 1. */
+ * the round); a token-checked script's 1 (or more: a release's reply may be the fence
+ * of the heir it handed the lock to). */
 bool dlock__vote_grant(const dlock__req *r, int i, void *arg);
 bool dlock__vote_one(const dlock__req *r, int i, void *arg);
 
@@ -420,9 +458,11 @@ typedef struct dlock__script_args {
  * possible; else the unavailability error. *start_us: when the round started. */
 int dlock__round_yes_no(struct dlock_client *c, const dlock__script_args *sa, const char *what,
                         int no_err, const char *no_msg, int64_t *start_us, dlock__err *e);
-/* dlock__round_yes_no's decision, once the round of such a script has ended. */
+/* dlock__round_yes_no's decision, once the round of such a script has ended; a yes is
+ * 1 to yes_max (above 1: a release's reply may be the fence of the heir it handed the
+ * lock to), and any other number a protocol error. */
 int dlock__round_yes_no_outcome(const struct dlock_client *c, dlock__round *rd, const char *what,
-                                int no_err, const char *no_msg, dlock__err *e);
+                                int no_err, const char *no_msg, long long yes_max, dlock__err *e);
 
 /* ---- handle.c --------------------------------------------------------------- */
 
@@ -558,6 +598,14 @@ typedef struct dlock__request {
     char member[64 + sizeof((dlock_client *)0)->wake_chan + DLOCK_TOKEN_LEN +
                 sizeof((dlock_client *)0)->holder + DLOCK_LABEL_MAX];
 } dlock__request;
+
+/* The highest fence a grant may carry, beyond this host's wall clock: a day. Fences are
+ * the servers' TIME in microseconds plus at most one per grant, so only a server whose
+ * clock is a day ahead, or one that lies, answers more; and a resource that accepted
+ * such a fence would refuse every honest holder after it, for as long as the clocks
+ * took to catch up. So it is no grant. (A fence too low harms nobody: the resource
+ * refuses its holder.) */
+#define DLOCK_FENCE_AHEAD_MAX_US INT64_C(86400000000)
 
 /* What an attempt learned besides its outcome. */
 typedef struct dlock__attempt_info {

@@ -15,6 +15,7 @@
  */
 #include "internal.h"
 
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -25,8 +26,9 @@ typedef struct release {
     dlock_lock *l; /* the pending's: freed with it */
     dlock__keys k;
     char fence[24];
-    const char *args[11];
-    size_t lens[11];
+    dlock__heir heir; /* the waiter of ours the release may hand the lock to */
+    const char *args[13];
+    size_t lens[13];
     dlock__call call;
     dlock__step_round sr;
     bool sent;    /* the round was started */
@@ -36,7 +38,10 @@ typedef struct release {
 /* The call for l's release. With N > 1 the release raises every node's fence counter
  * to this lock's fence (the default fence mode, docs/guarantees.md), so a later quorum,
  * which meets at least one of these nodes, hands out a larger fence. With N = 1 the
- * counter is already there. */
+ * counter is already there. A waiter of our own client for the same name is the heir:
+ * if it heads the queue, the release hands it its own lease and a fence, and the reply
+ * confirms it (give_to_heir). Not with strict fences and N > 1, whose fence must be
+ * raised on a quorum in a round of its own. */
 static int format_call(release *r, dlock__err *e)
 {
     dlock_lock *l = r->l;
@@ -47,15 +52,54 @@ static int format_call(release *r, dlock__err *e)
     strcpy(r->fence, "0");
     if (c->n > 1)
         snprintf(r->fence, sizeof r->fence, "%llu", (unsigned long long)l->fence);
-    const char *args[] = {NULL,     NULL, NULL,         NULL, NULL, l->token,
-                          r->fence, "",   c->retention, "1",  "0"};
-    const size_t lens[] = {
-        0, 0, 0, 0, 0, DLOCK_TOKEN_LEN, strlen(r->fence), 0, strlen(c->retention), 1, 1};
+    if (c->n == 1 || c->fence_mode != DLOCK_FENCE_STRICT)
+        dlock__wait_heir(c, r->k.lock, r->k.lock_len, &r->heir);
+    const char *heir = r->heir.member != NULL ? r->heir.member : "";
+    const char *args[] = {NULL, NULL,         NULL, NULL, NULL, l->token,   r->fence,
+                          "",   c->retention, "1",  "0",  heir, r->heir.ttl};
+    const size_t lens[] = {0,
+                           0,
+                           0,
+                           0,
+                           0,
+                           DLOCK_TOKEN_LEN,
+                           strlen(r->fence),
+                           0,
+                           strlen(c->retention),
+                           1,
+                           1,
+                           r->heir.member != NULL ? r->heir.member_len : 0,
+                           strlen(r->heir.ttl)};
     memcpy(r->args, args, sizeof args);
     memcpy(r->lens, lens, sizeof lens);
     dlock__keys_all(&r->k, r->args, r->lens);
-    return dlock__call_format(&c->scripts, DLOCK_SCRIPT_RELEASE, 5, 11, r->args, r->lens, &r->call,
+    return dlock__call_format(&c->scripts, DLOCK_SCRIPT_RELEASE, 5, 13, r->args, r->lens, &r->call,
                               e);
+}
+
+/* The nodes whose reply is a fence handed the lock to our heir with its own lease: tell
+ * the heir, which takes the lock without an attempt if they are a quorum. A node whose
+ * reply never came may have handed it too, unannounced: the heir attempts then, and at
+ * the latest its next refresh finds the lock its own. */
+static void give_to_heir(dlock_client *c, const release *r, const dlock__round *rd)
+{
+    dlock__handoff h = {.start_us = rd->start_us, .end_us = rd->end_us};
+    int64_t fence_max = dlock__wallclock_us() + DLOCK_FENCE_AHEAD_MAX_US;
+    uint32_t unknown = 0;
+    for (int i = 0; i < c->n; i++) {
+        const dlock__req *q = &rd->reqs[i];
+        const redisReply *v = q->err == DLOCK_OK ? q->reply : NULL;
+        if (v == NULL) {
+            unknown |= (uint32_t)(q->cmd != NULL && !q->held) << i;
+        } else if (v->type == REDIS_REPLY_INTEGER && v->integer > 1 && v->integer <= fence_max &&
+                   dlock__conn_votes(&rd->set->conns[i], rd->end_us)) {
+            h.nodes |= 1u << i;
+            if ((uint64_t)v->integer > h.fence)
+                h.fence = (uint64_t)v->integer;
+        }
+    }
+    if (h.nodes != 0 || unknown != 0)
+        dlock__wait_hand(c, r->heir.token, &h, unknown);
 }
 
 static int release_step(dlock_pending *base, dlock_lock **out, bool nowait, dlock__err *e)
@@ -84,7 +128,10 @@ static int release_step(dlock_pending *base, dlock_lock **out, bool nowait, dloc
         r->base.fd = dlock__step_round_fd(&r->sr, &r->base.due_us);
         return dlock__pending_again(e);
     }
-    int rc = dlock__round_yes_no_outcome(c, rd, "release", DLOCK_ERR_LOST, dlock__not_ours, e);
+    if (r->heir.member != NULL)
+        give_to_heir(c, r, rd);
+    int rc = dlock__round_yes_no_outcome(c, rd, "release", DLOCK_ERR_LOST, dlock__not_ours,
+                                         r->heir.member != NULL ? LLONG_MAX : 1, e);
     if (rc == DLOCK_OK && r->expired)
         rc = dlock__err_set(e, DLOCK_ERR_LOST,
                             "released, but the lease had run out before the release: work "
@@ -102,6 +149,7 @@ static void release_destroy(dlock_pending *base)
         dlock__flight_drop(&r->sr.rd->flight);
     dlock__step_round_free(c, &r->sr);
     dlock__call_free(&r->call);
+    free(r->heir.member);
     free(r->k.buf);
     dlock__lock_free(r->l);
     free(r);

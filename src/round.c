@@ -148,7 +148,7 @@ bool dlock__vote_one(const dlock__req *r, int i, void *arg)
 {
     (void)i;
     (void)arg;
-    return r->reply->type == REDIS_REPLY_INTEGER && r->reply->integer == 1;
+    return r->reply->type == REDIS_REPLY_INTEGER && r->reply->integer >= 1;
 }
 
 /* ---- tallies ------------------------------------------------------------------ */
@@ -227,21 +227,21 @@ int dlock__round_yes_no(dlock_client *c, const dlock__script_args *sa, const cha
     }
     dlock__round_run(c, &rd, &call, dlock__vote_one, NULL);
     *start_us = rd.start_us;
-    rc = dlock__round_yes_no_outcome(c, &rd, what, no_err, no_msg, e);
+    rc = dlock__round_yes_no_outcome(c, &rd, what, no_err, no_msg, 1, e);
     dlock__round_end(c, &rd);
     dlock__call_free(&call);
     return rc;
 }
 
 int dlock__round_yes_no_outcome(const dlock_client *c, dlock__round *rd, const char *what,
-                                int no_err, const char *no_msg, dlock__err *e)
+                                int no_err, const char *no_msg, long long yes_max, dlock__err *e)
 {
     dlock__tally t = {0};
     for (int i = 0; i < c->n; i++) {
         long long v;
         if (!dlock__tally_int(&t, &rd->reqs[i], &rd->set->conns[i], what, &v))
             continue;
-        if (v == 1) {
+        if (v >= 1 && v <= yes_max) {
             t.yes++;
         } else if (v == 0) {
             t.no++;

@@ -134,9 +134,12 @@
  * cannot be admitted goes back with its ticket. held is the lock's value (false when
  * free). True when anyone was served. A member is "<handoff ms> <limit> <channel
  * length> <channel><value>", limit 0 for an exclusive waiter; value "<token> <holder>".
+ * heir (a release's only) is a waiter of the releasing client, heir_ttl its lease: an
+ * exclusive head that is the heir gets that lease at once and no message, and the
+ * result is 'heir', for the release to take its fence and tell its own client.
  */
 #define DISPATCH_LUA                                                                               \
-    "local function dispatch(lock, queue, holders, info, held)\n"                                  \
+    "local function dispatch(lock, queue, holders, info, held, heir, heir_ttl)\n"                  \
     "  local served = false\n"                                                                     \
     "  while true do\n"                                                                            \
     "    local e = redis.call('ZPOPMIN', queue)\n"                                                 \
@@ -148,6 +151,10 @@
     "      local token = string.sub(value, 1, 32)\n"                                               \
     "      if k == 0 then\n"                                                                       \
     "        if held then redis.call('ZADD', queue, e[2], e[1]) return served end\n"               \
+    "        if e[1] == heir then\n"                                                               \
+    "          redis.call('SET', lock, value, 'PX', heir_ttl)\n"                                   \
+    "          return 'heir'\n"                                                                    \
+    "        end\n"                                                                                \
     "        redis.call('SET', lock, value, 'PX', h)\n"                                            \
     "        redis.call('PUBLISH', string.sub(rest, 1, n), token)\n"                               \
     "        return true\n"                                                                        \
@@ -291,12 +298,18 @@ static const char *const acquire_shared_lua[] = {
 /*
  * RELEASE  KEYS: lock, fence, queue, holders, holders info
  *          ARGV: token, fence floor ("0": none), member to dequeue ("": none),
- *                fence retention ms, mode ("1": release, "0": give back), ticket
+ *                fence retention ms, mode ("1": release, "0": give back), ticket,
+ *                heir (a release's only: the member of the releasing client's first
+ *                waiter for the name, "" for none), the heir's lease ms
  * 1 when our token was released (as the exclusive holder or one of the shared ones),
- * 0 when the key is gone or another owner's.
+ * 0 when the key is gone or another owner's; when the lock went to the heir, the
+ * heir's fence (> 1).
  * A release serves the queue (dispatch), if anyone waits; with nobody queued it
  * deletes the lock, and the ZPOPMIN that says so costs one command: an uncontended
- * release is GET, ZPOPMIN and DEL.
+ * release is GET, ZPOPMIN and DEL. When the head of the queue is the heir, the
+ * release gives it its own lease and a fence, and its reply confirms the lock to the
+ * heir's client: one round trip from holder to holder, no message, no confirmation
+ * (docs/waiting.md).
  * The fence floor is how Redlock's default mode raises every node's counter to the
  * fence the quorum handed out, without an extra round trip. It is applied even where
  * our key is gone: a counter only ever goes up, and a fence that was handed out is
@@ -307,7 +320,10 @@ static const char *const acquire_shared_lua[] = {
  * handed the lock on a minority of nodes keeps its place, and frees them for a retry.
  */
 static const char *const release_lua[] = {
-    PRELUDE_LUA, SHARED_LUA, DISPATCH_LUA,
+    PRELUDE_LUA,
+    FENCE_LUA,
+    SHARED_LUA,
+    DISPATCH_LUA,
     "local f = tonumber(ARGV[2])\n"
     "if f and f > 0 and (tonumber(redis.call('GET', KEYS[2])) or 0) < f then\n"
     "  redis.call('SET', KEYS[2], ARGV[2], 'PX', ARGV[4])\n"
@@ -336,9 +352,9 @@ static const char *const release_lua[] = {
     "    return 1\n"
     "  end\n"
     "end\n"
-    "if not dispatch(KEYS[1], KEYS[3], KEYS[4], KEYS[5], held) and not held then\n"
-    "  redis.call('DEL', KEYS[1])\n"
-    "end\n"
+    "local served = dispatch(KEYS[1], KEYS[3], KEYS[4], KEYS[5], held, ARGV[7], ARGV[8])\n"
+    "if served == 'heir' then return next_fence(KEYS[2], ARGV[4]) end\n"
+    "if not served and not held then redis.call('DEL', KEYS[1]) end\n"
     "return 1\n",
     NULL};
 
@@ -372,15 +388,20 @@ static const char *const leave_lua[] = {
 
 /*
  * REFRESH  KEYS: lock, queue, holders   ARGV: queue ttl ms, shared ("1": the waiter
- *          would be a shared holder)
+ *          would be a shared holder), the waiter's token
  * A waiter's heartbeat: keep the queue alive, and learn whether it is worth attempting
  * (a lease that ran out publishes nothing). The lock's PTTL, or -3 when the queue is
  * gone (a server restarted): the waiter then attempts, which queues it again. A shared
  * waiter may wait for a permit, which comes back when the first shared lease ends, not
- * the last: it gets that instead, -2 once it has ended.
+ * the last: it gets that instead, -2 once it has ended. -2 also when the lock is the
+ * waiter's own already: a handoff whose word never reached it (a release by its own
+ * client whose reply was lost hands it its whole lease, and publishes nothing).
  */
 static const char *const refresh_lua[] = {
     "if redis.call('PEXPIRE', KEYS[2], ARGV[1]) == 0 then return -3 end\n"
+    "if ARGV[2] ~= '1' and string.sub(redis.call('GET', KEYS[1]) or '', 1, 32) == ARGV[3] then\n"
+    "  return -2\n"
+    "end\n"
     "local p = redis.call('PTTL', KEYS[1])\n"
     "if ARGV[2] == '1' and p > 0 then\n"
     "  local first = redis.call('ZRANGE', KEYS[3], 0, 0, 'WITHSCORES')\n"

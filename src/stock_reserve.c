@@ -169,7 +169,7 @@ static int reserve_step(dlock_pending *base, dlock_lock **out, bool nowait, dloc
             (rc != DLOCK_ERR_BUSY && permanent(rc)) || now >= r->deadline_us)
             break;
         if (rc == DLOCK_ERR_BUSY && r->w == NULL &&
-            dlock__wait_join(c, r->q.id, false, &r->w) == DLOCK_OK) {
+            dlock__wait_join(c, r->q.id, false, NULL, 0, &r->w) == DLOCK_OK) {
             /* Listening now: ask again at once, as a waiter, so that units freed
              * between the refusal and the subscription are not missed. */
             r->q.queued = true;
@@ -249,7 +249,7 @@ static int reserve_start(dlock_client *c, const char *sku, int64_t qty,
     snprintf(r->q.wttl_s, sizeof r->q.wttl_s, "%d", DLOCK_QUEUE_TTL_MS);
     /* A client already listening for wake-ups waits in the queue from its first
      * attempt; another one tries first, and listens only if it must wait. */
-    if (wait_ms != 0 && dlock__wait_join(c, r->q.id, true, &r->w) == DLOCK_OK)
+    if (wait_ms != 0 && dlock__wait_join(c, r->q.id, true, NULL, 0, &r->w) == DLOCK_OK)
         r->q.queued = true;
     int64_t now = dlock__now_us();
     r->deadline_us =

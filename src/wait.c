@@ -278,7 +278,8 @@ static int start(dlock_client *c)
     return rc;
 }
 
-int dlock__wait_join(dlock_client *c, const char *token, bool hot, dlock__waiter **out)
+int dlock__wait_join(dlock_client *c, const char *token, bool hot, const dlock__request *q,
+                     int64_t ticket, dlock__waiter **out)
 {
     *out = NULL;
     pthread_mutex_lock(&c->mu);
@@ -296,6 +297,8 @@ int dlock__wait_join(dlock_client *c, const char *token, bool hot, dlock__waiter
     if (w == NULL)
         return DLOCK_ERR_NOMEM;
     memcpy(w->token, token, DLOCK_TOKEN_LEN + 1);
+    w->q = q;
+    w->ticket = ticket;
     if ((w->efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)) < 0) {
         free(w);
         return DLOCK_ERR_IO;
@@ -350,14 +353,65 @@ bool dlock__wait_woken(dlock__waiter *w)
     return read(w->efd, &v, sizeof v) == (ssize_t)sizeof v; /* non-blocking: 0 pending fails */
 }
 
-uint32_t dlock__wait_grants(dlock_client *c, dlock__waiter *w, bool clear)
+uint32_t dlock__wait_grants(dlock_client *c, dlock__waiter *w, bool clear, dlock__handoff *h)
 {
     pthread_mutex_lock(&c->wait->mu);
     uint32_t g = w->grants;
-    if (clear)
+    if (h != NULL)
+        *h = w->handoff;
+    if (clear) {
         w->grants = 0;
+        memset(&w->handoff, 0, sizeof w->handoff);
+    }
     pthread_mutex_unlock(&c->wait->mu);
     return g;
+}
+
+/* Whether a comes before b in a queue: by ticket, then as Redis orders members of one
+ * score, byte by byte, a prefix first. */
+static bool before(const dlock__waiter *a, const dlock__waiter *b)
+{
+    if (a->ticket != b->ticket)
+        return a->ticket < b->ticket;
+    size_t n = a->q->member_len < b->q->member_len ? a->q->member_len : b->q->member_len;
+    int d = memcmp(a->q->member, b->q->member, n);
+    return d != 0 ? d < 0 : a->q->member_len < b->q->member_len;
+}
+
+bool dlock__wait_heir(dlock_client *c, const char *key, size_t key_len, dlock__heir *out)
+{
+    struct dlock__waitsys *ws = c->wait;
+    out->member = NULL;
+    if (ws == NULL)
+        return false;
+    pthread_mutex_lock(&ws->mu);
+    const dlock__waiter *first = NULL;
+    for (const dlock__waiter *w = ws->waiters; w != NULL; w = w->next)
+        if (w->q != NULL && w->q->k.lock_len == key_len &&
+            memcmp(w->q->k.lock, key, key_len) == 0 && (first == NULL || before(w, first)))
+            first = w;
+    if (first != NULL && (out->member = malloc(first->q->member_len)) != NULL) {
+        memcpy(out->member, first->q->member, first->q->member_len);
+        out->member_len = first->q->member_len;
+        memcpy(out->token, first->token, sizeof out->token);
+        memcpy(out->ttl, first->q->ttl, sizeof out->ttl);
+    }
+    pthread_mutex_unlock(&ws->mu);
+    return out->member != NULL;
+}
+
+void dlock__wait_hand(dlock_client *c, const char *token, const dlock__handoff *h, uint32_t unknown)
+{
+    struct dlock__waitsys *ws = c->wait;
+    pthread_mutex_lock(&ws->mu);
+    for (dlock__waiter *w = ws->waiters; w != NULL; w = w->next)
+        if (memcmp(w->token, token, DLOCK_TOKEN_LEN) == 0) {
+            w->grants |= h->nodes | unknown;
+            w->handoff = *h;
+            kick(w->efd);
+            break;
+        }
+    pthread_mutex_unlock(&ws->mu);
 }
 
 void dlock__wait_leave(dlock_client *c, dlock__waiter *w)

@@ -304,6 +304,112 @@ static void test_handoff_across_processes(void **state)
     dlock_client_free(hc);
 }
 
+/* ---- 1b. the heir: a waiter of the releasing client itself --------------------------- */
+
+/* Holder A and a waiter B share one client. The release finds B heading the queue, and
+ * hands it its own lease and a fence, and tells it through its own reply: no message on
+ * any server, and no attempt by B after the release. B's validity counts from the
+ * release's start. */
+static void test_heir_of_the_same_client(void **state)
+{
+    (void)state;
+    const int64_t ttl_b = 5000;
+    dlock_client *hc = it_nodes_client();
+    dlock_lock *a = it_acquire(hc, "heir", 10000);
+    held ha = keep(a);
+    thread_waiter b = {.c = hc, .name = "heir", .wait_ms = 20000, .ttl_ms = ttl_b, .keep = true};
+    assert_int_equal(pthread_create(&b.t, NULL, thread_wait, &b), 0);
+    it_wait_queued("heir", 1);
+    long long pub[IT_NODES_MAX], scripts[IT_NODES_MAX];
+    for (int i = 0; i < it_nodes; i++) {
+        pub[i] = it_cmd_calls(&it_node[i], "publish");
+        scripts[i] = it_script_calls(&it_node[i]);
+    }
+    int64_t t0 = dh_now_us();
+    assert_int_equal(dlock_release(a), DLOCK_OK);
+    thread_join(&b);
+    int64_t t1 = dh_now_us();
+    assert_int_equal(b.rc, DLOCK_OK);
+    printf("FIG heir_handoff_us %lld us\n", (long long)(b.got_us - t0));
+    assert_true(dlock_fence(b.l) > ha.fence);
+    int64_t left = dlock_remaining_ms(b.l);
+    assert_true(left > handoff_ms(ttl_b));
+    assert_true(left <= ttl_b - (t1 - t0) / 1000);
+    for (int i = 0; i < it_nodes; i++) {
+        assert_int_equal(it_cmd_calls(&it_node[i], "publish"), pub[i]);
+        /* The release, and no attempt of B's (unless B's refresh fell due meanwhile).
+         * With N > 1 a node whose reply came after the release had its quorum may get
+         * B's leaving of its queue too. */
+        long long calls = it_script_calls(&it_node[i]) - scripts[i];
+        if ((t1 - t0) / 1000 < DLOCK_QUEUE_REFRESH_MS / 2)
+            assert_true(calls >= 1 && calls <= (it_nodes == 1 ? 1 : 2));
+        it_expect_holder(&it_node[i], "heir", dlock_token(b.l));
+        char key[256];
+        it_key(key, sizeof key, "heir");
+        assert_true(it_pttl(&it_node[i], key) > handoff_ms(ttl_b));
+    }
+    /* The release took B's fence: the counter holds it. */
+    char fkey[256];
+    it_fence_key(fkey, sizeof fkey, "heir");
+    bool found = false;
+    for (int i = 0; i < it_nodes; i++) {
+        char *f = it_get(&it_node[i], fkey);
+        assert_non_null(f);
+        assert_true(strtoull(f, NULL, 10) <= dlock_fence(b.l));
+        found |= strtoull(f, NULL, 10) == dlock_fence(b.l);
+        free(f);
+    }
+    assert_true(found);
+    assert_int_equal(dlock_release(b.l), DLOCK_OK);
+    for (int i = 0; i < it_nodes; i++) {
+        char key[256];
+        it_key(key, sizeof key, "heir");
+        assert_int_equal(it_exists(&it_node[i], key), 0);
+    }
+    dlock_client_free(hc);
+}
+
+/* A handoff whose word never reaches the waiter: the lock is set to the waiter's value
+ * with a whole lease, as a release by its own client does, and nothing is published (so
+ * it looks when that release's reply is lost). The waiter's next refresh finds the lock
+ * its own, and it confirms it: one refresh period, not the lease. */
+static void test_unannounced_handoff_found_by_refresh(void **state)
+{
+    (void)state;
+    char key[256], qkey[256];
+    it_key(key, sizeof key, "quiet-heir");
+    it_queue_key(qkey, sizeof qkey, "quiet-heir");
+    dlock_client *hc = it_nodes_client();
+    dlock_lock *a = it_acquire(hc, "quiet-heir", 30000);
+    thread_waiter b;
+    thread_start(&b, "quiet-heir", 0, true);
+    it_wait_queued("quiet-heir", 1);
+    char b_value[512];
+    queue_entry(&it_node[0], "quiet-heir", 0, b_value, sizeof b_value);
+    int64_t t0 = dh_now_us();
+    for (int i = 0; i < it_nodes; i++) {
+        redisReply *r = dh_cmd(&it_node[i], "ZPOPMIN %s", qkey);
+        assert_non_null(r);
+        freeReplyObject(r);
+        r = dh_cmd(&it_node[i], "SET %s %s PX 30000", key, b_value);
+        assert_non_null(r);
+        freeReplyObject(r);
+    }
+    thread_join(&b);
+    assert_int_equal(b.rc, DLOCK_OK);
+    int64_t took_ms = (b.got_us - t0) / 1000;
+    int64_t bound_ms = (DLOCK_QUEUE_REFRESH_MS + 500) * dh_slack();
+    printf("FIG unannounced_handoff_found_ms %lld ms (bound %lld ms)\n", (long long)took_ms,
+           (long long)bound_ms);
+    assert_true(took_ms <= bound_ms);
+    assert_memory_equal(dlock_token(b.l), b_value, DLOCK_TOKEN_LEN);
+    assert_true(dlock_fence(b.l) > dlock_fence(a));
+    assert_int_equal(dlock_release(b.l), DLOCK_OK);
+    dlock_client_free(b.c);
+    dlock_lock_detach(a); /* its key is the waiter's, now released */
+    dlock_client_free(hc);
+}
+
 /* Waiter c, behind a dead head, must get name: never before the dead head's handoff
  * lease ran out (the server set it after t0), within the bound, with a larger fence
  * than the holder's before it. It then releases and frees its client. */
@@ -762,6 +868,8 @@ int main(void)
     static int fair = 1, unfair = 0;
     const struct CMUnitTest one[] = {
         cmocka_unit_test(test_handoff_across_processes),
+        cmocka_unit_test(test_heir_of_the_same_client),
+        cmocka_unit_test(test_unannounced_handoff_found_by_refresh),
         IT_CASE("test_dead_head_queued", test_dead_head_queued, &unfair),
         IT_CASE("test_dead_head_queued_fair", test_dead_head_queued, &fair),
         IT_CASE("test_dead_head_during_handoff", test_dead_head_during_handoff, &unfair),
@@ -774,6 +882,7 @@ int main(void)
     };
     const struct CMUnitTest three[] = {
         cmocka_unit_test(test_redlock_queue_missing_on_one_node),
+        cmocka_unit_test(test_heir_of_the_same_client),
     };
     return IT_NODES_GROUPS("handoff", one, three);
 }
