@@ -388,6 +388,7 @@ typedef struct dlock__round {
     dlock__req reqs[DLOCK_SERVERS_MAX];
     dlock__flight flight;
     int64_t start_us, end_us;
+    bool fresh; /* sent, and no reply looked for since */
 } dlock__round;
 
 /* Zero rd (the requests of c's nodes) and take no set. */

@@ -53,6 +53,7 @@ void dlock__round_reset(const dlock_client *c, dlock__round *rd)
     memset(&rd->flight, 0, sizeof rd->flight);
     rd->set = NULL;
     rd->start_us = rd->end_us = 0;
+    rd->fresh = false;
 }
 
 int dlock__round_begin(dlock_client *c, dlock__round *rd, dlock__err *e)
@@ -76,6 +77,7 @@ void dlock__round_start(dlock_client *c, dlock__round *rd, dlock__call *call, dl
 {
     dlock__call_reqs(call, rd->reqs, c->n, true);
     rd->start_us = dlock__now_us();
+    rd->fresh = true;
     dlock__flight_start(&rd->flight, rd->set->conns, rd->reqs, c->n, vote, vote_arg ? vote_arg : rd,
                         dlock__quorum(c->n));
 }
@@ -90,6 +92,16 @@ bool dlock__round_pump(dlock__round *rd, int64_t wait_us)
 
 bool dlock__round_wait(dlock__round *rd, bool nowait)
 {
+    if (nowait && rd->fresh) {
+        /* Just sent: no reply can be in yet, so no socket is worth a look. The caller
+         * polls the round's descriptor, and its next step reads. */
+        rd->fresh = false;
+        if (!dlock__flight_settled(&rd->flight))
+            return false;
+        rd->end_us = dlock__now_us();
+        return true;
+    }
+    rd->fresh = false;
     if (nowait)
         return dlock__round_pump(rd, 0);
     while (!dlock__round_pump(rd, -1))

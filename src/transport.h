@@ -260,6 +260,9 @@ void dlock__flight_start(dlock__flight *f, dlock__conn *conns, dlock__req *reqs,
 /* Act on what the sockets say, waiting for it at most wait_us (0: not at all; -1: until
  * the next node's deadline); true once the round has ended. */
 bool dlock__flight_pump(dlock__flight *f, int64_t wait_us);
+/* Whether the round has ended without looking at any socket: every node answered,
+ * failed, or is past its deadline (expired here). */
+bool dlock__flight_settled(dlock__flight *f);
 /* What the round waits for now: one poll entry per node not yet done (their count is
  * returned), and in *due_us the earliest deadline, or now when bytes wait to be taken. */
 int dlock__flight_wants(const dlock__flight *f, struct pollfd *pfd, int64_t *due_us);
