@@ -380,7 +380,10 @@ static bool before(const dlock__waiter *a, const dlock__waiter *b)
 
 bool dlock__wait_heir(dlock_client *c, const char *key, size_t key_len, dlock__heir *out)
 {
+    /* Another thread's first wait may be starting the wait system right now. */
+    pthread_mutex_lock(&c->mu);
     struct dlock__waitsys *ws = c->wait;
+    pthread_mutex_unlock(&c->mu);
     out->member = NULL;
     if (ws == NULL)
         return false;

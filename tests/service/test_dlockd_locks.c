@@ -207,6 +207,7 @@ static void test_wait(void **state)
     assert_true(waited >= 290 && waited < 300 + 1000 * dh_slack());
     assert_int_equal(dt_info(a, "blocked_clients"), 0);
 
+    int64_t queued_at = dh_now_us();
     dt_send(b, "LOCK w WAIT -1");
     /* Pipelined behind the blocked LOCK: answered after it, in order. */
     dt_send(b, "ECHO after-the-lock");
@@ -214,10 +215,20 @@ static void test_wait(void **state)
     int64_t deadline = dh_now_ms() + 5000 * dh_slack();
     while (dt_info(a, "blocked_clients") != 1)
         assert_true(dh_now_ms() < deadline);
+    long long published = it_cmd_calls(&it_srv, "publish");
+    long long scripts = it_script_calls(&it_srv);
     t0 = dh_now_us();
     dt_expect_int(dt_cmd(a, "UNLOCK w %s", l.token), 1);
     dt_expect_lock(dt_reply(b), &l2);
     int64_t handoff_us = dh_now_us() - t0;
+    /* b is the heir of a's release (one client in dlockd holds both): the release
+     * hands it the lock with its own lease and fence, and nothing else is sent, not a
+     * message, not an attempt (nor a refresh of b's place, due 1 s after it queued,
+     * unless this took that long). */
+    assert_int_equal(it_cmd_calls(&it_srv, "publish"), published);
+    if (dh_now_us() - queued_at < 900000)
+        assert_int_equal(it_script_calls(&it_srv) - scripts, 1);
+    assert_true(l2.validity_ms > 25000 && l2.validity_ms <= 30000);
     redisReply *r = dt_reply(b);
     assert_int_equal(r->type, REDIS_REPLY_STRING);
     assert_string_equal(r->str, "after-the-lock");
