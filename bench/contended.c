@@ -27,7 +27,10 @@
  *                as well as the scripts), divided by the sections. Polling shows here
  *                as a figure that grows with the number of waiters.
  * With --w3-fair each run is repeated with dlock_opts.fair (waiters served in arrival
- * order): W3/fair, W3/wN/fair.
+ * order): W3/fair, W3/wN/fair. W3/one-client (W3/wN/one-client) runs the same workers
+ * on one dlock_client shared by their threads, as one program's threads would: each
+ * release then hands the lock to a waiter of its own client, its heir, whose lock the
+ * release's reply confirms (no wake-up message, no confirming attempt).
  * Mutual exclusion is also checked in-process: a worker marks itself as the holder
  * after its acquire returns and unmarks before it calls release, so finding the mark
  * taken means two holders at once. Any violation fails the run.
@@ -50,8 +53,9 @@ typedef struct w3_arg {
     char name[64];
     char counter[64];
     int workers;
-    bool fair;     /* dlock_opts.fair */
-    long sections; /* per worker */
+    bool fair;            /* dlock_opts.fair */
+    dlock_client *shared; /* the client of every worker, or NULL: one each */
+    long sections;        /* per worker */
     long total;
     section *secs;
     _Atomic int holder;    /* worker id + 1 while it holds the lock, else 0 */
@@ -68,8 +72,8 @@ static void note_max(_Atomic int64_t *max, int64_t v)
         ;
 }
 
-/* One worker: its own dlock client and connection, a warm-up on its own name, then
- * its sections on the shared name. */
+/* One worker: its own dlock client (or the shared one) and connection, a warm-up on
+ * its own name, then its sections on the shared name. */
 static void w3_worker(team *t, int id, void *p)
 {
     w3_arg *a = p;
@@ -81,7 +85,7 @@ static void w3_worker(team *t, int id, void *p)
     o.ttl_ms = BENCH_TTL_MS;
     o.wait_ms = -1;
     o.fair = a->fair;
-    int rc = dlock_client_new(a->urls, &cfg, &c);
+    int rc = a->shared != NULL ? (c = a->shared, DLOCK_OK) : dlock_client_new(a->urls, &cfg, &c);
     if (rc != DLOCK_OK)
         team_error(t, "dlock_client_new: %s: %s", dlock_strerror(rc), dlock_errmsg());
     else if ((rc_conn = server_connect(&a->ctx->servers->s[0])) == NULL)
@@ -133,18 +137,20 @@ static void w3_worker(team *t, int id, void *p)
     }
     team_end(t);
     redisFree(rc_conn);
-    dlock_client_free(c);
+    if (a->shared == NULL)
+        dlock_client_free(c);
 }
 
-/* One W3 run with `workers` workers, fair (FIFO) waiting or not. */
-static int w3_one(bench_ctx *ctx, int workers, bool fair)
+/* One W3 run with `workers` workers, fair (FIFO) waiting or not, on a client each or on
+ * one they share. */
+static int w3_one(bench_ctx *ctx, int workers, bool fair, bool one_client)
 {
     const bench_opts *o = ctx->opt;
     char label[48], urls[BENCH_MAX_NODES * 620];
     char w[16] = "W3";
     if (workers != 8)
         snprintf(w, sizeof w, "W3/w%d", workers);
-    bench_label(label, sizeof label, w, o->nodes, fair ? "/fair" : "");
+    bench_label(label, sizeof label, w, o->nodes, one_client ? "/one-client" : fair ? "/fair" : "");
     servers_urls(ctx->servers, 0, o->nodes, urls, sizeof urls);
 
     w3_arg *a = bench_calloc(ctx, label, 1, sizeof *a);
@@ -156,13 +162,21 @@ static int w3_one(bench_ctx *ctx, int workers, bool fair)
     a->fair = fair;
     a->sections = o->w3_sections;
     a->total = (long)workers * o->w3_sections;
-    snprintf(a->name, sizeof a->name, "w3:%d%s", workers, fair ? ":fair" : "");
-    snprintf(a->counter, sizeof a->counter, "%sw3:count:%d%s", BENCH_PREFIX, workers,
-             fair ? ":fair" : "");
+    const char *kind = one_client ? ":one-client" : fair ? ":fair" : "";
+    snprintf(a->name, sizeof a->name, "w3:%d%s", workers, kind);
+    snprintf(a->counter, sizeof a->counter, "%sw3:count:%d%s", BENCH_PREFIX, workers, kind);
     a->secs = bench_calloc(ctx, label, (size_t)a->total, sizeof *a->secs);
     int rc = -1;
     if (a->secs == NULL)
         goto out;
+    if (one_client) {
+        dlock_config cfg;
+        bench_dlock_config(ctx, &cfg);
+        if (dlock_client_new(urls, &cfg, &a->shared) != DLOCK_OK) {
+            bench_fail(ctx, "%s: dlock_client_new: %s", label, dlock_errmsg());
+            goto out;
+        }
+    }
     for (long i = 0; i < a->total; i++)
         a->secs[i].worker = -1;
     /* A fresh counter. */
@@ -231,6 +245,7 @@ static int w3_one(bench_ctx *ctx, int workers, bool fair)
              (double)a->total / secs, switches, p50, (double)a->max_wait_ns / 1e6);
     rc = 0;
 out:
+    dlock_client_free(a->shared);
     free(a->secs);
     free(a);
     return rc;
@@ -240,9 +255,11 @@ int run_w3(bench_ctx *ctx)
 {
     int rc = 0;
     for (int i = 0; i < ctx->opt->w3_nworkers; i++) {
-        if (w3_one(ctx, ctx->opt->w3_workers[i], false) != 0)
+        if (w3_one(ctx, ctx->opt->w3_workers[i], false, false) != 0)
             rc = -1;
-        if (ctx->opt->w3_fair && w3_one(ctx, ctx->opt->w3_workers[i], true) != 0)
+        if (ctx->opt->w3_fair && w3_one(ctx, ctx->opt->w3_workers[i], true, false) != 0)
+            rc = -1;
+        if (w3_one(ctx, ctx->opt->w3_workers[i], false, true) != 0)
             rc = -1;
     }
     return rc;
