@@ -134,9 +134,8 @@
  * cannot be admitted goes back with its ticket. held is the lock's value (false when
  * free). True when anyone was served. A member is "<handoff ms> <limit> <channel
  * length> <channel><value>", limit 0 for an exclusive waiter; value "<token> <holder>".
- * heir (a release's only) is a waiter of the releasing client, heir_ttl its lease: an
- * exclusive head that is the heir gets that lease at once and no message, and the
- * result is 'heir', for the release to take its fence and tell its own client.
+ * A head that is heir (a waiter of the releasing client) gets its own lease, heir_ttl,
+ * and no message: the result is 'heir', and the release takes its fence.
  */
 #define DISPATCH_LUA                                                                               \
     "local function dispatch(lock, queue, holders, info, held, heir, heir_ttl)\n"                  \
@@ -299,17 +298,14 @@ static const char *const acquire_shared_lua[] = {
  * RELEASE  KEYS: lock, fence, queue, holders, holders info
  *          ARGV: token, fence floor ("0": none), member to dequeue ("": none),
  *                fence retention ms, mode ("1": release, "0": give back), ticket,
- *                heir (a release's only: the member of the releasing client's first
- *                waiter for the name, "" for none), the heir's lease ms
+ *                heir (the member of the releasing client's first waiter for the
+ *                name, "": none), the heir's lease ms
  * 1 when our token was released (as the exclusive holder or one of the shared ones),
- * 0 when the key is gone or another owner's; when the lock went to the heir, the
- * heir's fence (> 1).
+ * 0 when the key is gone or another owner's, the heir's fence (> 1) when the lock
+ * went to the heir: its lease and fence set here, this reply confirms it.
  * A release serves the queue (dispatch), if anyone waits; with nobody queued it
  * deletes the lock, and the ZPOPMIN that says so costs one command: an uncontended
- * release is GET, ZPOPMIN and DEL. When the head of the queue is the heir, the
- * release gives it its own lease and a fence, and its reply confirms the lock to the
- * heir's client: one round trip from holder to holder, no message, no confirmation
- * (docs/waiting.md).
+ * release is GET, ZPOPMIN and DEL.
  * The fence floor is how Redlock's default mode raises every node's counter to the
  * fence the quorum handed out, without an extra round trip. It is applied even where
  * our key is gone: a counter only ever goes up, and a fence that was handed out is
@@ -394,8 +390,7 @@ static const char *const leave_lua[] = {
  * gone (a server restarted): the waiter then attempts, which queues it again. A shared
  * waiter may wait for a permit, which comes back when the first shared lease ends, not
  * the last: it gets that instead, -2 once it has ended. -2 also when the lock is the
- * waiter's own already: a handoff whose word never reached it (a release by its own
- * client whose reply was lost hands it its whole lease, and publishes nothing).
+ * waiter's own already: its heir's handoff, whose reply was lost (nothing published).
  */
 static const char *const refresh_lua[] = {
     "if redis.call('PEXPIRE', KEYS[2], ARGV[1]) == 0 then return -3 end\n"
