@@ -55,21 +55,13 @@ static int format_call(release *r, dlock__err *e)
     if (c->n == 1 || c->fence_mode != DLOCK_FENCE_STRICT)
         dlock__wait_heir(c, r->k.lock, r->k.lock_len, &r->heir);
     const char *heir = r->heir.member != NULL ? r->heir.member : "";
+    size_t heir_len = r->heir.member != NULL ? r->heir.member_len : 0;
+    size_t fence_len = strlen(r->fence), retention_len = strlen(c->retention);
+    size_t ttl_len = strlen(r->heir.ttl);
     const char *args[] = {NULL, NULL,         NULL, NULL, NULL, l->token,   r->fence,
                           "",   c->retention, "1",  "0",  heir, r->heir.ttl};
-    const size_t lens[] = {0,
-                           0,
-                           0,
-                           0,
-                           0,
-                           DLOCK_TOKEN_LEN,
-                           strlen(r->fence),
-                           0,
-                           strlen(c->retention),
-                           1,
-                           1,
-                           r->heir.member != NULL ? r->heir.member_len : 0,
-                           strlen(r->heir.ttl)};
+    const size_t lens[] = {0, 0, 0,        0,      0, DLOCK_TOKEN_LEN, fence_len, 0, retention_len,
+                           1, 1, heir_len, ttl_len};
     memcpy(r->args, args, sizeof args);
     memcpy(r->lens, lens, sizeof lens);
     dlock__keys_all(&r->k, r->args, r->lens);
