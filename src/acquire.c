@@ -93,6 +93,18 @@ static const dlock__request *heir_request(const acquisition *p)
     return p->q.limit == 0 ? &p->q : NULL;
 }
 
+/* A waiter behind a holder of its own client, queued on no server: it looks again when
+ * that holder's lease should end, and at least every refresh period (a handle freed
+ * without a release tells nobody), never past its deadline. */
+static void behind_own(acquisition *p, int64_t now, int64_t own_until)
+{
+    int64_t at = now + DLOCK_QUEUE_REFRESH_MS * 1000;
+    if (own_until + 1000 < at)
+        at = own_until + 1000;
+    p->await_at_us = at < p->deadline_us ? at : p->deadline_us;
+    p->base.due_us = p->await_at_us;
+}
+
 /* The checks every acquisition makes before anything else. */
 static int prepare(dlock_client *c, const char *name, const dlock_opts *opts, int64_t *ttl_ms,
                    int64_t *wait_ms, dlock__err *e)
@@ -128,10 +140,15 @@ static int start(dlock_client *c, const char *name, const dlock_opts *opts, int6
     }
     /* A client already listening for wake-ups (it waited moments ago) queues with its
      * first attempt: no try and retry when the lock is busy, as it is when a name
-     * passes from hand to hand. */
+     * passes from hand to hand. One that holds the name itself makes no attempt at
+     * all: the attempt could only be refused, and its release will queue us. */
+    int64_t own_until = 0;
     if (rc == DLOCK_OK && wait_ms != 0 &&
-        dlock__wait_join(c, p->l->token, true, heir_request(p), p->ticket, &p->w) == DLOCK_OK)
+        dlock__wait_join(c, p->l->token, true, heir_request(p), p->ticket, &p->w) == DLOCK_OK) {
         dlock__request_set_ticket(&p->q, p->ticket);
+        if (dlock__release_has_heirs(c))
+            own_until = dlock__wait_behind_own(c, p->w, name, p->l->name_len, false);
+    }
     if (rc == DLOCK_OK)
         rc = dlock__request_format(c, &p->q, &p->args, &p->acq, e);
     if (rc != DLOCK_OK) {
@@ -149,6 +166,11 @@ static int start(dlock_client *c, const char *name, const dlock_opts *opts, int6
         wait_ms < 0 || wait_ms > INT64_C(3153600000000) ? INT64_MAX : now + wait_ms * 1000;
     p->phase = ATTEMPT;
     p->base.due_us = now;
+    if (own_until > 0) {
+        p->phase = AWAIT;
+        p->base.fd = p->w->efd;
+        behind_own(p, now, own_until);
+    }
     *out = &p->base;
     return DLOCK_OK;
 }
@@ -199,6 +221,15 @@ static int await_turn(acquisition *p, dlock__round *rd, bool nowait)
         return 1;
     if (now < p->base.due_us)
         return 0; /* an early call: nothing happened */
+    /* Waiting locally: no server knows of us, so nothing to refresh; attempt once the
+     * holder is gone. */
+    int64_t own_until = dlock__wait_behind_own(c, p->w, p->l->name, p->l->name_len, true);
+    if (own_until != 0) {
+        if (own_until < 0)
+            return 1;
+        behind_own(p, now, own_until);
+        return 0;
+    }
     /* The lease end or the refresh time: ask before attempting, which costs more. */
     if (nowait)
         return -1;
@@ -387,13 +418,16 @@ static int run_step(dlock_pending *base, dlock_lock **out, bool nowait, dlock__e
     }
     if (rc != DLOCK_OK && set != NULL)
         memcpy(e, &p->e, sizeof *e); /* the attempt's reason */
+    /* Held before the waiter leaves: a waiter of the client that comes meanwhile waits
+     * behind it (dlock__wait_behind_own) rather than attempt. */
+    if (rc == DLOCK_OK)
+        dlock__lock_attach(p->l);
     finish(p, set, rc);
     dlock__step_round_end(c, &p->sr);
     if (rc != DLOCK_OK)
         return rc;
     dlock_lock *l = p->l;
     p->l = NULL;
-    dlock__lock_attach(l);
     if (p->auto_renew &&
         (rc = dlock__watchdog_add(c, l, p->ttl_ms, p->on_lost, p->on_lost_user, e)) != DLOCK_OK) {
         /* Without renewal the caller would hold a lock that silently expires. */

@@ -1,8 +1,9 @@
 /*
  * attempt.c: one acquisition attempt and what it sends: the request (keys, lease, mode,
  * queue entry), the ACQUIRE call, the round and its outcome, the give-back of partial
- * grants, joining the queue and refreshing a place in it. acquire.c decides when to
- * attempt; this file knows how.
+ * grants, joining the queue, refreshing a place in it and leaving it, and the timing
+ * rules between attempts (backoff, a holder's lease end, an outage). acquire.c decides
+ * when to attempt; this file knows how.
  */
 #include "internal.h"
 
@@ -327,4 +328,69 @@ int dlock__request_make(dlock_client *c, const char *name, size_t name_len, cons
     q->value_at = (size_t)at;
     q->member_len = (size_t)at + (size_t)len;
     return dlock__keys_make(c->prefix, c->prefix_len, name, name_len, &q->k, e);
+}
+
+/* ---- between attempts --------------------------------------------------------- */
+
+int64_t dlock__backoff_us(int attempt, int64_t busy_ms)
+{
+    /* Exponential backoff (1 ms doubling to 32 ms) with full jitter, never past the
+     * holder's remaining lease: for a caller that could not start listening for
+     * wake-ups, and for retries after errors. */
+    int64_t cap_us = (int64_t)1000 << (attempt < 5 ? attempt : 5);
+    if (busy_ms > 0 && busy_ms * 1000 + 1000 < cap_us)
+        cap_us = busy_ms * 1000 + 1000;
+    return cap_us / 2 + (int64_t)dlock__random_below((uint64_t)cap_us / 2 + 1);
+}
+
+int dlock__backoff(int attempt, int64_t busy_ms, int64_t deadline_us, int cancel_fd, int close_fd)
+{
+    int64_t until = dlock__now_us() + dlock__backoff_us(attempt, busy_ms);
+    return dlock__sleep_on(-1, until < deadline_us ? until : deadline_us, cancel_fd, close_fd);
+}
+
+bool dlock__outage_over(int64_t *since, int rc, int64_t now, int64_t connect_timeout_us)
+{
+    if (rc == DLOCK_ERR_BUSY) {
+        *since = 0;
+        return false;
+    }
+    if (*since == 0)
+        *since = now;
+    return now - *since >= connect_timeout_us;
+}
+
+int64_t dlock__retry_at(int64_t now, int64_t busy_ms, int64_t deadline)
+{
+    /* When the holder's lease should be over (an expiry publishes nothing), with
+     * jitter so that waiters of several processes do not arrive together, and at
+     * least every DLOCK_QUEUE_REFRESH_MS (the refresh that keeps the queue alive). */
+    int64_t at = now + DLOCK_QUEUE_REFRESH_MS * 1000;
+    if (busy_ms > 0) {
+        int64_t spread = busy_ms * 100 < 5000 ? busy_ms * 100 : 5000; /* 10 %, <= 5 ms */
+        int64_t expiry =
+            now + busy_ms * 1000 + 1000 + (int64_t)dlock__random_below((uint64_t)spread + 1);
+        if (expiry < at)
+            at = expiry;
+    }
+    return at < deadline ? at : deadline;
+}
+
+void dlock__leave_queue(dlock_client *c, dlock__connset *set, const dlock__keys *k,
+                        const char *member, size_t member_len, const char *token, const bool *mask)
+{
+    /* Sent, not awaited: a waiter that gives up leaves the queue on every node and
+     * passes on a lock it may have been handed. If the call cannot even be formatted,
+     * the entry stays until a release hands it a lease nobody confirms. */
+    dlock__call call;
+    dlock__err ignored;
+    const char *args[] = {
+        k->lock, k->queue, k->holders, k->info, member, token, mask == NULL ? "1" : "0"};
+    const size_t lens[] = {
+        k->lock_len, k->queue_len, k->holders_len, k->info_len, member_len, DLOCK_TOKEN_LEN, 1};
+    if (set == NULL || dlock__call_format(&c->scripts, DLOCK_SCRIPT_LEAVE, 4, 7, args, lens, &call,
+                                          &ignored) != DLOCK_OK)
+        return;
+    dlock__round_send(c, set, &call, mask);
+    dlock__call_free(&call);
 }

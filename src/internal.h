@@ -39,7 +39,8 @@
  *                           queue, wait for a handoff or refresh; dlock_acquire sleeps
  *                           between the steps, an event loop can drive them instead
  *               attempt.c   one attempt: the request and its call, the vote, undoing
- *                           partial grants, joining and refreshing a place in the queue
+ *                           partial grants, joining, refreshing and leaving a place in
+ *                           the queue; when to attempt again (backoff, a lease's end)
  *               pending.c   operations in steps (dlock_pending: an acquisition, a
  *                           release, a stock reservation), the sleeping loop blocking
  *                           calls run them in, and the round a nowait step keeps in
@@ -48,8 +49,8 @@
  *               lock.c      extend, check, inspect (and the shared holders)
  *               fence.c     the resource side: fenced writes, dlock_fence_admit
  *               wait.c      the client's wake-up channel: its subscriber thread, waiters
- *                           (the heir a release of the same client hands the lock to),
- *                           backoff, leaving the queue
+ *                           (the heir a release of the same client hands the lock to,
+ *                           those that wait behind a holder of their own client)
  *               watchdog.c  automatic renewal and lost-lock notification
  *               stock.c     counted stock per SKU with leased reservations, on node 0:
  *                           set, add, status, commit, cancel, extend (stock.h: what its
@@ -215,6 +216,8 @@ typedef struct dlock__waiter {
     /* Guarded by the wait system's mutex, read with dlock__wait_grants: */
     uint32_t grants;        /* nodes whose release handed us the lock */
     dlock__handoff handoff; /* what an heir's handoff confirmed */
+    bool local;             /* waits behind a holder of its own client, queued on no server: the
+                               holder's release queues it (dlock__wait_behind_own) */
 } dlock__waiter;
 
 struct dlock__waitsys;
@@ -229,24 +232,38 @@ struct dlock__waitsys;
 int dlock__wait_join(struct dlock_client *c, const char *token, bool hot,
                      const struct dlock__request *q, int64_t ticket, dlock__waiter **out);
 /* The nodes whose release handed w the lock since the last clear (a bit per node), and
- * in *h (NULL: not asked) what an heir's handoff confirmed of it. */
+ * in *h (NULL: not asked) what an heir's handoff confirmed of it. A clear is an
+ * attempt's, which queues w on the servers: it waits locally no more. */
 uint32_t dlock__wait_grants(struct dlock_client *c, dlock__waiter *w, bool clear,
                             dlock__handoff *h);
 /* The heir of a release of key (a lock key) by c: the first, by ticket, of c's
  * exclusive waiters for key, the one the release would hand the lock to if it heads the
- * queue. Its member, token and lease (as text) are copied out; false when c has none. */
+ * queue. Its member, token and lease (as text) are copied out, and its ticket when it
+ * waits locally (the release queues it then; "" otherwise); false when c has none. */
 typedef struct dlock__heir {
     char token[DLOCK_TOKEN_LEN + 1];
     char ttl[24];
+    char ticket[24];
     size_t member_len;
     char *member; /* malloc'd */
 } dlock__heir;
 bool dlock__wait_heir(struct dlock_client *c, const char *key, size_t key_len, dlock__heir *out);
-/* A release handed the lock to the waiter of token, h saying where, and may have on the
- * nodes in unknown (no reply): note them all in its grants and wake it. Nothing when
- * that waiter is gone (its leaving passes the lock on). */
-void dlock__wait_hand(struct dlock_client *c, const char *token, const dlock__handoff *h,
-                      uint32_t unknown);
+/* A release of key by c ended (or was given up). heir (NULL: none named) was handed the
+ * lock on the nodes in h->nodes, and may have been on those in unknown (no reply): note
+ * them all in its grants and wake it. Then the waiters of key that wait locally: if the
+ * heir got the lock from a quorum they wait on behind it, else each is woken to attempt
+ * (and so queue on the servers). */
+void dlock__wait_released(struct dlock_client *c, const char *key, size_t key_len, const char *heir,
+                          const dlock__handoff *h, uint32_t unknown);
+/* Whether w, an exclusive waiter for name (its lock key in w->q), may wait behind a
+ * holder of its own client without a word to any server: c holds name itself (an
+ * attached handle, exclusive, neither lost nor being released, its lease running) or a
+ * release just handed it to another of c's waiters on a quorum. Marks w local, and
+ * returns when that holder's lease is known to end (on dlock__now_us); 0 when w may
+ * not. With again, only a waiter that waits locally already is looked at, and -1 says
+ * that it waited locally and may no more (its holder is gone: it must attempt). */
+int64_t dlock__wait_behind_own(struct dlock_client *c, dlock__waiter *w, const char *name,
+                               size_t name_len, bool again);
 /* Sleep until fd (-1: none) is readable, until_us (dlock__now_us), cancel_fd (0:
  * none) is readable (DLOCK_ERR_CANCELED, no message), or close_fd (the client's
  * close_efd; -1: none) is (DLOCK_ERR_CLOSED, no message). Reads nothing. */
@@ -257,24 +274,6 @@ int dlock__sleep_ended(dlock__err *e, int rc);
 bool dlock__wait_woken(dlock__waiter *w);
 /* Unregister and free the waiter. */
 void dlock__wait_leave(struct dlock_client *c, dlock__waiter *w);
-/* The pause before the next attempt of a caller that is not listening for wake-ups:
- * exponential backoff with jitter, never past the holder's lease (busy_ms, 0: unknown). */
-int64_t dlock__backoff_us(int attempt, int64_t busy_ms);
-/* Sleep that pause, never past the deadline; ended early as dlock__sleep_on says. */
-int dlock__backoff(int attempt, int64_t busy_ms, int64_t deadline_us, int cancel_fd, int close_fd);
-/* The rule that ends a wait on an outage, for a waiting call's attempt that returned
- * rc at now: a refusal (DLOCK_ERR_BUSY) ends an outage; any other error starts one (in
- * *since), and true means the servers stayed unavailable for connect_timeout_us in a
- * row, and the call ends: a wait is for a holder to go away, not for an outage to end. */
-bool dlock__outage_over(int64_t *since, int rc, int64_t now, int64_t connect_timeout_us);
-/* When a waiter retries if nothing wakes it: the holder's lease end (plus jitter), at
- * most DLOCK_QUEUE_REFRESH_MS from now, and never past deadline. */
-int64_t dlock__retry_at(int64_t now, int64_t busy_ms, int64_t deadline);
-/* Leave the queue, sent, not awaited: on every node (mask NULL) for a waiter that
- * gives up, passing on a lock handed to it meanwhile; on the nodes marked in mask for
- * a holder still queued on the nodes that refused it, passing nothing on. */
-void dlock__leave_queue(struct dlock_client *c, dlock__connset *set, const dlock__keys *k,
-                        const char *member, size_t member_len, const char *token, const bool *mask);
 /* Stop the subscriber thread and free the wait system (dlock_client_free). */
 void dlock__wait_stop(struct dlock_client *c);
 /* In a forked child (where the thread does not exist and its mutex may have been
@@ -478,9 +477,11 @@ struct dlock_lock {
     /* Written by the renewal thread too, hence atomic. */
     _Atomic int64_t valid_until_us; /* on dlock__now_us(); 0: unknown (adopted) */
     _Atomic bool lost;
-    bool shared;   /* a shared holder or a semaphore permit (renewed with its holders keys) */
-    bool attached; /* on client->locks */
-    int lost_fd;   /* guarded by client->mu; -1 until dlock_lost_fd */
+    bool shared;    /* a shared holder or a semaphore permit (renewed with its holders keys) */
+    bool attached;  /* on client->locks */
+    bool releasing; /* guarded by client->mu: a release began, so no waiter of the client
+                       waits behind it locally (dlock__wait_behind_own) */
+    int lost_fd;    /* guarded by client->mu; -1 until dlock_lost_fd */
     /* Renewal (watchdog.c), guarded by the watchdog's mutex. */
     bool renewing;          /* registered with the watchdog */
     bool in_batch;          /* in a renewal round now: the handle must not be freed */
@@ -654,12 +655,35 @@ int dlock__queue_up(struct dlock_client *c, dlock__request *q, int64_t ticket,
 bool dlock__queue_refresh(struct dlock_client *c, dlock__round *rd, const dlock__request *q,
                           int64_t *busy_ms);
 
+/* Between attempts, and leaving the queue. */
+/* The pause before the next attempt of a caller that is not listening for wake-ups:
+ * exponential backoff with jitter, never past the holder's lease (busy_ms, 0: unknown). */
+int64_t dlock__backoff_us(int attempt, int64_t busy_ms);
+/* Sleep that pause, never past the deadline; ended early as dlock__sleep_on says. */
+int dlock__backoff(int attempt, int64_t busy_ms, int64_t deadline_us, int cancel_fd, int close_fd);
+/* The rule that ends a wait on an outage, for a waiting call's attempt that returned
+ * rc at now: a refusal (DLOCK_ERR_BUSY) ends an outage; any other error starts one (in
+ * *since), and true means the servers stayed unavailable for connect_timeout_us in a
+ * row, and the call ends: a wait is for a holder to go away, not for an outage to end. */
+bool dlock__outage_over(int64_t *since, int rc, int64_t now, int64_t connect_timeout_us);
+/* When a waiter retries if nothing wakes it: the holder's lease end (plus jitter), at
+ * most DLOCK_QUEUE_REFRESH_MS from now, and never past deadline. */
+int64_t dlock__retry_at(int64_t now, int64_t busy_ms, int64_t deadline);
+/* Leave the queue, sent, not awaited: on every node (mask NULL) for a waiter that
+ * gives up, passing on a lock handed to it meanwhile; on the nodes marked in mask for
+ * a holder still queued on the nodes that refused it, passing nothing on. */
+void dlock__leave_queue(struct dlock_client *c, dlock__connset *set, const dlock__keys *k,
+                        const char *member, size_t member_len, const char *token, const bool *mask);
+
 /* ---- lock.c, release.c -------------------------------------------------------- */
 
 /* The message of DLOCK_ERR_LOST from a token-checked script that found another token. */
 extern const char dlock__not_ours[];
 /* Release l (one round), then free it, whatever the outcome. */
 int dlock__lock_release(struct dlock_lock *l, dlock__err *e);
+/* Whether c's releases hand a lock to a waiter of c's own (the heir) in their round:
+ * always, but with strict fences and N > 1, whose fence needs a round of its own. */
+bool dlock__release_has_heirs(const struct dlock_client *c);
 
 /* ---- local.c, local_acquire.c ------------------------------------------------ */
 

@@ -27,21 +27,28 @@ typedef struct release {
     dlock__keys k;
     char fence[24];
     dlock__heir heir; /* the waiter of ours the release may hand the lock to */
-    const char *args[13];
-    size_t lens[13];
+    const char *args[14];
+    size_t lens[14];
     dlock__call call;
     dlock__step_round sr;
     bool sent;    /* the round was started */
     bool expired; /* the lease had run out before the release */
+    bool told;    /* the client's waiters for the name were told how it ended */
 } release;
+
+bool dlock__release_has_heirs(const dlock_client *c)
+{
+    return c->n == 1 || c->fence_mode != DLOCK_FENCE_STRICT;
+}
 
 /* The call for l's release. With N > 1 the release raises every node's fence counter
  * to this lock's fence (the default fence mode, docs/guarantees.md), so a later quorum,
  * which meets at least one of these nodes, hands out a larger fence. With N = 1 the
  * counter is already there. A waiter of our own client for the same name is the heir:
  * if it heads the queue, the release hands it its own lease and a fence, and the reply
- * confirms it (give_to_heir). Not with strict fences and N > 1, whose fence must be
- * raised on a quorum in a round of its own. */
+ * confirms it (tell_waiters); one that waits locally, queued on no server, is queued
+ * first with its ticket. Not with strict fences and N > 1, whose fence must be raised
+ * on a quorum in a round of its own. */
 static int format_call(release *r, dlock__err *e)
 {
     dlock_lock *l = r->l;
@@ -52,30 +59,28 @@ static int format_call(release *r, dlock__err *e)
     strcpy(r->fence, "0");
     if (c->n > 1)
         snprintf(r->fence, sizeof r->fence, "%llu", (unsigned long long)l->fence);
-    if (c->n == 1 || c->fence_mode != DLOCK_FENCE_STRICT)
+    if (dlock__release_has_heirs(c))
         dlock__wait_heir(c, r->k.lock, r->k.lock_len, &r->heir);
     const char *heir = r->heir.member != NULL ? r->heir.member : "";
     size_t heir_len = r->heir.member != NULL ? r->heir.member_len : 0;
     size_t fence_len = strlen(r->fence), retention_len = strlen(c->retention);
-    size_t ttl_len = strlen(r->heir.ttl);
-    const char *args[] = {NULL, NULL,         NULL, NULL, NULL, l->token,   r->fence,
-                          "",   c->retention, "1",  "0",  heir, r->heir.ttl};
-    const size_t lens[] = {0, 0, 0,        0,      0, DLOCK_TOKEN_LEN, fence_len, 0, retention_len,
-                           1, 1, heir_len, ttl_len};
+    size_t ttl_len = strlen(r->heir.ttl), ticket_len = strlen(r->heir.ticket);
+    const char *args[] = {NULL, NULL,         NULL, NULL, NULL, l->token,    r->fence,
+                          "",   c->retention, "1",  "0",  heir, r->heir.ttl, r->heir.ticket};
+    const size_t lens[] = {
+        0, 0, 0,        0,       0,         DLOCK_TOKEN_LEN, fence_len, 0, retention_len,
+        1, 1, heir_len, ttl_len, ticket_len};
     memcpy(r->args, args, sizeof args);
     memcpy(r->lens, lens, sizeof lens);
     dlock__keys_all(&r->k, r->args, r->lens);
-    return dlock__call_format(&c->scripts, DLOCK_SCRIPT_RELEASE, 5, 13, r->args, r->lens, &r->call,
+    return dlock__call_format(&c->scripts, DLOCK_SCRIPT_RELEASE, 5, 14, r->args, r->lens, &r->call,
                               e);
 }
 
-/* The nodes whose reply is a fence handed the lock to our heir with its own lease: tell
- * the heir, which takes the lock without an attempt if they are a quorum. A node whose
- * reply never came may have handed it too, unannounced: the heir attempts then, and at
- * the latest its next refresh finds the lock its own. */
-static void give_to_heir(dlock_client *c, const release *r, const dlock__round *rd)
+/* The nodes whose reply is a fence, which handed the lock to the heir, into h (with the
+ * highest fence); returned, the nodes whose reply never came. */
+static uint32_t heir_handoff(const dlock_client *c, const dlock__round *rd, dlock__handoff *h)
 {
-    dlock__handoff h = {.start_us = rd->start_us, .end_us = rd->end_us};
     int64_t fence_max = dlock__wallclock_us() + DLOCK_FENCE_AHEAD_MAX_US;
     uint32_t unknown = 0;
     for (int i = 0; i < c->n; i++) {
@@ -85,13 +90,36 @@ static void give_to_heir(dlock_client *c, const release *r, const dlock__round *
             unknown |= (uint32_t)(q->cmd != NULL && !q->held) << i;
         } else if (v->type == REDIS_REPLY_INTEGER && v->integer > 1 && v->integer <= fence_max &&
                    dlock__conn_votes(&rd->set->conns[i], rd->end_us)) {
-            h.nodes |= 1u << i;
-            if ((uint64_t)v->integer > h.fence)
-                h.fence = (uint64_t)v->integer;
+            h->nodes |= 1u << i;
+            if ((uint64_t)v->integer > h->fence)
+                h->fence = (uint64_t)v->integer;
         }
     }
-    if (h.nodes != 0 || unknown != 0)
-        dlock__wait_hand(c, r->heir.token, &h, unknown);
+    return unknown;
+}
+
+/* How the release ended, told to the client's waiters for the name (rd NULL: it ended
+ * before its round did). The nodes whose reply is a fence handed the lock to our heir
+ * with its own lease: the heir takes the lock without an attempt if they are a quorum.
+ * A node whose reply never came may have handed it too, unannounced: the heir attempts
+ * then, and at the latest its next refresh finds the lock its own. The waiters that
+ * wait locally wait on behind the heir, or attempt. */
+static void tell_waiters(dlock_client *c, release *r, const dlock__round *rd)
+{
+    if (r->told)
+        return;
+    r->told = true;
+    dlock__handoff h = {0};
+    uint32_t unknown = 0;
+    if (rd != NULL && r->heir.member != NULL) {
+        h.start_us = rd->start_us;
+        h.end_us = rd->end_us;
+        unknown = heir_handoff(c, rd, &h);
+    } else if (r->sent && r->heir.member != NULL) {
+        unknown = (1u << c->n) - 1; /* given up in flight: any node may have handed it */
+    }
+    dlock__wait_released(c, r->k.lock, r->k.lock_len, r->heir.member ? r->heir.token : NULL, &h,
+                         unknown);
 }
 
 static int release_step(dlock_pending *base, dlock_lock **out, bool nowait, dlock__err *e)
@@ -120,8 +148,7 @@ static int release_step(dlock_pending *base, dlock_lock **out, bool nowait, dloc
         r->base.fd = dlock__step_round_fd(&r->sr, &r->base.due_us);
         return dlock__pending_again(e);
     }
-    if (r->heir.member != NULL)
-        give_to_heir(c, r, rd);
+    tell_waiters(c, r, rd);
     int rc = dlock__round_yes_no_outcome(c, rd, "release", DLOCK_ERR_LOST, dlock__not_ours,
                                          r->heir.member != NULL ? LLONG_MAX : 1, e);
     if (rc == DLOCK_OK && r->expired)
@@ -139,6 +166,10 @@ static void release_destroy(dlock_pending *base)
     /* A release given up in flight was sent: its replies are left to a later round. */
     if (r->base.in_flight)
         dlock__flight_drop(&r->sr.rd->flight);
+    /* Ended before its round did (given up, or failed to start): the waiters that wait
+     * locally attempt, and an heir it may have handed the lock to finds it so. */
+    if (r->k.buf != NULL)
+        tell_waiters(c, r, NULL);
     dlock__step_round_free(c, &r->sr);
     dlock__call_free(&r->call);
     free(r->heir.member);
@@ -158,6 +189,11 @@ static int start(dlock_lock *l, dlock_pending **out, dlock__err *e)
     r->base.lockless = true;
     r->l = l;
     dlock__step_round_init(&r->sr);
+    /* Before the heir is named: a waiter that comes later must not wait behind this
+     * handle (dlock__wait_behind_own). */
+    pthread_mutex_lock(&l->client->mu);
+    l->releasing = true;
+    pthread_mutex_unlock(&l->client->mu);
     int rc = format_call(r, e);
     if (rc != DLOCK_OK) {
         release_destroy(&r->base);

@@ -15,8 +15,7 @@
  * begins with '%', is written in the tag as '%' and its bytes in lowercase hex: "}x"
  * is P{%7d78}, "%" is P{%25}; every other name is written as it is. Wake-ups go to the
  * waiting client's own channel, Pwake:<32 hex>, named in its queue entry: a release
- * wakes one process, not every process that waits on the name (P{name}:wake, the
- * channel every waiter of a name once shared, is no longer used).
+ * wakes one process, not every process that waits on the name.
  *
  * How a call runs them (each body joined once from its parts, its SHA1, EVALSHA and
  * the EVAL fallback) is script_call.c's: this file is what runs on the server and the
@@ -189,8 +188,7 @@
  *   ours      a release handed it to us: confirm it with our own lease;
  *   another's refused; a queued caller joins the queue (or stays in it).
  * Either way a grant costs a fence. In fair mode a free lock with waiters goes to the
- * head of the queue, whoever finds it free: a waiter that died at the head is then
- * skipped once its handoff lease runs out.
+ * head of the queue, whoever finds it free (a dead head's handoff lease runs out).
  *
  * A plain try on a free lock costs SET NX GET, TIME and SET ... GET; a queued caller
  * that is refused, SET NX GET, ZADD, PEXPIRE and PTTL; a confirmation, SET NX GET,
@@ -297,23 +295,24 @@ static const char *const acquire_shared_lua[] = {
 /*
  * RELEASE  KEYS: lock, fence, queue, holders, holders info
  *          ARGV: token, fence floor ("0": none), member to dequeue ("": none),
- *                fence retention ms, mode ("1": release, "0": give back), ticket,
- *                heir (the member of the releasing client's first waiter for the
- *                name, "": none), the heir's lease ms
+ *                fence retention ms, mode ("1": release, "0": give back), ticket, heir
+ *                (the member of the releasing client's first waiter for the name, "":
+ *                none), its lease ms, its ticket if it waits in its client alone
  * 1 when our token was released (as the exclusive holder or one of the shared ones),
  * 0 when the key is gone or another owner's, the heir's fence (> 1) when the lock
  * went to the heir: its lease and fence set here, this reply confirms it.
  * A release serves the queue (dispatch), if anyone waits; with nobody queued it
  * deletes the lock, and the ZPOPMIN that says so costs one command: an uncontended
- * release is GET, ZPOPMIN and DEL.
- * The fence floor is how Redlock's default mode raises every node's counter to the
- * fence the quorum handed out, without an extra round trip. It is applied even where
- * our key is gone: a counter only ever goes up, and a fence that was handed out is
- * a floor every later fence must clear. So is the dequeue: a waiter that got the lock
- * from a quorum stays queued on the nodes that refused it, and must not stay there.
- * Giving back (the clean-up of an attempt that won too few nodes) puts the member
- * back in the queue and hands the lock on only to another waiter: a waiter that was
- * handed the lock on a minority of nodes keeps its place, and frees them for a retry.
+ * release is GET, ZPOPMIN and DEL. The fence floor is how Redlock's default mode
+ * raises every node's counter to the fence the quorum handed out, without an extra
+ * round trip. It is applied even where our key is gone: a counter only ever goes up,
+ * and a fence that was handed out is a floor every later fence must clear. So is the
+ * dequeue: a waiter that got the lock from a quorum stays queued on the nodes that
+ * refused it, and must not stay there. An heir that waits in its client alone is
+ * queued first, with its ticket: dispatch serves the first. Giving back (the clean-up
+ * of an attempt that won too few nodes) puts the member back in the queue and hands
+ * the lock on only to another waiter: a waiter that was handed the lock on a minority
+ * of nodes keeps its place, and frees them for a retry.
  */
 static const char *const release_lua[] = {
     PRELUDE_LUA,
@@ -348,6 +347,7 @@ static const char *const release_lua[] = {
     "    return 1\n"
     "  end\n"
     "end\n"
+    "if ARGV[9] and ARGV[9] ~= '' then redis.call('ZADD', KEYS[3], 'NX', ARGV[9], ARGV[7]) end\n"
     "local served = dispatch(KEYS[1], KEYS[3], KEYS[4], KEYS[5], held, ARGV[7], ARGV[8])\n"
     "if served == 'heir' then return next_fence(KEYS[2], ARGV[4]) end\n"
     "if not served and not held then redis.call('DEL', KEYS[1]) end\n"

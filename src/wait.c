@@ -362,6 +362,7 @@ uint32_t dlock__wait_grants(dlock_client *c, dlock__waiter *w, bool clear, dlock
     if (clear) {
         w->grants = 0;
         memset(&w->handoff, 0, sizeof w->handoff);
+        w->local = false;
     }
     pthread_mutex_unlock(&c->wait->mu);
     return g;
@@ -378,43 +379,105 @@ static bool before(const dlock__waiter *a, const dlock__waiter *b)
     return d != 0 ? d < 0 : a->q->member_len < b->q->member_len;
 }
 
-bool dlock__wait_heir(dlock_client *c, const char *key, size_t key_len, dlock__heir *out)
+/* The wait system, if c has one yet: another thread's first wait may be starting it
+ * right now, under the client's lock. */
+static struct dlock__waitsys *waitsys(dlock_client *c)
 {
-    /* Another thread's first wait may be starting the wait system right now. */
     pthread_mutex_lock(&c->mu);
     struct dlock__waitsys *ws = c->wait;
     pthread_mutex_unlock(&c->mu);
+    return ws;
+}
+
+static bool waits_for(const dlock__waiter *w, const char *key, size_t key_len)
+{
+    return w->q != NULL && w->q->k.lock_len == key_len && memcmp(w->q->k.lock, key, key_len) == 0;
+}
+
+bool dlock__wait_heir(dlock_client *c, const char *key, size_t key_len, dlock__heir *out)
+{
+    struct dlock__waitsys *ws = waitsys(c);
     out->member = NULL;
     if (ws == NULL)
         return false;
     pthread_mutex_lock(&ws->mu);
     const dlock__waiter *first = NULL;
     for (const dlock__waiter *w = ws->waiters; w != NULL; w = w->next)
-        if (w->q != NULL && w->q->k.lock_len == key_len &&
-            memcmp(w->q->k.lock, key, key_len) == 0 && (first == NULL || before(w, first)))
+        if (waits_for(w, key, key_len) && (first == NULL || before(w, first)))
             first = w;
     if (first != NULL && (out->member = malloc(first->q->member_len)) != NULL) {
         memcpy(out->member, first->q->member, first->q->member_len);
         out->member_len = first->q->member_len;
         memcpy(out->token, first->token, sizeof out->token);
         memcpy(out->ttl, first->q->ttl, sizeof out->ttl);
+        /* A waiter queued on no server is queued by the release, with its own ticket,
+         * so that a waiter of another client that came earlier still goes first. */
+        out->ticket[0] = '\0';
+        if (first->local)
+            snprintf(out->ticket, sizeof out->ticket, "%lld", (long long)first->ticket);
     }
     pthread_mutex_unlock(&ws->mu);
     return out->member != NULL;
 }
 
-void dlock__wait_hand(dlock_client *c, const char *token, const dlock__handoff *h, uint32_t unknown)
+void dlock__wait_released(dlock_client *c, const char *key, size_t key_len, const char *heir,
+                          const dlock__handoff *h, uint32_t unknown)
 {
-    struct dlock__waitsys *ws = c->wait;
+    struct dlock__waitsys *ws = waitsys(c);
+    if (ws == NULL)
+        return;
     pthread_mutex_lock(&ws->mu);
-    for (dlock__waiter *w = ws->waiters; w != NULL; w = w->next)
-        if (memcmp(w->token, token, DLOCK_TOKEN_LEN) == 0) {
+    bool passed = false; /* the heir holds it now: the local waiters wait behind it */
+    for (dlock__waiter *w = heir != NULL ? ws->waiters : NULL; w != NULL; w = w->next)
+        if (memcmp(w->token, heir, DLOCK_TOKEN_LEN) == 0) {
             w->grants |= h->nodes | unknown;
             w->handoff = *h;
-            kick(w->efd);
+            passed = __builtin_popcount(h->nodes) >= c->quorum;
+            /* A local heir that got nothing is queued now, or not at all: it attempts. */
+            if (w->grants != 0 || w->local)
+                kick(w->efd);
+            w->local = false;
             break;
         }
+    for (dlock__waiter *w = ws->waiters; w != NULL && !passed; w = w->next)
+        if (w->local && waits_for(w, key, key_len)) {
+            w->local = false;
+            kick(w->efd);
+        }
     pthread_mutex_unlock(&ws->mu);
+}
+
+int64_t dlock__wait_behind_own(dlock_client *c, dlock__waiter *w, const char *name, size_t name_len,
+                               bool again)
+{
+    struct dlock__waitsys *ws = waitsys(c);
+    if (ws == NULL || w->q == NULL)
+        return 0;
+    int64_t now = dlock__now_us(), until = 0;
+    /* Both locks, the client's first (its order everywhere): a release marks its handle
+     * under the client's lock before it names its heir, and wakes the local waiters
+     * under the wait system's when it ends, so a waiter either is found by both or
+     * sees the handle being released. */
+    pthread_mutex_lock(&c->mu);
+    pthread_mutex_lock(&ws->mu);
+    if (!again || w->local) {
+        for (const dlock_lock *l = c->locks; l != NULL && until == 0; l = l->next) {
+            int64_t end = l->valid_until_us;
+            if (l->name_len == name_len && memcmp(l->name, name, name_len) == 0 && !l->shared &&
+                !l->releasing && !l->lost && end > now)
+                until = end;
+        }
+        for (const dlock__waiter *x = ws->waiters; x != NULL && until == 0; x = x->next)
+            if (x != w && waits_for(x, w->q->k.lock, w->q->k.lock_len) &&
+                __builtin_popcount(x->handoff.nodes) >= c->quorum)
+                until = now + DLOCK_QUEUE_REFRESH_MS * 1000;
+        if (until == 0 && w->local)
+            until = -1;
+        w->local = until > 0;
+    }
+    pthread_mutex_unlock(&ws->mu);
+    pthread_mutex_unlock(&c->mu);
+    return until;
 }
 
 void dlock__wait_leave(dlock_client *c, dlock__waiter *w)
@@ -477,69 +540,4 @@ void dlock__wait_forget(dlock_client *c)
     free_waitsys(c, c->wait, true);
     free(c->wait);
     c->wait = NULL;
-}
-
-/* ---- between attempts --------------------------------------------------------- */
-
-int64_t dlock__backoff_us(int attempt, int64_t busy_ms)
-{
-    /* Exponential backoff (1 ms doubling to 32 ms) with full jitter, never past the
-     * holder's remaining lease: for a caller that could not start listening for
-     * wake-ups, and for retries after errors. */
-    int64_t cap_us = (int64_t)1000 << (attempt < 5 ? attempt : 5);
-    if (busy_ms > 0 && busy_ms * 1000 + 1000 < cap_us)
-        cap_us = busy_ms * 1000 + 1000;
-    return cap_us / 2 + (int64_t)dlock__random_below((uint64_t)cap_us / 2 + 1);
-}
-
-int dlock__backoff(int attempt, int64_t busy_ms, int64_t deadline_us, int cancel_fd, int close_fd)
-{
-    int64_t until = dlock__now_us() + dlock__backoff_us(attempt, busy_ms);
-    return dlock__sleep_on(-1, until < deadline_us ? until : deadline_us, cancel_fd, close_fd);
-}
-
-bool dlock__outage_over(int64_t *since, int rc, int64_t now, int64_t connect_timeout_us)
-{
-    if (rc == DLOCK_ERR_BUSY) {
-        *since = 0;
-        return false;
-    }
-    if (*since == 0)
-        *since = now;
-    return now - *since >= connect_timeout_us;
-}
-
-int64_t dlock__retry_at(int64_t now, int64_t busy_ms, int64_t deadline)
-{
-    /* When the holder's lease should be over (an expiry publishes nothing), with
-     * jitter so that waiters of several processes do not arrive together, and at
-     * least every DLOCK_QUEUE_REFRESH_MS (the refresh that keeps the queue alive). */
-    int64_t at = now + DLOCK_QUEUE_REFRESH_MS * 1000;
-    if (busy_ms > 0) {
-        int64_t spread = busy_ms * 100 < 5000 ? busy_ms * 100 : 5000; /* 10 %, <= 5 ms */
-        int64_t expiry =
-            now + busy_ms * 1000 + 1000 + (int64_t)dlock__random_below((uint64_t)spread + 1);
-        if (expiry < at)
-            at = expiry;
-    }
-    return at < deadline ? at : deadline;
-}
-
-void dlock__leave_queue(dlock_client *c, dlock__connset *set, const dlock__keys *k,
-                        const char *member, size_t member_len, const char *token, const bool *mask)
-{
-    /* Sent, not awaited: a waiter that gives up leaves the queue on every node and
-     * passes on a lock it may have been handed. If the call cannot even be formatted,
-     * the entry stays until a release hands it a lease nobody confirms. */
-    dlock__call call;
-    dlock__err ignored;
-    const char *args[] = {
-        k->lock, k->queue, k->holders, k->info, member, token, mask == NULL ? "1" : "0"};
-    const size_t lens[] = {
-        k->lock_len, k->queue_len, k->holders_len, k->info_len, member_len, DLOCK_TOKEN_LEN, 1};
-    if (set == NULL || dlock__call_format(&c->scripts, DLOCK_SCRIPT_LEAVE, 4, 7, args, lens, &call,
-                                          &ignored) != DLOCK_OK)
-        return;
-    dlock__round_send(c, set, &call, mask);
-    dlock__call_free(&call);
 }

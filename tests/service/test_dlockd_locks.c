@@ -208,6 +208,7 @@ static void test_wait(void **state)
     assert_int_equal(dt_info(a, "blocked_clients"), 0);
 
     int64_t queued_at = dh_now_us();
+    long long before_wait = it_script_calls(&it_srv);
     dt_send(b, "LOCK w WAIT -1");
     /* Pipelined behind the blocked LOCK: answered after it, in order. */
     dt_send(b, "ECHO after-the-lock");
@@ -217,6 +218,10 @@ static void test_wait(void **state)
         assert_true(dh_now_ms() < deadline);
     long long published = it_cmd_calls(&it_srv, "publish");
     long long scripts = it_script_calls(&it_srv);
+    /* The lock is dlockd's own (a's, in the one client dlockd holds locks in), and its
+     * client waited before (the nil above): b waits in dlockd alone, queued on no
+     * server until a's release queues it, so its LOCK sent nothing at all. */
+    assert_int_equal(scripts, before_wait);
     t0 = dh_now_us();
     dt_expect_int(dt_cmd(a, "UNLOCK w %s", l.token), 1);
     dt_expect_lock(dt_reply(b), &l2);
