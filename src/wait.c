@@ -398,6 +398,7 @@ bool dlock__wait_heir(dlock_client *c, const char *key, size_t key_len, dlock__h
 {
     struct dlock__waitsys *ws = waitsys(c);
     out->member = NULL;
+    out->ticket[0] = '\0';
     if (ws == NULL)
         return false;
     pthread_mutex_lock(&ws->mu);
@@ -412,7 +413,6 @@ bool dlock__wait_heir(dlock_client *c, const char *key, size_t key_len, dlock__h
         memcpy(out->ttl, first->q->ttl, sizeof out->ttl);
         /* A waiter queued on no server is queued by the release, with its own ticket,
          * so that a waiter of another client that came earlier still goes first. */
-        out->ticket[0] = '\0';
         if (first->local)
             snprintf(out->ticket, sizeof out->ticket, "%lld", (long long)first->ticket);
     }

@@ -46,13 +46,20 @@ static dlock_client *hot_client(void)
     return hc;
 }
 
-/* Start an acquisition of name by c (lease 5 s, a wait of 20 s) and take its first
- * nowait step, which must leave it waiting. */
-static dlock_pending *start_waiter(dlock_client *c, const char *name)
+/* Every waiter's options here: a lease of 5 s, a wait of 20 s. */
+static dlock_opts waiting(void)
 {
     dlock_opts o = {0};
     o.ttl_ms = 5000;
     o.wait_ms = 20000;
+    return o;
+}
+
+/* Start an acquisition of name by c and take its first nowait step, which must leave
+ * it waiting. */
+static dlock_pending *start_waiter(dlock_client *c, const char *name)
+{
+    dlock_opts o = waiting();
     dlock_pending *p = NULL;
     assert_int_equal(dlock_acquire_start(c, name, &o, &p), DLOCK_OK);
     dlock_lock *l = NULL;
@@ -147,9 +154,7 @@ typedef struct other_waiter {
 static void *other_wait(void *arg)
 {
     other_waiter *w = arg;
-    dlock_opts o = {0};
-    o.ttl_ms = 5000;
-    o.wait_ms = 20000;
+    dlock_opts o = waiting();
     w->rc = dlock_acquire(w->c, "order", &o, &w->l);
     return NULL;
 }
@@ -244,9 +249,7 @@ typedef struct member {
 static void *member_wait(void *arg)
 {
     member *m = arg;
-    dlock_opts o = {0};
-    o.ttl_ms = 5000;
-    o.wait_ms = 20000;
+    dlock_opts o = waiting();
     dlock_lock *l = NULL;
     int rc = dlock_acquire(m->t->c, "threads", &o, &l);
     pthread_mutex_lock(&m->t->mu);
