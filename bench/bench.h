@@ -74,6 +74,7 @@ typedef struct bench_opts {
     long w5_stock;        /* 1000 */
     int w5_buyers;        /* 50 */
     int php_buyers;       /* W5/php-*: php processes, 20 */
+    int php_delay_ms;     /* W5/php-*: also through relays of D ms each way (0: not) */
     const char *dlockd;   /* --dlockd PATH, or NULL: $DLOCKD, else next to dlock-bench */
     int nodes;            /* servers for W1, W2, W3 and the W5 lock ways (1) */
     long requests;        /* redis-benchmark -n */

@@ -273,6 +273,9 @@ static void usage(FILE *out)
             "      --w5-stock N        W5 items (1000)\n"
             "      --w5-buyers N       W5 buyers (50)\n"
             "      --php-buyers N      W5/php-* php processes (20); stock as --w5-stock\n"
+            "      --php-delay-ms D    also run W5/php-* with the buyers reaching Redis and\n"
+            "                          dlockd through relays that delay D ms each way\n"
+            "                          (W5/php-*/dDms; dlockd beside Redis); 0: not (0)\n"
             "      --dlockd PATH       the dlockd to run (default $DLOCKD, else the dlockd\n"
             "                          next to dlock-bench)\n"
             "      --nodes N           servers for W1, W2, W3 and the W5 lock ways (1)\n"
@@ -437,6 +440,7 @@ static int parse_args(int argc, char **argv, bench_opts *o)
         {"repeat", 0, 1, BENCH_MAX_ROUNDS, .i = &o->repeat},
         {"w6-cycles", 0, 1, big, .l = &o->w6_cycles},
         {"php-buyers", 0, 1, 256, .i = &o->php_buyers},
+        {"php-delay-ms", 0, 0, 1000, .i = &o->php_delay_ms},
         {"dlockd", 0, .s = &o->dlockd},
         {"quiet", 'q', .on = &o->quiet},
         {"verbose", 'v', .on = &o->verbose},

@@ -20,9 +20,13 @@
  *       the usual PHP recipe (SET NX EX, usleep(1000) between tries, a Lua release)
  *       or through dlockd (LOCK WAIT 5000, UNLOCK), the stock read and decremented on
  *       the redis-server either way. php-dlockd's sellout_ms carries its ratio to
- *       php-recipe's of the same round (below 1: dlockd sells out faster).
+ *       php-recipe's of the same round (below 1: dlockd sells out faster). With
+ *       --php-delay-ms D the pair runs again with the buyers reaching Redis and dlockd
+ *       through relays that delay D ms each way (W5/php-recipe/dDms, W5/php-dlockd/dDms):
+ *       buyers across a network from their servers, dlockd beside Redis.
  */
 #include "bench.h"
+#include "relay.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -364,22 +368,35 @@ static int php_wait_ready(redisContext *admin, const char *k_ready, php_buyer *b
     return -1;
 }
 
+/* Where the buyers reach Redis and dlockd: directly (delay_ms 0), or through a relay in
+ * front of each that delays every byte delay_ms each way. */
+typedef struct php_route {
+    int delay_ms;
+    const char *host; /* Redis's, or the relays' */
+    int port, dport;  /* Redis's and dlockd's, or their relays' */
+    fr_relay *relay[2];
+} php_route;
+
 /* One PHP sale: mode "recipe" or "dlockd". *sellout_ms gets its sellout time;
  * recipe_ms (0: none) is php-recipe's of the same round, for php-dlockd's ratio. */
-static int php_sale(bench_ctx *ctx, const char *php, const char *mode, redisContext *admin,
-                    double recipe_ms, double *sellout_ms)
+static int php_sale(bench_ctx *ctx, const char *php, const char *mode, const php_route *rt,
+                    redisContext *admin, double recipe_ms, double *sellout_ms)
 {
     const bench_opts *o = ctx->opt;
     const bench_server *s = &ctx->servers->s[0];
     int n = o->php_buyers;
-    char label[48], script[PATH_MAX], prefix[96], name[64], port[16], db[16], dport[16];
-    snprintf(label, sizeof label, "W5/php-%s", mode);
+    char label[48], vs[48], tag[16] = "", script[PATH_MAX], prefix[96], name[64], port[16], db[16],
+                            dport[16];
+    if (rt->delay_ms > 0)
+        snprintf(tag, sizeof tag, "/d%dms", rt->delay_ms);
+    snprintf(label, sizeof label, "W5/php-%s%s", mode, tag);
+    snprintf(vs, sizeof vs, "W5/php-recipe%s", tag);
     snprintf(script, sizeof script, "%s/buyer.php", php_dir());
-    snprintf(prefix, sizeof prefix, "%sw5php:r%d:%s:", BENCH_PREFIX, ctx->round, mode);
-    snprintf(name, sizeof name, "w5php:r%d:sale", ctx->round);
-    snprintf(port, sizeof port, "%d", s->port);
+    snprintf(prefix, sizeof prefix, "%sw5php:r%d:%s%s:", BENCH_PREFIX, ctx->round, mode, tag);
+    snprintf(name, sizeof name, "w5php:r%d%s:sale", ctx->round, tag);
+    snprintf(port, sizeof port, "%d", rt->port);
     snprintf(db, sizeof db, "%d", s->db);
-    snprintf(dport, sizeof dport, "%d", ctx->dlockd != NULL ? ctx->dlockd->port : 0);
+    snprintf(dport, sizeof dport, "%d", rt->dport);
     if (access(script, R_OK) != 0) {
         bench_fail(ctx, "%s: %s: %s (set $DLOCK_BENCH_PHP_DIR)", label, script, strerror(errno));
         return -1;
@@ -410,8 +427,8 @@ static int php_sale(bench_ctx *ctx, const char *php, const char *mode, redisCont
     for (; started < n; started++) {
         char id[16];
         snprintf(id, sizeof id, "%d", started);
-        const char *argv[] = {php, script, mode,   s->host, port, s->password,
-                              db,  dport,  prefix, name,    id,   NULL};
+        const char *argv[] = {php, script, mode,   rt->host, port, s->password,
+                              db,  dport,  prefix, name,     id,   NULL};
         int p[2];
         if (pipe2(p, O_CLOEXEC) != 0) {
             snprintf(why, sizeof why, "pipe: %s", strerror(errno));
@@ -512,8 +529,7 @@ static int php_sale(bench_ctx *ctx, const char *php, const char *mode, redisCont
     long long left = r != NULL && r->type == REDIS_REPLY_STRING ? strtoll(r->str, NULL, 10) : -1;
     freeReplyObject(r);
     *sellout_ms = (double)(last_sale - t0) / 1e6;
-    fig(label, "sellout_ms", *sellout_ms, 0, recipe_ms > 0 ? *sellout_ms / recipe_ms : -1,
-        "W5/php-recipe");
+    fig(label, "sellout_ms", *sellout_ms, 0, recipe_ms > 0 ? *sellout_ms / recipe_ms : -1, vs);
     fig(label, "retries", (double)retries, 0, -1, NULL);
     fig(label, "max_wait_ms", (double)max_wait / 1e6, 1, -1, NULL);
     /* Everything the sale made the server do, the start signal's BLPOPs and the
@@ -523,6 +539,16 @@ static int php_sale(bench_ctx *ctx, const char *php, const char *mode, redisCont
     rc = w5_outcome(ctx, label, o->w5_stock, bought, retries, *sellout_ms, left, NULL);
 out:
     free(b);
+    return rc;
+}
+
+/* The recipe's sale, then dlockd's, the buyers reaching their servers by rt. */
+static int php_pair(bench_ctx *ctx, const char *php, const php_route *rt, redisContext *admin)
+{
+    double recipe_ms = 0, dlockd_ms = 0;
+    int rc = php_sale(ctx, php, "recipe", rt, admin, 0, &recipe_ms);
+    if (php_sale(ctx, php, "dlockd", rt, admin, rc == 0 ? recipe_ms : 0, &dlockd_ms) != 0)
+        rc = -1;
     return rc;
 }
 
@@ -540,10 +566,29 @@ int run_w5_php(bench_ctx *ctx)
         bench_fail(ctx, "W5/php: cannot connect to node 1");
         return -1;
     }
-    double recipe_ms = 0, dlockd_ms = 0;
-    int rc = php_sale(ctx, php, "recipe", admin, 0, &recipe_ms);
-    if (php_sale(ctx, php, "dlockd", admin, rc == 0 ? recipe_ms : 0, &dlockd_ms) != 0)
-        rc = -1;
+    const bench_server *s = &ctx->servers->s[0];
+    php_route direct = {.host = s->host, .port = s->port};
+    direct.dport = ctx->dlockd != NULL ? ctx->dlockd->port : 0;
+    int rc = php_pair(ctx, php, &direct, admin);
+    int d = ctx->opt->php_delay_ms;
+    if (d > 0) {
+        php_route net = {.delay_ms = d, .host = "127.0.0.1"};
+        net.relay[0] = fr_start_to(s->host, s->port);
+        net.relay[1] = fr_start_to("127.0.0.1", direct.dport);
+        if (net.relay[0] == NULL || net.relay[1] == NULL) {
+            bench_fail(ctx, "W5/php: the relays did not start");
+            rc = -1;
+        } else {
+            for (int i = 0; i < 2; i++)
+                fr_delay(net.relay[i], d, d);
+            net.port = fr_port(net.relay[0]);
+            net.dport = fr_port(net.relay[1]);
+            if (php_pair(ctx, php, &net, admin) != 0)
+                rc = -1;
+        }
+        for (int i = 0; i < 2; i++)
+            fr_stop(net.relay[i]);
+    }
     redisFree(admin);
     return rc;
 }
