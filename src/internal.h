@@ -257,8 +257,10 @@ void dlock__wait_released(struct dlock_client *c, const char *key, size_t key_le
                           const dlock__handoff *h, uint32_t unknown);
 /* Whether w, an exclusive waiter for name (its lock key in w->q), may wait behind a
  * holder of its own client without a word to any server: c holds name itself (an
- * attached handle, exclusive, neither lost nor being released, its lease running) or a
- * release just handed it to another of c's waiters on a quorum. Marks w local, and
+ * attached handle, exclusive, neither lost nor released, its lease running) or a
+ * release just handed it to another of c's waiters on a quorum. A handle whose release
+ * is in flight still holds it: the release's end tells w (dlock__wait_released).
+ * Marks w local, and
  * returns when that holder's lease is known to end (on dlock__now_us); 0 when w may
  * not. With again, only a waiter that waits locally already is looked at, and -1 says
  * that it waited locally and may no more (its holder is gone: it must attempt). */
@@ -477,11 +479,11 @@ struct dlock_lock {
     /* Written by the renewal thread too, hence atomic. */
     _Atomic int64_t valid_until_us; /* on dlock__now_us(); 0: unknown (adopted) */
     _Atomic bool lost;
-    bool shared;    /* a shared holder or a semaphore permit (renewed with its holders keys) */
-    bool attached;  /* on client->locks */
-    bool releasing; /* guarded by client->mu: a release began, so no waiter of the client
-                       waits behind it locally (dlock__wait_behind_own) */
-    int lost_fd;    /* guarded by client->mu; -1 until dlock_lost_fd */
+    bool shared;   /* a shared holder or a semaphore permit (renewed with its holders keys) */
+    bool attached; /* on client->locks */
+    bool released; /* guarded by client->mu: its release ended and told the client's
+                      waiters so, so none waits behind it (dlock__wait_behind_own) */
+    int lost_fd;   /* guarded by client->mu; -1 until dlock_lost_fd */
     /* Renewal (watchdog.c), guarded by the watchdog's mutex. */
     bool renewing;          /* registered with the watchdog */
     bool in_batch;          /* in a renewal round now: the handle must not be freed */

@@ -109,6 +109,11 @@ static void tell_waiters(dlock_client *c, release *r, const dlock__round *rd)
     if (r->told)
         return;
     r->told = true;
+    /* Before the waiters are told: one that comes later must not wait behind this
+     * handle, which nobody will tell of the release again (dlock__wait_behind_own). */
+    pthread_mutex_lock(&c->mu);
+    r->l->released = true;
+    pthread_mutex_unlock(&c->mu);
     dlock__handoff h = {0};
     uint32_t unknown = 0;
     if (rd != NULL && r->heir.member != NULL) {
@@ -189,11 +194,6 @@ static int start(dlock_lock *l, dlock_pending **out, dlock__err *e)
     r->base.lockless = true;
     r->l = l;
     dlock__step_round_init(&r->sr);
-    /* Before the heir is named: a waiter that comes later must not wait behind this
-     * handle (dlock__wait_behind_own). */
-    pthread_mutex_lock(&l->client->mu);
-    l->releasing = true;
-    pthread_mutex_unlock(&l->client->mu);
     int rc = format_call(r, e);
     if (rc != DLOCK_OK) {
         release_destroy(&r->base);

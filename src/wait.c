@@ -454,17 +454,17 @@ int64_t dlock__wait_behind_own(dlock_client *c, dlock__waiter *w, const char *na
     if (ws == NULL || w->q == NULL)
         return 0;
     int64_t now = dlock__now_us(), until = 0;
-    /* Both locks, the client's first (its order everywhere): a release marks its handle
-     * under the client's lock before it names its heir, and wakes the local waiters
-     * under the wait system's when it ends, so a waiter either is found by both or
-     * sees the handle being released. */
+    /* Both locks, the client's first (its order everywhere): a release that ends marks
+     * its handle under the client's lock, then wakes the local waiters under the wait
+     * system's, so a waiter either is found by that or sees the handle released. A
+     * release in flight still holds the lock: its end tells the waiters how it went. */
     pthread_mutex_lock(&c->mu);
     pthread_mutex_lock(&ws->mu);
     if (!again || w->local) {
         for (const dlock_lock *l = c->locks; l != NULL && until == 0; l = l->next) {
             int64_t end = l->valid_until_us;
             if (l->name_len == name_len && memcmp(l->name, name, name_len) == 0 && !l->shared &&
-                !l->releasing && !l->lost && end > now)
+                !l->released && !l->lost && end > now)
                 until = end;
         }
         for (const dlock__waiter *x = ws->waiters; x != NULL && until == 0; x = x->next)
