@@ -1,47 +1,66 @@
 # A thin wrapper over CMake. Everything builds in build/
 # (sanitizer builds in build-asan/, build-tsan/); missing Debian packages are
-# installed first when run as root.
+# installed first when run as root (tools/ensure-deps.sh: the build's alone for `make`,
+# the test harness's too for the test targets).
 BUILD    ?= build
 PREFIX   ?= /usr/local
-JOBS     ?= $(shell nproc 2>/dev/null || echo 2)
+DESTDIR  ?=
 CMAKE_FLAGS ?=
 WERROR   ?= OFF
+# Parallel jobs: JOBS=N, else make's own -jN, else one a core.
+JOBS     ?=
+jobs = $(or $(JOBS),$(patsubst -j%,%,$(filter -j%,$(MAKEFLAGS))),$(shell nproc 2>/dev/null || echo 2))
 
-.PHONY: all deps test test-asan test-tsan test-valgrind test-faults soak fuzz model demo install format format-check clean
+# configure,TESTS: CMake in $(BUILD), with the tests (ON) or without them (OFF).
+configure = cmake -S . -B $(BUILD) -DDLOCK_WERROR=$(WERROR) -DDLOCK_TESTS=$(1) \
+  -DCMAKE_INSTALL_PREFIX=$(PREFIX) $(CMAKE_FLAGS) >/dev/null
+# The build's make gets its -j from here, not the jobserver of this one, which it could
+# not join (this rule is no recursive make).
+build = env -u MAKEFLAGS -u MFLAGS -u MAKELEVEL cmake --build $(BUILD) -j $(jobs)
 
+.PHONY: all deps tests test test-asan test-tsan test-valgrind test-faults soak fuzz model demo \
+  install deb format format-check clean
+
+# The library, dlock, dlockd, dlock-bench and the examples; no test.
 all: deps
-	@cmake -S . -B $(BUILD) -DDLOCK_WERROR=$(WERROR) -DCMAKE_INSTALL_PREFIX=$(PREFIX) $(CMAKE_FLAGS) >/dev/null
-	@cmake --build $(BUILD) -j $(JOBS)
+	@$(call configure,OFF)
+	@$(build)
 
 deps:
-	@tools/ensure-deps.sh
+	@tools/ensure-deps.sh build
+
+# Every test built, none run: the test harness's packages first.
+tests:
+	@tools/ensure-deps.sh test
+	@$(call configure,ON)
+	@$(build)
 
 # The quick tier: unit and integration tests against real redis-server processes, and
 # the fault suite's quick scenarios (label "slow" and "soak" are left out).
-test: all
-	cd $(BUILD) && ctest --output-on-failure -j $(JOBS) -LE 'slow|soak'
+test: tests
+	cd $(BUILD) && ctest --output-on-failure -j $(jobs) -LE 'slow|soak'
 
 # The whole fault-injection suite (tests/faults, docs/testing.md), quick and slow.
-test-faults: all
-	cd $(BUILD) && ctest --output-on-failure -j $(JOBS) -L faults
+test-faults: tests
+	cd $(BUILD) && ctest --output-on-failure -j $(jobs) -L faults
 
 # The composed soak: every fault kind at once, 10 minutes (DLOCK_SOAK_SECONDS sets it;
 # CI runs 120 s). A failure's log starts with the seed: DLOCK_TEST_SEED repeats it.
-soak: all
+soak: tests
 	cd $(BUILD) && ctest --output-on-failure -L soak
 
 # The same suite under AddressSanitizer and UndefinedBehaviorSanitizer.
-test-asan: deps
+test-asan:
 	@$(MAKE) --no-print-directory test BUILD=build-asan \
 	  CMAKE_FLAGS="-DDLOCK_SANITIZE=address,undefined -DCMAKE_BUILD_TYPE=Debug $(CMAKE_FLAGS)"
 
 # The same suite under ThreadSanitizer. Liveness bounds get DLOCK_TEST_SLACK=10
 # (docs/testing.md): TSan slows everything down, safety assertions stay exact.
-test-tsan: deps
-	@$(MAKE) --no-print-directory all BUILD=build-tsan \
+test-tsan:
+	@$(MAKE) --no-print-directory tests BUILD=build-tsan \
 	  CMAKE_FLAGS="-DDLOCK_SANITIZE=thread -DCMAKE_BUILD_TYPE=Debug $(CMAKE_FLAGS)"
 	cd build-tsan && DLOCK_TEST_SLACK=10 TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1" \
-	  ctest --output-on-failure -j $(JOBS) -E 'bench_quick|demo_quick' -LE 'slow|soak'
+	  ctest --output-on-failure -j $(jobs) -E 'bench_quick|demo_quick' -LE 'slow|soak'
 
 # The libFuzzer targets (fuzz/: URL and duration parsers, the reply reader, the lock
 # calls against a scripted server), built with clang in build-fuzz/: each runs over its
@@ -53,7 +72,8 @@ fuzz: deps
 # The Spin model of acquire, release and fences (model/fencing.pml, docs/testing.md):
 # an exhaustive search for small bounds that must find no error, and the same model
 # without the TIME floor, whose search must find fences going back. In build-model/.
-model: deps
+model:
+	@tools/ensure-deps.sh model
 	@model/run.sh build-model
 
 # The quick tier under valgrind's memcheck (each test executable run by valgrind; a
@@ -61,22 +81,29 @@ model: deps
 VALGRIND_CMD = valgrind;--error-exitcode=99;--leak-check=full;--errors-for-leak-kinds=definite;--show-leak-kinds=definite;--quiet
 test-valgrind:
 	@tools/ensure-deps.sh valgrind
-	@$(MAKE) --no-print-directory all BUILD=build-valgrind \
+	@$(MAKE) --no-print-directory tests BUILD=build-valgrind \
 	  CMAKE_FLAGS="-DCMAKE_BUILD_TYPE=Debug '-DDLOCK_TEST_LAUNCHER=$(VALGRIND_CMD)' $(CMAKE_FLAGS)"
 	cd build-valgrind && DLOCK_TEST_SLACK=10 \
-	  ctest --output-on-failure -j $(JOBS) -E 'bench_quick|demo_quick' -LE 'slow|soak'
+	  ctest --output-on-failure -j $(jobs) -E 'bench_quick|demo_quick' -LE 'slow|soak'
 
 # The flash sale, a node killed mid-run, a stale holder fenced off, a buyer killed
 # holding reservations, PHP buyers through dlockd with one killed holding the lock:
 # tools/demo.sh, on redis-server processes it starts itself. The build's output is shown only if it fails.
-demo: deps
+demo:
+	@tools/ensure-deps.sh build demo
 	@mkdir -p $(BUILD) && echo "building (log: $(BUILD)/demo-build.log)..."
 	@$(MAKE) --no-print-directory all >$(BUILD)/demo-build.log 2>&1 || \
 	  { cat $(BUILD)/demo-build.log; exit 1; }
 	@tools/demo.sh $(BUILD)
 
+# Binaries that run where they are installed: an install RPATH of $ORIGIN/../LIBDIR
+# outside the system's library directories (CMakeLists.txt). DESTDIR stages the tree.
 install: all
-	cmake --install $(BUILD) --prefix $(PREFIX)
+	DESTDIR=$(DESTDIR) cmake --install $(BUILD) --prefix $(PREFIX)
+
+# Debian packages in build/deb/ (debhelper over debian/, lintian after): tools/deb.sh.
+deb:
+	@tools/deb.sh $(BUILD)/deb
 
 format:
 	@tools/ensure-deps.sh format

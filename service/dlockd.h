@@ -132,6 +132,7 @@ typedef struct dd_server {
     const char *bind;
     int port;
     const char *unixsocket;
+    int unixsocketperm; /* the socket file's mode; -1: as the umask makes it */
     int maxclients;
     const char *requirepass; /* NULL: no AUTH needed */
     int tls_port;            /* 0: no TLS listener */

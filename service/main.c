@@ -44,6 +44,8 @@ static const char usage_text[] =
     "                            --unixsocket or --tls-port)\n"
     "      --bind ADDR           TCP address (default 127.0.0.1)\n"
     "      --unixsocket PATH     also listen on a unix socket\n"
+    "      --unixsocketperm MODE its permissions, in octal (e.g. 770; default: as the\n"
+    "                            umask makes them); connecting needs write permission\n"
     "      --requirepass-file F  clients must AUTH with the first line of F (or set\n"
     "                            $DLOCKD_REQUIREPASS; never on the command line)\n"
     "      --maxclients N        connections at most (default 10000)\n"
@@ -181,12 +183,28 @@ static int parse_tls_auth(const char *arg)
     return -1;
 }
 
+/* An octal file mode of permission bits alone (redis-server's unixsocketperm): 0 to
+ * 0777, digits only; -1 for anything else. */
+static int parse_mode(const char *s)
+{
+    if (*s == '\0' || strlen(s) > 4)
+        return -1;
+    int mode = 0;
+    for (; *s != '\0'; s++) {
+        if (*s < '0' || *s > '7')
+            return -1;
+        mode = mode * 8 + (*s - '0');
+    }
+    return mode <= 0777 ? mode : -1;
+}
+
 int main(int argc, char **argv)
 {
     const char *servers = NULL, *passfile = NULL, *prefix = NULL, *tls_auth = NULL,
-               *requirepass = NULL;
+               *requirepass = NULL, *sockperm = NULL;
     long port = DD_PORT_DEF, maxclients = DD_MAXCLIENTS_DEF, timeout_ms = 0, tls_port = 0;
     dd_srv.bind = "127.0.0.1";
+    dd_srv.unixsocketperm = -1;
     /* Every option that takes a value: where it goes, and a number's range. */
     const struct {
         const char *name;
@@ -200,6 +218,7 @@ int main(int argc, char **argv)
         {"port", 'p', NULL, &port, 0, 65535, "0 to 65535"},
         {"bind", 0, &dd_srv.bind, NULL, 0, 0, NULL},
         {"unixsocket", 0, &dd_srv.unixsocket, NULL, 0, 0, NULL},
+        {"unixsocketperm", 0, &sockperm, NULL, 0, 0, NULL},
         {"requirepass-file", 0, &passfile, NULL, 0, 0, NULL},
         {"requirepass", 0, &requirepass, NULL, 0, 0, NULL},
         {"maxclients", 0, NULL, &maxclients, 1, 1000000, "1 to 1000000"},
@@ -248,6 +267,10 @@ int main(int argc, char **argv)
                            "shows it: use --requirepass-file FILE or $DLOCKD_REQUIREPASS");
     if (tls_auth != NULL && (dd_srv.tls_auth = parse_tls_auth(tls_auth)) < 0)
         return usage_error("bad --tls-auth-clients '%s' (yes, no or optional)", tls_auth);
+    if (sockperm != NULL && (dd_srv.unixsocketperm = parse_mode(sockperm)) < 0)
+        return usage_error("bad --unixsocketperm '%s' (octal, 0 to 777)", sockperm);
+    if (sockperm != NULL && dd_srv.unixsocket == NULL)
+        return usage_error("--unixsocketperm without --unixsocket");
     dd_srv.port = (int)port;
     dd_srv.maxclients = (int)maxclients;
     dd_srv.tls_port = (int)tls_port;

@@ -26,6 +26,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -466,6 +467,10 @@ int dd_server_listen(void)
         /* A socket file left by an earlier run would make bind fail. */
         unlink(dd_srv.unixsocket);
         rc = uv_pipe_bind(&dd_srv.pipe, dd_srv.unixsocket);
+        /* Before listening, so that no client connects while the mode is the umask's. */
+        if (rc == 0 && dd_srv.unixsocketperm >= 0 &&
+            chmod(dd_srv.unixsocket, (mode_t)dd_srv.unixsocketperm) != 0)
+            rc = -errno;
         if (rc == 0)
             rc = uv_listen((uv_stream_t *)&dd_srv.pipe, 511, on_connection);
         if (rc < 0) {

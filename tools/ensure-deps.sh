@@ -1,46 +1,81 @@
 #!/usr/bin/env bash
-# Make sure the Debian packages dlock builds and tests with are installed, and the
-# npm packages of the client tests (tests/service/clients/node: ioredis, at the exact
-# version its package-lock.json pins).
+# Make sure the Debian packages of one purpose are installed: building is not testing,
+# and an operator who only builds dlockd gets no test toolchain.
+#
+#   tools/ensure-deps.sh [GROUP...]        no GROUP: build
+#
+#   build     compile the library, dlock, dlockd, dlock-bench and the examples (`make`)
+#   demo      run `make demo` and dlock-bench: redis-server, redis-benchmark, php with phpredis
+#   test      build and run every test (`make tests`, `make test`): build and demo, and the
+#             test harness's tools, and the npm packages of the client tests
+#             (tests/service/clients/node: ioredis, at the exact version its
+#             package-lock.json pins)
+#   deb       build and check Debian packages (`make deb`): debhelper, dpkg-dev, lintian
+#   model     `make model`: Spin
+#   valgrind, format, clang    one tool each (test-valgrind, format-check, the fuzzers)
+#
 # As root, missing Debian packages are installed with apt-get; otherwise the exact
 # command is printed and the script fails, so `make` stops with a message instead of a
 # confusing compiler error. The npm packages are installed by `npm ci` into that
 # directory's node_modules (ignored by git), again only when they are missing or the
-# lock file changed: CI's dependency step does it, and a build after it downloads
-# nothing.
+# lock file changed: a build after it downloads nothing.
 set -euo pipefail
 
-pkgs=(cmake make gcc pkg-config libhiredis-dev libssl-dev libcmocka-dev redis-server redis-tools)
-# rediss:// (TLS) is built on libssl-dev (above); the openssl command makes certificates
-# by hand for the TLS setups docs/guide.md shows.
-pkgs+=(openssl)
-# dlockd's event loop, and the Redis clients its tests use as any user would (redis-cli
-# comes with redis-tools).
-pkgs+=(libuv1-dev python3-redis php-cli php-redis)
-# The fault suite's network-namespace tier (fault_partition, in `make test-faults`)
-# builds its network with ip(8) and iptables-restore(8); a fresh Debian 12 has neither
-# for certain, and the test fails (never skips) without them.
-pkgs+=(iproute2 iptables)
-# redis-servers on a clock of their own (the test support's dh_server_opts.clock):
-# libfaketime, preloaded into them.
-pkgs+=(libfaketime)
-# A real seccomp filter (test_no_randomness: the kernel refusing getrandom), made with
-# libseccomp.
-pkgs+=(libseccomp-dev)
-# `make model`: Spin searches the Promela model of fences (model/fencing.pml).
-pkgs+=(spin)
-# Node for the ioredis client test. A machine with node and npm (Debian's, or another
-# build on PATH) keeps them: Debian's npm would not install beside another nodejs.
-if ! command -v node >/dev/null || ! command -v npm >/dev/null; then
-  pkgs+=(nodejs npm)
-fi
-# Extra packages for one purpose: `ensure-deps.sh valgrind`, `ensure-deps.sh format`.
-for extra in "$@"; do
-  case "$extra" in
-    valgrind) pkgs+=(valgrind) ;;
-    format) pkgs+=(clang-format) ;;
-    clang) pkgs+=(clang libclang-rt-14-dev) ;;
-    *) echo "ensure-deps.sh: unknown extra '$extra'" >&2; exit 2 ;;
+groups=("$@")
+[ ${#groups[@]} -gt 0 ] || groups=(build)
+
+pkgs=()
+npm=0
+add_build() {
+  # libssl-dev: rediss:// (TLS) in the library and TLS for dlockd's clients; libuv1-dev:
+  # dlockd's event loop.
+  pkgs+=(cmake make gcc pkg-config libhiredis-dev libssl-dev libuv1-dev)
+}
+add_demo() {
+  # redis-benchmark (the bench's baseline) and redis-cli come with redis-tools; the PHP
+  # buyers of the demo and of W5 use phpredis.
+  pkgs+=(redis-server redis-tools php-cli php-redis)
+}
+for group in "${groups[@]}"; do
+  case "$group" in
+  build) add_build ;;
+  demo) add_demo ;;
+  test)
+    add_build
+    add_demo
+    pkgs+=(libcmocka-dev)
+    # The openssl command makes the TLS tests' certificates, as docs/guide.md shows.
+    pkgs+=(openssl)
+    # The Redis clients dlockd's tests use as any user would.
+    pkgs+=(python3-redis)
+    # The fault suite's network-namespace tier (fault_partition) builds its network with
+    # ip(8) and iptables-restore(8); a fresh Debian 12 has neither for certain, and the
+    # test fails (never skips) without them.
+    pkgs+=(iproute2 iptables)
+    # redis-servers on a clock of their own (the test support's dh_server_opts.clock):
+    # libfaketime, preloaded into them.
+    pkgs+=(libfaketime)
+    # A real seccomp filter (test_no_randomness: the kernel refusing getrandom).
+    pkgs+=(libseccomp-dev)
+    # Node for the ioredis client test. A machine with node and npm (Debian's, or
+    # another build on PATH) keeps them: Debian's npm would not install beside another
+    # nodejs.
+    if ! command -v node >/dev/null || ! command -v npm >/dev/null; then
+      pkgs+=(nodejs npm)
+    fi
+    npm=1
+    ;;
+  # No fakeroot: debian/control says Rules-Requires-Root: no. systemd: systemd-analyze
+  # checks the unit the dlockd package ships (tests/install/check.sh).
+  deb) pkgs+=(debhelper dpkg-dev lintian systemd) ;;
+  model) pkgs+=(spin) ;;
+  valgrind) pkgs+=(valgrind) ;;
+  format) pkgs+=(clang-format) ;;
+  clang) pkgs+=(clang libclang-rt-14-dev) ;;
+  *)
+    echo "ensure-deps.sh: unknown group '$group' (build, demo, test, deb, model, valgrind, format, clang)" >&2
+    exit 2
+    ;;
   esac
 done
 
@@ -49,6 +84,8 @@ for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
 done
 if [ ${#missing[@]} -gt 0 ]; then
+  # One name once, in the order first asked for.
+  mapfile -t missing < <(printf '%s\n' "${missing[@]}" | awk '!seen[$0]++')
   if [ "$(id -u)" -ne 0 ]; then
     echo "dlock needs these Debian packages: ${missing[*]}" >&2
     echo "install them with:  sudo apt-get install -y ${missing[*]}" >&2
@@ -60,6 +97,7 @@ if [ ${#missing[@]} -gt 0 ]; then
   apt-get install -y -qq --no-install-recommends "${missing[@]}" >&2
 fi
 
+[ "$npm" = 1 ] || exit 0
 # The npm packages, installed exactly as locked (npm ci), when node_modules is not what
 # the lock file says: a copy of the lock file kept in node_modules records the last
 # install. No install scripts run: the client tests need none.

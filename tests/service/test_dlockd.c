@@ -23,6 +23,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -358,7 +359,11 @@ static void test_unixsocket(void **state)
     snprintf(path, sizeof path, "%s/dlockd-%dt_one.sock", tmp != NULL ? tmp : "/tmp",
              (int)getpid());
     dt_daemon u;
-    dt_start(&u, it_srv.url, "--unixsocket", path, NULL);
+    dt_start(&u, it_srv.url, "--unixsocket", path, "--unixsocketperm", "770", NULL);
+    /* The mode asked for, not the umask's (the unit makes the socket 777 this way). */
+    struct stat st;
+    assert_int_equal(stat(path, &st), 0);
+    assert_int_equal(st.st_mode & 0777, 0770);
     redisContext *c = redisConnectUnix(path);
     assert_non_null(c);
     assert_int_equal(c->err, 0);
@@ -424,9 +429,11 @@ static void test_auth(void **state)
 static void test_usage(void **state)
 {
     (void)state;
-    const char *bad[][4] = {{"--port", "70000", NULL},
+    const char *bad[][5] = {{"--port", "70000", NULL},
                             {"--maxclients", "0", NULL},
                             {"--nosuch", NULL},
+                            {"--unixsocket", "/tmp/x.sock", "--unixsocketperm", "778"},
+                            {"--unixsocketperm", "770", NULL},
                             {"-s", "http://x", NULL},
                             {"extra", NULL}};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
