@@ -15,8 +15,7 @@ int main(int argc, char **argv)
     }
     /* The header and the library it runs with are of one version. */
     if (strcmp(dlock_version(), DLOCK_VERSION_STRING) != 0) {
-        fprintf(stderr, "consumer: header %s, library %s\n", DLOCK_VERSION_STRING,
-                dlock_version());
+        fprintf(stderr, "consumer: header %s, library %s\n", DLOCK_VERSION_STRING, dlock_version());
         return 1;
     }
     dlock_client *c;
