@@ -17,7 +17,8 @@
 # after, whatever happened.
 #
 # Needs redis-server, redis-cli, cc, pkg-config, cmake and systemd-analyze (CI runs it
-# after `make test`, which installs them); a missing one fails the check.
+# after `make test` and `make deb`, whose package groups bring them); a missing one
+# fails the check.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 mode=${1:-}
