@@ -8,7 +8,7 @@
 #
 # The build runs in a copy of the tree (OUT/src), so that the tree gets none of
 # debhelper's files and dpkg-buildpackage's output, written beside the directory it
-# builds, lands in OUT. The version is dlock.h's (DLOCK_VERSION_*), the project's one
+# builds, lands in OUT. The version is dlock.h's (DLOCK_VERSION_STRING), the project's one
 # source of it: debian/changelog is written into the copy from it. The test suite does
 # not run (debian/rules); `make test` runs it on the tree.
 set -euo pipefail
@@ -18,8 +18,7 @@ cd "$root"
 
 tools/ensure-deps.sh build deb
 
-ver=$(sed -n 's/^#define DLOCK_VERSION_\(MAJOR\|MINOR\|PATCH\) \+\([0-9]\+\).*/\2/p' include/dlock.h |
-  paste -sd.)
+ver=$(sed -n 's/^#define DLOCK_VERSION_STRING "\(.*\)"/\1/p' include/dlock.h)
 case "$ver" in
 [0-9]*.[0-9]*.[0-9]*) ;;
 *) echo "tools/deb.sh: no version in include/dlock.h (got '$ver')" >&2; exit 1 ;;

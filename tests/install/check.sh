@@ -96,14 +96,16 @@ redis-server --port 0 --unixsocket "$tmp/redis.sock" --daemonize yes --dir "$tmp
 for _ in $(seq 50); do [ -S "$tmp/redis.sock" ] && break; sleep 0.1; done
 url="unix://$tmp/redis.sock"
 dlock=("$bindir/dlock" -s "$url")
+# status_says NAME PATTERN: the installed dlock's status line of NAME matches PATTERN.
+status_says() { "${dlock[@]}" status "$1" | grep -q "$2"; }
 
 echo "== a lock with the installed dlock"
 read -r token fence < <("${dlock[@]}" acquire -t 30s install-job)
 check "acquire prints a token and a fence" test "${#token}" -eq 32 -a "${fence:-0}" -gt 0
-check "status: held" sh -c "'$bindir/dlock' -s '$url' status install-job | grep -q 'install-job: held by'"
+check "status: held" status_says install-job 'install-job: held by'
 check "a second acquire is refused (exit 75)" sh -c "'$bindir/dlock' -s '$url' acquire -w 0 install-job; test \$? -eq 75"
 check "release" "${dlock[@]}" release install-job "$token"
-check "status: free" sh -c "'$bindir/dlock' -s '$url' status install-job | grep -q 'install-job: free'"
+check "status: free" status_says install-job 'install-job: free'
 check "run holds it while the command runs" \
   "${dlock[@]}" run install-run -- sh -c "'$bindir/dlock' -s '$url' status install-run | grep -q held"
 
@@ -115,7 +117,7 @@ for _ in $(seq 50); do [ -S "$tmp/dlockd.sock" ] && break; sleep 0.1; done
 check "its socket has the mode asked for" test "$(stat -c %a "$tmp/dlockd.sock")" = 770
 dtoken=$(redis-cli -s "$tmp/dlockd.sock" LOCK install-d TTL 30000 DETACHED | head -1)
 check "LOCK through dlockd gives a token" test "${#dtoken}" -eq 32
-check "dlock sees dlockd's lock" sh -c "'$bindir/dlock' -s '$url' status install-d | grep -q held"
+check "dlock sees dlockd's lock" status_says install-d 'install-d: held by'
 check "UNLOCK through dlockd" test "$(redis-cli -s "$tmp/dlockd.sock" UNLOCK install-d "$dtoken")" = 1
 kill -TERM "$dlockd_pid"
 status=0
