@@ -266,6 +266,26 @@ DLOCK_API int64_t dlock_lease_validity_ms(const dlock_config *cfg, int64_t ttl_m
 typedef void (*dlock_lost_fn)(dlock_lock *l, void *user);
 
 /*
+ * How the client's renewal thread keeps up, for a service that must show a renewal
+ * falling behind before a lease can end (dlockd's INFO). Times in milliseconds.
+ */
+typedef struct dlock_renewal_stats {
+    int64_t locks;         /* locks renewed automatically now */
+    int64_t turns;         /* renewal calls made (each renews a batch on every server) */
+    int64_t retries;       /* renewals that reached no decision and were tried again */
+    int64_t lost;          /* locks the renewal found lost */
+    int64_t lag_last_ms;   /* how late the last turn started after its first lock was due */
+    int64_t lag_max_ms;    /* the most any turn started late */
+    int64_t margin_min_ms; /* the least validity any lock had left when a turn started
+                              on it; -1 before the first turn */
+    int64_t reserved[5];   /* zero */
+} dlock_renewal_stats;
+
+/* The renewal's figures so far (all zero, margin -1, when nothing was ever renewed).
+ * DLOCK_ERR_INVALID for a NULL argument. Thread-safety: any thread. */
+DLOCK_API int dlock_renewal_stats_get(dlock_client *c, dlock_renewal_stats *out);
+
+/*
  * Options of one acquisition. Zero-initialize: every zero field means its default.
  */
 typedef struct dlock_opts {

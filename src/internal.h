@@ -285,6 +285,9 @@ void dlock__wait_forget(struct dlock_client *c);
 /* ---- watchdog.c ------------------------------------------------------------- */
 
 struct dlock__watchdog;
+/* Locks renewed by one script call: a Redis runs 256 of them in about a millisecond,
+ * far inside any deadline, and 1,000 locks are still only four calls. */
+#define DLOCK_RENEW_BATCH_MAX 256
 
 /* Renew l every ttl_ms/3 until it is released, detached or lost (starting the
  * client's renewal thread on first use). */
@@ -491,7 +494,8 @@ struct dlock_lock {
     int64_t ttl_ms, next_renew_us;
     dlock_lost_fn on_lost;
     void *on_lost_user;
-    struct dlock_lock *wd_next;
+    int wd_pos; /* its index in the renewal's heap; -1: not in it (a new handle's 0 is
+                   never read: the heap is used only while renewing) */
     struct dlock__local_hold *local; /* file:// clients: what it holds (local.c); NULL when
                                         adopted */
 };

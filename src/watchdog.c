@@ -9,7 +9,11 @@
  * Renewals are batched: a turn starts when a lock is due, and every lock due by then
  * or within a twelfth of its ttl goes to each node in ONE script call
  * (RENEW, scripts.c) whose reply is a string of '1'/'0', one character per lock. So
- * 1,000 held locks cost one round trip per node per turn, not 1,000.
+ * 1,000 held locks cost a few round trips per node per turn, not 1,000. A batch holds
+ * at most DLOCK_RENEW_BATCH_MAX locks (the others due make the next turns, at once): a
+ * script over every lock due could outlast the servers' deadline on a loaded machine,
+ * and a batch that can never be answered in time would lose all its locks together,
+ * each retry adding more locks to it.
  *
  * Per lock, a turn's outcome is:
  *   - a quorum renewed it: its validity is recomputed as for an acquire (ttl less the
@@ -27,6 +31,7 @@
 #include "internal.h"
 
 #include <errno.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -42,8 +47,34 @@ struct dlock__watchdog {
     pthread_cond_t idle; /* a round finished: in_batch flags were cleared */
     pthread_t thread;
     bool stop;
-    dlock_lock *locks; /* registered, linked by wd_next */
+    /* The registered locks not in a batch now: a min-heap by next_renew_us (each
+     * handle's wd_pos is its index), so that a turn finds its locks and a release
+     * leaves in O(log n), however many locks are held. */
+    dlock_lock **heap;
+    int nheap, cap;
+    int nlocks; /* registered: in the heap or in the batch being renewed */
+    dlock_lock *batch[DLOCK_RENEW_BATCH_MAX];
+    dlock_renewal_stats stats;
+    int64_t warned_us; /* when the last warning was logged (one a second at most) */
 };
+
+/* A note of the renewal falling behind, at most one a second (wd->mu held). At the
+ * info level: a program that acts on it has its own words for it (dlock run stops its
+ * command), and a service shows it (dlockd logs every level). */
+static void warn(dlock_client *c, struct dlock__watchdog *wd, int64_t now, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+static void warn(dlock_client *c, struct dlock__watchdog *wd, int64_t now, const char *fmt, ...)
+{
+    if (wd->warned_us != 0 && now - wd->warned_us < 1000000)
+        return;
+    wd->warned_us = now;
+    char msg[256];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    dlock__rules_log(&c->rules, DLOCK_LOG_INFO, "%s", msg);
+}
 
 /* How soon a renewal that reached no decision is tried again: a tenth of the lease,
  * between 10 ms and 1 s, so that several tries fit before validity runs out. */
@@ -53,14 +84,82 @@ static int64_t retry_us(int64_t ttl_ms)
     return r < 10000 ? 10000 : r > 1000000 ? 1000000 : r;
 }
 
-/* Take l off the renewal list (wd->mu held). */
+/* ---- the heap (wd->mu held) ---------------------------------------------------------- */
+
+static void heap_set(struct dlock__watchdog *wd, int i, dlock_lock *l)
+{
+    wd->heap[i] = l;
+    l->wd_pos = i;
+}
+
+static void sift_up(struct dlock__watchdog *wd, int i)
+{
+    dlock_lock *l = wd->heap[i];
+    while (i > 0 && wd->heap[(i - 1) / 2]->next_renew_us > l->next_renew_us) {
+        heap_set(wd, i, wd->heap[(i - 1) / 2]);
+        i = (i - 1) / 2;
+    }
+    heap_set(wd, i, l);
+}
+
+static void sift_down(struct dlock__watchdog *wd, int i)
+{
+    dlock_lock *l = wd->heap[i];
+    for (;;) {
+        int child = 2 * i + 1;
+        if (child >= wd->nheap)
+            break;
+        if (child + 1 < wd->nheap &&
+            wd->heap[child + 1]->next_renew_us < wd->heap[child]->next_renew_us)
+            child++;
+        if (wd->heap[child]->next_renew_us >= l->next_renew_us)
+            break;
+        heap_set(wd, i, wd->heap[child]);
+        i = child;
+    }
+    heap_set(wd, i, l);
+}
+
+/* Room for one more lock; false when out of memory. */
+static bool heap_reserve(struct dlock__watchdog *wd)
+{
+    if (wd->nlocks < wd->cap)
+        return true;
+    int ncap = wd->cap ? wd->cap * 2 : 64;
+    dlock_lock **h = dlock__realloc(wd->heap, (size_t)ncap * sizeof *h);
+    if (h == NULL)
+        return false;
+    wd->heap = h;
+    wd->cap = ncap;
+    return true;
+}
+
+/* Never fails: room for every registered lock is kept (heap_reserve). */
+static void heap_push(struct dlock__watchdog *wd, dlock_lock *l)
+{
+    heap_set(wd, wd->nheap++, l);
+    sift_up(wd, l->wd_pos);
+}
+
+static void heap_remove(struct dlock__watchdog *wd, dlock_lock *l)
+{
+    int i = l->wd_pos;
+    l->wd_pos = -1;
+    dlock_lock *last = wd->heap[--wd->nheap];
+    if (i == wd->nheap)
+        return;
+    heap_set(wd, i, last);
+    sift_up(wd, i);
+    sift_down(wd, last->wd_pos);
+}
+
+/* Take l off the renewal (wd->mu held). */
 static void unlink_lock(struct dlock__watchdog *wd, dlock_lock *l)
 {
-    for (dlock_lock **p = &wd->locks; *p != NULL; p = &(*p)->wd_next)
-        if (*p == l) {
-            *p = l->wd_next;
-            break;
-        }
+    if (l->wd_pos >= 0)
+        heap_remove(wd, l);
+    if (l->renewing)
+        wd->nlocks--;
     l->renewing = false;
 }
 
@@ -147,7 +246,10 @@ static void renew(dlock_client *c, struct dlock__watchdog *wd, dlock_lock **batc
     }
     int64_t now = dlock__now_us();
     dlock_lock **lost = dlock__malloc((size_t)k * sizeof *lost);
-    int nlost = 0;
+    int nlost = 0, undecided = 0, nanswers = 0;
+    int64_t least_left = INT64_MAX;
+    for (int i = 0; i < c->n; i++)
+        nanswers += answer[i] != NULL;
     pthread_mutex_lock(&wd->mu);
     for (int j = 0; j < k; j++) {
         dlock_lock *l = batch[j];
@@ -170,6 +272,11 @@ static void renew(dlock_client *c, struct dlock__watchdog *wd, dlock_lock **batc
             l->next_renew_us = now + retry_us(l->ttl_ms);
             if (l->next_renew_us > last_start)
                 l->next_renew_us = last_start;
+            if (!is_lost) {
+                undecided++;
+                if (l->valid_until_us - now < least_left)
+                    least_left = l->valid_until_us - now;
+            }
         }
         if (is_lost) {
             /* Off the list now; the handle stays alive (in_batch) until after on_lost. */
@@ -178,8 +285,15 @@ static void renew(dlock_client *c, struct dlock__watchdog *wd, dlock_lock **batc
                 lost[nlost++] = l;
             else
                 l->in_batch = false; /* out of memory: marked below without callback */
+            wd->stats.lost++;
         }
     }
+    wd->stats.retries += undecided;
+    if (undecided > 0)
+        warn(c, wd, now,
+             "renewal of %d locks reached no decision (%d of %d servers answered in time): "
+             "trying again, %lld ms of validity left at the least",
+             undecided, nanswers, c->n, (long long)(least_left / 1000));
     pthread_mutex_unlock(&wd->mu);
 
     for (int j = 0; j < nlost; j++) {
@@ -188,8 +302,11 @@ static void renew(dlock_client *c, struct dlock__watchdog *wd, dlock_lock **batc
             lost[j]->on_lost(lost[j], lost[j]->on_lost_user);
     }
     pthread_mutex_lock(&wd->mu);
-    for (int j = 0; j < k; j++)
+    for (int j = 0; j < k; j++) {
         batch[j]->in_batch = false;
+        if (batch[j]->renewing)
+            heap_push(wd, batch[j]);
+    }
     pthread_cond_broadcast(&wd->idle);
     pthread_mutex_unlock(&wd->mu);
 
@@ -209,10 +326,8 @@ static void *watchdog_main(void *arg)
          * lock is added, and a turn started then would take only the locks whose early
          * margin (below) had just begun, one or two at a time while a program takes
          * many locks in a row. */
-        int64_t now = dlock__now_us(), next = INT64_MAX;
-        for (dlock_lock *l = wd->locks; l != NULL; l = l->wd_next)
-            if (l->next_renew_us < next)
-                next = l->next_renew_us;
+        int64_t now = dlock__now_us();
+        int64_t next = wd->nheap > 0 ? wd->heap[0]->next_renew_us : INT64_MAX;
         if (next > now) {
             wd->wake_at_us = next;
             if (next == INT64_MAX) {
@@ -225,48 +340,56 @@ static void *watchdog_main(void *arg)
             wd->wake_at_us = 0;
             continue;
         }
-        /* The turn takes every lock due within a twelfth of its ttl: renewing that
-         * early is harmless, and locks taken close together then share turns (one
-         * turn per ttl/12 of acquisitions) instead of each having its own. */
+        /* The turn takes the locks due within a twelfth of their ttl, those due first
+         * first: renewing that early is harmless, and locks taken close together then
+         * share turns (one turn per ttl/12 of acquisitions) instead of each having its
+         * own. */
         /* A batch is one script call, whose keys a Redis Cluster takes from one slot
          * only: with a cluster among the servers, the locks of the first due lock's
          * slot (the others are due still, and make the next turns, at once). */
         bool one_slot = false;
         for (int i = 0; i < c->n; i++)
             one_slot |= c->nodes[i].cluster != NULL;
-        int k = 0, cap = 0, slot = -1;
-        dlock_lock **batch = NULL;
-        for (dlock_lock *l = wd->locks; l != NULL; l = l->wd_next) {
+        int k = 0, nother = 0, slot = -1;
+        dlock_lock **batch = wd->batch, *other[DLOCK_RENEW_BATCH_MAX];
+        int64_t margin = INT64_MAX;
+        while (wd->nheap > 0 && k < DLOCK_RENEW_BATCH_MAX && nother < DLOCK_RENEW_BATCH_MAX) {
+            dlock_lock *l = wd->heap[0];
             if (l->next_renew_us - l->ttl_ms * 1000 / 12 > now)
-                continue;
+                break;
+            heap_remove(wd, l);
             if (one_slot) {
                 int s = l->renew_keys.buf != NULL
                             ? dlock__key_slot(l->renew_keys.lock, l->renew_keys.lock_len)
                             : slot;
-                if (slot >= 0 && s != slot)
+                if (slot >= 0 && s != slot) {
+                    other[nother++] = l;
                     continue;
+                }
                 slot = s;
-            }
-            if (k == cap) {
-                int ncap = cap ? cap * 2 : 64;
-                dlock_lock **nb = dlock__realloc(batch, (size_t)ncap * sizeof *nb);
-                if (nb == NULL)
-                    break; /* renew what fits; the rest next turn */
-                batch = nb;
-                cap = ncap;
             }
             l->in_batch = true;
             batch[k++] = l;
+            if (l->valid_until_us - now < margin)
+                margin = l->valid_until_us - now;
         }
-        if (k == 0) { /* out of memory: try again shortly */
-            struct timespec ts;
-            dlock__cond_deadline(&ts, retry_us(0));
-            pthread_cond_timedwait(&wd->wake, &wd->mu, &ts);
-            continue;
-        }
+        for (int j = 0; j < nother; j++)
+            heap_push(wd, other[j]);
+        dlock_renewal_stats *st = &wd->stats;
+        st->turns++;
+        st->lag_last_ms = (now - next) / 1000;
+        if (st->lag_last_ms > st->lag_max_ms)
+            st->lag_max_ms = st->lag_last_ms;
+        if (st->margin_min_ms < 0 || margin / 1000 < st->margin_min_ms)
+            st->margin_min_ms = margin > 0 ? margin / 1000 : 0;
+        /* Late by more than half the validity left: the thread gets too little of the
+         * machine, or its turns take too long; a little more and leases end. */
+        if (2 * (now - next) > margin)
+            warn(c, wd, now,
+                 "renewal is running %lld ms late: %lld ms of validity left at the least",
+                 (long long)((now - next) / 1000), (long long)(margin / 1000));
         pthread_mutex_unlock(&wd->mu);
         renew(c, wd, batch, k);
-        free(batch);
         pthread_mutex_lock(&wd->mu);
     }
     pthread_mutex_unlock(&wd->mu);
@@ -282,6 +405,7 @@ static int start(dlock_client *c, dlock__err *e)
     dlock__cond_init(&wd->wake);
     pthread_cond_init(&wd->idle, NULL);
     pthread_mutex_init(&wd->mu, NULL);
+    wd->stats.margin_min_ms = -1;
     c->wd = wd;
     int err = pthread_create(&wd->thread, NULL, watchdog_main, c);
     if (err != 0) {
@@ -312,14 +436,19 @@ int dlock__watchdog_add(dlock_client *c, dlock_lock *l, int64_t ttl_ms, dlock_lo
     }
     struct dlock__watchdog *wd = c->wd;
     pthread_mutex_lock(&wd->mu);
+    if (!heap_reserve(wd)) {
+        pthread_mutex_unlock(&wd->mu);
+        free(k.buf);
+        return dlock__err_set(e, DLOCK_ERR_NOMEM, "out of memory");
+    }
     l->renew_keys = k;
     l->ttl_ms = ttl_ms;
     l->on_lost = on_lost;
     l->on_lost_user = user;
     l->next_renew_us = dlock__now_us() + ttl_ms * 1000 / 3;
     l->renewing = true;
-    l->wd_next = wd->locks;
-    wd->locks = l;
+    wd->nlocks++;
+    heap_push(wd, l);
     if (l->next_renew_us < wd->wake_at_us)
         pthread_cond_signal(&wd->wake);
     pthread_mutex_unlock(&wd->mu);
@@ -385,6 +514,10 @@ void dlock__watchdog_set_ttl(dlock_client *c, dlock_lock *l, int64_t ttl_ms)
     if (l->renewing) {
         l->ttl_ms = ttl_ms;
         l->next_renew_us = dlock__now_us() + ttl_ms * 1000 / 3;
+        if (l->wd_pos >= 0) {
+            sift_up(wd, l->wd_pos);
+            sift_down(wd, l->wd_pos);
+        }
         pthread_cond_signal(&wd->wake);
     }
     pthread_mutex_unlock(&wd->mu);
@@ -402,8 +535,11 @@ void dlock__watchdog_stop(dlock_client *c)
     pthread_join(wd->thread, NULL);
     /* The handles stay with their owners (dlock_client_free releases them next);
      * they are just no longer renewed. */
-    for (dlock_lock *l = wd->locks; l != NULL; l = l->wd_next)
-        l->renewing = false;
+    for (int i = 0; i < wd->nheap; i++) {
+        wd->heap[i]->renewing = false;
+        wd->heap[i]->wd_pos = -1;
+    }
+    free(wd->heap);
     pthread_cond_destroy(&wd->wake);
     pthread_cond_destroy(&wd->idle);
     pthread_mutex_destroy(&wd->mu);
@@ -417,6 +553,29 @@ void dlock__watchdog_forget(dlock_client *c)
 {
     /* The renewal thread was not copied by fork(); the handles it renewed are the
      * parent's (dlock_client_free detaches the child's copies). */
+    if (c->wd != NULL)
+        free(c->wd->heap);
     free(c->wd);
     c->wd = NULL;
+}
+
+int dlock_renewal_stats_get(dlock_client *c, dlock_renewal_stats *out)
+{
+    dlock__clear_error();
+    if (out == NULL)
+        return dlock__fail(DLOCK_ERR_INVALID, "out is NULL");
+    memset(out, 0, sizeof *out);
+    out->margin_min_ms = -1;
+    dlock__err e;
+    int rc = dlock__client_enter(c, &e);
+    if (rc != DLOCK_OK)
+        return dlock__err_raise(&e, rc);
+    struct dlock__watchdog *wd = get_wd(c);
+    if (wd == NULL)
+        return DLOCK_OK;
+    pthread_mutex_lock(&wd->mu);
+    *out = wd->stats;
+    out->locks = wd->nlocks;
+    pthread_mutex_unlock(&wd->mu);
+    return DLOCK_OK;
 }
