@@ -9,6 +9,7 @@
  */
 #include "dlockd.h"
 
+#include <arpa/inet.h>
 #include <inttypes.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -38,19 +39,66 @@ static bool password_ok(const resp_arg *a)
     return diff == 0;
 }
 
-/* AUTH pass | AUTH user pass (only the user "default" exists); shared with HELLO. */
+/* The client's address for the log: "IP:PORT", or "unix socket". */
+static void peer_name(dd_conn *c, char *buf, size_t len)
+{
+    struct sockaddr_storage sa;
+    int n = sizeof sa;
+    snprintf(buf, len, "unix socket");
+    if (c->h.stream.type != UV_TCP ||
+        uv_tcp_getpeername(&c->h.tcp, (struct sockaddr *)&sa, &n) != 0)
+        return;
+    char ip[64] = "?";
+    int port = 0;
+    if (sa.ss_family == AF_INET) {
+        uv_ip4_name((struct sockaddr_in *)&sa, ip, sizeof ip);
+        port = ntohs(((struct sockaddr_in *)&sa)->sin_port);
+    } else if (sa.ss_family == AF_INET6) {
+        uv_ip6_name((struct sockaddr_in6 *)&sa, ip, sizeof ip);
+        port = ntohs(((struct sockaddr_in6 *)&sa)->sin6_port);
+    }
+    snprintf(buf, len, "%s:%d", ip, port);
+}
+
+/* A refused password is counted, and logged at most once a second with the number
+ * refused since the last line: a guesser must show, and must not flood the log. */
+static void auth_failed(dd_conn *c)
+{
+    static int64_t last_ms;
+    static unsigned long since;
+    dd_srv.stats.auth_failures++;
+    since++;
+    int64_t now = dd_now_ms();
+    if (last_ms != 0 && now - last_ms < 1000)
+        return;
+    char peer[96];
+    peer_name(c, peer, sizeof peer);
+    dd_log("AUTH refused for client %llu from %s (%lu refused since the last report)",
+           (unsigned long long)c->id, peer, since);
+    last_ms = now;
+    since = 0;
+}
+
+/* AUTH pass | AUTH user pass, as redis-server 7 takes them: the only user is "default"
+ * (its name is case-sensitive); without a password set, AUTH pass is an error and AUTH
+ * default anything succeeds. A refusal leaves the connection as it was. Shared with
+ * HELLO. */
 static bool authenticate(dd_conn *c, const resp_arg *user, const resp_arg *pass, dd_buf *out)
 {
-    if (dd_srv.requirepass == NULL) {
-        dd_reply_error(out, "ERR AUTH called, but this dlockd has no password set "
-                            "(--requirepass-file or DLOCKD_REQUIREPASS)");
+    bool default_user = user == NULL || (user->len == 7 && memcmp(user->p, "default", 7) == 0);
+    if (dd_srv.requirepass == NULL && user == NULL) {
+        dd_reply_error(out, "ERR AUTH <password> called without any password configured for "
+                            "the default user (this dlockd has no --requirepass-file or "
+                            "DLOCKD_REQUIREPASS)");
         return false;
     }
-    if ((user != NULL && !dd_arg_is(user, "default")) || !password_ok(pass)) {
+    if (!default_user || (dd_srv.requirepass != NULL && !password_ok(pass))) {
+        auth_failed(c);
         dd_reply_error(out, "WRONGPASS invalid username-password pair or user is disabled.");
         return false;
     }
     c->authed = true;
+    dd_preauth_remove(c);
     return true;
 }
 
@@ -149,39 +197,49 @@ static void cmd_client(dd_conn *c, resp_arg *argv, size_t argc, dd_buf *out)
     }
 }
 
+/* HELLO [protover [AUTH user pass] [SETNAME name]], as redis-server 7 reads it: the
+ * version comes first whenever options follow; the options are all read before any
+ * takes effect (the last AUTH given is the one tried); the name is set only once the
+ * connection is authenticated. */
 static void cmd_hello(dd_conn *c, resp_arg *argv, size_t argc, dd_buf *out)
 {
-    size_t i = 1;
     if (argc >= 2) {
-        if (!dd_arg_is(&argv[1], "2")) {
-            if (dd_arg_is(&argv[1], "3"))
-                dd_reply_error(out, "NOPROTO unsupported protocol version (dlockd speaks RESP2)");
-            else
-                dd_reply_error(out, "NOPROTO unsupported protocol version");
+        int64_t ver;
+        if (!dd_arg_int(&argv[1], INT64_MIN, INT64_MAX, &ver)) {
+            dd_reply_error(out, "ERR Protocol version is not an integer or out of range");
             return;
         }
-        i = 2;
+        if (ver != 2) {
+            dd_reply_error(out, "NOPROTO unsupported protocol version%s",
+                           ver == 3 ? " (dlockd speaks RESP2)" : "");
+            return;
+        }
     }
-    for (; i < argc; i++) {
+    const resp_arg *user = NULL, *pass = NULL, *name = NULL;
+    for (size_t i = 2; i < argc; i++) {
         if (dd_arg_is(&argv[i], "AUTH") && i + 2 < argc) {
-            if (!authenticate(c, &argv[i + 1], &argv[i + 2], out))
-                return;
+            user = &argv[i + 1];
+            pass = &argv[i + 2];
             i += 2;
         } else if (dd_arg_is(&argv[i], "SETNAME") && i + 1 < argc) {
-            if (!set_name(c, &argv[i + 1], out))
-                return;
-            i += 1;
+            name = &argv[++i];
         } else {
-            dd_reply_error(out, "ERR syntax error in HELLO option '%.*s'",
+            dd_reply_error(out, "ERR Syntax error in HELLO option '%.*s'",
                            (int)(argv[i].len > 64 ? 64 : argv[i].len), argv[i].p);
             return;
         }
     }
+    if (user != NULL && !authenticate(c, user, pass, out))
+        return;
     if (!c->authed) {
-        dd_reply_error(out, "NOAUTH HELLO must be called with AUTH default PASSWORD before "
-                            "anything else on this dlockd");
+        dd_reply_error(out, "NOAUTH HELLO must be called with the client already authenticated, "
+                            "otherwise the HELLO <proto> AUTH <user> <pass> option can be used "
+                            "to authenticate the client and select the RESP protocol version at "
+                            "the same time");
         return;
     }
+    if (name != NULL && !set_name(c, name, out))
+        return;
     dd_reply_array(out, 14);
     dd_reply_cstr(out, "server");
     dd_reply_cstr(out, "dlockd");
@@ -274,10 +332,14 @@ static void cmd_info(dd_conn *c, resp_arg *argv, size_t argc, dd_buf *out)
     if (want_section(sec, "stats")) {
         dd_buf_printf(&b,
                       "# Stats\r\ntotal_connections_received:%llu\r\n"
-                      "total_commands_processed:%llu\r\nrejected_connections:%llu\r\n\r\n",
+                      "total_commands_processed:%llu\r\nrejected_connections:%llu\r\n"
+                      "acl_access_denied_auth:%llu\r\nauth_timeouts:%llu\r\n"
+                      "idle_timeouts:%llu\r\n\r\n",
                       (unsigned long long)st->connections_received,
                       (unsigned long long)st->commands_processed,
-                      (unsigned long long)st->rejected_connections);
+                      (unsigned long long)st->rejected_connections,
+                      (unsigned long long)st->auth_failures, (unsigned long long)st->auth_timeouts,
+                      (unsigned long long)st->idle_timeouts);
     }
     if (want_section(sec, "replication"))
         dd_buf_printf(&b, "# Replication\r\nrole:master\r\nconnected_slaves:0\r\n\r\n");
@@ -293,6 +355,20 @@ static void cmd_info(dd_conn *c, resp_arg *argv, size_t argc, dd_buf *out)
                       (unsigned long long)st->permits_acquired,
                       (unsigned long long)st->permits_not_acquired, (unsigned long long)st->waits,
                       (unsigned long long)atomic_load(&dd_srv.stats.locks_lost));
+    }
+    if (want_section(sec, "renewal")) {
+        /* How the renewal of session locks keeps up: a lag that nears the margin comes
+         * before a lost lock (docs/service.md). */
+        dlock_renewal_stats r;
+        if (dlock_renewal_stats_get(dd_srv.client, &r) != DLOCK_OK)
+            memset(&r, 0, sizeof r);
+        dd_buf_printf(&b,
+                      "# Renewal\r\nrenewal_locks:%lld\r\nrenewal_turns:%lld\r\n"
+                      "renewal_retries:%lld\r\nrenewal_lag_ms:%lld\r\nrenewal_lag_max_ms:%lld\r\n"
+                      "renewal_margin_min_ms:%lld\r\n\r\n",
+                      (long long)r.locks, (long long)r.turns, (long long)r.retries,
+                      (long long)r.lag_last_ms, (long long)r.lag_max_ms,
+                      (long long)r.margin_min_ms);
     }
     if (want_section(sec, "stock")) {
         dd_buf_printf(&b,

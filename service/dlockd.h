@@ -10,7 +10,10 @@
  *
  *   resp.c      the request parser: pure, limits checked at each header (fuzzed)
  *   reply.c     growing buffers and the RESP2 replies written into them
- *   server.c    listeners, connections, reading, the write queue, the limits
+ *   server.c    listeners, connections, reading, the write queue, the limits; what a
+ *               client sent before its FIN
+ *   deadlines.c how long a client may stay unauthenticated (--auth-timeout) or idle
+ *               (--timeout-idle)
  *   tls.c       TLS for clients: the server's context, and each TLS connection's
  *               SSL object between the stream and the query and output buffers
  *   commands.c  the command table, AUTH, and the commands answered on the loop
@@ -65,6 +68,21 @@
 #define DD_POOL_DEF        "8" /* UV_THREADPOOL_SIZE unless the user set it */
 #define DD_TLS_HANDSHAKE_MS                                                                        \
     10000 /* a TLS client that has not completed its handshake by then is closed */
+/* Before AUTH, a client gets redis-server's limits (its answer to CVE-2021-32675): a
+ * command of at most 10 arguments of at most 16 KiB each, so that a connection nobody
+ * has authenticated pins at most about 160 KiB, and only until --auth-timeout. */
+#define DD_PREAUTH_MAX_ARGS   10
+#define DD_PREAUTH_MAX_BULK   16384
+#define DD_PREAUTH_MAX_INLINE (DD_PREAUTH_MAX_BULK + 64) /* AUTH default, the password */
+#define DD_AUTH_TIMEOUT_DEF   10000                      /* ms an unauthenticated client may stay */
+/* The shortest lease of a session lock (LOCK or SEM ACQUIRE without DETACHED): the
+ * renewal must reach the servers within a third of it, on a machine that may be
+ * loaded (docs/service.md gives the measurement); DETACHED locks keep the library's
+ * DLOCK_TTL_MIN_MS. */
+#define DD_SESSION_TTL_MIN_MS 1000
+/* Descriptors a client can cost: its socket, and the wake-up eventfd of a LOCK, SEM
+ * ACQUIRE or STOCK RESERVE that waits. */
+#define DD_FDS_PER_CLIENT 2
 
 /* ---- reply.c ------------------------------------------------------------------------ */
 
@@ -121,7 +139,12 @@ typedef struct dd_stats {
     uint64_t stock_committed;      /* STOCK COMMIT answered 1 */
     uint64_t stock_canceled;       /* STOCK CANCEL answered 1 */
     uint64_t errors[DD_E_KINDS];
-    atomic_ullong locks_lost; /* session locks the renewal found lost (renewal thread) */
+    uint64_t auth_failures;       /* AUTH and HELLO AUTH refused (acl_access_denied_auth) */
+    uint64_t auth_timeouts;       /* connections closed by --auth-timeout */
+    uint64_t idle_timeouts;       /* connections closed by --timeout-idle */
+    atomic_ullong released;       /* session locks released at their connection's close */
+    atomic_ullong release_failed; /* of those, the releases the servers did not confirm */
+    atomic_ullong locks_lost;     /* session locks the renewal found lost (renewal thread) */
 } dd_stats;
 
 typedef struct dd_server {
@@ -132,9 +155,11 @@ typedef struct dd_server {
     const char *bind;
     int port;
     const char *unixsocket;
-    int unixsocketperm; /* the socket file's mode; -1: as the umask makes it */
-    int maxclients;
+    int unixsocketperm;      /* the socket file's mode; -1: as the umask makes it */
+    int maxclients;          /* as given, or lowered to fit the open-files limit */
     const char *requirepass; /* NULL: no AUTH needed */
+    int64_t auth_timeout_ms; /* an unauthenticated client is closed after it; 0: never */
+    int64_t idle_timeout_s;  /* a client idle this long is closed; 0: never */
     int tls_port;            /* 0: no TLS listener */
     const char *tls_cert, *tls_key;
     const char *tls_ca_file, *tls_ca_dir; /* client certificates' CAs; NULL: none */
@@ -150,16 +175,22 @@ typedef struct dd_server {
     int nconns;       /* open (not closing) */
     int nconns_alloc; /* allocated, closing ones included */
     uint64_t next_id;
-    int session_locks;   /* held by open connections, permits included */
-    int session_permits; /* of them, semaphore permits */
-    int parked;          /* operations waiting on the loop (blocked_clients) */
-    int parked_locks;    /* of them, LOCKs and SEM ACQUIREs */
-    int parked_reserves; /* and STOCK RESERVEs */
+    int session_locks;    /* held by open connections, permits included */
+    atomic_int releasing; /* session locks handed to a release not yet done */
+    int session_permits;  /* of them, semaphore permits */
+    int parked;           /* operations waiting on the loop (blocked_clients) */
+    int parked_locks;     /* of them, LOCKs and SEM ACQUIREs */
+    int parked_reserves;  /* and STOCK RESERVEs */
     int64_t started_ms;
     dd_stats stats;
     /* the parser's argument table, used on the loop thread only */
     resp_arg argv[DD_MAX_ARGS];
-    resp_limits limits;
+    resp_limits limits, preauth_limits;
+    /* deadlines.c: the clients not yet authenticated, oldest first (they all get the
+     * same deadline), and the timer of the first one's; the idle sweep's timer */
+    struct dd_conn *preauth_head, *preauth_tail;
+    uv_timer_t auth_timer, idle_timer;
+    bool timers_on;
     /* park.c: descriptor watchers by fd */
     struct dd_watch **watch;
     int nwatch;
@@ -190,6 +221,12 @@ typedef struct dd_conn {
     bool lingering;         /* quit: replies written, FIN sent, draining until EOF */
     uv_shutdown_t shutdown; /* the FIN of a lingering close */
     bool authed;
+    bool eof;      /* the client sent its FIN (or reset): what it sent before is run,
+                      then the connection closes; nothing more is read */
+    bool out_dead; /* a write failed: replies are dropped, the commands still run */
+    int64_t accepted_ms, active_ms; /* when accepted; when it last sent or was answered */
+    struct dd_conn *preauth_prev, *preauth_next; /* on dd_srv's pre-AUTH list */
+    bool on_preauth;
     dd_tls *tls;                 /* accepted on the TLS listener; NULL: plain */
     char *name;                  /* CLIENT SETNAME; NULL: none */
     struct dd_session *sessions; /* session locks held (permits too) */
@@ -206,6 +243,7 @@ typedef struct dd_session {
     struct dd_session *next;
     dlock_lock *lock;
     char *name;
+    size_t name_len; /* a connection's sessions are looked up by name on each LOCK */
     char token[DLOCK_TOKEN_LEN + 1];
     bool permit;     /* taken by SEM ACQUIRE */
     bool shared;     /* one of the name's shared holders (LOCK SHARED, a permit of K >= 2);
@@ -251,10 +289,26 @@ void dd_conn_reply(dd_conn *c, dd_buf *b);
 /* The command in flight has been answered: take the next ones. */
 void dd_conn_resume(dd_conn *c);
 void dd_conn_close(dd_conn *c);
+/* Answer the error (printf-formatted) and close once it is written (a protocol error,
+ * an AUTH deadline). */
+void dd_conn_end(dd_conn *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* An operation of c starts to wait (parked for the lock, not for a round's replies):
+ * after the client's FIN that gives it up, closing c. */
+void dd_conn_wait_starts(dd_conn *c);
 /* One reference less (a job done, a handle closed); frees c at zero. */
 void dd_conn_unref(dd_conn *c);
 void dd_log(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 int64_t dd_now_ms(void);
+
+/* ---- deadlines.c ---------------------------------------------------------------------- */
+
+/* Start the timers (--auth-timeout, --timeout-idle) once the loop exists. */
+void dd_deadlines_start(void);
+void dd_deadlines_stop(void);
+/* A new connection that must AUTH: on the list, its deadline armed. */
+void dd_preauth_add(dd_conn *c);
+/* Authenticated or closing: off the list. */
+void dd_preauth_remove(dd_conn *c);
 
 /* ---- tls.c -------------------------------------------------------------------------- */
 
@@ -325,8 +379,11 @@ typedef struct dd_held {
 bool dd_would_wait_for_itself(dd_conn *c, const resp_arg *name, int64_t permits, dd_buf *out);
 void dd_session_unlink(dd_conn *c, dd_session *s);
 void dd_session_free(dd_session *s); /* NULL: nothing */
-/* On the pool: release each session of the list and free it. */
+/* On the pool: release each session of the list and free it (each counted in
+ * dd_srv.releasing when it was taken off its connection). */
 void dd_sessions_release(dd_session *list);
+/* Log how many session locks were released, and how many could not be, and why. */
+void dd_release_report(void);
 
 /* ---- sem.c -------------------------------------------------------------------------- */
 

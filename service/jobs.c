@@ -101,20 +101,47 @@ char *dd_arg_dup(const resp_arg *a, const char *what, size_t max, dd_buf *out)
     return s;
 }
 
-/* A decimal integer in [lo, hi]. */
+/* A decimal integer in [lo, hi], read as redis-server's string2ll reads one: an
+ * optional '-', then digits with no leading zero ("0" alone excepted), nothing else
+ * (no sign '+', no space, tab or newline before or after), within 64 bits. */
 bool dd_arg_int(const resp_arg *a, int64_t lo, int64_t hi, int64_t *v)
 {
-    char tmp[24];
-    if (a->len == 0 || a->len >= sizeof tmp)
+    const char *p = a->p;
+    size_t n = a->len;
+    if (n == 0 || n > 20)
         return false;
-    memcpy(tmp, a->p, a->len);
-    tmp[a->len] = '\0';
-    char *end;
-    errno = 0;
-    long long x = strtoll(tmp, &end, 10);
-    if (errno != 0 || *end != '\0' || tmp[0] == '+' || tmp[0] == ' ' || x < lo || x > hi)
+    if (n == 1 && p[0] == '0') {
+        if (lo > 0 || hi < 0)
+            return false;
+        *v = 0;
+        return true;
+    }
+    bool neg = p[0] == '-';
+    size_t i = neg ? 1 : 0;
+    if (i == n || p[i] < '1' || p[i] > '9')
         return false;
-    *v = x;
+    uint64_t x = 0;
+    for (; i < n; i++) {
+        if (p[i] < '0' || p[i] > '9')
+            return false;
+        unsigned d = (unsigned)(p[i] - '0');
+        if (x > (UINT64_MAX - d) / 10)
+            return false;
+        x = x * 10 + d;
+    }
+    int64_t r;
+    if (neg) {
+        if (x > (uint64_t)INT64_MAX + 1)
+            return false;
+        r = x == (uint64_t)INT64_MAX + 1 ? INT64_MIN : -(int64_t)x;
+    } else {
+        if (x > (uint64_t)INT64_MAX)
+            return false;
+        r = (int64_t)x;
+    }
+    if (r < lo || r > hi)
+        return false;
+    *v = r;
     return true;
 }
 

@@ -18,6 +18,8 @@
  */
 #include "dlockd.h"
 
+#include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
@@ -33,7 +35,7 @@ static void account(const dd_session *s, int d)
 
 static bool named(const dd_session *s, const char *name, size_t len)
 {
-    return strlen(s->name) == len && memcmp(s->name, name, len) == 0;
+    return s->name_len == len && memcmp(s->name, name, len) == 0;
 }
 
 dd_session *dd_session_find(dd_conn *c, const char *name, size_t len, const char *token)
@@ -80,14 +82,45 @@ void dd_session_free(dd_session *s)
     free(s);
 }
 
+/* The last reason a release failed, for the summary at the stop (pool threads write
+ * it). */
+static pthread_mutex_t release_mu = PTHREAD_MUTEX_INITIALIZER;
+static char release_error[256];
+
 void dd_sessions_release(dd_session *list)
 {
     while (list != NULL) {
         dd_session *s = list;
         list = s->next;
-        dlock_release(s->lock);
+        int rc = dlock_release(s->lock);
+        if (atomic_load(&s->lost)) {
+            /* found lost by the renewal: counted there (session_locks_lost) */
+        } else if (rc == DLOCK_OK) {
+            atomic_fetch_add(&dd_srv.stats.released, 1);
+        } else {
+            atomic_fetch_add(&dd_srv.stats.release_failed, 1);
+            pthread_mutex_lock(&release_mu);
+            snprintf(release_error, sizeof release_error, "%s: %s", dlock_strerror(rc),
+                     dlock_errmsg());
+            pthread_mutex_unlock(&release_mu);
+        }
+        atomic_fetch_sub(&dd_srv.releasing, 1);
         dd_session_free(s);
     }
+}
+
+void dd_release_report(void)
+{
+    unsigned long long ok = atomic_load(&dd_srv.stats.released);
+    unsigned long long failed = atomic_load(&dd_srv.stats.release_failed);
+    pthread_mutex_lock(&release_mu);
+    if (failed == 0)
+        dd_log("released %llu session locks at their clients' close", ok);
+    else
+        dd_log("released %llu session locks at their clients' close; %llu could not be "
+               "released (last: %s): they end with their leases",
+               ok, failed, release_error);
+    pthread_mutex_unlock(&release_mu);
 }
 
 /* The sessions of a name that the renewal found lost, off the connection's list: they
@@ -101,6 +134,7 @@ static dd_session *take_lost(dd_conn *c, const char *name)
         if (named(s, name, len) && atomic_load(&s->lost)) {
             *pp = s->next;
             account(s, -1);
+            atomic_fetch_add(&dd_srv.releasing, 1);
             s->next = lost;
             lost = s;
         } else {
@@ -251,6 +285,14 @@ bool dd_lock_options(resp_arg *argv, size_t argc, size_t first, const char *cmd,
             break;
         }
     }
+    if (!j->detached && j->ttl_ms < DD_SESSION_TTL_MIN_MS) {
+        /* Refused, never raised: the client plans around the lease it asked for. */
+        dd_reply_error(out,
+                       "ERR TTL of a session lock must be at least %d ms, so that its renewal "
+                       "keeps up on a loaded machine (a DETACHED lock may be as short as %d ms)",
+                       DD_SESSION_TTL_MIN_MS, DLOCK_TTL_MIN_MS);
+        return false;
+    }
     return true;
 }
 
@@ -260,6 +302,7 @@ bool dd_lock_start(dd_conn *c, dd_job *j, dd_buf *out)
         j->sess = calloc(1, sizeof *j->sess);
         if (j->sess == NULL || (j->sess->name = strdup(j->name)) == NULL)
             abort();
+        j->sess->name_len = strlen(j->name);
         j->sess->permit = j->permits > 0;
         /* The library makes a permit of K = 1 an exclusive lock. */
         j->sess->shared = j->shared || j->permits >= 2;
@@ -359,8 +402,10 @@ void dd_conn_release_all(dd_conn *c)
         return;
     dd_job *j = dd_job_new(c);
     j->release = c->sessions;
-    for (dd_session *s = c->sessions; s != NULL; s = s->next)
+    for (dd_session *s = c->sessions; s != NULL; s = s->next) {
         account(s, -1);
+        atomic_fetch_add(&dd_srv.releasing, 1);
+    }
     c->sessions = NULL;
     j->work = release_all_work;
     j->done = release_all_done;

@@ -2,7 +2,8 @@
  * main.c: dlockd's command line, signals, the open-files limit, start and stop.
  *
  *   dlockd [-s URLS] [-p|--port PORT] [--bind ADDR] [--unixsocket PATH]
- *          [--requirepass-file FILE] [--maxclients N] [--prefix P] [--timeout MS]
+ *          [--requirepass-file FILE] [--auth-timeout MS] [--timeout-idle S]
+ *          [--maxclients N] [--prefix P] [--timeout MS]
  *          [--tls-port PORT --tls-cert-file FILE --tls-key-file FILE
  *           [--tls-ca-cert-file FILE] [--tls-ca-cert-dir DIR]
  *           [--tls-auth-clients yes|no|optional]]
@@ -47,10 +48,19 @@ static const char usage_text[] =
     "      --unixsocketperm MODE its permissions, in octal (e.g. 770; default: as the\n"
     "                            umask makes them); connecting needs write permission\n"
     "      --requirepass-file F  clients must AUTH with the first line of F (or set\n"
-    "                            $DLOCKD_REQUIREPASS; never on the command line)\n"
-    "      --maxclients N        connections at most (default 10000)\n"
+    "                            $DLOCKD_REQUIREPASS; never on the command line);\n"
+    "                            at most 16384 bytes\n"
+    "      --auth-timeout MS     close a client that has not authenticated MS after\n"
+    "                            connecting (default 10000; 0: never)\n"
+    "      --timeout-idle S      close a client that sent nothing and got no reply for\n"
+    "                            S seconds, releasing its session locks, as\n"
+    "                            redis-server's timeout (default 0: never; a client\n"
+    "                            waiting for a lock is not idle)\n"
+    "      --maxclients N        connections at most (default 10000; lowered to fit the\n"
+    "                            open-files limit, 2 descriptors a client)\n"
     "      --prefix P            key prefix on the lock servers (default dlock:)\n"
-    "      --timeout MS          per-server deadline of one command (default 50)\n"
+    "      --timeout MS          per-server deadline of one command to the lock servers\n"
+    "                            (default 50); nothing to do with --timeout-idle\n"
     "      --tls-port PORT       also listen with TLS on PORT (same --bind)\n"
     "      --tls-cert-file FILE  the server's certificate (PEM, chain allowed)\n"
     "      --tls-key-file FILE   its private key (PEM, no passphrase)\n"
@@ -86,7 +96,21 @@ static bool parse_int(const char *s, long lo, long hi, long *out)
     return true;
 }
 
-/* The first line of the file, without its newline. */
+/* A password clients can send: before AUTH an argument is at most
+ * DD_PREAUTH_MAX_BULK bytes, so a longer one could never be given; refused here
+ * rather than cut. */
+static bool password_fits(const char *pass, const char *from)
+{
+    if (strlen(pass) <= DD_PREAUTH_MAX_BULK)
+        return true;
+    fprintf(stderr,
+            "dlockd: %s: the password is %zu bytes, longer than the %d a client may send "
+            "before AUTH\n",
+            from, strlen(pass), DD_PREAUTH_MAX_BULK);
+    return false;
+}
+
+/* The first line of the file, whole, without its newline. */
 static char *read_password_file(const char *path)
 {
     FILE *f = fopen(path, "r");
@@ -94,17 +118,26 @@ static char *read_password_file(const char *path)
         fprintf(stderr, "dlockd: --requirepass-file %s: %s\n", path, strerror(errno));
         return NULL;
     }
-    char line[1024];
-    char *p = fgets(line, sizeof line, f);
+    char *line = NULL;
+    size_t cap = 0;
+    if (getline(&line, &cap, f) < 0) {
+        free(line);
+        line = strdup("");
+    }
     fclose(f);
-    if (p == NULL)
-        line[0] = '\0';
+    if (line == NULL)
+        return NULL;
     line[strcspn(line, "\r\n")] = '\0';
     if (line[0] == '\0') {
         fprintf(stderr, "dlockd: --requirepass-file %s: empty password\n", path);
+        free(line);
         return NULL;
     }
-    return strdup(line);
+    if (!password_fits(line, "--requirepass-file")) {
+        free(line);
+        return NULL;
+    }
+    return line;
 }
 
 /* The TLS options make sense together only: a listener needs its certificate and key,
@@ -141,9 +174,12 @@ static void on_signal(uv_signal_t *h, int signum)
 {
     (void)h;
     if (dd_srv.stopping) {
-        /* A second signal: the person wants out now; leases end by themselves. */
-        dd_log("%s again: exiting without releasing %d session locks", strsignal(signum),
-               dd_srv.session_locks);
+        /* A second signal: the person wants out now; leases end by themselves. Those
+         * still held are the open connections' and those whose release is under way. */
+        dd_log("%s again: exiting without releasing %d session locks (released %llu so "
+               "far); they end with their leases",
+               strsignal(signum), dd_srv.session_locks + atomic_load(&dd_srv.releasing),
+               (unsigned long long)atomic_load(&dd_srv.stats.released));
         _exit(1);
     }
     dd_log("%s: stopping: %d clients, %d session locks to release", strsignal(signum),
@@ -151,12 +187,17 @@ static void on_signal(uv_signal_t *h, int signum)
     dd_server_stop();
 }
 
-/* As many descriptors as allowed: every client is one. */
-static void raise_nofile(void)
+/* As many descriptors as allowed, and --maxclients lowered to what they allow, as
+ * redis-server does: a client can cost DD_FDS_PER_CLIENT (its socket, and a waiting
+ * operation's wake-up), and the lock servers' connections need some of their own (the
+ * pool's threads, the steps in flight, renewal and wake-ups, a set each). Without that,
+ * clients past the limit would take the descriptors the lock servers need, and every
+ * call would fail. False when the limit leaves room for no client at all. */
+static bool fit_nofile(void)
 {
     struct rlimit rl;
     if (getrlimit(RLIMIT_NOFILE, &rl) != 0)
-        return;
+        return true;
     if (rl.rlim_cur < rl.rlim_max) {
         rlim_t want = rl.rlim_max;
         rl.rlim_cur = want;
@@ -165,11 +206,23 @@ static void raise_nofile(void)
                    strerror(errno));
     }
     getrlimit(RLIMIT_NOFILE, &rl);
-    /* The lock servers' connections, the listeners and the loop need some too. */
-    if (rl.rlim_cur != RLIM_INFINITY && rl.rlim_cur < (rlim_t)dd_srv.maxclients + 64)
-        dd_log("warning: open-files limit %llu is below --maxclients %d plus 64: clients past "
-               "it will be refused by accept",
-               (unsigned long long)rl.rlim_cur, dd_srv.maxclients);
+    if (rl.rlim_cur == RLIM_INFINITY)
+        return true;
+    long long reserve = 32 + (long long)dd_srv.nservers * (DLOCK_NOWAIT_SETS_MAX + 16);
+    long long fit = ((long long)rl.rlim_cur - reserve) / DD_FDS_PER_CLIENT;
+    if (fit < 1) {
+        dd_log("the open-files limit %llu leaves no descriptor for clients (%lld are kept for "
+               "the lock servers' connections): raise it (ulimit -n, LimitNOFILE=)",
+               (unsigned long long)rl.rlim_cur, reserve);
+        return false;
+    }
+    if (fit < dd_srv.maxclients) {
+        dd_log("maxclients lowered from %d to %lld to fit the open-files limit %llu (%d "
+               "descriptors a client, %lld for the lock servers)",
+               dd_srv.maxclients, fit, (unsigned long long)rl.rlim_cur, DD_FDS_PER_CLIENT, reserve);
+        dd_srv.maxclients = (int)fit;
+    }
+    return true;
 }
 
 /* --tls-auth-clients: redis-server's words for it. */
@@ -202,7 +255,8 @@ int main(int argc, char **argv)
 {
     const char *servers = NULL, *passfile = NULL, *prefix = NULL, *tls_auth = NULL,
                *requirepass = NULL, *sockperm = NULL;
-    long port = DD_PORT_DEF, maxclients = DD_MAXCLIENTS_DEF, timeout_ms = 0, tls_port = 0;
+    long port = DD_PORT_DEF, maxclients = DD_MAXCLIENTS_DEF, timeout_ms = 0, tls_port = 0,
+         auth_timeout = DD_AUTH_TIMEOUT_DEF, idle_timeout = 0;
     dd_srv.bind = "127.0.0.1";
     dd_srv.unixsocketperm = -1;
     /* Every option that takes a value: where it goes, and a number's range. */
@@ -222,6 +276,8 @@ int main(int argc, char **argv)
         {"requirepass-file", 0, &passfile, NULL, 0, 0, NULL},
         {"requirepass", 0, &requirepass, NULL, 0, 0, NULL},
         {"maxclients", 0, NULL, &maxclients, 1, 1000000, "1 to 1000000"},
+        {"auth-timeout", 0, NULL, &auth_timeout, 0, 86400000, "0 to 86400000 ms"},
+        {"timeout-idle", 0, NULL, &idle_timeout, 0, 31536000, "0 to 31536000 s"},
         {"prefix", 0, &prefix, NULL, 0, 0, NULL},
         {"timeout", 0, NULL, &timeout_ms, 1, 3600000, "1 to 3600000 ms"},
         {"tls-port", 0, NULL, &tls_port, 0, 65535, "0 to 65535"},
@@ -273,6 +329,8 @@ int main(int argc, char **argv)
         return usage_error("--unixsocketperm without --unixsocket");
     dd_srv.port = (int)port;
     dd_srv.maxclients = (int)maxclients;
+    dd_srv.auth_timeout_ms = auth_timeout;
+    dd_srv.idle_timeout_s = idle_timeout;
     dd_srv.tls_port = (int)tls_port;
     if (optind < argc)
         return usage_error("unexpected argument '%s'", argv[optind]);
@@ -289,6 +347,8 @@ int main(int argc, char **argv)
             return EXIT_USAGE;
     } else {
         const char *env = getenv("DLOCKD_REQUIREPASS");
+        if (env != NULL && env[0] != '\0' && !password_fits(env, "$DLOCKD_REQUIREPASS"))
+            return EXIT_USAGE;
         if (env != NULL && env[0] != '\0' && (pass = strdup(env)) == NULL)
             return EXIT_FAIL;
     }
@@ -328,11 +388,20 @@ int main(int argc, char **argv)
     setenv("UV_THREADPOOL_SIZE", DD_POOL_DEF, 0);
     /* A write to a client that has gone must fail with EPIPE, not kill the daemon. */
     signal(SIGPIPE, SIG_IGN);
-    raise_nofile();
+    if (!fit_nofile()) {
+        dd_tls_cleanup();
+        dlock_client_free(dd_srv.client);
+        free(pass);
+        return EXIT_FAIL;
+    }
 
     dd_srv.limits.max_args = DD_MAX_ARGS;
     dd_srv.limits.max_bulk = DD_MAX_BULK;
     dd_srv.limits.max_inline = DD_MAX_INLINE;
+    dd_srv.preauth_limits.max_args = DD_PREAUTH_MAX_ARGS;
+    dd_srv.preauth_limits.max_bulk = DD_PREAUTH_MAX_BULK;
+    dd_srv.preauth_limits.max_inline = DD_PREAUTH_MAX_INLINE;
+    dd_srv.preauth_limits.unauthenticated = 1;
     static uv_loop_t loop;
     uv_loop_init(&loop);
     dd_srv.loop = &loop;
@@ -341,6 +410,7 @@ int main(int argc, char **argv)
     uv_signal_init(&loop, &dd_srv.sigint);
     uv_signal_start(&dd_srv.sigterm, on_signal, SIGTERM);
     uv_signal_start(&dd_srv.sigint, on_signal, SIGINT);
+    dd_deadlines_start();
     if (dd_server_listen() != 0) {
         dd_server_stop();
         uv_run(&loop, UV_RUN_DEFAULT);
@@ -378,6 +448,7 @@ int main(int argc, char **argv)
      * per-thread state that rediss:// lock servers gave it (error queue, random
      * generators) as it ends, which after that handler it could not. */
     uv_library_shutdown();
+    dd_release_report();
     dd_log("stopped");
     return 0;
 }

@@ -38,6 +38,8 @@ typedef struct dd_watch {
 } dd_watch;
 
 static void wake(dd_conn *c);
+static void undo_work(dd_job *j);
+static void undo_done(dd_job *j);
 static void park(dd_conn *c, dd_job *j);
 static dd_job *unpark(dd_conn *c);
 
@@ -99,9 +101,32 @@ static void step_done(dd_job *j)
         park(c, j);
         return;
     }
+    if (c->out_dead && j->rc == DLOCK_OK) {
+        /* The client reset the connection: the reply can reach nobody, so what the
+         * step took is undone, and the commands after it run on. */
+        dd_buf_free(&j->reply);
+        j->work = undo_work;
+        j->done = undo_done;
+        dd_job_queue(j);
+        return;
+    }
     j->steps->settle(j);
     dd_job_answer(j);
     drop_free(j);
+}
+
+/* On the pool: a step's grant that nobody can be told of. */
+static void undo_work(dd_job *j)
+{
+    j->steps->undo(j);
+}
+
+static void undo_done(dd_job *j)
+{
+    dd_conn *c = j->conn;
+    drop_free(j);
+    if (!c->closing)
+        dd_conn_resume(c);
 }
 
 /* On the loop: the next step, if it can be taken without blocking (the library's
@@ -262,6 +287,8 @@ static void park(dd_conn *c, dd_job *j)
         }
     }
     uv_timer_start(&c->timer, on_due, (uint64_t)(due > 0 ? due : 0), 0);
+    if (j->blocked)
+        dd_conn_wait_starts(c);
 }
 
 static dd_job *unpark(dd_conn *c)

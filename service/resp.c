@@ -78,7 +78,8 @@ static int multibulk(const char *buf, size_t len, const resp_limits *lim, resp_a
         return RESP_COMMAND;
     }
     if ((unsigned long long)n > lim->max_args) {
-        *err = "too many arguments in a command";
+        *err = lim->unauthenticated ? "unauthenticated multibulk length"
+                                    : "too many arguments in a command";
         return RESP_ERROR;
     }
     for (size_t k = 0; k < (size_t)n; k++) {
@@ -102,7 +103,8 @@ static int multibulk(const char *buf, size_t len, const resp_limits *lim, resp_a
             return rc;
         }
         if ((unsigned long long)blen > lim->max_bulk) {
-            *err = "bulk argument longer than the limit";
+            *err = lim->unauthenticated ? "unauthenticated bulk length"
+                                        : "bulk argument longer than the limit";
             return RESP_ERROR;
         }
         size_t end = data + (size_t)blen;
@@ -135,7 +137,8 @@ static int inline_command(const char *buf, size_t len, const resp_limits *lim, r
     const char *nl = memchr(buf, '\n', scan);
     if (nl == NULL) {
         if (len >= lim->max_inline) {
-            *err = "inline command longer than the limit";
+            *err = lim->unauthenticated ? "unauthenticated inline command length"
+                                        : "inline command longer than the limit";
             return RESP_ERROR;
         }
         *used = len + 1;
@@ -153,7 +156,8 @@ static int inline_command(const char *buf, size_t len, const resp_limits *lim, r
         while (i < stop && !is_space(buf[i]))
             i++;
         if (n == lim->max_args) {
-            *err = "too many arguments in a command";
+            *err = lim->unauthenticated ? "unauthenticated multibulk length"
+                                        : "too many arguments in a command";
             return RESP_ERROR;
         }
         argv[n].p = buf + start;

@@ -16,9 +16,11 @@
 #include <stddef.h>
 
 typedef struct resp_limits {
-    size_t max_args;   /* arguments of one command (and entries of argv) */
-    size_t max_bulk;   /* bytes of one multibulk argument */
-    size_t max_inline; /* bytes of one inline command line, its "\n" included */
+    size_t max_args;     /* arguments of one command (and entries of argv) */
+    size_t max_bulk;     /* bytes of one multibulk argument */
+    size_t max_inline;   /* bytes of one inline command line, its "\n" included */
+    int unauthenticated; /* the limits of a client before AUTH: the errors say so, in
+                            redis-server's words ("unauthenticated bulk length") */
 } resp_limits;
 
 /* One argument: bytes inside the caller's buffer (not NUL-terminated; may hold NULs). */

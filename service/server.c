@@ -14,6 +14,12 @@
  * and its buffers: reads are decrypted into the query buffer, the output is encrypted
  * as it is handed to a write, and every limit counts the decrypted bytes.
  *
+ * A client's FIN (or reset) does not drop what it sent before: the commands already in
+ * the query buffer run in order and are answered as long as the socket takes writes
+ * (a script's `printf 'UNLOCK ...' | nc -N` relies on it), then the connection closes.
+ * Only a wait is given up then, as redis-server frees a blocked client whose peer has
+ * gone: nobody is left to be served at its end.
+ *
  * Lifetime: a connection is freed when its references are gone: its stream and timer
  * handles (each released by its uv_close callback) and the job in flight, if any.
  */
@@ -92,6 +98,7 @@ void dd_conn_close(dd_conn *c)
         return;
     c->closing = true;
     dd_srv.nconns--;
+    dd_preauth_remove(c);
     /* Pending writes are canceled by uv_close: their callbacks run before the close
      * callback, and free their buffers. */
     uv_close((uv_handle_t *)&c->h.stream, on_handle_closed);
@@ -145,8 +152,17 @@ static void on_written(uv_write_t *req, int status)
     free(w);
     if (c->closing)
         return;
-    if (status < 0) {
+    if (status < 0 && (c->quit || (c->parked_job != NULL && c->parked_job->blocked))) {
         dd_conn_close(c);
+        return;
+    }
+    if (status < 0) {
+        /* The client is gone: what it sent still runs, unanswered. */
+        c->out_dead = true;
+        c->out.len = 0;
+        c->eof = true;
+        update_reading(c);
+        process(c);
         return;
     }
     if (c->out.len > 0) {
@@ -164,6 +180,8 @@ static void on_written(uv_write_t *req, int status)
 
 static void flush(dd_conn *c)
 {
+    if (c->out_dead)
+        c->out.len = 0;
     if (c->closing || c->writing > 0 || c->out.len == 0 || dd_tls_handshaking(c))
         return;
     write_req *w = calloc(1, sizeof *w);
@@ -204,6 +222,7 @@ void dd_conn_reply(dd_conn *c, dd_buf *b)
         return;
     }
     dd_count_errors(b->p, b->len);
+    c->active_ms = dd_now_ms();
     dd_buf_move(&c->out, b);
     if (unsent(c) > DD_OUT_HARD) {
         /* Replies that pile up this far despite the pause on reading come from a client
@@ -219,16 +238,42 @@ void dd_conn_reply(dd_conn *c, dd_buf *b)
 
 /* ---- reading and running commands ------------------------------------------------------ */
 
-static void protocol_error(dd_conn *c, const char *msg)
+void dd_conn_end(dd_conn *c, const char *fmt, ...)
 {
+    char msg[256];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
     dd_buf b = {0};
-    dd_reply_error(&b, "ERR Protocol error: %s", msg);
+    dd_reply_error(&b, "%s", msg);
     dd_conn_reply(c, &b);
     dd_buf_free(&b);
-    /* The rest of the stream cannot be trusted to start at a command: close once the
-     * error is written, as Redis does. */
     c->quit = true;
     c->query.len = 0;
+    flush(c);
+    update_reading(c);
+}
+
+static void protocol_error(dd_conn *c, const char *msg)
+{
+    /* The rest of the stream cannot be trusted to start at a command: close once the
+     * error is written, as Redis does. */
+    dd_conn_end(c, "ERR Protocol error: %s", msg);
+}
+
+/* After the client's FIN: close once every whole command it sent has run and its
+ * reply is written (or cannot be). A command cut short by the FIN never completes. */
+static void end_if_drained(dd_conn *c)
+{
+    if (!c->eof || c->closing || c->quit || c->busy || c->processing)
+        return;
+    bool whole_command_left = c->query.len > 0 && c->query.len >= c->need;
+    if (whole_command_left && !c->out_dead && unsent(c) >= DD_OUT_SOFT)
+        return; /* on_written runs them once the client has read */
+    if (!c->out_dead && unsent(c) > 0)
+        return; /* on_written comes back here */
+    dd_conn_close(c);
 }
 
 static void run_commands(dd_conn *c)
@@ -240,8 +285,8 @@ static void run_commands(dd_conn *c)
             break;
         size_t argc, used;
         const char *err;
-        int rc =
-            resp_parse(c->query.p + pos, avail, &dd_srv.limits, dd_srv.argv, &argc, &used, &err);
+        const resp_limits *lim = c->authed ? &dd_srv.limits : &dd_srv.preauth_limits;
+        int rc = resp_parse(c->query.p + pos, avail, lim, dd_srv.argv, &argc, &used, &err);
         if (rc == RESP_ERROR) {
             protocol_error(c, err);
             return;
@@ -281,6 +326,7 @@ static void process(dd_conn *c)
     c->processing = true;
     run_commands(c);
     c->processing = false;
+    end_if_drained(c);
 }
 
 void dd_conn_resume(dd_conn *c)
@@ -288,6 +334,13 @@ void dd_conn_resume(dd_conn *c)
     c->busy = false;
     if (!c->closing && !c->quit)
         process(c);
+}
+
+void dd_conn_wait_starts(dd_conn *c)
+{
+    /* After the FIN nobody is left to be served at the wait's end. */
+    if (c->eof)
+        dd_conn_close(c);
 }
 
 static void on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf)
@@ -304,12 +357,25 @@ static void on_read(uv_stream_t *s, ssize_t n, const uv_buf_t *buf)
 {
     dd_conn *c = s->data;
     if (n < 0) {
-        /* EOF or an error: the client is gone, and with it its session. */
-        dd_conn_close(c);
+        /* EOF or an error: the client is gone, and with it its session, once what it
+         * sent before has run. A wait in progress is given up at once, and a lingering
+         * close ends here. */
+        if (c->closing)
+            return;
+        if (c->lingering || c->quit || (c->parked_job != NULL && c->parked_job->blocked)) {
+            dd_conn_close(c);
+            return;
+        }
+        c->eof = true;
+        if (n != UV_EOF)
+            c->out_dead = true; /* reset: nothing more can be written */
+        update_reading(c);
+        process(c);
         return;
     }
     if (n == 0 || c->closing)
         return;
+    c->active_ms = dd_now_ms();
     if (c->tls != NULL) {
         /* Read on after a QUIT too: the handshake may still be under way (the
          * --maxclients refusal waits for it), and a lingering close reads the client's
@@ -328,7 +394,7 @@ static void on_read(uv_stream_t *s, ssize_t n, const uv_buf_t *buf)
 
 static void update_reading(dd_conn *c)
 {
-    bool want = !c->closing &&
+    bool want = !c->closing && !c->eof &&
                 (dd_tls_handshaking(c) ||
                  (c->quit ? c->lingering : c->query.len < DD_QUERY_MAX && unsent(c) < DD_OUT_SOFT));
     if (want == c->reading)
@@ -397,6 +463,7 @@ static void on_connection(uv_stream_t *listener, int status)
     c->refs = 2;
     c->id = ++dd_srv.next_id;
     c->authed = dd_srv.requirepass == NULL;
+    c->accepted_ms = c->active_ms = dd_now_ms();
     c->next = dd_srv.conns;
     if (c->next != NULL)
         c->next->prev = c;
@@ -430,6 +497,7 @@ static void on_connection(uv_stream_t *listener, int status)
         update_reading(c);
         return;
     }
+    dd_preauth_add(c);
     update_reading(c);
 }
 
@@ -506,6 +574,7 @@ void dd_server_stop(void)
     /* Nothing is left that needs the loop: the signal watchers and the descriptor
      * watchers go, and uv_run returns. */
     dd_park_shutdown();
+    dd_deadlines_stop();
     if (!uv_is_closing((uv_handle_t *)&dd_srv.sigterm)) {
         uv_close((uv_handle_t *)&dd_srv.sigterm, NULL);
         uv_close((uv_handle_t *)&dd_srv.sigint, NULL);

@@ -158,6 +158,13 @@ void dd_cmd_extend(dd_conn *c, resp_arg *argv, size_t argc, dd_buf *out)
     j->ttl_ms = ttl;
     /* stays listed: the connection is busy until the job is done */
     j->sess = dd_session_find(c, argv[1].p, argv[1].len, j->token);
+    if (j->sess != NULL && ttl < DD_SESSION_TTL_MIN_MS) {
+        /* Its renewal goes on with the new TTL: the session floor holds. */
+        dd_reply_error(out, "ERR TTL of a session lock must be at least %d ms",
+                       DD_SESSION_TTL_MIN_MS);
+        dd_job_free(j);
+        return;
+    }
     j->work = extend_work;
     j->done = extend_done;
     dd_job_queue(j);

@@ -504,6 +504,10 @@ void dt_slow_send_and_close(dt_slow *s, redisContext *c, const char *fmt, ...)
     vsend(c, fmt, ap);
     va_end(ap);
     dh_sleep_ms(50);
+    /* A reset, not a FIN: after a FIN dlockd answers what was sent before it, and a
+     * grant would be the client's. */
+    struct linger lg = {.l_onoff = 1, .l_linger = 0};
+    setsockopt(c->fd, SOL_SOCKET, SO_LINGER, &lg, sizeof lg);
     redisFree(c);
 }
 

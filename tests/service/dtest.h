@@ -80,8 +80,8 @@ typedef struct dt_slow {
 } dt_slow;
 void dt_slow_start(dt_slow *s);
 /* Send a command (dt_send's format) on c with the server's replies made 300 ms late,
- * and close c 50 ms later: the client is gone before the server's answer reaches
- * dlockd. */
+ * and reset c 50 ms later (SO_LINGER 0): the client is gone, unable to read any reply,
+ * before the server's answer reaches dlockd. */
 void dt_slow_send_and_close(dt_slow *s, redisContext *c, const char *fmt, ...);
 /* Stop dlockd (it must exit 0), then the relay. */
 void dt_slow_stop(dt_slow *s);

@@ -315,14 +315,16 @@ static void test_maxclients(void **state)
     assert_int_equal(dt_stop(&small), 0);
 }
 
-/* Out of descriptors (a hard limit of 64): connections past it are refused by the
- * kernel or closed at once, none is half served, and dlockd serves again as soon as
- * descriptors are free. */
+/* A hard open-files limit of 256: dlockd lowers maxclients to what it allows, so that
+ * connections past it are refused with -ERR max number of clients reached, none is
+ * half served, the lock servers' connections keep their descriptors, and dlockd serves
+ * again as soon as clients leave. */
 static void test_fd_limit(void **state)
 {
     (void)state;
     dt_daemon f;
-    dt_next_nofile(64);
+    /* 112 descriptors are kept for the lock servers, 2 a client: maxclients 72. */
+    dt_next_nofile(256);
     dt_start(&f, it_srv.url, NULL);
     redisContext *a = dt_connect(&f);
     dt_lock l;

@@ -179,7 +179,7 @@ static void test_renewal(void **state)
     (void)state;
     redisContext *a = dt_connect(&dt_one);
     dt_lock l;
-    dt_expect_lock(dt_cmd(a, "LOCK renewed TTL 300"), &l);
+    dt_expect_lock(dt_cmd(a, "LOCK renewed TTL 1000"), &l);
     dh_sleep_ms(1500);
     it_expect_holder(&it_srv, "renewed", l.token);
     char key[256];
