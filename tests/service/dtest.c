@@ -81,6 +81,31 @@ static bool unix_accepts(const char *path)
 }
 
 static long next_nofile;
+static char next_log[512];
+
+void dt_next_log(const char *path)
+{
+    snprintf(next_log, sizeof next_log, "%s", path);
+}
+
+void dt_log_path(char *buf, size_t len, const char *what)
+{
+    const char *tmp = getenv("DLOCK_TEST_TMP");
+    snprintf(buf, len, "%s/dlockd-%d-%s.log", tmp != NULL ? tmp : "/tmp", (int)getpid(), what);
+}
+
+bool dt_log_has(const char *path, const char *needle)
+{
+    FILE *f = fopen(path, "r");
+    if (f == NULL)
+        return false;
+    char line[2048];
+    bool found = false;
+    while (!found && fgets(line, sizeof line, f) != NULL)
+        found = strstr(line, needle) != NULL;
+    fclose(f);
+    return found;
+}
 
 void dt_next_nofile(long n)
 {
@@ -143,9 +168,16 @@ static void start(dt_daemon *d, const char *servers, bool tls, bool plain, va_li
                 snprintf(d->unixsocket, sizeof d->unixsocket, "%s", extra[i + 1]);
         }
         argv[n] = NULL;
-        /* Its log goes to the test's stderr, which CTest shows when a test fails. */
+        /* Its log goes to the test's stderr, which CTest shows when a test fails, or
+         * to the file dt_next_log named. */
         dh_spawn_opts o = {.out_fd = -1, .err_fd = STDERR_FILENO};
+        if (next_log[0] != '\0') {
+            o.err_fd = open(next_log, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+            assert_true(o.err_fd >= 0);
+        }
         pid_t pid = dh_spawn(argv, &o);
+        if (o.err_fd != STDERR_FILENO)
+            close(o.err_fd);
         assert_true(pid > 0);
         int64_t deadline = dh_now_ms() + 10000 * dh_slack();
         while (dh_now_ms() < deadline) {
@@ -160,6 +192,7 @@ static void start(dt_daemon *d, const char *servers, bool tls, bool plain, va_li
             if (fd >= 0) {
                 close(fd);
                 d->pid = pid;
+                next_log[0] = '\0';
                 d->port = port;
                 d->tls_port = tls_port;
                 /* The unix socket is bound after the TCP port: wait for it too. */

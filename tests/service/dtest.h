@@ -34,6 +34,13 @@ void dt_start_tls(dt_daemon *d, const char *servers, bool plain, ...);
 /* Make the next dt_start's dlockd run (through prlimit(1)) with an open-files limit of n, soft and
  * hard (it cannot raise it then). */
 void dt_next_nofile(long n);
+/* Make the next dt_start's dlockd log to path (truncated) instead of the test's
+ * stderr. */
+void dt_next_log(const char *path);
+/* A log file's path in $DLOCK_TEST_TMP for this process and what. */
+void dt_log_path(char *buf, size_t len, const char *what);
+/* True when a line of the file at path contains needle. */
+bool dt_log_has(const char *path, const char *needle);
 /* SIGTERM, then wait up to 10 s (times the slack) for it to exit; returns its wait
  * status. Safe on a daemon already stopped (returns 0). */
 int dt_stop(dt_daemon *d);

@@ -1,0 +1,445 @@
+/*
+ * test_dlockd_torture: dlockd attacked as a hostile or careless client would attack
+ * it, each finding of the attack a test of its own: commands pipelined before a FIN or
+ * a close, waits after one, clients that never authenticate or send a half AUTH, idle
+ * clients, AUTH and HELLO as redis-server 7 reads them, numbers with spaces in them,
+ * session locks below the renewal's floor, a long password, waiters past the
+ * open-files limit, and a SIGTERM while the lock server is down. A real dlockd in
+ * front of a real redis-server, raw sockets and hiredis.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cmocka.h>
+
+#include "dtest.h"
+#include "itest.h"
+
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+/* A password file in the test's directory; removed by the caller. */
+static void write_pass(char *path, size_t len, const char *what, const char *pass)
+{
+    const char *tmp = getenv("DLOCK_TEST_TMP");
+    snprintf(path, len, "%s/dlockd-%d-%s.pass", tmp != NULL ? tmp : "/tmp", (int)getpid(), what);
+    FILE *f = fopen(path, "w");
+    assert_non_null(f);
+    fprintf(f, "%s\n", pass);
+    fclose(f);
+}
+
+/* A multibulk command of argc arguments (each a C string) into buf; its length. */
+static size_t resp(char *buf, size_t len, int argc, ...)
+{
+    va_list ap;
+    va_start(ap, argc);
+    size_t n = (size_t)snprintf(buf, len, "*%d\r\n", argc);
+    for (int i = 0; i < argc; i++) {
+        const char *a = va_arg(ap, const char *);
+        n += (size_t)snprintf(buf + n, len - n, "$%zu\r\n%s\r\n", strlen(a), a);
+    }
+    va_end(ap);
+    assert_true(n < len);
+    return n;
+}
+
+static void wait_gone(const char *name, int64_t bound_ms)
+{
+    char key[256];
+    it_key(key, sizeof key, name);
+    int64_t deadline = dh_now_ms() + bound_ms;
+    while (it_exists(&it_srv, key)) {
+        assert_true(dh_now_ms() < deadline);
+        dh_sleep_ms(5);
+    }
+}
+
+static void wait_info(redisContext *c, const char *field, long want, int64_t bound_ms)
+{
+    int64_t deadline = dh_now_ms() + bound_ms;
+    while (dt_info(c, field) != want) {
+        if (dh_now_ms() > deadline)
+            fail_msg("INFO %s is %ld, not %ld, after %lld ms", field, dt_info(c, field), want,
+                     (long long)bound_ms);
+        dh_sleep_ms(10);
+    }
+}
+
+/* Five DETACHED locks (so that only an UNLOCK releases them) for a pipeline to end. */
+static void five_locks(const char *prefix, dt_lock l[5])
+{
+    redisContext *a = dt_connect(&dt_one);
+    for (int i = 0; i < 5; i++)
+        dt_expect_lock(dt_cmd(a, "LOCK %s%d TTL 60000 DETACHED", prefix, i), &l[i]);
+    redisFree(a);
+}
+
+static size_t five_unlocks(char *buf, size_t len, const char *prefix, const dt_lock l[5])
+{
+    size_t n = 0;
+    for (int i = 0; i < 5; i++) {
+        char name[64];
+        snprintf(name, sizeof name, "%s%d", prefix, i);
+        n += resp(buf + n, len - n, 3, "UNLOCK", name, l[i].token);
+    }
+    return n;
+}
+
+/* Five UNLOCKs in one write, then shutdown(SHUT_WR), as `nc -N` does: every one runs
+ * and is answered, then dlockd closes. */
+static void test_dlockd_fin_pipelined(void **state)
+{
+    (void)state;
+    dt_lock l[5];
+    five_locks("fin-half-", l);
+    char req[1024], buf[256];
+    size_t n = five_unlocks(req, sizeof req, "fin-half-", l);
+    int fd = dt_raw(&dt_one);
+    dt_raw_write(fd, req, n);
+    assert_int_equal(shutdown(fd, SHUT_WR), 0);
+    bool closed;
+    dt_raw_read_all(fd, buf, sizeof buf, 5000 * dh_slack(), &closed);
+    close(fd);
+    assert_string_equal(buf, ":1\r\n:1\r\n:1\r\n:1\r\n:1\r\n");
+    assert_true(closed);
+    for (int i = 0; i < 5; i++) {
+        char name[64];
+        snprintf(name, sizeof name, "fin-half-%d", i);
+        wait_gone(name, 1000 * dh_slack());
+    }
+}
+
+/* The same written just before close(): the replies cannot all be delivered (the first
+ * draws a reset), but every UNLOCK runs. */
+static void test_dlockd_close_pipelined(void **state)
+{
+    (void)state;
+    dt_lock l[5];
+    five_locks("fin-close-", l);
+    char req[1024];
+    size_t n = five_unlocks(req, sizeof req, "fin-close-", l);
+    int fd = dt_raw(&dt_one);
+    dt_raw_write(fd, req, n);
+    close(fd);
+    for (int i = 0; i < 5; i++) {
+        char name[64];
+        snprintf(name, sizeof name, "fin-close-%d", i);
+        wait_gone(name, 2000 * dh_slack());
+    }
+    redisContext *a = dt_connect(&dt_one);
+    wait_info(a, "connected_clients", 1, 2000 * dh_slack());
+    redisFree(a);
+}
+
+/* A LOCK that must wait, sent before a FIN: nobody is left to serve, so the wait is
+ * given up and the connection closed at once (as redis-server frees a blocked client
+ * whose peer has gone); the holder is untouched. */
+static void test_dlockd_fin_wait_given_up(void **state)
+{
+    (void)state;
+    redisContext *a = dt_connect(&dt_one);
+    dt_lock l;
+    dt_expect_lock(dt_cmd(a, "LOCK fin-wait"), &l);
+    char req[256], buf[256];
+    size_t n = resp(req, sizeof req, 6, "LOCK", "fin-wait", "WAIT", "60000", "TTL", "5000");
+    int fd = dt_raw(&dt_one);
+    dt_raw_write(fd, req, n);
+    assert_int_equal(shutdown(fd, SHUT_WR), 0);
+    bool closed;
+    int64_t t0 = dh_now_ms();
+    dt_raw_read_all(fd, buf, sizeof buf, 5000 * dh_slack(), &closed);
+    close(fd);
+    assert_true(closed);
+    assert_string_equal(buf, "");
+    print_message("FIG dlockd_fin_wait_closed_ms %lld ms\n", (long long)(dh_now_ms() - t0));
+    wait_info(a, "blocked_clients", 0, 1000 * dh_slack());
+    it_expect_holder(&it_srv, "fin-wait", l.token);
+    dt_expect_int(dt_cmd(a, "UNLOCK fin-wait %s", l.token), 1);
+    redisFree(a);
+}
+
+/* Before AUTH: redis-server's limits, and a deadline. */
+static void test_dlockd_preauth(void **state)
+{
+    (void)state;
+    char pass[512], log[512], buf[512];
+    write_pass(pass, sizeof pass, "preauth", "pre auth pass");
+    dt_log_path(log, sizeof log, "preauth");
+    dt_next_log(log);
+    dt_daemon d;
+    dt_start(&d, it_srv.url, "--requirepass-file", pass, "--auth-timeout", "300", NULL);
+    unlink(pass);
+    /* An AUTH of 17 arguments, or one of 64 KB: refused at the header. */
+    static const char many[] = "*17\r\n$4\r\nAUTH\r\n";
+    assert_true(dt_raw_exchange(&d, many, sizeof many - 1, buf, sizeof buf, 5000 * dh_slack()));
+    assert_string_equal(buf, "-ERR Protocol error: unauthenticated multibulk length\r\n");
+    static const char big[] = "*2\r\n$4\r\nAUTH\r\n$65536\r\n";
+    assert_true(dt_raw_exchange(&d, big, sizeof big - 1, buf, sizeof buf, 5000 * dh_slack()));
+    assert_string_equal(buf, "-ERR Protocol error: unauthenticated bulk length\r\n");
+    /* 200 connections that never authenticate are all closed by the deadline, told
+     * why, and a real client is served meanwhile and after. */
+    enum { SILENT = 200 };
+    int fds[SILENT];
+    for (int i = 0; i < SILENT; i++)
+        fds[i] = dt_raw(&d);
+    redisContext *c = dt_connect(&d);
+    dt_expect_status(dt_cmd(c, "AUTH %s", "pre auth pass"), "OK");
+    bool closed;
+    dt_raw_read_all(fds[0], buf, sizeof buf, 5000 * dh_slack(), &closed);
+    assert_true(closed);
+    assert_string_equal(buf,
+                        "-ERR authentication timeout: no AUTH within 300 ms of connecting\r\n");
+    for (int i = 1; i < SILENT; i++) {
+        dt_raw_read_all(fds[i], buf, sizeof buf, 5000 * dh_slack(), &closed);
+        assert_true(closed);
+        close(fds[i]);
+    }
+    close(fds[0]);
+    wait_info(c, "connected_clients", 1, 2000 * dh_slack());
+    assert_true(dt_info(c, "auth_timeouts") >= SILENT);
+    /* The authenticated client outlived every deadline. */
+    dt_expect_status(dt_cmd(c, "PING"), "PONG");
+    /* After AUTH the full limits apply: 11 arguments are fine. */
+    dt_expect_error(dt_cmd(c, "ECHO 1 2 3 4 5 6 7 8 9 10"), "ERR wrong number of arguments");
+    redisFree(c);
+    assert_int_equal(dt_stop(&d), 0);
+}
+
+/* --timeout-idle: an idle client goes, with its session lock; one that waits for a lock
+ * is not idle. */
+static void test_dlockd_idle(void **state)
+{
+    (void)state;
+    dt_daemon d;
+    dt_start(&d, it_srv.url, "--timeout-idle", "1", NULL);
+    redisContext *holder = dt_connect(&d), *waiter = dt_connect(&d), *busy = dt_connect(&d);
+    dt_lock l;
+    dt_expect_lock(dt_cmd(holder, "LOCK idle-held"), &l);
+    dt_expect_lock(dt_cmd(busy, "LOCK idle-other"), &l);
+    dt_send(waiter, "LOCK idle-other WAIT 60000");
+    int64_t t0 = dh_now_ms();
+    /* busy pings every 300 ms: never idle. */
+    while (dh_now_ms() - t0 < 2500) {
+        dt_expect_status(dt_cmd(busy, "PING"), "PONG");
+        dh_sleep_ms(300);
+    }
+    wait_gone("idle-held", 2000 * dh_slack());
+    print_message("FIG dlockd_idle_closed_ms %lld ms (timeout-idle 1 s)\n",
+                  (long long)(dh_now_ms() - t0));
+    assert_int_equal(dt_info(busy, "blocked_clients"), 1);
+    assert_true(dt_info(busy, "idle_timeouts") >= 1);
+    dt_expect_int(dt_cmd(busy, "UNLOCK idle-other %s", l.token), 1);
+    dt_lock got;
+    dt_expect_lock(dt_reply(waiter), &got);
+    redisFree(holder);
+    redisFree(waiter);
+    redisFree(busy);
+    assert_int_equal(dt_stop(&d), 0);
+}
+
+/* AUTH and HELLO as redis-server 7 answers them; refused AUTHs counted and logged. */
+static void test_dlockd_auth_like_redis(void **state)
+{
+    (void)state;
+    char pass[512], log[512];
+    write_pass(pass, sizeof pass, "auth", "good");
+    dt_log_path(log, sizeof log, "auth");
+    dt_next_log(log);
+    dt_daemon d;
+    dt_start(&d, it_srv.url, "--requirepass-file", pass, NULL);
+    unlink(pass);
+    redisContext *c = dt_connect(&d);
+    dt_expect_error(dt_cmd(c, "AUTH DEFAULT good"), "WRONGPASS");
+    dt_expect_error(dt_cmd(c, "HELLO AUTH default good"),
+                    "ERR Protocol version is not an integer or out of range");
+    dt_expect_error(dt_cmd(c, "HELLO 2 AUTH default good AUTH default bad"), "WRONGPASS");
+    dt_expect_error(dt_cmd(c, "PING"), "NOAUTH");
+    dt_expect_error(dt_cmd(c, "HELLO 2 SETNAME early"), "NOAUTH HELLO must be called");
+    dt_expect_error(dt_cmd(c, "HELLO 2 AUTH default good SETNAME n x"),
+                    "ERR Syntax error in HELLO option 'x'");
+    dt_expect_error(dt_cmd(c, "PING"), "NOAUTH");
+    redisReply *r = dt_cmd(c, "HELLO 2 AUTH default bad AUTH default good SETNAME named");
+    assert_int_equal(r->type, REDIS_REPLY_ARRAY);
+    freeReplyObject(r);
+    redisReply *name = dt_cmd(c, "CLIENT GETNAME");
+    assert_string_equal(name->str, "named");
+    freeReplyObject(name);
+    /* An authenticated connection stays so after a refused AUTH, as in redis-server. */
+    dt_expect_error(dt_cmd(c, "AUTH bad"), "WRONGPASS");
+    dt_expect_status(dt_cmd(c, "PING"), "PONG");
+    assert_int_equal(dt_info(c, "acl_access_denied_auth"), 3);
+    redisFree(c);
+    assert_int_equal(dt_stop(&d), 0);
+    assert_true(dt_log_has(log, "AUTH refused for client"));
+    unlink(log);
+}
+
+/* Numbers as redis-server's string2ll reads them. */
+static void test_dlockd_numbers(void **state)
+{
+    (void)state;
+    redisContext *c = dt_connect(&dt_one);
+    static const char *const bad[] = {"\t2000", " 2000", "2000\n", "2000 ", "+2000",
+                                      "02000",  "-0",    "",       "2e3",   "99999999999999999999"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
+        dt_expect_error(dt_cmd(c, "LOCK num TTL %s DETACHED", bad[i]), "ERR TTL must be");
+    dt_expect_error(dt_cmd(c, "LOCK num TTL 2000 WAIT -01"), "ERR WAIT must be");
+    dt_lock l;
+    dt_expect_lock(dt_cmd(c, "LOCK num TTL 2000 WAIT -1"), &l);
+    dt_expect_int(dt_cmd(c, "UNLOCK num %s", l.token), 1);
+    redisFree(c);
+}
+
+/* A session lock's TTL is at least the renewal's floor; DETACHED ones keep 10 ms. */
+static void test_dlockd_session_floor(void **state)
+{
+    (void)state;
+    redisContext *c = dt_connect(&dt_one);
+    dt_expect_error(dt_cmd(c, "LOCK floor TTL 999"),
+                    "ERR TTL of a session lock must be at least 1000 ms");
+    dt_expect_error(dt_cmd(c, "SEM ACQUIRE floor-sem 2 TTL 50"),
+                    "ERR TTL of a session lock must be at least 1000 ms");
+    dt_lock l;
+    dt_expect_lock(dt_cmd(c, "LOCK floor-detached TTL 10 DETACHED"), &l);
+    dt_expect_lock(dt_cmd(c, "LOCK floor TTL 1000"), &l);
+    dt_expect_error(dt_cmd(c, "EXTEND floor %s 500", l.token),
+                    "ERR TTL of a session lock must be at least 1000 ms");
+    dt_expect_int(dt_cmd(c, "EXTEND floor %s 1000", l.token), 1);
+    dt_expect_int(dt_cmd(c, "UNLOCK floor %s", l.token), 1);
+    redisFree(c);
+}
+
+/* The password file is read whole; one no client could send is refused at start. */
+static void test_dlockd_long_password(void **state)
+{
+    (void)state;
+    char pass[512], *pw = malloc(20001);
+    assert_non_null(pw);
+    for (int i = 0; i < 2000; i++)
+        pw[i] = (char)('a' + i % 26);
+    pw[2000] = '\0';
+    write_pass(pass, sizeof pass, "long", pw);
+    dt_daemon d;
+    dt_start(&d, it_srv.url, "--requirepass-file", pass, NULL);
+    redisContext *c = dt_connect(&d);
+    pw[1023] = '\0';
+    dt_expect_error(dt_cmd(c, "AUTH %s", pw), "WRONGPASS");
+    pw[1023] = 'a' + 1023 % 26;
+    dt_expect_status(dt_cmd(c, "AUTH %s", pw), "OK");
+    redisFree(c);
+    assert_int_equal(dt_stop(&d), 0);
+
+    memset(pw, 'x', 20000);
+    pw[20000] = '\0';
+    write_pass(pass, sizeof pass, "long", pw);
+    dt_run r;
+    const char *argv[] = {getenv("DLOCKD"), "-s", it_srv.url, "--requirepass-file", pass, NULL};
+    r.status = dh_run(argv, NULL, r.out, sizeof r.out, r.err, sizeof r.err);
+    unlink(pass);
+    free(pw);
+    assert_int_equal(r.status, 64);
+    assert_non_null(strstr(r.err, "longer than the 16384 a client may send before AUTH"));
+}
+
+/* 600 descriptors: maxclients is lowered to what they allow (2 a waiter), so waiters
+ * past it are refused as clients, never given -UNAVAILABLE, and the holder's UNLOCK
+ * serves the first waiter. */
+static void test_dlockd_descriptors(void **state)
+{
+    (void)state;
+    char log[512];
+    dt_log_path(log, sizeof log, "fds");
+    dt_next_log(log);
+    dt_next_nofile(600);
+    dt_daemon d;
+    dt_start(&d, it_srv.url, "--maxclients", "1000", NULL);
+    assert_true(dt_log_has(log, "maxclients lowered from 1000 to 244"));
+    redisContext *holder = dt_connect(&d);
+    dt_lock l;
+    dt_expect_lock(dt_cmd(holder, "LOCK fds"), &l);
+    enum { WAITERS = 300 };
+    redisContext **w = calloc(WAITERS, sizeof *w);
+    assert_non_null(w);
+    for (int i = 0; i < WAITERS; i++) {
+        w[i] = dt_connect(&d);
+        dt_send(w[i], "LOCK fds WAIT 60000 FAIR");
+    }
+    /* Each is parked or refused as a client: none fails for want of a descriptor. The
+     * parked never leave, so at most 243 (244 clients, the holder one of them). */
+    int64_t deadline = dh_now_ms() + 10000 * dh_slack();
+    long parked, refused;
+    while ((parked = dt_info(holder, "blocked_clients")) +
+               (refused = dt_info(holder, "rejected_connections")) <
+           WAITERS) {
+        if (dh_now_ms() > deadline)
+            fail_msg("%ld parked and %ld refused of %d waiters", parked, refused, WAITERS);
+        dh_sleep_ms(20);
+    }
+    print_message("FIG dlockd_descriptors_waiters %ld parked, %ld refused\n", parked, refused);
+    assert_int_equal(parked + refused, WAITERS);
+    assert_true(parked <= 243 && parked >= 200);
+    assert_int_equal(dt_info(holder, "errors_unavailable"), 0);
+    dt_expect_int(dt_cmd(holder, "UNLOCK fds %s", l.token), 1);
+    assert_int_equal(dt_info(holder, "errors_unavailable"), 0);
+    for (int i = 0; i < WAITERS; i++)
+        redisFree(w[i]);
+    free(w);
+    redisFree(holder);
+    assert_int_equal(dt_stop(&d), 0);
+    unlink(log);
+}
+
+/* SIGTERM with the lock server gone: exit 0, and the log says how many session locks
+ * could not be released and why. */
+static void test_dlockd_sigterm_counts(void **state)
+{
+    (void)state;
+    char log[512];
+    dt_log_path(log, sizeof log, "sigterm");
+    dt_fresh f;
+    dt_next_log(log);
+    redisContext *a = dt_fresh_start(&f, 1);
+    enum { HELD = 20 };
+    redisContext *c[HELD];
+    for (int i = 0; i < HELD; i++) {
+        c[i] = dt_connect(&f.d);
+        dt_lock l;
+        dt_expect_lock(dt_cmd(c[i], "LOCK term-%d", i), &l);
+    }
+    dh_server_kill(&f.srv[0]);
+    assert_int_equal(dt_stop(&f.d), 0);
+    assert_true(dt_log_has(log, "20 session locks to release"));
+    assert_true(dt_log_has(log, "released 0 session locks at their clients' close; 20 could "
+                                "not be released"));
+    for (int i = 0; i < HELD; i++)
+        redisFree(c[i]);
+    redisFree(a);
+    dh_server_stop(&f.srv[0]);
+    unlink(log);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_dlockd_fin_pipelined),
+        cmocka_unit_test(test_dlockd_close_pipelined),
+        cmocka_unit_test(test_dlockd_fin_wait_given_up),
+        cmocka_unit_test(test_dlockd_preauth),
+        cmocka_unit_test(test_dlockd_idle),
+        cmocka_unit_test(test_dlockd_auth_like_redis),
+        cmocka_unit_test(test_dlockd_numbers),
+        cmocka_unit_test(test_dlockd_session_floor),
+        cmocka_unit_test(test_dlockd_long_password),
+        cmocka_unit_test(test_dlockd_descriptors),
+        cmocka_unit_test(test_dlockd_sigterm_counts),
+    };
+    return cmocka_run_group_tests(tests, dt_one_setup, dt_one_teardown);
+}
