@@ -141,12 +141,16 @@ static int start(dlock_client *c, const char *name, const dlock_opts *opts, int6
     /* A client already listening for wake-ups (it waited moments ago) queues with its
      * first attempt: no try and retry when the lock is busy, as it is when a name
      * passes from hand to hand. One that holds the name itself makes no attempt at
-     * all: the attempt could only be refused, and its release will queue us. */
+     * all: the attempt could only be refused, and its release will queue us. Not a
+     * FAIR waiter: its place in the arrival order is its entry in the servers' queue,
+     * made by its first attempt; waiting in the client instead, it would have none
+     * until its holder's release, and waiters of other clients (another dlockd) that
+     * arrived after it would be served first. */
     int64_t own_until = 0;
     if (rc == DLOCK_OK && wait_ms != 0 &&
         dlock__wait_join(c, p->l->token, true, heir_request(p), p->ticket, &p->w) == DLOCK_OK) {
         dlock__request_set_ticket(&p->q, p->ticket);
-        if (dlock__release_has_heirs(c))
+        if (dlock__release_has_heirs(c) && !p->q.fair)
             own_until = dlock__wait_behind_own(c, p->w, name, p->l->name_len, false);
     }
     if (rc == DLOCK_OK)

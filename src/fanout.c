@@ -57,6 +57,35 @@ static int send_cmd(dlock__conn *c, dlock__req *r, const char *cmd, size_t len)
     return rc;
 }
 
+/* Take the late replies c owes until it owes fewer than SKIP_MAX, waiting for them
+ * until deadline_us; false when they do not come (or the stream is out of step). A
+ * burst of commands sent without awaiting their replies (the leaves of a hundred
+ * waiters given up at once) piles them up faster than the server answers; closing the
+ * connection then would reset it, and the server drops what it had received and not
+ * yet run, the leaves among it: a waiter would stay counted until its entry expired. */
+static bool drain_owed(dlock__conn *c, int64_t deadline_us)
+{
+    char detail[160];
+    while (c->skip >= SKIP_MAX) {
+        int64_t left = deadline_us - dlock__now_us();
+        if (left <= 0)
+            return false;
+        struct pollfd p = {.fd = c->fd, .events = POLLIN};
+        int n = poll(&p, 1, (int)((left + 999) / 1000));
+        if (n < 0 && errno != EINTR)
+            return false;
+        if (n <= 0)
+            continue;
+        redisReply *extra = NULL;
+        if (dlock__conn_read(c, detail, sizeof detail) != DLOCK_OK ||
+            dlock__conn_next_reply(c, &extra, detail, sizeof detail) != DLOCK_OK || extra != NULL) {
+            freeReplyObject(extra); /* a reply nobody owed: out of step */
+            return false;
+        }
+    }
+    return true;
+}
+
 /* Send r on c, now or once c's handshake is done: the start of node i's part of the
  * round, and its restart after a cluster's redirection. */
 static void start(dlock__conn *c, dlock__req *r)
@@ -79,7 +108,8 @@ static void start(dlock__conn *c, dlock__req *r)
          * these commands are token-checked, so even run in the wrong database (a
          * refused SELECT) or refused with the handshake, they do no harm, and the
          * server may have run the command we are cleaning up after. */
-        if (c->skip >= 2 * SKIP_MAX) {
+        if (c->skip >= 2 * SKIP_MAX &&
+            (c->state != DLOCK_CONN_READY || !drain_owed(c, r->deadline_us))) {
             dlock__conn_close(c);
             r->done = true;
             return;

@@ -426,6 +426,148 @@ static void test_dlockd_sigterm_counts(void **state)
     unlink(log);
 }
 
+/* A second SIGTERM while the releases hang on a paused lock server: dlockd exits at
+ * once (status 1) and says how many session locks it leaves to their leases, counting
+ * those whose release was under way (it used to say 0). */
+static void test_dlockd_second_sigterm(void **state)
+{
+    (void)state;
+    char log[512];
+    dt_log_path(log, sizeof log, "sigterm2");
+    dt_fresh f;
+    dt_next_log(log);
+    redisContext *a = dt_fresh_start(&f, 1);
+    enum { HELD = 100 };
+    redisContext *c[HELD];
+    for (int i = 0; i < HELD; i++) {
+        c[i] = dt_connect(&f.d);
+        dt_lock l;
+        dt_expect_lock(dt_cmd(c[i], "LOCK term2-%d", i), &l);
+    }
+    dh_server_pause(&f.srv[0]);
+    kill(f.d.pid, SIGTERM);
+    dh_sleep_ms(200);
+    kill(f.d.pid, SIGTERM);
+    int status = 0;
+    assert_true(dh_reap(f.d.pid, 5000 * dh_slack(), &status));
+    f.d.pid = 0;
+    dh_server_resume(&f.srv[0]);
+    assert_true(WIFEXITED(status) && WEXITSTATUS(status) == 1);
+    /* Each release waits out the per-server deadline on the paused server, eight at a
+     * time: most of the 100 are still held or under way after 200 ms. */
+    FILE *fl = fopen(log, "r");
+    assert_non_null(fl);
+    char line[1024];
+    long left = -1;
+    while (fgets(line, sizeof line, fl) != NULL) {
+        const char *p = strstr(line, "again: exiting without releasing ");
+        if (p != NULL)
+            left = strtol(p + strlen("again: exiting without releasing "), NULL, 10);
+    }
+    fclose(fl);
+    print_message("FIG dlockd_second_sigterm_left %ld of %d\n", left, HELD);
+    assert_true(left > HELD / 2 && left <= HELD);
+    for (int i = 0; i < HELD; i++)
+        redisFree(c[i]);
+    redisFree(a);
+    dh_server_stop(&f.srv[0]);
+    unlink(log);
+}
+
+/* FAIR waiters spread over two dlockds in front of one server are served in arrival
+ * order: each is queued on the server when it arrives, the waiters of the holder's own
+ * dlockd too (they used to wait in that dlockd alone, reaching the queue only after
+ * the other dlockd's later waiters). */
+static void test_dlockd_fair_two_daemons(void **state)
+{
+    (void)state;
+    enum { WAITERS = 8 };
+    dt_daemon b;
+    dt_start(&b, it_srv.url, NULL);
+    redisContext *holder = dt_connect(&dt_one), *w[WAITERS];
+    dt_lock l;
+    dt_expect_lock(dt_cmd(holder, "LOCK fair2 TTL 5000"), &l);
+    char queue[256];
+    it_queue_key(queue, sizeof queue, "fair2");
+    for (int i = 0; i < WAITERS; i++) {
+        w[i] = dt_connect(i % 2 == 0 ? &dt_one : &b);
+        dt_send(w[i], "LOCK fair2 TTL 5000 WAIT 30000 FAIR");
+        /* Arrived: queued on the server before the next one comes. */
+        int64_t deadline = dh_now_ms() + 3000 * dh_slack();
+        while (it_int_reply(dh_cmd(&it_srv, "ZCARD %s", queue)) != i + 1) {
+            if (dh_now_ms() > deadline)
+                fail_msg("waiter %d (dlockd %s) is not queued on the server", i,
+                         i % 2 == 0 ? "A, the holder's" : "B");
+            dh_sleep_ms(5);
+        }
+    }
+    dt_expect_int(dt_cmd(holder, "UNLOCK fair2 %s", l.token), 1);
+    for (int i = 0; i < WAITERS; i++) {
+        /* The next in arrival order gets it; another would hold it and keep this one
+         * waiting past the read timeout. */
+        struct timeval tv = {(long)(5 * dh_slack()), 0};
+        redisSetTimeout(w[i], tv);
+        redisReply *r = NULL;
+        if (redisGetReply(w[i], (void **)&r) != REDIS_OK || r == NULL)
+            fail_msg("waiter %d was not served next", i);
+        dt_expect_lock(r, &l);
+        dt_expect_int(dt_cmd(w[i], "UNLOCK fair2 %s", l.token), 1);
+    }
+    for (int i = 0; i < WAITERS; i++)
+        redisFree(w[i]);
+    redisFree(holder);
+    assert_int_equal(dt_stop(&b), 0);
+}
+
+/* 100 RESERVEs wait; 50 of their connections are reset: STOCK STATUS counts 50 waiters
+ * at once. The 50 leaves go out back to back on one of dlockd's connections to the
+ * server; before, once 32 replies were owed the connection was closed, the kernel reset
+ * it, and the server dropped the leaves it had not run yet. */
+static void test_dlockd_stock_reset_waiters(void **state)
+{
+    (void)state;
+    enum { WAITERS = 100, RESET = 50 };
+    redisContext *a = dt_connect(&dt_one), *w[WAITERS];
+    /* One unit, reserved: the waiters wait for a cancel that could free it. */
+    freeReplyObject(dt_cmd(a, "STOCK SET reset-sku 1"));
+    redisReply *id = dt_cmd(a, "STOCK RESERVE reset-sku 1 TTL 60000");
+    assert_int_equal(id->type, REDIS_REPLY_STRING);
+    for (int i = 0; i < WAITERS; i++) {
+        w[i] = dt_connect(&dt_one);
+        dt_send(w[i], "STOCK RESERVE reset-sku 1 WAIT 60000");
+    }
+    wait_info(a, "waiting_reserves", WAITERS, 5000 * dh_slack());
+    struct linger lg = {.l_onoff = 1, .l_linger = 0};
+    for (int i = 0; i < RESET; i++) {
+        setsockopt(w[i]->fd, SOL_SOCKET, SO_LINGER, &lg, sizeof lg);
+        redisFree(w[i]);
+    }
+    wait_info(a, "waiting_reserves", WAITERS - RESET, 5000 * dh_slack());
+    int64_t t0 = dh_now_ms(), deadline = t0 + 1000 * dh_slack();
+    long long waiters = -1;
+    for (;;) {
+        redisReply *r = dt_cmd(a, "STOCK STATUS reset-sku");
+        assert_int_equal(r->type, REDIS_REPLY_ARRAY);
+        assert_int_equal(r->elements, 12);
+        assert_string_equal(r->element[10]->str, "waiters");
+        waiters = r->element[11]->integer;
+        freeReplyObject(r);
+        if (waiters == WAITERS - RESET)
+            break;
+        if (dh_now_ms() > deadline)
+            fail_msg("STOCK STATUS counts %lld waiters, not %d", waiters, WAITERS - RESET);
+        dh_sleep_ms(10);
+    }
+    print_message("FIG dlockd_stock_reset_waiters_gone_ms %lld ms\n",
+                  (long long)(dh_now_ms() - t0));
+    for (int i = RESET; i < WAITERS; i++)
+        redisFree(w[i]);
+    wait_info(a, "waiting_reserves", 0, 5000 * dh_slack());
+    dt_expect_int(dt_cmd(a, "STOCK CANCEL reset-sku %s", id->str), 1);
+    freeReplyObject(id);
+    redisFree(a);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -440,6 +582,9 @@ int main(void)
         cmocka_unit_test(test_dlockd_long_password),
         cmocka_unit_test(test_dlockd_descriptors),
         cmocka_unit_test(test_dlockd_sigterm_counts),
+        cmocka_unit_test(test_dlockd_second_sigterm),
+        cmocka_unit_test(test_dlockd_fair_two_daemons),
+        cmocka_unit_test(test_dlockd_stock_reset_waiters),
     };
     return cmocka_run_group_tests(tests, dt_one_setup, dt_one_teardown);
 }
