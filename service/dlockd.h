@@ -323,8 +323,9 @@ int dd_tls_accept(dd_conn *c);
  * after a quit. */
 bool dd_tls_handshaking(const dd_conn *c);
 /* Bytes read from the client: the handshake goes on, and what they decrypt to is
- * appended to c->query (dropped once c->quit). -1: the connection must close (a failed
- * handshake, bad records, the client's close_notify). */
+ * appended to c->query (dropped once c->quit). 1: the client's close_notify came (its
+ * FIN, as far as TLS goes); -1: the connection must close (a failed handshake, bad
+ * records). */
 int dd_tls_feed(dd_conn *c, const char *p, size_t n);
 /* The replies of plain (emptied) as records appended to wire; -1 on failure. */
 int dd_tls_seal(dd_conn *c, dd_buf *plain, dd_buf *wire);

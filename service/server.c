@@ -353,24 +353,28 @@ static void on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf)
     *buf = uv_buf_init(chunk, sizeof chunk);
 }
 
+/* The client's FIN (its close_notify over TLS), or a reset: it is gone, and with it
+ * its session, once what it sent before has run. A wait in progress is given up at
+ * once, and a lingering close ends here. */
+static void client_done(dd_conn *c, bool reset)
+{
+    if (c->lingering || c->quit || (c->parked_job != NULL && c->parked_job->blocked)) {
+        dd_conn_close(c);
+        return;
+    }
+    c->eof = true;
+    if (reset)
+        c->out_dead = true; /* nothing more can be written */
+    update_reading(c);
+    process(c);
+}
+
 static void on_read(uv_stream_t *s, ssize_t n, const uv_buf_t *buf)
 {
     dd_conn *c = s->data;
     if (n < 0) {
-        /* EOF or an error: the client is gone, and with it its session, once what it
-         * sent before has run. A wait in progress is given up at once, and a lingering
-         * close ends here. */
-        if (c->closing)
-            return;
-        if (c->lingering || c->quit || (c->parked_job != NULL && c->parked_job->blocked)) {
-            dd_conn_close(c);
-            return;
-        }
-        c->eof = true;
-        if (n != UV_EOF)
-            c->out_dead = true; /* reset: nothing more can be written */
-        update_reading(c);
-        process(c);
+        if (!c->closing)
+            client_done(c, n != UV_EOF);
         return;
     }
     if (n == 0 || c->closing)
@@ -380,8 +384,11 @@ static void on_read(uv_stream_t *s, ssize_t n, const uv_buf_t *buf)
         /* Read on after a QUIT too: the handshake may still be under way (the
          * --maxclients refusal waits for it), and a lingering close reads the client's
          * close_notify. */
-        if (dd_tls_feed(c, buf->base, (size_t)n) != 0)
+        int rc = dd_tls_feed(c, buf->base, (size_t)n);
+        if (rc < 0)
             dd_conn_close(c);
+        else if (rc > 0)
+            client_done(c, false);
         else
             process(c);
         return;

@@ -335,6 +335,8 @@ int dd_tls_feed(dd_conn *c, const char *p, size_t n)
                 shrink(t, true);
             return 0;
         }
+        if (e == SSL_ERROR_ZERO_RETURN)
+            return 1; /* close_notify: what came before it is in the query buffer */
         const char *why = failure(e);
         if (why != NULL && !c->lingering) {
             snprintf(what, sizeof what, "TLS: %s", why);

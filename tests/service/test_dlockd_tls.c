@@ -251,6 +251,30 @@ static void test_pipeline(void **state)
     dt_tls_close(&t);
 }
 
+/* Commands written just before the client's close_notify (its FIN, as far as TLS goes)
+ * all run and are answered, as on a plain connection. */
+static void test_pipeline_then_close_notify(void **state)
+{
+    (void)state;
+    enum { N = 100 };
+    dt_tls t;
+    assert_true(dt_tls_open(&t, d.tls_port, certs, NULL));
+    size_t len;
+    char *all = dt_numbered_pipeline("PING", N, &len);
+    assert_true(dt_tls_write(&t, all, len));
+    free(all);
+    assert_true(SSL_shutdown(t.ssl) >= 0);
+    for (int i = 0; i < N; i++) {
+        redisReply *r = dt_tls_reply(&t);
+        if (r == NULL)
+            fail_msg("no reply %d of %d after the close_notify", i, N);
+        assert_int_equal(atoi(r->str), i);
+        freeReplyObject(r);
+    }
+    assert_null(dt_tls_reply(&t)); /* then closed */
+    dt_tls_close(&t);
+}
+
 /* --maxclients counts TLS clients, which get the refusal once their handshake is done;
  * a TLS client that never reads is held to the same buffers as a plain one. */
 static void test_limits(void **state)
@@ -464,6 +488,7 @@ int main(void)
         cmocka_unit_test(test_handshake_timeout),
         cmocka_unit_test(test_garbage_after_handshake),
         cmocka_unit_test(test_pipeline),
+        cmocka_unit_test(test_pipeline_then_close_notify),
         cmocka_unit_test(test_limits),
         cmocka_unit_test(test_session_lock_killed_client),
         cmocka_unit_test(test_rediss_servers),
