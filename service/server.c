@@ -64,6 +64,7 @@ static size_t unsent(const dd_conn *c)
 
 static void process(dd_conn *c);
 static void update_reading(dd_conn *c);
+static void client_done(dd_conn *c, bool reset);
 
 /* ---- closing -------------------------------------------------------------------------- */
 
@@ -152,17 +153,9 @@ static void on_written(uv_write_t *req, int status)
     free(w);
     if (c->closing)
         return;
-    if (status < 0 && (c->quit || (c->parked_job != NULL && c->parked_job->blocked))) {
-        dd_conn_close(c);
-        return;
-    }
     if (status < 0) {
         /* The client is gone: what it sent still runs, unanswered. */
-        c->out_dead = true;
-        c->out.len = 0;
-        c->eof = true;
-        update_reading(c);
-        process(c);
+        client_done(c, true);
         return;
     }
     if (c->out.len > 0) {
