@@ -44,7 +44,9 @@ test: tests
 test-faults: tests
 	cd $(BUILD) && ctest --output-on-failure -j $(jobs) -L faults
 
-# The composed soak: every fault kind at once, 10 minutes (DLOCK_SOAK_SECONDS sets it;
+# The composed soaks, one after the other: the library's (every fault kind at once),
+# then dlockd's (hundreds of clients over two dlockds, bursts, half-closes, resets,
+# pre-AUTH floods, lock-server pauses), 10 minutes each (DLOCK_SOAK_SECONDS sets both;
 # CI runs 120 s). A failure's log starts with the seed: DLOCK_TEST_SEED repeats it.
 soak: tests
 	cd $(BUILD) && ctest --output-on-failure -L soak
