@@ -175,7 +175,12 @@ static void test_dlockd_preauth(void **state)
     dt_log_path(log, sizeof log, "preauth");
     dt_next_log(log);
     dt_daemon d;
-    dt_start(&d, it_srv.url, "--requirepass-file", pass, "--auth-timeout", "300", NULL);
+    /* 300 ms, times the slack: the test's own AUTH must come well within it. */
+    char timeout[32], told[128];
+    snprintf(timeout, sizeof timeout, "%lld", 300 * dh_slack());
+    snprintf(told, sizeof told,
+             "-ERR authentication timeout: no AUTH within %s ms of connecting\r\n", timeout);
+    dt_start(&d, it_srv.url, "--requirepass-file", pass, "--auth-timeout", timeout, NULL);
     unlink(pass);
     /* An AUTH of 17 arguments, or one of 64 KB: refused at the header. */
     static const char many[] = "*17\r\n$4\r\nAUTH\r\n";
@@ -195,8 +200,7 @@ static void test_dlockd_preauth(void **state)
     bool closed;
     dt_raw_read_all(fds[0], buf, sizeof buf, 5000 * dh_slack(), &closed);
     assert_true(closed);
-    assert_string_equal(buf,
-                        "-ERR authentication timeout: no AUTH within 300 ms of connecting\r\n");
+    assert_string_equal(buf, told);
     for (int i = 1; i < SILENT; i++) {
         dt_raw_read_all(fds[i], buf, sizeof buf, 5000 * dh_slack(), &closed);
         assert_true(closed);
@@ -219,7 +223,7 @@ static void test_dlockd_idle(void **state)
 {
     (void)state;
     dt_daemon d;
-    dt_start(&d, it_srv.url, "--timeout-idle", "1", NULL);
+    dt_start(&d, it_srv.url, "--timeout-idle", "2", NULL);
     redisContext *holder = dt_connect(&d), *waiter = dt_connect(&d), *busy = dt_connect(&d);
     dt_lock l;
     dt_expect_lock(dt_cmd(holder, "LOCK idle-held"), &l);
@@ -227,12 +231,12 @@ static void test_dlockd_idle(void **state)
     dt_send(waiter, "LOCK idle-other WAIT 60000");
     int64_t t0 = dh_now_ms();
     /* busy pings every 300 ms: never idle. */
-    while (dh_now_ms() - t0 < 2500) {
+    while (dh_now_ms() - t0 < 4000) {
         dt_expect_status(dt_cmd(busy, "PING"), "PONG");
         dh_sleep_ms(300);
     }
     wait_gone("idle-held", 2000 * dh_slack());
-    print_message("FIG dlockd_idle_closed_ms %lld ms (timeout-idle 1 s)\n",
+    print_message("FIG dlockd_idle_closed_ms %lld ms (timeout-idle 2 s)\n",
                   (long long)(dh_now_ms() - t0));
     assert_int_equal(dt_info(busy, "blocked_clients"), 1);
     assert_true(dt_info(busy, "idle_timeouts") >= 1);
@@ -308,7 +312,7 @@ static void test_dlockd_session_floor(void **state)
     dt_expect_error(dt_cmd(c, "SEM ACQUIRE floor-sem 2 TTL 50"),
                     "ERR TTL of a session lock must be at least 1000 ms");
     dt_lock l;
-    dt_expect_lock(dt_cmd(c, "LOCK floor-detached TTL 10 DETACHED"), &l);
+    dt_expect_lock(dt_cmd(c, "LOCK floor-detached TTL 100 DETACHED"), &l);
     dt_expect_lock(dt_cmd(c, "LOCK floor TTL 1000"), &l);
     dt_expect_error(dt_cmd(c, "EXTEND floor %s 500", l.token),
                     "ERR TTL of a session lock must be at least 1000 ms");
@@ -370,17 +374,22 @@ static void test_dlockd_descriptors(void **state)
     assert_non_null(w);
     for (int i = 0; i < WAITERS; i++) {
         w[i] = dt_connect(&d);
-        dt_send(w[i], "LOCK fds WAIT 60000 FAIR");
+        dt_send(w[i], "LOCK fds WAIT -1 FAIR");
     }
     /* Each is parked or refused as a client: none fails for want of a descriptor. The
-     * parked never leave, so at most 243 (244 clients, the holder one of them). */
+     * parked never leave (WAIT -1: a slow machine's connects must not outlast a WAIT),
+     * so at most 243 (244 clients, the holder one of them). */
     int64_t deadline = dh_now_ms() + 10000 * dh_slack();
     long parked, refused;
     while ((parked = dt_info(holder, "blocked_clients")) +
                (refused = dt_info(holder, "rejected_connections")) <
            WAITERS) {
         if (dh_now_ms() > deadline)
-            fail_msg("%ld parked and %ld refused of %d waiters", parked, refused, WAITERS);
+            fail_msg("%ld parked and %ld refused of %d waiters (clients %ld, waits %ld, not "
+                     "acquired %ld, errors %ld)",
+                     parked, refused, WAITERS, dt_info(holder, "connected_clients"),
+                     dt_info(holder, "waits"), dt_info(holder, "locks_not_acquired"),
+                     dt_info(holder, "errors_err"));
         dh_sleep_ms(20);
     }
     print_message("FIG dlockd_descriptors_waiters %ld parked, %ld refused\n", parked, refused);
