@@ -83,6 +83,11 @@
 /* Descriptors a client can cost: its socket, and the wake-up eventfd of a LOCK, SEM
  * ACQUIRE or STOCK RESERVE that waits. */
 #define DD_FDS_PER_CLIENT 2
+/* Clients refused past --maxclients that linger (their error written, their input
+ * drained for DD_LINGER_MS, so that a reset cannot destroy the error): past this many,
+ * a refused client is closed as soon as its error is written, so that a flood of
+ * connections costs a bounded number of descriptors. */
+#define DD_REFUSED_LINGER_MAX 32
 
 /* ---- reply.c ------------------------------------------------------------------------ */
 
@@ -175,6 +180,7 @@ typedef struct dd_server {
     int nconns;       /* open (not closing) */
     int nconns_alloc; /* allocated, closing ones included */
     uint64_t next_id;
+    int refused_open;     /* connections refused past --maxclients still open */
     int session_locks;    /* held by open connections, permits included */
     atomic_int releasing; /* session locks handed to a release not yet done */
     int session_permits;  /* of them, semaphore permits */
@@ -221,6 +227,7 @@ typedef struct dd_conn {
     bool lingering;         /* quit: replies written, FIN sent, draining until EOF */
     uv_shutdown_t shutdown; /* the FIN of a lingering close */
     bool authed;
+    bool refused;  /* past --maxclients: told so, then closed */
     bool eof;      /* the client sent its FIN (or reset): what it sent before is run,
                       then the connection closes; nothing more is read */
     bool out_dead; /* a write failed: replies are dropped, the commands still run */

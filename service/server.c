@@ -99,6 +99,8 @@ void dd_conn_close(dd_conn *c)
         return;
     c->closing = true;
     dd_srv.nconns--;
+    if (c->refused)
+        dd_srv.refused_open--;
     dd_preauth_remove(c);
     /* Pending writes are canceled by uv_close: their callbacks run before the close
      * callback, and free their buffers. */
@@ -163,7 +165,9 @@ static void on_written(uv_write_t *req, int status)
         return;
     }
     if (c->quit) {
-        if (!c->lingering)
+        if (c->refused && dd_srv.refused_open > DD_REFUSED_LINGER_MAX)
+            dd_conn_close(c); /* a flood: its descriptors are bounded, not its error */
+        else if (!c->lingering)
             linger(c);
         return;
     }
@@ -488,6 +492,8 @@ static void on_connection(uv_stream_t *listener, int status)
     }
     if (dd_srv.nconns > dd_srv.maxclients) {
         dd_srv.stats.rejected_connections++;
+        c->refused = true;
+        dd_srv.refused_open++;
         dd_buf b = {0};
         dd_reply_error(&b, "ERR max number of clients reached");
         dd_conn_reply(c, &b);

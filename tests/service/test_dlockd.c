@@ -323,7 +323,8 @@ static void test_fd_limit(void **state)
 {
     (void)state;
     dt_daemon f;
-    /* 112 descriptors are kept for the lock servers, 2 a client: maxclients 72. */
+    /* 144 descriptors are kept (the lock servers, refused clients), 2 a client:
+     * maxclients 56. */
     dt_next_nofile(256);
     dt_start(&f, it_srv.url, NULL);
     redisContext *a = dt_connect(&f);
