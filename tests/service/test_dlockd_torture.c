@@ -25,7 +25,6 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-/* A password file in the test's directory; removed by the caller. */
 static void write_pass(char *path, size_t len, const char *what, const char *pass)
 {
     const char *tmp = getenv("DLOCK_TEST_TMP");
@@ -73,7 +72,7 @@ static void wait_info(redisContext *c, const char *field, long want, int64_t bou
     }
 }
 
-/* Five DETACHED locks (so that only an UNLOCK releases them) for a pipeline to end. */
+/* Five DETACHED locks (only an UNLOCK releases them) for a pipeline to end. */
 static void five_locks(const char *prefix, dt_lock l[5])
 {
     redisContext *a = dt_connect(&dt_one);
@@ -117,8 +116,7 @@ static void test_dlockd_fin_pipelined(void **state)
     }
 }
 
-/* The same written just before close(): the replies cannot all be delivered (the first
- * draws a reset), but every UNLOCK runs. */
+/* The same just before close(): not every reply can be delivered, but every UNLOCK runs. */
 static void test_dlockd_close_pipelined(void **state)
 {
     (void)state;
@@ -386,10 +384,8 @@ static void test_dlockd_descriptors(void **state)
                (refused = dt_info(holder, "rejected_connections")) <
            WAITERS) {
         if (dh_now_ms() > deadline)
-            fail_msg("%ld waited and %ld refused of %d waiters (clients %ld, not acquired "
-                     "%ld, errors %ld)",
-                     waited, refused, WAITERS, dt_info(holder, "connected_clients"),
-                     dt_info(holder, "locks_not_acquired"), dt_info(holder, "errors_err"));
+            fail_msg("%ld waited and %ld refused of %d waiters (clients %ld)", waited, refused,
+                     WAITERS, dt_info(holder, "connected_clients"));
         dh_sleep_ms(20);
     }
     print_message("FIG dlockd_descriptors_waiters %ld waiting, %ld refused\n", waited, refused);
@@ -577,8 +573,13 @@ static void test_dlockd_stock_reset_waiters(void **state)
     redisFree(a);
 }
 
+/* CTest runs the descriptors scenario alone, natively (CMakeLists.txt says why). */
 int main(void)
 {
+    if (getenv("DLOCKD_TORTURE_ONLY") != NULL)
+        cmocka_set_test_filter(getenv("DLOCKD_TORTURE_ONLY"));
+    if (getenv("DLOCKD_TORTURE_SKIP") != NULL)
+        cmocka_set_skip_filter(getenv("DLOCKD_TORTURE_SKIP"));
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_dlockd_fin_pipelined),
         cmocka_unit_test(test_dlockd_close_pipelined),
