@@ -189,11 +189,12 @@ static void on_signal(uv_signal_t *h, int signum)
 
 /* As many descriptors as allowed, and --maxclients lowered to what they allow, as
  * redis-server does: a client can cost DD_FDS_PER_CLIENT (its socket, and a waiting
- * operation's wake-up), and the lock servers' connections need some of their own (the
- * pool's threads, the steps in flight, renewal and wake-ups, a set each), and so do the
- * refused clients that linger (DD_REFUSED_LINGER_MAX). Without that,
- * clients past the limit would take the descriptors the lock servers need, and every
- * call would fail. False when the limit leaves room for no client at all. */
+ * operation's wake-up), and the lock servers' connection sets need some of their own
+ * (the pool's threads, the steps in flight, renewal and wake-ups: a socket a lock
+ * server each, and the epoll set a step in flight waits on), and so do the refused
+ * clients that linger (DD_REFUSED_LINGER_MAX). Without that, clients past the limit
+ * would take the descriptors the lock servers need, and every call would fail. False
+ * when the limit leaves room for no client at all. */
 static bool fit_nofile(void)
 {
     struct rlimit rl;
@@ -209,8 +210,8 @@ static bool fit_nofile(void)
     getrlimit(RLIMIT_NOFILE, &rl);
     if (rl.rlim_cur == RLIM_INFINITY)
         return true;
-    long long reserve =
-        32 + DD_REFUSED_LINGER_MAX + (long long)dd_srv.nservers * (DLOCK_NOWAIT_SETS_MAX + 16);
+    long long reserve = 32 + DD_REFUSED_LINGER_MAX +
+                        ((long long)dd_srv.nservers + 1) * (DLOCK_NOWAIT_SETS_MAX + 16);
     long long fit = ((long long)rl.rlim_cur - reserve) / DD_FDS_PER_CLIENT;
     if (fit < 1) {
         dd_log("the open-files limit %llu leaves no descriptor for clients (%lld are kept for "

@@ -324,6 +324,8 @@ void dlock_client_free(dlock_client *c)
             else
                 dlock__conn_forget(&s->conns[i]);
         }
+        if (s->epfd >= 0)
+            close(s->epfd); /* after fork() too: the parent's epoll set stays open */
         free(s);
     }
     for (int i = 0; i < c->n; i++) {
@@ -394,6 +396,8 @@ dlock__connset *dlock__connset_get(dlock_client *c)
         return NULL;
     s->next = NULL;
     s->post = false;
+    s->epfd = -1;
+    s->nregs = 0;
     for (int i = 0; i < c->n; i++)
         dlock__conn_init(&s->conns[i], &c->nodes[i]);
     return s;

@@ -561,9 +561,6 @@ int dlock__pending_would_block(dlock__err *e);
 typedef struct dlock__step_round {
     dlock__round *rd; /* made by the first begin (NULL: none yet); rd->set NULL: no set */
     bool counted;     /* rd.set came from dlock__connset_try_get */
-    int epfd;         /* an epoll set of the round's sockets (made once), or -1 */
-    int nregs;        /* the descriptors in it */
-    int regs[DLOCK_SERVERS_MAX];
 } dlock__step_round;
 void dlock__step_round_init(dlock__step_round *sr);
 /* A round for this step in sr->rd, unless one is in flight already: a nowait step's
@@ -572,12 +569,12 @@ void dlock__step_round_init(dlock__step_round *sr);
 int dlock__step_round_begin(struct dlock_client *c, dlock__step_round *sr, bool nowait,
                             dlock__err *e);
 /* While the round is in flight: the descriptor to wait on (the one socket when that is
- * all it waits for, to read; else the epoll set), and in *due_us the next deadline; -1
- * when the set cannot be made (*due_us is then soon, so that the steps poll). */
+ * all it waits for, to read; else the epoll set of the round's connection set), and in *due_us the
+ * next deadline; -1 when the set cannot be made (*due_us is then soon, so that the steps poll). */
 int dlock__step_round_fd(dlock__step_round *sr, int64_t *due_us);
 /* The round is over: its replies freed, its set given back. */
 void dlock__step_round_end(struct dlock_client *c, dlock__step_round *sr);
-/* dlock__step_round_end, and the epoll set closed. */
+/* dlock__step_round_end, and the round freed. */
 void dlock__step_round_free(struct dlock_client *c, dlock__step_round *sr);
 
 /* The blocking form: step, sleeping between steps on fd and due_us, until the result

@@ -123,7 +123,6 @@ void dlock_pending_free(dlock_pending *p)
 void dlock__step_round_init(dlock__step_round *sr)
 {
     memset(sr, 0, sizeof *sr);
-    sr->epfd = -1;
 }
 
 int dlock__step_round_begin(dlock_client *c, dlock__step_round *sr, bool nowait, dlock__err *e)
@@ -160,7 +159,8 @@ int dlock__step_round_fd(dlock__step_round *sr, int64_t *due_us)
     int n = dlock__flight_wants(&sr->rd->flight, pfd, due_us);
     if (n == 1 && pfd[0].events == POLLIN)
         return pfd[0].fd;
-    if (sr->epfd < 0 && (sr->epfd = epoll_create1(EPOLL_CLOEXEC)) < 0) {
+    dlock__connset *set = sr->rd->set;
+    if (set->epfd < 0 && (set->epfd = epoll_create1(EPOLL_CLOEXEC)) < 0) {
         int64_t soon = dlock__now_us() + 1000;
         if (*due_us > soon)
             *due_us = soon;
@@ -168,16 +168,16 @@ int dlock__step_round_fd(dlock__step_round *sr, int64_t *due_us)
     }
     /* Remade at each step: a descriptor closed since is gone from the set already, and
      * its removal fails, harmlessly. */
-    for (int k = 0; k < sr->nregs; k++)
-        epoll_ctl(sr->epfd, EPOLL_CTL_DEL, sr->regs[k], NULL);
-    sr->nregs = 0;
+    for (int k = 0; k < set->nregs; k++)
+        epoll_ctl(set->epfd, EPOLL_CTL_DEL, set->regs[k], NULL);
+    set->nregs = 0;
     for (int k = 0; k < n; k++) {
         struct epoll_event ev = {.events = ((pfd[k].events & POLLIN) ? EPOLLIN : 0u) |
                                            ((pfd[k].events & POLLOUT) ? EPOLLOUT : 0u)};
-        if (epoll_ctl(sr->epfd, EPOLL_CTL_ADD, pfd[k].fd, &ev) == 0)
-            sr->regs[sr->nregs++] = pfd[k].fd;
+        if (epoll_ctl(set->epfd, EPOLL_CTL_ADD, pfd[k].fd, &ev) == 0)
+            set->regs[set->nregs++] = pfd[k].fd;
     }
-    return sr->epfd;
+    return set->epfd;
 }
 
 void dlock__step_round_end(dlock_client *c, dlock__step_round *sr)
@@ -199,7 +199,4 @@ void dlock__step_round_free(dlock_client *c, dlock__step_round *sr)
     dlock__step_round_end(c, sr);
     free(sr->rd);
     sr->rd = NULL;
-    if (sr->epfd >= 0)
-        close(sr->epfd);
-    sr->epfd = -1;
 }

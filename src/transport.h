@@ -381,6 +381,13 @@ typedef struct dlock__connset {
      * (dlock__fanout_post), never waited for. Cleared when the set goes back to the
      * pool. */
     bool post;
+    /* An epoll set of the sockets a round in flight waits on, for a nowait step's caller
+     * to wait on one descriptor (dlock__step_round_fd): made when first needed, kept
+     * with the set, so that there are never more of them than sets (a round holds its
+     * set, and with it this, while in flight). -1: none yet. */
+    int epfd;
+    int nregs; /* the descriptors in it */
+    int regs[DLOCK_SERVERS_MAX];
     dlock__conn conns[];
 } dlock__connset;
 

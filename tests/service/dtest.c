@@ -420,6 +420,40 @@ long dt_info(redisContext *c, const char *field)
     return v;
 }
 
+void dt_wait_info(redisContext *c, const char *field, long want, int64_t bound_ms)
+{
+    int64_t deadline = dh_now_ms() + bound_ms;
+    while (dt_info(c, field) != want) {
+        if (dh_now_ms() > deadline)
+            fail_msg("INFO %s is %ld, not %ld, after %lld ms", field, dt_info(c, field), want,
+                     (long long)bound_ms);
+        dh_sleep_ms(5);
+    }
+}
+
+int64_t dt_wait_key_gone(const char *name, int64_t bound_ms)
+{
+    char key[256];
+    it_key(key, sizeof key, name);
+    int64_t t0 = dh_now_ms();
+    while (it_exists(&it_srv, key)) {
+        if (dh_now_ms() - t0 > bound_ms)
+            fail_msg("key %s still there after %lld ms", key, (long long)bound_ms);
+        dh_sleep_ms(5);
+    }
+    return dh_now_ms() - t0;
+}
+
+void dt_write_pass(char *path, size_t len, const char *what, const char *pass)
+{
+    const char *tmp = getenv("DLOCK_TEST_TMP");
+    snprintf(path, len, "%s/dlockd-%d-%s.pass", tmp != NULL ? tmp : "/tmp", (int)getpid(), what);
+    FILE *f = fopen(path, "w");
+    assert_non_null(f);
+    fprintf(f, "%s\n", pass);
+    fclose(f);
+}
+
 char *dt_numbered_pipeline(const char *cmd, int n, size_t *len)
 {
     size_t cap = (size_t)n * (32 + strlen(cmd)), at = 0;

@@ -151,6 +151,14 @@ bool dt_raw_exchange(const dt_daemon *d, const void *req, size_t n, char *buf, s
 
 /* A field of the daemon's INFO ("connected_clients"), or -1. */
 long dt_info(redisContext *c, const char *field);
+/* Until that field reaches want, within bound_ms; fails naming the field otherwise. */
+void dt_wait_info(redisContext *c, const char *field, long want, int64_t bound_ms);
+/* Until the lock key of name is gone from it_srv, within bound_ms; the time it took,
+ * or fails. */
+int64_t dt_wait_key_gone(const char *name, int64_t bound_ms);
+/* A --requirepass-file holding pass, its path (under DLOCK_TEST_TMP, named by what)
+ * into path; the caller unlinks it. */
+void dt_write_pass(char *path, size_t len, const char *what, const char *pass);
 
 /* VmRSS of a process in KiB, or -1. */
 long long dt_rss_kib(pid_t pid);

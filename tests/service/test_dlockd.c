@@ -383,12 +383,7 @@ static void test_auth(void **state)
 {
     (void)state;
     char path[256];
-    const char *tmp = getenv("DLOCK_TEST_TMP");
-    snprintf(path, sizeof path, "%s/dlockd-pass-%d", tmp != NULL ? tmp : "/tmp", (int)getpid());
-    FILE *f = fopen(path, "w");
-    assert_non_null(f);
-    fputs("s3cret pass\n", f);
-    fclose(f);
+    dt_write_pass(path, sizeof path, "auth", "s3cret pass");
     dt_daemon a;
     dt_start(&a, it_srv.url, "--requirepass-file", path, NULL);
     unlink(path);

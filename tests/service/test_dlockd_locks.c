@@ -23,21 +23,6 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-/* Wait until the lock key of name is gone from it_srv, within bound_ms; the time it
- * took, or fail. */
-static int64_t wait_key_gone(const char *name, int64_t bound_ms)
-{
-    char key[256];
-    it_key(key, sizeof key, name);
-    int64_t t0 = dh_now_ms();
-    while (it_exists(&it_srv, key)) {
-        if (dh_now_ms() - t0 > bound_ms)
-            fail_msg("key %s still there after %lld ms", key, (long long)bound_ms);
-        dh_sleep_ms(5);
-    }
-    return dh_now_ms() - t0;
-}
-
 static void test_lock_unlock(void **state)
 {
     (void)state;
@@ -188,7 +173,7 @@ static void test_renewal(void **state)
     dt_expect_int(dt_cmd(a, "UNLOCK renewed %s", l.token), 1);
     /* A detached lock is not renewed: gone after its TTL. */
     dt_expect_lock(dt_cmd(a, "LOCK not-renewed TTL 300 DETACHED"), &l);
-    wait_key_gone("not-renewed", 300 + 500 * dh_slack());
+    dt_wait_key_gone("not-renewed", 300 + 500 * dh_slack());
     redisFree(a);
 }
 
@@ -347,8 +332,8 @@ static void test_disconnect_mid_command(void **state)
     it_fence_key(key, sizeof key, "mid"); /* raised by a grant, kept after its release */
     int64_t deadline = dh_now_ms() + 5000 * dh_slack();
     while (!it_exists(&it_srv, key))
-        assert_true(dh_now_ms() < deadline);                /* the grant happened ... */
-    int64_t gone = wait_key_gone("mid", 3000 * dh_slack()); /* ... and was undone */
+        assert_true(dh_now_ms() < deadline);                   /* the grant happened ... */
+    int64_t gone = dt_wait_key_gone("mid", 3000 * dh_slack()); /* ... and was undone */
     print_message("FIG dlockd_grant_after_close_released_ms %lld ms\n", (long long)gone);
     fr_pass(slow.relay);
     a = dt_connect(&slow.d);
@@ -472,7 +457,7 @@ static void test_signals(void **state)
     dt_expect_lock(dt_cmd(a, "LOCK killed TTL 1000"), &s);
     dh_sleep_ms(500); /* renewed meanwhile */
     dt_kill(&t);
-    int64_t gone = wait_key_gone("killed", 1000 + 200 * dh_slack());
+    int64_t gone = dt_wait_key_gone("killed", 1000 + 200 * dh_slack());
     print_message("FIG dlockd_sigkill_session_expired_after_ms %lld ms\n", (long long)gone);
     redisFree(a);
 }

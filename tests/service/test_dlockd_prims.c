@@ -24,17 +24,6 @@
 #include <string.h>
 #include <unistd.h>
 
-/* Until the daemon's INFO field reaches want, within 5 s times the slack. */
-static void wait_info(redisContext *c, const char *field, long want)
-{
-    int64_t deadline = dh_now_ms() + 5000 * dh_slack();
-    while (dt_info(c, field) != want) {
-        if (dh_now_ms() > deadline)
-            fail_msg("INFO %s is %ld, not %ld", field, dt_info(c, field), want);
-        dh_sleep_ms(2);
-    }
-}
-
 /* A LOCKINFO field's integer (shared holders, remaining_ms, ...); 0 when absent. */
 static long long lockinfo(redisContext *c, const char *name, const char *field)
 {
@@ -141,7 +130,7 @@ static void test_sem_session_close(void **state)
     assert_int_equal(lockinfo(c, "prims-close", "shared"), 2);
     dt_expect_nil(dt_cmd(c, "SEM ACQUIRE prims-close 2"));
     dt_send(c, "SEM ACQUIRE prims-close 2 WAIT %lld", (long long)(10000 * dh_slack()));
-    wait_info(b, "waiting_locks", 1);
+    dt_wait_info(b, "waiting_locks", 1, 5000 * dh_slack());
     assert_int_equal(dt_info(b, "blocked_clients"), 1);
     /* a goes holding its permit. */
     dt_expect_close_serves(a, c, &pc, "dlockd_sem_close_to_waiter_ms", 1000 * dh_slack());
@@ -409,7 +398,7 @@ static void test_stock_wait_woken_by_cancel(void **state)
     expect_id(dt_cmd(a, "STOCK RESERVE prims-wake 2"), id);
     long long waits = dt_info(a, "stock_waits");
     dt_send(b, "STOCK RESERVE prims-wake 1 WAIT %lld", (long long)(20000 * dh_slack()));
-    wait_info(a, "waiting_reserves", 1);
+    dt_wait_info(a, "waiting_reserves", 1, 5000 * dh_slack());
     assert_int_equal(dt_info(a, "blocked_clients"), 1);
     assert_int_equal(dt_info(a, "waiting_locks"), 0);
     assert_int_equal(expect_stock(dt_cmd(a, "STOCK STATUS prims-wake")).waiters, 1);
@@ -438,10 +427,10 @@ static void test_stock_waiter_closes(void **state)
     char id[33], id2[33];
     expect_id(dt_cmd(a, "STOCK RESERVE prims-gone 1"), id);
     dt_send(b, "STOCK RESERVE prims-gone 1 WAIT -1");
-    wait_info(a, "waiting_reserves", 1);
+    dt_wait_info(a, "waiting_reserves", 1, 5000 * dh_slack());
     assert_int_equal(expect_stock(dt_cmd(a, "STOCK STATUS prims-gone")).waiters, 1);
     redisFree(b);
-    wait_info(a, "waiting_reserves", 0);
+    dt_wait_info(a, "waiting_reserves", 0, 5000 * dh_slack());
     int64_t deadline = dh_now_ms() + 2000 * dh_slack();
     int64_t t0 = dh_now_ms();
     while (expect_stock(dt_cmd(a, "STOCK STATUS prims-gone")).waiters != 0)

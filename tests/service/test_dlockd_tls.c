@@ -229,50 +229,45 @@ static void test_garbage_after_handshake(void **state)
     assert_true(dt_tls_serves(d.tls_port, certs, NULL));
 }
 
-static void test_pipeline(void **state)
+/* n pipelined PINGs with their numbers written at once, then (with close_notify) the
+ * client's close_notify, its FIN as far as TLS goes: every one is answered, in order,
+ * and after a close_notify the connection is closed. */
+static void pipeline(int n, bool close_notify)
 {
-    (void)state;
-    enum { N = 10000 };
     dt_tls t;
     assert_true(dt_tls_open(&t, d.tls_port, certs, NULL));
     size_t len;
-    char *all = dt_numbered_pipeline("PING", N, &len);
+    char *all = dt_numbered_pipeline("PING", n, &len);
     assert_true(dt_tls_write(&t, all, len));
     free(all);
-    for (int i = 0; i < N; i++) {
+    if (close_notify)
+        assert_true(SSL_shutdown(t.ssl) >= 0);
+    for (int i = 0; i < n; i++) {
         redisReply *r = dt_tls_reply(&t);
         if (r == NULL)
-            fail_msg("no reply %d of %d", i, N);
+            fail_msg("no reply %d of %d%s", i, n, close_notify ? " after the close_notify" : "");
         assert_int_equal(r->type, REDIS_REPLY_STRING);
         if (atoi(r->str) != i)
             fail_msg("reply %d is '%s'", i, r->str);
         freeReplyObject(r);
     }
+    if (close_notify)
+        assert_null(dt_tls_reply(&t));
     dt_tls_close(&t);
 }
 
-/* Commands written just before the client's close_notify (its FIN, as far as TLS goes)
- * all run and are answered, as on a plain connection. */
+static void test_pipeline(void **state)
+{
+    (void)state;
+    pipeline(10000, false);
+}
+
+/* Commands written just before the client's close_notify all run and are answered, as
+ * on a plain connection. */
 static void test_pipeline_then_close_notify(void **state)
 {
     (void)state;
-    enum { N = 100 };
-    dt_tls t;
-    assert_true(dt_tls_open(&t, d.tls_port, certs, NULL));
-    size_t len;
-    char *all = dt_numbered_pipeline("PING", N, &len);
-    assert_true(dt_tls_write(&t, all, len));
-    free(all);
-    assert_true(SSL_shutdown(t.ssl) >= 0);
-    for (int i = 0; i < N; i++) {
-        redisReply *r = dt_tls_reply(&t);
-        if (r == NULL)
-            fail_msg("no reply %d of %d after the close_notify", i, N);
-        assert_int_equal(atoi(r->str), i);
-        freeReplyObject(r);
-    }
-    assert_null(dt_tls_reply(&t)); /* then closed */
-    dt_tls_close(&t);
+    pipeline(100, true);
 }
 
 /* --maxclients counts TLS clients, which get the refusal once their handshake is done;
