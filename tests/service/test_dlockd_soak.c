@@ -456,9 +456,9 @@ static void check_grants(void)
     free(all);
 }
 
-/* dlockd pid's descriptors other than its connections to the redis-server (sockets whose
- * peer is its port, by inode), and in *lock_server those. */
-static int count_fds(pid_t pid, int *lock_server)
+/* dlockd pid's descriptors but its connections to the redis-server (by inode) and epoll
+ * sets, those in *lock_server and *epolls: both are bounded by the connection sets. */
+static int count_fds(pid_t pid, int *lock_server, int *epolls)
 {
     unsigned long ino[1024], inode;
     unsigned port;
@@ -474,16 +474,17 @@ static int count_fds(pid_t pid, int *lock_server)
     snprintf(path, sizeof path, "/proc/%d/fd", (int)pid);
     DIR *dir = opendir(path);
     assert_non_null(dir);
-    *lock_server = 0;
+    *lock_server = *epolls = 0;
     for (struct dirent *e; (e = readdir(dir)) != NULL; n += e->d_name[0] != '.') {
         snprintf(line, sizeof line, "%s/%s", path, e->d_name);
         ssize_t len = readlink(line, target, sizeof target - 1);
         target[len > 0 ? len : 0] = '\0';
+        *epolls += strcmp(target, "anon_inode:[eventpoll]") == 0;
         for (int j = 0; j < nino && sscanf(target, "socket:[%lu]", &inode) == 1; j++)
             *lock_server += ino[j] == inode;
     }
     closedir(dir);
-    return n - *lock_server;
+    return n - *lock_server - *epolls;
 }
 
 /* dlockd d after the load, once its clients are gone (within 10 s) and 2 s more for
@@ -498,17 +499,20 @@ static long check_daemon(int d)
     while (dt_info(info, "connected_clients") != 1 && dh_now_ms() < deadline)
         dh_sleep_ms(50);
     dh_sleep_ms(2000);
-    int pool, fd1 = count_fds(S.d[d].pid, &pool);
+    int pool, epolls, fd1 = count_fds(S.d[d].pid, &pool, &epolls);
     long long rss = dt_rss_kib(S.d[d].pid) - S.rss0[d];
     long clients = dt_info(info, "connected_clients"), waiting = dt_info(info, "blocked_clients"),
          sessions = dt_info(info, "session_locks"), lost = dt_info(info, "session_locks_lost");
-    printf("FIG dlockd_soak_fds_%d %d fds (%d before; %d to the server)\n", d, fd1, S.fd0[d], pool);
+    printf("FIG dlockd_soak_fds_%d %d fds (%d before; %d to the server, %d epoll sets)\n", d, fd1,
+           S.fd0[d], pool, epolls);
     printf("FIG dlockd_soak_rss_growth_kib_%d %lld KiB\n", d, rss);
     if (clients != 1 || waiting != 0 || sessions != 0)
         violation(V_RES, "dlockd %d: %ld clients, %ld waiting, %ld sessions", d, clients, waiting,
                   sessions);
-    if (abs(fd1 - S.fd0[d]) > FD_SLACK || pool > DLOCK_NOWAIT_SETS_MAX + 16)
-        violation(V_RES, "dlockd %d: %d fds (%d before), %d to the server", d, fd1, S.fd0[d], pool);
+    if (abs(fd1 - S.fd0[d]) > FD_SLACK || pool > DLOCK_NOWAIT_SETS_MAX + 16 ||
+        epolls > DLOCK_NOWAIT_SETS_MAX + 16 + 1)
+        violation(V_RES, "dlockd %d: %d fds (%d before), %d to the server, %d epoll sets", d, fd1,
+                  S.fd0[d], pool, epolls);
 #if !defined(__SANITIZE_ADDRESS__) && !defined(__SANITIZE_THREAD__)
     if (rss > RSS_GROWTH_KIB)
         violation(V_RES, "dlockd %d: RSS grew by %lld KiB", d, rss);
@@ -528,12 +532,9 @@ static void test_dlockd_soak(void **state)
     /* The server, the dlockds; for each an observer, and a lock taken, waited for and
      * released so that what starts on first use runs before the baseline. */
     char pass[512];
-    const char *tmp = getenv("DLOCK_TEST_TMP");
-    snprintf(pass, sizeof pass, "%s/dlockd-%d-soak.pass", tmp ? tmp : "/tmp", (int)getpid());
-    FILE *pf = fopen(pass, "w");
-    assert_true(pf != NULL && fputs(PASSWORD "\n", pf) >= 0 && fclose(pf) == 0);
+    dt_write_pass(pass, sizeof pass, "soak", PASSWORD);
     assert_int_equal(dh_server_start(&S.srv, NULL), 0);
-    for (int d = 0, pool; d < DAEMONS; d++) {
+    for (int d = 0, pool, epolls; d < DAEMONS; d++) {
         dt_start(&S.d[d], S.srv.url, "--requirepass-file", pass, "--auth-timeout", "500", NULL);
         redisContext *info = S.info[d] = dt_connect(&S.d[d]), *other = connect_to(d, false);
         dt_expect_status(dt_cmd(info, "AUTH %s", PASSWORD), "OK");
@@ -544,7 +545,7 @@ static void test_dlockd_soak(void **state)
         dt_expect_int(dt_cmd(info, "UNLOCK soak-warm %s", l.token), 1);
         redisFree(other);
         dh_sleep_ms(500);
-        S.fd0[d] = count_fds(S.d[d].pid, &pool);
+        S.fd0[d] = count_fds(S.d[d].pid, &pool, &epolls);
         S.rss0[d] = dt_rss_kib(S.d[d].pid);
     }
     unlink(pass);
