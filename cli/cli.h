@@ -15,6 +15,7 @@
  *   options.c   parsing the options (getopt_long) and usage errors
  *   help.c      the text of --help, for dlock and for each command
  *   commands.c  acquire, extend, release and status
+ *   operators.c what an operator does to others' locks: list and break
  *   cancel.c    cancelling the wait of `dlock acquire` by a signal
  *   output.c    exit codes, error lines, the output of status (text and JSON)
  *   signals.c   signals by name (-k) and the names used in messages
@@ -65,10 +66,12 @@ struct cmd_opts {
     int64_t ttl_ms;
     int64_t wait_ms;
     const char *label;
-    const char *signal; /* run -k, checked by run_check.c */
-    const char *grace;  /* run -g, checked by run_check.c */
-    bool shared;        /* --shared: a shared holder */
-    int64_t permits;    /* sem -n K; 0: not a semaphore */
+    const char *signal;    /* run -k, checked by run_check.c */
+    const char *grace;     /* run -g, checked by run_check.c */
+    bool shared;           /* --shared: a shared holder */
+    int64_t permits;       /* sem -n K; 0: not a semaphore */
+    const char *reason;    /* break --reason */
+    const char *fence_key; /* break --fence-key */
 };
 
 /* One command of the table in main.c. */
@@ -81,6 +84,8 @@ struct command {
     int (*run)(struct cli *cli, char **args, const struct cmd_opts *o);
     const char *help;
     bool takes_shared;               /* --shared is one of its options */
+    int optional;                    /* of its operands, how many last ones may be left out
+                                        (then args[i] is NULL) */
     const struct cmd_opts *defaults; /* its options' defaults; NULL: a lock's (TTL 30 s,
                                         WAIT forever) */
 };
@@ -121,6 +126,8 @@ extern const char cli_sem_acquire_help[];
 extern const char cli_sem_release_help[];
 extern const char cli_sem_run_help[];
 extern const char cli_doctor_help[];
+extern const char cli_break_help[];
+extern const char cli_list_help[];
 
 /* ---- output.c ---- */
 
@@ -139,9 +146,17 @@ void cli_log_to_stderr(void *user, int level, const char *msg);
 void cli_write_holder(FILE *f, const dlock_holder *h);
 
 /* Print the answer of `dlock status NAME` on stdout, as text or as one JSON object:
- * h from dlock_inspect, and its n shared holders from dlock_inspect_shared. */
+ * h from dlock_inspect, its n shared holders from dlock_inspect_shared, and the last
+ * break of the name (b->broken 0: none) from dlock_break_last. */
 void cli_print_status(const char *name, const dlock_holder *h, const dlock_holder *shared, int n,
-                      bool json);
+                      const dlock_break_info *b, bool json);
+
+/* ---- operators.c ---- */
+
+/* A break of name: as a JSON object (no newline), or as a line of text after indent. */
+void cli_print_break(const char *name, const dlock_break_info *b, bool json, const char *indent);
+int cli_cmd_break(struct cli *cli, char **args, const struct cmd_opts *o);
+int cli_cmd_list(struct cli *cli, char **args, const struct cmd_opts *o);
 
 /* ---- commands.c ---- */
 

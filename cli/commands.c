@@ -208,8 +208,11 @@ int cli_cmd_status(struct cli *cli, char **args, const struct cmd_opts *o)
     int rc = dlock_inspect(cli->client, name, &h);
     if (rc == DLOCK_OK && h.shared > 0)
         rc = dlock_inspect_shared(cli->client, name, shared, DLOCK_INSPECT_SHARED_MAX, &n, &total);
+    dlock_break_info b;
+    if (rc == DLOCK_OK)
+        rc = dlock_break_last(cli->client, name, &b);
     if (rc != DLOCK_OK)
         return cli_fail_call(what, rc);
-    cli_print_status(name, &h, shared, n, cli->json);
+    cli_print_status(name, &h, shared, n, &b, cli->json);
     return 0;
 }

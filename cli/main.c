@@ -28,6 +28,8 @@ static const struct command commands[] = {
     {CLI_COMMAND("run", "t:w:l:k:g:", 1, "NAME", cli_cmd_run, cli_run_help), .takes_cmd = true,
      .takes_shared = true},
     {CLI_COMMAND("doctor", "t:", 0, "", cli_cmd_doctor, cli_doctor_help)},
+    {CLI_COMMAND("list", "", 1, "PATTERN", cli_cmd_list, cli_list_help), .optional = 1},
+    {CLI_COMMAND("break", "r:F:", 1, "NAME", cli_cmd_break, cli_break_help)},
     {CLI_COMMAND("sem acquire", "n:t:w:l:", 1, "NAME", cli_cmd_sem_acquire, cli_sem_acquire_help)},
     {CLI_COMMAND("sem release", "", 2, "NAME TOKEN", cli_cmd_release, cli_sem_release_help)},
     {CLI_COMMAND("sem run", "n:t:w:l:k:g:", 1, "NAME", cli_cmd_sem_run, cli_sem_run_help),
@@ -110,7 +112,7 @@ int main(int argc, char **argv)
 
     struct cli cli;
     memset(&cli, 0, sizeof cli);
-    struct cmd_opts o = {DLOCK_TTL_DEFAULT_MS, CLI_WAIT_FOREVER, NULL, NULL, NULL, false, 0};
+    struct cmd_opts o = {.ttl_ms = DLOCK_TTL_DEFAULT_MS, .wait_ms = CLI_WAIT_FOREVER};
     int code = cli_parse_options(&cli, NULL, argc, argv, &o);
     if (code != -1)
         return code;
@@ -156,7 +158,7 @@ int main(int argc, char **argv)
         return code;
     }
     int nargs = cargc - optind;
-    if (nargs < cmd->nargs) {
+    if (nargs < cmd->nargs - cmd->optional) {
         /* Name the operands still missing: "NAME TOKEN" after none, "TOKEN" after one. */
         const char *missing = cmd->operands;
         for (int i = 0; i < nargs; i++)

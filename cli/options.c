@@ -49,6 +49,8 @@ static const struct option long_options[] = {
     {"grace", required_argument, NULL, 'g'},
     {"shared", no_argument, NULL, OPT_SHARED},
     {"permits", required_argument, NULL, 'n'},
+    {"reason", required_argument, NULL, 'r'},
+    {"fence-key", required_argument, NULL, 'F'},
     {"cacert", required_argument, NULL, OPT_CACERT},
     {"cacertdir", required_argument, NULL, OPT_CACERTDIR},
     {"cert", required_argument, NULL, OPT_CERT},
@@ -103,6 +105,8 @@ static const char **kept_value(struct cli *cli, struct cmd_opts *o, int c)
         {'l', &o->label},
         {'k', &o->signal},
         {'g', &o->grace},
+        {'r', &o->reason},
+        {'F', &o->fence_key},
     };
     for (size_t i = 0; i < sizeof kept / sizeof kept[0]; i++)
         if (kept[i].c == c)

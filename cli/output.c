@@ -75,7 +75,7 @@ void cli_write_holder(FILE *f, const dlock_holder *h)
  * the shared holders and semaphore permits, each {"holder", "remaining_ms"}, and
  * "shared" counts them (the list stops at DLOCK_INSPECT_SHARED_MAX). */
 static void print_status_json(const char *name, const dlock_holder *h, const dlock_holder *shared,
-                              int n)
+                              int n, const dlock_break_info *b)
 {
     fputs("{\"name\":", stdout);
     cli_write_json_string(stdout, name, strlen(name));
@@ -95,11 +95,16 @@ static void print_status_json(const char *name, const dlock_holder *h, const dlo
                               strnlen(shared[i].description, sizeof shared[i].description));
         printf(",\"remaining_ms\":%" PRId64 "}", shared[i].remaining_ms);
     }
-    fputs("]}\n", stdout);
+    fputs("],\"broken\":", stdout);
+    if (b->broken)
+        cli_print_break(name, b, true, "");
+    else
+        fputs("null", stdout);
+    fputs("}\n", stdout);
 }
 
 static void print_status_text(const char *name, const dlock_holder *h, const dlock_holder *shared,
-                              int n)
+                              int n, const dlock_break_info *b)
 {
     cli_write_safe(stdout, name, strlen(name));
     if (h->held) {
@@ -123,13 +128,15 @@ static void print_status_text(const char *name, const dlock_holder *h, const dlo
     } else {
         fputs(": free\n", stdout);
     }
+    if (b->broken)
+        cli_print_break(name, b, false, "  last ");
 }
 
 void cli_print_status(const char *name, const dlock_holder *h, const dlock_holder *shared, int n,
-                      bool json)
+                      const dlock_break_info *b, bool json)
 {
     if (json)
-        print_status_json(name, h, shared, n);
+        print_status_json(name, h, shared, n, b);
     else
-        print_status_text(name, h, shared, n);
+        print_status_text(name, h, shared, n, b);
 }

@@ -305,7 +305,11 @@ typedef struct dlock_opts {
                               and excludes an exclusive one; 0: exclusive */
     dlock_lost_fn on_lost; /* with auto_renew: called once if the lock is lost */
     void *on_lost_user;    /* passed to on_lost */
-    uint64_t reserved[5];  /* must be zero */
+    int label_is_holder;   /* 1: the label is the whole holder description, without this
+                              process's "host:pid" before it: for a service that takes
+                              locks for its own clients and names them (dlockd) */
+    int spare;             /* must be zero */
+    uint64_t reserved[4];  /* must be zero */
 } dlock_opts;
 
 /*
@@ -504,6 +508,102 @@ DLOCK_API int dlock_inspect(dlock_client *c, const char *name, dlock_holder *out
 DLOCK_API int dlock_inspect_shared(dlock_client *c, const char *name, dlock_holder *out, int max,
                                    int *n, int64_t *total);
 
+/*
+ * ---- Listing the held locks, for operators ------------------------------------------
+ */
+
+/* What holds a listed name. */
+#define DLOCK_KIND_EXCLUSIVE 1 /* one holder (dlock_acquire) */
+#define DLOCK_KIND_SHARED    2 /* shared holders (DLOCK_SHARED) */
+#define DLOCK_KIND_SEMAPHORE 3 /* permits of a semaphore (dlock_sem_acquire) */
+/* Holders listed per name (the others are counted in nholders). */
+#define DLOCK_LIST_HOLDERS_MAX 16
+
+/* A name held now, as dlock_list_next gives it. */
+typedef struct dlock_listed {
+    const char *name;            /* borrowed, as all of this: valid until the next
+                                    dlock_list_next or dlock_list_free */
+    int kind;                    /* DLOCK_KIND_* */
+    int nlisted;                 /* holders in holders[] */
+    const dlock_holder *holders; /* the exclusive holder, or shared holders and permits
+                                    with the longest lease first: held 1, token,
+                                    description, remaining_ms */
+    int64_t nholders;            /* holders in all */
+    int64_t permits;             /* a semaphore's K (DLOCK_KIND_SEMAPHORE); else 0 */
+    int64_t remaining_ms;        /* the lease left (the longest shared one); -1: a
+                                    value another tool set without a lease */
+    uint64_t fence;              /* the last fence issued for the name */
+    int64_t waiters;             /* waiters in the name's queue on the servers: a lower
+                                    bound, as a process's waiters behind a holder of
+                                    its own client wait in that process alone */
+    uint64_t reserved[4];
+} dlock_listed;
+
+/* Every name whose locks are held now and that matches the glob `pattern` (fnmatch(3)
+ * without flags; NULL: "*"), in byte order of the names: walks the servers with SCAN
+ * (never KEYS), a page of names with their holders per round trip; a Redis Cluster
+ * master by master; with N > 1 servers, a name is listed when a quorum holds it, as
+ * dlock_inspect says. A name whose holders' leases all ran out is not held. The walk
+ * is done here: *out then gives the names with dlock_list_next. Fails (nothing in
+ * *out) when fewer than a quorum of servers could be walked. Not a snapshot: a name
+ * taken or freed during the walk may or may not be listed. file:// clients: not
+ * supported yet (DLOCK_ERR_INVALID). Thread-safety: any thread; the lister, one thread
+ * at a time. */
+typedef struct dlock_lister dlock_lister;
+DLOCK_API int dlock_list(dlock_client *c, const char *pattern, dlock_lister **out);
+/* The next name into *entry (borrowed: valid until the next call or the free), or
+ * NULL after the last. Returns DLOCK_OK, or DLOCK_ERR_INVALID for a NULL. */
+DLOCK_API int dlock_list_next(dlock_lister *it, const dlock_listed **entry);
+/* Free a lister; NULL is a no-op. */
+DLOCK_API void dlock_list_free(dlock_lister *it);
+
+/*
+ * ---- Breaking a lock, for operators --------------------------------------------------
+ */
+
+/* A break of a name: what dlock_break did, or the last one dlock_break_last finds. */
+typedef struct dlock_break_info {
+    int broken;        /* 1: the name was broken (dlock_break: by this call) */
+    int64_t at_ms;     /* when, in ms since the epoch on the server's clock */
+    uint64_t fence;    /* the fence the break raised the name's counter to */
+    char holder[1024]; /* whom it evicted: "<token> <description>", or for shared
+                          holders and permits "<n> shared: <token> <description>;
+                          ...", truncated */
+    char by[512];      /* who broke it: the breaker's description */
+    char reason[512];  /* why, as given; "" */
+    uint64_t reserved[4];
+} dlock_break_info;
+
+/* How to break: zero means default. */
+typedef struct dlock_break_opts {
+    const char *reason;    /* recorded with the break; NULL: none. At most 500 bytes */
+    const char *by;        /* who breaks, recorded; NULL: the client's "host:pid" (a service
+                              breaking for its own client names that client) */
+    const char *fence_key; /* a fenced register (dlock_fenced_set's key) raised to the
+                              break's fence, so that the evicted holder's next fenced
+                              write to it is refused at once; NULL: none */
+    uint64_t reserved[4];
+} dlock_break_opts;
+
+/* Free `name` whoever holds it (the exclusive holder, or every shared holder and
+ * semaphore permit), for an operator facing a stuck lock. The name's fence counter is
+ * raised past every fence handed out, so that a resource that admits fences refuses
+ * the evicted holder once it has seen this fence (out->fence) or any later one; the
+ * break is recorded beside the name's keys for a day (dlock_break_last, `dlock status`),
+ * opts->fence_key's register (if given) is raised to that fence before this returns,
+ * and the name's waiters are served as a release serves them. The evicted holder's
+ * next extend, check, renewal or release finds the lock lost (DLOCK_ERR_LOST, its
+ * on_lost called). Returns DLOCK_OK with out->broken 1 and what it evicted, or
+ * out->broken 0 when nothing held the name; with N > 1 servers it breaks the name on
+ * every server that answers and needs a quorum of answers (else the unavailability
+ * error: servers that answered were broken). opts may be NULL. The strings are copied.
+ * Thread-safety: any thread. */
+DLOCK_API int dlock_break(dlock_client *c, const char *name, const dlock_break_opts *opts,
+                          dlock_break_info *out);
+
+/* The last break of `name` within a day, into *out (out->broken 0: none). */
+DLOCK_API int dlock_break_last(dlock_client *c, const char *name, dlock_break_info *out);
+
 /* What a lock server says of itself (dlock_probe), for `dlock doctor` and for
  * monitoring. A fact the server did not give (an ACL refused INFO or CONFIG, a managed
  * service renamed the command) is "" or -1. */
@@ -541,7 +641,9 @@ typedef struct dlock_server_facts {
     int cluster_ok;         /* CLUSTER INFO's cluster_state: 1 "ok", 0 not, -1 unknown */
     char cluster_state[16]; /* its words ("ok", "fail") */
     int cluster_masters_up; /* of cluster_masters, how many answered INFO */
-    int spare_int;          /* zero */
+    int dlockd;             /* 1: a dlockd answered (its INFO has dlockd_version, here in
+                               version): a client of lock servers, not one; error is then
+                               DLOCK_ERR_INVALID and the other facts unknown */
     uint64_t spare[3];      /* zero; room for more facts */
 } dlock_server_facts;
 

@@ -37,6 +37,9 @@ static int check_opts(const dlock_opts *o, int64_t *ttl_ms, int64_t *wait_ms, dl
         return dlock__err_set(e, DLOCK_ERR_INVALID, "dlock_opts.shared must be 0 or 1");
     if (o->on_lost != NULL && !o->auto_renew)
         return dlock__err_set(e, DLOCK_ERR_INVALID, "on_lost is only called with auto_renew");
+    if ((o->label_is_holder != 0 && o->label_is_holder != 1) || o->spare != 0)
+        return dlock__err_set(e, DLOCK_ERR_INVALID,
+                              "dlock_opts.label_is_holder must be 0 or 1, spare 0");
     if (o->label != NULL && strnlen(o->label, DLOCK_LABEL_MAX + 1) > DLOCK_LABEL_MAX)
         return dlock__err_set(e, DLOCK_ERR_INVALID, "label longer than %d bytes", DLOCK_LABEL_MAX);
     return DLOCK_OK;

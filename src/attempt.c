@@ -323,8 +323,11 @@ int dlock__request_make(dlock_client *c, const char *name, size_t name_len, cons
         handoff_ms = ttl_ms;
     int at = snprintf(q->member, sizeof q->member, "%lld %lld %zu %s", (long long)handoff_ms,
                       (long long)limit, strlen(c->wake_chan), c->wake_chan);
-    int len = snprintf(q->member + at, sizeof q->member - (size_t)at, "%s %s%s%s", token, c->holder,
-                       label ? " " : "", label ? label : "");
+    /* "<token> <host:pid>[ <label>]", or "<token> <label>" for a service naming its own
+     * client as the holder. */
+    bool own = label != NULL && opts->label_is_holder;
+    int len = snprintf(q->member + at, sizeof q->member - (size_t)at, "%s %s%s%s", token,
+                       own ? "" : c->holder, label && !own ? " " : "", label ? label : "");
     q->value_at = (size_t)at;
     q->member_len = (size_t)at + (size_t)len;
     return dlock__keys_make(c->prefix, c->prefix_len, name, name_len, &q->k, e);

@@ -27,9 +27,10 @@
  *                           each request to its slot's master over parked
  *                           connections, MOVED and ASK (for fanout.c and conn.c),
  *                           restart voting per master
- *   scripts     stock_scripts.c  the stock's scripts, their key layout and invariant
+ *   scripts     keys.c      the key layout: a name's keys, its hash tag
+ *               stock_scripts.c  the stock's scripts, their key layout and invariant
  *               scripts.c   the Lua scripts (the wait queue, its handoff and the shared
- *                           holders among them) and the key layout
+ *                           holders among them, an operator's break)
  *               script_call.c    a script call: the bodies joined once, their SHA1s,
  *                                EVALSHA and its EVAL fallback on -NOSCRIPT
  *   rounds      round.c     one round to N nodes and its vote; validity; tallies
@@ -47,6 +48,11 @@
  *                           flight
  *               release.c   dlock_release, in one call or in steps
  *               lock.c      extend, check, inspect (and the shared holders)
+ *               list.c      dlock_list: every held name, a page of them per round trip
+ *                           (SCAN in a script), every master of a cluster (list.h:
+ *                           what its files share)
+ *               list_merge.c     one name's views merged as a quorum sees them
+ *               break.c     an operator's break of a stuck lock, and its record
  *               fence.c     the resource side: fenced writes, dlock_fence_admit
  *               wait.c      the client's wake-up channel: its subscriber thread, waiters
  *                           (the heir a release of the same client hands the lock to,
@@ -105,6 +111,9 @@ enum dlock__script_id {
     DLOCK_SCRIPT_RENEW,
     DLOCK_SCRIPT_REFRESH,
     DLOCK_SCRIPT_ACQUIRE_SHARED,
+    DLOCK_SCRIPT_BREAK,
+    DLOCK_SCRIPT_BREAK_RECORD,
+    DLOCK_SCRIPT_FENCE_RAISE,
     /* the stock's, whose bodies live in stock_scripts.c (it says why) */
     DLOCK_SCRIPT_STOCK_UPDATE,
     DLOCK_SCRIPT_STOCK_RESERVE,
@@ -121,25 +130,28 @@ const char *const *dlock__script_parts(int id);
 /* The SHA1 of every script into s (script_call.c, as are the dlock__call functions). */
 int dlock__scripts_init(dlock__scripts *s, dlock__err *e);
 
+/* ---- keys.c ------------------------------------------------------------------ */
+
 /* The keys of one name, in one allocation (free buf): P{name}, P{name}:fence,
- * P{name}:queue, P{name}:holders and P{name}:holders:info, the layout scripts.c
- * describes. The lock key comes first in buf, so buf alone is the NUL-terminated lock
- * key, and the others follow it in that order, each after the NUL of the one before. */
+ * P{name}:queue, P{name}:holders, P{name}:holders:info and P{name}:break, the layout
+ * keys.c describes. The lock key comes first in buf, so buf alone is the NUL-terminated
+ * lock key, and the others follow it in that order, each after the NUL of the one
+ * before. */
 typedef struct dlock__keys {
     char *buf;
-    const char *lock, *fence, *queue, *holders, *info;
-    size_t lock_len, fence_len, queue_len, holders_len, info_len;
+    const char *lock, *fence, *queue, *holders, *info, *brk;
+    size_t lock_len, fence_len, queue_len, holders_len, info_len, brk_len;
 } dlock__keys;
 
 int dlock__keys_make(const char *prefix, size_t prefix_len, const char *name, size_t name_len,
                      dlock__keys *k, dlock__err *e);
-/* A name as written inside the braces of its keys' hash tag (scripts.c: as it is, or
+/* A name as written inside the braces of its keys' hash tag (keys.c: as it is, or
  * in hex when it begins with '}' or '%'): its length, and the bytes written at out
  * (returns the end; no NUL). The stock's keys use it for SKUs. */
 size_t dlock__tag_len(const char *name, size_t name_len);
 char *dlock__tag_write(char *out, const char *name, size_t name_len);
-/* The five keys in layout order at args[0..5), their lengths at lens[0..5): the KEYS
- * of the scripts that take them all (ACQUIRE, ACQUIRE_SHARED, RELEASE). */
+/* The first five keys in layout order at args[0..5), their lengths at lens[0..5): the
+ * KEYS of the scripts that take them all (ACQUIRE, ACQUIRE_SHARED, RELEASE). */
 #define DLOCK_KEYS_ALL 5
 void dlock__keys_all(const dlock__keys *k, const char **args, size_t *lens);
 

@@ -194,7 +194,9 @@ static int new_hold(dlock_client *c, const char *name, const dlock_opts *opts, i
     r->ttl_ms = ttl_ms;
     snprintf(r->boot, sizeof r->boot, "%s", c->local->boot_id);
     const char *label = opts != NULL && opts->label != NULL ? opts->label : "";
-    snprintf(r->desc, sizeof r->desc, "%s%s%s", c->holder, label[0] ? " " : "", label);
+    bool own = label[0] != '\0' && opts->label_is_holder;
+    snprintf(r->desc, sizeof r->desc, "%s%s%s", own ? "" : c->holder, label[0] && !own ? " " : "",
+             label);
     *out = l;
     return DLOCK_OK;
 }

@@ -1,25 +1,13 @@
 /*
  * scripts.c: the Lua scripts that make each lock operation one atomic round trip.
  *
- * Key layout (fixed, so that other tools and bindings interoperate), with prefix P:
- *   P{name}                the lock: "<32-hex token> <holder description>", with a PX
- *                          lease; or "shared" while shared holders hold it
- *   P{name}:fence          the fence counter
- *   P{name}:queue          waiters, scored by ticket (see below)
- *   P{name}:holders        shared holders and semaphore permits: tokens scored by the
- *                          end of their lease (SHARED_LUA below)
- *   P{name}:holders:info   their descriptions, by token
- * All share the hash tag {name}, so they live in one Cluster slot. A name that begins
- * with '}' would make that tag empty (Redis hashes the whole key then, each key to its
- * own slot), so such a name, and for the encoding to stay one-to-one every name that
- * begins with '%', is written in the tag as '%' and its bytes in lowercase hex: "}x"
- * is P{%7d78}, "%" is P{%25}; every other name is written as it is. Wake-ups go to the
- * waiting client's own channel, Pwake:<32 hex>, named in its queue entry: a release
- * wakes one process, not every process that waits on the name.
+ * The keys they name are keys.c's layout (P{name}, P{name}:fence, :queue, :holders,
+ * :holders:info, :break). Wake-ups go to the waiting client's own channel,
+ * Pwake:<32 hex>, named in its queue entry: a release wakes one process, not every
+ * process that waits on the name.
  *
  * How a call runs them (each body joined once from its parts, its SHA1, EVALSHA and
- * the EVAL fallback) is script_call.c's: this file is what runs on the server and the
- * keys it names.
+ * the EVAL fallback) is script_call.c's: this file is what runs on the server.
  */
 #include "internal.h"
 
@@ -168,7 +156,7 @@
     "        return served\n"                                                                      \
     "      end\n"                                                                                  \
     "      redis.call('ZADD', holders, now + tonumber(h), token)\n"                                \
-    "      redis.call('HSET', info, token, string.sub(value, 34))\n"                               \
+    "      redis.call('HSET', info, token, string.sub(value, 34), 'limit', k)\n"                   \
     "      sync(lock, holders, info, now)\n"                                                       \
     "      held, served = 'shared', true\n"                                                        \
     "      redis.call('PUBLISH', string.sub(rest, 1, n), token)\n"                                 \
@@ -277,7 +265,7 @@ static const char *const acquire_shared_lua[] = {
     "end\n"
     "if granted then\n"
     "  redis.call('ZADD', KEYS[4], now + tonumber(ARGV[3]), token)\n"
-    "  redis.call('HSET', KEYS[5], token, ARGV[2])\n"
+    "  redis.call('HSET', KEYS[5], token, ARGV[2], 'limit', limit)\n"
     "  sync(KEYS[1], KEYS[4], KEYS[5], now)\n"
     "  if queued then redis.call('ZREM', KEYS[3], ARGV[6]) end\n"
     "  return next_fence(KEYS[2], ARGV[8])\n"
@@ -513,14 +501,74 @@ static const char *const inspect_lua[] = {
     "        table.concat(list)}\n",
     NULL};
 
+/*
+ * BREAK  KEYS: lock, fence, queue, holders, holders info, break
+ *        ARGV: by, reason, fence retention ms, record ttl ms
+ * An operator frees the name whoever holds it: the exclusive holder, or every shared
+ * holder and permit. The fence is raised past every fence handed out, the break is
+ * recorded (keys.c), and the queue is served as a release serves it. -> {0} when
+ * nothing held the name; {1, the holder ("<token> <description>", or for shared
+ * holders "<count> shared: <token> <description>; ..."), the fence, the server's time
+ * in ms}.
+ */
+static const char *const break_lua[] = {
+    PRELUDE_LUA,
+    FENCE_LUA,
+    SHARED_LUA,
+    DISPATCH_LUA,
+    "local v = redis.call('GET', KEYS[1])\n"
+    "if not v then return {0} end\n"
+    "local now, old = now_ms(), v\n"
+    "if v == 'shared' then\n"
+    "  purge(KEYS[4], KEYS[5], now)\n"
+    "  local all, d = redis.call('ZRANGE', KEYS[4], 0, -1), {}\n"
+    "  for i = 1, math.min(#all, 100) do\n"
+    "    d[i] = all[i] .. ' ' .. (redis.call('HGET', KEYS[5], all[i]) or '')\n"
+    "  end\n"
+    "  old = #all .. ' shared: ' .. table.concat(d, '; ')\n"
+    "  redis.call('DEL', KEYS[4], KEYS[5])\n"
+    "end\n"
+    "redis.call('DEL', KEYS[1])\n"
+    "local f = next_fence(KEYS[2], ARGV[3])\n"
+    "redis.call('DEL', KEYS[6])\n"
+    "redis.call('HSET', KEYS[6], 'at_ms', now, 'by', ARGV[1], 'reason', ARGV[2], 'holder', old,\n"
+    "           'fence', string.format('%d', f))\n"
+    "redis.call('PEXPIRE', KEYS[6], ARGV[4])\n"
+    "dispatch(KEYS[1], KEYS[3], KEYS[4], KEYS[5], false)\n"
+    "return {1, old, string.format('%d', f), now}\n",
+    NULL};
+
+/*
+ * FENCE_RAISE  KEYS: register   ARGV: fence
+ * A fenced register (FENCED_SET's) told of a fence without a write: its value stays,
+ * and writes with lower fences are refused from now on. Always 1.
+ */
+static const char *const fence_raise_lua[] = {
+    "if (tonumber(redis.call('HGET', KEYS[1], 'fence')) or 0) < tonumber(ARGV[1]) then\n"
+    "  redis.call('HSET', KEYS[1], 'fence', ARGV[1])\n"
+    "end\n"
+    "return 1\n",
+    NULL};
+
+/* BREAK_RECORD  KEYS: break -> the record's fields and values ({} when none). */
+static const char *const break_record_lua[] = {"return redis.call('HGETALL', KEYS[1])\n", NULL};
+
 /* Each script in parts (a C compiler need not accept a string literal over 4095
  * bytes), joined once into bodies. */
 static const char *const *const parts[DLOCK_SCRIPT_COUNT] = {
-    [DLOCK_SCRIPT_ACQUIRE] = acquire_lua, [DLOCK_SCRIPT_RELEASE] = release_lua,
-    [DLOCK_SCRIPT_EXTEND] = extend_lua,   [DLOCK_SCRIPT_INSPECT] = inspect_lua,
-    [DLOCK_SCRIPT_FENCE] = fence_lua,     [DLOCK_SCRIPT_FENCED_SET] = fenced_set_lua,
-    [DLOCK_SCRIPT_LEAVE] = leave_lua,     [DLOCK_SCRIPT_RENEW] = renew_lua,
-    [DLOCK_SCRIPT_REFRESH] = refresh_lua, [DLOCK_SCRIPT_ACQUIRE_SHARED] = acquire_shared_lua,
+    [DLOCK_SCRIPT_ACQUIRE] = acquire_lua,
+    [DLOCK_SCRIPT_RELEASE] = release_lua,
+    [DLOCK_SCRIPT_EXTEND] = extend_lua,
+    [DLOCK_SCRIPT_INSPECT] = inspect_lua,
+    [DLOCK_SCRIPT_FENCE] = fence_lua,
+    [DLOCK_SCRIPT_FENCED_SET] = fenced_set_lua,
+    [DLOCK_SCRIPT_LEAVE] = leave_lua,
+    [DLOCK_SCRIPT_RENEW] = renew_lua,
+    [DLOCK_SCRIPT_REFRESH] = refresh_lua,
+    [DLOCK_SCRIPT_ACQUIRE_SHARED] = acquire_shared_lua,
+    [DLOCK_SCRIPT_BREAK] = break_lua,
+    [DLOCK_SCRIPT_BREAK_RECORD] = break_record_lua,
+    [DLOCK_SCRIPT_FENCE_RAISE] = fence_raise_lua,
 };
 
 /* The stock's scripts come after the locks': stock_scripts.c keeps them beside the key
@@ -534,67 +582,4 @@ _Static_assert(sizeof stock_parts / sizeof *stock_parts ==
 const char *const *dlock__script_parts(int i)
 {
     return i >= DLOCK_SCRIPT_STOCK_UPDATE ? stock_parts[i - DLOCK_SCRIPT_STOCK_UPDATE] : parts[i];
-}
-
-/* Whether name is written in hex in its hash tag (the key layout above says why). */
-static bool tag_encoded(const char *name, size_t name_len)
-{
-    return name_len > 0 && (name[0] == '}' || name[0] == '%');
-}
-
-size_t dlock__tag_len(const char *name, size_t name_len)
-{
-    return tag_encoded(name, name_len) ? 1 + 2 * name_len : name_len;
-}
-
-char *dlock__tag_write(char *out, const char *name, size_t name_len)
-{
-    if (!tag_encoded(name, name_len)) {
-        memcpy(out, name, name_len);
-        return out + name_len;
-    }
-    static const char hex[] = "0123456789abcdef";
-    *out++ = '%';
-    for (size_t i = 0; i < name_len; i++) {
-        unsigned char b = (unsigned char)name[i];
-        *out++ = hex[b >> 4];
-        *out++ = hex[b & 15];
-    }
-    return out;
-}
-
-int dlock__keys_make(const char *prefix, size_t prefix_len, const char *name, size_t name_len,
-                     dlock__keys *k, dlock__err *e)
-{
-    static const char *const suffix[5] = {"", ":fence", ":queue", ":holders", ":holders:info"};
-    const char **dst[5] = {&k->lock, &k->fence, &k->queue, &k->holders, &k->info};
-    size_t *len[5] = {&k->lock_len, &k->fence_len, &k->queue_len, &k->holders_len, &k->info_len};
-    size_t base = prefix_len + dlock__tag_len(name, name_len) + sizeof "{}";
-    k->buf = dlock__malloc(5 * base + sizeof ":fence:queue:holders:holders:info");
-    if (k->buf == NULL)
-        return dlock__err_set(e, DLOCK_ERR_NOMEM, "out of memory");
-    char *p = k->buf;
-    for (int i = 0; i < 5; i++) {
-        char *q = p;
-        *dst[i] = p;
-        memcpy(q, prefix, prefix_len);
-        q += prefix_len;
-        *q++ = '{';
-        q = dlock__tag_write(q, name, name_len);
-        *q++ = '}';
-        size_t slen = strlen(suffix[i]);
-        memcpy(q, suffix[i], slen + 1);
-        *len[i] = (size_t)(q - p) + slen;
-        p += *len[i] + 1;
-    }
-    return DLOCK_OK;
-}
-
-void dlock__keys_all(const dlock__keys *k, const char **args, size_t *lens)
-{
-    const char *keys[DLOCK_KEYS_ALL] = {k->lock, k->fence, k->queue, k->holders, k->info};
-    const size_t klens[DLOCK_KEYS_ALL] = {k->lock_len, k->fence_len, k->queue_len, k->holders_len,
-                                          k->info_len};
-    memcpy(args, keys, sizeof keys);
-    memcpy(lens, klens, sizeof klens);
 }

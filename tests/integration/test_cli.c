@@ -327,7 +327,8 @@ static void test_status(void **state)
     RUN(&r, "--json", "status", "cli-st");
     it_expect_status(&r, 0);
     assert_string_equal(r.out, "{\"name\":\"cli-st\",\"state\":\"free\",\"holder\":null,"
-                               "\"remaining_ms\":0,\"fence\":0,\"shared\":0,\"holders\":[]}\n");
+                               "\"remaining_ms\":0,\"fence\":0,\"shared\":0,\"holders\":[],"
+                               "\"broken\":null}\n");
 
     RUN(&r, "acquire", "-t", "60s", "-w", "0", "-l", "st-label", "cli-st");
     it_expect_status(&r, 0);
@@ -352,7 +353,8 @@ static void test_status(void **state)
     it_expect_status(&r, 0);
     assert_true(starts_with(r.out, "{\"name\":\"cli-st\",\"state\":\"held\",\"holder\":\""));
     assert_non_null(strstr(r.out, " st-label\",\"remaining_ms\":"));
-    snprintf(want, sizeof want, ",\"fence\":%" PRIu64 ",\"shared\":0,\"holders\":[]}\n", fence);
+    snprintf(want, sizeof want,
+             ",\"fence\":%" PRIu64 ",\"shared\":0,\"holders\":[],\"broken\":null}\n", fence);
     assert_non_null(strstr(r.out, want));
     long long remaining = strtoll(strstr(r.out, "\"remaining_ms\":") + 15, NULL, 10);
     assert_true(remaining > 0 && remaining <= 60000);
@@ -368,7 +370,7 @@ static void test_status(void **state)
     it_expect_status(&r, 0);
     snprintf(want, sizeof want,
              "{\"name\":\"cli-st\",\"state\":\"free\",\"holder\":null,\"remaining_ms\":0,"
-             "\"fence\":%" PRIu64 ",\"shared\":0,\"holders\":[]}\n",
+             "\"fence\":%" PRIu64 ",\"shared\":0,\"holders\":[],\"broken\":null}\n",
              fence);
     assert_string_equal(r.out, want);
 }
@@ -438,7 +440,7 @@ static void test_shared(void **state)
     assert_true(starts_with(r.out, "{\"name\":\"cli-sh\",\"state\":\"held\",\"holder\":null,"));
     assert_non_null(strstr(r.out, ",\"shared\":2,\"holders\":[{\"holder\":\""));
     assert_non_null(strstr(r.out, " reader-one\",\"remaining_ms\":"));
-    assert_non_null(strstr(r.out, "}]}\n"));
+    assert_non_null(strstr(r.out, "}],\"broken\":null}\n"));
 
     /* `dlock run --shared` overlaps them, with its fence in the environment. */
     RUN(&r, "run", "--shared", "-w", "0", "cli-sh", "--", "sh", "-c", "echo $DLOCK_FENCE");

@@ -9,6 +9,7 @@
  * the name, and after it the holder releases through -MOVED and the next holder's
  * fence is higher; a seed that is not a cluster node, a wrong password, no seed
  * reachable; and the doctor's view of a healthy cluster and of one that lost a master.
+ * dlock_list walks every master, and dlock_break reaches a name's.
  * Over TLS (rediss-cluster://, the cluster bus on TLS too): every master verified, and
  * a wrong CA refused. A failover: a master killed, its replica promoted by the cluster,
  * and a waiting client served by it.
@@ -109,6 +110,27 @@ static void test_names_over_all_masters(void **state)
     }
     for (int k = 0; k < NMASTERS; k++)
         assert_true(per_node[k] > 0);
+    /* dlock_list walks every master: all of them, each with its holder's token. */
+    dlock_lister *it;
+    assert_int_equal(dlock_list(c, "spread-*", &it), DLOCK_OK);
+    const dlock_listed *e;
+    int listed = 0;
+    while (dlock_list_next(it, &e) == DLOCK_OK && e != NULL) {
+        int i = atoi(e->name + strlen("spread-"));
+        assert_true(i >= 0 && i < NAMES);
+        assert_int_equal(e->kind, DLOCK_KIND_EXCLUSIVE);
+        assert_string_equal(e->holders[0].token, dlock_token(l[i]));
+        listed++;
+    }
+    dlock_list_free(it);
+    assert_int_equal(listed, NAMES);
+    /* And a break reaches the name's master. */
+    dlock_break_info b;
+    assert_int_equal(dlock_break(c, "spread-0", NULL, &b), DLOCK_OK);
+    assert_int_equal(b.broken, 1);
+    assert_int_equal(dlock_release(l[0]), DLOCK_ERR_LOST);
+    l[0] = it_acquire(c, "spread-0", 10000);
+    assert_true(dlock_fence(l[0]) > b.fence);
     for (int i = 0; i < NAMES; i++)
         assert_int_equal(dlock_release(l[i]), DLOCK_OK);
     for (int i = 0; i < NAMES; i++) {

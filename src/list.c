@@ -1,0 +1,496 @@
+/*
+ * list.c: dlock_list, every name held now on the servers, for operators (`dlock list`,
+ * dlockd's LOCKS).
+ *
+ * Each server is walked with SCAN (never KEYS, which would stop a server holding
+ * millions of keys for as long as it takes), by one read-only script per page: it
+ * scans the lock keys (P{*}, keys.c's layout) and, for each, reads in the same call
+ * what `dlock status` shows (the value, the lease, the fence, the queue, the shared
+ * holders), so a page costs one round trip whatever its size. A Redis Cluster is
+ * walked master by master (SCAN sees only the keys of the node it runs on), each page
+ * on a connection of its own (ask.c), as the doctor asks every master.
+ *
+ * A page's reply is bounded (the transport takes replies of at most
+ * DLOCK_REPLY_MAX_BYTES): the script stops adding names once PAGE_BUDGET bytes are
+ * written and says how many of the page's keys it took, and the next call scans the
+ * same cursor again and skips them. Values and descriptions are cut short in the
+ * script, so that one name never outgrows the reply by itself.
+ *
+ * Every name seen is kept (its page's reply holds its bytes), then sorted by name;
+ * with N > 1 servers the views of a name are merged as dlock_inspect merges them: a
+ * name is listed when a quorum holds it, with the lease a quorum still gives it.
+ * Names are matched against the caller's glob here, after decoding (keys.c writes
+ * some names in hex), not by SCAN's MATCH.
+ */
+#include "list.h"
+
+#include <fnmatch.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define PAGE_COUNT  "200"    /* SCAN's COUNT: keys a page looks at */
+#define PAGE_BUDGET "180000" /* bytes a page's reply may reach before it stops */
+#define VALUE_MAX   "1024"   /* bytes of a lock's value kept */
+#define DESC_MAX    "512"    /* bytes of a shared holder's description kept */
+#define LISTED_MAX  DLOCK_LIST_HOLDERS_MAX
+
+/*
+ * LIST  no KEYS (it reads the keys SCAN finds, on the node it runs on)
+ *       ARGV: cursor, match, count, skip, budget, most holders, value max, desc max
+ * -> {next cursor, skip, records}: when the budget ran out, the same cursor and the
+ * number of its keys taken (the next call skips them), else SCAN's next cursor and 0.
+ * Each record is a run of fields, each "<length>:<bytes>": key, value, PTTL, fence,
+ * queue entries, the limit of shared holders ("" for an exclusive lock), shared
+ * holders, then how many are listed and for each its token, ms left and description.
+ */
+static const char LIST_LUA[] =
+    "local cursor, skip, budget, most = ARGV[1], tonumber(ARGV[4]), tonumber(ARGV[5]),\n"
+    "  tonumber(ARGV[6])\n"
+    "local vmax, dmax = tonumber(ARGV[7]), tonumber(ARGV[8])\n"
+    "local t = redis.call('TIME')\n"
+    "local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)\n"
+    "local page = redis.call('SCAN', cursor, 'MATCH', ARGV[2], 'COUNT', ARGV[3])\n"
+    "local out, size = {}, 0\n"
+    "local function put(s)\n"
+    "  s = tostring(s)\n"
+    "  out[#out + 1] = #s .. ':' .. s\n"
+    "  size = size + #s + 8\n"
+    "end\n"
+    "local function num(r)\n"
+    "  if type(r) == 'number' then return r end\n"
+    "  return 0\n"
+    "end\n"
+    "for i = skip + 1, #page[2] do\n"
+    "  if size > budget then return {cursor, i - 1, table.concat(out)} end\n"
+    "  local key = page[2][i]\n"
+    "  local v = redis.pcall('GET', key)\n"
+    "  if type(v) == 'string' then\n"
+    "    put(key)\n"
+    "    put(string.sub(v, 1, vmax))\n"
+    "    put(num(redis.pcall('PTTL', key)))\n"
+    "    local f = redis.pcall('GET', key .. ':fence')\n"
+    "    if type(f) ~= 'string' then f = '0' end\n"
+    "    put(f)\n"
+    "    put(num(redis.pcall('ZCARD', key .. ':queue')))\n"
+    "    local holders, info = key .. ':holders', key .. ':holders:info'\n"
+    "    if v == 'shared' then\n"
+    "      local limit = redis.pcall('HGET', info, 'limit')\n"
+    "      if type(limit) ~= 'string' then limit = '0' end\n"
+    "      put(limit)\n"
+    "      put(num(redis.pcall('ZCOUNT', holders, '(' .. now, '+inf')))\n"
+    "      local top = redis.pcall('ZREVRANGEBYSCORE', holders, '+inf', '(' .. now,\n"
+    "                              'WITHSCORES', 'LIMIT', 0, most)\n"
+    "      if type(top) ~= 'table' or top.err then top = {} end\n"
+    "      put(#top / 2)\n"
+    "      for j = 1, #top, 2 do\n"
+    "        local d = redis.pcall('HGET', info, top[j])\n"
+    "        if type(d) ~= 'string' then d = '' end\n"
+    "        put(top[j])\n"
+    "        put(math.floor(tonumber(top[j + 1]) - now))\n"
+    "        put(string.sub(d, 1, dmax))\n"
+    "      end\n"
+    "    else\n"
+    "      put('')\n"
+    "      put(0)\n"
+    "      put(0)\n"
+    "    end\n"
+    "  end\n"
+    "end\n"
+    "return {page[1], 0, table.concat(out)}\n";
+
+/* One "<length>:<bytes>" field at *p (before end): its bytes and length; advances *p.
+ * False when malformed. */
+bool dlock__list_field(const char **p, const char *end, const char **s, size_t *len)
+{
+    char *colon;
+    unsigned long long n = strtoull(*p, &colon, 10);
+    if (colon == *p || colon >= end || *colon != ':' || n > (unsigned long long)(end - colon - 1))
+        return false;
+    *s = colon + 1;
+    *len = (size_t)n;
+    *p = colon + 1 + n;
+    return true;
+}
+
+static bool int_field(const char **p, const char *end, long long *v)
+{
+    const char *s;
+    size_t len;
+    char buf[32];
+    if (!dlock__list_field(p, end, &s, &len) || len == 0 || len >= sizeof buf)
+        return false;
+    memcpy(buf, s, len);
+    buf[len] = '\0';
+    char *e;
+    *v = strtoll(buf, &e, 10);
+    return *e == '\0';
+}
+
+/* The name of a lock key "<prefix>{<tag>}", decoded as keys.c encodes it; false for a
+ * key of another shape (a name written by another tool, another prefix's key). */
+static bool key_name(const dlock_client *c, const char *key, size_t len, dlock__list_rec *r)
+{
+    size_t pl = c->prefix_len;
+    if (len < pl + 3 || memcmp(key, c->prefix, pl) != 0 || key[pl] != '{' || key[len - 1] != '}')
+        return false;
+    const char *tag = key + pl + 1;
+    size_t tlen = len - pl - 2;
+    if (tag[0] != '%') {
+        if (memchr(tag, '\0', tlen) != NULL)
+            return false;
+        r->name = tag;
+        r->name_len = tlen;
+        return true;
+    }
+    if (tlen < 3 || tlen % 2 == 0)
+        return false;
+    size_t n = (tlen - 1) / 2;
+    char *name = malloc(n + 1);
+    if (name == NULL)
+        return false;
+    for (size_t i = 0; i < n; i++) {
+        unsigned int b;
+        if (sscanf(tag + 1 + 2 * i, "%2x", &b) != 1 || b == 0) {
+            free(name);
+            return false;
+        }
+        name[i] = (char)b;
+    }
+    name[n] = '\0';
+    r->name = r->owned = name;
+    r->name_len = n;
+    return true;
+}
+
+/* The records of one page (blob) from node, those whose names match the pattern. */
+static int take_page(dlock_lister *it, int node, const char *blob, size_t len, dlock__err *e)
+{
+    const char *p = blob, *end = blob + len;
+    while (p < end) {
+        dlock__list_rec r;
+        memset(&r, 0, sizeof r);
+        r.node = node;
+        const char *key, *limit;
+        size_t key_len, limit_len;
+        long long fence, nlisted;
+        if (!dlock__list_field(&p, end, &key, &key_len) ||
+            !dlock__list_field(&p, end, &r.value, &r.value_len) || !int_field(&p, end, &r.pttl) ||
+            !int_field(&p, end, &fence) || !int_field(&p, end, &r.queue) ||
+            !dlock__list_field(&p, end, &limit, &limit_len) || !int_field(&p, end, &r.count) ||
+            !int_field(&p, end, &nlisted) || nlisted < 0 || nlisted > LISTED_MAX)
+            return dlock__err_set(e, DLOCK_ERR_PROTOCOL, "%s: list: malformed reply",
+                                  it->c->nodes[node].addr.display);
+        r.fence = fence > 0 ? (uint64_t)fence : 0;
+        char lbuf[24] = "";
+        if (limit_len < sizeof lbuf)
+            memcpy(lbuf, limit, limit_len); /* a field is not terminated: the next follows */
+        r.limit = strtoll(lbuf, NULL, 10);
+        r.listed = p;
+        r.nlisted = (int)nlisted;
+        for (long long j = 0; j < 3 * nlisted; j++) {
+            const char *s;
+            size_t slen;
+            if (!dlock__list_field(&p, end, &s, &slen))
+                return dlock__err_set(e, DLOCK_ERR_PROTOCOL, "%s: list: malformed reply",
+                                      it->c->nodes[node].addr.display);
+        }
+        r.listed_len = (size_t)(p - r.listed);
+        if (!key_name(it->c, key, key_len, &r))
+            continue;
+        /* fnmatch needs a terminated name: the reply's bytes are followed by the next
+         * field, so the borrowed ones are compared through a copy. */
+        char *z = r.owned != NULL ? r.owned : strndup(r.name, r.name_len);
+        bool match = z != NULL && fnmatch(it->pattern, z, 0) == 0;
+        if (r.owned == NULL)
+            free(z);
+        if (!match) {
+            free(r.owned);
+            continue;
+        }
+        if (it->nrecs == it->cap_recs) {
+            size_t cap = it->cap_recs ? 2 * it->cap_recs : 256;
+            dlock__list_rec *grown = realloc(it->recs, cap * sizeof *grown);
+            if (grown == NULL) {
+                free(r.owned);
+                return dlock__err_set(e, DLOCK_ERR_NOMEM, "out of memory");
+            }
+            it->recs = grown;
+            it->cap_recs = cap;
+        }
+        it->recs[it->nrecs++] = r;
+    }
+    return DLOCK_OK;
+}
+
+/* Where the walk of one server (or one master of a cluster) is. */
+typedef struct walk {
+    char cursor[32];
+    long long skip;
+    bool done;
+} walk;
+
+/* The EVAL of w's next page: its arguments into argv (PAGE_ARGC), with the numbers
+ * written in skip and most. */
+#define PAGE_ARGC 11
+static void page_argv(const char *match, const walk *w, const char *argv[PAGE_ARGC], char skip[24],
+                      char most[16])
+{
+    snprintf(skip, 24, "%lld", w->skip);
+    snprintf(most, 16, "%d", LISTED_MAX);
+    const char *a[PAGE_ARGC] = {"EVAL", LIST_LUA,    "0",  w->cursor, match,   PAGE_COUNT,
+                                skip,   PAGE_BUDGET, most, VALUE_MAX, DESC_MAX};
+    memcpy(argv, a, sizeof a);
+}
+
+/* A page's reply (r->reply, taken into it->pages) into w and the records. */
+static int take_reply(dlock_lister *it, int node, dlock__req *r, walk *w, dlock__err *e)
+{
+    const char *display = it->c->nodes[node].addr.display;
+    if (r->err != DLOCK_OK)
+        return dlock__err_set(e, r->err, "%s", r->detail);
+    redisReply *rep = r->reply;
+    if (rep->type == REDIS_REPLY_ERROR)
+        return dlock__err_set(e, dlock__server_error_code(rep->str, rep->len), "%s: list: %s",
+                              display, rep->str);
+    if (rep->type != REDIS_REPLY_ARRAY || rep->elements != 3 ||
+        rep->element[0]->type != REDIS_REPLY_STRING || rep->element[0]->len >= sizeof w->cursor ||
+        rep->element[1]->type != REDIS_REPLY_INTEGER || rep->element[2]->type != REDIS_REPLY_STRING)
+        return dlock__err_set(e, DLOCK_ERR_PROTOCOL, "%s: list: unexpected reply shape", display);
+    if (it->npages == it->cap_pages) {
+        size_t cap = it->cap_pages ? 2 * it->cap_pages : 64;
+        redisReply **grown = realloc(it->pages, cap * sizeof *grown);
+        if (grown == NULL)
+            return dlock__err_set(e, DLOCK_ERR_NOMEM, "out of memory");
+        it->pages = grown;
+        it->cap_pages = cap;
+    }
+    it->pages[it->npages++] = rep;
+    r->reply = NULL;
+    memcpy(w->cursor, rep->element[0]->str, rep->element[0]->len + 1);
+    w->skip = rep->element[1]->integer;
+    w->done = strcmp(w->cursor, "0") == 0 && w->skip == 0;
+    return take_page(it, node, rep->element[2]->str, rep->element[2]->len, e);
+}
+
+/* Walk every master of cluster node i, each on a connection of its own. */
+static int walk_cluster(dlock_lister *it, int i, const char *match, dlock__err *e)
+{
+    dlock__node *node = &it->c->nodes[i];
+    struct dlock__hostport hosts[DLOCK_ASK_MAX];
+    char names[DLOCK_ASK_MAX][256];
+    int k = dlock__cluster_masters(node, hosts, names, DLOCK_ASK_MAX);
+    if (k > DLOCK_ASK_MAX)
+        return dlock__err_set(e, DLOCK_ERR_INVALID, "%s: more than %d masters to list",
+                              node->addr.display, DLOCK_ASK_MAX);
+    if (k == 0)
+        return dlock__err_set(e, DLOCK_ERR_UNAVAILABLE, "%s: no master serves slots yet",
+                              node->addr.display);
+    int rc = DLOCK_OK;
+    for (int m = 0; m < k && rc == DLOCK_OK; m++) {
+        walk w = {"0", 0, false};
+        while (rc == DLOCK_OK && !w.done) {
+            char skip[24], most[16];
+            const char *argv[PAGE_ARGC];
+            page_argv(match, &w, argv, skip, most);
+            dlock__ask ask;
+            char detail[300];
+            dlock__ask_spec spec = {.from = node,
+                                    .hosts = &hosts[m],
+                                    .k = 1,
+                                    .what = "master",
+                                    .user = node->addr.user,
+                                    .password = dlock__node_password(node),
+                                    .tls_name = node->tls_name,
+                                    .argc = PAGE_ARGC,
+                                    .argv = argv};
+            rc = dlock__ask_run(&ask, &spec, detail, sizeof detail);
+            if (rc != DLOCK_OK)
+                rc = dlock__err_set(e, rc, "%s", detail);
+            else
+                rc = take_reply(it, i, &ask.reqs[0], &w, e);
+            dlock__ask_end(&ask);
+        }
+    }
+    return rc;
+}
+
+/* Walk every server that is not a cluster at once, a page of each per round trip, on
+ * a connection set from the pool; failed[i] says which could not be walked (the
+ * reason in e). */
+static int walk_nodes(dlock_lister *it, const char *match, bool *failed, int *last, dlock__err *e)
+{
+    dlock_client *c = it->c;
+    dlock__connset *set = dlock__connset_get(c);
+    if (set == NULL)
+        return dlock__err_set(e, DLOCK_ERR_NOMEM, "out of memory");
+    walk w[DLOCK_SERVERS_MAX];
+    char *cmd[DLOCK_SERVERS_MAX];
+    dlock__req reqs[DLOCK_SERVERS_MAX];
+    memset(reqs, 0, sizeof reqs);
+    for (int i = 0; i < c->n; i++)
+        w[i] = (walk){"0", 0, c->nodes[i].cluster != NULL};
+    int rc = DLOCK_OK;
+    for (bool more = true; more && rc == DLOCK_OK;) {
+        more = false;
+        for (int i = 0; i < c->n; i++) {
+            cmd[i] = NULL;
+            memset(&reqs[i], 0, sizeof reqs[i]);
+            if (w[i].done || failed[i])
+                continue;
+            char skip[24], most[16];
+            const char *argv[PAGE_ARGC];
+            page_argv(match, &w[i], argv, skip, most);
+            int len = redisFormatCommandArgv(&cmd[i], PAGE_ARGC, argv, NULL);
+            if (len < 0) {
+                rc = dlock__err_set(e, DLOCK_ERR_NOMEM, "out of memory");
+                break;
+            }
+            reqs[i].cmd = cmd[i];
+            reqs[i].cmdlen = (size_t)len;
+            reqs[i].await = true;
+            reqs[i].harmless_late = true; /* it only reads */
+        }
+        if (rc == DLOCK_OK)
+            dlock__fanout(set->conns, reqs, c->n);
+        for (int i = 0; i < c->n; i++) {
+            if (cmd[i] == NULL)
+                continue;
+            redisFreeCommand(cmd[i]);
+            if (rc == DLOCK_OK) {
+                dlock__err ne;
+                int nrc = take_reply(it, i, &reqs[i], &w[i], &ne);
+                if (nrc == DLOCK_ERR_NOMEM) {
+                    *e = ne;
+                    rc = nrc;
+                } else if (nrc != DLOCK_OK) {
+                    failed[i] = true;
+                    *last = nrc;
+                    *e = ne;
+                }
+                more |= !w[i].done && !failed[i];
+            }
+            freeReplyObject(reqs[i].reply);
+        }
+    }
+    dlock__connset_put(c, set);
+    return rc;
+}
+
+int dlock_list(dlock_client *c, const char *pattern, dlock_lister **out)
+{
+    dlock__err e;
+    int rc = dlock__client_enter(c, &e);
+    if (rc != DLOCK_OK)
+        return dlock__err_raise(&e, rc);
+    if (out == NULL)
+        return dlock__fail(DLOCK_ERR_INVALID, "out is NULL");
+    *out = NULL;
+    if (pattern == NULL)
+        pattern = "*";
+    if (strlen(pattern) > DLOCK_NAME_MAX)
+        return dlock__fail(DLOCK_ERR_INVALID, "the pattern is longer than %d bytes",
+                           DLOCK_NAME_MAX);
+    if (c->local != NULL)
+        return dlock__fail(DLOCK_ERR_INVALID, "listing the locks of a file:// client is not "
+                                              "supported yet: ls its directory");
+    dlock_lister *it = dlock__calloc(1, sizeof *it);
+    if (it == NULL || (it->pattern = dlock__strdup(pattern)) == NULL) {
+        free(it);
+        return dlock__fail(DLOCK_ERR_NOMEM, "out of memory");
+    }
+    it->c = c;
+    /* SCAN's MATCH: the prefix (its glob characters escaped) and any tag. */
+    char *match = dlock__malloc(2 * c->prefix_len + 4);
+    if (match == NULL) {
+        dlock_list_free(it);
+        return dlock__fail(DLOCK_ERR_NOMEM, "out of memory");
+    }
+    size_t ml = 0;
+    for (size_t i = 0; i < c->prefix_len; i++) {
+        if (strchr("*?[]\\", c->prefix[i]) != NULL)
+            match[ml++] = '\\';
+        match[ml++] = c->prefix[i];
+    }
+    memcpy(match + ml, "{*}", 4);
+    bool failed[DLOCK_SERVERS_MAX] = {false};
+    int last = DLOCK_ERR_NOQUORUM;
+    rc = walk_nodes(it, match, failed, &last, &e);
+    for (int i = 0; rc == DLOCK_OK && i < c->n; i++) {
+        if (c->nodes[i].cluster == NULL || failed[i])
+            continue;
+        dlock__err ne;
+        int nrc = walk_cluster(it, i, match, &ne);
+        if (nrc == DLOCK_ERR_NOMEM) {
+            e = ne;
+            rc = nrc;
+        } else if (nrc != DLOCK_OK) {
+            failed[i] = true;
+            last = nrc;
+            e = ne;
+        }
+    }
+    free(match);
+    int nfailed = 0;
+    for (int i = 0; i < c->n; i++)
+        nfailed += failed[i];
+    /* The error of the last server that failed stands for the list when too few are
+     * left for a quorum (with one server, its own). */
+    if (rc == DLOCK_OK && c->n - nfailed < c->quorum)
+        rc = c->n == 1 ? last : DLOCK_ERR_NOQUORUM;
+    if (rc != DLOCK_OK) {
+        dlock_list_free(it);
+        return dlock__err_raise(&e, rc);
+    }
+    qsort(it->recs, it->nrecs, sizeof *it->recs, dlock__list_cmp);
+    *out = it;
+    return dlock__err_raise(&e, DLOCK_OK);
+}
+
+int dlock_list_next(dlock_lister *it, const dlock_listed **entry)
+{
+    if (entry == NULL)
+        return dlock__fail(DLOCK_ERR_INVALID, "entry is NULL");
+    *entry = NULL;
+    if (it == NULL)
+        return dlock__fail(DLOCK_ERR_INVALID, "the lister is NULL");
+    while (it->at < it->nrecs) {
+        size_t a = it->at, b = a + 1;
+        while (b < it->nrecs && it->recs[b].name_len == it->recs[a].name_len &&
+               memcmp(it->recs[b].name, it->recs[a].name, it->recs[a].name_len) == 0)
+            b++;
+        it->at = b;
+        const dlock__list_rec *g = &it->recs[a];
+        int n = (int)(b - a);
+        memset(&it->entry, 0, sizeof it->entry);
+        if (!dlock__list_merge(it, g, n))
+            continue; /* no quorum holds it */
+        memcpy(it->name, g->name, g->name_len);
+        it->name[g->name_len] = '\0';
+        it->entry.name = it->name;
+        it->entry.holders = it->holders;
+        for (int i = 0; i < n; i++) {
+            if (g[i].fence > it->entry.fence)
+                it->entry.fence = g[i].fence;
+            if (g[i].queue > it->entry.waiters)
+                it->entry.waiters = g[i].queue;
+        }
+        *entry = &it->entry;
+        return DLOCK_OK;
+    }
+    return DLOCK_OK;
+}
+
+void dlock_list_free(dlock_lister *it)
+{
+    if (it == NULL)
+        return;
+    for (size_t i = 0; i < it->nrecs; i++)
+        free(it->recs[i].owned);
+    for (size_t i = 0; i < it->npages; i++)
+        freeReplyObject(it->pages[i]);
+    free(it->pages);
+    free(it->recs);
+    free(it->pattern);
+    free(it);
+}
