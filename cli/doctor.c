@@ -20,18 +20,31 @@ const char cli_doctor_help[] =
     "  - a maxmemory-policy that can evict lock keys (every policy but noeviction);\n"
     "  - persistence off, or appendfsync not always (a restart forgets held locks);\n"
     "  - a replica, or a Redis Cluster node, named as a lock server;\n"
+    "  - a dlockd named as a lock server (it is a client of lock servers: give dlock\n"
+    "    the Redis servers it uses);\n"
     "  - clocks of the servers apart by more than a tenth of TTL;\n"
     "  - a Redis older than 7.0 (slower acquires), or too old to run the scripts;\n"
     "  - TLS with verification off (insecure=1);\n"
     "  - for a master behind Sentinels (redis-sentinel://): what a failover can lose,\n"
     "    Sentinels that do not answer or cannot authorize a failover, no replica;\n"
-    "  - a server that cannot be reached.\n"
+    "  - a server that cannot be asked, with the fix for why: a refused password (set\n"
+    "    it in the URL or DLOCK_PASSWORD), a certificate that cannot be verified\n"
+    "    (cacert=FILE in the URL), a server that cannot be reached.\n"
+    "A fact a server would not give (INFO or CONFIG refused, a field missing) is a note\n"
+    "that says \"unknown\", never passed as fine; the last line counts them.\n"
     "\n"
     "  -t, --ttl TTL   the shortest lease you use (default 30s): the clock check's scale\n"
     "      --json      one JSON object: the servers' facts and the findings\n"
     "\n"
-    "Exit status: 0 when nothing threatens safety (notes only), 1 when a risk was found,\n"
-    "64 usage error.\n";
+    "Exit status: 0 when no risk was found (notes only, unknown facts among them), 1\n"
+    "when a risk was found (a server that cannot be asked, or a dlockd, is one), 64\n"
+    "usage error.\n";
+
+/* s, or "unknown" for a fact the server did not give. */
+static const char *known(const char *s)
+{
+    return s[0] != '\0' ? s : "unknown";
+}
 
 static void print_text(const cli_findings *fs, const dlock_server_facts *f, int n)
 {
@@ -48,12 +61,21 @@ static void print_text(const cli_findings *fs, const dlock_server_facts *f, int 
         }
         if (any)
             continue;
+        /* The judge notes every fact it could not read, so a server without findings
+         * has them all; "unknown" still stands in for an empty one (the clock of a
+         * server alone, which nothing is compared with), rather than a blank. */
         cli_write_safe(stdout, f[i].server, strlen(f[i].server));
         printf(": ok: Redis ");
-        cli_write_safe(stdout, f[i].version, strlen(f[i].version));
-        printf(", %s, %s, AOF %s, clock %+.1f ms from this host's\n", f[i].role,
-               f[i].maxmemory_policy, f[i].appendfsync[0] ? f[i].appendfsync : "on",
-               (double)f[i].clock_offset_us / 1000.0);
+        const char *v = known(f[i].version);
+        cli_write_safe(stdout, v, strlen(v));
+        printf(", %s, %s, AOF %s, ", known(f[i].role), known(f[i].maxmemory_policy),
+               f[i].aof == 0  ? "off"
+               : f[i].aof < 0 ? "unknown"
+                              : (f[i].appendfsync[0] ? f[i].appendfsync : "on"));
+        if (f[i].clock_error_us < 0)
+            printf("clock unknown\n");
+        else
+            printf("clock %+.1f ms from this host's\n", (double)f[i].clock_offset_us / 1000.0);
     }
     for (int k = 0; k < fs->n; k++) {
         if (fs->f[k].server >= 0)
@@ -63,9 +85,14 @@ static void print_text(const cli_findings *fs, const dlock_server_facts *f, int 
         putchar('\n');
     }
     if (fs->risks == 0)
-        printf("no risk found (%d server%s)\n", n, n == 1 ? "" : "s");
+        printf("no risk found (%d server%s)", n, n == 1 ? "" : "s");
     else
-        printf("%d risk%s found\n", fs->risks, fs->risks == 1 ? "" : "s");
+        printf("%d risk%s found", fs->risks, fs->risks == 1 ? "" : "s");
+    /* A clean bill is never given over facts that could not be read. */
+    if (fs->unknowns > 0)
+        printf(", %d check%s not made: facts unknown (see the notes)", fs->unknowns,
+               fs->unknowns == 1 ? "" : "s");
+    putchar('\n');
 }
 
 static void json_str(const char *s)
@@ -119,11 +146,12 @@ static void print_json(const cli_findings *fs, const dlock_server_facts *f, int 
             json_str(f[x->server].server);
         else
             fputs("null", stdout);
-        printf(",\"level\":\"%s\",\"kind\":\"%s\",\"text\":", x->risk ? "risk" : "note", x->kind);
+        printf(",\"level\":\"%s\",\"kind\":\"%s\",\"unknown\":%s,\"text\":",
+               x->risk ? "risk" : "note", x->kind, x->unknown ? "true" : "false");
         json_str(x->text);
         putchar('}');
     }
-    printf("],\"risks\":%d}\n", fs->risks);
+    printf("],\"risks\":%d,\"unknown\":%d}\n", fs->risks, fs->unknowns);
 }
 
 int cli_cmd_doctor(struct cli *cli, char **args, const struct cmd_opts *o)

@@ -14,6 +14,13 @@
  * three round trips: the reply was made within half that trip of the middle, so half
  * the trip bounds the error. The offsets of two servers, each measured that way,
  * differ from their clocks' true difference by at most the sum of the two bounds.
+ *
+ * A dlockd (this project's lock service) answers INFO as Redis does, and says so with
+ * a dlockd_version field. It is a client of lock servers, not one: it runs none of the
+ * scripts a lock needs, and its INFO says nothing of the servers that hold the locks.
+ * Such a server gets DLOCK_ERR_INVALID, a wrong URL no retry mends, with a detail
+ * that starts "a dlockd", dlockd 1 and its dlockd_version in version, and is asked
+ * nothing more.
  */
 #include "internal.h"
 
@@ -85,6 +92,26 @@ static void take_info(const redisReply *r, dlock_server_facts *f)
     f->replicas = int_field(r, "connected_slaves");
 }
 
+/* A dlockd's INFO (see the top): true when it is one, its error then saying so. Its
+ * facts stay unknown: its redis_version is there for clients that branch on it, and
+ * its role and memory are its own, not those of the servers that hold the locks. */
+static bool take_dlockd(const redisReply *r, dlock_server_facts *f)
+{
+    char version[32];
+    if (r->type != REDIS_REPLY_STRING ||
+        !dlock__info_field(r, "dlockd_version", version, sizeof version))
+        return false;
+    f->error = DLOCK_ERR_INVALID;
+    f->dlockd = 1;
+    _Static_assert(sizeof version == sizeof f->version, "a dlockd_version fits version");
+    memcpy(f->version, version, sizeof f->version);
+    snprintf(f->detail, sizeof f->detail,
+             "a dlockd (dlockd_version %s), not a Redis server: it serves LOCK, not the "
+             "scripts dlock runs",
+             version);
+    return true;
+}
+
 static void take_fsync(const redisReply *r, dlock_server_facts *f)
 {
     if (r->type == REDIS_REPLY_ARRAY && r->elements == 2 &&
@@ -111,14 +138,46 @@ static int cluster_state(dlock__node *node, char *state, size_t statelen)
     return rc;
 }
 
-/* How strongly appendfsync makes writes durable: always 2, everysec 1, no 0; -1 not
- * known. */
+/* How strongly appendfsync makes writes durable, for the worst of several: always 3,
+ * not known ("") 2, everysec 1, no 0. Unknown ranks below always: a master that would
+ * not say must not pass for one that fsyncs every write; a known weaker setting is
+ * worse still, since it is a finding of its own. */
 static int fsync_rank(const char *v)
 {
-    return strcmp(v, "always") == 0     ? 2
+    return strcmp(v, "always") == 0     ? 3
            : strcmp(v, "everysec") == 0 ? 1
            : strcmp(v, "no") == 0       ? 0
-                                        : -1;
+                                        : 2;
+}
+
+/* Fold one master's answer g (to INFO when info, else to CONFIG GET appendfsync) into
+ * the cluster's f, keeping the worst of each fact. A fact one master would not give
+ * makes the cluster's unknown, unless another master's is known to be worse: an
+ * evicting policy beats an unknown one, which beats noeviction; persistence off
+ * beats unknown, which beats on. */
+static void fold_master(dlock_server_facts *f, const dlock_server_facts *g, bool info)
+{
+    if (!info) {
+        if (fsync_rank(g->appendfsync) < fsync_rank(f->appendfsync))
+            memcpy(f->appendfsync, g->appendfsync, sizeof f->appendfsync);
+        return;
+    }
+    bool g_evicts =
+        g->maxmemory_policy[0] != '\0' && strcmp(g->maxmemory_policy, "noeviction") != 0;
+    bool f_evicts =
+        f->maxmemory_policy[0] != '\0' && strcmp(f->maxmemory_policy, "noeviction") != 0;
+    /* Of two evicting masters, one with a limit (or none known) evicts sooner. */
+    bool sooner = g_evicts && f_evicts && f->maxmemory == 0 && g->maxmemory != 0;
+    if ((g_evicts && !f_evicts) || (g->maxmemory_policy[0] == '\0' && !f_evicts) || sooner) {
+        memcpy(f->maxmemory_policy, g->maxmemory_policy, sizeof f->maxmemory_policy);
+        f->maxmemory = g->maxmemory;
+    }
+    if (g->aof == 0 || (g->aof < 0 && f->aof == 1))
+        f->aof = g->aof;
+    if (g->replicas >= 0 && (f->replicas < 0 || g->replicas < f->replicas))
+        f->replicas = g->replicas;
+    if (g->uptime_s >= 0 && (f->uptime_s < 0 || g->uptime_s < f->uptime_s))
+        f->uptime_s = g->uptime_s;
 }
 
 /* A cluster's masters, each asked INFO and CONFIG GET appendfsync at once, folded into
@@ -159,22 +218,7 @@ static void take_masters(dlock__node *node, dlock_server_facts *f)
                 } else {
                     take_fsync(ask.reqs[i].reply, &g);
                 }
-                bool evicts =
-                    g.maxmemory_policy[0] != '\0' && strcmp(g.maxmemory_policy, "noeviction") != 0;
-                if (evicts && (f->maxmemory_policy[0] == '\0' ||
-                               strcmp(f->maxmemory_policy, "noeviction") == 0)) {
-                    memcpy(f->maxmemory_policy, g.maxmemory_policy, sizeof f->maxmemory_policy);
-                    f->maxmemory = g.maxmemory;
-                }
-                if (g.aof == 0)
-                    f->aof = 0;
-                int rank = fsync_rank(g.appendfsync), had = fsync_rank(f->appendfsync);
-                if (rank >= 0 && (had < 0 || rank < had))
-                    memcpy(f->appendfsync, g.appendfsync, sizeof f->appendfsync);
-                if (g.replicas >= 0 && (f->replicas < 0 || g.replicas < f->replicas))
-                    f->replicas = g.replicas;
-                if (g.uptime_s >= 0 && (f->uptime_s < 0 || g.uptime_s < f->uptime_s))
-                    f->uptime_s = g.uptime_s;
+                fold_master(f, &g, q == 0);
             }
         }
         dlock__ask_end(&ask);
@@ -262,7 +306,7 @@ int dlock_probe(dlock_client *c, dlock_server_facts *out, int n)
 
     ask_all(c, set, reqs, INFO_CMD, sizeof INFO_CMD - 1, out);
     for (int i = 0; i < c->n; i++)
-        if (reached(&reqs[i], &out[i]))
+        if (reached(&reqs[i], &out[i]) && !take_dlockd(reqs[i].reply, &out[i]))
             take_info(reqs[i].reply, &out[i]);
     ask_all(c, set, reqs, FSYNC_CMD, sizeof FSYNC_CMD - 1, out);
     for (int i = 0; i < c->n; i++)

@@ -14,9 +14,15 @@ add_dependencies(test_local_cli dlock_cli)
 # `dlock stock ...` (tests/integration/test_stock_cli.c).
 dlock_add_test(test_stock_cli SOURCES test_stock_cli.c itest.c LABELS integration)
 add_dependencies(test_stock_cli dlock_cli)
-# `dlock doctor` (tests/integration/test_doctor.c; its rules in tests/unit).
-dlock_add_test(test_doctor SOURCES test_doctor.c itest.c LABELS integration)
-add_dependencies(test_doctor dlock_cli)
+# `dlock doctor` (tests/integration/test_doctor.c; its rules in tests/unit). It also
+# starts a dlockd ($DLOCKD, through the dlockd tests' helpers), which doctor must refuse
+# as a lock server.
+dlock_add_test(test_doctor SOURCES test_doctor.c itest.c
+  ${PROJECT_SOURCE_DIR}/tests/service/dtest.c LABELS integration)
+target_include_directories(test_doctor PRIVATE ${PROJECT_SOURCE_DIR}/tests/service
+  ${CMAKE_CURRENT_SOURCE_DIR})
+add_dependencies(test_doctor dlock_cli dlockd)
+set_property(TEST test_doctor APPEND PROPERTY ENVIRONMENT "DLOCKD=$<TARGET_FILE:dlockd>")
 # The dlock command's TLS options against servers with TLS (test_tls_cli.c).
 dlock_add_test(test_tls_cli SOURCES test_tls_cli.c itest.c LABELS integration)
 add_dependencies(test_tls_cli dlock_cli)

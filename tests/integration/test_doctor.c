@@ -1,7 +1,8 @@
 /*
  * test_doctor.c: `dlock doctor` against real redis-server processes set up the ways
  * it must judge: eviction on, persistence off and on, a replica, a password, an ACL
- * user without INFO, a server down. What a script relies on is checked exactly: the
+ * user without INFO, a server down, TLS with a CA that does not sign its certificate;
+ * and against a dlockd, which is no lock server. What a script relies on is checked exactly: the
  * exit status (0 nothing threatens safety, 1 a risk, 64 usage), one line per finding
  * naming the server, and JSON that parses. Its rules over facts no server here can
  * give (an old Redis, skewed clocks) are unit-tested in test_doctor_judge.
@@ -13,6 +14,7 @@
 
 #include <cmocka.h>
 
+#include "dtest.h"
 #include "itest.h"
 
 #include <stdio.h>
@@ -20,7 +22,7 @@
 #include <string.h>
 #include <unistd.h>
 
-static dh_server durable, evicting, plain[3], replica, locked;
+static dh_server durable, evicting, plain[3], replica, locked, secured;
 
 static int group_setup(void **state)
 {
@@ -40,6 +42,14 @@ static int group_setup(void **state)
     if (dh_server_start(&durable, aof) != 0 || dh_server_start(&evicting, lru) != 0 ||
         dh_servers_start(plain, 3, NULL) != 0 || dh_server_start(&locked, pw) != 0)
         return -1;
+    /* TLS with the test set's server certificate, signed by its CA "ca". */
+    if (it_tls_setup(state) != 0)
+        return -1;
+    dh_server_tls t = {it_tls_file("server.crt"), it_tls_file("server.key"), it_tls_file("ca.crt"),
+                       false};
+    dh_server_opts o = {.args = aof, .tls = &t};
+    if (dh_server_start_opts(&secured, &o) != 0)
+        return -1;
     char of[64];
     snprintf(of, sizeof of, "%d", durable.port);
     const char *const rep[] = {"--replicaof", durable.host, of, NULL};
@@ -54,7 +64,8 @@ static int group_teardown(void **state)
     dh_servers_stop(plain, 3);
     dh_server_stop(&replica);
     dh_server_stop(&locked);
-    return 0;
+    dh_server_stop(&secured);
+    return it_tls_teardown(state);
 }
 
 /* Run `dlock doctor ARGS...` (NULL-terminated) against the comma-separated servers,
@@ -168,8 +179,9 @@ static void unreachable_server(void **state)
     expect_line(&r, 1, "2 risks found", NULL);
 }
 
-/* The password reaches the servers as for every command; a wrong one is a server that
- * cannot be asked, and the password never shows. */
+/* The password reaches the servers as for every command; a wrong one, or none, is a
+ * server that cannot be asked, whose fix is the password (in the URL or
+ * DLOCK_PASSWORD), not reachability; and the password never shows. */
 static void password(void **state)
 {
     (void)state;
@@ -177,13 +189,65 @@ static void password(void **state)
     doctor(&r, locked.url, "doctor-secret", (const char *)NULL);
     expect_line(&r, 0, locked.url, ": ok: ", NULL);
     doctor(&r, locked.url, "not-the-secret", (const char *)NULL);
-    expect_line(&r, 1, locked.url, "risk:", "cannot be asked", NULL);
+    expect_line(&r, 1, locked.url, "risk:", "cannot be asked", "WRONGPASS",
+                "Fix: set its password in the URL (redis://:PASSWORD@HOST:PORT", "DLOCK_PASSWORD",
+                NULL);
+    assert_null(strstr(r.out, "make it reachable"));
     assert_null(strstr(r.out, "not-the-secret"));
     assert_null(strstr(r.err, "not-the-secret"));
+    /* No password at all: NOAUTH, the same fix. */
+    doctor(&r, locked.url, NULL, (const char *)NULL);
+    expect_line(&r, 1, locked.url, "risk:", "NOAUTH", "redis://:PASSWORD@HOST:PORT",
+                "DLOCK_PASSWORD", NULL);
+    assert_null(strstr(r.out, "make it reachable"));
+}
+
+/* A certificate this host cannot verify (signed by a CA other than the one given):
+ * the fix names the CA parameter, cacert=, not reachability; a name its certificate
+ * does not hold, sni=. With its CA, the server is judged as any other. */
+static void unverified_certificate(void **state)
+{
+    (void)state;
+    it_run r;
+    doctor(&r, secured.url, NULL, "--cacert", it_tls_file("evil.crt"), (const char *)NULL);
+    expect_line(&r, 1, secured.url, "risk:", "cannot be asked", "chain is not trusted",
+                "Fix: give the CA that signed its certificate with cacert=FILE in the URL",
+                "rediss://HOST:PORT?cacert=FILE", NULL);
+    assert_null(strstr(r.out, "make it reachable"));
+    doctor(&r, secured.url, NULL, "--cacert", it_tls_file("ca.crt"), "--sni", "other.test",
+           (const char *)NULL);
+    expect_line(&r, 1, secured.url, "risk:", "host name mismatch", "Fix: sni=NAME", NULL);
+    doctor(&r, secured.url, NULL, "--cacert", it_tls_file("ca.crt"), (const char *)NULL);
+    expect_line(&r, 0, secured.url, ": ok: ", "AOF always", NULL);
+}
+
+/* A dlockd answers INFO as a Redis 7.0.0 would, but it is a client of lock servers, not
+ * one: refused as such (a risk, exit 1), with none of its facts passed as a server's,
+ * while the real server listed beside it is judged as ever. */
+static void dlockd_is_refused(void **state)
+{
+    (void)state;
+    dt_daemon d;
+    dt_start(&d, durable.url, (const char *)NULL);
+    char url[64], urls[256];
+    snprintf(url, sizeof url, "redis://127.0.0.1:%d", d.port);
+    it_run r;
+    doctor(&r, url, NULL, (const char *)NULL);
+    expect_line(&r, 1, url, ": risk: is a dlockd", "not a lock server",
+                "Fix: give dlock the Redis servers that dlockd uses", NULL);
+    expect_line(&r, 1, "1 risk found", NULL);
+    assert_null(strstr(r.out, ": ok:"));
+    snprintf(urls, sizeof urls, "%s,%s", durable.url, url);
+    doctor(&r, urls, NULL, "--json", (const char *)NULL);
+    it_expect_status(&r, 1);
+    assert_non_null(strstr(r.out, "\"error\":\"a dlockd (dlockd_version "));
+    assert_non_null(strstr(r.out, "\"level\":\"risk\",\"kind\":\"dlockd\""));
+    assert_non_null(strstr(r.out, "\"risks\":1,"));
+    assert_int_equal(dt_stop(&d), 0);
 }
 
 /* An ACL user that may lock but not read INFO or CONFIG: nothing can be judged, which
- * is a note, not a made-up risk. */
+ * is a note that says so, not a made-up risk, and never an "ok". */
 static void info_refused(void **state)
 {
     (void)state;
@@ -197,7 +261,9 @@ static void info_refused(void **state)
     snprintf(url, sizeof url, "redis://locker:locker-pw@%s:%d", locked.host, locked.port);
     it_run r;
     doctor(&r, url, NULL, (const char *)NULL);
-    expect_line(&r, 0, "note:", "INFO was refused", "+info", NULL);
+    expect_line(&r, 0, "note:", "INFO was refused", "unknown", "+info", NULL);
+    expect_line(&r, 0, "no risk found (1 server), 1 check not made: facts unknown", NULL);
+    assert_null(strstr(r.out, ": ok:"));
     assert_null(strstr(r.out, "locker-pw"));
 }
 
@@ -303,6 +369,8 @@ int main(void)
         cmocka_unit_test(replica_is_a_risk),
         cmocka_unit_test(unreachable_server),
         cmocka_unit_test(password),
+        cmocka_unit_test(unverified_certificate),
+        cmocka_unit_test(dlockd_is_refused),
         cmocka_unit_test(info_refused),
         cmocka_unit_test(clocks_apart),
         cmocka_unit_test(json_output),

@@ -87,6 +87,83 @@ static void unreachable_is_a_risk(void **state)
     strcpy(f.detail, "connect: Connection refused");
     cli_doctor_judge(&f, 1, TTL_MS, &fs);
     expect_one("unreachable", true, "Connection refused", "every lock call fails");
+    assert_non_null(strstr(fs.f[0].text, "Fix: make it reachable"));
+}
+
+/* A server that could not be asked gets the fix for why, in the details the library
+ * gives: a refused password is mended by the password, a certificate that cannot be
+ * verified by its CA (cacert=), neither by making the server reachable. */
+static void unasked_fix_follows_the_reason(void **state)
+{
+    (void)state;
+    static const struct {
+        const char *server;
+        int error;
+        const char *detail, *fix1, *fix2;
+    } cases[] = {
+        {"redis://10.0.0.1:6379", DLOCK_ERR_AUTH,
+         "AUTH refused: WRONGPASS invalid username-password pair or user is disabled.",
+         "Fix: set its password in the URL (redis://:PASSWORD@HOST:PORT", "DLOCK_PASSWORD"},
+        {"redis://10.0.0.1:6379", DLOCK_ERR_AUTH, "NOAUTH Authentication required.",
+         "redis://USER:PASSWORD@HOST:PORT for an ACL user", "DLOCK_PASSWORD"},
+        /* Redis before 6. */
+        {"rediss://10.0.0.1:6380", DLOCK_ERR_AUTH, "AUTH refused: ERR invalid password",
+         "rediss://:PASSWORD@HOST:PORT", "DLOCK_PASSWORD"},
+        {"rediss://10.0.0.1:6380", DLOCK_ERR_AUTH,
+         "TLS: the server's certificate chain is not trusted (unable to get local issuer "
+         "certificate)",
+         "Fix: give the CA that signed its certificate with cacert=FILE in the URL",
+         "rediss://HOST:PORT?cacert=FILE"},
+        {"rediss://10.0.0.1:6380", DLOCK_ERR_AUTH,
+         "TLS: host name mismatch: the server's certificate is not for \"10.0.0.1\" (sni= "
+         "sets the name to check)",
+         "Fix: sni=NAME", NULL},
+        {"rediss://10.0.0.1:6380", DLOCK_ERR_AUTH,
+         "TLS: the server refused this client's certificate (tlsv13 alert certificate "
+         "required)",
+         "cert=FILE&key=FILE", NULL},
+        {"redis-sentinel://s1:26379/m", DLOCK_ERR_AUTH,
+         "no Sentinel named the master: Sentinel s1:26379: -WRONGPASS invalid "
+         "username-password pair",
+         "sentinel_password=PASSWORD", NULL},
+        {"redis://10.0.0.1:6379", DLOCK_ERR_TIMEOUT, "no reply within 2000 ms",
+         "Fix: make it reachable", NULL},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        dlock_server_facts f = healthy(0);
+        snprintf(f.server, sizeof f.server, "%s", cases[i].server);
+        f.error = cases[i].error;
+        snprintf(f.detail, sizeof f.detail, "%s", cases[i].detail);
+        f.tls = f.tls_verified = strncmp(f.server, "rediss", 6) == 0;
+        cli_doctor_judge(&f, 1, TTL_MS, &fs);
+        expect_one("unreachable", true, cases[i].fix1, cases[i].fix2);
+        if (cases[i].error == DLOCK_ERR_AUTH && strstr(fs.f[0].text, "make it reachable"))
+            fail_msg("a refusal told to make the server reachable: %s", fs.f[0].text);
+    }
+}
+
+/* A dlockd (dlock_probe's dlockd 1) is no lock server: a risk that says what it is and
+ * that dlock needs the servers behind it. */
+static void dlockd_is_no_lock_server(void **state)
+{
+    (void)state;
+    dlock_server_facts f = healthy(0);
+    f.error = DLOCK_ERR_INVALID;
+    f.dlockd = 1;
+    snprintf(f.version, sizeof f.version, "0.1.0");
+    snprintf(f.detail, sizeof f.detail,
+             "a dlockd (dlockd_version 0.1.0), not a Redis server: it serves LOCK, not the "
+             "scripts dlock runs");
+    cli_doctor_judge(&f, 1, TTL_MS, &fs);
+    expect_one("dlockd", true,
+               "is a dlockd (version 0.1.0): a client of lock servers, not a "
+               "lock server",
+               "give dlock the Redis servers that dlockd uses");
+    /* Among real servers it is one risk of its own; they are judged as ever. */
+    dlock_server_facts g[2] = {healthy(0), f};
+    cli_doctor_judge(g, 2, TTL_MS, &fs);
+    expect_one("dlockd", true, NULL, NULL);
+    assert_int_equal(fs.f[0].server, 1);
 }
 
 /* Every policy but noeviction can evict lock keys: a risk once maxmemory is set, a
@@ -223,6 +300,113 @@ static void clocks(void **state)
     assert_int_equal(fs.n, 0);
 }
 
+/* The finding of an unknown fact: the only one, a note marked unknown whose text says
+ * "unknown" and what it hides (needle), never silence and never a pass. */
+static void expect_unknown(const char *kind, const char *needle)
+{
+    expect_one(kind, false, "unknown", needle);
+    assert_true(fs.f[0].unknown);
+    assert_int_equal(fs.unknowns, 1);
+}
+
+/* Every fact the judge reads, made unknown one at a time ("" or -1, as dlock_probe
+ * leaves a fact the server did not give): each is said to be unknown, with why it
+ * matters, and counted so that the summary never calls the server fine. */
+static void unknown_facts_never_fine(void **state)
+{
+    (void)state;
+    dlock_server_facts f = healthy(0);
+    f.version[0] = '\0';
+    cli_doctor_judge(&f, 1, TTL_MS, &fs);
+    expect_unknown("version", "scripts");
+    f = healthy(0);
+    strcpy(f.version, "unstable");
+    cli_doctor_judge(&f, 1, TTL_MS, &fs);
+    expect_unknown("version", "unstable");
+
+    f = healthy(0);
+    f.role[0] = '\0';
+    cli_doctor_judge(&f, 1, TTL_MS, &fs);
+    expect_unknown("role", "replica");
+    f = healthy(0);
+    f.cluster = -1;
+    cli_doctor_judge(&f, 1, TTL_MS, &fs);
+    expect_unknown("cluster", "MOVED");
+
+    f = healthy(0);
+    f.maxmemory_policy[0] = '\0';
+    cli_doctor_judge(&f, 1, TTL_MS, &fs);
+    expect_unknown("eviction", "evict lock keys");
+    /* An evicting policy whose maxmemory is unknown is not "none set": a risk. */
+    f = healthy(0);
+    strcpy(f.maxmemory_policy, "allkeys-lru");
+    f.maxmemory = -1;
+    cli_doctor_judge(&f, 1, TTL_MS, &fs);
+    expect_one("eviction", true, "allkeys-lru", "maxmemory is unknown");
+
+    f = healthy(0);
+    f.aof = -1;
+    cli_doctor_judge(&f, 1, TTL_MS, &fs);
+    expect_unknown("persistence", "restart");
+    f = healthy(0);
+    f.appendfsync[0] = '\0';
+    cli_doctor_judge(&f, 1, TTL_MS, &fs);
+    expect_unknown("persistence", "cannot be read");
+
+    /* A clock that could not be read among several is unknown; alone, nothing is
+     * compared with it. */
+    dlock_server_facts g[3] = {healthy(0), healthy(1), healthy(2)};
+    g[2].clock_error_us = -1;
+    cli_doctor_judge(g, 3, TTL_MS, &fs);
+    expect_unknown("clock", "tenth of the shortest lease (30.0s)");
+    assert_int_equal(fs.f[0].server, 2);
+    cli_doctor_judge(&g[2], 1, TTL_MS, &fs);
+    assert_int_equal(fs.n, 0);
+
+    /* INFO refused altogether: one note for all its facts. */
+    f = healthy(0);
+    f.version[0] = f.role[0] = f.maxmemory_policy[0] = '\0';
+    f.aof = f.cluster = -1;
+    f.maxmemory = -1;
+    cli_doctor_judge(&f, 1, TTL_MS, &fs);
+    expect_unknown("info", "INFO was refused");
+
+    /* A whole cluster's state, and a Sentinel master's replicas and quorum, each the
+     * first of three servers (so that their failover is a note, not a risk). */
+    dlock_server_facts h[3] = {healthy(0), healthy(1), healthy(2)};
+    h[0].cluster = 1;
+    h[0].cluster_masters = h[0].cluster_masters_up = 3;
+    h[0].cluster_ok = -1;
+    cli_doctor_judge(h, 3, TTL_MS, &fs);
+    assert_int_equal(fs.risks, 0);
+    assert_int_equal(fs.unknowns, 1);
+    const cli_finding *x = find("cluster-state");
+    assert_non_null(x);
+    assert_true(x->unknown);
+    assert_non_null(strstr(x->text, "unknown cluster_state"));
+    h[0] = healthy(0);
+    h[0].sentinels = h[0].sentinels_up = 3;
+    h[0].sentinel_quorum = -1;
+    h[0].replicas = -1;
+    cli_doctor_judge(h, 3, TTL_MS, &fs);
+    assert_int_equal(fs.risks, 0);
+    assert_int_equal(fs.unknowns, 2);
+    x = find("sentinel-quorum");
+    assert_non_null(x);
+    assert_true(x->unknown);
+    assert_non_null(strstr(x->text, "unknown whether its Sentinels can fail the master over"));
+    x = find("replicas");
+    assert_non_null(x);
+    assert_true(x->unknown);
+    assert_non_null(strstr(x->text, "unknown replicas"));
+
+    /* And a server whose every fact is known is counted with none unknown. */
+    f = healthy(0);
+    cli_doctor_judge(&f, 1, TTL_MS, &fs);
+    assert_int_equal(fs.n, 0);
+    assert_int_equal(fs.unknowns, 0);
+}
+
 /* A master behind three Sentinels, a replica connected, a failover authorized. */
 static dlock_server_facts behind_sentinels(int i)
 {
@@ -298,11 +482,19 @@ static void whole_cluster(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(nothing_to_find), cmocka_unit_test(unreachable_is_a_risk),
-        cmocka_unit_test(eviction),        cmocka_unit_test(persistence_depends_on_n),
-        cmocka_unit_test(versions),        cmocka_unit_test(replica_and_cluster_node),
-        cmocka_unit_test(unverified_tls),  cmocka_unit_test(clocks),
-        cmocka_unit_test(sentinel),        cmocka_unit_test(whole_cluster),
+        cmocka_unit_test(nothing_to_find),
+        cmocka_unit_test(unreachable_is_a_risk),
+        cmocka_unit_test(unasked_fix_follows_the_reason),
+        cmocka_unit_test(dlockd_is_no_lock_server),
+        cmocka_unit_test(unknown_facts_never_fine),
+        cmocka_unit_test(eviction),
+        cmocka_unit_test(persistence_depends_on_n),
+        cmocka_unit_test(versions),
+        cmocka_unit_test(replica_and_cluster_node),
+        cmocka_unit_test(unverified_tls),
+        cmocka_unit_test(clocks),
+        cmocka_unit_test(sentinel),
+        cmocka_unit_test(whole_cluster),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
