@@ -1,15 +1,21 @@
 /*
- * commands.c: the command table, AUTH, and the commands answered on the loop.
+ * commands.c: the command table, AUTH, the admin gate, and the commands answered on
+ * the loop.
  *
- * Besides the lock commands (locks.c, unlock.c), SEM (sem.c) and STOCK (stock.c), dlockd
- * answers what Redis clients send on
- * connect or by habit, so that they work unchanged: PING, ECHO, QUIT, AUTH, SELECT 0,
- * CLIENT SETNAME/GETNAME/SETINFO/ID, HELLO 2, COMMAND (empty: clients fall back to
- * their own tables) and INFO (with loading:0, which ioredis waits for).
+ * Besides the lock commands (locks.c, unlock.c), SEM (sem.c), STOCK (stock.c) and CLIENT
+ * (clients.c), dlockd answers what Redis clients send on connect or by habit, so that
+ * they work unchanged: PING, ECHO, QUIT, AUTH, SELECT 0, HELLO 2, COMMAND (empty:
+ * clients fall back to their own tables) and INFO (with loading:0, which ioredis waits
+ * for).
+ *
+ * Users, as redis-server 7's ACL names them: "default", whose password is
+ * --requirepass-file's (none: every connection starts authenticated as it), and, with
+ * --admin-pass-file, "admin", who may also run the commands that act on other clients'
+ * connections and locks (CLIENT KILL, BREAK). Other connections get redis-server's
+ * -NOPERM for those.
  */
 #include "dlockd.h"
 
-#include <arpa/inet.h>
 #include <inttypes.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -24,14 +30,14 @@ typedef struct command {
     const char *name;
     int arity;   /* exact argument count with the name; -N: at least N */
     bool noauth; /* allowed before AUTH */
+    bool admin;  /* only for the user admin (a subcommand asks dd_need_admin itself) */
     cmd_fn fn;
 } command;
 
 /* Compare without an early exit, so that the time taken does not tell a guesser how
  * many leading bytes were right. */
-static bool password_ok(const resp_arg *a)
+static bool password_ok(const resp_arg *a, const char *want)
 {
-    const char *want = dd_srv.requirepass;
     size_t n = strlen(want);
     unsigned char diff = (unsigned char)(a->len != n);
     for (size_t i = 0; i < a->len; i++)
@@ -39,25 +45,9 @@ static bool password_ok(const resp_arg *a)
     return diff == 0;
 }
 
-/* The client's address for the log: "IP:PORT", or "unix socket". */
-static void peer_name(dd_conn *c, char *buf, size_t len)
+static bool arg_equals(const resp_arg *a, const char *s)
 {
-    struct sockaddr_storage sa;
-    int n = sizeof sa;
-    snprintf(buf, len, "unix socket");
-    if (c->h.stream.type != UV_TCP ||
-        uv_tcp_getpeername(&c->h.tcp, (struct sockaddr *)&sa, &n) != 0)
-        return;
-    char ip[64] = "?";
-    int port = 0;
-    if (sa.ss_family == AF_INET) {
-        uv_ip4_name((struct sockaddr_in *)&sa, ip, sizeof ip);
-        port = ntohs(((struct sockaddr_in *)&sa)->sin_port);
-    } else if (sa.ss_family == AF_INET6) {
-        uv_ip6_name((struct sockaddr_in6 *)&sa, ip, sizeof ip);
-        port = ntohs(((struct sockaddr_in6 *)&sa)->sin6_port);
-    }
-    snprintf(buf, len, "%s:%d", ip, port);
+    return a->len == strlen(s) && memcmp(a->p, s, a->len) == 0;
 }
 
 /* A refused password is counted, and logged at most once a second with the number
@@ -71,35 +61,51 @@ static void auth_failed(dd_conn *c)
     int64_t now = dd_now_ms();
     if (last_ms != 0 && now - last_ms < 1000)
         return;
-    char peer[96];
-    peer_name(c, peer, sizeof peer);
     dd_log("AUTH refused for client %llu from %s (%lu refused since the last report)",
-           (unsigned long long)c->id, peer, since);
+           (unsigned long long)c->id, c->addr, since);
     last_ms = now;
     since = 0;
 }
 
-/* AUTH pass | AUTH user pass, as redis-server 7 takes them: the only user is "default"
- * (its name is case-sensitive); without a password set, AUTH pass is an error and AUTH
- * default anything succeeds. A refusal leaves the connection as it was. Shared with
- * HELLO. */
+/* AUTH pass | AUTH user pass, as redis-server 7 takes them: the users are "default"
+ * and, with --admin-pass-file, "admin" (names are case-sensitive); without a password
+ * set, AUTH pass is an error and AUTH default anything succeeds. A success makes the
+ * connection that user's (AUTH default after AUTH admin drops admin); a refusal leaves
+ * it as it was. Shared with HELLO. */
 static bool authenticate(dd_conn *c, const resp_arg *user, const resp_arg *pass, dd_buf *out)
 {
-    bool default_user = user == NULL || (user->len == 7 && memcmp(user->p, "default", 7) == 0);
+    bool default_user = user == NULL || arg_equals(user, "default");
+    bool admin_user = user != NULL && dd_srv.adminpass != NULL && arg_equals(user, "admin");
     if (dd_srv.requirepass == NULL && user == NULL) {
         dd_reply_error(out, "ERR AUTH <password> called without any password configured for "
                             "the default user (this dlockd has no --requirepass-file or "
                             "DLOCKD_REQUIREPASS)");
         return false;
     }
-    if (!default_user || (dd_srv.requirepass != NULL && !password_ok(pass))) {
+    bool ok = admin_user ? password_ok(pass, dd_srv.adminpass)
+                         : default_user && (dd_srv.requirepass == NULL ||
+                                            password_ok(pass, dd_srv.requirepass));
+    if (!ok) {
         auth_failed(c);
         dd_reply_error(out, "WRONGPASS invalid username-password pair or user is disabled.");
         return false;
     }
+    /* Who may kill connections and break locks shows in the log. */
+    if (admin_user && !c->admin)
+        dd_log("client %llu from %s authenticated as admin", (unsigned long long)c->id, c->addr);
+    c->admin = admin_user;
     c->authed = true;
     dd_preauth_remove(c);
     return true;
+}
+
+bool dd_need_admin(dd_conn *c, const char *acl_name, dd_buf *out)
+{
+    if (c->admin)
+        return true;
+    dd_srv.stats.admin_refused++;
+    dd_reply_error(out, "NOPERM this user has no permissions to run the '%s' command", acl_name);
+    return false;
 }
 
 static void cmd_auth(dd_conn *c, resp_arg *argv, size_t argc, dd_buf *out)
@@ -149,54 +155,6 @@ static void cmd_select(dd_conn *c, resp_arg *argv, size_t argc, dd_buf *out)
         dd_reply_error(out, "ERR DB index is out of range (dlockd has only database 0)");
 }
 
-/* A client name: printable, no spaces (as Redis requires, so that CLIENT LIST-style
- * output stays parseable). */
-static bool set_name(dd_conn *c, const resp_arg *a, dd_buf *out)
-{
-    if (a->len > DD_NAME_MAX) {
-        dd_reply_error(out, "ERR client name longer than %d bytes", DD_NAME_MAX);
-        return false;
-    }
-    for (size_t i = 0; i < a->len; i++) {
-        if (a->p[i] <= ' ' || a->p[i] > '~') {
-            dd_reply_error(out, "ERR Client names cannot contain spaces, newlines or special "
-                                "characters.");
-            return false;
-        }
-    }
-    free(c->name);
-    c->name = NULL;
-    if (a->len > 0) {
-        c->name = strndup(a->p, a->len);
-        if (c->name == NULL)
-            abort();
-    }
-    return true;
-}
-
-static void cmd_client(dd_conn *c, resp_arg *argv, size_t argc, dd_buf *out)
-{
-    if (dd_arg_is(&argv[1], "SETNAME") && argc == 3) {
-        if (set_name(c, &argv[2], out))
-            dd_reply_status(out, "OK");
-    } else if (dd_arg_is(&argv[1], "GETNAME") && argc == 2) {
-        if (c->name != NULL)
-            dd_reply_cstr(out, c->name);
-        else
-            dd_reply_nil(out);
-    } else if (dd_arg_is(&argv[1], "SETINFO") && argc == 4) {
-        /* lib-name and lib-ver are for CLIENT LIST on Redis; there is nothing to keep. */
-        dd_reply_status(out, "OK");
-    } else if (dd_arg_is(&argv[1], "ID") && argc == 2) {
-        dd_reply_int(out, (long long)c->id);
-    } else {
-        dd_reply_error(out,
-                       "ERR unknown subcommand or wrong number of arguments for "
-                       "'CLIENT %.*s'",
-                       (int)(argv[1].len > 64 ? 64 : argv[1].len), argv[1].p);
-    }
-}
-
 /* HELLO [protover [AUTH user pass] [SETNAME name]], as redis-server 7 reads it: the
  * version comes first whenever options follow; the options are all read before any
  * takes effect (the last AUTH given is the one tried); the name is set only once the
@@ -238,7 +196,7 @@ static void cmd_hello(dd_conn *c, resp_arg *argv, size_t argc, dd_buf *out)
                             "the same time");
         return;
     }
-    if (name != NULL && !set_name(c, name, out))
+    if (name != NULL && !dd_client_setname(c, name, out))
         return;
     dd_reply_array(out, 14);
     dd_reply_cstr(out, "server");
@@ -333,13 +291,13 @@ static void cmd_info(dd_conn *c, resp_arg *argv, size_t argc, dd_buf *out)
         dd_buf_printf(&b,
                       "# Stats\r\ntotal_connections_received:%llu\r\n"
                       "total_commands_processed:%llu\r\nrejected_connections:%llu\r\n"
-                      "acl_access_denied_auth:%llu\r\nauth_timeouts:%llu\r\n"
-                      "idle_timeouts:%llu\r\n\r\n",
+                      "acl_access_denied_auth:%llu\r\nacl_access_denied_cmd:%llu\r\n"
+                      "auth_timeouts:%llu\r\nidle_timeouts:%llu\r\n\r\n",
                       (unsigned long long)st->connections_received,
                       (unsigned long long)st->commands_processed,
                       (unsigned long long)st->rejected_connections,
-                      (unsigned long long)st->auth_failures, (unsigned long long)st->auth_timeouts,
-                      (unsigned long long)st->idle_timeouts);
+                      (unsigned long long)st->auth_failures, (unsigned long long)st->admin_refused,
+                      (unsigned long long)st->auth_timeouts, (unsigned long long)st->idle_timeouts);
     }
     if (want_section(sec, "replication"))
         dd_buf_printf(&b, "# Replication\r\nrole:master\r\nconnected_slaves:0\r\n\r\n");
@@ -394,14 +352,15 @@ static void cmd_info(dd_conn *c, resp_arg *argv, size_t argc, dd_buf *out)
 }
 
 static const command commands[] = {
-    {"lock", -2, false, dd_cmd_lock},    {"unlock", 3, false, dd_cmd_unlock},
-    {"extend", 4, false, dd_cmd_extend}, {"lockinfo", 2, false, dd_cmd_lockinfo},
-    {"sem", -2, false, dd_cmd_sem},      {"stock", -2, false, dd_cmd_stock},
-    {"ping", -1, false, cmd_ping},       {"echo", 2, false, cmd_echo},
-    {"quit", -1, true, cmd_quit},        {"auth", -2, true, cmd_auth},
-    {"hello", -1, true, cmd_hello},      {"select", 2, false, cmd_select},
-    {"client", -2, false, cmd_client},   {"command", -1, false, cmd_command},
-    {"info", -1, false, cmd_info},
+    {"lock", -2, false, false, dd_cmd_lock},     {"unlock", 3, false, false, dd_cmd_unlock},
+    {"extend", 4, false, false, dd_cmd_extend},  {"lockinfo", 2, false, false, dd_cmd_lockinfo},
+    {"locks", -1, false, false, dd_cmd_locks},   {"break", -2, false, true, dd_cmd_break},
+    {"sem", -2, false, false, dd_cmd_sem},       {"stock", -2, false, false, dd_cmd_stock},
+    {"ping", -1, false, false, cmd_ping},        {"echo", 2, false, false, cmd_echo},
+    {"quit", -1, true, false, cmd_quit},         {"auth", -2, true, false, cmd_auth},
+    {"hello", -1, true, false, cmd_hello},       {"select", 2, false, false, cmd_select},
+    {"client", -2, false, false, dd_cmd_client}, {"command", -1, false, false, cmd_command},
+    {"info", -1, false, false, cmd_info},
 };
 
 /* "-ERR unknown command 'X', with args beginning with: 'a' 'b' ", as Redis words it,
@@ -441,6 +400,8 @@ void dd_command(dd_conn *c, resp_arg *argv, size_t argc)
     } else if ((cmd->arity > 0 && argc != (size_t)cmd->arity) ||
                (cmd->arity < 0 && argc < (size_t)-cmd->arity)) {
         dd_reply_error(&out, "ERR wrong number of arguments for '%s' command", cmd->name);
+    } else if (cmd->admin && !dd_need_admin(c, cmd->name, &out)) {
+        /* refused: -NOPERM is in out */
     } else {
         cmd->fn(c, argv, argc, &out);
     }

@@ -16,12 +16,16 @@
  *               (--timeout-idle)
  *   tls.c       TLS for clients: the server's context, and each TLS connection's
  *               SSL object between the stream and the query and output buffers
- *   commands.c  the command table, AUTH, and the commands answered on the loop
+ *   commands.c  the command table, AUTH (the default user and admin), the admin gate,
+ *               and the commands answered on the loop
+ *   clients.c   who the clients are: their addresses, the holder description their
+ *               locks carry, CLIENT (LIST, KILL, SETNAME, ...)
  *   jobs.c      commands' work on libuv's pool; argument checks
  *   locks.c     LOCK and the session locks (permits too); a closing connection's
  *               release
  *   sem.c       SEM ACQUIRE and SEM RELEASE: semaphore permits as locks
  *   unlock.c    UNLOCK (a release in steps), EXTEND, LOCKINFO
+ *   operators.c LOCKS (every held name) and BREAK (the user admin's), for operators
  *   stock.c     STOCK: a SKU's stock and its leased reservations
  *   park.c      operations in steps (a dlock_pending): stepped on the loop or the
  *               pool, parked on the loop between steps (descriptors, timers), given
@@ -145,6 +149,8 @@ typedef struct dd_stats {
     uint64_t stock_canceled;       /* STOCK CANCEL answered 1 */
     uint64_t errors[DD_E_KINDS];
     uint64_t auth_failures;       /* AUTH and HELLO AUTH refused (acl_access_denied_auth) */
+    uint64_t admin_refused;       /* admin commands refused with -NOPERM
+                                     (acl_access_denied_cmd) */
     uint64_t auth_timeouts;       /* connections closed by --auth-timeout */
     uint64_t idle_timeouts;       /* connections closed by --timeout-idle */
     atomic_ullong released;       /* session locks released at their connection's close */
@@ -163,6 +169,7 @@ typedef struct dd_server {
     int unixsocketperm;      /* the socket file's mode; -1: as the umask makes it */
     int maxclients;          /* as given, or lowered to fit the open-files limit */
     const char *requirepass; /* NULL: no AUTH needed */
+    const char *adminpass;   /* the user admin's password; NULL: no user admin */
     int64_t auth_timeout_ms; /* an unauthenticated client is closed after it; 0: never */
     int64_t idle_timeout_s;  /* a client idle this long is closed; 0: never */
     int tls_port;            /* 0: no TLS listener */
@@ -227,6 +234,8 @@ typedef struct dd_conn {
     bool lingering;         /* quit: replies written, FIN sent, draining until EOF */
     uv_shutdown_t shutdown; /* the FIN of a lingering close */
     bool authed;
+    bool admin;    /* authenticated as the user admin (AUTH admin PASSWORD) */
+    bool waiting;  /* an operation that had to wait is not answered yet (CLIENT LIST) */
     bool refused;  /* past --maxclients: told so, then closed */
     bool eof;      /* the client sent its FIN (or reset): what it sent before is run,
                       then the connection closes; nothing more is read */
@@ -236,6 +245,7 @@ typedef struct dd_conn {
     bool on_preauth;
     dd_tls *tls;                 /* accepted on the TLS listener; NULL: plain */
     char *name;                  /* CLIENT SETNAME; NULL: none */
+    char addr[64];               /* the peer, "IP:PORT" ("[IP6]:PORT"), or "unix" */
     struct dd_session *sessions; /* session locks held (permits too) */
     struct dd_job *parked_job;   /* its operation parked on the loop, or NULL */
     struct dd_watch *watch;      /* the watcher it is parked on, or NULL */
@@ -268,8 +278,9 @@ typedef struct dd_job {
     void (*done)(struct dd_job *j); /* on the loop, then the job is freed */
     dd_buf reply;
     /* arguments */
-    char *name; /* a lock name or a SKU */
-    char *label;
+    char *name;                      /* a lock name or a SKU */
+    char *label;                     /* LOCK's LABEL; BREAK's REASON */
+    char *by, *extra;                /* BREAK: who breaks; its FENCEKEY */
     char token[DLOCK_TOKEN_LEN + 1]; /* a lock's token or a reservation's id */
     int64_t ttl_ms, wait_ms;
     int64_t permits; /* SEM ACQUIRE: K; 0 for LOCK */
@@ -347,6 +358,25 @@ void dd_command(dd_conn *c, resp_arg *argv, size_t argc);
 /* The error kind of a reply, counted when it is written. */
 void dd_count_errors(const char *p, size_t n);
 
+/* Whether c may run an admin command (the ACL name in the error: "client|kill",
+ * "break"); false with -NOPERM in out, counted, when it is not authenticated as
+ * admin. */
+bool dd_need_admin(dd_conn *c, const char *acl_name, dd_buf *out);
+
+/* ---- clients.c ---------------------------------------------------------------------- */
+
+/* A connection just accepted: its address, for the log, CLIENT LIST and the holder
+ * descriptions of its locks. */
+void dd_client_accepted(dd_conn *c);
+void dd_cmd_client(dd_conn *c, resp_arg *argv, size_t argc, dd_buf *out);
+/* CLIENT SETNAME's check and effect (HELLO SETNAME too); false with the error in out. */
+bool dd_client_setname(dd_conn *c, const resp_arg *a, dd_buf *out);
+/* The holder description a lock of c is taken with (the library stores it as it is,
+ * label_is_holder): who took it (label, else the client's name, else nothing), its
+ * address and this dlockd, "worker-7 127.0.0.1:51234 via dlockd web1:4242", at most
+ * DLOCK_LABEL_MAX bytes (label cut to fit). malloc'd; aborts without memory. */
+char *dd_holder_label(const dd_conn *c, const char *label);
+
 /* ---- jobs.c ------------------------------------------------------------------------- */
 
 dd_job *dd_job_new(dd_conn *c);
@@ -405,6 +435,11 @@ void dd_unlock(dd_conn *c, const resp_arg *name, const resp_arg *token, const ch
                dd_buf *out);
 void dd_cmd_extend(dd_conn *c, resp_arg *argv, size_t argc, dd_buf *out);
 void dd_cmd_lockinfo(dd_conn *c, resp_arg *argv, size_t argc, dd_buf *out);
+
+/* ---- operators.c -------------------------------------------------------------------- */
+
+void dd_cmd_locks(dd_conn *c, resp_arg *argv, size_t argc, dd_buf *out);
+void dd_cmd_break(dd_conn *c, resp_arg *argv, size_t argc, dd_buf *out);
 
 /* ---- stock.c ------------------------------------------------------------------------ */
 

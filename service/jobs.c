@@ -56,6 +56,8 @@ void dd_job_free(dd_job *j)
     dd_buf_free(&j->reply);
     free(j->name);
     free(j->label);
+    free(j->by);
+    free(j->extra);
     free(j);
 }
 

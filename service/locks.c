@@ -15,6 +15,9 @@
  * extends them every TTL/3 while the connection is open, and they are released on the
  * pool when it closes. DETACHED locks are plain leases, detached from their handle at
  * once, so that nothing of them stays in dlockd.
+ *
+ * Every lock is taken with a label that says who holds it (clients.c): the client's
+ * LABEL or name, its address, and this dlockd.
  */
 #include "dlockd.h"
 
@@ -313,7 +316,14 @@ bool dd_lock_start(dd_conn *c, dd_job *j, dd_buf *out)
     o.wait_ms = j->wait_ms;
     o.fair = j->fair;
     o.shared = j->shared;
+    /* Who holds it, as LOCKINFO and `dlock status` show: the client, where it connects
+     * from and through which dlockd, a DETACHED lock's too (it outlives the connection,
+     * and still says who took it). */
+    char *label = dd_holder_label(c, j->label);
+    free(j->label);
+    j->label = label;
     o.label = j->label;
+    o.label_is_holder = 1; /* the client's own name, not this dlockd's host:pid before it */
     if (!j->detached) {
         o.auto_renew = 1;
         o.on_lost = on_lost;

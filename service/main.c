@@ -2,7 +2,8 @@
  * main.c: dlockd's command line, signals, the open-files limit, start and stop.
  *
  *   dlockd [-s URLS] [-p|--port PORT] [--bind ADDR] [--unixsocket PATH]
- *          [--requirepass-file FILE] [--auth-timeout MS] [--timeout-idle S]
+ *          [--requirepass-file FILE] [--admin-pass-file FILE] [--auth-timeout MS]
+ *          [--timeout-idle S]
  *          [--maxclients N] [--prefix P] [--timeout MS]
  *          [--tls-port PORT --tls-cert-file FILE --tls-key-file FILE
  *           [--tls-ca-cert-file FILE] [--tls-ca-cert-dir DIR]
@@ -11,7 +12,8 @@
  * The lock servers are given as to the dlock command: -s, else $DLOCK_SERVERS, else
  * redis://127.0.0.1:6379, their password from $DLOCK_PASSWORD. The password clients
  * must give comes from a file or $DLOCKD_REQUIREPASS, never from the command line,
- * where ps would show it. Runs in the foreground and logs to stderr; SIGTERM or
+ * where ps would show it; so does the password of the user admin (--admin-pass-file),
+ * who may also kill clients' connections. Runs in the foreground and logs to stderr; SIGTERM or
  * SIGINT stop it cleanly (session locks released, detached ones kept), exit 0.
  *
  * The TLS options are named and mean what redis-server's do, so that a configuration
@@ -50,6 +52,9 @@ static const char usage_text[] =
     "      --requirepass-file F  clients must AUTH with the first line of F (or set\n"
     "                            $DLOCKD_REQUIREPASS; never on the command line);\n"
     "                            at most 16384 bytes\n"
+    "      --admin-pass-file F   enable the user admin, whose password is the first\n"
+    "                            line of F (AUTH admin PASSWORD): admin alone may run\n"
+    "                            CLIENT KILL; at most 16384 bytes\n"
     "      --auth-timeout MS     close a client that has not authenticated MS after\n"
     "                            connecting (default 10000; 0: never)\n"
     "      --timeout-idle S      close a client that sent nothing and got no reply for\n"
@@ -110,12 +115,12 @@ static bool password_fits(const char *pass, const char *from)
     return false;
 }
 
-/* The first line of the file, whole, without its newline. */
-static char *read_password_file(const char *path)
+/* The first line of the file, whole, without its newline; option names it in errors. */
+static char *read_password_file(const char *path, const char *option)
 {
     FILE *f = fopen(path, "r");
     if (f == NULL) {
-        fprintf(stderr, "dlockd: --requirepass-file %s: %s\n", path, strerror(errno));
+        fprintf(stderr, "dlockd: %s %s: %s\n", option, path, strerror(errno));
         return NULL;
     }
     char *line = NULL;
@@ -129,11 +134,11 @@ static char *read_password_file(const char *path)
         return NULL;
     line[strcspn(line, "\r\n")] = '\0';
     if (line[0] == '\0') {
-        fprintf(stderr, "dlockd: --requirepass-file %s: empty password\n", path);
+        fprintf(stderr, "dlockd: %s %s: empty password\n", option, path);
         free(line);
         return NULL;
     }
-    if (!password_fits(line, "--requirepass-file")) {
+    if (!password_fits(line, option)) {
         free(line);
         return NULL;
     }
@@ -257,7 +262,7 @@ static int parse_mode(const char *s)
 int main(int argc, char **argv)
 {
     const char *servers = NULL, *passfile = NULL, *prefix = NULL, *tls_auth = NULL,
-               *requirepass = NULL, *sockperm = NULL;
+               *requirepass = NULL, *sockperm = NULL, *adminfile = NULL;
     long port = DD_PORT_DEF, maxclients = DD_MAXCLIENTS_DEF, timeout_ms = 0, tls_port = 0,
          auth_timeout = DD_AUTH_TIMEOUT_DEF, idle_timeout = 0;
     dd_srv.bind = "127.0.0.1";
@@ -278,6 +283,7 @@ int main(int argc, char **argv)
         {"unixsocketperm", 0, &sockperm, NULL, 0, 0, NULL},
         {"requirepass-file", 0, &passfile, NULL, 0, 0, NULL},
         {"requirepass", 0, &requirepass, NULL, 0, 0, NULL},
+        {"admin-pass-file", 0, &adminfile, NULL, 0, 0, NULL},
         {"maxclients", 0, NULL, &maxclients, 1, 1000000, "1 to 1000000"},
         {"auth-timeout", 0, NULL, &auth_timeout, 0, 86400000, "0 to 86400000 ms"},
         {"timeout-idle", 0, NULL, &idle_timeout, 0, 31536000, "0 to 31536000 s"},
@@ -345,7 +351,7 @@ int main(int argc, char **argv)
 
     char *pass = NULL;
     if (passfile != NULL) {
-        pass = read_password_file(passfile);
+        pass = read_password_file(passfile, "--requirepass-file");
         if (pass == NULL)
             return EXIT_USAGE;
     } else {
@@ -356,6 +362,13 @@ int main(int argc, char **argv)
             return EXIT_FAIL;
     }
     dd_srv.requirepass = pass;
+    char *adminpass = NULL;
+    if (adminfile != NULL &&
+        (adminpass = read_password_file(adminfile, "--admin-pass-file")) == NULL) {
+        free(pass);
+        return EXIT_USAGE;
+    }
+    dd_srv.adminpass = adminpass;
 
     if (servers == NULL) {
         servers = getenv("DLOCK_SERVERS");
@@ -382,6 +395,7 @@ int main(int argc, char **argv)
         dd_tls_cleanup();
         dlock_client_free(dd_srv.client);
         free(pass);
+        free(adminpass);
         return EXIT_FAIL;
     }
 
@@ -395,6 +409,7 @@ int main(int argc, char **argv)
         dd_tls_cleanup();
         dlock_client_free(dd_srv.client);
         free(pass);
+        free(adminpass);
         return EXIT_FAIL;
     }
 
@@ -421,6 +436,7 @@ int main(int argc, char **argv)
         dd_tls_cleanup();
         dlock_client_free(dd_srv.client);
         free(pass);
+        free(adminpass);
         return EXIT_FAIL;
     }
     char where[PATH_MAX + 64] = "";
@@ -435,9 +451,9 @@ int main(int argc, char **argv)
     if (dd_srv.unixsocket != NULL)
         snprintf(where + strlen(where), sizeof where - strlen(where), "%s%s",
                  where[0] ? " and " : "", dd_srv.unixsocket);
-    dd_log("dlockd %s listening on %s; %d lock server%s; maxclients %d%s", dlock_version(), where,
+    dd_log("dlockd %s listening on %s; %d lock server%s; maxclients %d%s%s", dlock_version(), where,
            dd_srv.nservers, dd_srv.nservers > 1 ? "s" : "", dd_srv.maxclients,
-           pass != NULL ? "; AUTH required" : "");
+           pass != NULL ? "; AUTH required" : "", adminpass != NULL ? "; user admin enabled" : "");
 
     uv_run(&loop, UV_RUN_DEFAULT);
 
@@ -447,6 +463,7 @@ int main(int argc, char **argv)
      * to the client (detached locks have no handle here). */
     dlock_client_free(dd_srv.client);
     free(pass);
+    free(adminpass);
     /* The pool's threads end here, before OpenSSL's exit handler runs: each frees the
      * per-thread state that rediss:// lock servers gave it (error queue, random
      * generators) as it ends, which after that handler it could not. */

@@ -101,6 +101,7 @@ static void step_done(dd_job *j)
         park(c, j);
         return;
     }
+    c->waiting = false; /* its wait, if it had one, is over */
     if (c->out_dead && j->rc == DLOCK_OK) {
         /* The client reset the connection: the reply can reach nobody, so what the
          * step took is undone, and the commands after it run on. */
@@ -268,6 +269,8 @@ static void park(dd_conn *c, dd_job *j)
         }
     }
     c->parked_job = j;
+    /* Until its reply, also between parks (a step on the pool, a round in flight). */
+    c->waiting = j->waited;
     int64_t due = dlock_pending_due_ms(j->pending);
     int fd = dlock_pending_fd(j->pending);
     dd_watch *w = fd >= 0 ? watch_get(fd) : NULL;

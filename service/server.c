@@ -481,6 +481,7 @@ static void on_connection(uv_stream_t *listener, int status)
         dd_conn_close(c);
         return;
     }
+    dd_client_accepted(c);
     if (!is_pipe) {
         uv_tcp_nodelay(&c->h.tcp, 1);
         keepalive(c);

@@ -2,6 +2,10 @@
  * unlock.c: UNLOCK, a release in steps (park.c), and EXTEND and LOCKINFO, each one job
  * on the pool.
  *
+ * LOCKINFO names who holds a name: the holder description each holder's lock carries
+ * (for a lock taken through dlockd, the client's label or name, its address, and the
+ * dlockd), every shared holder's for a name held shared or a semaphore's permits.
+ *
  * UNLOCK and EXTEND work on a name and a token, on a lock or a semaphore's permit
  * alike (SEM RELEASE is UNLOCK). When the name and token are one of this connection's
  * session locks, they use its handle (a release also stops its renewal; an extend
@@ -172,6 +176,30 @@ void dd_cmd_extend(dd_conn *c, resp_arg *argv, size_t argc, dd_buf *out)
 
 /* ---- LOCKINFO ----------------------------------------------------------------------- */
 
+static void reply_holder(dd_buf *b, const dlock_holder *h)
+{
+    dd_reply_bulk(b, h->description, strnlen(h->description, sizeof h->description));
+}
+
+/* The holder field of a name shared holders hold: each one's description, the longest
+ * lease first (at most DLOCK_INSPECT_SHARED_MAX; "shared" says how many there are). */
+static int reply_shared_holders(dd_buf *b, const char *name)
+{
+    dlock_holder *all = calloc(DLOCK_INSPECT_SHARED_MAX, sizeof *all);
+    if (all == NULL)
+        abort();
+    int n = 0;
+    int64_t total = 0;
+    int rc = dlock_inspect_shared(dd_srv.client, name, all, DLOCK_INSPECT_SHARED_MAX, &n, &total);
+    if (rc == DLOCK_OK) {
+        dd_reply_array(b, (size_t)n);
+        for (int i = 0; i < n; i++)
+            reply_holder(b, &all[i]);
+    }
+    free(all);
+    return rc;
+}
+
 static void lockinfo_work(dd_job *j)
 {
     dlock_holder h;
@@ -180,24 +208,34 @@ static void lockinfo_work(dd_job *j)
         dd_reply_dlock_error(&j->reply, rc);
         return;
     }
-    dd_buf *b = &j->reply;
-    dd_reply_array(b, h.shared > 0 ? 10 : 8);
-    dd_reply_cstr(b, "state");
-    dd_reply_cstr(b, h.held ? "held" : "free");
-    dd_reply_cstr(b, "holder");
-    /* The exclusive holder's "host:pid label"; none for a free name or shared holders. */
-    if (h.held && h.shared == 0)
-        dd_reply_bulk(b, h.description, strnlen(h.description, sizeof h.description));
+    dd_buf b = {0};
+    dd_reply_array(&b, h.shared > 0 ? 10 : 8);
+    dd_reply_cstr(&b, "state");
+    dd_reply_cstr(&b, h.held ? "held" : "free");
+    dd_reply_cstr(&b, "holder");
+    /* Who holds it: the exclusive holder's description, the shared holders' as an
+     * array, nil when free. */
+    if (h.held && h.shared > 0)
+        rc = reply_shared_holders(&b, j->name);
+    else if (h.held)
+        reply_holder(&b, &h);
     else
-        dd_reply_nil(b);
-    dd_reply_cstr(b, "remaining_ms");
-    dd_reply_int(b, h.held ? h.remaining_ms : 0);
-    dd_reply_cstr(b, "fence");
-    dd_reply_int(b, (long long)h.fence);
-    if (h.shared > 0) {
-        dd_reply_cstr(b, "shared");
-        dd_reply_int(b, h.shared);
+        dd_reply_nil(&b);
+    if (rc != DLOCK_OK) {
+        dd_buf_free(&b);
+        dd_reply_dlock_error(&j->reply, rc);
+        return;
     }
+    dd_reply_cstr(&b, "remaining_ms");
+    dd_reply_int(&b, h.held ? h.remaining_ms : 0);
+    dd_reply_cstr(&b, "fence");
+    dd_reply_int(&b, (long long)h.fence);
+    if (h.shared > 0) {
+        dd_reply_cstr(&b, "shared");
+        dd_reply_int(&b, h.shared);
+    }
+    dd_buf_move(&j->reply, &b);
+    dd_buf_free(&b);
 }
 
 void dd_cmd_lockinfo(dd_conn *c, resp_arg *argv, size_t argc, dd_buf *out)

@@ -488,7 +488,7 @@ printf '   sold %s, oversold %s, stock left %s, in %s s; fences strictly increas
   "$(s1 $(((${t_end:-$t_sale} - ${t_sale:-0}) / 1000)))" "${r5[fences_increasing]:-?}"
 if [ -n "$dlockd_port" ]; then
   check_sale "5. dlockd" "$rc" r5 5
-  if [[ "$victim_line" != HOLDING* ]] || [[ "$holder" != *"php buyer $victim" ]]; then
+  if [[ "$victim_line" != HOLDING* ]] || [[ "$holder" != "php buyer $victim "* ]]; then
     fail "5. dlockd: the buyer to kill did not hold the lock (${victim_line:-no output}," \
       "holder ${holder:-?})"
     show_log "$dir/victim.err"
