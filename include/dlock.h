@@ -546,9 +546,10 @@ typedef struct dlock_listed {
  * dlock_inspect says. A name whose holders' leases all ran out is not held. The walk
  * is done here: *out then gives the names with dlock_list_next. Fails (nothing in
  * *out) when fewer than a quorum of servers could be walked. Not a snapshot: a name
- * taken or freed during the walk may or may not be listed. file:// clients: not
- * supported yet (DLOCK_ERR_INVALID). Thread-safety: any thread; the lister, one thread
- * at a time. */
+ * taken or freed during the walk may or may not be listed. A file:// client lists its
+ * directory's lock files (with no waiters counted: local waiters wait in their own
+ * processes), except names too long for a file name, which are stored hashed.
+ * Thread-safety: any thread; the lister, one thread at a time. */
 typedef struct dlock_lister dlock_lister;
 DLOCK_API int dlock_list(dlock_client *c, const char *pattern, dlock_lister **out);
 /* The next name into *entry (borrowed: valid until the next call or the free), or

@@ -71,6 +71,7 @@
  *               local_acquire.c  taking a name: one try under the guard; the inotify wait
  *               local.c          file:///DIR clients: every lock call on files of one host,
  *                                reached by a dispatch at the top of each entry point
+ *               local_list.c     dlock_list of a directory's held names
  *
  * The declarations follow the layers: base.h (base, parsing), transport.h (servers,
  * transport; it includes base.h), then this file (the rest; it includes transport.h).
@@ -728,6 +729,9 @@ int dlock__local_release(struct dlock_lock *l, dlock__err *e);
 /* Record l as detached (it lasts its lease), then free it. */
 int dlock__local_detach(struct dlock_lock *l, dlock__err *e);
 int dlock__local_check(struct dlock_lock *l, dlock__err *e);
+/* dlock_list's records (list.c's format) of every held name in the directory into a
+ * malloc'd *blob of *len bytes. */
+int dlock__local_list(struct dlock_client *c, char **blob, size_t *len, dlock__err *e);
 int dlock__local_inspect(struct dlock_client *c, const char *name, dlock_holder *out,
                          dlock__err *e);
 int dlock__local_inspect_shared(struct dlock_client *c, const char *name, dlock_holder *out,

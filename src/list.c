@@ -103,28 +103,39 @@ static const char LIST_LUA[] =
  * False when malformed. */
 bool dlock__list_field(const char **p, const char *end, const char **s, size_t *len)
 {
-    char *colon;
-    unsigned long long n = strtoull(*p, &colon, 10);
-    if (colon == *p || colon >= end || *colon != ':' || n > (unsigned long long)(end - colon - 1))
+    /* Read within end: a file:// client's records are not NUL-terminated. */
+    const char *q = *p;
+    size_t n = 0;
+    while (q < end && *q >= '0' && *q <= '9' && n <= (size_t)(end - *p))
+        n = 10 * n + (size_t)(*q++ - '0');
+    if (q == *p || q >= end || *q != ':' || n > (size_t)(end - q - 1))
         return false;
-    *s = colon + 1;
-    *len = (size_t)n;
-    *p = colon + 1 + n;
+    *s = q + 1;
+    *len = n;
+    *p = q + 1 + n;
     return true;
+}
+
+long long dlock__list_ll(const char *s, size_t len)
+{
+    char buf[32];
+    if (len == 0 || len >= sizeof buf)
+        return 0;
+    memcpy(buf, s, len);
+    buf[len] = '\0';
+    char *e;
+    long long v = strtoll(buf, &e, 10);
+    return *e == '\0' ? v : 0;
 }
 
 static bool int_field(const char **p, const char *end, long long *v)
 {
     const char *s;
     size_t len;
-    char buf[32];
-    if (!dlock__list_field(p, end, &s, &len) || len == 0 || len >= sizeof buf)
+    if (!dlock__list_field(p, end, &s, &len) || len == 0 || len >= 32)
         return false;
-    memcpy(buf, s, len);
-    buf[len] = '\0';
-    char *e;
-    *v = strtoll(buf, &e, 10);
-    return *e == '\0';
+    *v = dlock__list_ll(s, len);
+    return *v != 0 || (len == 1 && s[0] == '0');
 }
 
 /* The name of a lock key "<prefix>{<tag>}", decoded as keys.c encodes it; false for a
@@ -163,6 +174,12 @@ static bool key_name(const dlock_client *c, const char *key, size_t len, dlock__
     return true;
 }
 
+/* Whose records these are, for messages. */
+static const char *where(const dlock_lister *it, int node)
+{
+    return it->c->local != NULL ? "the lock directory" : it->c->nodes[node].addr.display;
+}
+
 /* The records of one page (blob) from node, those whose names match the pattern. */
 static int take_page(dlock_lister *it, int node, const char *blob, size_t len, dlock__err *e)
 {
@@ -180,12 +197,9 @@ static int take_page(dlock_lister *it, int node, const char *blob, size_t len, d
             !dlock__list_field(&p, end, &limit, &limit_len) || !int_field(&p, end, &r.count) ||
             !int_field(&p, end, &nlisted) || nlisted < 0 || nlisted > LISTED_MAX)
             return dlock__err_set(e, DLOCK_ERR_PROTOCOL, "%s: list: malformed reply",
-                                  it->c->nodes[node].addr.display);
+                                  where(it, node));
         r.fence = fence > 0 ? (uint64_t)fence : 0;
-        char lbuf[24] = "";
-        if (limit_len < sizeof lbuf)
-            memcpy(lbuf, limit, limit_len); /* a field is not terminated: the next follows */
-        r.limit = strtoll(lbuf, NULL, 10);
+        r.limit = dlock__list_ll(limit, limit_len);
         r.listed = p;
         r.nlisted = (int)nlisted;
         for (long long j = 0; j < 3 * nlisted; j++) {
@@ -193,7 +207,7 @@ static int take_page(dlock_lister *it, int node, const char *blob, size_t len, d
             size_t slen;
             if (!dlock__list_field(&p, end, &s, &slen))
                 return dlock__err_set(e, DLOCK_ERR_PROTOCOL, "%s: list: malformed reply",
-                                      it->c->nodes[node].addr.display);
+                                      where(it, node));
         }
         r.listed_len = (size_t)(p - r.listed);
         if (!key_name(it->c, key, key_len, &r))
@@ -273,10 +287,37 @@ static int take_reply(dlock_lister *it, int node, dlock__req *r, walk *w, dlock_
     return take_page(it, node, rep->element[2]->str, rep->element[2]->len, e);
 }
 
+/* Read cluster node i's slot map afresh (a listing must not miss a master a failover
+ * or a new node made): marked stale, the map is read again when a request is routed. */
+static int fresh_map(dlock_client *c, int i, dlock__err *e)
+{
+    static const char PING[] = "*1\r\n$4\r\nPING\r\n";
+    dlock__cluster_suspect(&c->nodes[i]);
+    dlock__connset *set = dlock__connset_get(c);
+    if (set == NULL)
+        return dlock__err_set(e, DLOCK_ERR_NOMEM, "out of memory");
+    dlock__req reqs[DLOCK_SERVERS_MAX];
+    memset(reqs, 0, sizeof reqs);
+    reqs[i].cmd = PING;
+    reqs[i].cmdlen = sizeof PING - 1;
+    reqs[i].await = true;
+    reqs[i].harmless_late = true;
+    dlock__fanout(set->conns, reqs, c->n);
+    int rc = reqs[i].err;
+    if (rc != DLOCK_OK)
+        dlock__err_set(e, rc, "%s", reqs[i].detail);
+    freeReplyObject(reqs[i].reply);
+    dlock__connset_put(c, set);
+    return rc;
+}
+
 /* Walk every master of cluster node i, each on a connection of its own. */
 static int walk_cluster(dlock_lister *it, int i, const char *match, dlock__err *e)
 {
     dlock__node *node = &it->c->nodes[i];
+    int frc = fresh_map(it->c, i, e);
+    if (frc != DLOCK_OK)
+        return frc;
     struct dlock__hostport hosts[DLOCK_ASK_MAX];
     char names[DLOCK_ASK_MAX][256];
     int k = dlock__cluster_masters(node, hosts, names, DLOCK_ASK_MAX);
@@ -391,15 +432,25 @@ int dlock_list(dlock_client *c, const char *pattern, dlock_lister **out)
     if (strlen(pattern) > DLOCK_NAME_MAX)
         return dlock__fail(DLOCK_ERR_INVALID, "the pattern is longer than %d bytes",
                            DLOCK_NAME_MAX);
-    if (c->local != NULL)
-        return dlock__fail(DLOCK_ERR_INVALID, "listing the locks of a file:// client is not "
-                                              "supported yet: ls its directory");
     dlock_lister *it = dlock__calloc(1, sizeof *it);
     if (it == NULL || (it->pattern = dlock__strdup(pattern)) == NULL) {
         free(it);
         return dlock__fail(DLOCK_ERR_NOMEM, "out of memory");
     }
     it->c = c;
+    if (c->local != NULL) {
+        size_t len;
+        rc = dlock__local_list(c, &it->local, &len, &e);
+        if (rc == DLOCK_OK)
+            rc = take_page(it, 0, it->local, len, &e);
+        if (rc != DLOCK_OK) {
+            dlock_list_free(it);
+            return dlock__err_raise(&e, rc);
+        }
+        qsort(it->recs, it->nrecs, sizeof *it->recs, dlock__list_cmp);
+        *out = it;
+        return dlock__err_raise(&e, DLOCK_OK);
+    }
     /* SCAN's MATCH: the prefix (its glob characters escaped) and any tag. */
     char *match = dlock__malloc(2 * c->prefix_len + 4);
     if (match == NULL) {
@@ -490,6 +541,7 @@ void dlock_list_free(dlock_lister *it)
     for (size_t i = 0; i < it->npages; i++)
         freeReplyObject(it->pages[i]);
     free(it->pages);
+    free(it->local);
     free(it->recs);
     free(it->pattern);
     free(it);

@@ -28,6 +28,7 @@ struct dlock_lister {
     dlock_client *c;
     char *pattern;
     redisReply **pages; /* the replies records point into */
+    char *local;        /* a file:// client's records (dlock__local_list) */
     size_t npages, cap_pages;
     dlock__list_rec *recs;
     size_t nrecs, cap_recs;
@@ -40,6 +41,9 @@ struct dlock_lister {
 /* One "<length>:<bytes>" field of a page's records at *p (before end): its bytes and
  * length; advances *p. False when malformed. */
 bool dlock__list_field(const char **p, const char *end, const char **s, size_t *len);
+/* The number a field's bytes s[0..len) write (a field is not NUL-terminated: the next
+ * one follows it); 0 when they are not one. */
+long long dlock__list_ll(const char *s, size_t len);
 /* Sort records by name, then by server. */
 int dlock__list_cmp(const void *a, const void *b);
 /* The views g[0..n) of one name merged into it->entry and it->holders: false when no

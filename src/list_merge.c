@@ -32,13 +32,14 @@ static int cmp_desc(const void *a, const void *b)
  * longest): what a quorum agrees on at least; -2 when fewer than a quorum have one. */
 static long long quorum_of(const dlock_client *c, long long *p, int m)
 {
-    if (m < c->quorum)
+    int quorum = c->quorum > 0 ? c->quorum : 1; /* a file:// client has one "server" */
+    if (m < quorum)
         return -2;
     for (int i = 0; i < m; i++)
         if (p[i] == -1)
             p[i] = LLONG_MAX;
     qsort(p, (size_t)m, sizeof *p, cmp_desc);
-    return p[c->quorum - 1] == LLONG_MAX ? -1 : p[c->quorum - 1];
+    return p[quorum - 1] == LLONG_MAX ? -1 : p[quorum - 1];
 }
 
 /* The token of an exclusive holder's value, or its whole value when another tool wrote
@@ -151,7 +152,7 @@ static bool merge_shared(dlock_lister *it, const dlock__list_rec *g, int n)
                         !dlock__list_field(&pb, eb, &d2, &d2l))
                         break;
                     if (t2l == tlen && memcmp(t2, tok, tlen) == 0)
-                        l[ml++] = strtoll(m2, NULL, 10);
+                        l[ml++] = dlock__list_ll(m2, m2l);
                 }
             }
             long long hl = quorum_of(it->c, l, ml);

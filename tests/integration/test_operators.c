@@ -5,7 +5,8 @@
  * a name a quorum does not hold, 100,000 names within the bound; dlock_break (and
  * `dlock break`): the fence raised, the evicted holder's on_lost called and its fenced
  * write refused once the next holder wrote, the waiter served, the record `dlock
- * status` shows, exit 73 for a name nobody holds. A Redis Cluster's listing is in
+ * status` shows, exit 73 for a name nobody holds; a file:// directory's held names. A
+ * Redis Cluster's listing is in
  * test_cluster.c, beside its cluster.
  */
 #include <setjmp.h>
@@ -99,7 +100,8 @@ static void test_list_kinds(void **state)
     /* The longest lease first. */
     assert_string_equal(s.holders[0].token, dlock_token(r1));
     assert_string_equal(s.holders[1].token, dlock_token(r2));
-    assert_true(s.holders[0].remaining_ms > s.holders[1].remaining_ms);
+    assert_true(s.holders[0].remaining_ms > 10000 && s.holders[0].remaining_ms <= 20000);
+    assert_true(s.holders[1].remaining_ms > 0 && s.holders[1].remaining_ms <= 10000);
     assert_non_null(strstr(s.holders[1].description, "reader"));
 
     list(c, "*pool", "ops:pool", &s);
@@ -403,6 +405,55 @@ static void test_list_redlock(void **state)
     dlock_client_free(c);
 }
 
+/* ---- file:// ------------------------------------------------------------------------- */
+
+/* A directory's held names, from their files: an exclusive holder, shared holders, a
+ * name with bytes its file name escapes; a name too long for a file name (its file
+ * keeps a hash) is left out; a free name's file is not listed; a break is refused. */
+static void test_list_local(void **state)
+{
+    (void)state;
+    dlock_client *c = it_client_cfg(it_local_url, NULL);
+    dlock_opts o = {.ttl_ms = 30000, .label = "local job"};
+    dlock_lock *ex, *s1, *s2, *odd, *free_one, *long_one;
+    assert_int_equal(dlock_acquire(c, "loc:job", &o, &ex), DLOCK_OK);
+    dlock_opts sh = {.ttl_ms = 20000, .shared = 1};
+    assert_int_equal(dlock_acquire(c, "loc:read", &sh, &s1), DLOCK_OK);
+    sh.ttl_ms = 10000;
+    assert_int_equal(dlock_acquire(c, "loc:read", &sh, &s2), DLOCK_OK);
+    assert_int_equal(dlock_acquire(c, "loc:odd/na me%", &o, &odd), DLOCK_OK);
+    assert_int_equal(dlock_acquire(c, "loc:freed", &o, &free_one), DLOCK_OK);
+    assert_int_equal(dlock_release(free_one), DLOCK_OK);
+    char longname[400];
+    memset(longname, 'L', sizeof longname - 1);
+    longname[sizeof longname - 1] = '\0';
+    memcpy(longname, "loc:", 4);
+    assert_int_equal(dlock_acquire(c, longname, &o, &long_one), DLOCK_OK);
+    seen s;
+    list(c, "loc:*", "loc:job", &s);
+    assert_string_equal(s.names, "loc:job,loc:odd/na me%,loc:read");
+    assert_int_equal(s.entry.kind, DLOCK_KIND_EXCLUSIVE);
+    assert_string_equal(s.holders[0].token, dlock_token(ex));
+    assert_non_null(strstr(s.holders[0].description, "local job"));
+    assert_true(s.entry.remaining_ms > 20000);
+    assert_int_equal(s.entry.fence, dlock_fence(ex));
+    list(c, "loc:read", "loc:read", &s);
+    assert_int_equal(s.entry.kind, DLOCK_KIND_SHARED);
+    assert_int_equal(s.entry.nholders, 2);
+    assert_string_equal(s.holders[0].token, dlock_token(s1));
+    assert_string_equal(s.holders[1].token, dlock_token(s2));
+    dlock_break_info b;
+    assert_int_equal(dlock_break(c, "loc:job", NULL, &b), DLOCK_ERR_INVALID);
+    assert_int_equal(dlock_break_last(c, "loc:job", &b), DLOCK_OK);
+    assert_int_equal(b.broken, 0);
+    dlock_lock *all[] = {ex, s1, s2, odd, long_one};
+    for (int i = 0; i < 5; i++)
+        assert_int_equal(dlock_release(all[i]), DLOCK_OK);
+    list(c, "loc:*", NULL, &s);
+    assert_string_equal(s.names, "");
+    dlock_client_free(c);
+}
+
 int main(void)
 {
     const struct CMUnitTest one[] = {
@@ -411,8 +462,10 @@ int main(void)
         cmocka_unit_test(test_break_shared), cmocka_unit_test(test_cli),
     };
     const struct CMUnitTest three[] = {cmocka_unit_test(test_list_redlock)};
+    const struct CMUnitTest local[] = {cmocka_unit_test(test_list_local)};
     int failed = cmocka_run_group_tests_name("one server", one, it_srv_setup, it_srv_teardown);
     failed +=
         cmocka_run_group_tests_name("three servers", three, it_nodes_setup3, it_nodes_teardown);
+    failed += cmocka_run_group_tests_name("file://", local, it_local_setup, it_local_teardown);
     return failed;
 }
