@@ -153,7 +153,8 @@ void cli_print_status(const char *name, const dlock_holder *h, const dlock_holde
 
 /* ---- operators.c ---- */
 
-/* A break of name: as a JSON object (no newline), or as a line of text after indent. */
+/* A break of name: as a JSON object (no newline), or as a line of text after indent;
+ * with an indent (dlock status: shown to anyone), only the evicted token's start. */
 void cli_print_break(const char *name, const dlock_break_info *b, bool json, const char *indent);
 int cli_cmd_break(struct cli *cli, char **args, const struct cmd_opts *o);
 int cli_cmd_list(struct cli *cli, char **args, const struct cmd_opts *o);
@@ -163,6 +164,11 @@ int cli_cmd_list(struct cli *cli, char **args, const struct cmd_opts *o);
 /* Make cli->client from the global options and the environment. Returns 0, or an
  * exit code after reporting. */
 int cli_client_open(struct cli *cli);
+/* Room for "<verb> NAME", the <what> of every message about a command. */
+#define CLI_WHAT_LEN (DLOCK_NAME_MAX + 16)
+/* What a command on one name does first: name itself for its messages ("acquire
+ * NAME") and open the client. Returns 0, or an exit code after reporting. */
+int cli_begin(struct cli *cli, const char *verb, const char *name, char what[CLI_WHAT_LEN]);
 
 int cli_cmd_acquire(struct cli *cli, char **args, const struct cmd_opts *o);
 /* `dlock sem acquire`: acquire with -n K, which it requires. */

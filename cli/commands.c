@@ -19,9 +19,6 @@
 #include <time.h>
 #include <unistd.h>
 
-/* Room for "<verb> NAME", the <what> of every message about a command. */
-#define WHAT_LEN (DLOCK_NAME_MAX + 16)
-
 int cli_client_open(struct cli *cli)
 {
     const char *servers = cli->servers;
@@ -51,19 +48,17 @@ int cli_client_open(struct cli *cli)
     return rc == DLOCK_OK ? 0 : cli_fail_call("servers", rc);
 }
 
-/* What every command does first: name itself for its messages ("acquire NAME") and
- * open the client. Returns 0, or an exit code after reporting. */
-static int begin(struct cli *cli, const char *verb, const char *name, char what[WHAT_LEN])
+int cli_begin(struct cli *cli, const char *verb, const char *name, char what[CLI_WHAT_LEN])
 {
-    snprintf(what, WHAT_LEN, "%s %s", verb, name);
+    snprintf(what, CLI_WHAT_LEN, "%s %s", verb, name);
     return cli_client_open(cli);
 }
 
-/* begin, then a handle for NAME TOKEN, taken by an earlier `dlock acquire`. */
-static int adopt(struct cli *cli, const char *verb, char **args, char what[WHAT_LEN],
+/* cli_begin, then a handle for NAME TOKEN, taken by an earlier `dlock acquire`. */
+static int adopt(struct cli *cli, const char *verb, char **args, char what[CLI_WHAT_LEN],
                  dlock_lock **l)
 {
-    int code = begin(cli, verb, args[0], what);
+    int code = cli_begin(cli, verb, args[0], what);
     if (code != 0)
         return code;
     int rc = dlock_lock_adopt(cli->client, args[0], args[1], l);
@@ -105,8 +100,8 @@ int cli_cmd_sem_acquire(struct cli *cli, char **args, const struct cmd_opts *o)
 int cli_cmd_acquire(struct cli *cli, char **args, const struct cmd_opts *o)
 {
     const char *name = args[0];
-    char what[WHAT_LEN];
-    int code = begin(cli, "acquire", name, what);
+    char what[CLI_WHAT_LEN];
+    int code = cli_begin(cli, "acquire", name, what);
     if (code != 0)
         return code;
 
@@ -168,7 +163,7 @@ int cli_cmd_acquire(struct cli *cli, char **args, const struct cmd_opts *o)
 
 int cli_cmd_extend(struct cli *cli, char **args, const struct cmd_opts *o)
 {
-    char what[WHAT_LEN];
+    char what[CLI_WHAT_LEN];
     dlock_lock *l;
     int code = adopt(cli, "extend", args, what, &l);
     if (code != 0)
@@ -185,7 +180,7 @@ int cli_cmd_extend(struct cli *cli, char **args, const struct cmd_opts *o)
 int cli_cmd_release(struct cli *cli, char **args, const struct cmd_opts *o)
 {
     (void)o;
-    char what[WHAT_LEN];
+    char what[CLI_WHAT_LEN];
     dlock_lock *l;
     int code = adopt(cli, "release", args, what, &l);
     if (code != 0)
@@ -198,8 +193,8 @@ int cli_cmd_status(struct cli *cli, char **args, const struct cmd_opts *o)
 {
     (void)o;
     const char *name = args[0];
-    char what[WHAT_LEN];
-    int code = begin(cli, "status", name, what);
+    char what[CLI_WHAT_LEN];
+    int code = cli_begin(cli, "status", name, what);
     if (code != 0)
         return code;
     dlock_holder h, shared[DLOCK_INSPECT_SHARED_MAX];

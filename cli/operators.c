@@ -17,16 +17,25 @@
 #include <string.h>
 #include <time.h>
 
+/* Of a token, what status shows: enough to tell holders apart, never enough to act as
+ * the holder (a break that reached too few servers leaves the lock valid on the others). */
+#define TOKEN_SHOWN 8
+
 /* "<description> (token <token>)" of a break's holder, whose record is "<token>
- * <description>" (or "<n> shared: ..." for shared holders, written as it is). */
-static void write_evicted(FILE *f, const char *holder)
+ * <description>" (or "<n> shared: ..." for shared holders, written as it is); the
+ * token whole (dlock break, to the operator who broke it), or its first TOKEN_SHOWN
+ * characters (dlock status, to anyone). */
+static void write_evicted(FILE *f, const char *holder, bool whole)
 {
     size_t len = strlen(holder), tok = strspn(holder, "0123456789abcdef");
     if (tok == DLOCK_TOKEN_LEN && len > tok && holder[tok] == ' ') {
         cli_write_safe(f, holder + tok + 1, len - tok - 1);
-        fprintf(f, " (token %.*s)", DLOCK_TOKEN_LEN, holder);
+        fprintf(f, " (token %.*s%s)", whole ? DLOCK_TOKEN_LEN : TOKEN_SHOWN, holder,
+                whole ? "" : "...");
     } else {
-        cli_write_safe(f, holder, len);
+        cli_write_safe(f, holder, whole ? len : strcspn(holder, ";"));
+        if (!whole && holder[strcspn(holder, ";")] != '\0')
+            fputs("; ...", f);
     }
 }
 
@@ -42,11 +51,20 @@ static const char *format_at(int64_t at_ms, char *buf, size_t len)
 
 void cli_print_break(const char *name, const dlock_break_info *b, bool json, const char *indent)
 {
+    /* dlock break (no indent) shows the evicted token whole; status only its start. */
+    bool whole = indent[0] == '\0';
     if (json) {
         fputs("{\"name\":", stdout);
         cli_write_json_string(stdout, name, strlen(name));
         printf(",\"at_ms\":%" PRId64 ",\"fence\":%" PRIu64 ",\"holder\":", b->at_ms, b->fence);
-        cli_write_json_string(stdout, b->holder, strlen(b->holder));
+        size_t tok = strspn(b->holder, "0123456789abcdef");
+        if (!whole && tok == DLOCK_TOKEN_LEN && b->holder[tok] == ' ') {
+            const char *desc = b->holder + tok + 1;
+            cli_write_json_string(stdout, desc, strlen(desc));
+            printf(",\"token\":\"%.*s...\"", TOKEN_SHOWN, b->holder);
+        } else {
+            cli_write_json_string(stdout, b->holder, strlen(b->holder));
+        }
         fputs(",\"by\":", stdout);
         cli_write_json_string(stdout, b->by, strlen(b->by));
         fputs(",\"reason\":", stdout);
@@ -63,16 +81,15 @@ void cli_print_break(const char *name, const dlock_break_info *b, bool json, con
         fputs(")", stdout);
     }
     fputs(", evicting ", stdout);
-    write_evicted(stdout, b->holder);
+    write_evicted(stdout, b->holder, whole);
     printf("; fence raised to %" PRIu64 "\n", b->fence);
 }
 
 int cli_cmd_break(struct cli *cli, char **args, const struct cmd_opts *o)
 {
     const char *name = args[0];
-    char what[DLOCK_NAME_MAX + 16];
-    snprintf(what, sizeof what, "break %s", name);
-    int code = cli_client_open(cli);
+    char what[CLI_WHAT_LEN];
+    int code = cli_begin(cli, "break", name, what);
     if (code != 0)
         return code;
     dlock_break_opts opts;
@@ -81,12 +98,13 @@ int cli_cmd_break(struct cli *cli, char **args, const struct cmd_opts *o)
     opts.fence_key = o->fence_key;
     dlock_break_info b;
     int rc = dlock_break(cli->client, name, &opts, &b);
-    if (rc != DLOCK_OK)
+    if (rc != DLOCK_OK && !b.broken)
         return cli_fail_call(what, rc);
     if (!b.broken) {
         cli_errline("%s: not held: nothing to break", what);
         return CLI_EXIT_LOST;
     }
+    /* Said even when a later part failed (the fence key's raise): the break stands. */
     if (cli->json) {
         cli_print_break(name, &b, true, "");
         fputs("\n", stdout);
@@ -94,10 +112,10 @@ int cli_cmd_break(struct cli *cli, char **args, const struct cmd_opts *o)
         fputs("broke ", stdout);
         cli_write_safe(stdout, name, strlen(name));
         fputs(": evicted ", stdout);
-        write_evicted(stdout, b.holder);
+        write_evicted(stdout, b.holder, true);
         printf("; fence raised to %" PRIu64 "\n", b.fence);
     }
-    return 0;
+    return rc == DLOCK_OK ? 0 : cli_fail_call(what, rc);
 }
 
 static const char *kind_word(int kind)

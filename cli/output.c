@@ -97,7 +97,7 @@ static void print_status_json(const char *name, const dlock_holder *h, const dlo
     }
     fputs("],\"broken\":", stdout);
     if (b->broken)
-        cli_print_break(name, b, true, "");
+        cli_print_break(name, b, true, "  last "); /* as the text form: the token cut */
     else
         fputs("null", stdout);
     fputs("}\n", stdout);

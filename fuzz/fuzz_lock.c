@@ -8,7 +8,8 @@
  * generalizes it: the input is the server's whole output, and a client with one node
  * (unix://, the fuzzer's listener) runs the public API over it, in order:
  *     dlock_acquire; when granted: dlock_extend, dlock_check, dlock_release;
- *     then dlock_inspect and dlock_fenced_set.
+ *     then dlock_inspect and dlock_fenced_set; then an operator's dlock_list,
+ *     dlock_break and dlock_break_last.
  * The input is what the server sends after each of the library's sends, separated by
  * "|||": after the k-th send (the AFTER_SEND pause point of the test build, which
  * fires once per round, awaited or not) the k-th segment is written to the newest
@@ -160,6 +161,49 @@ static void check_holder(const dlock_holder *h)
         assert(tl == 0 && h->remaining_ms == 0);
 }
 
+static void check_break(const dlock_break_info *b)
+{
+    assert(b->broken == 0 || b->broken == 1);
+    assert(memchr(b->holder, '\0', sizeof b->holder) != NULL);
+    assert(memchr(b->by, '\0', sizeof b->by) != NULL);
+    assert(memchr(b->reason, '\0', sizeof b->reason) != NULL);
+}
+
+/* An operator's calls: a listing (a page per send until the cursor says the walk is
+ * over, each page's records parsed and merged), a break and the record it leaves. */
+static void run_operators(void)
+{
+    dlock_lister *it = (dlock_lister *)(uintptr_t)1; /* must be overwritten */
+    int rc = dlock_list(g_cl, "*", &it);
+    if (rc == DLOCK_OK) {
+        const dlock_listed *e;
+        while ((rc = dlock_list_next(it, &e)) == DLOCK_OK && e != NULL) {
+            assert(e->name != NULL && e->name[0] != '\0');
+            assert(e->kind >= DLOCK_KIND_EXCLUSIVE && e->kind <= DLOCK_KIND_SEMAPHORE);
+            assert(e->nlisted >= 0 && e->nlisted <= DLOCK_LIST_HOLDERS_MAX);
+            assert(e->nholders >= 0 && e->waiters >= 0);
+            for (int i = 0; i < e->nlisted; i++)
+                check_holder(&e->holders[i]);
+        }
+        assert(rc == DLOCK_OK);
+        dlock_list_free(it);
+    } else {
+        assert(it == NULL);
+        check_failure(rc);
+    }
+    dlock_break_info b;
+    rc = dlock_break(g_cl, "fz", NULL, &b);
+    if (rc == DLOCK_OK)
+        check_break(&b);
+    else
+        check_failure(rc);
+    rc = dlock_break_last(g_cl, "fz", &b);
+    if (rc == DLOCK_OK)
+        check_break(&b);
+    else
+        check_failure(rc);
+}
+
 static void run_ops(void)
 {
     dlock_opts o = {0};
@@ -196,6 +240,7 @@ static void run_ops(void)
 
     rc = dlock_fenced_set(g_cl, "fz-register", 7, "v", 1);
     assert(rc == DLOCK_OK || rc == DLOCK_ERR_FENCED || unavailability(rc));
+    run_operators();
 }
 
 /* Forget everything one input left: connections, the node's run_id and reports. */

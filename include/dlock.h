@@ -548,7 +548,8 @@ typedef struct dlock_listed {
  * *out) when fewer than a quorum of servers could be walked. Not a snapshot: a name
  * taken or freed during the walk may or may not be listed. A file:// client lists its
  * directory's lock files (with no waiters counted: local waiters wait in their own
- * processes), except names too long for a file name, which are stored hashed.
+ * processes), except names too long for a file name, which are stored hashed, and
+ * shows a semaphore's permits as shared holders (its files do not keep K).
  * Thread-safety: any thread; the lister, one thread at a time. */
 typedef struct dlock_lister dlock_lister;
 DLOCK_API int dlock_list(dlock_client *c, const char *pattern, dlock_lister **out);
@@ -591,7 +592,9 @@ typedef struct dlock_break_opts {
  * raised past every fence handed out, so that a resource that admits fences refuses
  * the evicted holder once it has seen this fence (out->fence) or any later one; the
  * break is recorded beside the name's keys for a day (dlock_break_last, `dlock status`),
- * opts->fence_key's register (if given) is raised to that fence before this returns,
+ * opts->fence_key's register (if given) is raised to that fence before this returns
+ * (if that fails, the break stands: out says what it did, and the raise's error is
+ * returned),
  * and the name's waiters are served as a release serves them. The evicted holder's
  * next extend, check, renewal or release finds the lock lost (DLOCK_ERR_LOST, its
  * on_lost called). Returns DLOCK_OK with out->broken 1 and what it evicted, or

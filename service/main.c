@@ -54,7 +54,7 @@ static const char usage_text[] =
     "                            at most 16384 bytes\n"
     "      --admin-pass-file F   enable the user admin, whose password is the first\n"
     "                            line of F (AUTH admin PASSWORD): admin alone may run\n"
-    "                            CLIENT KILL; at most 16384 bytes\n"
+    "                            CLIENT KILL and BREAK; at most 16384 bytes\n"
     "      --auth-timeout MS     close a client that has not authenticated MS after\n"
     "                            connecting (default 10000; 0: never)\n"
     "      --timeout-idle S      close a client that sent nothing and got no reply for\n"

@@ -15,6 +15,9 @@
 
 /* Reasons and patterns: as the library takes them. */
 #define REASON_MAX 500
+/* The largest LOCKS reply: half of what a client may leave unread (DD_OUT_HARD), so
+ * that one reply never gets its client closed. About 15,000 names of one holder. */
+#define LOCKS_REPLY_MAX (DD_OUT_HARD / 2)
 
 static void done(dd_job *j)
 {
@@ -74,6 +77,17 @@ static void locks_work(dd_job *j)
     size_t n = 0;
     const dlock_listed *l;
     while ((rc = dlock_list_next(it, &l)) == DLOCK_OK && l != NULL) {
+        if (rows.len > LOCKS_REPLY_MAX) {
+            /* A reply the client could not take in (past DD_OUT_HARD it would be closed,
+             * and its session locks released with it): say so rather than send part. */
+            dlock_list_free(it);
+            dd_buf_free(&rows);
+            dd_reply_error(&j->reply,
+                           "ERR LOCKS: more than %zu names match, over %d MiB: narrow the "
+                           "pattern, or list with dlock list",
+                           n, LOCKS_REPLY_MAX >> 20);
+            return;
+        }
         reply_listed(&rows, l);
         n++;
     }

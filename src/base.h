@@ -140,6 +140,12 @@ int dlock__hexval(char c);
 int dlock__url_parse_list(const char *list, int max, dlock__addr **out, int *n, char *err,
                           size_t errlen);
 
+/* ---- glob.c ----------------------------------------------------------------- */
+
+/* Whether str (slen bytes) matches the glob pat (plen bytes): '*', '?', "[set]" with
+ * ranges and '!' or '^', '\' quoting; in at most of the order of plen x slen steps. */
+bool dlock__glob_match(const char *pat, size_t plen, const char *str, size_t slen);
+
 /* ---- reply.c ---------------------------------------------------------------- */
 
 /* The largest reply we accept, and the most elements in one array. A lock reply is

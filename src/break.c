@@ -35,15 +35,29 @@ static void copy_text(char *dst, size_t size, const char *src, size_t len)
     dst[len] = '\0';
 }
 
+/* One round of a break script: its call, the round and what the servers said. */
+typedef struct brk_round {
+    dlock__round rd;
+    dlock__call call;
+    dlock__tally t;
+} brk_round;
+
 /* Run one of the break scripts on every server, keys and arguments as given; the
- * round's replies are left in rd for the caller, who ends the round. */
+ * round's replies are left in b for the caller, who ends it with finish. */
 static int run(dlock_client *c, enum dlock__script_id id, int nkeys, int nargs, const char **args,
-               const size_t *lens, dlock__round *rd, dlock__call *call, dlock__err *e)
+               const size_t *lens, brk_round *b, dlock__err *e)
 {
-    int rc = dlock__call_format(&c->scripts, id, nkeys, nargs, args, lens, call, e);
-    if (rc == DLOCK_OK && (rc = dlock__round_begin(c, rd, e)) == DLOCK_OK)
-        dlock__round_run(c, rd, call, NULL, NULL);
+    memset(b, 0, sizeof *b);
+    int rc = dlock__call_format(&c->scripts, id, nkeys, nargs, args, lens, &b->call, e);
+    if (rc == DLOCK_OK && (rc = dlock__round_begin(c, &b->rd, e)) == DLOCK_OK)
+        dlock__round_run(c, &b->rd, &b->call, NULL, NULL);
     return rc;
+}
+
+static void finish(dlock_client *c, brk_round *b)
+{
+    dlock__round_end(c, &b->rd);
+    dlock__call_free(&b->call);
 }
 
 /* Enter a break call: the client, the name, the name's keys into k (free k->buf). */
@@ -117,16 +131,11 @@ int dlock_break(dlock_client *c, const char *name, const dlock_break_opts *opts,
     const size_t lens[] = {k.lock_len,           k.fence_len, k.queue_len, k.holders_len,
                            k.info_len,           k.brk_len,   strlen(by),  strlen(reason),
                            strlen(c->retention), strlen(ttl)};
-    dlock__round rd;
-    dlock__call call;
-    memset(&rd, 0, sizeof rd);
-    memset(&call, 0, sizeof call);
-    dlock__tally t;
-    memset(&t, 0, sizeof t);
-    if ((rc = run(c, DLOCK_SCRIPT_BREAK, 6, 10, args, lens, &rd, &call, &e)) == DLOCK_OK) {
+    brk_round b;
+    if ((rc = run(c, DLOCK_SCRIPT_BREAK, 6, 10, args, lens, &b, &e)) == DLOCK_OK) {
         for (int i = 0; i < c->n; i++) {
-            dlock__req *r = &rd.reqs[i];
-            if (!dlock__tally_reply(&t, r, &rd.set->conns[i], "break", REDIS_REPLY_ARRAY))
+            dlock__req *r = &b.rd.reqs[i];
+            if (!dlock__tally_reply(&b.t, r, &b.rd.set->conns[i], "break", REDIS_REPLY_ARRAY))
                 continue;
             const redisReply *rep = r->reply;
             bool took = rep->elements == 4 && rep->element[0]->type == REDIS_REPLY_INTEGER &&
@@ -136,8 +145,8 @@ int dlock_break(dlock_client *c, const char *name, const dlock_break_opts *opts,
                         rep->element[3]->type == REDIS_REPLY_INTEGER;
             if (!took && (rep->elements != 1 || rep->element[0]->type != REDIS_REPLY_INTEGER)) {
                 snprintf(r->detail, sizeof r->detail, "%s: break: unexpected reply shape",
-                         rd.set->conns[i].node->addr.display);
-                dlock__tally_failure(&t, r, DLOCK_ERR_PROTOCOL);
+                         b.rd.set->conns[i].node->addr.display);
+                dlock__tally_failure(&b.t, r, DLOCK_ERR_PROTOCOL);
                 continue;
             }
             if (!took)
@@ -152,12 +161,11 @@ int dlock_break(dlock_client *c, const char *name, const dlock_break_opts *opts,
             if (rep->element[3]->integer > out->at_ms)
                 out->at_ms = rep->element[3]->integer;
         }
-        rc = answered(c, &t, &rd, &e);
+        rc = answered(c, &b.t, &b.rd, &e);
         copy_text(out->by, sizeof out->by, by, strlen(by));
         copy_text(out->reason, sizeof out->reason, reason, strlen(reason));
     }
-    dlock__round_end(c, &rd);
-    dlock__call_free(&call);
+    finish(c, &b);
     free(k.buf);
     if (rc == DLOCK_OK && out->broken && fence_key != NULL)
         rc = raise_register(c, fence_key, out->fence, &e);
@@ -188,22 +196,18 @@ int dlock_break_last(dlock_client *c, const char *name, dlock_break_info *out)
     }
     const char *args[] = {k.brk};
     const size_t lens[] = {k.brk_len};
-    dlock__round rd;
-    dlock__call call;
-    memset(&rd, 0, sizeof rd);
-    memset(&call, 0, sizeof call);
-    dlock__tally t;
-    memset(&t, 0, sizeof t);
-    if ((rc = run(c, DLOCK_SCRIPT_BREAK_RECORD, 1, 1, args, lens, &rd, &call, &e)) == DLOCK_OK) {
+    brk_round b;
+    if ((rc = run(c, DLOCK_SCRIPT_BREAK_RECORD, 1, 1, args, lens, &b, &e)) == DLOCK_OK) {
         /* With several servers, the latest record any of them keeps. */
         for (int i = 0; i < c->n; i++) {
-            dlock__req *r = &rd.reqs[i];
-            if (!dlock__tally_reply(&t, r, &rd.set->conns[i], "break record", REDIS_REPLY_ARRAY))
+            dlock__req *r = &b.rd.reqs[i];
+            if (!dlock__tally_reply(&b.t, r, &b.rd.set->conns[i], "break record",
+                                    REDIS_REPLY_ARRAY))
                 continue;
             const redisReply *rep = r->reply, *at = field(rep, "at_ms");
             const redisReply *f = field(rep, "fence"), *h = field(rep, "holder");
-            const redisReply *b = field(rep, "by"), *why = field(rep, "reason");
-            if (at == NULL || f == NULL || h == NULL || b == NULL || why == NULL)
+            const redisReply *by = field(rep, "by"), *why = field(rep, "reason");
+            if (at == NULL || f == NULL || h == NULL || by == NULL || why == NULL)
                 continue;
             int64_t when = strtoll(at->str, NULL, 10);
             if (out->broken && when <= out->at_ms)
@@ -212,13 +216,12 @@ int dlock_break_last(dlock_client *c, const char *name, dlock_break_info *out)
             out->at_ms = when;
             out->fence = strtoull(f->str, NULL, 10);
             copy_text(out->holder, sizeof out->holder, h->str, h->len);
-            copy_text(out->by, sizeof out->by, b->str, b->len);
+            copy_text(out->by, sizeof out->by, by->str, by->len);
             copy_text(out->reason, sizeof out->reason, why->str, why->len);
         }
-        rc = answered(c, &t, &rd, &e);
+        rc = answered(c, &b.t, &b.rd, &e);
     }
-    dlock__round_end(c, &rd);
-    dlock__call_free(&call);
+    finish(c, &b);
     free(k.buf);
     return dlock__err_raise(&e, rc);
 }

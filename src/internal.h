@@ -13,6 +13,8 @@
  *   parsing     url.c       server addresses
  *               url_list.c  the list of them: where an entry ends (a scheme starts
  *                           one), a server named twice
+ *               glob.c      a name against dlock_list's glob, without exponential
+ *                           backtracking
  *               reply.c     hiredis's redisReader with our size caps; server errors
  *   servers     node.c      what a server's INFO says: restart voting, eviction policy
  *   transport   conn.c      one connection: non-blocking connect, handshake, buffers

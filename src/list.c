@@ -24,7 +24,6 @@
  */
 #include "list.h"
 
-#include <fnmatch.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -37,20 +36,28 @@
 
 /*
  * LIST  no KEYS (it reads the keys SCAN finds, on the node it runs on)
- *       ARGV: cursor, match, count, skip, budget, most holders, value max, desc max
- * -> {next cursor, skip, records}: when the budget ran out, the same cursor and the
- * number of its keys taken (the next call skips them), else SCAN's next cursor and 0.
- * Each record is a run of fields, each "<length>:<bytes>": key, value, PTTL, fence,
- * queue entries, the limit of shared holders ("" for an exclusive lock), shared
- * holders, then how many are listed and for each its token, ms left and description.
+ *       ARGV: cursor, match, count, skip, budget, most holders, value max, desc max,
+ *             key max, the page's signature when skipping
+ * -> {next cursor, skip, records, signature}: when the budget ran out, the same cursor
+ * and the number of its keys taken (the next call skips them), else SCAN's next cursor
+ * and 0. The signature is the SHA1 of the page's keys: a page that changed between the
+ * two calls (a key taken or freed meanwhile) is taken whole again rather than skipped
+ * by position, which could pass over a key held all along; a name met twice is kept
+ * once (list.c). Each record is a run of fields, each "<length>:<bytes>": key, value,
+ * PTTL, fence, queue entries, the limit of shared holders ("" for an exclusive lock),
+ * shared holders, then how many are listed and for each its token, ms left and
+ * description. Keys longer than a lock name's key can be are not read: another tool's,
+ * they would only outgrow the reply.
  */
 static const char LIST_LUA[] =
     "local cursor, skip, budget, most = ARGV[1], tonumber(ARGV[4]), tonumber(ARGV[5]),\n"
     "  tonumber(ARGV[6])\n"
-    "local vmax, dmax = tonumber(ARGV[7]), tonumber(ARGV[8])\n"
+    "local vmax, dmax, kmax = tonumber(ARGV[7]), tonumber(ARGV[8]), tonumber(ARGV[9])\n"
     "local t = redis.call('TIME')\n"
     "local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)\n"
     "local page = redis.call('SCAN', cursor, 'MATCH', ARGV[2], 'COUNT', ARGV[3])\n"
+    "local sig = redis.sha1hex(table.concat(page[2], '\\n'))\n"
+    "if skip > 0 and sig ~= ARGV[10] then skip = 0 end\n"
     "local out, size = {}, 0\n"
     "local function put(s)\n"
     "  s = tostring(s)\n"
@@ -62,15 +69,15 @@ static const char LIST_LUA[] =
     "  return 0\n"
     "end\n"
     "for i = skip + 1, #page[2] do\n"
-    "  if size > budget then return {cursor, i - 1, table.concat(out)} end\n"
+    "  if size > budget then return {cursor, i - 1, table.concat(out), sig} end\n"
     "  local key = page[2][i]\n"
-    "  local v = redis.pcall('GET', key)\n"
+    "  local v = #key <= kmax and redis.pcall('GET', key)\n"
     "  if type(v) == 'string' then\n"
     "    put(key)\n"
     "    put(string.sub(v, 1, vmax))\n"
     "    put(num(redis.pcall('PTTL', key)))\n"
     "    local f = redis.pcall('GET', key .. ':fence')\n"
-    "    if type(f) ~= 'string' then f = '0' end\n"
+    "    if type(f) ~= 'string' or not string.match(f, '^%d+$') then f = '0' end\n"
     "    put(f)\n"
     "    put(num(redis.pcall('ZCARD', key .. ':queue')))\n"
     "    local holders, info = key .. ':holders', key .. ':holders:info'\n"
@@ -97,7 +104,7 @@ static const char LIST_LUA[] =
     "    end\n"
     "  end\n"
     "end\n"
-    "return {page[1], 0, table.concat(out)}\n";
+    "return {page[1], 0, table.concat(out), sig}\n";
 
 /* One "<length>:<bytes>" field at *p (before end): its bytes and length; advances *p.
  * False when malformed. */
@@ -138,8 +145,15 @@ static bool int_field(const char **p, const char *end, long long *v)
     return *v != 0 || (len == 1 && s[0] == '0');
 }
 
+static int hex_digit(char c)
+{
+    return c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
+}
+
 /* The name of a lock key "<prefix>{<tag>}", decoded as keys.c encodes it; false for a
- * key of another shape (a name written by another tool, another prefix's key). */
+ * key of another shape: another prefix's, a tag no name of ours is written as (keys.c's
+ * encoding is one-to-one: hex in lowercase, and only for a name that begins with '}' or
+ * '%'), a name longer than DLOCK_NAME_MAX. */
 static bool key_name(const dlock_client *c, const char *key, size_t len, dlock__list_rec *r)
 {
     size_t pl = c->prefix_len;
@@ -148,27 +162,31 @@ static bool key_name(const dlock_client *c, const char *key, size_t len, dlock__
     const char *tag = key + pl + 1;
     size_t tlen = len - pl - 2;
     if (tag[0] != '%') {
-        if (memchr(tag, '\0', tlen) != NULL)
+        if (tag[0] == '}' || tlen > DLOCK_NAME_MAX || memchr(tag, '\0', tlen) != NULL)
             return false;
         r->name = tag;
         r->name_len = tlen;
         return true;
     }
-    if (tlen < 3 || tlen % 2 == 0)
-        return false;
     size_t n = (tlen - 1) / 2;
+    if (tlen < 3 || tlen % 2 == 0 || n > DLOCK_NAME_MAX)
+        return false;
     char *name = malloc(n + 1);
     if (name == NULL)
         return false;
     for (size_t i = 0; i < n; i++) {
-        unsigned int b;
-        if (sscanf(tag + 1 + 2 * i, "%2x", &b) != 1 || b == 0) {
+        int hi = hex_digit(tag[1 + 2 * i]), lo = hex_digit(tag[2 + 2 * i]);
+        if (hi < 0 || lo < 0 || (hi | lo) == 0) {
             free(name);
             return false;
         }
-        name[i] = (char)b;
+        name[i] = (char)(16 * hi + lo);
     }
     name[n] = '\0';
+    if (name[0] != '}' && name[0] != '%') {
+        free(name);
+        return false;
+    }
     r->name = r->owned = name;
     r->name_len = n;
     return true;
@@ -212,13 +230,7 @@ static int take_page(dlock_lister *it, int node, const char *blob, size_t len, d
         r.listed_len = (size_t)(p - r.listed);
         if (!key_name(it->c, key, key_len, &r))
             continue;
-        /* fnmatch needs a terminated name: the reply's bytes are followed by the next
-         * field, so the borrowed ones are compared through a copy. */
-        char *z = r.owned != NULL ? r.owned : strndup(r.name, r.name_len);
-        bool match = z != NULL && fnmatch(it->pattern, z, 0) == 0;
-        if (r.owned == NULL)
-            free(z);
-        if (!match) {
+        if (!dlock__glob_match(it->pattern, strlen(it->pattern), r.name, r.name_len)) {
             free(r.owned);
             continue;
         }
@@ -241,19 +253,27 @@ static int take_page(dlock_lister *it, int node, const char *blob, size_t len, d
 typedef struct walk {
     char cursor[32];
     long long skip;
+    char sig[41];     /* the page's signature while skipping into it */
+    unsigned repeats; /* pages in a row at the same cursor */
     bool done;
 } walk;
 
+/* Pages in a row at one cursor: a page has at most about PAGE_COUNT keys, one taken a
+ * page at least; a server that says more is not making progress. */
+#define REPEATS_MAX 65536
+
 /* The EVAL of w's next page: its arguments into argv (PAGE_ARGC), with the numbers
  * written in skip and most. */
-#define PAGE_ARGC 11
-static void page_argv(const char *match, const walk *w, const char *argv[PAGE_ARGC], char skip[24],
-                      char most[16])
+#define PAGE_ARGC 13
+static void page_argv(const dlock_client *c, const char *match, const walk *w,
+                      const char *argv[PAGE_ARGC], char nums[3][24])
 {
-    snprintf(skip, 24, "%lld", w->skip);
-    snprintf(most, 16, "%d", LISTED_MAX);
-    const char *a[PAGE_ARGC] = {"EVAL", LIST_LUA,    "0",  w->cursor, match,   PAGE_COUNT,
-                                skip,   PAGE_BUDGET, most, VALUE_MAX, DESC_MAX};
+    snprintf(nums[0], 24, "%lld", w->skip);
+    snprintf(nums[1], 24, "%d", LISTED_MAX);
+    snprintf(nums[2], 24, "%zu", c->prefix_len + 2 * (size_t)DLOCK_NAME_MAX + 3);
+    const char *a[PAGE_ARGC] = {"EVAL",     LIST_LUA, "0",         w->cursor, match,
+                                PAGE_COUNT, nums[0],  PAGE_BUDGET, nums[1],   VALUE_MAX,
+                                DESC_MAX,   nums[2],  w->sig};
     memcpy(argv, a, sizeof a);
 }
 
@@ -267,10 +287,19 @@ static int take_reply(dlock_lister *it, int node, dlock__req *r, walk *w, dlock_
     if (rep->type == REDIS_REPLY_ERROR)
         return dlock__err_set(e, dlock__server_error_code(rep->str, rep->len), "%s: list: %s",
                               display, rep->str);
-    if (rep->type != REDIS_REPLY_ARRAY || rep->elements != 3 ||
+    if (rep->type != REDIS_REPLY_ARRAY || rep->elements != 4 ||
         rep->element[0]->type != REDIS_REPLY_STRING || rep->element[0]->len >= sizeof w->cursor ||
-        rep->element[1]->type != REDIS_REPLY_INTEGER || rep->element[2]->type != REDIS_REPLY_STRING)
+        rep->element[1]->type != REDIS_REPLY_INTEGER || rep->element[1]->integer < 0 ||
+        rep->element[2]->type != REDIS_REPLY_STRING ||
+        rep->element[3]->type != REDIS_REPLY_STRING || rep->element[3]->len >= sizeof w->sig)
         return dlock__err_set(e, DLOCK_ERR_PROTOCOL, "%s: list: unexpected reply shape", display);
+    bool same = strlen(w->cursor) == rep->element[0]->len &&
+                memcmp(w->cursor, rep->element[0]->str, rep->element[0]->len) == 0;
+    w->repeats = same ? w->repeats + 1 : 0;
+    if (w->repeats > REPEATS_MAX)
+        return dlock__err_set(e, DLOCK_ERR_PROTOCOL,
+                              "%s: list: %u pages in a row at cursor %s: no progress", display,
+                              w->repeats, w->cursor);
     if (it->npages == it->cap_pages) {
         size_t cap = it->cap_pages ? 2 * it->cap_pages : 64;
         redisReply **grown = realloc(it->pages, cap * sizeof *grown);
@@ -283,6 +312,7 @@ static int take_reply(dlock_lister *it, int node, dlock__req *r, walk *w, dlock_
     r->reply = NULL;
     memcpy(w->cursor, rep->element[0]->str, rep->element[0]->len + 1);
     w->skip = rep->element[1]->integer;
+    memcpy(w->sig, rep->element[3]->str, rep->element[3]->len + 1);
     w->done = strcmp(w->cursor, "0") == 0 && w->skip == 0;
     return take_page(it, node, rep->element[2]->str, rep->element[2]->len, e);
 }
@@ -318,22 +348,24 @@ static int walk_cluster(dlock_lister *it, int i, const char *match, dlock__err *
     int frc = fresh_map(it->c, i, e);
     if (frc != DLOCK_OK)
         return frc;
-    struct dlock__hostport hosts[DLOCK_ASK_MAX];
-    char names[DLOCK_ASK_MAX][256];
-    int k = dlock__cluster_masters(node, hosts, names, DLOCK_ASK_MAX);
-    if (k > DLOCK_ASK_MAX)
-        return dlock__err_set(e, DLOCK_ERR_INVALID, "%s: more than %d masters to list",
-                              node->addr.display, DLOCK_ASK_MAX);
+    /* Asked one at a time: as many as cluster.c keeps track of. */
+    enum { MASTERS = 64 };
+    struct dlock__hostport hosts[MASTERS];
+    char names[MASTERS][256];
+    int k = dlock__cluster_masters(node, hosts, names, MASTERS);
+    if (k > MASTERS)
+        return dlock__err_set(e, DLOCK_ERR_UNAVAILABLE, "%s: more than %d masters to list",
+                              node->addr.display, MASTERS);
     if (k == 0)
         return dlock__err_set(e, DLOCK_ERR_UNAVAILABLE, "%s: no master serves slots yet",
                               node->addr.display);
     int rc = DLOCK_OK;
     for (int m = 0; m < k && rc == DLOCK_OK; m++) {
-        walk w = {"0", 0, false};
+        walk w = {.cursor = "0"};
         while (rc == DLOCK_OK && !w.done) {
-            char skip[24], most[16];
+            char nums[3][24];
             const char *argv[PAGE_ARGC];
-            page_argv(match, &w, argv, skip, most);
+            page_argv(it->c, match, &w, argv, nums);
             dlock__ask ask;
             char detail[300];
             dlock__ask_spec spec = {.from = node,
@@ -368,22 +400,23 @@ static int walk_nodes(dlock_lister *it, const char *match, bool *failed, int *la
     walk w[DLOCK_SERVERS_MAX];
     char *cmd[DLOCK_SERVERS_MAX];
     dlock__req reqs[DLOCK_SERVERS_MAX];
-    memset(reqs, 0, sizeof reqs);
     for (int i = 0; i < c->n; i++)
-        w[i] = (walk){"0", 0, c->nodes[i].cluster != NULL};
+        w[i] = (walk){.cursor = "0", .done = c->nodes[i].cluster != NULL};
     int rc = DLOCK_OK;
     for (bool more = true; more && rc == DLOCK_OK;) {
         more = false;
-        for (int i = 0; i < c->n; i++) {
+        memset(reqs, 0, sizeof reqs);
+        for (int i = 0; i < c->n; i++)
             cmd[i] = NULL;
-            memset(&reqs[i], 0, sizeof reqs[i]);
+        for (int i = 0; i < c->n && rc == DLOCK_OK; i++) {
             if (w[i].done || failed[i])
                 continue;
-            char skip[24], most[16];
+            char nums[3][24];
             const char *argv[PAGE_ARGC];
-            page_argv(match, &w[i], argv, skip, most);
+            page_argv(c, match, &w[i], argv, nums);
             int len = redisFormatCommandArgv(&cmd[i], PAGE_ARGC, argv, NULL);
             if (len < 0) {
+                cmd[i] = NULL;
                 rc = dlock__err_set(e, DLOCK_ERR_NOMEM, "out of memory");
                 break;
             }
@@ -418,15 +451,32 @@ static int walk_nodes(dlock_lister *it, const char *match, bool *failed, int *la
     return rc;
 }
 
+/* Sort the records by name and server, keeping one per (name, server): SCAN may return
+ * a key twice, and a page taken whole again returns its keys again. */
+static void sort_unique(dlock_lister *it)
+{
+    qsort(it->recs, it->nrecs, sizeof *it->recs, dlock__list_cmp);
+    size_t kept = 0;
+    for (size_t i = 0; i < it->nrecs; i++) {
+        if (kept > 0 && dlock__list_cmp(&it->recs[kept - 1], &it->recs[i]) == 0) {
+            free(it->recs[i].owned);
+            continue;
+        }
+        it->recs[kept++] = it->recs[i];
+    }
+    it->nrecs = kept;
+}
+
 int dlock_list(dlock_client *c, const char *pattern, dlock_lister **out)
 {
     dlock__err e;
+    if (out != NULL)
+        *out = NULL;
     int rc = dlock__client_enter(c, &e);
     if (rc != DLOCK_OK)
         return dlock__err_raise(&e, rc);
     if (out == NULL)
         return dlock__fail(DLOCK_ERR_INVALID, "out is NULL");
-    *out = NULL;
     if (pattern == NULL)
         pattern = "*";
     if (strlen(pattern) > DLOCK_NAME_MAX)
@@ -447,7 +497,7 @@ int dlock_list(dlock_client *c, const char *pattern, dlock_lister **out)
             dlock_list_free(it);
             return dlock__err_raise(&e, rc);
         }
-        qsort(it->recs, it->nrecs, sizeof *it->recs, dlock__list_cmp);
+        sort_unique(it);
         *out = it;
         return dlock__err_raise(&e, DLOCK_OK);
     }
@@ -493,7 +543,7 @@ int dlock_list(dlock_client *c, const char *pattern, dlock_lister **out)
         dlock_list_free(it);
         return dlock__err_raise(&e, rc);
     }
-    qsort(it->recs, it->nrecs, sizeof *it->recs, dlock__list_cmp);
+    sort_unique(it);
     *out = it;
     return dlock__err_raise(&e, DLOCK_OK);
 }

@@ -73,7 +73,7 @@ static bool merge_exclusive(dlock_lister *it, const dlock__list_rec *g, int n)
         size_t klen = holder_key_len(&g[a]);
         long long leases[DLOCK_SERVERS_MAX];
         int m = 0;
-        for (int b = 0; b < n; b++)
+        for (int b = 0; b < n && m < DLOCK_SERVERS_MAX; b++)
             if (!is_shared(&g[b]) && holder_key_len(&g[b]) == klen &&
                 memcmp(g[b].value, g[a].value, klen) == 0)
                 leases[m++] = g[b].pttl;
@@ -107,7 +107,7 @@ static bool merge_shared(dlock_lister *it, const dlock__list_rec *g, int n)
     long long leases[DLOCK_SERVERS_MAX], counts[DLOCK_SERVERS_MAX];
     int m = 0;
     long long limit = 0;
-    for (int a = 0; a < n; a++) {
+    for (int a = 0; a < n && m < DLOCK_SERVERS_MAX; a++) {
         if (!is_shared(&g[a]))
             continue;
         leases[m] = g[a].pttl;
@@ -142,9 +142,10 @@ static bool merge_shared(dlock_lister *it, const dlock__list_rec *g, int n)
                 continue;
             long long l[DLOCK_SERVERS_MAX];
             int ml = 0;
-            for (int b = 0; b < n; b++) {
+            for (int b = 0; b < n && ml < DLOCK_SERVERS_MAX; b++) {
                 const char *pb = g[b].listed, *eb = pb + g[b].listed_len;
-                for (int jb = 0; is_shared(&g[b]) && jb < g[b].nlisted; jb++) {
+                for (int jb = 0; is_shared(&g[b]) && jb < g[b].nlisted && ml < DLOCK_SERVERS_MAX;
+                     jb++) {
                     const char *t2, *m2, *d2;
                     size_t t2l, m2l, d2l;
                     if (!dlock__list_field(&pb, eb, &t2, &t2l) ||

@@ -147,8 +147,34 @@ static void test_list_hostile_names(void **state)
     assert_string_equal(s.names, "star*name");
     list(c, "tab?name", NULL, &s);
     assert_string_equal(s.names, "tab\tname");
+    /* Keys no name of ours is written as are not listed (hex in upper case, hex for a
+     * name that needs none, a tag longer than a name, a key of another type), and a
+     * lock whose fence another tool spoiled is listed with fence 0. */
+    const char *foreign[] = {"SET dlock:{%%7D7D} x",   "SET dlock:{%%61} x",
+                             "HSET dlock:{hashy} a b", "SET dlock:{}x} x",
+                             "SET dlock:{spoiled} %s", "SET dlock:{spoiled}:fence abc"};
+    for (size_t i = 0; i < sizeof foreign / sizeof *foreign; i++) {
+        redisReply *r = dh_cmd(&it_srv, foreign[i], "0123456789abcdef0123456789abcdef x:1");
+        assert_non_null(r);
+        assert_int_not_equal(r->type, REDIS_REPLY_ERROR);
+        freeReplyObject(r);
+    }
+    char *huge = malloc(DLOCK_NAME_MAX + 100);
+    memset(huge, 'h', DLOCK_NAME_MAX + 99);
+    huge[DLOCK_NAME_MAX + 99] = '\0';
+    freeReplyObject(dh_cmd(&it_srv, "SET dlock:{%s} x", huge));
+    free(huge);
+    list(c, NULL, "spoiled", &s);
+    assert_true(s.found);
+    assert_int_equal(s.entry.fence, 0);
+    assert_null(strstr(s.names, "hashy"));
+    assert_null(strstr(s.names, "hhhh"));
+    for (const char *p = s.names; *p != '\0'; p += strcspn(p, ",") + (p[strcspn(p, ",")] != 0))
+        assert_true(strncmp(p, "}}", 2) != 0 && strncmp(p, "a,", 2) != 0 && strcmp(p, "a") != 0 &&
+                    strncmp(p, "}x", 2) != 0);
     for (int i = 0; i < 5; i++)
         assert_int_equal(dlock_release(l[i]), DLOCK_OK);
+    freeReplyObject(dh_cmd(&it_srv, "FLUSHALL"));
     /* NULLs and an oversized pattern are refused, never a crash. */
     dlock_lister *it = NULL;
     assert_int_equal(dlock_list(NULL, "*", &it), DLOCK_ERR_INVALID);
@@ -360,8 +386,13 @@ static void test_cli(void **state)
     assert_non_null(strstr(r.out, "cli:one: free"));
     assert_non_null(strstr(r.out, "last broken at "));
     assert_non_null(strstr(r.out, "(stuck since noon), evicting "));
+    char start[32];
+    snprintf(start, sizeof start, "(token %.8s...)", dlock_token(l));
+    assert_non_null(strstr(r.out, start));
+    assert_null(strstr(r.out, dlock_token(l))); /* status never shows a token whole */
     it_cli(&r, env, NULL, "--json", "status", "cli:one", NULL);
     assert_non_null(strstr(r.out, "\"reason\":\"stuck since noon\""));
+    assert_null(strstr(r.out, dlock_token(l)));
     it_cli(&r, env, NULL, "break", "cli:one", NULL);
     it_expect_status(&r, 73);
     assert_non_null(strstr(r.err, "not held"));

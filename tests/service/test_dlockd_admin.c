@@ -462,6 +462,14 @@ static void test_locks_and_break(void **state)
     dt_expect_error(dt_cmd(a, "BREAK ops:stuck REASON"), "ERR syntax error");
     dt_expect_error(dt_cmd(a, "BREAK ops:stuck COLOR red"), "ERR syntax error");
     dt_expect_error(dt_cmd(a, "LOCKS a b"), "ERR syntax error");
+    /* A reply its client could not take in is refused, and the client stays. */
+    freeReplyObject(dh_cmd(&it_srv, "EVAL %s 0",
+                           "for i = 1, 20000 do redis.call('SET', 'dlock:{big:' .. i .. '}', "
+                           "string.format('%032x host:1 a holder of a long enough name', i), "
+                           "'PX', 60000) end return 1"));
+    dt_expect_error(dt_cmd(a, "LOCKS big:*"), "ERR LOCKS: more than ");
+    dt_expect_status(dt_cmd(a, "PING"), "PONG");
+    freeReplyObject(dh_cmd(&it_srv, "FLUSHALL"));
     redisFree(a);
     redisFree(w);
     redisFree(v);
