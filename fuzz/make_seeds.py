@@ -155,6 +155,25 @@ put('fuzz_lock','evicting', conv(info_evict+grant, b':1\r\n'))
 put('fuzz_lock','info-refused', conv(b'-NOPERM no INFO for you\r\n'+grant, b':1\r\n'))
 for i,sh in enumerate(inspect_shapes):
     put('fuzz_lock','inspect-shape-%d'%i, conv(info+grant, b':1\r\n', sh, b':1\r\n', sh))
+# an operator's calls after those: a dlock_list page (or two), a break, its record
+def f(x):
+    if isinstance(x,str): x=x.encode('latin-1')
+    return str(len(x)).encode()+b':'+x
+def rec(key, value, pttl, fence, queue, limit, count, listed=()):
+    r=f(key)+f(value)+f(str(pttl))+f(str(fence))+f(str(queue))+f(limit)+f(str(count))+f(str(len(listed)))
+    for tok,ms,desc in listed: r+=f(tok)+f(str(ms))+f(desc)
+    return r
+sig='a'*40
+def page(cursor, skip, recs): return b'*4\r\n'+bulk(cursor)+b':%d\r\n'%skip+bulk(recs)+bulk(sig)
+ex=rec('dlock:{fz}', token+' h:1 job', 9000, 1700000000000001, 1, '', 0)
+sh=rec('dlock:{sh}', 'shared', 5000, 7, 2, '3', 2, [('1'*32, 5000, 'h:2 a'), ('2'*32, 100, 'h:3 b')])
+hexname=rec('dlock:{%7d78}', token+' h:1', -1, 0, 0, '', 0)
+brk=b'*4\r\n:1\r\n'+bulk(token+' h:1 job')+bulk('1700000000000009')+b':1700000000000\r\n'
+record=b'*10\r\n'+b''.join(bulk(x) for x in ['at_ms','1700000000000','by','h:9','reason','hung','holder',token+' h:1 job','fence','1700000000000009'])
+ops=[info+grant, b':1\r\n', inspect_ours, b':1\r\n', inspect_free, b':1\r\n']
+put('fuzz_lock','operators', conv(*ops, page('0', 0, ex+sh+hexname), brk, record))
+put('fuzz_lock','operators-two-pages', conv(*ops, page('17', 0, ex), page('17', 1, sh), page('0', 0, hexname), b'*1\r\n:0\r\n', b'*0\r\n'))
+put('fuzz_lock','operators-bad-page', conv(*ops, page('0', 0, b'99:x'), b'*2\r\n:1\r\n:1\r\n', b'-ERR no'))
 for k,v in relay.items():
     put('fuzz_lock','relay-'+k, info+v)
     put('fuzz_lock','relay-after-grant-'+k, conv(info+grant, v, v, v, v))

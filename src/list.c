@@ -455,6 +455,8 @@ static int walk_nodes(dlock_lister *it, const char *match, bool *failed, int *la
  * a key twice, and a page taken whole again returns its keys again. */
 static void sort_unique(dlock_lister *it)
 {
+    if (it->nrecs < 2)
+        return; /* and qsort must not be given recs when it is NULL */
     qsort(it->recs, it->nrecs, sizeof *it->recs, dlock__list_cmp);
     size_t kept = 0;
     for (size_t i = 0; i < it->nrecs; i++) {

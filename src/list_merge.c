@@ -44,10 +44,20 @@ static long long quorum_of(const dlock_client *c, long long *p, int m)
 
 /* The token of an exclusive holder's value, or its whole value when another tool wrote
  * it: what nodes must agree on. */
+/* Whether s (at least DLOCK_TOKEN_LEN bytes) starts with a token: lowercase hex. */
+static bool is_token(const char *s)
+{
+    for (int i = 0; i < DLOCK_TOKEN_LEN; i++)
+        if (!((s[i] >= '0' && s[i] <= '9') || (s[i] >= 'a' && s[i] <= 'f')))
+            return false;
+    return true;
+}
+
 static size_t holder_key_len(const dlock__list_rec *r)
 {
     bool ours = r->value_len >= DLOCK_TOKEN_LEN &&
-                (r->value_len == DLOCK_TOKEN_LEN || r->value[DLOCK_TOKEN_LEN] == ' ');
+                (r->value_len == DLOCK_TOKEN_LEN || r->value[DLOCK_TOKEN_LEN] == ' ') &&
+                is_token(r->value);
     return ours ? DLOCK_TOKEN_LEN : r->value_len;
 }
 
@@ -133,7 +143,8 @@ static bool merge_shared(dlock_lister *it, const dlock__list_rec *g, int n)
             size_t tlen, mlen, dlen;
             if (!dlock__list_field(&p, end, &tok, &tlen) ||
                 !dlock__list_field(&p, end, &ms, &mlen) ||
-                !dlock__list_field(&p, end, &desc, &dlen) || tlen != DLOCK_TOKEN_LEN)
+                !dlock__list_field(&p, end, &desc, &dlen) || tlen != DLOCK_TOKEN_LEN ||
+                !is_token(tok))
                 break;
             bool seen = false;
             for (int q = 0; q < k && !seen; q++)
