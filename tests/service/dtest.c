@@ -1,6 +1,4 @@
-/*
- * dtest.c: helpers of the dlockd tests (see dtest.h).
- */
+/* dtest.c: helpers of the dlockd tests (see dtest.h). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -37,8 +35,7 @@ static const char *daemon_path(void)
     return p;
 }
 
-/* A port nobody listens on now (another process may take it before dlockd does: the
- * caller retries then). */
+/* A port nobody listens on now (taken before dlockd takes it? the caller retries). */
 static int free_port(void)
 {
     int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
