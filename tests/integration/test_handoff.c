@@ -335,19 +335,29 @@ static void test_heir_of_the_same_client(void **state)
     int64_t left = dlock_remaining_ms(b.l);
     assert_true(left > handoff_ms(ttl_b));
     assert_true(left <= ttl_b - (t1 - t0) / 1000);
+    /* With N > 1 the release's round ends at a quorum, and B, the lock its own, leaves
+     * the queue of a node whose reply had not come, on another connection: that leaving
+     * may run there before the release, which then finds no heir and frees the name.
+     * So B's on a quorum, with B's lease, and nobody else's anywhere. */
+    int mine = 0;
     for (int i = 0; i < it_nodes; i++) {
         assert_int_equal(it_cmd_calls(&it_node[i], "publish"), pub[i]);
-        /* The release, and no attempt of B's (unless B's refresh fell due meanwhile).
-         * With N > 1 a node whose reply came after the release had its quorum may get
-         * B's leaving of its queue too. */
+        /* The release, and no attempt of B's (unless B's refresh fell due meanwhile),
+         * but perhaps B's leaving of the queue. */
         long long calls = it_script_calls(&it_node[i]) - scripts[i];
         if ((t1 - t0) / 1000 < DLOCK_QUEUE_REFRESH_MS / 2)
             assert_true(calls >= 1 && calls <= (it_nodes == 1 ? 1 : 2));
-        it_expect_holder(&it_node[i], "heir", dlock_token(b.l));
         char key[256];
         it_key(key, sizeof key, "heir");
-        assert_true(it_pttl(&it_node[i], key) > handoff_ms(ttl_b));
+        char *v = it_get(&it_node[i], key);
+        if (v != NULL) {
+            assert_memory_equal(v, dlock_token(b.l), DLOCK_TOKEN_LEN);
+            assert_true(it_pttl(&it_node[i], key) > handoff_ms(ttl_b));
+            mine++;
+        }
+        free(v);
     }
+    assert_true(mine >= it_nodes / 2 + 1);
     /* The release took B's fence: the counter holds it. */
     char fkey[256];
     it_fence_key(fkey, sizeof fkey, "heir");
