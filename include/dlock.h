@@ -659,6 +659,17 @@ typedef struct dlock_server_facts {
  * any thread. */
 DLOCK_API int dlock_probe(dlock_client *c, dlock_server_facts *out, int n);
 
+/* Ask each server of c, all at once, PING: out[i].server, .error and .detail as
+ * dlock_probe fills them; the other facts unknown as dlock_probe leaves a fact it could
+ * not get. The question goes over the client's own pooled connections, so a refused
+ * password, a certificate that cannot be verified or a refused connection is
+ * out[i].error with its detail; a PING answered with an error reply (-LOADING,
+ * -NOAUTH) is the code of that reply. For a health check: one round trip, no INFO.
+ * Returns DLOCK_OK once every server was asked, DLOCK_ERR_INVALID for a NULL, n too
+ * small or a file:// client (it has no server), DLOCK_ERR_NOMEM, DLOCK_ERR_CLOSED.
+ * Thread-safety: any thread. */
+DLOCK_API int dlock_ping(dlock_client *c, dlock_server_facts *out, int n);
+
 /*
  * The resource side of fencing. A lock can end while its holder still works (a long
  * pause); only the resource can then refuse the stale holder, by accepting a write

@@ -183,10 +183,14 @@ static void expire(dlock__conn *c, dlock__req *r)
                        : c->handshake > 0 ? "handshake reply"
                                           : "reply";
     /* A server without TLS on that port waits for a command's end that a TLS hello
-     * never brings: it looks paused, and the message says both. */
-    snprintf(r->detail, sizeof r->detail, "%s: no %s within %lld ms%s", c->node->addr.display, what,
-             (long long)((r->deadline_us - r->start_us) / 1000),
-             c->tls_handshaking ? " (paused, or not a TLS port?)" : "");
+     * never brings: it looks paused, and the message says both. A command that went out
+     * may have run although its reply never came: the caller cannot tell, and must not
+     * take the failure for a "no". */
+    bool sent = c->state != DLOCK_CONN_CONNECTING && c->handshake == 0 && !r->held;
+    snprintf(r->detail, sizeof r->detail, "%s: no %s within %lld ms%s%s", c->node->addr.display,
+             what, (long long)((r->deadline_us - r->start_us) / 1000),
+             c->tls_handshaking ? " (paused, or not a TLS port?)" : "",
+             sent ? " (outcome unknown: the command may have been applied)" : "");
     r->err = DLOCK_ERR_TIMEOUT;
     r->done = true;
     if (r->await)

@@ -65,7 +65,7 @@
  *                           files share; its scripts in stock_scripts.c)
  *               stock_reserve.c  the reserve, and its wait for units, in steps
  *               probe.c     what each server says of itself (INFO, CONFIG, TIME), for
- *                           dlock doctor
+ *                           dlock doctor; whether each answers PING (dlock_ping)
  *   client      client.c    dlock_client: config, the node list, the connection pool,
  *                           and its free, which ends the blocking calls made on it
  *   local       local_file.c     the lock file on disk: its name, byte locks, records,

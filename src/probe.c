@@ -1,7 +1,8 @@
 /*
  * probe.c: dlock_probe, what each lock server says of itself: the facts `dlock doctor`
  * judges (eviction policy, persistence, role, version, clock, and for a master behind
- * Sentinels, whether they can fail it over).
+ * Sentinels, whether they can fail it over); and dlock_ping, whether each answers at
+ * all, for a health check that runs every second (dlockd's).
  *
  * For a whole Redis Cluster, every master that serves slots is asked INFO and CONFIG
  * too (through ask.c), and the worst answer of each fact stands for the cluster.
@@ -33,6 +34,7 @@
 static const char INFO_CMD[] = "*1\r\n$4\r\nINFO\r\n";
 static const char FSYNC_CMD[] = "*3\r\n$6\r\nCONFIG\r\n$3\r\nGET\r\n$11\r\nappendfsync\r\n";
 static const char TIME_CMD[] = "*1\r\n$4\r\nTIME\r\n";
+static const char PING_CMD[] = "*1\r\n$4\r\nPING\r\n";
 
 /* Send cmd to every server still answering, and wait for the replies. */
 static void ask_all(dlock_client *c, dlock__connset *set, dlock__req *reqs, const char *cmd,
@@ -273,7 +275,9 @@ static void take_clocks(dlock_client *c, dlock__connset *set, dlock__req *reqs,
     }
 }
 
-int dlock_probe(dlock_client *c, dlock_server_facts *out, int n)
+/* What dlock_probe and dlock_ping check before they ask: DLOCK_OK with out[0..c->n)
+ * set to "nothing known yet" (each server's URL, its TLS, every fact unknown). */
+static int begin(dlock_client *c, dlock_server_facts *out, int n)
 {
     dlock__err e;
     int rc = dlock__client_enter(c, &e);
@@ -282,7 +286,7 @@ int dlock_probe(dlock_client *c, dlock_server_facts *out, int n)
     if (out == NULL)
         return dlock__fail(DLOCK_ERR_INVALID, "out is NULL");
     if (c->local != NULL)
-        return dlock__fail(DLOCK_ERR_INVALID, "a file:// client has no server to probe");
+        return dlock__fail(DLOCK_ERR_INVALID, "a file:// client has no server to ask");
     if (n < c->n)
         return dlock__fail(DLOCK_ERR_INVALID, "out holds %d facts, the client has %d servers", n,
                            c->n);
@@ -298,6 +302,14 @@ int dlock_probe(dlock_client *c, dlock_server_facts *out, int n)
         f->sentinel_quorum = -1;
         f->cluster_ok = -1;
     }
+    return DLOCK_OK;
+}
+
+int dlock_probe(dlock_client *c, dlock_server_facts *out, int n)
+{
+    int rc = begin(c, out, n);
+    if (rc != DLOCK_OK)
+        return rc;
     dlock__connset *set = dlock__connset_get(c);
     if (set == NULL)
         return dlock__fail(DLOCK_ERR_NOMEM, "out of memory");
@@ -332,6 +344,44 @@ int dlock_probe(dlock_client *c, dlock_server_facts *out, int n)
 
     for (int i = 0; i < c->n; i++)
         freeReplyObject(reqs[i].reply);
+    dlock__connset_put(c, set);
+    return DLOCK_OK;
+}
+
+/* A PING's answer: PONG, else why the server is not well. */
+static void take_pong(const redisReply *r, dlock_server_facts *f)
+{
+    if (r->type == REDIS_REPLY_STATUS && strcmp(r->str, "PONG") == 0)
+        return;
+    if (r->type == REDIS_REPLY_ERROR) {
+        /* -LOADING, -MASTERDOWN: the server cannot serve now; -NOAUTH: it wants a
+         * password the URL does not give. */
+        f->error = dlock__server_error_code(r->str, r->len);
+        snprintf(f->detail, sizeof f->detail, "PING answered: %.200s", r->str);
+        return;
+    }
+    f->error = DLOCK_ERR_PROTOCOL;
+    snprintf(f->detail, sizeof f->detail, "PING answered a reply of type %d, not PONG", r->type);
+}
+
+int dlock_ping(dlock_client *c, dlock_server_facts *out, int n)
+{
+    int rc = begin(c, out, n);
+    if (rc != DLOCK_OK)
+        return rc;
+    /* The pooled connections, as a lock's round uses them: their handshake (TLS, AUTH,
+     * SELECT) is what fails when a lock would fail for the same reason. */
+    dlock__connset *set = dlock__connset_get(c);
+    if (set == NULL)
+        return dlock__fail(DLOCK_ERR_NOMEM, "out of memory");
+    dlock__req reqs[DLOCK_SERVERS_MAX];
+    memset(reqs, 0, sizeof reqs);
+    ask_all(c, set, reqs, PING_CMD, sizeof PING_CMD - 1, out);
+    for (int i = 0; i < c->n; i++) {
+        if (reached(&reqs[i], &out[i]))
+            take_pong(reqs[i].reply, &out[i]);
+        freeReplyObject(reqs[i].reply);
+    }
     dlock__connset_put(c, set);
     return DLOCK_OK;
 }
