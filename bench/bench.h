@@ -19,7 +19,8 @@
  *   cycles.c     W1, W2 and W4 (acquire + release cycles)
  *   contended.c  W3 (one name, blocking waits)
  *   flashsale.c  W5 (four ways to sell 1000 items to 50 buyers)
- *   service.c    dlockd, the lock service, as a process of ours; W6 (W1 through it)
+ *   daemon.c     dlockd, the lock service, as a process of ours
+ *   service.c    W6 (W1 through dlockd)
  *                and W5's PHP sale (php-cli buyers, bench/php/buyer.php) with the
  *                usual PHP recipe and through dlockd
  * W4's emulated network is the fault suite's relay (tests/support/relay.h), delaying.
@@ -53,6 +54,7 @@
 /* ---- options (main.c) --------------------------------------------------------- */
 
 enum pin_mode { PIN_SPLIT, PIN_SAME, PIN_NONE };
+extern const char *const bench_pin_names[3]; /* by mode, as --pin takes them */
 
 typedef struct bench_opts {
     bool run[9];    /* run[1..6]: which of W1..W6; run[7]: W1 over TLS ("TLS"); run[8]:
@@ -212,21 +214,23 @@ long long stats_calls(const srv_stats *before, const srv_stats *after, const cha
 /* Print the per-command differences to stderr, "label: cmd +calls ...". */
 void stats_print(const char *label, const srv_stats *before, const srv_stats *after);
 
-/* ---- dlockd (service.c) ----------------------------------------------------- */
+/* ---- dlockd (daemon.c) ----------------------------------------------------- */
 
 typedef struct bench_dlockd {
     pid_t pid; /* 0: not running */
     int port;
+    int metrics_port; /* --metrics-port; 0: none */
     char path[4096];
 } bench_dlockd;
 
 /* Start dlockd (path, or NULL: $DLOCKD, else dlockd next to this executable) in front
  * of nodes [0, nodes) of ss, on a free 127.0.0.1 port, pinned to cpu (-1: not
- * pinned), with timeout_ms as its per-server deadline. Returns 0 once it accepts
+ * pinned), with timeout_ms as its per-server deadline, and with metrics an HTTP
+ * listener on another free port (--metrics-port). Returns 0 once it accepts
  * connections, or -1 after printing why. Call it from the main thread (the child dies
  * with the thread that forked it). */
 int dlockd_start(bench_dlockd *d, const bench_servers *ss, int nodes, const char *path, int cpu,
-                 int64_t timeout_ms);
+                 int64_t timeout_ms, bool metrics);
 /* SIGTERM, then SIGKILL after 5 s. Safe on one not started. */
 void dlockd_stop(bench_dlockd *d);
 
@@ -255,6 +259,12 @@ int64_t percentile(int64_t *v, size_t n, double p);
 void samples_sort(int64_t *v, size_t n);
 int64_t percentile_sorted(const int64_t *v, size_t n, double p);
 
+/* ---- the command line (options.c) ------------------------------------------- */
+
+/* Fill o from the command line (the defaults, then the options). 0: run; -1: done
+ * (--help printed, exit 0); 1: a usage error, its message printed. */
+int bench_parse_args(int argc, char **argv, bench_opts *o);
+
 /* ---- the run's context and figures (main.c) ---------------------------------- */
 
 typedef struct bench_ctx {
@@ -265,9 +275,11 @@ typedef struct bench_ctx {
     double rtt_us;         /* p50 at -c 1 (0: unknown) */
     double w1_per_s;       /* W1's cycles/s and p50 of this round, for W6 (0: unknown) */
     double w1_p50_us;
+    double w6_per_s;            /* W6's cycles/s of this round, for W6/metrics (0: unknown) */
     const bench_dlockd *dlockd; /* NULL when no workload of the run needs it */
-    bool failed;                /* a sanity check failed: exit non-zero */
-    int round;                  /* 1..repeat */
+    const bench_dlockd *dlockd_metrics; /* W6/metrics's, with --metrics-port; or NULL */
+    bool failed;                        /* a sanity check failed: exit non-zero */
+    int round;                          /* 1..repeat */
 } bench_ctx;
 
 /* Record one figure: a row of the table and a BENCH line. ratio < 0 means none; `vs`
@@ -372,7 +384,8 @@ int w5_outcome(bench_ctx *ctx, const char *label, long stock, long purchases, lo
                double sellout_ms, long long left, const long long *sold);
 /* W5/php-recipe and W5/php-dlockd (service.c), run at the end of W5. */
 int run_w5_php(bench_ctx *ctx);
-/* W6 (service.c): W1 through dlockd, right after W1. */
+/* W6 (service.c): W1 through dlockd, right after W1; W6/detached; W6/metrics through
+ * the second dlockd, with --metrics-port. */
 int run_w6(bench_ctx *ctx);
 
 #endif /* DLOCK_BENCH_H */

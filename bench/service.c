@@ -1,11 +1,8 @@
 /*
  * service.c: the workloads through dlockd, the lock service.
  *
- * The bench starts build/dlockd itself (the binary next to dlock-bench, or --dlockd
- * PATH), as a real process in front of the same redis-server that W1 uses, pinned as
- * the servers are, on a free 127.0.0.1 port. It is stopped with SIGTERM at the end of
- * the run, and dies with the bench if the bench is killed (PR_SET_PDEATHSIG, as every
- * child of the test-support library).
+ * dlockd is a process of the bench's own (daemon.c), in front of the same
+ * redis-server that W1 uses.
  *
  *   W6  W1 through dlockd: one hiredis connection, LOCK name TTL 10000 then UNLOCK
  *       name token per cycle, no pipelining (a cycle is two round trips to dlockd, each
@@ -14,7 +11,10 @@
  *       from W1's p50 in RTTs (redis-benchmark's p50 at -c 1). The LOCK is a session
  *       lock, dlockd's default (renewed while the connection lives, released when it
  *       closes); W6/detached is the same with DETACHED (a plain lease, as W1's), so the
- *       two show what the session's bookkeeping costs.
+ *       two show what the session's bookkeeping costs. W6/metrics is W6 through a
+ *       second dlockd with --metrics-port, its ratio to W6's of the same round: what
+ *       the HTTP listener and its timer cost the lock path (the counters and
+ *       histograms are kept either way).
  *   W5/php-recipe, W5/php-dlockd  the flash sale in PHP: 20 php-cli processes
  *       (bench/php/buyer.php, phpredis) started together, selling the W5 stock with
  *       the usual PHP recipe (SET NX EX, usleep(1000) between tries, a Lua release)
@@ -42,132 +42,15 @@
 #include <unistd.h>
 
 #define W6_WARMUP      100
-#define DLOCKD_WAIT_MS 10000 /* for dlockd to accept connections */
 #define PHP_READY_MS   30000 /* for every buyer to connect and warm up */
 #define PHP_SALE_MS    60000 /* for the sale itself; the buyers are killed after */
 #define PHP_MAX_BUYERS 256
-
-/* ---- the dlockd process ------------------------------------------------------- */
-
-/* $DLOCKD (as CTest sets it for the service tests), else dlockd in the directory of
- * this executable: the build puts both in build/. */
-static int find_dlockd(const char *given, char *out, size_t n)
-{
-    const char *env = getenv("DLOCKD");
-    if (given == NULL && env != NULL && env[0] != '\0')
-        given = env;
-    if (given != NULL) {
-        snprintf(out, n, "%s", given);
-    } else {
-        /* Our own path, its last component replaced. */
-        if (n < 8)
-            return -1;
-        ssize_t len = readlink("/proc/self/exe", out, n - 8);
-        if (len < 0)
-            return -1;
-        out[len] = '\0';
-        char *slash = strrchr(out, '/');
-        memcpy(slash != NULL ? slash + 1 : out, "dlockd", 7);
-    }
-    return access(out, X_OK) == 0 ? 0 : -1;
-}
-
-/* A port that nobody listens on now. Another process may take it before dlockd binds
- * it; dlockd then exits and the caller tries another. */
-static int free_port(void)
-{
-    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    if (fd < 0)
-        return -1;
-    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-    socklen_t len = sizeof a;
-    int port = -1;
-    if (bind(fd, (struct sockaddr *)&a, sizeof a) == 0 &&
-        getsockname(fd, (struct sockaddr *)&a, &len) == 0)
-        port = ntohs(a.sin_port);
-    close(fd);
-    return port;
-}
-
-static bool accepts(int port)
-{
-    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    if (fd < 0)
-        return false;
-    struct sockaddr_in a = {.sin_family = AF_INET,
-                            .sin_port = htons((uint16_t)port),
-                            .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-    bool ok = connect(fd, (struct sockaddr *)&a, sizeof a) == 0;
-    close(fd);
-    return ok;
-}
-
-int dlockd_start(bench_dlockd *d, const bench_servers *ss, int nodes, const char *path, int cpu,
-                 int64_t timeout_ms)
-{
-    memset(d, 0, sizeof *d);
-    if (find_dlockd(path, d->path, sizeof d->path) != 0) {
-        fprintf(stderr,
-                "dlock-bench: dlockd not found or not executable: %s (build it with make, or "
-                "give --dlockd PATH)\n",
-                d->path[0] ? d->path : "?");
-        return -1;
-    }
-    char urls[BENCH_MAX_NODES * 620], timeout[24], portstr[16];
-    servers_urls(ss, 0, nodes, urls, sizeof urls);
-    snprintf(timeout, sizeof timeout, "%lld", (long long)timeout_ms);
-    for (int attempt = 0; attempt < 5; attempt++) {
-        int port = free_port();
-        if (port <= 0)
-            break;
-        snprintf(portstr, sizeof portstr, "%d", port);
-        /* Its key prefix is the bench's, so that the clean-up after a -s run finds
-         * W6's keys too. The URLs go on its command line as they went to
-         * redis-benchmark's: these are the bench's own servers, or the user's -s. */
-        const char *argv[] = {d->path,    "-s",         urls,        "-p",    portstr,
-                              "--prefix", BENCH_PREFIX, "--timeout", timeout, NULL};
-        /* Its log (a line at start and stop, and errors) goes to our stderr. */
-        pid_t pid = place_spawn(argv, cpu, -1, STDERR_FILENO, true);
-        if (pid < 0)
-            return -1;
-        int64_t deadline = now_ns() + (int64_t)DLOCKD_WAIT_MS * 1000000;
-        while (now_ns() < deadline) {
-            int status;
-            if (dh_exited(pid, &status))
-                break; /* the port was taken meanwhile, or it could not start */
-            if (accepts(port)) {
-                d->pid = pid;
-                d->port = port;
-                return 0;
-            }
-            dh_sleep_ms(5);
-        }
-        if (!dh_exited(pid, NULL)) {
-            dh_reap(pid, 0, NULL);
-            fprintf(stderr, "dlock-bench: dlockd did not accept connections within %d ms\n",
-                    DLOCKD_WAIT_MS);
-            return -1;
-        }
-    }
-    fprintf(stderr, "dlock-bench: dlockd would not start (see its messages above)\n");
-    return -1;
-}
-
-void dlockd_stop(bench_dlockd *d)
-{
-    if (d->pid <= 0)
-        return;
-    kill(d->pid, SIGTERM);
-    int status = 0;
-    if (!dh_reap(d->pid, 5000, &status))
-        fprintf(stderr, "dlock-bench: dlockd did not stop within 5 s of SIGTERM: killed\n");
-    d->pid = 0;
-}
 
 /* ---- W6 ------------------------------------------------------------------------ */
 
 typedef struct w6_arg {
     const bench_ctx *ctx;
+    const bench_dlockd *d;
     bool detached;
     long cycles;
     long warmup;
@@ -212,7 +95,7 @@ static void w6_worker(team *t, int id, void *p)
     w6_arg *a = p;
     char name[128], err[600];
     struct timeval tv = {.tv_sec = 10};
-    redisContext *c = redisConnectWithTimeout("127.0.0.1", a->ctx->dlockd->port, tv);
+    redisContext *c = redisConnectWithTimeout("127.0.0.1", a->d->port, tv);
     if (c == NULL || c->err) {
         team_error(t, "connect to dlockd: %s", c ? c->errstr : "out of memory");
         redisFree(c);
@@ -245,23 +128,22 @@ static void w6_worker(team *t, int id, void *p)
     redisFree(c);
 }
 
-/* One W6 run: session locks, or detached ones. */
-static int w6_one(bench_ctx *ctx, bool detached)
+/* One W6 run through d: session locks, or detached ones. */
+static int w6_one(bench_ctx *ctx, const bench_dlockd *d, const char *suffix, bool detached)
 {
     const bench_opts *o = ctx->opt;
     char label[32];
-    bench_label(label, sizeof label, "W6", o->nodes, detached ? "/detached" : "");
-    if (ctx->dlockd == NULL || ctx->dlockd->pid <= 0) {
+    bench_label(label, sizeof label, "W6", o->nodes, suffix);
+    if (d == NULL || d->pid <= 0) {
         bench_fail(ctx, "%s: dlockd is not running", label);
         return -1;
     }
-    w6_arg a = {.ctx = ctx, .detached = detached, .cycles = o->w6_cycles};
+    w6_arg a = {.ctx = ctx, .d = d, .detached = detached, .cycles = o->w6_cycles};
     a.warmup = a.cycles / 10 < W6_WARMUP ? a.cycles / 10 : W6_WARMUP;
     a.lat = bench_calloc(ctx, label, (size_t)a.cycles, sizeof *a.lat);
     if (a.lat == NULL)
         return -1;
-    progress("%s: 1 client x %ld cycles through dlockd (port %d)", label, a.cycles,
-             ctx->dlockd->port);
+    progress("%s: 1 client x %ld cycles through dlockd (port %d)", label, a.cycles, d->port);
     team t;
     if (team_run(&t, label, 1, a.cycles, w6_worker, &a, NULL, NULL) != 0) {
         bench_fail(ctx, "%s: %s", label, t.err);
@@ -277,6 +159,14 @@ static int w6_one(bench_ctx *ctx, bool detached)
     /* Without W1 in this round there is nothing to compare with (main runs W1 with
      * W6, so this only happens when W1 failed). */
     bool w1 = ctx->w1_per_s > 0 && ctx->w1_p50_us > 0;
+    if (d == ctx->dlockd_metrics) {
+        /* Against W6 of this round: what --metrics-port costs the lock path. */
+        fig(label, "cycles_per_s", per_s, 0, ctx->w6_per_s > 0 ? per_s / ctx->w6_per_s : -1, "W6");
+        progress("%s: %.0f cycles/s (%.2f s)", label, per_s, secs);
+        return 0;
+    }
+    if (!detached)
+        ctx->w6_per_s = per_s;
     fig(label, "cycles_per_s", per_s, 0, w1 ? per_s / ctx->w1_per_s : -1, "W1");
     fig(label, "p50_us", p50, 0, w1 ? p50 / ctx->w1_p50_us : -1, "W1 p50");
     if (w1 && ctx->rtt_us > 0)
@@ -288,8 +178,11 @@ static int w6_one(bench_ctx *ctx, bool detached)
 
 int run_w6(bench_ctx *ctx)
 {
-    int rc = w6_one(ctx, false);
-    if (w6_one(ctx, true) != 0)
+    ctx->w6_per_s = 0;
+    int rc = w6_one(ctx, ctx->dlockd, "", false);
+    if (w6_one(ctx, ctx->dlockd, "/detached", true) != 0)
+        rc = -1;
+    if (w6_one(ctx, ctx->dlockd_metrics, "/metrics", false) != 0)
         rc = -1;
     return rc;
 }
