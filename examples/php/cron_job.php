@@ -19,7 +19,7 @@
 //
 // Exit status: 0 the job ran here, or runs elsewhere; 1 the job failed; 2 usage; 75
 // dlockd or the lock servers could not be reached, so nobody may have run it: worth
-// an alert.
+// an alert (with one line on stderr that says why).
 
 const EXIT_TEMPFAIL = 75;
 
@@ -82,6 +82,8 @@ try {
     $lockd->clearLastError();
     $lock = $lockd->rawCommand('LOCK', $job, 'TTL', '60000', 'LABEL', 'cron ' . gethostname());
 } catch (RedisException $e) {
+    // dlockd refused the connection or dropped it, or answered an error reply that
+    // phpredis throws for: -UNAVAILABLE (the one lock server failed), -NOAUTH, ...
     fwrite(STDERR, "$job: dlockd at $dlockd: {$e->getMessage()}; job not run\n");
     exit(EXIT_TEMPFAIL);
 }
@@ -90,7 +92,8 @@ if ($lock === false) {
     if ($err === null) {
         exit(0); // another machine runs it: nothing to do, nothing to say
     }
-    // -NOQUORUM, -UNAVAILABLE: nobody can tell whether another machine runs the job.
+    // phpredis returns false for -ERR and -NOQUORUM replies (and throws for the others,
+    // above). -NOQUORUM: nobody can tell whether another machine runs the job.
     fwrite(STDERR, "$job: $err; job not run\n");
     exit(strncmp($err, 'ERR', 3) == 0 ? 1 : EXIT_TEMPFAIL);
 }
@@ -109,7 +112,14 @@ try {
     exit(1); // the lock goes with the connection
 }
 // Not needed (the end of the process closes the connection, which releases the lock),
-// but it lets the next run in before this process has finished exiting.
-$lockd->rawCommand('UNLOCK', $job, $token);
+// but it lets the next run in before this process has finished exiting. The job ran:
+// an UNLOCK that fails (dlockd or its lock server gone meanwhile) is worth a line, not
+// a failed run, since the lock ends with the connection or its lease all the same.
+try {
+    $lockd->rawCommand('UNLOCK', $job, $token);
+} catch (RedisException $e) {
+    fwrite(STDERR, "$job: UNLOCK: {$e->getMessage()}; " .
+        "the lock ends with this connection (or its lease)\n");
+}
 printf("%s: done\n", $job);
 exit(0);

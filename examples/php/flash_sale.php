@@ -31,7 +31,8 @@
 // frees the lock at once instead of making everyone wait for its lease to end.
 //
 // Exit status: 0 done (buy: sold out; report: every check passed), 1 a check failed or
-// a call failed, 2 usage, 75 dlockd or a lock server unavailable (try later).
+// a call failed, 2 usage, 75 dlockd, a lock server or the shop's Redis unavailable (try
+// later), with one line on stderr that says which.
 
 const EXIT_TEMPFAIL = 75;
 
@@ -65,8 +66,8 @@ function now_us(): int
 // connect(), not pconnect(): the connection, and with it any session lock, ends with
 // this process however it ends. A persistent connection would outlive the request and
 // keep a lock that the request's `finally` did not release (a fatal error skips
-// `finally` blocks): there, use LOCK ... DETACHED with a TTL shorter than the request's
-// time limit.
+// `finally` blocks): docs/service.md, "PHP-FPM and persistent connections", says what
+// to do there.
 function connect_to(string $what, string $addr, int $default_port): Redis
 {
     [$host, $port] = address($addr, $default_port);
@@ -94,20 +95,42 @@ function shop_connect(array $o): Redis
     return connect_to("the shop's Redis", $o['redis'], 6379);
 }
 
-// A lock command through rawCommand. phpredis answers false both for nil and for an
-// error reply: the error is told apart by getLastError(). -NOQUORUM and -UNAVAILABLE
-// mean the lock servers could not decide (retry later); anything else is a bug here.
+// A lock command through rawCommand, or exit with a line on stderr. phpredis reports a
+// failed call in two ways: an -ERR or -NOQUORUM reply returns false, and getLastError()
+// tells it from a nil; any other error reply (-UNAVAILABLE: the one lock server failed)
+// and a failed connection (dlockd gone, a read timeout) throw RedisException.
 function lock_call(Redis $r, string ...$args)
 {
     $r->clearLastError();
-    $reply = $r->rawCommand(...$args);
+    try {
+        $reply = $r->rawCommand(...$args);
+    } catch (RedisException $e) {
+        lock_failed($args, $e->getMessage());
+    }
     $err = $r->getLastError();
     if ($err !== null) {
-        fwrite(STDERR, "flash_sale: {$args[0]} {$args[1]}: $err\n");
-        $temp = strncmp($err, 'NOQUORUM', 8) == 0 || strncmp($err, 'UNAVAILABLE', 11) == 0;
-        exit($temp ? EXIT_TEMPFAIL : 1);
+        lock_failed($args, $err);
     }
     return $reply;
+}
+
+function lock_failed(array $args, string $err): never
+{
+    fwrite(STDERR, "flash_sale: {$args[0]} {$args[1]}: $err\n");
+    exit(exit_status($err));
+}
+
+// 75 (try later) when the lock servers could not decide (-UNAVAILABLE, -NOQUORUM) or
+// the connection to dlockd failed (phpredis's own messages: "Connection lost", "socket
+// error on read socket", ...); 1 for any other error reply (-ERR, -NOAUTH, -WRONGPASS:
+// a mistake here or in the setup, which a retry would repeat). An error reply's text
+// starts with its code, a word in capitals; phpredis's own messages do not.
+function exit_status(string $err): int
+{
+    if (preg_match('/^([A-Z]+)( |$)/', $err, $m) !== 1) {
+        return EXIT_TEMPFAIL;
+    }
+    return in_array($m[1], ['UNAVAILABLE', 'NOQUORUM'], true) ? EXIT_TEMPFAIL : 1;
 }
 
 // One purchase, as one request of the shop would make it. Returns true when a unit was
@@ -277,20 +300,28 @@ foreach (['wait', 'ttl'] as $k) {
         $o[$k] = (int)$opts[$k];
     }
 }
-switch ($args[0] ?? '') {
-    case 'stock':
-        if (count($args) != 2 || !ctype_digit($args[1])) {
+// The lock calls handle their own failures (lock_call); what is left to catch here is
+// the shop's Redis failing mid-sale (a buyer's section, once its UNLOCK in `finally`
+// has run), which ends the run as its failure to connect would.
+try {
+    switch ($args[0] ?? '') {
+        case 'stock':
+            if (count($args) != 2 || !ctype_digit($args[1])) {
+                usage();
+            }
+            exit(stock($o, (int)$args[1]));
+        case 'buy':
+            $stall_at = isset($opts['stall']) ? PHP_INT_MAX : null;
+            if (isset($opts['stall-at'])) {
+                $stall_at = (int)$opts['stall-at'];
+            }
+            exit(buy($o, $stall_at));
+        case 'report':
+            exit(report($o, isset($opts['killed-at']) ? (int)$opts['killed-at'] : null));
+        default:
             usage();
-        }
-        exit(stock($o, (int)$args[1]));
-    case 'buy':
-        $stall_at = isset($opts['stall']) ? PHP_INT_MAX : null;
-        if (isset($opts['stall-at'])) {
-            $stall_at = (int)$opts['stall-at'];
-        }
-        exit(buy($o, $stall_at));
-    case 'report':
-        exit(report($o, isset($opts['killed-at']) ? (int)$opts['killed-at'] : null));
-    default:
-        usage();
+    }
+} catch (RedisException $e) {
+    fwrite(STDERR, "flash_sale: the shop's Redis at {$o['redis']}: {$e->getMessage()}\n");
+    exit(EXIT_TEMPFAIL);
 }

@@ -55,10 +55,12 @@ def main():
     args = p.parse_args()
     job = args.job
 
-    # The lock lives as long as this connection: keep one (no pool) for the whole run.
-    lockd = redis.Redis(**address(args.dlockd, 7379), socket_connect_timeout=2,
-                        socket_timeout=5, single_connection_client=True)
     try:
+        # The lock lives as long as this connection: keep one (no pool) for the whole
+        # run. single_connection_client connects at once, so a dlockd that refuses the
+        # connection fails here.
+        lockd = redis.Redis(**address(args.dlockd, 7379), socket_connect_timeout=2,
+                            socket_timeout=5, single_connection_client=True)
         lock = lockd.execute_command("LOCK", job, "TTL", 60000, "LABEL",
                                      f"cron {socket.gethostname()}")
     except redis.exceptions.ConnectionError as e:
@@ -81,8 +83,13 @@ def main():
         print(f"{job}: failed: {e}", file=sys.stderr)
         return 1  # the lock goes with the connection
     # Not needed (the process's end closes the connection, which releases the lock),
-    # but it lets the next run in before this process has finished exiting.
-    lockd.execute_command("UNLOCK", job, token)
+    # but it lets the next run in before this process has finished exiting. The job
+    # ran: an UNLOCK that fails is worth a line, not a failed run.
+    try:
+        lockd.execute_command("UNLOCK", job, token)
+    except redis.exceptions.RedisError as e:
+        print(f"{job}: UNLOCK: {e}; the lock ends with this connection (or its lease)",
+              file=sys.stderr)
     print(f"{job}: done")
     return 0
 

@@ -7,7 +7,10 @@
  *     buyer killed by SIGKILL inside its critical section: the lock passes on at once
  *     (its session ends with its connection) and the others still sell it all;
  *   - the cron job: two runs started together, exactly one does the work; a run killed
- *     mid-job frees the lock at once, and the next run does the work.
+ *     mid-job frees the lock at once, and the next run does the work;
+ *   - their documented exit 75 (EX_TEMPFAIL) with one line on stderr when dlockd's lock
+ *     server is down (dlockd answers -UNAVAILABLE, which phpredis throws as an
+ *     exception and redis-py raises) and when dlockd itself refuses the connection.
  * PHP is /usr/bin/php with php-redis, Python is /usr/bin/python3 with python3-redis
  * (not whatever python3 comes first in PATH); a missing one fails the test, never skips
  * it. The examples are in $DLOCK_EXAMPLES, which CTest sets.
@@ -411,15 +414,58 @@ static void test_cron_job(void **state)
     assert_true(strtoull(fence2, NULL, 10) > strtoull(fence, NULL, 10));
 }
 
+/* One run of script (its other arguments up to a NULL) must exit 75 having said why on
+ * one line of stderr, with want in it, and without a stack trace (an uncaught exception
+ * exits 255 in PHP, 1 in Python). */
+static void expect_tempfail(const lang *l, const char *script, const char *want, ...)
+{
+    va_list ap;
+    va_start(ap, want);
+    const char **argv = example_argv(l, script, ap);
+    va_end(ap);
+    dt_run r;
+    r.status = dh_run(argv, NULL, r.out, sizeof r.out, r.err, sizeof r.err);
+    const char *nl = strchr(r.err, '\n');
+    if (r.status != 75 || strstr(r.err, want) == NULL || nl == NULL || nl[1] != '\0')
+        fail_msg("%s %s: expected exit 75 and one line with '%s' on stderr, got exit %d:\n"
+                 "stdout: '%s'\nstderr: '%s'",
+                 l->name, script, want, r.status, r.out, r.err);
+    printf("%s %s: exit 75: %s", l->name, script, r.err);
+}
+
+/* dlockd up and its one lock server down: LOCK answers -UNAVAILABLE. Then no dlockd at
+ * all. The shop's Redis (it_srv) stays up: the failure is the lock's. */
+static void test_tempfail(void **state)
+{
+    const lang *l = *state;
+    need(l);
+    dt_fresh f;
+    redisFree(dt_fresh_start(&f, 1));
+    dh_server_kill(&f.srv[0]);
+    /* The examples talk to this dlockd for the two cases: dlockd_addr names it. */
+    char saved[sizeof dlockd_addr];
+    memcpy(saved, dlockd_addr, sizeof saved);
+    snprintf(dlockd_addr, sizeof dlockd_addr, "127.0.0.1:%d", f.d.port);
+    expect_tempfail(l, l->flash_sale, "UNAVAILABLE", "buy", NULL);
+    expect_tempfail(l, l->cron_job, "UNAVAILABLE", NULL);
+    dt_fresh_stop(&f);
+    /* Nothing listens there now. */
+    expect_tempfail(l, l->flash_sale, "refused", "buy", NULL);
+    expect_tempfail(l, l->cron_job, "refused", NULL);
+    memcpy(dlockd_addr, saved, sizeof saved);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         IT_CASE("php flash sale", test_flash_sale, &php),
         IT_CASE("php flash sale, holder killed", test_flash_sale_killed_holder, &php),
         IT_CASE("php cron job", test_cron_job, &php),
+        IT_CASE("php examples, lock server down", test_tempfail, &php),
         IT_CASE("python flash sale", test_flash_sale, &python),
         IT_CASE("python flash sale, holder killed", test_flash_sale_killed_holder, &python),
         IT_CASE("python cron job", test_cron_job, &python),
+        IT_CASE("python examples, lock server down", test_tempfail, &python),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
