@@ -231,8 +231,10 @@ static void cmd_command(dd_conn *c, resp_arg *argv, size_t argc, dd_buf *out)
     }
 }
 
-static const char *const error_names[DD_E_KINDS] = {"err", "noauth", "noquorum", "unavailable",
-                                                    "protocol"};
+/* INFO's errors_NAME and the kind label of dlockd_errors_total (metrics.c): a new kind
+ * is its line in the enum and its name here. */
+const char *const dd_error_names[DD_E_KINDS] = {"err",      "noauth",   "noquorum", "unavailable",
+                                                "protocol", "shutdown", "lost"};
 
 void dd_count_errors(const char *p, size_t n)
 {
@@ -244,10 +246,9 @@ void dd_count_errors(const char *p, size_t n)
     static const struct {
         const char *prefix;
         int kind;
-    } kinds[] = {{"-NOAUTH", DD_E_NOAUTH},
-                 {"-NOQUORUM", DD_E_NOQUORUM},
-                 {"-UNAVAILABLE", DD_E_UNAVAILABLE},
-                 {"-ERR Protocol error", DD_E_PROTOCOL}};
+    } kinds[] = {{"-NOAUTH", DD_E_NOAUTH},           {"-NOQUORUM", DD_E_NOQUORUM},
+                 {"-UNAVAILABLE", DD_E_UNAVAILABLE}, {"-ERR Protocol error", DD_E_PROTOCOL},
+                 {"-SHUTDOWN", DD_E_SHUTDOWN},       {"-LOST", DD_E_LOST}};
     int kind = DD_E_ERR;
     for (size_t i = 0; i < sizeof kinds / sizeof kinds[0]; i++) {
         size_t k = strlen(kinds[i].prefix);
@@ -306,13 +307,16 @@ static void cmd_info(dd_conn *c, resp_arg *argv, size_t argc, dd_buf *out)
         dd_buf_printf(&b,
                       "# Locks\r\nsession_locks:%d\r\nsession_permits:%d\r\nwaiting_locks:%d\r\n"
                       "locks_acquired:%llu\r\nlocks_not_acquired:%llu\r\npermits_acquired:%llu\r\n"
-                      "permits_not_acquired:%llu\r\nwaits:%llu\r\nsession_locks_lost:%llu\r\n\r\n",
+                      "permits_not_acquired:%llu\r\nwaits:%llu\r\nsession_locks_lost:%llu\r\n"
+                      "session_locks_maxhold:%llu\r\nshutdown_refused:%llu\r\ndraining:%d\r\n\r\n",
                       dd_srv.session_locks, dd_srv.session_permits, dd_srv.parked_locks,
                       (unsigned long long)st->locks_acquired,
                       (unsigned long long)st->locks_not_acquired,
                       (unsigned long long)st->permits_acquired,
                       (unsigned long long)st->permits_not_acquired, (unsigned long long)st->waits,
-                      (unsigned long long)atomic_load(&dd_srv.stats.locks_lost));
+                      (unsigned long long)atomic_load(&dd_srv.stats.locks_lost),
+                      (unsigned long long)st->maxhold_released,
+                      (unsigned long long)st->shutdown_refused, dd_srv.draining);
     }
     if (want_section(sec, "renewal")) {
         /* How the renewal of session locks keeps up: a lag that nears the margin comes
@@ -341,7 +345,7 @@ static void cmd_info(dd_conn *c, resp_arg *argv, size_t argc, dd_buf *out)
     if (want_section(sec, "errors")) {
         dd_buf_printf(&b, "# Errors\r\n");
         for (int k = 0; k < DD_E_KINDS; k++)
-            dd_buf_printf(&b, "errors_%s:%llu\r\n", error_names[k],
+            dd_buf_printf(&b, "errors_%s:%llu\r\n", dd_error_names[k],
                           (unsigned long long)st->errors[k]);
         dd_buf_printf(&b, "\r\n");
     }

@@ -10,8 +10,9 @@
  *
  *   resp.c      the request parser: pure, limits checked at each header (fuzzed)
  *   reply.c     growing buffers and the RESP2 replies written into them
- *   server.c    listeners, connections, reading, the write queue, the limits; what a
- *               client sent before its FIN
+ *   server.c    connections, reading, the write queue, the limits; what a client sent
+ *               before its FIN
+ *   listen.c    the listeners: TCP, TLS, the unix socket
  *   deadlines.c how long a client may stay unauthenticated (--auth-timeout) or idle
  *               (--timeout-idle)
  *   tls.c       TLS for clients: the server's context, and each TLS connection's
@@ -27,15 +28,25 @@
  *   unlock.c    UNLOCK (a release in steps), EXTEND, LOCKINFO
  *   operators.c LOCKS (every held name) and BREAK (the user admin's), for operators
  *   stock.c     STOCK: a SKU's stock and its leased reservations
+ *   loss.c      a session lock lost or held past MAXHOLD: logged, and its connection
+ *               ended (the holder's next command fails)
+ *   drain.c     the stop on SIGTERM: nothing new taken, waits ended, the held locks'
+ *               UNLOCKs awaited up to --shutdown-timeout
  *   park.c      operations in steps (a dlock_pending): stepped on the loop or the
  *               pool, parked on the loop between steps (descriptors, timers), given
  *               up at a close
+ *   metrics.c   the HTTP listener (libmicrohttpd, driven by the loop): GET /metrics in
+ *               Prometheus's text format, GET /health; the wait and hold histograms
+ *   health.c    the lock servers' health: a thread of its own PINGs them twice a
+ *               second; the loop logs each change and answers /health from it
  *   main.c      options, signals, the open-files limit, start and stop
  *
  * Threads: the loop thread touches every structure here; a job's work function (on a
  * pool thread) touches only its own dd_job and the library handles it carries, and a
  * connection has at most one job in flight, and no step on the loop meanwhile, so a
- * handle or a pending is never used by two threads at once.
+ * handle or a pending is never used by two threads at once. The health thread
+ * (health.c) touches only the library client and its own results, which it hands to
+ * the loop under a mutex.
  */
 #ifndef DLOCKD_H
 #define DLOCKD_H
@@ -79,6 +90,15 @@
 #define DD_PREAUTH_MAX_BULK   16384
 #define DD_PREAUTH_MAX_INLINE (DD_PREAUTH_MAX_BULK + 64) /* AUTH default, the password */
 #define DD_AUTH_TIMEOUT_DEF   10000                      /* ms an unauthenticated client may stay */
+/* How long a drain waits for the session locks' UNLOCKs: a request in progress of a web
+ * application ends within seconds, and systemd's default stop timeout is 90 s. */
+#define DD_SHUTDOWN_TIMEOUT_DEF 10000
+/* The per-server deadline of one command to a lock server. The library's 50 ms gave a
+ * spurious -UNAVAILABLE in about 1 of 20,000 LOCKs through dlockd on a 2-core machine
+ * at load average 20 (replies were seen 65 ms late); 200 ms is three times the worst
+ * lateness seen, and still within the third of the shortest session lease (1000 ms)
+ * its renewal has. docs/service.md gives the measurement. */
+#define DD_TIMEOUT_DEF 200
 /* The shortest lease of a session lock (LOCK or SEM ACQUIRE without DETACHED): the
  * renewal must reach the servers within a third of it, on a machine that may be
  * loaded (docs/service.md gives the measurement); DETACHED locks keep the library's
@@ -121,7 +141,16 @@ void dd_reply_array(dd_buf *b, size_t n);               /* "*n", n elements foll
  * message and the calling thread's dlock_errmsg() (so call it on the failing thread). */
 void dd_reply_dlock_error(dd_buf *b, int rc);
 /* The kind of error a reply starts with, for INFO's counters. */
-enum { DD_E_ERR, DD_E_NOAUTH, DD_E_NOQUORUM, DD_E_UNAVAILABLE, DD_E_PROTOCOL, DD_E_KINDS };
+enum {
+    DD_E_ERR,
+    DD_E_NOAUTH,
+    DD_E_NOQUORUM,
+    DD_E_UNAVAILABLE,
+    DD_E_PROTOCOL,
+    DD_E_SHUTDOWN, /* refused or given up by a draining dlockd */
+    DD_E_LOST,     /* a session lock lost: the connection ends with it */
+    DD_E_KINDS
+};
 
 /* ---- the daemon --------------------------------------------------------------------- */
 
@@ -156,6 +185,9 @@ typedef struct dd_stats {
     atomic_ullong released;       /* session locks released at their connection's close */
     atomic_ullong release_failed; /* of those, the releases the servers did not confirm */
     atomic_ullong locks_lost;     /* session locks the renewal found lost (renewal thread) */
+    uint64_t maxhold_released;    /* session locks released for being held past MAXHOLD */
+    uint64_t shutdown_refused;    /* LOCKs, SEM ACQUIREs and STOCK RESERVEs refused, or
+                                     their waits ended, by a draining dlockd */
 } dd_stats;
 
 typedef struct dd_server {
@@ -166,22 +198,29 @@ typedef struct dd_server {
     const char *bind;
     int port;
     const char *unixsocket;
-    int unixsocketperm;      /* the socket file's mode; -1: as the umask makes it */
-    int maxclients;          /* as given, or lowered to fit the open-files limit */
-    const char *requirepass; /* NULL: no AUTH needed */
-    const char *adminpass;   /* the user admin's password; NULL: no user admin */
-    int64_t auth_timeout_ms; /* an unauthenticated client is closed after it; 0: never */
-    int64_t idle_timeout_s;  /* a client idle this long is closed; 0: never */
-    int tls_port;            /* 0: no TLS listener */
+    int unixsocketperm;          /* the socket file's mode; -1: as the umask makes it */
+    int maxclients;              /* as given, or lowered to fit the open-files limit */
+    const char *requirepass;     /* NULL: no AUTH needed */
+    const char *adminpass;       /* the user admin's password; NULL: no user admin */
+    int64_t auth_timeout_ms;     /* an unauthenticated client is closed after it; 0: never */
+    int64_t idle_timeout_s;      /* a client idle this long is closed; 0: never */
+    int64_t max_hold_ms;         /* --max-hold: a session lock's MAXHOLD unless its LOCK
+                                    gives one; 0: none */
+    int64_t shutdown_timeout_ms; /* --shutdown-timeout: how long a drain waits for the
+                                    session locks' UNLOCKs; 0: no drain */
+    int tls_port;                /* 0: no TLS listener */
     const char *tls_cert, *tls_key;
     const char *tls_ca_file, *tls_ca_dir; /* client certificates' CAs; NULL: none */
     int tls_auth;                         /* DD_TLS_AUTH_* */
+    int metrics_port;                     /* --metrics-port; 0: no HTTP listener */
+    const char *metrics_bind;             /* --metrics-bind; NULL: 127.0.0.1 */
     /* listeners (any may be unused) */
     uv_tcp_t tcp, tls_tcp;
     uv_pipe_t pipe;
     bool tcp_on, tls_on, pipe_on;
     uv_signal_t sigterm, sigint;
     bool stopping;
+    bool draining; /* a signal came: nothing new is taken, held locks are awaited */
     /* connections */
     struct dd_conn *conns;
     int nconns;       /* open (not closing) */
@@ -240,6 +279,8 @@ typedef struct dd_conn {
     bool eof;      /* the client sent its FIN (or reset): what it sent before is run,
                       then the connection closes; nothing more is read */
     bool out_dead; /* a write failed: replies are dropped, the commands still run */
+    char *end_msg; /* a session lock ended (loss.c): the error the connection ends with
+                      once the command in flight is answered; NULL: none */
     int64_t accepted_ms, active_ms; /* when accepted; when it last sent or was answered */
     struct dd_conn *preauth_prev, *preauth_next; /* on dd_srv's pre-AUTH list */
     bool on_preauth;
@@ -266,6 +307,10 @@ typedef struct dd_session {
     bool shared;     /* one of the name's shared holders (LOCK SHARED, a permit of K >= 2);
                         else it holds the name exclusively (LOCK, a permit of K = 1) */
     atomic_int lost; /* set by the renewal thread's on_lost */
+    /* uv_hrtime() when it joined its connection: its hold's start (metrics.c) */
+    uint64_t granted_ns;
+    bool ended; /* lost or past MAXHOLD, and its connection told to end (loss.c) */
+    int64_t maxhold_ms, maxhold_at_ms; /* MAXHOLD, and when it passes; 0: none */
 } dd_session;
 
 struct dd_steps;
@@ -283,8 +328,10 @@ typedef struct dd_job {
     char *by, *extra;                /* BREAK: who breaks; its FENCEKEY */
     char token[DLOCK_TOKEN_LEN + 1]; /* a lock's token or a reservation's id */
     int64_t ttl_ms, wait_ms;
-    int64_t permits; /* SEM ACQUIRE: K; 0 for LOCK */
-    int64_t qty;     /* STOCK: units */
+    int64_t permits;    /* SEM ACQUIRE: K; 0 for LOCK */
+    int64_t maxhold_ms; /* LOCK's and SEM ACQUIRE's MAXHOLD (else --max-hold); 0: none */
+    bool maxhold_given; /* MAXHOLD was among the options */
+    int64_t qty;        /* STOCK: units */
     bool detached, fair, shared;
     bool waited;                  /* parked at least once (INFO's waits) */
     bool blocked;                 /* parked waiting (blocked_clients), not for a round's
@@ -295,13 +342,22 @@ typedef struct dd_job {
     dd_session *release;          /* session locks to release (a closing connection's, or
                                      lost ones of the name a LOCK takes again) */
     int rc;
+    uint64_t arrived_ns; /* uv_hrtime() when the command came (the wait histogram) */
 } dd_job;
 
 /* ---- server.c ----------------------------------------------------------------------- */
 
-int dd_server_listen(void);
-/* Stop listening and close every connection; the loop ends once they are gone. */
+/* Stop listening and close every connection (after a drain, each once its last reply
+ * is written); the loop ends once they are gone. */
 void dd_server_stop(void);
+/* A listener's new connection (listen.c opens the listeners). */
+void dd_on_connection(uv_stream_t *listener, int status);
+
+/* ---- listen.c ----------------------------------------------------------------------- */
+
+int dd_server_listen(void);
+/* Stop listening (a drain's start); the connections stay. */
+void dd_server_unlisten(void);
 /* Append a reply (moving b's bytes) and write it when possible. */
 void dd_conn_reply(dd_conn *c, dd_buf *b);
 /* The command in flight has been answered: take the next ones. */
@@ -357,6 +413,8 @@ void dd_tls_free(dd_conn *c); /* at the connection's free; plain: nothing */
 void dd_command(dd_conn *c, resp_arg *argv, size_t argc);
 /* The error kind of a reply, counted when it is written. */
 void dd_count_errors(const char *p, size_t n);
+/* Each kind's name (INFO's errors_NAME, the metrics' kind label). */
+extern const char *const dd_error_names[DD_E_KINDS];
 
 /* Whether c may run an admin command (the ACL name in the error: "client|kill",
  * "break"); false with -NOPERM in out, counted, when it is not authenticated as
@@ -404,6 +462,9 @@ bool dd_lock_options(resp_arg *argv, size_t argc, size_t first, const char *cmd,
 bool dd_lock_start(dd_conn *c, dd_job *j, dd_buf *out);
 /* A closing connection's session locks and parked operation are given up on the pool. */
 void dd_conn_release_all(dd_conn *c);
+/* An ending connection's session locks are released on the pool now, not at its close
+ * (unless a job in flight may use them). */
+void dd_conn_release_sessions(dd_conn *c);
 /* The connection's session lock of that name held with that token, or NULL. */
 dd_session *dd_session_find(dd_conn *c, const char *name, size_t len, const char *token);
 /* What the connection holds of a name as session locks, those found lost left out. */
@@ -422,6 +483,35 @@ void dd_session_free(dd_session *s); /* NULL: nothing */
 void dd_sessions_release(dd_session *list);
 /* Log how many session locks were released, and how many could not be, and why. */
 void dd_release_report(void);
+
+/* ---- loss.c ------------------------------------------------------------------------- */
+
+void dd_loss_start(void);
+void dd_loss_stop(void);
+/* Any thread: a session lock was found lost (its flag set); the loop ends its
+ * connection. */
+void dd_loss_notify(void);
+/* A session lock just granted to its connection: released, and the connection ended,
+ * maxhold_ms from now (0: never). */
+void dd_maxhold_start(dd_session *s, int64_t maxhold_ms);
+/* The command in flight of a connection with an end_msg is answered: end it now. */
+void dd_loss_end_pending(dd_conn *c);
+
+/* ---- drain.c ------------------------------------------------------------------------ */
+
+/* The first SIGTERM or SIGINT: stop listening, refuse what would take a lock, end the
+ * waits, and stop once every session lock is UNLOCKed or --shutdown-timeout passes.
+ * False when there is nothing to drain (stop at once). */
+bool dd_drain_start(void);
+/* The drain is over (why: for the log): the stop. */
+void dd_drain_end(const char *why);
+/* In a draining dlockd, a command that would take a lock is refused: true with
+ * -SHUTDOWN in out. */
+bool dd_drain_refuses(dd_buf *out);
+void dd_reply_shutdown(dd_buf *out); /* that -SHUTDOWN, counted */
+/* A session lock left its connection: the drain may be over. */
+void dd_drain_check(void);
+void dd_drain_stop(void);
 
 /* ---- sem.c -------------------------------------------------------------------------- */
 
@@ -471,6 +561,32 @@ typedef struct dd_steps {
 void dd_step(dd_job *j);
 /* c closes: give its parked operation up (on the pool). */
 void dd_park_give_up(dd_conn *c);
+/* A drain: c's wait for a lock is given up (on the pool), and answered -SHUTDOWN. */
+void dd_park_refuse(dd_conn *c);
 void dd_park_shutdown(void);
+
+/* ---- metrics.c ---------------------------------------------------------------------- */
+
+/* Descriptors the HTTP listener may hold: its socket, libmicrohttpd's epoll set and at
+ * most 16 connections. */
+#define DD_METRICS_FDS 18
+/* With --metrics-port, listen (served on the loop); 0, or -1 after a log line. */
+int dd_metrics_start(void);
+void dd_metrics_stop(void);
+/* On the loop: a LOCK's or SEM ACQUIRE's grant (its wait, from j->arrived_ns); a session
+ * lock joining (d > 0) or leaving (d < 0) its connection (its hold). */
+void dd_metrics_granted(const dd_job *j);
+void dd_metrics_session(dd_session *s, int d);
+
+/* ---- health.c ----------------------------------------------------------------------- */
+
+/* The thread that PINGs the lock servers twice a second, each change logged; 0 or -1.
+ * Its connections are among the 16 a server that fit_nofile keeps for threads. */
+int dd_health_start(void);
+void dd_health_stop(void); /* the check in flight is awaited */
+/* On the loop: /health's body into b, and its status (200 or 503). */
+unsigned dd_health_report(dd_buf *b);
+/* On the loop: the dlockd_server_up and dlockd_quorum_up families into b. */
+void dd_health_metrics(dd_buf *b);
 
 #endif /* DLOCKD_H */

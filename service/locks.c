@@ -29,11 +29,16 @@
 
 /* ---- sessions ---------------------------------------------------------------------- */
 
-static void account(const dd_session *s, int d)
+/* The one place a session joins (+1) or leaves (-1) its connection: where its hold
+ * starts and ends for the metrics too. */
+static void account(dd_session *s, int d)
 {
     dd_srv.session_locks += d;
     if (s->permit)
         dd_srv.session_permits += d;
+    dd_metrics_session(s, d);
+    if (d < 0)
+        dd_drain_check();
 }
 
 static bool named(const dd_session *s, const char *name, size_t len)
@@ -157,6 +162,7 @@ static void on_lost(dlock_lock *l, void *user)
     dd_session *s = user;
     atomic_store(&s->lost, 1);
     atomic_fetch_add(&dd_srv.stats.locks_lost, 1);
+    dd_loss_notify();
 }
 
 /* On the pool: the reply, and the lock kept (a session's) or left to its lease. */
@@ -185,6 +191,7 @@ static void lock_settle(dd_job *j)
 {
     dd_conn *c = j->conn;
     if (j->rc == DLOCK_OK) {
+        dd_metrics_granted(j);
         if (j->permits > 0)
             dd_srv.stats.permits_acquired++;
         else
@@ -193,6 +200,7 @@ static void lock_settle(dd_job *j)
             j->sess->next = c->sessions;
             c->sessions = j->sess;
             account(j->sess, +1);
+            dd_maxhold_start(j->sess, j->maxhold_ms);
             j->sess = NULL;
         }
     } else if (j->rc == DLOCK_ERR_BUSY) {
@@ -232,9 +240,12 @@ static const dd_steps lock_steps = {
 bool dd_lock_options(resp_arg *argv, size_t argc, size_t first, const char *cmd, dd_job *j,
                      dd_buf *out)
 {
-    /* Options in any order, each at most once; TTL, WAIT and LABEL take a value. */
-    enum { TTL, WAIT, DETACHED, FAIR, LABEL, SHARED, NOPTS };
-    static const char *const names[NOPTS] = {"TTL", "WAIT", "DETACHED", "FAIR", "LABEL", "SHARED"};
+    /* Options in any order, each at most once; TTL, WAIT, LABEL and MAXHOLD take a
+     * value. */
+    enum { TTL, WAIT, DETACHED, FAIR, LABEL, MAXHOLD, SHARED, NOPTS };
+    static const char *const names[NOPTS] = {"TTL",   "WAIT",    "DETACHED", "FAIR",
+                                             "LABEL", "MAXHOLD", "SHARED"};
+    j->maxhold_ms = dd_srv.max_hold_ms;
     /* A permit is a shared holder already: SHARED is LOCK's alone. */
     int nopts = j->permits > 0 ? SHARED : NOPTS;
     bool seen[NOPTS] = {false};
@@ -244,7 +255,8 @@ bool dd_lock_options(resp_arg *argv, size_t argc, size_t first, const char *cmd,
             opt++;
         if (opt == nopts) {
             dd_reply_error(out,
-                           "ERR unknown %s option '%.*s' (TTL ms, WAIT ms, DETACHED, FAIR, %s)",
+                           "ERR unknown %s option '%.*s' (TTL ms, WAIT ms, DETACHED, FAIR, %s, "
+                           "MAXHOLD ms)",
                            cmd, (int)(argv[i].len > 64 ? 64 : argv[i].len), argv[i].p,
                            j->permits > 0 ? "LABEL text" : "SHARED, LABEL text");
             return false;
@@ -254,7 +266,7 @@ bool dd_lock_options(resp_arg *argv, size_t argc, size_t first, const char *cmd,
             return false;
         }
         seen[opt] = true;
-        if ((opt == TTL || opt == WAIT || opt == LABEL) && i + 1 >= argc) {
+        if ((opt == TTL || opt == WAIT || opt == LABEL || opt == MAXHOLD) && i + 1 >= argc) {
             dd_reply_error(out, "ERR %s option %s needs a value", cmd, names[opt]);
             return false;
         }
@@ -281,12 +293,27 @@ bool dd_lock_options(resp_arg *argv, size_t argc, size_t first, const char *cmd,
         case SHARED:
             j->shared = true;
             break;
+        case MAXHOLD:
+            if (!dd_arg_int(&argv[++i], 0, DLOCK_TTL_MAX_MS, &j->maxhold_ms)) {
+                dd_reply_error(out,
+                               "ERR MAXHOLD must be an integer from 0 (no limit) to %d "
+                               "(milliseconds)",
+                               DLOCK_TTL_MAX_MS);
+                return false;
+            }
+            j->maxhold_given = true;
+            break;
         default: /* LABEL */
             j->label = dd_arg_dup(&argv[++i], "LABEL", DLOCK_LABEL_MAX, out);
             if (j->label == NULL)
                 return false;
             break;
         }
+    }
+    if (j->detached && j->maxhold_given) {
+        dd_reply_error(out, "ERR MAXHOLD is for session locks: a DETACHED lock is never "
+                            "renewed, and ends with its TTL");
+        return false;
     }
     if (!j->detached && j->ttl_ms < DD_SESSION_TTL_MIN_MS) {
         /* Refused, never raised: the client plans around the lease it asked for. */
@@ -301,6 +328,8 @@ bool dd_lock_options(resp_arg *argv, size_t argc, size_t first, const char *cmd,
 
 bool dd_lock_start(dd_conn *c, dd_job *j, dd_buf *out)
 {
+    if (dd_drain_refuses(out))
+        return false;
     if (!j->detached) {
         j->sess = calloc(1, sizeof *j->sess);
         if (j->sess == NULL || (j->sess->name = strdup(j->name)) == NULL)
@@ -401,15 +430,12 @@ static void release_all_done(dd_job *j)
     dd_job_free(j);
 }
 
-void dd_conn_release_all(dd_conn *c)
+void dd_conn_release_sessions(dd_conn *c)
 {
-    /* A job in flight may be using a session's handle or the pending: its done
-     * callback calls here again once it is over. */
-    if (c->jobs > 0)
+    /* A job in flight may be using a session's handle: the close releases them. */
+    if (c->jobs > 0 || c->sessions == NULL)
         return;
-    dd_park_give_up(c);
-    if (c->sessions == NULL)
-        return;
+    bool busy = c->busy;
     dd_job *j = dd_job_new(c);
     j->release = c->sessions;
     for (dd_session *s = c->sessions; s != NULL; s = s->next) {
@@ -420,4 +446,15 @@ void dd_conn_release_all(dd_conn *c)
     j->work = release_all_work;
     j->done = release_all_done;
     dd_job_queue(j);
+    c->busy = busy; /* no command waits behind a release of an ending connection */
+}
+
+void dd_conn_release_all(dd_conn *c)
+{
+    /* A job in flight may be using a session's handle or the pending: its done
+     * callback calls here again once it is over. */
+    if (c->jobs > 0)
+        return;
+    dd_park_give_up(c);
+    dd_conn_release_sessions(c);
 }

@@ -4,17 +4,21 @@
  *   dlockd [-s URLS] [-p|--port PORT] [--bind ADDR] [--unixsocket PATH]
  *          [--requirepass-file FILE] [--admin-pass-file FILE] [--auth-timeout MS]
  *          [--timeout-idle S]
- *          [--maxclients N] [--prefix P] [--timeout MS]
+ *          [--maxclients N] [--prefix P] [--timeout MS] [--max-hold MS]
+ *          [--shutdown-timeout MS]
  *          [--tls-port PORT --tls-cert-file FILE --tls-key-file FILE
  *           [--tls-ca-cert-file FILE] [--tls-ca-cert-dir DIR]
  *           [--tls-auth-clients yes|no|optional]]
+ *          [--metrics-port PORT [--metrics-bind ADDR]]
  *
  * The lock servers are given as to the dlock command: -s, else $DLOCK_SERVERS, else
  * redis://127.0.0.1:6379, their password from $DLOCK_PASSWORD. The password clients
  * must give comes from a file or $DLOCKD_REQUIREPASS, never from the command line,
  * where ps would show it; so does the password of the user admin (--admin-pass-file),
- * who may also kill clients' connections. Runs in the foreground and logs to stderr; SIGTERM or
- * SIGINT stop it cleanly (session locks released, detached ones kept), exit 0.
+ * who may also kill clients' connections. Runs in the foreground and logs to stderr;
+ * SIGTERM or SIGINT drain it (drain.c: nothing new taken, the held session locks'
+ * UNLOCKs awaited up to --shutdown-timeout), then stop it cleanly (what is left
+ * released, detached locks kept), exit 0.
  *
  * The TLS options are named and mean what redis-server's do, so that a configuration
  * reads the same: --tls-auth-clients defaults to yes (a client certificate from the
@@ -65,7 +69,13 @@ static const char usage_text[] =
     "                            open-files limit, 2 descriptors a client)\n"
     "      --prefix P            key prefix on the lock servers (default dlock:)\n"
     "      --timeout MS          per-server deadline of one command to the lock servers\n"
-    "                            (default 50); nothing to do with --timeout-idle\n"
+    "                            (default 200); nothing to do with --timeout-idle\n"
+    "      --max-hold MS         release a session lock held this long, and close its\n"
+    "                            holder's connection, unless its LOCK gives MAXHOLD\n"
+    "                            (default 0: never)\n"
+    "      --shutdown-timeout MS on SIGTERM, wait this long for the session locks held\n"
+    "                            to be UNLOCKed, refusing new ones (default 10000;\n"
+    "                            0: release them at once)\n"
     "      --tls-port PORT       also listen with TLS on PORT (same --bind)\n"
     "      --tls-cert-file FILE  the server's certificate (PEM, chain allowed)\n"
     "      --tls-key-file FILE   its private key (PEM, no passphrase)\n"
@@ -73,6 +83,9 @@ static const char usage_text[] =
     "      --tls-ca-cert-dir DIR the same, a directory by hash (openssl rehash)\n"
     "      --tls-auth-clients X  yes (default): a client certificate is required;\n"
     "                            optional: verified when sent; no: not asked for\n"
+    "      --metrics-port PORT   serve Prometheus metrics (GET /metrics) and a health\n"
+    "                            check (GET /health) over HTTP on PORT (default: none)\n"
+    "      --metrics-bind ADDR   its address, IPv4 or IPv6 (default 127.0.0.1)\n"
     "  -h, --help                this text\n"
     "  -V, --version             the version\n"
     "\n"
@@ -178,28 +191,37 @@ static void library_log(void *user, int level, const char *msg)
 static void on_signal(uv_signal_t *h, int signum)
 {
     (void)h;
+    if (dd_srv.draining && !dd_srv.stopping) {
+        /* A second signal: the drain ends now, and the stop releases what is left. */
+        dd_log("%s again: ending the drain", strsignal(signum));
+        dd_drain_end("a second signal");
+        return;
+    }
     if (dd_srv.stopping) {
-        /* A second signal: the person wants out now; leases end by themselves. Those
-         * still held are the open connections' and those whose release is under way. */
+        /* A signal during the stop: the person wants out now; leases end by themselves.
+         * Those still held are the open connections' and those whose release is under
+         * way. */
         dd_log("%s again: exiting without releasing %d session locks (released %llu so "
                "far); they end with their leases",
                strsignal(signum), dd_srv.session_locks + atomic_load(&dd_srv.releasing),
                (unsigned long long)atomic_load(&dd_srv.stats.released));
         _exit(1);
     }
-    dd_log("%s: stopping: %d clients, %d session locks to release", strsignal(signum),
-           dd_srv.nconns, dd_srv.session_locks);
-    dd_server_stop();
+    dd_log("%s: stopping: %d clients, %d session locks held", strsignal(signum), dd_srv.nconns,
+           dd_srv.session_locks);
+    if (!dd_drain_start())
+        dd_server_stop();
 }
 
 /* As many descriptors as allowed, and --maxclients lowered to what they allow, as
  * redis-server does: a client can cost DD_FDS_PER_CLIENT (its socket, and a waiting
  * operation's wake-up), and the lock servers' connection sets need some of their own
- * (the pool's threads, the steps in flight, renewal and wake-ups: a socket a lock
- * server each, and the epoll set a step in flight waits on), and so do the refused
- * clients that linger (DD_REFUSED_LINGER_MAX). Without that, clients past the limit
- * would take the descriptors the lock servers need, and every call would fail. False
- * when the limit leaves room for no client at all. */
+ * (the pool's threads, the steps in flight, renewal, wake-ups and the health checks:
+ * a socket a lock server each, and the epoll set a step in flight waits on), and so do
+ * the refused clients that linger (DD_REFUSED_LINGER_MAX) and the HTTP listener
+ * (DD_METRICS_FDS, bounded by its connection limit). Without that, clients past the
+ * limit would take the descriptors the lock servers need, and every call would fail.
+ * False when the limit leaves room for no client at all. */
 static bool fit_nofile(void)
 {
     struct rlimit rl;
@@ -216,7 +238,8 @@ static bool fit_nofile(void)
     if (rl.rlim_cur == RLIM_INFINITY)
         return true;
     long long reserve = 32 + DD_REFUSED_LINGER_MAX +
-                        ((long long)dd_srv.nservers + 1) * (DLOCK_NOWAIT_SETS_MAX + 16);
+                        ((long long)dd_srv.nservers + 1) * (DLOCK_NOWAIT_SETS_MAX + 16) +
+                        (dd_srv.metrics_port > 0 ? DD_METRICS_FDS : 0);
     long long fit = ((long long)rl.rlim_cur - reserve) / DD_FDS_PER_CLIENT;
     if (fit < 1) {
         dd_log("the open-files limit %llu leaves no descriptor for clients (%lld are kept for "
@@ -263,10 +286,12 @@ int main(int argc, char **argv)
 {
     const char *servers = NULL, *passfile = NULL, *prefix = NULL, *tls_auth = NULL,
                *requirepass = NULL, *sockperm = NULL, *adminfile = NULL;
-    long port = DD_PORT_DEF, maxclients = DD_MAXCLIENTS_DEF, timeout_ms = 0, tls_port = 0,
-         auth_timeout = DD_AUTH_TIMEOUT_DEF, idle_timeout = 0;
+    long port = DD_PORT_DEF, maxclients = DD_MAXCLIENTS_DEF, timeout_ms = DD_TIMEOUT_DEF,
+         tls_port = 0, auth_timeout = DD_AUTH_TIMEOUT_DEF, idle_timeout = 0, max_hold = 0,
+         shutdown_timeout = DD_SHUTDOWN_TIMEOUT_DEF;
     dd_srv.bind = "127.0.0.1";
     dd_srv.unixsocketperm = -1;
+    long metrics_port = 0;
     /* Every option that takes a value: where it goes, and a number's range. */
     const struct {
         const char *name;
@@ -289,12 +314,16 @@ int main(int argc, char **argv)
         {"timeout-idle", 0, NULL, &idle_timeout, 0, 31536000, "0 to 31536000 s"},
         {"prefix", 0, &prefix, NULL, 0, 0, NULL},
         {"timeout", 0, NULL, &timeout_ms, 1, 3600000, "1 to 3600000 ms"},
+        {"max-hold", 0, NULL, &max_hold, 0, DLOCK_TTL_MAX_MS, "0 to 2147483647 ms"},
+        {"shutdown-timeout", 0, NULL, &shutdown_timeout, 0, 86400000, "0 to 86400000 ms"},
         {"tls-port", 0, NULL, &tls_port, 0, 65535, "0 to 65535"},
         {"tls-cert-file", 0, &dd_srv.tls_cert, NULL, 0, 0, NULL},
         {"tls-key-file", 0, &dd_srv.tls_key, NULL, 0, 0, NULL},
         {"tls-ca-cert-file", 0, &dd_srv.tls_ca_file, NULL, 0, 0, NULL},
         {"tls-ca-cert-dir", 0, &dd_srv.tls_ca_dir, NULL, 0, 0, NULL},
         {"tls-auth-clients", 0, &tls_auth, NULL, 0, 0, NULL},
+        {"metrics-port", 0, NULL, &metrics_port, 1, 65535, "1 to 65535"},
+        {"metrics-bind", 0, &dd_srv.metrics_bind, NULL, 0, 0, NULL},
     };
     enum { NOPTS = sizeof opts / sizeof opts[0], FIRST = 256 };
     struct option longopts[NOPTS + 3];
@@ -340,7 +369,12 @@ int main(int argc, char **argv)
     dd_srv.maxclients = (int)maxclients;
     dd_srv.auth_timeout_ms = auth_timeout;
     dd_srv.idle_timeout_s = idle_timeout;
+    dd_srv.max_hold_ms = max_hold;
+    dd_srv.shutdown_timeout_ms = shutdown_timeout;
     dd_srv.tls_port = (int)tls_port;
+    dd_srv.metrics_port = (int)metrics_port;
+    if (dd_srv.metrics_bind != NULL && dd_srv.metrics_port == 0)
+        return usage_error("--metrics-bind without --metrics-port");
     if (optind < argc)
         return usage_error("unexpected argument '%s'", argv[optind]);
     if (dd_srv.port == 0 && dd_srv.unixsocket == NULL && dd_srv.tls_port == 0)
@@ -429,7 +463,10 @@ int main(int argc, char **argv)
     uv_signal_start(&dd_srv.sigterm, on_signal, SIGTERM);
     uv_signal_start(&dd_srv.sigint, on_signal, SIGINT);
     dd_deadlines_start();
-    if (dd_server_listen() != 0) {
+    dd_loss_start();
+    /* The health checks start before the listeners, so that a lock server down at the
+     * start is in the log before the first client comes. */
+    if (dd_health_start() != 0 || dd_metrics_start() != 0 || dd_server_listen() != 0) {
         dd_server_stop();
         uv_run(&loop, UV_RUN_DEFAULT);
         uv_loop_close(&loop);

@@ -161,6 +161,34 @@ void dd_step(dd_job *j)
     dd_job_queue(j);
 }
 
+/* A wait ended by a drain is given up (give_up_work): its -SHUTDOWN, and the
+ * connection's next commands. */
+static void refused_done(dd_job *j)
+{
+    dd_conn *c = j->conn;
+    if (!c->closing) {
+        c->waiting = false;
+        j->reply.len = 0;
+        dd_reply_shutdown(&j->reply);
+        dd_job_answer(j);
+    }
+    drop_free(j);
+}
+
+static void refuse(dd_job *j)
+{
+    j->rc = DLOCK_ERR_AGAIN;
+    j->work = give_up_work;
+    j->done = refused_done;
+    dd_job_queue(j);
+}
+
+void dd_park_refuse(dd_conn *c)
+{
+    if (c->parked_job != NULL && c->parked_job->blocked)
+        refuse(unpark(c));
+}
+
 void dd_park_give_up(dd_conn *c)
 {
     dd_job *j = unpark(c);
@@ -258,8 +286,13 @@ static dd_watch *watch_get(int fd)
 
 static void park(dd_conn *c, dd_job *j)
 {
-    /* A round in flight is a command in progress; a wait for the lock blocks. */
+    /* A round in flight is a command in progress; a wait for the lock blocks, which a
+     * draining dlockd does not begin. */
     j->blocked = j->steps->parked != NULL && !dlock_pending_in_flight(j->pending);
+    if (j->blocked && dd_srv.draining) {
+        refuse(j);
+        return;
+    }
     if (j->blocked) {
         dd_srv.parked++;
         (*j->steps->parked)++;

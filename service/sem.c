@@ -2,7 +2,7 @@
  * sem.c: SEM ACQUIRE and SEM RELEASE, named after `dlock sem acquire` and `dlock sem
  * release`.
  *
- *   SEM ACQUIRE name K [TTL ms] [WAIT ms] [DETACHED] [FAIR] [LABEL text]
+ *   SEM ACQUIRE name K [TTL ms] [WAIT ms] [DETACHED] [FAIR] [LABEL text] [MAXHOLD ms]
  *   SEM RELEASE name token
  *
  * A permit is a lock like any other (dlock_sem_acquire): SEM ACQUIRE is LOCK's
@@ -21,7 +21,8 @@
 
 #include <string.h>
 
-#define ACQUIRE_SYNTAX "SEM ACQUIRE name K [TTL ms] [WAIT ms] [DETACHED] [FAIR] [LABEL text]"
+#define ACQUIRE_SYNTAX                                                                             \
+    "SEM ACQUIRE name K [TTL ms] [WAIT ms] [DETACHED] [FAIR] [LABEL text] [MAXHOLD ms]"
 
 /* argv[0] is ACQUIRE. */
 static void sem_acquire(dd_conn *c, resp_arg *argv, size_t argc, dd_buf *out)

@@ -1,5 +1,5 @@
 /*
- * server.c: listeners, connections, reading, the write queue and the limits.
+ * server.c: connections, reading, the write queue and the limits (listen.c accepts them).
  *
  * A connection is a small state machine on the loop: bytes are read into its query
  * buffer, as many whole commands as it holds are run in order, and replies are
@@ -25,14 +25,12 @@
  */
 #include "dlockd.h"
 
-#include <errno.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -87,6 +85,7 @@ void dd_conn_unref(dd_conn *c)
     dd_buf_free(&c->out);
     dd_tls_free(c);
     free(c->name);
+    free(c->end_msg);
     free(c);
     dd_srv.nconns_alloc--;
     if (dd_srv.stopping && dd_srv.nconns_alloc == 0)
@@ -326,10 +325,23 @@ static void process(dd_conn *c)
     end_if_drained(c);
 }
 
+/* A connection told to quit while a command ran (a drain's end): once that command's
+ * reply is written, on_written lingers and closes it; with nothing left to write, the
+ * close is now. */
+static void end_if_quit_done(dd_conn *c)
+{
+    if (!c->closing && c->quit && !c->lingering && unsent(c) == 0)
+        dd_conn_close(c);
+}
+
 void dd_conn_resume(dd_conn *c)
 {
     c->busy = false;
-    if (!c->closing && !c->quit)
+    if (c->closing || c->quit)
+        end_if_quit_done(c);
+    else if (c->end_msg != NULL)
+        dd_loss_end_pending(c); /* a session lock ended while the command ran */
+    else
         process(c);
 }
 
@@ -430,7 +442,7 @@ static void keepalive(dd_conn *c)
     setsockopt(fd, IPPROTO_TCP, TCP_KEEPCNT, &cnt, sizeof cnt);
 }
 
-static void on_connection(uv_stream_t *listener, int status)
+void dd_on_connection(uv_stream_t *listener, int status)
 {
     if (status < 0) {
         /* Out of descriptors, each refused connection reports it: a line a second is
@@ -508,73 +520,23 @@ static void on_connection(uv_stream_t *listener, int status)
     update_reading(c);
 }
 
-static int listen_tcp(uv_tcp_t *h, bool *on, int port, const char *what)
-{
-    struct sockaddr_storage addr;
-    if (uv_ip4_addr(dd_srv.bind, port, (struct sockaddr_in *)&addr) != 0 &&
-        uv_ip6_addr(dd_srv.bind, port, (struct sockaddr_in6 *)&addr) != 0) {
-        dd_log("--bind %s: not an IPv4 or IPv6 address", dd_srv.bind);
-        return -1;
-    }
-    uv_tcp_init(dd_srv.loop, h);
-    *on = true;
-    int rc = uv_tcp_bind(h, (struct sockaddr *)&addr, 0);
-    if (rc == 0)
-        rc = uv_listen((uv_stream_t *)h, 511, on_connection);
-    if (rc < 0) {
-        dd_log("cannot listen%s on %s:%d: %s", what, dd_srv.bind, port, uv_strerror(rc));
-        return -1;
-    }
-    return 0;
-}
-
-int dd_server_listen(void)
-{
-    int rc;
-    if (dd_srv.port > 0 && listen_tcp(&dd_srv.tcp, &dd_srv.tcp_on, dd_srv.port, "") != 0)
-        return -1;
-    if (dd_srv.tls_port > 0 &&
-        listen_tcp(&dd_srv.tls_tcp, &dd_srv.tls_on, dd_srv.tls_port, " with TLS") != 0)
-        return -1;
-    if (dd_srv.unixsocket != NULL) {
-        uv_pipe_init(dd_srv.loop, &dd_srv.pipe, 0);
-        dd_srv.pipe_on = true;
-        /* A socket file left by an earlier run would make bind fail. */
-        unlink(dd_srv.unixsocket);
-        rc = uv_pipe_bind(&dd_srv.pipe, dd_srv.unixsocket);
-        /* Before listening, so that no client connects while the mode is the umask's. */
-        if (rc == 0 && dd_srv.unixsocketperm >= 0 &&
-            chmod(dd_srv.unixsocket, (mode_t)dd_srv.unixsocketperm) != 0)
-            rc = -errno;
-        if (rc == 0)
-            rc = uv_listen((uv_stream_t *)&dd_srv.pipe, 511, on_connection);
-        if (rc < 0) {
-            dd_log("cannot listen on %s: %s", dd_srv.unixsocket, uv_strerror(rc));
-            return -1;
-        }
-    }
-    return 0;
-}
-
-static void on_listener_closed(uv_handle_t *h)
-{
-    (void)h;
-}
-
 void dd_server_stop(void)
 {
     if (!dd_srv.stopping) {
         dd_srv.stopping = true;
-        if (dd_srv.tcp_on)
-            uv_close((uv_handle_t *)&dd_srv.tcp, on_listener_closed);
-        if (dd_srv.tls_on)
-            uv_close((uv_handle_t *)&dd_srv.tls_tcp, on_listener_closed);
-        if (dd_srv.pipe_on) {
-            uv_close((uv_handle_t *)&dd_srv.pipe, on_listener_closed);
-            unlink(dd_srv.unixsocket);
+        dd_server_unlisten();
+        /* A drain's end closes a connection once its last reply is written (the
+         * UNLOCK that ended the drain, say); a stop without one closes at once. */
+        for (dd_conn *c = dd_srv.conns; c != NULL; c = c->next) {
+            if (!dd_srv.draining || c->closing || (!c->busy && unsent(c) == 0)) {
+                dd_conn_close(c);
+            } else if (!c->quit) {
+                c->quit = true;
+                c->query.len = 0;
+                update_reading(c);
+                dd_conn_release_sessions(c);
+            }
         }
-        for (dd_conn *c = dd_srv.conns; c != NULL; c = c->next)
-            dd_conn_close(c);
     }
     if (dd_srv.nconns_alloc > 0)
         return; /* called again by the last connection's free */
@@ -582,6 +544,10 @@ void dd_server_stop(void)
      * watchers go, and uv_run returns. */
     dd_park_shutdown();
     dd_deadlines_stop();
+    dd_loss_stop();
+    dd_drain_stop();
+    dd_metrics_stop();
+    dd_health_stop();
     if (!uv_is_closing((uv_handle_t *)&dd_srv.sigterm)) {
         uv_close((uv_handle_t *)&dd_srv.sigterm, NULL);
         uv_close((uv_handle_t *)&dd_srv.sigint, NULL);

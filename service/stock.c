@@ -194,7 +194,7 @@ static bool reserve_options(resp_arg *argv, size_t argc, dd_job *j, dd_buf *out)
 static bool reserve_start(dd_job *j, resp_arg *argv, size_t argc, dd_buf *out)
 {
     j->ttl_ms = DLOCK_STOCK_LEASE_DEFAULT_MS;
-    if (!reserve_options(argv, argc, j, out))
+    if (!reserve_options(argv, argc, j, out) || dd_drain_refuses(out))
         return false;
     dlock_reserve_opts o;
     memset(&o, 0, sizeof o);

@@ -30,6 +30,10 @@ add_build() {
   # libssl-dev: rediss:// (TLS) in the library and TLS for dlockd's clients; libuv1-dev:
   # dlockd's event loop.
   pkgs+=(cmake make gcc pkg-config libhiredis-dev libssl-dev libuv1-dev)
+  # libmicrohttpd-dev: dlockd's HTTP listener for Prometheus and health checks
+  # (--metrics-port), so that dlockd parses no HTTP itself; it is required to build
+  # dlockd, used or not.
+  pkgs+=(libmicrohttpd-dev)
 }
 add_demo() {
   # redis-benchmark (the bench's baseline) and redis-cli come with redis-tools; the PHP
@@ -57,6 +61,13 @@ for group in "${groups[@]}"; do
     pkgs+=(libfaketime)
     # A real seccomp filter (test_no_randomness: the kernel refusing getrandom).
     pkgs+=(libseccomp-dev)
+    # dlockd's /metrics checked by promtool and scraped by a real Prometheus server
+    # (test_dlockd_metrics); the package has both.
+    pkgs+=(prometheus)
+    # PHP-FPM workers whose persistent connections outlive each request
+    # (test_dlockd_php): php-fpm runs one, and cgi-fcgi from libfcgi-bin sends it
+    # FastCGI requests as a web server would.
+    pkgs+=(php-fpm libfcgi-bin)
     # Node for the ioredis client test. A machine with node and npm (Debian's, or
     # another build on PATH) keeps them: Debian's npm would not install beside another
     # nodejs.

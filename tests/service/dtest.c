@@ -23,7 +23,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#define ARGS_MAX 32
+#define ARGS_MAX 40
 
 static const char *daemon_path(void)
 {
@@ -117,7 +117,7 @@ static void start(dt_daemon *d, const char *servers, bool tls, bool plain, va_li
     int nextra = 0;
     const char *a;
     while ((a = va_arg(ap, const char *)) != NULL) {
-        assert_true(nextra < ARGS_MAX - 14);
+        assert_true(nextra < ARGS_MAX - 16);
         extra[nextra++] = a;
     }
     memset(d, 0, sizeof *d);
@@ -155,6 +155,8 @@ static void start(dt_daemon *d, const char *servers, bool tls, bool plain, va_li
         argv[n++] = portstr;
         argv[n++] = "--timeout";
         argv[n++] = timeout;
+        argv[n++] = "--shutdown-timeout"; /* no drain unless a test gives its own */
+        argv[n++] = "0";
         if (tls) {
             argv[n++] = "--tls-port";
             argv[n++] = tlsportstr;
@@ -568,8 +570,7 @@ void dt_slow_send_and_close(dt_slow *s, redisContext *c, const char *fmt, ...)
     vsend(c, fmt, ap);
     va_end(ap);
     dh_sleep_ms(50);
-    /* A reset, not a FIN: after a FIN dlockd answers what was sent before it, and a
-     * grant would be the client's. */
+    /* A reset: after a FIN dlockd would answer, and a grant would be the client's. */
     struct linger lg = {.l_onoff = 1, .l_linger = 0};
     setsockopt(c->fd, SOL_SOCKET, SO_LINGER, &lg, sizeof lg);
     redisFree(c);

@@ -390,7 +390,7 @@ static void test_dlockd_sigterm_counts(void **state)
     }
     dh_server_kill(&f.srv[0]);
     assert_int_equal(dt_stop(&f.d), 0);
-    assert_true(dt_log_has(log, "20 session locks to release"));
+    assert_true(dt_log_has(log, "20 session locks held"));
     assert_true(dt_log_has(log, "released 0 session locks at their clients' close; 20 could "
                                 "not be released"));
     for (int i = 0; i < HELD; i++)
