@@ -561,7 +561,8 @@ typedef struct dd_steps {
 void dd_step(dd_job *j);
 /* c closes: give its parked operation up (on the pool). */
 void dd_park_give_up(dd_conn *c);
-/* A drain: c's wait for a lock is given up (on the pool), and answered -SHUTDOWN. */
+/* c's wait for a lock is given up (on the pool), and answered -SHUTDOWN (a drain), or
+ * with c->end_msg, the connection ended by it (a session lock lost: loss.c). */
 void dd_park_refuse(dd_conn *c);
 void dd_park_shutdown(void);
 

@@ -10,8 +10,9 @@
  * locks still held to be UNLOCKed by their holders, renewing them meanwhile. UNLOCK,
  * EXTEND and everything else keep working. When the last one is UNLOCKed, or the time
  * is up, it stops as without a drain: what is left is released, and each connection
- * closed once its last reply is written. A second signal ends the drain at once; a
- * third exits without releasing anything (main.c).
+ * closed once its last reply is written (at most STOP_OVERDUE_MS later), a LOCK granted
+ * meanwhile undone and answered -SHUTDOWN (park.c). A second signal ends the drain at
+ * once; one during the stop exits without releasing anything (main.c).
  */
 #include "dlockd.h"
 
@@ -34,6 +35,25 @@ bool dd_drain_refuses(dd_buf *out)
     return true;
 }
 
+/* The stop closes a connection once its last reply is written, and lingers for its
+ * reading: a client that never reads would hold the exit for ever. Past this, the
+ * connections left are closed. */
+#define STOP_OVERDUE_MS (3 * DD_LINGER_MS)
+
+static void on_stop_overdue(uv_timer_t *t)
+{
+    (void)t;
+    int n = 0;
+    for (dd_conn *c = dd_srv.conns; c != NULL; c = c->next)
+        if (!c->closing) {
+            dd_conn_close(c);
+            n++;
+        }
+    if (n > 0)
+        dd_log("closed %d connections whose last replies were not read in %d ms", n,
+               STOP_OVERDUE_MS);
+}
+
 void dd_drain_end(const char *why)
 {
     if (!dd_srv.draining || dd_srv.stopping)
@@ -44,6 +64,8 @@ void dd_drain_end(const char *why)
                why, dd_srv.session_locks);
     else
         dd_log("drain over after %lld ms: every session lock was UNLOCKed", took);
+    /* Before the stop, which closes the timers if nothing is left to wait for. */
+    uv_timer_start(&timeout_timer, on_stop_overdue, STOP_OVERDUE_MS, 0);
     dd_server_stop();
 }
 

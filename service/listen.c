@@ -10,6 +10,12 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+/* The socket file this dlockd made: at the stop it removes that one only. A dlockd
+ * started on the same path during this one's drain (a restart on one host) made a new
+ * file there, which must stay. */
+static dev_t sock_dev;
+static ino_t sock_ino;
+
 static int listen_tcp(uv_tcp_t *h, bool *on, int port, const char *what)
 {
     struct sockaddr_storage addr;
@@ -48,6 +54,11 @@ int dd_server_listen(void)
         if (rc == 0 && dd_srv.unixsocketperm >= 0 &&
             chmod(dd_srv.unixsocket, (mode_t)dd_srv.unixsocketperm) != 0)
             rc = -errno;
+        struct stat st;
+        if (rc == 0 && stat(dd_srv.unixsocket, &st) == 0) {
+            sock_dev = st.st_dev;
+            sock_ino = st.st_ino;
+        }
         if (rc == 0)
             rc = uv_listen((uv_stream_t *)&dd_srv.pipe, 511, dd_on_connection);
         if (rc < 0) {
@@ -71,7 +82,9 @@ void dd_server_unlisten(void)
         uv_close((uv_handle_t *)&dd_srv.tls_tcp, on_listener_closed);
     if (dd_srv.pipe_on) {
         uv_close((uv_handle_t *)&dd_srv.pipe, on_listener_closed);
-        unlink(dd_srv.unixsocket);
+        struct stat st;
+        if (stat(dd_srv.unixsocket, &st) == 0 && st.st_dev == sock_dev && st.st_ino == sock_ino)
+            unlink(dd_srv.unixsocket);
     }
     dd_srv.tcp_on = dd_srv.tls_on = dd_srv.pipe_on = false;
 }

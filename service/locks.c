@@ -201,6 +201,9 @@ static void lock_settle(dd_job *j)
             c->sessions = j->sess;
             account(j->sess, +1);
             dd_maxhold_start(j->sess, j->maxhold_ms);
+            /* Found lost before it was linked: on_lost's wake-up saw nothing. */
+            if (atomic_load(&j->sess->lost))
+                dd_loss_notify();
             j->sess = NULL;
         }
     } else if (j->rc == DLOCK_ERR_BUSY) {

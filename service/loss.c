@@ -32,17 +32,16 @@ static void end_after(dd_conn *c, const char *msg)
 {
     if (c->closing || c->quit || c->end_msg != NULL)
         return;
-    /* A command on the pool or a round in flight is answered first; a wait for a lock
-     * is not a reply on its way, and the close gives it up. */
-    bool in_flight = c->busy && !(c->parked_job != NULL && c->parked_job->blocked);
-    if (!in_flight) {
-        dd_conn_end(c, "%s", msg);
-        dd_conn_release_sessions(c); /* now: the close may come a linger later */
-        return;
-    }
     c->end_msg = strdup(msg);
     if (c->end_msg == NULL)
         abort();
+    /* A wait for another lock is given up, and the error answers it; a command on the
+     * pool or a round in flight is answered first (dd_conn_resume ends it then, and a
+     * round that turns into a wait is given up as it parks). */
+    if (c->parked_job != NULL && c->parked_job->blocked)
+        dd_park_refuse(c);
+    else if (!c->busy)
+        dd_loss_end_pending(c);
 }
 
 void dd_loss_end_pending(dd_conn *c)
@@ -50,7 +49,8 @@ void dd_loss_end_pending(dd_conn *c)
     char *msg = c->end_msg;
     c->end_msg = NULL;
     dd_conn_end(c, "%s", msg);
-    dd_conn_release_sessions(c);
+    if (!c->closing)
+        dd_conn_release_sessions(c); /* now: the close may come a linger later */
     free(msg);
 }
 
@@ -125,8 +125,8 @@ static void on_maxhold(uv_timer_t *t)
     maxhold_due_ms = 0;
     int64_t now = dd_now_ms(), next = 0;
     for (dd_conn *c = dd_srv.conns; c != NULL; c = c->next) {
-        if (c->closing)
-            continue;
+        if (c->closing || c->quit)
+            continue; /* ending: its sessions are released with it */
         const dd_session *first = NULL;
         for (dd_session *s = c->sessions; s != NULL; s = s->next) {
             if (s->maxhold_at_ms == 0 || s->ended || atomic_load(&s->lost))

@@ -40,6 +40,7 @@ typedef struct dd_watch {
 static void wake(dd_conn *c);
 static void undo_work(dd_job *j);
 static void undo_done(dd_job *j);
+static void refused_done(dd_job *j);
 static void park(dd_conn *c, dd_job *j);
 static dd_job *unpark(dd_conn *c);
 
@@ -102,6 +103,15 @@ static void step_done(dd_job *j)
         return;
     }
     c->waiting = false; /* its wait, if it had one, is over */
+    if (c->quit && j->rc == DLOCK_OK && j->steps->parked != NULL) {
+        /* Granted to a connection that ends (the stop after a drain): no section may
+         * begin now, while another dlockd serves the name. Undone; -SHUTDOWN. */
+        dd_buf_free(&j->reply);
+        j->work = undo_work;
+        j->done = refused_done;
+        dd_job_queue(j);
+        return;
+    }
     if (c->out_dead && j->rc == DLOCK_OK) {
         /* The client reset the connection: the reply can reach nobody, so what the
          * step took is undone, and the commands after it run on. */
@@ -161,16 +171,21 @@ void dd_step(dd_job *j)
     dd_job_queue(j);
 }
 
-/* A wait ended by a drain is given up (give_up_work): its -SHUTDOWN, and the
- * connection's next commands. */
+/* A wait given up (give_up_work), or a grant undone, for a drain or for a connection
+ * that ends: -SHUTDOWN and the connection's next commands; or, when a session lock of
+ * the connection ended (loss.c), its -LOST as the answer, and the end. */
 static void refused_done(dd_job *j)
 {
     dd_conn *c = j->conn;
     if (!c->closing) {
         c->waiting = false;
-        j->reply.len = 0;
-        dd_reply_shutdown(&j->reply);
-        dd_job_answer(j);
+        if (c->end_msg != NULL) {
+            dd_conn_resume(c);
+        } else {
+            j->reply.len = 0;
+            dd_reply_shutdown(&j->reply);
+            dd_job_answer(j);
+        }
     }
     drop_free(j);
 }
@@ -287,9 +302,9 @@ static dd_watch *watch_get(int fd)
 static void park(dd_conn *c, dd_job *j)
 {
     /* A round in flight is a command in progress; a wait for the lock blocks, which a
-     * draining dlockd does not begin. */
+     * draining dlockd does not begin, nor a connection whose session lock ended. */
     j->blocked = j->steps->parked != NULL && !dlock_pending_in_flight(j->pending);
-    if (j->blocked && dd_srv.draining) {
+    if (j->blocked && (dd_srv.draining || c->end_msg != NULL)) {
         refuse(j);
         return;
     }

@@ -164,6 +164,8 @@ static void on_written(uv_write_t *req, int status)
         return;
     }
     if (c->quit) {
+        if (c->busy)
+            return; /* its command's reply comes next (the stop after a drain) */
         if (c->refused && dd_srv.refused_open > DD_REFUSED_LINGER_MAX)
             dd_conn_close(c); /* a flood: its descriptors are bounded, not its error */
         else if (!c->lingering)
@@ -234,9 +236,18 @@ void dd_conn_reply(dd_conn *c, dd_buf *b)
 
 /* ---- reading and running commands ------------------------------------------------------ */
 
+/* A connection told to quit while a command ran (a drain's end): once that command's
+ * reply is written, on_written lingers and closes it; with nothing left to write, the
+ * close is now. */
+static void end_if_quit_done(dd_conn *c)
+{
+    if (!c->closing && c->quit && !c->busy && !c->lingering && unsent(c) == 0)
+        dd_conn_close(c);
+}
+
 void dd_conn_end(dd_conn *c, const char *fmt, ...)
 {
-    char msg[256];
+    char msg[512];
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(msg, sizeof msg, fmt, ap);
@@ -249,6 +260,9 @@ void dd_conn_end(dd_conn *c, const char *fmt, ...)
     c->query.len = 0;
     flush(c);
     update_reading(c);
+    /* Nothing to write (the client reset: replies are dropped) brings no on_written to
+     * close it. */
+    end_if_quit_done(c);
 }
 
 static void protocol_error(dd_conn *c, const char *msg)
@@ -323,15 +337,6 @@ static void process(dd_conn *c)
     run_commands(c);
     c->processing = false;
     end_if_drained(c);
-}
-
-/* A connection told to quit while a command ran (a drain's end): once that command's
- * reply is written, on_written lingers and closes it; with nothing left to write, the
- * close is now. */
-static void end_if_quit_done(dd_conn *c)
-{
-    if (!c->closing && c->quit && !c->lingering && unsent(c) == 0)
-        dd_conn_close(c);
 }
 
 void dd_conn_resume(dd_conn *c)

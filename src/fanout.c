@@ -186,7 +186,8 @@ static void expire(dlock__conn *c, dlock__req *r)
      * never brings: it looks paused, and the message says both. A command that went out
      * may have run although its reply never came: the caller cannot tell, and must not
      * take the failure for a "no". */
-    bool sent = c->state != DLOCK_CONN_CONNECTING && c->handshake == 0 && !r->held;
+    bool sent = c->state != DLOCK_CONN_CONNECTING && c->handshake == 0 && !r->held &&
+                c->outpos == c->outlen;
     snprintf(r->detail, sizeof r->detail, "%s: no %s within %lld ms%s%s", c->node->addr.display,
              what, (long long)((r->deadline_us - r->start_us) / 1000),
              c->tls_handshaking ? " (paused, or not a TLS port?)" : "",

@@ -47,6 +47,7 @@ static void ask_all(dlock_client *c, dlock__connset *set, dlock__req *reqs, cons
             reqs[i].cmd = cmd;
             reqs[i].cmdlen = len;
             reqs[i].await = true;
+            reqs[i].harmless_late = true; /* reads: a late reply harms nobody */
         }
     }
     dlock__fanout(set->conns, reqs, c->n);
