@@ -44,23 +44,6 @@ static int find_dlockd(const char *given, char *out, size_t n)
     return access(out, X_OK) == 0 ? 0 : -1;
 }
 
-/* A port that nobody listens on now. Another process may take it before dlockd binds
- * it; dlockd then exits and the caller tries another. */
-static int free_port(void)
-{
-    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    if (fd < 0)
-        return -1;
-    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-    socklen_t len = sizeof a;
-    int port = -1;
-    if (bind(fd, (struct sockaddr *)&a, sizeof a) == 0 &&
-        getsockname(fd, (struct sockaddr *)&a, &len) == 0)
-        port = ntohs(a.sin_port);
-    close(fd);
-    return port;
-}
-
 static bool accepts(int port)
 {
     int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
@@ -89,10 +72,12 @@ int dlockd_start(bench_dlockd *d, const bench_servers *ss, int nodes, const char
     servers_urls(ss, 0, nodes, urls, sizeof urls);
     snprintf(timeout, sizeof timeout, "%lld", (long long)timeout_ms);
     for (int attempt = 0; attempt < 5; attempt++) {
-        int port = free_port();
+        /* A port nobody listens on now; another process may take it before dlockd
+         * binds it, and dlockd then exits and another is tried. */
+        int port = dh_free_port("127.0.0.1");
         if (port <= 0)
             break;
-        int mport = metrics ? free_port() : 0;
+        int mport = metrics ? dh_free_port("127.0.0.1") : 0;
         if (metrics && (mport <= 0 || mport == port))
             continue;
         snprintf(portstr, sizeof portstr, "%d", port);

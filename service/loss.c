@@ -63,6 +63,22 @@ static void log_ended(const dd_conn *c, const dd_session *s, const char *what)
            c->name != NULL ? c->name : "", c->name != NULL ? " " : "", c->addr, what);
 }
 
+/* c ends for its session lock first, lost or (maxhold) held past its MAXHOLD: the
+ * -LOST error names it and says why. */
+static void end_for(dd_conn *c, const dd_session *first, bool maxhold)
+{
+    char why[96] = "was lost (its lease ran out before dlockd could renew it, or it was broken)";
+    if (maxhold)
+        snprintf(why, sizeof why, "was held past its MAXHOLD of %lld ms and released",
+                 (long long)first->maxhold_ms);
+    char msg[320];
+    snprintf(msg, sizeof msg,
+             "LOST session lock '%.*s' %s: this connection is closed and its other session "
+             "locks released",
+             (int)(first->name_len > 128 ? 128 : first->name_len), first->name, why);
+    end_after(c, msg);
+}
+
 /* On the loop: the connections whose session locks the renewal found lost. */
 static void on_lost_async(uv_async_t *h)
 {
@@ -78,15 +94,8 @@ static void on_lost_async(uv_async_t *h)
                     first = s;
                 log_ended(c, s, "lost");
             }
-        if (first == NULL)
-            continue;
-        char msg[320];
-        snprintf(msg, sizeof msg,
-                 "LOST session lock '%.*s' was lost (its lease ran out before dlockd could "
-                 "renew it, or it was broken): this connection is closed and its other "
-                 "session locks released",
-                 (int)(first->name_len > 128 ? 128 : first->name_len), first->name);
-        end_after(c, msg);
+        if (first != NULL)
+            end_for(c, first, false);
     }
 }
 
@@ -145,15 +154,8 @@ static void on_maxhold(uv_timer_t *t)
             if (first == NULL)
                 first = s;
         }
-        if (first == NULL)
-            continue;
-        char msg[320];
-        snprintf(msg, sizeof msg,
-                 "LOST session lock '%.*s' was held past its MAXHOLD of %lld ms and released: "
-                 "this connection is closed and its other session locks released",
-                 (int)(first->name_len > 128 ? 128 : first->name_len), first->name,
-                 (long long)first->maxhold_ms);
-        end_after(c, msg);
+        if (first != NULL)
+            end_for(c, first, true);
     }
     if (next != 0)
         maxhold_arm(next);

@@ -277,8 +277,11 @@ static void take_clocks(dlock_client *c, dlock__connset *set, dlock__req *reqs,
 }
 
 /* What dlock_probe and dlock_ping check before they ask: DLOCK_OK with out[0..c->n)
- * set to "nothing known yet" (each server's URL, its TLS, every fact unknown). */
-static int begin(dlock_client *c, dlock_server_facts *out, int n)
+ * set to "nothing known yet" (each server's URL, its TLS, every fact unknown), and in
+ * *set the pooled connections they ask on (dlock__connset_put gives them back): their
+ * handshake (TLS, AUTH, SELECT) is what fails when a lock would fail for the same
+ * reason. */
+static int begin(dlock_client *c, dlock_server_facts *out, int n, dlock__connset **set)
 {
     dlock__err e;
     int rc = dlock__client_enter(c, &e);
@@ -303,17 +306,18 @@ static int begin(dlock_client *c, dlock_server_facts *out, int n)
         f->sentinel_quorum = -1;
         f->cluster_ok = -1;
     }
+    *set = dlock__connset_get(c);
+    if (*set == NULL)
+        return dlock__fail(DLOCK_ERR_NOMEM, "out of memory");
     return DLOCK_OK;
 }
 
 int dlock_probe(dlock_client *c, dlock_server_facts *out, int n)
 {
-    int rc = begin(c, out, n);
+    dlock__connset *set;
+    int rc = begin(c, out, n, &set);
     if (rc != DLOCK_OK)
         return rc;
-    dlock__connset *set = dlock__connset_get(c);
-    if (set == NULL)
-        return dlock__fail(DLOCK_ERR_NOMEM, "out of memory");
     dlock__req reqs[DLOCK_SERVERS_MAX];
     memset(reqs, 0, sizeof reqs);
 
@@ -367,14 +371,10 @@ static void take_pong(const redisReply *r, dlock_server_facts *f)
 
 int dlock_ping(dlock_client *c, dlock_server_facts *out, int n)
 {
-    int rc = begin(c, out, n);
+    dlock__connset *set;
+    int rc = begin(c, out, n, &set);
     if (rc != DLOCK_OK)
         return rc;
-    /* The pooled connections, as a lock's round uses them: their handshake (TLS, AUTH,
-     * SELECT) is what fails when a lock would fail for the same reason. */
-    dlock__connset *set = dlock__connset_get(c);
-    if (set == NULL)
-        return dlock__fail(DLOCK_ERR_NOMEM, "out of memory");
     dlock__req reqs[DLOCK_SERVERS_MAX];
     memset(reqs, 0, sizeof reqs);
     ask_all(c, set, reqs, PING_CMD, sizeof PING_CMD - 1, out);
