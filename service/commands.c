@@ -356,15 +356,15 @@ static void cmd_info(dd_conn *c, resp_arg *argv, size_t argc, dd_buf *out)
 }
 
 static const command commands[] = {
-    {"lock", -2, false, false, dd_cmd_lock},     {"unlock", 3, false, false, dd_cmd_unlock},
-    {"extend", 4, false, false, dd_cmd_extend},  {"lockinfo", 2, false, false, dd_cmd_lockinfo},
-    {"locks", -1, false, false, dd_cmd_locks},   {"break", -2, false, true, dd_cmd_break},
-    {"sem", -2, false, false, dd_cmd_sem},       {"stock", -2, false, false, dd_cmd_stock},
-    {"ping", -1, false, false, cmd_ping},        {"echo", 2, false, false, cmd_echo},
-    {"quit", -1, true, false, cmd_quit},         {"auth", -2, true, false, cmd_auth},
-    {"hello", -1, true, false, cmd_hello},       {"select", 2, false, false, cmd_select},
-    {"client", -2, false, false, dd_cmd_client}, {"command", -1, false, false, cmd_command},
-    {"info", -1, false, false, cmd_info},
+    {"lock", -2, false, false, dd_cmd_lock},    {"unlock", 3, false, false, dd_cmd_unlock},
+    {"extend", 4, false, false, dd_cmd_extend}, {"lockinfo", 2, false, false, dd_cmd_lockinfo},
+    {"check", 3, false, false, dd_cmd_check},   {"locks", -1, false, false, dd_cmd_locks},
+    {"break", -2, false, true, dd_cmd_break},   {"sem", -2, false, false, dd_cmd_sem},
+    {"stock", -2, false, false, dd_cmd_stock},  {"ping", -1, false, false, cmd_ping},
+    {"echo", 2, false, false, cmd_echo},        {"quit", -1, true, false, cmd_quit},
+    {"auth", -2, true, false, cmd_auth},        {"hello", -1, true, false, cmd_hello},
+    {"select", 2, false, false, cmd_select},    {"client", -2, false, false, dd_cmd_client},
+    {"command", -1, false, false, cmd_command}, {"info", -1, false, false, cmd_info},
 };
 
 /* "-ERR unknown command 'X', with args beginning with: 'a' 'b' ", as Redis words it,

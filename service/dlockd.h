@@ -25,7 +25,7 @@
  *   locks.c     LOCK and the session locks (permits too); a closing connection's
  *               release
  *   sem.c       SEM ACQUIRE and SEM RELEASE: semaphore permits as locks
- *   unlock.c    UNLOCK (a release in steps), EXTEND, LOCKINFO
+ *   unlock.c    UNLOCK (a release in steps), EXTEND, CHECK, LOCKINFO
  *   operators.c LOCKS (every held name) and BREAK (the user admin's), for operators
  *   stock.c     STOCK: a SKU's stock and its leased reservations
  *   loss.c      a session lock lost or held past MAXHOLD: logged, and its connection
@@ -524,6 +524,8 @@ void dd_cmd_unlock(dd_conn *c, resp_arg *argv, size_t argc, dd_buf *out);
 void dd_unlock(dd_conn *c, const resp_arg *name, const resp_arg *token, const char *what,
                dd_buf *out);
 void dd_cmd_extend(dd_conn *c, resp_arg *argv, size_t argc, dd_buf *out);
+/* CHECK name token: 1 when the token holds the name on a quorum, 0 when not; read-only. */
+void dd_cmd_check(dd_conn *c, resp_arg *argv, size_t argc, dd_buf *out);
 void dd_cmd_lockinfo(dd_conn *c, resp_arg *argv, size_t argc, dd_buf *out);
 
 /* ---- operators.c -------------------------------------------------------------------- */

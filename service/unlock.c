@@ -1,24 +1,29 @@
 /*
- * unlock.c: UNLOCK, a release in steps (park.c), and EXTEND and LOCKINFO, each one job
- * on the pool.
+ * unlock.c: UNLOCK, a release in steps (park.c), and EXTEND, CHECK and LOCKINFO, each
+ * one job on the pool.
  *
  * LOCKINFO names who holds a name: the holder description each holder's lock carries
  * (for a lock taken through dlockd, the client's label or name, its address, and the
  * dlockd), every shared holder's for a name held shared or a semaphore's permits.
  *
- * UNLOCK and EXTEND work on a name and a token, on a lock or a semaphore's permit
- * alike (SEM RELEASE is UNLOCK). When the name and token are one of this connection's
- * session locks, they use its handle (a release also stops its renewal; an extend
- * also sets the renewal's ttl); otherwise a handle is adopted for the call
- * (dlock_lock_adopt), so that a lock taken by another connection, another dlockd or
- * `dlock acquire` can be released or extended here.
+ * UNLOCK, EXTEND and CHECK work on a name and a token, on a lock or a semaphore's
+ * permit alike (SEM RELEASE is UNLOCK). When the name and token are one of this
+ * connection's session locks, they use its handle (a release also stops its renewal;
+ * an extend also sets the renewal's ttl; a check that finds it lost stops its renewal
+ * too); otherwise a handle is adopted for the call (dlock_lock_adopt), so that a lock
+ * taken by another connection, another dlockd or `dlock acquire` can be released,
+ * extended or checked here.
+ *
+ * CHECK only asks (dlock_check): it neither renews the lease nor releases the lock, so
+ * that a client can ask whether its token still holds a name (an isHeld()) as often as
+ * it likes without keeping a forgotten lock alive.
  */
 #include "dlockd.h"
 
 #include <stdlib.h>
 #include <string.h>
 
-/* ---- UNLOCK and EXTEND -------------------------------------------------------------- */
+/* ---- UNLOCK, EXTEND and CHECK ------------------------------------------------------- */
 
 /* 1, 0 (not held with that token: lost, expired, another holder's), or an error. */
 static void reply_held(dd_job *j, int rc)
@@ -118,22 +123,37 @@ void dd_cmd_unlock(dd_conn *c, resp_arg *argv, size_t argc, dd_buf *out)
     dd_unlock(c, &argv[1], &argv[2], "lock name", out);
 }
 
-static void extend_work(dd_job *j)
+/* EXTEND's and CHECK's work, op: on the session's handle when the token is one of this
+ * connection's session locks (so that an extend goes on in its renewal, and a lock found
+ * lost is renewed no more), else on a handle borrowed for the call, which keeps the lock
+ * on the servers whatever the answer. */
+static void on_held(dd_job *j, int (*op)(dlock_lock *l, const dd_job *j))
 {
     if (j->sess != NULL) {
-        /* On the session's handle, so that renewal goes on with the new ttl. */
-        j->rc = dlock_extend(j->sess->lock, j->ttl_ms);
+        j->rc = op(j->sess->lock, j);
         reply_held(j, j->rc);
         return;
     }
     dlock_lock *l;
     int rc = dlock_lock_adopt(dd_srv.client, j->name, j->token, &l);
     if (rc == DLOCK_OK) {
-        rc = dlock_extend(l, j->ttl_ms);
-        /* Keep the lock whatever the answer: the handle was only borrowed. */
+        rc = op(l, j);
+        /* The reply before the detach, which clears this thread's error detail. */
+        reply_held(j, rc);
         dlock_lock_detach(l);
+        return;
     }
     reply_held(j, rc);
+}
+
+static int extend_op(dlock_lock *l, const dd_job *j)
+{
+    return dlock_extend(l, j->ttl_ms);
+}
+
+static void extend_work(dd_job *j)
+{
+    on_held(j, extend_op);
 }
 
 static void simple_done(dd_job *j)
@@ -142,7 +162,8 @@ static void simple_done(dd_job *j)
     dd_job_free(j);
 }
 
-static void extend_done(dd_job *j)
+/* EXTEND's and CHECK's end. */
+static void held_done(dd_job *j)
 {
     /* A session lock found lost stops blocking a new LOCK of its name. */
     if (j->sess != NULL && j->rc == DLOCK_ERR_LOST)
@@ -170,7 +191,31 @@ void dd_cmd_extend(dd_conn *c, resp_arg *argv, size_t argc, dd_buf *out)
         return;
     }
     j->work = extend_work;
-    j->done = extend_done;
+    j->done = held_done;
+    dd_job_queue(j);
+}
+
+static int check_op(dlock_lock *l, const dd_job *j)
+{
+    (void)j;
+    return dlock_check(l);
+}
+
+static void check_work(dd_job *j)
+{
+    on_held(j, check_op);
+}
+
+void dd_cmd_check(dd_conn *c, resp_arg *argv, size_t argc, dd_buf *out)
+{
+    (void)argc;
+    dd_job *j = name_token_job(c, &argv[1], &argv[2], "lock name", out);
+    if (j == NULL)
+        return;
+    /* stays listed: the connection is busy until the job is done */
+    j->sess = dd_session_find(c, argv[1].p, argv[1].len, j->token);
+    j->work = check_work;
+    j->done = held_done;
     dd_job_queue(j);
 }
 

@@ -1,7 +1,7 @@
 /*
  * test_dlockd_locks.c: the lock commands of dlockd against real redis-servers: LOCK's
  * reply and the keys behind it, session locks (renewed while the connection lives,
- * released when it closes), DETACHED leases, UNLOCK and EXTEND, LOCKINFO, waiting
+ * released when it closes), DETACHED leases, UNLOCK and EXTEND, CHECK, LOCKINFO, waiting
  * (served by an UNLOCK, a waiter that leaves), fences, servers down, and dlockd's own
  * SIGTERM and SIGKILL.
  */
@@ -132,6 +132,81 @@ static void test_extend_and_lockinfo(void **state)
     redisFree(c);
     redisFree(b);
     redisFree(a);
+}
+
+/* LOCKINFO's remaining_ms of name. */
+static long long remaining_ms(redisContext *c, const char *name)
+{
+    redisReply *r = dt_cmd(c, "LOCKINFO %s", name);
+    assert_int_equal(r->type, REDIS_REPLY_ARRAY);
+    assert_true(r->elements >= 6);
+    assert_string_equal(r->element[4]->str, "remaining_ms");
+    long long ms = r->element[5]->integer;
+    freeReplyObject(r);
+    return ms;
+}
+
+/* CHECK says whether a token holds a name, from any connection, and changes nothing. */
+static void test_check(void **state)
+{
+    (void)state;
+    redisContext *a = dt_connect(&dt_one), *b = dt_connect(&dt_one);
+    const char *other = "0123456789abcdef0123456789abcdef";
+    dt_lock l;
+    dt_expect_lock(dt_cmd(a, "LOCK chk"), &l);
+    dt_expect_int(dt_cmd(a, "CHECK chk %s", l.token), 1); /* a's session lock, its handle */
+    dt_expect_int(dt_cmd(b, "CHECK chk %s", l.token), 1); /* adopted by b */
+    dt_expect_int(dt_cmd(b, "CHECK chk %s", other), 0);
+    it_expect_holder(&it_srv, "chk", l.token);
+    dt_expect_int(dt_cmd(a, "UNLOCK chk %s", l.token), 1);
+    dt_expect_int(dt_cmd(a, "CHECK chk %s", l.token), 0);
+    dt_expect_int(dt_cmd(b, "CHECK chk %s", l.token), 0);
+
+    /* Bad arguments, as UNLOCK's: the form of the token, the name, the arity. */
+    dt_expect_error(dt_cmd(a, "CHECK chk shorttoken"), "ERR a token is");
+    dt_expect_error(dt_cmd(a, "CHECK chk 0123456789ABCDEF0123456789ABCDEF"),
+                    "ERR invalid argument");
+    dt_expect_error(dt_cmd(a, "CHECK chk 0123456789abcdef0123456789abcdez"),
+                    "ERR invalid argument");
+    dt_expect_error(dt_cmd(a, "CHECK %b %s", "a\0b", (size_t)3, other), "ERR lock name must not");
+    dt_expect_error(dt_cmd(a, "CHECK chk"), "ERR wrong number of arguments for 'check'");
+    dt_expect_error(dt_cmd(a, "CHECK chk %s 1000", other), "ERR wrong number of arguments");
+
+    /* A DETACHED lock is held until its TTL runs out, and a CHECK renews nothing. */
+    long long ttl = 200 * dh_slack();
+    dt_expect_lock(dt_cmd(a, "LOCK chk-det TTL %lld DETACHED", ttl), &l);
+    dt_expect_int(dt_cmd(b, "CHECK chk-det %s", l.token), 1);
+    dt_wait_key_gone("chk-det", ttl + 500 * dh_slack());
+    dt_expect_int(dt_cmd(b, "CHECK chk-det %s", l.token), 0);
+    dt_expect_lock(dt_cmd(a, "LOCK chk-lease TTL 30000 DETACHED"), &l);
+    dh_sleep_ms(300);
+    long long before = remaining_ms(a, "chk-lease");
+    dt_expect_int(dt_cmd(a, "CHECK chk-lease %s", l.token), 1);
+    dt_expect_int(dt_cmd(b, "CHECK chk-lease %s", l.token), 1);
+    long long after = remaining_ms(a, "chk-lease");
+    assert_true(after > 0 && after <= before && before < 29800);
+    dt_expect_int(dt_cmd(a, "UNLOCK chk-lease %s", l.token), 1);
+
+    /* A semaphore permit, by its token. */
+    dt_expect_lock(dt_cmd(a, "SEM ACQUIRE chk-sem 2"), &l);
+    dt_expect_int(dt_cmd(a, "CHECK chk-sem %s", l.token), 1);
+    dt_expect_int(dt_cmd(b, "CHECK chk-sem %s", l.token), 1);
+    dt_expect_int(dt_cmd(b, "CHECK chk-sem %s", other), 0);
+    dt_expect_int(dt_cmd(b, "SEM RELEASE chk-sem %s", l.token), 1);
+    dt_expect_int(dt_cmd(a, "CHECK chk-sem %s", l.token), 0);
+
+    /* A session lock gone from the servers: CHECK finds it lost, which frees its
+     * connection to LOCK the name again. */
+    dt_expect_lock(dt_cmd(a, "LOCK chk-lost"), &l);
+    char key[256];
+    it_key(key, sizeof key, "chk-lost");
+    it_del(&it_srv, key);
+    dt_expect_int(dt_cmd(a, "CHECK chk-lost %s", l.token), 0);
+    dt_lock l2;
+    dt_expect_lock(dt_cmd(a, "LOCK chk-lost"), &l2);
+    dt_expect_int(dt_cmd(a, "UNLOCK chk-lost %s", l2.token), 1);
+    redisFree(a);
+    redisFree(b);
 }
 
 /* Session locks end with their connection; DETACHED ones do not. */
@@ -467,6 +542,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_lock_unlock),
         cmocka_unit_test(test_extend_and_lockinfo),
+        cmocka_unit_test(test_check),
         cmocka_unit_test(test_session_and_detached),
         cmocka_unit_test(test_renewal),
         cmocka_unit_test(test_wait),
