@@ -5,7 +5,8 @@
 #   tools/ensure-deps.sh [GROUP...]        no GROUP: build
 #
 #   build     compile the library, dlock, dlockd, dlock-bench and the examples (`make`)
-#   demo      run `make demo` and dlock-bench: redis-server, redis-benchmark, php with phpredis
+#   demo      run `make demo` and dlock-bench: redis-server, redis-benchmark, php with
+#             phpredis, and predis (dlock-bench's W5/php-package-predis)
 #   test      build and run every test (`make tests`, `make test`): build and demo, and the
 #             test harness's tools, and the npm packages of the client tests
 #             (tests/service/clients/node: ioredis, at the exact version its
@@ -37,8 +38,8 @@ add_build() {
 }
 add_demo() {
   # redis-benchmark (the bench's baseline) and redis-cli come with redis-tools; the PHP
-  # buyers of the demo and of W5 use phpredis.
-  pkgs+=(redis-server redis-tools php-cli php-redis)
+  # buyers of the demo and of W5 use phpredis, and W5/php-package-predis predis.
+  pkgs+=(redis-server redis-tools php-cli php-redis php-predis)
 }
 for group in "${groups[@]}"; do
   case "$group" in
@@ -68,6 +69,9 @@ for group in "${groups[@]}"; do
     # (test_dlockd_php): php-fpm runs one, and cgi-fcgi from libfcgi-bin sends it
     # FastCGI requests as a web server would.
     pkgs+=(php-fpm libfcgi-bin)
+    # The PHP package's tests (clients/php): PHPUnit, and the predis client and Symfony
+    # Lock it works with, all from Debian.
+    pkgs+=(phpunit php-predis php-symfony-lock)
     # Node for the ioredis client test. A machine with node and npm (Debian's, or
     # another build on PATH) keeps them: Debian's npm would not install beside another
     # nodejs.

@@ -10,8 +10,9 @@
 // 127.0.0.1:6379) with the lock's fence: RPUSH JOB:steps "fence pid step". Replace
 // job_step() with the real work.
 //
-// LOCK without WAIT tries once: a machine that comes second has nothing to wait for.
-// The lock is a session lock: dlockd renews it while this process's connection is
+// The lock comes from dlockd through the dlock package (clients/php). Without a wait
+// it is tried once: a machine that comes second has nothing to wait for. The lock is a
+// session lock: dlockd renews it while this process's connection is
 // open, however long the job runs, and releases it when the connection closes. So the
 // job holds it exactly as long as this process lives: a run that dies (an exception,
 // a SIGKILL, the OOM killer, a reboot of the machine) frees it for the next run at
@@ -22,6 +23,9 @@
 // an alert (with one line on stderr that says why).
 
 const EXIT_TEMPFAIL = 75;
+
+// The lock client (with Composer, its autoloader loads it instead).
+require __DIR__ . '/../../clients/php/autoload.php';
 
 function address(string $s, int $default_port): array
 {
@@ -73,39 +77,28 @@ $steps = (int)$opts['steps'];
 $step_ms = (int)$opts['step-ms'];
 $job = $jobs[0] ?? 'nightly-report';
 
-$lockd = new Redis();
+[$host, $port] = address($dlockd, 7379);
 try {
-    [$host, $port] = address($dlockd, 7379);
-    $lockd->connect($host, $port, 2.0);
-    // Try once: the reply comes at once, a short read timeout is enough.
-    $lockd->setOption(Redis::OPT_READ_TIMEOUT, 5.0);
-    $lockd->clearLastError();
-    $lock = $lockd->rawCommand('LOCK', $job, 'TTL', '60000', 'LABEL', 'cron ' . gethostname());
-} catch (RedisException $e) {
-    // dlockd refused the connection or dropped it, or answered an error reply that
-    // phpredis throws for: -UNAVAILABLE (the one lock server failed), -NOAUTH, ...
+    $dlock = Dlock\Client::connect(($port === 0 ? "dlockd+unix://$host" : "dlockd://$host:$port") . '?timeout=5');
+    $lock = $dlock->lock($job, ttlMs: 60000, label: 'cron ' . gethostname());
+} catch (Dlock\Exception $e) {
+    // dlockd refused the connection or dropped it (Dlock\Unavailable), its lock servers
+    // could not decide (Dlock\NoQuorum, an Unavailable: nobody can tell whether another
+    // machine runs the job), or a mistake in the setup (a password: Dlock\AuthFailed).
     fwrite(STDERR, "$job: dlockd at $dlockd: {$e->getMessage()}; job not run\n");
-    exit(EXIT_TEMPFAIL);
+    exit($e instanceof Dlock\Unavailable ? EXIT_TEMPFAIL : 1);
 }
-if ($lock === false) {
-    $err = $lockd->getLastError();
-    if ($err === null) {
-        exit(0); // another machine runs it: nothing to do, nothing to say
-    }
-    // phpredis returns false for -ERR and -NOQUORUM replies (and throws for the others,
-    // above). -NOQUORUM: nobody can tell whether another machine runs the job.
-    fwrite(STDERR, "$job: $err; job not run\n");
-    exit(strncmp($err, 'ERR', 3) == 0 ? 1 : EXIT_TEMPFAIL);
+if ($lock === null) {
+    exit(0); // another machine runs it: nothing to do, nothing to say
 }
-[$token, $fence] = $lock;
-printf("%s: running here (fence %d)\n", $job, $fence);
+printf("%s: running here (fence %d)\n", $job, $lock->fence);
 
 [$host, $port] = address($redis, 6379);
 $out = new Redis();
 try {
     $out->connect($host, $port, 2.0);
     for ($step = 1; $step <= $steps; $step++) {
-        job_step($out, $job, $fence, $step, $step_ms);
+        job_step($out, $job, $lock->fence, $step, $step_ms);
     }
 } catch (RedisException $e) {
     fwrite(STDERR, "$job: failed: {$e->getMessage()}\n");
@@ -113,12 +106,12 @@ try {
 }
 // Not needed (the end of the process closes the connection, which releases the lock),
 // but it lets the next run in before this process has finished exiting. The job ran:
-// an UNLOCK that fails (dlockd or its lock server gone meanwhile) is worth a line, not
+// a release that fails (dlockd or its lock server gone meanwhile) is worth a line, not
 // a failed run, since the lock ends with the connection or its lease all the same.
 try {
-    $lockd->rawCommand('UNLOCK', $job, $token);
-} catch (RedisException $e) {
-    fwrite(STDERR, "$job: UNLOCK: {$e->getMessage()}; " .
+    $lock->release();
+} catch (Dlock\Exception $e) {
+    fwrite(STDERR, "$job: release: {$e->getMessage()}; " .
         "the lock ends with this connection (or its lease)\n");
 }
 printf("%s: done\n", $job);

@@ -15,9 +15,11 @@
 // that finds at most N units left), --killed-at US (report: the wall-clock time, in
 // microseconds, a holder was killed: how long the lock took to pass on).
 //
-// Each purchase is what one web request of the shop would do:
+// Each purchase is what one web request of the shop would do, through the dlock
+// package (clients/php):
 //
-//     LOCK sale:ITEM WAIT ms -> GET stock:ITEM -> if > 0: SET stock - 1 -> UNLOCK (finally)
+//     $dlock->synchronized('sale:ITEM', fn: GET stock:ITEM -> if > 0: SET stock - 1,
+//                          waitMs: WAIT)
 //
 // GET then SET is a read-modify-write: two buyers without the lock would read the same
 // stock and both sell that unit. Every critical section also appends one line to the
@@ -25,10 +27,12 @@
 // `report` can check afterwards what the lock promises: sold == stock, nothing oversold,
 // no unit sold twice, sections that never overlap, fences that strictly increase.
 //
-// The lock is a session lock (LOCK without DETACHED): dlockd renews it while this
+// The lock is a session lock (the package's default): dlockd renews it while this
 // process's connection is open and releases it the moment the connection closes, so a
 // buyer that dies inside its critical section (a fatal error, a SIGKILL, an OOM kill)
-// frees the lock at once instead of making everyone wait for its lease to end.
+// frees the lock at once instead of making everyone wait for its lease to end. On a
+// PHP-FPM worker's persistent connection the package's shutdown function releases it
+// at the end of the request, however the request ends.
 //
 // Exit status: 0 done (buy: sold out; report: every check passed), 1 a check failed or
 // a call failed, 2 usage, 75 dlockd, a lock server or the shop's Redis unavailable (try
@@ -63,11 +67,6 @@ function now_us(): int
 }
 
 // A connection to $what at $addr, or exit 75: the sale cannot go on without it.
-// connect(), not pconnect(): the connection, and with it any session lock, ends with
-// this process however it ends. A persistent connection would outlive the request and
-// keep a lock that the request's `finally` did not release (a fatal error skips
-// `finally` blocks): docs/service.md, "PHP-FPM and persistent connections", says what
-// to do there.
 function connect_to(string $what, string $addr, int $default_port): Redis
 {
     [$host, $port] = address($addr, $default_port);
@@ -81,13 +80,23 @@ function connect_to(string $what, string $addr, int $default_port): Redis
     return $r;
 }
 
-function dlockd_connect(array $o): Redis
+// The lock client (clients/php, the dlock/dlock package; with Composer, its autoloader
+// loads it instead). Client::connect() picks phpredis.
+require __DIR__ . '/../../clients/php/autoload.php';
+
+function dlockd_connect(array $o): Dlock\Client
 {
-    $r = connect_to('dlockd', $o['dlockd'], 7379);
-    // A waiting LOCK answers only when it is served or WAIT runs out: a read timeout
-    // shorter than WAIT would drop the connection, and the wait with it.
-    $r->setOption(Redis::OPT_READ_TIMEOUT, $o['wait'] / 1000 + 5);
-    return $r;
+    [$host, $port] = address($o['dlockd'], 7379);
+    $url = $port === 0 ? "dlockd+unix://$host" : "dlockd://$host:$port";
+    try {
+        // connect(), not persistent: the connection, and with it any session lock,
+        // ends with this process however it ends. A waiting LOCK raises the read
+        // timeout by its WAIT for its own call; timeout=2 is for everything else.
+        return Dlock\Client::connect("$url?timeout=2");
+    } catch (Dlock\Exception $e) {
+        fwrite(STDERR, "flash_sale: dlockd at {$o['dlockd']}: {$e->getMessage()}\n");
+        exit(exit_status($e));
+    }
 }
 
 function shop_connect(array $o): Redis
@@ -95,89 +104,60 @@ function shop_connect(array $o): Redis
     return connect_to("the shop's Redis", $o['redis'], 6379);
 }
 
-// A lock command through rawCommand, or exit with a line on stderr. phpredis reports a
-// failed call in two ways: an -ERR or -NOQUORUM reply returns false, and getLastError()
-// tells it from a nil; any other error reply (-UNAVAILABLE: the one lock server failed)
-// and a failed connection (dlockd gone, a read timeout) throw RedisException.
-function lock_call(Redis $r, string ...$args)
+// 75 (try later) when dlockd or the lock servers could not decide (Dlock\Unavailable,
+// and Dlock\NoQuorum, one of them); 1 for any other error (Dlock\AuthFailed, a
+// Dlock\CommandError: a mistake here or in the setup, which a retry would repeat).
+function exit_status(Dlock\Exception $e): int
 {
-    $r->clearLastError();
-    try {
-        $reply = $r->rawCommand(...$args);
-    } catch (RedisException $e) {
-        lock_failed($args, $e->getMessage());
-    }
-    $err = $r->getLastError();
-    if ($err !== null) {
-        lock_failed($args, $err);
-    }
-    return $reply;
-}
-
-function lock_failed(array $args, string $err): never
-{
-    fwrite(STDERR, "flash_sale: {$args[0]} {$args[1]}: $err\n");
-    exit(exit_status($err));
-}
-
-// 75 (try later) when the lock servers could not decide (-UNAVAILABLE, -NOQUORUM) or
-// the connection to dlockd failed (phpredis's own messages: "Connection lost", "socket
-// error on read socket", ...); 1 for any other error reply (-ERR, -NOAUTH, -WRONGPASS:
-// a mistake here or in the setup, which a retry would repeat). An error reply's text
-// starts with its code, a word in capitals; phpredis's own messages do not.
-function exit_status(string $err): int
-{
-    if (preg_match('/^([A-Z]+)( |$)/', $err, $m) !== 1) {
-        return EXIT_TEMPFAIL;
-    }
-    return in_array($m[1], ['UNAVAILABLE', 'NOQUORUM'], true) ? EXIT_TEMPFAIL : 1;
+    return $e instanceof Dlock\Unavailable ? EXIT_TEMPFAIL : 1;
 }
 
 // One purchase, as one request of the shop would make it. Returns true when a unit was
 // sold, false when the stock is gone, null when the lock did not come within WAIT (the
 // shop would answer "busy, try again").
-function buy_one(Redis $lockd, Redis $shop, array $o, ?int $stall_at): ?bool
+function buy_one(Dlock\Client $dlock, Redis $shop, array $o, ?int $stall_at): ?bool
 {
-    $lock = lock_call($lockd, 'LOCK', "sale:{$o['item']}", 'TTL', (string)$o['ttl'],
-        'WAIT', (string)$o['wait'], 'LABEL', 'php buyer ' . getmypid());
-    if ($lock === false) {
-        return null;
-    }
-    $acquired = now_us();
-    [$token, $fence] = $lock;
+    $item = $o['item'];
     try {
-        $left = (int)$shop->get("stock:{$o['item']}");
-        if ($stall_at !== null && $left <= $stall_at) {
-            // The demo kills this process here, holding the lock.
-            printf("HOLDING fence=%d pid=%d left=%d\n", $fence, getmypid(), $left);
-            fflush(STDOUT);
-            sleep(3600);
-        }
-        if ($left > 0) {
-            $shop->set("stock:{$o['item']}", $left - 1);
-        }
-        $unit = max($left, 0);
-        $shop->rPush("sales:{$o['item']}",
-            sprintf('%d %d %d %d %d', $unit, $fence, getmypid(), $acquired, now_us()));
-        return $left > 0;
-    } finally {
-        // Released whatever happened above. UNLOCK answers 0 when the lock was no
-        // longer ours (only if dlockd lost it: its renewal failed): worth a warning, as
-        // another buyer may have overlapped this one.
-        if (lock_call($lockd, 'UNLOCK', "sale:{$o['item']}", $token) !== 1) {
-            fwrite(STDERR, "flash_sale: the lock was lost before UNLOCK (fence $fence)\n");
-        }
+        // The lock is held while the function runs, and released however it ends
+        // (an exception, a fatal error: by the package's shutdown function).
+        return $dlock->synchronized("sale:$item", function (Dlock\Lock $lock) use ($shop, $item, $stall_at) {
+            $acquired = now_us();
+            $left = (int)$shop->get("stock:$item");
+            if ($stall_at !== null && $left <= $stall_at) {
+                // The demo kills this process here, holding the lock.
+                printf("HOLDING fence=%d pid=%d left=%d\n", $lock->fence, getmypid(), $left);
+                fflush(STDOUT);
+                sleep(3600);
+            }
+            if ($left > 0) {
+                $shop->set("stock:$item", $left - 1);
+            }
+            $shop->rPush("sales:$item",
+                sprintf('%d %d %d %d %d', max($left, 0), $lock->fence, getmypid(), $acquired, now_us()));
+            return $left > 0;
+        }, ttlMs: $o['ttl'], waitMs: $o['wait'], label: 'php buyer ' . getmypid());
+    } catch (Dlock\NotAcquired) {
+        return null;
+    } catch (Dlock\LockLost $e) {
+        // The section ran, but the lock was found gone at its end (dlockd's renewal
+        // failed): another buyer may have overlapped this one. report says so.
+        fwrite(STDERR, "flash_sale: {$e->getMessage()}\n");
+        return true;
+    } catch (Dlock\Exception $e) {
+        fwrite(STDERR, "flash_sale: sale:$item: {$e->getMessage()}\n");
+        exit(exit_status($e));
     }
 }
 
 function buy(array $o, ?int $stall_at): int
 {
-    $lockd = dlockd_connect($o);
+    $dlock = dlockd_connect($o);
     $shop = shop_connect($o);
     $sold = 0;
     $busy = 0;
     for (;;) {
-        $r = buy_one($lockd, $shop, $o, $stall_at);
+        $r = buy_one($dlock, $shop, $o, $stall_at);
         if ($r === false) {
             break;
         }
@@ -300,9 +280,9 @@ foreach (['wait', 'ttl'] as $k) {
         $o[$k] = (int)$opts[$k];
     }
 }
-// The lock calls handle their own failures (lock_call); what is left to catch here is
-// the shop's Redis failing mid-sale (a buyer's section, once its UNLOCK in `finally`
-// has run), which ends the run as its failure to connect would.
+// The lock calls handle their own failures (buy_one); what is left to catch here is
+// the shop's Redis failing mid-sale (a buyer's section, once its lock was released),
+// which ends the run as its failure to connect would.
 try {
     switch ($args[0] ?? '') {
         case 'stock':

@@ -1,0 +1,121 @@
+<?php
+
+declare(strict_types=1);
+
+namespace Dlock\Internal;
+
+use Dlock\Client;
+use Dlock\InvalidArgument;
+use Dlock\ProtocolError;
+
+/**
+ * The checks every argument gets before anything is sent, with dlockd's own limits, so
+ * that a bad one is an InvalidArgument that names it rather than a round trip and an
+ * `-ERR`; and the checks of dlockd's replies.
+ *
+ * @internal
+ */
+final class Args
+{
+    /** dlockd's limit on a lock name, a semaphore's or a SKU, in bytes. */
+    public const NAME_MAX = 4096;
+    /** The longest TTL, WAIT and lease dlockd takes, in ms (2^31 - 1). */
+    public const MS_MAX = 2147483647;
+    /** dlockd's limit on a quantity of stock. */
+    public const QTY_MAX = 1000000000000;
+
+    public static function name(string $name, string $what = 'lock name'): string
+    {
+        $len = strlen($name);
+        if ($len === 0 || $len > self::NAME_MAX) {
+            throw new InvalidArgument(
+                sprintf('dlock: %s must be 1 to %d bytes, not %d', $what, self::NAME_MAX, $len)
+            );
+        }
+        if (str_contains($name, "\0")) {
+            throw new InvalidArgument("dlock: $what must not contain a NUL byte");
+        }
+        return $name;
+    }
+
+    /** A TTL or a lease, in ms: 1 to MS_MAX (dlockd has its floors above 1). */
+    public static function ttl(int $ms, string $what = 'ttlMs'): string
+    {
+        if ($ms < 1 || $ms > self::MS_MAX) {
+            throw new InvalidArgument(sprintf('dlock: %s must be 1 to %d ms, not %d', $what, self::MS_MAX, $ms));
+        }
+        return (string) $ms;
+    }
+
+    /** A duration in ms from 0 to MS_MAX (MAXHOLD: 0 is "no limit"). */
+    public static function ms(int $ms, string $what): string
+    {
+        if ($ms < 0 || $ms > self::MS_MAX) {
+            throw new InvalidArgument(sprintf('dlock: %s must be 0 to %d ms, not %d', $what, self::MS_MAX, $ms));
+        }
+        return (string) $ms;
+    }
+
+    /**
+     * A wait in ms as dlockd's WAIT takes it: 0 (try once) to MS_MAX, and
+     * Client::FOREVER as -1. A negative wait is refused: it would read as "forever" to
+     * some and "not at all" to others.
+     */
+    public static function wait(int $ms): int
+    {
+        if ($ms === Client::FOREVER) {
+            return -1;
+        }
+        if ($ms < 0 || $ms > self::MS_MAX) {
+            throw new InvalidArgument(sprintf(
+                'dlock: waitMs must be 0 (try once) to %d ms, or Client::FOREVER; not %d',
+                self::MS_MAX,
+                $ms
+            ));
+        }
+        return $ms;
+    }
+
+    public static function qty(int $qty, string $what = 'qty'): string
+    {
+        if ($qty < 1 || $qty > self::QTY_MAX) {
+            throw new InvalidArgument(sprintf('dlock: %s must be 1 to %d, not %d', $what, self::QTY_MAX, $qty));
+        }
+        return (string) $qty;
+    }
+
+    public static function label(string $label): string
+    {
+        if (strlen($label) > 256) {
+            throw new InvalidArgument('dlock: label must be at most 256 bytes');
+        }
+        return $label;
+    }
+
+    /** A 1 or 0 reply as a bool. */
+    public static function bool(mixed $reply, string $command): bool
+    {
+        if ($reply !== 0 && $reply !== 1) {
+            throw new ProtocolError("dlockd: $command replied " . self::show($reply) . ', not 1 or 0');
+        }
+        return $reply === 1;
+    }
+
+    /** A flat array of field/value pairs (LOCKINFO, STOCK's state) as an array. */
+    public static function map(mixed $reply, string $command): array
+    {
+        if (!is_array($reply) || count($reply) % 2 !== 0) {
+            throw new ProtocolError("dlockd: $command replied " . self::show($reply) . ', not field/value pairs');
+        }
+        $out = [];
+        for ($i = 0; $i < count($reply); $i += 2) {
+            $out[(string) $reply[$i]] = $reply[$i + 1];
+        }
+        return $out;
+    }
+
+    public static function show(mixed $reply): string
+    {
+        return substr(var_export($reply, true), 0, 200);
+    }
+}
