@@ -23,6 +23,8 @@
  *   service.c    W6 (W1 through dlockd)
  *                and W5's PHP sale (php-cli buyers, bench/php/buyer.php) with the
  *                usual PHP recipe and through dlockd
+ *   phpcycles.c  W5/php-raw and W5/php-package: lock + unlock cycles from one php
+ *                process (bench/php/cycles.php), raw and through the PHP package
  * W4's emulated network is the fault suite's relay (tests/support/relay.h), delaying.
  *
  * Everything but the relays and the workers runs on the main thread.
@@ -77,6 +79,7 @@ typedef struct bench_opts {
     int w5_buyers;        /* 50 */
     int php_buyers;       /* W5/php-*: php processes, 20 */
     int php_delay_ms;     /* W5/php-*: also through relays of D ms each way (0: not) */
+    long php_cycles;      /* W5/php-raw and W5/php-package: cycles per round, 2000 */
     const char *dlockd;   /* --dlockd PATH, or NULL: $DLOCKD, else next to dlock-bench */
     int nodes;            /* servers for W1, W2, W3 and the W5 lock ways (1) */
     long requests;        /* redis-benchmark -n */
@@ -382,8 +385,19 @@ int run_w5(bench_ctx *ctx);
  * that keeps no such count). 0, or -1 after bench_fail. */
 int w5_outcome(bench_ctx *ctx, const char *label, long stock, long purchases, long retries,
                double sellout_ms, long long left, const long long *sold);
-/* W5/php-recipe and W5/php-dlockd (service.c), run at the end of W5. */
+/* W5/php-recipe and W5/php-dlockd (service.c), run at the end of W5, then
+ * run_w5_php_cycles. */
 int run_w5_php(bench_ctx *ctx);
+/* The directory of the bench's PHP scripts: $DLOCK_BENCH_PHP_DIR, else the source
+ * tree's bench/php. The string is static or the environment's. */
+const char *php_dir(void);
+/* "exit status N" or "killed by signal N", from a wait status, into out. */
+void describe_status(int st, char *out, size_t n);
+/* Read fd to its end, or until len - 1 bytes, into buf, NUL-terminated. */
+void read_all(int fd, char *buf, size_t len);
+/* W5/php-raw and W5/php-package, then their -predis twins (phpcycles.c), with the
+ * php found by run_w5_php. 0, or -1 after bench_fail. */
+int run_w5_php_cycles(bench_ctx *ctx, const char *php);
 /* W6 (service.c): W1 through dlockd, right after W1; W6/detached; W6/metrics through
  * the second dlockd, with --metrics-port. */
 int run_w6(bench_ctx *ctx);

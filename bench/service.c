@@ -24,6 +24,10 @@
  *       --php-delay-ms D the pair runs again with the buyers reaching Redis and dlockd
  *       through relays that delay D ms each way (W5/php-recipe/dDms, W5/php-dlockd/dDms):
  *       buyers across a network from their servers, dlockd beside Redis.
+ *   W5/php-raw, W5/php-package (and -predis)  one php process per Redis client
+ *       alternating rounds of LOCK + UNLOCK sent raw and through the PHP package
+ *       (clients/php) on one connection to dlockd: what the package adds to a cycle
+ *       (phpcycles.c, run after the direct sale pair).
  */
 #include "bench.h"
 #include "relay.h"
@@ -196,16 +200,16 @@ typedef struct php_buyer {
     bool reaped;
 } php_buyer;
 
-/* The directory of buyer.php: $DLOCK_BENCH_PHP_DIR, else the source tree's bench/php
- * (the bench runs from a build tree; it is not installed). */
-static const char *php_dir(void)
+/* The directory of buyer.php and cycles.php: $DLOCK_BENCH_PHP_DIR, else the source
+ * tree's bench/php (the bench runs from a build tree; it is not installed). */
+const char *php_dir(void)
 {
     const char *env = getenv("DLOCK_BENCH_PHP_DIR");
     return env != NULL && env[0] != '\0' ? env : DLOCK_BENCH_PHP_DIR;
 }
 
 /* "exit status N" or "killed by signal N", from a wait status. */
-static void describe_status(int st, char *out, size_t n)
+void describe_status(int st, char *out, size_t n)
 {
     if (WIFEXITED(st))
         snprintf(out, n, "exit status %d", WEXITSTATUS(st));
@@ -215,8 +219,8 @@ static void describe_status(int st, char *out, size_t n)
         snprintf(out, n, "wait status %d", st);
 }
 
-/* Everything a buyer printed (one line), NUL-terminated. */
-static void read_all(int fd, char *buf, size_t len)
+/* Everything a php process printed (up to len - 1 bytes), NUL-terminated. */
+void read_all(int fd, char *buf, size_t len)
 {
     size_t got = 0;
     while (got < len - 1) {
@@ -463,6 +467,10 @@ int run_w5_php(bench_ctx *ctx)
     php_route direct = {.host = s->host, .port = s->port};
     direct.dport = ctx->dlockd != NULL ? ctx->dlockd->port : 0;
     int rc = php_pair(ctx, php, &direct, admin);
+    /* The package's cost per cycle, on the direct route: through a relay its delay
+     * would be most of a cycle. */
+    if (run_w5_php_cycles(ctx, php) != 0)
+        rc = -1;
     int d = ctx->opt->php_delay_ms;
     if (d > 0) {
         php_route net = {.delay_ms = d, .host = "127.0.0.1"};
