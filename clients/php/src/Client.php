@@ -4,9 +4,9 @@ declare(strict_types=1);
 
 namespace Dlock;
 
-use Dlock\Connection\Connection;
-use Dlock\Connection\PhpRedisConnection;
-use Dlock\Connection\PredisConnection;
+use Dlock\Internal\Connection;
+use Dlock\Internal\PhpRedisConnection;
+use Dlock\Internal\PredisConnection;
 use Dlock\Internal\Acquire;
 use Dlock\Internal\Args;
 use Dlock\Internal\Url;
@@ -34,23 +34,31 @@ final class Client
     private Connection $conn;
 
     /**
-     * @param \Redis|\Predis\ClientInterface $redis     connected (or to be connected, for
-     *                                                  predis) to dlockd, authenticated
-     * @param int|null                       $maxHoldMs the default MAXHOLD of session
-     *                                                  locks: dlockd releases one held
-     *                                                  longer (and closes its connection)
-     *                                                  however often renewed; null:
-     *                                                  dlockd's --max-hold
+     * @param \Redis|\Predis\Client $redis     connected (or to be connected, for predis)
+     *                                        to dlockd, and authenticated
+     * @param int|null             $maxHoldMs the default MAXHOLD of session locks: dlockd
+     *                                        releases one held longer (and closes its
+     *                                        connection) however often renewed; null:
+     *                                        dlockd's --max-hold
+     * @param string|null          $label     the default label of this client's locks:
+     *                                        who holds them, as operators see it
+     *                                        (LOCKS, LOCKINFO, `dlock list`)
      */
-    public function __construct(object $redis, private ?int $maxHoldMs = null)
+    public function __construct(object $redis, private ?int $maxHoldMs = null, private ?string $label = null)
     {
+        if ($maxHoldMs !== null) {
+            Args::ms($maxHoldMs, 'maxHoldMs');
+        }
+        if ($label !== null) {
+            Args::label($label);
+        }
         if ($redis instanceof \Redis) {
             $this->conn = new PhpRedisConnection($redis);
-        } elseif ($redis instanceof \Predis\ClientInterface) {
+        } elseif ($redis instanceof \Predis\Client) {
             $this->conn = new PredisConnection($redis);
         } else {
             throw new InvalidArgument(
-                'dlock: Client takes a phpredis \Redis or a Predis\ClientInterface, not ' . get_class($redis)
+                'dlock: Client takes a phpredis \Redis or a Predis\Client, not ' . get_class($redis)
             );
         }
     }
@@ -60,20 +68,25 @@ final class Client
      * `dlockd://[:PASSWORD@]HOST[:PORT][?OPTIONS]` (port 7379 by default),
      * `dlockds://...` over TLS, or `dlockd+unix:///PATH[?OPTIONS]`. OPTIONS:
      * `timeout` (connect and reply timeout in seconds, default 5), `persistent=1`
-     * (a PHP-FPM worker's connection kept across requests), `name` (CLIENT SETNAME:
-     * names this client's locks to operators), `maxhold` (ms, as the constructor's),
-     * `cafile` (dlockds: the CA that signed dlockd's certificate), `client=phpredis` or
-     * `predis` (default: phpredis when the extension is loaded).
+     * (a PHP-FPM worker's connection kept across requests), `name` (the connection's
+     * name, CLIENT SETNAME, and the default label of its locks: who holds them, to
+     * operators), `maxhold` (ms, as the constructor's), `cafile`, `cert` and `key`
+     * (dlockds: the CA that signed dlockd's certificate, and this client's certificate
+     * and key), `client=phpredis` or `predis` (default: phpredis when the extension is
+     * loaded). The user in `dlockd://USER:PASSWORD@...` is `default` (the same as none)
+     * or `admin`.
      *
      * Throws Unavailable when dlockd cannot be reached, AuthFailed when it refuses the
-     * password.
+     * password, CommandError when it refuses the name, InvalidArgument for a URL it
+     * does not take.
      */
     public static function connect(string $url): self
     {
         $u = Url::parse($url);
         return new self(
             $u->client === 'predis' ? $u->predis() : $u->phpredis(),
-            $u->maxHoldMs
+            $u->maxHoldMs,
+            $u->name
         );
     }
 
@@ -104,7 +117,6 @@ final class Client
         ?int $maxHoldMs = null,
         ?string $label = null,
     ): ?Lock {
-        $maxHoldMs ??= $detached ? null : $this->maxHoldMs;
         return Acquire::lock(
             $this->conn,
             $name,
@@ -114,8 +126,8 @@ final class Client
             $shared,
             $fair,
             $detached,
-            $maxHoldMs,
-            $label
+            $maxHoldMs ?? ($detached ? null : $this->maxHoldMs),
+            $label ?? $this->label
         );
     }
 
@@ -147,7 +159,7 @@ final class Client
     /** The semaphore $name of $permits permits (every user of a name passes the same). */
     public function semaphore(string $name, int $permits): Semaphore
     {
-        return new Semaphore($this->conn, Args::name($name, 'semaphore name'), $permits, $this->maxHoldMs);
+        return new Semaphore($this->conn, Args::name($name, 'semaphore name'), $permits, $this->maxHoldMs, $this->label);
     }
 
     /** The stock of the SKU $sku, sold through reservations with a lease. */
@@ -175,14 +187,14 @@ final class Client
 
     /**
      * A detached lock taken elsewhere (another request, another process), by its name
-     * and token: to release or extend it here.
+     * and token: to release, extend or check it here. $fence: the one its grant gave,
+     * if the caller kept it (0: unknown).
      */
-    public function adopt(string $name, string $token): Lock
+    public function adopt(string $name, string $token, int $fence = 0): Lock
     {
         if (preg_match('/^[0-9a-f]{32}$/', $token) !== 1) {
             throw new InvalidArgument('dlock: a token is 32 lowercase hex characters');
         }
-        return new Lock($this->conn, Args::name($name), $token, 0, 0, true);
+        return new Lock($this->conn, Args::name($name), $token, $fence, 0, true);
     }
-
 }

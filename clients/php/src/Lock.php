@@ -4,7 +4,7 @@ declare(strict_types=1);
 
 namespace Dlock;
 
-use Dlock\Connection\Connection;
+use Dlock\Internal\Connection;
 use Dlock\Internal\Args;
 use Dlock\Internal\Session;
 
@@ -52,7 +52,7 @@ final class Lock
      * when it was no longer held (released already, its lease ran out, broken, or its
      * session ended with its connection). Throws Unavailable when dlockd or its lock
      * servers could not be asked (the lock may still be held: a session lock goes with
-     * its connection, a detached one with its TTL).
+     * its connection, which is closed after a timeout; a detached one with its TTL).
      */
     public function release(): bool
     {
@@ -60,13 +60,7 @@ final class Lock
             $this->forget();
             return false;
         }
-        try {
-            $held = Args::bool($this->conn->call(['UNLOCK', $this->name, $this->token]), 'UNLOCK');
-        } catch (LockLost) {
-            // dlockd closed the connection after a lost session lock, this one's or
-            // another's: either way this one is not held any more.
-            $held = false;
-        }
+        $held = Args::bool($this->conn->call(['UNLOCK', $this->name, $this->token]), 'UNLOCK');
         $this->forget();
         return $held;
     }
@@ -81,11 +75,7 @@ final class Lock
         if ($this->released || $this->sessionEnded()) {
             return false;
         }
-        try {
-            return Args::bool($this->conn->call(['EXTEND', $this->name, $this->token, Args::ttl($ttlMs)]), 'EXTEND');
-        } catch (LockLost) {
-            return false;
-        }
+        return Args::bool($this->conn->call(['EXTEND', $this->name, $this->token, Args::ttl($ttlMs)]), 'EXTEND');
     }
 
     /**
@@ -97,11 +87,7 @@ final class Lock
         if ($this->released || $this->sessionEnded()) {
             return false;
         }
-        try {
-            return Args::bool($this->conn->call(['CHECK', $this->name, $this->token]), 'CHECK');
-        } catch (LockLost) {
-            return false;
-        }
+        return Args::bool($this->conn->call(['CHECK', $this->name, $this->token]), 'CHECK');
     }
 
     /** A session lock whose connection closed since it was granted: dlockd released it. */
@@ -119,15 +105,28 @@ final class Lock
     }
 
     /**
-     * From Session at the end of a request whose release failed: closes the connection
-     * (a persistent one would otherwise carry the lock into the worker's next
-     * requests), so that dlockd releases the session lock.
+     * From Session at the end of a request whose release failed: closes the connection,
+     * unless that happened already (a persistent one would otherwise carry the lock
+     * into the worker's next requests), so that dlockd releases the session lock.
      *
      * @internal
      */
     public function abandon(): void
     {
         $this->forget();
-        $this->conn->abandon();
+        if (!$this->sessionEnded()) {
+            $this->conn->drop();
+        }
+    }
+
+    /**
+     * Whether release() was called (by synchronized()'s callable, say), whatever it
+     * answered.
+     *
+     * @internal
+     */
+    public function wasReleased(): bool
+    {
+        return $this->released;
     }
 }

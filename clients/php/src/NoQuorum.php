@@ -8,6 +8,6 @@ namespace Dlock;
  * dlockd runs over several lock servers (Redlock) and too few answered to decide.
  * An Unavailable: catching that catches this too.
  */
-class NoQuorum extends Unavailable implements Exception
+class NoQuorum extends Unavailable
 {
 }

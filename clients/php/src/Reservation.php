@@ -4,7 +4,7 @@ declare(strict_types=1);
 
 namespace Dlock;
 
-use Dlock\Connection\Connection;
+use Dlock\Internal\Connection;
 use Dlock\Internal\Args;
 
 /**

@@ -4,7 +4,7 @@ declare(strict_types=1);
 
 namespace Dlock;
 
-use Dlock\Connection\Connection;
+use Dlock\Internal\Connection;
 use Dlock\Internal\Acquire;
 use Dlock\Internal\Args;
 
@@ -22,6 +22,7 @@ final class Semaphore
         public readonly string $name,
         public readonly int $permits,
         private ?int $maxHoldMs = null,
+        private ?string $label = null,
     ) {
         if ($permits < 1 || $permits > Args::MS_MAX) {
             throw new InvalidArgument(sprintf('dlock: permits must be 1 to %d, not %d', Args::MS_MAX, $permits));
@@ -40,7 +41,6 @@ final class Semaphore
         ?int $maxHoldMs = null,
         ?string $label = null,
     ): ?Lock {
-        $maxHoldMs ??= $detached ? null : $this->maxHoldMs;
         return Acquire::lock(
             $this->conn,
             $this->name,
@@ -50,8 +50,8 @@ final class Semaphore
             false,
             $fair,
             $detached,
-            $maxHoldMs,
-            $label
+            $maxHoldMs ?? ($detached ? null : $this->maxHoldMs),
+            $label ?? $this->label
         );
     }
 

@@ -5,7 +5,7 @@ declare(strict_types=1);
 namespace Dlock\Internal;
 
 use Dlock\Client;
-use Dlock\Connection\Connection;
+use Dlock\InvalidArgument;
 use Dlock\Lock;
 use Dlock\LockLost;
 use Dlock\ProtocolError;
@@ -48,6 +48,9 @@ final class Acquire
             }
         }
         if ($maxHoldMs !== null) {
+            if ($detached) {
+                throw new InvalidArgument('dlock: maxHoldMs is for session locks: a detached lock ends with its TTL');
+            }
             array_push($args, 'MAXHOLD', Args::ms($maxHoldMs, 'maxHoldMs'));
         }
         if ($label !== null) {
@@ -84,7 +87,8 @@ final class Acquire
             }
             throw $e;
         }
-        if (!$lock->release()) {
+        // A callable that released the lock itself ended the section on purpose.
+        if (!$lock->wasReleased() && !$lock->release()) {
             throw new LockLost("dlock: $what was lost before the callable returned: its work was not wholly under the lock");
         }
         return $result;

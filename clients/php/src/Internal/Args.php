@@ -38,11 +38,20 @@ final class Args
         return $name;
     }
 
-    /** A TTL or a lease, in ms: 1 to MS_MAX (dlockd has its floors above 1). */
+    /** The shortest lease dlockd gives anything, in ms (a session lock's floor is higher). */
+    public const TTL_MIN = 10;
+
+    /** A TTL or a lease, in ms: TTL_MIN to MS_MAX. */
     public static function ttl(int $ms, string $what = 'ttlMs'): string
     {
-        if ($ms < 1 || $ms > self::MS_MAX) {
-            throw new InvalidArgument(sprintf('dlock: %s must be 1 to %d ms, not %d', $what, self::MS_MAX, $ms));
+        if ($ms < self::TTL_MIN || $ms > self::MS_MAX) {
+            throw new InvalidArgument(sprintf(
+                'dlock: %s must be %d to %d ms, not %d',
+                $what,
+                self::TTL_MIN,
+                self::MS_MAX,
+                $ms
+            ));
         }
         return (string) $ms;
     }
@@ -86,8 +95,8 @@ final class Args
 
     public static function label(string $label): string
     {
-        if (strlen($label) > 256) {
-            throw new InvalidArgument('dlock: label must be at most 256 bytes');
+        if ($label === '' || strlen($label) > 256 || str_contains($label, "\0")) {
+            throw new InvalidArgument('dlock: label must be 1 to 256 bytes, without NUL');
         }
         return $label;
     }

@@ -5,7 +5,6 @@ declare(strict_types=1);
 namespace Dlock\Internal;
 
 use Dlock\AuthFailed;
-use Dlock\Connection\Replies;
 use Dlock\InvalidArgument;
 use Dlock\Unavailable;
 
@@ -17,17 +16,21 @@ use Dlock\Unavailable;
 final class Url
 {
     public const DEFAULT_PORT = 7379;
+    /** The query's keys; any other is a typo the user would want to hear about. */
+    private const OPTIONS = ['timeout', 'persistent', 'name', 'maxhold', 'cafile', 'cert', 'key', 'client'];
 
+    /** @param array<string, string> $q the query, checked */
     private function __construct(
         public readonly string $scheme,
         public readonly string $host,
         public readonly int $port,
+        public readonly ?string $user,
         public readonly ?string $password,
+        private readonly array $q,
         public readonly float $timeout,
         public readonly bool $persistent,
         public readonly ?string $name,
         public readonly ?int $maxHoldMs,
-        public readonly ?string $cafile,
         public readonly string $client,
     ) {
     }
@@ -35,43 +38,60 @@ final class Url
     public static function parse(string $url): self
     {
         // parse_url() refuses scheme:///path for every scheme but file: parse it as that.
-        $unixPath = str_starts_with($url, 'dlockd+unix:///');
-        $p = parse_url($unixPath ? 'file' . substr($url, strlen('dlockd+unix')) : $url);
-        if ($unixPath && is_array($p)) {
-            $p['scheme'] = 'dlockd+unix';
+        $unix = str_starts_with($url, 'dlockd+unix:///');
+        $p = parse_url($unix ? 'file' . substr($url, strlen('dlockd+unix')) : $url);
+        $scheme = $unix ? 'dlockd+unix' : (is_array($p) ? ($p['scheme'] ?? '') : '');
+        if (!is_array($p) || !in_array($scheme, ['dlockd', 'dlockds', 'dlockd+unix'], true)) {
+            throw new InvalidArgument("dlock: '$url' is not a dlockd://, dlockds:// or dlockd+unix:///PATH URL");
         }
-        $scheme = is_array($p) ? ($p['scheme'] ?? '') : '';
-        if (!in_array($scheme, ['dlockd', 'dlockds', 'dlockd+unix'], true)) {
-            throw new InvalidArgument("dlock: '$url' is not a dlockd://, dlockds:// or dlockd+unix:// URL");
-        }
-        parse_str($p['query'] ?? '', $q);
-        $unix = $scheme === 'dlockd+unix';
         $host = $unix ? ($p['path'] ?? '') : ($p['host'] ?? '');
         if ($host === '') {
             throw new InvalidArgument("dlock: '$url' names no " . ($unix ? 'socket path' : 'host'));
         }
-        $timeout = (float) ($q['timeout'] ?? 5);
-        if ($timeout <= 0) {
-            throw new InvalidArgument('dlock: timeout must be a positive number of seconds');
+        $port = $unix ? 0 : ($p['port'] ?? self::DEFAULT_PORT);
+        if (!$unix && ($port < 1 || $port > 65535)) {
+            throw new InvalidArgument("dlock: '$url': port must be 1 to 65535");
+        }
+        $user = isset($p['user']) && $p['user'] !== '' ? rawurldecode($p['user']) : null;
+        if ($user !== null && $user !== 'default' && $user !== 'admin') {
+            throw new InvalidArgument("dlock: dlockd's users are default and admin, not '$user'");
+        }
+        parse_str($p['query'] ?? '', $q);
+        foreach ($q as $k => $v) {
+            if (!in_array($k, self::OPTIONS, true)) {
+                throw new InvalidArgument("dlock: unknown option '$k' in a dlockd URL (" . implode(', ', self::OPTIONS) . ')');
+            }
+            if (!is_string($v)) {
+                throw new InvalidArgument("dlock: option '$k' of a dlockd URL given more than once or as an array");
+            }
+        }
+        $timeout = $q['timeout'] ?? '5';
+        if (!is_numeric($timeout) || (float) $timeout < 0.001 || (float) $timeout > 86400) {
+            throw new InvalidArgument('dlock: timeout must be 0.001 to 86400 seconds');
+        }
+        $maxHold = $q['maxhold'] ?? null;
+        if ($maxHold !== null && !ctype_digit($maxHold)) {
+            throw new InvalidArgument('dlock: maxhold must be a number of ms (0: no limit)');
         }
         $client = $q['client'] ?? (extension_loaded('redis') ? 'phpredis' : 'predis');
         if ($client !== 'phpredis' && $client !== 'predis') {
             throw new InvalidArgument("dlock: client must be phpredis or predis, not '$client'");
         }
-        $maxHold = $q['maxhold'] ?? null;
-        if ($maxHold !== null && (!is_string($maxHold) || !ctype_digit($maxHold))) {
-            throw new InvalidArgument('dlock: maxhold must be a number of ms (0: no limit)');
+        $persistent = $q['persistent'] ?? '0';
+        if (!in_array($persistent, ['0', '1', 'true', 'false'], true)) {
+            throw new InvalidArgument('dlock: persistent must be 1 or 0');
         }
         return new self(
             $scheme,
             $host,
-            $unix ? 0 : (int) ($p['port'] ?? self::DEFAULT_PORT),
+            (int) $port,
+            $user,
             isset($p['pass']) ? rawurldecode($p['pass']) : null,
-            $timeout,
-            in_array($q['persistent'] ?? '0', ['1', 'true', 'yes'], true),
+            $q,
+            (float) $timeout,
+            $persistent === '1' || $persistent === 'true',
             $q['name'] ?? null,
             $maxHold === null ? null : (int) $maxHold,
-            $q['cafile'] ?? null,
             $client
         );
     }
@@ -82,13 +102,13 @@ final class Url
             throw new InvalidArgument('dlock: the phpredis extension is not loaded (php-redis)');
         }
         $r = new \Redis();
-        $host = match ($this->scheme) {
-            'dlockds' => 'tls://' . $this->host,
-            'dlockd+unix' => 'unix://' . $this->host,
-            // An IPv6 address without its URL brackets: phpredis adds its own.
-            default => trim($this->host, '[]'),
-        };
-        $context = $this->cafile !== null ? ['stream' => ['cafile' => $this->cafile]] : [];
+        // An IPv6 address without its URL brackets: phpredis adds its own.
+        $host = $this->scheme === 'dlockd+unix' ? 'unix://' . $this->host : trim($this->host, '[]');
+        if ($this->scheme === 'dlockds') {
+            $host = 'tls://' . $host;
+        }
+        $tls = $this->tls();
+        $context = $tls === [] ? [] : ['stream' => $tls];
         try {
             $ok = $this->persistent
                 ? $r->pconnect($host, $this->port, $this->timeout, 'dlock', 0, $this->timeout, $context)
@@ -96,9 +116,14 @@ final class Url
             if (!$ok) {
                 throw new Unavailable("dlock: cannot connect to dlockd at {$this->where()}");
             }
-            if ($this->password !== null && !$r->auth($this->password)) {
-                throw new AuthFailed('dlockd: ' . ($r->getLastError() ?? 'AUTH refused'));
+            if ($this->password !== null) {
+                $auth = $this->user !== null ? [$this->user, $this->password] : $this->password;
+                if (!$r->auth($auth)) {
+                    throw new AuthFailed('dlockd: ' . ($r->getLastError() ?? 'AUTH refused'));
+                }
             }
+            // Once: after a reconnect phpredis does not give the name again, which is
+            // why it is also the label of every lock (Client), where it matters most.
             if ($this->name !== null && $r->client('setname', $this->name) !== true) {
                 throw Replies::error($r->getLastError() ?? 'ERR CLIENT SETNAME refused');
             }
@@ -121,6 +146,8 @@ final class Url
             },
             'timeout' => $this->timeout,
             'read_write_timeout' => $this->timeout,
+            // predis keys persistent streams by address alone: two persistent clients
+            // of one dlockd in one process share a connection (and its session locks).
             'persistent' => $this->persistent,
         ];
         if ($this->scheme === 'dlockd+unix') {
@@ -129,25 +156,41 @@ final class Url
             $params['host'] = $this->host;
             $params['port'] = $this->port;
         }
-        if ($this->password !== null) {
-            $params['password'] = $this->password;
-        }
-        if ($this->cafile !== null) {
-            $params['ssl'] = ['cafile' => $this->cafile];
+        $tls = $this->tls();
+        if ($tls !== []) {
+            $params['ssl'] = $tls;
         }
         $client = new \Predis\Client($params);
+        // Sent again at every connect, as predis sends its own AUTH: predis 1.1 knows
+        // no user names, so AUTH is one of these commands here.
+        $node = $client->getConnection();
+        assert($node instanceof \Predis\Connection\NodeConnectionInterface);
+        if ($this->password !== null) {
+            $node->addConnectCommand(new \Predis\Command\RawCommand(
+                $this->user !== null ? ['AUTH', $this->user, $this->password] : ['AUTH', $this->password]
+            ));
+        }
+        if ($this->name !== null) {
+            $node->addConnectCommand(new \Predis\Command\RawCommand(['CLIENT', 'SETNAME', $this->name]));
+        }
         try {
             $client->connect();
-            if ($this->name !== null) {
-                $reply = $client->executeRaw(['CLIENT', 'SETNAME', $this->name], $error);
-                if ($error) {
-                    throw Replies::error((string) $reply);
-                }
-            }
         } catch (\Predis\CommunicationException $e) {
             throw self::failure(preg_replace('/^`[A-Z]+` failed: /', '', $e->getMessage()), $e, $this->where());
         }
         return $client;
+    }
+
+    /** The TLS options of the query, as PHP's ssl stream context takes them. */
+    private function tls(): array
+    {
+        $tls = [];
+        foreach (['cafile' => 'cafile', 'cert' => 'local_cert', 'key' => 'local_pk'] as $option => $ssl) {
+            if (isset($this->q[$option])) {
+                $tls[$ssl] = $this->q[$option];
+            }
+        }
+        return $tls;
     }
 
     private function where(): string

@@ -31,7 +31,12 @@ use Symfony\Component\Lock\SharedLockStoreInterface;
  *
  * Changing a held Key's mode (acquire() after acquireRead(), or the reverse) releases
  * the old lock and takes the new one: another client may get the lock in between, and
- * the acquire then fails as a conflict.
+ * the acquire then fails as a conflict (the Key takes its old mode back when it can).
+ *
+ * The fence of a Key's lock is in its state: `$key->getState(DlockdStore::class)
+ * ['fence']`. One store per Key: dlockd gives the tokens, so a Key keeps one of them,
+ * and Symfony's CombinedStore over several DlockdStores does not work; one dlockd over
+ * several lock servers is the quorum instead (dlockd -s URL1,URL2,URL3).
  */
 final class DlockdStore implements BlockingStoreInterface, SharedLockStoreInterface, BlockingSharedLockStoreInterface
 {
@@ -45,9 +50,7 @@ final class DlockdStore implements BlockingStoreInterface, SharedLockStoreInterf
      */
     public function __construct(object $redis, private float $initialTtl = 300.0)
     {
-        if ($initialTtl <= 0) {
-            throw new InvalidTtlException(sprintf('"%s()" expects a strictly positive TTL, not %s.', __METHOD__, $initialTtl));
-        }
+        self::ms($initialTtl);
         $this->dlock = $redis instanceof Client ? $redis : new Client($redis);
     }
 
@@ -101,29 +104,48 @@ final class DlockdStore implements BlockingStoreInterface, SharedLockStoreInterf
 
     /**
      * Takes the Key's lock in the mode asked (shared or not), waiting up to $waitMs;
-     * a Key that holds it in that mode already gets a fresh lease instead.
+     * a Key that holds it in that mode already gets a fresh lease instead. A Key that
+     * holds it in the other mode gives that up first (dlockd has no atomic change of
+     * mode) and, when the new mode is refused, takes the old one back if it still can.
      */
     private function take(Key $key, bool $shared, int $waitMs): void
     {
         $lock = $this->held($key);
         if ($lock !== null) {
-            $state = $key->getState(__CLASS__);
+            $was = $key->getState(__CLASS__)['shared'];
             $start = microtime(true);
-            if ($state['shared'] === $shared && $lock->extend(self::ms($this->initialTtl))) {
+            if ($was === $shared && $lock->extend(self::ms($this->initialTtl))) {
+                // The lease runs from before the EXTEND went out, never from after.
                 $key->reduceLifetime($this->initialTtl - (microtime(true) - $start));
                 self::checkNotExpired($key);
                 return;
             }
             $lock->release();
             $key->removeState(__CLASS__);
+            if ($was !== $shared && !$this->grant($key, $shared, $waitMs)) {
+                $this->grant($key, $was, 0);
+                throw new LockConflictedException();
+            }
+            if ($was !== $shared) {
+                return;
+            }
         }
+        if (!$this->grant($key, $shared, $waitMs)) {
+            throw new LockConflictedException();
+        }
+    }
+
+    /** A new lock for the Key, its state and its lifetime; false when not acquired. */
+    private function grant(Key $key, bool $shared, int $waitMs): bool
+    {
         $lock = $this->dlock->lock((string) $key, self::ms($this->initialTtl), $waitMs, shared: $shared, detached: true);
         if ($lock === null) {
-            throw new LockConflictedException();
+            return false;
         }
         $key->setState(__CLASS__, ['token' => $lock->token, 'shared' => $shared, 'fence' => $lock->fence]);
         $key->reduceLifetime($lock->validityMs / 1000);
         self::checkNotExpired($key);
+        return true;
     }
 
     /** The lock the Key holds from this store, by its token, or null. */
@@ -138,10 +160,11 @@ final class DlockdStore implements BlockingStoreInterface, SharedLockStoreInterf
     /** Seconds as dlockd's ms, rounded up: a lease is never shorter than asked. */
     private static function ms(float $seconds): int
     {
-        if ($seconds <= 0) {
-            throw new InvalidTtlException(sprintf('A lock TTL must be strictly positive, not %s.', $seconds));
+        // dlockd's range: a Key that outlived its lease would think itself held.
+        if ($seconds < 0.01 || $seconds > 2147483.647) {
+            throw new InvalidTtlException(sprintf('A dlockd lock TTL must be 0.01 to 2147483.647 seconds, not %s.', $seconds));
         }
-        return (int) min(ceil($seconds * 1000), 2147483647);
+        return (int) ceil($seconds * 1000);
     }
 
     private static function checkNotExpired(Key $key): void

@@ -2,7 +2,7 @@
 
 declare(strict_types=1);
 
-namespace Dlock\Connection;
+namespace Dlock\Internal;
 
 use Dlock\AuthFailed;
 use Dlock\CommandError;

@@ -2,7 +2,7 @@
 
 declare(strict_types=1);
 
-namespace Dlock\Connection;
+namespace Dlock\Internal;
 
 /**
  * One connection to dlockd, over whichever Redis client the application gave: the
@@ -26,16 +26,15 @@ interface Connection
     public function call(array $args, int $waitMs = 0): mixed;
 
     /**
-     * Closes the connection for good, persistent or not (phpredis's close() leaves a
-     * pconnect() connection open for the worker's next request), so that dlockd
-     * releases the session locks it holds. Never throws.
+     * Closes the connection, so that dlockd releases the session locks it holds (a
+     * persistent one too). The next command connects again. Never throws.
      */
-    public function abandon(): void;
+    public function drop(): void;
 
     /**
-     * Counts the times this connection was found closed (an I/O error, a `-LOST`): a
-     * session lock taken at an earlier count was released by dlockd when its connection
-     * closed, whatever the client reconnected to since.
+     * Counts the times this connection was found closed (an I/O error, a `-LOST`) or
+     * dropped: a session lock taken at an earlier count was released by dlockd when its
+     * connection closed, whatever the client reconnected to since.
      */
     public function generation(): int;
 }

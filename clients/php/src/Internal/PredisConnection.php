@@ -2,13 +2,10 @@
 
 declare(strict_types=1);
 
-namespace Dlock\Connection;
+namespace Dlock\Internal;
 
-use Dlock\Exception;
 use Dlock\InvalidArgument;
 use Dlock\ProtocolError;
-use Dlock\Unavailable;
-use Predis\ClientInterface;
 use Predis\CommunicationException;
 use Predis\Connection\NodeConnectionInterface;
 use Predis\Protocol\ProtocolException;
@@ -21,11 +18,9 @@ use Predis\Protocol\ProtocolException;
  *
  * @internal
  */
-final class PredisConnection implements Connection
+final class PredisConnection extends BaseConnection
 {
-    private int $generation = 0;
-
-    public function __construct(private ClientInterface $client)
+    public function __construct(private \Predis\Client $client)
     {
         if (!$client->getConnection() instanceof NodeConnectionInterface) {
             throw new InvalidArgument(
@@ -34,7 +29,7 @@ final class PredisConnection implements Connection
         }
     }
 
-    public function call(array $args, int $waitMs = 0): mixed
+    protected function send(array $args, int $waitMs): mixed
     {
         $restore = false;
         try {
@@ -46,27 +41,29 @@ final class PredisConnection implements Connection
             $this->drop();
             throw new ProtocolError('dlockd: ' . $e->getMessage(), 0, $e);
         } catch (CommunicationException $e) {
-            throw $this->failure($e->getMessage(), $e);
+            // predis reports an error reply to its connect-time AUTH as "`AUTH` failed:
+            // WRONGPASS ...": a reply, but the connection is closed after it.
+            $line = preg_replace('/^`[A-Z]+` failed: /', '', $e->getMessage());
+            if ($line !== $e->getMessage() && Replies::code($line) !== null) {
+                $this->drop();
+                throw Replies::error($line);
+            }
+            throw $this->failure($e->getMessage(), false, $e);
         } finally {
             if ($restore) {
                 $this->restoreReadTimeout();
             }
         }
         if ($error) {
-            throw $this->failure((string) $reply, null);
+            throw $this->failure((string) $reply, true);
         }
         return $reply;
     }
 
-    public function abandon(): void
+    protected function close(): void
     {
         // disconnect() is fclose(), which closes a persistent stream too.
-        $this->drop();
-    }
-
-    public function generation(): int
-    {
-        return $this->generation;
+        $this->node()->disconnect();
     }
 
     private function node(): NodeConnectionInterface
@@ -74,27 +71,6 @@ final class PredisConnection implements Connection
         $node = $this->client->getConnection();
         assert($node instanceof NodeConnectionInterface);
         return $node;
-    }
-
-    private function failure(string $message, ?CommunicationException $e): Exception
-    {
-        // predis wraps an error reply to its connect-time AUTH: "`AUTH` failed: WRONGPASS ...".
-        $line = preg_replace('/^`[A-Z]+` failed: /', '', $message);
-        if (Replies::code($line) !== null) {
-            $error = Replies::error($line);
-            if ($e !== null || Replies::closes($error)) {
-                $this->drop();
-            }
-            return $error;
-        }
-        $this->drop();
-        return new Unavailable("dlockd: $message", 0, $e);
-    }
-
-    private function drop(): void
-    {
-        $this->generation++;
-        $this->node()->disconnect();
     }
 
     /**
@@ -110,8 +86,13 @@ final class PredisConnection implements Connection
         }
         $node = $this->node();
         $node->connect();
-        $seconds = $waitMs < 0 ? -1.0 : $base + $waitMs / 1000;
-        self::setTimeout($node->getResource(), $seconds);
+        $stream = $node->getResource();
+        if (!is_resource($stream) || get_resource_type($stream) !== 'stream') {
+            // A connection class of predis's that is not a PHP stream (phpiredis):
+            // its own timeout holds.
+            return false;
+        }
+        self::setTimeout($stream, $waitMs < 0 ? -1.0 : $base + $waitMs / 1000);
         return true;
     }
 

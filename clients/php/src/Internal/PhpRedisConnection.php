@@ -2,10 +2,7 @@
 
 declare(strict_types=1);
 
-namespace Dlock\Connection;
-
-use Dlock\Exception;
-use Dlock\Unavailable;
+namespace Dlock\Internal;
 
 /**
  * dlockd through phpredis's \Redis: every command is a rawCommand().
@@ -13,21 +10,20 @@ use Dlock\Unavailable;
  * phpredis answers an error reply in two ways: for `-ERR` and a few codes it knows
  * (NOQUORUM among them) rawCommand() returns false and getLastError() holds the line;
  * for any other code (UNAVAILABLE, NOAUTH, LOST...) it throws RedisException with the
- * line as its message. A nil reply is false too, with no last error. I/O failures throw
- * RedisException with phpredis's own words ("Connection refused", "socket error on
- * read socket").
+ * line as its message, and getLastError() holds it too. A nil reply is false, with no
+ * last error. I/O failures throw RedisException with phpredis's own words ("Connection
+ * refused", "socket error on read socket"), with no last error; and a reply whose
+ * header could not be read is null, with no exception at all (phpredis 5.3).
  *
  * @internal
  */
-final class PhpRedisConnection implements Connection
+final class PhpRedisConnection extends BaseConnection
 {
-    private int $generation = 0;
-
     public function __construct(private \Redis $redis)
     {
     }
 
-    public function call(array $args, int $waitMs = 0): mixed
+    protected function send(array $args, int $waitMs): mixed
     {
         // A last error left by the application's own commands is not this reply's.
         $this->redis->clearLastError();
@@ -35,7 +31,8 @@ final class PhpRedisConnection implements Connection
         try {
             $reply = $this->redis->rawCommand(...$args);
         } catch (\RedisException $e) {
-            throw $this->failure($e->getMessage(), $e);
+            $message = $e->getMessage();
+            throw $this->failure($message, $this->redis->getLastError() === $message, $e);
         } finally {
             if ($restore !== null) {
                 $this->setReadTimeout($restore);
@@ -47,50 +44,21 @@ final class PhpRedisConnection implements Connection
                 return null;
             }
             $this->redis->clearLastError();
-            throw $this->failure($line, null);
+            throw $this->failure($line, true);
+        }
+        if ($reply === null) {
+            throw $this->failure('the reply could not be read', false);
         }
         return self::nils($reply);
     }
 
-    public function abandon(): void
+    protected function close(): void
     {
-        // QUIT: dlockd closes its end, which a persistent connection's next user
-        // (phpredis checks a pooled connection before reuse) finds closed.
-        try {
-            $this->redis->rawCommand('QUIT');
-        } catch (\RedisException) {
-        }
-        $this->drop();
-    }
-
-    public function generation(): int
-    {
-        return $this->generation;
-    }
-
-    /** An error reply's exception, or Unavailable for an I/O failure. */
-    private function failure(string $message, ?\RedisException $e): Exception
-    {
-        if (Replies::code($message) !== null) {
-            $error = Replies::error($message);
-            if (Replies::closes($error)) {
-                $this->drop();
-            }
-            return $error;
-        }
-        // A read that timed out leaves the reply on its way: the next command would read
-        // it as its own. Closing the connection is the only way to be sure it is not.
-        $this->drop();
-        return new Unavailable("dlockd: $message", 0, $e);
-    }
-
-    private function drop(): void
-    {
-        $this->generation++;
+        // close() ends a pconnect() connection too (phpredis 5.3 closes it for good
+        // rather than giving it back to the pool).
         try {
             $this->redis->close();
         } catch (\RedisException) {
-            // Closed already: what close() is for.
         }
     }
 
