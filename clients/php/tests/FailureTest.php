@@ -104,7 +104,9 @@ final class FailureTest extends TestCase
     /**
      * dlockd paused (SIGSTOP) during a wait: Unavailable once the wait and the read
      * timeout are over, never a hang; resumed, the same Client works, and no reply to
-     * the abandoned command is read as a later command's.
+     * the abandoned command is read as a later command's. The pause lands 0.2 s into a
+     * wait of 3 s. Then the read timeout is the Client's own again after a wait (granted
+     * at once, here): a command to a paused dlockd times out at it, not at the wait's.
      * @dataProvider clients
      */
     public function testDlockdPausedDuringWait(string $kind): void
@@ -115,11 +117,11 @@ final class FailureTest extends TestCase
         $c = new Client(Servers::client($kind, $port, 1.0));
         $t = hrtime(true);
         self::signalLater($dlockd->pid, 'STOP', 0.2);
-        $this->throws(Unavailable::class, fn () => $c->lock('k', waitMs: 1000));
+        $this->throws(Unavailable::class, fn () => $c->lock('k', waitMs: 3000));
         $elapsed = self::ms($t);
         $dlockd->resume();
-        $this->assertGreaterThanOrEqual(1000, $elapsed);
-        $this->assertLessThan((1 + 1 + 1) * 1000 * Servers::slack(), $elapsed);
+        $this->assertGreaterThanOrEqual(3000, $elapsed, 'not before the wait was over');
+        $this->assertLessThan((3 + 1 + 1) * 1000 * Servers::slack(), $elapsed);
 
         // The abandoned LOCK k's reply (nil) must not be read as LOCK free's.
         $lock = $c->lock('free');
@@ -134,6 +136,20 @@ final class FailureTest extends TestCase
         $this->assertInstanceOf(Lock::class, $again);
         $this->assertGreaterThan($held->fence, $again->fence);
         $this->assertTrue($again->release());
+
+        // A read timeout of 0.3 s, raised to 10.3 s for a wait: restored, a read from a
+        // paused dlockd ends at 0.3 s; left raised, at 10.3 s.
+        $fast = new Client(Servers::client($kind, $port, 0.3));
+        $lock = $fast->lock('r', waitMs: 10000);
+        $this->assertInstanceOf(Lock::class, $lock);
+        $dlockd->pause();
+        try {
+            $t = hrtime(true);
+            $this->throws(Unavailable::class, fn () => $fast->info('r'));
+            $this->assertLessThan(300 + 2000 * Servers::slack(), self::ms($t), 'the read timeout raised for the wait stayed');
+        } finally {
+            $dlockd->resume();
+        }
     }
 
     /**

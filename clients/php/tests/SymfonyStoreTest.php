@@ -96,6 +96,8 @@ final class SymfonyStoreTest extends TestCase
     /**
      * acquire(true) waits for a holder in another process and returns as it releases:
      * one LOCK that waits (INFO: one wait, no LOCK refused), not Symfony's 100 ms polls.
+     * The holder releases once it sees the waiter parked on dlockd (INFO blocked_clients),
+     * so the LOCK has gone out and waits before the release, however slow the machine.
      *
      * @dataProvider clients
      */
@@ -103,7 +105,7 @@ final class SymfonyStoreTest extends TestCase
     {
         $lock = $this->factory($kind)->createLock('b', 10);
         $child = proc_open(
-            [PHP_BINARY, __DIR__ . '/fixtures/symfony_holder.php', $kind, (string) $this->port, 'b', '300'],
+            [PHP_BINARY, __DIR__ . '/fixtures/symfony_holder.php', $kind, (string) $this->port, 'b'],
             [0 => ['file', '/dev/null', 'r'], 1 => ['pipe', 'w'], 2 => ['pipe', 'w']],
             $pipes
         );
@@ -112,7 +114,6 @@ final class SymfonyStoreTest extends TestCase
         if (preg_match('/^LOCKED (\S+)$/', $line, $m) !== 1) {
             $this->fail("the holder did not take the lock: $line" . stream_get_contents($pipes[2]));
         }
-        $locked = (float) $m[1];
         $this->assertSame('held', $this->dlock->info('b')['state']);
         $before = $this->locksInfo();
 
@@ -124,13 +125,11 @@ final class SymfonyStoreTest extends TestCase
         fclose($pipes[1]);
         fclose($pipes[2]);
         $this->assertSame(0, proc_close($child), $rest);
-        $this->assertSame(1, preg_match('/^RELEASING (\S+)\nRELEASED /m', $rest, $m), $rest);
+        $this->assertSame(1, preg_match('/^WAITER \S+\nRELEASING (\S+)\nRELEASED /m', $rest, $m), $rest);
         $releasing = (float) $m[1];
         // After the holder's release began, and promptly: no poll's sleep between.
         $this->assertGreaterThan($releasing, $acquired);
-        $this->assertGreaterThanOrEqual($locked + 0.3, $acquired);
         $this->assertLessThan(0.2 * Servers::slack(), $acquired - $releasing);
-        $this->assertLessThan(0.3 + 0.3 * Servers::slack(), $acquired - $locked);
         $after = $this->locksInfo();
         $this->assertSame($before['waits'] + 1, $after['waits'], 'the blocking acquire is one LOCK that waited');
         $this->assertSame($before['locks_not_acquired'], $after['locks_not_acquired'], 'a LOCK was refused: polling');
@@ -171,35 +170,68 @@ final class SymfonyStoreTest extends TestCase
     }
 
     /**
-     * refresh() sets the lease to the new TTL on dlockd and in the Key.
+     * A read lock's holder asking for the write lock while another reads is refused, and
+     * keeps its read lock: still two shared holders on dlockd, and isAcquired(). Once the
+     * other reader is gone, the same acquire() is granted.
+     *
+     * @dataProvider clients
+     */
+    public function testRefusedPromotionKeepsTheReadLock(string $kind): void
+    {
+        $a = $this->factory($kind)->createLock('p', 10);
+        $b = $this->factory($kind)->createLock('p', 10);
+        $this->assertTrue($a->acquireRead(false));
+        $this->assertTrue($b->acquireRead(false));
+        $this->assertFalse($a->acquire(false));
+        $info = $this->dlock->info('p');
+        $this->assertSame('held', $info['state']);
+        $this->assertSame(2, $info['shared'] ?? null, 'the refused promotion gave up its read lock');
+        $this->assertTrue($a->isAcquired());
+        $this->assertTrue($b->isAcquired());
+
+        $b->release();
+        $this->assertSame(1, $this->dlock->info('p')['shared'] ?? null);
+        $this->assertTrue($a->acquire(false));
+        $info = $this->dlock->info('p');
+        $this->assertSame('held', $info['state']);
+        $this->assertArrayNotHasKey('shared', $info);
+        $a->release();
+        $this->assertSame('free', $this->dlock->info('p')['state']);
+    }
+
+    /**
+     * refresh() sets the lease to the new TTL on dlockd and in the Key. Bounds that hold
+     * however slow the machine: a Key's lifetime of TTL runs from before the EXTEND that
+     * set it, so it is at most TTL and at least TTL less the time since before the call;
+     * dlockd's lease (PTTL) the same, in ms.
      *
      * @dataProvider clients
      */
     public function testRefreshPutsOffTheExpiration(string $kind): void
     {
         $lock = $this->factory($kind)->createLock('f', 1.0);
+        $lifetime = function (float $ttl, float $since) use ($lock): void {
+            $left = $lock->getRemainingLifetime();
+            $this->assertLessThanOrEqual($ttl, $left);
+            $this->assertGreaterThanOrEqual($ttl - (microtime(true) - $since) - 0.001, $left);
+            $remaining = $this->dlock->info('f')['remaining_ms'];
+            $this->assertLessThanOrEqual($ttl * 1000, $remaining);
+            $this->assertGreaterThanOrEqual(($ttl - (microtime(true) - $since)) * 1000 - 2, $remaining);
+        };
+        $t = microtime(true);
         $this->assertTrue($lock->acquire(false));
-        $this->assertGreaterThan(0.9, $lock->getRemainingLifetime());
-        $this->assertLessThanOrEqual(1.0, $lock->getRemainingLifetime());
-        $this->assertLessThanOrEqual(1000, $this->dlock->info('f')['remaining_ms']);
+        $lifetime(1.0, $t);
         usleep(200000);
         $this->assertLessThan(0.85, $lock->getRemainingLifetime());
 
+        $t = microtime(true);
         $lock->refresh(5.0);
-        $left = $lock->getRemainingLifetime();
-        $this->assertGreaterThan(4.9, $left);
-        $this->assertLessThanOrEqual(5.0, $left);
-        $remaining = $this->dlock->info('f')['remaining_ms'];
-        $this->assertGreaterThan(4800, $remaining);
-        $this->assertLessThanOrEqual(5000, $remaining);
+        $lifetime(5.0, $t);
 
         // Without a TTL, refresh() uses the Lock's own: down to 1 s again.
+        $t = microtime(true);
         $lock->refresh();
-        $this->assertGreaterThan(0.9, $lock->getRemainingLifetime());
-        $this->assertLessThanOrEqual(1.0, $lock->getRemainingLifetime());
-        $remaining = $this->dlock->info('f')['remaining_ms'];
-        $this->assertGreaterThan(800, $remaining);
-        $this->assertLessThanOrEqual(1000, $remaining);
+        $lifetime(1.0, $t);
         $lock->release();
         $this->assertSame('free', $this->dlock->info('f')['state']);
     }

@@ -33,6 +33,7 @@ final class PredisConnection extends BaseConnection
     {
         $restore = false;
         try {
+            $this->dropIfClosed();
             if ($waitMs !== 0) {
                 $restore = $this->raiseReadTimeout($waitMs);
             }
@@ -64,6 +65,24 @@ final class PredisConnection extends BaseConnection
     {
         // disconnect() is fclose(), which closes a persistent stream too.
         $this->node()->disconnect();
+    }
+
+    /**
+     * A connection dlockd closed meanwhile (an idle timeout, a restart) is dropped
+     * before the command is written, as phpredis does: written to it, the command
+     * would fail as Unavailable though dlockd never ran it. feof() on a socket looks
+     * without reading; data still waiting (a -LOST) keeps it open, to be read.
+     */
+    private function dropIfClosed(): void
+    {
+        $node = $this->node();
+        if (!$node->isConnected()) {
+            return;
+        }
+        $stream = $node->getResource();
+        if (is_resource($stream) && get_resource_type($stream) === 'stream' && feof($stream)) {
+            $this->drop();
+        }
     }
 
     private function node(): NodeConnectionInterface
