@@ -6,13 +6,13 @@ namespace Dlock\Tests;
 
 use Dlock\Client;
 use Dlock\CommandError;
-use Dlock\Exception;
 use Dlock\InvalidArgument;
 use Dlock\Lock;
 use Dlock\NotAcquired;
 use Dlock\OutOfStock;
 use Dlock\Reservation;
 use Dlock\Tests\Support\Process;
+use Dlock\Tests\Support\Helpers;
 use Dlock\Tests\Support\Servers;
 use PHPUnit\Framework\TestCase;
 
@@ -22,12 +22,13 @@ use PHPUnit\Framework\TestCase;
  */
 final class ClientTest extends TestCase
 {
+    use Helpers;
+
     private const HEX32 = '/^[0-9a-f]{32}$/';
 
     private static ?Process $redis = null;
     private static ?Process $dlockd = null;
     private static int $port = 0;
-    private static int $seq = 0;
 
     public static function setUpBeforeClass(): void
     {
@@ -50,35 +51,6 @@ final class ClientTest extends TestCase
     private function client(string $kind): Client
     {
         return new Client(Servers::client($kind, self::$port));
-    }
-
-    /** A lock name no other test uses. */
-    private function name(string $what): string
-    {
-        return sprintf('%s:%d:%d', $what, getmypid(), ++self::$seq);
-    }
-
-    private static function ms(int $since): float
-    {
-        return (hrtime(true) - $since) / 1e6;
-    }
-
-    /**
-     * The exception $fn throws, which must be exactly of class $class (never the Redis
-     * client's own) and, unless $dlock is false, a Dlock\Exception.
-     */
-    private function throws(string $class, callable $fn, bool $dlock = true): \Throwable
-    {
-        try {
-            $fn();
-        } catch (\Throwable $e) {
-            $this->assertSame($class, get_class($e), $e->getMessage());
-            if ($dlock) {
-                $this->assertInstanceOf(Exception::class, $e);
-            }
-            return $e;
-        }
-        $this->fail("no $class thrown");
     }
 
     /**
@@ -254,7 +226,7 @@ final class ClientTest extends TestCase
         $this->assertSame('free', $c->info($name)['state']);
         $this->assertFalse($seen->isHeld());
         $boom = new \DomainException('boom');
-        $e = $this->throws(\DomainException::class, fn () => $c->synchronized($name, fn () => throw $boom), false);
+        $e = $this->throws(\DomainException::class, fn () => $c->synchronized($name, fn () => throw $boom), dlock: false);
         $this->assertSame($boom, $e);
         $this->assertSame('free', $c->info($name)['state']);
         $this->assertSame(7, $c->synchronized($name, function (Lock $lock) use ($c, $name): int {

@@ -6,10 +6,10 @@ namespace Dlock\Tests;
 
 use Dlock\Client;
 use Dlock\CommandError;
-use Dlock\Exception;
 use Dlock\InvalidArgument;
 use Dlock\Lock;
 use Dlock\Tests\Support\Process;
+use Dlock\Tests\Support\Helpers;
 use Dlock\Tests\Support\Servers;
 use Dlock\Unavailable;
 use PHPUnit\Framework\TestCase;
@@ -21,11 +21,12 @@ use PHPUnit\Framework\TestCase;
  */
 final class ConnectTest extends TestCase
 {
+    use Helpers;
+
     private static ?Process $redis = null;
     private static ?Process $dlockd = null;
     private static int $port = 0;
     private static string $socket = '';
-    private static int $seq = 0;
 
     public static function setUpBeforeClass(): void
     {
@@ -44,25 +45,6 @@ final class ConnectTest extends TestCase
     {
         yield 'phpredis' => ['phpredis'];
         yield 'predis' => ['predis'];
-    }
-
-    /** A lock name no other test uses. */
-    private function name(string $what): string
-    {
-        return sprintf('%s:%d:%d', $what, getmypid(), ++self::$seq);
-    }
-
-    /** The exception $fn throws: exactly of class $class, and a Dlock\Exception. */
-    private function throws(string $class, callable $fn, string $what = ''): \Throwable
-    {
-        try {
-            $fn();
-        } catch (\Throwable $e) {
-            $this->assertSame($class, get_class($e), "$what: " . $e->getMessage());
-            $this->assertInstanceOf(Exception::class, $e);
-            return $e;
-        }
-        $this->fail("no $class thrown: $what");
     }
 
     /**

@@ -7,11 +7,11 @@ namespace Dlock\Tests;
 use Dlock\AuthFailed;
 use Dlock\Client;
 use Dlock\CommandError;
-use Dlock\Exception;
 use Dlock\Lock;
 use Dlock\NoQuorum;
 use Dlock\Unavailable;
 use Dlock\Tests\Support\Process;
+use Dlock\Tests\Support\Helpers;
 use Dlock\Tests\Support\Servers;
 use PHPUnit\Framework\TestCase;
 
@@ -23,32 +23,13 @@ use PHPUnit\Framework\TestCase;
  */
 final class FailureTest extends TestCase
 {
+    use Helpers;
+
     /** @return iterable<string, array{string}> */
     public function clients(): iterable
     {
         yield 'phpredis' => ['phpredis'];
         yield 'predis' => ['predis'];
-    }
-
-    private static function ms(int $since): float
-    {
-        return (hrtime(true) - $since) / 1e6;
-    }
-
-    /**
-     * The exception $fn throws, which must be exactly of class $class (so neither a
-     * RedisException nor a Predis exception) and a Dlock\Exception.
-     */
-    private function throws(string $class, callable $fn): \Throwable
-    {
-        try {
-            $fn();
-        } catch (\Throwable $e) {
-            $this->assertSame($class, get_class($e), $e->getMessage());
-            $this->assertInstanceOf(Exception::class, $e);
-            return $e;
-        }
-        $this->fail("no $class thrown");
     }
 
     /** Runs `sh -c 'sleep $delay; kill -$signal $pid'` in the background. */

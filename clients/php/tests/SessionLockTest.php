@@ -5,10 +5,10 @@ declare(strict_types=1);
 namespace Dlock\Tests;
 
 use Dlock\Client;
-use Dlock\Exception;
 use Dlock\Lock;
 use Dlock\LockLost;
 use Dlock\Tests\Support\Process;
+use Dlock\Tests\Support\Helpers;
 use Dlock\Tests\Support\Servers;
 use PHPUnit\Framework\TestCase;
 
@@ -20,10 +20,11 @@ use PHPUnit\Framework\TestCase;
  */
 final class SessionLockTest extends TestCase
 {
+    use Helpers;
+
     private static ?Process $redis = null;
     private static ?Process $dlockd = null;
     private static int $port = 0;
-    private static int $seq = 0;
     /** the tests' own connection, for LOCKINFO, INFO and CLIENT LIST */
     private static ?\Redis $watch = null;
 
@@ -44,30 +45,6 @@ final class SessionLockTest extends TestCase
     {
         yield 'phpredis' => ['phpredis'];
         yield 'predis' => ['predis'];
-    }
-
-    /** A lock name no other test uses. */
-    private function name(string $what): string
-    {
-        return sprintf('%s:%d:%d', $what, getmypid(), ++self::$seq);
-    }
-
-    private static function ms(int $since): float
-    {
-        return (hrtime(true) - $since) / 1e6;
-    }
-
-    /** The exception $fn throws: exactly of class $class, and a Dlock\Exception. */
-    private function throws(string $class, callable $fn): \Throwable
-    {
-        try {
-            $fn();
-        } catch (\Throwable $e) {
-            $this->assertSame($class, get_class($e), $e->getMessage());
-            $this->assertInstanceOf(Exception::class, $e);
-            return $e;
-        }
-        $this->fail("no $class thrown");
     }
 
     /** LOCKINFO $name as dlockd answers the tests' own connection: field => value. */
