@@ -102,14 +102,10 @@ int dlock__node_on_info_of(dlock__node *node, dlock__voter *v, bool promoted, co
 
     /* Restart-aware voting (docs/guarantees.md): a node whose run_id changed has
      * restarted and may have forgotten locks it granted, so its grants must not count
-     * until it has been up longer than any lease it could have forgotten. Uptime is
-     * whole seconds, rounded down, so the wait is never short. */
+     * until it has been up longer than any lease it could have forgotten. */
     int64_t now = dlock__now_us();
-    /* The server's word, bounded (a broken server could overflow the product): ten
-     * years of uptime is more than any lease to wait out. */
-    long long up_s = strtoll(uptime, NULL, 10);
-    int64_t up_ms = up_s < 0 ? 0 : up_s > 315360000 ? INT64_C(315360000000) : up_s * 1000;
-    int64_t wait_ms = dlock__rules_max_lease_ms(rules) - up_ms;
+    int64_t wait_ms =
+        dlock__restart_wait_ms(dlock__rules_max_lease_ms(rules), strtoll(uptime, NULL, 10));
     pthread_mutex_lock(&node->mu);
     bool known = v->run_id[0] != '\0';
     bool restarted = known && run_id[0] != '\0' && strcmp(v->run_id, run_id) != 0;
@@ -149,6 +145,17 @@ int dlock__node_on_info_of(dlock__node *node, dlock__voter *v, bool promoted, co
         return dlock__node_detail(detail, n, DLOCK_ERR_UNAVAILABLE, node,
                                   "maxmemory-policy %s can evict lock keys (strict mode)", policy);
     return DLOCK_OK;
+}
+
+int64_t dlock__restart_wait_ms(int64_t max_lease_ms, long long uptime_s)
+{
+    /* uptime_in_seconds is the server's clock now less its clock at the start, each
+     * read in whole seconds: 1 can be read a moment after the start, so the server has
+     * been up for more than uptime_s - 1 seconds and no more can be known. Bounded (a
+     * broken server could overflow the product): ten years of uptime is more than any
+     * lease to wait out. */
+    long long surely_s = uptime_s < 1 ? 0 : uptime_s > 315360000 ? 315360000 : uptime_s - 1;
+    return max_lease_ms - surely_s * 1000;
 }
 
 char *dlock__node_password(const dlock__node *node)

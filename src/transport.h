@@ -86,6 +86,10 @@ int dlock__node_on_info_of(dlock__node *node, dlock__voter *v, bool promoted, co
 bool dlock__info_field(const redisReply *r, const char *field, char *out, size_t n);
 /* The password node's connections give: its URL's, else the client's (NULL: none). */
 char *dlock__node_password(const dlock__node *node);
+/* How long from now the grants of a server that restarted (or is new to a strict
+ * client) must wait before they count, given the uptime_in_seconds its INFO gave:
+ * until it has surely been up for max_lease_ms; 0 or less: they count now. */
+int64_t dlock__restart_wait_ms(int64_t max_lease_ms, long long uptime_s);
 /* The longest lease restart voting must wait out. */
 int64_t dlock__rules_max_lease_ms(const dlock__node_rules *r);
 /* Record a ttl the client used. */

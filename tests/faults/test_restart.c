@@ -18,6 +18,9 @@
  *   be tested against a real threat):
  *     - voting OFF, B a known client;
  *     - voting OBSERVED, B a fresh client (it cannot know node 0 restarted).
+ * And one case of the voting window itself: a node restarted late in a second reads
+ * uptime_in_seconds 1 a few hundred ms later; with a max lease of 1 s its grants must
+ * still wait the whole second (they once counted at once).
  * In every case, fences never go back: B's fence is above A's, the register refuses
  * A's write after B's, and A's release leaves B's keys alone. The history checker's
  * granted-interval overlap is the double grant: 1 in the hazard cases, 0 otherwise.
@@ -37,6 +40,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #define TTL_MS       3000
 #define MAX_LEASE_MS 3000
@@ -54,13 +58,18 @@ static void start_nodes(enum persistence p)
     assert_int_equal(dh_server_start(&wk_res, NULL), 0);
 }
 
-static dlock_client *client(const char *urls, int voting)
+static dlock_client *client_leasing(const char *urls, int voting, int64_t max_lease_ms)
 {
     dlock_config cfg;
     it_config_init(&cfg);
     cfg.restart_voting = voting;
-    cfg.max_lease_ms = MAX_LEASE_MS;
+    cfg.max_lease_ms = max_lease_ms;
     return it_client_cfg(urls, &cfg);
+}
+
+static dlock_client *client(const char *urls, int voting)
+{
+    return client_leasing(urls, voting, MAX_LEASE_MS);
 }
 
 /* Whether node i holds "r" with the given token. */
@@ -183,6 +192,82 @@ static void restart_case(const char *label, int voting, bool fresh, enum persist
     dlock_client_free(res);
 }
 
+/* Milliseconds into the current second of the wall clock, which a server's uptime
+ * counts in. */
+static int64_t wall_ms_in_second(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return ts.tv_nsec / 1000000;
+}
+
+static long uptime_s(dh_server *s)
+{
+    redisReply *r = dh_cmd(s, "INFO server");
+    long up = dh_info_long(r, "uptime_in_seconds");
+    freeReplyObject(r);
+    return up;
+}
+
+/* A restarted node's uptime_in_seconds already reads 1 a moment after a start late in
+ * a second (its start and its now are each counted in whole seconds). With a max lease
+ * of 1 s its grants must still wait a whole second. D, a client of node 1 alone, holds
+ * "u" there, so B's attempt has node 0 (just restarted) and node 2 to grant it: B is
+ * refused while node 0 has been up less than 1 s, and granted once it has. */
+static void test_voting_uptime_in_whole_seconds(void **state)
+{
+    (void)state;
+    start_nodes(NONE);
+    enum { LEASE_MS = 1000 };
+    dlock_client *d = it_client(&wk_srv[1], it_timeout_ms());
+    dlock_opts o = {0};
+    o.ttl_ms = 10 * LEASE_MS;
+    dlock_lock *ld = NULL;
+    assert_int_equal(dlock_acquire(d, "u", &o, &ld), DLOCK_OK);
+    dlock_client *b = client_leasing(g_urls, DLOCK_RESTART_OBSERVED, LEASE_MS);
+    dlock_lock *w = it_acquire(b, "warmup", LEASE_MS);
+    assert_int_equal(dlock_release(w), DLOCK_OK);
+
+    /* Restart node 0 late in a second, so that its uptime reads 1 soon after; again if
+     * the machine was too slow for that (the reading must come well within 1 s). */
+    int64_t killed = 0, read_one = 0;
+    for (int attempt = 0; attempt < 5; attempt++) {
+        while (wall_ms_in_second() < 700 || wall_ms_in_second() > 750)
+            dh_sleep_ms(5);
+        killed = dh_now_ms();
+        assert_int_equal(dh_server_restart(&wk_srv[0]), 0);
+        while (uptime_s(&wk_srv[0]) < 1 && dh_now_ms() - killed < 3000)
+            dh_sleep_ms(2);
+        read_one = dh_now_ms();
+        if (read_one - killed < LEASE_MS / 2)
+            break;
+        printf("INFO uptime: node 0 read uptime 1 only %lld ms after its restart began: "
+               "again\n",
+               (long long)(read_one - killed));
+    }
+    assert_true(read_one - killed < LEASE_MS / 2);
+    printf("FIG restart_uptime_reads_1_after %lld ms\n", (long long)(read_one - killed));
+
+    o.ttl_ms = LEASE_MS;
+    dlock_lock *lb = NULL;
+    int rc = dlock_acquire(b, "u", &o, &lb);
+    int64_t asked = dh_now_ms() - killed;
+    it_show("uptime", rc);
+    /* The check means something only while node 0 has been up less than the lease. */
+    assert_true(asked < LEASE_MS);
+    assert_int_equal(rc, DLOCK_ERR_BUSY);
+    assert_non_null(strstr(dlock_errmsg(), "not counted"));
+
+    /* Its grants count again a lease after B read that uptime (B knows no better than
+     * 1 s less than it read), within the attempt that just ended. */
+    dh_sleep_ms(LEASE_MS + 100 - (dh_now_ms() - killed - asked));
+    assert_int_equal(dlock_acquire(b, "u", &o, &lb), DLOCK_OK);
+    assert_int_equal(dlock_release(lb), DLOCK_OK);
+    assert_int_equal(dlock_release(ld), DLOCK_OK);
+    dlock_client_free(b);
+    dlock_client_free(d);
+}
+
 /* A case: restart_case's arguments. */
 typedef struct restart_params {
     const char *label;
@@ -219,6 +304,8 @@ int main(void)
         IT_CASE_WITH("test_hazard_voting_off", test_restart, NULL, wk_servers_teardown, &cases[4]),
         IT_CASE_WITH("test_hazard_observed_fresh_client", test_restart, NULL, wk_servers_teardown,
                      &cases[5]),
+        IT_CASE_WITH("test_voting_uptime_in_whole_seconds", test_voting_uptime_in_whole_seconds,
+                     NULL, wk_servers_teardown, NULL),
     };
     return cmocka_run_group_tests_name("fault_restart", tests, NULL, NULL);
 }

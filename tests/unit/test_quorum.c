@@ -1,8 +1,9 @@
 /*
- * test_quorum.c: the Redlock arithmetic of src/lock.c:
+ * test_quorum.c: the Redlock arithmetic of src/fanout.c, src/round.c and src/node.c:
  *
  *   quorum(n)  = n/2 + 1
  *   validity   = ttl - elapsed - (ttl * drift_factor + drift_min), in microseconds
+ *   a restarted server's grants wait max_lease - (uptime_in_seconds - 1) s
  *
  * validity is what a holder may count on, so it may round down (claim a little less
  * time) but never up: each expected value below is the exact real-number result,
@@ -16,6 +17,8 @@
 #include <cmocka.h>
 
 #include "internal.h"
+
+#include <limits.h>
 
 static void test_quorum(void **state)
 {
@@ -104,12 +107,28 @@ static void test_validity_limits(void **state)
     expect_validity((int64_t)DLOCK_TTL_MIN_MS * 1000, 0, 0.01, 1, 100, 2000);
 }
 
+/* A server that says uptime_in_seconds:1 may have started a moment ago (its start and
+ * its now are each read in whole seconds): its grants must wait a whole max lease, not
+ * max lease - 1 s, which with a 1 s lease let them count at once. */
+static void test_restart_wait(void **state)
+{
+    (void)state;
+    assert_int_equal(dlock__restart_wait_ms(1000, 0), 1000);
+    assert_int_equal(dlock__restart_wait_ms(1000, 1), 1000);
+    assert_int_equal(dlock__restart_wait_ms(1000, 2), 0); /* up more than 1 s */
+    assert_int_equal(dlock__restart_wait_ms(3000, 3), 1000);
+    assert_true(dlock__restart_wait_ms(1000, 5) < 0);
+    /* The server's word, bounded. */
+    assert_int_equal(dlock__restart_wait_ms(1000, -7), 1000);
+    assert_int_equal(dlock__restart_wait_ms(1000, LLONG_MAX), 1000 - INT64_C(315360000000));
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_quorum),          cmocka_unit_test(test_validity_defaults),
         cmocka_unit_test(test_validity_shape),  cmocka_unit_test(test_validity_expired),
-        cmocka_unit_test(test_validity_limits),
+        cmocka_unit_test(test_validity_limits), cmocka_unit_test(test_restart_wait),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
