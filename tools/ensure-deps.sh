@@ -72,6 +72,10 @@ for group in "${groups[@]}"; do
     # The PHP package's tests (clients/php): PHPUnit, and the predis client and Symfony
     # Lock it works with, all from Debian.
     pkgs+=(phpunit php-predis php-symfony-lock)
+    # The Python package's tests (clients/python): pytest, and pip, setuptools, wheel
+    # and venv to install it offline into a venv over the system's redis-py, as its
+    # README says.
+    pkgs+=(python3-pytest python3-pip python3-setuptools python3-wheel python3-venv)
     # Node for the ioredis client test. A machine with node and npm (Debian's, or
     # another build on PATH) keeps them: Debian's npm would not install beside another
     # nodejs.

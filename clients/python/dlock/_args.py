@@ -1,0 +1,357 @@
+"""The checks every argument gets before anything is sent, with dlockd's own limits,
+so that a bad one is an InvalidArgument that names it rather than a round trip and an
+``-ERR``; the commands built from them; and the checks of dlockd's replies.
+
+Shared by the blocking client and the asyncio one: nothing here does I/O.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from typing import Any, Dict, List, Optional, Tuple, Union
+
+from ._errors import (
+    AuthFailed,
+    CommandError,
+    DlockError,
+    InvalidArgument,
+    LockLost,
+    NoQuorum,
+    ProtocolError,
+    Unavailable,
+)
+
+#: A wait without end (dlockd's ``WAIT -1``): ``client.lock(name, wait=dlock.FOREVER)``.
+FOREVER: float = math.inf
+
+#: The lease of a lock, a permit or a reservation when none is given, in seconds.
+DEFAULT_TTL: float = 30.0
+
+#: dlockd's limit on a lock name, a semaphore's or a SKU, in bytes.
+NAME_MAX = 4096
+#: The longest TTL, WAIT and lease dlockd takes, in ms (2**31 - 1).
+MS_MAX = 2147483647
+#: The shortest lease dlockd gives anything, in ms (a session lock's floor is 1000).
+TTL_MIN_MS = 10
+#: dlockd's limit on a quantity of stock.
+QTY_MAX = 10**12
+#: dlockd's limit on a LABEL, in bytes.
+LABEL_MAX = 256
+
+Name = Union[str, bytes]
+
+_HEX32 = re.compile(r"[0-9a-f]{32}")
+
+
+def name(value: Name, what: str = "lock name") -> bytes:
+    """A lock name, a semaphore's or a SKU as dlockd takes it: 1 to 4096 bytes of
+    UTF-8 (or bytes as they are), no NUL. CR, LF and spaces are fine."""
+    if isinstance(value, str):
+        try:
+            raw = value.encode("utf-8")
+        except UnicodeEncodeError as e:
+            raise InvalidArgument(f"dlock: {what} is not valid UTF-8: {e}") from None
+    elif isinstance(value, (bytes, bytearray, memoryview)):
+        raw = bytes(value)
+    else:
+        raise InvalidArgument(f"dlock: {what} must be a str (or bytes), not {type(value).__name__}")
+    if not 1 <= len(raw) <= NAME_MAX:
+        raise InvalidArgument(f"dlock: {what} must be 1 to {NAME_MAX} bytes, not {len(raw)}")
+    if b"\0" in raw:
+        raise InvalidArgument(f"dlock: {what} must not contain a NUL byte")
+    return raw
+
+
+def text(raw: Any) -> str:
+    """A name as the user reads it back (str, whatever was given)."""
+    if isinstance(raw, (bytes, bytearray)):
+        return bytes(raw).decode("utf-8", errors="replace")
+    return str(raw)
+
+
+def _seconds(value: Any, what: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise InvalidArgument(f"dlock: {what} must be a number of seconds, not {value!r}")
+    if math.isnan(value):
+        raise InvalidArgument(f"dlock: {what} must be a number of seconds, not NaN")
+    return float(value)
+
+
+def ttl_ms(value: Any, what: str = "ttl") -> int:
+    """A TTL or a lease in seconds (0.01 to 2147483.647) as dlockd's ms."""
+    s = _seconds(value, what)
+    ms = round(s * 1000) if math.isfinite(s) else MS_MAX + 1
+    if not TTL_MIN_MS <= ms <= MS_MAX:
+        raise InvalidArgument(
+            f"dlock: {what} must be {TTL_MIN_MS / 1000} to {MS_MAX / 1000} seconds, not {value!r}"
+        )
+    return ms
+
+
+def duration_ms(value: Any, what: str) -> int:
+    """A duration in seconds from 0 to 2147483.647 (max_hold: 0 is "no limit"), in ms."""
+    s = _seconds(value, what)
+    ms = round(s * 1000) if math.isfinite(s) else MS_MAX + 1
+    if not 0 <= ms <= MS_MAX or s < 0:
+        raise InvalidArgument(f"dlock: {what} must be 0 to {MS_MAX / 1000} seconds, not {value!r}")
+    return ms
+
+
+def wait_ms(value: Any) -> int:
+    """A wait in seconds as dlockd's WAIT takes it: 0 (try once) to 2147483.647 s, and
+    FOREVER as -1. A negative wait is refused (it would read as "forever" to some and
+    "not at all" to others), and so is None: say FOREVER, or 0."""
+    if value is None:
+        raise InvalidArgument(
+            "dlock: wait must be 0 (try once) to 2147483.647 seconds, or dlock.FOREVER; not None"
+        )
+    s = _seconds(value, "wait")
+    if s == FOREVER:
+        return -1
+    if s < 0 or s * 1000 > MS_MAX + 0.5:
+        raise InvalidArgument(
+            f"dlock: wait must be 0 (try once) to {MS_MAX / 1000} seconds, or dlock.FOREVER; not {value!r}"
+        )
+    ms = round(s * 1000)
+    # A positive wait shorter than a ms still waits (for a ms), rather than trying once.
+    return 1 if ms == 0 and s > 0 else ms
+
+
+def wait_text(ms: int) -> str:
+    return "an endless wait" if ms < 0 else f"{ms / 1000:g} s"
+
+
+def permits(value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MS_MAX:
+        raise InvalidArgument(f"dlock: permits must be an int from 1 to {MS_MAX}, not {value!r}")
+    return value
+
+
+def qty(value: Any, what: str = "qty", low: int = 1) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= QTY_MAX:
+        raise InvalidArgument(f"dlock: {what} must be an int from {low} to {QTY_MAX}, not {value!r}")
+    return value
+
+
+def delta(value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value == 0 or abs(value) > QTY_MAX:
+        raise InvalidArgument(
+            f"dlock: delta must be a nonzero int, at most {QTY_MAX} either way, not {value!r}"
+        )
+    return value
+
+
+def label(value: Any) -> bytes:
+    raw = value.encode("utf-8") if isinstance(value, str) else value
+    if not isinstance(raw, bytes) or not 1 <= len(raw) <= LABEL_MAX or b"\0" in raw:
+        raise InvalidArgument(f"dlock: label must be 1 to {LABEL_MAX} bytes, without NUL")
+    return raw
+
+
+def token(value: Any, what: str = "a token") -> str:
+    if isinstance(value, bytes):
+        value = value.decode("ascii", errors="replace")
+    if not isinstance(value, str) or _HEX32.fullmatch(value) is None:
+        raise InvalidArgument(f"dlock: {what} is 32 lowercase hex characters")
+    return value
+
+
+def acquire_command(
+    head: List[bytes],
+    ttl: Any,
+    wait: Any,
+    *,
+    shared: bool = False,
+    fair: bool = False,
+    detached: bool = False,
+    max_hold: Any = None,
+    label_: Any = None,
+) -> Tuple[List[bytes], int]:
+    """LOCK or SEM ACQUIRE (``head``: the command and what comes before the options)
+    with its options, and the wait in ms (-1: without end)."""
+    args = list(head)
+    args += [b"TTL", str(ttl_ms(ttl)).encode()]
+    w = wait_ms(wait)
+    if w != 0:
+        args += [b"WAIT", str(w).encode()]
+    for flag, on in ((b"DETACHED", detached), (b"FAIR", fair), (b"SHARED", shared)):
+        if on:
+            args.append(flag)
+    if max_hold is not None:
+        if detached:
+            raise InvalidArgument("dlock: max_hold is for session locks: a detached lock ends with its TTL")
+        args += [b"MAXHOLD", str(duration_ms(max_hold, "max_hold")).encode()]
+    if label_ is not None:
+        args += [b"LABEL", label(label_)]
+    return args, w
+
+
+def reserve_command(sku: bytes, qty_: Any, lease: Any, wait: Any) -> Tuple[List[bytes], int]:
+    """STOCK RESERVE with its options, and the wait in ms (-1: without end)."""
+    args = [b"STOCK", b"RESERVE", sku, str(qty(qty_)).encode()]
+    args += [b"TTL", str(ttl_ms(lease, "lease")).encode()]
+    w = wait_ms(wait)
+    if w != 0:
+        args += [b"WAIT", str(w).encode()]
+    return args, w
+
+
+def not_acquired(name: Any, wait: Any) -> str:
+    return f"dlock: lock {text(name)!r} not acquired within {wait_text(wait_ms(wait))}"
+
+
+def no_permit(name: str, permits: int, wait: Any) -> str:
+    return (
+        f"dlock: no permit of semaphore {name!r} ({permits} permits) free within "
+        f"{wait_text(wait_ms(wait))}"
+    )
+
+
+# Replies ---------------------------------------------------------------------------
+
+
+def show(reply: Any) -> str:
+    return repr(reply)[:200]
+
+
+def grant(reply: Any, command: str) -> Optional[Tuple[str, int, int]]:
+    """LOCK's and SEM ACQUIRE's reply: (token, fence, validity in ms), or None (nil)."""
+    if reply is None:
+        return None
+    if (
+        not isinstance(reply, list)
+        or len(reply) != 3
+        or not isinstance(reply[0], (bytes, str))
+        or not isinstance(reply[1], int)
+        or not isinstance(reply[2], int)
+    ):
+        raise ProtocolError(f"dlockd: {command} replied {show(reply)}, not [token, fence, validity]")
+    tok = reply[0].decode("ascii", errors="replace") if isinstance(reply[0], bytes) else reply[0]
+    return tok, reply[1], reply[2]
+
+
+def boolean(reply: Any, command: str) -> bool:
+    """A 1 or 0 reply as a bool."""
+    if isinstance(reply, bool) or reply not in (0, 1):
+        raise ProtocolError(f"dlockd: {command} replied {show(reply)}, not 1 or 0")
+    return reply == 1
+
+
+def _decode(value: Any) -> Any:
+    if isinstance(value, bytes):
+        return value.decode("utf-8", errors="replace")
+    if isinstance(value, list):
+        return [_decode(v) for v in value]
+    return value
+
+
+def mapping(reply: Any, command: str) -> Dict[str, Any]:
+    """A flat list of field/value pairs (LOCKINFO, STOCK's state) as a dict of str
+    keys, bulk strings decoded as UTF-8."""
+    if not isinstance(reply, list) or len(reply) % 2:
+        raise ProtocolError(f"dlockd: {command} replied {show(reply)}, not field/value pairs")
+    return {_decode(reply[i]): _decode(reply[i + 1]) for i in range(0, len(reply), 2)}
+
+
+def info(reply: Any) -> Dict[str, Any]:
+    out = mapping(reply, "LOCKINFO")
+    for field in ("state", "holder", "remaining_ms", "fence"):
+        if field not in out:
+            raise ProtocolError(f"dlockd: LOCKINFO replied without '{field}'")
+    return out
+
+
+STOCK_FIELDS = ("stock", "available", "reserved", "sold", "reservations", "waiters")
+
+
+def stock_state(reply: Any, command: str) -> Dict[str, int]:
+    out = mapping(reply, command)
+    for field in STOCK_FIELDS:
+        if not isinstance(out.get(field), int) or isinstance(out.get(field), bool):
+            raise ProtocolError(f"dlockd: {command} replied without '{field}'")
+    return out
+
+
+def reservation_id(reply: Any) -> Optional[str]:
+    if reply is None:
+        return None
+    if not isinstance(reply, (bytes, str)):
+        raise ProtocolError(f"dlockd: STOCK RESERVE replied {show(reply)}, not an id or nil")
+    return reply.decode("ascii", errors="replace") if isinstance(reply, bytes) else reply
+
+
+def out_of_stock(sku: str, asked: int, state: Dict[str, int]) -> Tuple[str, bool, Dict[str, int]]:
+    """Why a reserve was refused, from the state now: dlockd refuses at once, without
+    waiting, when more units are asked than are not yet sold."""
+    unsold = state["stock"] - state["sold"]
+    if asked > unsold:
+        msg = (
+            f"dlock: SKU {sku!r} is sold out: {asked} unit(s) asked, "
+            f"{unsold} of {state['stock']} not sold"
+        )
+        return msg, True, state
+    msg = (
+        f"dlock: SKU {sku!r}: {asked} unit(s) asked, {state['available']} available, "
+        f"{state['reserved']} reserved by other buyers at the moment"
+    )
+    return msg, False, state
+
+
+
+# Errors ----------------------------------------------------------------------------
+
+#: dlockd's error code words, and the exception each one is.
+_CODES = {
+    "ERR": CommandError,
+    "NOQUORUM": NoQuorum,
+    "UNAVAILABLE": Unavailable,
+    # A draining dlockd takes no new lock: another dlockd, or later, will.
+    "SHUTDOWN": Unavailable,
+    "LOADING": Unavailable,
+    "LOST": LockLost,
+    "NOAUTH": AuthFailed,
+    "WRONGPASS": AuthFailed,
+    "NOPERM": AuthFailed,
+    "NOPROTO": ProtocolError,
+}
+
+
+def failure(exc: BaseException) -> Tuple[DlockError, bool]:
+    """The package's exception for what redis-py raised, and whether the connection
+    is still in step (an error reply read whole, the connection usable): when it is
+    not, the caller disconnects it, so that no later command reads a late reply as its
+    own (and dlockd releases the session locks it held).
+
+    redis-py strips the code word of the errors it knows (ERR, NOAUTH, NOPERM,
+    LOADING...) and makes ConnectionError of some; dlockd's own codes (UNAVAILABLE,
+    NOQUORUM, LOST, WRONGPASS, SHUTDOWN) come as a ResponseError with the whole line.
+    """
+    import redis.exceptions as rx
+
+    if isinstance(exc, rx.AuthenticationError):
+        return AuthFailed(f"dlockd: {exc}"), False
+    if isinstance(exc, rx.BusyLoadingError):
+        return Unavailable(f"dlockd: LOADING {exc}"), False
+    if isinstance(exc, rx.TimeoutError):
+        return Unavailable(f"dlock: no reply from dlockd in time ({exc})"), False
+    if isinstance(exc, rx.ConnectionError):
+        return Unavailable(f"dlock: {exc}"), False
+    if isinstance(exc, rx.NoPermissionError):
+        return AuthFailed(f"dlockd: NOPERM {exc}"), True
+    if isinstance(exc, rx.ResponseError):
+        line = str(exc)
+        word = line.split(" ", 1)[0]
+        if type(exc) is rx.ResponseError and word in _CODES and word != "ERR":
+            cls = _CODES[word]
+            # dlockd closes the connection after -LOST.
+            return cls(f"dlockd: {line}"), cls is not LockLost
+        # An -ERR (redis-py took "ERR " off), or a code redis-py knows.
+        if line.startswith("Protocol error"):
+            return ProtocolError(f"dlockd: ERR {line}"), False
+        return CommandError(f"dlockd: {line}"), True
+    if isinstance(exc, rx.InvalidResponse):
+        return ProtocolError(f"dlockd: {exc}"), False
+    if isinstance(exc, OSError):
+        return Unavailable(f"dlock: {exc}"), False
+    return DlockError(f"dlockd: {type(exc).__name__}: {exc}"), False

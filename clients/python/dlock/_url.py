@@ -1,0 +1,132 @@
+"""dlockd URLs (``Client.from_url``), as the PHP package reads them:
+
+- ``dlockd://[[USER]:PASSWORD@]HOST[:PORT][?OPTIONS]`` (port 7379 by default),
+- ``dlockds://...`` over TLS,
+- ``dlockd+unix://[[USER]:PASSWORD@]/PATH[?OPTIONS]`` (usually ``dlockd+unix:///PATH``).
+
+OPTIONS: ``timeout`` (seconds to connect and to wait for a reply, default 5), ``name``
+(the connection's name, CLIENT SETNAME, and the default label of its locks),
+``maxhold`` (ms: the default MAXHOLD of session locks), ``cafile``, ``cert`` and
+``key`` (TLS: the CA of dlockd's certificate, this client's certificate and key). The
+user is ``default`` (the same as none) or ``admin``. An unknown option is an error.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Dict, Optional
+from urllib.parse import parse_qsl, unquote, urlsplit
+
+from . import _args
+from ._errors import InvalidArgument
+
+DEFAULT_PORT = 7379
+DEFAULT_TIMEOUT = 5.0
+OPTIONS = ("timeout", "name", "maxhold", "cafile", "cert", "key")
+SCHEMES = ("dlockd", "dlockds", "dlockd+unix")
+
+
+@dataclass(frozen=True)
+class Url:
+    scheme: str
+    host: str  # the socket's path for dlockd+unix
+    port: int  # 0 for dlockd+unix
+    user: Optional[str]
+    password: Optional[str]
+    timeout: float
+    name: Optional[str]
+    max_hold: Optional[float]  # seconds
+    tls: Dict[str, str] = field(default_factory=dict)
+
+    @property
+    def where(self) -> str:
+        return self.host if self.scheme == "dlockd+unix" else f"{self.host}:{self.port}"
+
+    def redis_kwargs(self) -> Dict[str, Any]:
+        """The keyword arguments of redis.Redis (and redis.asyncio.Redis) for it."""
+        kw: Dict[str, Any] = {
+            "socket_timeout": self.timeout,
+            "socket_connect_timeout": self.timeout,
+            "password": self.password,
+            "username": self.user,
+        }
+        if self.name is not None:
+            kw["client_name"] = self.name
+        if self.scheme == "dlockd+unix":
+            kw["unix_socket_path"] = self.host
+            return kw
+        kw["host"] = self.host
+        kw["port"] = self.port
+        if self.scheme == "dlockds":
+            kw["ssl"] = True
+            kw["ssl_cert_reqs"] = "required"
+            kw["ssl_check_hostname"] = True
+            if "cafile" in self.tls:
+                kw["ssl_ca_certs"] = self.tls["cafile"]
+            if "cert" in self.tls:
+                kw["ssl_certfile"] = self.tls["cert"]
+            if "key" in self.tls:
+                kw["ssl_keyfile"] = self.tls["key"]
+        return kw
+
+
+def parse(url: str) -> Url:
+    if not isinstance(url, str):
+        raise InvalidArgument(f"dlock: a dlockd URL is a str, not {type(url).__name__}")
+    try:
+        u = urlsplit(url)
+        port = u.port
+    except ValueError as e:
+        raise InvalidArgument(f"dlock: {url!r} is not a dlockd URL: {e}") from None
+    scheme = u.scheme.lower()
+    if scheme not in SCHEMES:
+        raise InvalidArgument(f"dlock: {url!r} is not a dlockd://, dlockds:// or dlockd+unix:///PATH URL")
+    unix = scheme == "dlockd+unix"
+    if unix:
+        host = unquote(u.path)
+        if u.hostname or port is not None:
+            raise InvalidArgument(
+                f"dlock: {url!r}: a dlockd+unix URL names a path, not a host (dlockd+unix:///PATH)"
+            )
+    else:
+        host = u.hostname or ""
+    if not host:
+        raise InvalidArgument(f"dlock: {url!r} names no {'socket path' if unix else 'host'}")
+    if unix:
+        port = 0
+    elif port is None:
+        port = DEFAULT_PORT
+    elif not 1 <= port <= 65535:
+        raise InvalidArgument(f"dlock: {url!r}: port must be 1 to 65535")
+    user = unquote(u.username) if u.username else None
+    if user is not None and user not in ("default", "admin"):
+        raise InvalidArgument(f"dlock: dlockd's users are default and admin, not {user!r}")
+    password = unquote(u.password) if u.password is not None else None
+
+    q: Dict[str, str] = {}
+    for k, v in parse_qsl(u.query, keep_blank_values=True):
+        if k not in OPTIONS:
+            raise InvalidArgument(f"dlock: unknown option {k!r} in a dlockd URL ({', '.join(OPTIONS)})")
+        if k in q:
+            raise InvalidArgument(f"dlock: option {k!r} of a dlockd URL given more than once")
+        q[k] = v
+    try:
+        timeout = float(q.get("timeout", DEFAULT_TIMEOUT))
+    except ValueError:
+        timeout = -1.0
+    if not 0.001 <= timeout <= 86400:
+        raise InvalidArgument("dlock: timeout must be 0.001 to 86400 seconds")
+    max_hold: Optional[float] = None
+    if "maxhold" in q:
+        if not q["maxhold"].isdigit() or int(q["maxhold"]) > _args.MS_MAX:
+            raise InvalidArgument("dlock: maxhold must be a number of ms (0: no limit)")
+        max_hold = int(q["maxhold"]) / 1000
+    tls = {k: q[k] for k in ("cafile", "cert", "key") if k in q}
+    if tls and scheme != "dlockds":
+        raise InvalidArgument("dlock: cafile, cert and key are options of dlockds:// URLs")
+    name = q.get("name")
+    if name is not None and (
+        not name or len(name.encode()) > 128 or any(c.isspace() or not c.isprintable() for c in name)
+    ):
+        raise InvalidArgument("dlock: name must be 1 to 128 printable bytes, without spaces")
+    return Url(scheme, host, port, user, password, timeout, name, max_hold, tls)

@@ -1,0 +1,255 @@
+"""Bad arguments are InvalidArgument before anything is sent: the client here points at
+a port nobody listens on, so a command that went out would be Unavailable instead.
+Good ones that look odd (a CR LF in a name, a 4096-byte one) go through to dlockd."""
+
+from __future__ import annotations
+
+import asyncio
+import math
+
+import pytest
+import redis
+import redis.asyncio
+
+import dlock
+from conftest import free_port
+
+BAD_WAITS = [-1, -0.001, None, math.nan, -math.inf, 2147483.648 + 1, "5", True]
+BAD_TTLS = [0, 0.009, -1, 2147483.648, math.inf, math.nan, None, "10", True]
+
+
+@pytest.fixture(scope="module")
+def nowhere():
+    return dlock.Client(redis.Redis(port=free_port(), socket_connect_timeout=0.5))
+
+
+def test_names(nowhere):
+    for bad in ["", "x" * 4097, "é" * 2049, "a\0b", b"", b"\0", 42, None, "\udcff"]:
+        with pytest.raises(dlock.InvalidArgument):
+            nowhere.acquire(bad)
+        with pytest.raises(dlock.InvalidArgument):
+            nowhere.info(bad)
+    with pytest.raises(dlock.InvalidArgument, match="1 to 4096 bytes"):
+        nowhere.lock("n" * 65536)
+    # A good name gets as far as the connection.
+    with pytest.raises(dlock.Unavailable):
+        nowhere.acquire("x" * 4096)
+
+
+def test_waits(nowhere):
+    for bad in BAD_WAITS:
+        with pytest.raises(dlock.InvalidArgument):
+            nowhere.acquire("n", wait=bad)
+        with pytest.raises(dlock.InvalidArgument):
+            nowhere.lock("n", wait=bad)
+    with pytest.raises(ValueError, match="FOREVER"):
+        nowhere.acquire("n", wait=-5)
+    for good in (0, 0.0, 0.0001, 1, 2147483.647, dlock.FOREVER):
+        with pytest.raises(dlock.Unavailable):
+            nowhere.acquire("n", wait=good)
+
+
+def test_ttls(nowhere):
+    for bad in BAD_TTLS:
+        with pytest.raises(dlock.InvalidArgument):
+            nowhere.acquire("n", ttl=bad)
+    for bad in (0, -1, 0.001):
+        with pytest.raises(dlock.InvalidArgument):
+            nowhere.stock("s").reserve(1, lease=bad)
+    with pytest.raises(dlock.InvalidArgument):
+        nowhere.acquire("n", max_hold=-1)
+    with pytest.raises(dlock.InvalidArgument):
+        nowhere.acquire("n", detached=True, max_hold=5)
+    with pytest.raises(dlock.InvalidArgument):
+        nowhere.acquire("n", label="")
+    with pytest.raises(dlock.InvalidArgument):
+        nowhere.acquire("n", label="x" * 257)
+
+
+def test_counts(nowhere):
+    for bad in (0, -1, 2**31, 1.5, True):
+        with pytest.raises(dlock.InvalidArgument):
+            nowhere.semaphore("s", bad)
+    st = nowhere.stock("sku")
+    for bad in (0, -1, 10**12 + 1, 1.0):
+        with pytest.raises(dlock.InvalidArgument):
+            st.reserve(bad)
+    for bad in (-1, 10**12 + 1):
+        with pytest.raises(dlock.InvalidArgument):
+            st.set(bad)
+    for bad in (0, 10**12 + 1, -(10**12) - 1):
+        with pytest.raises(dlock.InvalidArgument):
+            st.add(bad)
+    for bad in ("", "ABCDEF0123456789abcdef0123456789", "x" * 32, "0" * 31):
+        with pytest.raises(dlock.InvalidArgument):
+            st.reservation(bad)
+        with pytest.raises(dlock.InvalidArgument):
+            nowhere.adopt("n", bad)
+
+
+def test_asyncio_checks_before_sending():
+    c = dlock.asyncio.Client(redis.asyncio.Redis(port=free_port(), socket_connect_timeout=0.5))
+
+    async def main():
+        for bad in BAD_WAITS:
+            with pytest.raises(dlock.InvalidArgument):
+                await c.acquire("n", wait=bad)
+            with pytest.raises(dlock.InvalidArgument):
+                c.lock("n", wait=bad)  # checked when called, before any await
+        with pytest.raises(dlock.InvalidArgument):
+            c.lock("n" * 65536)
+        with pytest.raises(dlock.InvalidArgument):
+            await c.info("")
+        with pytest.raises(dlock.Unavailable):
+            await c.acquire("n")
+
+    asyncio.run(main())
+
+
+def test_clients_take_their_kind():
+    with pytest.raises(dlock.InvalidArgument):
+        dlock.Client(object())
+    with pytest.raises(dlock.InvalidArgument):
+        dlock.Client(redis.asyncio.Redis())
+    with pytest.raises(dlock.InvalidArgument):
+        dlock.asyncio.Client(redis.Redis())
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "redis://127.0.0.1:7379",
+        "dlockd://",
+        "dlockd://h:0",
+        "dlockd://h:70000",
+        "dlockd://h?bogus=1",
+        "dlockd://h?timeout=0",
+        "dlockd://h?timeout=x",
+        "dlockd://h?timeout=1&timeout=2",
+        "dlockd://h?maxhold=-1",
+        "dlockd://h?name=has%20space",
+        "dlockd://h?cafile=/x",
+        "dlockd://someone:pw@h",
+        "dlockd+unix://",
+        "dlockd+unix://host/path",
+        "dlockd+unix://host:1/path",
+    ],
+)
+def test_bad_urls(url):
+    with pytest.raises(dlock.InvalidArgument):
+        dlock.Client.from_url(url)
+    with pytest.raises(dlock.InvalidArgument):
+        dlock.asyncio.Client.from_url(url)
+
+
+def test_urls():
+    from dlock._url import parse
+
+    u = parse("dlockd://:p%40ss@example.org?timeout=2.5&name=w-1&maxhold=60000")
+    assert (u.host, u.port, u.user, u.password, u.timeout, u.name, u.max_hold) == (
+        "example.org", 7379, None, "p@ss", 2.5, "w-1", 60.0,
+    )
+    kw = u.redis_kwargs()
+    assert kw["socket_timeout"] == 2.5 and kw["client_name"] == "w-1" and "ssl" not in kw
+    u = parse("dlockds://admin:pw@[::1]:7380?cafile=/ca.crt&cert=/c.crt&key=/c.key")
+    kw = u.redis_kwargs()
+    assert (u.host, u.port, u.user) == ("::1", 7380, "admin")
+    assert kw["ssl"] and kw["ssl_ca_certs"] == "/ca.crt" and kw["ssl_certfile"] == "/c.crt"
+    u = parse("dlockd+unix:///run/dlockd/dlockd.sock?timeout=1")
+    assert u.redis_kwargs()["unix_socket_path"] == "/run/dlockd/dlockd.sock"
+    assert "host" not in u.redis_kwargs()
+
+
+class FakeConnection:
+    """A pooled connection whose replies are scripted: enough to see what the package
+    does with them, without a server."""
+
+    socket_timeout = 1.0
+
+    def __init__(self, replies):
+        self.replies = replies
+        self.sent = []
+        self._sock = object()
+        self.disconnected = False
+
+    def send_command(self, *args, **kw):
+        self.sent.append(args)
+
+    def read_response(self, disable_decoding=False):
+        reply = self.replies.pop(0)
+        if isinstance(reply, BaseException):
+            raise reply
+        return reply
+
+    def disconnect(self):
+        self.disconnected = True
+        self._sock = None
+
+
+class FakePool:
+    def __init__(self, *conns):
+        self.conns = list(conns)
+        self.given = []
+
+    def get_connection(self, command, *keys, **options):
+        return self.conns.pop(0)
+
+    def release(self, conn):
+        self.given.append(conn)
+
+
+def fake_client(*conns):
+    r = redis.Redis()
+    r.connection_pool = FakePool(*conns)
+    return dlock.Client(r), r.connection_pool
+
+
+def test_a_command_that_reads_lost_is_sent_again():
+    lost = redis.exceptions.ResponseError("LOST session lock 'x' was lost (...): closing the connection")
+    first = FakeConnection([lost])
+    second = FakeConnection([[b"state", b"free", b"holder", None, b"remaining_ms", 0, b"fence", 7]])
+    c, pool = fake_client(first, second)
+    assert c.info("n") == {"state": "free", "holder": None, "remaining_ms": 0, "fence": 7}
+    assert first.disconnected and not second.disconnected
+    assert pool.given == [first, second]
+    assert first.sent == second.sent == [(b"LOCKINFO", b"n")]
+    # Twice in a row is not retried again.
+    c, _ = fake_client(FakeConnection([lost]), FakeConnection([lost]))
+    with pytest.raises(dlock.LockLost):
+        c.info("n")
+
+
+@pytest.mark.parametrize(
+    "error, cls, closes",
+    [
+        (redis.exceptions.ResponseError("UNAVAILABLE lock server down: x"), dlock.Unavailable, False),
+        (redis.exceptions.ResponseError("NOQUORUM 1 of 3 answered"), dlock.NoQuorum, False),
+        (redis.exceptions.ResponseError("SHUTDOWN dlockd is shutting down"), dlock.Unavailable, False),
+        (redis.exceptions.ResponseError("WRONGPASS invalid password"), dlock.AuthFailed, False),
+        (redis.exceptions.AuthenticationError("Authentication required."), dlock.AuthFailed, True),
+        (redis.exceptions.NoPermissionError("this user has no permissions"), dlock.AuthFailed, False),
+        (redis.exceptions.ResponseError("unknown option 'X'"), dlock.CommandError, False),
+        (redis.exceptions.ResponseError("Protocol error: too big"), dlock.ProtocolError, True),
+        (redis.exceptions.ResponseError("NOPROTO sorry"), dlock.ProtocolError, False),
+        (redis.exceptions.BusyLoadingError("Redis is loading"), dlock.Unavailable, True),
+        (redis.exceptions.ConnectionError("Connection closed by server."), dlock.Unavailable, True),
+        (redis.exceptions.TimeoutError("Timeout reading"), dlock.Unavailable, True),
+        (redis.exceptions.InvalidResponse("Protocol Error: b'?'"), dlock.ProtocolError, True),
+    ],
+)
+def test_error_mapping(error, cls, closes):
+    conn = FakeConnection([error])
+    c, pool = fake_client(conn)
+    with pytest.raises(cls) as e:
+        c.stock("s").status()
+    assert type(e.value) is cls
+    assert conn.disconnected is closes
+    assert pool.given == [conn]
+
+
+def test_a_reply_that_makes_no_sense():
+    conn = FakeConnection([b"what?"])
+    c, pool = fake_client(conn)
+    with pytest.raises(dlock.ProtocolError, match="not \\[token, fence, validity\\]"):
+        c.acquire("n")
+    assert conn.disconnected  # a grant nobody can read: dlockd releases it at close
