@@ -5,19 +5,22 @@
 
 Every machine's crontab starts this at the same minute; the lock decides which one runs
 JOB (default "nightly-report"). The others find it taken and exit 0 quietly: that is
-the normal case, not an error. The job is a stand-in: N steps (default 3) of MS
-milliseconds (default 1000), each recorded on the Redis at --redis with the lock's
-fence: RPUSH JOB:steps "fence pid step". Replace job_step() with the real work.
+the normal case, not an error. The job here is a stand-in: N steps (default 3) of MS
+milliseconds (default 1000), each recorded on the Redis at --redis (default
+127.0.0.1:6379) with the lock's fence: RPUSH JOB:steps "fence pid step". Replace
+job_step() with the real work.
 
-LOCK without WAIT tries once: a machine that comes second has nothing to wait for. The
-lock is a session lock: dlockd renews it while this process's connection is open and
-releases it when the connection closes, so the job holds it exactly as long as this
-process lives. A run that dies (an exception, SIGKILL, the OOM killer) frees it for the
-next run at once; nothing here renews or releases by hand.
+The lock comes from dlockd through the dlock package (clients/python). Without a wait
+it is tried once: a machine that comes second has nothing to wait for. The lock is a
+session lock: dlockd renews it while this process's connection is open, however long
+the job runs, and releases it when the connection closes. So the job holds it exactly
+as long as this process lives: a run that dies (an exception, SIGKILL, the OOM killer,
+a reboot of the machine) frees it for the next run at once, and none holds it past its
+end. Nothing here renews by hand.
 
 Exit status: 0 the job ran here, or runs elsewhere; 1 the job failed; 2 usage; 75
 dlockd or the lock servers could not be reached, so nobody may have run it: worth an
-alert.
+alert (with one line on stderr that says why).
 """
 import argparse
 import os
@@ -25,16 +28,23 @@ import socket
 import sys
 import time
 
-import redis
+# The dlock package from this source tree. Installed (pip install clients/python), it
+# is found without this line.
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)),
+                                "..", "..", "clients", "python"))
+
+import dlock  # noqa: E402
+import redis  # noqa: E402
 
 EXIT_TEMPFAIL = 75
 
 
 def address(s, default_port):
+    """'host:port' to (host, port); a path starting with '/' is a unix socket (path, 0)."""
     if s.startswith("/"):
-        return {"unix_socket_path": s}
+        return s, 0
     host, _, port = s.rpartition(":")
-    return {"host": host or s, "port": int(port) if host else default_port}
+    return (host, int(port)) if host else (s, default_port)
 
 
 def job_step(out, job, fence, step, step_ms):
@@ -45,50 +55,64 @@ def job_step(out, job, fence, step, step_ms):
     print(f"{job}: step {step} done (fence {fence})", flush=True)
 
 
+def count(s):
+    if not s.isdigit():
+        raise argparse.ArgumentTypeError(f"not a number: {s!r}")
+    return int(s)
+
+
 def main():
     p = argparse.ArgumentParser(description="Run a job on one machine at a time.")
-    p.add_argument("--dlockd", default=os.environ.get("DLOCKD") or "127.0.0.1:7379")
+    p.add_argument("--dlockd", default=os.environ.get("DLOCKD") or "127.0.0.1:7379",
+                   help="dlockd's HOST:PORT or unix socket (default $DLOCKD, else 127.0.0.1:7379)")
     p.add_argument("--redis", default="127.0.0.1:6379", help="where the job writes")
-    p.add_argument("--steps", type=int, default=3)
-    p.add_argument("--step-ms", type=int, default=1000)
+    p.add_argument("--steps", type=count, default=3)
+    p.add_argument("--step-ms", type=count, default=1000)
     p.add_argument("job", nargs="?", default="nightly-report")
     args = p.parse_args()
     job = args.job
 
+    host, port = address(args.dlockd, 7379)
+    url = f"dlockd+unix://{host}" if port == 0 else f"dlockd://{host}:{port}"
     try:
-        # The lock lives as long as this connection: keep one (no pool) for the whole
-        # run. single_connection_client connects at once, so a dlockd that refuses the
-        # connection fails here.
-        lockd = redis.Redis(**address(args.dlockd, 7379), socket_connect_timeout=2,
-                            socket_timeout=5, single_connection_client=True)
-        lock = lockd.execute_command("LOCK", job, "TTL", 60000, "LABEL",
-                                     f"cron {socket.gethostname()}")
-    except redis.exceptions.ConnectionError as e:
+        # from_url connects at once: a dlockd that refuses the connection fails here.
+        client = dlock.Client.from_url(f"{url}?timeout=5")
+        # No wait: tried once. None when another machine holds it.
+        lock = client.acquire(job, ttl=60, label=f"cron {socket.gethostname()}")
+    except dlock.DlockError as e:
+        # dlockd refused the connection or dropped it (dlock.Unavailable), its lock
+        # servers could not decide (dlock.NoQuorum, an Unavailable: nobody can tell
+        # whether another machine runs the job), or a mistake in the setup (a password:
+        # dlock.AuthFailed).
         print(f"{job}: dlockd at {args.dlockd}: {e}; job not run", file=sys.stderr)
-        return EXIT_TEMPFAIL
-    except redis.exceptions.ResponseError as e:
-        # -NOQUORUM, -UNAVAILABLE: nobody can tell whether another machine runs the job.
-        print(f"{job}: {e}; job not run", file=sys.stderr)
-        return EXIT_TEMPFAIL if str(e).startswith(("NOQUORUM", "UNAVAILABLE")) else 1
+        return EXIT_TEMPFAIL if isinstance(e, dlock.Unavailable) else 1
     if lock is None:
         return 0  # another machine runs it: nothing to do, nothing to say
-    token, fence, _ = lock
-    print(f"{job}: running here (fence {fence})", flush=True)
+    print(f"{job}: running here (fence {lock.fence})", flush=True)
 
-    out = redis.Redis(**address(args.redis, 6379), socket_connect_timeout=2, socket_timeout=5)
+    host, port = address(args.redis, 6379)
+    where = {"unix_socket_path": host} if port == 0 else {"host": host, "port": port}
+    out = redis.Redis(**where, socket_connect_timeout=2, socket_timeout=5)
     try:
-        for step in range(1, args.steps + 1):
-            job_step(out, job, fence, step, args.step_ms)
+        # Leaving the block releases the lock. Not needed (the end of the process closes
+        # the connection, which releases it), but it lets the next run in before this
+        # process has finished exiting.
+        with lock:
+            for step in range(1, args.steps + 1):
+                job_step(out, job, lock.fence, step, args.step_ms)
     except redis.exceptions.RedisError as e:
         print(f"{job}: failed: {e}", file=sys.stderr)
-        return 1  # the lock goes with the connection
-    # Not needed (the process's end closes the connection, which releases the lock),
-    # but it lets the next run in before this process has finished exiting. The job
-    # ran: an UNLOCK that fails is worth a line, not a failed run.
-    try:
-        lockd.execute_command("UNLOCK", job, token)
-    except redis.exceptions.RedisError as e:
-        print(f"{job}: UNLOCK: {e}; the lock ends with this connection (or its lease)",
+        return 1
+    except dlock.LockLost as e:
+        # The job ran, but the lock was gone by its end (dlockd's renewal failed, or an
+        # operator broke it): another run may have overlapped this one, which is what
+        # the fence handed to every write lets the resource refuse. Worth a line.
+        print(f"{job}: {e}", file=sys.stderr)
+    except dlock.DlockError as e:
+        # The job ran and the release could not reach dlockd (or its lock servers): a
+        # line, not a failed run, since the lock ends with the connection or its lease
+        # all the same.
+        print(f"{job}: release: {e}; the lock ends with this connection (or its lease)",
               file=sys.stderr)
     print(f"{job}: done")
     return 0

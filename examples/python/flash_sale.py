@@ -6,104 +6,135 @@ never one unit too many.
     flash_sale.py [OPTIONS] buy        one buyer: buy until the stock is gone
     flash_sale.py [OPTIONS] report     check the sale, print a RESULT line
 
-Each purchase is what one request of the shop would do:
+OPTIONS, before or after the command: --dlockd HOST:PORT (default $DLOCKD, else
+127.0.0.1:7379; a path starting with / is a unix socket), --redis HOST:PORT (the shop's
+database, where the stock lives; default 127.0.0.1:6379), --item ITEM (default sku-1),
+--wait MS (how long one LOCK waits, default 10000), --ttl MS (default 30000). buy
+--stall takes the lock once, prints "HOLDING ..." and stays inside the critical section
+until killed, as a request stuck in a slow call; buy --stall-at N does so in the first
+critical section that finds at most N units left. report --killed-at US: the
+wall-clock time, in microseconds, a holder was killed: how long the lock took to pass
+on.
 
-    LOCK sale:ITEM WAIT ms -> GET stock:ITEM -> if > 0: SET stock - 1 -> UNLOCK (finally)
+Each purchase is what one request of the shop would do, through the dlock package
+(clients/python):
+
+    with client.lock("sale:ITEM", wait=WAIT) as lock:
+        GET stock:ITEM -> if > 0: SET stock - 1
 
 GET then SET is a read-modify-write: two buyers without the lock would read the same
 stock and both sell that unit. Every critical section also appends one line to the list
 sales:ITEM ("unit fence pid acquired_us done_us"; unit 0: found sold out), so that
-`report` can check what the lock promises: sold == stock, nothing oversold, no unit
-sold twice, sections that never overlap, fences that strictly increase.
+`report` can check afterwards what the lock promises: sold == stock, nothing oversold,
+no unit sold twice, sections that never overlap, fences that strictly increase.
 
-The lock is a session lock (LOCK without DETACHED): dlockd renews it while this
+The lock is a session lock (the package's default): dlockd renews it while this
 process's connection is open and releases it the moment the connection closes, so a
-buyer that dies inside its critical section frees the lock at once.
+buyer that dies inside its critical section (an exception, SIGKILL, the OOM killer)
+frees the lock at once instead of making everyone wait for its lease to end.
 
-Exit status: 0 done (buy: sold out; report: every check passed), 1 a check or a call
-failed, 2 usage, 75 dlockd or a lock server unavailable (try later).
+Exit status: 0 done (buy: sold out; report: every check passed), 1 a check failed or a
+call failed, 2 usage, 75 dlockd, a lock server or the shop's Redis unavailable (try
+later), with one line on stderr that says which.
 """
 import argparse
 import os
 import sys
 import time
 
-import redis
+# The dlock package from this source tree. Installed (pip install clients/python), it
+# is found without this line.
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)),
+                                "..", "..", "clients", "python"))
+
+import dlock  # noqa: E402
+import redis  # noqa: E402
 
 EXIT_TEMPFAIL = 75
 
 
 def address(s, default_port):
-    """'host:port' to a dict of redis.Redis arguments; a path starting with '/' is a
-    unix socket."""
+    """'host:port' to (host, port); a path starting with '/' is a unix socket (path, 0)."""
     if s.startswith("/"):
-        return {"unix_socket_path": s}
+        return s, 0
     host, _, port = s.rpartition(":")
-    return {"host": host or s, "port": int(port) if host else default_port}
+    return (host, int(port)) if host else (s, default_port)
 
 
 def now_us():
     return time.time_ns() // 1000
 
 
+def exit_status(e):
+    """75 (try later) when dlockd or its lock servers could not decide (dlock.Unavailable,
+    and dlock.NoQuorum, one of them); 1 for any other error (dlock.AuthFailed, a
+    dlock.CommandError: a mistake here or in the setup, which a retry would repeat)."""
+    return EXIT_TEMPFAIL if isinstance(e, dlock.Unavailable) else 1
+
+
 def dlockd_connect(args):
-    # One connection for the client's whole life (single_connection_client): a session
-    # lock belongs to the connection that sent LOCK, and a pool could send the UNLOCK
-    # on another one. The socket timeout must exceed WAIT: a waiting LOCK answers only
-    # when it is served or WAIT runs out, and a client that stops reading first drops
-    # the connection, and the wait with it.
-    return redis.Redis(**address(args.dlockd, 7379), socket_connect_timeout=2,
-                       socket_timeout=args.wait / 1000 + 5, single_connection_client=True)
+    host, port = address(args.dlockd, 7379)
+    url = f"dlockd+unix://{host}" if port == 0 else f"dlockd://{host}:{port}"
+    # from_url connects at once, so an unreachable dlockd is an Unavailable here. A
+    # waiting LOCK raises the read timeout by its wait for its own reply; timeout=5 is
+    # for everything else. One client serves every purchase: each lock takes a pooled
+    # connection of its own, from LOCK to UNLOCK.
+    return dlock.Client.from_url(f"{url}?timeout=5")
 
 
 def shop_connect(args):
-    return redis.Redis(**address(args.redis, 6379), socket_connect_timeout=2, socket_timeout=5)
+    host, port = address(args.redis, 6379)
+    where = {"unix_socket_path": host} if port == 0 else {"host": host, "port": port}
+    return redis.Redis(**where, socket_connect_timeout=2, socket_timeout=5)
 
 
-def buy_one(lockd, shop, args):
-    """One purchase. True: a unit sold; False: the stock is gone; None: the lock did
-    not come within WAIT (the shop would answer "busy, try again")."""
+def buy_one(client, shop, args):
+    """One purchase, as one request of the shop would make it. True: a unit sold;
+    False: the stock is gone; None: the lock did not come within WAIT (the shop would
+    answer "busy, try again")."""
     item = args.item
-    # [token, fence, validity_ms], or None when WAIT ran out. -NOQUORUM and
-    # -UNAVAILABLE arrive as redis.exceptions.ResponseError.
-    lock = lockd.execute_command("LOCK", f"sale:{item}", "TTL", args.ttl, "WAIT", args.wait,
-                                 "LABEL", f"python buyer {os.getpid()}")
-    if lock is None:
-        return None
-    acquired = now_us()
-    token, fence, _ = lock
     try:
-        left = int(shop.get(f"stock:{item}") or 0)
-        if args.stall or (args.stall_at is not None and left <= args.stall_at):
-            # A buyer stuck in a slow call, holding the lock until it is killed.
-            print(f"HOLDING fence={fence} pid={os.getpid()} left={left}", flush=True)
-            time.sleep(3600)
-        if left > 0:
-            shop.set(f"stock:{item}", left - 1)
-        shop.rpush(f"sales:{item}", f"{max(left, 0)} {fence} {os.getpid()} {acquired} {now_us()}")
-        return left > 0
-    finally:
-        # 0: the lock was no longer ours (dlockd's renewal lost it): another buyer may
-        # have overlapped this one.
-        if lockd.execute_command("UNLOCK", f"sale:{item}", token) != 1:
-            print(f"flash_sale: the lock was lost before UNLOCK (fence {fence})", file=sys.stderr)
+        # Released when the block ends, however it ends; a return inside it included.
+        with client.lock(f"sale:{item}", ttl=args.ttl / 1000, wait=args.wait / 1000,
+                         label=f"python buyer {os.getpid()}") as lock:
+            acquired = now_us()
+            left = int(shop.get(f"stock:{item}") or 0)
+            if args.stall or (args.stall_at is not None and left <= args.stall_at):
+                # A buyer stuck in a slow call, holding the lock: the demo kills it here.
+                print(f"HOLDING fence={lock.fence} pid={os.getpid()} left={left}", flush=True)
+                time.sleep(3600)
+            if left > 0:
+                shop.set(f"stock:{item}", left - 1)
+            shop.rpush(f"sales:{item}",
+                       f"{max(left, 0)} {lock.fence} {os.getpid()} {acquired} {now_us()}")
+            return left > 0
+    except dlock.NotAcquired:
+        return None
+    except dlock.LockLost as e:
+        # The section ran, but the lock was found gone at its end (dlockd's renewal
+        # failed): another buyer may have overlapped this one, and report says so. The
+        # next section tells whether stock is left.
+        print(f"flash_sale: {e}", file=sys.stderr)
+        return True
 
 
 def buy(args):
-    lockd, shop = dlockd_connect(args), shop_connect(args)
-    sold = busy = 0
-    while True:
-        r = buy_one(lockd, shop, args)
-        if r is False:
-            break
-        if r is None:
-            busy += 1
-            if busy == 3:
-                print(f"flash_sale: no turn in 3 waits of {args.wait} ms; giving up",
-                      file=sys.stderr)
-                return 1
-            continue
-        sold += 1
+    with dlockd_connect(args) as client:
+        shop = shop_connect(args)
+        sold = busy = 0
+        while True:
+            r = buy_one(client, shop, args)
+            if r is False:
+                break
+            if r is None:
+                # Nobody released within WAIT: a buyer stuck in a slow call holds it.
+                busy += 1
+                if busy == 3:
+                    print(f"flash_sale: no turn in 3 waits of {args.wait} ms; giving up",
+                          file=sys.stderr)
+                    return 1
+                continue
+            sold += 1
     print(f"buyer {os.getpid()}: bought {sold}")
     return 0
 
@@ -152,34 +183,57 @@ def report(args):
     return 0 if ok else 1
 
 
+def count(s):
+    """A count of units, ms or us: digits only (a usage error otherwise, exit 2)."""
+    if not s.isdigit():
+        raise argparse.ArgumentTypeError(f"not a number: {s!r}")
+    return int(s)
+
+
+def common_options(p, defaults):
+    """The options every command takes. On the main parser (before the command) with
+    their defaults; on each command's (after it) without, so that one given there
+    overrides, and one not given leaves the main parser's value alone."""
+    d = (lambda v: v) if defaults else (lambda v: argparse.SUPPRESS)
+    p.add_argument("--dlockd", default=d(os.environ.get("DLOCKD") or "127.0.0.1:7379"),
+                   help="dlockd's HOST:PORT or unix socket (default $DLOCKD, else 127.0.0.1:7379)")
+    p.add_argument("--redis", default=d("127.0.0.1:6379"),
+                   help="the shop's Redis, where the stock lives (default 127.0.0.1:6379)")
+    p.add_argument("--item", default=d("sku-1"))
+    p.add_argument("--wait", type=count, default=d(10000), help="how long one LOCK waits, ms")
+    p.add_argument("--ttl", type=count, default=d(30000), help="the lease dlockd renews, ms")
+
+
 def main():
     p = argparse.ArgumentParser(description="A flash sale through dlockd.")
-    p.add_argument("--dlockd", default=os.environ.get("DLOCKD") or "127.0.0.1:7379",
-                   help="dlockd's HOST:PORT or unix socket (default $DLOCKD, else 127.0.0.1:7379)")
-    p.add_argument("--redis", default="127.0.0.1:6379",
-                   help="the shop's Redis, where the stock lives (default 127.0.0.1:6379)")
-    p.add_argument("--item", default="sku-1")
-    p.add_argument("--wait", type=int, default=10000, help="how long one LOCK waits, ms")
-    p.add_argument("--ttl", type=int, default=30000, help="the lease dlockd renews, ms")
+    common_options(p, True)
     sub = p.add_subparsers(dest="command", required=True)
-    sub.add_parser("stock").add_argument("n", type=int)
+    s = sub.add_parser("stock")
+    s.add_argument("n", type=count)
     b = sub.add_parser("buy")
     b.add_argument("--stall", action="store_true",
                    help="take the lock once and stay inside the section until killed")
-    b.add_argument("--stall-at", type=int, metavar="N",
+    b.add_argument("--stall-at", type=count, metavar="N",
                    help="the same, in the first section that finds at most N units left")
     r = sub.add_parser("report")
-    r.add_argument("--killed-at", type=int,
+    r.add_argument("--killed-at", type=count,
                    help="wall-clock us when a holder was killed: how long the lock took to pass on")
+    for command in (s, b, r):
+        common_options(command, False)
     args = p.parse_args()
     try:
         return {"stock": stock, "buy": buy, "report": report}[args.command](args)
-    except (redis.exceptions.ConnectionError, redis.exceptions.ResponseError) as e:
+    except dlock.DlockError as e:
         print(f"flash_sale: {e}", file=sys.stderr)
-        # Unreachable, -NOQUORUM or -UNAVAILABLE: try later; another error reply is a bug.
-        unavailable = (isinstance(e, redis.exceptions.ConnectionError)
-                       or str(e).startswith(("NOQUORUM", "UNAVAILABLE")))
-        return EXIT_TEMPFAIL if unavailable else 1
+        return exit_status(e)
+    except redis.exceptions.ConnectionError as e:
+        # The shop's Redis failed (a refused connection, a timeout): the sale cannot go
+        # on. A buyer's lock was released on the way out of its section.
+        print(f"flash_sale: the shop's Redis at {args.redis}: {e}", file=sys.stderr)
+        return EXIT_TEMPFAIL
+    except redis.exceptions.RedisError as e:
+        print(f"flash_sale: the shop's Redis at {args.redis}: {e}", file=sys.stderr)
+        return 1
 
 
 if __name__ == "__main__":
