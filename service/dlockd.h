@@ -483,6 +483,9 @@ void dd_session_free(dd_session *s); /* NULL: nothing */
 void dd_sessions_release(dd_session *list);
 /* Log how many session locks were released, and how many could not be, and why. */
 void dd_release_report(void);
+/* Mark the stop's start: dd_release_report and dd_released_since_mark count from it. */
+void dd_release_mark(void);
+unsigned long long dd_released_since_mark(void);
 
 /* ---- loss.c ------------------------------------------------------------------------- */
 

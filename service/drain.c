@@ -63,7 +63,7 @@ void dd_drain_end(const char *why)
         dd_log("drain over after %lld ms (%s): releasing the %d session locks still held", took,
                why, dd_srv.session_locks);
     else
-        dd_log("drain over after %lld ms: every session lock was UNLOCKed", took);
+        dd_log("drain over after %lld ms: no session lock held any more", took);
     /* Before the stop, which closes the timers if nothing is left to wait for. */
     uv_timer_start(&timeout_timer, on_stop_overdue, STOP_OVERDUE_MS, 0);
     dd_server_stop();

@@ -117,10 +117,28 @@ void dd_sessions_release(dd_session *list)
     }
 }
 
+/* The counts when the stop began: its summary tells the stop's releases, not those of
+ * every client that closed in the process's life. */
+static unsigned long long released_before, failed_before;
+
+void dd_release_mark(void)
+{
+    released_before = atomic_load(&dd_srv.stats.released);
+    failed_before = atomic_load(&dd_srv.stats.release_failed);
+    pthread_mutex_lock(&release_mu);
+    release_error[0] = '\0';
+    pthread_mutex_unlock(&release_mu);
+}
+
+unsigned long long dd_released_since_mark(void)
+{
+    return atomic_load(&dd_srv.stats.released) - released_before;
+}
+
 void dd_release_report(void)
 {
-    unsigned long long ok = atomic_load(&dd_srv.stats.released);
-    unsigned long long failed = atomic_load(&dd_srv.stats.release_failed);
+    unsigned long long ok = dd_released_since_mark();
+    unsigned long long failed = atomic_load(&dd_srv.stats.release_failed) - failed_before;
     pthread_mutex_lock(&release_mu);
     if (failed == 0)
         dd_log("released %llu session locks at their clients' close", ok);

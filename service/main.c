@@ -205,11 +205,12 @@ static void on_signal(uv_signal_t *h, int signum)
         dd_log("%s again: exiting without releasing %d session locks (released %llu so "
                "far); they end with their leases",
                strsignal(signum), dd_srv.session_locks + atomic_load(&dd_srv.releasing),
-               (unsigned long long)atomic_load(&dd_srv.stats.released));
+               dd_released_since_mark());
         _exit(1);
     }
     dd_log("%s: stopping: %d clients, %d session locks held", strsignal(signum), dd_srv.nconns,
            dd_srv.session_locks);
+    dd_release_mark();
     if (!dd_drain_start())
         dd_server_stop();
 }
