@@ -539,12 +539,13 @@ typedef struct dlock_listed {
     uint64_t reserved[4];
 } dlock_listed;
 
-/* Every name whose locks are held now and that matches the glob `pattern` (fnmatch(3)
- * without flags; NULL: "*"), in byte order of the names: walks the servers with SCAN
- * (never KEYS), a page of names with their holders per round trip; a Redis Cluster
- * master by master; with N > 1 servers, a name is listed when a quorum holds it, as
- * dlock_inspect says. A name whose holders' leases all ran out is not held. The walk
- * is done here: *out then gives the names with dlock_list_next. Fails (nothing in
+/* Every name whose locks are held now and that matches the glob `pattern` (`*`, `?`,
+ * `[...]` and `\` as in fnmatch(3) without flags, matched in linear time; NULL: "*"),
+ * in byte order of the names: walks the servers with SCAN (never KEYS), a page of
+ * names with their holders per round trip; a Redis Cluster master by master; with
+ * N > 1 servers, a name is listed when a quorum holds it, as dlock_inspect says. A
+ * name whose holders' leases all ran out is not held. The walk is done here: *out
+ * then gives the names with dlock_list_next. Fails (nothing in
  * *out) when fewer than a quorum of servers could be walked. Not a snapshot: a name
  * taken or freed during the walk may or may not be listed. A file:// client lists its
  * directory's lock files (with no waiters counted: local waiters wait in their own
