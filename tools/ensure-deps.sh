@@ -8,9 +8,9 @@
 #   demo      run `make demo` and dlock-bench: redis-server, redis-benchmark, php with
 #             phpredis, and predis (dlock-bench's W5/php-package-predis)
 #   test      build and run every test (`make tests`, `make test`): build and demo, and the
-#             test harness's tools, and the npm packages of the client tests
-#             (tests/service/clients/node: ioredis, at the exact version its
-#             package-lock.json pins)
+#             test harness's tools, and the npm packages of the Node tests at the exact
+#             versions their package-lock.json pins (tests/service/clients/node:
+#             ioredis; clients/node: ioredis and the TypeScript compiler)
 #   deb       build and check Debian packages (`make deb`): debhelper, dpkg-dev, lintian
 #   model     `make model`: Spin
 #   valgrind, format, clang    one tool each (test-valgrind, format-check, the fuzzers)
@@ -119,11 +119,15 @@ fi
 [ "$npm" = 1 ] || exit 0
 # The npm packages, installed exactly as locked (npm ci), when node_modules is not what
 # the lock file says: a copy of the lock file kept in node_modules records the last
-# install. No install scripts run: the client tests need none.
-node_dir="$(cd "$(dirname "$0")/.." && pwd)/tests/service/clients/node"
-stamp="$node_dir/node_modules/.dlock-package-lock.json"
-if ! cmp -s "$node_dir/package-lock.json" "$stamp"; then
-  echo "installing the npm packages of $node_dir (npm ci)" >&2
-  (cd "$node_dir" && npm ci --ignore-scripts --no-audit --no-fund --loglevel=error >&2)
-  cp "$node_dir/package-lock.json" "$stamp"
-fi
+# install. No install scripts run: neither project needs one. The raw ioredis test
+# (tests/service/clients/node) and the Node package (clients/node, whose TypeScript
+# compiler comes this way too; its test builds it).
+root="$(cd "$(dirname "$0")/.." && pwd)"
+for node_dir in "$root/tests/service/clients/node" "$root/clients/node"; do
+  stamp="$node_dir/node_modules/.dlock-package-lock.json"
+  if ! cmp -s "$node_dir/package-lock.json" "$stamp"; then
+    echo "installing the npm packages of $node_dir (npm ci)" >&2
+    (cd "$node_dir" && npm ci --ignore-scripts --no-audit --no-fund --loglevel=error >&2)
+    cp "$node_dir/package-lock.json" "$stamp"
+  fi
+done

@@ -1,0 +1,336 @@
+// The checks every argument gets before anything is sent, with dlockd's own limits, so
+// that a bad one is an InvalidArgumentError naming it rather than a round trip and an
+// -ERR; the commands built from them; and the checks of dlockd's replies. No I/O here.
+
+import { InvalidArgumentError, ProtocolError, StockState } from './errors';
+
+/** A wait without end (dlockd's WAIT -1). */
+export const FOREVER = Infinity;
+/** The lease of a lock, a permit or a reservation when none is given, in ms. */
+export const DEFAULT_TTL = 30000;
+/** dlockd's limit on a lock name, a semaphore's or a SKU, in bytes. */
+export const NAME_MAX = 4096;
+/** The longest TTL, WAIT and lease dlockd takes, in ms (2^31 - 1). */
+export const MS_MAX = 2147483647;
+/** The shortest lease dlockd gives a detached lock or a reservation, in ms. */
+export const TTL_MIN_MS = 10;
+/** The shortest TTL dlockd gives a session lock, in ms. */
+export const SESSION_TTL_MIN_MS = 1000;
+/** dlockd's limit on a quantity of stock. */
+export const QTY_MAX = 1e12;
+/** dlockd's limit on a LABEL, in bytes. */
+export const LABEL_MAX = 256;
+
+/** A lock name: a string (sent as UTF-8) or the bytes themselves. */
+export type Name = string | Buffer | Uint8Array;
+
+const LONE_SURROGATE = /[\uD800-\uDBFF](?![\uDC00-\uDFFF])|(?<![\uD800-\uDBFF])[\uDC00-\uDFFF]/;
+
+/** A lock name, a semaphore's or a SKU as dlockd takes it: 1 to 4096 bytes, no NUL. */
+export function name(value: unknown, what = 'lock name'): Buffer {
+  let raw: Buffer;
+  if (typeof value === 'string') {
+    // A lone surrogate cannot be UTF-8: Buffer.from would turn it into U+FFFD silently,
+    // and the lock would be another name than the one asked for.
+    if (LONE_SURROGATE.test(value)) {
+      throw new InvalidArgumentError(`dlock: ${what} is not valid UTF-8 (a lone surrogate)`);
+    }
+    raw = Buffer.from(value, 'utf8');
+  } else if (value instanceof Uint8Array) {
+    raw = Buffer.from(value);
+  } else {
+    throw new InvalidArgumentError(`dlock: ${what} must be a string or a Buffer, not ${describe(value)}`);
+  }
+  if (raw.length < 1 || raw.length > NAME_MAX) {
+    throw new InvalidArgumentError(`dlock: ${what} must be 1 to ${NAME_MAX} bytes, not ${raw.length}`);
+  }
+  if (raw.includes(0)) {
+    throw new InvalidArgumentError(`dlock: ${what} must not contain a NUL byte`);
+  }
+  return raw;
+}
+
+/** A name as the user reads it back: a string, whatever was given. */
+export function text(raw: Buffer): string {
+  return raw.toString('utf8');
+}
+
+function describe(value: unknown): string {
+  if (typeof value === 'string') return JSON.stringify(value.slice(0, 40));
+  if (typeof value === 'number' || typeof value === 'bigint' || typeof value === 'boolean') return String(value);
+  if (value === null) return 'null';
+  if (value === undefined) return 'undefined';
+  return typeof value;
+}
+
+function integer(value: unknown, what: string, low: number, high: number, unit = ' ms'): number {
+  if (typeof value !== 'number' || !Number.isInteger(value) || value < low || value > high) {
+    throw new InvalidArgumentError(`dlock: ${what} must be an integer from ${low} to ${high}${unit}, not ${describe(value)}`);
+  }
+  return value;
+}
+
+/**
+ * A TTL or a lease in ms. A session lock's floor is dlockd's 1000 ms: refused here rather
+ * than raised, since the caller plans around the lease it asked for.
+ */
+export function ttl(value: unknown, session: boolean, what = 'ttl'): number {
+  return integer(value, session ? `${what} of a session lock` : what, session ? SESSION_TTL_MIN_MS : TTL_MIN_MS, MS_MAX);
+}
+
+/** A duration in ms from 0 to 2^31 - 1 (maxHold: 0 is "no limit"). */
+export function duration(value: unknown, what: string): number {
+  return integer(value, what, 0, MS_MAX);
+}
+
+/**
+ * A wait in ms as dlockd's WAIT takes it: 0 tries once, up to 2^31 - 1 ms waits that
+ * long, Infinity waits without end (sent as -1). A negative wait is refused, not read as
+ * "forever" (which dlockd's -1 means) nor as "not at all". A fraction is rounded up, so
+ * that a wait shorter than a ms still waits.
+ */
+export function wait(value: unknown): number {
+  if (value === Infinity) return -1;
+  if (typeof value !== 'number' || Number.isNaN(value) || value < 0 || value > MS_MAX) {
+    throw new InvalidArgumentError(
+      `dlock: wait must be 0 (try once) to ${MS_MAX} ms, or Infinity (no end); not ${describe(value)}`,
+    );
+  }
+  return Math.ceil(value);
+}
+
+export function waitText(ms: number): string {
+  return ms < 0 ? 'an endless wait' : `${ms} ms`;
+}
+
+export function permits(value: unknown): number {
+  return integer(value, 'permits', 1, MS_MAX, '');
+}
+
+export function qty(value: unknown, what = 'qty', low = 1): number {
+  return integer(value, what, low, QTY_MAX, '');
+}
+
+export function delta(value: unknown): number {
+  if (typeof value !== 'number' || !Number.isInteger(value) || value === 0 || Math.abs(value) > QTY_MAX) {
+    throw new InvalidArgumentError(`dlock: delta must be a nonzero integer, at most ${QTY_MAX} either way, not ${describe(value)}`);
+  }
+  return value;
+}
+
+export function label(value: unknown): Buffer {
+  if (typeof value !== 'string' && !(value instanceof Uint8Array)) {
+    throw new InvalidArgumentError(`dlock: label must be a string, not ${describe(value)}`);
+  }
+  const raw = Buffer.from(value as string);
+  if (raw.length < 1 || raw.length > LABEL_MAX || raw.includes(0)) {
+    throw new InvalidArgumentError(`dlock: label must be 1 to ${LABEL_MAX} bytes, without NUL`);
+  }
+  return raw;
+}
+
+const HEX32 = /^[0-9a-f]{32}$/;
+
+export function token(value: unknown, what = 'a token'): string {
+  if (typeof value !== 'string' || !HEX32.test(value)) {
+    throw new InvalidArgumentError(`dlock: ${what} is 32 lowercase hex characters`);
+  }
+  return value;
+}
+
+/** The options of a LOCK or a SEM ACQUIRE. */
+export interface AcquireOptions {
+  /** The lease in ms (default 30000). A session lock's is at least 1000. */
+  ttl?: number;
+  /** ms to wait for the holder: 0 (the default) tries once, Infinity waits without end. */
+  wait?: number;
+  /** A plain lease, not renewed, that outlives the connection. */
+  detached?: boolean;
+  /** First come, first served among the waiters of the name. */
+  fair?: boolean;
+  /** A shared (read) holder: overlaps other shared holders, excludes an exclusive one. */
+  shared?: boolean;
+  /** A session lock held this long (ms) is released by dlockd, however often renewed. */
+  maxHold?: number;
+  /** Who holds the lock, as operators see it (up to 256 bytes). */
+  label?: string;
+  /** Cancels the wait: the lock is not taken, and the call rejects with the signal's reason. */
+  signal?: AbortSignal;
+  /** ms allowed beyond the wait for dlockd to answer (default: the client's timeout). */
+  timeout?: number;
+}
+
+/** A LOCK or SEM ACQUIRE, checked and built. */
+export interface AcquireCommand {
+  args: (string | Buffer)[];
+  /** The wait in ms; -1 without end. */
+  waitMs: number;
+  detached: boolean;
+}
+
+/** LOCK or SEM ACQUIRE (`head`: the command and what precedes the options). */
+export function acquireCommand(
+  head: (string | Buffer)[],
+  opts: AcquireOptions,
+  defaults: { maxHold?: number; label?: string },
+): AcquireCommand {
+  if (opts === null || typeof opts !== 'object') {
+    throw new InvalidArgumentError('dlock: the options must be an object ({ttl, wait, ...})');
+  }
+  const detached = opts.detached === true;
+  const args = [...head, 'TTL', String(ttl(opts.ttl ?? DEFAULT_TTL, !detached))];
+  const waitMs = wait(opts.wait ?? 0);
+  if (waitMs !== 0) args.push('WAIT', String(waitMs));
+  if (detached) args.push('DETACHED');
+  if (opts.fair === true) args.push('FAIR');
+  if (opts.shared === true) args.push('SHARED');
+  if (opts.maxHold !== undefined) {
+    if (detached) {
+      throw new InvalidArgumentError('dlock: maxHold is for session locks: a detached lock ends with its ttl');
+    }
+    args.push('MAXHOLD', String(duration(opts.maxHold, 'maxHold')));
+  } else if (!detached && defaults.maxHold !== undefined) {
+    args.push('MAXHOLD', String(defaults.maxHold));
+  }
+  const lbl = opts.label ?? defaults.label;
+  if (lbl !== undefined) args.push('LABEL', label(lbl));
+  if (opts.timeout !== undefined) duration(opts.timeout, 'timeout');
+  if (opts.signal !== undefined && !(opts.signal instanceof AbortSignal)) {
+    throw new InvalidArgumentError('dlock: signal must be an AbortSignal');
+  }
+  return { args, waitMs, detached };
+}
+
+// Replies ----------------------------------------------------------------------------
+
+function show(reply: unknown): string {
+  let s: string;
+  try {
+    s = JSON.stringify(reply) ?? String(reply);
+  } catch {
+    s = String(reply);
+  }
+  return s.slice(0, 200);
+}
+
+/**
+ * An integer reply as a number, or undefined when it is not one. An ioredis client made
+ * with `stringNumbers` reads integers as strings: those are taken too, when exact.
+ */
+function int(v: unknown): number | undefined {
+  if (typeof v === 'number') return Number.isSafeInteger(v) ? v : undefined;
+  if (typeof v === 'string' && /^-?[0-9]{1,16}$/.test(v)) {
+    const n = Number(v);
+    return Number.isSafeInteger(n) ? n : undefined;
+  }
+  return undefined;
+}
+
+/** LOCK's and SEM ACQUIRE's grant. */
+export interface Grant {
+  token: string;
+  fence: number;
+  validityMs: number;
+}
+
+/**
+ * LOCK's and SEM ACQUIRE's reply: the grant, or null (nil: not acquired). A fence is
+ * server time in microseconds (about 1.8e15 today), exact in a double up to 2^53 (about
+ * 9e15, the year 2255); one past that would not be exact, and is refused.
+ */
+export function grant(reply: unknown, command: string): Grant | null {
+  if (reply === null) return null;
+  if (
+    !Array.isArray(reply) ||
+    reply.length !== 3 ||
+    typeof reply[0] !== 'string' ||
+    !HEX32.test(reply[0]) ||
+    int(reply[1]) === undefined ||
+    int(reply[2]) === undefined
+  ) {
+    throw new ProtocolError(`dlockd: ${command} replied ${show(reply)}, not [token, fence, validity]`);
+  }
+  return { token: reply[0], fence: int(reply[1]) as number, validityMs: int(reply[2]) as number };
+}
+
+/** A 1 or 0 reply as a boolean. */
+export function bool(reply: unknown, command: string): boolean {
+  const n = int(reply);
+  if (n !== 0 && n !== 1) {
+    throw new ProtocolError(`dlockd: ${command} replied ${show(reply)}, not 1 or 0`);
+  }
+  return n === 1;
+}
+
+/** A flat array of field/value pairs (LOCKINFO, STOCK's state) as an object. */
+export function mapping(reply: unknown, command: string): Record<string, unknown> {
+  if (!Array.isArray(reply) || reply.length % 2 !== 0) {
+    throw new ProtocolError(`dlockd: ${command} replied ${show(reply)}, not field/value pairs`);
+  }
+  const out: Record<string, unknown> = {};
+  for (let i = 0; i < reply.length; i += 2) out[String(reply[i])] = reply[i + 1];
+  return out;
+}
+
+/** What `client.info(name)` resolves to: LOCKINFO's fields, named as dlockd names them. */
+export interface LockInfo {
+  state: 'held' | 'free';
+  /** The exclusive holder's description; for shared holders, each one's; null when free. */
+  holder: string | string[] | null;
+  /** The lease left, ms (0 when free). */
+  remaining_ms: number;
+  /** The last fence issued for the name (0: none yet). */
+  fence: number;
+  /** Present only when shared holders hold it: how many. */
+  shared?: number;
+}
+
+export function info(reply: unknown): LockInfo {
+  const m = mapping(reply, 'LOCKINFO');
+  const { state, holder } = m;
+  const remaining = int(m.remaining_ms);
+  const fence = int(m.fence);
+  const shared = m.shared === undefined ? undefined : int(m.shared);
+  const holderOk =
+    holder === null || typeof holder === 'string' || (Array.isArray(holder) && holder.every((h) => typeof h === 'string'));
+  if (
+    (state !== 'held' && state !== 'free') ||
+    !holderOk ||
+    remaining === undefined ||
+    fence === undefined ||
+    (m.shared !== undefined && shared === undefined)
+  ) {
+    throw new ProtocolError(`dlockd: LOCKINFO replied ${show(reply)}`);
+  }
+  const out: LockInfo = {
+    state,
+    holder: holder as string | string[] | null,
+    remaining_ms: remaining,
+    fence,
+  };
+  if (shared !== undefined) out.shared = shared;
+  return out;
+}
+
+const STOCK_FIELDS = ['stock', 'available', 'reserved', 'sold', 'reservations', 'waiters'];
+
+export function stockState(reply: unknown, command: string): StockState {
+  const m = mapping(reply, command);
+  const out: Record<string, number> = {};
+  for (const [k, v] of Object.entries(m)) {
+    const n = int(v);
+    if (n !== undefined) out[k] = n;
+  }
+  for (const f of STOCK_FIELDS) {
+    if (out[f] === undefined) throw new ProtocolError(`dlockd: ${command} replied without '${f}'`);
+  }
+  return out as StockState;
+}
+
+export function reservationId(reply: unknown): string | null {
+  if (reply === null) return null;
+  if (typeof reply !== 'string' || !HEX32.test(reply)) {
+    throw new ProtocolError(`dlockd: STOCK RESERVE replied ${show(reply)}, not an id or nil`);
+  }
+  return reply;
+}

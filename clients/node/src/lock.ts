@@ -1,0 +1,251 @@
+// A lock (or a semaphore's permit) held from dlockd: its token and fence, release,
+// extend and check, and the AbortSignal that says when it was lost.
+
+import type Redis from 'ioredis';
+import * as args from './args';
+import { LockLostError } from './errors';
+import { Args, Pool, broken } from './pool';
+
+/**
+ * What dlockd said last on a connection it closed. Its -LOST comes as nobody's reply (the
+ * connection was idle), which ioredis reports wrapped in a queue error: the -LOST line
+ * is what says why.
+ */
+function lastWords(message: string): string {
+  const m = /Last error: (.*)$/s.exec(message);
+  return m ? m[1] : message;
+}
+
+/** Whether a Lock is a lock or a semaphore's permit: for messages. */
+export type LockKind = 'lock' | 'permit of semaphore';
+
+export class Lock {
+  /** The name, as a string (a Buffer name decoded as UTF-8). */
+  readonly name: string;
+  /** The name as sent to dlockd. */
+  readonly nameBytes: Buffer;
+  /** 32 hex characters: what UNLOCK, EXTEND and CHECK need, from anywhere. */
+  readonly token: string;
+  /**
+   * Greater than every earlier holder's fence of the name: hand it to what the lock
+   * protects, so that it can refuse a stale holder. A number: dlockd's fences are server
+   * time in microseconds (about 1.8e15), exact in a double below 2^53 (about 9e15); a
+   * reply past that is refused as a ProtocolError rather than rounded.
+   */
+  readonly fence: number;
+  /** The lease left at the grant, in ms. */
+  readonly validityMs: number;
+  /** A plain lease (DETACHED), not renewed and not tied to a connection. */
+  readonly detached: boolean;
+
+  private conn: Redis | null;
+  private readonly controller = new AbortController();
+  private released = false;
+  // release(), extend() and isHeld() one at a time, so that release never gives the
+  // connection back while another command of this lock is still on it.
+  private queue: Promise<unknown> = Promise.resolve();
+  private readonly onClose: () => void;
+  private readonly onError: (e: unknown) => void;
+  private lastError: unknown;
+
+  /** @internal */
+  constructor(
+    private readonly pool: Pool,
+    nameBytes: Buffer,
+    grant: args.Grant,
+    detached: boolean,
+    conn: Redis | null,
+    private readonly kind: LockKind = 'lock',
+  ) {
+    this.nameBytes = nameBytes;
+    this.name = args.text(nameBytes);
+    this.token = grant.token;
+    this.fence = grant.fence;
+    this.validityMs = grant.validityMs;
+    this.detached = detached;
+    this.conn = conn;
+    this.onError = (e) => {
+      this.lastError = e;
+    };
+    this.onClose = () => {
+      // The session's connection closed: dlockd released the lock (after -LOST, a
+      // MAXHOLD, CLIENT KILL) or the network broke; either way it is not held any more.
+      const why = this.lastError instanceof Error ? `: ${lastWords(this.lastError.message)}` : '';
+      this.lose(`its connection to dlockd closed${why}`);
+    };
+    if (conn !== null) {
+      conn.on('error', this.onError);
+      conn.once('close', this.onClose);
+      // Closed between the reply and now: lost already.
+      if (conn.status !== 'ready') queueMicrotask(this.onClose);
+    }
+  }
+
+  /**
+   * Aborted when the lock is known to be lost: its connection closed (by dlockd after
+   * -LOST or MAXHOLD, by an operator, by the network), or EXTEND or CHECK answered 0.
+   * Its reason is a LockLostError.
+   */
+  get signal(): AbortSignal {
+    return this.controller.signal;
+  }
+
+  /** Whether the lock is known to be lost (`signal.aborted`). */
+  get lost(): boolean {
+    return this.controller.signal.aborted;
+  }
+
+  /** Whether release() was called. */
+  get isReleased(): boolean {
+    return this.released;
+  }
+
+  private lose(why: string): void {
+    if (this.controller.signal.aborted) return;
+    this.controller.abort(new LockLostError(`dlock: ${this.kind} '${this.name}' was lost: ${why}`));
+  }
+
+  private serial<T>(fn: () => Promise<T>): Promise<T> {
+    const run = this.queue.then(fn, fn);
+    this.queue = run.catch(() => undefined);
+    return run;
+  }
+
+  /** Takes the connection away from this lock: no more loss reports from it. */
+  private detach(): Redis | null {
+    const conn = this.conn;
+    this.conn = null;
+    if (conn !== null) {
+      conn.removeListener('close', this.onClose);
+      conn.removeListener('error', this.onError);
+    }
+    return conn;
+  }
+
+  /** A command of this session lock on its own connection: 1 or 0. */
+  private async onSession(cmd: Args, command: string): Promise<boolean> {
+    const conn = this.conn;
+    if (conn === null || this.lost || conn.status !== 'ready') return false;
+    try {
+      return args.bool(await this.pool.exchange(conn, cmd, this.pool.timeoutMs), command);
+    } catch (e) {
+      if (broken(e)) {
+        this.lose(`${command} found its connection closed`);
+        return false;
+      }
+      throw e;
+    }
+  }
+
+  /**
+   * Releases the lock: true, or false when it was not held any more (lost, expired,
+   * released already). A session lock's connection goes back to the pool only when the
+   * release succeeded; otherwise it is closed, which makes dlockd drop what is left.
+   */
+  release(): Promise<boolean> {
+    return this.serial(async () => {
+      if (this.released) return false;
+      this.released = true;
+      const cmd = ['UNLOCK', this.nameBytes, this.token];
+      if (this.detached) {
+        const held = args.bool(await this.pool.call(cmd), 'UNLOCK');
+        if (!held) this.lose('UNLOCK found it no longer held');
+        return held;
+      }
+      let held = false;
+      try {
+        held = await this.onSession(cmd, 'UNLOCK');
+        if (!held) this.lose('UNLOCK found it no longer held');
+        return held;
+      } finally {
+        const conn = this.detach();
+        if (conn !== null) this.pool.give(conn, held);
+      }
+    });
+  }
+
+  /**
+   * Sets the lease to `ttl` ms from now (a session lock: renewal goes on with it; at
+   * least 1000 ms). True, or false when the lock was no longer held, which aborts the
+   * signal.
+   */
+  async extend(ttl: number): Promise<boolean> {
+    const ms = args.ttl(ttl, !this.detached);
+    return this.serial(async () => {
+      if (this.released || this.lost) return false;
+      const cmd = ['EXTEND', this.nameBytes, this.token, String(ms)];
+      const held = this.detached
+        ? args.bool(await this.pool.call(cmd), 'EXTEND')
+        : await this.onSession(cmd, 'EXTEND');
+      if (!held) this.lose('EXTEND found it no longer held');
+      return held;
+    });
+  }
+
+  /**
+   * Asks dlockd whether the lock is held with this token on a quorum of the lock
+   * servers (CHECK: read-only, renews nothing). False aborts the signal.
+   */
+  isHeld(): Promise<boolean> {
+    return this.serial(async () => {
+      if (this.released || this.lost) return false;
+      const cmd = ['CHECK', this.nameBytes, this.token];
+      const held = this.detached
+        ? args.bool(await this.pool.call(cmd), 'CHECK')
+        : await this.onSession(cmd, 'CHECK');
+      if (!held) this.lose('CHECK found it no longer held');
+      return held;
+    });
+  }
+
+  /** @internal Closes a session lock's connection without UNLOCK (dlockd releases it). */
+  abandon(): void {
+    this.released = true;
+    const conn = this.detach();
+    if (conn !== null) this.pool.destroy(conn);
+  }
+
+  toJSON(): { name: string; token: string; fence: number; detached: boolean } {
+    return { name: this.name, token: this.token, fence: this.fence, detached: this.detached };
+  }
+}
+
+/**
+ * Runs `routine(signal, lock)` holding `lock`, releases it however the routine ends, and
+ * returns the routine's value. When the lock was lost meanwhile (the signal aborted, or
+ * the release found it gone), rejects with LockLostError after the routine, unless the
+ * routine itself threw: its error is the one that says what went wrong.
+ */
+export async function runHolding<T>(
+  lock: Lock,
+  routine: (signal: AbortSignal, lock: Lock) => T | Promise<T>,
+): Promise<T> {
+  let value: T;
+  try {
+    value = await routine(lock.signal, lock);
+  } catch (e) {
+    try {
+      await lock.release();
+    } catch {
+      // The routine's error says more; an unreachable dlockd releases the session lock
+      // when the connection closes, or the lease ends.
+      lock.abandon();
+    }
+    throw e;
+  }
+  let held: boolean;
+  try {
+    held = await lock.release();
+  } catch (e) {
+    // Unreachable: closing the connection makes dlockd release it when it can.
+    lock.abandon();
+    throw e;
+  }
+  if (!held || lock.lost) {
+    const reason = lock.signal.reason;
+    throw reason instanceof LockLostError
+      ? reason
+      : new LockLostError(`dlock: '${lock.name}' was lost before the routine ended: its work was not wholly under the lock`);
+  }
+  return value;
+}
