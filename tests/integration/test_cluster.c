@@ -9,7 +9,8 @@
  * the name, and after it the holder releases through -MOVED and the next holder's
  * fence is higher; a seed that is not a cluster node, a wrong password, no seed
  * reachable; and the doctor's view of a healthy cluster and of one that lost a master.
- * dlock_list walks every master, and dlock_break reaches a name's.
+ * dlock_list walks every master (every kind, with a waiter), and dlock_break reaches a
+ * name's.
  * Over TLS (rediss-cluster://, the cluster bus on TLS too): every master verified, and
  * a wrong CA refused. A failover: a master killed, its replica promoted by the cluster,
  * and a waiting client served by it.
@@ -142,6 +143,58 @@ static void test_names_over_all_masters(void **state)
         it_key(key, sizeof key, name);
         assert_int_equal(it_exists(&cl.node[owner_of(name)], key), 0);
     }
+    dlock_client_free(c);
+}
+
+/* Every kind over the masters: shared holders, a semaphore's permits and an exclusive
+ * holder with a waiter of another client queued, each listed from its master. */
+static void test_list_kinds(void **state)
+{
+    (void)state;
+    dlock_client *c = cluster_client();
+    dlock_opts sh = {.ttl_ms = 20000, .shared = 1};
+    dlock_lock *r1, *r2, *p1, *p2, *ex;
+    assert_int_equal(dlock_acquire(c, "kinds-read", &sh, &r1), DLOCK_OK);
+    assert_int_equal(dlock_acquire(c, "kinds-read", &sh, &r2), DLOCK_OK);
+    dlock_opts so = {.ttl_ms = 15000};
+    assert_int_equal(dlock_sem_acquire(c, "kinds-pool", 3, &so, &p1), DLOCK_OK);
+    assert_int_equal(dlock_sem_acquire(c, "kinds-pool", 3, &so, &p2), DLOCK_OK);
+    ex = it_acquire(c, "kinds-job", 20000);
+    dlock_client *w = cluster_client();
+    dlock_pending *p;
+    dlock_opts wo = {.ttl_ms = 5000, .wait_ms = -1};
+    assert_int_equal(dlock_acquire_start(w, "kinds-job", &wo, &p), DLOCK_OK);
+    dlock_lock *none = NULL;
+    assert_int_equal(dlock_pending_step(p, &none), DLOCK_ERR_AGAIN);
+    it_wait_queued_on(&cl.node[owner_of("kinds-job")], 1, "kinds-job", 1);
+
+    dlock_lister *it;
+    assert_int_equal(dlock_list(c, "kinds-*", &it), DLOCK_OK);
+    const dlock_listed *e;
+    int seen = 0;
+    while (dlock_list_next(it, &e) == DLOCK_OK && e != NULL) {
+        seen++;
+        if (strcmp(e->name, "kinds-read") == 0) {
+            assert_int_equal(e->kind, DLOCK_KIND_SHARED);
+            assert_int_equal(e->nholders, 2);
+        } else if (strcmp(e->name, "kinds-pool") == 0) {
+            assert_int_equal(e->kind, DLOCK_KIND_SEMAPHORE);
+            assert_int_equal(e->permits, 3);
+            assert_int_equal(e->nholders, 2);
+        } else {
+            assert_string_equal(e->name, "kinds-job");
+            assert_int_equal(e->kind, DLOCK_KIND_EXCLUSIVE);
+            assert_string_equal(e->holders[0].token, dlock_token(ex));
+            assert_int_equal(e->waiters, 1);
+        }
+    }
+    dlock_list_free(it);
+    assert_int_equal(seen, 3);
+    dlock_pending_free(p);
+    dlock_client_free(w);
+    dlock_lock *all[] = {r1, r2, p1, p2, ex};
+    for (int i = 0; i < 5; i++)
+        assert_int_equal(dlock_release(all[i]), DLOCK_OK);
     dlock_client_free(c);
 }
 
@@ -542,6 +595,7 @@ int main(void)
     };
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_names_over_all_masters),
+        cmocka_unit_test(test_list_kinds),
         cmocka_unit_test(test_contention_and_wakeup),
         cmocka_unit_test(test_renewal_across_slots),
         cmocka_unit_test(test_migration_with_held_lock),

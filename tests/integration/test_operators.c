@@ -404,8 +404,9 @@ static void test_cli(void **state)
 
 /* ---- three Redlock servers ------------------------------------------------------------- */
 
-/* A lock held on all three is listed; a name written on one server only (no quorum)
- * is not; a break frees a name on every server. */
+/* A lock held on all three is listed, with a waiter of another client; shared holders
+ * too; a name written on one server only (no quorum) is
+ * not; a break frees a name on every server. */
 static void test_list_redlock(void **state)
 {
     (void)state;
@@ -415,6 +416,18 @@ static void test_list_redlock(void **state)
     int64_t deadline = dh_now_ms() + 3000 * dh_slack();
     while (it_holding(it_node, 3, "rl:held", l) < 3 && dh_now_ms() < deadline)
         dh_sleep_ms(5);
+    dlock_client *w = it_nodes_client();
+    dlock_pending *p;
+    dlock_opts wo = {.ttl_ms = 5000, .wait_ms = -1};
+    assert_int_equal(dlock_acquire_start(w, "rl:held", &wo, &p), DLOCK_OK);
+    dlock_lock *none = NULL;
+    assert_int_equal(dlock_pending_step(p, &none), DLOCK_ERR_AGAIN);
+    it_wait_queued_on(it_node, 3, "rl:held", 1);
+    /* Shared holders; no semaphore of K >= 2, which needs a client of one server. */
+    dlock_opts sh = {.ttl_ms = 20000, .shared = 1};
+    dlock_lock *r1, *r2;
+    assert_int_equal(dlock_acquire(c, "rl:read", &sh, &r1), DLOCK_OK);
+    assert_int_equal(dlock_acquire(c, "rl:read", &sh, &r2), DLOCK_OK);
     it_del(&it_node[0], "dlock:{rl:held}"); /* a quorum (2 of 3) still holds it */
     assert_int_equal(dh_reply_status(dh_cmd(&it_node[1], "SET dlock:{rl:one} %s PX 30000",
                                             "0123456789abcdef0123456789abcdef x:1"),
@@ -422,8 +435,18 @@ static void test_list_redlock(void **state)
                      0);
     seen s;
     list(c, "rl:*", "rl:held", &s);
-    assert_string_equal(s.names, "rl:held");
+    assert_string_equal(s.names, "rl:held,rl:read");
     assert_string_equal(s.holders[0].token, dlock_token(l));
+    assert_int_equal(s.entry.waiters, 1);
+    list(c, "rl:read", "rl:read", &s);
+    assert_int_equal(s.entry.kind, DLOCK_KIND_SHARED);
+    assert_int_equal(s.entry.nholders, 2);
+    assert_int_equal(dlock_release(r1), DLOCK_OK);
+    assert_int_equal(dlock_release(r2), DLOCK_OK);
+    /* The waiter leaves first: a break serves waiters as a release does. */
+    dlock_pending_free(p);
+    dlock_client_free(w);
+    it_wait_queued_on(it_node, 3, "rl:held", 0);
     dlock_break_info b;
     assert_int_equal(dlock_break(c, "rl:held", NULL, &b), DLOCK_OK);
     assert_int_equal(b.broken, 1);
@@ -439,8 +462,9 @@ static void test_list_redlock(void **state)
 /* ---- file:// ------------------------------------------------------------------------- */
 
 /* A directory's held names, from their files: an exclusive holder, shared holders, a
- * name with bytes its file name escapes; a name too long for a file name (its file
- * keeps a hash) is left out; a free name's file is not listed; a break is refused. */
+ * semaphore's permits (as shared holders), a name with bytes its file name escapes; a name too long
+ * for a file name (its file keeps a hash) is left out; a free name's file is not listed; a break is
+ * refused. */
 static void test_list_local(void **state)
 {
     (void)state;
@@ -453,6 +477,9 @@ static void test_list_local(void **state)
     sh.ttl_ms = 10000;
     assert_int_equal(dlock_acquire(c, "loc:read", &sh, &s2), DLOCK_OK);
     assert_int_equal(dlock_acquire(c, "loc:odd/na me%", &o, &odd), DLOCK_OK);
+    dlock_lock *p1, *p2;
+    assert_int_equal(dlock_sem_acquire(c, "loc:pool", 4, &o, &p1), DLOCK_OK);
+    assert_int_equal(dlock_sem_acquire(c, "loc:pool", 4, &o, &p2), DLOCK_OK);
     assert_int_equal(dlock_acquire(c, "loc:freed", &o, &free_one), DLOCK_OK);
     assert_int_equal(dlock_release(free_one), DLOCK_OK);
     char longname[400];
@@ -462,7 +489,7 @@ static void test_list_local(void **state)
     assert_int_equal(dlock_acquire(c, longname, &o, &long_one), DLOCK_OK);
     seen s;
     list(c, "loc:*", "loc:job", &s);
-    assert_string_equal(s.names, "loc:job,loc:odd/na me%,loc:read");
+    assert_string_equal(s.names, "loc:job,loc:odd/na me%,loc:pool,loc:read");
     assert_int_equal(s.entry.kind, DLOCK_KIND_EXCLUSIVE);
     assert_string_equal(s.holders[0].token, dlock_token(ex));
     assert_non_null(strstr(s.holders[0].description, "local job"));
@@ -473,12 +500,17 @@ static void test_list_local(void **state)
     assert_int_equal(s.entry.nholders, 2);
     assert_string_equal(s.holders[0].token, dlock_token(s1));
     assert_string_equal(s.holders[1].token, dlock_token(s2));
+    /* Its files do not keep K: a semaphore's permits list as shared holders. */
+    list(c, "loc:pool", "loc:pool", &s);
+    assert_int_equal(s.entry.kind, DLOCK_KIND_SHARED);
+    assert_int_equal(s.entry.permits, 0);
+    assert_int_equal(s.entry.nholders, 2);
     dlock_break_info b;
     assert_int_equal(dlock_break(c, "loc:job", NULL, &b), DLOCK_ERR_INVALID);
     assert_int_equal(dlock_break_last(c, "loc:job", &b), DLOCK_OK);
     assert_int_equal(b.broken, 0);
-    dlock_lock *all[] = {ex, s1, s2, odd, long_one};
-    for (int i = 0; i < 5; i++)
+    dlock_lock *all[] = {ex, s1, s2, odd, long_one, p1, p2};
+    for (int i = 0; i < 7; i++)
         assert_int_equal(dlock_release(all[i]), DLOCK_OK);
     list(c, "loc:*", NULL, &s);
     assert_string_equal(s.names, "");
