@@ -23,8 +23,9 @@
  *   service.c    W6 (W1 through dlockd)
  *                and W5's PHP sale (php-cli buyers, bench/php/buyer.php) with the
  *                usual PHP recipe and through dlockd
- *   phpcycles.c  W5/php-raw and W5/php-package: lock + unlock cycles from one php
- *                process (bench/php/cycles.php), raw and through the PHP package
+ *   pkgcycles.c  W5/php-raw and W5/php-package, W5/py-raw and W5/py-package: lock +
+ *                unlock cycles from one php (python) process (bench/php/cycles.php,
+ *                bench/python/cycles.py), raw and through the PHP (Python) package
  * W4's emulated network is the fault suite's relay (tests/support/relay.h), delaying.
  *
  * Everything but the relays and the workers runs on the main thread.
@@ -80,6 +81,7 @@ typedef struct bench_opts {
     int php_buyers;       /* W5/php-*: php processes, 20 */
     int php_delay_ms;     /* W5/php-*: also through relays of D ms each way (0: not) */
     long php_cycles;      /* W5/php-raw and W5/php-package: cycles per round, 2000 */
+    long py_cycles;       /* W5/py-raw and W5/py-package: cycles per round, 2000 */
     const char *dlockd;   /* --dlockd PATH, or NULL: $DLOCKD, else next to dlock-bench */
     int nodes;            /* servers for W1, W2, W3 and the W5 lock ways (1) */
     long requests;        /* redis-benchmark -n */
@@ -378,7 +380,8 @@ int run_w3(bench_ctx *ctx);
  * on node 1 through DEL + PUBLISH and SET NX; figures gap_p50_us and gap_p99_us.
  * 0, or -1 after bench_fail. */
 int run_wake(bench_ctx *ctx);
-/* W5 (flashsale.c): lock, lock-pipelined, watch, script, stock, then the PHP sale. */
+/* W5 (flashsale.c): lock, lock-pipelined, watch, script, stock, then the PHP sale and
+ * the Python package's cycles. */
 int run_w5(bench_ctx *ctx);
 /* The end of a W5 sale: its figure oversold, the progress line, and the checks: every
  * unit of stock bought once, none left, and as many sold (unless sold is NULL: a sale
@@ -395,9 +398,12 @@ const char *php_dir(void);
 void describe_status(int st, char *out, size_t n);
 /* Read fd to its end, or until len - 1 bytes, into buf, NUL-terminated. */
 void read_all(int fd, char *buf, size_t len);
-/* W5/php-raw and W5/php-package, then their -predis twins (phpcycles.c), with the
+/* W5/php-raw and W5/php-package, then their -predis twins (pkgcycles.c), with the
  * php found by run_w5_php. 0, or -1 after bench_fail. */
 int run_w5_php_cycles(bench_ctx *ctx, const char *php);
+/* W5/py-raw and W5/py-package (pkgcycles.c), run at the end of W5 with
+ * $DLOCK_PYTHON, else /usr/bin/python3. 0, or -1 after bench_fail. */
+int run_w5_py_cycles(bench_ctx *ctx);
 /* W6 (service.c): W1 through dlockd, right after W1; W6/detached; W6/metrics through
  * the second dlockd, with --metrics-port. */
 int run_w6(bench_ctx *ctx);

@@ -482,5 +482,7 @@ int run_w5(bench_ctx *ctx)
     redisFree(admin);
     if (run_w5_php(ctx) != 0)
         rc = -1;
+    if (run_w5_py_cycles(ctx) != 0)
+        rc = -1;
     return rc;
 }

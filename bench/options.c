@@ -29,13 +29,14 @@ static void usage(FILE *out)
             "release, and through dlockd (LOCK WAIT, UNLOCK); and php-raw and php-package:\n"
             "LOCK + UNLOCK from one php process on one connection to dlockd, sent raw and\n"
             "through the PHP package (clients/php), with phpredis and with predis\n"
-            "(-predis). W6 is W1 through dlockd (LOCK + UNLOCK over RESP from one hiredis\n"
-            "connection), compared with W1 of the same round, which it runs too; W6/metrics\n"
-            "the same through a dlockd with --metrics-port, against W6. W5 and W6 start\n"
-            "build/dlockd themselves. TLS is W1 over TLS on a redis-server of its own,\n"
-            "beside redis-benchmark --tls. CLUSTER is W1 on a Redis Cluster of three masters\n"
-            "of its own: directly on the master of one slot, then through a seed on the same\n"
-            "names, then on names of all slots.\n"
+            "(-predis); and py-raw and py-package: the same from one python3 process\n"
+            "through redis-py and the Python package (clients/python). W6 is W1 through\n"
+            "dlockd (LOCK + UNLOCK over RESP from one hiredis connection), compared with W1\n"
+            "of the same round, which it runs too; W6/metrics the same through a dlockd with\n"
+            "--metrics-port, against W6. W5 and W6 start build/dlockd themselves. TLS is W1\n"
+            "over TLS on a redis-server of its own, beside redis-benchmark --tls. CLUSTER is\n"
+            "W1 on a Redis Cluster of three masters of its own: directly on the master of one\n"
+            "slot, then through a seed on the same names, then on names of all slots.\n"
             "\n");
     /* Two strings: C11 compilers need only take 4095 characters in one. */
     fprintf(out,
@@ -60,6 +61,8 @@ static void usage(FILE *out)
             "                          dlockd through relays that delay D ms each way\n"
             "                          (W5/php-*/dDms; dlockd beside Redis); 0: not (0)\n"
             "      --php-cycles N      W5/php-raw and W5/php-package cycles per round, 5\n"
+            "                          rounds of each (2000)\n"
+            "      --py-cycles N       W5/py-raw and W5/py-package cycles per round, 5\n"
             "                          rounds of each (2000)\n"
             "      --dlockd PATH       the dlockd to run (default $DLOCKD, else the dlockd\n"
             "                          next to dlock-bench)\n"
@@ -176,6 +179,7 @@ static void defaults(bench_opts *o)
     o->w5_buyers = 50;
     o->php_buyers = 20;
     o->php_cycles = 2000;
+    o->py_cycles = 2000;
     o->nodes = 1;
     o->requests = 50000;
     o->timeout_ms = 1000;
@@ -234,6 +238,7 @@ int bench_parse_args(int argc, char **argv, bench_opts *o)
         {"php-buyers", 0, 1, 256, .i = &o->php_buyers},
         {"php-delay-ms", 0, 0, 1000, .i = &o->php_delay_ms},
         {"php-cycles", 0, 1, big, .l = &o->php_cycles},
+        {"py-cycles", 0, 1, big, .l = &o->py_cycles},
         {"dlockd", 0, .s = &o->dlockd},
         {"quiet", 'q', .on = &o->quiet},
         {"verbose", 'v', .on = &o->verbose},
@@ -270,6 +275,7 @@ int bench_parse_args(int argc, char **argv, bench_opts *o)
             o->w5_stock = 200;
             o->w6_cycles = 500;
             o->php_cycles = 200;
+            o->py_cycles = 200;
             o->requests = 10000;
             o->repeat = 1;
         }

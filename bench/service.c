@@ -27,7 +27,7 @@
  *   W5/php-raw, W5/php-package (and -predis)  one php process per Redis client
  *       alternating rounds of LOCK + UNLOCK sent raw and through the PHP package
  *       (clients/php) on one connection to dlockd: what the package adds to a cycle
- *       (phpcycles.c, run after the direct sale pair).
+ *       (pkgcycles.c, run after the direct sale pair).
  */
 #include "bench.h"
 #include "relay.h"

@@ -6,7 +6,8 @@
 #
 #   build     compile the library, dlock, dlockd, dlock-bench and the examples (`make`)
 #   demo      run `make demo` and dlock-bench: redis-server, redis-benchmark, php with
-#             phpredis, and predis (dlock-bench's W5/php-package-predis)
+#             phpredis, and predis (dlock-bench's W5/php-package-predis), python3 with
+#             redis-py (W5/py-package)
 #   test      build and run every test (`make tests`, `make test`): build and demo, and the
 #             test harness's tools, and the npm packages of the Node tests at the exact
 #             versions their package-lock.json pins (tests/service/clients/node:
@@ -38,8 +39,9 @@ add_build() {
 }
 add_demo() {
   # redis-benchmark (the bench's baseline) and redis-cli come with redis-tools; the PHP
-  # buyers of the demo and of W5 use phpredis, and W5/php-package-predis predis.
-  pkgs+=(redis-server redis-tools php-cli php-redis php-predis)
+  # buyers of the demo and of W5 use phpredis, and W5/php-package-predis predis;
+  # W5/py-raw and W5/py-package run Python with redis-py.
+  pkgs+=(redis-server redis-tools php-cli php-redis php-predis python3 python3-redis)
 }
 for group in "${groups[@]}"; do
   case "$group" in
