@@ -109,8 +109,9 @@
 #define DD_FDS_PER_CLIENT 2
 /* Clients refused past --maxclients that linger (their error written, their input
  * drained for DD_LINGER_MS, so that a reset cannot destroy the error): past this many,
- * a refused client is closed as soon as its error is written, so that a flood of
- * connections costs a bounded number of descriptors. */
+ * a refused client's error is written at its accept and it is closed at once (a TLS
+ * one once its error is written), so that a flood of connections, even one accepted in
+ * a single turn of the loop, costs a bounded number of descriptors. */
 #define DD_REFUSED_LINGER_MAX 32
 
 /* ---- reply.c ------------------------------------------------------------------------ */
@@ -140,6 +141,11 @@ void dd_reply_array(dd_buf *b, size_t n);               /* "*n", n elements foll
 /* A library failure as an error reply: -NOQUORUM, -UNAVAILABLE or -ERR, with the code's
  * message and the calling thread's dlock_errmsg() (so call it on the failing thread). */
 void dd_reply_dlock_error(dd_buf *b, int rc);
+/* Whether a failure's detail says dlockd itself ran out of descriptors (the library's
+ * connect or eventfd failed with EMFILE or ENFILE): not the lock servers' failure, so
+ * neither -UNAVAILABLE nor a server down. Logs it with what failed, at most once a
+ * second (any thread). */
+bool dd_out_of_descriptors(const char *what, const char *detail);
 /* The kind of error a reply starts with, for INFO's counters. */
 enum {
     DD_E_ERR,

@@ -133,6 +133,12 @@ static void on_checked(uv_async_t *h)
         if (f->server[0] != '\0')
             memcpy(s->url, f->server, sizeof s->url);
         bool was_up = hc.checked ? s->up : true; /* the first check logs only a down */
+        /* dlockd short of descriptors learns nothing of the server: it stays as it was. */
+        if (f->error != DLOCK_OK && dd_out_of_descriptors("a health check", f->detail)) {
+            s->up = was_up;
+            up += s->up;
+            continue;
+        }
         s->up = f->error == DLOCK_OK;
         up += s->up;
         if (s->up) {

@@ -123,19 +123,16 @@ void dd_reply_array(dd_buf *b, size_t n)
     dd_buf_printf(b, "*%zu\r\n", n);
 }
 
-/* dlockd itself out of descriptors (the library's connect or eventfd failed with
- * EMFILE or ENFILE): not the lock servers' failure, so not -UNAVAILABLE; logged at most
- * once a second (pool threads call this too). */
-static bool out_of_descriptors(const char *detail)
+bool dd_out_of_descriptors(const char *what, const char *detail)
 {
     if (strstr(detail, strerror(EMFILE)) == NULL && strstr(detail, strerror(ENFILE)) == NULL)
         return false;
     static atomic_llong last_ms;
     long long now = (long long)dd_now_ms(), last = atomic_load(&last_ms);
     if (now - last >= 1000 && atomic_compare_exchange_strong(&last_ms, &last, now))
-        dd_log("out of descriptors: a command failed (%s); raise the open-files limit or "
-               "lower --maxclients",
-               detail);
+        dd_log("out of descriptors: %s failed (%s); raise the open-files limit or lower "
+               "--maxclients",
+               what, detail);
     return true;
 }
 
@@ -143,7 +140,7 @@ void dd_reply_dlock_error(dd_buf *b, int rc)
 {
     const char *detail = dlock_errmsg();
     const char *sep = detail[0] != '\0' ? ": " : "";
-    if (rc != DLOCK_OK && out_of_descriptors(detail)) {
+    if (rc != DLOCK_OK && dd_out_of_descriptors("a command", detail)) {
         dd_reply_error(b, "ERR too many open files in dlockd (%s)", detail);
         return;
     }

@@ -18,6 +18,7 @@
 #include "itest.h"
 
 #include <arpa/inet.h>
+#include <dirent.h>
 #include <errno.h>
 #include <math.h>
 #include <netinet/in.h>
@@ -26,6 +27,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -130,13 +132,14 @@ static int log_count(const char *path, const char *a, const char *b)
     return n;
 }
 
-/* Until /health answers want; the time it took, or fails past bound_ms. */
+/* Until /health answers want after a check (the 503 before the first one is no
+ * verdict); the time it took, or fails past bound_ms. */
 static int64_t wait_health(int port, int want, int64_t bound_ms, http_reply *r)
 {
     int64_t t0 = dh_now_ms();
     for (;;) {
         http(port, "GET", "/health", r);
-        if (r->status == want)
+        if (r->status == want && strstr(r->body, "not checked yet") == NULL)
             return dh_now_ms() - t0;
         if (dh_now_ms() - t0 > bound_ms)
             fail_msg("/health still %d after %lld ms, want %d: %s", r->status, (long long)bound_ms,
@@ -490,12 +493,81 @@ static void test_options(void **state)
     unlink(log);
 }
 
+/* The descriptors process pid has open. */
+static long open_fds(pid_t pid)
+{
+    char path[64];
+    snprintf(path, sizeof path, "/proc/%d/fd", (int)pid);
+    DIR *dir = opendir(path);
+    assert_non_null(dir);
+    long n = 0;
+    for (struct dirent *e; (e = readdir(dir)) != NULL;)
+        n += e->d_name[0] != '.';
+    closedir(dir);
+    return n;
+}
+
+/* dlockd out of descriptors (its soft limit lowered to what it has open, its
+ * connections to the lock server closed by the server): waiters are told `-ERR too
+ * many open files in dlockd`, never -UNAVAILABLE, the log says so, and the health
+ * checks, which cannot connect either, do not call the lock server down. */
+static void test_out_of_descriptors(void **state)
+{
+    (void)state;
+    char log[512];
+    dt_log_path(log, sizeof log, "nofile");
+    dt_daemon d;
+    int mport;
+    start_with_metrics(&d, it_srv.url, &mport, log);
+    http_reply *r = malloc(sizeof *r);
+    assert_non_null(r);
+    wait_health(mport, 200, 2000 * dh_slack(), r);
+    enum { WAITERS = 4 };
+    redisContext *h = dt_connect(&d), *w[WAITERS];
+    for (int i = 0; i < WAITERS; i++)
+        w[i] = dt_connect(&d);
+    dt_lock l;
+    dt_expect_lock(dt_cmd(h, "LOCK nf:job TTL 10000"), &l);
+
+    struct rlimit was;
+    assert_int_equal(prlimit(d.pid, RLIMIT_NOFILE, NULL, &was), 0);
+    /* Well below what it has open: the descriptors the server's close frees do not
+     * bring it under. */
+    long open_now = open_fds(d.pid);
+    print_message("INFO dlockd has %ld descriptors open\n", open_now);
+    struct rlimit low = {(rlim_t)(open_now / 2), was.rlim_max};
+    assert_int_equal(prlimit(d.pid, RLIMIT_NOFILE, &low, NULL), 0);
+    freeReplyObject(dh_cmd(&it_srv, "CLIENT KILL TYPE normal SKIPME yes"));
+    for (int i = 0; i < WAITERS; i++)
+        dt_expect_error(dt_cmd(w[i], "LOCK nf:job WAIT 2000"), "ERR too many open files in dlockd");
+    /* Two health checks at least (one each 500 ms) while no socket can be had. */
+    dh_sleep_ms(1200);
+    /* Logged at most once a second, whichever failed first: a command or a check. */
+    assert_true(dt_log_has(log, "out of descriptors: "));
+    assert_int_equal(log_count(log, "lock server", " down"), 0);
+
+    assert_int_equal(prlimit(d.pid, RLIMIT_NOFILE, &was, NULL), 0);
+    wait_health(mport, 200, 2000 * dh_slack(), r);
+    dt_expect_int(dt_cmd(h, "UNLOCK nf:job %s", l.token), 1);
+    dt_expect_lock(dt_cmd(w[0], "LOCK nf:job WAIT 2000"), &l);
+    for (int i = 0; i < WAITERS; i++)
+        redisFree(w[i]);
+    redisFree(h);
+    free(r);
+    assert_int_equal(dt_stop(&d), 0);
+    unlink(log);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_metrics),        cmocka_unit_test(test_prometheus),
-        cmocka_unit_test(test_health_down_up), cmocka_unit_test(test_wrong_password),
-        cmocka_unit_test(test_ping_api),       cmocka_unit_test(test_options),
+        cmocka_unit_test(test_metrics),
+        cmocka_unit_test(test_prometheus),
+        cmocka_unit_test(test_health_down_up),
+        cmocka_unit_test(test_wrong_password),
+        cmocka_unit_test(test_ping_api),
+        cmocka_unit_test(test_options),
+        cmocka_unit_test(test_out_of_descriptors),
     };
     return cmocka_run_group_tests(tests, it_srv_setup, it_srv_teardown);
 }
