@@ -4,8 +4,10 @@
  * 26th pipelines 10,000 LOCKs (TTL 3000) in one write while two busy loops compete
  * with dlockd for the machine's CPUs. Every victim still holds its lock with its own
  * token afterwards, the burst is served (at least 99 % granted) and its own locks stay
- * held while it stays connected, and dlockd's renewal found nothing lost. A dlockd and
- * a redis-server of the test's own.
+ * held while it stays connected, and dlockd's renewal found nothing lost. And a
+ * renewal that falls behind is seen before any lock is lost: the lock server paused
+ * for less than the lease, the log warns and INFO's Renewal section moves while the
+ * lock is still held. A dlockd and a redis-server of the test's own.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -101,10 +103,57 @@ static void test_dlockd_burst_keeps_idle_sessions(void **state)
     dt_fresh_stop(&f);
 }
 
+/* The lock server paused for 3.5 s under a session lock of 6 s (renewed every 2 s, so
+ * a turn falls in the pause even when it starts a second late): a renewal reaches no
+ * decision while it is paused, which the log and INFO say, and the lock is renewed
+ * once it answers again, never lost. */
+static void test_dlockd_renewal_behind_is_seen(void **state)
+{
+    (void)state;
+    char log[512];
+    dt_log_path(log, sizeof log, "behind");
+    dt_next_log(log);
+    dt_fresh f;
+    redisContext *info = dt_fresh_start(&f, 1);
+    redisContext *holder = dt_connect(&f.d);
+    dt_lock l;
+    dt_expect_lock(dt_cmd(holder, "LOCK behind TTL 6000"), &l);
+    long retries = dt_info(info, "renewal_retries");
+    dh_server_pause(&f.srv[0]);
+    dh_sleep_ms(3500);
+    dh_server_resume(&f.srv[0]);
+    /* Renewed again: its lease on the server is back near the whole TTL. */
+    int64_t t0 = dh_now_ms();
+    for (;;) {
+        redisReply *r = dh_cmd(&f.srv[0], "PTTL dlock:{behind}");
+        assert_non_null(r);
+        long long pttl = r->integer;
+        freeReplyObject(r);
+        if (pttl > 6000 - 1000)
+            break;
+        assert_true(pttl > 0); /* never lost meanwhile */
+        if (dh_now_ms() - t0 > 3000 * dh_slack())
+            fail_msg("not renewed within %lld ms after the pause", (long long)(dh_now_ms() - t0));
+        dh_sleep_ms(20);
+    }
+    assert_true(dt_log_has(log, "reached no decision"));
+    assert_true(dt_info(info, "renewal_retries") > retries);
+    long margin = dt_info(info, "renewal_margin_min_ms");
+    print_message("FIG dlockd_renewal_margin_after_pause_ms %ld ms\n", margin);
+    assert_true(margin >= 0 && margin < 6000 - 2000);
+    assert_int_equal(dt_info(info, "session_locks_lost"), 0);
+    dt_expect_int(dt_cmd(holder, "UNLOCK behind %s", l.token), 1);
+    redisFree(holder);
+    redisFree(info);
+    dt_fresh_stop(&f);
+    unlink(log);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_dlockd_burst_keeps_idle_sessions),
+        cmocka_unit_test(test_dlockd_renewal_behind_is_seen),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
