@@ -7,9 +7,12 @@ over redis-py.
     with client.lock("order:42", ttl=10, wait=5) as lock:
         charge(42, fence=lock.fence)
 
-``dlock.asyncio.Client`` is the same over ``redis.asyncio``. The package's version is
+``dlock.asyncio.Client`` is the same over ``redis.asyncio``, loaded at its first use
+(``import dlock`` alone leaves redis.asyncio unloaded). The package's version is
 dlock's.
 """
+
+from typing import Any, List
 
 from ._args import DEFAULT_TTL, FOREVER
 from ._client import Client, Lock, Reservation, Semaphore, Stock
@@ -22,14 +25,13 @@ from ._errors import (
     NoQuorum,
     NotAcquired,
     OutOfStock,
+    PoolExhausted,
     ProtocolError,
     Unavailable,
 )
 
 #: The package's version: the version of dlock it comes with (include/dlock.h).
 __version__ = "0.1.0"
-
-from . import asyncio  # noqa: E402  (dlock.asyncio.Client, without a second import)
 
 __all__ = [
     "__version__",
@@ -46,9 +48,24 @@ __all__ = [
     "LockLost",
     "Unavailable",
     "NoQuorum",
+    "PoolExhausted",
     "AuthFailed",
     "ProtocolError",
     "CommandError",
     "InvalidArgument",
     "asyncio",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    # dlock.asyncio on its first use: importing it imports redis.asyncio, which a
+    # blocking program does not need to pay for at its start.
+    if name == "asyncio":
+        import importlib
+
+        return importlib.import_module(".asyncio", __name__)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__() -> List[str]:
+    return sorted(set(globals()) | {"asyncio"})

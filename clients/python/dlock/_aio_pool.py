@@ -5,24 +5,15 @@ that a cancelled task leaves without a lock or a parked waiter.
 from __future__ import annotations
 
 import asyncio as _aio
+import collections
 import contextlib
-from typing import Any, Iterator, List, Optional, Tuple
+from typing import Any, Callable, Deque, Iterator, List, Optional
 
 import redis.exceptions as rx
 
 from . import _args
+from ._base import Request, failed, in_step
 from ._errors import LockLost
-
-def in_step(e: BaseException) -> bool:
-    return bool(getattr(e, "_in_step", False))
-
-
-def broken(e: BaseException) -> bool:
-    return isinstance(e, LockLost) or type(e.__cause__) is rx.ConnectionError
-
-
-def connected(conn: Any) -> bool:
-    return conn is not None and bool(getattr(conn, "is_connected", False))
 
 
 def _set_read_timeout(conn: Any, timeout: Optional[float]) -> None:
@@ -77,27 +68,30 @@ async def _disconnect(conn: Any) -> None:
         pass
 
 
-async def exchange(conn: Any, args: List[bytes], wait_ms: int = 0) -> Any:
-    """Sends one command on ``conn`` and returns its reply, undecoded; the read timeout
-    raised by ``wait_ms`` for this reply alone (see dlock._client._exchange). A
-    cancellation disconnects the connection (redis-py does, and so does this)."""
+async def exchange(conn: Any, args: List[bytes], wait: Optional[int] = None, own: bool = False) -> Any:
+    """Sends one command on ``conn`` and returns its reply, undecoded; ``wait`` and
+    ``own`` as in dlock._pool.exchange. A cancellation disconnects the connection
+    (redis-py does, and so does this)."""
     with _no_stray_cancels():
-        return await exchange_once(conn, args, wait_ms)
+        return await exchange_once(conn, args, wait, own)
 
 
-async def exchange_once(conn: Any, args: List[bytes], wait_ms: int) -> Any:
+async def exchange_once(conn: Any, args: List[bytes], wait: Optional[int], own: bool) -> Any:
     base = conn.socket_timeout
+    timeout = _args.read_timeout(base or None, wait)
     raised = False
     try:
-        await conn.send_command(*args)
-        if wait_ms != 0 and base:
-            _set_read_timeout(conn, None if wait_ms < 0 else base + wait_ms / 1000)
+        if own:
+            await conn.send_packed_command(conn.pack_command(*args), check_health=False)
+        else:
+            await conn.send_command(*args)
+        if timeout != (base or None):
+            _set_read_timeout(conn, timeout)
             raised = True
         return await conn.read_response(disable_decoding=True)
     except (rx.RedisError, OSError) as e:
-        err, in_step = _args.failure(e)
-        err._in_step = in_step  # type: ignore[attr-defined]
-        if not in_step:
+        err = failed(e)
+        if not in_step(err):
             await _disconnect(conn)
         raise err from e
     except BaseException:
@@ -113,26 +107,68 @@ class Pool:
 
     def __init__(self, pool: Any) -> None:
         self.pool = pool
+        # The connections of locks collected without release(): closed, then given
+        # back to the pool by the next take() or give() (see orphan()).
+        self._orphans: Deque[Any] = collections.deque()
+
+    @staticmethod
+    def link(conn: Any) -> Any:
+        """What ``conn`` is connected by now: its stream writer (None when closed)."""
+        return getattr(conn, "_writer", None)
+
+    def orphan(self, conn: Any, loop: Any) -> None:
+        """The connection of a lock collected without release(), from whatever thread
+        the collector ran in: its transport closed by ``loop`` (a transport is not to
+        be closed from another thread), which makes dlockd release the lock, and the
+        connection given back to the pool by the next take() or give(). Takes no
+        lock."""
+        self._orphans.append(conn)
+        writer = conn._writer
+        if writer is not None and not loop.is_closed():
+            loop.call_soon_threadsafe(writer.close)
+
+    async def _give_orphans(self) -> None:
+        while self._orphans:
+            conn = self._orphans.popleft()
+            try:
+                await _disconnect(conn)
+            finally:
+                await self.pool.release(conn)
 
     async def take(self, command: bytes) -> Any:
+        with _no_stray_cancels():
+            await self._give_orphans()
         try:
             with _no_stray_cancels():
                 return await self.pool.get_connection(command.decode())
         except (rx.RedisError, OSError) as e:
-            err, _ = _args.failure(e)
-            raise err from e
+            raise _args.take_failure(e, self.pool) from e
 
     async def give(self, conn: Any, clean: bool = True) -> None:
         with _no_stray_cancels():
-            if not clean:
-                await _disconnect(conn)
-            await self.pool.release(conn)
+            try:
+                if not clean:
+                    await _disconnect(conn)
+            finally:
+                # Given back even when a cancellation cut the disconnect short (its
+                # transport is closed by then).
+                await self.pool.release(conn)
+            await self._give_orphans()
 
-    async def call(self, args: List[bytes], wait_ms: int = 0) -> Any:
+    async def call(
+        self, args: List[bytes], wait: Optional[int] = None, hold: Optional[Callable[[Any, Any], Any]] = None
+    ) -> Any:
+        """As dlock._pool.Pool.call. A cancelled wait included: the connection is
+        closed, so dlockd drops the waiter (and releases what it granted as the task
+        was cancelled)."""
         for attempt in (0, 1):
             conn = await self.take(args[0])
             try:
-                reply = await exchange(conn, args, wait_ms)
+                reply = await exchange(conn, args, wait)
+                if hold is not None:
+                    reply = hold(reply, conn)
+                    if reply is not None:
+                        return reply
             except LockLost:
                 await self.give(conn, clean=False)
                 if attempt == 0:
@@ -145,26 +181,7 @@ class Pool:
             return reply
         raise AssertionError("unreachable")
 
-    async def acquire(self, args: List[bytes], wait_ms: int, detached: bool) -> Tuple[Any, Optional[Any]]:
-        command = (b" ".join(args[:2]) if args[0] == b"SEM" else args[0]).decode()
-        if detached:
-            return _args.grant(await self.call(args, wait_ms), command), None
-        for attempt in (0, 1):
-            conn = await self.take(args[0])
-            try:
-                grant = _args.grant(await exchange(conn, args, wait_ms), command)
-            except LockLost:
-                await self.give(conn, clean=False)
-                if attempt == 0:
-                    continue
-                raise
-            except BaseException as e:
-                # A cancelled wait included: the connection is closed, so dlockd drops
-                # the waiter (and releases what it granted as the task was cancelled).
-                await self.give(conn, clean=in_step(e))
-                raise
-            if grant is None:
-                await self.give(conn)
-                return None, None
-            return grant, conn
-        raise AssertionError("unreachable")
+    async def acquire(self, req: Request) -> Any:
+        if req.detached:
+            return req.hold(await self.call(req.args, req.wait), None)
+        return await self.call(req.args, req.wait, req.hold)

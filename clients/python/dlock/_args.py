@@ -18,6 +18,7 @@ from ._errors import (
     InvalidArgument,
     LockLost,
     NoQuorum,
+    PoolExhausted,
     ProtocolError,
     Unavailable,
 )
@@ -44,18 +45,22 @@ Name = Union[str, bytes]
 _HEX32 = re.compile(r"[0-9a-f]{32}")
 
 
-def name(value: Name, what: str = "lock name") -> bytes:
-    """A lock name, a semaphore's or a SKU as dlockd takes it: 1 to 4096 bytes of
-    UTF-8 (or bytes as they are), no NUL. CR, LF and spaces are fine."""
+def _raw(value: Any, what: str) -> bytes:
+    """A str as UTF-8, or bytes (bytearray, memoryview) as they are."""
     if isinstance(value, str):
         try:
-            raw = value.encode("utf-8")
+            return value.encode("utf-8")
         except UnicodeEncodeError as e:
             raise InvalidArgument(f"dlock: {what} is not valid UTF-8: {e}") from None
-    elif isinstance(value, (bytes, bytearray, memoryview)):
-        raw = bytes(value)
-    else:
-        raise InvalidArgument(f"dlock: {what} must be a str (or bytes), not {type(value).__name__}")
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        return bytes(value)
+    raise InvalidArgument(f"dlock: {what} must be a str (or bytes), not {type(value).__name__}")
+
+
+def name_bytes(value: Name, what: str = "lock name") -> bytes:
+    """A lock name, a semaphore's or a SKU as dlockd takes it: 1 to 4096 bytes of
+    UTF-8 (or bytes as they are), no NUL. CR, LF and spaces are fine."""
+    raw = _raw(value, what)
     if not 1 <= len(raw) <= NAME_MAX:
         raise InvalidArgument(f"dlock: {what} must be 1 to {NAME_MAX} bytes, not {len(raw)}")
     if b"\0" in raw:
@@ -73,15 +78,25 @@ def text(raw: Any) -> str:
 def _seconds(value: Any, what: str) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise InvalidArgument(f"dlock: {what} must be a number of seconds, not {value!r}")
-    if math.isnan(value):
+    try:
+        s = float(value)
+    except OverflowError:
+        # An int too large for a float: out of every range here, and not FOREVER
+        # (which is said with an infinite float).
+        raise InvalidArgument(f"dlock: {what} is out of range: too large a number of seconds") from None
+    if math.isnan(s):
         raise InvalidArgument(f"dlock: {what} must be a number of seconds, not NaN")
-    return float(value)
+    return s
+
+
+def _ms(s: float) -> int:
+    """Seconds as whole ms, rounded; MS_MAX + 1 for what no ms count holds."""
+    return round(s * 1000) if math.isfinite(s) and abs(s) <= MS_MAX else MS_MAX + 1
 
 
 def ttl_ms(value: Any, what: str = "ttl") -> int:
     """A TTL or a lease in seconds (0.01 to 2147483.647) as dlockd's ms."""
-    s = _seconds(value, what)
-    ms = round(s * 1000) if math.isfinite(s) else MS_MAX + 1
+    ms = _ms(_seconds(value, what))
     if not TTL_MIN_MS <= ms <= MS_MAX:
         raise InvalidArgument(
             f"dlock: {what} must be {TTL_MIN_MS / 1000} to {MS_MAX / 1000} seconds, not {value!r}"
@@ -90,12 +105,13 @@ def ttl_ms(value: Any, what: str = "ttl") -> int:
 
 
 def duration_ms(value: Any, what: str) -> int:
-    """A duration in seconds from 0 to 2147483.647 (max_hold: 0 is "no limit"), in ms."""
+    """A duration in seconds from 0 to 2147483.647 (max_hold: 0 is "no limit"), in ms.
+    A positive one shorter than a ms is a ms: rounded to 0 it would mean no limit."""
     s = _seconds(value, what)
-    ms = round(s * 1000) if math.isfinite(s) else MS_MAX + 1
-    if not 0 <= ms <= MS_MAX or s < 0:
+    ms = _ms(s)
+    if s < 0 or ms > MS_MAX:
         raise InvalidArgument(f"dlock: {what} must be 0 to {MS_MAX / 1000} seconds, not {value!r}")
-    return ms
+    return 1 if ms == 0 and s > 0 else ms
 
 
 def wait_ms(value: Any) -> int:
@@ -109,11 +125,11 @@ def wait_ms(value: Any) -> int:
     s = _seconds(value, "wait")
     if s == FOREVER:
         return -1
-    if s < 0 or s * 1000 > MS_MAX + 0.5:
+    ms = _ms(s)
+    if s < 0 or ms > MS_MAX:
         raise InvalidArgument(
             f"dlock: wait must be 0 (try once) to {MS_MAX / 1000} seconds, or dlock.FOREVER; not {value!r}"
         )
-    ms = round(s * 1000)
     # A positive wait shorter than a ms still waits (for a ms), rather than trying once.
     return 1 if ms == 0 and s > 0 else ms
 
@@ -122,19 +138,36 @@ def wait_text(ms: int) -> str:
     return "an endless wait" if ms < 0 else f"{ms / 1000:g} s"
 
 
-def permits(value: Any) -> int:
+#: How long past its wait a waiting command's reply is awaited when the redis client
+#: has no socket_timeout (redis-py's default), in seconds: a hung dlockd then fails
+#: the call this long after the wait rather than never.
+HUNG_MARGIN = 5.0
+
+
+def read_timeout(base: Optional[float], wait: Optional[int]) -> Optional[float]:
+    """The read timeout for the reply of a command that may wait ``wait`` ms before
+    dlockd answers (-1: without end; None: a command that does not wait), over the
+    connection's own ``base`` (None or 0: none)."""
+    if wait is None:
+        return base
+    if wait < 0:
+        return None
+    return (base or HUNG_MARGIN) + wait / 1000
+
+
+def permits_int(value: Any) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MS_MAX:
         raise InvalidArgument(f"dlock: permits must be an int from 1 to {MS_MAX}, not {value!r}")
     return value
 
 
-def qty(value: Any, what: str = "qty", low: int = 1) -> int:
+def qty_int(value: Any, what: str = "qty", low: int = 1) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= QTY_MAX:
         raise InvalidArgument(f"dlock: {what} must be an int from {low} to {QTY_MAX}, not {value!r}")
     return value
 
 
-def delta(value: Any) -> int:
+def delta_int(value: Any) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value == 0 or abs(value) > QTY_MAX:
         raise InvalidArgument(
             f"dlock: delta must be a nonzero int, at most {QTY_MAX} either way, not {value!r}"
@@ -142,14 +175,27 @@ def delta(value: Any) -> int:
     return value
 
 
-def label(value: Any) -> bytes:
-    raw = value.encode("utf-8") if isinstance(value, str) else value
-    if not isinstance(raw, bytes) or not 1 <= len(raw) <= LABEL_MAX or b"\0" in raw:
+def fence_int(value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise InvalidArgument(f"dlock: fence must be an int, 0 or more, not {value!r}")
+    return value
+
+
+def flag(value: Any, what: str) -> bool:
+    """A yes/no option: a bool, not anything that reads as true (``detached="no"``)."""
+    if not isinstance(value, bool):
+        raise InvalidArgument(f"dlock: {what} must be True or False, not {value!r}")
+    return value
+
+
+def label_bytes(value: Any) -> bytes:
+    raw = _raw(value, "label")
+    if not 1 <= len(raw) <= LABEL_MAX or b"\0" in raw:
         raise InvalidArgument(f"dlock: label must be 1 to {LABEL_MAX} bytes, without NUL")
     return raw
 
 
-def token(value: Any, what: str = "a token") -> str:
+def token_str(value: Any, what: str = "a token") -> str:
     if isinstance(value, bytes):
         value = value.decode("ascii", errors="replace")
     if not isinstance(value, str) or _HEX32.fullmatch(value) is None:
@@ -162,11 +208,11 @@ def acquire_command(
     ttl: Any,
     wait: Any,
     *,
-    shared: bool = False,
-    fair: bool = False,
-    detached: bool = False,
+    shared: Any = False,
+    fair: Any = False,
+    detached: Any = False,
     max_hold: Any = None,
-    label_: Any = None,
+    label: Any = None,
 ) -> Tuple[List[bytes], int]:
     """LOCK or SEM ACQUIRE (``head``: the command and what comes before the options)
     with its options, and the wait in ms (-1: without end)."""
@@ -175,21 +221,22 @@ def acquire_command(
     w = wait_ms(wait)
     if w != 0:
         args += [b"WAIT", str(w).encode()]
-    for flag, on in ((b"DETACHED", detached), (b"FAIR", fair), (b"SHARED", shared)):
-        if on:
-            args.append(flag)
+    for word, on, what in ((b"DETACHED", detached, "detached"), (b"FAIR", fair, "fair"),
+                           (b"SHARED", shared, "shared")):
+        if flag(on, what):
+            args.append(word)
     if max_hold is not None:
         if detached:
             raise InvalidArgument("dlock: max_hold is for session locks: a detached lock ends with its TTL")
         args += [b"MAXHOLD", str(duration_ms(max_hold, "max_hold")).encode()]
-    if label_ is not None:
-        args += [b"LABEL", label(label_)]
+    if label is not None:
+        args += [b"LABEL", label_bytes(label)]
     return args, w
 
 
-def reserve_command(sku: bytes, qty_: Any, lease: Any, wait: Any) -> Tuple[List[bytes], int]:
+def reserve_command(sku: bytes, qty: Any, lease: Any, wait: Any) -> Tuple[List[bytes], int]:
     """STOCK RESERVE with its options, and the wait in ms (-1: without end)."""
-    args = [b"STOCK", b"RESERVE", sku, str(qty(qty_)).encode()]
+    args = [b"STOCK", b"RESERVE", sku, str(qty_int(qty)).encode()]
     args += [b"TTL", str(ttl_ms(lease, "lease")).encode()]
     w = wait_ms(wait)
     if w != 0:
@@ -298,7 +345,6 @@ def out_of_stock(sku: str, asked: int, state: Dict[str, int]) -> Tuple[str, bool
     return msg, False, state
 
 
-
 # Errors ----------------------------------------------------------------------------
 
 #: dlockd's error code words, and the exception each one is.
@@ -317,6 +363,15 @@ _CODES = {
 }
 
 
+#: The starts of -ERR lines (redis-py took the "ERR " off) that are a password
+#: refused: Redis's words, which dlockd says too, for a password sent to a server
+#: that has none.
+_AUTH_ERRS = ("AUTH <password> called without any password configured",)
+
+#: What redis-py's pools raise when every connection they may open is in use.
+_POOL_FULL = ("Too many connections", "No connection available")
+
+
 def failure(exc: BaseException) -> Tuple[DlockError, bool]:
     """The package's exception for what redis-py raised, and whether the connection
     is still in step (an error reply read whole, the connection usable): when it is
@@ -327,31 +382,55 @@ def failure(exc: BaseException) -> Tuple[DlockError, bool]:
     LOADING...) and makes ConnectionError of some; dlockd's own codes (UNAVAILABLE,
     NOQUORUM, LOST, WRONGPASS, SHUTDOWN) come as a ResponseError with the whole line.
     """
+    err, in_step, code = _classify(exc)
+    err.code = code
+    return err, in_step
+
+
+def _classify(exc: BaseException) -> Tuple[DlockError, bool, Optional[str]]:
     import redis.exceptions as rx
 
     if isinstance(exc, rx.AuthenticationError):
-        return AuthFailed(f"dlockd: {exc}"), False
+        return AuthFailed(f"dlockd: {exc}"), False, None  # NOAUTH, or an -ERR redis-py knows
     if isinstance(exc, rx.BusyLoadingError):
-        return Unavailable(f"dlockd: LOADING {exc}"), False
+        return Unavailable(f"dlockd: LOADING {exc}"), False, "LOADING"
     if isinstance(exc, rx.TimeoutError):
-        return Unavailable(f"dlock: no reply from dlockd in time ({exc})"), False
+        return Unavailable(f"dlock: no reply from dlockd in time ({exc})"), False, None
     if isinstance(exc, rx.ConnectionError):
-        return Unavailable(f"dlock: {exc}"), False
+        return Unavailable(f"dlock: {exc}"), False, None
     if isinstance(exc, rx.NoPermissionError):
-        return AuthFailed(f"dlockd: NOPERM {exc}"), True
+        return AuthFailed(f"dlockd: NOPERM {exc}"), True, "NOPERM"
     if isinstance(exc, rx.ResponseError):
         line = str(exc)
         word = line.split(" ", 1)[0]
         if type(exc) is rx.ResponseError and word in _CODES and word != "ERR":
             cls = _CODES[word]
             # dlockd closes the connection after -LOST.
-            return cls(f"dlockd: {line}"), cls is not LockLost
+            return cls(f"dlockd: {line}"), cls is not LockLost, word
         # An -ERR (redis-py took "ERR " off), or a code redis-py knows.
         if line.startswith("Protocol error"):
-            return ProtocolError(f"dlockd: ERR {line}"), False
-        return CommandError(f"dlockd: {line}"), True
+            return ProtocolError(f"dlockd: ERR {line}"), False, "ERR"
+        if line.startswith(_AUTH_ERRS):
+            return AuthFailed(f"dlockd: {line}"), True, "ERR"
+        return CommandError(f"dlockd: {line}"), True, "ERR"
     if isinstance(exc, rx.InvalidResponse):
-        return ProtocolError(f"dlockd: {exc}"), False
+        return ProtocolError(f"dlockd: {exc}"), False, None
     if isinstance(exc, OSError):
-        return Unavailable(f"dlock: {exc}"), False
-    return DlockError(f"dlockd: {type(exc).__name__}: {exc}"), False
+        return Unavailable(f"dlock: {exc}"), False, None
+    return DlockError(f"dlockd: {type(exc).__name__}: {exc}"), False, None
+
+
+def take_failure(exc: BaseException, pool: Any) -> DlockError:
+    """The package's exception for a connection the pool could not give: its own when
+    every connection it may open is in use (dlockd is fine; the session locks held
+    keep theirs), else as failure()."""
+    import redis.exceptions as rx
+
+    if isinstance(exc, rx.ConnectionError) and str(exc).startswith(_POOL_FULL):
+        most = getattr(pool, "max_connections", None)
+        return PoolExhausted(
+            f"dlock: all {most} connections of the redis client's pool are in use "
+            "(each session lock held keeps one until released): raise max_connections, "
+            "or hold fewer locks at once"
+        )
+    return failure(exc)[0]

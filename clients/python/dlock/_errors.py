@@ -5,11 +5,12 @@ Every one is a :class:`DlockError`; :class:`InvalidArgument` is also a ``ValueEr
 
 from __future__ import annotations
 
-from typing import Dict, Optional
+from typing import Any, Dict, Optional, Tuple
 
 __all__ = [
     "DlockError",
     "NotAcquired",
+    "PoolExhausted",
     "OutOfStock",
     "LockLost",
     "Unavailable",
@@ -23,7 +24,13 @@ __all__ = [
 
 class DlockError(Exception):
     """What every exception of this package is: ``except dlock.DlockError`` catches
-    them all."""
+    them all.
+
+    ``code``: dlockd's code word when the error is its reply (``"ERR"``,
+    ``"UNAVAILABLE"``, ``"NOQUORUM"``, ``"LOST"``, ``"WRONGPASS"``...), else None.
+    """
+
+    code: Optional[str] = None
 
 
 class NotAcquired(DlockError):
@@ -46,6 +53,11 @@ class OutOfStock(NotAcquired):
         self.sold_out = sold_out
         self.state: Dict[str, int] = dict(state or {})
 
+    def __reduce__(self) -> Tuple[Any, ...]:
+        # Made again from all three (pickle, multiprocessing): the default passes the
+        # message alone, which __init__ does not take.
+        return type(self), (self.args[0], self.sold_out, self.state), self.__dict__
+
 
 class LockLost(DlockError):
     """A lock was lost while held: its lease ran out before it could be renewed, an
@@ -63,6 +75,13 @@ class Unavailable(DlockError):
 
 class NoQuorum(Unavailable):
     """Too few of several lock servers answered to decide (dlockd's ``-NOQUORUM``)."""
+
+
+class PoolExhausted(DlockError):
+    """Every connection the ``redis.Redis`` pool may open (its ``max_connections``) is
+    in use, most of them by the session locks held (each keeps one for itself until
+    released): dlockd was not asked. Raise ``max_connections``, or hold fewer locks at
+    once."""
 
 
 class AuthFailed(DlockError):

@@ -5,51 +5,43 @@ as the lock is held.
 
 from __future__ import annotations
 
-from typing import Any, List, Optional
+import collections
+from typing import Any, Callable, Deque, List, Optional
 
 import redis.exceptions as rx
 
 from . import _args
+from ._base import Request, failed, in_step
 from ._errors import LockLost
 
-def in_step(e: BaseException) -> bool:
-    """Whether a failed command left its connection usable (an error reply, read
-    whole). Anything else (an I/O error, a timeout, -LOST, a reply that makes no
-    sense) has closed it, or must."""
-    return bool(getattr(e, "_in_step", False))
 
-
-def broken(e: BaseException) -> bool:
-    """The connection broke (closed by dlockd, reset): not a timeout, not a reply."""
-    return isinstance(e, LockLost) or type(e.__cause__) is rx.ConnectionError
-
-
-def connected(conn: Any) -> bool:
-    """Whether a session lock's connection is still open on our side (redis-py would
-    otherwise connect it again silently, as a new session that holds nothing)."""
-    return conn is not None and getattr(conn, "_sock", None) is not None
-
-
-def exchange(conn: Any, args: List[bytes], wait_ms: int = 0) -> Any:
+def exchange(conn: Any, args: List[bytes], wait: Optional[int] = None, own: bool = False) -> Any:
     """Sends one command on ``conn`` and returns its reply, undecoded.
 
-    ``wait_ms``: how long dlockd may rightly take before it answers (a LOCK's WAIT;
-    -1 without end): the socket's read timeout is raised by that much for this reply
-    alone, then restored. On failure raises the package's exception (``_in_step``
-    says whether the connection is usable still; when not, it is disconnected here).
+    ``wait``: for a command dlockd may rightly answer late (a LOCK's WAIT, in ms; -1
+    without end), the read timeout for this reply alone (_args.read_timeout), then
+    restored. ``own``: a session lock's command on its own connection, sent as it is:
+    redis-py's health check would connect again after a failed PING and send the
+    command on the new connection, a session that does not hold the lock (the caller
+    has checked that the connection is the one of the grant). On failure raises the
+    package's exception (``_in_step`` says whether the connection is usable still;
+    when not, it is disconnected here).
     """
     base = conn.socket_timeout
+    timeout = _args.read_timeout(base, wait)
     raised = False
     try:
-        conn.send_command(*args)
-        if wait_ms != 0 and base is not None and conn._sock is not None:
-            conn._sock.settimeout(None if wait_ms < 0 else base + wait_ms / 1000)
+        if own:
+            conn.send_packed_command(conn.pack_command(*args), check_health=False)
+        else:
+            conn.send_command(*args)
+        if timeout != base and conn._sock is not None:
+            conn._sock.settimeout(timeout)
             raised = True
         return conn.read_response(disable_decoding=True)
     except (rx.RedisError, OSError) as e:
-        err, in_step = _args.failure(e)
-        err._in_step = in_step  # type: ignore[attr-defined]
-        if not in_step:
+        err = failed(e)
+        if not in_step(err):
             conn.disconnect()
         raise err from e
     except BaseException:
@@ -65,14 +57,39 @@ class Pool:
 
     def __init__(self, pool: Any) -> None:
         self.pool = pool
+        # The connections of locks collected without release(), closed by Lock.__del__
+        # and given back to the pool by the next take() or give(): the collector may
+        # run in a thread that holds the pool's lock (not reentrant), so __del__
+        # itself must not.
+        self._orphans: Deque[Any] = collections.deque()
+
+    @staticmethod
+    def link(conn: Any) -> Any:
+        """What ``conn`` is connected by now: its socket (None when closed). A new one
+        means redis-py connected it again: a new session."""
+        return getattr(conn, "_sock", None)
+
+    def orphan(self, conn: Any) -> None:
+        """The connection of a lock collected without release(): closed now (dlockd
+        releases the lock), back in the pool later. Takes no lock."""
+        conn.disconnect()
+        self._orphans.append(conn)
+
+    def _give_orphans(self) -> None:
+        while True:
+            try:
+                conn = self._orphans.popleft()
+            except IndexError:
+                return
+            self.pool.release(conn)
 
     def take(self, command: bytes) -> Any:
         """A connection of the pool, connected (and authenticated)."""
+        self._give_orphans()
         try:
             return self.pool.get_connection(command.decode())
         except (rx.RedisError, OSError) as e:
-            err, _ = _args.failure(e)
-            raise err from e
+            raise _args.take_failure(e, self.pool) from e
 
     def give(self, conn: Any, clean: bool = True) -> None:
         """Back to the pool; ``clean=False`` disconnects it first (it may hold a session
@@ -80,15 +97,27 @@ class Pool:
         if not clean:
             conn.disconnect()
         self.pool.release(conn)
+        self._give_orphans()
 
-    def call(self, args: List[bytes], wait_ms: int = 0) -> Any:
-        """One command on any pooled connection. A ``-LOST`` (the connection held a
-        session lock that was lost, and dlockd closed it without running the command)
-        sends it again, once, on another connection."""
+    def call(
+        self, args: List[bytes], wait: Optional[int] = None, hold: Optional[Callable[[Any, Any], Any]] = None
+    ) -> Any:
+        """One command on any pooled connection: its reply. A ``-LOST`` (the connection
+        held a session lock that was lost, and dlockd closed it without running the
+        command) sends it again, once, on another connection.
+
+        ``hold``: for a session lock's LOCK, what makes of the reply and the connection
+        the Lock that keeps the connection, returned; None (not granted) gives the
+        connection back. A failure before the Lock is whole, an interrupt included,
+        closes the connection: dlockd releases what it may have granted."""
         for attempt in (0, 1):
             conn = self.take(args[0])
             try:
-                reply = exchange(conn, args, wait_ms)
+                reply = exchange(conn, args, wait)
+                if hold is not None:
+                    reply = hold(reply, conn)
+                    if reply is not None:
+                        return reply
             except LockLost:
                 self.give(conn, clean=False)
                 if attempt == 0:
@@ -101,29 +130,9 @@ class Pool:
             return reply
         raise AssertionError("unreachable")
 
-    def acquire(self, args: List[bytes], wait_ms: int, detached: bool) -> "tuple[Any, Optional[Any]]":
-        """LOCK or SEM ACQUIRE: (its grant, the connection that holds it for a session
-        lock). The connection of a session lock stays out of the pool until released;
-        of a refusal or a failure it goes back (disconnected when its state is not
-        known: a grant nobody can read is released by dlockd as the connection
-        closes)."""
-        command = b" ".join(args[:2]) if args[0] == b"SEM" else args[0]
-        if detached:
-            return _args.grant(self.call(args, wait_ms), command.decode()), None
-        for attempt in (0, 1):
-            conn = self.take(args[0])
-            try:
-                grant = _args.grant(exchange(conn, args, wait_ms), command.decode())
-            except LockLost:
-                self.give(conn, clean=False)
-                if attempt == 0:
-                    continue
-                raise
-            except BaseException as e:
-                self.give(conn, clean=in_step(e))
-                raise
-            if grant is None:
-                self.give(conn)
-                return None, None
-            return grant, conn
-        raise AssertionError("unreachable")
+    def acquire(self, req: Request) -> Any:
+        """LOCK or SEM ACQUIRE: the Lock, or None. A session lock's connection stays
+        out of the pool with it until released."""
+        if req.detached:
+            return req.hold(self.call(req.args, req.wait), None)
+        return self.call(req.args, req.wait, req.hold)

@@ -13,6 +13,7 @@ user is ``default`` (the same as none) or ``admin``. An unknown option is an err
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import Any, Dict, Optional
 from urllib.parse import parse_qsl, unquote, urlsplit
@@ -70,6 +71,19 @@ class Url:
         return kw
 
 
+def _unquote(part: str, url: str) -> str:
+    try:
+        return unquote(part, errors="strict")
+    except UnicodeDecodeError:
+        raise InvalidArgument(f"dlock: {url!r}: a %-escape that is not UTF-8") from None
+
+
+_DECIMAL = re.compile(r"[0-9]+(?:\.[0-9]*)?|\.[0-9]+")
+_DIGITS = re.compile(r"[0-9]+")
+#: A connection's name as dlockd takes it (CLIENT SETNAME): printable ASCII, no space.
+_CLIENT_NAME = re.compile(r"[\x21-\x7e]{1,128}")
+
+
 def parse(url: str) -> Url:
     if not isinstance(url, str):
         raise InvalidArgument(f"dlock: a dlockd URL is a str, not {type(url).__name__}")
@@ -81,15 +95,19 @@ def parse(url: str) -> Url:
     scheme = u.scheme.lower()
     if scheme not in SCHEMES:
         raise InvalidArgument(f"dlock: {url!r} is not a dlockd://, dlockds:// or dlockd+unix:///PATH URL")
+    if "#" in url:
+        raise InvalidArgument(f"dlock: {url!r}: a dlockd URL has no #fragment")
     unix = scheme == "dlockd+unix"
     if unix:
-        host = unquote(u.path)
+        host = _unquote(u.path, url)
         if u.hostname or port is not None:
             raise InvalidArgument(
                 f"dlock: {url!r}: a dlockd+unix URL names a path, not a host (dlockd+unix:///PATH)"
             )
     else:
         host = u.hostname or ""
+        if u.path not in ("", "/"):
+            raise InvalidArgument(f"dlock: {url!r}: a dlockd URL has no path (nor a database number)")
     if not host:
         raise InvalidArgument(f"dlock: {url!r} names no {'socket path' if unix else 'host'}")
     if unix:
@@ -98,35 +116,39 @@ def parse(url: str) -> Url:
         port = DEFAULT_PORT
     elif not 1 <= port <= 65535:
         raise InvalidArgument(f"dlock: {url!r}: port must be 1 to 65535")
-    user = unquote(u.username) if u.username else None
+    user = _unquote(u.username, url) if u.username else None
     if user is not None and user not in ("default", "admin"):
         raise InvalidArgument(f"dlock: dlockd's users are default and admin, not {user!r}")
-    password = unquote(u.password) if u.password is not None else None
+    password = _unquote(u.password, url) if u.password is not None else None
 
     q: Dict[str, str] = {}
-    for k, v in parse_qsl(u.query, keep_blank_values=True):
+    try:
+        pairs = parse_qsl(u.query, keep_blank_values=True, errors="strict")
+    except UnicodeDecodeError:
+        raise InvalidArgument(f"dlock: {url!r}: an option with a %-escape that is not UTF-8") from None
+    for k, v in pairs:
         if k not in OPTIONS:
             raise InvalidArgument(f"dlock: unknown option {k!r} in a dlockd URL ({', '.join(OPTIONS)})")
         if k in q:
             raise InvalidArgument(f"dlock: option {k!r} of a dlockd URL given more than once")
         q[k] = v
-    try:
-        timeout = float(q.get("timeout", DEFAULT_TIMEOUT))
-    except ValueError:
-        timeout = -1.0
+    timeout = DEFAULT_TIMEOUT
+    if "timeout" in q:
+        timeout = float(q["timeout"]) if _DECIMAL.fullmatch(q["timeout"]) else -1.0
     if not 0.001 <= timeout <= 86400:
         raise InvalidArgument("dlock: timeout must be 0.001 to 86400 seconds")
     max_hold: Optional[float] = None
     if "maxhold" in q:
-        if not q["maxhold"].isdigit() or int(q["maxhold"]) > _args.MS_MAX:
+        if not _DIGITS.fullmatch(q["maxhold"]) or int(q["maxhold"]) > _args.MS_MAX:
             raise InvalidArgument("dlock: maxhold must be a number of ms (0: no limit)")
         max_hold = int(q["maxhold"]) / 1000
     tls = {k: q[k] for k in ("cafile", "cert", "key") if k in q}
     if tls and scheme != "dlockds":
         raise InvalidArgument("dlock: cafile, cert and key are options of dlockds:// URLs")
+    for k, v in tls.items():
+        if not v:
+            raise InvalidArgument(f"dlock: {k} names no file")
     name = q.get("name")
-    if name is not None and (
-        not name or len(name.encode()) > 128 or any(c.isspace() or not c.isprintable() for c in name)
-    ):
-        raise InvalidArgument("dlock: name must be 1 to 128 printable bytes, without spaces")
+    if name is not None and not _CLIENT_NAME.fullmatch(name):
+        raise InvalidArgument("dlock: name must be 1 to 128 printable ASCII characters, without spaces")
     return Url(scheme, host, port, user, password, timeout, name, max_hold, tls)

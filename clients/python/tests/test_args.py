@@ -14,8 +14,9 @@ import redis.asyncio
 import dlock
 from conftest import free_port
 
-BAD_WAITS = [-1, -0.001, None, math.nan, -math.inf, 2147483.648 + 1, "5", True]
-BAD_TTLS = [0, 0.009, -1, 2147483.648, math.inf, math.nan, None, "10", True]
+# 2147483.6475 s rounds to 2147483648 ms, one past dlockd's limit; 10**400 is no float.
+BAD_WAITS = [-1, -0.001, None, math.nan, -math.inf, 2147483.648 + 1, 2147483.6475, 10**400, "5", True]
+BAD_TTLS = [0, 0.009, -1, 2147483.648, math.inf, math.nan, None, "10", True, 10**400]
 
 
 @pytest.fixture(scope="module")
@@ -64,6 +65,28 @@ def test_ttls(nowhere):
         nowhere.acquire("n", label="")
     with pytest.raises(dlock.InvalidArgument):
         nowhere.acquire("n", label="x" * 257)
+    for bad in (10**400, math.nan):
+        with pytest.raises(dlock.InvalidArgument):
+            nowhere.acquire("n", max_hold=bad)
+
+
+def test_labels_flags_and_fences(nowhere):
+    with pytest.raises(dlock.InvalidArgument, match="UTF-8"):
+        nowhere.acquire("n", label="\udcff")
+    for good in (bytearray(b"w-1"), memoryview(b"w-1"), b"w 1\r\n"):  # as names take them
+        with pytest.raises(dlock.Unavailable):
+            nowhere.acquire("n", label=good)
+    for option in ("shared", "fair", "detached"):
+        for bad in ("no", 1, None):
+            with pytest.raises(dlock.InvalidArgument, match=option):
+                nowhere.acquire("n", **{option: bad})
+    with pytest.raises(dlock.InvalidArgument):
+        nowhere.semaphore("s", 2, fair="yes")
+    token = "0" * 32
+    for bad in ("1", -1, True, 1.0, None):
+        with pytest.raises(dlock.InvalidArgument, match="fence"):
+            nowhere.adopt("n", token, bad)
+    assert nowhere.adopt("n", token, 7).fence == 7
 
 
 def test_counts(nowhere):
@@ -133,6 +156,21 @@ def test_clients_take_their_kind():
         "dlockd+unix://",
         "dlockd+unix://host/path",
         "dlockd+unix://host:1/path",
+        "dlockd://h:1/5",
+        "dlockd://h/db",
+        "dlockd://h#x",
+        "dlockd://h?timeout=1#",
+        "dlockd://h?maxhold=%C2%B2",
+        "dlockd://h?maxhold=%D9%A1%D9%A2",
+        "dlockd://h?timeout=%D9%A1",
+        "dlockd://h?timeout=1_0",
+        "dlockd://h?name=%C3%A9",
+        "dlockd://h?name=",
+        "dlockds://h?cafile=",
+        "dlockds://h?cafile=/ca&key=",
+        "dlockd://:%FF@h",
+        "dlockd://h?name=%FF",
+        "dlockd+unix:///tmp/%FF.sock",
     ],
 )
 def test_bad_urls(url):
@@ -155,6 +193,8 @@ def test_urls():
     kw = u.redis_kwargs()
     assert (u.host, u.port, u.user) == ("::1", 7380, "admin")
     assert kw["ssl"] and kw["ssl_ca_certs"] == "/ca.crt" and kw["ssl_certfile"] == "/c.crt"
+    assert parse("dlockd://h/?timeout=.5").timeout == 0.5
+    assert parse("dlockd://h?maxhold=0").max_hold == 0
     u = parse("dlockd+unix:///run/dlockd/dlockd.sock?timeout=1")
     assert u.redis_kwargs()["unix_socket_path"] == "/run/dlockd/dlockd.sock"
     assert "host" not in u.redis_kwargs()
@@ -229,6 +269,13 @@ def test_a_command_that_reads_lost_is_sent_again():
         (redis.exceptions.AuthenticationError("Authentication required."), dlock.AuthFailed, True),
         (redis.exceptions.NoPermissionError("this user has no permissions"), dlock.AuthFailed, False),
         (redis.exceptions.ResponseError("unknown option 'X'"), dlock.CommandError, False),
+        (
+            redis.exceptions.ResponseError(
+                "AUTH <password> called without any password configured for the default user"
+            ),
+            dlock.AuthFailed,
+            False,
+        ),
         (redis.exceptions.ResponseError("Protocol error: too big"), dlock.ProtocolError, True),
         (redis.exceptions.ResponseError("NOPROTO sorry"), dlock.ProtocolError, False),
         (redis.exceptions.BusyLoadingError("Redis is loading"), dlock.Unavailable, True),
@@ -243,6 +290,9 @@ def test_error_mapping(error, cls, closes):
     with pytest.raises(cls) as e:
         c.stock("s").status()
     assert type(e.value) is cls
+    word = str(error).split(" ", 1)[0]
+    if type(error) is redis.exceptions.ResponseError and word in ("UNAVAILABLE", "NOQUORUM", "WRONGPASS"):
+        assert e.value.code == word  # dlockd's code word, for the program to read
     assert conn.disconnected is closes
     assert pool.given == [conn]
 
@@ -253,3 +303,12 @@ def test_a_reply_that_makes_no_sense():
     with pytest.raises(dlock.ProtocolError, match="not \\[token, fence, validity\\]"):
         c.acquire("n")
     assert conn.disconnected  # a grant nobody can read: dlockd releases it at close
+
+
+def test_a_max_hold_under_a_ms_is_a_ms():
+    """Rounded to 0 it would be MAXHOLD 0: no limit at all."""
+    conn = FakeConnection([["0" * 32, 1, 1000]])
+    c, _ = fake_client(conn)
+    lk = c.acquire("n", max_hold=0.0004)
+    assert conn.sent[0][-2:] == (b"MAXHOLD", b"1")
+    assert lk is not None

@@ -272,3 +272,96 @@ def test_lock_server_down(own, name):
             await c.stock(name).status()
 
     run(main())
+
+
+def test_dropped_locks_give_their_connections_back(pair, name):
+    """Two session locks dropped without release() from a pool of two connections,
+    one collected in the loop's thread and one from another thread: dlockd releases
+    both, and the pool has its connections for the next command."""
+
+    async def main():
+        c = pair.aio_client(max_connections=2)
+        a = await c.acquire(name + ":a")
+        b = await c.acquire(name + ":b")
+        del a  # collected here, in the loop's thread
+        await asyncio.to_thread(b.__del__)  # as the collector would in another thread
+
+        async def both_free():
+            return all([(await c.info(name + k))["state"] == "free" for k in (":a", ":b")])
+
+        assert await until(both_free, 1)
+        assert not c.redis.connection_pool._in_use_connections
+        await c.redis.connection_pool.disconnect()
+
+    run(main())
+
+
+def test_a_cancelled_release_gives_its_connection_back(pair, name):
+    """release() cancelled at each of its awaits in turn, its UNLOCK answered 0 (so
+    that the connection goes back disconnected): never a connection lost to the
+    pool."""
+
+    async def main():
+        c = pair.aio_client()
+        other = pair.client()
+        pool = c.redis.connection_pool
+        for k in range(30):
+            lk = await c.acquire(f"{name}:{k}")
+            assert other.adopt(f"{name}:{k}", lk.token).release()
+            task = asyncio.create_task(lk.release())
+            for _ in range(k):
+                await asyncio.sleep(0)
+            task.cancel()
+            try:
+                await task
+            except asyncio.CancelledError:
+                pass
+            # Cancelled before it began, release() left the lock (and its connection)
+            # as they were; else the connection is back.
+            assert pool._in_use_connections <= {lk._conn} - {None}, f"a connection lost at step {k}"
+            assert await lk.release() is False
+            assert not pool._in_use_connections
+        other.redis.connection_pool.disconnect()
+        await pool.disconnect()
+
+    run(main())
+
+
+class Interrupt(BaseException):
+    """Stands for a KeyboardInterrupt (which asyncio and pytest take for their own)."""
+
+
+def test_an_interrupt_before_the_lock_is_made(pair, name, monkeypatch):
+    async def main():
+        c = pair.aio_client(max_connections=1)
+
+        def interrupted(self, *args, **kwargs):
+            raise Interrupt
+
+        with monkeypatch.context() as m:
+            m.setattr(dlock.asyncio.Lock, "__init__", interrupted)
+            with pytest.raises(Interrupt):
+                await c.acquire(name)
+
+        async def free():
+            return (await c.info(name))["state"] == "free"
+
+        assert await until(free, 1)
+        await c.redis.connection_pool.disconnect()
+
+    run(main())
+
+
+def test_a_lock_adopted_outside_the_loop(pair, name):
+    """adopt() is no coroutine: a Lock made outside any loop works in the loop that
+    uses it (its asyncio.Lock is made there)."""
+    c = pair.aio_client()
+    taken = pair.client().acquire(name, detached=True)
+    lk = c.adopt(name, taken.token, taken.fence)
+
+    async def main():
+        assert await lk.held()
+        assert await lk.release() is True and lk.released
+        await c.redis.connection_pool.disconnect()
+
+    run(main())

@@ -119,6 +119,21 @@ def test_no_password(secured, name):
         c.stock(name).status()
 
 
+def test_a_password_to_a_dlockd_without_one(pair):
+    """dlockd's -ERR for a password it has none to check against is a password
+    refused, as the other ways are."""
+    with pytest.raises(dlock.AuthFailed, match="without any password"):
+        dlock.Client.from_url(f"dlockd://:pw@127.0.0.1:{pair.port}")
+
+    async def main():
+        c = dlock.asyncio.Client.from_url(f"dlockd://:pw@127.0.0.1:{pair.port}")
+        with pytest.raises(dlock.AuthFailed):
+            await c.ping()
+        await c.close()
+
+    asyncio.run(main())
+
+
 def test_asyncio_from_url(secured, name):
     async def main():
         c = dlock.asyncio.Client.from_url(f"dlockd://:{quoted(PASSWORD)}@127.0.0.1:{secured['port']}")

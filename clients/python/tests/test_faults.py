@@ -6,6 +6,7 @@ DLOCK_TEST_SLACK."""
 
 from __future__ import annotations
 
+import asyncio
 import os
 import signal
 import subprocess
@@ -15,8 +16,10 @@ import time
 
 import pytest
 import redis
+import redis.asyncio
 
 import dlock
+import dlock.asyncio
 from conftest import PACKAGE, eventually, free_port, slack
 
 
@@ -207,3 +210,71 @@ def test_pool_survives_faults(own, name):
     own.dlockd([p.redis_port], at=port)
     assert before.held() is False
     assert eventually(lambda: c.acquire(name + ":new") is not None, 2)
+
+
+def test_a_session_lock_does_not_move_to_a_new_connection(own, name):
+    """redis-py's health check (a PING before a command) and its retries connect again
+    when the PING fails, and would send the lock's command on the new connection: a
+    session that holds nothing. With dlockd SIGKILLed and started again, EXTEND by
+    token would succeed there, and the Lock would claim a session lock that nothing
+    renews. It is lost instead, in both clients."""
+    p = own.pair()
+    kw = {"health_check_interval": 0.01, "retry_on_timeout": True}
+    c = p.client(**kw)
+
+    async def main():
+        ac = p.aio_client(**kw)
+        alk = await ac.acquire(name + ":aio", ttl=5)
+        lk = c.acquire(name, ttl=5)
+        p.dlockd.kill()
+        own.dlockd([p.redis_port], at=p.port)
+        assert lk.extend(5) is False
+        assert lk.held() is False and "lost" in repr(lk)
+        assert await alk.extend(5) is False
+        assert await alk.held() is False and "lost" in repr(alk)
+        assert lk.release() is False and await alk.release() is False
+        await ac.redis.connection_pool.disconnect()
+
+    asyncio.run(main())
+
+
+def test_a_hung_dlockd_without_a_socket_timeout(own, name, monkeypatch):
+    """A redis client without socket_timeout (redis-py's default) and dlockd stopped
+    (SIGSTOP) while a lock() waits: the wait ends with Unavailable the margin after it
+    (_args.HUNG_MARGIN, shortened here), in both clients, rather than never. And
+    from_url's PING finds a hung dlockd at once."""
+    monkeypatch.setattr(dlock._args, "HUNG_MARGIN", 0.5, raising=False)
+    p = own.pair()
+    c = dlock.Client(redis.Redis(port=p.port))
+    holder = c.acquire(name)
+    results = {}
+
+    async def aio_wait():
+        ac = dlock.asyncio.Client(redis.asyncio.Redis(port=p.port))
+        try:
+            return await ac.acquire(name, wait=0.5)
+        finally:
+            await ac.redis.connection_pool.disconnect()
+
+    threads = [
+        threading.Thread(target=lambda: results.update(sync=timed(c.acquire, name, wait=0.5))),
+        threading.Thread(target=lambda: results.update(aio=timed(asyncio.run, aio_wait()))),
+    ]
+    for t in threads:
+        t.start()
+    info = redis.Redis(port=p.port, socket_timeout=5)
+    assert eventually(lambda: info.execute_command("INFO")["waiting_locks"] == 2, 2)
+    p.dlockd.pause()
+    for t in threads:
+        t.join(10 * slack())
+        assert not t.is_alive(), "a wait outlived its bound"
+    for which in ("sync", "aio"):
+        _, e, took = results[which]
+        assert isinstance(e, dlock.Unavailable), (which, e)
+        assert 0.9 < took < 1 + 1 * slack(), (which, took)
+    t0 = time.monotonic()
+    with pytest.raises(dlock.Unavailable):
+        dlock.Client.from_url(f"dlockd://127.0.0.1:{p.port}?timeout=0.3")
+    assert time.monotonic() - t0 < 0.3 + 1 * slack()
+    p.dlockd.resume()
+    assert holder.release() is True

@@ -303,3 +303,94 @@ def test_user_commands_on_the_same_redis(client, name):
     with client.lock(name):
         assert r.ping() is True
         assert r.execute_command("LOCKINFO", name)[1] == b"held"
+
+
+def test_a_lock_collected_while_the_pool_is_locked(pair, name):
+    """The collector may run a dropped Lock's __del__ in a thread that holds the redis
+    pool's lock (inside get_connection, say), which is not reentrant: __del__ must not
+    take it. Here another thread holds it while __del__ runs: __del__ returns all the
+    same, and its connection is back in the pool (of one) for the next command."""
+    r = pair.redis_client(max_connections=1)
+    c = dlock.Client(r)
+    lk = c.acquire(name)
+    done = threading.Event()
+
+    def collect():
+        lk.__del__()
+        done.set()
+
+    with r.connection_pool._lock:
+        t = threading.Thread(target=collect)
+        t.start()
+        returned = done.wait(2 * slack())
+    t.join()
+    assert returned, "__del__ waited for the pool's lock"
+    assert eventually(lambda: c.info(name)["state"] == "free", 1)
+    assert lk.release() is False
+    r.connection_pool.disconnect()
+
+
+def test_a_detached_release_that_failed_can_be_tried_again(own, name):
+    """The lock server refuses dlockd for a moment (a password set, its connections
+    killed): release() raises Unavailable, and the lock, still held, is neither said
+    released nor given up: held() asks dlockd, and release() again frees it."""
+    p = own.pair()
+    c = p.client()
+    lk = c.acquire(name, ttl=60, detached=True)
+    server = redis.Redis(port=p.redis_port)
+    server.config_set("requirepass", "x")
+    server.execute_command("CLIENT", "KILL", "TYPE", "normal")
+    with pytest.raises(dlock.Unavailable):
+        lk.release()
+    assert not lk.released
+    redis.Redis(port=p.redis_port, password="x").config_set("requirepass", "")
+
+    def answers(call):
+        try:
+            return call()
+        except dlock.Unavailable:
+            return False  # dlockd not yet connected to the lock server again
+
+    assert eventually(lambda: answers(lk.held), 2)
+    assert lk.release() is True and lk.released
+    assert c.info(name)["state"] == "free"
+
+
+class Interrupt(BaseException):
+    """Stands for a KeyboardInterrupt (which pytest would take for its own)."""
+
+
+def test_an_interrupt_before_the_lock_is_made(pair, name, monkeypatch):
+    """An interrupt between the grant and the Lock that holds it: the connection goes
+    back to the pool (of one) closed, and dlockd releases the grant."""
+    r = pair.redis_client(max_connections=1)
+    c = dlock.Client(r)
+
+    def interrupted(self, *args, **kwargs):
+        raise Interrupt
+
+    with monkeypatch.context() as m:
+        m.setattr(dlock.Lock, "__init__", interrupted)
+        with pytest.raises(Interrupt):
+            c.acquire(name)
+    assert eventually(lambda: c.info(name)["state"] == "free", 1)
+    r.connection_pool.disconnect()
+
+
+def test_a_pool_exhausted_by_held_locks(pair, name):
+    r = pair.redis_client(max_connections=1)
+    c = dlock.Client(r)
+    with c.lock(name):
+        with pytest.raises(dlock.PoolExhausted, match="max_connections") as e:
+            c.info(name)
+        assert not isinstance(e.value, dlock.Unavailable)
+    assert c.info(name)["state"] == "free"
+    r.connection_pool.disconnect()
+
+
+def test_read_only_attributes(client, name):
+    with client.lock(name) as lk:
+        for attr in ("name", "token", "fence", "validity", "detached", "released"):
+            with pytest.raises(AttributeError):
+                setattr(lk, attr, None)
+    assert repr(client).startswith("<dlock.Client dlockd at 127.0.0.1:")

@@ -4,6 +4,7 @@ it offline into a venv that sees Debian's redis-py."""
 from __future__ import annotations
 
 import os
+import pickle
 import re
 import shutil
 import subprocess
@@ -39,14 +40,22 @@ def test_exceptions():
         dlock.ProtocolError,
         dlock.CommandError,
         dlock.InvalidArgument,
+        dlock.PoolExhausted,
     ):
         assert issubclass(cls, dlock.DlockError)
+        e = cls("dlockd: UNAVAILABLE x") if cls is not dlock.OutOfStock else cls("x", False, {"stock": 2})
+        e.code = "UNAVAILABLE"
+        again = pickle.loads(pickle.dumps(e))
+        assert type(again) is cls and again.args == e.args and again.code == "UNAVAILABLE"
     assert issubclass(dlock.NoQuorum, dlock.Unavailable)
     assert issubclass(dlock.OutOfStock, dlock.NotAcquired)
     assert issubclass(dlock.InvalidArgument, ValueError)
     assert not issubclass(dlock.Unavailable, ValueError)
     e = dlock.OutOfStock("x", True, {"stock": 1})
     assert e.sold_out is True and e.state == {"stock": 1}
+    again = pickle.loads(pickle.dumps(e))
+    assert (str(again), again.sold_out, again.state) == ("x", True, {"stock": 1})
+    assert not issubclass(dlock.PoolExhausted, dlock.Unavailable)  # dlockd is fine
 
 
 def test_names():
@@ -58,6 +67,21 @@ def test_names():
 
     for n in ("Client", "Lock", "Semaphore", "Stock", "Reservation"):
         assert hasattr(aio, n), n
+
+
+def test_asyncio_is_loaded_at_its_first_use():
+    """``import dlock`` leaves dlock.asyncio (and redis.asyncio) unloaded: a blocking
+    program's start does not pay for them. Both ways of reaching it work."""
+    check = (
+        "import sys, dlock\n"
+        "assert 'dlock.asyncio' not in sys.modules and 'redis.asyncio' not in sys.modules\n"
+        "assert 'asyncio' in dir(dlock)\n"
+        "c = dlock.asyncio.Client\n"
+        "import dlock.asyncio\n"
+        "assert dlock.asyncio.Client is c and sys.modules['dlock.asyncio'] is dlock.asyncio\n"
+    )
+    r = subprocess.run([sys.executable, "-c", check], capture_output=True, text=True, cwd=PACKAGE)
+    assert r.returncode == 0, r.stderr
 
 
 def test_pip_installs_it_offline(tmp_path):
