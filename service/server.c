@@ -447,6 +447,23 @@ static void keepalive(dd_conn *c)
     setsockopt(fd, IPPROTO_TCP, TCP_KEEPCNT, &cnt, sizeof cnt);
 }
 
+/* A refused client past the lingering ones: its error written and its descriptor
+ * closed now, before libuv accepts the next connection. libuv accepts every connection
+ * waiting in the backlog in one go and runs write callbacks only at the loop's next
+ * turn, so a burst of refusals closed there would hold a descriptor each until then;
+ * past the open-files limit libuv closes what it cannot accept, unanswered and
+ * unlogged. A new socket's buffer takes the short error whole. */
+static void refuse_now(dd_conn *c)
+{
+    dd_buf b = {0};
+    dd_reply_error(&b, "ERR max number of clients reached");
+    dd_count_errors(b.p, b.len);
+    uv_buf_t ub = uv_buf_init(b.p, (unsigned)b.len);
+    (void)uv_try_write(&c->h.stream, &ub, 1); /* if it fails, the client sees the close */
+    dd_buf_free(&b);
+    dd_conn_close(c);
+}
+
 void dd_on_connection(uv_stream_t *listener, int status)
 {
     if (status < 0) {
@@ -512,6 +529,10 @@ void dd_on_connection(uv_stream_t *listener, int status)
         dd_srv.stats.rejected_connections++;
         c->refused = true;
         dd_srv.refused_open++;
+        if (c->tls == NULL && dd_srv.refused_open > DD_REFUSED_LINGER_MAX) {
+            refuse_now(c);
+            return;
+        }
         dd_buf b = {0};
         dd_reply_error(&b, "ERR max number of clients reached");
         dd_conn_reply(c, &b);
