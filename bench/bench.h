@@ -23,9 +23,10 @@
  *   service.c    W6 (W1 through dlockd)
  *                and W5's PHP sale (php-cli buyers, bench/php/buyer.php) with the
  *                usual PHP recipe and through dlockd
- *   pkgcycles.c  W5/php-raw and W5/php-package, W5/py-raw and W5/py-package: lock +
- *                unlock cycles from one php (python) process (bench/php/cycles.php,
- *                bench/python/cycles.py), raw and through the PHP (Python) package
+ *   pkgcycles.c  W5/php-raw and W5/php-package, W5/py-raw and W5/py-package,
+ *                W5/node-raw and W5/node-package: lock + unlock cycles from one php
+ *                (python, node) process (bench/php/cycles.php, bench/python/cycles.py,
+ *                bench/node/cycles.js), raw and through the PHP (Python, Node) package
  * W4's emulated network is the fault suite's relay (tests/support/relay.h), delaying.
  *
  * Everything but the relays and the workers runs on the main thread.
@@ -82,6 +83,7 @@ typedef struct bench_opts {
     int php_delay_ms;     /* W5/php-*: also through relays of D ms each way (0: not) */
     long php_cycles;      /* W5/php-raw and W5/php-package: cycles per round, 2000 */
     long py_cycles;       /* W5/py-raw and W5/py-package: cycles per round, 2000 */
+    long node_cycles;     /* W5/node-raw and W5/node-package: cycles per round, 2000 */
     const char *dlockd;   /* --dlockd PATH, or NULL: $DLOCKD, else next to dlock-bench */
     int nodes;            /* servers for W1, W2, W3 and the W5 lock ways (1) */
     long requests;        /* redis-benchmark -n */
@@ -381,7 +383,7 @@ int run_w3(bench_ctx *ctx);
  * 0, or -1 after bench_fail. */
 int run_wake(bench_ctx *ctx);
 /* W5 (flashsale.c): lock, lock-pipelined, watch, script, stock, then the PHP sale and
- * the Python package's cycles. */
+ * the Python and Node packages' cycles. */
 int run_w5(bench_ctx *ctx);
 /* The end of a W5 sale: its figure oversold, the progress line, and the checks: every
  * unit of stock bought once, none left, and as many sold (unless sold is NULL: a sale
@@ -404,6 +406,9 @@ int run_w5_php_cycles(bench_ctx *ctx, const char *php);
 /* W5/py-raw and W5/py-package (pkgcycles.c), run at the end of W5 with
  * $DLOCK_PYTHON, else /usr/bin/python3. 0, or -1 after bench_fail. */
 int run_w5_py_cycles(bench_ctx *ctx);
+/* W5/node-raw and W5/node-package (pkgcycles.c), run after them with $DLOCK_NODE, else
+ * node on the PATH, and the Node package as built. 0, or -1 after bench_fail. */
+int run_w5_node_cycles(bench_ctx *ctx);
 /* W6 (service.c): W1 through dlockd, right after W1; W6/detached; W6/metrics through
  * the second dlockd, with --metrics-port. */
 int run_w6(bench_ctx *ctx);

@@ -484,5 +484,7 @@ int run_w5(bench_ctx *ctx)
         rc = -1;
     if (run_w5_py_cycles(ctx) != 0)
         rc = -1;
+    if (run_w5_node_cycles(ctx) != 0)
+        rc = -1;
     return rc;
 }

@@ -29,14 +29,16 @@ static void usage(FILE *out)
             "release, and through dlockd (LOCK WAIT, UNLOCK); and php-raw and php-package:\n"
             "LOCK + UNLOCK from one php process on one connection to dlockd, sent raw and\n"
             "through the PHP package (clients/php), with phpredis and with predis\n"
-            "(-predis); and py-raw and py-package: the same from one python3 process\n"
-            "through redis-py and the Python package (clients/python). W6 is W1 through\n"
-            "dlockd (LOCK + UNLOCK over RESP from one hiredis connection), compared with W1\n"
-            "of the same round, which it runs too; W6/metrics the same through a dlockd with\n"
-            "--metrics-port, against W6. W5 and W6 start build/dlockd themselves. TLS is W1\n"
-            "over TLS on a redis-server of its own, beside redis-benchmark --tls. CLUSTER is\n"
-            "W1 on a Redis Cluster of three masters of its own: directly on the master of one\n"
-            "slot, then through a seed on the same names, then on names of all slots.\n"
+            "(-predis); py-raw and py-package: the same from one python3 process through\n"
+            "redis-py and the Python package (clients/python); node-raw and node-package:\n"
+            "from one node process through ioredis and the Node package (clients/node, as\n"
+            "its npm run build made it). W6 is W1 through dlockd (LOCK + UNLOCK over RESP\n"
+            "from one hiredis connection), compared with W1 of the same round, which it runs\n"
+            "too; W6/metrics the same through a dlockd with --metrics-port, against W6. W5\n"
+            "and W6 start build/dlockd themselves. TLS is W1 over TLS on a redis-server of\n"
+            "its own, beside redis-benchmark --tls. CLUSTER is W1 on a Redis Cluster of three\n"
+            "masters of its own: directly on the master of one slot, then through a seed on\n"
+            "the same names, then on names of all slots.\n"
             "\n");
     /* Two strings: C11 compilers need only take 4095 characters in one. */
     fprintf(out,
@@ -63,6 +65,8 @@ static void usage(FILE *out)
             "      --php-cycles N      W5/php-raw and W5/php-package cycles per round, 5\n"
             "                          rounds of each (2000)\n"
             "      --py-cycles N       W5/py-raw and W5/py-package cycles per round, 5\n"
+            "                          rounds of each (2000)\n"
+            "      --node-cycles N     W5/node-raw and W5/node-package cycles per round, 5\n"
             "                          rounds of each (2000)\n"
             "      --dlockd PATH       the dlockd to run (default $DLOCKD, else the dlockd\n"
             "                          next to dlock-bench)\n"
@@ -180,6 +184,7 @@ static void defaults(bench_opts *o)
     o->php_buyers = 20;
     o->php_cycles = 2000;
     o->py_cycles = 2000;
+    o->node_cycles = 2000;
     o->nodes = 1;
     o->requests = 50000;
     o->timeout_ms = 1000;
@@ -239,6 +244,7 @@ int bench_parse_args(int argc, char **argv, bench_opts *o)
         {"php-delay-ms", 0, 0, 1000, .i = &o->php_delay_ms},
         {"php-cycles", 0, 1, big, .l = &o->php_cycles},
         {"py-cycles", 0, 1, big, .l = &o->py_cycles},
+        {"node-cycles", 0, 1, big, .l = &o->node_cycles},
         {"dlockd", 0, .s = &o->dlockd},
         {"quiet", 'q', .on = &o->quiet},
         {"verbose", 'v', .on = &o->verbose},
@@ -276,6 +282,7 @@ int bench_parse_args(int argc, char **argv, bench_opts *o)
             o->w6_cycles = 500;
             o->php_cycles = 200;
             o->py_cycles = 200;
+            o->node_cycles = 200;
             o->requests = 10000;
             o->repeat = 1;
         }

@@ -7,7 +7,7 @@
 #   build     compile the library, dlock, dlockd, dlock-bench and the examples (`make`)
 #   demo      run `make demo` and dlock-bench: redis-server, redis-benchmark, php with
 #             phpredis, and predis (dlock-bench's W5/php-package-predis), python3 with
-#             redis-py (W5/py-package)
+#             redis-py (W5/py-package), node with the Node package built (W5/node-package)
 #   test      build and run every test (`make tests`, `make test`): build and demo, and the
 #             test harness's tools, and the npm packages of the Node tests at the exact
 #             versions their package-lock.json pins (tests/service/clients/node:
@@ -37,11 +37,21 @@ add_build() {
   # dlockd, used or not.
   pkgs+=(libmicrohttpd-dev)
 }
+add_node() {
+  # A machine with node and npm (Debian's, or another build on PATH) keeps them:
+  # Debian's npm would not install beside another nodejs.
+  if ! command -v node >/dev/null || ! command -v npm >/dev/null; then
+    pkgs+=(nodejs npm)
+  fi
+  npm=1
+}
 add_demo() {
   # redis-benchmark (the bench's baseline) and redis-cli come with redis-tools; the PHP
   # buyers of the demo and of W5 use phpredis, and W5/php-package-predis predis;
-  # W5/py-raw and W5/py-package run Python with redis-py.
+  # W5/py-raw and W5/py-package run Python with redis-py, W5/node-package the Node
+  # package, built below.
   pkgs+=(redis-server redis-tools php-cli php-redis php-predis python3 python3-redis)
+  add_node
 }
 for group in "${groups[@]}"; do
   case "$group" in
@@ -78,13 +88,8 @@ for group in "${groups[@]}"; do
     # and venv to install it offline into a venv over the system's redis-py, as its
     # README says.
     pkgs+=(python3-pytest python3-pip python3-setuptools python3-wheel python3-venv)
-    # Node for the ioredis client test. A machine with node and npm (Debian's, or
-    # another build on PATH) keeps them: Debian's npm would not install beside another
-    # nodejs.
-    if ! command -v node >/dev/null || ! command -v npm >/dev/null; then
-      pkgs+=(nodejs npm)
-    fi
-    npm=1
+    # Node for the ioredis client test and the Node package's.
+    add_node
     ;;
   # No fakeroot: debian/control says Rules-Requires-Root: no. systemd: systemd-analyze
   # checks the unit the dlockd package ships (tests/install/check.sh).
@@ -133,3 +138,10 @@ for node_dir in "$root/tests/service/clients/node" "$root/clients/node"; do
     cp "$node_dir/package-lock.json" "$stamp"
   fi
 done
+# The Node package compiled (tsc, offline) when its JavaScript is missing or older than
+# a source: dlock-bench loads it, and its test builds it again anyway.
+pkg="$root/clients/node"
+if [ ! -f "$pkg/dist/index.js" ] || [ -n "$(find "$pkg/src" "$pkg/tsconfig.json" -newer "$pkg/dist/index.js" 2>/dev/null)" ]; then
+  echo "building the Node package in $pkg (npm run build)" >&2
+  (cd "$pkg" && npm run --silent build >&2)
+fi
