@@ -194,15 +194,19 @@ class Pair:
         return dlock.asyncio.Client(redis.asyncio.Redis(host="127.0.0.1", port=self.port, **kw))
 
 
-@pytest.fixture(scope="module")
-def servers() -> Iterator[Servers]:
-    """Processes the module starts: stopped at its end."""
+def _servers() -> Iterator[Servers]:
     with tempfile.TemporaryDirectory(prefix="dlock-py-") as tmp:
         s = Servers(tmp)
         try:
             yield s
         finally:
             s.stop()
+
+
+@pytest.fixture(scope="module")
+def servers() -> Iterator[Servers]:
+    """Processes the module starts: stopped at its end."""
+    yield from _servers()
 
 
 @pytest.fixture(scope="module")
@@ -214,12 +218,7 @@ def pair(servers: Servers) -> Pair:
 @pytest.fixture
 def own() -> Iterator[Servers]:
     """Processes one test starts (to stop, pause or kill them): stopped at its end."""
-    with tempfile.TemporaryDirectory(prefix="dlock-py-") as tmp:
-        s = Servers(tmp)
-        try:
-            yield s
-        finally:
-            s.stop()
+    yield from _servers()
 
 
 @pytest.fixture
