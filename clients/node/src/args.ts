@@ -26,33 +26,45 @@ export type Name = string | Buffer | Uint8Array;
 
 const LONE_SURROGATE = /[\uD800-\uDBFF](?![\uDC00-\uDFFF])|(?<![\uD800-\uDBFF])[\uDC00-\uDFFF]/;
 
-/** A lock name, a semaphore's or a SKU as dlockd takes it: 1 to 4096 bytes, no NUL. */
-export function name(value: unknown, what = 'lock name'): Buffer {
-  let raw: Buffer;
+/**
+ * A lock name, a semaphore's or a SKU as dlockd takes it: 1 to 4096 bytes, no NUL. A
+ * string stays a string (ioredis sends it as UTF-8, and a command of strings is cheaper
+ * to write than one with a Buffer); bytes become a Buffer.
+ */
+export function name(value: unknown, what = 'lock name'): string | Buffer {
+  let size: number;
+  let raw: string | Buffer;
   if (typeof value === 'string') {
-    // A lone surrogate cannot be UTF-8: Buffer.from would turn it into U+FFFD silently,
-    // and the lock would be another name than the one asked for.
+    // A lone surrogate cannot be UTF-8: it would be sent as U+FFFD silently, and the
+    // lock would be another name than the one asked for.
     if (LONE_SURROGATE.test(value)) {
       throw new InvalidArgumentError(`dlock: ${what} is not valid UTF-8 (a lone surrogate)`);
     }
-    raw = Buffer.from(value, 'utf8');
+    raw = value;
+    size = Buffer.byteLength(value, 'utf8');
   } else if (value instanceof Uint8Array) {
     raw = Buffer.from(value);
+    size = raw.length;
   } else {
     throw new InvalidArgumentError(`dlock: ${what} must be a string or a Buffer, not ${describe(value)}`);
   }
-  if (raw.length < 1 || raw.length > NAME_MAX) {
-    throw new InvalidArgumentError(`dlock: ${what} must be 1 to ${NAME_MAX} bytes, not ${raw.length}`);
+  if (size < 1 || size > NAME_MAX) {
+    throw new InvalidArgumentError(`dlock: ${what} must be 1 to ${NAME_MAX} bytes, not ${size}`);
   }
-  if (raw.includes(0)) {
+  if (typeof raw === 'string' ? raw.includes('\0') : raw.includes(0)) {
     throw new InvalidArgumentError(`dlock: ${what} must not contain a NUL byte`);
   }
   return raw;
 }
 
 /** A name as the user reads it back: a string, whatever was given. */
-export function text(raw: Buffer): string {
-  return raw.toString('utf8');
+export function text(raw: string | Buffer): string {
+  return typeof raw === 'string' ? raw : raw.toString('utf8');
+}
+
+/** A name as bytes. */
+export function bytes(raw: string | Buffer): Buffer {
+  return typeof raw === 'string' ? Buffer.from(raw, 'utf8') : raw;
 }
 
 function describe(value: unknown): string {
@@ -78,9 +90,13 @@ export function ttl(value: unknown, session: boolean, what = 'ttl'): number {
   return integer(value, session ? `${what} of a session lock` : what, session ? SESSION_TTL_MIN_MS : TTL_MIN_MS, MS_MAX);
 }
 
-/** A duration in ms from 0 to 2^31 - 1 (maxHold: 0 is "no limit"). */
+/**
+ * A duration in ms from 1 to 2^31 - 1. Not 0: a timeout of 0 would fail every call, and
+ * dlockd reads a MAXHOLD of 0 as "no limit", which would turn off its operator's
+ * --max-hold.
+ */
 export function duration(value: unknown, what: string): number {
-  return integer(value, what, 0, MS_MAX);
+  return integer(value, what, 1, MS_MAX);
 }
 
 /**
@@ -118,15 +134,46 @@ export function delta(value: unknown): number {
   return value;
 }
 
-export function label(value: unknown): Buffer {
+export function label(value: unknown): string | Buffer {
   if (typeof value !== 'string' && !(value instanceof Uint8Array)) {
     throw new InvalidArgumentError(`dlock: label must be a string, not ${describe(value)}`);
   }
-  const raw = Buffer.from(value as string);
-  if (raw.length < 1 || raw.length > LABEL_MAX || raw.includes(0)) {
+  if (typeof value === 'string' && LONE_SURROGATE.test(value)) {
+    throw new InvalidArgumentError('dlock: label is not valid UTF-8 (a lone surrogate)');
+  }
+  const raw = typeof value === 'string' ? value : Buffer.from(value);
+  const size = typeof raw === 'string' ? Buffer.byteLength(raw, 'utf8') : raw.length;
+  if (size < 1 || size > LABEL_MAX || (typeof raw === 'string' ? raw.includes('\0') : raw.includes(0))) {
     throw new InvalidArgumentError(`dlock: label must be 1 to ${LABEL_MAX} bytes, without NUL`);
   }
   return raw;
+}
+
+/** A fence given to adopt(): what LOCK replies, an integer from 0 to 2^53 - 1. */
+export function fence(value: unknown): number {
+  if (typeof value !== 'number' || !Number.isSafeInteger(value) || value < 0) {
+    throw new InvalidArgumentError(`dlock: fence must be an integer from 0 to ${Number.MAX_SAFE_INTEGER}, not ${describe(value)}`);
+  }
+  return value;
+}
+
+/** A flag: true, false or not given; anything else is a mistake, not "false". */
+export function flag(value: unknown, what: string): boolean {
+  if (value === undefined || value === false) return false;
+  if (value === true) return true;
+  throw new InvalidArgumentError(`dlock: ${what} must be true or false, not ${describe(value)}`);
+}
+
+/**
+ * Refuses an option `allowed` does not have: a misspelt one ({ ttlMs: 5 }) would
+ * otherwise be ignored, and the lock taken with the defaults.
+ */
+export function known(opts: object, allowed: ReadonlySet<string>, what: string): void {
+  for (const k in opts) {
+    if (!allowed.has(k)) {
+      throw new InvalidArgumentError(`dlock: unknown option '${k}' of ${what} (known: ${[...allowed].join(', ')})`);
+    }
+  }
 }
 
 const HEX32 = /^[0-9a-f]{32}$/;
@@ -165,7 +212,24 @@ export interface AcquireCommand {
   args: (string | Buffer)[];
   /** The wait in ms; -1 without end. */
   waitMs: number;
+  /** Where WAIT is in args (-1: not there). */
+  waitAt: number;
   detached: boolean;
+  /** The lease asked for, in ms. */
+  ttlMs: number;
+}
+
+const ACQUIRE_OPTIONS: ReadonlySet<string> = new Set([
+  'ttl', 'wait', 'detached', 'fair', 'shared', 'maxHold', 'label', 'signal', 'timeout',
+]);
+
+/** The command with another wait (what is left of it, on a retry): 0 tries once. */
+export function withWait(cmd: AcquireCommand, waitMs: number): (string | Buffer)[] {
+  if (cmd.waitAt < 0 || waitMs === cmd.waitMs) return cmd.args;
+  const out = cmd.args.slice();
+  if (waitMs === 0) out.splice(cmd.waitAt, 2);
+  else out[cmd.waitAt + 1] = String(waitMs);
+  return out;
 }
 
 /** LOCK or SEM ACQUIRE (`head`: the command and what precedes the options). */
@@ -177,13 +241,19 @@ export function acquireCommand(
   if (opts === null || typeof opts !== 'object') {
     throw new InvalidArgumentError('dlock: the options must be an object ({ttl, wait, ...})');
   }
-  const detached = opts.detached === true;
-  const args = [...head, 'TTL', String(ttl(opts.ttl ?? DEFAULT_TTL, !detached))];
+  known(opts, ACQUIRE_OPTIONS, 'a lock');
+  const detached = flag(opts.detached, 'detached');
+  const ttlMs = ttl(opts.ttl ?? DEFAULT_TTL, !detached);
+  const args = [...head, 'TTL', String(ttlMs)];
   const waitMs = wait(opts.wait ?? 0);
-  if (waitMs !== 0) args.push('WAIT', String(waitMs));
+  let waitAt = -1;
+  if (waitMs !== 0) {
+    waitAt = args.length;
+    args.push('WAIT', String(waitMs));
+  }
   if (detached) args.push('DETACHED');
-  if (opts.fair === true) args.push('FAIR');
-  if (opts.shared === true) args.push('SHARED');
+  if (flag(opts.fair, 'fair')) args.push('FAIR');
+  if (flag(opts.shared, 'shared')) args.push('SHARED');
   if (opts.maxHold !== undefined) {
     if (detached) {
       throw new InvalidArgumentError('dlock: maxHold is for session locks: a detached lock ends with its ttl');
@@ -198,7 +268,7 @@ export function acquireCommand(
   if (opts.signal !== undefined && !(opts.signal instanceof AbortSignal)) {
     throw new InvalidArgumentError('dlock: signal must be an AbortSignal');
   }
-  return { args, waitMs, detached };
+  return { args, waitMs, waitAt, detached, ttlMs };
 }
 
 // Replies ----------------------------------------------------------------------------

@@ -23,6 +23,8 @@ export interface ClientOptions {
   label?: string;
 }
 
+const CLIENT_OPTIONS: ReadonlySet<string> = new Set(['timeout', 'maxIdle', 'maxHold', 'label']);
+
 /** The default of ClientOptions.timeout, in ms. */
 export const DEFAULT_TIMEOUT = 5000;
 
@@ -46,6 +48,7 @@ export class Client {
     if (options === null || typeof options !== 'object') {
       throw new InvalidArgumentError('dlock: the client options must be an object');
     }
+    args.known(options, CLIENT_OPTIONS, 'the client');
     const timeout = args.duration(options.timeout ?? DEFAULT_TIMEOUT, 'timeout');
     const maxIdle = options.maxIdle ?? 8;
     if (!Number.isInteger(maxIdle) || maxIdle < 0) {
@@ -120,7 +123,7 @@ export class Client {
    * check it here.
    */
   adopt(name: args.Name, token: string, fence = 0): Lock {
-    const grant = { token: args.token(token), fence, validityMs: 0 };
+    const grant = { token: args.token(token), fence: args.fence(fence), validityMs: 0 };
     return new Lock(this.pool, args.name(name), grant, true, null, 'lock');
   }
 

@@ -93,6 +93,11 @@ export interface Failure {
    * so that it must never carry another command, nor go back to a pool.
    */
   inStep: boolean;
+  /**
+   * dlockd answered -SHUTDOWN: it is draining, so none of its connections is worth
+   * keeping for the next lock (the next one should find another dlockd, or a new one).
+   */
+  shutdown: boolean;
 }
 
 function messageOf(e: unknown): string {
@@ -103,7 +108,7 @@ function messageOf(e: unknown): string {
 /** The package's error for whatever ioredis (or the network) rejected with. */
 export function mapError(e: unknown): Failure {
   if (e instanceof DlockError) {
-    return { error: e, inStep: !(e instanceof UnavailableError || e instanceof LockLostError) };
+    return { error: e, inStep: !(e instanceof UnavailableError || e instanceof LockLostError), shutdown: false };
   }
   const err = e as { name?: string; message?: string; code?: string };
   const msg = messageOf(e);
@@ -111,23 +116,25 @@ export function mapError(e: unknown): Failure {
     const word = msg.split(' ', 1)[0] ?? '';
     if (word === 'ERR' && msg.startsWith('ERR Protocol error')) {
       // dlockd closes the connection after it.
-      return { error: new ProtocolError(`dlockd: ${msg}`, { cause: e }), inStep: false };
+      return { error: new ProtocolError(`dlockd: ${msg}`, { cause: e }), inStep: false, shutdown: false };
     }
     const cls = CODES[word];
     if (cls !== undefined) {
-      // dlockd closes the connection after -LOST; the others leave it usable.
-      return { error: new cls(`dlockd: ${msg}`, { cause: e }), inStep: cls !== LockLostError };
+      // dlockd closes the connection after -LOST; a draining dlockd (-SHUTDOWN) closes
+      // every connection soon, so one that answered it is not kept either.
+      const shutdown = word === 'SHUTDOWN';
+      return { error: new cls(`dlockd: ${msg}`, { cause: e }), inStep: cls !== LockLostError && !shutdown, shutdown };
     }
-    return { error: new CommandError(`dlockd: ${msg}`, { cause: e }), inStep: true };
+    return { error: new CommandError(`dlockd: ${msg}`, { cause: e }), inStep: true, shutdown: false };
   }
   if (err && err.name === 'MaxRetriesPerRequestError') {
-    return { error: new UnavailableError(`dlock: dlockd could not be reached (${msg})`, { cause: e }), inStep: false };
+    return { error: new UnavailableError(`dlock: dlockd could not be reached (${msg})`, { cause: e }), inStep: false, shutdown: false };
   }
   if (err && (err.name === 'ParserError' || /Please report this/.test(msg))) {
-    return { error: new ProtocolError(`dlock: unreadable reply from dlockd (${msg})`, { cause: e }), inStep: false };
+    return { error: new ProtocolError(`dlock: unreadable reply from dlockd (${msg})`, { cause: e }), inStep: false, shutdown: false };
   }
   // "Connection is closed.", "Command timed out", "Stream isn't writeable ...", socket
   // errors (ECONNREFUSED, ECONNRESET, ETIMEDOUT), a connection aborted: all say that
   // dlockd could not be reached or did not answer.
-  return { error: new UnavailableError(`dlock: dlockd could not be reached (${msg})`, { cause: e }), inStep: false };
+  return { error: new UnavailableError(`dlock: dlockd could not be reached (${msg})`, { cause: e }), inStep: false, shutdown: false };
 }

@@ -4,7 +4,7 @@
 import type Redis from 'ioredis';
 import * as args from './args';
 import { LockLostError } from './errors';
-import { Args, Pool, broken } from './pool';
+import { Args, Pool, broken, timer } from './pool';
 
 /**
  * What dlockd said last on a connection it closed. Its -LOST comes as nobody's reply (the
@@ -22,8 +22,8 @@ export type LockKind = 'lock' | 'permit of semaphore';
 export class Lock {
   /** The name, as a string (a Buffer name decoded as UTF-8). */
   readonly name: string;
-  /** The name as sent to dlockd. */
-  readonly nameBytes: Buffer;
+  /** The name as sent to dlockd: a string as given, or the bytes. */
+  private readonly raw: string | Buffer;
   /** 32 hex characters: what UNLOCK, EXTEND and CHECK need, from anywhere. */
   readonly token: string;
   /**
@@ -39,8 +39,13 @@ export class Lock {
   readonly detached: boolean;
 
   private conn: Redis | null;
-  private readonly controller = new AbortController();
+  // Made when somebody asks for the signal: most locks are released without.
+  private controller: AbortController | null = null;
+  private lostWhy: LockLostError | null = null;
   private released = false;
+  // A session lock's liveness check: PING on its connection every third of the TTL.
+  private beatMs = 0;
+  private stopBeat: (() => void) | null = null;
   // release(), extend() and isHeld() one at a time, so that release never gives the
   // connection back while another command of this lock is still on it.
   private queue: Promise<unknown> = Promise.resolve();
@@ -51,14 +56,15 @@ export class Lock {
   /** @internal */
   constructor(
     private readonly pool: Pool,
-    nameBytes: Buffer,
+    raw: string | Buffer,
     grant: args.Grant,
     detached: boolean,
     conn: Redis | null,
     private readonly kind: LockKind = 'lock',
+    ttlMs = args.DEFAULT_TTL,
   ) {
-    this.nameBytes = nameBytes;
-    this.name = args.text(nameBytes);
+    this.raw = raw;
+    this.name = args.text(raw);
     this.token = grant.token;
     this.fence = grant.fence;
     this.validityMs = grant.validityMs;
@@ -78,8 +84,60 @@ export class Lock {
       conn.once('close', this.onClose);
       // Closed between the reply and now: lost already.
       if (conn.status !== 'ready') queueMicrotask(this.onClose);
+      else this.beat(ttlMs);
     }
   }
+
+  /** The name as sent to dlockd, as bytes. */
+  get nameBytes(): Buffer {
+    return args.bytes(this.raw);
+  }
+
+  /**
+   * (Re)starts the liveness check of a session lock. dlockd renews the lock only while
+   * it runs: one that hangs (stopped, its host gone) sends nothing, closes nothing, and
+   * its lease runs out while the connection looks open. A PING not answered within a
+   * third of the TTL closes the connection and reports the lock lost, while some of the
+   * lease is still left. The timers do not keep the process alive.
+   */
+  private beat(ttlMs: number): void {
+    this.beatMs = Math.max(1, Math.floor(ttlMs / 3));
+    this.stopBeat?.();
+    this.stopBeat = this.arm(this.beatMs, this.ping);
+  }
+
+  private arm(ms: number, fn: () => void): () => void {
+    const t = setTimeout(fn, ms);
+    t.unref();
+    return () => clearTimeout(t);
+  }
+
+  private readonly ping = (): void => {
+    const conn = this.conn;
+    if (conn === null || this.lostWhy !== null) return;
+    const ms = this.beatMs;
+    let answered = false;
+    const stop = this.arm(ms, () => {
+      if (answered || this.conn !== conn) return;
+      this.lose(`dlockd did not answer PING within ${ms} ms: renewal cannot be counted on`);
+      this.stopBeat = null;
+      this.detach();
+      this.pool.destroy(conn);
+    });
+    this.stopBeat = stop;
+    conn.call('PING').then(
+      () => {
+        answered = true;
+        stop();
+        if (this.conn === conn && this.stopBeat === stop) this.stopBeat = this.arm(this.beatMs, this.ping);
+      },
+      () => {
+        // The connection failed: its close event reports the loss.
+        answered = true;
+        stop();
+      },
+    );
+  };
 
   /**
    * Aborted when the lock is known to be lost: its connection closed (by dlockd after
@@ -87,22 +145,30 @@ export class Lock {
    * Its reason is a LockLostError.
    */
   get signal(): AbortSignal {
+    if (this.controller === null) {
+      this.controller = new AbortController();
+      if (this.lostWhy !== null) this.controller.abort(this.lostWhy);
+    }
     return this.controller.signal;
   }
 
   /** Whether the lock is known to be lost (`signal.aborted`). */
   get lost(): boolean {
-    return this.controller.signal.aborted;
+    return this.lostWhy !== null;
   }
 
-  /** Whether release() was called. */
+  /**
+   * Whether the lock was released: a session lock's once release() was called (its
+   * connection goes either way), a detached lock's once dlockd answered its UNLOCK.
+   */
   get isReleased(): boolean {
     return this.released;
   }
 
   private lose(why: string): void {
-    if (this.controller.signal.aborted) return;
-    this.controller.abort(new LockLostError(`dlock: ${this.kind} '${this.name}' was lost: ${why}`));
+    if (this.lostWhy !== null) return;
+    this.lostWhy = new LockLostError(`dlock: ${this.kind} '${this.name}' was lost: ${why}`);
+    this.controller?.abort(this.lostWhy);
   }
 
   private serial<T>(fn: () => Promise<T>): Promise<T> {
@@ -115,6 +181,10 @@ export class Lock {
   private detach(): Redis | null {
     const conn = this.conn;
     this.conn = null;
+    if (this.stopBeat !== null) {
+      this.stopBeat();
+      this.stopBeat = null;
+    }
     if (conn !== null) {
       conn.removeListener('close', this.onClose);
       conn.removeListener('error', this.onError);
@@ -145,18 +215,24 @@ export class Lock {
   release(): Promise<boolean> {
     return this.serial(async () => {
       if (this.released) return false;
-      this.released = true;
-      const cmd = ['UNLOCK', this.nameBytes, this.token];
+      const cmd = ['UNLOCK', this.raw, this.token];
       if (this.detached) {
+        // Released once dlockd says so: an UNLOCK that failed may be tried again.
         const held = args.bool(await this.pool.call(cmd), 'UNLOCK');
+        this.released = true;
         if (!held) this.lose('UNLOCK found it no longer held');
         return held;
       }
+      this.released = true;
       let held = false;
       try {
         held = await this.onSession(cmd, 'UNLOCK');
         if (!held) this.lose('UNLOCK found it no longer held');
         return held;
+      } catch (e) {
+        // The connection is closed below: whatever the UNLOCK did, dlockd lets go then.
+        this.lose(`UNLOCK failed (${(e as Error).message}); its connection is closed`);
+        throw e;
       } finally {
         const conn = this.detach();
         if (conn !== null) this.pool.give(conn, held);
@@ -173,11 +249,12 @@ export class Lock {
     const ms = args.ttl(ttl, !this.detached);
     return this.serial(async () => {
       if (this.released || this.lost) return false;
-      const cmd = ['EXTEND', this.nameBytes, this.token, String(ms)];
+      const cmd = ['EXTEND', this.raw, this.token, String(ms)];
       const held = this.detached
         ? args.bool(await this.pool.call(cmd), 'EXTEND')
         : await this.onSession(cmd, 'EXTEND');
       if (!held) this.lose('EXTEND found it no longer held');
+      else if (this.stopBeat !== null) this.beat(ms);
       return held;
     });
   }
@@ -189,7 +266,7 @@ export class Lock {
   isHeld(): Promise<boolean> {
     return this.serial(async () => {
       if (this.released || this.lost) return false;
-      const cmd = ['CHECK', this.nameBytes, this.token];
+      const cmd = ['CHECK', this.raw, this.token];
       const held = this.detached
         ? args.bool(await this.pool.call(cmd), 'CHECK')
         : await this.onSession(cmd, 'CHECK');
@@ -221,8 +298,9 @@ export async function runHolding<T>(
   routine: (signal: AbortSignal, lock: Lock) => T | Promise<T>,
 ): Promise<T> {
   let value: T;
+  const signal = lock.signal;
   try {
-    value = await routine(lock.signal, lock);
+    value = await routine(signal, lock);
   } catch (e) {
     try {
       await lock.release();
@@ -233,6 +311,11 @@ export async function runHolding<T>(
     }
     throw e;
   }
+  // The routine released the lock itself: its release said whether it was still held.
+  if (lock.isReleased) {
+    if (lock.lost) throw signal.reason;
+    return value;
+  }
   let held: boolean;
   try {
     held = await lock.release();
@@ -242,7 +325,7 @@ export async function runHolding<T>(
     throw e;
   }
   if (!held || lock.lost) {
-    const reason = lock.signal.reason;
+    const reason = signal.reason;
     throw reason instanceof LockLostError
       ? reason
       : new LockLostError(`dlock: '${lock.name}' was lost before the routine ended: its work was not wholly under the lock`);

@@ -6,7 +6,7 @@
 // idle pool for reuse. Everything else shares the application's connection.
 
 import type Redis from 'ioredis';
-import { LockLostError, UnavailableError, mapError } from './errors';
+import { CommandError, LockLostError, UnavailableError, mapError } from './errors';
 
 /** A command as sent: the command word, then its arguments. */
 export type Args = (string | Buffer)[];
@@ -14,8 +14,11 @@ export type Args = (string | Buffer)[];
 // The options a dedicated connection overrides in the application's: no reconnect and no
 // queue while offline (a command on a broken connection fails at once rather than being
 // sent on a new connection that holds nothing), no resend after a reconnect, no command
-// timeout (a waiting LOCK answers when served; this layer bounds the wait itself), and
-// no pipelining across callers (a connection serves one lock).
+// timeout (a waiting LOCK answers when served; this layer bounds the wait itself), no
+// pipelining across callers (a connection serves one lock), and TCP keepalive, so that a
+// host that vanished under a held lock is found out even while nothing is sent. No
+// CLIENT SETINFO at connect: ioredis drops its error reply, and with it dlockd's reason
+// for refusing a connection (max number of clients reached); INFO's is reported.
 const DEDICATED = {
   lazyConnect: true,
   retryStrategy: () => null,
@@ -26,58 +29,123 @@ const DEDICATED = {
   maxRetriesPerRequest: 0,
   commandTimeout: undefined,
   enableAutoPipelining: false,
+  keepAlive: 10000,
+  disableClientInfo: true,
 } as const;
+
+/** The longest delay a Node timer takes: a longer one fires at once. */
+export const TIMER_MAX = 2147483647;
 
 function noop(): void {}
 
+// One 'abort' listener per signal, whatever the number of calls waiting on it: many
+// concurrent calls sharing a signal would otherwise pass Node's listener limit.
+const watchers = new WeakMap<AbortSignal, Set<() => void>>();
+
+function fire(this: AbortSignal): void {
+  const set = watchers.get(this);
+  watchers.delete(this);
+  if (set !== undefined) for (const fn of set) fn();
+}
+
+/** Runs `fn` when `signal` aborts; the function returned stops that. */
+export function onAbort(signal: AbortSignal, fn: () => void): () => void {
+  let set = watchers.get(signal);
+  if (set === undefined) {
+    set = new Set();
+    watchers.set(signal, set);
+    signal.addEventListener('abort', fire, { once: true });
+  }
+  set.add(fn);
+  const s = set;
+  return () => {
+    s.delete(fn);
+    if (s.size === 0 && watchers.get(signal) === s) {
+      watchers.delete(signal);
+      signal.removeEventListener('abort', fire);
+    }
+  };
+}
+
 /**
- * A promise settled by `start`'s outcome, or rejected when `ms` pass (null: never) or
- * `signal` aborts, whichever comes first; `onGiveUp` runs on the last two, before the
- * rejection (it closes the connection that would otherwise keep waiting).
+ * A timer for `ms` that also works past Node's limit (2^31 - 1 ms), by re-arming until
+ * the deadline. Returns what cancels it.
  */
-export function race<T>(
-  start: () => Promise<T>,
+export function timer(ms: number, fn: () => void): () => void {
+  if (ms <= TIMER_MAX) {
+    const t = setTimeout(fn, ms);
+    return () => clearTimeout(t);
+  }
+  const deadline = Date.now() + ms;
+  let t: NodeJS.Timeout;
+  const arm = (): void => {
+    const left = deadline - Date.now();
+    t = left <= TIMER_MAX ? setTimeout(fn, Math.max(0, left)) : setTimeout(arm, TIMER_MAX);
+  };
+  arm();
+  return () => clearTimeout(t);
+}
+
+/**
+ * `p` (a command already sent), or a rejection when `ms` pass (null: never) or `signal`
+ * aborts, whichever comes first. `onGiveUp` runs on the last two, before the rejection
+ * (it closes a connection that would otherwise keep waiting); `onLate` gets a value `p`
+ * resolves to after that, so that a grant nobody waits for any more can be given back.
+ */
+export function bounded<T>(
+  p: Promise<T>,
   ms: number | null,
   expired: () => Error,
   signal: AbortSignal | undefined,
   onGiveUp: () => void,
+  onLate?: (v: T) => void,
 ): Promise<T> {
+  if (ms === null && signal === undefined) return p;
   return new Promise<T>((resolve, reject) => {
-    if (signal?.aborted) {
-      onGiveUp();
-      reject(signal.reason);
-      return;
-    }
     let done = false;
-    let timer: NodeJS.Timeout | undefined;
-    const settle = (fn: () => void): void => {
+    let stopTimer: (() => void) | undefined;
+    let stopSignal: (() => void) | undefined;
+    const giveUp = (err: () => unknown): void => {
       if (done) return;
       done = true;
-      if (timer !== undefined) clearTimeout(timer);
-      signal?.removeEventListener('abort', onAbort);
-      fn();
+      if (stopTimer !== undefined) stopTimer();
+      if (stopSignal !== undefined) stopSignal();
+      onGiveUp();
+      reject(err());
     };
-    const onAbort = (): void =>
-      settle(() => {
-        onGiveUp();
-        reject(signal?.reason);
-      });
-    if (ms !== null) {
-      timer = setTimeout(
-        () =>
-          settle(() => {
-            onGiveUp();
-            reject(expired());
-          }),
-        ms,
-      );
-    }
-    signal?.addEventListener('abort', onAbort, { once: true });
-    start().then(
-      (v) => settle(() => resolve(v)),
-      (e) => settle(() => reject(e)),
+    p.then(
+      (v) => {
+        if (done) {
+          if (onLate !== undefined) onLate(v);
+          return;
+        }
+        done = true;
+        if (stopTimer !== undefined) stopTimer();
+        if (stopSignal !== undefined) stopSignal();
+        resolve(v);
+      },
+      (e) => {
+        if (done) return;
+        done = true;
+        if (stopTimer !== undefined) stopTimer();
+        if (stopSignal !== undefined) stopSignal();
+        reject(e);
+      },
     );
+    if (signal !== undefined) {
+      if (signal.aborted) {
+        giveUp(() => signal.reason);
+        return;
+      }
+      stopSignal = onAbort(signal, () => giveUp(() => signal.reason));
+    }
+    if (ms !== null) stopTimer = timer(Math.max(0, ms), () => giveUp(expired));
   });
+}
+
+/** What a socket of ioredis's is, for ref() and unref(). */
+interface Socketed {
+  stream?: { ref?: () => void; unref?: () => void };
 }
 
 export class Pool {
@@ -104,37 +172,44 @@ export class Pool {
 
   /**
    * A ready dedicated connection: an idle one, or a new duplicate of the shared client
-   * (connected and authenticated within the timeout). `reused` says which: a reused
+   * (connected and authenticated within `timeoutMs`). `reused` says which: a reused
    * one may have been closed by dlockd meanwhile (--timeout-idle), which its first
    * command finds out.
    */
-  async take(signal?: AbortSignal): Promise<{ conn: Redis; reused: boolean }> {
+  async take(signal?: AbortSignal, timeoutMs = this.timeoutMs): Promise<{ conn: Redis; reused: boolean }> {
     if (this.closed) throw new UnavailableError('dlock: the client is closed');
     signal?.throwIfAborted();
     for (let c = this.idle.pop(); c !== undefined; c = this.idle.pop()) {
-      if (c.status === 'ready') return { conn: c, reused: true };
+      if (c.status === 'ready') {
+        // Idle, its socket did not keep the process alive; in use, it does.
+        (c as unknown as Socketed).stream?.ref?.();
+        return { conn: c, reused: true };
+      }
       this.destroy(c);
     }
     const conn = this.shared.duplicate(DEDICATED);
     this.live.add(conn);
-    // ioredis reports a refused AUTH, or a socket error, as an 'error' event; the
-    // connect() promise only says the connection closed. Keep the first for the error.
+    // ioredis reports a refused AUTH, dlockd's refusal of a connection (max number of
+    // clients reached) or a socket error as an 'error' event, and rejects connect() with
+    // "Connection is closed." only: the first error says why.
     let first: unknown;
     conn.on('error', (e: unknown) => {
       if (first === undefined) first = e;
     });
     try {
-      await race(
-        () => conn.connect(),
-        this.timeoutMs,
-        () => new UnavailableError(`dlock: no connection to dlockd within ${this.timeoutMs} ms`),
+      await bounded(
+        conn.connect(),
+        timeoutMs,
+        () => new UnavailableError(`dlock: no connection to dlockd within ${timeoutMs} ms`),
         signal,
         () => this.destroy(conn),
       );
     } catch (e) {
       this.destroy(conn);
       if (signal?.aborted && e === signal.reason) throw e;
-      throw mapError(first ?? e).error;
+      const f = mapError(first ?? e).error;
+      // An -ERR at connect is dlockd refusing the connection (too many clients): try later.
+      throw f instanceof CommandError ? new UnavailableError(`dlock: dlockd refused the connection (${f.message})`, { cause: first }) : f;
     }
     if (this.closed) {
       this.destroy(conn);
@@ -151,6 +226,8 @@ export class Pool {
   give(conn: Redis, clean: boolean): void {
     if (this.destroyed.has(conn)) return;
     if (clean && !this.closed && conn.status === 'ready' && this.idle.length < this.maxIdle) {
+      // An idle connection must not keep the process alive once the application is done.
+      (conn as unknown as Socketed).stream?.unref?.();
       this.idle.push(conn);
       return;
     }
@@ -167,52 +244,116 @@ export class Pool {
     conn.disconnect();
   }
 
+  /** Closes the idle connections: they lead to a dlockd that is draining. */
+  private dropIdle(): void {
+    for (let c = this.idle.pop(); c !== undefined; c = this.idle.pop()) this.destroy(c);
+  }
+
   isDestroyed(conn: Redis): boolean {
     return this.destroyed.has(conn);
+  }
+
+  /** The package's error for a failure; a -SHUTDOWN empties the idle pool. */
+  private failure(e: unknown): { error: Error; inStep: boolean } {
+    const f = mapError(e);
+    if (f.shutdown) this.dropIdle();
+    return f;
   }
 
   /**
    * One command on a dedicated connection, bounded by `boundMs` (null: no bound) and
    * `signal`; the connection is closed when either ends it, and when it fails in a way
-   * that leaves it out of step.
+   * that leaves it out of step. `onLate` gets a reply that came after it was given up.
    */
-  async exchange(conn: Redis, args: Args, boundMs: number | null, signal?: AbortSignal): Promise<unknown> {
+  async exchange(
+    conn: Redis,
+    args: Args,
+    boundMs: number | null,
+    signal?: AbortSignal,
+    onLate?: (reply: unknown) => void,
+  ): Promise<unknown> {
     try {
-      return await race(
-        () => conn.call(args[0] as string, ...args.slice(1)),
+      return await bounded(
+        conn.call(args[0] as string, ...args.slice(1)),
         boundMs,
         () => new UnavailableError(`dlock: no reply from dlockd within ${boundMs} ms (${String(args[0])})`),
         signal,
         () => this.destroy(conn),
+        onLate,
       );
     } catch (e) {
       if (signal?.aborted && e === signal.reason) throw e;
-      const f = mapError(e);
+      const f = this.failure(e);
       if (!f.inStep) this.destroy(conn);
       throw f.error;
     }
   }
 
   /**
-   * One command on the shared connection, bounded by the wait and the timeout. A late
-   * reply after the bound is dropped (the shared connection is the application's: it is
-   * never closed here). A -LOST reply means dlockd closed that connection over a session
-   * lock of the application's own: the command was not run, so it is sent once more.
+   * Waits until the shared connection is ready (connecting it when it is lazy), within
+   * `ms` and `signal`. A command that takes something (a detached LOCK, a reservation)
+   * is never left in ioredis's offline queue: sent after its caller gave up, it would
+   * take what nobody holds.
    */
-  async call(args: Args, waitMs = 0, signal?: AbortSignal): Promise<unknown> {
-    const bound = waitMs < 0 ? null : waitMs + this.timeoutMs;
+  private async ready(ms: number | null, signal?: AbortSignal): Promise<void> {
+    const s = this.shared;
+    if (s.status === 'wait') s.connect().catch(noop);
+    while (s.status !== 'ready') {
+      if (s.status === 'end') throw new UnavailableError('dlock: the ioredis client of dlockd is closed');
+      let off = noop;
+      await bounded(
+        new Promise<void>((resolve) => {
+          const on = (): void => resolve();
+          s.once('ready', on);
+          s.once('end', on);
+          off = () => {
+            s.removeListener('ready', on);
+            s.removeListener('end', on);
+          };
+        }).finally(() => off()),
+        ms,
+        () => new UnavailableError(`dlock: the connection to dlockd was not ready within ${ms} ms (${s.status})`),
+        signal,
+        () => off(),
+      );
+    }
+  }
+
+  /**
+   * One command on the shared connection, bounded by the wait and the timeout. A late
+   * reply after the bound is given to `onLate` (the shared connection is the
+   * application's: it is never closed here); a command given one takes something, and is
+   * sent only on a ready connection. A -LOST reply means dlockd closed that connection
+   * over a session lock of the application's own: the command was not run, so it is sent
+   * once more.
+   */
+  async call(
+    args: Args,
+    waitMs = 0,
+    signal?: AbortSignal,
+    onLate?: (reply: unknown) => void,
+    timeoutMs = this.timeoutMs,
+  ): Promise<unknown> {
+    const bound = waitMs < 0 ? null : waitMs + timeoutMs;
+    const deadline = bound === null ? 0 : Date.now() + bound;
     for (let attempt = 0; ; attempt++) {
       try {
-        return await race(
-          () => this.shared.call(args[0] as string, ...args.slice(1)),
-          bound,
+        signal?.throwIfAborted();
+        if (onLate !== undefined && this.shared.status !== 'ready') {
+          await this.ready(bound === null ? null : deadline - Date.now(), signal);
+        }
+        const left = bound === null ? null : Math.max(0, deadline - Date.now());
+        return await bounded(
+          this.shared.call(args[0] as string, ...args.slice(1)),
+          left,
           () => new UnavailableError(`dlock: no reply from dlockd within ${bound} ms (${String(args[0])})`),
           signal,
           noop,
+          onLate,
         );
       } catch (e) {
         if (signal?.aborted && e === signal.reason) throw e;
-        const err = mapError(e).error;
+        const err = this.failure(e).error;
         if (err instanceof LockLostError && attempt === 0) continue;
         throw err;
       }

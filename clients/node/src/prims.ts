@@ -2,7 +2,7 @@
 // reservations (STOCK ...), over the same connection rules as locks.
 
 import * as args from './args';
-import { Routine, take } from './acquire';
+import { Routine, onDedicated, take } from './acquire';
 import type { Client } from './client';
 import { InvalidArgumentError, NotAcquiredError, OutOfStockError, StockState } from './errors';
 import { Lock, runHolding } from './lock';
@@ -22,7 +22,7 @@ export class Semaphore {
   /** @internal */
   constructor(
     private readonly client: Client,
-    private readonly nameBytes: Buffer,
+    private readonly nameBytes: string | Buffer,
     readonly permits: number,
     private readonly defaults: SemaphoreOptions,
   ) {
@@ -84,7 +84,7 @@ export class Reservation {
   /** @internal */
   constructor(
     private readonly pool: Pool,
-    private readonly skuBytes: Buffer,
+    private readonly skuBytes: string | Buffer,
     /** 32 hex characters. */
     readonly id: string,
     /** The units reserved (null for one adopted by id). */
@@ -124,9 +124,13 @@ export interface ReserveOptions {
   lease?: number;
   /** ms to wait for units (default 0: answer at once; Infinity: no end). */
   wait?: number;
-  /** Cancels the wait: a reservation granted as it closes is canceled by dlockd. */
+  /** Cancels the wait: a reservation granted as it closes is canceled. */
   signal?: AbortSignal;
+  /** ms allowed beyond the wait for dlockd to answer (default: the client's timeout). */
+  timeout?: number;
 }
+
+const RESERVE_OPTIONS: ReadonlySet<string> = new Set(['lease', 'wait', 'signal', 'timeout']);
 
 /** A SKU's counted stock: set, add, status, and reservations. */
 export class Stock {
@@ -135,9 +139,17 @@ export class Stock {
   /** @internal */
   constructor(
     private readonly pool: Pool,
-    private readonly skuBytes: Buffer,
+    private readonly skuBytes: string | Buffer,
   ) {
     this.sku = args.text(skuBytes);
+  }
+
+  /** STOCK CANCEL of a reservation nobody will have (its call was given up). */
+  private cancelLate(): (reply: unknown) => void {
+    return (reply) => {
+      if (typeof reply !== 'string' || !/^[0-9a-f]{32}$/.test(reply)) return;
+      this.pool.call(['STOCK', 'CANCEL', this.skuBytes, reply]).catch(() => undefined);
+    };
   }
 
   private async state(sub: string, ...extra: string[]): Promise<StockState> {
@@ -168,24 +180,35 @@ export class Stock {
     if (opts === null || typeof opts !== 'object') {
       throw new InvalidArgumentError('dlock: the options must be an object ({lease, wait})');
     }
+    args.known(opts, RESERVE_OPTIONS, 'reserve()');
     const n = args.qty(qty);
     const cmd = ['STOCK', 'RESERVE', this.skuBytes, String(n), 'TTL', String(args.ttl(opts.lease ?? args.DEFAULT_TTL, false, 'lease'))];
     const waitMs = args.wait(opts.wait ?? 0);
-    if (waitMs !== 0) cmd.push('WAIT', String(waitMs));
+    const timeoutMs = opts.timeout === undefined ? this.pool.timeoutMs : args.duration(opts.timeout, 'timeout');
+    if (opts.signal !== undefined && !(opts.signal instanceof AbortSignal)) {
+      throw new InvalidArgumentError('dlock: signal must be an AbortSignal');
+    }
     let reply: unknown;
     if (waitMs === 0) {
-      reply = await this.pool.call(cmd, 0, opts.signal);
-    } else {
-      // A waiting RESERVE blocks its connection: one of its own, as a waiting LOCK.
-      const { conn } = await this.pool.take(opts.signal);
-      const bound = waitMs < 0 ? null : waitMs + this.pool.timeoutMs;
-      try {
-        reply = await this.pool.exchange(conn, cmd, bound, opts.signal);
-      } finally {
-        // A reservation is not tied to the connection: it goes back clean either way
-        // (exchange() closed it already when it broke or was given up).
-        this.pool.give(conn, true);
+      reply = await this.pool.call(cmd, 0, opts.signal, this.cancelLate(), timeoutMs);
+      if (opts.signal?.aborted) {
+        // Cancelled as the reservation came: nobody will have it.
+        this.cancelLate()(reply);
+        throw opts.signal.reason;
       }
+    } else {
+      // A waiting RESERVE blocks its connection: one of its own, as a waiting LOCK. A
+      // reservation is not tied to the connection, which goes back clean either way.
+      const got = await onDedicated(this.pool, {
+        build: (w) => (w === 0 ? cmd : [...cmd, 'WAIT', String(w)]),
+        waitMs,
+        timeoutMs,
+        signal: opts.signal,
+        retry: true,
+        onLate: this.cancelLate(),
+      });
+      this.pool.give(got.conn, true);
+      reply = got.reply;
     }
     const id = args.reservationId(reply);
     if (id !== null) return new Reservation(this.pool, this.skuBytes, id, n);
