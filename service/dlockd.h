@@ -99,19 +99,17 @@
  * lateness seen, and still within the third of the shortest session lease (1000 ms)
  * its renewal has. docs/service.md gives the measurement. */
 #define DD_TIMEOUT_DEF 200
-/* The shortest lease of a session lock (LOCK or SEM ACQUIRE without DETACHED): the
- * renewal must reach the servers within a third of it, on a machine that may be
- * loaded (docs/service.md gives the measurement); DETACHED locks keep the library's
- * DLOCK_TTL_MIN_MS. */
+/* The shortest lease of a session lock: the renewal must reach the servers within a
+ * third of it on a loaded machine (docs/service.md gives the measurement); DETACHED
+ * locks keep the library's DLOCK_TTL_MIN_MS. */
 #define DD_SESSION_TTL_MIN_MS 1000
 /* Descriptors a client can cost: its socket, and the wake-up eventfd of a LOCK, SEM
  * ACQUIRE or STOCK RESERVE that waits. */
 #define DD_FDS_PER_CLIENT 2
 /* Clients refused past --maxclients that linger (their error written, their input
  * drained for DD_LINGER_MS, so that a reset cannot destroy the error): past this many,
- * a refused client's error is written at its accept and it is closed at once (a TLS
- * one once its error is written), so that a flood of connections, even one accepted in
- * a single turn of the loop, costs a bounded number of descriptors. */
+ * a refused client is answered and closed at its accept (a TLS one once its error is
+ * written), so that even a flood accepted in one turn costs a bounded number. */
 #define DD_REFUSED_LINGER_MAX 32
 
 /* ---- reply.c ------------------------------------------------------------------------ */
@@ -141,10 +139,8 @@ void dd_reply_array(dd_buf *b, size_t n);               /* "*n", n elements foll
 /* A library failure as an error reply: -NOQUORUM, -UNAVAILABLE or -ERR, with the code's
  * message and the calling thread's dlock_errmsg() (so call it on the failing thread). */
 void dd_reply_dlock_error(dd_buf *b, int rc);
-/* Whether a failure's detail says dlockd itself ran out of descriptors (the library's
- * connect or eventfd failed with EMFILE or ENFILE): not the lock servers' failure, so
- * neither -UNAVAILABLE nor a server down. Logs it with what failed, at most once a
- * second (any thread). */
+/* Whether a failure's detail says dlockd ran out of descriptors (EMFILE, ENFILE): not
+ * the servers' failure. Logged with what failed, once a second at most (any thread). */
 bool dd_out_of_descriptors(const char *what, const char *detail);
 /* The kind of error a reply starts with, for INFO's counters. */
 enum {
@@ -487,10 +483,10 @@ void dd_session_free(dd_session *s); /* NULL: nothing */
 /* On the pool: release each session of the list and free it (each counted in
  * dd_srv.releasing when it was taken off its connection). */
 void dd_sessions_release(dd_session *list);
-/* Log how many session locks were released, and how many could not be, and why. */
-void dd_release_report(void);
-/* Mark the stop's start: dd_release_report and dd_released_since_mark count from it. */
+/* Mark the stop's start; then log how many session locks it released, and how many
+ * could not be, and why; and the releases since the mark. */
 void dd_release_mark(void);
+void dd_release_report(void);
 unsigned long long dd_released_since_mark(void);
 
 /* ---- loss.c ------------------------------------------------------------------------- */

@@ -178,6 +178,18 @@ void it_wait_queued_on(dh_server *s, int n, const char *name, long long want)
     }
 }
 
+dlock_pending *it_queue_waiter(dlock_client *w, const char *name, int64_t ttl_ms, dh_server *s,
+                               int n)
+{
+    dlock_pending *p = NULL;
+    dlock_opts o = {.ttl_ms = ttl_ms, .wait_ms = -1};
+    assert_int_equal(dlock_acquire_start(w, name, &o, &p), DLOCK_OK);
+    dlock_lock *none = NULL;
+    assert_int_equal(dlock_pending_step(p, &none), DLOCK_ERR_AGAIN);
+    it_wait_queued_on(s, n, name, 1);
+    return p;
+}
+
 long long it_int_reply(redisReply *r)
 {
     assert_non_null(r);

@@ -54,6 +54,10 @@ dlock_client *it_nodes_client(void);
 void it_wait_queued(const char *name, long long want);
 /* The same on servers s[0..n). */
 void it_wait_queued_on(dh_server *s, int n, const char *name, long long want);
+/* A waiter of client w for name, waiting without end with a lease of ttl_ms: its
+ * first step taken (refused), and its entry in the queue on servers s[0..n). */
+dlock_pending *it_queue_waiter(dlock_client *w, const char *name, int64_t ttl_ms, dh_server *s,
+                               int n);
 
 /* Servers each behind a fault relay of its own (tests/support/relay.h), shared by the
  * tests of a file: it_relayed_setup (a cmocka setup) starts them and asserts that they

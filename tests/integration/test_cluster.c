@@ -8,12 +8,11 @@
  * on (at the source, then through -ASK and ASKING at the target), nobody else takes
  * the name, and after it the holder releases through -MOVED and the next holder's
  * fence is higher; a seed that is not a cluster node, a wrong password, no seed
- * reachable; and the doctor's view of a healthy cluster and of one that lost a master.
- * dlock_list walks every master (every kind, with a waiter), and dlock_break reaches a
- * name's.
- * Over TLS (rediss-cluster://, the cluster bus on TLS too): every master verified, and
- * a wrong CA refused. A failover: a master killed, its replica promoted by the cluster,
- * and a waiting client served by it.
+ * reachable; the doctor's view of a healthy cluster and of one that lost a master;
+ * dlock_list over every master (every kind, a waiter), dlock_break at a name's. Over TLS
+ * (rediss-cluster://, the cluster bus on TLS too): every master verified, and a wrong CA refused. A
+ * failover: a master killed, its replica promoted by the cluster, and a waiting client served by
+ * it.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -146,28 +145,19 @@ static void test_names_over_all_masters(void **state)
     dlock_client_free(c);
 }
 
-/* Every kind over the masters: shared holders, a semaphore's permits and an exclusive
- * holder with a waiter of another client queued, each listed from its master. */
+/* Shared holders, a semaphore's permits, and a holder with another client's waiter. */
 static void test_list_kinds(void **state)
 {
     (void)state;
-    dlock_client *c = cluster_client();
-    dlock_opts sh = {.ttl_ms = 20000, .shared = 1};
-    dlock_lock *r1, *r2, *p1, *p2, *ex;
-    assert_int_equal(dlock_acquire(c, "kinds-read", &sh, &r1), DLOCK_OK);
-    assert_int_equal(dlock_acquire(c, "kinds-read", &sh, &r2), DLOCK_OK);
-    dlock_opts so = {.ttl_ms = 15000};
-    assert_int_equal(dlock_sem_acquire(c, "kinds-pool", 3, &so, &p1), DLOCK_OK);
-    assert_int_equal(dlock_sem_acquire(c, "kinds-pool", 3, &so, &p2), DLOCK_OK);
-    ex = it_acquire(c, "kinds-job", 20000);
-    dlock_client *w = cluster_client();
-    dlock_pending *p;
-    dlock_opts wo = {.ttl_ms = 5000, .wait_ms = -1};
-    assert_int_equal(dlock_acquire_start(w, "kinds-job", &wo, &p), DLOCK_OK);
-    dlock_lock *none = NULL;
-    assert_int_equal(dlock_pending_step(p, &none), DLOCK_ERR_AGAIN);
-    it_wait_queued_on(&cl.node[owner_of("kinds-job")], 1, "kinds-job", 1);
-
+    dlock_client *c = cluster_client(), *w = cluster_client();
+    dlock_opts sh = {.ttl_ms = 20000, .shared = 1}, so = {.ttl_ms = 15000};
+    dlock_lock *l[5]; /* two shared holders, two permits, the exclusive holder */
+    for (int k = 0; k < 2; k++) {
+        assert_int_equal(dlock_acquire(c, "kinds-read", &sh, &l[k]), DLOCK_OK);
+        assert_int_equal(dlock_sem_acquire(c, "kinds-pool", 3, &so, &l[2 + k]), DLOCK_OK);
+    }
+    l[4] = it_acquire(c, "kinds-job", 20000);
+    dlock_pending *p = it_queue_waiter(w, "kinds-job", 5000, &cl.node[owner_of("kinds-job")], 1);
     dlock_lister *it;
     assert_int_equal(dlock_list(c, "kinds-*", &it), DLOCK_OK);
     const dlock_listed *e;
@@ -184,7 +174,7 @@ static void test_list_kinds(void **state)
         } else {
             assert_string_equal(e->name, "kinds-job");
             assert_int_equal(e->kind, DLOCK_KIND_EXCLUSIVE);
-            assert_string_equal(e->holders[0].token, dlock_token(ex));
+            assert_string_equal(e->holders[0].token, dlock_token(l[4]));
             assert_int_equal(e->waiters, 1);
         }
     }
@@ -192,9 +182,8 @@ static void test_list_kinds(void **state)
     assert_int_equal(seen, 3);
     dlock_pending_free(p);
     dlock_client_free(w);
-    dlock_lock *all[] = {r1, r2, p1, p2, ex};
-    for (int i = 0; i < 5; i++)
-        assert_int_equal(dlock_release(all[i]), DLOCK_OK);
+    for (int k = 0; k < 5; k++)
+        assert_int_equal(dlock_release(l[k]), DLOCK_OK);
     dlock_client_free(c);
 }
 

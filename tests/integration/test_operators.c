@@ -73,12 +73,7 @@ static void test_list_kinds(void **state)
     assert_int_equal(dlock_sem_acquire(c, "ops:pool", 5, &so, &p2), DLOCK_OK);
     /* A waiter of another client, queued on the server. */
     dlock_client *w = it_client(&it_srv, it_timeout_ms());
-    dlock_pending *p;
-    dlock_opts wo = {.ttl_ms = 5000, .wait_ms = -1};
-    assert_int_equal(dlock_acquire_start(w, "ops:job", &wo, &p), DLOCK_OK);
-    dlock_lock *none = NULL;
-    assert_int_equal(dlock_pending_step(p, &none), DLOCK_ERR_AGAIN);
-    it_wait_queued_on(&it_srv, 1, "ops:job", 1);
+    dlock_pending *p = it_queue_waiter(w, "ops:job", 5000, &it_srv, 1);
 
     seen s;
     list(c, "ops:*", "ops:job", &s);
@@ -257,12 +252,8 @@ static void test_break(void **state)
     uint64_t f_old = dlock_fence(old);
     assert_int_equal(dlock_fenced_set(c, "brk-register", f_old, "old", 3), DLOCK_OK);
     /* A waiter, queued on the server: a break serves it as a release would. */
-    dlock_pending *p;
-    dlock_opts wo = {.ttl_ms = 10000, .wait_ms = -1};
-    assert_int_equal(dlock_acquire_start(op, "brk", &wo, &p), DLOCK_OK);
+    dlock_pending *p = it_queue_waiter(op, "brk", 10000, &it_srv, 1);
     dlock_lock *next = NULL;
-    assert_int_equal(dlock_pending_step(p, &next), DLOCK_ERR_AGAIN);
-    it_wait_queued_on(&it_srv, 1, "brk", 1);
 
     dlock_client *breaker = it_client(&it_srv, it_timeout_ms());
     dlock_break_opts bo = {.reason = "job hung since 02:00"};
@@ -417,12 +408,7 @@ static void test_list_redlock(void **state)
     while (it_holding(it_node, 3, "rl:held", l) < 3 && dh_now_ms() < deadline)
         dh_sleep_ms(5);
     dlock_client *w = it_nodes_client();
-    dlock_pending *p;
-    dlock_opts wo = {.ttl_ms = 5000, .wait_ms = -1};
-    assert_int_equal(dlock_acquire_start(w, "rl:held", &wo, &p), DLOCK_OK);
-    dlock_lock *none = NULL;
-    assert_int_equal(dlock_pending_step(p, &none), DLOCK_ERR_AGAIN);
-    it_wait_queued_on(it_node, 3, "rl:held", 1);
+    dlock_pending *p = it_queue_waiter(w, "rl:held", 5000, it_node, 3);
     /* Shared holders; no semaphore of K >= 2, which needs a client of one server. */
     dlock_opts sh = {.ttl_ms = 20000, .shared = 1};
     dlock_lock *r1, *r2;
