@@ -72,6 +72,11 @@ struct cmd_opts {
     int64_t permits;       /* sem -n K; 0: not a semaphore */
     const char *reason;    /* break --reason */
     const char *fence_key; /* break --fence-key */
+    int conflict_exit;     /* run -E N: the exit status when busy or the slot ran */
+    bool conflict_set;     /* -E was given: those cases are quiet unless -v */
+    bool verbose;          /* run -v */
+    int64_t min_hold_ms;   /* run --min-hold; 0: none */
+    int64_t once_per_ms;   /* run --once-per; 0: none */
 };
 
 /* One command of the table in main.c. */

@@ -18,13 +18,14 @@
 static const struct unit {
     const char *name;
     int64_t ms;
-} units[] = {{"ms", 1}, {"s", 1000}, {"m", 60 * 1000}, {"h", 60 * 60 * 1000}};
+} units[] = {
+    {"ms", 1}, {"s", 1000}, {"m", 60 * 1000}, {"h", 60 * 60 * 1000}, {"d", 24 * 60 * 60 * 1000}};
 
-/* Fraction digits that can still matter, trailing zeros aside. Every unit is at most
- * 3,600,000 ms = 2^7 * 3^2 * 5^5 ms, so a fraction with more than 7 significant
+/* Fraction digits that can still matter, trailing zeros aside. Every unit divides
+ * 86,400,000 ms = 2^10 * 3^3 * 5^5 ms, so a fraction with more than 10 significant
  * digits (the last one not 0) can never come to a whole number of ms: its numerator
  * lacks either every factor 2 or every factor 5 that 10^digits needs. */
-#define FRACTION_DIGITS_MAX 7
+#define FRACTION_DIGITS_MAX 10
 
 static int fail(char *err, size_t errlen, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
@@ -48,7 +49,7 @@ static bool is_digit(char c)
 
 int cli_parse_duration(const char *s, int64_t *out_ms, char *err, size_t errlen)
 {
-    static const char hint[] = "expected a number with ms, s, m or h, e.g. 1.5s";
+    static const char hint[] = "expected a number with ms, s, m, h or d, e.g. 1.5s";
     if (s == NULL || *s == '\0')
         return fail(err, errlen, "empty duration (%s)", hint);
     if (*s == '-')
@@ -100,7 +101,8 @@ int cli_parse_duration(const char *s, int64_t *out_ms, char *err, size_t errlen)
             for (; i < sizeof shown - 1 && p[i] != '\0'; i++)
                 shown[i] = p[i] >= 0x20 && p[i] < 0x7f ? p[i] : '?';
             shown[i] = '\0';
-            return fail(err, errlen, "unknown unit \"%s\" (use ms, s, m or h, e.g. 1.5s)", shown);
+            return fail(err, errlen, "unknown unit \"%s\" (use ms, s, m, h or d, e.g. 1.5s)",
+                        shown);
         }
     }
 
@@ -116,7 +118,7 @@ int cli_parse_duration(const char *s, int64_t *out_ms, char *err, size_t errlen)
             num = num * 10 + (frac[i] - '0');
             den *= 10;
         }
-        /* num < 10^7 and unit <= 3.6e6: the product stays far below INT64_MAX. */
+        /* num < 10^10 and unit <= 8.64e7: the product stays below INT64_MAX. */
         num *= unit->ms;
         if (num % den != 0)
             return fail(err, errlen, "finer than 1 ms (durations are whole milliseconds)");

@@ -1,7 +1,7 @@
 /*
  * duration.h: the durations of the dlock command line (-t TTL, -w WAIT).
  *
- * A duration is a decimal number followed by a unit, ms, s, m or h, with no space
+ * A duration is a decimal number followed by a unit, ms, s, m, h or d, with no space
  * between (a bare number is seconds): "250ms", "1.5s", "0.5m", "2h". The value is
  * computed exactly, from the digits, in whole milliseconds; a value that is not a
  * whole number of milliseconds ("1.0005s", "1.5ms") is refused rather than rounded,

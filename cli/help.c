@@ -9,9 +9,9 @@
 
 /* The rules for durations, shared by every text whose command takes one. */
 #define DURATIONS_HELP                                                                             \
-    "Durations: a number with ms, s, m or h (decimals allowed: 1.5s, 0.5m); a bare\n"              \
-    "number is seconds. They are exact to the millisecond: a value finer than that\n"              \
-    "(1.0005s, 1.5ms) is refused, never rounded.\n"
+    "Durations: a number with ms, s, m, h or d (decimals allowed: 1.5s, 0.5m); a\n"                \
+    "bare number is seconds. They are exact to the millisecond: a value finer than\n"              \
+    "that (1.0005s, 1.5ms) is refused, never rounded.\n"
 
 const char cli_main_help[] =
     "Usage: dlock [OPTIONS] COMMAND [COMMAND OPTIONS] ARGS...\n"
@@ -210,7 +210,8 @@ const char cli_break_help[] =
 
 const char cli_run_help[] =
     "Usage: dlock [OPTIONS] run [--shared] [-t TTL] [-w WAIT] [-k SIGNAL] [-g GRACE]\n"
-    "                           [-l LABEL] NAME -- CMD [ARG...]\n"
+    "                           [-l LABEL] [-E N] [-v] [--min-hold D] [--once-per D]\n"
+    "                           NAME -- CMD [ARG...]\n"
     "\n"
     "Take the lock NAME (waiting up to WAIT), run CMD while holding it, renewing the\n"
     "lease every TTL/3, and release it when CMD ends. CMD's environment has\n"
@@ -235,6 +236,20 @@ const char cli_run_help[] =
     "                       and TTL - GRACE - margin must exceed TTL/3\n"
     "  -l, --label LABEL    text stored with the lock, shown by `dlock status`\n"
     "      --shared         hold a shared (read) lock: see dlock acquire --help\n"
+    "  -E, --conflict-exit-code N\n"
+    "                       exit N (0 to 255; default 75) when NAME stays busy through\n"
+    "                       WAIT or the slot already ran, and print nothing then (as\n"
+    "                       flock -E): on a fleet, another host running the job is no\n"
+    "                       error\n"
+    "  -v, --verbose        say why even with -E; say which slot was claimed\n"
+    "      --min-hold D     keep the lock until D after it was taken, even when CMD\n"
+    "                       ends sooner (a lease left on the servers: dlock exits with\n"
+    "                       CMD's status at once)\n"
+    "      --once-per D     run at most once per slot of D (whole seconds, up to 366d):\n"
+    "                       slots count from the Unix epoch on the servers' clock\n"
+    "                       (file://: this host's); a slot that already ran, even if\n"
+    "                       CMD failed or was killed, ends the run as a busy lock\n"
+    "                       does. CMD gets DLOCK_SLOT, the slot's start (Unix seconds)\n"
     "  -q, --quiet          no status line while waiting on a terminal\n"
     "  -h, --help           this help\n"
     "\n" DURATIONS_HELP "\n"
@@ -244,12 +259,15 @@ const char cli_run_help[] =
     "not waited for; after a loss, what is left of its process group is killed.\n"
     "\n"
     "Exit status: CMD's (128+n if signal n killed it), 126 CMD could not be\n"
-    "executed, 127 CMD not found, 73 the lock was lost while CMD ran, 75 not\n"
-    "acquired within WAIT or canceled, 69 servers unreachable, 77 authentication\n"
-    "refused, 64 usage error (see dlock --help).\n"
+    "executed, 127 CMD not found, 73 the lock was lost while CMD ran, 75 (or -E's N)\n"
+    "not acquired within WAIT or the slot already ran, 75 canceled, 69 servers\n"
+    "unreachable, 77 authentication refused, 64 usage error (see dlock --help).\n"
     "\n"
-    "Example:\n"
-    "  dlock run -t 1m -w 0 nightly-backup -- ./backup.sh --full\n";
+    "Examples:\n"
+    "  # cron on every host at 02:00: one backup per day, fleet-wide, the others quiet\n"
+    "  dlock run --once-per 1d -E 0 -t 1m nightly-backup -- ./backup.sh --full\n"
+    "  # every 5 minutes on every host: one run per 5 minutes, whoever comes first\n"
+    "  dlock run --once-per 5m -w 0 -E 0 refresh-cache -- ./refresh.sh\n";
 
 /* The semaphore's rules, shared by its texts. */
 #define SEM_HELP                                                                                   \
@@ -304,7 +322,8 @@ const char cli_sem_release_help[] =
 
 const char cli_sem_run_help[] =
     "Usage: dlock [OPTIONS] sem run -n K [-t TTL] [-w WAIT] [-k SIGNAL] [-g GRACE]\n"
-    "                               [-l LABEL] NAME -- CMD [ARG...]\n"
+    "                               [-l LABEL] [-E N] [-v] [--min-hold D]\n"
+    "                               NAME -- CMD [ARG...]\n"
     "\n"
     "As `dlock run` (see dlock run --help), holding one of K permits of the\n"
     "semaphore NAME instead of the lock: at most K such commands run at once.\n"
@@ -315,10 +334,14 @@ const char cli_sem_run_help[] =
     "  -k, --signal SIGNAL  sent first when the permit is lost (default TERM)\n"
     "  -g, --grace GRACE    from SIGNAL to SIGKILL (default TTL/4)\n"
     "  -l, --label LABEL    text stored with the permit, shown by `dlock status`\n"
+    "  -E, --conflict-exit-code N\n"
+    "                       exit N (default 75), quietly, when no permit came in WAIT\n"
+    "  -v, --verbose        say why even with -E\n"
+    "      --min-hold D     keep the permit until D after it was taken\n"
     "  -q, --quiet          no status line while waiting on a terminal\n"
     "  -h, --help           this help\n"
     "\n" DURATIONS_HELP "\n"
-    "Exit status: as dlock run's.\n"
+    "Exit status: as dlock run's (--once-per is for a lock only).\n"
     "\n"
     "Example:\n"
     "  dlock sem run -n 4 -t 1m image-resize -- ./resize.sh\n";

@@ -25,14 +25,14 @@ static const struct command commands[] = {
     {CLI_COMMAND("extend", "t:", 2, "NAME TOKEN", cli_cmd_extend, cli_extend_help)},
     {CLI_COMMAND("release", "", 2, "NAME TOKEN", cli_cmd_release, cli_release_help)},
     {CLI_COMMAND("status", "", 1, "NAME", cli_cmd_status, cli_status_help)},
-    {CLI_COMMAND("run", "t:w:l:k:g:", 1, "NAME", cli_cmd_run, cli_run_help), .takes_cmd = true,
+    {CLI_COMMAND("run", "t:w:l:k:g:E:v", 1, "NAME", cli_cmd_run, cli_run_help), .takes_cmd = true,
      .takes_shared = true},
     {CLI_COMMAND("doctor", "t:", 0, "", cli_cmd_doctor, cli_doctor_help)},
     {CLI_COMMAND("list", "", 1, "PATTERN", cli_cmd_list, cli_list_help), .optional = 1},
     {CLI_COMMAND("break", "r:F:", 1, "NAME", cli_cmd_break, cli_break_help)},
     {CLI_COMMAND("sem acquire", "n:t:w:l:", 1, "NAME", cli_cmd_sem_acquire, cli_sem_acquire_help)},
     {CLI_COMMAND("sem release", "", 2, "NAME TOKEN", cli_cmd_release, cli_sem_release_help)},
-    {CLI_COMMAND("sem run", "n:t:w:l:k:g:", 1, "NAME", cli_cmd_sem_run, cli_sem_run_help),
+    {CLI_COMMAND("sem run", "n:t:w:l:k:g:E:v", 1, "NAME", cli_cmd_sem_run, cli_sem_run_help),
      .takes_cmd = true},
 };
 

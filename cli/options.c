@@ -31,7 +31,10 @@ enum {
     OPT_CERT,
     OPT_KEY,
     OPT_SNI,
-    OPT_INSECURE
+    OPT_INSECURE,
+    /* run's schedule */
+    OPT_MIN_HOLD,
+    OPT_ONCE_PER
 };
 
 /* Every long option; each parse refuses those its context does not allow. */
@@ -51,6 +54,10 @@ static const struct option long_options[] = {
     {"permits", required_argument, NULL, 'n'},
     {"reason", required_argument, NULL, 'r'},
     {"fence-key", required_argument, NULL, 'F'},
+    {"conflict-exit-code", required_argument, NULL, 'E'},
+    {"verbose", no_argument, NULL, 'v'},
+    {"min-hold", required_argument, NULL, OPT_MIN_HOLD},
+    {"once-per", required_argument, NULL, OPT_ONCE_PER},
     {"cacert", required_argument, NULL, OPT_CACERT},
     {"cacertdir", required_argument, NULL, OPT_CACERTDIR},
     {"cert", required_argument, NULL, OPT_CERT},
@@ -136,11 +143,12 @@ int cli_parse_options(struct cli *cli, const struct command *cmd, int argc, char
         /* Long options outside this context are as unknown as short ones. getopt_long
          * accepted them, so name them from the table, not from argv (whose last word
          * may be the option's value). */
-        bool allowed = c == 's' || c == 'q' || c == 'h' || c == OPT_PREFIX || c == OPT_JSON ||
-                       (c >= OPT_CACERT && c <= OPT_INSECURE) || c == '?' || c == ':' ||
-                       (cmd == NULL && c == 'V') ||
-                       (cmd != NULL && c == OPT_SHARED && cmd->takes_shared) ||
-                       (cmd != NULL && c < 256 && strchr(cmd->shortopts, c) != NULL);
+        bool allowed =
+            c == 's' || c == 'q' || c == 'h' || c == OPT_PREFIX || c == OPT_JSON ||
+            (c >= OPT_CACERT && c <= OPT_INSECURE) || c == '?' || c == ':' ||
+            (cmd == NULL && c == 'V') || (cmd != NULL && c == OPT_SHARED && cmd->takes_shared) ||
+            (cmd != NULL && (c == OPT_MIN_HOLD || c == OPT_ONCE_PER) && cmd->takes_cmd) ||
+            (cmd != NULL && c < 256 && strchr(cmd->shortopts, c) != NULL);
         if (!allowed) {
             if (index >= 0)
                 return cli_usage_error(cmd, "unknown option --%s", long_options[index].name);
@@ -179,6 +187,33 @@ int cli_parse_options(struct cli *cli, const struct command *cmd, int argc, char
             break;
         case OPT_SHARED:
             o->shared = true;
+            break;
+        case 'v':
+            o->verbose = true;
+            break;
+        case 'E': {
+            char *end;
+            errno = 0;
+            long v = strtol(optarg, &end, 10);
+            if (errno != 0 || end == optarg || *end != '\0' || v < 0 || v > 255)
+                return cli_usage_error(cmd, "invalid exit code \"%.64s\": 0 to 255", optarg);
+            o->conflict_exit = (int)v;
+            o->conflict_set = true;
+            break;
+        }
+        case OPT_MIN_HOLD:
+            if (cli_parse_ttl(optarg, &o->min_hold_ms, err, sizeof err) != 0)
+                return cli_usage_error(cmd, "invalid --min-hold \"%.64s\": %s", optarg, err);
+            break;
+        case OPT_ONCE_PER:
+            if (cli_parse_duration(optarg, &o->once_per_ms, err, sizeof err) != 0)
+                return cli_usage_error(cmd, "invalid --once-per \"%.64s\": %s", optarg, err);
+            if (o->once_per_ms % 1000 != 0 || o->once_per_ms < DLOCK_SLOT_PERIOD_MIN_MS ||
+                o->once_per_ms > DLOCK_SLOT_PERIOD_MAX_MS)
+                return cli_usage_error(cmd,
+                                       "invalid --once-per \"%.64s\": a period is whole seconds, "
+                                       "from 1s to 366d",
+                                       optarg);
             break;
         case 'n': {
             char *end;

@@ -30,8 +30,9 @@ static int cmd_status(const siginfo_t *si)
 
 /* Take the lock, run CMD, release. Returns dlock's exit status: CMD's (128+n when
  * signal n killed it, 126/127 when it could not be executed), 73 when the lock was
- * lost (or could no longer be shown to be held) while CMD ran, else the code of what
- * failed before CMD started (64, 69, 70, 75, 77). a must have passed cli_run_check. */
+ * lost (or could no longer be shown to be held) while CMD ran, -E's code (75) when the
+ * lock was busy or the slot already ran, else the code of what failed before CMD
+ * started (64, 69, 70, 75, 77). a must have passed cli_run_check. */
 static int run(dlock_client *client, const struct cli_run_args *a)
 {
     struct runner r;
@@ -51,6 +52,8 @@ static int run(dlock_client *client, const struct cli_run_args *a)
     int code = run_acquire(&r);
     if (code != 0 || r.lock == NULL)
         goto out;
+    if (!run_claim_slot(&r, &code))
+        goto out_release;
     if ((r.lostfd = dlock_lost_fd(r.lock)) < 0) {
         code = cli_fail_call(r.what, DLOCK_ERR_IO);
         goto out_release;
@@ -77,6 +80,10 @@ static int run(dlock_client *client, const struct cli_run_args *a)
     while (waitid(P_PID, (id_t)r.pid, &reaped, WEXITED) != 0 && errno == EINTR) {
     }
     int status = cmd_status(&si);
+    if (!r.stopping && !lost && run_hold_rest(&r)) {
+        code = status;
+        goto out;
+    }
 
     int rc = dlock_release(r.lock);
     r.lock = NULL;
@@ -126,6 +133,11 @@ int cli_cmd_run(struct cli *cli, char **args, const struct cmd_opts *o)
     a.quiet = cli->quiet;
     a.shared = o->shared;
     a.permits = o->permits;
+    a.conflict_exit = o->conflict_set ? o->conflict_exit : CLI_EXIT_NOT_ACQUIRED;
+    a.conflict_quiet = o->conflict_set;
+    a.verbose = o->verbose;
+    a.min_hold_ms = o->min_hold_ms;
+    a.once_per_ms = o->once_per_ms;
     /* Its own options are checked before the client is made. */
     int code = cli_run_check(&a);
     if (code != 0)

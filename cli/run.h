@@ -1,7 +1,8 @@
 /*
  * run.h: `dlock run`, holding a lock while a command runs; what its files share.
  *
- *   dlock run [-t TTL] [-w WAIT] [-k SIGNAL] [-g GRACE] [-l LABEL] NAME -- CMD [ARG...]
+ *   dlock run [-t TTL] [-w WAIT] [-k SIGNAL] [-g GRACE] [-l LABEL] [-E N] [-v]
+ *             [--min-hold D] [--once-per D] NAME -- CMD [ARG...]
  *
  * The job of `dlock run` is one promise: CMD does not run without the lock. The
  * library renews the lease in the background (auto_renew) and says when it finds the
@@ -21,13 +22,17 @@
  *      the terminal is handed between us and CMD as a shell would;
  *   2. run_acquire.c: acquire with auto_renew, waiting up to WAIT (the signalfd is
  *      the cancel_fd: a signal ends the wait), with a status line on a terminal;
+ *      with --once-per, claim the servers' current slot (run_schedule.c): a slot
+ *      that already ran ends the run as a busy lock does (-E's code);
  *   3. run_child.c: fork; the child becomes the leader of its own process group,
  *      takes the terminal if we had it, restores the signal state it inherited, and
  *      execs CMD (an exec failure comes back through a close-on-exec pipe);
  *   4. run_watch.c: poll on the signalfd (signals to forward, SIGCHLD), the lock's
  *      lost eventfd and a CLOCK_BOOTTIME timerfd armed at the safe-until time or at
  *      the SIGKILL deadline;
- *   5. run.c: CMD ends: release, exit with its status (73 if the lock was lost).
+ *   5. run.c: CMD ends: release, exit with its status (73 if the lock was lost);
+ *      with --min-hold, what is left of the hold becomes the lease, the handle is
+ *      detached and the lock runs out on the servers (run_schedule.c).
  *
  * Not covered: a dlock that is stopped (SIGSTOP) or frozen cannot stop CMD in time;
  * if dlock itself dies, CMD (its direct child) gets SIGKILL from the kernel
@@ -46,16 +51,21 @@
 /* The options of one `dlock run`, as main.c got them. cli_run_check fills signo,
  * grace_ms and margin_ms. Strings are borrowed from argv. */
 struct cli_run_args {
-    const char *name;   /* NAME */
-    char **cmd;         /* CMD [ARG...], NULL-terminated, cmd[0] != NULL */
-    int64_t ttl_ms;     /* -t, already in the lease range */
-    int64_t wait_ms;    /* -w: CLI_WAIT_FOREVER, 0 (try once) or a duration */
-    const char *label;  /* -l, NULL: none */
-    const char *signal; /* -k as typed, NULL: TERM */
-    const char *grace;  /* -g as typed, NULL: TTL/4 */
-    bool quiet;         /* -q: no status line while waiting */
-    bool shared;        /* --shared */
-    int64_t permits;    /* sem run -n K; 0: a lock */
+    const char *name;    /* NAME */
+    char **cmd;          /* CMD [ARG...], NULL-terminated, cmd[0] != NULL */
+    int64_t ttl_ms;      /* -t, already in the lease range */
+    int64_t wait_ms;     /* -w: CLI_WAIT_FOREVER, 0 (try once) or a duration */
+    const char *label;   /* -l, NULL: none */
+    const char *signal;  /* -k as typed, NULL: TERM */
+    const char *grace;   /* -g as typed, NULL: TTL/4 */
+    bool quiet;          /* -q: no status line while waiting */
+    bool shared;         /* --shared */
+    int64_t permits;     /* sem run -n K; 0: a lock */
+    int conflict_exit;   /* -E: the exit status when busy or the slot already ran */
+    bool conflict_quiet; /* -E given: those cases print nothing... */
+    bool verbose;        /* ...unless -v */
+    int64_t min_hold_ms; /* --min-hold; 0: none */
+    int64_t once_per_ms; /* --once-per; 0: none */
 
     int signo;         /* from signal */
     int64_t grace_ms;  /* from grace */
@@ -76,6 +86,8 @@ struct runner {
     int lostfd;  /* the lock's eventfd; -1 once it fired (it stays readable) */
     int tty;     /* the controlling terminal while we are in its foreground, else -1 */
     bool status_shown;
+    int64_t acquired_ms; /* run_boot_ms() when the lock was granted (for --min-hold) */
+    char slot_var[48];   /* "DLOCK_SLOT=<unix s>" once a slot is claimed; "" */
 
     pid_t pid;          /* CMD, also its process group; 0 before the fork */
     bool cmd_held;      /* we stopped CMD (SIGSTOP) and owe it a SIGCONT */
@@ -130,6 +142,23 @@ int run_acquire(struct runner *r);
 
 /* Erase the status line, if one is shown. */
 void run_status_clear(struct runner *r);
+
+/* ---- run_schedule.c ---- */
+
+/* The lock is busy, or this slot already ran (err DLOCK_ERR_BUSY, what dlock_errmsg()
+ * says): say so unless -E asked for quiet (and -v did not ask for why); returns -E's
+ * code. */
+int run_conflict(struct runner *r, const char *what);
+
+/* With --once-per, claim the servers' current slot for the lock just taken. Returns
+ * true to go on (r->slot_var set), or false with *code the exit status (the caller
+ * releases the lock). */
+bool run_claim_slot(struct runner *r, int *code);
+
+/* With --min-hold, after CMD ended within the lease: keep the lock until the hold's
+ * end, as a plain lease on the servers. Returns true when it did so (the handle is
+ * then gone), false when there is nothing left to hold (release it). */
+bool run_hold_rest(struct runner *r);
 
 /* ---- run_child.c ---- */
 

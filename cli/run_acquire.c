@@ -95,11 +95,11 @@ static int canceled(struct runner *r, int signo)
     return CLI_EXIT_NOT_ACQUIRED;
 }
 
-/* Take the lock, waiting up to WAIT. A signal (sigfd is the cancel_fd) ends the wait:
- * SIGTSTP stops us and the wait goes on after SIGCONT, SIGCHLD is nobody's, any other
- * cancels. On a terminal the wait is cut into STATUS_PERIOD_MS slices so that the
- * status line can be redrawn; a slice that ends without the lock just starts the next
- * one (a release during the gap is not missed: every slice begins with an attempt). */
+/* Take the lock, waiting up to WAIT (still busy then: -E's code, run_schedule.c). A signal (sigfd
+ * is the cancel_fd) ends the wait: SIGTSTP stops us and the wait goes on after SIGCONT, SIGCHLD is
+ * nobody's, any other cancels. On a terminal the wait is cut into STATUS_PERIOD_MS slices so that
+ * the status line can be redrawn; a slice that ends without the lock just starts the next one (a
+ * release during the gap is not missed: every slice begins with an attempt). */
 int run_acquire(struct runner *r)
 {
     const struct cli_run_args *a = r->a;
@@ -138,12 +138,14 @@ int run_acquire(struct runner *r)
         }
         if (rc != DLOCK_ERR_BUSY || slice == left) {
             run_status_clear(r);
-            return cli_fail_call(r->what, rc);
+            return rc == DLOCK_ERR_BUSY ? run_conflict(r, dlock_strerror(rc))
+                                        : cli_fail_call(r->what, rc);
         }
         if (show)
             status_draw(r, run_boot_ms() - start);
     }
     run_status_clear(r);
+    r->acquired_ms = run_boot_ms();
 
     /* A signal that came as the lock was granted: the user asked to give up, and CMD
      * has not started, so let go (as `dlock acquire` does). */

@@ -1,7 +1,7 @@
 /*
- * run_check.c: the options only `dlock run` has (-k SIGNAL, -g GRACE), and whether
- * they fit its TTL, checked before anything reaches a server so that a run that
- * could never keep its promise is refused with a usage error instead of started.
+ * run_check.c: the options only `dlock run` has (-k SIGNAL, -g GRACE, --once-per),
+ * and whether they fit its TTL and its kind of lock, checked before anything reaches a server so
+ * that a run that could never keep its promise is refused with a usage error instead of started.
  */
 #include "run.h"
 
@@ -17,6 +17,13 @@
 int cli_run_check(struct cli_run_args *a)
 {
     char err[256];
+    /* A slot is one run: a shared holder or a permit runs beside others. */
+    if (a->once_per_ms > 0 && (a->shared || a->permits > 0)) {
+        cli_errline("%s: --once-per needs an exclusive lock (not --shared, not sem run) "
+                    "(see dlock run --help)",
+                    a->permits > 0 ? "sem run" : "run");
+        return CLI_EXIT_USAGE;
+    }
     a->signo = SIGTERM;
     if (a->signal != NULL && cli_parse_signal(a->signal, &a->signo) != 0) {
         cli_errline(

@@ -92,7 +92,7 @@ static const char reserve_help[] =
     "                    sold: exit 75 at once.\n"
     "  -h, --help        this help\n"
     "\n"
-    "Durations: a number with ms, s, m or h (1.5s, 2m); a bare number is seconds.\n"
+    "Durations: a number with ms, s, m, h or d (1.5s, 2m); a bare number is seconds.\n"
     "SIGINT, SIGTERM or SIGHUP during the wait cancels it (exit 75).\n"
     "Exit status: 0 reserved, 75 QTY not available within WAIT or canceled, 69\n"
     "server unreachable, 77 authentication refused, 64 usage error.\n"

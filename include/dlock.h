@@ -693,6 +693,46 @@ DLOCK_API int dlock_fenced_set(dlock_client *c, const char *key, uint64_t fence,
 DLOCK_API int dlock_fence_admit(uint64_t *highest, uint64_t fence);
 
 /*
+ * ---- Scheduled jobs: once per slot ------------------------------------------------
+ *
+ * A job that many hosts start on one schedule (cron on a fleet) should run once per
+ * scheduled time: not once per host, one after the other as each gets the lock, and
+ * not again on a host whose cron fires late. Time is cut into slots of period_ms
+ * counted from the Unix epoch on the servers' clock (Redis TIME; for a file:// client,
+ * this host's wall clock), so every host counts the same slots whatever its own clock
+ * says. The holder of a lock claims the slot the servers are in now: the first claim
+ * of a slot is recorded beside the name's keys, and a later claim of that slot, or of
+ * an earlier one, is refused. A claim is recorded before the call returns, so a run
+ * that fails or is killed still counts.
+ */
+#define DLOCK_SLOT_PERIOD_MIN_MS 1000                 /* a second */
+#define DLOCK_SLOT_PERIOD_MAX_MS INT64_C(31622400000) /* 366 days */
+
+/* A claim: the slot the servers are in, and the last claim recorded before it. */
+typedef struct dlock_slot {
+    int64_t start_ms;   /* the current slot's start, ms since the epoch (servers' clock) */
+    int64_t last_ms;    /* the start of the last slot claimed for the name before this
+                           call; -1: none recorded */
+    int64_t last_at_ms; /* when that claim was made (servers' clock); -1: none */
+    char last_by[512];  /* who made it: the claimant's "host:pid", truncated; "" */
+    uint64_t reserved[4];
+} dlock_slot;
+
+/* Claim the current slot of period_ms (DLOCK_SLOT_PERIOD_MIN_MS to _MAX_MS) for the
+ * exclusive lock l holds. With N > 1 servers the slot is read from the median of the
+ * clocks of a quorum that still holds l's token, the records of those servers are
+ * compared, and the claim is written on a quorum, each write checked against l's token.
+ * Returns DLOCK_OK when the slot is l's (recorded; *out says which, and the claim
+ * before it), DLOCK_ERR_BUSY when this slot or a later one was claimed already (*out
+ * says by whom; nothing written), DLOCK_ERR_LOST when l no longer holds the lock,
+ * DLOCK_ERR_INVALID for a NULL, a period out of range, a shared holder or a semaphore
+ * permit, or a file:// handle that was adopted, else an unavailability error (the
+ * claim may then be recorded on some servers: a later claim of the slot on them is
+ * refused, so a slot runs at most once, not always once). A record lives two periods
+ * and a minute after it is made; it is as durable as the servers' data. */
+DLOCK_API int dlock_slot_claim(dlock_lock *l, int64_t period_ms, dlock_slot *out);
+
+/*
  * ---- Stock with leased reservations ------------------------------------------------
  *
  * A counted stock per SKU (any name of 1 to DLOCK_NAME_MAX bytes), for flash sales: a

@@ -45,3 +45,11 @@ char *dlock__strdup(const char *s)
 {
     return FAIL_INJECTED() ? NULL : strdup(s);
 }
+
+void dlock__copy_text(char *dst, size_t size, const char *src, size_t len)
+{
+    if (len > size - 1)
+        len = size - 1;
+    memcpy(dst, src, len);
+    dst[len] = '\0';
+}

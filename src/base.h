@@ -24,6 +24,9 @@ void *dlock__malloc(size_t n);
 void *dlock__calloc(size_t count, size_t size);
 void *dlock__realloc(void *p, size_t n);
 char *dlock__strdup(const char *s);
+/* The first len bytes of src, cut to fit dst[size] (size >= 1) and NUL-terminated: for
+ * texts that go to people (descriptions, reasons), where a cut beats a failure. */
+void dlock__copy_text(char *dst, size_t size, const char *src, size_t len);
 
 /* ---- error.c ---------------------------------------------------------------- */
 

@@ -27,14 +27,6 @@ _Static_assert(sizeof(void *) != 8 || sizeof(dlock_break_info) == 2104,
 _Static_assert(sizeof(void *) != 8 || sizeof(dlock_break_opts) == 56,
                "dlock_break_opts changed size");
 
-static void copy_text(char *dst, size_t size, const char *src, size_t len)
-{
-    if (len > size - 1)
-        len = size - 1;
-    memcpy(dst, src, len);
-    dst[len] = '\0';
-}
-
 /* One round of a break script: its call, the round and what the servers said. */
 typedef struct brk_round {
     dlock__round rd;
@@ -153,8 +145,8 @@ int dlock_break(dlock_client *c, const char *name, const dlock_break_opts *opts,
                 continue;
             uint64_t f = strtoull(rep->element[2]->str, NULL, 10);
             if (!out->broken)
-                copy_text(out->holder, sizeof out->holder, rep->element[1]->str,
-                          rep->element[1]->len);
+                dlock__copy_text(out->holder, sizeof out->holder, rep->element[1]->str,
+                                 rep->element[1]->len);
             out->broken = 1;
             if (f > out->fence)
                 out->fence = f;
@@ -162,8 +154,8 @@ int dlock_break(dlock_client *c, const char *name, const dlock_break_opts *opts,
                 out->at_ms = rep->element[3]->integer;
         }
         rc = answered(c, &b.t, &b.rd, &e);
-        copy_text(out->by, sizeof out->by, by, strlen(by));
-        copy_text(out->reason, sizeof out->reason, reason, strlen(reason));
+        dlock__copy_text(out->by, sizeof out->by, by, strlen(by));
+        dlock__copy_text(out->reason, sizeof out->reason, reason, strlen(reason));
     }
     finish(c, &b);
     free(k.buf);
@@ -215,9 +207,9 @@ int dlock_break_last(dlock_client *c, const char *name, dlock_break_info *out)
             out->broken = 1;
             out->at_ms = when;
             out->fence = strtoull(f->str, NULL, 10);
-            copy_text(out->holder, sizeof out->holder, h->str, h->len);
-            copy_text(out->by, sizeof out->by, by->str, by->len);
-            copy_text(out->reason, sizeof out->reason, why->str, why->len);
+            dlock__copy_text(out->holder, sizeof out->holder, h->str, h->len);
+            dlock__copy_text(out->by, sizeof out->by, by->str, by->len);
+            dlock__copy_text(out->reason, sizeof out->reason, why->str, why->len);
         }
         rc = answered(c, &b.t, &b.rd, &e);
     }

@@ -56,6 +56,9 @@
  *               list_merge.c     one name's views merged as a quorum sees them
  *               break.c     an operator's break of a stuck lock, and its record
  *               fence.c     the resource side: fenced writes, dlock_fence_admit
+ *               slot.c      a scheduled job's slots (dlock_slot_claim): the servers'
+ *                           clock cut into periods, the last one claimed, and its
+ *                           scripts
  *               wait.c      the client's wake-up channel: its subscriber thread, waiters
  *                           (the heir a release of the same client hands the lock to,
  *                           those that wait behind a holder of their own client)
@@ -117,6 +120,9 @@ enum dlock__script_id {
     DLOCK_SCRIPT_BREAK,
     DLOCK_SCRIPT_BREAK_RECORD,
     DLOCK_SCRIPT_FENCE_RAISE,
+    /* a scheduled job's slots, whose bodies live in slot.c with the calls */
+    DLOCK_SCRIPT_SLOT_READ,
+    DLOCK_SCRIPT_SLOT_CLAIM,
     /* the stock's, whose bodies live in stock_scripts.c (it says why) */
     DLOCK_SCRIPT_STOCK_UPDATE,
     DLOCK_SCRIPT_STOCK_RESERVE,
@@ -142,8 +148,8 @@ int dlock__scripts_init(dlock__scripts *s, dlock__err *e);
  * before. */
 typedef struct dlock__keys {
     char *buf;
-    const char *lock, *fence, *queue, *holders, *info, *brk;
-    size_t lock_len, fence_len, queue_len, holders_len, info_len, brk_len;
+    const char *lock, *fence, *queue, *holders, *info, *brk, *slot;
+    size_t lock_len, fence_len, queue_len, holders_len, info_len, brk_len, slot_len;
 } dlock__keys;
 
 int dlock__keys_make(const char *prefix, size_t prefix_len, const char *name, size_t name_len,
@@ -189,9 +195,19 @@ void dlock__call_reqs(dlock__call *call, dlock__req *reqs, int n, bool await);
 /* Give r the slot of call's keys (a cluster node routes by it). */
 void dlock__call_slot(const dlock__call *call, dlock__req *r);
 
-/* ---- stock_scripts.c (registered in scripts.c's table) ----------------------- */
+/* ---- slot.c ------------------------------------------------------------------ */
+
+/* ms since the epoch as "2026-11-28T15:00:00Z" in buf; returns buf. */
+const char *dlock__utc_text(int64_t ms, char buf[32]);
+/* A claim refused: DLOCK_ERR_BUSY, with a detail naming the claim that refused it
+ * (out->last_*; last_at_ms -1: one a server held that the first round did not read). */
+int dlock__slot_refused(const dlock_slot *out, dlock__err *e);
+
+/* ---- slot.c and stock_scripts.c: scripts registered in scripts.c's table ------- */
 
 /* Each a NULL-terminated list of parts, as scripts.c's own (joined in script_call.c). */
+extern const char *const dlock__slot_read_lua[];
+extern const char *const dlock__slot_claim_lua[];
 extern const char *const dlock__stock_update_lua[];
 extern const char *const dlock__stock_reserve_lua[];
 extern const char *const dlock__stock_end_lua[];
@@ -731,6 +747,10 @@ int dlock__local_release(struct dlock_lock *l, dlock__err *e);
 /* Record l as detached (it lasts its lease), then free it. */
 int dlock__local_detach(struct dlock_lock *l, dlock__err *e);
 int dlock__local_check(struct dlock_lock *l, dlock__err *e);
+/* dlock_slot_claim for a file:// handle: the slot on this host's wall clock, the
+ * record in the name's lock file (out initialized by the caller). */
+int dlock__local_slot_claim(struct dlock_lock *l, int64_t period_ms, dlock_slot *out,
+                            dlock__err *e);
 /* dlock_list's records (list.c's format) of every held name in the directory into a
  * malloc'd *blob of *len bytes. */
 int dlock__local_list(struct dlock_client *c, char **blob, size_t *len, dlock__err *e);

@@ -13,6 +13,9 @@
  *                          for a shared lock), which no token can equal
  *   P{name}:break          the last time an operator broke the name (dlock_break): a
  *                          hash of at_ms, by, reason, holder and fence, kept a day
+ *   P{name}:slot           the last slot of a scheduled job claimed under the name
+ *                          (dlock_slot_claim): a hash of slot_ms, at_ms and by, kept
+ *                          two periods and a minute
  * All share the hash tag {name}, so they live in one Cluster slot. A name that begins
  * with '}' would make that tag empty (Redis hashes the whole key then, each key to its
  * own slot), so such a name, and for the encoding to stay one-to-one every name that
@@ -53,14 +56,15 @@ char *dlock__tag_write(char *out, const char *name, size_t name_len)
 int dlock__keys_make(const char *prefix, size_t prefix_len, const char *name, size_t name_len,
                      dlock__keys *k, dlock__err *e)
 {
-    enum { N = 6 };
-    static const char *const suffix[N] = {"",         ":fence",        ":queue",
-                                          ":holders", ":holders:info", ":break"};
-    const char **dst[N] = {&k->lock, &k->fence, &k->queue, &k->holders, &k->info, &k->brk};
-    size_t *len[N] = {&k->lock_len,    &k->fence_len, &k->queue_len,
-                      &k->holders_len, &k->info_len,  &k->brk_len};
+    enum { N = 7 };
+    static const char *const suffix[N] = {"",       ":fence", ":queue", ":holders", ":holders:info",
+                                          ":break", ":slot"};
+    const char **dst[N] = {&k->lock, &k->fence, &k->queue, &k->holders,
+                           &k->info, &k->brk,   &k->slot};
+    size_t *len[N] = {&k->lock_len, &k->fence_len, &k->queue_len, &k->holders_len,
+                      &k->info_len, &k->brk_len,   &k->slot_len};
     size_t base = prefix_len + dlock__tag_len(name, name_len) + sizeof "{}";
-    k->buf = dlock__malloc(N * base + sizeof ":fence:queue:holders:holders:info:break");
+    k->buf = dlock__malloc(N * base + sizeof ":fence:queue:holders:holders:info:break:slot");
     if (k->buf == NULL)
         return dlock__err_set(e, DLOCK_ERR_NOMEM, "out of memory");
     char *p = k->buf;

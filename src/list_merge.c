@@ -66,14 +66,6 @@ static bool is_shared(const dlock__list_rec *r)
     return r->value_len == 6 && memcmp(r->value, "shared", 6) == 0;
 }
 
-static void copy_bytes(char *dst, size_t size, const char *src, size_t len)
-{
-    if (len > size - 1)
-        len = size - 1;
-    memcpy(dst, src, len);
-    dst[len] = '\0';
-}
-
 /* The exclusive holder a quorum of g[0..n) agrees on into it->entry; false if none. */
 static bool merge_exclusive(dlock_lister *it, const dlock__list_rec *g, int n)
 {
@@ -101,7 +93,7 @@ static bool merge_exclusive(dlock_lister *it, const dlock__list_rec *g, int n)
             desc += dlen > DLOCK_TOKEN_LEN ? DLOCK_TOKEN_LEN + 1 : DLOCK_TOKEN_LEN;
             dlen -= (size_t)(desc - g[a].value);
         }
-        copy_bytes(h->description, sizeof h->description, desc, dlen);
+        dlock__copy_text(h->description, sizeof h->description, desc, dlen);
         it->entry.kind = DLOCK_KIND_EXCLUSIVE;
         it->entry.remaining_ms = left;
         it->entry.nholders = 1;
@@ -174,7 +166,7 @@ static bool merge_shared(dlock_lister *it, const dlock__list_rec *g, int n)
             memset(h, 0, sizeof *h);
             h->held = 1;
             memcpy(h->token, tok, DLOCK_TOKEN_LEN);
-            copy_bytes(h->description, sizeof h->description, desc, dlen);
+            dlock__copy_text(h->description, sizeof h->description, desc, dlen);
             h->remaining_ms = hl;
         }
     }

@@ -351,6 +351,47 @@ int dlock__local_check(dlock_lock *l, dlock__err *e)
     return still_held(l, e);
 }
 
+/* The slot of this host's wall clock, and the last claim, in the name's lock file: read
+ * and written under the guard by the holder of the gate, so no other claim can come
+ * between (slot.c says what a claim is). */
+int dlock__local_slot_claim(dlock_lock *l, int64_t period_ms, dlock_slot *out, dlock__err *e)
+{
+    struct dlock__local_hold *h = l->local;
+    if (h == NULL)
+        return dlock__err_set(e, DLOCK_ERR_INVALID,
+                              "a file:// slot is claimed with the handle that took the lock, "
+                              "not an adopted one");
+    if (l->lost)
+        return dlock__err_set(e, DLOCK_ERR_LOST, "this handle already found the lock lost");
+    char file[FILE_MAX];
+    int rc = still_held(l, e);
+    if (rc == DLOCK_OK)
+        rc = dlock__local_file_name(l->name, l->name_len, file, e);
+    if (rc != DLOCK_OK ||
+        (rc = dlock__local_guard_take(l->client, h->fd, F_WRLCK, file, e)) != DLOCK_OK)
+        return rc;
+    view v;
+    if ((rc = dlock__local_read_view(l->client, h->fd, file, &v, e)) == DLOCK_OK) {
+        int64_t now = dlock__wallclock_us() / 1000;
+        out->start_ms = now - now % period_ms;
+        out->last_ms = v.slot_ms;
+        out->last_at_ms = v.slot_at_ms;
+        dlock__copy_text(out->last_by, sizeof out->last_by, v.slot_by, strlen(v.slot_by));
+        if (v.slot_ms >= out->start_ms) {
+            rc = dlock__slot_refused(out, e);
+        } else {
+            v.slot_ms = out->start_ms;
+            v.slot_at_ms = now;
+            dlock__copy_text(v.slot_by, sizeof v.slot_by, l->client->holder,
+                             strlen(l->client->holder));
+            rc = dlock__local_write_slot(l->client, h->fd, file, &v, e);
+        }
+        dlock__local_view_free(&v);
+    }
+    dlock__local_ofd_unlock(h->fd, LK_GUARD);
+    return rc;
+}
+
 int64_t dlock__local_remaining_ms(const dlock_lock *l)
 {
     return l->local->ttl_ms;
@@ -394,10 +435,7 @@ static void fill_holder(const record *r, int64_t now, dlock_holder *out)
 {
     out->held = 1;
     memcpy(out->token, r->token, sizeof out->token);
-    /* Cut to the size of the field: a description is for people. */
-    size_t len = strnlen(r->desc, sizeof out->description - 1);
-    memcpy(out->description, r->desc, len);
-    out->description[len] = '\0';
+    dlock__copy_text(out->description, sizeof out->description, r->desc, strlen(r->desc));
     out->remaining_ms = dlock__local_record_left_ms(r, now);
 }
 

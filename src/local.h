@@ -49,6 +49,8 @@ struct dlock__local_hold {
 /* What the file says, with each record's liveness. */
 typedef struct view {
     uint64_t fence;
+    int64_t slot_ms, slot_at_ms; /* the last slot claimed (dlock_slot_claim); -1: none */
+    char slot_by[DESC_MAX + 1];
     record excl;
     record *shared; /* [nslots] */
     int64_t nslots;
@@ -100,5 +102,11 @@ int64_t dlock__local_record_left_ms(const record *r, int64_t now);
  * or the clock was set back) is synced before it is handed out. */
 int dlock__local_next_fence(struct dlock_client *c, int fd, const char *file, view *v,
                             uint64_t *out, dlock__err *e);
+
+/* Record the slot claim in v (slot_ms, slot_at_ms, slot_by) in the header, with v's
+ * fence, synced: a claim must not be forgotten by a crash once the job it let run has
+ * started. */
+int dlock__local_write_slot(struct dlock_client *c, int fd, const char *file, const view *v,
+                            dlock__err *e);
 
 #endif /* DLOCK_LOCAL_H */

@@ -25,7 +25,9 @@
  * The content (text, for a person with cat) says who holds the name, and the name's
  * fence counter:
  *
- *   [0, 1024)               "dlock-local 1\nfence N\n", padded;
+ *   [0, 1024)               "dlock-local 1\nfence N\n", then after a scheduled job's
+ *                           claim "slot S AT BY\n" (its slot and when, in Unix ms,
+ *                           and who), padded;
  *   [1024, 2048)            the exclusive holder's record;
  *   [2048 + 1024 j, ...)    shared holder j's record.
  *
@@ -258,6 +260,55 @@ int dlock__local_write_record(dlock_client *c, int fd, const char *file, int64_t
     return write_at(c, fd, file, buf, sizeof buf, REC_AT(slot), e);
 }
 
+/* The header's slot line, if any, into v (else slot_ms and slot_at_ms are -1). */
+static void parse_slot(const char *hdr, view *v)
+{
+    v->slot_ms = v->slot_at_ms = -1;
+    v->slot_by[0] = '\0';
+    const char *p = strstr(hdr, "\nslot ");
+    long long slot, at;
+    int used = 0;
+    if (p == NULL || sscanf(p, "\nslot %lld %lld %n", &slot, &at, &used) != 2 || used == 0)
+        return;
+    v->slot_ms = slot;
+    v->slot_at_ms = at;
+    size_t n = strcspn(p + used, "\n");
+    n = n < DESC_MAX ? n : DESC_MAX;
+    memcpy(v->slot_by, p + used, n);
+    v->slot_by[n] = '\0';
+}
+
+/* Write the header: v's fence and slot claim (the slot's holder text with its line
+ * breaks made spaces, so that it stays one line), padded to HDR_SIZE. */
+static int write_header(dlock_client *c, int fd, const char *file, const view *v, uint64_t fence,
+                        dlock__err *e)
+{
+    char hdr[HDR_SIZE];
+    memset(hdr, ' ', sizeof hdr);
+    int n = snprintf(hdr, sizeof hdr, "dlock-local 1\nfence %llu\n", (unsigned long long)fence);
+    if (v->slot_ms >= 0) {
+        char by[DESC_MAX + 1];
+        snprintf(by, sizeof by, "%s", v->slot_by);
+        for (char *q = by; *q != '\0'; q++)
+            if (*q == '\n' || *q == '\r')
+                *q = ' ';
+        n += snprintf(hdr + n, sizeof hdr - (size_t)n, "slot %lld %lld %s\n", (long long)v->slot_ms,
+                      (long long)v->slot_at_ms, by);
+    }
+    hdr[n] = ' ';
+    hdr[HDR_SIZE - 1] = '\n';
+    return write_at(c, fd, file, hdr, sizeof hdr, 0, e);
+}
+
+int dlock__local_write_slot(dlock_client *c, int fd, const char *file, const view *v, dlock__err *e)
+{
+    int rc = write_header(c, fd, file, v, v->fence, e);
+    if (rc == DLOCK_OK && fdatasync(fd) != 0)
+        rc = dlock__err_set(e, DLOCK_ERR_IO, "%s/%s: fdatasync: %s", c->local->dir, file,
+                            strerror(errno));
+    return rc;
+}
+
 /* True while a detached record's lease runs: on this boot, and not past its end. */
 static bool detached_live(dlock_client *c, const record *r, int64_t now)
 {
@@ -305,6 +356,7 @@ int dlock__local_read_view(dlock_client *c, int fd, const char *file, view *v, d
      * fence 0: the clock floor below keeps fences increasing. */
     if (sscanf(hdr, "dlock-local 1 fence %llu", &fence) == 1)
         v->fence = fence;
+    parse_slot(hdr, v);
     int64_t now = dlock__now_us();
     parse_record(buf + REC_AT(-1), &v->excl);
     if (v->excl.state == 'A')
@@ -339,12 +391,7 @@ int dlock__local_next_fence(dlock_client *c, int fd, const char *file, view *v, 
     uint64_t f = v->fence + 1;
     if (wall > 0 && (uint64_t)wall > f)
         f = (uint64_t)wall;
-    char hdr[HDR_SIZE];
-    memset(hdr, ' ', sizeof hdr);
-    int n = snprintf(hdr, sizeof hdr, "dlock-local 1\nfence %llu\n", (unsigned long long)f);
-    hdr[n] = ' ';
-    hdr[HDR_SIZE - 1] = '\n';
-    int rc = write_at(c, fd, file, hdr, sizeof hdr, 0, e);
+    int rc = write_header(c, fd, file, v, f, e);
     bool ahead = wall <= 0 || f > (uint64_t)wall;
     if (rc == DLOCK_OK && ahead && fdatasync(fd) != 0)
         rc = dlock__err_set(e, DLOCK_ERR_IO, "%s/%s: fdatasync: %s", c->local->dir, file,

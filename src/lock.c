@@ -61,15 +61,6 @@ int dlock_extend(dlock_lock *l, int64_t ttl_ms)
 
 /* ---- inspect and check ------------------------------------------------------ */
 
-/* Copy src into dst[size], cutting it short if it does not fit (descriptions are for
- * people; the token is compared on its first DLOCK_TOKEN_LEN bytes only). */
-static void copy_truncated(char *dst, size_t size, const char *src)
-{
-    size_t len = strnlen(src, size - 1);
-    memcpy(dst, src, len);
-    dst[len] = '\0';
-}
-
 /* What one node holds for a name (from the INSPECT script). */
 typedef struct node_view {
     bool ok;
@@ -98,7 +89,7 @@ static void parse_view(dlock__tally *t, dlock__req *r, const dlock__conn *conn, 
         dlock__tally_failure(t, r, DLOCK_ERR_PROTOCOL);
         return;
     }
-    copy_truncated(v->value, sizeof v->value, rep->element[0]->str);
+    dlock__copy_text(v->value, sizeof v->value, rep->element[0]->str, rep->element[0]->len);
     v->pttl = rep->element[1]->integer;
     v->fence = strtoull(rep->element[2]->str, NULL, 10);
     v->mine = rep->element[3]->integer;
@@ -311,7 +302,7 @@ int dlock_inspect(dlock_client *c, const char *name, dlock_holder *out)
             out->token[DLOCK_TOKEN_LEN] = '\0';
             s += slen > DLOCK_TOKEN_LEN ? DLOCK_TOKEN_LEN + 1 : DLOCK_TOKEN_LEN;
         }
-        copy_truncated(out->description, sizeof out->description, s);
+        dlock__copy_text(out->description, sizeof out->description, s, strlen(s));
     }
     views_free(&v);
     return dlock__err_raise(&e, DLOCK_OK);
@@ -336,8 +327,7 @@ static bool next_entry(const char **p, dlock_holder *h)
     if (end == s || *end != ' ' || strnlen(end + 1, dlen) < dlen)
         return false;
     s = end + 1;
-    size_t keep = dlen < sizeof h->description - 1 ? dlen : sizeof h->description - 1;
-    memcpy(h->description, s, keep);
+    dlock__copy_text(h->description, sizeof h->description, s, (size_t)dlen);
     h->held = 1;
     h->remaining_ms = ms;
     *p = s + dlen;

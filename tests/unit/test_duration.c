@@ -56,7 +56,11 @@ static void test_units(void **state)
     expect_ms("1m", 60000);
     expect_ms("1h", 3600000);
     expect_ms("24h", 86400000);
-    expect_ms("007s", 7000); /* leading zeros are only zeros */
+    expect_ms("1d", 86400000);
+    expect_ms("7d", 604800000);
+    expect_ms("0.5d", 43200000);
+    expect_ms("0.0000003125d", 27); /* 10 fraction digits, exactly 27 ms */
+    expect_ms("007s", 7000);        /* leading zeros are only zeros */
 }
 
 static void test_decimals_exact(void **state)
@@ -103,6 +107,7 @@ static void test_sub_ms_refused(void **state)
     expect_bad(cli_parse_duration, "0.0000005h", "finer than 1 ms"); /* 1.8 ms */
     expect_bad(cli_parse_duration, "0.000001h", "finer than 1 ms");  /* 3.6 ms */
     expect_bad(cli_parse_duration, "0.00000001h", "finer than 1 ms");
+    expect_bad(cli_parse_duration, "0.00000031251d", "finer than 1 ms");
     expect_bad(cli_parse_duration, "1.00000000000000000001s", "finer than 1 ms");
 }
 
@@ -122,7 +127,7 @@ static void test_forms_refused(void **state)
     expect_bad(cli_parse_duration, "5x", "unknown unit");
     expect_bad(cli_parse_duration, "5sec", "unknown unit");
     expect_bad(cli_parse_duration, "5S", "unknown unit");
-    expect_bad(cli_parse_duration, "5d", "unknown unit");
+    expect_bad(cli_parse_duration, "5D", "unknown unit");
     expect_bad(cli_parse_duration, "5us", "unknown unit");
     expect_bad(cli_parse_duration, "1s1", "unknown unit");
     expect_bad(cli_parse_duration, "1s5ms", "unknown unit");
@@ -198,7 +203,7 @@ static void test_ttl(void **state)
     expect_bad(cli_parse_ttl, "0.009s", "from 10ms to 2147483647ms");
     expect_bad(cli_parse_ttl, "2147483648ms", "from 10ms to 2147483647ms");
     expect_bad(cli_parse_ttl, "2147483.648s", "from 10ms to 2147483647ms");
-    expect_bad(cli_parse_ttl, "25d", "unknown unit");
+    expect_bad(cli_parse_ttl, "25d", "24.8 days");
     expect_bad(cli_parse_ttl, "forever", "not a duration");
     expect_bad(cli_parse_ttl, "-1", "negative");
     expect_bad(cli_parse_ttl, "99999999999999999999999", "too large");
