@@ -1,22 +1,27 @@
 /*
  * cron_job.c: run a job on one machine of a fleet.
  *
- *   dlock-cron-job [-s URLS] [-t TTL_MS] [-d STEP_MS] [JOB]
+ *   dlock-cron-job [-s URLS] [-t TTL_MS] [-d STEP_MS] [-p PERIOD_S] [JOB]
  *
- * Every machine's crontab starts this at the same minute; the lock decides which one
- * runs JOB (default "nightly-report"). The others find it taken and exit 0: that is
- * the normal case, not an error. The job here is a stand-in (three steps of STEP_MS
- * milliseconds); replace job_step() with the real work.
+ * Every machine's crontab starts this at the same minute; the lock and the slot decide
+ * which one runs JOB (default "nightly-report"), once per PERIOD_S seconds of the
+ * servers' clock (default a day; 0: no slot, only "not at the same time"). The others
+ * find the lock taken or the slot done and exit 0: that is the normal case, not an
+ * error. The job here is a stand-in (three steps of STEP_MS milliseconds); replace
+ * job_step() with the real work.
  *
  * What a careful caller does, and this example shows:
  *   - try once (wait_ms = 0): a machine that comes second has nothing to wait for;
+ *   - claim the slot (dlock_slot_claim) before the job starts: without it, a machine
+ *     whose cron fires after the first one finished would run the job again;
  *   - tell "somebody else has it" (DLOCK_ERR_BUSY) from "cannot reach the servers";
  *   - choose a lease longer than the job, and extend it when the job runs long;
  *   - stop when the lock is gone, and pass the fence to whatever the job writes;
  *   - treat DLOCK_ERR_LOST from the release as "the job was not protected to the end".
  *
- * For shell jobs, `dlock run JOB -- ./job.sh` (the CLI, coming) does all of this,
- * renewing the lease in the background and signalling the job if the lock is lost.
+ * For shell jobs, `dlock run --once-per 1d -w 0 -E 0 JOB -- ./job.sh` does all of
+ * this, renewing the lease in the background and signalling the job if the lock is
+ * lost.
  *
  * Exit status: 0 the job ran here, or runs elsewhere; 1 the job failed or lost its
  * lock; 75 (EX_TEMPFAIL) the lock servers could not be reached, so nobody may have run
@@ -56,18 +61,22 @@ int main(int argc, char **argv)
         servers = "redis://127.0.0.1:6379";
     long long ttl_ms = 10 * 60 * 1000; /* comfortably longer than the job should take */
     long step_ms = 100;
+    long long period_s = 24 * 60 * 60;
     int opt;
-    while ((opt = getopt(argc, argv, "s:t:d:")) != -1) {
+    while ((opt = getopt(argc, argv, "s:t:d:p:")) != -1) {
         if (opt == 's')
             servers = optarg;
         else if (opt == 't')
             ttl_ms = strtoll(optarg, NULL, 10);
         else if (opt == 'd')
             step_ms = strtol(optarg, NULL, 10);
+        else if (opt == 'p')
+            period_s = strtoll(optarg, NULL, 10);
         else
             goto usage;
     }
-    if (argc - optind > 1 || step_ms < 0 || ttl_ms < DLOCK_TTL_MIN_MS || ttl_ms > DLOCK_TTL_MAX_MS)
+    if (argc - optind > 1 || step_ms < 0 || ttl_ms < DLOCK_TTL_MIN_MS ||
+        ttl_ms > DLOCK_TTL_MAX_MS || period_s < 0 || period_s > DLOCK_SLOT_PERIOD_MAX_MS / 1000)
         goto usage;
     const char *job = optind < argc ? argv[optind] : "nightly-report";
 
@@ -107,6 +116,21 @@ int main(int argc, char **argv)
         return 1;
     }
 
+    /* The slot of the servers' clock, claimed before the job starts: a run that fails
+     * still counts, so a failing job is not retried by every other machine in turn. */
+    dlock_slot slot;
+    rc = period_s > 0 ? dlock_slot_claim(l, period_s * 1000, &slot) : DLOCK_OK;
+    if (rc != DLOCK_OK) {
+        bool done = rc == DLOCK_ERR_BUSY;
+        if (done)
+            printf("%s: already ran in this slot (%s); nothing to do here\n", job, dlock_errmsg());
+        else
+            fprintf(stderr, "%s: cannot claim the slot, job not run: %s\n", job, dlock_errmsg());
+        dlock_release(l);
+        dlock_client_free(c);
+        return done ? 0 : EXIT_TEMPFAIL;
+    }
+
     uint64_t fence = dlock_fence(l);
     int status = 0;
     bool lost = false;
@@ -144,6 +168,7 @@ int main(int argc, char **argv)
     return status;
 
 usage:
-    fprintf(stderr, "usage: dlock-cron-job [-s URLS] [-t TTL_MS] [-d STEP_MS] [JOB]\n");
+    fprintf(stderr,
+            "usage: dlock-cron-job [-s URLS] [-t TTL_MS] [-d STEP_MS] [-p PERIOD_S] [JOB]\n");
     return 2;
 }
