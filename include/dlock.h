@@ -713,7 +713,8 @@ typedef struct dlock_slot {
     int64_t start_ms;   /* the current slot's start, ms since the epoch (servers' clock) */
     int64_t last_ms;    /* the start of the last slot claimed for the name before this
                            call; -1: none recorded */
-    int64_t last_at_ms; /* when that claim was made (servers' clock); -1: none */
+    int64_t last_at_ms; /* when that claim was made (servers' clock); -1: none, or
+                           not known (a server refused in the second round) */
     char last_by[512];  /* who made it: the claimant's "host:pid", truncated; "" */
     uint64_t reserved[4];
 } dlock_slot;
@@ -721,10 +722,11 @@ typedef struct dlock_slot {
 /* Claim the current slot of period_ms (DLOCK_SLOT_PERIOD_MIN_MS to _MAX_MS) for the
  * exclusive lock l holds. With N > 1 servers the slot is read from the median of the
  * clocks of a quorum that still holds l's token, the records of those servers are
- * compared, and the claim is written on a quorum, each write checked against l's token.
+ * compared, and the claim is written on a quorum, each write checked against l's token
+ * (a server whose record holds the slot already refuses it, however many accept).
  * Returns DLOCK_OK when the slot is l's (recorded; *out says which, and the claim
  * before it), DLOCK_ERR_BUSY when this slot or a later one was claimed already (*out
- * says by whom; nothing written), DLOCK_ERR_LOST when l no longer holds the lock,
+ * says by whom, when the first round saw it), DLOCK_ERR_LOST when l no longer holds the lock,
  * DLOCK_ERR_INVALID for a NULL, a period out of range, a shared holder or a semaphore
  * permit, or a file:// handle that was adopted, else an unavailability error (the
  * claim may then be recorded on some servers: a later claim of the slot on them is

@@ -555,6 +555,9 @@ void dlock__lock_attach(struct dlock_lock *l);
 void dlock__lock_free(struct dlock_lock *l);
 /* The handle is lost: say so to dlock_remaining_ms, the lost fd and later calls. */
 void dlock__lock_mark_lost(struct dlock_lock *l);
+/* lock.c: the same, found by a call on the servers (it is lost for good): off the
+ * renewal thread too. */
+void dlock__lock_lost(struct dlock_lock *l);
 
 /* ---- pending.c -------------------------------------------------------------- */
 

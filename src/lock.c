@@ -15,8 +15,7 @@
 const char dlock__not_ours[] =
     "the lock is not held with this token (expired, released or taken by another owner)";
 
-/* The handle is lost for good: no more renewals, and say so to every observer. */
-static void mark_lost(dlock_lock *l)
+void dlock__lock_lost(dlock_lock *l)
 {
     dlock__watchdog_remove(l->client, l);
     dlock__lock_mark_lost(l);
@@ -54,7 +53,7 @@ int dlock_extend(dlock_lock *l, int64_t ttl_ms)
             return dlock__fail(DLOCK_ERR_TIMEOUT, "extended, but the round used up the new lease");
         l->valid_until_us = now + validity;
     } else if (rc == DLOCK_ERR_LOST) {
-        mark_lost(l);
+        dlock__lock_lost(l);
     }
     return dlock__err_raise(&e, rc);
 }
@@ -225,7 +224,7 @@ int dlock_check(dlock_lock *l)
     /* Nodes that answered without our token: if they leave no room for a quorum, the
      * lock is lost; otherwise too few answered to tell. */
     if (answered - ours > c->n - c->quorum) {
-        mark_lost(l);
+        dlock__lock_lost(l);
         return dlock__fail(DLOCK_ERR_LOST, "the lock is not held with this token");
     }
     return dlock__err_raise(&v.undecided, v.undecided_rc);

@@ -7,8 +7,8 @@
  * seconds late would otherwise see the slot before the boundary and claim the slot
  * that already ran, or one whose cron fires late would claim the next. The servers
  * are the one clock every host asks. With N > 1 servers, each may tell another time;
- * the median of those that still hold the caller's token is the slot's clock: one
- * server with a wrong clock cannot move it past the others.
+ * the median of those that still hold the caller's token is the slot's clock (and the
+ * time the claim records): one server with a wrong clock cannot move it past the others.
  *
  * Why two rounds: the slot must be one number for all servers, and a server that
  * computed its own from its clock could disagree with another near a boundary. So the
@@ -16,7 +16,9 @@
  * slot, and the second writes it (SLOT_CLAIM) on a quorum, each write checked against
  * the lock's token. Two holders cannot run the rounds at once (they hold the lock),
  * and any two quorums meet, so a claim recorded on a quorum is seen by every later
- * read of a quorum. A record is a hash beside the lock's keys (keys.c), kept two
+ * read of a quorum; and a server whose record holds the slot already (a claim that
+ * reached it but not a quorum) refuses the claim however many others accept it. A
+ * record is a hash beside the lock's keys (keys.c), kept two
  * periods and a minute: past the end of its slot by any clock that is less than a
  * period and a minute off.
  */
@@ -48,22 +50,19 @@ const char *const dlock__slot_read_lua[] = {
     NULL};
 
 /*
- * SLOT_CLAIM  KEYS: lock, slot   ARGV: token, slot_ms, by, keep ms
+ * SLOT_CLAIM  KEYS: lock, slot   ARGV: token, slot_ms, at_ms, by, keep ms
  * -> 1 when recorded; 0 when the lock does not hold the token; 2 when the record holds
- * this slot or a later one (a server the read did not reach). replicate_commands lets a
- * Redis older than 5 write after TIME.
+ * this slot or a later one (a claim this server took that the read did not see). The
+ * time of the claim is the caller's (the median clock), so that every server records
+ * the same one.
  */
 const char *const dlock__slot_claim_lua[] = {
-    "if redis.replicate_commands then redis.replicate_commands() end\n"
     "local v = redis.call('GET', KEYS[1])\n"
     "if not v or string.sub(v, 1, 32) ~= ARGV[1] then return 0 end\n"
     "local last = tonumber(redis.call('HGET', KEYS[2], 'slot_ms'))\n"
     "if last and last >= tonumber(ARGV[2]) then return 2 end\n"
-    "local t = redis.call('TIME')\n"
-    "local at = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)\n"
-    "redis.call('HSET', KEYS[2], 'slot_ms', ARGV[2], 'at_ms', string.format('%d', at),\n"
-    "           'by', ARGV[3])\n"
-    "redis.call('PEXPIRE', KEYS[2], ARGV[4])\n"
+    "redis.call('HSET', KEYS[2], 'slot_ms', ARGV[2], 'at_ms', ARGV[3], 'by', ARGV[4])\n"
+    "redis.call('PEXPIRE', KEYS[2], ARGV[5])\n"
     "return 1\n",
     NULL};
 
@@ -131,9 +130,10 @@ int dlock__slot_refused(const dlock_slot *out, dlock__err *e)
 }
 
 /* The first round: each server's clock and record. Fills out (the slot, the latest
- * record) and returns DLOCK_OK when a quorum still holds l's token. */
+ * record) and *now_ms (the median clock) and returns DLOCK_OK when a quorum still holds
+ * l's token. */
 static int read_slot(dlock_lock *l, const dlock__keys *k, int64_t period_ms, dlock_slot *out,
-                     dlock__err *e)
+                     int64_t *now_ms, dlock__err *e)
 {
     dlock_client *c = l->client;
     const char *args[] = {k->lock, k->slot, l->token};
@@ -173,7 +173,7 @@ static int read_slot(dlock_lock *l, const dlock__keys *k, int64_t period_ms, dlo
     }
     if (rc == DLOCK_OK && t.yes < c->quorum) {
         if (t.no > c->n - c->quorum) {
-            dlock__lock_mark_lost(l);
+            dlock__lock_lost(l);
             rc = dlock__err_set(e, DLOCK_ERR_LOST, "the lock is not held with this token");
         } else {
             rc = dlock__tally_undecided(c, &t, rd.reqs, e);
@@ -181,29 +181,33 @@ static int read_slot(dlock_lock *l, const dlock__keys *k, int64_t period_ms, dlo
     }
     if (rc == DLOCK_OK) {
         qsort(now, (size_t)t.yes, sizeof now[0], cmp_i64);
-        int64_t median = now[(t.yes - 1) / 2];
-        out->start_ms = median - median % period_ms;
+        *now_ms = now[(t.yes - 1) / 2];
+        out->start_ms = *now_ms - *now_ms % period_ms;
     }
     finish(c, &rd, &call);
     return rc;
 }
 
-/* The second round: the claim, written on a quorum. */
-static int write_slot(dlock_lock *l, const dlock__keys *k, int64_t period_ms, dlock_slot *out,
-                      dlock__err *e)
+/* The second round: the claim at now_ms, written on a quorum. A server whose record
+ * already holds this slot or a later one refuses it, even when a quorum accepted: that
+ * record is a claim the read did not see (its server did not answer, or forgot it and
+ * learned it again), and a slot runs at most once. */
+static int write_slot(dlock_lock *l, const dlock__keys *k, int64_t period_ms, int64_t now_ms,
+                      dlock_slot *out, dlock__err *e)
 {
     dlock_client *c = l->client;
-    char slot[24], keep[24];
+    char slot[24], at[24], keep[24];
     snprintf(slot, sizeof slot, "%lld", (long long)out->start_ms);
+    snprintf(at, sizeof at, "%lld", (long long)now_ms);
     snprintf(keep, sizeof keep, "%lld", (long long)(2 * period_ms + KEEP_EXTRA_MS));
-    const char *args[] = {k->lock, k->slot, l->token, slot, c->holder, keep};
-    const size_t lens[] = {k->lock_len,  k->slot_len,       DLOCK_TOKEN_LEN,
-                           strlen(slot), strlen(c->holder), strlen(keep)};
+    const char *args[] = {k->lock, k->slot, l->token, slot, at, c->holder, keep};
+    const size_t lens[] = {k->lock_len, k->slot_len,       DLOCK_TOKEN_LEN, strlen(slot),
+                           strlen(at),  strlen(c->holder), strlen(keep)};
     dlock__round rd;
     dlock__call call;
-    int rc = run(c, DLOCK_SCRIPT_SLOT_CLAIM, 6, args, lens, &rd, &call, e);
+    int rc = run(c, DLOCK_SCRIPT_SLOT_CLAIM, 7, args, lens, &rd, &call, e);
     dlock__tally t = {0};
-    int lost = 0;
+    int lost = 0, taken = 0;
     for (int i = 0; rc == DLOCK_OK && i < c->n; i++) {
         long long v;
         if (!dlock__tally_int(&t, &rd.reqs[i], &rd.set->conns[i], "slot claim", &v))
@@ -213,6 +217,7 @@ static int write_slot(dlock_lock *l, const dlock__keys *k, int64_t period_ms, dl
         } else if (v == 0 || v == 2) {
             t.no++;
             lost += v == 0;
+            taken += v == 2;
         } else {
             snprintf(rd.reqs[i].detail, sizeof rd.reqs[i].detail,
                      "%s: slot claim: unexpected reply %lld", rd.set->conns[i].node->addr.display,
@@ -220,15 +225,15 @@ static int write_slot(dlock_lock *l, const dlock__keys *k, int64_t period_ms, dl
             dlock__tally_failure(&t, &rd.reqs[i], DLOCK_ERR_PROTOCOL);
         }
     }
-    if (rc == DLOCK_OK && t.yes < c->quorum) {
+    if (rc == DLOCK_OK && taken > 0) {
+        out->last_ms = out->start_ms;
+        out->last_at_ms = -1;
+        out->last_by[0] = '\0';
+        rc = dlock__slot_refused(out, e);
+    } else if (rc == DLOCK_OK && t.yes < c->quorum) {
         if (lost > c->n - c->quorum) {
-            dlock__lock_mark_lost(l);
+            dlock__lock_lost(l);
             rc = dlock__err_set(e, DLOCK_ERR_LOST, "the lock is not held with this token");
-        } else if (t.no > c->n - c->quorum) {
-            out->last_ms = out->start_ms;
-            out->last_at_ms = -1;
-            out->last_by[0] = '\0';
-            rc = dlock__slot_refused(out, e);
         } else {
             rc = dlock__tally_undecided(c, &t, rd.reqs, e);
         }
@@ -260,11 +265,12 @@ int dlock_slot_claim(dlock_lock *l, int64_t period_ms, dlock_slot *out)
         return dlock__fail(DLOCK_ERR_LOST, "this handle already found the lock lost");
     dlock__keys k;
     rc = dlock__keys_make(l->client->prefix, l->client->prefix_len, l->name, l->name_len, &k, &e);
+    int64_t now_ms = 0;
     if (rc == DLOCK_OK)
-        rc = read_slot(l, &k, period_ms, out, &e);
+        rc = read_slot(l, &k, period_ms, out, &now_ms, &e);
     if (rc == DLOCK_OK)
         rc = out->last_ms >= out->start_ms ? dlock__slot_refused(out, &e)
-                                           : write_slot(l, &k, period_ms, out, &e);
+                                           : write_slot(l, &k, period_ms, now_ms, out, &e);
     free(k.buf);
     return dlock__err_raise(&e, rc);
 }
