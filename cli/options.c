@@ -192,10 +192,10 @@ int cli_parse_options(struct cli *cli, const struct command *cmd, int argc, char
             o->verbose = true;
             break;
         case 'E': {
-            char *end;
-            errno = 0;
-            long v = strtol(optarg, &end, 10);
-            if (errno != 0 || end == optarg || *end != '\0' || v < 0 || v > 255)
+            /* Digits only: strtol would also take " 5" and "+5". */
+            size_t len = strspn(optarg, "0123456789");
+            long v = len >= 1 && len <= 9 && optarg[len] == '\0' ? strtol(optarg, NULL, 10) : -1;
+            if (v < 0 || v > 255)
                 return cli_usage_error(cmd, "invalid exit code \"%.64s\": 0 to 255", optarg);
             o->conflict_exit = (int)v;
             o->conflict_set = true;

@@ -19,9 +19,10 @@ int cli_run_check(struct cli_run_args *a)
     char err[256];
     /* A slot is one run: a shared holder or a permit runs beside others. */
     if (a->once_per_ms > 0 && (a->shared || a->permits > 0)) {
+        const char *cmd = a->permits > 0 ? "sem run" : "run";
         cli_errline("%s: --once-per needs an exclusive lock (not --shared, not sem run) "
-                    "(see dlock run --help)",
-                    a->permits > 0 ? "sem run" : "run");
+                    "(see dlock %s --help)",
+                    cmd, cmd);
         return CLI_EXIT_USAGE;
     }
     a->signo = SIGTERM;
