@@ -155,9 +155,12 @@ int run_conflict(struct runner *r, const char *what);
  * releases the lock). */
 bool run_claim_slot(struct runner *r, int *code);
 
-/* With --min-hold, after CMD ended within the lease: keep the lock until the hold's
- * end, as a plain lease on the servers. Returns true when it did so (the handle is
- * then gone), false when there is nothing left to hold (release it). */
+/* With --min-hold, after CMD ended within the lease (however it ended, even
+ * interrupted: a run that started counts): keep the lock until the hold's end, as a
+ * plain lease on the servers. Returns true when the handle is gone (held, or a
+ * detach that failed, said here), false to release it (nothing left to hold, or the
+ * hold could not be set: said here unless the lock was lost, which the release
+ * reports). */
 bool run_hold_rest(struct runner *r);
 
 /* ---- run_child.c ---- */

@@ -75,7 +75,7 @@ static void cmd_environ_free(char **env)
     size_t k = 0;
     while (env[k] != NULL)
         k++;
-    /* The last three are ours; the third from the end is on the caller's stack. */
+    /* The last three are ours; the last (the fence) is on the caller's stack. */
     free(env[k - 3]);
     free(env[k - 2]);
     free(env);

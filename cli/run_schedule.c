@@ -64,6 +64,15 @@ bool run_claim_slot(struct runner *r, int *code)
     return true;
 }
 
+/* Say that the rest of --min-hold could not be kept, and why. */
+static void hold_failed(struct runner *r, const char *left, int rc)
+{
+    char detail[1024];
+    snprintf(detail, sizeof detail, "%s", dlock_errmsg());
+    cli_errline("warning: %s: cannot keep the lock %s more for --min-hold: %s%s%s%s", r->what, left,
+                dlock_strerror(rc), detail[0] ? " (" : "", detail, detail[0] ? ")" : "");
+}
+
 bool run_hold_rest(struct runner *r)
 {
     const struct cli_run_args *a = r->a;
@@ -75,18 +84,18 @@ bool run_hold_rest(struct runner *r)
     char left[32];
     cli_format_duration(rest, left, sizeof left);
     int rc = dlock_extend(r->lock, rest);
+    /* CMD ran under the lock; only the hold after it failed. A lock found lost is the
+     * caller's to report (its release says so), anything else is said here. */
     if (rc != DLOCK_OK) {
-        /* CMD ran under the lock; only the hold after it failed. The caller's release
-         * says what it finds. */
-        char detail[1024];
-        snprintf(detail, sizeof detail, "%s", dlock_errmsg());
-        cli_errline("warning: %s: cannot keep the lock %s more for --min-hold: %s%s%s%s", r->what,
-                    left, dlock_strerror(rc), detail[0] ? " (" : "", detail, detail[0] ? ")" : "");
+        if (rc != DLOCK_ERR_LOST)
+            hold_failed(r, left, rc);
         return false;
     }
-    dlock_lock_detach(r->lock);
+    rc = dlock_lock_detach(r->lock); /* frees the handle whatever it returns */
     r->lock = NULL;
-    if (a->verbose)
+    if (rc != DLOCK_OK)
+        hold_failed(r, left, rc); /* a file:// lock was then released */
+    else if (a->verbose)
         cli_errline("%s: CMD ended; the lock stays held %s more (--min-hold)", r->what, left);
     return true;
 }

@@ -63,6 +63,7 @@ int main(int argc, char **argv)
     long step_ms = 100;
     long long period_s = 24 * 60 * 60;
     int opt;
+    char *end;
     while ((opt = getopt(argc, argv, "s:t:d:p:")) != -1) {
         if (opt == 's')
             servers = optarg;
@@ -70,9 +71,9 @@ int main(int argc, char **argv)
             ttl_ms = strtoll(optarg, NULL, 10);
         else if (opt == 'd')
             step_ms = strtol(optarg, NULL, 10);
-        else if (opt == 'p')
-            period_s = strtoll(optarg, NULL, 10);
-        else
+        else if (opt == 'p' && (period_s = strtoll(optarg, &end, 10), end == optarg || *end))
+            goto usage;
+        else if (opt != 'p')
             goto usage;
     }
     if (argc - optind > 1 || step_ms < 0 || ttl_ms < DLOCK_TTL_MIN_MS ||
@@ -121,14 +122,17 @@ int main(int argc, char **argv)
     dlock_slot slot;
     rc = period_s > 0 ? dlock_slot_claim(l, period_s * 1000, &slot) : DLOCK_OK;
     if (rc != DLOCK_OK) {
-        bool done = rc == DLOCK_ERR_BUSY;
-        if (done)
+        /* Done already: nothing to do. Lost: no claim, so no run (1, as for a job that
+         * lost its lock). Unreachable: nobody knows whether it ran (75). */
+        int status = rc == DLOCK_ERR_BUSY ? 0 : rc == DLOCK_ERR_LOST ? 1 : EXIT_TEMPFAIL;
+        if (status == 0)
             printf("%s: already ran in this slot (%s); nothing to do here\n", job, dlock_errmsg());
         else
-            fprintf(stderr, "%s: cannot claim the slot, job not run: %s\n", job, dlock_errmsg());
+            fprintf(stderr, "%s: cannot claim the slot, job not run: %s: %s\n", job,
+                    dlock_strerror(rc), dlock_errmsg());
         dlock_release(l);
         dlock_client_free(c);
-        return done ? 0 : EXIT_TEMPFAIL;
+        return status;
     }
 
     uint64_t fence = dlock_fence(l);

@@ -721,17 +721,19 @@ typedef struct dlock_slot {
 
 /* Claim the current slot of period_ms (DLOCK_SLOT_PERIOD_MIN_MS to _MAX_MS) for the
  * exclusive lock l holds. With N > 1 servers the slot is read from the median of the
- * clocks of a quorum that still holds l's token, the records of those servers are
- * compared, and the claim is written on a quorum, each write checked against l's token
- * (a server whose record holds the slot already refuses it, however many accept).
+ * clocks of a quorum that still holds l's token (of an even number, the earlier of the
+ * two in the middle), the records of those servers are compared, and the claim is
+ * written on a quorum, each write checked against l's token (a server whose record
+ * holds the slot already refuses it, however many accept).
  * Returns DLOCK_OK when the slot is l's (recorded; *out says which, and the claim
  * before it), DLOCK_ERR_BUSY when this slot or a later one was claimed already (*out
- * says by whom, when the first round saw it), DLOCK_ERR_LOST when l no longer holds the lock,
- * DLOCK_ERR_INVALID for a NULL, a period out of range, a shared holder or a semaphore
- * permit, or a file:// handle that was adopted, else an unavailability error (the
- * claim may then be recorded on some servers: a later claim of the slot on them is
- * refused, so a slot runs at most once, not always once). A record lives two periods
- * and a minute after it is made; it is as durable as the servers' data. */
+ * says by whom, when the first round saw it), DLOCK_ERR_LOST when l no longer holds
+ * the lock, DLOCK_ERR_INVALID for a NULL, a period out of range, a shared holder or a
+ * permit of a semaphore of K >= 2 (on file://, of any K), or a file:// handle that was
+ * adopted, else an unavailability error (the claim may then be recorded on some
+ * servers: a later claim of the slot on them is refused, so a slot runs at most once,
+ * not always once). A record lives two periods and a minute after it is made (in a
+ * file:// lock file, until the next claim); it is as durable as the servers' data. */
 DLOCK_API int dlock_slot_claim(dlock_lock *l, int64_t period_ms, dlock_slot *out);
 
 /*

@@ -361,17 +361,22 @@ int dlock__local_slot_claim(dlock_lock *l, int64_t period_ms, dlock_slot *out, d
         return dlock__err_set(e, DLOCK_ERR_INVALID,
                               "a file:// slot is claimed with the handle that took the lock, "
                               "not an adopted one");
+    if (h->slot >= 0)
+        return dlock__err_set(e, DLOCK_ERR_INVALID,
+                              "a slot is claimed by an exclusive holder, not by a shared holder "
+                              "or a semaphore permit");
     if (l->lost)
         return dlock__err_set(e, DLOCK_ERR_LOST, "this handle already found the lock lost");
     char file[FILE_MAX];
-    int rc = still_held(l, e);
-    if (rc == DLOCK_OK)
-        rc = dlock__local_file_name(l->name, l->name_len, file, e);
+    int rc = dlock__local_file_name(l->name, l->name_len, file, e);
     if (rc != DLOCK_OK ||
         (rc = dlock__local_guard_take(l->client, h->fd, F_WRLCK, file, e)) != DLOCK_OK)
         return rc;
+    /* Under the guard: a file removed or replaced before it would take the claim to an
+     * inode nobody reads. */
     view v;
-    if ((rc = dlock__local_read_view(l->client, h->fd, file, &v, e)) == DLOCK_OK) {
+    if ((rc = still_held(l, e)) == DLOCK_OK &&
+        (rc = dlock__local_read_view(l->client, h->fd, file, &v, e)) == DLOCK_OK) {
         int64_t now = dlock__wallclock_us() / 1000;
         out->start_ms = now - now % period_ms;
         out->last_ms = v.slot_ms;

@@ -163,7 +163,8 @@ static int resend_as_eval(void *arg, const redisReply *reply, const char **cmd, 
 static bool harmless_late(enum dlock__script_id id)
 {
     return id == DLOCK_SCRIPT_RELEASE || id == DLOCK_SCRIPT_LEAVE || id == DLOCK_SCRIPT_REFRESH ||
-           id == DLOCK_SCRIPT_INSPECT || id == DLOCK_SCRIPT_STOCK_END || id == DLOCK_SCRIPT_FENCE;
+           id == DLOCK_SCRIPT_INSPECT || id == DLOCK_SCRIPT_STOCK_END || id == DLOCK_SCRIPT_FENCE ||
+           id == DLOCK_SCRIPT_SLOT_READ;
 }
 
 void dlock__call_reqs(dlock__call *call, dlock__req *reqs, int n, bool await)

@@ -8,7 +8,8 @@
  * that already ran, or one whose cron fires late would claim the next. The servers
  * are the one clock every host asks. With N > 1 servers, each may tell another time;
  * the median of those that still hold the caller's token is the slot's clock (and the
- * time the claim records): one server with a wrong clock cannot move it past the others.
+ * time the claim records): of three clocks or more, one wrong clock cannot move it past
+ * the others (of two, the earlier counts).
  *
  * Why two rounds: the slot must be one number for all servers, and a server that
  * computed its own from its clock could disagree with another near a boundary. So the
@@ -98,7 +99,9 @@ static int64_t ms_of(const redisReply *r)
         return -1;
     char *end;
     long long v = strtoll(r->str, &end, 10);
-    return end == r->str + r->len && v >= 0 ? v : -1;
+    /* Up to 2^53 (ms for 285,000 years; s times 1000 cannot overflow): a larger value is
+     * not a clock or a record of ours. */
+    return end == r->str + r->len && v >= 0 && v <= (INT64_C(1) << 53) ? v : -1;
 }
 
 const char *dlock__utc_text(int64_t ms, char buf[32])
@@ -117,8 +120,8 @@ int dlock__slot_refused(const dlock_slot *out, dlock__err *e)
     dlock__utc_text(out->start_ms, slot);
     if (out->last_at_ms < 0)
         return dlock__err_set(e, DLOCK_ERR_BUSY,
-                              "slot %s was claimed already (on a server the first round did "
-                              "not reach)",
+                              "slot %s: a server holds a claim of it or of a later slot that "
+                              "the first round did not see",
                               slot);
     dlock__utc_text(out->last_at_ms, at);
     if (out->last_ms == out->start_ms)

@@ -11,11 +11,9 @@
  * over three servers: the record on all of them, a claim with one down and its refusal
  * after, NOQUORUM with two down, the median of the clocks (two servers under
  * libfaketime an hour ahead and three hours behind), a record the first round missed
- * (relays); over file://: the lock file's "slot" line next to a fence that still rises.
- *
- * Why: the claim is what makes a fleet's cron job run once per slot; these are the
- * facts that promise rests on. Claims that must fall in one slot start early in a
- * slot (fresh_slot), so a slot boundary never makes them flaky.
+ * (relays); over file://: the lock file's "slot" line next to a fence that still rises,
+ * shared holders and permits refused. Claims that must fall in one slot start early in
+ * a slot (fresh_slot), so a slot boundary never makes them flaky.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -149,8 +147,8 @@ static void plant_record(dh_server *s, const char *name, int64_t slot_ms, int64_
                          const char *by)
 {
     char key[256];
-    slot_key(key, sizeof key, name);
     long long n;
+    slot_key(key, sizeof key, name);
     assert_int_equal(dh_reply_integer(dh_cmd(s, "HSET %s slot_ms %lld at_ms %lld by %s", key,
                                              (long long)slot_ms, (long long)at_ms, by),
                                       "HSET", &n),
@@ -438,7 +436,6 @@ static void test_median_clock(void **state)
 }
 
 /* ---- three servers behind relays ------------------------------------------------- */
-
 /* A record on one server that the first round did not reach (its read answered with an
  * error by the relay) is a claim the read did not see: that server refuses the second
  * round, and the claim is refused although the other two, a quorum, took it (a slot
@@ -458,7 +455,7 @@ static void test_record_missed_by_read(void **state)
     dlock_slot s;
     rec r;
     CLAIM(l, P, &s, DLOCK_ERR_BUSY);
-    expect_errmsg("first round did not reach");
+    expect_errmsg("first round did not see");
     assert_int_equal(s.start_ms % P, 0);
     assert_int_equal(s.last_ms, s.start_ms);
     assert_int_equal(s.last_at_ms, -1);
@@ -562,6 +559,17 @@ static void test_local(void **state)
     CLAIM(x, P, &s2, DLOCK_ERR_INVALID);
     expect_errmsg("adopted");
     assert_int_equal(dlock_release(x), DLOCK_OK);
+
+    /* A shared holder and a permit (a slot of the file, not its gate): refused. */
+    dlock_opts o = {.ttl_ms = 30000, .shared = 1};
+    for (int k = 0; k < 2; k++) {
+        assert_int_equal(
+            k ? dlock_sem_acquire(a, "job", 3, &o, &x) : dlock_acquire(a, "job", &o, &x), DLOCK_OK);
+        CLAIM(x, P, &s2, DLOCK_ERR_INVALID);
+        expect_errmsg("exclusive holder");
+        assert_int_equal(dlock_release(x), DLOCK_OK);
+        o.shared = 0;
+    }
     dlock_client_free(a);
     dlock_client_free(b);
 }
