@@ -10,9 +10,12 @@ add_dependencies(test_run dlock_cli)
 target_compile_definitions(test_run PRIVATE DLOCK_SOURCE_DIR="${PROJECT_SOURCE_DIR}")
 # `dlock run` for a fleet's cron job, -E, -v, --once-per and --min-hold
 # (tests/integration/test_schedule.c): real dlock processes on one server, three and
-# file://, some under libfaketime.
+# file://, some under libfaketime. Its fleet starts fifteen dlock processes a second
+# (slow ones in the sanitizer builds): run alone, so that no other test's timing shares
+# the machine with it.
 dlock_add_test(test_schedule SOURCES test_schedule.c itest.c LABELS integration)
 add_dependencies(test_schedule dlock_cli)
+set_tests_properties(test_schedule PROPERTIES RUN_SERIAL TRUE)
 # The dlock command on local locks (-s file:///DIR): tests/integration/test_local_cli.c.
 dlock_add_test(test_local_cli SOURCES test_local_cli.c itest.c LABELS integration)
 add_dependencies(test_local_cli dlock_cli)
