@@ -7,7 +7,7 @@
  * independent reading of the grammar in cli/duration.h, done here with 128-bit
  * arithmetic instead of the parser's digit-by-digit overflow checks:
  *
- *     duration = digit+ [ "." digit+ ] [ "ms" | "s" | "m" | "h" ]     (bare: seconds)
+ *     duration = digit+ [ "." digit+ ] [ "ms" | "s" | "m" | "h" | "d" ]     (bare: seconds)
  *     value    = exactly (whole + fraction) * unit, in whole ms, at most INT64_MAX
  *
  * Both must accept the same strings with the same value; a lease and a wait follow
@@ -67,13 +67,15 @@ static bool reference(const char *s, int64_t *out)
         unit = 60000;
     else if (strcmp(p, "h") == 0)
         unit = 3600000;
+    else if (strcmp(p, "d") == 0)
+        unit = 86400000;
     else
         return false;
     while (flen > 0 && frac[flen - 1] == '0')
         flen--;
     /* A fraction of more than 18 significant digits cannot be exact: checked below by
      * the arithmetic for shorter ones, refused here for longer ones (10^19 would not
-     * fit the numbers used). 7 would do (see duration.c); 18 leaves the proof to the
+     * fit the numbers used). 10 would do (see duration.c); 18 leaves the proof to the
      * arithmetic. */
     if (flen > 18)
         return false;
