@@ -27,31 +27,6 @@ _Static_assert(sizeof(void *) != 8 || sizeof(dlock_break_info) == 2104,
 _Static_assert(sizeof(void *) != 8 || sizeof(dlock_break_opts) == 56,
                "dlock_break_opts changed size");
 
-/* One round of a break script: its call, the round and what the servers said. */
-typedef struct brk_round {
-    dlock__round rd;
-    dlock__call call;
-    dlock__tally t;
-} brk_round;
-
-/* Run one of the break scripts on every server, keys and arguments as given; the
- * round's replies are left in b for the caller, who ends it with finish. */
-static int run(dlock_client *c, enum dlock__script_id id, int nkeys, int nargs, const char **args,
-               const size_t *lens, brk_round *b, dlock__err *e)
-{
-    memset(b, 0, sizeof *b);
-    int rc = dlock__call_format(&c->scripts, id, nkeys, nargs, args, lens, &b->call, e);
-    if (rc == DLOCK_OK && (rc = dlock__round_begin(c, &b->rd, e)) == DLOCK_OK)
-        dlock__round_run(c, &b->rd, &b->call, NULL, NULL);
-    return rc;
-}
-
-static void finish(dlock_client *c, brk_round *b)
-{
-    dlock__round_end(c, &b->rd);
-    dlock__call_free(&b->call);
-}
-
 /* Enter a break call: the client, the name, the name's keys into k (free k->buf). */
 static int enter(dlock_client *c, const char *name, dlock_break_info *out, dlock__keys *k,
                  dlock__err *e)
@@ -123,11 +98,13 @@ int dlock_break(dlock_client *c, const char *name, const dlock_break_opts *opts,
     const size_t lens[] = {k.lock_len,           k.fence_len, k.queue_len, k.holders_len,
                            k.info_len,           k.brk_len,   strlen(by),  strlen(reason),
                            strlen(c->retention), strlen(ttl)};
-    brk_round b;
-    if ((rc = run(c, DLOCK_SCRIPT_BREAK, 6, 10, args, lens, &b, &e)) == DLOCK_OK) {
+    dlock__script_round b;
+    dlock__tally t = {0};
+    const dlock__script_args sa = {DLOCK_SCRIPT_BREAK, 6, 10, args, lens};
+    if ((rc = dlock__script_run(c, &sa, &b, &e)) == DLOCK_OK) {
         for (int i = 0; i < c->n; i++) {
             dlock__req *r = &b.rd.reqs[i];
-            if (!dlock__tally_reply(&b.t, r, &b.rd.set->conns[i], "break", REDIS_REPLY_ARRAY))
+            if (!dlock__tally_reply(&t, r, &b.rd.set->conns[i], "break", REDIS_REPLY_ARRAY))
                 continue;
             const redisReply *rep = r->reply;
             bool took = rep->elements == 4 && rep->element[0]->type == REDIS_REPLY_INTEGER &&
@@ -138,7 +115,7 @@ int dlock_break(dlock_client *c, const char *name, const dlock_break_opts *opts,
             if (!took && (rep->elements != 1 || rep->element[0]->type != REDIS_REPLY_INTEGER)) {
                 snprintf(r->detail, sizeof r->detail, "%s: break: unexpected reply shape",
                          b.rd.set->conns[i].node->addr.display);
-                dlock__tally_failure(&b.t, r, DLOCK_ERR_PROTOCOL);
+                dlock__tally_failure(&t, r, DLOCK_ERR_PROTOCOL);
                 continue;
             }
             if (!took)
@@ -153,11 +130,11 @@ int dlock_break(dlock_client *c, const char *name, const dlock_break_opts *opts,
             if (rep->element[3]->integer > out->at_ms)
                 out->at_ms = rep->element[3]->integer;
         }
-        rc = answered(c, &b.t, &b.rd, &e);
+        rc = answered(c, &t, &b.rd, &e);
         dlock__copy_text(out->by, sizeof out->by, by, strlen(by));
         dlock__copy_text(out->reason, sizeof out->reason, reason, strlen(reason));
     }
-    finish(c, &b);
+    dlock__script_run_end(c, &b);
     free(k.buf);
     if (rc == DLOCK_OK && out->broken && fence_key != NULL)
         rc = raise_register(c, fence_key, out->fence, &e);
@@ -188,13 +165,14 @@ int dlock_break_last(dlock_client *c, const char *name, dlock_break_info *out)
     }
     const char *args[] = {k.brk};
     const size_t lens[] = {k.brk_len};
-    brk_round b;
-    if ((rc = run(c, DLOCK_SCRIPT_BREAK_RECORD, 1, 1, args, lens, &b, &e)) == DLOCK_OK) {
+    dlock__script_round b;
+    dlock__tally t = {0};
+    const dlock__script_args sa = {DLOCK_SCRIPT_BREAK_RECORD, 1, 1, args, lens};
+    if ((rc = dlock__script_run(c, &sa, &b, &e)) == DLOCK_OK) {
         /* With several servers, the latest record any of them keeps. */
         for (int i = 0; i < c->n; i++) {
             dlock__req *r = &b.rd.reqs[i];
-            if (!dlock__tally_reply(&b.t, r, &b.rd.set->conns[i], "break record",
-                                    REDIS_REPLY_ARRAY))
+            if (!dlock__tally_reply(&t, r, &b.rd.set->conns[i], "break record", REDIS_REPLY_ARRAY))
                 continue;
             const redisReply *rep = r->reply, *at = field(rep, "at_ms");
             const redisReply *f = field(rep, "fence"), *h = field(rep, "holder");
@@ -211,9 +189,9 @@ int dlock_break_last(dlock_client *c, const char *name, dlock_break_info *out)
             dlock__copy_text(out->by, sizeof out->by, by->str, by->len);
             dlock__copy_text(out->reason, sizeof out->reason, why->str, why->len);
         }
-        rc = answered(c, &b.t, &b.rd, &e);
+        rc = answered(c, &t, &b.rd, &e);
     }
-    finish(c, &b);
+    dlock__script_run_end(c, &b);
     free(k.buf);
     return dlock__err_raise(&e, rc);
 }

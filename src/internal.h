@@ -148,8 +148,8 @@ int dlock__scripts_init(dlock__scripts *s, dlock__err *e);
  * before. */
 typedef struct dlock__keys {
     char *buf;
-    const char *lock, *fence, *queue, *holders, *info, *brk, *slot;
-    size_t lock_len, fence_len, queue_len, holders_len, info_len, brk_len, slot_len;
+    const char *lock, *fence, *queue, *holders, *info, *brk, *slot, *leader;
+    size_t lock_len, fence_len, queue_len, holders_len, info_len, brk_len, slot_len, leader_len;
 } dlock__keys;
 
 int dlock__keys_make(const char *prefix, size_t prefix_len, const char *name, size_t name_len,
@@ -489,6 +489,16 @@ typedef struct dlock__script_args {
     const size_t *lens;
 } dlock__script_args;
 
+/* One round of a script on every node, run to its end; the replies stay in s->rd for
+ * the caller, who ends it with dlock__script_run_end (also after a failure). */
+typedef struct dlock__script_round {
+    dlock__round rd;
+    dlock__call call;
+} dlock__script_round;
+int dlock__script_run(struct dlock_client *c, const dlock__script_args *sa, dlock__script_round *s,
+                      dlock__err *e);
+void dlock__script_run_end(struct dlock_client *c, dlock__script_round *s);
+
 /* Run a script that answers 1 (done) or 0 (refused) on every node and decide: DLOCK_OK
  * on a quorum of 1s; no_err with no_msg when so many said 0 that no quorum of 1s is
  * possible; else the unavailability error. *start_us: when the round started. */
@@ -513,11 +523,14 @@ struct dlock_lock {
     /* Written by the renewal thread too, hence atomic. */
     _Atomic int64_t valid_until_us; /* on dlock__now_us(); 0: unknown (adopted) */
     _Atomic bool lost;
-    bool shared;   /* a shared holder or a semaphore permit (renewed with its holders keys) */
-    bool attached; /* on client->locks */
-    bool released; /* guarded by client->mu: its release ended and told the client's
-                      waiters so, so none waits behind it (dlock__wait_behind_own) */
-    int lost_fd;   /* guarded by client->mu; -1 until dlock_lost_fd */
+    bool shared;       /* a shared holder or a semaphore permit (renewed with its holders keys) */
+    bool leading;      /* an elected leader's (renewed with its record, elect.c); set before
+                          the watchdog knows the handle */
+    int64_t proclaims; /* a leader's: its proclamations so far (the seq of the last) */
+    bool attached;     /* on client->locks */
+    bool released;     /* guarded by client->mu: its release ended and told the client's
+                          waiters so, so none waits behind it (dlock__wait_behind_own) */
+    int lost_fd;       /* guarded by client->mu; -1 until dlock_lost_fd */
     /* Renewal (watchdog.c), guarded by the watchdog's mutex. */
     bool renewing;          /* registered with the watchdog */
     bool in_batch;          /* in a renewal round now: the handle must not be freed */

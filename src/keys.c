@@ -16,6 +16,11 @@
  *   P{name}:slot           the last slot of a scheduled job claimed under the name
  *                          (dlock_slot_claim): a hash of slot_ms, at_ms and by, kept
  *                          two periods and a minute
+ *   P{name}:leader         an elected leader's record (elect.c): a hash of its term,
+ *                          seq (its proclamations in the term), token and value, with
+ *                          the lease of the lock; and, as a pub/sub channel (another
+ *                          namespace than the keys), where the leader's changes and
+ *                          renewals are published for observers
  * All share the hash tag {name}, so they live in one Cluster slot. A name that begins
  * with '}' would make that tag empty (Redis hashes the whole key then, each key to its
  * own slot), so such a name, and for the encoding to stay one-to-one every name that
@@ -56,15 +61,15 @@ char *dlock__tag_write(char *out, const char *name, size_t name_len)
 int dlock__keys_make(const char *prefix, size_t prefix_len, const char *name, size_t name_len,
                      dlock__keys *k, dlock__err *e)
 {
-    enum { N = 7 };
+    enum { N = 8 };
     static const char *const suffix[N] = {"",       ":fence", ":queue", ":holders", ":holders:info",
-                                          ":break", ":slot"};
+                                          ":break", ":slot",  ":leader"};
     const char **dst[N] = {&k->lock, &k->fence, &k->queue, &k->holders,
-                           &k->info, &k->brk,   &k->slot};
+                           &k->info, &k->brk,   &k->slot,  &k->leader};
     size_t *len[N] = {&k->lock_len, &k->fence_len, &k->queue_len, &k->holders_len,
-                      &k->info_len, &k->brk_len,   &k->slot_len};
+                      &k->info_len, &k->brk_len,   &k->slot_len,  &k->leader_len};
     size_t base = prefix_len + dlock__tag_len(name, name_len) + sizeof "{}";
-    k->buf = dlock__malloc(N * base + sizeof ":fence:queue:holders:holders:info:break:slot");
+    k->buf = dlock__malloc(N * base + sizeof ":fence:queue:holders:holders:info:break:slot:leader");
     if (k->buf == NULL)
         return dlock__err_set(e, DLOCK_ERR_NOMEM, "out of memory");
     char *p = k->buf;

@@ -224,6 +224,23 @@ int dlock__tally_undecided(const dlock_client *c, const dlock__tally *t, const d
     return DLOCK_ERR_NOQUORUM;
 }
 
+int dlock__script_run(dlock_client *c, const dlock__script_args *sa, dlock__script_round *s,
+                      dlock__err *e)
+{
+    memset(s, 0, sizeof *s);
+    int rc = dlock__call_format(&c->scripts, sa->id, sa->nkeys, sa->nargs, sa->args, sa->lens,
+                                &s->call, e);
+    if (rc == DLOCK_OK && (rc = dlock__round_begin(c, &s->rd, e)) == DLOCK_OK)
+        dlock__round_run(c, &s->rd, &s->call, NULL, NULL);
+    return rc;
+}
+
+void dlock__script_run_end(dlock_client *c, dlock__script_round *s)
+{
+    dlock__round_end(c, &s->rd);
+    dlock__call_free(&s->call);
+}
+
 int dlock__round_yes_no(dlock_client *c, const dlock__script_args *sa, const char *what, int no_err,
                         const char *no_msg, int64_t *start_us, dlock__err *e)
 {

@@ -449,8 +449,12 @@ static const char *const fenced_set_lua[] = {
 /*
  * RENEW  KEYS: lock 1..K, then the holders and holders info keys of the shared ones
  *        ARGV: token 1, ttl_ms 1, at 1, ..., token K, ttl_ms K, at K, where "at" is
- *              the index in KEYS of a shared lock's holders key ("0": exclusive)
- * The watchdog's batch: extend every lock that still holds its token. Returns a
+ *              the index in KEYS of a shared lock's holders key ("0": exclusive),
+ *              or minus that of an elected leader's record (elect.c)
+ * The watchdog's batch: extend every lock that still holds its token; a leader's
+ * record is extended with it and the renewal published on the record's channel
+ * ("R <token> <ttl_ms>"), which tells its observers that the leader lives without
+ * their asking. Returns a
  * string of K characters, '1' extended, '0' not ours: one reply of K bytes, not an
  * array of K replies, whatever K. A key of the wrong type counts as not ours rather
  * than failing the whole batch.
@@ -465,6 +469,10 @@ static const char *const renew_lua[] = {
     "  if type(v) == 'string' and string.sub(v, 1, 32) == token then\n"
     "    redis.call('PEXPIRE', KEYS[i], ttl)\n"
     "    r[i] = '1'\n"
+    "    if at < 0 then\n"
+    "      redis.pcall('PEXPIRE', KEYS[-at], ttl)\n"
+    "      redis.call('PUBLISH', KEYS[-at], 'R ' .. token .. ' ' .. ttl)\n"
+    "    end\n"
     "  elseif v == 'shared' and at > 0 then\n"
     "    local ok, yes = pcall(renew_shared, KEYS[i], KEYS[at], KEYS[at + 1], token, ttl)\n"
     "    if ok and yes then r[i] = '1' end\n"

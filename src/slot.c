@@ -67,25 +67,6 @@ const char *const dlock__slot_claim_lua[] = {
     "return 1\n",
     NULL};
 
-/* One round of a slot script on every server; its replies stay in rd for the caller,
- * who ends it with finish. */
-static int run(dlock_client *c, enum dlock__script_id id, int nargs, const char **args,
-               const size_t *lens, dlock__round *rd, dlock__call *call, dlock__err *e)
-{
-    memset(call, 0, sizeof *call);
-    memset(rd, 0, sizeof *rd);
-    int rc = dlock__call_format(&c->scripts, id, 2, nargs, args, lens, call, e);
-    if (rc == DLOCK_OK && (rc = dlock__round_begin(c, rd, e)) == DLOCK_OK)
-        dlock__round_run(c, rd, call, NULL, NULL);
-    return rc;
-}
-
-static void finish(dlock_client *c, dlock__round *rd, dlock__call *call)
-{
-    dlock__round_end(c, rd);
-    dlock__call_free(call);
-}
-
 static int cmp_i64(const void *a, const void *b)
 {
     int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
@@ -141,14 +122,15 @@ static int read_slot(dlock_lock *l, const dlock__keys *k, int64_t period_ms, dlo
     dlock_client *c = l->client;
     const char *args[] = {k->lock, k->slot, l->token};
     const size_t lens[] = {k->lock_len, k->slot_len, DLOCK_TOKEN_LEN};
-    dlock__round rd;
-    dlock__call call;
-    int rc = run(c, DLOCK_SCRIPT_SLOT_READ, 3, args, lens, &rd, &call, e);
+    const dlock__script_args sa = {DLOCK_SCRIPT_SLOT_READ, 2, 3, args, lens};
+    dlock__script_round s;
+    int rc = dlock__script_run(c, &sa, &s, e);
+    dlock__round *rd = &s.rd;
     int64_t now[DLOCK_SERVERS_MAX];
     dlock__tally t = {0};
     for (int i = 0; rc == DLOCK_OK && i < c->n; i++) {
-        dlock__req *r = &rd.reqs[i];
-        if (!dlock__tally_reply(&t, r, &rd.set->conns[i], "slot read", REDIS_REPLY_ARRAY))
+        dlock__req *r = &rd->reqs[i];
+        if (!dlock__tally_reply(&t, r, &rd->set->conns[i], "slot read", REDIS_REPLY_ARRAY))
             continue;
         const redisReply *rep = r->reply;
         bool shaped = rep->elements == 6 && rep->element[0]->type == REDIS_REPLY_INTEGER;
@@ -158,7 +140,7 @@ static int read_slot(dlock_lock *l, const dlock__keys *k, int64_t period_ms, dlo
                 us = shaped ? ms_of(rep->element[2]) : -1;
         if (sec < 0 || us < 0) {
             snprintf(r->detail, sizeof r->detail, "%s: slot read: unexpected reply shape",
-                     rd.set->conns[i].node->addr.display);
+                     rd->set->conns[i].node->addr.display);
             dlock__tally_failure(&t, r, DLOCK_ERR_PROTOCOL);
             continue;
         }
@@ -179,7 +161,7 @@ static int read_slot(dlock_lock *l, const dlock__keys *k, int64_t period_ms, dlo
             dlock__lock_lost(l);
             rc = dlock__err_set(e, DLOCK_ERR_LOST, "the lock is not held with this token");
         } else {
-            rc = dlock__tally_undecided(c, &t, rd.reqs, e);
+            rc = dlock__tally_undecided(c, &t, rd->reqs, e);
         }
     }
     if (rc == DLOCK_OK) {
@@ -187,7 +169,7 @@ static int read_slot(dlock_lock *l, const dlock__keys *k, int64_t period_ms, dlo
         *now_ms = now[(t.yes - 1) / 2];
         out->start_ms = *now_ms - *now_ms % period_ms;
     }
-    finish(c, &rd, &call);
+    dlock__script_run_end(c, &s);
     return rc;
 }
 
@@ -206,14 +188,15 @@ static int write_slot(dlock_lock *l, const dlock__keys *k, int64_t period_ms, in
     const char *args[] = {k->lock, k->slot, l->token, slot, at, c->holder, keep};
     const size_t lens[] = {k->lock_len, k->slot_len,       DLOCK_TOKEN_LEN, strlen(slot),
                            strlen(at),  strlen(c->holder), strlen(keep)};
-    dlock__round rd;
-    dlock__call call;
-    int rc = run(c, DLOCK_SCRIPT_SLOT_CLAIM, 7, args, lens, &rd, &call, e);
+    const dlock__script_args sa = {DLOCK_SCRIPT_SLOT_CLAIM, 2, 7, args, lens};
+    dlock__script_round s;
+    int rc = dlock__script_run(c, &sa, &s, e);
+    dlock__round *rd = &s.rd;
     dlock__tally t = {0};
     int lost = 0, taken = 0;
     for (int i = 0; rc == DLOCK_OK && i < c->n; i++) {
         long long v;
-        if (!dlock__tally_int(&t, &rd.reqs[i], &rd.set->conns[i], "slot claim", &v))
+        if (!dlock__tally_int(&t, &rd->reqs[i], &rd->set->conns[i], "slot claim", &v))
             continue;
         if (v == 1) {
             t.yes++;
@@ -222,10 +205,10 @@ static int write_slot(dlock_lock *l, const dlock__keys *k, int64_t period_ms, in
             lost += v == 0;
             taken += v == 2;
         } else {
-            snprintf(rd.reqs[i].detail, sizeof rd.reqs[i].detail,
-                     "%s: slot claim: unexpected reply %lld", rd.set->conns[i].node->addr.display,
+            snprintf(rd->reqs[i].detail, sizeof rd->reqs[i].detail,
+                     "%s: slot claim: unexpected reply %lld", rd->set->conns[i].node->addr.display,
                      v);
-            dlock__tally_failure(&t, &rd.reqs[i], DLOCK_ERR_PROTOCOL);
+            dlock__tally_failure(&t, &rd->reqs[i], DLOCK_ERR_PROTOCOL);
         }
     }
     if (rc == DLOCK_OK && taken > 0) {
@@ -238,10 +221,10 @@ static int write_slot(dlock_lock *l, const dlock__keys *k, int64_t period_ms, in
             dlock__lock_lost(l);
             rc = dlock__err_set(e, DLOCK_ERR_LOST, "the lock is not held with this token");
         } else {
-            rc = dlock__tally_undecided(c, &t, rd.reqs, e);
+            rc = dlock__tally_undecided(c, &t, rd->reqs, e);
         }
     }
-    finish(c, &rd, &call);
+    dlock__script_run_end(c, &s);
     return rc;
 }
 

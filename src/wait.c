@@ -8,10 +8,9 @@
  * attempt only confirms it. The commands a section costs stay flat as waiters are
  * added, and so does the work: no other process hears of the release.
  *
- * In a process, one background thread per client holds one subscriber connection
- * per node, SUBSCRIBEd to the client's channel (P wake:<32 hex>, made when the
- * client is). A wake-up message carries a token; the thread notes which node sent it
- * in that waiter's grants and writes to its eventfd, and the waiter, asleep in
+ * In a process, the client's subscriber thread (subscriber.c) hears the wake-ups on
+ * the client's channel. A wake-up message carries a token; the thread notes which node
+ * sent it in that waiter's grants and writes to its eventfd, and the waiter, asleep in
  * ppoll() on its eventfd and its cancel_fd, retries. The thread starts on a client's
  * first wait and stays subscribed until the client is freed, so a thread that comes
  * back for a busy name queues with its first attempt.
@@ -23,7 +22,7 @@
  * connection is remade, every waiter retries once: a release may have gone by while
  * it was down.
  */
-#include "internal.h"
+#include "subscriber.h"
 
 #include <errno.h>
 #include <poll.h>
@@ -34,260 +33,14 @@
 #include <time.h>
 #include <unistd.h>
 
-struct dlock__waitsys {
-    pthread_mutex_t mu;       /* everything below, except conns (the thread's own) */
-    pthread_cond_t confirmed; /* a subscription was confirmed, or the thread stopped */
-    pthread_t thread;
-    bool stop;
-    int ctl; /* eventfd: wakes the thread to stop */
-    dlock__waiter *waiters;
-    uint32_t subscribed;  /* nodes that confirmed the subscription (bit per node) */
-    dlock__conn *conns;   /* one subscriber connection per node */
-    int64_t *retry_at_us; /* when to reconnect a closed node */
-    int64_t *backoff_us;
-    bool *connected_once;
-};
-
-/* ---- helpers ------------------------------------------------------------------ */
-
-static void kick(int fd)
-{
-    uint64_t one = 1;
-    ssize_t w = write(fd, &one, sizeof one);
-    (void)w; /* a full counter means a wake-up is already pending */
-}
-
-static void drain(int fd)
-{
-    uint64_t v;
-    ssize_t r = read(fd, &v, sizeof v);
-    (void)r;
-}
-
-static void wake_all(struct dlock__waitsys *ws)
-{
-    for (dlock__waiter *w = ws->waiters; w != NULL; w = w->next)
-        kick(w->efd);
-}
-
-/* Queue "SUBSCRIBE channel" on a subscriber connection. */
-static int subscribe(dlock__conn *conn, const char *chan)
-{
-    const char *argv[2] = {"SUBSCRIBE", chan};
-    size_t lens[2] = {9, strlen(chan)};
-    char *cmd;
-    int len = redisFormatCommandArgv(&cmd, 2, argv, lens);
-    if (len < 0)
-        return DLOCK_ERR_NOMEM;
-    int rc = dlock__conn_queue(conn, cmd, (size_t)len);
-    redisFreeCommand(cmd);
-    return rc;
-}
-
-/* ---- the subscriber thread -------------------------------------------------- */
-
-/* A node's subscriber connection failed: close it, and try again later (100 ms,
- * doubling to 2 s). */
-static void node_down(struct dlock__waitsys *ws, int i)
-{
-    dlock__conn_close(&ws->conns[i]);
-    /* A cluster's channel is on any master: the next try picks one that serves. */
-    if (ws->conns[i].node->cluster != NULL) {
-        ws->conns[i].host[0] = '\0';
-        dlock__cluster_suspect(ws->conns[i].node);
-    }
-    pthread_mutex_lock(&ws->mu);
-    ws->subscribed &= ~(1u << i);
-    pthread_mutex_unlock(&ws->mu);
-    int64_t b = ws->backoff_us[i];
-    ws->backoff_us[i] = b == 0 ? 100000 : (b * 2 > 2000000 ? 2000000 : b * 2);
-    ws->retry_at_us[i] = dlock__now_us() + ws->backoff_us[i];
-}
-
-/* A push from a subscriber connection: a message, or the subscription's confirmation. */
-static int on_push(struct dlock__waitsys *ws, int i, const redisReply *r)
-{
-    if (r->type != REDIS_REPLY_ARRAY || r->elements != 3 ||
-        r->element[0]->type != REDIS_REPLY_STRING)
-        return DLOCK_ERR_PROTOCOL;
-    const char *kind = r->element[0]->str;
-    const redisReply *arg = r->element[2];
-    pthread_mutex_lock(&ws->mu);
-    if (strcmp(kind, "message") == 0 && arg->type == REDIS_REPLY_STRING) {
-        for (dlock__waiter *w = ws->waiters; w != NULL; w = w->next)
-            if (arg->len == DLOCK_TOKEN_LEN && memcmp(w->token, arg->str, DLOCK_TOKEN_LEN) == 0) {
-                w->grants |= 1u << i;
-                kick(w->efd);
-            }
-    } else if (strcmp(kind, "subscribe") == 0) {
-        ws->subscribed |= 1u << i;
-        pthread_cond_broadcast(&ws->confirmed);
-    }
-    pthread_mutex_unlock(&ws->mu);
-    return DLOCK_OK;
-}
-
-/* Read what node i sent and act on every complete push. */
-static void on_readable(dlock_client *c, struct dlock__waitsys *ws, int i)
-{
-    dlock__conn *conn = &ws->conns[i];
-    char detail[160];
-    int rc = dlock__conn_read(conn, detail, sizeof detail);
-    while (rc == DLOCK_OK) {
-        redisReply *r;
-        bool was_handshaking = conn->handshake > 0;
-        rc = dlock__conn_next_reply(conn, &r, detail, sizeof detail);
-        if (rc != DLOCK_OK)
-            break;
-        if (was_handshaking && conn->handshake == 0) {
-            /* Connected and authenticated: subscribe. If this is a reconnection, a
-             * release may have gone by unseen, so every waiter retries once. */
-            if ((rc = subscribe(conn, c->wake_chan)) != DLOCK_OK ||
-                (rc = dlock__conn_flush(conn, detail, sizeof detail)) != DLOCK_OK)
-                break;
-            if (ws->connected_once[i]) {
-                pthread_mutex_lock(&ws->mu);
-                wake_all(ws);
-                pthread_mutex_unlock(&ws->mu);
-            }
-            ws->connected_once[i] = true;
-            ws->backoff_us[i] = 0;
-        }
-        if (r == NULL)
-            return;
-        rc = on_push(ws, i, r);
-        freeReplyObject(r);
-    }
-    node_down(ws, i);
-}
-
-static void *subscriber_main(void *arg)
-{
-    dlock_client *c = arg;
-    struct dlock__waitsys *ws = c->wait;
-    struct pollfd pfd[DLOCK_SERVERS_MAX + 1];
-    int idx[DLOCK_SERVERS_MAX + 1];
-    char detail[160];
-    for (;;) {
-        pthread_mutex_lock(&ws->mu);
-        bool stop = ws->stop;
-        pthread_mutex_unlock(&ws->mu);
-        if (stop)
-            break;
-
-        int64_t now = dlock__now_us(), next = INT64_MAX;
-        int nfds = 0;
-        pfd[nfds] = (struct pollfd){.fd = ws->ctl, .events = POLLIN};
-        idx[nfds++] = -1;
-        for (int i = 0; i < c->n; i++) {
-            dlock__conn *conn = &ws->conns[i];
-            if (conn->state == DLOCK_CONN_CLOSED && now >= ws->retry_at_us[i]) {
-                if (dlock__conn_open(conn, detail, sizeof detail) != DLOCK_OK ||
-                    (conn->state == DLOCK_CONN_READY &&
-                     dlock__conn_flush(conn, detail, sizeof detail) != DLOCK_OK))
-                    node_down(ws, i);
-            }
-            if (conn->state == DLOCK_CONN_CLOSED) {
-                if (ws->retry_at_us[i] < next)
-                    next = ws->retry_at_us[i];
-                continue;
-            }
-            pfd[nfds] = (struct pollfd){.fd = conn->fd, .events = dlock__conn_events(conn)};
-            idx[nfds++] = i;
-            if (dlock__conn_buffered(conn))
-                next = now; /* TLS holds decrypted bytes the socket will not report */
-        }
-        int64_t wait_us = next == INT64_MAX ? 1000000 : next - now;
-        if (wait_us < 0)
-            wait_us = 0;
-        struct timespec ts = {(time_t)(wait_us / 1000000), (long)(wait_us % 1000000) * 1000};
-        if (ppoll(pfd, (nfds_t)nfds, &ts, NULL) < 0)
-            continue; /* EINTR; any other failure is retried on the next turn */
-        for (int k = 0; k < nfds; k++) {
-            if (idx[k] >= 0 && dlock__conn_buffered(&ws->conns[idx[k]]))
-                pfd[k].revents |= ws->conns[idx[k]].read_ev;
-            if (pfd[k].revents == 0)
-                continue;
-            if (idx[k] < 0) {
-                drain(ws->ctl);
-                continue;
-            }
-            int i = idx[k];
-            dlock__conn *conn = &ws->conns[i];
-            if (conn->state == DLOCK_CONN_CONNECTING) {
-                if (dlock__conn_on_connect(conn, detail, sizeof detail) != DLOCK_OK) {
-                    node_down(ws, i);
-                    continue;
-                }
-                if (conn->state != DLOCK_CONN_READY)
-                    continue; /* the next address, or the TLS handshake, goes on */
-            }
-            if (conn->outpos < conn->outlen &&
-                dlock__conn_flush(conn, detail, sizeof detail) != DLOCK_OK) {
-                node_down(ws, i);
-                continue;
-            }
-            if (pfd[k].revents & (conn->read_ev | POLLERR | POLLHUP))
-                on_readable(c, ws, i);
-        }
-    }
-    return NULL;
-}
-
-/* ---- the client's side ------------------------------------------------------ */
-
-/* Create the wait system and start its thread, once per client. Called with c->mu. */
-static int start(dlock_client *c)
-{
-    struct dlock__waitsys *ws = dlock__calloc(1, sizeof *ws);
-    if (ws == NULL)
-        return DLOCK_ERR_NOMEM;
-    ws->conns = dlock__calloc((size_t)c->n, sizeof *ws->conns);
-    ws->retry_at_us = dlock__calloc((size_t)c->n, sizeof *ws->retry_at_us);
-    ws->backoff_us = dlock__calloc((size_t)c->n, sizeof *ws->backoff_us);
-    ws->connected_once = dlock__calloc((size_t)c->n, sizeof *ws->connected_once);
-    ws->ctl = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
-    dlock__cond_init(&ws->confirmed);
-    pthread_mutex_init(&ws->mu, NULL);
-    int rc = DLOCK_OK;
-    if (!ws->conns || !ws->retry_at_us || !ws->backoff_us || !ws->connected_once)
-        rc = DLOCK_ERR_NOMEM;
-    else if (ws->ctl < 0)
-        rc = DLOCK_ERR_IO;
-    if (rc == DLOCK_OK) {
-        for (int i = 0; i < c->n; i++)
-            dlock__conn_init(&ws->conns[i], &c->nodes[i]);
-        c->wait = ws;
-        int err = pthread_create(&ws->thread, NULL, subscriber_main, c);
-        if (err != 0) {
-            c->wait = NULL;
-            rc = DLOCK_ERR_NOMEM;
-        }
-    }
-    if (rc != DLOCK_OK) {
-        if (ws->ctl >= 0)
-            close(ws->ctl);
-        pthread_cond_destroy(&ws->confirmed);
-        pthread_mutex_destroy(&ws->mu);
-        free(ws->conns);
-        free(ws->retry_at_us);
-        free(ws->backoff_us);
-        free(ws->connected_once);
-        free(ws);
-    }
-    return rc;
-}
-
 int dlock__wait_join(dlock_client *c, const char *token, bool hot, const dlock__request *q,
                      int64_t ticket, dlock__waiter **out)
 {
     *out = NULL;
-    pthread_mutex_lock(&c->mu);
-    int rc = c->wait ? DLOCK_OK : hot ? DLOCK_ERR_BUSY : start(c);
-    pthread_mutex_unlock(&c->mu);
-    if (rc != DLOCK_OK)
+    int rc = DLOCK_ERR_BUSY;
+    struct dlock__waitsys *ws = hot ? dlock__subscriber_peek(c) : dlock__subscriber(c, &rc);
+    if (ws == NULL)
         return rc;
-    struct dlock__waitsys *ws = c->wait;
     pthread_mutex_lock(&ws->mu);
     bool listening = __builtin_popcount(ws->subscribed) >= c->quorum;
     pthread_mutex_unlock(&ws->mu);
@@ -379,16 +132,6 @@ static bool before(const dlock__waiter *a, const dlock__waiter *b)
     return d != 0 ? d < 0 : a->q->member_len < b->q->member_len;
 }
 
-/* The wait system, if c has one yet: another thread's first wait may be starting it
- * right now, under the client's lock. */
-static struct dlock__waitsys *waitsys(dlock_client *c)
-{
-    pthread_mutex_lock(&c->mu);
-    struct dlock__waitsys *ws = c->wait;
-    pthread_mutex_unlock(&c->mu);
-    return ws;
-}
-
 static bool waits_for(const dlock__waiter *w, const char *key, size_t key_len)
 {
     return w->q != NULL && w->q->k.lock_len == key_len && memcmp(w->q->k.lock, key, key_len) == 0;
@@ -396,7 +139,7 @@ static bool waits_for(const dlock__waiter *w, const char *key, size_t key_len)
 
 bool dlock__wait_heir(dlock_client *c, const char *key, size_t key_len, dlock__heir *out)
 {
-    struct dlock__waitsys *ws = waitsys(c);
+    struct dlock__waitsys *ws = dlock__subscriber_peek(c);
     out->member = NULL;
     out->ticket[0] = '\0';
     if (ws == NULL)
@@ -423,7 +166,7 @@ bool dlock__wait_heir(dlock_client *c, const char *key, size_t key_len, dlock__h
 void dlock__wait_released(dlock_client *c, const char *key, size_t key_len, const char *heir,
                           const dlock__handoff *h, uint32_t unknown)
 {
-    struct dlock__waitsys *ws = waitsys(c);
+    struct dlock__waitsys *ws = dlock__subscriber_peek(c);
     if (ws == NULL)
         return;
     pthread_mutex_lock(&ws->mu);
@@ -435,14 +178,14 @@ void dlock__wait_released(dlock_client *c, const char *key, size_t key_len, cons
             passed = __builtin_popcount(h->nodes) >= c->quorum;
             /* A local heir that got nothing is queued now, or not at all: it attempts. */
             if (w->grants != 0 || w->local)
-                kick(w->efd);
+                dlock__kick(w->efd);
             w->local = false;
             break;
         }
     for (dlock__waiter *w = ws->waiters; w != NULL && !passed; w = w->next)
         if (w->local && waits_for(w, key, key_len)) {
             w->local = false;
-            kick(w->efd);
+            dlock__kick(w->efd);
         }
     pthread_mutex_unlock(&ws->mu);
 }
@@ -450,7 +193,7 @@ void dlock__wait_released(dlock_client *c, const char *key, size_t key_len, cons
 int64_t dlock__wait_behind_own(dlock_client *c, dlock__waiter *w, const char *name, size_t name_len,
                                bool again)
 {
-    struct dlock__waitsys *ws = waitsys(c);
+    struct dlock__waitsys *ws = dlock__subscriber_peek(c);
     if (ws == NULL || w->q == NULL)
         return 0;
     int64_t now = dlock__now_us(), until = 0;
@@ -492,52 +235,4 @@ void dlock__wait_leave(dlock_client *c, dlock__waiter *w)
     pthread_mutex_unlock(&ws->mu);
     close(w->efd);
     free(w);
-}
-
-/* What the wait system owns besides its thread and its lock. */
-/* Free the wait system's memory and descriptors; in a forked child (forget), without
- * touching the sockets the parent still uses (dlock__conn_forget). */
-static void free_waitsys(dlock_client *c, struct dlock__waitsys *ws, bool forget)
-{
-    for (int i = 0; i < c->n; i++) {
-        if (forget)
-            dlock__conn_forget(&ws->conns[i]);
-        else
-            dlock__conn_free(&ws->conns[i]);
-    }
-    close(ws->ctl);
-    free(ws->conns);
-    free(ws->retry_at_us);
-    free(ws->backoff_us);
-    free(ws->connected_once);
-}
-
-void dlock__wait_stop(dlock_client *c)
-{
-    struct dlock__waitsys *ws = c->wait;
-    if (ws == NULL)
-        return;
-    pthread_mutex_lock(&ws->mu);
-    ws->stop = true;
-    pthread_cond_broadcast(&ws->confirmed);
-    pthread_mutex_unlock(&ws->mu);
-    kick(ws->ctl);
-    pthread_join(ws->thread, NULL);
-    free_waitsys(c, ws, false);
-    pthread_cond_destroy(&ws->confirmed);
-    pthread_mutex_destroy(&ws->mu);
-    free(ws);
-    c->wait = NULL;
-}
-
-void dlock__wait_forget(dlock_client *c)
-{
-    /* The subscriber thread was not copied by fork(), and its mutex may have been
-     * copied locked: free the memory and close the child's copies of the descriptors
-     * (the parent's stay open). */
-    if (c->wait == NULL)
-        return;
-    free_waitsys(c, c->wait, true);
-    free(c->wait);
-    c->wait = NULL;
 }

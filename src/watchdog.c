@@ -168,8 +168,9 @@ static void unlink_lock(struct dlock__watchdog *wd, dlock_lock *l)
 static int format_batch(dlock_client *c, dlock_lock **batch, int k, dlock__call *call,
                         dlock__err *e)
 {
-    /* Keys: the k lock keys, then the holders keys of the shared ones, two each (at
-     * most 2k); arguments: token, ttl and where those holders keys are, per lock. */
+    /* Keys: the k lock keys, then the holders keys of the shared ones, two each, and
+     * the record of the leaders' (at most 2k in all); arguments: token, ttl and where
+     * those keys are, per lock. */
     const char **args = dlock__malloc((size_t)k * 6 * sizeof *args);
     size_t *lens = dlock__malloc((size_t)k * 6 * sizeof *lens);
     char(*num)[2][24] = dlock__malloc((size_t)k * sizeof *num);
@@ -180,12 +181,18 @@ static int format_batch(dlock_client *c, dlock_lock **batch, int k, dlock__call 
             const dlock__keys *keys = &batch[j]->renew_keys;
             args[j] = keys->lock;
             lens[j] = keys->lock_len;
-            snprintf(num[j][1], sizeof num[j][1], "%d", batch[j]->shared ? nkeys + 1 : 0);
+            snprintf(num[j][1], sizeof num[j][1], "%d",
+                     batch[j]->shared    ? nkeys + 1
+                     : batch[j]->leading ? -(nkeys + 1)
+                                         : 0);
             if (batch[j]->shared) {
                 args[nkeys] = keys->holders;
                 lens[nkeys++] = keys->holders_len;
                 args[nkeys] = keys->info;
                 lens[nkeys++] = keys->info_len;
+            } else if (batch[j]->leading) {
+                args[nkeys] = keys->leader;
+                lens[nkeys++] = keys->leader_len;
             }
         }
         for (int j = 0; j < k; j++) {

@@ -1,0 +1,70 @@
+/*
+ * subscriber.h: the client's subscriber thread, what subscriber.c (the thread and
+ * its connections), wait.c (the waiters it wakes) and observe.c (the leaders'
+ * observers it hears for) share.
+ */
+#ifndef DLOCK_SUBSCRIBER_H
+#define DLOCK_SUBSCRIBER_H
+
+#include "internal.h"
+
+/* Something heard on a listener's channel: a message, or the subscription confirmed
+ * by a node (after a connection was made or remade: what was published meanwhile was
+ * missed). */
+typedef struct dlock__heard {
+    struct dlock__heard *next;
+    int node;
+    bool confirmed; /* a confirmation (no text) rather than a message */
+    size_t len;
+    char text[]; /* the message, NUL-terminated */
+} dlock__heard;
+
+/* A channel someone listens on besides the client's wake-up channel (an observer's). */
+typedef struct dlock__listener {
+    struct dlock__listener *next;
+    char *chan;
+    int efd; /* written when something is queued */
+    /* Guarded by the subscriber's mutex: */
+    uint32_t sent;                 /* nodes whose connection was asked to SUBSCRIBE */
+    dlock__heard *first, **last_p; /* what was heard, oldest first */
+} dlock__listener;
+
+/* A channel to UNSUBSCRIBE from, its listener gone. */
+typedef struct dlock__unsub {
+    struct dlock__unsub *next;
+    char chan[];
+} dlock__unsub;
+
+struct dlock__waitsys {
+    pthread_mutex_t mu;       /* everything below, except conns (the thread's own) */
+    pthread_cond_t confirmed; /* a subscription was confirmed, or the thread stopped */
+    pthread_t thread;
+    bool stop;
+    int ctl; /* eventfd: wakes the thread to stop, or to (un)subscribe listeners */
+    dlock__waiter *waiters;
+    dlock__listener *listeners;
+    dlock__unsub *unsubs;
+    uint32_t subscribed;  /* nodes that confirmed the wake-up channel (bit per node) */
+    dlock__conn *conns;   /* one subscriber connection per node */
+    int64_t *retry_at_us; /* when to reconnect a closed node */
+    int64_t *backoff_us;
+    bool *connected_once;
+};
+
+/* Add one to an eventfd's counter (a full counter means a wake-up is pending). */
+void dlock__kick(int fd);
+/* The client's subscriber, started on first use (NULL with the error when it cannot
+ * be). */
+struct dlock__waitsys *dlock__subscriber(struct dlock_client *c, int *rc);
+/* The subscriber if the client has one yet, else NULL. */
+struct dlock__waitsys *dlock__subscriber_peek(struct dlock_client *c);
+/* Listen on chan: everything heard on it is queued in a new listener, whose efd is
+ * kicked. The subscription is sent by the thread, and each node's confirmation is
+ * queued too. */
+int dlock__listen(struct dlock_client *c, const char *chan, dlock__listener **out);
+/* What l heard since the last call, oldest first (the caller frees the list). */
+dlock__heard *dlock__listen_take(struct dlock_client *c, dlock__listener *l);
+/* Stop listening and free l. */
+void dlock__listen_end(struct dlock_client *c, dlock__listener *l);
+
+#endif /* DLOCK_SUBSCRIBER_H */
