@@ -737,6 +737,94 @@ typedef struct dlock_slot {
 DLOCK_API int dlock_slot_claim(dlock_lock *l, int64_t period_ms, dlock_slot *out);
 
 /*
+ * ---- Leader election ---------------------------------------------------------------
+ *
+ * One of many candidates leads at a time, and everyone can see who. A leader holds
+ * the exclusive lock `name` (the same name space as dlock_acquire's: an operator
+ * sees a leader in dlock_list and can depose it with dlock_break) with a lease that
+ * the client's renewal thread keeps; its term is the lock's fence, larger than every
+ * earlier leader's, so a resource that checks terms (dlock_fenced_set,
+ * dlock_fence_admit) refuses a deposed leader that still believes it leads. The
+ * leader announces a value (its address, say) beside the lock, changes it with
+ * dlock_proclaim and gives up with dlock_resign; a leader that dies leads until its
+ * lease runs out, and a candidate waiting in dlock_elect then takes over. Observers
+ * (dlock_observe) hear every change without asking the servers: the leader's
+ * proclamations and renewals are published to them, and an observer reads only when
+ * something changed or the leader's lease ran out unrenewed. docs/guide.md has the
+ * recipe beside etcd's, Curator's and Kubernetes'. Not for file:// clients
+ * (DLOCK_ERR_INVALID).
+ */
+#define DLOCK_LEADER_VALUE_MAX 1024 /* bytes in a leader's value, not counting the NUL */
+
+/* Options of a campaign. Zero-initialize. */
+typedef struct dlock_elect_opts {
+    dlock_opts lock;      /* the lock's: ttl_ms, wait_ms (-1: campaign until elected),
+                             cancel_fd, fair, label, on_lost and on_lost_user as for
+                             dlock_acquire; auto_renew is implied, shared must be 0 */
+    const char *value;    /* the value announced on election (NULL: ""): any bytes but
+                             NUL, at most DLOCK_LEADER_VALUE_MAX */
+    uint64_t reserved[4]; /* must be zero */
+} dlock_elect_opts;
+
+/* Who leads `name`, as dlock_leader reads it or an observer hears it. */
+typedef struct dlock_leader_info {
+    uint64_t term;                          /* the leader's term; 0: no one leads */
+    int64_t remaining_ms;                   /* its lease left when read or heard */
+    char value[DLOCK_LEADER_VALUE_MAX + 1]; /* what it announced ("" when none) */
+    char holder[512];                       /* "host:pid label" of the leader, truncated */
+    uint64_t reserved[4];
+} dlock_leader_info;
+
+/* Campaign for `name` until this client leads, or wait_ms passes (DLOCK_ERR_BUSY), or
+ * cancel_fd becomes readable (DLOCK_ERR_CANCELED); other errors as dlock_acquire's.
+ * On DLOCK_OK, *lead is a lock handle (dlock_fence gives the term, dlock_lost_fd and
+ * on_lost say when leadership is lost, dlock_release gives it up as dlock_resign
+ * does without telling the observers first) and value is announced: an observer hears
+ * of the new leader once this returns. A candidate that wins the lock but cannot
+ * announce its value gives the lock back and returns why. Thread-safety as for
+ * dlock_acquire. */
+DLOCK_API int dlock_elect(dlock_client *c, const char *name, const dlock_elect_opts *opts,
+                          dlock_lock **lead);
+
+/* Announce a new value for the term of lead (a handle of dlock_elect). DLOCK_OK once a
+ * quorum recorded it (observers hear it), DLOCK_ERR_LOST when lead no longer leads,
+ * DLOCK_ERR_INVALID for a handle that is not a leader's or a value too long, else an
+ * unavailability error. */
+DLOCK_API int dlock_proclaim(dlock_lock *lead, const char *value);
+
+/* Step down: the observers are told that no one leads, then the lock is released (to
+ * the next candidate in the queue, if one waits) and the handle freed, whatever this
+ * returns. Returns dlock_release's result. */
+DLOCK_API int dlock_resign(dlock_lock *lead);
+
+/* Who leads `name` now, read from the servers: DLOCK_OK with info->term 0 when no one
+ * does (the lock is free, or held by a holder that did not announce a value through
+ * dlock_elect), else an unavailability error. With N > 1 servers, a leader is one a
+ * quorum holds. */
+DLOCK_API int dlock_leader(dlock_client *c, const char *name, dlock_leader_info *info);
+
+/* An observer of `name`'s leadership: it hears every change of leader or value, in
+ * term order, "no one leads" (term 0) included, beginning with the state when it
+ * starts. It asks the servers nothing while nothing changes: changes and renewals are
+ * published to it, and it reads once when its subscription is (re)made, when a change
+ * is announced, and when a leader's lease ran out with no renewal heard. A change
+ * that another is announced over before the observer read it may be skipped; a term is
+ * never reported again after a larger one. Each observer has a thread; with fn, fn
+ * runs there with each change (it must not free the observer); without fn, changes
+ * wait in order for dlock_observer_next, and dlock_observer_fd is readable while one
+ * waits. Free every observer before its client. */
+typedef struct dlock_observer dlock_observer;
+typedef void (*dlock_leader_fn)(const dlock_leader_info *info, void *user);
+DLOCK_API int dlock_observe(dlock_client *c, const char *name, dlock_leader_fn fn, void *user,
+                            dlock_observer **out);
+/* A descriptor readable while a change waits for dlock_observer_next (not with fn). */
+DLOCK_API int dlock_observer_fd(const dlock_observer *o);
+/* The oldest change not yet taken: DLOCK_OK, or DLOCK_ERR_AGAIN when none waits. */
+DLOCK_API int dlock_observer_next(dlock_observer *o, dlock_leader_info *info);
+/* Stop the observer and free it; NULL is a no-op. */
+DLOCK_API void dlock_observer_free(dlock_observer *o);
+
+/*
  * ---- Stock with leased reservations ------------------------------------------------
  *
  * A counted stock per SKU (any name of 1 to DLOCK_NAME_MAX bytes), for flash sales: a

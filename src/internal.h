@@ -123,6 +123,10 @@ enum dlock__script_id {
     /* a scheduled job's slots, whose bodies live in slot.c with the calls */
     DLOCK_SCRIPT_SLOT_READ,
     DLOCK_SCRIPT_SLOT_CLAIM,
+    /* leader election's, whose bodies live in elect.c */
+    DLOCK_SCRIPT_PROCLAIM,
+    DLOCK_SCRIPT_RESIGN,
+    DLOCK_SCRIPT_LEADER,
     /* the stock's, whose bodies live in stock_scripts.c (it says why) */
     DLOCK_SCRIPT_STOCK_UPDATE,
     DLOCK_SCRIPT_STOCK_RESERVE,
@@ -208,6 +212,9 @@ int dlock__slot_refused(const dlock_slot *out, dlock__err *e);
 /* Each a NULL-terminated list of parts, as scripts.c's own (joined in script_call.c). */
 extern const char *const dlock__slot_read_lua[];
 extern const char *const dlock__slot_claim_lua[];
+extern const char *const dlock__proclaim_lua[];
+extern const char *const dlock__resign_lua[];
+extern const char *const dlock__leader_lua[];
 extern const char *const dlock__stock_update_lua[];
 extern const char *const dlock__stock_reserve_lua[];
 extern const char *const dlock__stock_end_lua[];
@@ -571,6 +578,23 @@ void dlock__lock_mark_lost(struct dlock_lock *l);
 /* lock.c: the same, found by a call on the servers (it is lost for good): off the
  * renewal thread too. */
 void dlock__lock_lost(struct dlock_lock *l);
+
+/* ---- elect.c, observe.c ------------------------------------------------------ */
+
+/* Who leads a name, as one read says, with what an observer matches messages by. */
+typedef struct dlock__leader {
+    dlock_leader_info info;          /* term 0: no one leads */
+    uint64_t seq;                    /* the proclamation's number in the term */
+    char token[DLOCK_TOKEN_LEN + 1]; /* the leader's token ("" when none) */
+} dlock__leader;
+/* Read who leads the name of keys k: a token that a quorum's locks and records agree
+ * on. DLOCK_OK with out->info.term 0 when none, else the unavailability error. */
+int dlock__leader_read(struct dlock_client *c, const dlock__keys *k, dlock__leader *out,
+                       dlock__err *e);
+/* A leader's value (NULL: "") is at most DLOCK_LEADER_VALUE_MAX bytes. */
+int dlock__check_value(const char *value, dlock__err *e);
+/* info->holder from a lock's value ("<token> <holder>", len bytes). */
+void dlock__leader_holder(dlock_leader_info *info, const char *v, size_t len);
 
 /* ---- pending.c -------------------------------------------------------------- */
 

@@ -164,7 +164,7 @@ static bool harmless_late(enum dlock__script_id id)
 {
     return id == DLOCK_SCRIPT_RELEASE || id == DLOCK_SCRIPT_LEAVE || id == DLOCK_SCRIPT_REFRESH ||
            id == DLOCK_SCRIPT_INSPECT || id == DLOCK_SCRIPT_STOCK_END || id == DLOCK_SCRIPT_FENCE ||
-           id == DLOCK_SCRIPT_SLOT_READ;
+           id == DLOCK_SCRIPT_SLOT_READ || id == DLOCK_SCRIPT_LEADER;
 }
 
 void dlock__call_reqs(dlock__call *call, dlock__req *reqs, int n, bool await)

@@ -579,6 +579,9 @@ static const char *const *const parts[DLOCK_SCRIPT_COUNT] = {
     [DLOCK_SCRIPT_FENCE_RAISE] = fence_raise_lua,
     [DLOCK_SCRIPT_SLOT_READ] = dlock__slot_read_lua,
     [DLOCK_SCRIPT_SLOT_CLAIM] = dlock__slot_claim_lua,
+    [DLOCK_SCRIPT_PROCLAIM] = dlock__proclaim_lua,
+    [DLOCK_SCRIPT_RESIGN] = dlock__resign_lua,
+    [DLOCK_SCRIPT_LEADER] = dlock__leader_lua,
 };
 
 /* The stock's scripts come after the locks': stock_scripts.c keeps them beside the key

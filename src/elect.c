@@ -1,0 +1,318 @@
+/*
+ * elect.c: leader election (dlock_elect, dlock_proclaim, dlock_resign, dlock_leader),
+ * made of the lock and a record beside it.
+ *
+ * A leader is the holder of the exclusive lock `name`, taken as dlock_acquire takes
+ * it (the wait queue, handoff without polling, fences) and renewed by the watchdog.
+ * Its term is the lock's fence: every later acquisition's is larger, so a deposed
+ * leader's writes can be refused by a resource that checks terms. What the lock does
+ * not have is a value and a voice, which the record P{name}:leader (keys.c) gives:
+ * a hash of the term, the seq of the proclamation (1 at election, one more for each
+ * dlock_proclaim), the token and the value, written by a token-checked script on a
+ * quorum and kept with the lock's lease. Each proclamation is published on the
+ * record's channel, as is each renewal (RENEW, scripts.c) and each resignation, so
+ * that observers (observe.c) follow the leadership without asking.
+ *
+ * The messages on the channel, which only this file and observe.c read:
+ *   "T <term> <seq> <pttl> <n> <lock value, n bytes><value>"  a proclamation
+ *   "R <token> <ttl>"                                         a renewal (scripts.c)
+ *   "N <term> <seq>"                                          a resignation
+ * A proclamation carries the lock's value ("<token> <holder>") so that an observer
+ * has the holder without a read.
+ */
+#include "internal.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+_Static_assert(sizeof(void *) != 8 || sizeof(dlock_leader_info) == 1592,
+               "dlock_leader_info changed size");
+_Static_assert(sizeof(void *) != 8 || sizeof(dlock_elect_opts) == sizeof(dlock_opts) + 40,
+               "dlock_elect_opts changed size");
+
+/*
+ * PROCLAIM  KEYS: lock, record   ARGV: token, term, seq, value
+ * -> 1 when recorded and published, 0 when the lock does not hold the token. The record
+ * gets the lock's lease, which renewals extend together.
+ */
+const char *const dlock__proclaim_lua[] = {
+    "local v = redis.call('GET', KEYS[1])\n"
+    "if not v or string.sub(v, 1, 32) ~= ARGV[1] then return 0 end\n"
+    "local pttl = redis.call('PTTL', KEYS[1])\n"
+    "redis.call('DEL', KEYS[2])\n"
+    "redis.call('HSET', KEYS[2], 'term', ARGV[2], 'seq', ARGV[3], 'token', ARGV[1],\n"
+    "           'value', ARGV[4])\n"
+    "if pttl > 0 then redis.call('PEXPIRE', KEYS[2], pttl) end\n"
+    "redis.call('PUBLISH', KEYS[2], 'T ' .. ARGV[2] .. ' ' .. ARGV[3] .. ' ' .. pttl ..\n"
+    "           ' ' .. #v .. ' ' .. v .. ARGV[4])\n"
+    "return 1\n",
+    NULL};
+
+/*
+ * RESIGN  KEYS: lock, record   ARGV: token, term, seq
+ * -> 1 when the record is gone and the resignation published, 0 when the lock does
+ * not hold the token. The lock itself is released after, by the release's script.
+ */
+const char *const dlock__resign_lua[] = {
+    "local v = redis.call('GET', KEYS[1])\n"
+    "if not v or string.sub(v, 1, 32) ~= ARGV[1] then return 0 end\n"
+    "redis.call('DEL', KEYS[2])\n"
+    "redis.call('PUBLISH', KEYS[2], 'N ' .. ARGV[2] .. ' ' .. ARGV[3])\n"
+    "return 1\n",
+    NULL};
+
+/*
+ * LEADER  KEYS: lock, record
+ * -> {the lock's value or "", its PTTL, the record's term, seq, token and value ("" each
+ * when there is none)}.
+ */
+const char *const dlock__leader_lua[] = {
+    "local v = redis.call('GET', KEYS[1])\n"
+    "if type(v) ~= 'string' then v = '' end\n"
+    "local r = redis.call('HMGET', KEYS[2], 'term', 'seq', 'token', 'value')\n"
+    "return {v, redis.call('PTTL', KEYS[1]), r[1] or '', r[2] or '', r[3] or '', r[4] or ''}\n",
+    NULL};
+
+/* A bulk string as a number; -1 when empty or not one. */
+static long long num_of(const redisReply *r)
+{
+    if (r->type != REDIS_REPLY_STRING || r->len == 0 || r->len > 19)
+        return -1;
+    char *end;
+    long long v = strtoll(r->str, &end, 10);
+    return end == r->str + r->len && v >= 0 ? v : -1;
+}
+
+static int cmp_desc(const void *a, const void *b)
+{
+    long long x = *(const long long *)a, y = *(const long long *)b;
+    return (x < y) - (x > y);
+}
+
+int dlock__check_value(const char *value, dlock__err *e)
+{
+    if (value != NULL && strlen(value) > DLOCK_LEADER_VALUE_MAX)
+        return dlock__err_set(e, DLOCK_ERR_INVALID, "value of %zu bytes is longer than %d",
+                              strlen(value), DLOCK_LEADER_VALUE_MAX);
+    return DLOCK_OK;
+}
+
+void dlock__leader_holder(dlock_leader_info *info, const char *v, size_t len)
+{
+    size_t skip = len > DLOCK_TOKEN_LEN ? DLOCK_TOKEN_LEN + 1 : len;
+    dlock__copy_text(info->holder, sizeof info->holder, v + skip, len - skip);
+}
+
+int dlock__leader_read(dlock_client *c, const dlock__keys *k, dlock__leader *out, dlock__err *e)
+{
+    memset(out, 0, sizeof *out);
+    const char *args[] = {k->lock, k->leader};
+    const size_t lens[] = {k->lock_len, k->leader_len};
+    const dlock__script_args sa = {DLOCK_SCRIPT_LEADER, 2, 2, args, lens};
+    dlock__script_round s;
+    int rc = dlock__script_run(c, &sa, &s, e);
+    dlock__tally t = {0};
+    /* Each server's leader: the token its lock and its record agree on. */
+    const redisReply *says[DLOCK_SERVERS_MAX] = {0};
+    for (int i = 0; rc == DLOCK_OK && i < c->n; i++) {
+        dlock__req *r = &s.rd.reqs[i];
+        if (!dlock__tally_reply(&t, r, &s.rd.set->conns[i], "leader", REDIS_REPLY_ARRAY))
+            continue;
+        const redisReply *rep = r->reply;
+        bool shaped = rep->elements == 6 && rep->element[1]->type == REDIS_REPLY_INTEGER;
+        for (size_t j = 0; shaped && j < 6; j++)
+            shaped = j == 1 || rep->element[j]->type == REDIS_REPLY_STRING;
+        if (!shaped) {
+            snprintf(r->detail, sizeof r->detail, "%s: leader: unexpected reply shape",
+                     s.rd.set->conns[i].node->addr.display);
+            dlock__tally_failure(&t, r, DLOCK_ERR_PROTOCOL);
+            continue;
+        }
+        t.yes++;
+        const redisReply *v = rep->element[0], *tok = rep->element[4];
+        if (v->len >= DLOCK_TOKEN_LEN && tok->len == DLOCK_TOKEN_LEN &&
+            memcmp(v->str, tok->str, DLOCK_TOKEN_LEN) == 0 && num_of(rep->element[2]) > 0 &&
+            num_of(rep->element[3]) > 0 && rep->element[1]->integer > 0)
+            says[i] = rep;
+    }
+    if (rc == DLOCK_OK && t.yes < c->quorum)
+        rc = dlock__tally_undecided(c, &t, s.rd.reqs, e);
+    int64_t elapsed_ms = (dlock__now_us() - s.rd.start_us) / 1000;
+    for (int i = 0; rc == DLOCK_OK && i < c->n && out->info.term == 0; i++) {
+        if (says[i] == NULL)
+            continue;
+        long long pttl[DLOCK_SERVERS_MAX];
+        int m = 0, best = i;
+        for (int j = 0; j < c->n; j++) {
+            if (says[j] == NULL || memcmp(says[j]->element[4]->str, says[i]->element[4]->str,
+                                          DLOCK_TOKEN_LEN) != 0)
+                continue;
+            pttl[m++] = says[j]->element[1]->integer;
+            long long tj = num_of(says[j]->element[2]), tb = num_of(says[best]->element[2]);
+            if (tj > tb || (tj == tb && num_of(says[j]->element[3]) >
+                                            num_of(says[best]->element[3])))
+                best = j;
+        }
+        if (m < c->quorum)
+            continue;
+        qsort(pttl, (size_t)m, sizeof pttl[0], cmp_desc);
+        const redisReply *b = says[best];
+        out->info.term = (uint64_t)num_of(b->element[2]);
+        out->seq = (uint64_t)num_of(b->element[3]);
+        out->info.remaining_ms = pttl[c->quorum - 1] - elapsed_ms;
+        if (out->info.remaining_ms < 0)
+            out->info.remaining_ms = 0;
+        dlock__copy_text(out->info.value, sizeof out->info.value, b->element[5]->str,
+                         b->element[5]->len);
+        dlock__leader_holder(&out->info, b->element[0]->str, b->element[0]->len);
+        memcpy(out->token, b->element[4]->str, DLOCK_TOKEN_LEN);
+    }
+    dlock__script_run_end(c, &s);
+    return rc;
+}
+
+/* Record and publish value as lead's proclamation number seq. */
+static int proclaim(dlock_lock *l, const char *value, int64_t seq, dlock__err *e)
+{
+    dlock__keys k;
+    int rc = dlock__keys_make(l->client->prefix, l->client->prefix_len, l->name, l->name_len, &k, e);
+    if (rc != DLOCK_OK)
+        return rc;
+    char term[24], sq[24];
+    snprintf(term, sizeof term, "%llu", (unsigned long long)l->fence);
+    snprintf(sq, sizeof sq, "%lld", (long long)seq);
+    const char *args[] = {k.lock, k.leader, l->token, term, sq, value};
+    const size_t lens[] = {k.lock_len,   k.leader_len, DLOCK_TOKEN_LEN,
+                           strlen(term), strlen(sq),   strlen(value)};
+    const dlock__script_args sa = {DLOCK_SCRIPT_PROCLAIM, 2, 6, args, lens};
+    int64_t start_us;
+    rc = dlock__round_yes_no(l->client, &sa, "proclaim", DLOCK_ERR_LOST,
+                             "the lock is not held with this token", &start_us, e);
+    free(k.buf);
+    return rc;
+}
+
+int dlock_elect(dlock_client *c, const char *name, const dlock_elect_opts *opts, dlock_lock **lead)
+{
+    dlock__err e;
+    if (lead != NULL)
+        *lead = NULL;
+    int rc = dlock__client_enter(c, &e);
+    if (rc == DLOCK_OK && lead == NULL)
+        rc = dlock__err_set(&e, DLOCK_ERR_INVALID, "lead is NULL");
+    if (rc == DLOCK_OK && opts != NULL)
+        rc = dlock__check_reserved(opts->reserved, 4, "dlock_elect_opts", &e);
+    if (rc == DLOCK_OK && opts != NULL && opts->lock.shared)
+        rc = dlock__err_set(&e, DLOCK_ERR_INVALID, "a leader holds its lock alone: shared is 0");
+    if (rc == DLOCK_OK)
+        rc = dlock__check_value(opts != NULL ? opts->value : NULL, &e);
+    if (rc == DLOCK_OK && c->local != NULL)
+        rc = dlock__err_set(&e, DLOCK_ERR_INVALID, "leader election needs Redis servers, not a "
+                                                   "file:// directory");
+    if (rc != DLOCK_OK)
+        return dlock__err_raise(&e, rc);
+    dlock_opts o;
+    memset(&o, 0, sizeof o);
+    if (opts != NULL)
+        o = opts->lock;
+    /* Renewed from the start, with the record, once the record exists. */
+    o.auto_renew = 0;
+    o.on_lost = NULL;
+    o.on_lost_user = NULL;
+    dlock_lock *l;
+    if ((rc = dlock_acquire(c, name, &o, &l)) != DLOCK_OK)
+        return rc; /* its message is set */
+    const char *value = opts != NULL && opts->value != NULL ? opts->value : "";
+    l->leading = true;
+    l->proclaims = 1;
+    rc = proclaim(l, value, 1, &e);
+    if (rc == DLOCK_OK)
+        rc = dlock__watchdog_add(c, l, o.ttl_ms != 0 ? o.ttl_ms : DLOCK_TTL_DEFAULT_MS,
+                                 opts != NULL ? opts->lock.on_lost : NULL,
+                                 opts != NULL ? opts->lock.on_lost_user : NULL, &e);
+    if (rc != DLOCK_OK) {
+        dlock__err ignored;
+        dlock__lock_release(l, &ignored);
+        return dlock__err_raise(&e, rc);
+    }
+    *lead = l;
+    return DLOCK_OK;
+}
+
+/* Enter a call on a leader's handle. */
+static int leader_enter(dlock_lock *l, dlock__err *e)
+{
+    int rc = dlock__lock_enter(l, e);
+    if (rc == DLOCK_OK && !l->leading)
+        rc = dlock__err_set(e, DLOCK_ERR_INVALID, "not a leader's handle (dlock_elect)");
+    if (rc == DLOCK_OK && l->lost)
+        rc = dlock__err_set(e, DLOCK_ERR_LOST, "this handle already found the lock lost");
+    return rc;
+}
+
+int dlock_proclaim(dlock_lock *l, const char *value)
+{
+    dlock__err e;
+    int rc = leader_enter(l, &e);
+    if (rc == DLOCK_OK)
+        rc = dlock__check_value(value, &e);
+    if (rc != DLOCK_OK)
+        return dlock__err_raise(&e, rc);
+    rc = proclaim(l, value != NULL ? value : "", l->proclaims + 1, &e);
+    /* A proclamation that reached some servers counts there: the next one's seq must be
+     * larger whatever this one's outcome. */
+    l->proclaims++;
+    if (rc == DLOCK_ERR_LOST)
+        dlock__lock_lost(l);
+    return dlock__err_raise(&e, rc);
+}
+
+int dlock_resign(dlock_lock *l)
+{
+    dlock__err ignored; /* the release below says how it went */
+    if (dlock__lock_enter(l, &ignored) == DLOCK_OK && l->leading && !l->lost) {
+        dlock__keys k;
+        if (dlock__keys_make(l->client->prefix, l->client->prefix_len, l->name, l->name_len, &k,
+                             &ignored) == DLOCK_OK) {
+            char term[24], sq[24];
+            snprintf(term, sizeof term, "%llu", (unsigned long long)l->fence);
+            snprintf(sq, sizeof sq, "%lld", (long long)(l->proclaims + 1));
+            const char *args[] = {k.lock, k.leader, l->token, term, sq};
+            const size_t lens[] = {k.lock_len, k.leader_len, DLOCK_TOKEN_LEN, strlen(term),
+                                   strlen(sq)};
+            const dlock__script_args sa = {DLOCK_SCRIPT_RESIGN, 2, 5, args, lens};
+            int64_t start_us;
+            dlock__round_yes_no(l->client, &sa, "resign", DLOCK_ERR_LOST, "not held", &start_us,
+                                &ignored);
+            free(k.buf);
+        }
+    }
+    return dlock_release(l);
+}
+
+int dlock_leader(dlock_client *c, const char *name, dlock_leader_info *info)
+{
+    dlock__err e;
+    if (info != NULL)
+        memset(info, 0, sizeof *info);
+    int rc = dlock__client_enter(c, &e);
+    if (rc == DLOCK_OK && info == NULL)
+        rc = dlock__err_set(&e, DLOCK_ERR_INVALID, "info is NULL");
+    if (rc == DLOCK_OK)
+        rc = dlock__check_name(name, &e);
+    if (rc == DLOCK_OK && c->local != NULL)
+        rc = dlock__err_set(&e, DLOCK_ERR_INVALID, "leader election needs Redis servers, not a "
+                                                   "file:// directory");
+    if (rc != DLOCK_OK)
+        return dlock__err_raise(&e, rc);
+    dlock__keys k;
+    if ((rc = dlock__keys_make(c->prefix, c->prefix_len, name, strlen(name), &k, &e)) != DLOCK_OK)
+        return dlock__err_raise(&e, rc);
+    dlock__leader got;
+    rc = dlock__leader_read(c, &k, &got, &e);
+    free(k.buf);
+    if (rc == DLOCK_OK)
+        *info = got.info;
+    return dlock__err_raise(&e, rc);
+}
