@@ -77,6 +77,8 @@ struct cmd_opts {
     bool verbose;          /* run -v */
     int64_t min_hold_ms;   /* run --min-hold; 0: none */
     int64_t once_per_ms;   /* run --once-per; 0: none */
+    const char *value;     /* elect --value; NULL: "" */
+    bool watch;            /* leader --watch */
 };
 
 /* One command of the table in main.c. */
@@ -93,6 +95,8 @@ struct command {
                                         (then args[i] is NULL) */
     const struct cmd_opts *defaults; /* its options' defaults; NULL: a lock's (TTL 30 s,
                                         WAIT forever) */
+    bool takes_value;                /* --value (elect) */
+    bool takes_watch;                /* --watch (leader) */
 };
 
 /* The fields every command has, in the order a table row gives them: its name, its
@@ -133,6 +137,8 @@ extern const char cli_sem_run_help[];
 extern const char cli_doctor_help[];
 extern const char cli_break_help[];
 extern const char cli_list_help[];
+extern const char cli_elect_help[];
+extern const char cli_leader_help[];
 
 /* ---- output.c ---- */
 
@@ -163,6 +169,10 @@ void cli_print_status(const char *name, const dlock_holder *h, const dlock_holde
 void cli_print_break(const char *name, const dlock_break_info *b, bool json, const char *indent);
 int cli_cmd_break(struct cli *cli, char **args, const struct cmd_opts *o);
 int cli_cmd_list(struct cli *cli, char **args, const struct cmd_opts *o);
+/* leader.c: `dlock leader`, and `dlock elect`'s options before it runs as `dlock run`
+ * does (run.c). */
+int cli_cmd_leader(struct cli *cli, char **args, const struct cmd_opts *o);
+int cli_cmd_elect(struct cli *cli, char **args, const struct cmd_opts *o);
 
 /* ---- commands.c ---- */
 

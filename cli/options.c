@@ -34,7 +34,10 @@ enum {
     OPT_INSECURE,
     /* run's schedule */
     OPT_MIN_HOLD,
-    OPT_ONCE_PER
+    OPT_ONCE_PER,
+    /* elect's and leader's */
+    OPT_VALUE,
+    OPT_WATCH
 };
 
 /* Every long option; each parse refuses those its context does not allow. */
@@ -58,6 +61,8 @@ static const struct option long_options[] = {
     {"verbose", no_argument, NULL, 'v'},
     {"min-hold", required_argument, NULL, OPT_MIN_HOLD},
     {"once-per", required_argument, NULL, OPT_ONCE_PER},
+    {"value", required_argument, NULL, OPT_VALUE},
+    {"watch", no_argument, NULL, OPT_WATCH},
     {"cacert", required_argument, NULL, OPT_CACERT},
     {"cacertdir", required_argument, NULL, OPT_CACERTDIR},
     {"cert", required_argument, NULL, OPT_CERT},
@@ -114,6 +119,7 @@ static const char **kept_value(struct cli *cli, struct cmd_opts *o, int c)
         {'g', &o->grace},
         {'r', &o->reason},
         {'F', &o->fence_key},
+        {OPT_VALUE, &o->value},
     };
     for (size_t i = 0; i < sizeof kept / sizeof kept[0]; i++)
         if (kept[i].c == c)
@@ -148,6 +154,8 @@ int cli_parse_options(struct cli *cli, const struct command *cmd, int argc, char
             (c >= OPT_CACERT && c <= OPT_INSECURE) || c == '?' || c == ':' ||
             (cmd == NULL && c == 'V') || (cmd != NULL && c == OPT_SHARED && cmd->takes_shared) ||
             (cmd != NULL && (c == OPT_MIN_HOLD || c == OPT_ONCE_PER) && cmd->takes_cmd) ||
+            (cmd != NULL && c == OPT_VALUE && cmd->takes_value) ||
+            (cmd != NULL && c == OPT_WATCH && cmd->takes_watch) ||
             (cmd != NULL && c < 256 && strchr(cmd->shortopts, c) != NULL);
         if (!allowed) {
             if (index >= 0)
@@ -190,6 +198,9 @@ int cli_parse_options(struct cli *cli, const struct command *cmd, int argc, char
             break;
         case 'v':
             o->verbose = true;
+            break;
+        case OPT_WATCH:
+            o->watch = true;
             break;
         case 'E': {
             /* Digits only: strtol would also take " 5" and "+5". */

@@ -40,7 +40,7 @@ static int run(dlock_client *client, const struct cli_run_args *a)
     r.a = a;
     r.client = client;
     r.sigfd = r.timerfd = r.lostfd = r.tty = -1;
-    snprintf(r.what, sizeof r.what, "run %s", a->name);
+    snprintf(r.what, sizeof r.what, "%s %s", a->elect ? "elect" : "run", a->name);
 
     /* Before the first dlock_acquire: it may start the library's threads, which must
      * inherit the blocked signals. */
@@ -85,12 +85,13 @@ static int run(dlock_client *client, const struct cli_run_args *a)
         goto out;
     }
 
-    int rc = dlock_release(r.lock);
+    int rc = (a->elect ? dlock_resign : dlock_release)(r.lock);
     r.lock = NULL;
     if (r.stopping) {
         code = CLI_EXIT_LOST; /* already said, when it started */
     } else if (lost || rc == DLOCK_ERR_LOST) {
-        cli_errline("%s: lock lost while CMD ran (it exited with status %d)", r.what, status);
+        cli_errline("%s: %s lost while CMD ran (it exited with status %d)", r.what,
+                    a->elect ? "leadership" : "lock", status);
         code = CLI_EXIT_LOST;
     } else {
         if (rc != DLOCK_OK) {
@@ -107,7 +108,7 @@ static int run(dlock_client *client, const struct cli_run_args *a)
     goto out;
 
 out_release:
-    dlock_release(r.lock);
+    (a->elect ? dlock_resign : dlock_release)(r.lock);
     r.lock = NULL;
 out:
     if (r.tty >= 0)
@@ -138,6 +139,8 @@ int cli_cmd_run(struct cli *cli, char **args, const struct cmd_opts *o)
     a.verbose = o->verbose;
     a.min_hold_ms = o->min_hold_ms;
     a.once_per_ms = o->once_per_ms;
+    a.elect = strcmp(cli->cmd->name, "elect") == 0;
+    a.value = o->value;
     /* Its own options are checked before the client is made. */
     int code = cli_run_check(&a);
     if (code != 0)

@@ -12,6 +12,9 @@
  * and stops CMD when it passes without a confirmed renewal, early enough that CMD is
  * dead before the lease can end on any server.
  *
+ * `dlock elect NAME -- CMD` is a run whose lock is a leadership: taken with
+ * dlock_elect (announcing --value), CMD gets DLOCK_TERM, and the end is dlock_resign.
+ *
  * The shape of a run, and the file for each step:
  *   0. run_check.c: -k and -g are checked against -t before anything reaches a
  *      server (main.c has parsed the command line; the words after "--" are CMD,
@@ -66,6 +69,8 @@ struct cli_run_args {
     bool verbose;        /* ...unless -v */
     int64_t min_hold_ms; /* --min-hold; 0: none */
     int64_t once_per_ms; /* --once-per; 0: none */
+    bool elect;          /* dlock elect: campaign (dlock_elect) rather than acquire */
+    const char *value;   /* elect --value; NULL: "" */
 
     int signo;         /* from signal */
     int64_t grace_ms;  /* from grace */
@@ -88,6 +93,7 @@ struct runner {
     bool status_shown;
     int64_t acquired_ms; /* run_boot_ms() when the lock was granted (for --min-hold) */
     char slot_var[48];   /* "DLOCK_SLOT=<unix s>" once a slot is claimed; "" */
+    char term_var[48];   /* "DLOCK_TERM=<term>" of a leader (dlock elect) */
 
     pid_t pid;          /* CMD, also its process group; 0 before the fork */
     bool cmd_held;      /* we stopped CMD (SIGSTOP) and owe it a SIGCONT */

@@ -125,7 +125,16 @@ int run_acquire(struct runner *r)
             slice = first ? 0 : (left < 0 || left > STATUS_PERIOD_MS) ? STATUS_PERIOD_MS : left;
         first = false;
         opts.wait_ms = slice;
-        int rc = cli_take(r->client, a->name, &opts, a->permits, &r->lock);
+        int rc;
+        if (a->elect) {
+            dlock_elect_opts eo;
+            memset(&eo, 0, sizeof eo);
+            eo.lock = opts;
+            eo.value = a->value;
+            rc = dlock_elect(r->client, a->name, &eo, &r->lock);
+        } else {
+            rc = cli_take(r->client, a->name, &opts, a->permits, &r->lock);
+        }
         if (rc == DLOCK_OK)
             break;
         if (rc == DLOCK_ERR_CANCELED) {
@@ -151,7 +160,7 @@ int run_acquire(struct runner *r)
      * has not started, so let go (as `dlock acquire` does). */
     int s = take_cancel(r);
     if (s != 0) {
-        dlock_release(r->lock);
+        (a->elect ? dlock_resign : dlock_release)(r->lock);
         r->lock = NULL;
         return canceled(r, s);
     }

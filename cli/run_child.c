@@ -27,8 +27,9 @@
 
 extern char **environ;
 
-/* CMD's environment: ours, with DLOCK_NAME, DLOCK_TOKEN and DLOCK_FENCE set, and
- * DLOCK_SLOT with --once-per (never one inherited from an outer run). Built
+/* CMD's environment: ours, with DLOCK_NAME, DLOCK_TOKEN and DLOCK_FENCE set,
+ * DLOCK_SLOT with --once-per and DLOCK_TERM for a leader (never one inherited from an
+ * outer run). Built
  * before fork: the child of a threaded process may only call async-signal-safe
  * functions, so it cannot setenv (nor malloc). NULL when out of memory. */
 static char **cmd_environ(struct runner *r, char *fence_buf, size_t fence_len)
@@ -36,7 +37,7 @@ static char **cmd_environ(struct runner *r, char *fence_buf, size_t fence_len)
     size_t n = 0;
     while (environ[n] != NULL)
         n++;
-    char **env = malloc((n + 5) * sizeof *env);
+    char **env = malloc((n + 6) * sizeof *env);
     size_t name_len = strlen(r->a->name);
     char *name_var = malloc(name_len + sizeof "DLOCK_NAME=");
     char *token_var = malloc(DLOCK_TOKEN_LEN + sizeof "DLOCK_TOKEN=");
@@ -51,11 +52,16 @@ static char **cmd_environ(struct runner *r, char *fence_buf, size_t fence_len)
         if (strncmp(environ[i], "DLOCK_NAME=", 11) != 0 &&
             strncmp(environ[i], "DLOCK_TOKEN=", 12) != 0 &&
             strncmp(environ[i], "DLOCK_FENCE=", 12) != 0 &&
-            strncmp(environ[i], "DLOCK_SLOT=", 11) != 0)
+            strncmp(environ[i], "DLOCK_SLOT=", 11) != 0 &&
+            strncmp(environ[i], "DLOCK_TERM=", 11) != 0)
             env[k++] = environ[i];
     /* Before the three below, which cmd_environ_free finds at the end. */
     if (r->slot_var[0] != '\0')
         env[k++] = r->slot_var;
+    if (r->a->elect) {
+        snprintf(r->term_var, sizeof r->term_var, "DLOCK_TERM=%" PRIu64, dlock_fence(r->lock));
+        env[k++] = r->term_var;
+    }
     memcpy(name_var, "DLOCK_NAME=", 11);
     memcpy(name_var + 11, r->a->name, name_len + 1);
     snprintf(token_var, DLOCK_TOKEN_LEN + sizeof "DLOCK_TOKEN=", "DLOCK_TOKEN=%s",
