@@ -145,13 +145,13 @@ int dlock__leader_read(dlock_client *c, const dlock__keys *k, dlock__leader *out
         long long pttl[DLOCK_SERVERS_MAX];
         int m = 0, best = i;
         for (int j = 0; j < c->n; j++) {
-            if (says[j] == NULL || memcmp(says[j]->element[4]->str, says[i]->element[4]->str,
-                                          DLOCK_TOKEN_LEN) != 0)
+            if (says[j] == NULL ||
+                memcmp(says[j]->element[4]->str, says[i]->element[4]->str, DLOCK_TOKEN_LEN) != 0)
                 continue;
             pttl[m++] = says[j]->element[1]->integer;
             long long tj = num_of(says[j]->element[2]), tb = num_of(says[best]->element[2]);
-            if (tj > tb || (tj == tb && num_of(says[j]->element[3]) >
-                                            num_of(says[best]->element[3])))
+            if (tj > tb ||
+                (tj == tb && num_of(says[j]->element[3]) > num_of(says[best]->element[3])))
                 best = j;
         }
         if (m < c->quorum)
@@ -176,7 +176,8 @@ int dlock__leader_read(dlock_client *c, const dlock__keys *k, dlock__leader *out
 static int proclaim(dlock_lock *l, const char *value, int64_t seq, dlock__err *e)
 {
     dlock__keys k;
-    int rc = dlock__keys_make(l->client->prefix, l->client->prefix_len, l->name, l->name_len, &k, e);
+    int rc =
+        dlock__keys_make(l->client->prefix, l->client->prefix_len, l->name, l->name_len, &k, e);
     if (rc != DLOCK_OK)
         return rc;
     char term[24], sq[24];
@@ -208,8 +209,9 @@ int dlock_elect(dlock_client *c, const char *name, const dlock_elect_opts *opts,
     if (rc == DLOCK_OK)
         rc = dlock__check_value(opts != NULL ? opts->value : NULL, &e);
     if (rc == DLOCK_OK && c->local != NULL)
-        rc = dlock__err_set(&e, DLOCK_ERR_INVALID, "leader election needs Redis servers, not a "
-                                                   "file:// directory");
+        rc = dlock__err_set(&e, DLOCK_ERR_INVALID,
+                            "leader election needs Redis servers, not a "
+                            "file:// directory");
     if (rc != DLOCK_OK)
         return dlock__err_raise(&e, rc);
     dlock_opts o;
@@ -302,8 +304,9 @@ int dlock_leader(dlock_client *c, const char *name, dlock_leader_info *info)
     if (rc == DLOCK_OK)
         rc = dlock__check_name(name, &e);
     if (rc == DLOCK_OK && c->local != NULL)
-        rc = dlock__err_set(&e, DLOCK_ERR_INVALID, "leader election needs Redis servers, not a "
-                                                   "file:// directory");
+        rc = dlock__err_set(&e, DLOCK_ERR_INVALID,
+                            "leader election needs Redis servers, not a "
+                            "file:// directory");
     if (rc != DLOCK_OK)
         return dlock__err_raise(&e, rc);
     dlock__keys k;

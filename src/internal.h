@@ -59,9 +59,17 @@
  *               slot.c      a scheduled job's slots (dlock_slot_claim): the servers'
  *                           clock cut into periods, the last one claimed, and its
  *                           scripts
- *               wait.c      the client's wake-up channel: its subscriber thread, waiters
- *                           (the heir a release of the same client hands the lock to,
- *                           those that wait behind a holder of their own client)
+ *               elect.c     leader election: a leader is the lock's holder, its term
+ *                           the fence; its record (value, proclamations) and the
+ *                           scripts that write, publish and read it
+ *               observe.c   observers of a leadership (dlock_observe): what they hear
+ *                           made into changes in term order, a read when it must be
+ *               subscriber.c    the client's subscriber thread: one connection per node,
+ *                               subscribed to the wake-up channel and to listeners'
+ *                               channels (subscriber.h: what its users share)
+ *               wait.c      the client's wake-ups: waiters (the heir a release of the
+ *                           same client hands the lock to, those that wait behind a
+ *                           holder of their own client)
  *               watchdog.c  automatic renewal and lost-lock notification
  *               stock.c     counted stock per SKU with leased reservations, on node 0:
  *                           set, add, status, commit, cancel, extend (stock.h: what its

@@ -40,16 +40,16 @@ struct dlock_observer {
     dlock_leader_fn fn;
     void *user;
     pthread_t thread;
-    int stop_fd; /* eventfd: the thread ends */
-    int out_fd;  /* eventfd (semaphore): one count per change waiting */
+    int stop_fd;        /* eventfd: the thread ends */
+    int out_fd;         /* eventfd (semaphore): one count per change waiting */
     pthread_mutex_t mu; /* the changes waiting */
     struct change *first, **last_p;
 
     /* The thread's own: the last change reported. */
-    bool reported;   /* any yet */
-    uint64_t term;   /* its term and seq (kept after "no one leads": older messages */
-    uint64_t seq;    /* are not news) */
-    bool leads;      /* someone leads */
+    bool reported; /* any yet */
+    uint64_t term; /* its term and seq (kept after "no one leads": older messages */
+    uint64_t seq;  /* are not news) */
+    bool leads;    /* someone leads */
     char token[DLOCK_TOKEN_LEN + 1];
     int64_t lease_end_us; /* when the leader's lease ends unless renewed; 0: none */
     int64_t ttl_ms;       /* the lease last heard or read, for the margin */
@@ -196,7 +196,9 @@ static void *observer_main(void *arg)
         dlock__leader got;
         dlock__err ignored; /* tried again; the last change stands meanwhile */
         if (dlock__leader_read(c, &o->keys, &got, &ignored) != DLOCK_OK) {
-            backoff_us = backoff_us == 0 ? 100000 : backoff_us * 2 > 2000000 ? 2000000 : backoff_us * 2;
+            backoff_us = backoff_us == 0            ? 100000
+                         : backoff_us * 2 > 2000000 ? 2000000
+                                                    : backoff_us * 2;
             retry_at_us = dlock__now_us() + backoff_us;
             continue;
         }
@@ -226,8 +228,9 @@ int dlock_observe(dlock_client *c, const char *name, dlock_leader_fn fn, void *u
     if (rc == DLOCK_OK)
         rc = dlock__check_name(name, &e);
     if (rc == DLOCK_OK && c->local != NULL)
-        rc = dlock__err_set(&e, DLOCK_ERR_INVALID, "leader election needs Redis servers, not a "
-                                                   "file:// directory");
+        rc = dlock__err_set(&e, DLOCK_ERR_INVALID,
+                            "leader election needs Redis servers, not a "
+                            "file:// directory");
     if (rc != DLOCK_OK)
         return dlock__err_raise(&e, rc);
     dlock_observer *o = dlock__calloc(1, sizeof *o);
