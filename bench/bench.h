@@ -18,6 +18,7 @@
  *   stats.c      clocks, latency samples, percentiles
  *   cycles.c     W1, W2 and W4 (acquire + release cycles)
  *   contended.c  W3 (one name, blocking waits)
+ *   elect.c      W8 (a leader's changes as an observer hears them; idle observers)
  *   flashsale.c  W5 (four ways to sell 1000 items to 50 buyers)
  *   daemon.c     dlockd, the lock service, as a process of ours
  *   service.c    W6 (W1 through dlockd)
@@ -61,8 +62,8 @@ enum pin_mode { PIN_SPLIT, PIN_SAME, PIN_NONE };
 extern const char *const bench_pin_names[3]; /* by mode, as --pin takes them */
 
 typedef struct bench_opts {
-    bool run[9];    /* run[1..6]: which of W1..W6; run[7]: W1 over TLS ("TLS"); run[8]:
-                       W1 through a cluster ("CLUSTER") */
+    bool run[10];   /* run[1..6]: which of W1..W6; run[7]: W1 over TLS ("TLS"); run[8]:
+                       W1 through a cluster ("CLUSTER"); run[9]: W8 */
     long w1_cycles; /* -n */
     long w6_cycles; /* W6 cycles (as W1's by default) */
     int w2_clients; /* 8 */
@@ -72,6 +73,8 @@ typedef struct bench_opts {
     bool w3_fair;     /* also run each W3 with dlock_opts.fair (W3/fair, W3/wN/fair) */
     long w3_sections; /* per worker, 200 */
     long wake_cycles; /* baseline/wake hand-overs, 2000 */
+    long w8_changes;  /* W8 proclamations observed, 200 */
+    long w8_idle_ms;  /* W8's idle windows, 10000 */
     int w4_nodes[BENCH_MAX_LIST];
     int w4_nnodes;
     long w4_cycles;       /* loopback, 2000 */
@@ -382,6 +385,9 @@ int run_w3(bench_ctx *ctx);
  * on node 1 through DEL + PUBLISH and SET NX; figures gap_p50_us and gap_p99_us.
  * 0, or -1 after bench_fail. */
 int run_wake(bench_ctx *ctx);
+/* W8 (elect.c): a leader's proclamations and hand-overs as an observer hears them, and
+ * the commands idle observers cost; run right after W3. 0, or -1 after bench_fail. */
+int run_w8(bench_ctx *ctx);
 /* W5 (flashsale.c): lock, lock-pipelined, watch, script, stock, then the PHP sale and
  * the Python and Node packages' cycles. */
 int run_w5(bench_ctx *ctx);

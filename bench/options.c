@@ -42,7 +42,7 @@ static void usage(FILE *out)
             "\n");
     /* Two strings: C11 compilers need only take 4095 characters in one. */
     fprintf(out,
-            "  -w, --workloads LIST    which of W1,W2,W3,W4,W5,W6,TLS,CLUSTER, or all\n"
+            "  -w, --workloads LIST    which of W1,W2,W3,W4,W5,W6,W8,TLS,CLUSTER, or all\n"
             "                          (default W1-W6)\n"
             "  -n, --cycles N          W1 cycles (20000)\n"
             "      --w6-cycles N       W6 cycles (as W1's)\n"
@@ -52,6 +52,9 @@ static void usage(FILE *out)
             "      --w3-workers LIST   W3 runs, by number of workers, e.g. 2,8,16 (8)\n"
             "      --w3-fair           also run each W3 with fair (FIFO) waiting: W3/fair\n"
             "      --wake-cycles N     baseline/wake hand-overs, run with W3 (2000)\n"
+            "      --w8-changes N      W8 proclamations observed (200; a quarter as many\n"
+            "                          leader hand-overs)\n"
+            "      --w8-idle-ms MS     W8's idle window, with and without observers (10000)\n"
             "      --w4-nodes LIST     W4 node counts (3,5); the 1-node run is always added\n"
             "      --w4-cycles N       W4 cycles on loopback (2000)\n"
             "      --w4-delay-cycles N W4 cycles through the relays (500)\n"
@@ -119,7 +122,7 @@ static bool parse_list(const char *s, int min, int max, int *v, int *n)
     return *n > 0;
 }
 
-/* "W1,W3,TLS,CLUSTER" (any case) or "all" into o->run[1..8]. */
+/* "W1,W3,W8,TLS,CLUSTER" (any case) or "all" into o->run[1..9] (W8 is run[9]). */
 static bool parse_workloads(const char *s, bench_opts *o)
 {
     bool *run = o->run;
@@ -131,12 +134,15 @@ static bool parse_workloads(const char *s, bench_opts *o)
     for (char *tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
         if ((tok[0] == 'W' || tok[0] == 'w') && tok[1] >= '1' && tok[1] <= '6' && tok[2] == '\0')
             run[tok[1] - '0'] = any = true;
+        else if (strcasecmp(tok, "w8") == 0)
+            run[9] = any = true;
         else if (strcasecmp(tok, "tls") == 0)
             run[7] = any = true;
         else if (strcasecmp(tok, "cluster") == 0)
             run[8] = any = true;
         else if (strcasecmp(tok, "all") == 0)
-            run[1] = run[2] = run[3] = run[4] = run[5] = run[6] = run[7] = run[8] = any = true;
+            run[1] = run[2] = run[3] = run[4] = run[5] = run[6] = run[7] = run[8] = run[9] = any =
+                true;
         else
             return false;
     }
@@ -164,7 +170,9 @@ static bool parse_pin(const char *s, bench_opts *o)
 static void defaults(bench_opts *o)
 {
     memset(o, 0, sizeof *o);
-    o->run[1] = o->run[2] = o->run[3] = o->run[4] = o->run[5] = o->run[6] = true;
+    o->run[1] = o->run[2] = o->run[3] = o->run[4] = o->run[5] = o->run[6] = o->run[9] = true;
+    o->w8_changes = 200;
+    o->w8_idle_ms = 10000;
     o->w1_cycles = 20000;
     o->w6_cycles = 0; /* as w1_cycles, once the options are read */
     o->w2_clients = 8;
@@ -224,6 +232,8 @@ int bench_parse_args(int argc, char **argv, bench_opts *o)
         {"w3-workers", 0, 1, 256, .list = o->w3_workers, .nlist = &o->w3_nworkers},
         {"w3-fair", 0, .on = &o->w3_fair},
         {"wake-cycles", 0, 1, big, .l = &o->wake_cycles},
+        {"w8-changes", 0, 1, big, .l = &o->w8_changes},
+        {"w8-idle-ms", 0, 100, 3600000, .l = &o->w8_idle_ms},
         {"w4-nodes", 0, 1, BENCH_MAX_NODES, .list = o->w4_nodes, .nlist = &o->w4_nnodes},
         {"w4-cycles", 0, 1, big, .l = &o->w4_cycles},
         {"w4-delay-cycles", 0, 1, big, .l = &o->w4_delay_cycles},
@@ -276,6 +286,8 @@ int bench_parse_args(int argc, char **argv, bench_opts *o)
             o->w2_cycles = 500;
             o->w3_sections = 40;
             o->wake_cycles = 200;
+            o->w8_changes = 40;
+            o->w8_idle_ms = 1000;
             o->w4_cycles = 300;
             o->w4_delay_cycles = 50;
             o->w5_stock = 200;

@@ -34,3 +34,8 @@ set_property(TEST test_doctor APPEND PROPERTY ENVIRONMENT "DLOCKD=$<TARGET_FILE:
 # The dlock command's TLS options against servers with TLS (test_tls_cli.c).
 dlock_add_test(test_tls_cli SOURCES test_tls_cli.c itest.c LABELS integration)
 add_dependencies(test_tls_cli dlock_cli)
+# `dlock elect` and `dlock leader` (tests/integration/test_elect_cli.c): five candidates
+# and a watcher, failovers after SIGKILL, and a leader whose server stops answering
+# (a server of that test's own, so that the pause disturbs no other test).
+dlock_add_test(test_elect_cli SOURCES test_elect_cli.c itest.c LABELS integration)
+add_dependencies(test_elect_cli dlock_cli)
