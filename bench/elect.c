@@ -157,7 +157,8 @@ int run_w8(bench_ctx *ctx)
     eo.lock.wait_ms = 5000;
     eo.value = "v0";
     dlock_lock *lead = NULL;
-    if (dlock_elect(lc, name, &eo, &lead) != DLOCK_OK || wait_heard(&h, dlock_fence(lead), "v0") < 0) {
+    if (dlock_elect(lc, name, &eo, &lead) != DLOCK_OK ||
+        wait_heard(&h, dlock_fence(lead), "v0") < 0) {
         bench_fail(ctx, "W8: the first election was not heard: %s", dlock_errmsg());
         goto out;
     }
@@ -225,8 +226,7 @@ int run_w8(bench_ctx *ctx)
     for (int i = 0; i < W8_OBSERVERS; i++)
         dlock_observer_free(more[i]);
     if (alone > 0 && watched >= 0)
-        fig("W8", "idle_cmds", (double)watched, 0, (double)watched / (double)alone,
-            "no observer");
+        fig("W8", "idle_cmds", (double)watched, 0, (double)watched / (double)alone, "no observer");
     progress("W8: idle %lld commands with %d observers, %lld without", watched, W8_OBSERVERS,
              alone);
     rc = 0;

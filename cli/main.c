@@ -148,8 +148,8 @@ int main(int argc, char **argv)
         if (nargs == 0)
             return cli_usage_error(cmd, "missing NAME");
         if (dashes < 0)
-            return cli_usage_error(cmd,
-                                   "missing \"--\" and CMD after NAME (dlock run NAME -- CMD)");
+            return cli_usage_error(cmd, "missing \"--\" and CMD after NAME (dlock %s NAME -- CMD)",
+                                   cmd->name);
         if (nargs > 1)
             return cli_usage_error(cmd, "unexpected argument \"%.64s\" before \"--\"",
                                    cargv[optind + 1]);

@@ -147,8 +147,9 @@ int run_acquire(struct runner *r)
         }
         if (rc != DLOCK_ERR_BUSY || slice == left) {
             run_status_clear(r);
-            return rc == DLOCK_ERR_BUSY ? run_conflict(r, dlock_strerror(rc))
-                                        : cli_fail_call(r->what, rc);
+            return rc == DLOCK_ERR_BUSY
+                       ? run_conflict(r, a->elect ? "another candidate leads" : dlock_strerror(rc))
+                       : cli_fail_call(r->what, rc);
         }
         if (show)
             status_draw(r, run_boot_ms() - start);

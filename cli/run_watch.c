@@ -131,8 +131,11 @@ void run_watch(struct runner *r, siginfo_t *si)
         if (!r->stopping) {
             int64_t left = dlock_remaining_ms(r->lock);
             if (run_lost(r) || left <= 0) {
-                start_stopping(r, "lock lost (a renewal found another owner, or reached no "
-                                  "quorum before the lease ran out)");
+                start_stopping(r, a->elect ? "leadership lost (a renewal found another "
+                                             "owner, or reached no quorum before the lease "
+                                             "ran out)"
+                                           : "lock lost (a renewal found another owner, or "
+                                             "reached no quorum before the lease ran out)");
             } else if (left - a->grace_ms - a->margin_ms <= 0) {
                 /* Not lost yet, but the renewal is late (servers slow or away): stop
                  * CMD now, while SIGKILL can still come before the lease ends. */
