@@ -585,3 +585,24 @@ int it_tls_teardown(void **state)
     dh_tls_dir_remove(it_tls_dir);
     return 0;
 }
+
+const char *it_path(const char *dir, const char *name)
+{
+    static char ring[8][600];
+    static int next;
+    char *p = ring[next++ % 8];
+    snprintf(p, sizeof ring[0], "%s/%s", dir, name);
+    return p;
+}
+
+char *it_slurp(const char *file)
+{
+    char *buf = calloc(1, 65536);
+    assert_non_null(buf);
+    FILE *f = fopen(file, "r");
+    if (f != NULL) {
+        buf[fread(buf, 1, 65535, f)] = '\0';
+        fclose(f);
+    }
+    return buf;
+}

@@ -240,6 +240,10 @@ int it_log_count(it_log *lg, int level, const char *needle);
  * failed test left): 0, or -1 with the reason on stderr. */
 int it_tmpdir(char *dir, size_t len, const char *prefix);
 int it_tmpdir_remove(const char *dir);
+/* dir/name, in a static ring of eight (a test uses a few at a time). */
+const char *it_path(const char *dir, const char *name);
+/* A file's text (its first 64 KiB), malloc'd; "" when it is missing. */
+char *it_slurp(const char *file);
 
 /* The TLS tests' certificates (dh_tls_make_set), made once per test process in
  * it_tls_dir: it_tls_setup and it_tls_teardown are a cmocka group's setup and

@@ -243,15 +243,20 @@ static void test_observer(void **state)
     dlock_client_free(w);
 }
 
-/* A candidate process: campaigns for name with the lease TTL_MS until it leads, then
- * leads until it is killed. */
-static pid_t candidate(const char *name)
+/* A candidate process: once a byte can be read from go, campaigns for name with the
+ * lease TTL_MS until it leads, then leads until it is killed. Forked while this process
+ * has no thread but the main one (ThreadSanitizer refuses threads in the child of a
+ * process that had others). */
+static pid_t candidate(const char *name, int go)
 {
     pid_t pid = fork();
     assert_true(pid >= 0);
     if (pid > 0)
         return pid;
     prctl(PR_SET_PDEATHSIG, SIGKILL);
+    char byte;
+    if (read(go, &byte, 1) != 1)
+        _exit(3);
     dlock_client *c = it_nodes_client();
     char value[32];
     snprintf(value, sizeof value, "pid %ld", (long)getpid());
@@ -296,12 +301,17 @@ static void test_failover_five(void **state)
     (void)state;
     enum { N = 5 };
     pid_t pids[N];
+    int go[2];
+    assert_int_equal(pipe(go), 0);
+    for (int i = 0; i < N; i++)
+        pids[i] = candidate("five", go[0]);
     dlock_client *c = it_nodes_client();
     dlock_observer *o;
     assert_int_equal(dlock_observe(c, "five", NULL, NULL, &o), DLOCK_OK);
     assert_int_equal(next_change(o, 2000).term, 0);
-    for (int i = 0; i < N; i++)
-        pids[i] = candidate("five");
+    assert_int_equal(write(go[1], "ggggg", N), N);
+    close(go[0]);
+    close(go[1]);
     int nones = 0, terms = 1;
     dlock_leader_info info = next_leader(o, 3000, &nones);
     for (int round = 0; round < 2; round++) {

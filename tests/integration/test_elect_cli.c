@@ -89,27 +89,10 @@ static int test_teardown(void **state)
 
 /* ---- files --------------------------------------------------------------------- */
 
-/* tmpdir/name, in a static ring (a test uses a few at a time). */
+/* tmpdir/name (it_path). */
 static const char *path(const char *name)
 {
-    static char ring[8][600];
-    static int next;
-    char *p = ring[next++ % 8];
-    snprintf(p, sizeof ring[0], "%s/%s", tmpdir, name);
-    return p;
-}
-
-/* The whole file, malloc'd ("" when missing). */
-static char *slurp(const char *file)
-{
-    char *buf = calloc(1, 65536);
-    assert_non_null(buf);
-    FILE *f = fopen(file, "r");
-    if (f != NULL) {
-        buf[fread(buf, 1, 65535, f)] = '\0';
-        fclose(f);
-    }
-    return buf;
+    return it_path(tmpdir, name);
 }
 
 /* The last line of text (without its newline) into out; "" when there is none. */
@@ -129,7 +112,7 @@ static void wait_last_line(const char *file, const char *want, int64_t timeout_m
 {
     int64_t deadline = dh_now_ms() + timeout_ms * dh_slack();
     for (;;) {
-        char *text = slurp(file), last[512];
+        char *text = it_slurp(file), last[512];
         last_line(text, last, sizeof last);
         bool done = strcmp(last, want) == 0;
         if (!done && dh_now_ms() > deadline)
@@ -229,7 +212,7 @@ static int reap(pid_t pid, const char *tag, int64_t timeout_ms, int want)
         char out[600], err[600];
         snprintf(out, sizeof out, "%s.out", path(tag));
         snprintf(err, sizeof err, "%s.err", path(tag));
-        char *o = slurp(out), *e = slurp(err);
+        char *o = it_slurp(out), *e = it_slurp(err);
         fail_msg("dlock %s: %s %d, want %d\nstdout: %s\nstderr: %s", tag,
                  in_time ? "exit" : "killed after its time, status", status, want, o, e);
     }
@@ -271,7 +254,7 @@ static bool gone(pid_t pid)
 {
     char proc[64];
     snprintf(proc, sizeof proc, "/proc/%d/stat", (int)pid);
-    char *st = slurp(proc);
+    char *st = it_slurp(proc);
     const char *rp = strrchr(st, ')');
     bool alive = rp != NULL && rp[1] == ' ' && rp[2] != 'Z';
     free(st);
@@ -456,13 +439,13 @@ static void test_elect_five(void **state)
     wait_last_line(path("watch.out"), "five: no leader", 3000);
     assert_int_equal(kill(watcher, SIGTERM), 0);
     reap(watcher, "watch", 5000, 0);
-    char *err = slurp(path("watch.err"));
+    char *err = it_slurp(path("watch.err"));
     assert_string_equal(err, "");
     free(err);
 
     /* No leader at the start and at the end; leaders in strictly increasing term
      * order, each shown once, among them the three seen (with their values). */
-    char *text = slurp(path("watch.out"));
+    char *text = it_slurp(path("watch.out"));
     int leaders = 0, found = 0, lines = 0;
     uint64_t last_term = 0;
     char *save = NULL;
@@ -506,7 +489,7 @@ static void test_elect_server_paused(void **state)
     uint64_t a_term = info.term;
     int64_t deadline = dh_now_ms() + 5000 * dh_slack();
     char *pidtext;
-    while ((pidtext = slurp(path("a.pid")))[0] == '\0' || strchr(pidtext, '\n') == NULL) {
+    while ((pidtext = it_slurp(path("a.pid")))[0] == '\0' || strchr(pidtext, '\n') == NULL) {
         free(pidtext);
         assert_true(dh_now_ms() < deadline);
         dh_sleep_ms(5);
@@ -551,7 +534,7 @@ static void test_elect_server_paused(void **state)
     wait_leader(c, "p", a_term, "b", NULL, 5000, &info);
 
     reap(a, "a", 5000, 73);
-    char *out = slurp(path("a.out")), *err = slurp(path("a.err"));
+    char *out = it_slurp(path("a.out")), *err = it_slurp(path("a.err"));
     assert_string_equal(out, "");
     it_run said = {.status = 73};
     snprintf(said.err, sizeof said.err, "%s", err);

@@ -54,28 +54,10 @@ static int group_teardown(void **state)
 
 /* ---- files --------------------------------------------------------------------- */
 
-/* tmpdir/name, in a static ring (a test uses a few at a time). */
+/* tmpdir/name (it_path). */
 static const char *path(const char *name)
 {
-    static char ring[8][600];
-    static int next;
-    char *p = ring[next++ % 8];
-    snprintf(p, sizeof ring[0], "%s/%s", tmpdir, name);
-    return p;
-}
-
-/* The whole file, malloc'd ("" when missing). */
-static char *slurp(const char *file)
-{
-    FILE *f = fopen(file, "r");
-    char *buf = calloc(1, 65536);
-    assert_non_null(buf);
-    if (f != NULL) {
-        size_t n = fread(buf, 1, 65535, f);
-        buf[n] = '\0';
-        fclose(f);
-    }
-    return buf;
+    return it_path(tmpdir, name);
 }
 
 static void write_file(const char *file, const char *text, mode_t mode)
@@ -248,7 +230,7 @@ static int bg_wait(bg *b, int64_t timeout_ms)
 {
     int status = bg_wait_or_kill(b, timeout_ms);
     if (status < 0) {
-        char *err = slurp(b->err);
+        char *err = it_slurp(b->err);
         fail_msg("dlock did not exit within %lld ms; stderr: %s", (long long)timeout_ms, err);
     }
     return status;
@@ -257,7 +239,7 @@ static int bg_wait(bg *b, int64_t timeout_ms)
 static void bg_expect(bg *b, int status, int want)
 {
     if (status != want) {
-        char *out = slurp(b->out), *err = slurp(b->err);
+        char *out = it_slurp(b->out), *err = it_slurp(b->err);
         fail_msg("exit %d, want %d\nstdout: %s\nstderr: %s", status, want, out, err);
     }
 }
@@ -284,7 +266,7 @@ static void expect_gone(pid_t pid)
     char proc[64];
     snprintf(proc, sizeof proc, "/proc/%d/stat", (int)pid);
     for (;;) {
-        char *st = slurp(proc);
+        char *st = it_slurp(proc);
         /* "pid (comm) S ...": gone, or a zombie nobody has reaped yet. */
         const char *rp = strrchr(st, ')');
         bool alive = rp != NULL && rp[1] == ' ' && rp[2] != 'Z';
@@ -299,7 +281,7 @@ static void expect_gone(pid_t pid)
 
 static pid_t read_pid(const char *file)
 {
-    char *s = slurp(file);
+    char *s = it_slurp(file);
     long v = strtol(s, NULL, 10);
     free(s);
     assert_true(v > 1);
@@ -336,7 +318,7 @@ static void test_holds_while_cmd_runs(void **state)
     assert_true(last_ms - held_ms >= 2000);
     int status = bg_wait(&b, 6000 + 5000);
     bg_expect(&b, status, 0);
-    char *err = slurp(b.err);
+    char *err = it_slurp(b.err);
     assert_string_equal(err, ""); /* not a terminal: no status line, no noise */
     free(err);
     assert_true(dh_now_ms() - b.started_ms >= 4000);
@@ -369,10 +351,10 @@ static void test_lost_when_key_deleted(void **state)
      * CMD exits on it; well within the next renewal plus one lease. */
     if (elapsed >= (ttl / 3 + ttl) * dh_slack())
         fail_msg("dlock exited %lld ms after the DEL", (long long)elapsed);
-    char *rec = slurp(path("del.rec"));
+    char *rec = it_slurp(path("del.rec"));
     assert_string_equal(rec, "TERM\n");
     free(rec);
-    char *err = slurp(b.err);
+    char *err = it_slurp(b.err);
     expect_one_line(err, "lost");
     assert_non_null(strstr(err, "run run-del: "));
     free(err);
@@ -400,10 +382,10 @@ static void test_kill_after_grace(void **state)
     assert_true(elapsed >= 400); /* SIGKILL not before GRACE */
     if (elapsed >= (2000 / 3 + 400 + 1000) * dh_slack())
         fail_msg("dlock exited %lld ms after the DEL", (long long)elapsed);
-    char *rec = slurp(path("grace.rec"));
+    char *rec = it_slurp(path("grace.rec"));
     assert_non_null(strstr(rec, "USR1\n"));
     free(rec);
-    char *err = slurp(b.err);
+    char *err = it_slurp(b.err);
     expect_one_line(err, "SIGUSR1");
     free(err);
     expect_gone(cmd);
@@ -525,7 +507,7 @@ static void test_stopped_before_lease_ends_when_server_paused(void **state)
     bg_expect(&b, status, 73);
     if (ran >= 6000 * dh_slack())
         fail_msg("dlock took %lld ms after the pause", (long long)ran);
-    char *err = slurp(b.err);
+    char *err = it_slurp(b.err);
     expect_one_line(err, "no renewal confirmed");
     free(err);
 }
@@ -655,10 +637,10 @@ static void forwarded(int sig, const char *name, int want_status)
     bg_expect(&b, status, want_status);
     char want[32];
     snprintf(want, sizeof want, "%s\n", name);
-    char *got = slurp(rec);
+    char *got = it_slurp(rec);
     assert_string_equal(got, want);
     free(got);
-    char *err = slurp(b.err);
+    char *err = it_slurp(b.err);
     assert_string_equal(err, "");
     free(err);
     assert_int_equal(key_exists("run-sig"), 0);
@@ -731,7 +713,7 @@ static void test_signal_cancels_wait(void **state)
     assert_int_equal(kill(b.pid, SIGTERM), 0);
     int status = bg_wait(&b, 5000);
     bg_expect(&b, status, 75);
-    char *err = slurp(b.err);
+    char *err = it_slurp(b.err);
     expect_one_line(err, "canceled by SIGTERM");
     free(err);
     assert_int_equal(access(path("cancel.ran"), F_OK), -1);
@@ -824,8 +806,8 @@ static void test_help_and_man_page(void **state)
     assert_non_null(strstr(r.out, "\n  run "));
 
     /* Every command and exit code the help lists is in both man page files. */
-    char *md = slurp(DLOCK_SOURCE_DIR "/docs/dlock.1.md");
-    char *roff = slurp(DLOCK_SOURCE_DIR "/docs/dlock.1");
+    char *md = it_slurp(DLOCK_SOURCE_DIR "/docs/dlock.1.md");
+    char *roff = it_slurp(DLOCK_SOURCE_DIR "/docs/dlock.1");
     assert_true(strlen(md) > 1000 && strlen(roff) > 1000);
     int commands = 0, codes = 0;
     const char *p = strstr(r.out, "\nCommands:\n");

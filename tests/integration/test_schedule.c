@@ -102,27 +102,10 @@ static int64_t server_ms(dh_server *s)
     return ms;
 }
 
-/* tmpdir/name, in a static ring (a test uses a few at a time). */
+/* tmpdir/name (it_path). */
 static const char *path(const char *name)
 {
-    static char ring[8][600];
-    static int next;
-    char *p = ring[next++ % 8];
-    snprintf(p, sizeof ring[0], "%s/%s", tmpdir, name);
-    return p;
-}
-
-/* The whole file, malloc'd ("" when missing). */
-static char *slurp(const char *file)
-{
-    char *buf = calloc(1, 65536);
-    assert_non_null(buf);
-    FILE *f = fopen(file, "r");
-    if (f != NULL) {
-        buf[fread(buf, 1, 65535, f)] = '\0';
-        fclose(f);
-    }
-    return buf;
+    return it_path(tmpdir, name);
 }
 
 /* dlock -s servers ARGS... (NULL-terminated), DLOCK_SERVERS and DLOCK_PASSWORD removed
@@ -282,7 +265,7 @@ static void check_job(const job *j, const host_log *logs, int64_t t0, int64_t be
                 fail_msg("%s: h%d tick %d: exit %d: %s", j->label, h + 1, k, st, lg->said[k]);
         }
     }
-    char *text = slurp(j->file);
+    char *text = it_slurp(j->file);
     long long prev = -1;
     int lines = 0, fates[HOSTS][2] = {{0}};
     bool whole[3] = {false, false, false};
@@ -521,7 +504,7 @@ static void conflict_slot_ran(void **state)
     it_expect_status(&o, 0);
     assert_string_equal(o.out, "");
     assert_string_equal(o.err, want);
-    char *seen = slurp(path("ran.slot"));
+    char *seen = it_slurp(path("ran.slot"));
     snprintf(want, sizeof want, "%lld\n", slot);
     assert_string_equal(seen, want);
     free(seen);
