@@ -794,7 +794,8 @@ DLOCK_API int dlock_proclaim(dlock_lock *lead, const char *value);
 
 /* Step down: the observers are told that no one leads, then the lock is released (to
  * the next candidate in the queue, if one waits) and the handle freed, whatever this
- * returns. Returns dlock_release's result. */
+ * returns. Returns dlock_release's result. A handle that is not a leader's, or that is
+ * known lost, is only released. */
 DLOCK_API int dlock_resign(dlock_lock *lead);
 
 /* Who leads `name` now, read from the servers: DLOCK_OK with info->term 0 when no one
@@ -806,9 +807,9 @@ DLOCK_API int dlock_leader(dlock_client *c, const char *name, dlock_leader_info 
 /* An observer of `name`'s leadership: it hears every change of leader or value, in
  * term order, "no one leads" (term 0) included, beginning with the state when it
  * starts. It asks the servers nothing while nothing changes: changes and renewals are
- * published to it, and it reads once when its subscription is (re)made, when a change
- * is announced, and when a leader's lease ran out with no renewal heard. A change
- * that another is announced over before the observer read it may be skipped; a term is
+ * published to it, and it reads once when its subscription is (re)made, when what it
+ * heard cannot be understood, and when a leader's lease ran out with no renewal heard. A change
+ * that another is announced over before the observer heard it may be skipped; a term is
  * never reported again after a larger one. Each observer has a thread; with fn, fn
  * runs there with each change (it must not free the observer); without fn, changes
  * wait in order for dlock_observer_next, and dlock_observer_fd is readable while one

@@ -194,6 +194,26 @@ static int proclaim(dlock_lock *l, const char *value, int64_t seq, dlock__err *e
     return rc;
 }
 
+/* Delete l's record and tell its observers that no one leads (RESIGN), before the lock
+ * is released; best effort: an observer that does not hear it sees the lease end. */
+static void retire(dlock_lock *l)
+{
+    dlock__keys k;
+    dlock__err ignored;
+    if (dlock__keys_make(l->client->prefix, l->client->prefix_len, l->name, l->name_len, &k,
+                         &ignored) != DLOCK_OK)
+        return;
+    char term[24], sq[24];
+    snprintf(term, sizeof term, "%llu", (unsigned long long)l->fence);
+    snprintf(sq, sizeof sq, "%lld", (long long)(l->proclaims + 1));
+    const char *args[] = {k.lock, k.leader, l->token, term, sq};
+    const size_t lens[] = {k.lock_len, k.leader_len, DLOCK_TOKEN_LEN, strlen(term), strlen(sq)};
+    const dlock__script_args sa = {DLOCK_SCRIPT_RESIGN, 2, 5, args, lens};
+    int64_t start_us;
+    dlock__round_yes_no(l->client, &sa, "resign", DLOCK_ERR_LOST, "not held", &start_us, &ignored);
+    free(k.buf);
+}
+
 int dlock_elect(dlock_client *c, const char *name, const dlock_elect_opts *opts, dlock_lock **lead)
 {
     dlock__err e;
@@ -234,7 +254,9 @@ int dlock_elect(dlock_client *c, const char *name, const dlock_elect_opts *opts,
                                  opts != NULL ? opts->lock.on_lost : NULL,
                                  opts != NULL ? opts->lock.on_lost_user : NULL, &e);
     if (rc != DLOCK_OK) {
+        /* The proclamation may have reached some servers and been published. */
         dlock__err ignored;
+        retire(l);
         dlock__lock_release(l, &ignored);
         return dlock__err_raise(&e, rc);
     }
@@ -273,23 +295,8 @@ int dlock_proclaim(dlock_lock *l, const char *value)
 int dlock_resign(dlock_lock *l)
 {
     dlock__err ignored; /* the release below says how it went */
-    if (dlock__lock_enter(l, &ignored) == DLOCK_OK && l->leading && !l->lost) {
-        dlock__keys k;
-        if (dlock__keys_make(l->client->prefix, l->client->prefix_len, l->name, l->name_len, &k,
-                             &ignored) == DLOCK_OK) {
-            char term[24], sq[24];
-            snprintf(term, sizeof term, "%llu", (unsigned long long)l->fence);
-            snprintf(sq, sizeof sq, "%lld", (long long)(l->proclaims + 1));
-            const char *args[] = {k.lock, k.leader, l->token, term, sq};
-            const size_t lens[] = {k.lock_len, k.leader_len, DLOCK_TOKEN_LEN, strlen(term),
-                                   strlen(sq)};
-            const dlock__script_args sa = {DLOCK_SCRIPT_RESIGN, 2, 5, args, lens};
-            int64_t start_us;
-            dlock__round_yes_no(l->client, &sa, "resign", DLOCK_ERR_LOST, "not held", &start_us,
-                                &ignored);
-            free(k.buf);
-        }
-    }
+    if (dlock__lock_enter(l, &ignored) == DLOCK_OK && l->leading && !l->lost)
+        retire(l);
     return dlock_release(l);
 }
 

@@ -37,9 +37,16 @@ int dlock_extend(dlock_lock *l, int64_t ttl_ms)
         return dlock__err_raise(&e, rc);
     char ttl[24];
     int tlen = snprintf(ttl, sizeof ttl, "%lld", (long long)ttl_ms);
-    const char *args[] = {k.lock, k.holders, k.info, l->token, ttl};
-    const size_t lens[] = {k.lock_len, k.holders_len, k.info_len, DLOCK_TOKEN_LEN, (size_t)tlen};
-    const dlock__script_args sa = {DLOCK_SCRIPT_EXTEND, 3, 5, args, lens};
+    /* A leader's record (elect.c) keeps the lock's lease, and its observers hear of it:
+     * the record is the fourth key then. */
+    const char *args[6] = {k.lock, k.holders, k.info, k.leader};
+    size_t lens[6] = {k.lock_len, k.holders_len, k.info_len, k.leader_len};
+    int n = l->leading ? 4 : 3;
+    args[n] = l->token;
+    lens[n++] = DLOCK_TOKEN_LEN;
+    args[n] = ttl;
+    lens[n++] = (size_t)tlen;
+    const dlock__script_args sa = {DLOCK_SCRIPT_EXTEND, l->leading ? 4 : 3, n, args, lens};
     int64_t start;
     /* Before the round: no renewal with the old ttl may land after it. */
     dlock__watchdog_set_ttl(c, l, ttl_ms);

@@ -9,9 +9,12 @@
  *   - a resignation newer than the last change is "no one leads";
  *   - a renewal of the leader it knows moves that leader's lease end;
  *   - a node's confirmation of the subscription (a connection made or remade, when a
- *     message may have gone by), and the end of the known leader's lease with no
- *     renewal heard (a leader that died publishes nothing), make it read the servers
- *     once (dlock__leader_read), and report what the read shows if it differs.
+ *     message may have gone by), a message it cannot understand, and the end of the
+ *     known leader's lease with no renewal heard (a leader that died publishes
+ *     nothing), make it read the servers once (dlock__leader_read), and report what
+ *     the read shows if it differs (a read that finds no one while the known leader's
+ *     lease runs is not believed before that lease ends: with N > 1 it may have met
+ *     servers the proclamation had not reached yet).
  * So while a leader renews and nothing changes, the observer sends no command: the
  * renewals come to it. A read that fails is tried again (100 ms, doubling to 2 s);
  * the last change stands meanwhile, since an unreachable quorum says nothing of who
@@ -52,7 +55,6 @@ struct dlock_observer {
     bool leads;    /* someone leads */
     char token[DLOCK_TOKEN_LEN + 1];
     int64_t lease_end_us; /* when the leader's lease ends unless renewed; 0: none */
-    int64_t ttl_ms;       /* the lease last heard or read, for the margin */
 };
 
 /* Report info as the next change. */
@@ -68,17 +70,22 @@ static void report(dlock_observer *o, const dlock_leader_info *info)
         return; /* the change is lost to a reader that out of memory could not keep */
     ch->next = NULL;
     ch->info = *info;
+    /* Queued and counted under one lock, so that the descriptor's count is always the
+     * queue's length (a reader between the two would leave it readable and empty). */
     pthread_mutex_lock(&o->mu);
     *o->last_p = ch;
     o->last_p = &ch->next;
-    pthread_mutex_unlock(&o->mu);
     dlock__kick(o->out_fd);
+    pthread_mutex_unlock(&o->mu);
 }
 
 /* When a lease of ttl_ms heard or read now ends, with a margin for the clocks' rates
- * and the message's way here. */
+ * and the message's way here. A lease longer than any the library grants is a message
+ * of someone else's: counted as the longest. */
 static int64_t lease_end(int64_t ttl_ms)
 {
+    if (ttl_ms > DLOCK_TTL_MAX_MS)
+        ttl_ms = DLOCK_TTL_MAX_MS;
     return dlock__now_us() + ttl_ms * 1000 + ttl_ms * 20 + 5000;
 }
 
@@ -112,7 +119,6 @@ static void leader(dlock_observer *o, const dlock__leader *l)
     o->seq = l->seq;
     o->leads = true;
     memcpy(o->token, l->token, sizeof o->token);
-    o->ttl_ms = l->info.remaining_ms;
     o->lease_end_us = lease_end(l->info.remaining_ms);
     report(o, &l->info);
 }
@@ -128,10 +134,8 @@ static bool on_message(dlock_observer *o, const char *m, size_t len)
     enum { TTL_AT = 2 + DLOCK_TOKEN_LEN + 1 }; /* "R <token> " */
     if (m[0] == 'R' && len > TTL_AT && m[1] == ' ' && m[TTL_AT - 1] == ' ' &&
         strspn(m + TTL_AT, "0123456789") == len - TTL_AT && len - TTL_AT <= 10) {
-        if (o->leads && memcmp(m + 2, o->token, DLOCK_TOKEN_LEN) == 0) {
-            o->ttl_ms = strtoll(m + TTL_AT, NULL, 10);
-            o->lease_end_us = lease_end(o->ttl_ms);
-        }
+        if (o->leads && memcmp(m + 2, o->token, DLOCK_TOKEN_LEN) == 0)
+            o->lease_end_us = lease_end(strtoll(m + TTL_AT, NULL, 10));
         return false;
     }
     if (m[0] == 'N' && sscanf(m, "N %llu %llu%n", &term, &seq, &at) == 2 && (size_t)at == len) {
@@ -143,7 +147,8 @@ static bool on_message(dlock_observer *o, const char *m, size_t len)
         return false;
     }
     if (m[0] == 'T' && sscanf(m, "T %llu %llu %lld %zu %n", &term, &seq, &ms, &vlen, &at) == 4 &&
-        at > 0 && vlen >= DLOCK_TOKEN_LEN && (size_t)at + vlen <= len && term > 0) {
+        at > 0 && (size_t)at <= len && vlen >= DLOCK_TOKEN_LEN && vlen <= len - (size_t)at &&
+        term > 0) {
         dlock__leader l;
         memset(&l, 0, sizeof l);
         l.info.term = term;
@@ -178,13 +183,19 @@ static void *observer_main(void *arg)
             break;
         if (p[0].revents & POLLIN)
             break;
-        for (dlock__heard *h = dlock__listen_take(c, o->listener), *next; h != NULL; h = next) {
+        bool missed = false;
+        for (dlock__heard *h = dlock__listen_take(c, o->listener, &missed), *next; h != NULL;
+             h = next) {
             next = h->next;
             if (h->confirmed || on_message(o, h->text, h->len)) {
                 must_read = true;
                 retry_at_us = 0;
             }
             free(h);
+        }
+        if (missed) {
+            must_read = true;
+            retry_at_us = 0;
         }
         now = dlock__now_us();
         if (!must_read && o->lease_end_us != 0 && now >= o->lease_end_us) {
@@ -204,6 +215,11 @@ static void *observer_main(void *arg)
         }
         must_read = false;
         backoff_us = 0;
+        /* A read that finds no leader while the one heard of still has a lease may
+         * have met servers its proclamation had not reached yet (with N > 1): no one
+         * leads only once that lease ended unrenewed, and the next look is then. */
+        if (got.info.term == 0 && o->leads && dlock__now_us() < o->lease_end_us)
+            continue;
         if (got.info.term == 0)
             none(o);
         else
@@ -247,7 +263,7 @@ int dlock_observe(dlock_client *c, const char *name, dlock_leader_fn fn, void *u
     if (rc == DLOCK_OK && (o->stop_fd < 0 || o->out_fd < 0))
         rc = dlock__err_set(&e, DLOCK_ERR_IO, "eventfd: %s", strerror(errno));
     if (rc == DLOCK_OK && (rc = dlock__listen(c, o->keys.leader, &o->listener)) != DLOCK_OK)
-        dlock__err_set(&e, rc, "cannot listen for the leader's changes");
+        dlock__err_set(&e, rc, "cannot listen for the leader's changes: %s", dlock_strerror(rc));
     if (rc == DLOCK_OK && pthread_create(&o->thread, NULL, observer_main, o) != 0)
         rc = dlock__err_set(&e, DLOCK_ERR_NOMEM, "cannot start the observer's thread");
     if (rc != DLOCK_OK) {
@@ -276,14 +292,16 @@ int dlock_observer_next(dlock_observer *o, dlock_leader_info *info)
         return dlock__fail(DLOCK_ERR_INVALID, "%s is NULL", o == NULL ? "observer" : "info");
     pthread_mutex_lock(&o->mu);
     struct change *ch = o->first;
-    if (ch != NULL && (o->first = ch->next) == NULL)
-        o->last_p = &o->first;
+    if (ch != NULL) {
+        if ((o->first = ch->next) == NULL)
+            o->last_p = &o->first;
+        uint64_t one;
+        ssize_t r = read(o->out_fd, &one, sizeof one);
+        (void)r;
+    }
     pthread_mutex_unlock(&o->mu);
     if (ch == NULL)
         return dlock__fail(DLOCK_ERR_AGAIN, "no change waits");
-    uint64_t one;
-    ssize_t r = read(o->out_fd, &one, sizeof one);
-    (void)r;
     *info = ch->info;
     free(ch);
     return DLOCK_OK;
@@ -293,7 +311,9 @@ void dlock_observer_free(dlock_observer *o)
 {
     if (o == NULL)
         return;
-    if (o->listener != NULL) {
+    /* In a forked child the thread does not exist, and the subscriber's lock may have
+     * been copied locked: only this process's memory and descriptors are freed. */
+    if (o->listener != NULL && !dlock__client_forked(o->client)) {
         dlock__kick(o->stop_fd);
         pthread_join(o->thread, NULL);
         dlock__listen_end(o->client, o->listener);

@@ -399,15 +399,21 @@ static const char *const refresh_lua[] = {
     NULL};
 
 /*
- * EXTEND  KEYS: lock, holders, holders info   ARGV: token, ttl_ms (> 0, checked by the
- * caller: PEXPIRE with ttl <= 0 deletes the key, a silent release). 1 when extended, 0
- * when not ours (a shared lease that ran out is not ours either).
+ * EXTEND  KEYS: lock, holders, holders info[, a leader's record]   ARGV: token, ttl_ms
+ * (> 0, checked by the caller: PEXPIRE with ttl <= 0 deletes the key, a silent
+ * release). 1 when extended, 0 when not ours (a shared lease that ran out is not ours
+ * either). A leader's record is extended with its lock, and the renewal published, as
+ * RENEW does.
  */
 static const char *const extend_lua[] = {
     PRELUDE_LUA, SHARED_LUA, RENEW_SHARED_LUA,
     "local v = redis.call('GET', KEYS[1])\n"
     "if v and string.sub(v, 1, 32) == ARGV[1] then\n"
     "  redis.call('PEXPIRE', KEYS[1], ARGV[2])\n"
+    "  if KEYS[4] then\n"
+    "    redis.call('PEXPIRE', KEYS[4], ARGV[2])\n"
+    "    redis.call('PUBLISH', KEYS[4], 'R ' .. ARGV[1] .. ' ' .. ARGV[2])\n"
+    "  end\n"
     "  return 1\n"
     "end\n"
     "if v == 'shared' and renew_shared(KEYS[1], KEYS[2], KEYS[3], ARGV[1], ARGV[2]) then\n"
@@ -470,7 +476,7 @@ static const char *const renew_lua[] = {
     "    redis.call('PEXPIRE', KEYS[i], ttl)\n"
     "    r[i] = '1'\n"
     "    if at < 0 then\n"
-    "      redis.pcall('PEXPIRE', KEYS[-at], ttl)\n"
+    "      redis.call('PEXPIRE', KEYS[-at], ttl)\n"
     "      redis.call('PUBLISH', KEYS[-at], 'R ' .. token .. ' ' .. ttl)\n"
     "    end\n"
     "  elseif v == 'shared' and at > 0 then\n"

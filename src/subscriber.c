@@ -58,8 +58,11 @@ static int send_verb(dlock__conn *conn, const char *verb, const char *chan)
 static void heard(dlock__listener *l, int i, const char *text, size_t len)
 {
     dlock__heard *h = dlock__malloc(sizeof *h + len + 1);
-    if (h == NULL)
-        return; /* what a listener misses it reads again at its next confirmation */
+    if (h == NULL) {
+        l->missed = true; /* its reader reads again what it could not be told */
+        dlock__kick(l->efd);
+        return;
+    }
     h->next = NULL;
     h->node = i;
     h->confirmed = text == NULL;
@@ -100,12 +103,14 @@ static int sync_listeners(struct dlock__waitsys *ws, int i)
 {
     int rc = DLOCK_OK;
     pthread_mutex_lock(&ws->mu);
+    /* The unsubscriptions first: a channel left and listened to again since (its
+     * unsubscription dropped by dlock__listen) must end subscribed. */
+    for (dlock__unsub *u = ws->unsubs; u != NULL && rc == DLOCK_OK; u = u->next)
+        rc = send_verb(&ws->conns[i], "UNSUBSCRIBE", u->chan);
     for (dlock__listener *l = ws->listeners; l != NULL && rc == DLOCK_OK; l = l->next)
         if (!(l->sent & (1u << i)) &&
             (rc = send_verb(&ws->conns[i], "SUBSCRIBE", l->chan)) == DLOCK_OK)
             l->sent |= 1u << i;
-    for (dlock__unsub *u = ws->unsubs; u != NULL && rc == DLOCK_OK; u = u->next)
-        rc = send_verb(&ws->conns[i], "UNSUBSCRIBE", u->chan);
     pthread_mutex_unlock(&ws->mu);
     return rc;
 }
@@ -305,6 +310,9 @@ static int start(dlock_client *c)
     if (ws == NULL)
         return DLOCK_ERR_NOMEM;
     ws->conns = dlock__calloc((size_t)c->n, sizeof *ws->conns);
+    /* At once: free_parts closes them, and a zeroed one's descriptor is 0. */
+    for (int i = 0; ws->conns != NULL && i < c->n; i++)
+        dlock__conn_init(&ws->conns[i], &c->nodes[i]);
     ws->retry_at_us = dlock__calloc((size_t)c->n, sizeof *ws->retry_at_us);
     ws->backoff_us = dlock__calloc((size_t)c->n, sizeof *ws->backoff_us);
     ws->connected_once = dlock__calloc((size_t)c->n, sizeof *ws->connected_once);
@@ -317,8 +325,6 @@ static int start(dlock_client *c)
     else if (ws->ctl < 0)
         rc = DLOCK_ERR_IO;
     if (rc == DLOCK_OK) {
-        for (int i = 0; i < c->n; i++)
-            dlock__conn_init(&ws->conns[i], &c->nodes[i]);
         c->wait = ws;
         int err = pthread_create(&ws->thread, NULL, subscriber_main, c);
         if (err != 0) {
@@ -373,13 +379,24 @@ int dlock__listen(dlock_client *c, const char *chan, dlock__listener **out)
     pthread_mutex_lock(&ws->mu);
     l->next = ws->listeners;
     ws->listeners = l;
+    /* An unsubscription of this channel not sent yet (its last listener just left)
+     * would end the subscription this one needs. */
+    for (dlock__unsub **p = &ws->unsubs; *p != NULL;) {
+        dlock__unsub *u = *p;
+        if (strcmp(u->chan, chan) == 0) {
+            *p = u->next;
+            free(u);
+        } else {
+            p = &u->next;
+        }
+    }
     pthread_mutex_unlock(&ws->mu);
     dlock__kick(ws->ctl);
     *out = l;
     return DLOCK_OK;
 }
 
-dlock__heard *dlock__listen_take(dlock_client *c, dlock__listener *l)
+dlock__heard *dlock__listen_take(dlock_client *c, dlock__listener *l, bool *missed)
 {
     struct dlock__waitsys *ws = c->wait;
     drain(l->efd);
@@ -387,6 +404,8 @@ dlock__heard *dlock__listen_take(dlock_client *c, dlock__listener *l)
     dlock__heard *h = l->first;
     l->first = NULL;
     l->last_p = &l->first;
+    *missed = l->missed;
+    l->missed = false;
     pthread_mutex_unlock(&ws->mu);
     return h;
 }

@@ -27,6 +27,7 @@ typedef struct dlock__listener {
     /* Guarded by the subscriber's mutex: */
     uint32_t sent;                 /* nodes whose connection was asked to SUBSCRIBE */
     dlock__heard *first, **last_p; /* what was heard, oldest first */
+    bool missed;                   /* something heard could not be queued (memory) */
 } dlock__listener;
 
 /* A channel to UNSUBSCRIBE from, its listener gone. */
@@ -62,8 +63,9 @@ struct dlock__waitsys *dlock__subscriber_peek(struct dlock_client *c);
  * kicked. The subscription is sent by the thread, and each node's confirmation is
  * queued too. */
 int dlock__listen(struct dlock_client *c, const char *chan, dlock__listener **out);
-/* What l heard since the last call, oldest first (the caller frees the list). */
-dlock__heard *dlock__listen_take(struct dlock_client *c, dlock__listener *l);
+/* What l heard since the last call, oldest first (the caller frees the list), and in
+ * *missed whether something heard could not be kept. */
+dlock__heard *dlock__listen_take(struct dlock_client *c, dlock__listener *l, bool *missed);
 /* Stop listening and free l. */
 void dlock__listen_end(struct dlock_client *c, dlock__listener *l);
 

@@ -172,6 +172,19 @@ static void test_observer(void **state)
     dlock_observer *cb;
     assert_int_equal(dlock_observe(w, "ob", on_change, &h, &cb), DLOCK_OK);
     assert_int_equal(next_change(o, 2000).term, 0); /* the state it starts in */
+    /* The callback form's too, before anything changes: a change made before an
+     * observer's subscription is confirmed is one it may skip. */
+    int64_t until = dh_now_ms() + 2000 * dh_slack();
+    for (;;) {
+        pthread_mutex_lock(&h.mu);
+        int n = h.n;
+        pthread_mutex_unlock(&h.mu);
+        if (n > 0)
+            break;
+        if (dh_now_ms() > until)
+            fail_msg("the callback observer reported no state");
+        dh_sleep_ms(5);
+    }
 
     int64_t ttl = 600;
     dlock_lock *a = elect(w, "ob", "a", 0, ttl);
@@ -331,7 +344,13 @@ static void test_failover_five(void **state)
                TTL_MS);
         assert_true(info.term > term);
         assert_true(pid_of(&info) != leader);
-        assert_int_equal(leader_of(c, "five").term, info.term);
+        /* The servers never show an older leader than one heard of (a newer one, or
+         * none, only if this leader lost its lease already: on a loaded machine). */
+        uint64_t read = leader_of(c, "five").term;
+        if (read != info.term)
+            printf("FIG elect_changed_before_read heard=%llu read=%llu\n",
+                   (unsigned long long)info.term, (unsigned long long)read);
+        assert_true(read == 0 || read >= info.term);
     }
     printf("FIG elect_terms_seen=%d no_leader_seen=%d\n", terms, nones);
     for (int i = 0; i < N; i++) {
