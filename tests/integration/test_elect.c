@@ -11,7 +11,9 @@
  * each of those changes in term order and no term twice, "no one leads" when a leader
  * stops renewing (its lease ends with no campaigner) within the lease plus a margin,
  * and sends no command while the leader only renews (the servers' script calls over
- * an idle window are the renewals alone). Five candidate processes, the leader
+ * an idle window are the renewals alone); an observer made right after another on the
+ * same name was freed still hears; a leader's dlock_extend past its renewal keeps it
+ * the leader. Five candidate processes, the leader
  * SIGKILLed twice: the next leads within the lease plus a margin, with a larger term.
  * A leader SIGSTOPped past its lease: the next leader's term is larger, and after
  * SIGCONT the old leader finds itself lost and its fenced write refused. FIG lines:
@@ -256,6 +258,35 @@ static void test_observer(void **state)
     dlock_client_free(w);
 }
 
+/* An observer freed and another made at once on the same name: the second still hears
+ * (the first's unsubscription must not end its subscription); a leader's dlock_extend
+ * past its renewal keeps it the leader (its record's lease goes with the lock's). */
+static void test_reobserve_and_extend(void **state)
+{
+    (void)state;
+    dlock_client *c = it_nodes_client(), *w = it_nodes_client();
+    dlock_observer *o;
+    assert_int_equal(dlock_observe(c, "re", NULL, NULL, &o), DLOCK_OK);
+    assert_int_equal(next_change(o, 2000).term, 0);
+    dlock_observer_free(o);
+    assert_int_equal(dlock_observe(c, "re", NULL, NULL, &o), DLOCK_OK);
+    assert_int_equal(next_change(o, 2000).term, 0);
+    dlock_lock *l = elect(w, "re", "x", 0, 1500);
+    assert_int_equal(next_change(o, 1000).term, dlock_fence(l));
+
+    assert_int_equal(dlock_extend(l, 30000), DLOCK_OK);
+    dh_sleep_ms(2000); /* past the first lease, before the next renewal (at 10 s) */
+    dlock_leader_info info = leader_of(c, "re");
+    assert_int_equal(info.term, dlock_fence(l));
+    assert_true(info.remaining_ms > 20000);
+    expect_quiet(o, 100); /* still the same leader to the observer */
+    assert_int_equal(dlock_resign(l), DLOCK_OK);
+    assert_int_equal(next_change(o, 1000).term, 0);
+    dlock_observer_free(o);
+    dlock_client_free(c);
+    dlock_client_free(w);
+}
+
 /* A candidate process: once a byte can be read from go, campaigns for name with the
  * lease TTL_MS until it leads, then leads until it is killed. Forked while this process
  * has no thread but the main one (ThreadSanitizer refuses threads in the child of a
@@ -412,9 +443,8 @@ static void test_stopped_leader_fenced(void **state)
 int main(void)
 {
     const struct CMUnitTest one[] = {
-        cmocka_unit_test(test_elect_basics),
-        cmocka_unit_test(test_observer),
-        cmocka_unit_test(test_failover_five),
+        cmocka_unit_test(test_elect_basics),          cmocka_unit_test(test_observer),
+        cmocka_unit_test(test_reobserve_and_extend),  cmocka_unit_test(test_failover_five),
         cmocka_unit_test(test_stopped_leader_fenced),
     };
     const struct CMUnitTest three[] = {
