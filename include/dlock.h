@@ -786,6 +786,13 @@ typedef struct dlock_leader_info {
 DLOCK_API int dlock_elect(dlock_client *c, const char *name, const dlock_elect_opts *opts,
                           dlock_lock **lead);
 
+/* dlock_elect in steps, for an event loop (see dlock_acquire_start): the campaign's
+ * steps are its acquisition's; the last, which announces the value and hands the lock
+ * to the renewal thread, blocks (a nowait step answers DLOCK_ERR_WOULDBLOCK for it).
+ * The handle a step returns is the leader's, as dlock_elect's. */
+DLOCK_API int dlock_elect_start(dlock_client *c, const char *name, const dlock_elect_opts *opts,
+                                dlock_pending **out);
+
 /* Announce a new value for the term of lead (a handle of dlock_elect). DLOCK_OK once a
  * quorum recorded it (observers hear it), DLOCK_ERR_LOST when lead no longer leads,
  * DLOCK_ERR_INVALID for a handle that is not a leader's or a value too long, else an

@@ -214,53 +214,141 @@ static void retire(dlock_lock *l)
     free(k.buf);
 }
 
+/* The checks of a campaign, and the lock's options in *o (renewed only once the
+ * record exists: auto_renew off; on_lost kept for then). */
+static int campaign_prepare(dlock_client *c, const dlock_elect_opts *opts, dlock_opts *o,
+                            dlock__err *e)
+{
+    int rc = dlock__client_enter(c, e);
+    if (rc == DLOCK_OK && opts != NULL)
+        rc = dlock__check_reserved(opts->reserved, 4, "dlock_elect_opts", e);
+    if (rc == DLOCK_OK && opts != NULL && opts->lock.shared)
+        rc = dlock__err_set(e, DLOCK_ERR_INVALID, "a leader holds its lock alone: shared is 0");
+    if (rc == DLOCK_OK)
+        rc = dlock__check_value(opts != NULL ? opts->value : NULL, e);
+    if (rc == DLOCK_OK && c->local != NULL)
+        rc = dlock__err_set(e, DLOCK_ERR_INVALID,
+                            "leader election needs Redis servers, not a "
+                            "file:// directory");
+    memset(o, 0, sizeof *o);
+    if (opts != NULL)
+        *o = opts->lock;
+    o->auto_renew = 0;
+    o->on_lost = NULL;
+    o->on_lost_user = NULL;
+    return rc;
+}
+
+/* The lock l was won: announce value and give the lock to the renewal thread; or, when
+ * that fails, retire what may have been published and give the lock back. */
+static int crown(dlock_lock *l, const char *value, const dlock_elect_opts *opts, dlock__err *e)
+{
+    l->leading = true;
+    l->proclaims = 1;
+    int rc = proclaim(l, value != NULL ? value : "", 1, e);
+    int64_t ttl = opts != NULL && opts->lock.ttl_ms != 0 ? opts->lock.ttl_ms : DLOCK_TTL_DEFAULT_MS;
+    if (rc == DLOCK_OK)
+        rc = dlock__watchdog_add(l->client, l, ttl, opts != NULL ? opts->lock.on_lost : NULL,
+                                 opts != NULL ? opts->lock.on_lost_user : NULL, e);
+    if (rc != DLOCK_OK) {
+        dlock__err ignored;
+        retire(l);
+        dlock__lock_release(l, &ignored);
+    }
+    return rc;
+}
+
 int dlock_elect(dlock_client *c, const char *name, const dlock_elect_opts *opts, dlock_lock **lead)
 {
     dlock__err e;
     if (lead != NULL)
         *lead = NULL;
-    int rc = dlock__client_enter(c, &e);
+    dlock_opts o;
+    int rc = campaign_prepare(c, opts, &o, &e);
     if (rc == DLOCK_OK && lead == NULL)
         rc = dlock__err_set(&e, DLOCK_ERR_INVALID, "lead is NULL");
-    if (rc == DLOCK_OK && opts != NULL)
-        rc = dlock__check_reserved(opts->reserved, 4, "dlock_elect_opts", &e);
-    if (rc == DLOCK_OK && opts != NULL && opts->lock.shared)
-        rc = dlock__err_set(&e, DLOCK_ERR_INVALID, "a leader holds its lock alone: shared is 0");
-    if (rc == DLOCK_OK)
-        rc = dlock__check_value(opts != NULL ? opts->value : NULL, &e);
-    if (rc == DLOCK_OK && c->local != NULL)
-        rc = dlock__err_set(&e, DLOCK_ERR_INVALID,
-                            "leader election needs Redis servers, not a "
-                            "file:// directory");
     if (rc != DLOCK_OK)
         return dlock__err_raise(&e, rc);
-    dlock_opts o;
-    memset(&o, 0, sizeof o);
-    if (opts != NULL)
-        o = opts->lock;
-    /* Renewed from the start, with the record, once the record exists. */
-    o.auto_renew = 0;
-    o.on_lost = NULL;
-    o.on_lost_user = NULL;
     dlock_lock *l;
     if ((rc = dlock_acquire(c, name, &o, &l)) != DLOCK_OK)
         return rc; /* its message is set */
-    const char *value = opts != NULL && opts->value != NULL ? opts->value : "";
-    l->leading = true;
-    l->proclaims = 1;
-    rc = proclaim(l, value, 1, &e);
-    if (rc == DLOCK_OK)
-        rc = dlock__watchdog_add(c, l, o.ttl_ms != 0 ? o.ttl_ms : DLOCK_TTL_DEFAULT_MS,
-                                 opts != NULL ? opts->lock.on_lost : NULL,
-                                 opts != NULL ? opts->lock.on_lost_user : NULL, &e);
-    if (rc != DLOCK_OK) {
-        /* The proclamation may have reached some servers and been published. */
-        dlock__err ignored;
-        retire(l);
-        dlock__lock_release(l, &ignored);
-        return dlock__err_raise(&e, rc);
+    if ((rc = crown(l, opts != NULL ? opts->value : NULL, opts, &e)) == DLOCK_OK)
+        *lead = l;
+    return dlock__err_raise(&e, rc);
+}
+
+/* A campaign in steps: the acquisition's, then the crowning, a blocking step. */
+typedef struct campaign {
+    dlock_pending base;
+    dlock_pending *acq;
+    dlock_elect_opts opts; /* its value is value's */
+    char *value;
+    dlock_lock *won; /* the lock, once the acquisition gave it */
+} campaign;
+
+static int campaign_step(dlock_pending *base, dlock_lock **out, bool nowait, dlock__err *e)
+{
+    campaign *k = (campaign *)base;
+    if (k->won == NULL) {
+        int rc = k->acq->step(k->acq, &k->won, nowait, e);
+        k->base.fd = k->acq->fd;
+        k->base.due_us = k->acq->due_us;
+        k->base.in_flight = k->acq->in_flight;
+        if (rc != DLOCK_OK)
+            return rc;
+        k->base.fd = -1;
+        k->base.in_flight = false;
     }
-    *lead = l;
+    if (nowait)
+        return dlock__pending_would_block(e);
+    dlock_lock *l = k->won;
+    k->won = NULL;
+    int rc = crown(l, k->opts.value, &k->opts, e);
+    if (rc == DLOCK_OK)
+        *out = l;
+    return rc;
+}
+
+static void campaign_destroy(dlock_pending *base)
+{
+    campaign *k = (campaign *)base;
+    if (k->won != NULL) {
+        dlock__err ignored;
+        dlock__lock_release(k->won, &ignored);
+    }
+    if (k->acq != NULL)
+        k->acq->destroy(k->acq);
+    free(k->value);
+    free(k);
+}
+
+int dlock_elect_start(dlock_client *c, const char *name, const dlock_elect_opts *opts,
+                      dlock_pending **out)
+{
+    dlock__err e;
+    if (out == NULL)
+        return dlock__fail(DLOCK_ERR_INVALID, "out is NULL");
+    *out = NULL;
+    dlock_opts o;
+    int rc = campaign_prepare(c, opts, &o, &e);
+    if (rc != DLOCK_OK)
+        return dlock__err_raise(&e, rc);
+    campaign *k = dlock__pending_new(sizeof *k, campaign_step, campaign_destroy);
+    if (k != NULL && opts != NULL)
+        k->opts = *opts;
+    if (k == NULL || (k->value = dlock__strdup(opts != NULL && opts->value != NULL ? opts->value
+                                                                                   : "")) == NULL) {
+        free(k);
+        return dlock__fail(DLOCK_ERR_NOMEM, "out of memory");
+    }
+    if ((rc = dlock_acquire_start(c, name, &o, &k->acq)) != DLOCK_OK) {
+        campaign_destroy(&k->base);
+        return rc; /* its message is set */
+    }
+    k->opts.value = k->value;
+    k->base.fd = k->acq->fd;
+    k->base.due_us = k->acq->due_us;
+    *out = &k->base;
     return DLOCK_OK;
 }
 

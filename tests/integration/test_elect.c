@@ -13,7 +13,8 @@
  * and sends no command while the leader only renews (the servers' script calls over
  * an idle window are the renewals alone); an observer made right after another on the
  * same name was freed still hears; a leader's dlock_extend past its renewal keeps it
- * the leader. Five candidate processes, the leader
+ * the leader; a campaign in steps (dlock_elect_start) waits behind a leader and leads
+ * after it resigns, its announcement a blocking step. Five candidate processes, the leader
  * SIGKILLed twice: the next leads within the lease plus a margin, with a larger term.
  * A leader SIGSTOPped past its lease: the next leader's term is larger, and after
  * SIGCONT the old leader finds itself lost and its fenced write refused. FIG lines:
@@ -287,6 +288,54 @@ static void test_reobserve_and_extend(void **state)
     dlock_client_free(w);
 }
 
+/* dlock_elect_start: a campaign in steps waits behind a leader (DLOCK_ERR_AGAIN, nowait
+ * steps never blocking), and once that leader resigns its last step, the blocking one
+ * (DLOCK_ERR_WOULDBLOCK when nowait), makes it the leader with its value. */
+static void test_elect_in_steps(void **state)
+{
+    (void)state;
+    dlock_client *c = it_nodes_client(), *d = it_nodes_client();
+    dlock_lock *a = elect(c, "steps", "first", 0, 5000);
+    dlock_elect_opts o;
+    memset(&o, 0, sizeof o);
+    o.lock.ttl_ms = 5000;
+    o.lock.wait_ms = -1;
+    o.value = "stepped";
+    dlock_pending *p;
+    assert_int_equal(dlock_elect_start(d, "steps", &o, &p), DLOCK_OK);
+    dlock_lock *l = NULL;
+    assert_int_equal(dlock_pending_step(p, &l), DLOCK_ERR_AGAIN); /* behind a */
+    uint64_t first = dlock_fence(a);
+    assert_int_equal(dlock_resign(a), DLOCK_OK);
+    int rc, steps = 0;
+    int64_t until = dh_now_ms() + 3000 * dh_slack();
+    while ((rc = dlock_pending_step_nowait(p, &l)) == DLOCK_ERR_AGAIN && dh_now_ms() < until) {
+        struct pollfd pf = {.fd = dlock_pending_fd(p), .events = POLLIN};
+        poll(&pf, 1, (int)dlock_pending_due_ms(p));
+        steps++;
+    }
+    assert_int_equal(rc, DLOCK_ERR_WOULDBLOCK); /* the announcement blocks */
+    assert_int_equal(dlock_pending_step(p, &l), DLOCK_OK);
+    dlock_pending_free(p);
+    assert_non_null(l);
+    assert_true(dlock_fence(l) > first);
+    dlock_leader_info info = leader_of(c, "steps");
+    assert_int_equal(info.term, dlock_fence(l));
+    assert_string_equal(info.value, "stepped");
+    printf("FIG elect_nowait_steps=%d\n", steps);
+    assert_int_equal(dlock_resign(l), DLOCK_OK);
+
+    /* Given up while waiting: nothing is left on the servers. */
+    a = elect(c, "steps", "again", 0, 5000);
+    assert_int_equal(dlock_elect_start(d, "steps", &o, &p), DLOCK_OK);
+    assert_int_equal(dlock_pending_step(p, &l), DLOCK_ERR_AGAIN);
+    dlock_pending_free(p);
+    assert_int_equal(dlock_resign(a), DLOCK_OK);
+    assert_int_equal(leader_of(c, "steps").term, 0);
+    dlock_client_free(c);
+    dlock_client_free(d);
+}
+
 /* A candidate process: once a byte can be read from go, campaigns for name with the
  * lease TTL_MS until it leads, then leads until it is killed. Forked while this process
  * has no thread but the main one (ThreadSanitizer refuses threads in the child of a
@@ -443,13 +492,14 @@ static void test_stopped_leader_fenced(void **state)
 int main(void)
 {
     const struct CMUnitTest one[] = {
-        cmocka_unit_test(test_elect_basics),          cmocka_unit_test(test_observer),
-        cmocka_unit_test(test_reobserve_and_extend),  cmocka_unit_test(test_failover_five),
-        cmocka_unit_test(test_stopped_leader_fenced),
+        cmocka_unit_test(test_elect_basics),         cmocka_unit_test(test_observer),
+        cmocka_unit_test(test_reobserve_and_extend), cmocka_unit_test(test_elect_in_steps),
+        cmocka_unit_test(test_failover_five),        cmocka_unit_test(test_stopped_leader_fenced),
     };
     const struct CMUnitTest three[] = {
         cmocka_unit_test(test_elect_basics),
         cmocka_unit_test(test_observer),
+        cmocka_unit_test(test_elect_in_steps),
         cmocka_unit_test(test_failover_five),
     };
     return IT_NODES_GROUPS("elect", one, three);
