@@ -356,16 +356,38 @@ static void cmd_info(dd_conn *c, resp_arg *argv, size_t argc, dd_buf *out)
 }
 
 static const command commands[] = {
-    {"lock", -2, false, false, dd_cmd_lock},    {"unlock", 3, false, false, dd_cmd_unlock},
-    {"extend", 4, false, false, dd_cmd_extend}, {"lockinfo", 2, false, false, dd_cmd_lockinfo},
-    {"check", 3, false, false, dd_cmd_check},   {"locks", -1, false, false, dd_cmd_locks},
-    {"break", -2, false, true, dd_cmd_break},   {"sem", -2, false, false, dd_cmd_sem},
-    {"stock", -2, false, false, dd_cmd_stock},  {"ping", -1, false, false, cmd_ping},
-    {"echo", 2, false, false, cmd_echo},        {"quit", -1, true, false, cmd_quit},
-    {"auth", -2, true, false, cmd_auth},        {"hello", -1, true, false, cmd_hello},
-    {"select", 2, false, false, cmd_select},    {"client", -2, false, false, dd_cmd_client},
-    {"command", -1, false, false, cmd_command}, {"info", -1, false, false, cmd_info},
+    {"lock", -2, false, false, dd_cmd_lock},
+    {"unlock", 3, false, false, dd_cmd_unlock},
+    {"extend", 4, false, false, dd_cmd_extend},
+    {"lockinfo", 2, false, false, dd_cmd_lockinfo},
+    {"check", 3, false, false, dd_cmd_check},
+    {"locks", -1, false, false, dd_cmd_locks},
+    {"break", -2, false, true, dd_cmd_break},
+    {"sem", -2, false, false, dd_cmd_sem},
+    {"stock", -2, false, false, dd_cmd_stock},
+    {"ping", -1, false, false, cmd_ping},
+    {"echo", 2, false, false, cmd_echo},
+    {"quit", -1, true, false, cmd_quit},
+    {"auth", -2, true, false, cmd_auth},
+    {"hello", -1, true, false, cmd_hello},
+    {"select", 2, false, false, cmd_select},
+    {"client", -2, false, false, dd_cmd_client},
+    {"command", -1, false, false, cmd_command},
+    {"info", -1, false, false, cmd_info},
+    {"elect", -2, false, false, dd_cmd_elect},
+    {"resign", 3, false, false, dd_cmd_resign},
+    {"proclaim", 4, false, false, dd_cmd_proclaim},
+    {"leader", 2, false, false, dd_cmd_leader},
+    {"subscribe", -2, false, false, dd_cmd_subscribe},
+    {"unsubscribe", -1, false, false, dd_cmd_unsubscribe},
 };
+
+/* What a connection with subscriptions may still run, as in Redis. */
+static bool subscribed_ok(const command *cmd)
+{
+    return cmd->fn == dd_cmd_subscribe || cmd->fn == dd_cmd_unsubscribe || cmd->fn == cmd_ping ||
+           cmd->fn == cmd_quit;
+}
 
 /* "-ERR unknown command 'X', with args beginning with: 'a' 'b' ", as Redis words it,
  * so that clients and people recognize it; each piece cut short. */
@@ -406,6 +428,13 @@ void dd_command(dd_conn *c, resp_arg *argv, size_t argc)
         dd_reply_error(&out, "ERR wrong number of arguments for '%s' command", cmd->name);
     } else if (cmd->admin && !dd_need_admin(c, cmd->name, &out)) {
         /* refused: -NOPERM is in out */
+    } else if (c->nsubs > 0 && !subscribed_ok(cmd)) {
+        dd_reply_error(&out,
+                       "ERR Can't execute '%s': only SUBSCRIBE / UNSUBSCRIBE / PING / QUIT are "
+                       "allowed in this context",
+                       cmd->name);
+    } else if (c->nsubs > 0 && cmd->fn == cmd_ping) {
+        dd_pubsub_ping(c, argv, argc, &out);
     } else {
         cmd->fn(c, argv, argc, &out);
     }

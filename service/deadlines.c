@@ -10,8 +10,8 @@
  *
  * --timeout-idle S: redis-server's `timeout`: a client that has neither sent anything
  * nor been answered for S seconds is closed (its session locks are released, as at any
- * close). A client waiting for a lock is not idle. A sweep once a second suffices for
- * a limit in whole seconds.
+ * close). A client waiting for a lock, or subscribed to a channel, is not idle. A sweep once a
+ * second suffices for a limit in whole seconds.
  */
 #include "dlockd.h"
 
@@ -84,7 +84,9 @@ static void on_idle_sweep(uv_timer_t *t)
     (void)t;
     int64_t limit = dd_now_ms() - dd_srv.idle_timeout_s * 1000;
     for (dd_conn *c = dd_srv.conns; c != NULL; c = c->next) {
-        if (c->closing || c->busy || c->parked_job != NULL || c->active_ms > limit)
+        /* A subscriber waits for what is published, as redis-server's `timeout` spares
+         * pub/sub clients. */
+        if (c->closing || c->busy || c->parked_job != NULL || c->nsubs > 0 || c->active_ms > limit)
             continue;
         dd_srv.stats.idle_timeouts++;
         dd_conn_close(c);

@@ -27,6 +27,10 @@
  *   sem.c       SEM ACQUIRE and SEM RELEASE: semaphore permits as locks
  *   unlock.c    UNLOCK (a release in steps), EXTEND, CHECK, LOCKINFO
  *   operators.c LOCKS (every held name) and BREAK (the user admin's), for operators
+ *   elect.c     ELECT (a campaign: a session lock whose holder leads), RESIGN,
+ *               PROCLAIM and LEADER
+ *   pubsub.c    SUBSCRIBE leader:NAME: one library observer per name, its changes
+ *               published to the connections subscribed, as Redis's pub/sub does
  *   stock.c     STOCK: a SKU's stock and its leased reservations
  *   loss.c      a session lock lost or held past MAXHOLD: logged, and its connection
  *               ended (the holder's next command fails)
@@ -293,6 +297,8 @@ typedef struct dd_conn {
     struct dd_job *parked_job;   /* its operation parked on the loop, or NULL */
     struct dd_watch *watch;      /* the watcher it is parked on, or NULL */
     struct dd_conn *watch_next;
+    struct dd_sub *subs; /* its channels (SUBSCRIBE): in that mode while not NULL */
+    int nsubs;
     struct dd_conn *prev, *next;
 } dd_conn;
 
@@ -306,6 +312,7 @@ typedef struct dd_session {
     size_t name_len; /* a connection's sessions are looked up by name on each LOCK */
     char token[DLOCK_TOKEN_LEN + 1];
     bool permit;     /* taken by SEM ACQUIRE */
+    bool leader;     /* taken by ELECT: its end is a resignation (dlock_resign) */
     bool shared;     /* one of the name's shared holders (LOCK SHARED, a permit of K >= 2);
                         else it holds the name exclusively (LOCK, a permit of K = 1) */
     atomic_int lost; /* set by the renewal thread's on_lost */
@@ -335,6 +342,7 @@ typedef struct dd_job {
     bool maxhold_given; /* MAXHOLD was among the options */
     int64_t qty;        /* STOCK: units */
     bool detached, fair, shared;
+    bool elect;                   /* ELECT: a campaign (its VALUE in extra) */
     bool waited;                  /* parked at least once (INFO's waits) */
     bool blocked;                 /* parked waiting (blocked_clients), not for a round's
                                      replies */
@@ -525,6 +533,23 @@ void dd_cmd_sem(dd_conn *c, resp_arg *argv, size_t argc, dd_buf *out);
 /* ---- unlock.c ----------------------------------------------------------------------- */
 
 void dd_cmd_unlock(dd_conn *c, resp_arg *argv, size_t argc, dd_buf *out);
+
+/* ---- elect.c ------------------------------------------------------------------------ */
+
+void dd_cmd_elect(dd_conn *c, resp_arg *argv, size_t argc, dd_buf *out);
+void dd_cmd_resign(dd_conn *c, resp_arg *argv, size_t argc, dd_buf *out);
+void dd_cmd_proclaim(dd_conn *c, resp_arg *argv, size_t argc, dd_buf *out);
+void dd_cmd_leader(dd_conn *c, resp_arg *argv, size_t argc, dd_buf *out);
+
+/* ---- pubsub.c ----------------------------------------------------------------------- */
+
+void dd_cmd_subscribe(dd_conn *c, resp_arg *argv, size_t argc, dd_buf *out);
+void dd_cmd_unsubscribe(dd_conn *c, resp_arg *argv, size_t argc, dd_buf *out);
+/* A subscribed connection's PING: ["pong", ARG or ""], as Redis answers in that mode. */
+void dd_pubsub_ping(dd_conn *c, resp_arg *argv, size_t argc, dd_buf *out);
+/* A closing connection leaves its channels (the last subscriber of a name frees its
+ * observer). */
+void dd_pubsub_conn_closed(dd_conn *c);
 /* UNLOCK's work for name and token (SEM RELEASE too); what names the name in errors. */
 void dd_unlock(dd_conn *c, const resp_arg *name, const resp_arg *token, const char *what,
                dd_buf *out);

@@ -100,7 +100,8 @@ void dd_sessions_release(dd_session *list)
     while (list != NULL) {
         dd_session *s = list;
         list = s->next;
-        int rc = dlock_release(s->lock);
+        /* A leader's end tells its observers first (dlock_resign). */
+        int rc = (s->leader ? dlock_resign : dlock_release)(s->lock);
         if (atomic_load(&s->lost)) {
             /* found lost by the renewal: counted there (session_locks_lost) */
         } else if (rc == DLOCK_OK) {
@@ -236,7 +237,7 @@ static void lock_settle(dd_job *j)
 static void lock_undo(dd_job *j)
 {
     if (j->sess != NULL && j->sess->lock != NULL) {
-        dlock_release(j->sess->lock);
+        (j->sess->leader ? dlock_resign : dlock_release)(j->sess->lock);
         j->sess->lock = NULL;
     }
 }
@@ -357,6 +358,7 @@ bool dd_lock_start(dd_conn *c, dd_job *j, dd_buf *out)
             abort();
         j->sess->name_len = strlen(j->name);
         j->sess->permit = j->permits > 0;
+        j->sess->leader = j->elect;
         /* The library makes a permit of K = 1 an exclusive lock. */
         j->sess->shared = j->shared || j->permits >= 2;
     }
@@ -379,8 +381,14 @@ bool dd_lock_start(dd_conn *c, dd_job *j, dd_buf *out)
         o.on_lost = on_lost;
         o.on_lost_user = j->sess;
     }
-    /* No I/O: the same checks as dlock_acquire, on the loop. */
-    int rc = j->permits > 0
+    /* No I/O: the same checks as dlock_acquire, on the loop. A campaign (ELECT) is an
+     * acquisition whose last step announces the leader's value. */
+    dlock_elect_opts eo;
+    memset(&eo, 0, sizeof eo);
+    eo.lock = o;
+    eo.value = j->extra;
+    int rc = j->elect ? dlock_elect_start(dd_srv.client, j->name, &eo, &j->pending)
+             : j->permits > 0
                  ? dlock_sem_acquire_start(dd_srv.client, j->name, j->permits, &o, &j->pending)
                  : dlock_acquire_start(dd_srv.client, j->name, &o, &j->pending);
     if (rc != DLOCK_OK) {

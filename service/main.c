@@ -42,8 +42,9 @@
 static const char usage_text[] =
     "usage: dlockd [OPTIONS]\n"
     "A lock service that speaks the Redis protocol (RESP2): any Redis client takes\n"
-    "locks with LOCK, UNLOCK, EXTEND, CHECK and LOCKINFO, semaphores with SEM and\n"
-    "stock with STOCK (docs/service.md).\n"
+    "locks with LOCK, UNLOCK, EXTEND, CHECK and LOCKINFO, semaphores with SEM,\n"
+    "stock with STOCK, and leaders with ELECT, RESIGN, PROCLAIM, LEADER and\n"
+    "SUBSCRIBE leader:NAME (docs/service.md).\n"
     "\n"
     "  -s, --servers URLS        lock servers, as for dlock (default $DLOCK_SERVERS,\n"
     "                            else redis://127.0.0.1:6379); their password from\n"

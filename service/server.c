@@ -105,6 +105,7 @@ void dd_conn_close(dd_conn *c)
      * callback, and free their buffers. */
     uv_close((uv_handle_t *)&c->h.stream, on_handle_closed);
     uv_close((uv_handle_t *)&c->timer, on_handle_closed);
+    dd_pubsub_conn_closed(c);
     dd_conn_release_all(c);
 }
 

@@ -504,10 +504,12 @@ static void test_usage(void **state)
     }
     assert_true(options >= 10);
     static const char *const commands[] = {
-        ".B LOCK \\fIname", ".B UNLOCK",        ".B EXTEND",       ".B CHECK",
-        ".B LOCKINFO",      ".B SEM ACQUIRE",   ".B SEM RELEASE",  ".B STOCK SET",
-        ".B STOCK ADD",     ".B STOCK RESERVE", ".B STOCK COMMIT", ".B STOCK CANCEL",
-        ".B STOCK EXTEND",  ".B STOCK STATUS",  "SIGTERM",         "DLOCKD_REQUIREPASS"};
+        ".B LOCK \\fIname",  ".B UNLOCK",        ".B EXTEND",       ".B CHECK",
+        ".B LOCKINFO",       ".B SEM ACQUIRE",   ".B SEM RELEASE",  ".B STOCK SET",
+        ".B STOCK ADD",      ".B STOCK RESERVE", ".B STOCK COMMIT", ".B STOCK CANCEL",
+        ".B STOCK EXTEND",   ".B STOCK STATUS",  ".B ELECT",        ".B RESIGN",
+        ".B PROCLAIM",       ".B LEADER",        ".B SUBSCRIBE",    "SIGTERM",
+        "DLOCKD_REQUIREPASS"};
     for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
         if (strstr(man, commands[i]) == NULL)
             fail_msg("docs/dlockd.8 lacks \"%s\"", commands[i]);

@@ -1,0 +1,237 @@
+/*
+ * pubsub.c: SUBSCRIBE leader:NAME, observing a leadership with any Redis client's
+ * pub/sub API (redis-cli, phpredis, predis, redis-py, ioredis).
+ *
+ * A channel is "leader:" and an election's name. Its first subscriber makes a topic:
+ * one library observer of the name (dlock_observe, fd form), whose descriptor the loop
+ * polls. Each change the observer reports is published to every subscriber of the
+ * topic as Redis publishes, ["message", channel, payload], the payload "TERM VALUE"
+ * ("0" when no one leads). A subscriber gets the state the topic knows at once, after
+ * its ["subscribe", channel, count]; a topic that knows none yet sends its observer's
+ * first report to all. The last subscriber's leaving frees the topic and its observer.
+ *
+ * As in Redis, a connection with subscriptions takes only SUBSCRIBE, UNSUBSCRIBE, PING
+ * (answered ["pong", ARG]) and QUIT (commands.c enforces it); other channels than
+ * leader:NAME are refused, since dlockd publishes nothing else.
+ */
+#include "dlockd.h"
+
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define CHANNEL_PREFIX     "leader:"
+#define CHANNEL_PREFIX_LEN (sizeof CHANNEL_PREFIX - 1)
+
+typedef struct topic {
+    struct topic *next;
+    char *chan; /* "leader:NAME" */
+    size_t chan_len;
+    dlock_observer *obs;
+    uv_poll_t poll;
+    bool known; /* last holds the state */
+    dlock_leader_info last;
+    int nsubs;
+} topic;
+
+/* A connection's subscription to one topic. */
+typedef struct dd_sub {
+    struct dd_sub *next;
+    topic *t;
+} dd_sub;
+
+static topic *topics;
+
+/* ["message", channel, "TERM VALUE"] of info into b. */
+static void message(dd_buf *b, const topic *t, const dlock_leader_info *info)
+{
+    char head[32];
+    int n = snprintf(head, sizeof head, "%" PRIu64, info->term);
+    size_t vlen = info->term != 0 ? strlen(info->value) : 0;
+    dd_buf payload = {0};
+    dd_buf_append(&payload, head, (size_t)n);
+    if (info->term != 0) {
+        dd_buf_append(&payload, " ", 1);
+        dd_buf_append(&payload, info->value, vlen);
+    }
+    dd_reply_array(b, 3);
+    dd_reply_cstr(b, "message");
+    dd_reply_bulk(b, t->chan, t->chan_len);
+    dd_reply_bulk(b, payload.p != NULL ? payload.p : "", payload.len);
+    dd_buf_free(&payload);
+}
+
+static void on_change(uv_poll_t *h, int status, int events)
+{
+    (void)status;
+    (void)events;
+    topic *t = h->data;
+    dlock_leader_info info;
+    while (dlock_observer_next(t->obs, &info) == DLOCK_OK) {
+        t->last = info;
+        t->known = true;
+        for (dd_conn *c = dd_srv.conns; c != NULL; c = c->next)
+            for (dd_sub *s = c->subs; s != NULL; s = s->next)
+                if (s->t == t) {
+                    dd_buf b = {0};
+                    message(&b, t, &info);
+                    dd_conn_reply(c, &b);
+                    dd_buf_free(&b);
+                }
+    }
+}
+
+static void on_topic_closed(uv_handle_t *h)
+{
+    topic *t = h->data;
+    dlock_observer_free(t->obs);
+    free(t->chan);
+    free(t);
+}
+
+static void topic_unref(topic *t)
+{
+    if (--t->nsubs > 0)
+        return;
+    for (topic **p = &topics; *p != NULL; p = &(*p)->next)
+        if (*p == t) {
+            *p = t->next;
+            break;
+        }
+    uv_poll_stop(&t->poll);
+    uv_close((uv_handle_t *)&t->poll, on_topic_closed);
+}
+
+/* The topic of chan, made on first use; NULL with an error in out. */
+static topic *topic_get(const resp_arg *chan, dd_buf *out)
+{
+    for (topic *t = topics; t != NULL; t = t->next)
+        if (t->chan_len == chan->len && memcmp(t->chan, chan->p, chan->len) == 0)
+            return t;
+    if (chan->len <= CHANNEL_PREFIX_LEN ||
+        memcmp(chan->p, CHANNEL_PREFIX, CHANNEL_PREFIX_LEN) != 0) {
+        dd_reply_error(out, "ERR dlockd publishes only leader:NAME channels, not '%.*s'",
+                       (int)(chan->len > 64 ? 64 : chan->len), chan->p);
+        return NULL;
+    }
+    resp_arg name = {chan->p + CHANNEL_PREFIX_LEN, chan->len - CHANNEL_PREFIX_LEN};
+    char *n = dd_arg_dup(&name, "election name", DLOCK_NAME_MAX, out);
+    if (n == NULL)
+        return NULL;
+    topic *t = calloc(1, sizeof *t);
+    if (t == NULL || (t->chan = malloc(chan->len + 1)) == NULL)
+        abort();
+    memcpy(t->chan, chan->p, chan->len);
+    t->chan[chan->len] = '\0';
+    t->chan_len = chan->len;
+    int rc = dlock_observe(dd_srv.client, n, NULL, NULL, &t->obs);
+    free(n);
+    if (rc != DLOCK_OK) {
+        dd_reply_dlock_error(out, rc);
+        free(t->chan);
+        free(t);
+        return NULL;
+    }
+    uv_poll_init(dd_srv.loop, &t->poll, dlock_observer_fd(t->obs));
+    t->poll.data = t;
+    uv_poll_start(&t->poll, UV_READABLE, on_change);
+    t->next = topics;
+    topics = t;
+    return t;
+}
+
+/* ["subscribe" | "unsubscribe", channel, count]. */
+static void confirm(dd_buf *out, const char *kind, const char *chan, size_t len, int count)
+{
+    dd_reply_array(out, 3);
+    dd_reply_cstr(out, kind);
+    if (chan != NULL)
+        dd_reply_bulk(out, chan, len);
+    else
+        dd_reply_nil(out);
+    dd_reply_int(out, count);
+}
+
+void dd_cmd_subscribe(dd_conn *c, resp_arg *argv, size_t argc, dd_buf *out)
+{
+    for (size_t i = 1; i < argc; i++) {
+        dd_sub *s = c->subs;
+        while (s != NULL &&
+               !(s->t->chan_len == argv[i].len && memcmp(s->t->chan, argv[i].p, argv[i].len) == 0))
+            s = s->next;
+        if (s == NULL) {
+            topic *t = topic_get(&argv[i], out);
+            if (t == NULL)
+                return;
+            if ((s = calloc(1, sizeof *s)) == NULL)
+                abort();
+            s->t = t;
+            t->nsubs++;
+            s->next = c->subs;
+            c->subs = s;
+            c->nsubs++;
+        }
+        confirm(out, "subscribe", s->t->chan, s->t->chan_len, c->nsubs);
+        if (s->t->known)
+            message(out, s->t, &s->t->last);
+    }
+}
+
+/* Leave one subscription (prev: its predecessor on c's list, or NULL). */
+static void leave(dd_conn *c, dd_sub *s, dd_sub *prev)
+{
+    if (prev != NULL)
+        prev->next = s->next;
+    else
+        c->subs = s->next;
+    c->nsubs--;
+    topic_unref(s->t);
+    free(s);
+}
+
+void dd_cmd_unsubscribe(dd_conn *c, resp_arg *argv, size_t argc, dd_buf *out)
+{
+    if (argc == 1) {
+        if (c->subs == NULL)
+            confirm(out, "unsubscribe", NULL, 0, 0);
+        while (c->subs != NULL) {
+            dd_sub *s = c->subs;
+            char *chan = strdup(s->t->chan);
+            if (chan == NULL)
+                abort();
+            leave(c, s, NULL);
+            confirm(out, "unsubscribe", chan, strlen(chan), c->nsubs);
+            free(chan);
+        }
+        return;
+    }
+    for (size_t i = 1; i < argc; i++) {
+        dd_sub *s = c->subs, *prev = NULL;
+        while (s != NULL && !(s->t->chan_len == argv[i].len &&
+                              memcmp(s->t->chan, argv[i].p, argv[i].len) == 0)) {
+            prev = s;
+            s = s->next;
+        }
+        if (s != NULL)
+            leave(c, s, prev);
+        confirm(out, "unsubscribe", argv[i].p, argv[i].len, c->nsubs);
+    }
+}
+
+void dd_pubsub_ping(dd_conn *c, resp_arg *argv, size_t argc, dd_buf *out)
+{
+    (void)c;
+    dd_reply_array(out, 2);
+    dd_reply_cstr(out, "pong");
+    if (argc > 1)
+        dd_reply_bulk(out, argv[1].p, argv[1].len);
+    else
+        dd_reply_cstr(out, "");
+}
+
+void dd_pubsub_conn_closed(dd_conn *c)
+{
+    while (c->subs != NULL)
+        leave(c, c->subs, NULL);
+}
