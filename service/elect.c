@@ -41,7 +41,9 @@ static bool elect_options(resp_arg *argv, size_t argc, dd_job *j, dd_buf *out)
     enum { TTL, WAIT, VALUE, LABEL, FAIR, NOPTS };
     static const char *const names[NOPTS] = {"TTL", "WAIT", "VALUE", "LABEL", "FAIR"};
     bool seen[NOPTS] = {false};
-    j->maxhold_ms = dd_srv.max_hold_ms;
+    /* --max-hold bounds the hold of a lock, a section of work; a leadership is meant
+     * to last, and its end is its connection's. */
+    j->maxhold_ms = 0;
     for (size_t i = 2; i < argc; i++) {
         int opt = 0;
         while (opt < NOPTS && !dd_arg_is(&argv[i], names[opt]))

@@ -71,14 +71,19 @@ static void on_change(uv_poll_t *h, int status, int events)
     while (dlock_observer_next(t->obs, &info) == DLOCK_OK) {
         t->last = info;
         t->known = true;
-        for (dd_conn *c = dd_srv.conns; c != NULL; c = c->next)
-            for (dd_sub *s = c->subs; s != NULL; s = s->next)
-                if (s->t == t) {
-                    dd_buf b = {0};
-                    message(&b, t, &info);
-                    dd_conn_reply(c, &b);
-                    dd_buf_free(&b);
-                }
+        for (dd_conn *c = dd_srv.conns; c != NULL; c = c->next) {
+            bool subscribed = false;
+            for (dd_sub *s = c->subs; s != NULL && !subscribed; s = s->next)
+                subscribed = s->t == t;
+            if (!subscribed)
+                continue;
+            /* The reply may close c (a subscriber that reads nothing): its
+             * subscriptions go then, so none of them is touched after. */
+            dd_buf b = {0};
+            message(&b, t, &info);
+            dd_conn_reply(c, &b);
+            dd_buf_free(&b);
+        }
     }
 }
 
