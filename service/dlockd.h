@@ -143,6 +143,10 @@ void dd_reply_array(dd_buf *b, size_t n);               /* "*n", n elements foll
 /* A library failure as an error reply: -NOQUORUM, -UNAVAILABLE or -ERR, with the code's
  * message and the calling thread's dlock_errmsg() (so call it on the failing thread). */
 void dd_reply_dlock_error(dd_buf *b, int rc);
+/* The answer of a call on a token (UNLOCK, EXTEND, CHECK, a reservation's, RESIGN,
+ * PROCLAIM): 1 for DLOCK_OK, 0 for DLOCK_ERR_LOST (not held with it: lost, expired,
+ * another's), else the error as dd_reply_dlock_error writes it. */
+void dd_reply_held(dd_buf *b, int rc);
 /* Whether a failure's detail says dlockd ran out of descriptors (EMFILE, ENFILE): not
  * the servers' failure. Logged with what failed, once a second at most (any thread). */
 bool dd_out_of_descriptors(const char *what, const char *detail);

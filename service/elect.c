@@ -118,23 +118,13 @@ static dd_session *leadership(dd_conn *c, const resp_arg *name, const resp_arg *
     return s != NULL && s->leader ? s : NULL;
 }
 
-static void reply_done(dd_job *j)
-{
-    if (j->rc == DLOCK_OK)
-        dd_reply_int(&j->reply, 1);
-    else if (j->rc == DLOCK_ERR_LOST)
-        dd_reply_int(&j->reply, 0);
-    else
-        dd_reply_dlock_error(&j->reply, j->rc);
-}
-
 static void resign_work(dd_job *j)
 {
     j->rc = dlock_resign(j->sess->lock); /* the handle is freed whatever it says */
     j->sess->lock = NULL;
     if (atomic_load(&j->sess->lost) && j->rc == DLOCK_OK)
         j->rc = DLOCK_ERR_LOST;
-    reply_done(j);
+    dd_reply_held(&j->reply, j->rc);
 }
 
 static void resign_done(dd_job *j)
@@ -164,7 +154,7 @@ void dd_cmd_resign(dd_conn *c, resp_arg *argv, size_t argc, dd_buf *out)
 static void proclaim_work(dd_job *j)
 {
     j->rc = dlock_proclaim(j->sess->lock, j->extra);
-    reply_done(j);
+    dd_reply_held(&j->reply, j->rc);
 }
 
 static void proclaim_done(dd_job *j)

@@ -163,3 +163,13 @@ void dd_reply_dlock_error(dd_buf *b, int rc)
         break;
     }
 }
+
+void dd_reply_held(dd_buf *b, int rc)
+{
+    if (rc == DLOCK_OK)
+        dd_reply_int(b, 1);
+    else if (rc == DLOCK_ERR_LOST)
+        dd_reply_int(b, 0);
+    else
+        dd_reply_dlock_error(b, rc);
+}

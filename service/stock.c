@@ -51,18 +51,6 @@ static void reply_info(dd_job *j, int rc, const dlock_stock_info *s)
     }
 }
 
-/* 1, 0 (the reservation is lost: unknown, canceled, committed or run out), or an
- * error. */
-static void reply_done(dd_job *j)
-{
-    if (j->rc == DLOCK_OK)
-        dd_reply_int(&j->reply, 1);
-    else if (j->rc == DLOCK_ERR_LOST)
-        dd_reply_int(&j->reply, 0);
-    else
-        dd_reply_dlock_error(&j->reply, j->rc);
-}
-
 /* ---- the calls, on the pool --------------------------------------------------------- */
 
 static void set_work(dd_job *j)
@@ -89,19 +77,19 @@ static void status_work(dd_job *j)
 static void commit_work(dd_job *j)
 {
     j->rc = dlock_stock_commit(dd_srv.client, j->name, j->token);
-    reply_done(j);
+    dd_reply_held(&j->reply, j->rc); /* 0: the reservation is lost */
 }
 
 static void cancel_work(dd_job *j)
 {
     j->rc = dlock_stock_cancel(dd_srv.client, j->name, j->token);
-    reply_done(j);
+    dd_reply_held(&j->reply, j->rc);
 }
 
 static void extend_work(dd_job *j)
 {
     j->rc = dlock_stock_extend(dd_srv.client, j->name, j->token, j->ttl_ms);
-    reply_done(j);
+    dd_reply_held(&j->reply, j->rc);
 }
 
 static void simple_done(dd_job *j)

@@ -25,22 +25,11 @@
 
 /* ---- UNLOCK, EXTEND and CHECK ------------------------------------------------------- */
 
-/* 1, 0 (not held with that token: lost, expired, another holder's), or an error. */
-static void reply_held(dd_job *j, int rc)
-{
-    if (rc == DLOCK_OK)
-        dd_reply_int(&j->reply, 1);
-    else if (rc == DLOCK_ERR_LOST)
-        dd_reply_int(&j->reply, 0);
-    else
-        dd_reply_dlock_error(&j->reply, rc);
-}
-
 /* An UNLOCK is a release in steps (park.c), on the loop unless a step would block. */
 static void unlock_finish(dd_job *j, dlock_lock *l)
 {
     (void)l;
-    reply_held(j, j->rc);
+    dd_reply_held(&j->reply, j->rc);
 }
 
 static void unlock_settle(dd_job *j)
@@ -107,7 +96,7 @@ void dd_unlock(dd_conn *c, const resp_arg *name, const resp_arg *token, const ch
     if (rc == DLOCK_OK)
         rc = dlock_release_start(l, &j->pending); /* the pending's handle from now on */
     if (rc != DLOCK_OK) {
-        reply_held(j, rc);
+        dd_reply_held(&j->reply, rc);
         dd_buf_move(out, &j->reply);
         dd_session_free(j->sess);
         dd_job_free(j);
@@ -131,7 +120,7 @@ static void on_held(dd_job *j, int (*op)(dlock_lock *l, const dd_job *j))
 {
     if (j->sess != NULL) {
         j->rc = op(j->sess->lock, j);
-        reply_held(j, j->rc);
+        dd_reply_held(&j->reply, j->rc);
         return;
     }
     dlock_lock *l;
@@ -139,11 +128,11 @@ static void on_held(dd_job *j, int (*op)(dlock_lock *l, const dd_job *j))
     if (rc == DLOCK_OK) {
         rc = op(l, j);
         /* The reply before the detach, which clears this thread's error detail. */
-        reply_held(j, rc);
+        dd_reply_held(&j->reply, rc);
         dlock_lock_detach(l);
         return;
     }
-    reply_held(j, rc);
+    dd_reply_held(&j->reply, rc);
 }
 
 static int extend_op(dlock_lock *l, const dd_job *j)

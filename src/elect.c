@@ -214,22 +214,32 @@ static void retire(dlock_lock *l)
     free(k.buf);
 }
 
-/* The checks of a campaign, and the lock's options in *o (renewed only once the
- * record exists: auto_renew off; on_lost kept for then). */
-static int campaign_prepare(dlock_client *c, const dlock_elect_opts *opts, dlock_opts *o,
-                            dlock__err *e)
+int dlock__election_enter(dlock_client *c, const char *name, const void *out, const char *what,
+                          dlock__err *e)
 {
     int rc = dlock__client_enter(c, e);
+    if (rc == DLOCK_OK && out == NULL)
+        rc = dlock__err_set(e, DLOCK_ERR_INVALID, "%s is NULL", what);
+    if (rc == DLOCK_OK && name != NULL)
+        rc = dlock__check_name(name, e);
+    if (rc == DLOCK_OK && c->local != NULL)
+        rc = dlock__err_set(e, DLOCK_ERR_INVALID,
+                            "leader election needs Redis servers, not a file:// directory");
+    return rc;
+}
+
+/* The checks of a campaign, and the lock's options in *o (renewed only once the
+ * record exists: auto_renew off; on_lost kept for then). */
+static int campaign_prepare(dlock_client *c, const dlock_elect_opts *opts, const void *out,
+                            const char *what, dlock_opts *o, dlock__err *e)
+{
+    int rc = dlock__election_enter(c, NULL, out, what, e);
     if (rc == DLOCK_OK && opts != NULL)
         rc = dlock__check_reserved(opts->reserved, 4, "dlock_elect_opts", e);
     if (rc == DLOCK_OK && opts != NULL && opts->lock.shared)
         rc = dlock__err_set(e, DLOCK_ERR_INVALID, "a leader holds its lock alone: shared is 0");
     if (rc == DLOCK_OK)
         rc = dlock__check_value(opts != NULL ? opts->value : NULL, e);
-    if (rc == DLOCK_OK && c->local != NULL)
-        rc = dlock__err_set(e, DLOCK_ERR_INVALID,
-                            "leader election needs Redis servers, not a "
-                            "file:// directory");
     memset(o, 0, sizeof *o);
     if (opts != NULL)
         *o = opts->lock;
@@ -264,9 +274,7 @@ int dlock_elect(dlock_client *c, const char *name, const dlock_elect_opts *opts,
     if (lead != NULL)
         *lead = NULL;
     dlock_opts o;
-    int rc = campaign_prepare(c, opts, &o, &e);
-    if (rc == DLOCK_OK && lead == NULL)
-        rc = dlock__err_set(&e, DLOCK_ERR_INVALID, "lead is NULL");
+    int rc = campaign_prepare(c, opts, lead, "lead", &o, &e);
     if (rc != DLOCK_OK)
         return dlock__err_raise(&e, rc);
     dlock_lock *l;
@@ -330,7 +338,7 @@ int dlock_elect_start(dlock_client *c, const char *name, const dlock_elect_opts 
         return dlock__fail(DLOCK_ERR_INVALID, "out is NULL");
     *out = NULL;
     dlock_opts o;
-    int rc = campaign_prepare(c, opts, &o, &e);
+    int rc = campaign_prepare(c, opts, out, "out", &o, &e);
     if (rc != DLOCK_OK)
         return dlock__err_raise(&e, rc);
     campaign *k = dlock__pending_new(sizeof *k, campaign_step, campaign_destroy);
@@ -393,15 +401,7 @@ int dlock_leader(dlock_client *c, const char *name, dlock_leader_info *info)
     dlock__err e;
     if (info != NULL)
         memset(info, 0, sizeof *info);
-    int rc = dlock__client_enter(c, &e);
-    if (rc == DLOCK_OK && info == NULL)
-        rc = dlock__err_set(&e, DLOCK_ERR_INVALID, "info is NULL");
-    if (rc == DLOCK_OK)
-        rc = dlock__check_name(name, &e);
-    if (rc == DLOCK_OK && c->local != NULL)
-        rc = dlock__err_set(&e, DLOCK_ERR_INVALID,
-                            "leader election needs Redis servers, not a "
-                            "file:// directory");
+    int rc = dlock__election_enter(c, name, info, "info", &e);
     if (rc != DLOCK_OK)
         return dlock__err_raise(&e, rc);
     dlock__keys k;

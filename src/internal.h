@@ -599,6 +599,10 @@ typedef struct dlock__leader {
  * on. DLOCK_OK with out->info.term 0 when none, else the unavailability error. */
 int dlock__leader_read(struct dlock_client *c, const dlock__keys *k, dlock__leader *out,
                        dlock__err *e);
+/* On entry to an election call: the client, out (what: its name in the message) not
+ * NULL, the name (NULL: not checked), and Redis servers (not file://). */
+int dlock__election_enter(struct dlock_client *c, const char *name, const void *out,
+                          const char *what, dlock__err *e);
 /* A leader's value (NULL: "") is at most DLOCK_LEADER_VALUE_MAX bytes. */
 int dlock__check_value(const char *value, dlock__err *e);
 /* info->holder from a lock's value ("<token> <holder>", len bytes). */

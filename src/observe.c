@@ -238,15 +238,7 @@ int dlock_observe(dlock_client *c, const char *name, dlock_leader_fn fn, void *u
     dlock__err e;
     if (out != NULL)
         *out = NULL;
-    int rc = dlock__client_enter(c, &e);
-    if (rc == DLOCK_OK && out == NULL)
-        rc = dlock__err_set(&e, DLOCK_ERR_INVALID, "out is NULL");
-    if (rc == DLOCK_OK)
-        rc = dlock__check_name(name, &e);
-    if (rc == DLOCK_OK && c->local != NULL)
-        rc = dlock__err_set(&e, DLOCK_ERR_INVALID,
-                            "leader election needs Redis servers, not a "
-                            "file:// directory");
+    int rc = dlock__election_enter(c, name, out, "out", &e);
     if (rc != DLOCK_OK)
         return dlock__err_raise(&e, rc);
     dlock_observer *o = dlock__calloc(1, sizeof *o);
