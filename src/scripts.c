@@ -1,10 +1,9 @@
 /*
  * scripts.c: the Lua scripts that make each lock operation one atomic round trip.
  *
- * The keys they name are keys.c's layout (P{name}, P{name}:fence, :queue, :holders,
- * :holders:info, :break). Wake-ups go to the waiting client's own channel,
- * Pwake:<32 hex>, named in its queue entry: a release wakes one process, not every
- * process that waits on the name.
+ * The keys they name are keys.c's layout. Wake-ups go to the waiting client's own
+ * channel, Pwake:<32 hex>, named in its queue entry: a release wakes one process, not
+ * every process that waits on the name.
  *
  * How a call runs them (each body joined once from its parts, its SHA1, EVALSHA and
  * the EVAL fallback) is script_call.c's: this file is what runs on the server.
@@ -399,11 +398,9 @@ static const char *const refresh_lua[] = {
     NULL};
 
 /*
- * EXTEND  KEYS: lock, holders, holders info[, a leader's record]   ARGV: token, ttl_ms
- * (> 0, checked by the caller: PEXPIRE with ttl <= 0 deletes the key, a silent
- * release). 1 when extended, 0 when not ours (a shared lease that ran out is not ours
- * either). A leader's record is extended with its lock, and the renewal published, as
- * RENEW does.
+ * EXTEND  KEYS: lock, holders, holders info[, a leader's record (as RENEW treats it)]
+ * ARGV: token, ttl_ms (> 0, checked by the caller: PEXPIRE with ttl <= 0 deletes the key,
+ * a silent release). 1 when extended, 0 when not ours (a shared lease that ran out too).
  */
 static const char *const extend_lua[] = {
     PRELUDE_LUA, SHARED_LUA, RENEW_SHARED_LUA,
@@ -457,10 +454,9 @@ static const char *const fenced_set_lua[] = {
  *        ARGV: token 1, ttl_ms 1, at 1, ..., token K, ttl_ms K, at K, where "at" is
  *              the index in KEYS of a shared lock's holders key ("0": exclusive),
  *              or minus that of an elected leader's record (elect.c)
- * The watchdog's batch: extend every lock that still holds its token; a leader's
- * record is extended with it and the renewal published on the record's channel
- * ("R <token> <ttl_ms>"), which tells its observers that the leader lives without
- * their asking. Returns a
+ * The watchdog's batch: extend every lock that still holds its token; a leader's record
+ * too, the renewal published on its channel ("R <token> <ttl_ms>": observers learn that
+ * the leader lives without asking). Returns a
  * string of K characters, '1' extended, '0' not ours: one reply of K bytes, not an
  * array of K replies, whatever K. A key of the wrong type counts as not ours rather
  * than failing the whole batch.
