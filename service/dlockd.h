@@ -143,9 +143,8 @@ void dd_reply_array(dd_buf *b, size_t n);               /* "*n", n elements foll
 /* A library failure as an error reply: -NOQUORUM, -UNAVAILABLE or -ERR, with the code's
  * message and the calling thread's dlock_errmsg() (so call it on the failing thread). */
 void dd_reply_dlock_error(dd_buf *b, int rc);
-/* The answer of a call on a token (UNLOCK, EXTEND, CHECK, a reservation's, RESIGN,
- * PROCLAIM): 1 for DLOCK_OK, 0 for DLOCK_ERR_LOST (not held with it: lost, expired,
- * another's), else the error as dd_reply_dlock_error writes it. */
+/* A call on a token (UNLOCK, EXTEND, CHECK, a reservation's, RESIGN, PROCLAIM): 1 for
+ * DLOCK_OK, 0 for DLOCK_ERR_LOST (lost, expired, another's), else dd_reply_dlock_error. */
 void dd_reply_held(dd_buf *b, int rc);
 /* Whether a failure's detail says dlockd ran out of descriptors (EMFILE, ENFILE): not
  * the servers' failure. Logged with what failed, once a second at most (any thread). */
@@ -537,23 +536,6 @@ void dd_cmd_sem(dd_conn *c, resp_arg *argv, size_t argc, dd_buf *out);
 /* ---- unlock.c ----------------------------------------------------------------------- */
 
 void dd_cmd_unlock(dd_conn *c, resp_arg *argv, size_t argc, dd_buf *out);
-
-/* ---- elect.c ------------------------------------------------------------------------ */
-
-void dd_cmd_elect(dd_conn *c, resp_arg *argv, size_t argc, dd_buf *out);
-void dd_cmd_resign(dd_conn *c, resp_arg *argv, size_t argc, dd_buf *out);
-void dd_cmd_proclaim(dd_conn *c, resp_arg *argv, size_t argc, dd_buf *out);
-void dd_cmd_leader(dd_conn *c, resp_arg *argv, size_t argc, dd_buf *out);
-
-/* ---- pubsub.c ----------------------------------------------------------------------- */
-
-void dd_cmd_subscribe(dd_conn *c, resp_arg *argv, size_t argc, dd_buf *out);
-void dd_cmd_unsubscribe(dd_conn *c, resp_arg *argv, size_t argc, dd_buf *out);
-/* A subscribed connection's PING: ["pong", ARG or ""], as Redis answers in that mode. */
-void dd_pubsub_ping(dd_conn *c, resp_arg *argv, size_t argc, dd_buf *out);
-/* A closing connection leaves its channels (the last subscriber of a name frees its
- * observer). */
-void dd_pubsub_conn_closed(dd_conn *c);
 /* UNLOCK's work for name and token (SEM RELEASE too); what names the name in errors. */
 void dd_unlock(dd_conn *c, const resp_arg *name, const resp_arg *token, const char *what,
                dd_buf *out);
@@ -561,6 +543,19 @@ void dd_cmd_extend(dd_conn *c, resp_arg *argv, size_t argc, dd_buf *out);
 /* CHECK name token: 1 when the token holds the name on a quorum, 0 when not; read-only. */
 void dd_cmd_check(dd_conn *c, resp_arg *argv, size_t argc, dd_buf *out);
 void dd_cmd_lockinfo(dd_conn *c, resp_arg *argv, size_t argc, dd_buf *out);
+
+/* ---- elect.c, pubsub.c ------------------------------------------------------------- */
+
+void dd_cmd_elect(dd_conn *c, resp_arg *argv, size_t argc, dd_buf *out);
+void dd_cmd_resign(dd_conn *c, resp_arg *argv, size_t argc, dd_buf *out);
+void dd_cmd_proclaim(dd_conn *c, resp_arg *argv, size_t argc, dd_buf *out);
+void dd_cmd_leader(dd_conn *c, resp_arg *argv, size_t argc, dd_buf *out);
+void dd_cmd_subscribe(dd_conn *c, resp_arg *argv, size_t argc, dd_buf *out);
+void dd_cmd_unsubscribe(dd_conn *c, resp_arg *argv, size_t argc, dd_buf *out);
+/* A subscribed connection's PING: ["pong", ARG or ""], as Redis answers in that mode. */
+void dd_pubsub_ping(dd_conn *c, resp_arg *argv, size_t argc, dd_buf *out);
+/* A closing connection leaves its channels (a name's last subscriber frees its observer). */
+void dd_pubsub_conn_closed(dd_conn *c);
 
 /* ---- operators.c -------------------------------------------------------------------- */
 
