@@ -746,8 +746,9 @@ DLOCK_API int dlock_slot_claim(dlock_lock *l, int64_t period_ms, dlock_slot *out
  * earlier leader's, so a resource that checks terms (dlock_fenced_set,
  * dlock_fence_admit) refuses a deposed leader that still believes it leads. The
  * leader announces a value (its address, say) beside the lock, changes it with
- * dlock_proclaim and gives up with dlock_resign; a leader that dies leads until its
- * lease runs out, and a candidate waiting in dlock_elect then takes over. Observers
+ * dlock_proclaim and gives up with dlock_resign (or any release of its lock); a leader
+ * that dies leads until its lease runs out, and a candidate waiting in dlock_elect
+ * then takes over. Observers
  * (dlock_observe) hear every change without asking the servers: the leader's
  * proclamations and renewals are published to them, and an observer reads only when
  * something changed or the leader's lease ran out unrenewed. docs/guide.md has the
@@ -778,8 +779,8 @@ typedef struct dlock_leader_info {
 /* Campaign for `name` until this client leads, or wait_ms passes (DLOCK_ERR_BUSY), or
  * cancel_fd becomes readable (DLOCK_ERR_CANCELED); other errors as dlock_acquire's.
  * On DLOCK_OK, *lead is a lock handle (dlock_fence gives the term, dlock_lost_fd and
- * on_lost say when leadership is lost, dlock_release gives it up as dlock_resign
- * does without telling the observers first) and value is announced: an observer hears
+ * on_lost say when leadership is lost, dlock_release gives it up as dlock_resign does)
+ * and value is announced: an observer hears
  * of the new leader once this returns. A candidate that wins the lock but cannot
  * announce its value gives the lock back and returns why. Thread-safety as for
  * dlock_acquire. */
@@ -799,10 +800,11 @@ DLOCK_API int dlock_elect_start(dlock_client *c, const char *name, const dlock_e
  * unavailability error. */
 DLOCK_API int dlock_proclaim(dlock_lock *lead, const char *value);
 
-/* Step down: the observers are told that no one leads, then the lock is released (to
- * the next candidate in the queue, if one waits) and the handle freed, whatever this
- * returns. Returns dlock_release's result. A handle that is not a leader's, or that is
- * known lost, is only released. */
+/* Step down: dlock_release, named for what it does to a leader. The lock goes to the
+ * next candidate in the queue, if one waits, and the handle is freed, whatever this
+ * returns. Every end of a leader's lock but a lease that runs out (a release, with
+ * this handle or its token from anywhere, and an operator's break) deletes its record
+ * and tells its observers that no one leads, in the same script. */
 DLOCK_API int dlock_resign(dlock_lock *lead);
 
 /* Who leads `name` now, read from the servers: DLOCK_OK with info->term 0 when no one

@@ -93,14 +93,14 @@ int dlock_break(dlock_client *c, const char *name, const dlock_break_opts *opts,
         by = c->holder;
     char ttl[24];
     snprintf(ttl, sizeof ttl, "%lld", BREAK_RECORD_TTL_MS);
-    const char *args[] = {k.lock, k.fence, k.queue, k.holders,    k.info,
-                          k.brk,  by,      reason,  c->retention, ttl};
-    const size_t lens[] = {k.lock_len,           k.fence_len, k.queue_len, k.holders_len,
-                           k.info_len,           k.brk_len,   strlen(by),  strlen(reason),
-                           strlen(c->retention), strlen(ttl)};
+    const char *args[] = {k.lock,   k.fence, k.queue, k.holders,    k.info, k.brk,
+                          k.leader, by,      reason,  c->retention, ttl};
+    const size_t lens[] = {
+        k.lock_len,   k.fence_len, k.queue_len,    k.holders_len,        k.info_len, k.brk_len,
+        k.leader_len, strlen(by),  strlen(reason), strlen(c->retention), strlen(ttl)};
     dlock__script_round b;
     dlock__tally t = {0};
-    const dlock__script_args sa = {DLOCK_SCRIPT_BREAK, 6, 10, args, lens};
+    const dlock__script_args sa = {DLOCK_SCRIPT_BREAK, 7, 11, args, lens};
     if ((rc = dlock__script_run(c, &sa, &b, &e)) == DLOCK_OK) {
         for (int i = 0; i < c->n; i++) {
             dlock__req *r = &b.rd.reqs[i];

@@ -15,8 +15,8 @@
  *
  * The messages on the channel, which only this file and observe.c read:
  *   "T <term> <seq> <pttl> <n> <lock value, n bytes><value>"  a proclamation
- *   "R <token> <ttl>"                                         a renewal (scripts.c)
- *   "N <term> <seq>"                                          a resignation
+ *   "R <token> <ttl>"                         a renewal (RENEW, EXTEND: scripts.c)
+ *   "N <term> <seq>"                          the lock released or broken (retire)
  * A proclamation carries the lock's value ("<token> <holder>") so that an observer
  * has the holder without a read.
  */
@@ -50,17 +50,19 @@ const char *const dlock__proclaim_lua[] = {
     NULL};
 
 /*
- * RESIGN  KEYS: lock, record   ARGV: token, term, seq
- * -> 1 when the record is gone and the resignation published, 0 when the lock does
- * not hold the token. The lock itself is released after, by the release's script.
+ * retire(record, token), a function of RELEASE and BREAK (scripts.c): when the lock
+ * released or broken was a leader's, its record goes and "no one leads" is published,
+ * its seq one past the last proclamation's. Every end of a leader's lock but a lease
+ * that runs out tells its observers so.
  */
-const char *const dlock__resign_lua[] = {
-    "local v = redis.call('GET', KEYS[1])\n"
-    "if not v or string.sub(v, 1, 32) ~= ARGV[1] then return 0 end\n"
-    "redis.call('DEL', KEYS[2])\n"
-    "redis.call('PUBLISH', KEYS[2], 'N ' .. ARGV[2] .. ' ' .. ARGV[3])\n"
-    "return 1\n",
-    NULL};
+const char dlock__retire_lua[] =
+    "local function retire(rec, token)\n"
+    "  local r = redis.call('HMGET', rec, 'token', 'term', 'seq')\n"
+    "  if r[1] == token then\n"
+    "    redis.call('DEL', rec)\n"
+    "    redis.call('PUBLISH', rec, 'N ' .. r[2] .. ' ' .. ((tonumber(r[3]) or 0) + 1))\n"
+    "  end\n"
+    "end\n";
 
 /*
  * LEADER  KEYS: lock, record
@@ -194,26 +196,6 @@ static int proclaim(dlock_lock *l, const char *value, int64_t seq, dlock__err *e
     return rc;
 }
 
-/* Delete l's record and tell its observers that no one leads (RESIGN), before the lock
- * is released; best effort: an observer that does not hear it sees the lease end. */
-static void retire(dlock_lock *l)
-{
-    dlock__keys k;
-    dlock__err ignored;
-    if (dlock__keys_make(l->client->prefix, l->client->prefix_len, l->name, l->name_len, &k,
-                         &ignored) != DLOCK_OK)
-        return;
-    char term[24], sq[24];
-    snprintf(term, sizeof term, "%llu", (unsigned long long)l->fence);
-    snprintf(sq, sizeof sq, "%lld", (long long)(l->proclaims + 1));
-    const char *args[] = {k.lock, k.leader, l->token, term, sq};
-    const size_t lens[] = {k.lock_len, k.leader_len, DLOCK_TOKEN_LEN, strlen(term), strlen(sq)};
-    const dlock__script_args sa = {DLOCK_SCRIPT_RESIGN, 2, 5, args, lens};
-    int64_t start_us;
-    dlock__round_yes_no(l->client, &sa, "resign", DLOCK_ERR_LOST, "not held", &start_us, &ignored);
-    free(k.buf);
-}
-
 int dlock__election_enter(dlock_client *c, const char *name, const void *out, const char *what,
                           dlock__err *e)
 {
@@ -261,8 +243,8 @@ static int crown(dlock_lock *l, const char *value, const dlock_elect_opts *opts,
         rc = dlock__watchdog_add(l->client, l, ttl, opts != NULL ? opts->lock.on_lost : NULL,
                                  opts != NULL ? opts->lock.on_lost_user : NULL, e);
     if (rc != DLOCK_OK) {
+        /* The release retires a proclamation that reached some servers. */
         dlock__err ignored;
-        retire(l);
         dlock__lock_release(l, &ignored);
     }
     return rc;
@@ -390,9 +372,7 @@ int dlock_proclaim(dlock_lock *l, const char *value)
 
 int dlock_resign(dlock_lock *l)
 {
-    dlock__err ignored; /* the release below says how it went */
-    if (dlock__lock_enter(l, &ignored) == DLOCK_OK && l->leading && !l->lost)
-        retire(l);
+    /* The release of a leader's lock retires its record and tells its observers. */
     return dlock_release(l);
 }
 

@@ -133,7 +133,6 @@ enum dlock__script_id {
     DLOCK_SCRIPT_SLOT_CLAIM,
     /* leader election's, whose bodies live in elect.c */
     DLOCK_SCRIPT_PROCLAIM,
-    DLOCK_SCRIPT_RESIGN,
     DLOCK_SCRIPT_LEADER,
     /* the stock's, whose bodies live in stock_scripts.c (it says why) */
     DLOCK_SCRIPT_STOCK_UPDATE,
@@ -221,8 +220,10 @@ int dlock__slot_refused(const dlock_slot *out, dlock__err *e);
 extern const char *const dlock__slot_read_lua[];
 extern const char *const dlock__slot_claim_lua[];
 extern const char *const dlock__proclaim_lua[];
-extern const char *const dlock__resign_lua[];
 extern const char *const dlock__leader_lua[];
+/* The Lua function retire(record, token) that RELEASE and BREAK run on a leader's lock:
+ * its record deleted, and "no one leads" published to its observers (elect.c). */
+extern const char dlock__retire_lua[];
 extern const char *const dlock__stock_update_lua[];
 extern const char *const dlock__stock_reserve_lua[];
 extern const char *const dlock__stock_end_lua[];

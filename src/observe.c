@@ -6,7 +6,8 @@
  * that turns what it hears into changes, in term order:
  *   - a proclamation newer than the last change (a larger term, or the same term and
  *     a larger seq) is a change: the new leader or value, reported as heard;
- *   - a resignation newer than the last change is "no one leads";
+ *   - the end of the leader's lock (a release or a break: retire, elect.c) newer than
+ *     the last change is "no one leads";
  *   - a renewal of the leader it knows moves that leader's lease end;
  *   - a node's confirmation of the subscription (a connection made or remade, when a
  *     message may have gone by), a message it cannot understand, and the end of the

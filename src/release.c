@@ -27,8 +27,8 @@ typedef struct release {
     dlock__keys k;
     char fence[24];
     dlock__heir heir; /* the waiter of ours the release may hand the lock to */
-    const char *args[14];
-    size_t lens[14];
+    const char *args[15];
+    size_t lens[15];
     dlock__call call;
     dlock__step_round sr;
     bool sent;    /* the round was started */
@@ -65,15 +65,30 @@ static int format_call(release *r, dlock__err *e)
     size_t heir_len = r->heir.member != NULL ? r->heir.member_len : 0;
     size_t fence_len = strlen(r->fence), retention_len = strlen(c->retention);
     size_t ttl_len = strlen(r->heir.ttl), ticket_len = strlen(r->heir.ticket);
-    const char *args[] = {NULL, NULL,         NULL, NULL, NULL, l->token,    r->fence,
-                          "",   c->retention, "1",  "0",  heir, r->heir.ttl, r->heir.ticket};
-    const size_t lens[] = {
-        0, 0, 0,        0,       0,         DLOCK_TOKEN_LEN, fence_len, 0, retention_len,
-        1, 1, heir_len, ttl_len, ticket_len};
+    /* The sixth key, a leader's record (elect.c): the release of a leader's lock retires
+     * it, and tells the observers that no one leads. */
+    const char *args[] = {NULL,        NULL,     NULL,     NULL,        NULL,
+                          r->k.leader, l->token, r->fence, "",          c->retention,
+                          "1",         "0",      heir,     r->heir.ttl, r->heir.ticket};
+    const size_t lens[] = {0,
+                           0,
+                           0,
+                           0,
+                           0,
+                           r->k.leader_len,
+                           DLOCK_TOKEN_LEN,
+                           fence_len,
+                           0,
+                           retention_len,
+                           1,
+                           1,
+                           heir_len,
+                           ttl_len,
+                           ticket_len};
     memcpy(r->args, args, sizeof args);
     memcpy(r->lens, lens, sizeof lens);
     dlock__keys_all(&r->k, r->args, r->lens);
-    return dlock__call_format(&c->scripts, DLOCK_SCRIPT_RELEASE, 5, 14, r->args, r->lens, &r->call,
+    return dlock__call_format(&c->scripts, DLOCK_SCRIPT_RELEASE, 6, 15, r->args, r->lens, &r->call,
                               e);
 }
 

@@ -280,7 +280,7 @@ static const char *const acquire_shared_lua[] = {
     NULL};
 
 /*
- * RELEASE  KEYS: lock, fence, queue, holders, holders info
+ * RELEASE  KEYS: lock, fence, queue, holders, holders info[, a leader's record]
  *          ARGV: token, fence floor ("0": none), member to dequeue ("": none),
  *                fence retention ms, mode ("1": release, "0": give back), ticket, heir
  *                (the member of the releasing client's first waiter for the name, "":
@@ -306,6 +306,7 @@ static const char *const release_lua[] = {
     FENCE_LUA,
     SHARED_LUA,
     DISPATCH_LUA,
+    dlock__retire_lua,
     "local f = tonumber(ARGV[2])\n"
     "if f and f > 0 and (tonumber(redis.call('GET', KEYS[2])) or 0) < f then\n"
     "  redis.call('SET', KEYS[2], ARGV[2], 'PX', ARGV[4])\n"
@@ -324,6 +325,7 @@ static const char *const release_lua[] = {
     "elseif not v or string.sub(v, 1, 32) ~= ARGV[1] then\n"
     "  return 0\n"
     "end\n"
+    "if ARGV[5] == '1' and KEYS[6] and v ~= 'shared' then retire(KEYS[6], ARGV[1]) end\n"
     "if ARGV[5] ~= '1' then\n"
     "  if ARGV[3] ~= '' then\n"
     "    redis.call('ZADD', KEYS[3], 'NX', ARGV[6], ARGV[3])\n"
@@ -512,7 +514,7 @@ static const char *const inspect_lua[] = {
     NULL};
 
 /*
- * BREAK  KEYS: lock, fence, queue, holders, holders info, break
+ * BREAK  KEYS: lock, fence, queue, holders, holders info, break, a leader's record
  *        ARGV: by, reason, fence retention ms, record ttl ms
  * An operator frees the name whoever holds it: the exclusive holder, or every shared
  * holder and permit. The fence is raised past every fence handed out, the break is
@@ -526,6 +528,7 @@ static const char *const break_lua[] = {
     FENCE_LUA,
     SHARED_LUA,
     DISPATCH_LUA,
+    dlock__retire_lua,
     "local v = redis.call('GET', KEYS[1])\n"
     "if not v then return {0} end\n"
     "local now, old = now_ms(), v\n"
@@ -537,6 +540,8 @@ static const char *const break_lua[] = {
     "  end\n"
     "  old = #all .. ' shared: ' .. table.concat(d, '; ')\n"
     "  redis.call('DEL', KEYS[4], KEYS[5])\n"
+    "else\n"
+    "  retire(KEYS[7], string.sub(v, 1, 32))\n"
     "end\n"
     "redis.call('DEL', KEYS[1])\n"
     "local f = next_fence(KEYS[2], ARGV[3])\n"
@@ -582,7 +587,6 @@ static const char *const *const parts[DLOCK_SCRIPT_COUNT] = {
     [DLOCK_SCRIPT_SLOT_READ] = dlock__slot_read_lua,
     [DLOCK_SCRIPT_SLOT_CLAIM] = dlock__slot_claim_lua,
     [DLOCK_SCRIPT_PROCLAIM] = dlock__proclaim_lua,
-    [DLOCK_SCRIPT_RESIGN] = dlock__resign_lua,
     [DLOCK_SCRIPT_LEADER] = dlock__leader_lua,
 };
 

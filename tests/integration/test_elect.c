@@ -14,7 +14,9 @@
  * an idle window are the renewals alone); an observer made right after another on the
  * same name was freed still hears; a leader's dlock_extend past its renewal keeps it
  * the leader; a campaign in steps (dlock_elect_start) waits behind a leader and leads
- * after it resigns, its announcement a blocking step. Five candidate processes, the leader
+ * after it resigns, its announcement a blocking step; a leader's lock released with its
+ * token from elsewhere, or broken, is heard as "no one leads" at once, not at its
+ * lease's end. Five candidate processes, the leader
  * SIGKILLed twice: the next leads within the lease plus a margin, with a larger term.
  * A leader SIGSTOPped past its lease: the next leader's term is larger, and after
  * SIGCONT the old leader finds itself lost and its fenced write refused. FIG lines:
@@ -288,6 +290,41 @@ static void test_reobserve_and_extend(void **state)
     dlock_client_free(w);
 }
 
+/* A leader's lock ended by anyone's release with its token (dlock release, dlockd's
+ * UNLOCK) or by an operator's break: its observers hear "no one leads" at once, not at
+ * the end of its lease (10 s here), and dlock_leader agrees. */
+static void test_release_and_break_tell_observers(void **state)
+{
+    (void)state;
+    dlock_client *c = it_nodes_client(), *w = it_nodes_client();
+    dlock_observer *o;
+    assert_int_equal(dlock_observe(c, "rb", NULL, NULL, &o), DLOCK_OK);
+    assert_int_equal(next_change(o, 2000).term, 0);
+    dlock_lock *l = elect(w, "rb", "x", 0, 10000);
+    assert_int_equal(next_change(o, 1000).term, dlock_fence(l));
+    dlock_lock *other;
+    assert_int_equal(dlock_lock_adopt(c, "rb", dlock_token(l), &other), DLOCK_OK);
+    int64_t t0 = dh_now_ms();
+    assert_int_equal(dlock_release(other), DLOCK_OK);
+    assert_int_equal(next_change(o, 1000).term, 0);
+    printf("FIG elect_release_seen_ms=%lld ttl_ms=10000\n", (long long)(dh_now_ms() - t0));
+    assert_int_equal(leader_of(c, "rb").term, 0);
+    assert_int_equal(dlock_release(l), DLOCK_ERR_LOST);
+
+    l = elect(w, "rb", "y", 0, 10000);
+    assert_int_equal(next_change(o, 1000).term, dlock_fence(l));
+    dlock_break_info bi;
+    t0 = dh_now_ms();
+    assert_int_equal(dlock_break(c, "rb", NULL, &bi), DLOCK_OK);
+    assert_int_equal(next_change(o, 1000).term, 0);
+    printf("FIG elect_break_seen_ms=%lld ttl_ms=10000\n", (long long)(dh_now_ms() - t0));
+    assert_int_equal(dlock_check(l), DLOCK_ERR_LOST);
+    dlock_release(l);
+    dlock_observer_free(o);
+    dlock_client_free(c);
+    dlock_client_free(w);
+}
+
 /* dlock_elect_start: a campaign in steps waits behind a leader (DLOCK_ERR_AGAIN, nowait
  * steps never blocking), and once that leader resigns its last step, the blocking one
  * (DLOCK_ERR_WOULDBLOCK when nowait), makes it the leader with its value. */
@@ -492,14 +529,19 @@ static void test_stopped_leader_fenced(void **state)
 int main(void)
 {
     const struct CMUnitTest one[] = {
-        cmocka_unit_test(test_elect_basics),         cmocka_unit_test(test_observer),
-        cmocka_unit_test(test_reobserve_and_extend), cmocka_unit_test(test_elect_in_steps),
-        cmocka_unit_test(test_failover_five),        cmocka_unit_test(test_stopped_leader_fenced),
+        cmocka_unit_test(test_elect_basics),
+        cmocka_unit_test(test_observer),
+        cmocka_unit_test(test_reobserve_and_extend),
+        cmocka_unit_test(test_elect_in_steps),
+        cmocka_unit_test(test_release_and_break_tell_observers),
+        cmocka_unit_test(test_failover_five),
+        cmocka_unit_test(test_stopped_leader_fenced),
     };
     const struct CMUnitTest three[] = {
         cmocka_unit_test(test_elect_basics),
         cmocka_unit_test(test_observer),
         cmocka_unit_test(test_elect_in_steps),
+        cmocka_unit_test(test_release_and_break_tell_observers),
         cmocka_unit_test(test_failover_five),
     };
     return IT_NODES_GROUPS("elect", one, three);
