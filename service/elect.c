@@ -26,13 +26,18 @@
 /* A leader's value: up to DLOCK_LEADER_VALUE_MAX bytes, empty allowed, no NUL. */
 static char *value_dup(const resp_arg *a, dd_buf *out)
 {
+    if (a->len > DLOCK_LEADER_VALUE_MAX) {
+        dd_reply_error(out, "ERR a leader's value must be at most %d bytes",
+                       DLOCK_LEADER_VALUE_MAX);
+        return NULL;
+    }
     if (a->len == 0) {
         char *v = strdup("");
         if (v == NULL)
             abort();
         return v;
     }
-    return dd_arg_dup(a, "value", DLOCK_LEADER_VALUE_MAX, out);
+    return dd_arg_dup(a, "a leader's value", DLOCK_LEADER_VALUE_MAX, out);
 }
 
 /* ELECT's options, in any order, each at most once. */
