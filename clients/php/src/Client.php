@@ -9,18 +9,20 @@ use Dlock\Internal\PhpRedisConnection;
 use Dlock\Internal\PredisConnection;
 use Dlock\Internal\Acquire;
 use Dlock\Internal\Args;
+use Dlock\Internal\Observe;
 use Dlock\Internal\Url;
 
 /**
- * Locks, semaphores and stock from dlockd, over the Redis client the application
- * already has (phpredis's \Redis or a Predis\Client), connected to dlockd:
+ * Locks, semaphores, leader election and stock from dlockd, over the Redis client the
+ * application already has (phpredis's \Redis or a Predis\Client), connected to dlockd:
  *
  *     $dlock = new Dlock\Client($redis);
  *     $dlock->synchronized('order:42', function (Dlock\Lock $lock) { ... }, waitMs: 5000);
+ *     $dlock->lead('scheduler', fn (int $term) => run_scheduler($term), value: '10.0.0.7:8080');
  *
- * Each method is one command, one round trip. Errors are this package's exceptions
- * whichever client is underneath; a lock not acquired within its wait is null from
- * lock() (NotAcquired from synchronized()).
+ * Each method but observe() is one command, one round trip. Errors are this package's
+ * exceptions whichever client is underneath; a lock not acquired within its wait is
+ * null from lock() (NotAcquired from synchronized()), likewise elect() and lead().
  */
 final class Client
 {
@@ -32,6 +34,8 @@ final class Client
     public const DEFAULT_TTL_MS = 30000;
 
     private Connection $conn;
+    /** The URL of connect(), for the connections observe() opens (TLS options and all). */
+    private ?Url $url = null;
 
     /**
      * @param \Redis|\Predis\Client $redis     connected (or to be connected, for predis)
@@ -83,11 +87,13 @@ final class Client
     public static function connect(string $url): self
     {
         $u = Url::parse($url);
-        return new self(
+        $client = new self(
             $u->client === 'predis' ? $u->predis() : $u->phpredis(),
             $u->maxHoldMs,
             $u->name
         );
+        $client->url = $u;
+        return $client;
     }
 
     /**
@@ -196,5 +202,142 @@ final class Client
             throw new InvalidArgument('dlock: a token is 32 lowercase hex characters');
         }
         return new Lock($this->conn, Args::name($name), $token, $fence, 0, true);
+    }
+
+    /**
+     * Campaigns to lead the election $name: a Leadership once this process leads, or
+     * null when another kept leading through the wait.
+     *
+     * The leadership lives on this client's connection, as session locks do: dlockd
+     * renews it while the connection is open and resigns it the moment the connection
+     * closes (the next candidate then leads within milliseconds). It also ends with
+     * Leadership::resign(), when the Leadership object is dropped, and at the end of the
+     * request (the same shutdown guard as session locks, for persistent connections).
+     *
+     * @param string   $value  what the leader announces to everyone who asks (leader(),
+     *                         observe()): its address, say; up to 1024 bytes
+     * @param int      $ttlMs  the lease, renewed by dlockd while the connection lives:
+     *                         only how long a dlockd that dies keeps the next leader
+     *                         waiting (dlockd's floor is 1000 ms)
+     * @param int|null $waitMs null (or Client::FOREVER): campaign until elected; 0: try
+     *                         once; else up to this long (no polling: dlockd answers
+     *                         when the leader goes)
+     * @param bool     $fair   among the candidates, first come first served
+     * @param string|null $label who leads, as operators see it (the client's default)
+     */
+    public function elect(
+        string $name,
+        string $value = '',
+        int $ttlMs = self::DEFAULT_TTL_MS,
+        ?int $waitMs = null,
+        bool $fair = false,
+        ?string $label = null,
+    ): ?Leadership {
+        $args = ['ELECT', Args::name($name, 'election name'), 'TTL', Args::ttl($ttlMs), 'VALUE', Args::value($value)];
+        $wait = Args::wait($waitMs ?? self::FOREVER);
+        if ($wait !== 0) {
+            array_push($args, 'WAIT', (string) $wait);
+        }
+        if ($fair) {
+            $args[] = 'FAIR';
+        }
+        $label ??= $this->label;
+        if ($label !== null) {
+            array_push($args, 'LABEL', Args::label($label));
+        }
+        $reply = $this->conn->call($args, $wait);
+        if ($reply === null) {
+            return null;
+        }
+        [$token, $term] = Acquire::grant($reply, 'ELECT');
+        return new Leadership($this->conn, $name, $token, $term, $value);
+    }
+
+    /**
+     * Campaigns to lead $name, runs $fn($term, $leadership) while leading, resigns
+     * however $fn ends, and returns what $fn returned. Pass the term to what the leader
+     * acts on: it is larger than every earlier leader's, so a resource that checks it
+     * refuses a deposed leader.
+     *
+     *     $dlock->lead('scheduler', fn (int $term) => run_scheduler($term), value: '10.0.0.7:8080');
+     *
+     * Throws NotAcquired when not elected within $waitMs (null: campaign without end),
+     * LockLost when the resignation found the leadership already gone (deposed, or its
+     * connection closed) and $fn had not learned it itself (Leadership::isLeading(),
+     * proclaim()), and whatever $fn throws. The other parameters are elect()'s.
+     */
+    public function lead(
+        string $name,
+        callable $fn,
+        string $value = '',
+        int $ttlMs = self::DEFAULT_TTL_MS,
+        ?int $waitMs = null,
+        bool $fair = false,
+        ?string $label = null,
+    ): mixed {
+        $leadership = $this->elect($name, $value, $ttlMs, $waitMs, $fair, $label);
+        if ($leadership === null) {
+            throw new NotAcquired("dlock: not elected leader of '$name' within " . Acquire::waitText($waitMs));
+        }
+        try {
+            $result = $fn($leadership->term(), $leadership);
+        } catch (\Throwable $e) {
+            try {
+                $leadership->resign();
+            } catch (\Throwable) {
+                // $fn's exception is the one to report; the leadership goes with its session.
+            }
+            throw $e;
+        }
+        // A callable that resigned, or found itself deposed, ended its term knowingly.
+        if (!$leadership->isOver() && !$leadership->resign()) {
+            throw new LockLost(sprintf(
+                "dlock: the leadership of '%s' (term %d) was lost before the callable returned",
+                $name,
+                $leadership->term()
+            ));
+        }
+        return $result;
+    }
+
+    /**
+     * Who leads the election $name now: `value` (what it announced), `holder` (who, as
+     * operators see it), `term` and `remaining_ms` (its lease); null when no one leads.
+     *
+     * @return array{value: string, holder: string, term: int, remaining_ms: int}|null
+     */
+    public function leader(string $name): ?array
+    {
+        $reply = $this->conn->call(['LEADER', Args::name($name, 'election name')]);
+        if ($reply === null) {
+            return null;
+        }
+        if (!is_array($reply) || count($reply) !== 4 || !is_string($reply[0]) || !is_string($reply[1])
+            || !is_int($reply[2]) || !is_int($reply[3])) {
+            throw new ProtocolError('dlockd: LEADER replied ' . Args::show($reply) . ', not [value, holder, term, remaining_ms]');
+        }
+        return ['value' => $reply[0], 'holder' => $reply[1], 'term' => $reply[2], 'remaining_ms' => $reply[3]];
+    }
+
+    /**
+     * Follows the election $name: calls $onChange($term, $value) with the state now, then
+     * at each change (a new leader, a proclaimed value, no leader: term 0 and value
+     * null), in term order, until $onChange returns false or $timeoutS seconds have
+     * passed (null: no end). Returns then; throws what $onChange throws, Unavailable
+     * when dlockd could not be reached or the connection broke.
+     *
+     * Redis pub/sub in PHP blocks: the process does nothing else meanwhile (a PHP-FPM
+     * request included). It runs on a connection of its own (SUBSCRIBE leader:NAME),
+     * opened for the call and closed after, not on this client's: a client that leads
+     * or holds locks keeps them while it observes, and may be used from $onChange.
+     */
+    public function observe(string $name, callable $onChange, ?float $timeoutS = null): void
+    {
+        Args::name($name, 'election name');
+        if ($timeoutS !== null && !($timeoutS > 0 && $timeoutS <= Args::MS_MAX / 1000)) {
+            throw new InvalidArgument('dlock: timeoutS must be more than 0 seconds, or null (no end)');
+        }
+        $redis = $this->url !== null ? $this->url->subscriber() : $this->conn->subscriber();
+        Observe::run($redis, "leader:$name", $onChange, $timeoutS);
     }
 }

@@ -158,6 +158,34 @@ final class FpmTest extends TestCase
     }
 
     /**
+     * A request that leads (elect(), the Leadership kept in a global) and dies by a fatal
+     * error proper, or returns without resign(): no one leads once its response ends,
+     * though the worker's persistent connection stays open; the worker's next request,
+     * on that connection, is elected again at once, with a larger term.
+     *
+     * @dataProvider deaths
+     */
+    public function testRequestThatLeadsLeavesNoLeader(string $kind, string $die, string $error): void
+    {
+        $name = "fpm-elect-$kind-$die";
+        $out = $this->request($kind, ['name' => $name, 'ttl' => self::TTL, 'do' => 'elect', 'die' => $die]);
+        $leader = $this->dlock->leader($name);
+        $this->assertStringContainsString($error, $out);
+        $term = $this->field($out, 'LEADING');
+        $this->assertGreaterThan(0, $term, $out);
+        $this->assertSame(0, $this->field($out, 'SESSION'), $out);
+        $this->assertNull($leader, 'still leading after the request: ' . json_encode($leader));
+
+        $next = $this->request($kind, ['name' => $name, 'ttl' => self::TTL, 'do' => 'elect']);
+        $this->assertSame($this->field($out, 'PID'), $this->field($next, 'PID'), 'not the same worker');
+        $this->assertSame($this->field($out, 'CLIENT'), $this->field($next, 'CLIENT'), 'not the same connection');
+        $this->assertGreaterThan($term, $this->field($next, 'LEADING'), $next);
+        $this->assertStringNotContainsString('ERROR', $next);
+        $this->assertSame(0, $this->field($next, 'SESSION'), $next);
+        $this->assertNull($this->dlock->leader($name));
+    }
+
+    /**
      * The contrast, to show that the guard is what frees the lock: a session lock taken
      * on the same persistent connection with a raw LOCK, without the package, by a
      * request that dies, stays held by the idle worker's connection; the worker's next

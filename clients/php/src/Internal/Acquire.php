@@ -60,15 +60,27 @@ final class Acquire
         if ($reply === null) {
             return null;
         }
+        [$token, $fence, $validity] = self::grant($reply, $args[0]);
+        return new Lock($conn, $name, $token, $fence, $validity, $detached);
+    }
+
+    /**
+     * A grant's reply (LOCK's, SEM ACQUIRE's, ELECT's) checked for its shape:
+     * [token, fence, validity in ms].
+     *
+     * @return array{string, int, int}
+     */
+    public static function grant(mixed $reply, string $command): array
+    {
         if (!is_array($reply) || count($reply) !== 3 || !is_string($reply[0])
             || !is_int($reply[1]) || !is_int($reply[2])) {
             throw new ProtocolError(sprintf(
                 'dlockd: %s replied %s, not [token, fence, validity]',
-                $args[0],
+                $command,
                 Args::show($reply)
             ));
         }
-        return new Lock($conn, $name, $reply[0], $reply[1], $reply[2], $detached);
+        return [$reply[0], $reply[1], $reply[2]];
     }
 
     /**
@@ -94,8 +106,8 @@ final class Acquire
         return $result;
     }
 
-    public static function waitText(int $waitMs): string
+    public static function waitText(?int $waitMs): string
     {
-        return $waitMs === Client::FOREVER ? 'an endless wait' : "$waitMs ms";
+        return $waitMs === null || $waitMs === Client::FOREVER ? 'an endless wait' : "$waitMs ms";
     }
 }

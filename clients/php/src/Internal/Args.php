@@ -93,6 +93,23 @@ final class Args
         return (string) $qty;
     }
 
+    /** dlockd's limit on a leader's value, in bytes (empty is a value too). */
+    public const VALUE_MAX = 1024;
+
+    /** A leader's value: what it announces to everyone who asks (its address, say). */
+    public static function value(string $value): string
+    {
+        if (strlen($value) > self::VALUE_MAX) {
+            throw new InvalidArgument(
+                sprintf("dlock: a leader's value must be at most %d bytes, not %d", self::VALUE_MAX, strlen($value))
+            );
+        }
+        if (str_contains($value, "\0")) {
+            throw new InvalidArgument("dlock: a leader's value must not contain a NUL byte");
+        }
+        return $value;
+    }
+
     public static function label(string $label): string
     {
         if ($label === '' || strlen($label) > 256 || str_contains($label, "\0")) {

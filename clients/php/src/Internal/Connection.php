@@ -37,4 +37,11 @@ interface Connection
      * connection closed, whatever the client reconnected to since.
      */
     public function generation(): int;
+
+    /**
+     * A new connection to the same dlockd, of the same Redis client, not persistent and
+     * not this one: for SUBSCRIBE, after which a connection takes nothing else (and
+     * which ends by closing it). Throws Unavailable when it cannot connect.
+     */
+    public function subscriber(): \Redis|\Predis\Client;
 }

@@ -4,6 +4,9 @@ declare(strict_types=1);
 
 namespace Dlock\Internal;
 
+use Dlock\AuthFailed;
+use Dlock\Unavailable;
+
 /**
  * dlockd through phpredis's \Redis: every command is a rawCommand().
  *
@@ -50,6 +53,37 @@ final class PhpRedisConnection extends BaseConnection
             throw $this->failure('the reply could not be read', false);
         }
         return self::nils($reply);
+    }
+
+    /**
+     * Connects a \Redis as the application's was: its address, timeouts and password,
+     * which phpredis tells; not its TLS stream options, which it does not (a client
+     * made by Client::connect() gets its subscriber from the URL instead).
+     */
+    public function subscriber(): \Redis
+    {
+        $host = $this->redis->getHost();
+        $port = $this->redis->getPort();
+        if (!is_string($host) || $host === '') {
+            throw new Unavailable('dlock: the \\Redis given to Dlock\\Client was never connected');
+        }
+        $r = new \Redis();
+        try {
+            $ok = $r->connect($host, (int) $port, (float) $this->redis->getTimeout(), null, 0, (float) $this->redis->getReadTimeout());
+            if (!$ok) {
+                throw new Unavailable("dlock: cannot connect to dlockd at $host");
+            }
+            $auth = $this->redis->getAuth();
+            if ($auth !== null && $auth !== false && !$r->auth($auth)) {
+                throw new AuthFailed('dlockd: ' . ($r->getLastError() ?? 'AUTH refused'));
+            }
+        } catch (\RedisException $e) {
+            $message = $e->getMessage();
+            throw Replies::code($message) !== null
+                ? Replies::error($message)
+                : new Unavailable("dlock: cannot connect to dlockd at $host: $message", 0, $e);
+        }
+        return $r;
     }
 
     protected function close(): void

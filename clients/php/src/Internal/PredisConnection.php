@@ -6,6 +6,7 @@ namespace Dlock\Internal;
 
 use Dlock\InvalidArgument;
 use Dlock\ProtocolError;
+use Dlock\Unavailable;
 use Predis\CommunicationException;
 use Predis\Connection\NodeConnectionInterface;
 use Predis\Protocol\ProtocolException;
@@ -59,6 +60,28 @@ final class PredisConnection extends BaseConnection
             throw $this->failure((string) $reply, true);
         }
         return $reply;
+    }
+
+    /**
+     * A Predis\Client of the application's connection parameters (address, timeouts,
+     * TLS, password), not persistent. Commands the application added to be sent at
+     * connect are not among them (a client made by Client::connect() gets its
+     * subscriber from the URL instead).
+     */
+    public function subscriber(): \Predis\Client
+    {
+        $params = $this->node()->getParameters()->toArray();
+        $params['persistent'] = false;
+        $client = new \Predis\Client($params);
+        try {
+            $client->connect();
+        } catch (CommunicationException $e) {
+            $line = preg_replace('/^`[A-Z]+` failed: /', '', $e->getMessage());
+            throw Replies::code($line) !== null
+                ? Replies::error($line)
+                : new Unavailable('dlock: cannot connect to dlockd: ' . $e->getMessage(), 0, $e);
+        }
+        return $client;
     }
 
     protected function close(): void
@@ -133,8 +156,12 @@ final class PredisConnection extends BaseConnection
         return (float) $rw > 0 ? (float) $rw : -1.0;
     }
 
-    /** @param resource $stream */
-    private static function setTimeout($stream, float $seconds): void
+    /**
+     * Sets a stream's read timeout; a negative one is none.
+     *
+     * @param resource $stream
+     */
+    public static function setTimeout($stream, float $seconds): void
     {
         if ($seconds < 0) {
             // A stream's timeout cannot be "none"; a year is as good.

@@ -96,8 +96,10 @@ final class Url
         );
     }
 
-    public function phpredis(): \Redis
+    /** @param bool|null $persistent null: as the URL says */
+    public function phpredis(?bool $persistent = null): \Redis
     {
+        $persistent ??= $this->persistent;
         if (!extension_loaded('redis')) {
             throw new InvalidArgument('dlock: the phpredis extension is not loaded (php-redis)');
         }
@@ -110,7 +112,7 @@ final class Url
         $tls = $this->tls();
         $context = $tls === [] ? [] : ['stream' => $tls];
         try {
-            $ok = $this->persistent
+            $ok = $persistent
                 ? $r->pconnect($host, $this->port, $this->timeout, 'dlock', 0, $this->timeout, $context)
                 : $r->connect($host, $this->port, $this->timeout, null, 0, $this->timeout, $context);
             if (!$ok) {
@@ -133,7 +135,8 @@ final class Url
         return $r;
     }
 
-    public function predis(): \Predis\Client
+    /** @param bool|null $persistent null: as the URL says */
+    public function predis(?bool $persistent = null): \Predis\Client
     {
         if (!class_exists(\Predis\Client::class)) {
             throw new InvalidArgument('dlock: predis is not installed (php-predis, or composer require predis/predis)');
@@ -148,7 +151,7 @@ final class Url
             'read_write_timeout' => $this->timeout,
             // predis keys persistent streams by address alone: two persistent clients
             // of one dlockd in one process share a connection (and its session locks).
-            'persistent' => $this->persistent,
+            'persistent' => $persistent ?? $this->persistent,
         ];
         if ($this->scheme === 'dlockd+unix') {
             $params['path'] = $this->host;
@@ -179,6 +182,16 @@ final class Url
             throw self::failure(preg_replace('/^`[A-Z]+` failed: /', '', $e->getMessage()), $e, $this->where());
         }
         return $client;
+    }
+
+    /**
+     * A connection of its own to the same dlockd, with the same client, TLS and
+     * password, never persistent: for SUBSCRIBE (Client::observe()), which takes a
+     * connection for itself and ends by closing it.
+     */
+    public function subscriber(): \Redis|\Predis\Client
+    {
+        return $this->client === 'predis' ? $this->predis(false) : $this->phpredis(false);
     }
 
     /** The TLS options of the query, as PHP's ssl stream context takes them. */
