@@ -1,11 +1,13 @@
-"""dlock: locks, semaphores and flash-sale stock from dlockd, the dlock lock service,
-over redis-py.
+"""dlock: locks, semaphores, flash-sale stock and leader election from dlockd, the
+dlock lock service, over redis-py.
 
     import dlock, redis
 
     client = dlock.Client(redis.Redis(port=7379))      # or dlock.Client.from_url(...)
     with client.lock("order:42", ttl=10, wait=5) as lock:
         charge(42, fence=lock.fence)
+    with client.elect("scheduler", value="10.0.0.7:8080") as lead:
+        schedule(term=lead.term)
 
 ``dlock.asyncio.Client`` is the same over ``redis.asyncio``, loaded at its first use
 (``import dlock`` alone leaves redis.asyncio unloaded). The package's version is
@@ -16,6 +18,7 @@ from typing import Any, List
 
 from ._args import DEFAULT_TTL, FOREVER
 from ._client import Client, Lock, Reservation, Semaphore, Stock
+from ._elect import Leader, Leadership, Observer
 from ._errors import (
     AuthFailed,
     CommandError,
@@ -42,6 +45,9 @@ __all__ = [
     "Semaphore",
     "Stock",
     "Reservation",
+    "Leadership",
+    "Observer",
+    "Leader",
     "DlockError",
     "NotAcquired",
     "OutOfStock",

@@ -11,7 +11,7 @@ from typing import Any, Callable, Dict, List, NamedTuple, Optional, Tuple
 
 import redis.exceptions as rx
 
-from . import _args
+from . import _args, _leader
 from ._errors import DlockError, InvalidArgument, LockLost, NotAcquired, OutOfStock, ProtocolError
 from ._url import Url, parse as parse_url
 
@@ -157,6 +157,8 @@ class ClientBase:
     _Lock: Any = LockBase
     _Semaphore: Any = None
     _Stock: Any = None
+    _Seat: Any = None  # the session lock class a leadership is kept in
+    _Leadership: Any = None
 
     def __init__(self, redis_client: Any, pool: Any, max_hold: Optional[float], label: Optional[str]) -> None:
         if max_hold is not None:
@@ -223,6 +225,27 @@ class ClientBase:
 
     def _lock_request(self, name: Any, ttl: Any, wait: Any, **options: Any) -> Request:
         return self._request([b"LOCK", _args.name_bytes(name)], ttl, wait, what="lock", **options)
+
+    def _elect_request(self, name: Any, value: Any, ttl: Any, wait: Any, fair: Any, label: Any) -> Request:
+        """ELECT, with this client's label for a leadership not given one; its hold
+        makes the Leadership, on the connection the grant came on."""
+        raw = _args.name_bytes(name, "election name")
+        val = _leader.value_bytes(value)
+        if label is None:
+            label = self._label
+        args, wait_ms = _leader.elect_command(raw, val, ttl, wait, fair, label)
+
+        def hold(reply: Any, conn: Any) -> Any:
+            grant = _args.grant(reply, "ELECT")
+            if grant is None:
+                return None
+            seat = self._Seat(self._pool, raw, grant[0], grant[1], grant[2], False, conn, "leadership")
+            return self._Leadership(seat, val)
+
+        return Request(args, wait_ms, False, hold)
+
+    def _leader_args(self, name: Any) -> List[bytes]:
+        return [b"LEADER", _args.name_bytes(name, "election name")]
 
     def adopt(self, name: _args.Name, token: str, fence: int = 0) -> Any:
         """A detached lock taken elsewhere (another process), by its name and token: to

@@ -16,7 +16,7 @@ from typing import Any, Dict, List, Optional, Type
 import redis
 
 from . import _args
-from ._args import DEFAULT_TTL, Name
+from ._args import DEFAULT_TTL, FOREVER, Name
 from ._base import (
     ClientBase,
     LockBase,
@@ -29,10 +29,12 @@ from ._base import (
     in_step,
     pong,
 )
+from ._elect import Leadership, Observer
 from ._errors import DlockError, NotAcquired, Unavailable
+from ._leader import SeatMixin, leader_info, not_elected
 from ._pool import Pool, exchange
 
-__all__ = ["Client", "Lock", "Semaphore", "Stock", "Reservation"]
+__all__ = ["Client", "Lock", "Semaphore", "Stock", "Reservation", "Leadership", "Observer"]
 
 
 # Locks ------------------------------------------------------------------------------
@@ -175,6 +177,10 @@ class Lock(LockBase):
                 self._pool.orphan(conn)
         except Exception:
             pass
+
+
+class LeaderSeat(SeatMixin, Lock):
+    """The session lock a Leadership is kept in: RESIGN rather than UNLOCK."""
 
 
 # Semaphores -------------------------------------------------------------------------
@@ -345,6 +351,8 @@ class Client(ClientBase):
     _Lock = Lock
     _Semaphore = Semaphore
     _Stock = Stock
+    _Seat = LeaderSeat
+    _Leadership = Leadership
 
     def __init__(
         self,
@@ -463,3 +471,54 @@ class Client(ClientBase):
         first; None when free), ``remaining_ms``, ``fence`` (the last one issued), and
         ``shared`` (how many shared holders, when there are)."""
         return _args.info(self._pool.call([b"LOCKINFO", _args.name_bytes(name)]))
+
+    def elect(
+        self,
+        name: Name,
+        *,
+        value: Name = "",
+        ttl: float = DEFAULT_TTL,
+        wait: float = FOREVER,
+        fair: bool = False,
+        label: Optional[str] = None,
+    ) -> Leadership:
+        """Campaigns to lead ``name`` until elected: a :class:`Leadership`, for
+        ``with`` (which resigns at its end), or :class:`NotAcquired` when another
+        led through the wait::
+
+            with client.elect("scheduler", value="10.0.0.7:8080") as lead:
+                run_scheduler(term=lead.term)
+
+        A leadership is a session lock of ``name`` on a connection of its own: dlockd
+        renews it while that connection is open, and resigns it the moment it closes,
+        so that a leader that dies is followed by the next candidate within
+        milliseconds. ``value``: what the leader announces to observers (its address,
+        say): up to 1024 bytes, empty by default. ``ttl``: the lease in seconds (at
+        least 1, dlockd's floor for a leadership: below it dlockd answers
+        CommandError). ``wait``: ``dlock.FOREVER`` (the default) campaigns without
+        end, 0 tries once, else seconds (None is an InvalidArgument, as for
+        ``lock()``). ``fair``: elected in the order of the campaigns. ``label``: who
+        leads, as operators see it.
+        """
+        lead = self._pool.acquire(self._elect_request(name, value, ttl, wait, fair, label))
+        if lead is None:
+            raise NotAcquired(not_elected(name, wait))
+        return lead
+
+    def leader(self, name: Name) -> Optional[Dict[str, Any]]:
+        """Who leads ``name`` now: None when no one does, else ``value``,
+        ``holder`` (who, as operators see it), ``term`` and ``remaining_ms`` (the
+        lease left)."""
+        return leader_info(self._pool.call(self._leader_args(name)))
+
+    def observe(self, name: Name) -> Observer:
+        """An :class:`Observer` of who leads ``name``: an iterator of
+        :class:`Leader` changes, the state of now first, over a subscription (pub/sub
+        ``leader:NAME``) on a connection of its own; ``close()`` or ``with`` ends
+        it::
+
+            with client.observe("scheduler") as changes:
+                for leader in changes:   # leader.value is None when no one leads
+                    ...
+        """
+        return Observer(self.redis, self._pool, _args.name_bytes(name, "election name"))

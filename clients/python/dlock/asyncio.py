@@ -17,13 +17,14 @@ from __future__ import annotations
 import asyncio as _aio
 import os
 import weakref
-from typing import Any, Awaitable, Callable, Dict, Generator, List, Optional
+from typing import Any, Awaitable, Callable, Dict, Generator, Generic, List, Optional, Protocol, TypeVar
 
 import redis.asyncio
 
 from . import _args
-from ._args import DEFAULT_TTL, Name
+from ._aio_elect import Leader, Leadership, Observer
 from ._aio_pool import Pool, exchange
+from ._args import DEFAULT_TTL, FOREVER, Name
 from ._base import (
     ClientBase,
     LockBase,
@@ -37,8 +38,29 @@ from ._base import (
     pong,
 )
 from ._errors import DlockError, NotAcquired
+from ._leader import SeatMixin, leader_info, not_elected
 
-__all__ = ["Client", "Lock", "Semaphore", "Stock", "Reservation", "Acquiring"]
+__all__ = [
+    "Client",
+    "Lock",
+    "Semaphore",
+    "Stock",
+    "Reservation",
+    "Acquiring",
+    "Leadership",
+    "Observer",
+    "Leader",
+]
+
+
+class _Held(Protocol):
+    """What Acquiring hands out: a Lock or a Leadership, each ended by its own
+    ``async with`` exit."""
+
+    async def __aexit__(self, exc_type: Any, exc: Any, tb: Any) -> None: ...
+
+
+_H = TypeVar("_H", bound=_Held)
 
 
 class Lock(LockBase):
@@ -162,20 +184,25 @@ class Lock(LockBase):
             pass
 
 
-class Acquiring:
-    """What ``Client.lock()`` and ``Semaphore.permit()`` return: awaitable (the Lock,
-    or NotAcquired) and an async context manager (the lock held for the block)."""
+class LeaderSeat(SeatMixin, Lock):
+    """The session lock a Leadership is kept in: RESIGN rather than UNLOCK."""
+
+
+class Acquiring(Generic[_H]):
+    """What ``Client.lock()``, ``Semaphore.permit()`` and ``Client.elect()`` return:
+    awaitable (the Lock, or the Leadership; or NotAcquired) and an async context
+    manager (held for the block, released or resigned at its end)."""
 
     __slots__ = ("_factory", "_lock")
 
-    def __init__(self, factory: Callable[[], Awaitable[Lock]]) -> None:
+    def __init__(self, factory: Callable[[], Awaitable[_H]]) -> None:
         self._factory = factory
-        self._lock: Optional[Lock] = None
+        self._lock: Optional[_H] = None
 
-    def __await__(self) -> Generator[Any, None, Lock]:
+    def __await__(self) -> Generator[Any, None, _H]:
         return self._factory().__await__()
 
-    async def __aenter__(self) -> Lock:
+    async def __aenter__(self) -> _H:
         self._lock = await self._factory()
         return self._lock
 
@@ -215,7 +242,7 @@ class Semaphore(SemaphoreBase):
         detached: bool = False,
         max_hold: Optional[float] = None,
         label: Optional[str] = None,
-    ) -> Acquiring:
+    ) -> Acquiring[Lock]:
         req = self._request(ttl, wait, fair, detached, max_hold, label)  # checked at once
 
         async def take() -> Lock:
@@ -305,6 +332,8 @@ class Client(ClientBase):
     _Lock = Lock
     _Semaphore = Semaphore
     _Stock = Stock
+    _Seat = LeaderSeat
+    _Leadership = Leadership
 
     def __init__(
         self,
@@ -369,7 +398,7 @@ class Client(ClientBase):
         detached: bool = False,
         max_hold: Optional[float] = None,
         label: Optional[str] = None,
-    ) -> Acquiring:
+    ) -> Acquiring[Lock]:
         """``async with client.lock(name, ...) as lock:`` (or ``await
         client.lock(...)``): the lock, or :class:`NotAcquired` when not acquired
         within the wait. The arguments are checked at once."""
@@ -388,3 +417,40 @@ class Client(ClientBase):
     async def info(self, name: Name) -> Dict[str, Any]:
         """As ``dlock.Client.info()``."""
         return _args.info(await self._pool.call([b"LOCKINFO", _args.name_bytes(name)]))
+
+    def elect(
+        self,
+        name: Name,
+        *,
+        value: Name = "",
+        ttl: float = DEFAULT_TTL,
+        wait: float = FOREVER,
+        fair: bool = False,
+        label: Optional[str] = None,
+    ) -> Acquiring[Leadership]:
+        """``async with client.elect(name, value=...) as lead:`` (or ``await
+        client.elect(...)``): campaigns as ``dlock.Client.elect()`` does, for a
+        :class:`Leadership`, or :class:`NotAcquired` when not elected within the
+        wait (``dlock.FOREVER`` by default). A cancelled campaign leaves nothing: its
+        connection is closed, which withdraws it. The arguments are checked at once."""
+        req = self._elect_request(name, value, ttl, wait, fair, label)
+
+        async def take() -> Leadership:
+            lead = await self._pool.acquire(req)
+            if lead is None:
+                raise NotAcquired(not_elected(name, wait))
+            return lead
+
+        return Acquiring(take)
+
+    async def leader(self, name: Name) -> Optional[Dict[str, Any]]:
+        """As ``dlock.Client.leader()``: None, or ``value``, ``holder``, ``term``,
+        ``remaining_ms``."""
+        return leader_info(await self._pool.call(self._leader_args(name)))
+
+    def observe(self, name: Name) -> Observer:
+        """An :class:`Observer` of who leads ``name``: ``async with
+        client.observe(name) as changes: async for leader in changes:`` (a
+        :class:`Leader` each, the state at the subscription first; value None when no
+        one leads)."""
+        return Observer(self.redis, self._pool, _args.name_bytes(name, "election name"))
