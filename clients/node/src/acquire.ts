@@ -92,9 +92,9 @@ export async function take(
   cmd: args.AcquireCommand,
   name: string | Buffer,
   kind: LockKind,
-  opts: args.AcquireOptions,
+  opts: { signal?: AbortSignal; timeout?: number },
 ): Promise<Lock | null> {
-  const command = kind === 'lock' ? 'LOCK' : 'SEM ACQUIRE';
+  const command = kind === 'lock' ? 'LOCK' : kind === 'leadership' ? 'ELECT' : 'SEM ACQUIRE';
   const signal = opts.signal;
   const timeout = opts.timeout ?? pool.timeoutMs;
   if (cmd.detached && cmd.waitMs === 0) {

@@ -271,6 +271,86 @@ export function acquireCommand(
   return { args, waitMs, waitAt, detached, ttlMs };
 }
 
+// Leader election ----------------------------------------------------------------------
+
+/** dlockd's limit on a leader's value, in bytes. */
+export const LEADER_VALUE_MAX = 1024;
+
+/**
+ * A leader's value: a string of up to 1024 bytes as UTF-8, empty allowed, no NUL. Only
+ * strings, since observers and LEADER give it back as one: bytes that are not UTF-8
+ * would come back changed.
+ */
+export function leaderValue(value: unknown): string {
+  if (typeof value !== 'string') {
+    throw new InvalidArgumentError(`dlock: a leader's value must be a string, not ${describe(value)}`);
+  }
+  if (LONE_SURROGATE.test(value)) {
+    throw new InvalidArgumentError("dlock: a leader's value is not valid UTF-8 (a lone surrogate)");
+  }
+  const size = Buffer.byteLength(value, 'utf8');
+  if (size > LEADER_VALUE_MAX || value.includes('\0')) {
+    throw new InvalidArgumentError(`dlock: a leader's value must be 0 to ${LEADER_VALUE_MAX} bytes, without NUL, not ${size}`);
+  }
+  return value;
+}
+
+/** The options of an ELECT: a campaign to lead an election. */
+export interface ElectOptions {
+  /** What the leader announces to observers (say its address): up to 1024 bytes, default ''. */
+  value?: string;
+  /**
+   * The leadership's lease in ms (default 30000, at least 1000). dlockd renews it while
+   * the leader's connection is open, so it only bounds how long a dlockd that dies with
+   * the connection keeps the other candidates waiting.
+   */
+  ttl?: number;
+  /**
+   * ms to campaign before giving up. Unlike a lock's, the default is Infinity: a
+   * candidate usually stands by until it leads. 0 tries once.
+   */
+  wait?: number;
+  /** First come, first served among the candidates waiting. */
+  fair?: boolean;
+  /** Who leads, as operators see it (up to 256 bytes). */
+  label?: string;
+  /** Cancels the campaign: the call rejects with the signal's reason. */
+  signal?: AbortSignal;
+  /** ms allowed beyond the wait for dlockd to answer (default: the client's timeout). */
+  timeout?: number;
+}
+
+const ELECT_OPTIONS: ReadonlySet<string> = new Set(['value', 'ttl', 'wait', 'fair', 'label', 'signal', 'timeout']);
+
+/**
+ * ELECT, as acquireCommand() builds a LOCK, so that it is sent, retried and bounded as
+ * a session lock is. dlockd's ELECT takes no MAXHOLD: the client's maxHold does not
+ * apply (dlockd's --max-hold does).
+ */
+export function electCommand(raw: string | Buffer, opts: ElectOptions, defaults: { label?: string }): AcquireCommand {
+  if (opts === null || typeof opts !== 'object') {
+    throw new InvalidArgumentError('dlock: the options must be an object ({value, ttl, wait, ...})');
+  }
+  known(opts, ELECT_OPTIONS, 'an election');
+  const ttlMs = integer(opts.ttl ?? DEFAULT_TTL, 'ttl of a leadership', SESSION_TTL_MIN_MS, MS_MAX);
+  const args: (string | Buffer)[] = ['ELECT', raw, 'TTL', String(ttlMs)];
+  const waitMs = wait(opts.wait ?? Infinity);
+  let waitAt = -1;
+  if (waitMs !== 0) {
+    waitAt = args.length;
+    args.push('WAIT', String(waitMs));
+  }
+  if (opts.value !== undefined) args.push('VALUE', leaderValue(opts.value));
+  if (flag(opts.fair, 'fair')) args.push('FAIR');
+  const lbl = opts.label ?? defaults.label;
+  if (lbl !== undefined) args.push('LABEL', label(lbl));
+  if (opts.timeout !== undefined) duration(opts.timeout, 'timeout');
+  if (opts.signal !== undefined && !(opts.signal instanceof AbortSignal)) {
+    throw new InvalidArgumentError('dlock: signal must be an AbortSignal');
+  }
+  return { args, waitMs, waitAt, detached: false, ttlMs };
+}
+
 // Replies ----------------------------------------------------------------------------
 
 function show(reply: unknown): string {
@@ -403,4 +483,53 @@ export function reservationId(reply: unknown): string | null {
     throw new ProtocolError(`dlockd: STOCK RESERVE replied ${show(reply)}, not an id or nil`);
   }
   return reply;
+}
+
+/** Who leads an election, as `client.leader(name)` resolves. */
+export interface LeaderInfo {
+  /** What the leader announced ('' when nothing). */
+  value: string;
+  /** The leader's description (its address, through which dlockd), as LOCKINFO shows a holder. */
+  holder: string;
+  /** The leader's term: larger than every earlier leader's of the name. */
+  term: number;
+  /** The lease left, in ms. */
+  remainingMs: number;
+}
+
+/** LEADER's reply: [value, holder, term, remaining_ms], or nil when no one leads. */
+export function leaderInfo(reply: unknown): LeaderInfo | null {
+  if (reply === null) return null;
+  if (!Array.isArray(reply) || reply.length !== 4 || typeof reply[0] !== 'string' || typeof reply[1] !== 'string') {
+    throw new ProtocolError(`dlockd: LEADER replied ${show(reply)}, not [value, holder, term, remaining_ms]`);
+  }
+  const term = int(reply[2]);
+  const remainingMs = int(reply[3]);
+  if (term === undefined || term <= 0 || remainingMs === undefined) {
+    throw new ProtocolError(`dlockd: LEADER replied ${show(reply)}, not [value, holder, term, remaining_ms]`);
+  }
+  return { value: reply[0], holder: reply[1], term, remainingMs };
+}
+
+/** A change an observer of an election hears: term 0 and value null when no one leads. */
+export interface LeaderChange {
+  term: number;
+  value: string | null;
+}
+
+/**
+ * A message of a leader:NAME channel: "TERM VALUE" (split at the first space: the value
+ * may hold spaces, and is empty when the leader announced nothing), or "0" when no one
+ * leads. A term past 2^53 would not be exact, and is refused as a fence is.
+ */
+export function leaderMessage(payload: Buffer): LeaderChange {
+  const s = payload.toString('utf8');
+  if (s === '0') return { term: 0, value: null };
+  const sp = s.indexOf(' ');
+  const head = sp < 0 ? s : s.slice(0, sp);
+  const term = /^[1-9][0-9]{0,15}$/.test(head) ? Number(head) : NaN;
+  if (!Number.isSafeInteger(term)) {
+    throw new ProtocolError(`dlockd: leader message ${show(s)} is not 'TERM VALUE' or '0'`);
+  }
+  return { term, value: sp < 0 ? '' : s.slice(sp + 1) };
 }

@@ -3,8 +3,10 @@
 import type Redis from 'ioredis';
 import * as args from './args';
 import { Routine, take } from './acquire';
-import { InvalidArgumentError, NotAcquiredError } from './errors';
+import { Leadership, LeadRoutine, runLeading } from './elect';
+import { InvalidArgumentError, NotAcquiredError, UnavailableError } from './errors';
 import { Lock, runHolding } from './lock';
+import { ObserveOptions, Observer } from './observe';
 import { Pool } from './pool';
 import { Semaphore, SemaphoreOptions, Stock } from './prims';
 
@@ -35,6 +37,7 @@ export class Client {
   readonly pool: Pool;
   /** @internal */
   readonly defaults: { maxHold?: number; label?: string };
+  private readonly observers = new Set<Observer>();
 
   /**
    * `redis`: an ioredis `Redis` connected to dlockd (not to a lock server), with its
@@ -103,6 +106,68 @@ export class Client {
     return runHolding(lock, routine);
   }
 
+  /**
+   * Campaigns to lead the election `name`: resolves to a Leadership (its term, token,
+   * value; proclaim(), isLeading(), resign()), or rejects with NotAcquiredError when
+   * another led through the wait. The wait defaults to Infinity (a candidate stands by
+   * until it leads). The leadership is a session lock on a connection of its own:
+   * resigned by dlockd the moment that connection closes, so resign() it, or use lead().
+   */
+  async elect(name: args.Name, opts: args.ElectOptions = {}): Promise<Leadership> {
+    const l = await this.tryElect(name, opts);
+    if (l === null) {
+      throw new NotAcquiredError(
+        `dlock: not elected leader of '${args.text(args.name(name, 'election name'))}' within ${args.waitText(args.wait(opts.wait ?? Infinity))}`,
+      );
+    }
+    return l;
+  }
+
+  /** As elect(), but resolves to null when another led through the wait. */
+  async tryElect(name: args.Name, opts: args.ElectOptions = {}): Promise<Leadership | null> {
+    const raw = args.name(name, 'election name');
+    const cmd = args.electCommand(raw, opts, this.defaults);
+    const lock = await take(this.pool, cmd, raw, 'leadership', opts);
+    return lock === null ? null : new Leadership(lock, raw, opts.value ?? '');
+  }
+
+  /**
+   * Campaigns for `name`, runs `routine(signal, term, leadership)` while leading,
+   * resigns however the routine ends, and returns the routine's value. `signal` aborts
+   * when the leadership is lost; then lead() rejects with LockLostError after the
+   * routine (unless the routine threw). NotAcquiredError when not elected within the
+   * wait (default: none).
+   */
+  lead<T>(name: args.Name, routine: LeadRoutine<T>): Promise<T>;
+  lead<T>(name: args.Name, opts: args.ElectOptions, routine: LeadRoutine<T>): Promise<T>;
+  async lead<T>(name: args.Name, a: args.ElectOptions | LeadRoutine<T>, b?: LeadRoutine<T>): Promise<T> {
+    const [opts, routine] = typeof a === 'function' ? [{}, a] : [a, b];
+    if (typeof routine !== 'function') {
+      throw new InvalidArgumentError('dlock: lead() needs a routine: lead(name, {value, ttl}, async (signal, term) => ...)');
+    }
+    return runLeading(await this.elect(name, opts), routine);
+  }
+
+  /** Who leads the election `name` now (LEADER), or null when no one does. */
+  async leader(name: args.Name): Promise<args.LeaderInfo | null> {
+    return args.leaderInfo(await this.pool.call(['LEADER', args.name(name, 'election name')]));
+  }
+
+  /**
+   * Observes the election `name`: an async iterable (and EventEmitter) of its changes,
+   * `{ term, value }` (term 0 and value null when no one leads), starting with the
+   * state now. It subscribes on a connection of its own (a duplicate of the client's);
+   * leaving a for-await loop over it, or close(), unsubscribes and closes it.
+   */
+  observe(name: args.Name, opts: ObserveOptions = {}): Observer {
+    const raw = args.name(name, 'election name');
+    Observer.options(opts);
+    if (this.pool.isClosed) throw new UnavailableError('dlock: the client is closed');
+    const o = new Observer(this.redis, raw, opts, opts.timeout ?? this.pool.timeoutMs, (x) => this.observers.delete(x));
+    this.observers.add(o);
+    return o;
+  }
+
   /** The semaphore `name` of `permits` permits (every user of the name should agree). */
   semaphore(name: args.Name, permits: number, defaults: SemaphoreOptions = {}): Semaphore {
     return new Semaphore(this, args.name(name, 'semaphore name'), args.permits(permits), defaults);
@@ -133,12 +198,13 @@ export class Client {
   }
 
   /**
-   * Closes the client's own connections: the idle ones, and those of the session locks
-   * still held (dlockd releases those locks, and their signals abort). The application's
-   * ioredis client stays open.
+   * Closes the client's own connections: the idle ones, those of the session locks and
+   * leaderships still held (dlockd releases them, and their signals abort), and the
+   * observers'. The application's ioredis client stays open.
    */
   async close(): Promise<void> {
     this.pool.close();
+    for (const o of [...this.observers]) o.end();
   }
 
   /** How many dedicated connections are open now (idle ones included). */

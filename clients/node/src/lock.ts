@@ -16,8 +16,11 @@ function lastWords(message: string): string {
   return m ? m[1] : message;
 }
 
-/** Whether a Lock is a lock or a semaphore's permit: for messages. */
-export type LockKind = 'lock' | 'permit of semaphore';
+/**
+ * Whether a Lock is a lock, a semaphore's permit or a leadership (an ELECT's session
+ * lock, given up with RESIGN so that observers hear of it): for messages and release.
+ */
+export type LockKind = 'lock' | 'permit of semaphore' | 'leadership';
 
 export class Lock {
   /** The name, as a string (a Buffer name decoded as UTF-8). */
@@ -215,7 +218,8 @@ export class Lock {
   release(): Promise<boolean> {
     return this.serial(async () => {
       if (this.released) return false;
-      const cmd = ['UNLOCK', this.raw, this.token];
+      const word = this.kind === 'leadership' ? 'RESIGN' : 'UNLOCK';
+      const cmd = [word, this.raw, this.token];
       if (this.detached) {
         // Released once dlockd says so: an UNLOCK that failed may be tried again.
         const held = args.bool(await this.pool.call(cmd), 'UNLOCK');
@@ -226,12 +230,12 @@ export class Lock {
       this.released = true;
       let held = false;
       try {
-        held = await this.onSession(cmd, 'UNLOCK');
-        if (!held) this.lose('UNLOCK found it no longer held');
+        held = await this.onSession(cmd, word);
+        if (!held) this.lose(`${word} found it no longer held`);
         return held;
       } catch (e) {
         // The connection is closed below: whatever the UNLOCK did, dlockd lets go then.
-        this.lose(`UNLOCK failed (${(e as Error).message}); its connection is closed`);
+        this.lose(`${word} failed (${(e as Error).message}); its connection is closed`);
         throw e;
       } finally {
         const conn = this.detach();
@@ -271,6 +275,20 @@ export class Lock {
         ? args.bool(await this.pool.call(cmd), 'CHECK')
         : await this.onSession(cmd, 'CHECK');
       if (!held) this.lose('CHECK found it no longer held');
+      return held;
+    });
+  }
+
+  /**
+   * @internal A command of a session lock's own (PROCLAIM), in turn with release() and
+   * the others: true when dlockd answered 1; false, without sending it, when the lock
+   * was released or lost, or when dlockd answered 0, which marks it lost.
+   */
+  onOwn(cmd: Args, command: string): Promise<boolean> {
+    return this.serial(async () => {
+      if (this.released || this.lost || this.detached) return false;
+      const held = await this.onSession(cmd, command);
+      if (!held) this.lose(`${command} found it no longer held`);
       return held;
     });
   }

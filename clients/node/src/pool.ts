@@ -166,6 +166,11 @@ export class Pool {
     return this.live.size;
   }
 
+  /** Whether close() was called. */
+  get isClosed(): boolean {
+    return this.closed;
+  }
+
   get idleCount(): number {
     return this.idle.length;
   }

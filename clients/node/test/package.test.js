@@ -61,5 +61,5 @@ test('the error classes and their family', () => {
   assert.ok(new d.NoQuorumError('m') instanceof d.UnavailableError);
   assert.ok(new d.OutOfStockError('m', false, {}) instanceof d.NotAcquiredError);
   assert.equal(d.FOREVER, Infinity);
-  for (const n of ['Client', 'Lock', 'Semaphore', 'Stock', 'Reservation']) assert.equal(typeof d[n], 'function', n);
+  for (const n of ['Client', 'Lock', 'Semaphore', 'Stock', 'Reservation', 'Leadership', 'Observer']) assert.equal(typeof d[n], 'function', n);
 });
