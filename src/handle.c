@@ -192,6 +192,7 @@ int dlock_lock_adopt(dlock_client *c, const char *name, const char *token, dlock
     if ((rc = dlock__lock_new(c, name, &l, &e)) != DLOCK_OK)
         return dlock__err_raise(&e, rc);
     memcpy(l->token, token, DLOCK_TOKEN_LEN + 1);
+    l->adopted = true;
     dlock__lock_attach(l);
     *out = l;
     return dlock__err_raise(&e, DLOCK_OK);

@@ -543,6 +543,7 @@ struct dlock_lock {
     bool leading;      /* an elected leader's (renewed with its record, elect.c); set before
                           the watchdog knows the handle */
     int64_t proclaims; /* a leader's: its proclamations so far (the seq of the last) */
+    bool adopted;      /* made by dlock_lock_adopt: its lock may be a leader's */
     bool attached;     /* on client->locks */
     bool released;     /* guarded by client->mu: its release ended and told the client's
                           waiters so, so none waits behind it (dlock__wait_behind_own) */

@@ -66,30 +66,25 @@ static int format_call(release *r, dlock__err *e)
     size_t fence_len = strlen(r->fence), retention_len = strlen(c->retention);
     size_t ttl_len = strlen(r->heir.ttl), ticket_len = strlen(r->heir.ticket);
     /* The sixth key, a leader's record (elect.c): the release of a leader's lock retires
-     * it, and tells the observers that no one leads. */
-    const char *args[] = {NULL,        NULL,     NULL,     NULL,        NULL,
-                          r->k.leader, l->token, r->fence, "",          c->retention,
-                          "1",         "0",      heir,     r->heir.ttl, r->heir.ticket};
-    const size_t lens[] = {0,
-                           0,
-                           0,
-                           0,
-                           0,
-                           r->k.leader_len,
-                           DLOCK_TOKEN_LEN,
-                           fence_len,
-                           0,
-                           retention_len,
-                           1,
-                           1,
-                           heir_len,
-                           ttl_len,
-                           ticket_len};
-    memcpy(r->args, args, sizeof args);
-    memcpy(r->lens, lens, sizeof lens);
+     * it and tells the observers that no one leads. Only where the lock may be a
+     * leader's: a leader's handle, or one adopted by token (dlock release, dlockd's
+     * UNLOCK); a plain handle's release saves the record's read. */
+    bool record = l->leading || l->adopted;
+    int nkeys = DLOCK_KEYS_ALL + record, n = DLOCK_KEYS_ALL;
     dlock__keys_all(&r->k, r->args, r->lens);
-    return dlock__call_format(&c->scripts, DLOCK_SCRIPT_RELEASE, 6, 15, r->args, r->lens, &r->call,
-                              e);
+    if (record) {
+        r->args[n] = r->k.leader;
+        r->lens[n++] = r->k.leader_len;
+    }
+    const char *argv[] = {l->token, r->fence, "",          c->retention,  "1",
+                          "0",      heir,     r->heir.ttl, r->heir.ticket};
+    const size_t lens[] = {DLOCK_TOKEN_LEN, fence_len, 0,         retention_len, 1, 1,
+                           heir_len,        ttl_len,   ticket_len};
+    memcpy(r->args + n, argv, sizeof argv);
+    memcpy(r->lens + n, lens, sizeof lens);
+    n += (int)(sizeof argv / sizeof argv[0]);
+    return dlock__call_format(&c->scripts, DLOCK_SCRIPT_RELEASE, nkeys, n, r->args, r->lens,
+                              &r->call, e);
 }
 
 /* The nodes whose reply is a fence, which handed the lock to the heir, into h (with the
