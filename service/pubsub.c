@@ -23,10 +23,14 @@
 
 #define CHANNEL_PREFIX     "leader:"
 #define CHANNEL_PREFIX_LEN (sizeof CHANNEL_PREFIX - 1)
+/* Names observed at once: each is a library observer, a thread and two descriptors, so
+ * a client must not be able to make them without bound. Elections are few. */
+#define TOPICS_MAX 256
 
 typedef struct topic {
     struct topic *next;
-    char *chan; /* "leader:NAME" */
+    uv_work_t free_req; /* the observer's free, on the pool */
+    char *chan;         /* "leader:NAME" */
     size_t chan_len;
     dlock_observer *obs;
     uv_poll_t poll;
@@ -42,6 +46,7 @@ typedef struct dd_sub {
 } dd_sub;
 
 static topic *topics;
+static int ntopics;
 
 /* ["message", channel, "TERM VALUE"] of info into b. */
 static void message(dd_buf *b, const topic *t, const dlock_leader_info *info)
@@ -72,6 +77,8 @@ static void on_change(uv_poll_t *h, int status, int events)
         t->last = info;
         t->known = true;
         for (dd_conn *c = dd_srv.conns; c != NULL; c = c->next) {
+            if (c->quit)
+                continue; /* told to end: nothing is written after its last reply */
             bool subscribed = false;
             for (dd_sub *s = c->subs; s != NULL && !subscribed; s = s->next)
                 subscribed = s->t == t;
@@ -87,12 +94,30 @@ static void on_change(uv_poll_t *h, int status, int events)
     }
 }
 
+/* On the pool: the observer's free waits for its thread, which may be in a read of
+ * the lock servers, as long as their deadline: never on the loop. */
+static void free_observer(uv_work_t *w)
+{
+    topic *t = w->data;
+    dlock_observer_free(t->obs);
+}
+
+static void free_topic(uv_work_t *w, int status)
+{
+    (void)status;
+    topic *t = w->data;
+    free(t->chan);
+    free(t);
+}
+
 static void on_topic_closed(uv_handle_t *h)
 {
     topic *t = h->data;
-    dlock_observer_free(t->obs);
-    free(t->chan);
-    free(t);
+    t->free_req.data = t;
+    if (uv_queue_work(dd_srv.loop, &t->free_req, free_observer, free_topic) != 0) {
+        free_observer(&t->free_req);
+        free_topic(&t->free_req, 0);
+    }
 }
 
 static void topic_unref(topic *t)
@@ -102,31 +127,52 @@ static void topic_unref(topic *t)
     for (topic **p = &topics; *p != NULL; p = &(*p)->next)
         if (*p == t) {
             *p = t->next;
+            ntopics--;
             break;
         }
     uv_poll_stop(&t->poll);
     uv_close((uv_handle_t *)&t->poll, on_topic_closed);
 }
 
-/* The topic of chan, made on first use; NULL with an error in out. */
-static topic *topic_get(const resp_arg *chan, dd_buf *out)
+static topic *topic_find(const resp_arg *chan)
 {
     for (topic *t = topics; t != NULL; t = t->next)
         if (t->chan_len == chan->len && memcmp(t->chan, chan->p, chan->len) == 0)
             return t;
-    if (chan->len <= CHANNEL_PREFIX_LEN ||
-        memcmp(chan->p, CHANNEL_PREFIX, CHANNEL_PREFIX_LEN) != 0) {
+    return NULL;
+}
+
+/* Whether chan is one dlockd publishes (else the error in out). */
+static bool channel_ok(const resp_arg *chan, dd_buf *out)
+{
+    if (chan->len <= CHANNEL_PREFIX_LEN || chan->len > CHANNEL_PREFIX_LEN + DLOCK_NAME_MAX ||
+        memcmp(chan->p, CHANNEL_PREFIX, CHANNEL_PREFIX_LEN) != 0 ||
+        memchr(chan->p, '\0', chan->len) != NULL) {
         dd_reply_error(out, "ERR dlockd publishes only leader:NAME channels, not '%.*s'",
                        (int)(chan->len > 64 ? 64 : chan->len), chan->p);
+        return false;
+    }
+    return true;
+}
+
+/* The topic of chan (a channel_ok one), made on first use; NULL with an error in out. */
+static topic *topic_get(const resp_arg *chan, dd_buf *out)
+{
+    topic *found = topic_find(chan);
+    if (found != NULL)
+        return found;
+    if (ntopics >= TOPICS_MAX) {
+        dd_reply_error(out, "ERR dlockd observes at most %d leader:NAME channels at once",
+                       TOPICS_MAX);
         return NULL;
     }
-    resp_arg name = {chan->p + CHANNEL_PREFIX_LEN, chan->len - CHANNEL_PREFIX_LEN};
-    char *n = dd_arg_dup(&name, "election name", DLOCK_NAME_MAX, out);
-    if (n == NULL)
-        return NULL;
+    size_t nlen = chan->len - CHANNEL_PREFIX_LEN;
+    char *n = malloc(nlen + 1);
     topic *t = calloc(1, sizeof *t);
-    if (t == NULL || (t->chan = malloc(chan->len + 1)) == NULL)
+    if (n == NULL || t == NULL || (t->chan = malloc(chan->len + 1)) == NULL)
         abort();
+    memcpy(n, chan->p + CHANNEL_PREFIX_LEN, nlen);
+    n[nlen] = '\0';
     memcpy(t->chan, chan->p, chan->len);
     t->chan[chan->len] = '\0';
     t->chan_len = chan->len;
@@ -138,11 +184,24 @@ static topic *topic_get(const resp_arg *chan, dd_buf *out)
         free(t);
         return NULL;
     }
-    uv_poll_init(dd_srv.loop, &t->poll, dlock_observer_fd(t->obs));
     t->poll.data = t;
-    uv_poll_start(&t->poll, UV_READABLE, on_change);
+    if ((rc = uv_poll_init(dd_srv.loop, &t->poll, dlock_observer_fd(t->obs))) != 0 ||
+        (rc = uv_poll_start(&t->poll, UV_READABLE, on_change)) != 0) {
+        dd_reply_error(out, "ERR cannot watch the leader's changes: %s", uv_strerror(rc));
+        /* A handle that was initialized is the loop's until closed: closing it frees
+         * the topic (on_topic_closed); one that was not, is freed here. */
+        if (t->poll.loop != NULL)
+            uv_close((uv_handle_t *)&t->poll, on_topic_closed);
+        else {
+            dlock_observer_free(t->obs);
+            free(t->chan);
+            free(t);
+        }
+        return NULL;
+    }
     t->next = topics;
     topics = t;
+    ntopics++;
     return t;
 }
 
@@ -160,6 +219,10 @@ static void confirm(dd_buf *out, const char *kind, const char *chan, size_t len,
 
 void dd_cmd_subscribe(dd_conn *c, resp_arg *argv, size_t argc, dd_buf *out)
 {
+    /* Every channel checked first, so that a refusal subscribes to none of them. */
+    for (size_t i = 1; i < argc; i++)
+        if (!channel_ok(&argv[i], out))
+            return;
     for (size_t i = 1; i < argc; i++) {
         dd_sub *s = c->subs;
         while (s != NULL &&

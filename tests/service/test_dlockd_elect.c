@@ -533,6 +533,9 @@ static void test_subscribe_observers(void **state)
     dt_expect_error(dt_cmd(h, "LEADER obs"), "ERR Can't execute 'leader'");
     expect_push(dt_cmd(h, "PING"), "pong", "", -1);
     dt_expect_error(dt_cmd(h, "SUBSCRIBE foo"), "ERR dlockd publishes only leader:NAME channels");
+    /* A refused channel among others subscribes to none of them: the count below is 1. */
+    dt_expect_error(dt_cmd(h, "SUBSCRIBE leader:other foo"),
+                    "ERR dlockd publishes only leader:NAME channels");
     /* The topic knows its state (the others keep it): a new subscription hears it at
      * once, after its confirmation. */
     expect_push(dt_cmd(h, "SUBSCRIBE leader:obs"), "subscribe", "leader:obs", 1);
