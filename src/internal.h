@@ -55,7 +55,8 @@
  *                           what its files share)
  *               list_merge.c     one name's views merged as a quorum sees them
  *               break.c     an operator's break of a stuck lock, and its record
- *               fence.c     the resource side: fenced writes, dlock_fence_admit
+ *               fence.c     the resource side: fenced writes, dlock_fence_admit, the
+ *                           register's scripts
  *               slot.c      a scheduled job's slots (dlock_slot_claim): the servers'
  *                           clock cut into periods, the last one claimed, and its
  *                           scripts
@@ -219,6 +220,8 @@ int dlock__slot_refused(const dlock_slot *out, dlock__err *e);
 /* Each a NULL-terminated list of parts, as scripts.c's own (joined in script_call.c). */
 extern const char *const dlock__slot_read_lua[];
 extern const char *const dlock__slot_claim_lua[];
+extern const char *const dlock__fenced_set_lua[];
+extern const char *const dlock__fence_raise_lua[];
 extern const char *const dlock__proclaim_lua[];
 extern const char *const dlock__leader_lua[];
 /* The Lua function retire(record, token) that RELEASE and BREAK run on a leader's lock:

@@ -440,18 +440,6 @@ static const char *const fence_lua[] = {
     NULL};
 
 /*
- * FENCED_SET  KEYS: register   ARGV: fence, value
- * The resource side: write {value, fence} unless a higher fence was accepted. 1 when
- * written, 0 when refused. Fences are compared as numbers (they fit a double exactly).
- */
-static const char *const fenced_set_lua[] = {
-    "local last = tonumber(redis.call('HGET', KEYS[1], 'fence')) or 0\n"
-    "if tonumber(ARGV[1]) < last then return 0 end\n"
-    "redis.call('HSET', KEYS[1], 'fence', ARGV[1], 'value', ARGV[2])\n"
-    "return 1\n",
-    NULL};
-
-/*
  * RENEW  KEYS: lock 1..K, then the holders and holders info keys of the shared ones
  *        ARGV: token 1, ttl_ms 1, at 1, ..., token K, ttl_ms K, at K, where "at" is
  *              the index in KEYS of a shared lock's holders key ("0": exclusive),
@@ -553,18 +541,6 @@ static const char *const break_lua[] = {
     "return {1, old, string.format('%d', f), now}\n",
     NULL};
 
-/*
- * FENCE_RAISE  KEYS: register   ARGV: fence
- * A fenced register (FENCED_SET's) told of a fence without a write: its value stays,
- * and writes with lower fences are refused from now on. Always 1.
- */
-static const char *const fence_raise_lua[] = {
-    "if (tonumber(redis.call('HGET', KEYS[1], 'fence')) or 0) < tonumber(ARGV[1]) then\n"
-    "  redis.call('HSET', KEYS[1], 'fence', ARGV[1])\n"
-    "end\n"
-    "return 1\n",
-    NULL};
-
 /* BREAK_RECORD  KEYS: break -> the record's fields and values ({} when none). */
 static const char *const break_record_lua[] = {"return redis.call('HGETALL', KEYS[1])\n", NULL};
 
@@ -576,14 +552,14 @@ static const char *const *const parts[DLOCK_SCRIPT_COUNT] = {
     [DLOCK_SCRIPT_EXTEND] = extend_lua,
     [DLOCK_SCRIPT_INSPECT] = inspect_lua,
     [DLOCK_SCRIPT_FENCE] = fence_lua,
-    [DLOCK_SCRIPT_FENCED_SET] = fenced_set_lua,
+    [DLOCK_SCRIPT_FENCED_SET] = dlock__fenced_set_lua,
     [DLOCK_SCRIPT_LEAVE] = leave_lua,
     [DLOCK_SCRIPT_RENEW] = renew_lua,
     [DLOCK_SCRIPT_REFRESH] = refresh_lua,
     [DLOCK_SCRIPT_ACQUIRE_SHARED] = acquire_shared_lua,
     [DLOCK_SCRIPT_BREAK] = break_lua,
     [DLOCK_SCRIPT_BREAK_RECORD] = break_record_lua,
-    [DLOCK_SCRIPT_FENCE_RAISE] = fence_raise_lua,
+    [DLOCK_SCRIPT_FENCE_RAISE] = dlock__fence_raise_lua,
     [DLOCK_SCRIPT_SLOT_READ] = dlock__slot_read_lua,
     [DLOCK_SCRIPT_SLOT_CLAIM] = dlock__slot_claim_lua,
     [DLOCK_SCRIPT_PROCLAIM] = dlock__proclaim_lua,
