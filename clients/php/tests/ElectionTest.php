@@ -15,6 +15,7 @@ use Dlock\NotAcquired;
 use Dlock\Unavailable;
 use Dlock\Tests\Support\Child;
 use Dlock\Tests\Support\Helpers;
+use Dlock\Tests\Support\WatchedPair;
 use Dlock\Tests\Support\Process;
 use Dlock\Tests\Support\Servers;
 use PHPUnit\Framework\TestCase;
@@ -28,33 +29,10 @@ use PHPUnit\Framework\TestCase;
 final class ElectionTest extends TestCase
 {
     use Helpers;
+    use WatchedPair;
 
     private const HEX32 = '/^[0-9a-f]{32}$/';
 
-    private static ?Process $redis = null;
-    private static ?Process $dlockd = null;
-    private static int $port = 0;
-    /** the tests' own connection, for INFO and raw commands */
-    private static ?\Redis $watch = null;
-
-    public static function setUpBeforeClass(): void
-    {
-        [self::$dlockd, self::$port, self::$redis] = Servers::pair();
-        self::$watch = Servers::phpredis(self::$port);
-    }
-
-    public static function tearDownAfterClass(): void
-    {
-        self::$watch = null;
-        self::$dlockd?->stop();
-        self::$redis?->stop();
-    }
-
-    public function clients(): iterable
-    {
-        yield 'phpredis' => ['phpredis'];
-        yield 'predis' => ['predis'];
-    }
 
     private function client(string $kind): Client
     {

@@ -7,8 +7,8 @@ namespace Dlock\Tests;
 use Dlock\Client;
 use Dlock\Lock;
 use Dlock\LockLost;
-use Dlock\Tests\Support\Process;
 use Dlock\Tests\Support\Helpers;
+use Dlock\Tests\Support\WatchedPair;
 use Dlock\Tests\Support\Servers;
 use PHPUnit\Framework\TestCase;
 
@@ -21,31 +21,8 @@ use PHPUnit\Framework\TestCase;
 final class SessionLockTest extends TestCase
 {
     use Helpers;
+    use WatchedPair;
 
-    private static ?Process $redis = null;
-    private static ?Process $dlockd = null;
-    private static int $port = 0;
-    /** the tests' own connection, for LOCKINFO, INFO and CLIENT LIST */
-    private static ?\Redis $watch = null;
-
-    public static function setUpBeforeClass(): void
-    {
-        [self::$dlockd, self::$port, self::$redis] = Servers::pair();
-        self::$watch = Servers::phpredis(self::$port);
-    }
-
-    public static function tearDownAfterClass(): void
-    {
-        self::$watch = null;
-        self::$dlockd?->stop();
-        self::$redis?->stop();
-    }
-
-    public function clients(): iterable
-    {
-        yield 'phpredis' => ['phpredis'];
-        yield 'predis' => ['predis'];
-    }
 
     /** LOCKINFO $name as dlockd answers the tests' own connection: field => value. */
     private function lockInfo(string $name): array
