@@ -460,14 +460,17 @@ void dd_job_free(dd_job *j);
 bool dd_arg_is(const resp_arg *a, const char *word); /* case-insensitive */
 /* A name or label for the library: 1 to max bytes, no NUL; a malloc'd copy or NULL. */
 char *dd_arg_dup(const resp_arg *a, const char *what, size_t max, dd_buf *out);
+/* A leader's value: at most DLOCK_LEADER_VALUE_MAX bytes, empty allowed, no NUL. */
+char *dd_arg_value(const resp_arg *a, dd_buf *out);
 bool dd_arg_int(const resp_arg *a, int64_t lo, int64_t hi, int64_t *v);
 bool dd_arg_ttl(const resp_arg *a, int64_t *ttl, dd_buf *out);
 
 /* ---- locks.c ------------------------------------------------------------------------ */
 
 void dd_cmd_lock(dd_conn *c, resp_arg *argv, size_t argc, dd_buf *out);
-/* LOCK's options from argv[first] on (TTL, WAIT, DETACHED, FAIR, LABEL, and SHARED
- * unless j->permits is set), into j; cmd names the command in errors. */
+/* The options of LOCK, SEM ACQUIRE (j->permits set: no SHARED) and ELECT (j->elect:
+ * TTL, WAIT, VALUE, LABEL, FAIR) from argv[first] on, into j; cmd names the command in
+ * errors. */
 bool dd_lock_options(resp_arg *argv, size_t argc, size_t first, const char *cmd, dd_job *j,
                      dd_buf *out);
 /* Start the acquisition of j->name (a permit of K = j->permits when set) and run it to

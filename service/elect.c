@@ -23,79 +23,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* A leader's value: up to DLOCK_LEADER_VALUE_MAX bytes, empty allowed, no NUL. */
-static char *value_dup(const resp_arg *a, dd_buf *out)
-{
-    if (a->len > DLOCK_LEADER_VALUE_MAX) {
-        dd_reply_error(out, "ERR a leader's value must be at most %d bytes",
-                       DLOCK_LEADER_VALUE_MAX);
-        return NULL;
-    }
-    if (a->len == 0) {
-        char *v = strdup("");
-        if (v == NULL)
-            abort();
-        return v;
-    }
-    return dd_arg_dup(a, "a leader's value", DLOCK_LEADER_VALUE_MAX, out);
-}
-
-/* ELECT's options, in any order, each at most once. */
-static bool elect_options(resp_arg *argv, size_t argc, dd_job *j, dd_buf *out)
-{
-    enum { TTL, WAIT, VALUE, LABEL, FAIR, NOPTS };
-    static const char *const names[NOPTS] = {"TTL", "WAIT", "VALUE", "LABEL", "FAIR"};
-    bool seen[NOPTS] = {false};
-    /* --max-hold bounds the hold of a lock, a section of work; a leadership is meant
-     * to last, and its end is its connection's. */
-    j->maxhold_ms = 0;
-    for (size_t i = 2; i < argc; i++) {
-        int opt = 0;
-        while (opt < NOPTS && !dd_arg_is(&argv[i], names[opt]))
-            opt++;
-        if (opt == NOPTS) {
-            dd_reply_error(out,
-                           "ERR unknown ELECT option '%.*s' (TTL ms, WAIT ms, VALUE v, LABEL "
-                           "text, FAIR)",
-                           (int)(argv[i].len > 64 ? 64 : argv[i].len), argv[i].p);
-            return false;
-        }
-        if (seen[opt]) {
-            dd_reply_error(out, "ERR ELECT option %s given twice", names[opt]);
-            return false;
-        }
-        seen[opt] = true;
-        if (opt != FAIR && i + 1 >= argc) {
-            dd_reply_error(out, "ERR ELECT option %s needs a value", names[opt]);
-            return false;
-        }
-        if (opt == TTL && !dd_arg_ttl(&argv[++i], &j->ttl_ms, out))
-            return false;
-        if (opt == WAIT && !dd_arg_int(&argv[++i], -1, DLOCK_TTL_MAX_MS, &j->wait_ms)) {
-            dd_reply_error(out,
-                           "ERR WAIT must be -1 (forever) or an integer from 0 to %d "
-                           "(milliseconds)",
-                           DLOCK_TTL_MAX_MS);
-            return false;
-        }
-        if (opt == VALUE && (j->extra = value_dup(&argv[++i], out)) == NULL)
-            return false;
-        if (opt == LABEL &&
-            (j->label = dd_arg_dup(&argv[++i], "LABEL", DLOCK_LABEL_MAX, out)) == NULL)
-            return false;
-        if (opt == FAIR)
-            j->fair = true;
-    }
-    if (j->ttl_ms < DD_SESSION_TTL_MIN_MS) {
-        dd_reply_error(out,
-                       "ERR TTL of a leadership must be at least %d ms, so that its renewal "
-                       "keeps up on a loaded machine",
-                       DD_SESSION_TTL_MIN_MS);
-        return false;
-    }
-    return true;
-}
-
 void dd_cmd_elect(dd_conn *c, resp_arg *argv, size_t argc, dd_buf *out)
 {
     if (dd_would_wait_for_itself(c, &argv[1], 0, out))
@@ -103,7 +30,7 @@ void dd_cmd_elect(dd_conn *c, resp_arg *argv, size_t argc, dd_buf *out)
     dd_job *j = dd_job_new(c);
     j->ttl_ms = DLOCK_TTL_DEFAULT_MS;
     j->elect = true;
-    if (!elect_options(argv, argc, j, out) ||
+    if (!dd_lock_options(argv, argc, 2, "ELECT", j, out) ||
         (j->name = dd_arg_dup(&argv[1], "election name", DLOCK_NAME_MAX, out)) == NULL ||
         !dd_lock_start(c, j, out))
         dd_job_free(j);
@@ -181,7 +108,7 @@ void dd_cmd_proclaim(dd_conn *c, resp_arg *argv, size_t argc, dd_buf *out)
         return;
     }
     dd_job *j = dd_job_new(c);
-    if ((j->extra = value_dup(&argv[3], out)) == NULL) {
+    if ((j->extra = dd_arg_value(&argv[3], out)) == NULL) {
         dd_job_free(j);
         return;
     }

@@ -105,6 +105,22 @@ char *dd_arg_dup(const resp_arg *a, const char *what, size_t max, dd_buf *out)
     return s;
 }
 
+char *dd_arg_value(const resp_arg *a, dd_buf *out)
+{
+    if (a->len > DLOCK_LEADER_VALUE_MAX) {
+        dd_reply_error(out, "ERR a leader's value must be at most %d bytes",
+                       DLOCK_LEADER_VALUE_MAX);
+        return NULL;
+    }
+    if (a->len == 0) {
+        char *v = strdup("");
+        if (v == NULL)
+            abort();
+        return v;
+    }
+    return dd_arg_dup(a, "a leader's value", DLOCK_LEADER_VALUE_MAX, out);
+}
+
 /* A decimal integer in [lo, hi], read as redis-server's string2ll reads one: an
  * optional '-', then digits with no leading zero ("0" alone excepted), nothing else
  * (no sign '+', no space, tab or newline before or after), within 64 bits. */

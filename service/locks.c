@@ -262,25 +262,29 @@ static const dd_steps lock_steps = {
 bool dd_lock_options(resp_arg *argv, size_t argc, size_t first, const char *cmd, dd_job *j,
                      dd_buf *out)
 {
-    /* Options in any order, each at most once; TTL, WAIT, LABEL and MAXHOLD take a
-     * value. */
-    enum { TTL, WAIT, DETACHED, FAIR, LABEL, MAXHOLD, SHARED, NOPTS };
+    /* Options in any order, each at most once; TTL, WAIT, LABEL, MAXHOLD and VALUE take
+     * a value. Which a command takes: a permit is a shared holder already (SHARED is
+     * LOCK's alone); a leadership (ELECT) is a session's, meant to last, with a value. */
+    enum { TTL, WAIT, DETACHED, FAIR, LABEL, MAXHOLD, SHARED, VALUE, NOPTS };
     static const char *const names[NOPTS] = {"TTL",   "WAIT",    "DETACHED", "FAIR",
-                                             "LABEL", "MAXHOLD", "SHARED"};
-    j->maxhold_ms = dd_srv.max_hold_ms;
-    /* A permit is a shared holder already: SHARED is LOCK's alone. */
-    int nopts = j->permits > 0 ? SHARED : NOPTS;
+                                             "LABEL", "MAXHOLD", "SHARED",   "VALUE"};
+    unsigned takes = j->elect ? 1u << TTL | 1u << WAIT | 1u << VALUE | 1u << LABEL | 1u << FAIR
+                     : j->permits > 0 ? (1u << SHARED) - 1
+                                      : (1u << VALUE) - 1;
+    const char *listed = j->elect ? "TTL ms, WAIT ms, VALUE v, LABEL text, FAIR"
+                         : j->permits > 0
+                             ? "TTL ms, WAIT ms, DETACHED, FAIR, LABEL text, MAXHOLD ms"
+                             : "TTL ms, WAIT ms, DETACHED, FAIR, SHARED, LABEL text, MAXHOLD ms";
+    /* --max-hold bounds the hold of a lock, a section of work, not a leadership. */
+    j->maxhold_ms = j->elect ? 0 : dd_srv.max_hold_ms;
     bool seen[NOPTS] = {false};
     for (size_t i = first; i < argc; i++) {
         int opt = 0;
-        while (opt < nopts && !dd_arg_is(&argv[i], names[opt]))
+        while (opt < NOPTS && !((takes >> opt & 1u) && dd_arg_is(&argv[i], names[opt])))
             opt++;
-        if (opt == nopts) {
-            dd_reply_error(out,
-                           "ERR unknown %s option '%.*s' (TTL ms, WAIT ms, DETACHED, FAIR, %s, "
-                           "MAXHOLD ms)",
-                           cmd, (int)(argv[i].len > 64 ? 64 : argv[i].len), argv[i].p,
-                           j->permits > 0 ? "LABEL text" : "SHARED, LABEL text");
+        if (opt == NOPTS) {
+            dd_reply_error(out, "ERR unknown %s option '%.*s' (%s)", cmd,
+                           (int)(argv[i].len > 64 ? 64 : argv[i].len), argv[i].p, listed);
             return false;
         }
         if (seen[opt]) {
@@ -288,7 +292,8 @@ bool dd_lock_options(resp_arg *argv, size_t argc, size_t first, const char *cmd,
             return false;
         }
         seen[opt] = true;
-        if ((opt == TTL || opt == WAIT || opt == LABEL || opt == MAXHOLD) && i + 1 >= argc) {
+        if ((opt == TTL || opt == WAIT || opt == LABEL || opt == MAXHOLD || opt == VALUE) &&
+            i + 1 >= argc) {
             dd_reply_error(out, "ERR %s option %s needs a value", cmd, names[opt]);
             return false;
         }
@@ -325,6 +330,10 @@ bool dd_lock_options(resp_arg *argv, size_t argc, size_t first, const char *cmd,
             }
             j->maxhold_given = true;
             break;
+        case VALUE:
+            if ((j->extra = dd_arg_value(&argv[++i], out)) == NULL)
+                return false;
+            break;
         default: /* LABEL */
             j->label = dd_arg_dup(&argv[++i], "LABEL", DLOCK_LABEL_MAX, out);
             if (j->label == NULL)
@@ -335,6 +344,13 @@ bool dd_lock_options(resp_arg *argv, size_t argc, size_t first, const char *cmd,
     if (j->detached && j->maxhold_given) {
         dd_reply_error(out, "ERR MAXHOLD is for session locks: a DETACHED lock is never "
                             "renewed, and ends with its TTL");
+        return false;
+    }
+    if (j->elect && j->ttl_ms < DD_SESSION_TTL_MIN_MS) {
+        dd_reply_error(out,
+                       "ERR TTL of a leadership must be at least %d ms, so that its renewal "
+                       "keeps up on a loaded machine",
+                       DD_SESSION_TTL_MIN_MS);
         return false;
     }
     if (!j->detached && j->ttl_ms < DD_SESSION_TTL_MIN_MS) {
