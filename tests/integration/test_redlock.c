@@ -240,8 +240,18 @@ static void test_cli_with_three_servers(void **state)
     unsigned long long fence = 0;
     assert_int_equal(sscanf(out, "%63s %llu", token, &fence), 2);
     assert_true(fence > 0);
-    for (int i = 0; i < 3; i++)
-        assert_true(it_pttl(&g_srv[i], key) > 9000);
+    /* The acquisition ends once a quorum granted it, and the command exits with it: a
+     * node whose grant was still on its way (its connection still being made) may never
+     * get the request. Each node either holds it with the lease just granted or does
+     * not have it; a quorum holds it. */
+    int holding = 0;
+    for (int i = 0; i < 3; i++) {
+        long long pttl = it_pttl(&g_srv[i], key);
+        if (pttl != -2 && pttl <= 9000)
+            fail_msg("node %d: PTTL %lld, want > 9000 (or not held)", i, pttl);
+        holding += pttl > 9000;
+    }
+    assert_true(holding >= 2);
     /* A second holder is refused on the quorum: exit 75. */
     const char *again[] = {dh_cli_path(), "-s", g_urls, "acquire", "-w", "0", "cli-redlock", NULL};
     assert_int_equal(dh_run(again, NULL, out, sizeof out, err, sizeof err), 75);
