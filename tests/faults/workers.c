@@ -274,9 +274,11 @@ int wk_main(const wk_config *cfg)
         dh_sleep_ms(cfg->work_ms); /* 0: none (nanosleep of nothing) */
         if (have_read)
             wk_write_rec(&hw, res, cfg->reg_key, l, value + 1);
-        hist_put(&hw, HIST_EXIT, 0, 0, l, 0, 0);
+        /* Cleared before EXIT is recorded: a worker stopped while the flag still says 1
+         * has not ended its section (the pause test counts on it). */
         if (sh != NULL)
             atomic_store(&sh->in_section[cfg->id], 0);
+        hist_put(&hw, HIST_EXIT, 0, 0, l, 0, 0);
         if (cfg->check_when_late && dlock_remaining_ms(l) <= 0) {
             int64_t c0 = hist_now_ns();
             int crc = dlock_check(l);
@@ -626,6 +628,24 @@ int wk_wait_in_section(wk_shared *sh, const pid_t *pids, int n, int64_t within_m
     while ((v = wk_in_section(sh, pids, n)) < 0 && dh_now_ms() < until)
         dh_sleep_ms(1);
     return v;
+}
+
+int wk_stop_in_section(wk_shared *sh, pid_t pid, int id, uint64_t fence)
+{
+    if (kill(pid, SIGSTOP) != 0)
+        return -1;
+    /* kill() only queues the signal: wait until the worker is really stopped, so what
+     * its flags say now is where it stopped. */
+    int status;
+    pid_t r;
+    while ((r = waitpid(pid, &status, WUNTRACED)) < 0 && errno == EINTR)
+        ;
+    if (r != pid || !WIFSTOPPED(status))
+        return -1;
+    if (atomic_load(&sh->in_section[id]) && atomic_load(&sh->fence[id]) == fence)
+        return 1;
+    kill(pid, SIGCONT);
+    return 0;
 }
 
 int wk_refuse_writes(dh_server *s, bool on)

@@ -194,6 +194,10 @@ int wk_safety_violations(const hist_report *rep);
 int wk_in_section(wk_shared *sh, const pid_t *pids, int n);
 /* The same, waiting up to within_ms for one to enter its section. */
 int wk_wait_in_section(wk_shared *sh, const pid_t *pids, int n, int64_t within_ms);
+/* SIGSTOP worker id (process pid, a child of the caller) and wait until it is stopped.
+ * Returns 1 when it stopped inside the section it entered with this fence; 0 when that
+ * section had ended first (it is let go again with SIGCONT); -1 on an error. */
+int wk_stop_in_section(wk_shared *sh, pid_t pid, int id, uint64_t fence);
 
 /* ---- small helpers ---------------------------------------------------------------- */
 
