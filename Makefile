@@ -19,7 +19,7 @@ configure = cmake -S . -B $(BUILD) -DDLOCK_WERROR=$(WERROR) -DDLOCK_TESTS=$(1) \
 build = env -u MAKEFLAGS -u MFLAGS -u MAKELEVEL cmake --build $(BUILD) -j $(jobs)
 
 .PHONY: all deps tests test test-asan test-tsan test-valgrind test-faults soak fuzz model demo \
-  install deb format format-check clean
+  install deb format format-check check-layers clean
 
 # The library, dlock, dlockd, dlock-bench and the examples; no test.
 all: deps
@@ -106,6 +106,11 @@ install: all
 # Debian packages in build/deb/ (debhelper over debian/, lintian after): tools/deb.sh.
 deb:
 	@tools/deb.sh $(BUILD)/deb
+
+# The layers of src/ (the map in src/internal.h): no file includes a header of a higher
+# layer, or calls a function of one (read off the objects' symbols).
+check-layers: all
+	@tools/check-layers.sh src $(BUILD)/src/CMakeFiles/dlock_objects.dir
 
 format:
 	@tools/ensure-deps.sh format

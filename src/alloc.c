@@ -6,7 +6,7 @@
  * replies, are not ours; hiredis 0.14 reports those failures as REDIS_ERR_OOM, which we map to
  * NOMEM.)
  */
-#include "internal.h"
+#include "base.h"
 
 #include <stdlib.h>
 #include <string.h>

@@ -10,7 +10,7 @@
  * deadlines, TLS and credentials work as for data connections; their handshake sends
  * no INFO, since the hosts asked hold no locks and get no votes.
  */
-#include "internal.h"
+#include "transport.h"
 
 #include <stdio.h>
 #include <string.h>

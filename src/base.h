@@ -1,5 +1,5 @@
 /*
- * base.h: the bottom layers of src/ (base and parsing in internal.h's map): memory,
+ * base.h: the bottom layer of src/ (base in internal.h's map): memory,
  * messages, the clock, tokens, fork detection, addresses and replies. They depend on
  * nothing of the library; everything else does on them.
  */
@@ -7,6 +7,8 @@
 #define DLOCK_BASE_H
 
 #include "dlock.h"
+
+#include "hooks.h"
 
 #include <hiredis/hiredis.h>
 #include <pthread.h>

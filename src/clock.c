@@ -8,7 +8,7 @@
  * fault-injecting clock behind this single function, under the same guard against
  * going back as the shipped one.
  */
-#include "internal.h"
+#include "base.h"
 
 #include <time.h>
 

@@ -35,7 +35,7 @@
  * first read it (a replica promoted by a failover) is trusted as a Sentinel's new
  * master is, a whole lease after the client first meets it.
  */
-#include "internal.h"
+#include "transport.h"
 
 #include <stdio.h>
 #include <stdlib.h>

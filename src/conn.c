@@ -23,7 +23,7 @@
  * the buffers and the socket: the TLS handshake follows the TCP connect within the
  * same connect deadline, and flushes and reads go through the session.
  */
-#include "internal.h"
+#include "transport.h"
 
 #include <errno.h>
 #include <netdb.h>

@@ -31,51 +31,6 @@ _Static_assert(sizeof(void *) != 8 || sizeof(dlock_leader_info) == 1592,
 _Static_assert(sizeof(void *) != 8 || sizeof(dlock_elect_opts) == sizeof(dlock_opts) + 40,
                "dlock_elect_opts changed size");
 
-/*
- * PROCLAIM  KEYS: lock, record   ARGV: token, term, seq, value
- * -> 1 when recorded and published, 0 when the lock does not hold the token. The record
- * gets the lock's lease, which renewals extend together.
- */
-const char *const dlock__proclaim_lua[] = {
-    "local v = redis.call('GET', KEYS[1])\n"
-    "if not v or string.sub(v, 1, 32) ~= ARGV[1] then return 0 end\n"
-    "local pttl = redis.call('PTTL', KEYS[1])\n"
-    "redis.call('DEL', KEYS[2])\n"
-    "redis.call('HSET', KEYS[2], 'term', ARGV[2], 'seq', ARGV[3], 'token', ARGV[1],\n"
-    "           'value', ARGV[4])\n"
-    "if pttl > 0 then redis.call('PEXPIRE', KEYS[2], pttl) end\n"
-    "redis.call('PUBLISH', KEYS[2], 'T ' .. ARGV[2] .. ' ' .. ARGV[3] .. ' ' .. pttl ..\n"
-    "           ' ' .. #v .. ' ' .. v .. ARGV[4])\n"
-    "return 1\n",
-    NULL};
-
-/*
- * retire(record, token), a function of RELEASE and BREAK (scripts.c): when the lock
- * released or broken was a leader's, its record goes and "no one leads" is published,
- * its seq one past the last proclamation's. Every end of a leader's lock but a lease
- * that runs out tells its observers so.
- */
-const char dlock__retire_lua[] =
-    "local function retire(rec, token)\n"
-    "  local r = redis.call('HMGET', rec, 'token', 'term', 'seq')\n"
-    "  if r[1] == token then\n"
-    "    redis.call('DEL', rec)\n"
-    "    redis.call('PUBLISH', rec, 'N ' .. r[2] .. ' ' .. ((tonumber(r[3]) or 0) + 1))\n"
-    "  end\n"
-    "end\n";
-
-/*
- * LEADER  KEYS: lock, record
- * -> {the lock's value or "", its PTTL, the record's term, seq, token and value ("" each
- * when there is none)}.
- */
-const char *const dlock__leader_lua[] = {
-    "local v = redis.call('GET', KEYS[1])\n"
-    "if type(v) ~= 'string' then v = '' end\n"
-    "local r = redis.call('HMGET', KEYS[2], 'term', 'seq', 'token', 'value')\n"
-    "return {v, redis.call('PTTL', KEYS[1]), r[1] or '', r[2] or '', r[3] or '', r[4] or ''}\n",
-    NULL};
-
 /* A bulk string as a number; -1 when empty or not one. */
 static long long num_of(const redisReply *r)
 {

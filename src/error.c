@@ -7,7 +7,7 @@
  * of random bytes, both per thread by construction, and fork.c's fork generation
  * (written only in a forked child's atfork handler).
  */
-#include "internal.h"
+#include "base.h"
 
 #include <stdio.h>
 #include <string.h>

@@ -15,7 +15,7 @@
  * Anything less certain (a half-sent command, a connect or handshake in progress)
  * closes the connection.
  */
-#include "internal.h"
+#include "transport.h"
 
 #include <errno.h>
 #include <poll.h>

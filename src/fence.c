@@ -5,37 +5,13 @@
  *
  * dlock_fenced_set keeps a value with its fence in Redis (the FENCED_SET script, on a
  * quorum of the client's servers); dlock_fence_admit is the same check for a resource
- * in the caller's own memory. The register's scripts live here, beside its calls (an
+ * in the caller's own memory. The register's scripts are in scripts_records.c (an
  * operator's break raises a register too: FENCE_RAISE, break.c).
  */
 #include "internal.h"
 
 #include <stdio.h>
 #include <string.h>
-
-/*
- * FENCED_SET  KEYS: register   ARGV: fence, value
- * Write {value, fence} unless a higher fence was accepted. 1 when written, 0 when
- * refused. Fences are compared as numbers (they fit a double exactly).
- */
-const char *const dlock__fenced_set_lua[] = {
-    "local last = tonumber(redis.call('HGET', KEYS[1], 'fence')) or 0\n"
-    "if tonumber(ARGV[1]) < last then return 0 end\n"
-    "redis.call('HSET', KEYS[1], 'fence', ARGV[1], 'value', ARGV[2])\n"
-    "return 1\n",
-    NULL};
-
-/*
- * FENCE_RAISE  KEYS: register   ARGV: fence
- * A register told of a fence without a write: its value stays, and writes with lower
- * fences are refused from now on. Always 1.
- */
-const char *const dlock__fence_raise_lua[] = {
-    "if (tonumber(redis.call('HGET', KEYS[1], 'fence')) or 0) < tonumber(ARGV[1]) then\n"
-    "  redis.call('HSET', KEYS[1], 'fence', ARGV[1])\n"
-    "end\n"
-    "return 1\n",
-    NULL};
 
 int dlock_fenced_set(dlock_client *c, const char *key, uint64_t fence, const void *value,
                      size_t value_len)

@@ -8,7 +8,7 @@
  * record the generation below when they are made, and compare it on every call;
  * getpid() on every call would cost a system call (and be fooled by pid reuse).
  */
-#include "internal.h"
+#include "base.h"
 
 #include <stdatomic.h>
 #include <unistd.h>

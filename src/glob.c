@@ -14,7 +14,7 @@
  * "[!x]" or "[^x]" one byte of (or not of) a set, and '\' quotes the byte after it.
  * Bytes, not characters: a name is any bytes.
  */
-#include "internal.h"
+#include "base.h"
 
 /* Whether b is in the set that starts after '[' at *p (within end); *p is left past its
  * ']'. A set without its ']' is taken as the byte '[' itself (returned in *literal). */

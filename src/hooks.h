@@ -5,9 +5,10 @@
  * that the fault tests link. The shipped libdlock.so and libdlock.a have none of this,
  * and the macros below compile to nothing there.
  *
- * dlock__test_hooks is the one mutable global of the library, and only of its test
- * build, kept out of the shipped libraries so that they have no mutable global at
- * all: the tests set it from any thread, so every field is atomic.
+ * dlock__test_hooks is a mutable global of the test build alone: the tests set it from
+ * any thread, so every field is atomic. The shipped libraries have two mutable
+ * globals, both atomics that any thread may touch: the clock's high-water mark
+ * (clock.c) and the fork generation (fork.c); the token pool is per thread (token.c).
  */
 #ifndef DLOCK_HOOKS_H
 #define DLOCK_HOOKS_H

@@ -1,26 +1,38 @@
 /*
  * internal.h: what the files of src/ share, and the map of them. Nothing here is
  * installed; the non-static names are dlock__* and libdlock.so's version script
- * exports only dlock_* (the static library, which the tests link, keeps them all).
+ * exports only the public names (the static library, which the tests link, keeps them
+ * all).
  *
- * One concern per file, each depending only on those above it:
+ * The map: one concern per file, in layers, the lowest first. A file includes only
+ * headers of its own layer or lower ones and calls only functions of those, and
+ * `make check-layers` holds every file to that, reading the layer of each from this
+ * map (a layer's name opens it in the first column, a file's name stands in the
+ * second). Each layer's header includes the one below: base.h, transport.h,
+ * scripts.h, round.h, then this file.
  *
- *   base        alloc.c     the library's allocations (the test build can fail them)
+ *   base        base.h      memory, messages, the clock, tokens, fork detection,
+ *                           addresses, replies (parsing included)
+ *               hooks.h     the test build's fault-injection hooks
+ *               alloc.c     the library's allocations (the test build can fail them)
  *               error.c     error codes and messages; the one rule for messages
  *               clock.c     the one clock (CLOCK_BOOTTIME) for elapsed time and leases
  *               fork.c      telling a forked child from the process that made a thing
  *               token.c     128-bit tokens and jitter from getrandom(2)
- *   parsing     url.c       server addresses
+ *               url.c       server addresses
  *               url_list.c  the list of them: where an entry ends (a scheme starts
  *                           one), a server named twice
  *               glob.c      a name against dlock_list's glob, without exponential
  *                           backtracking
  *               reply.c     hiredis's redisReader with our size caps; server errors
- *   servers     node.c      what a server's INFO says: restart voting, eviction policy
- *   transport   conn.c      one connection: non-blocking connect, handshake, buffers
+ *               hooks.c     the hooks' state (only in the test build's library)
+ *   transport   transport.h what a server is and how to talk to N of them at once
+ *               node.c      what a server's INFO says: restart voting, eviction policy
+ *               conn.c      one connection: non-blocking connect, handshake, buffers
  *               tls.c       TLS for rediss:// (OpenSSL): each node's context, the
  *                           handshake, encrypted reads and writes, resumed sessions
- *               fanout.c    one command to N nodes in parallel under one deadline
+ *               fanout.c    one command to N nodes in parallel under one deadline,
+ *                           ending early once a caller's predicate (a vote) says so
  *               ask.c       one question to several hosts at once, on connections of
  *                           its own (a URL's Sentinels, a cluster's seeds)
  *               sentinel.c  the master a redis-sentinel:// URL's Sentinels name,
@@ -29,14 +41,24 @@
  *                           each request to its slot's master over parked
  *                           connections, MOVED and ASK (for fanout.c and conn.c),
  *                           restart voting per master
- *   scripts     keys.c      the key layout: a name's keys, its hash tag
- *               stock_scripts.c  the stock's scripts, their key layout and invariant
- *               scripts.c   the Lua scripts (the wait queue, its handoff and the shared
- *                           holders among them, an operator's break)
- *               script_call.c    a script call: the bodies joined once, their SHA1s,
- *                                EVALSHA and its EVAL fallback on -NOSCRIPT
- *   rounds      round.c     one round to N nodes and its vote; validity; tallies
- *   lifecycle   handle.c    the dlock_lock handle, argument checks, accessors
+ *   scripts     scripts.h   the Lua, script calls, the key layout
+ *               keys.c      the key layout: a name's keys, its hash tag
+ *               scripts.c   the lock's Lua scripts (the wait queue, its handoff and the
+ *                           shared holders among them, an operator's break)
+ *               scripts_records.c  the scripts of the records beside locks: the fenced
+ *                                  register, a job's slot, a leader's record
+ *               stock_scripts.c    the stock's scripts, their key layout and invariant
+ *               script_call.c      a script call: the bodies joined once, their SHA1s,
+ *                                  EVALSHA and its EVAL fallback on -NOSCRIPT
+ *   rounds      round.h     the client's state, its pool, one round and its vote
+ *               pool.c      the client's pool of connection sets
+ *               round.c     one round to N nodes and its vote; validity; tallies
+ *   calls       internal.h  this file: what the public calls share
+ *               list.h      what list.c and list_merge.c share
+ *               stock.h     what the stock's files share
+ *               subscriber.h  the subscriber thread, for its users
+ *               local.h     what the file:// files share
+ *               handle.c    the dlock_lock handle, argument checks, accessors
  *               acquire.c   dlock_acquire and dlock_sem_acquire (exclusive, shared, one
  *                           of K permits) as steps of a dlock_pending: when to attempt,
  *                           queue, wait for a handoff or refresh; dlock_acquire sleeps
@@ -51,50 +73,47 @@
  *               release.c   dlock_release, in one call or in steps
  *               lock.c      extend, check, inspect (and the shared holders)
  *               list.c      dlock_list: every held name, a page of them per round trip
- *                           (SCAN in a script), every master of a cluster (list.h:
- *                           what its files share)
+ *                           (SCAN in a script), every master of a cluster
  *               list_merge.c     one name's views merged as a quorum sees them
  *               break.c     an operator's break of a stuck lock, and its record
- *               fence.c     the resource side: fenced writes, dlock_fence_admit, the
- *                           register's scripts
+ *               fence.c     the resource side: fenced writes, dlock_fence_admit
  *               slot.c      a scheduled job's slots (dlock_slot_claim): the servers'
- *                           clock cut into periods, the last one claimed, and its
- *                           scripts
+ *                           clock cut into periods, the last one claimed
  *               elect.c     leader election: a leader is the lock's holder, its term
- *                           the fence; its record (value, proclamations) and the
- *                           scripts that write, publish and read it
+ *                           the fence; its record (value, proclamations), written,
+ *                           published and read
  *               observe.c   observers of a leadership (dlock_observe): what they hear
  *                           made into changes in term order, a read when it must be
  *               subscriber.c    the client's subscriber thread: one connection per node,
  *                               subscribed to the wake-up channel and to listeners'
- *                               channels (subscriber.h: what its users share)
+ *                               channels
  *               wait.c      the client's wake-ups: waiters (the heir a release of the
  *                           same client hands the lock to, those that wait behind a
  *                           holder of their own client)
  *               watchdog.c  automatic renewal and lost-lock notification
  *               stock.c     counted stock per SKU with leased reservations, on node 0:
- *                           set, add, status, commit, cancel, extend (stock.h: what its
- *                           files share; its scripts in stock_scripts.c)
+ *                           set, add, status, commit, cancel, extend
  *               stock_reserve.c  the reserve, and its wait for units, in steps
  *               probe.c     what each server says of itself (INFO, CONFIG, TIME), for
  *                           dlock doctor; whether each answers PING (dlock_ping)
- *   client      client.c    dlock_client: config, the node list, the connection pool,
- *                           and its free, which ends the blocking calls made on it
- *   local       local_file.c     the lock file on disk: its name, byte locks, records,
- *                                fence (local.h: what the local files share)
+ *               client.c    dlock_client: config, the node list, and its free, which
+ *                           ends the blocking calls made on it
+ *               local_file.c     the lock file on disk: its name, byte locks, records,
+ *                                fence
  *               local_acquire.c  taking a name: one try under the guard; the inotify wait
  *               local.c          file:///DIR clients: every lock call on files of one host,
  *                                reached by a dispatch at the top of each entry point
  *               local_list.c     dlock_list of a directory's held names
  *
- * The declarations follow the layers: base.h (base, parsing), transport.h (servers,
- * transport; it includes base.h), then this file (the rest; it includes transport.h).
+ * The file:// backend shares the calls layer with the rest: the entry points dispatch
+ * to it, and it uses their handles and waits, so the two call each other.
  *
  * The transport knows nothing above it: a node carries the rules its connections
  * follow (dlock__node_rules: deadlines, password, voting rule, log), so node.c,
- * conn.c, tls.c, fanout.c and cluster.c never see the client; and a request says
- * itself which reply it answers by resending (script_call.c's -NOSCRIPT rule) and
- * which slot it is for, so fanout.c knows no script.
+ * conn.c, tls.c, fanout.c and cluster.c never see the client; a request says itself
+ * which reply it answers by resending (script_call.c's -NOSCRIPT rule) and which slot
+ * it is for, so fanout.c knows no script; and a round may end early by a predicate
+ * its caller passes (a vote), whose meaning the transport does not know.
  */
 #ifndef DLOCK_INTERNAL_H
 #define DLOCK_INTERNAL_H
@@ -109,103 +128,7 @@
 #include <sys/types.h>
 #include <time.h>
 
-#include "hooks.h"
-
-#include "transport.h"
-
-/* ---- scripts.c, script_call.c ----------------------------------------------- */
-
-enum dlock__script_id {
-    DLOCK_SCRIPT_ACQUIRE,
-    DLOCK_SCRIPT_RELEASE,
-    DLOCK_SCRIPT_EXTEND,
-    DLOCK_SCRIPT_INSPECT,
-    DLOCK_SCRIPT_FENCE,
-    DLOCK_SCRIPT_FENCED_SET,
-    DLOCK_SCRIPT_LEAVE,
-    DLOCK_SCRIPT_RENEW,
-    DLOCK_SCRIPT_REFRESH,
-    DLOCK_SCRIPT_ACQUIRE_SHARED,
-    DLOCK_SCRIPT_BREAK,
-    DLOCK_SCRIPT_BREAK_RECORD,
-    DLOCK_SCRIPT_FENCE_RAISE,
-    /* a scheduled job's slots, whose bodies live in slot.c with the calls */
-    DLOCK_SCRIPT_SLOT_READ,
-    DLOCK_SCRIPT_SLOT_CLAIM,
-    /* leader election's, whose bodies live in elect.c */
-    DLOCK_SCRIPT_PROCLAIM,
-    DLOCK_SCRIPT_LEADER,
-    /* the stock's, whose bodies live in stock_scripts.c (it says why) */
-    DLOCK_SCRIPT_STOCK_UPDATE,
-    DLOCK_SCRIPT_STOCK_RESERVE,
-    DLOCK_SCRIPT_STOCK_END,
-    DLOCK_SCRIPT_COUNT
-};
-
-typedef struct dlock__scripts {
-    char sha[DLOCK_SCRIPT_COUNT][41];
-} dlock__scripts;
-
-/* Script id's parts, a NULL-terminated list: script_call.c joins them into its body. */
-const char *const *dlock__script_parts(int id);
-/* The SHA1 of every script into s (script_call.c, as are the dlock__call functions). */
-int dlock__scripts_init(dlock__scripts *s, dlock__err *e);
-
-/* ---- keys.c ------------------------------------------------------------------ */
-
-/* The keys of one name, in one allocation (free buf): P{name}, P{name}:fence,
- * P{name}:queue, P{name}:holders, P{name}:holders:info and P{name}:break, the layout
- * keys.c describes. The lock key comes first in buf, so buf alone is the NUL-terminated
- * lock key, and the others follow it in that order, each after the NUL of the one
- * before. */
-typedef struct dlock__keys {
-    char *buf;
-    const char *lock, *fence, *queue, *holders, *info, *brk, *slot, *leader;
-    size_t lock_len, fence_len, queue_len, holders_len, info_len, brk_len, slot_len, leader_len;
-} dlock__keys;
-
-int dlock__keys_make(const char *prefix, size_t prefix_len, const char *name, size_t name_len,
-                     dlock__keys *k, dlock__err *e);
-/* A name as written inside the braces of its keys' hash tag (keys.c: as it is, or
- * in hex when it begins with '}' or '%'): its length, and the bytes written at out
- * (returns the end; no NUL). The stock's keys use it for SKUs. */
-size_t dlock__tag_len(const char *name, size_t name_len);
-char *dlock__tag_write(char *out, const char *name, size_t name_len);
-/* The first five keys in layout order at args[0..5), their lengths at lens[0..5): the
- * KEYS of the scripts that take them all (ACQUIRE, ACQUIRE_SHARED, RELEASE). */
-#define DLOCK_KEYS_ALL 5
-void dlock__keys_all(const dlock__keys *k, const char **args, size_t *lens);
-
-/* A formatted script call: EVALSHA, and the EVAL fallback. Free with _free. */
-typedef struct dlock__call {
-    char *evalsha;
-    int evalsha_len;
-    char *eval; /* formatted by dlock__call_eval, only when needed */
-    int eval_len;
-    /* What the EVAL form is made of: borrowed from the caller, valid as long as the
-     * call is in use (the caller formats eagerly if its arguments go first). */
-    enum dlock__script_id id;
-    int nkeys, nargs;
-    const char *const *args;
-    const size_t *lens;
-    /* The slot of its keys (a cluster node routes by it), taken when formatted: all of
-     * a call's keys share one hash tag (scripts.c), so the first key's is the call's. */
-    bool keyed;
-    uint16_t slot;
-} dlock__call;
-
-int dlock__call_format(const dlock__scripts *s, enum dlock__script_id id, int nkeys, int nargs,
-                       const char *const *args, const size_t *lens, dlock__call *out,
-                       dlock__err *e);
-void dlock__call_free(dlock__call *call);
-/* Format the EVAL form (the script itself), if not done yet: for a -NOSCRIPT reply, or
- * for a command nobody will read the reply of. DLOCK_ERR_NOMEM, with no message (the
- * caller says where it happened). */
-int dlock__call_eval(dlock__call *call);
-/* Point reqs[0..n) at call, awaited or not, resent as EVAL on -NOSCRIPT. */
-void dlock__call_reqs(dlock__call *call, dlock__req *reqs, int n, bool await);
-/* Give r the slot of call's keys (a cluster node routes by it). */
-void dlock__call_slot(const dlock__call *call, dlock__req *r);
+#include "round.h"
 
 /* ---- slot.c ------------------------------------------------------------------ */
 
@@ -214,22 +137,6 @@ const char *dlock__utc_text(int64_t ms, char buf[32]);
 /* A claim refused: DLOCK_ERR_BUSY, with a detail naming the claim that refused it
  * (out->last_*; last_at_ms -1: one a server held that the first round did not read). */
 int dlock__slot_refused(const dlock_slot *out, dlock__err *e);
-
-/* ---- slot.c and stock_scripts.c: scripts registered in scripts.c's table ------- */
-
-/* Each a NULL-terminated list of parts, as scripts.c's own (joined in script_call.c). */
-extern const char *const dlock__slot_read_lua[];
-extern const char *const dlock__slot_claim_lua[];
-extern const char *const dlock__fenced_set_lua[];
-extern const char *const dlock__fence_raise_lua[];
-extern const char *const dlock__proclaim_lua[];
-extern const char *const dlock__leader_lua[];
-/* The Lua function retire(record, token) that RELEASE and BREAK run on a leader's lock:
- * its record deleted, and "no one leads" published to its observers (elect.c). */
-extern const char dlock__retire_lua[];
-extern const char *const dlock__stock_update_lua[];
-extern const char *const dlock__stock_reserve_lua[];
-extern const char *const dlock__stock_end_lua[];
 
 /* ---- wait.c ----------------------------------------------------------------- */
 
@@ -289,7 +196,8 @@ uint32_t dlock__wait_grants(struct dlock_client *c, dlock__waiter *w, bool clear
 /* The heir of a release of key (a lock key) by c: the first, by ticket, of c's
  * exclusive waiters for key, the one the release would hand the lock to if it heads the
  * queue. Its member, token and lease (as text) are copied out, and its ticket when it
- * waits locally (the release queues it then; "" otherwise); false when c has none. */
+ * waits locally (the release queues it then; "" otherwise); false when c has none, or
+ * when out of memory (the waiter is then woken as any other). */
 typedef struct dlock__heir {
     char token[DLOCK_TOKEN_LEN + 1];
     char ttl[24];
@@ -356,50 +264,7 @@ void dlock__watchdog_stop(struct dlock_client *c);
 /* In a forked child: free the child's copy of the watchdog, touching no lock. */
 void dlock__watchdog_forget(struct dlock_client *c);
 
-/* ---- client.c --------------------------------------------------------------- */
-
-struct dlock_lock;
-
-struct dlock_client {
-    uint32_t magic;
-    pid_t pid;         /* the process that created it (for messages and the holder) */
-    uint64_t fork_gen; /* dlock__fork_gen() at creation: a forked child gets CLOSED */
-    int n;             /* nodes */
-    int quorum;
-    dlock__node *nodes;
-    char *prefix;
-    size_t prefix_len;
-    dlock__node_rules rules; /* deadlines, password, voting rule, log: the nodes' */
-    double drift_factor;
-    int64_t drift_min_us;
-    int fence_mode;
-    char retention[24]; /* fence counters' retention in ms, for the scripts */
-    char wake_chan[DLOCK_PREFIX_MAX + 6 + DLOCK_TOKEN_LEN]; /* Pwake:<32 hex>: our wake-ups */
-    char holder[300];                                       /* "host:pid" for the lock value */
-    dlock__scripts scripts;
-
-    struct dlock__waitsys *wait; /* blocking waits; created on first use (under mu) */
-    struct dlock__watchdog *wd;  /* renewals; created on first use (under mu) */
-    pthread_mutex_t mu;          /* guards pool, locks and the creation of wait */
-    dlock__connset *pool;
-    int sets; /* connection sets in flight in nowait steps (dlock__connset_try_get) */
-    /* Whether a nowait step can run an attempt: every server reached through an
-     * address (no host name to resolve, no Sentinels or slot map to ask), and no
-     * second round (strict fences with N > 1). */
-    bool nowait_ok;
-    struct dlock_lock *locks;   /* attached handles, for dlock_client_free */
-    struct dlock__local *local; /* a file:// client's directory (local.c); NULL: servers */
-    /* Calls that can block, and dlock_client_free ending them (client.c). */
-    pthread_mutex_t close_mu; /* guards closing and blocking */
-    pthread_cond_t idle;      /* blocking fell to 0 while closing */
-    bool closing;             /* dlock_client_free has begun */
-    int blocking;             /* blocking calls in progress */
-    int close_efd;            /* readable once closing: their sleeps end (-1: none yet;
-                                 the first blocking call makes it) */
-};
-
-#define DLOCK_CLIENT_MAGIC 0x646c636bU /* "dlck" */
-#define DLOCK_LOCK_MAGIC   0x646c6c6bU /* "dllk" */
+/* ---- client.c ---------------------------------------------------------------- */
 
 /* True in a process other than the one that created c (a forked child). */
 bool dlock__client_forked(const struct dlock_client *c);
@@ -413,123 +278,10 @@ int dlock__client_enter(struct dlock_client *c, dlock__err *e);
  * DLOCK_ERR_CLOSED, so that no handle outlives the client. */
 int dlock__client_block_begin(struct dlock_client *c, dlock__err *e);
 int dlock__client_block_end(struct dlock_client *c, int rc, struct dlock_lock **got, dlock__err *e);
-/* Take a connection set from the pool (or make one); NULL when out of memory. */
-dlock__connset *dlock__connset_get(struct dlock_client *c);
-void dlock__connset_put(struct dlock_client *c, dlock__connset *s);
-/* For a round kept in flight by nowait steps: dlock__connset_get while fewer than
- * DLOCK_NOWAIT_SETS_MAX are; NULL when that many are, or out of memory. Give it back
- * with dlock__connset_land. */
-dlock__connset *dlock__connset_try_get(struct dlock_client *c);
-void dlock__connset_land(struct dlock_client *c, dlock__connset *s);
-
-/* ---- round.c ---------------------------------------------------------------- */
-
-/* The clock-drift allowance when dlock_config leaves it zero: 1% of the lease plus
- * 2 ms, the figures Redlock's analysis uses. */
-#define DLOCK_DRIFT_FACTOR_DEFAULT 0.01
-#define DLOCK_DRIFT_MIN_MS_DEFAULT 2
-
-/* Validity left after a round: ttl - elapsed - drift, in microseconds. */
-int64_t dlock__validity_us(int64_t ttl_us, int64_t elapsed_us, double drift_factor,
-                           int64_t drift_min_us);
-/* Validity after a round of start..end for a lease of ttl_us, with c's drift. */
-int64_t dlock__round_validity_us(const struct dlock_client *c, int64_t ttl_us, int64_t start_us,
-                                 int64_t end_us);
-
-/* One round: a call on every node, awaited, on a connection set from the pool. */
-typedef struct dlock__round {
-    dlock__connset *set;
-    dlock__req reqs[DLOCK_SERVERS_MAX];
-    dlock__flight flight;
-    int64_t start_us, end_us;
-    bool fresh; /* sent, and no reply looked for since */
-} dlock__round;
-
-/* Zero rd (the requests of c's nodes) and take no set. */
-void dlock__round_reset(const struct dlock_client *c, dlock__round *rd);
-/* Zero rd and take a connection set for it. */
-int dlock__round_begin(struct dlock_client *c, dlock__round *rd, dlock__err *e);
-/* Send call to every node; with a vote function (given vote_arg, or rd when NULL), the
- * round ends once decided. Sets start_us. */
-void dlock__round_start(struct dlock_client *c, dlock__round *rd, dlock__call *call,
-                        dlock__vote_fn vote, void *vote_arg);
-/* Take the replies that came, waiting at most wait_us (as dlock__flight_pump); true once
- * the round has ended, with end_us set. */
-bool dlock__round_pump(dlock__round *rd, int64_t wait_us);
-/* nowait: take the replies that came, without waiting (true once the round has ended);
- * else pump until the round ends (true). */
-bool dlock__round_wait(dlock__round *rd, bool nowait);
-/* dlock__round_start, then pump until the round ends. */
-void dlock__round_run(struct dlock_client *c, dlock__round *rd, dlock__call *call,
-                      dlock__vote_fn vote, void *vote_arg);
-/* Free the replies of the last run. */
-void dlock__round_free_replies(const struct dlock_client *c, dlock__round *rd);
-/* Free the replies and give the connection set back (a no-op for a zeroed rd). */
-void dlock__round_end(struct dlock_client *c, dlock__round *rd);
-/* Send call, not awaited, to the nodes marked in mask (NULL: all), as EVAL: nobody
- * reads the reply, so a -NOSCRIPT would go unnoticed. */
-void dlock__round_send(struct dlock_client *c, dlock__connset *set, dlock__call *call,
-                       const bool *mask);
-
-/* Votes: an acquire's grant (a positive fence) from a node whose grants count (arg is
- * the round); a token-checked script's 1 (or more: a release's reply may be the fence
- * of the heir it handed the lock to). */
-bool dlock__vote_grant(const dlock__req *r, int i, void *arg);
-bool dlock__vote_one(const dlock__req *r, int i, void *arg);
-
-/* What the nodes said in one round. */
-typedef struct dlock__tally {
-    int yes;                   /* granted / deleted / extended / holds our token */
-    int no;                    /* refused by a holder / not our token */
-    int failed;                /* no usable answer */
-    int permanent;             /* failed with an error that retrying cannot fix */
-    int last_err;              /* the error of a failed node (N = 1: the node's own) */
-    int64_t busy_remaining_ms; /* largest holder PTTL seen in a refusal */
-} dlock__tally;
-
-/* Count a node that gave no usable answer (its reason in r->detail). */
-void dlock__tally_failure(dlock__tally *t, dlock__req *r, int err);
-/* True when node r answered with a reply of `type`; an error reply or another type
- * counts as a failure, with its reason in r->detail. */
-bool dlock__tally_reply(dlock__tally *t, dlock__req *r, const dlock__conn *conn, const char *what,
-                        int type);
-/* The same for an integer reply, read into *v. */
-bool dlock__tally_int(dlock__tally *t, dlock__req *r, const dlock__conn *conn, const char *what,
-                      long long *v);
-/* The error of a round that could not decide, with every failed node's reason. */
-int dlock__tally_undecided(const struct dlock_client *c, const dlock__tally *t,
-                           const dlock__req *reqs, dlock__err *e);
-
-/* A script call's arguments, borrowed. */
-typedef struct dlock__script_args {
-    enum dlock__script_id id;
-    int nkeys, nargs;
-    const char *const *args;
-    const size_t *lens;
-} dlock__script_args;
-
-/* One round of a script on every node, run to its end; the replies stay in s->rd for
- * the caller, who ends it with dlock__script_run_end (also after a failure). */
-typedef struct dlock__script_round {
-    dlock__round rd;
-    dlock__call call;
-} dlock__script_round;
-int dlock__script_run(struct dlock_client *c, const dlock__script_args *sa, dlock__script_round *s,
-                      dlock__err *e);
-void dlock__script_run_end(struct dlock_client *c, dlock__script_round *s);
-
-/* Run a script that answers 1 (done) or 0 (refused) on every node and decide: DLOCK_OK
- * on a quorum of 1s; no_err with no_msg when so many said 0 that no quorum of 1s is
- * possible; else the unavailability error. *start_us: when the round started. */
-int dlock__round_yes_no(struct dlock_client *c, const dlock__script_args *sa, const char *what,
-                        int no_err, const char *no_msg, int64_t *start_us, dlock__err *e);
-/* dlock__round_yes_no's decision, once the round of such a script has ended; a yes is
- * 1 to yes_max (above 1: a release's reply may be the fence of the heir it handed the
- * lock to), and any other number a protocol error. */
-int dlock__round_yes_no_outcome(const struct dlock_client *c, dlock__round *rd, const char *what,
-                                int no_err, const char *no_msg, long long yes_max, dlock__err *e);
 
 /* ---- handle.c --------------------------------------------------------------- */
+
+#define DLOCK_LOCK_MAGIC 0x646c6c6bU /* "dllk" */
 
 struct dlock_lock {
     uint32_t magic;

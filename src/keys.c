@@ -27,7 +27,7 @@
  * begins with '%', is written in the tag as '%' and its bytes in lowercase hex: "}x"
  * is P{%7d78}, "%" is P{%25}; every other name is written as it is.
  */
-#include "internal.h"
+#include "scripts.h"
 
 #include <string.h>
 

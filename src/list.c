@@ -150,46 +150,46 @@ static int hex_digit(char c)
     return c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
 }
 
-/* The name of a lock key "<prefix>{<tag>}", decoded as keys.c encodes it; false for a
+/* The name of a lock key "<prefix>{<tag>}", decoded as keys.c encodes it: 1, or 0 for a
  * key of another shape: another prefix's, a tag no name of ours is written as (keys.c's
  * encoding is one-to-one: hex in lowercase, and only for a name that begins with '}' or
- * '%'), a name longer than DLOCK_NAME_MAX. */
-static bool key_name(const dlock_client *c, const char *key, size_t len, dlock__list_rec *r)
+ * '%'), a name longer than DLOCK_NAME_MAX; -1 when out of memory. */
+static int key_name(const dlock_client *c, const char *key, size_t len, dlock__list_rec *r)
 {
     size_t pl = c->prefix_len;
     if (len < pl + 3 || memcmp(key, c->prefix, pl) != 0 || key[pl] != '{' || key[len - 1] != '}')
-        return false;
+        return 0;
     const char *tag = key + pl + 1;
     size_t tlen = len - pl - 2;
     if (tag[0] != '%') {
         if (tag[0] == '}' || tlen > DLOCK_NAME_MAX || memchr(tag, '\0', tlen) != NULL)
-            return false;
+            return 0;
         r->name = tag;
         r->name_len = tlen;
-        return true;
+        return 1;
     }
     size_t n = (tlen - 1) / 2;
     if (tlen < 3 || tlen % 2 == 0 || n > DLOCK_NAME_MAX)
-        return false;
-    char *name = malloc(n + 1);
+        return 0;
+    char *name = dlock__malloc(n + 1);
     if (name == NULL)
-        return false;
+        return -1;
     for (size_t i = 0; i < n; i++) {
         int hi = hex_digit(tag[1 + 2 * i]), lo = hex_digit(tag[2 + 2 * i]);
         if (hi < 0 || lo < 0 || (hi | lo) == 0) {
             free(name);
-            return false;
+            return 0;
         }
         name[i] = (char)(16 * hi + lo);
     }
     name[n] = '\0';
     if (name[0] != '}' && name[0] != '%') {
         free(name);
-        return false;
+        return 0;
     }
     r->name = r->owned = name;
     r->name_len = n;
-    return true;
+    return 1;
 }
 
 /* Whose records these are, for messages. */
@@ -228,7 +228,10 @@ static int take_page(dlock_lister *it, int node, const char *blob, size_t len, d
                                       where(it, node));
         }
         r.listed_len = (size_t)(p - r.listed);
-        if (!key_name(it->c, key, key_len, &r))
+        int named = key_name(it->c, key, key_len, &r);
+        if (named < 0)
+            return dlock__err_set(e, DLOCK_ERR_NOMEM, "out of memory");
+        if (named == 0)
             continue;
         if (!dlock__glob_match(it->pattern, strlen(it->pattern), r.name, r.name_len)) {
             free(r.owned);
@@ -236,7 +239,7 @@ static int take_page(dlock_lister *it, int node, const char *blob, size_t len, d
         }
         if (it->nrecs == it->cap_recs) {
             size_t cap = it->cap_recs ? 2 * it->cap_recs : 256;
-            dlock__list_rec *grown = realloc(it->recs, cap * sizeof *grown);
+            dlock__list_rec *grown = dlock__realloc(it->recs, cap * sizeof *grown);
             if (grown == NULL) {
                 free(r.owned);
                 return dlock__err_set(e, DLOCK_ERR_NOMEM, "out of memory");
@@ -302,7 +305,7 @@ static int take_reply(dlock_lister *it, int node, dlock__req *r, walk *w, dlock_
                               w->repeats, w->cursor);
     if (it->npages == it->cap_pages) {
         size_t cap = it->cap_pages ? 2 * it->cap_pages : 64;
-        redisReply **grown = realloc(it->pages, cap * sizeof *grown);
+        redisReply **grown = dlock__realloc(it->pages, cap * sizeof *grown);
         if (grown == NULL)
             return dlock__err_set(e, DLOCK_ERR_NOMEM, "out of memory");
         it->pages = grown;

@@ -36,7 +36,7 @@ static void put(out *o, const char *s, size_t n)
         size_t cap = o->cap ? o->cap : 4096;
         while (cap < o->len + (size_t)h + n)
             cap *= 2;
-        char *p = realloc(o->p, cap);
+        char *p = dlock__realloc(o->p, cap);
         if (p == NULL) {
             o->failed = true;
             return;
@@ -99,7 +99,7 @@ static void put_view(out *o, const dlock_client *c, const char *name, const view
     if (!v->excl.live && v->nlive == 0)
         return;
     size_t nlen = strlen(name);
-    char *key = malloc(c->prefix_len + dlock__tag_len(name, nlen) + 3);
+    char *key = dlock__malloc(c->prefix_len + dlock__tag_len(name, nlen) + 3);
     if (key == NULL) {
         o->failed = true;
         return;
@@ -125,7 +125,7 @@ static void put_view(out *o, const dlock_client *c, const char *name, const view
         return;
     }
     /* Shared holders, the longest lease first, as a server lists them. */
-    const record **live = malloc((size_t)v->nlive * sizeof *live);
+    const record **live = dlock__malloc((size_t)v->nlive * sizeof *live);
     if (live == NULL) {
         o->failed = true;
         return;

@@ -10,7 +10,7 @@
  *     callback, and in strict mode the server is refused;
  *   - INFO refused by an ACL: reported once; locking works without it.
  */
-#include "internal.h"
+#include "transport.h"
 
 #include <stdatomic.h>
 #include <stdio.h>

@@ -10,7 +10,7 @@
  * The objects are hiredis's own redisReply, allocated with malloc as hiredis 0.14
  * does, so freeReplyObject() frees them.
  */
-#include "internal.h"
+#include "base.h"
 
 #include <stdlib.h>
 #include <string.h>

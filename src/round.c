@@ -12,7 +12,7 @@
  * node's reason in the message. A refusal by holders on enough nodes that no quorum
  * was possible is the caller's to name (BUSY for an acquire, LOST for a token check).
  */
-#include "internal.h"
+#include "round.h"
 
 #include <stdio.h>
 #include <string.h>

@@ -7,7 +7,7 @@
  * is answered by sending the same call as EVAL, once, which also re-caches the
  * script (resend_as_eval, which each request carries to the fan-out).
  */
-#include "internal.h"
+#include "scripts.h"
 
 #include <openssl/evp.h>
 #include <stdio.h>

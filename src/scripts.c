@@ -8,7 +8,7 @@
  * How a call runs them (each body joined once from its parts, its SHA1, EVALSHA and
  * the EVAL fallback) is script_call.c's: this file is what runs on the server.
  */
-#include "internal.h"
+#include "scripts.h"
 
 #include <string.h>
 

@@ -19,7 +19,7 @@
  * rediss-sentinel://), with the URL's sentinel_user and sentinel_password, never the
  * master's.
  */
-#include "internal.h"
+#include "transport.h"
 
 #include <stdio.h>
 #include <stdlib.h>

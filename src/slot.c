@@ -36,37 +36,6 @@
 /* The public struct's size is part of the ABI (its reserved words are for growth). */
 _Static_assert(sizeof(void *) != 8 || sizeof(dlock_slot) == 568, "dlock_slot changed size");
 
-/*
- * SLOT_READ  KEYS: lock, slot   ARGV: token
- * -> {1 if the lock holds the token else 0, TIME's seconds, TIME's microseconds, the
- * record's slot_ms, at_ms and by ("" when there is none)}.
- */
-const char *const dlock__slot_read_lua[] = {
-    "local v = redis.call('GET', KEYS[1])\n"
-    "local t = redis.call('TIME')\n"
-    "local r = redis.call('HMGET', KEYS[2], 'slot_ms', 'at_ms', 'by')\n"
-    "local held = 0\n"
-    "if v and string.sub(v, 1, 32) == ARGV[1] then held = 1 end\n"
-    "return {held, t[1], t[2], r[1] or '', r[2] or '', r[3] or ''}\n",
-    NULL};
-
-/*
- * SLOT_CLAIM  KEYS: lock, slot   ARGV: token, slot_ms, at_ms, by, keep ms
- * -> 1 when recorded; 0 when the lock does not hold the token; 2 when the record holds
- * this slot or a later one (a claim this server took that the read did not see). The
- * time of the claim is the caller's (the median clock), so that every server records
- * the same one.
- */
-const char *const dlock__slot_claim_lua[] = {
-    "local v = redis.call('GET', KEYS[1])\n"
-    "if not v or string.sub(v, 1, 32) ~= ARGV[1] then return 0 end\n"
-    "local last = tonumber(redis.call('HGET', KEYS[2], 'slot_ms'))\n"
-    "if last and last >= tonumber(ARGV[2]) then return 2 end\n"
-    "redis.call('HSET', KEYS[2], 'slot_ms', ARGV[2], 'at_ms', ARGV[3], 'by', ARGV[4])\n"
-    "redis.call('PEXPIRE', KEYS[2], ARGV[5])\n"
-    "return 1\n",
-    NULL};
-
 static int cmp_i64(const void *a, const void *b)
 {
     int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;

@@ -33,7 +33,7 @@
  * of the reservations whose lease end (on the server's TIME) has passed, status
  * included, so no call ever sees units held by a lease that is over.
  */
-#include "internal.h"
+#include "scripts.h"
 
 /*
  * What every stock script does first, with the five keys above as KEYS in that order

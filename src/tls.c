@@ -21,7 +21,7 @@
  * write(2) would raise SIGPIPE on a closed peer: the library installs no signal
  * handlers, so every send uses MSG_NOSIGNAL, here too.
  */
-#include "internal.h"
+#include "transport.h"
 
 #include <arpa/inet.h>
 #include <errno.h>

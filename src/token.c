@@ -11,7 +11,7 @@
  * (docs/benchmarks.md). The bytes are the kernel's, used once each and wiped when
  * used, so a token is exactly as unguessable as one read on its own.
  */
-#include "internal.h"
+#include "base.h"
 
 #include <errno.h>
 #include <string.h>

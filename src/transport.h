@@ -1,8 +1,10 @@
 /*
- * transport.h: what a server is and how to talk to N of them at once (servers and
- * transport in internal.h's map: node.c, conn.c, tls.c, fanout.c, ask.c, sentinel.c,
- * cluster.c). It knows nothing of
- * scripts, votes or the client: a node carries the rules its connections follow.
+ * transport.h: the transport layer of src/ (internal.h's map): what a server is and
+ * how to talk to N of them at once (node.c, conn.c, tls.c, fanout.c, ask.c,
+ * sentinel.c, cluster.c). It knows nothing of scripts or the client: a node carries
+ * the rules its connections follow. A round of requests may end early when a
+ * predicate of its caller's says so (dlock__vote_fn, with dlock__quorum's count); what
+ * makes a reply a yes is the caller's.
  */
 #ifndef DLOCK_TRANSPORT_H
 #define DLOCK_TRANSPORT_H

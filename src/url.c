@@ -23,7 +23,7 @@
  * it directly. Every refusal names the part that is wrong, because a user staring at
  * "invalid URL" in a list of five servers has no way to tell which one and why.
  */
-#include "internal.h"
+#include "base.h"
 
 #include <ctype.h>
 #include <stdarg.h>

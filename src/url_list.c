@@ -4,7 +4,7 @@
  * URL's seeds: a scheme after it tells), and the refusal of one server named twice,
  * which would vote twice. Each entry is parsed by url.c.
  */
-#include "internal.h"
+#include "base.h"
 
 #include <ctype.h>
 #include <stdio.h>

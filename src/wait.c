@@ -149,7 +149,7 @@ bool dlock__wait_heir(dlock_client *c, const char *key, size_t key_len, dlock__h
     for (const dlock__waiter *w = ws->waiters; w != NULL; w = w->next)
         if (waits_for(w, key, key_len) && (first == NULL || before(w, first)))
             first = w;
-    if (first != NULL && (out->member = malloc(first->q->member_len)) != NULL) {
+    if (first != NULL && (out->member = dlock__malloc(first->q->member_len)) != NULL) {
         memcpy(out->member, first->q->member, first->q->member_len);
         out->member_len = first->q->member_len;
         memcpy(out->token, first->token, sizeof out->token);

@@ -73,6 +73,26 @@ static int workflow(bool threads)
         (void)fd;
         rc = dlock_fenced_set(c, "alloc-register", dlock_fence(l), "v", 1);
         assert_true(allowed(rc, -1));
+        /* A listing, with a name its keys write in hex (one that begins with '}'),
+         * whose decoding allocates. */
+        dlock_lock *hexed = NULL;
+        rc = dlock_acquire(c, "}alloc", &o, &hexed);
+        assert_true(allowed(rc, -1));
+        dlock_lister *it = NULL;
+        rc = dlock_list(c, "*alloc", &it);
+        assert_true(allowed(rc, -1));
+        if (rc == DLOCK_OK) {
+            const dlock_listed *e;
+            int names = 0;
+            while (dlock_list_next(it, &e) == DLOCK_OK && e != NULL)
+                names++;
+            /* Both names (an out-of-memory decoding must fail the listing, not drop one);
+             * only "alloc" when "}alloc" could not be taken. */
+            assert_int_equal(names, hexed != NULL ? 2 : 1);
+        }
+        dlock_list_free(it);
+        if (hexed != NULL)
+            assert_true(allowed(dlock_release(hexed), -1));
         if (threads) {
             rc = dlock_lock_detach(l); /* dlock_client_free releases what is attached */
             dlock_lock *adopted = NULL;
