@@ -17,7 +17,7 @@ static void usage(FILE *out)
     fprintf(out,
             "usage: dlock-bench [options]\n"
             "\n"
-            "Runs the workloads W1-W6 on redis-server processes it starts (or on -s\n"
+            "Runs the workloads W1-W6 and W8 on redis-server processes it starts (or on -s\n"
             "servers), beside redis-benchmark SET -c 1 and -c 8 on the same servers under the\n"
             "same CPU placement. Figures go to stdout (a table, then BENCH lines); progress to\n"
             "stderr. With W3, baseline/wake runs just before it: two threads hand a key to\n"
@@ -43,7 +43,7 @@ static void usage(FILE *out)
     /* Two strings: C11 compilers need only take 4095 characters in one. */
     fprintf(out,
             "  -w, --workloads LIST    which of W1,W2,W3,W4,W5,W6,W8,TLS,CLUSTER, or all\n"
-            "                          (default W1-W6)\n"
+            "                          (default W1-W6 and W8)\n"
             "  -n, --cycles N          W1 cycles (20000)\n"
             "      --w6-cycles N       W6 cycles (as W1's)\n"
             "      --w2-cycles N       W2 cycles per client (5000)\n"
@@ -165,8 +165,8 @@ static bool parse_pin(const char *s, bench_opts *o)
     return false;
 }
 
-/* The reference sizes: a run with no options is the run whose figures
- * docs/benchmarks.md reports, so that runs on other machines compare with it. */
+/* The reference sizes: the sizes of the runs docs/benchmarks.md reports, so that runs
+ * on other machines compare with them. */
 static void defaults(bench_opts *o)
 {
     memset(o, 0, sizeof *o);
