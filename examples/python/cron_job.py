@@ -28,23 +28,12 @@ import socket
 import sys
 import time
 
-# The dlock package from this source tree. Installed (pip install clients/python), it
-# is found without this line.
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)),
-                                "..", "..", "clients", "python"))
+# common.py (beside this file) puts the dlock package of this source tree on sys.path
+# first: dlock is imported after it.
+from common import count, dlockd_client, exit_status, redis_client
 
-import dlock  # noqa: E402
-import redis  # noqa: E402
-
-EXIT_TEMPFAIL = 75
-
-
-def address(s, default_port):
-    """'host:port' to (host, port); a path starting with '/' is a unix socket (path, 0)."""
-    if s.startswith("/"):
-        return s, 0
-    host, _, port = s.rpartition(":")
-    return (host, int(port)) if host else (s, default_port)
+import dlock
+import redis
 
 
 def job_step(out, job, fence, step, step_ms):
@@ -53,12 +42,6 @@ def job_step(out, job, fence, step, step_ms):
     time.sleep(step_ms / 1000)
     out.rpush(f"{job}:steps", f"{fence} {os.getpid()} {step}")
     print(f"{job}: step {step} done (fence {fence})", flush=True)
-
-
-def count(s):
-    if not s.isdigit():
-        raise argparse.ArgumentTypeError(f"not a number: {s!r}")
-    return int(s)
 
 
 def main():
@@ -72,11 +55,9 @@ def main():
     args = p.parse_args()
     job = args.job
 
-    host, port = address(args.dlockd, 7379)
-    url = f"dlockd+unix://{host}" if port == 0 else f"dlockd://{host}:{port}"
     try:
-        # from_url connects at once: a dlockd that refuses the connection fails here.
-        client = dlock.Client.from_url(f"{url}?timeout=5")
+        # Connected at once: a dlockd that refuses the connection fails here.
+        client = dlockd_client(args.dlockd)
         # No wait: tried once. None when another machine holds it.
         lock = client.acquire(job, ttl=60, label=f"cron {socket.gethostname()}")
     except dlock.DlockError as e:
@@ -85,14 +66,12 @@ def main():
         # whether another machine runs the job), or a mistake in the setup (a password:
         # dlock.AuthFailed).
         print(f"{job}: dlockd at {args.dlockd}: {e}; job not run", file=sys.stderr)
-        return EXIT_TEMPFAIL if isinstance(e, dlock.Unavailable) else 1
+        return exit_status(e)
     if lock is None:
         return 0  # another machine runs it: nothing to do, nothing to say
     print(f"{job}: running here (fence {lock.fence})", flush=True)
 
-    host, port = address(args.redis, 6379)
-    where = {"unix_socket_path": host} if port == 0 else {"host": host, "port": port}
-    out = redis.Redis(**where, socket_connect_timeout=2, socket_timeout=5)
+    out = redis_client(args.redis)
     try:
         # Leaving the block releases the lock. Not needed (the end of the process closes
         # the connection, which releases it), but it lets the next run in before this

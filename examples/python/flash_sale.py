@@ -42,50 +42,16 @@ import os
 import sys
 import time
 
-# The dlock package from this source tree. Installed (pip install clients/python), it
-# is found without this line.
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)),
-                                "..", "..", "clients", "python"))
+# common.py (beside this file) puts the dlock package of this source tree on sys.path
+# first: dlock is imported after it.
+from common import EXIT_TEMPFAIL, count, dlockd_client, exit_status, redis_client
 
-import dlock  # noqa: E402
-import redis  # noqa: E402
-
-EXIT_TEMPFAIL = 75
-
-
-def address(s, default_port):
-    """'host:port' to (host, port); a path starting with '/' is a unix socket (path, 0)."""
-    if s.startswith("/"):
-        return s, 0
-    host, _, port = s.rpartition(":")
-    return (host, int(port)) if host else (s, default_port)
+import dlock
+import redis
 
 
 def now_us():
     return time.time_ns() // 1000
-
-
-def exit_status(e):
-    """75 (try later) when dlockd or its lock servers could not decide (dlock.Unavailable,
-    and dlock.NoQuorum, one of them); 1 for any other error (dlock.AuthFailed, a
-    dlock.CommandError: a mistake here or in the setup, which a retry would repeat)."""
-    return EXIT_TEMPFAIL if isinstance(e, dlock.Unavailable) else 1
-
-
-def dlockd_connect(args):
-    host, port = address(args.dlockd, 7379)
-    url = f"dlockd+unix://{host}" if port == 0 else f"dlockd://{host}:{port}"
-    # from_url connects at once, so an unreachable dlockd is an Unavailable here. A
-    # waiting LOCK raises the read timeout by its wait for its own reply; timeout=5 is
-    # for everything else. One client serves every purchase: each lock takes a pooled
-    # connection of its own, from LOCK to UNLOCK.
-    return dlock.Client.from_url(f"{url}?timeout=5")
-
-
-def shop_connect(args):
-    host, port = address(args.redis, 6379)
-    where = {"unix_socket_path": host} if port == 0 else {"host": host, "port": port}
-    return redis.Redis(**where, socket_connect_timeout=2, socket_timeout=5)
 
 
 def buy_one(client, shop, args):
@@ -119,8 +85,10 @@ def buy_one(client, shop, args):
 
 
 def buy(args):
-    with dlockd_connect(args) as client:
-        shop = shop_connect(args)
+    # One client serves every purchase: each lock takes a pooled connection of its own,
+    # from LOCK to UNLOCK.
+    with dlockd_client(args.dlockd) as client:
+        shop = redis_client(args.redis)
         sold = busy = 0
         while True:
             r = buy_one(client, shop, args)
@@ -140,7 +108,7 @@ def buy(args):
 
 
 def stock(args):
-    shop = shop_connect(args)
+    shop = redis_client(args.redis)
     shop.delete(f"sales:{args.item}")
     shop.mset({f"stock:{args.item}": args.n, f"stock:{args.item}:initial": args.n})
     print(f"stock:{args.item} = {args.n}")
@@ -148,7 +116,7 @@ def stock(args):
 
 
 def report(args):
-    shop = shop_connect(args)
+    shop = redis_client(args.redis)
     initial = int(shop.get(f"stock:{args.item}:initial") or 0)
     left = int(shop.get(f"stock:{args.item}") or 0)
     sections = [tuple(map(int, line.split())) for line in shop.lrange(f"sales:{args.item}", 0, -1)]
@@ -181,13 +149,6 @@ def report(args):
           f"doubles={doubles} left={left} sections={len(sections)} overlaps={overlaps} "
           f"fences_increasing={increasing} buyers={len(buyers)} after_kill_us={after_kill_us}")
     return 0 if ok else 1
-
-
-def count(s):
-    """A count of units, ms or us: digits only (a usage error otherwise, exit 2)."""
-    if not s.isdigit():
-        raise argparse.ArgumentTypeError(f"not a number: {s!r}")
-    return int(s)
 
 
 def common_options(p, defaults):

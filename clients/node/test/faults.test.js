@@ -10,23 +10,9 @@ const path = require('node:path');
 const h = require('./helpers');
 const dlock = require('..');
 
-const clients = [];
-function client(port, opts = {}, redisOpts = {}) {
-  const c = new dlock.Client(h.redis(port, redisOpts), opts);
-  clients.push(c);
-  return c;
-}
+const { client, setup } = h;
 
-after(async () => {
-  for (const c of clients) await c.close();
-  await h.cleanup();
-});
-
-async function setup(extra = [], env = {}) {
-  const server = await h.redisServer();
-  const d = await h.dlockd([server], extra, env);
-  return { server, d };
-}
+after(() => h.cleanup());
 
 /** Resolves when `signal` aborts, with the time it took from `t0`. */
 function aborted(signal, t0) {

@@ -12,23 +12,9 @@ const h = require('./helpers');
 const dlock = require('..');
 const Redis = require('ioredis');
 
-const clients = [];
-function client(port, opts = {}, redisOpts = {}) {
-  const c = new dlock.Client(h.redis(port, redisOpts), opts);
-  clients.push(c);
-  return c;
-}
+const { client, setup } = h;
 
-after(async () => {
-  for (const c of clients) await c.close();
-  await h.cleanup();
-});
-
-async function setup(extra = []) {
-  const server = await h.redisServer();
-  const d = await h.dlockd([server], extra);
-  return { server, d };
-}
+after(() => h.cleanup());
 
 test('a detached LOCK given up on a hung dlockd: its late grant is released, never left to its TTL', async () => {
   const { d } = await setup();
@@ -55,8 +41,7 @@ test('dlockd down: a detached LOCK is not left in the offline queue to be sent w
   const port = await h.freePort();
   const app = new Redis({ host: '127.0.0.1', port, retryStrategy: () => 50 });
   app.on('error', () => {});
-  const c = new dlock.Client(app, { timeout: 300 });
-  clients.push(c);
+  const c = h.closedAtEnd(new dlock.Client(app, { timeout: 300 }));
   const name = h.unique('queued');
   try {
     const e = await h.rejection(c.acquire(name, { ttl: 60000, detached: true }));

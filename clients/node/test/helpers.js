@@ -1,6 +1,7 @@
 // The processes the tests run against: redis-server (from PATH) and dlockd ($DLOCKD), each
-// on a free port, started by the test and killed at its end. A missing program fails
-// the test with its name; nothing is skipped.
+// on a free port, started by the test and killed at its end, and the clients the tests
+// connect to them, closed first. A missing program fails the test with its name; nothing
+// is skipped.
 'use strict';
 
 const { spawn } = require('node:child_process');
@@ -9,6 +10,7 @@ const net = require('node:net');
 const os = require('node:os');
 const path = require('node:path');
 const Redis = require('ioredis');
+const { Client } = require('..');
 
 /** Times in the tests are multiplied by this on slow machines (DLOCK_TEST_SLACK). */
 const SLACK = Number(process.env.DLOCK_TEST_SLACK || '1');
@@ -165,8 +167,29 @@ function redis(port, opts = {}) {
   return r;
 }
 
+const dlockClients = [];
+
+/** `c`, a dlock Client, closed at the end of the test process (before its servers stop). */
+function closedAtEnd(c) {
+  dlockClients.push(c);
+  return c;
+}
+
+/** A dlock Client of the dlockd at `port`, over redis(port, redisOpts), closed at the end. */
+function client(port, opts = {}, redisOpts = {}) {
+  return closedAtEnd(new Client(redis(port, redisOpts), opts));
+}
+
+/** A redis-server and a dlockd in front of it (with extra options and env): { server, d }. */
+async function setup(extra = [], env = {}) {
+  const server = await redisServer();
+  const d = await dlockd([server], extra, env);
+  return { server, d };
+}
+
 /** Stops everything this test process started. */
 async function cleanup() {
+  for (const c of dlockClients.splice(0)) await c.close();
   for (const r of clients) r.disconnect();
   clients.clear();
   await Promise.all([...Proc.all].map((p) => p.stop()));
@@ -205,4 +228,7 @@ function unique(base) {
   return `${base}:${process.pid}:${seq}`;
 }
 
-module.exports = { SLACK, sleep, freed, freePort, redisServer, dlockd, redis, cleanup, within, rejection, unique, tempFile, Proc };
+module.exports = {
+  SLACK, sleep, freed, freePort, redisServer, dlockd, setup, redis, client, closedAtEnd, cleanup, within, rejection, unique,
+  tempFile, Proc,
+};

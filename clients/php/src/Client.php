@@ -8,6 +8,7 @@ use Dlock\Internal\Connection;
 use Dlock\Internal\PhpRedisConnection;
 use Dlock\Internal\PredisConnection;
 use Dlock\Internal\Acquire;
+use Dlock\Internal\Acquires;
 use Dlock\Internal\Args;
 use Dlock\Internal\Observe;
 use Dlock\Internal\Url;
@@ -26,6 +27,8 @@ use Dlock\Internal\Url;
  */
 final class Client
 {
+    use Acquires;
+
     /** The package's version: the version of dlock it comes with. */
     public const VERSION = '0.1.0';
     /** A wait without end (dlockd's WAIT -1). */
@@ -123,18 +126,8 @@ final class Client
         ?int $maxHoldMs = null,
         ?string $label = null,
     ): ?Lock {
-        return Acquire::lock(
-            $this->conn,
-            $name,
-            ['LOCK', Args::name($name)],
-            $ttlMs,
-            $waitMs,
-            $shared,
-            $fair,
-            $detached,
-            $maxHoldMs ?? ($detached ? null : $this->maxHoldMs),
-            $label ?? $this->label
-        );
+        $head = ['LOCK', Args::name($name)];
+        return $this->acquireLock($name, $head, $ttlMs, $waitMs, $shared, $fair, $detached, $maxHoldMs, $label);
     }
 
     /**

@@ -6,6 +6,7 @@ namespace Dlock;
 
 use Dlock\Internal\Connection;
 use Dlock\Internal\Acquire;
+use Dlock\Internal\Acquires;
 use Dlock\Internal\Args;
 
 /**
@@ -16,6 +17,8 @@ use Dlock\Internal\Args;
  */
 final class Semaphore
 {
+    use Acquires;
+
     /** @internal Client::semaphore() makes it */
     public function __construct(
         private Connection $conn,
@@ -41,18 +44,8 @@ final class Semaphore
         ?int $maxHoldMs = null,
         ?string $label = null,
     ): ?Lock {
-        return Acquire::lock(
-            $this->conn,
-            $this->name,
-            ['SEM', 'ACQUIRE', $this->name, (string) $this->permits],
-            $ttlMs,
-            $waitMs,
-            false,
-            $fair,
-            $detached,
-            $maxHoldMs ?? ($detached ? null : $this->maxHoldMs),
-            $label ?? $this->label
-        );
+        $head = ['SEM', 'ACQUIRE', $this->name, (string) $this->permits];
+        return $this->acquireLock($this->name, $head, $ttlMs, $waitMs, false, $fair, $detached, $maxHoldMs, $label);
     }
 
     /**

@@ -445,14 +445,7 @@ final class ElectionTest extends TestCase
     public function testObserveAuthenticationAndDlockdKilled(string $kind): void
     {
         $password = 'elect-' . bin2hex(random_bytes(4));
-        $file = tempnam(sys_get_temp_dir(), 'dlock-php-pass-');
-        file_put_contents($file, "$password\n");
-        try {
-            [$redis, $rport] = Servers::redis();
-            [$dlockd, $port] = Servers::dlockd(["redis://127.0.0.1:$rport"], ['--requirepass-file', $file]);
-        } finally {
-            unlink($file);
-        }
+        [$dlockd, $port, $redis] = Servers::pairWithPassword($password);
         if ($kind === 'predis') {
             $given = new \Predis\Client(['host' => '127.0.0.1', 'port' => $port, 'password' => $password]);
         } else {

@@ -199,14 +199,7 @@ final class FailureTest extends TestCase
     public function testAuthentication(string $kind): void
     {
         $password = 'p@ss w:rd/1';
-        $file = tempnam(sys_get_temp_dir(), 'dlock-php-pass-');
-        file_put_contents($file, "$password\n");
-        try {
-            [$redis, $rport] = Servers::redis();
-            [$dlockd, $port] = Servers::dlockd(["redis://127.0.0.1:$rport"], ['--requirepass-file', $file]);
-        } finally {
-            unlink($file);
-        }
+        [$dlockd, $port, $redis] = Servers::pairWithPassword($password);
 
         $url = "dlockd://:wrong@127.0.0.1:$port?client=$kind";
         $e = $this->throws(AuthFailed::class, fn () => Client::connect($url));

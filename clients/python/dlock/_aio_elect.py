@@ -8,13 +8,11 @@ import asyncio as _aio
 import os
 from typing import Any, AsyncIterator, Optional
 
-import redis.exceptions as rx
-
 from . import _args
 from ._aio_pool import _no_stray_cancels
 from ._args import Name
-from ._base import failed
-from ._leader import Leader, LeadershipBase, ObserverBase, channel, deadline, passed, poll_for, value_bytes
+from ._errors import io_error, take_failure
+from ._leader import Leader, LeadershipBase, ObserverBase, channel, deadline, value_bytes
 
 __all__ = ["Leadership", "Observer", "Leader"]
 
@@ -104,8 +102,8 @@ class Observer(ObserverBase):
             # Whatever cut it short, a subscription half made is not kept.
             self._closed = True
             await self._drop()
-            if isinstance(e, (rx.RedisError, OSError)):
-                raise _args.take_failure(e, self._pool.pool) from e
+            if io_error(e):
+                raise take_failure(e, self._pool.pool) from e
             raise
 
     async def _drop(self) -> None:
@@ -130,25 +128,21 @@ class Observer(ObserverBase):
         until = deadline(timeout)
         async with self._guard():
             await self._subscribe()
-            while not self._closed:
+            for wait in self._polls(until):
                 try:
                     with _no_stray_cancels():
-                        message = await self._pubsub.get_message(timeout=poll_for(until))
+                        message = await self._pubsub.get_message(timeout=wait)
                     change = self._news(message)
                 except _aio.CancelledError:
                     raise  # the subscription stands: what was not read is read next time
                 except BaseException as e:
-                    if self._closed and isinstance(e, (rx.RedisError, OSError)):
+                    err = self._failed_read(e)
+                    if err is None:
                         return None  # close() ended the read
-                    self._closed = True
                     await self._drop()
-                    if isinstance(e, (rx.RedisError, OSError)):
-                        raise failed(e) from e
-                    raise
+                    raise err
                 if change is not None:
                     return change
-                if passed(until):
-                    return None
         return None
 
     async def close(self) -> None:

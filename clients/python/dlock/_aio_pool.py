@@ -5,15 +5,14 @@ that a cancelled task leaves without a lock or a parked waiter.
 from __future__ import annotations
 
 import asyncio as _aio
-import collections
 import contextlib
-from typing import Any, Callable, Deque, Iterator, List, Optional
+from typing import Any, Callable, Iterator, List, Optional
 
 import redis.exceptions as rx
 
 from . import _args
-from ._base import Request, failed, in_step
-from ._errors import LockLost
+from ._base import PoolBase, Request
+from ._errors import LockLost, failed, in_step, take_failure
 
 
 def _set_read_timeout(conn: Any, timeout: Optional[float]) -> None:
@@ -102,19 +101,10 @@ async def exchange_once(conn: Any, args: List[bytes], wait: Optional[int], own: 
             _set_read_timeout(conn, base)
 
 
-class Pool:
+class Pool(PoolBase):
     """The redis.asyncio connection pool, as the package uses it."""
 
-    def __init__(self, pool: Any) -> None:
-        self.pool = pool
-        # The connections of locks collected without release(): closed, then given
-        # back to the pool by the next take() or give() (see orphan()).
-        self._orphans: Deque[Any] = collections.deque()
-
-    @staticmethod
-    def link(conn: Any) -> Any:
-        """What ``conn`` is connected by now: its stream writer (None when closed)."""
-        return getattr(conn, "_writer", None)
+    _link = "_writer"  # a connection's stream writer
 
     def orphan(self, conn: Any, loop: Any) -> None:
         """The connection of a lock collected without release(), from whatever thread
@@ -142,7 +132,7 @@ class Pool:
             with _no_stray_cancels():
                 return await self.pool.get_connection(command.decode())
         except (rx.RedisError, OSError) as e:
-            raise _args.take_failure(e, self.pool) from e
+            raise take_failure(e, self.pool) from e
 
     async def give(self, conn: Any, clean: bool = True) -> None:
         with _no_stray_cancels():

@@ -11,17 +11,7 @@ import math
 import re
 from typing import Any, Dict, List, Optional, Tuple, Union
 
-from ._errors import (
-    AuthFailed,
-    CommandError,
-    DlockError,
-    InvalidArgument,
-    LockLost,
-    NoQuorum,
-    PoolExhausted,
-    ProtocolError,
-    Unavailable,
-)
+from ._errors import InvalidArgument, ProtocolError
 
 #: A wait without end (dlockd's ``WAIT -1``): ``client.lock(name, wait=dlock.FOREVER)``.
 FOREVER: float = math.inf
@@ -343,94 +333,3 @@ def out_of_stock(sku: str, asked: int, state: Dict[str, int]) -> Tuple[str, bool
         f"{state['reserved']} reserved by other buyers at the moment"
     )
     return msg, False, state
-
-
-# Errors ----------------------------------------------------------------------------
-
-#: dlockd's error code words, and the exception each one is.
-_CODES = {
-    "ERR": CommandError,
-    "NOQUORUM": NoQuorum,
-    "UNAVAILABLE": Unavailable,
-    # A draining dlockd takes no new lock: another dlockd, or later, will.
-    "SHUTDOWN": Unavailable,
-    "LOADING": Unavailable,
-    "LOST": LockLost,
-    "NOAUTH": AuthFailed,
-    "WRONGPASS": AuthFailed,
-    "NOPERM": AuthFailed,
-    "NOPROTO": ProtocolError,
-}
-
-
-#: The starts of -ERR lines (redis-py took the "ERR " off) that are a password
-#: refused: Redis's words, which dlockd says too, for a password sent to a server
-#: that has none.
-_AUTH_ERRS = ("AUTH <password> called without any password configured",)
-
-#: What redis-py's pools raise when every connection they may open is in use.
-_POOL_FULL = ("Too many connections", "No connection available")
-
-
-def failure(exc: BaseException) -> Tuple[DlockError, bool]:
-    """The package's exception for what redis-py raised, and whether the connection
-    is still in step (an error reply read whole, the connection usable): when it is
-    not, the caller disconnects it, so that no later command reads a late reply as its
-    own (and dlockd releases the session locks it held).
-
-    redis-py strips the code word of the errors it knows (ERR, NOAUTH, NOPERM,
-    LOADING...) and makes ConnectionError of some; dlockd's own codes (UNAVAILABLE,
-    NOQUORUM, LOST, WRONGPASS, SHUTDOWN) come as a ResponseError with the whole line.
-    """
-    err, in_step, code = _classify(exc)
-    err.code = code
-    return err, in_step
-
-
-def _classify(exc: BaseException) -> Tuple[DlockError, bool, Optional[str]]:
-    import redis.exceptions as rx
-
-    if isinstance(exc, rx.AuthenticationError):
-        return AuthFailed(f"dlockd: {exc}"), False, None  # NOAUTH, or an -ERR redis-py knows
-    if isinstance(exc, rx.BusyLoadingError):
-        return Unavailable(f"dlockd: LOADING {exc}"), False, "LOADING"
-    if isinstance(exc, rx.TimeoutError):
-        return Unavailable(f"dlock: no reply from dlockd in time ({exc})"), False, None
-    if isinstance(exc, rx.ConnectionError):
-        return Unavailable(f"dlock: {exc}"), False, None
-    if isinstance(exc, rx.NoPermissionError):
-        return AuthFailed(f"dlockd: NOPERM {exc}"), True, "NOPERM"
-    if isinstance(exc, rx.ResponseError):
-        line = str(exc)
-        word = line.split(" ", 1)[0]
-        if type(exc) is rx.ResponseError and word in _CODES and word != "ERR":
-            cls = _CODES[word]
-            # dlockd closes the connection after -LOST.
-            return cls(f"dlockd: {line}"), cls is not LockLost, word
-        # An -ERR (redis-py took "ERR " off), or a code redis-py knows.
-        if line.startswith("Protocol error"):
-            return ProtocolError(f"dlockd: ERR {line}"), False, "ERR"
-        if line.startswith(_AUTH_ERRS):
-            return AuthFailed(f"dlockd: {line}"), True, "ERR"
-        return CommandError(f"dlockd: {line}"), True, "ERR"
-    if isinstance(exc, rx.InvalidResponse):
-        return ProtocolError(f"dlockd: {exc}"), False, None
-    if isinstance(exc, OSError):
-        return Unavailable(f"dlock: {exc}"), False, None
-    return DlockError(f"dlockd: {type(exc).__name__}: {exc}"), False, None
-
-
-def take_failure(exc: BaseException, pool: Any) -> DlockError:
-    """The package's exception for a connection the pool could not give: its own when
-    every connection it may open is in use (dlockd is fine; the session locks held
-    keep theirs), else as failure()."""
-    import redis.exceptions as rx
-
-    if isinstance(exc, rx.ConnectionError) and str(exc).startswith(_POOL_FULL):
-        most = getattr(pool, "max_connections", None)
-        return PoolExhausted(
-            f"dlock: all {most} connections of the redis client's pool are in use "
-            "(each session lock held keeps one until released): raise max_connections, "
-            "or hold fewer locks at once"
-        )
-    return failure(exc)[0]

@@ -1,15 +1,17 @@
 """What the blocking client and the asyncio one share, none of it I/O: the state of a
-Lock, a Semaphore, a Stock and a Reservation and what they show of it, the arguments of
-each of their commands and the reading of each reply. dlock._client and dlock.asyncio
-keep the calls (with ``await`` or without) and the order they come in.
+Lock, a Semaphore, a Stock, a Reservation and a connection pool and what they show of
+it, the arguments of each of their commands, the reading of each reply and what the end
+of a ``with`` block does with a failure. dlock._client and dlock.asyncio (with
+dlock._pool and dlock._aio_pool) keep the calls (with ``await`` or without) and the
+order they come in.
 """
 
 from __future__ import annotations
 
+import collections
+import contextlib
 import os
-from typing import Any, Callable, Dict, List, NamedTuple, Optional, Tuple
-
-import redis.exceptions as rx
+from typing import Any, Callable, Deque, Dict, Iterator, List, NamedTuple, Optional, Tuple
 
 from . import _args, _leader
 from ._errors import DlockError, InvalidArgument, LockLost, NotAcquired, OutOfStock, ProtocolError
@@ -28,24 +30,36 @@ class Request(NamedTuple):
     hold: Callable[[Any, Any], Any]
 
 
-def in_step(e: BaseException) -> bool:
-    """Whether a failed command left its connection usable (an error reply, read
-    whole). Anything else (an I/O error, a timeout, -LOST, a reply that makes no
-    sense) has closed it, or must."""
-    return bool(getattr(e, "_in_step", False))
+@contextlib.contextmanager
+def block_end(exc_type: Any) -> Iterator[None]:
+    """Around what ends a ``with`` block's lock or reservation (its release, its
+    cancel): a DlockError raised there is raised when the block itself raised nothing,
+    and dropped when it did (the block's exception is the one to report)."""
+    try:
+        yield
+    except DlockError:
+        if exc_type is None:
+            raise
 
 
-def failed(e: BaseException) -> DlockError:
-    """The package's exception for what redis-py raised on a command, which in_step()
-    reads."""
-    err, step = _args.failure(e)
-    err._in_step = step  # type: ignore[attr-defined]
-    return err
+class PoolBase:
+    """A redis-py connection pool as the package uses it (``pool``), and the
+    connections of the locks collected without release(): Lock.__del__ hands each to
+    orphan(), which has it closed, and the next take() or give() gives it back to the
+    pool. The collector may run in a thread that holds the pool's lock (not reentrant),
+    or inside the pool's own code, so __del__ itself must not give them back."""
 
+    #: The attribute of a connection that is what it is connected by now (None when
+    #: closed): a new one means redis-py connected it again, a new session.
+    _link: str
 
-def broken(e: BaseException) -> bool:
-    """The connection broke (closed by dlockd, reset): not a timeout, not a reply."""
-    return isinstance(e, LockLost) or type(e.__cause__) is rx.ConnectionError
+    def __init__(self, pool: Any) -> None:
+        self.pool = pool
+        self._orphans: Deque[Any] = collections.deque()
+
+    def link(self, conn: Any) -> Any:
+        """What ``conn`` is connected by now."""
+        return getattr(conn, self._link, None)
 
 
 # Locks ------------------------------------------------------------------------------
@@ -128,6 +142,22 @@ class LockBase:
         """Whether ``conn`` is still connected as it was at the grant."""
         return conn is not None and self._link is not None and self._pool.link(conn) is self._link
 
+    def _unlocking(self) -> bool:
+        """Whether release() is to send its UNLOCK: not once released, nor for a session
+        lock whose session is over (its connection let go of, not closed: a forked
+        child leaves its parent's alone). A session lock counts as released from here
+        on, whatever the UNLOCK answers; a detached one once it is answered (until then
+        it may be released again)."""
+        if self._released:
+            return False
+        if self._detached:
+            return True
+        self._released = True
+        if self._session_over():
+            self._conn = None
+            return False
+        return True
+
     def _unlock_args(self) -> List[bytes]:
         return [b"UNLOCK", self._name, self._token.encode()]
 
@@ -142,6 +172,23 @@ class LockBase:
             f"dlock: {self._what} {self._text!r} was lost before the end of the block: "
             "its work was not wholly under the lock"
         )
+
+    def _orphan(self, conn: Any) -> None:
+        """Hands the connection of a session lock dropped without release() to its
+        pool, which closes it (dlockd releases the lock) and takes it back later."""
+        self._pool.orphan(conn)
+
+    def __del__(self) -> None:
+        # A session lock dropped without release(): its connection closes, which makes
+        # dlockd release it, and goes back to the pool at the pool's next use. Only
+        # that here: the collector may run in any thread, and inside the pool's own
+        # code while it holds the pool's lock.
+        try:
+            conn, self._conn = self._conn, None
+            if conn is not None and os.getpid() == self._pid:
+                self._orphan(conn)
+        except Exception:
+            pass
 
 
 # The client -------------------------------------------------------------------------

@@ -8,7 +8,6 @@ pooled connection for one round trip.
 
 from __future__ import annotations
 
-import os
 import threading
 from types import TracebackType
 from typing import Any, Dict, List, Optional, Type
@@ -24,13 +23,12 @@ from ._base import (
     SemaphoreBase,
     StockBase,
     answered,
-    broken,
+    block_end,
     check_client,
-    in_step,
     pong,
 )
 from ._elect import Leadership, Observer
-from ._errors import DlockError, NotAcquired, Unavailable
+from ._errors import DlockError, NotAcquired, Unavailable, broken, in_step
 from ._leader import SeatMixin, leader_info, not_elected
 from ._pool import Pool, exchange
 
@@ -64,25 +62,27 @@ class Lock(LockBase):
         super().__init__(*args, **kwargs)
         self._mutex = threading.Lock()
 
-    def _lose(self) -> None:
-        """Its connection closed (or must be): dlockd releases the session lock."""
+    def _lose(self, clean: bool = False) -> None:
+        """The session is over: its connection back in the pool, closed first (dlockd
+        releases the session lock) unless ``clean`` (its lock is known gone)."""
         conn, self._conn = self._conn, None
         if conn is not None:
-            self._pool.give(conn, clean=False)
+            self._pool.give(conn, clean=clean)
 
-    def _ask(self, args: List[bytes]) -> bool:
-        """EXTEND or CHECK: on any pooled connection for a detached lock, on its own
-        connection for a session lock."""
+    def _ask(self, args: List[bytes], command: Optional[str] = None) -> bool:
+        """UNLOCK, EXTEND or CHECK: on any pooled connection for a detached lock, on its
+        own connection for a session lock. ``command``: what a reply that is not 1 or 0
+        is said to be the reply of (the command's name by default)."""
         if self._detached:
-            return _args.boolean(self._pool.call(args), args[0].decode())
-        return self._session_call(args)
+            return _args.boolean(self._pool.call(args), command or args[0].decode())
+        return self._session_call(args, command)
 
-    def _session_call(self, args: List[bytes]) -> bool:
+    def _session_call(self, args: List[bytes], command: Optional[str] = None) -> bool:
         if not self._linked(self._conn):
             self._lose()  # closed, or connected again, under it: the session is over
             return False
         try:
-            return _args.boolean(exchange(self._conn, args, own=True), args[0].decode())
+            return _args.boolean(exchange(self._conn, args, own=True), command or args[0].decode())
         except BaseException as e:
             if in_step(e):
                 raise  # an error reply: the connection, and the lock, are as they were
@@ -102,32 +102,16 @@ class Lock(LockBase):
         (or ends with its TTL).
         """
         with self._mutex:
-            if self._released:
+            if not self._unlocking():
                 return False
-            args = self._unlock_args()
-            if self._detached:
-                held = _args.boolean(self._pool.call(args), "UNLOCK")
+            held = False
+            try:
+                held = self._ask(self._unlock_args(), "UNLOCK")
                 self._released = True
                 return held
-            self._released = True
-            if self._session_over():
-                self._conn = None  # a forked child leaves its parent's connection alone
-                return False
-            conn, self._conn = self._conn, None
-            held = False
-            if not self._linked(conn):
-                self._pool.give(conn, clean=False)
-                return False
-            try:
-                held = _args.boolean(exchange(conn, args, own=True), "UNLOCK")
-                return held
-            except DlockError as e:
-                if broken(e):
-                    return False
-                raise
             finally:
                 # Only a connection whose lock is known gone goes back as it is.
-                self._pool.give(conn, clean=held)
+                self._lose(clean=held)
 
     def extend(self, ttl: float) -> bool:
         """Sets the lease to ``ttl`` seconds from now: True, or False when the lock was
@@ -158,25 +142,9 @@ class Lock(LockBase):
     ) -> None:
         if self._released:
             return  # the block released it itself: the section ended on purpose
-        try:
-            held = self.release()
-        except DlockError:
-            if exc_type is None:
-                raise
-            return  # the block's exception is the one to report
-        if not held and exc_type is None:
-            raise self._lost()
-
-    def __del__(self) -> None:
-        # A session lock dropped without release(): its connection closes, which makes
-        # dlockd release it, and goes back to the pool at the pool's next use. Only
-        # that here: the collector may run while this thread holds the pool's lock.
-        try:
-            conn, self._conn = self._conn, None
-            if conn is not None and os.getpid() == self._pid:
-                self._pool.orphan(conn)
-        except Exception:
-            pass
+        with block_end(exc_type):
+            if not self.release() and exc_type is None:
+                raise self._lost()
 
 
 class LeaderSeat(SeatMixin, Lock):
@@ -285,11 +253,8 @@ class Reservation(ReservationBase):
     def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
         if self._settled:
             return
-        try:
+        with block_end(exc_type):
             self.cancel()
-        except DlockError:
-            if exc_type is None:
-                raise
 
 
 class Stock(StockBase):

@@ -8,15 +8,12 @@ from __future__ import annotations
 import os
 import socket
 import threading
-from types import TracebackType
-from typing import Any, Iterator, Optional, Type
-
-import redis.exceptions as rx
+from typing import Any, Iterator, Optional
 
 from . import _args
 from ._args import Name
-from ._base import failed
-from ._leader import Leader, LeadershipBase, ObserverBase, channel, deadline, passed, poll_for, value_bytes
+from ._errors import io_error, take_failure
+from ._leader import Leader, LeadershipBase, ObserverBase, channel, deadline, value_bytes
 
 __all__ = ["Leadership", "Observer", "Leader"]
 
@@ -64,13 +61,8 @@ class Leadership(LeadershipBase):
     def __enter__(self) -> "Leadership":
         return self
 
-    def __exit__(
-        self,
-        exc_type: Optional[Type[BaseException]],
-        exc: Optional[BaseException],
-        tb: Optional[TracebackType],
-    ) -> None:
-        self._seat.__exit__(exc_type, exc, tb)
+    def __exit__(self, *exc: Any) -> None:
+        self._seat.__exit__(*exc)
 
 
 class Observer(ObserverBase):
@@ -108,8 +100,8 @@ class Observer(ObserverBase):
         except BaseException as e:
             self._closed = True
             self._drop()
-            if isinstance(e, (rx.RedisError, OSError)):
-                raise _args.take_failure(e, pool.pool) from e
+            if io_error(e):
+                raise take_failure(e, pool.pool) from e
             raise
 
     def _drop(self) -> None:
@@ -135,21 +127,17 @@ class Observer(ObserverBase):
         time or the observer is closed."""
         until = deadline(timeout)
         with self._mu:
-            while not self._closed:
+            for wait in self._polls(until):
                 try:
-                    change = self._news(self._pubsub.get_message(timeout=poll_for(until)))
+                    change = self._news(self._pubsub.get_message(timeout=wait))
                 except BaseException as e:
-                    if self._closed and isinstance(e, (rx.RedisError, OSError)):
+                    err = self._failed_read(e)
+                    if err is None:
                         return None  # close() ended the read
-                    self._closed = True
                     self._drop()
-                    if isinstance(e, (rx.RedisError, OSError)):
-                        raise failed(e) from e
-                    raise
+                    raise err
                 if change is not None:
                     return change
-                if passed(until):
-                    return None
         return None
 
     def close(self) -> None:

@@ -13,10 +13,10 @@ from __future__ import annotations
 
 import math
 import time
-from typing import Any, Dict, List, NamedTuple, Optional, Tuple
+from typing import Any, Dict, Iterator, List, NamedTuple, Optional, Tuple
 
 from . import _args
-from ._errors import InvalidArgument, LockLost, ProtocolError
+from ._errors import InvalidArgument, LockLost, ProtocolError, failed, io_error
 
 #: dlockd's limit on a leader's value, in bytes.
 VALUE_MAX = 1024
@@ -237,6 +237,29 @@ class ObserverBase:
     def __repr__(self) -> str:
         state = "closed" if self._closed else "open"
         return f"<{self._prefix}.Observer {self._text!r} {state} last={self._last}>"
+
+    def _polls(self, until: Optional[float]) -> Iterator[float]:
+        """The reads of one ``get()`` that ends at ``until`` (deadline()): how long each
+        may block (poll_for()), while the observer is open and the time is not up. At
+        least one: a wait that has passed still looks once at what has come."""
+        while not self._closed:
+            yield poll_for(until)
+            if passed(until):
+                return
+
+    def _failed_read(self, e: BaseException) -> Optional[BaseException]:
+        """What a read that raised ``e`` ends with: None when close() ended it (the read
+        returns None); else the observer is closed (its subscription is to be dropped)
+        and this is what to raise: the package's exception for what redis-py or the
+        socket raised (caused by it), anything else as it is."""
+        if self._closed and io_error(e):
+            return None
+        self._closed = True
+        if not io_error(e):
+            return e
+        err = failed(e)
+        err.__cause__ = e
+        return err
 
     def _news(self, message: Optional[Dict[str, Any]]) -> Optional[Leader]:
         """The change a pub/sub message tells, or None when it tells none (a subscribe

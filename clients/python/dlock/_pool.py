@@ -5,14 +5,13 @@ as the lock is held.
 
 from __future__ import annotations
 
-import collections
-from typing import Any, Callable, Deque, List, Optional
+from typing import Any, Callable, List, Optional
 
 import redis.exceptions as rx
 
 from . import _args
-from ._base import Request, failed, in_step
-from ._errors import LockLost
+from ._base import PoolBase, Request
+from ._errors import LockLost, failed, in_step, take_failure
 
 
 def exchange(conn: Any, args: List[bytes], wait: Optional[int] = None, own: bool = False) -> Any:
@@ -52,22 +51,10 @@ def exchange(conn: Any, args: List[bytes], wait: Optional[int] = None, own: bool
             conn._sock.settimeout(base)
 
 
-class Pool:
+class Pool(PoolBase):
     """The client's redis-py connection pool, as the package uses it."""
 
-    def __init__(self, pool: Any) -> None:
-        self.pool = pool
-        # The connections of locks collected without release(), closed by Lock.__del__
-        # and given back to the pool by the next take() or give(): the collector may
-        # run in a thread that holds the pool's lock (not reentrant), so __del__
-        # itself must not.
-        self._orphans: Deque[Any] = collections.deque()
-
-    @staticmethod
-    def link(conn: Any) -> Any:
-        """What ``conn`` is connected by now: its socket (None when closed). A new one
-        means redis-py connected it again: a new session."""
-        return getattr(conn, "_sock", None)
+    _link = "_sock"  # a connection's socket
 
     def orphan(self, conn: Any) -> None:
         """The connection of a lock collected without release(): closed now (dlockd
@@ -89,7 +76,7 @@ class Pool:
         try:
             return self.pool.get_connection(command.decode())
         except (rx.RedisError, OSError) as e:
-            raise _args.take_failure(e, self.pool) from e
+            raise take_failure(e, self.pool) from e
 
     def give(self, conn: Any, clean: bool = True) -> None:
         """Back to the pool; ``clean=False`` disconnects it first (it may hold a session

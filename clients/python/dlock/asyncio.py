@@ -15,7 +15,6 @@ and release a grant that came in meanwhile.
 from __future__ import annotations
 
 import asyncio as _aio
-import os
 import weakref
 from typing import Any, Awaitable, Callable, Dict, Generator, Generic, List, Optional, Protocol, TypeVar
 
@@ -32,12 +31,11 @@ from ._base import (
     SemaphoreBase,
     StockBase,
     answered,
-    broken,
+    block_end,
     check_client,
-    in_step,
     pong,
 )
-from ._errors import DlockError, NotAcquired
+from ._errors import NotAcquired, broken, in_step
 from ._leader import SeatMixin, leader_info, not_elected
 
 __all__ = [
@@ -86,24 +84,23 @@ class Lock(LockBase):
             self._mutex = _aio.Lock()
         return self._mutex
 
-    async def _lose(self) -> None:
+    async def _lose(self, clean: bool = False) -> None:
         conn, self._conn = self._conn, None
         if conn is not None:
-            await self._pool.give(conn, clean=False)
+            await self._pool.give(conn, clean=clean)
 
-    async def _ask(self, args: List[bytes]) -> bool:
-        """EXTEND or CHECK: on any pooled connection for a detached lock, on its own
-        connection for a session lock."""
+    async def _ask(self, args: List[bytes], command: Optional[str] = None) -> bool:
+        """As dlock.Lock._ask."""
         if self._detached:
-            return _args.boolean(await self._pool.call(args), args[0].decode())
-        return await self._session_call(args)
+            return _args.boolean(await self._pool.call(args), command or args[0].decode())
+        return await self._session_call(args, command)
 
-    async def _session_call(self, args: List[bytes]) -> bool:
+    async def _session_call(self, args: List[bytes], command: Optional[str] = None) -> bool:
         if not self._linked(self._conn):
             await self._lose()
             return False
         try:
-            return _args.boolean(await exchange(self._conn, args, own=True), args[0].decode())
+            return _args.boolean(await exchange(self._conn, args, own=True), command or args[0].decode())
         except BaseException as e:
             if in_step(e):
                 raise
@@ -115,31 +112,15 @@ class Lock(LockBase):
     async def release(self) -> bool:
         """As ``dlock.Lock.release()``: True, or False when it was no longer held."""
         async with self._guard():
-            if self._released:
+            if not self._unlocking():
                 return False
-            args = self._unlock_args()
-            if self._detached:
-                held = _args.boolean(await self._pool.call(args), "UNLOCK")
+            held = False
+            try:
+                held = await self._ask(self._unlock_args(), "UNLOCK")
                 self._released = True
                 return held
-            self._released = True
-            if self._session_over():
-                self._conn = None
-                return False
-            conn, self._conn = self._conn, None
-            held = False
-            if not self._linked(conn):
-                await self._pool.give(conn, clean=False)
-                return False
-            try:
-                held = _args.boolean(await exchange(conn, args, own=True), "UNLOCK")
-                return held
-            except DlockError as e:
-                if broken(e):
-                    return False
-                raise
             finally:
-                await self._pool.give(conn, clean=held)
+                await self._lose(clean=held)
 
     async def extend(self, ttl: float) -> bool:
         """As ``dlock.Lock.extend()``: the lease set to ``ttl`` seconds from now."""
@@ -162,26 +143,13 @@ class Lock(LockBase):
     async def __aexit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
         if self._released:
             return
-        try:
-            held = await self.release()
-        except DlockError:
-            if exc_type is None:
-                raise
-            return
-        if not held and exc_type is None:
-            raise self._lost()
+        with block_end(exc_type):
+            if not await self.release() and exc_type is None:
+                raise self._lost()
 
-    def __del__(self) -> None:
-        # Dropped without release(): its connection's transport closes (which makes
-        # dlockd release the session lock), and the connection goes back to the pool
-        # at the pool's next use. The collector may run in any thread, and inside the
-        # pool's own code: nothing more is done here.
-        try:
-            conn, self._conn = self._conn, None
-            if conn is not None and os.getpid() == self._pid:
-                self._pool.orphan(conn, self._loop)
-        except Exception:
-            pass
+    def _orphan(self, conn: Any) -> None:
+        # Its transport is closed by the loop of the session lock's connection.
+        self._pool.orphan(conn, self._loop)
 
 
 class LeaderSeat(SeatMixin, Lock):
@@ -290,11 +258,8 @@ class Reservation(ReservationBase):
     async def __aexit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
         if self._settled:
             return
-        try:
+        with block_end(exc_type):
             await self.cancel()
-        except DlockError:
-            if exc_type is None:
-                raise
 
 
 class Stock(StockBase):

@@ -259,42 +259,58 @@ def test_a_command_that_reads_lost_is_sent_again():
         c.info("n")
 
 
+def failure_of(error):
+    """What a command whose reply is ``error`` (raised by redis-py) raises, and whether
+    its connection was closed for it; the connection goes back to the pool either way."""
+    conn = FakeConnection([error])
+    c, pool = fake_client(conn)
+    with pytest.raises(dlock.DlockError) as e:
+        c.stock("s").status()
+    assert pool.given == [conn]
+    return e.value, conn.disconnected
+
+
+@pytest.mark.parametrize(
+    "line, cls, closes",
+    [
+        ("UNAVAILABLE lock server down: x", dlock.Unavailable, False),
+        ("NOQUORUM 1 of 3 answered", dlock.NoQuorum, False),
+        ("SHUTDOWN dlockd is shutting down", dlock.Unavailable, False),
+        ("WRONGPASS invalid password", dlock.AuthFailed, False),
+        ("unknown option 'X'", dlock.CommandError, False),
+        ("AUTH <password> called without any password configured for the default user", dlock.AuthFailed, False),
+        ("Protocol error: too big", dlock.ProtocolError, True),
+        ("NOPROTO sorry", dlock.ProtocolError, False),
+    ],
+)
+def test_error_replies(line, cls, closes):
+    """dlockd's error replies, which redis-py raises as a bare ResponseError with the
+    whole line (an -ERR's without its ERR)."""
+    err, closed = failure_of(redis.exceptions.ResponseError(line))
+    assert type(err) is cls
+    assert closed is closes
+    word = line.split(" ", 1)[0]
+    if word in ("UNAVAILABLE", "NOQUORUM", "WRONGPASS"):
+        assert err.code == word  # dlockd's code word, for the program to read
+
+
 @pytest.mark.parametrize(
     "error, cls, closes",
     [
-        (redis.exceptions.ResponseError("UNAVAILABLE lock server down: x"), dlock.Unavailable, False),
-        (redis.exceptions.ResponseError("NOQUORUM 1 of 3 answered"), dlock.NoQuorum, False),
-        (redis.exceptions.ResponseError("SHUTDOWN dlockd is shutting down"), dlock.Unavailable, False),
-        (redis.exceptions.ResponseError("WRONGPASS invalid password"), dlock.AuthFailed, False),
         (redis.exceptions.AuthenticationError("Authentication required."), dlock.AuthFailed, True),
         (redis.exceptions.NoPermissionError("this user has no permissions"), dlock.AuthFailed, False),
-        (redis.exceptions.ResponseError("unknown option 'X'"), dlock.CommandError, False),
-        (
-            redis.exceptions.ResponseError(
-                "AUTH <password> called without any password configured for the default user"
-            ),
-            dlock.AuthFailed,
-            False,
-        ),
-        (redis.exceptions.ResponseError("Protocol error: too big"), dlock.ProtocolError, True),
-        (redis.exceptions.ResponseError("NOPROTO sorry"), dlock.ProtocolError, False),
         (redis.exceptions.BusyLoadingError("Redis is loading"), dlock.Unavailable, True),
         (redis.exceptions.ConnectionError("Connection closed by server."), dlock.Unavailable, True),
         (redis.exceptions.TimeoutError("Timeout reading"), dlock.Unavailable, True),
         (redis.exceptions.InvalidResponse("Protocol Error: b'?'"), dlock.ProtocolError, True),
     ],
 )
-def test_error_mapping(error, cls, closes):
-    conn = FakeConnection([error])
-    c, pool = fake_client(conn)
-    with pytest.raises(cls) as e:
-        c.stock("s").status()
-    assert type(e.value) is cls
-    word = str(error).split(" ", 1)[0]
-    if type(error) is redis.exceptions.ResponseError and word in ("UNAVAILABLE", "NOQUORUM", "WRONGPASS"):
-        assert e.value.code == word  # dlockd's code word, for the program to read
-    assert conn.disconnected is closes
-    assert pool.given == [conn]
+def test_redis_py_errors(error, cls, closes):
+    """The exceptions redis-py makes of the errors it knows, and of a connection that
+    failed."""
+    err, closed = failure_of(error)
+    assert type(err) is cls
+    assert closed is closes
 
 
 def test_a_reply_that_makes_no_sense():

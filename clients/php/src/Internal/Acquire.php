@@ -5,65 +5,19 @@ declare(strict_types=1);
 namespace Dlock\Internal;
 
 use Dlock\Client;
-use Dlock\InvalidArgument;
 use Dlock\Lock;
 use Dlock\LockLost;
 use Dlock\ProtocolError;
 
 /**
- * What a lock and a semaphore's permit share: LOCK and SEM ACQUIRE take the same
- * options and give the same reply, and synchronized() runs a callable under either.
+ * What the grants share: LOCK's, SEM ACQUIRE's and ELECT's reply, and synchronized(),
+ * which runs a callable under a lock or a semaphore's permit (the commands themselves:
+ * the Acquires trait).
  *
  * @internal
  */
 final class Acquire
 {
-    /**
-     * Sends LOCK or SEM ACQUIRE with the options, and returns the reply as a Lock, or
-     * null when not acquired within the wait.
-     *
-     * @param string       $name the lock's or the semaphore's name
-     * @param list<string> $args the command and what comes before the options
-     */
-    public static function lock(
-        Connection $conn,
-        string $name,
-        array $args,
-        int $ttlMs,
-        int $waitMs,
-        bool $shared,
-        bool $fair,
-        bool $detached,
-        ?int $maxHoldMs,
-        ?string $label,
-    ): ?Lock {
-        array_push($args, 'TTL', Args::ttl($ttlMs));
-        $wait = Args::wait($waitMs);
-        if ($wait !== 0) {
-            array_push($args, 'WAIT', (string) $wait);
-        }
-        foreach (['DETACHED' => $detached, 'FAIR' => $fair, 'SHARED' => $shared] as $flag => $on) {
-            if ($on) {
-                $args[] = $flag;
-            }
-        }
-        if ($maxHoldMs !== null) {
-            if ($detached) {
-                throw new InvalidArgument('dlock: maxHoldMs is for session locks: a detached lock ends with its TTL');
-            }
-            array_push($args, 'MAXHOLD', Args::ms($maxHoldMs, 'maxHoldMs'));
-        }
-        if ($label !== null) {
-            array_push($args, 'LABEL', Args::label($label));
-        }
-        $reply = $conn->call($args, $wait);
-        if ($reply === null) {
-            return null;
-        }
-        [$token, $fence, $validity] = self::grant($reply, $args[0]);
-        return new Lock($conn, $name, $token, $fence, $validity, $detached);
-    }
-
     /**
      * A grant's reply (LOCK's, SEM ACQUIRE's, ELECT's) checked for its shape:
      * [token, fence, validity in ms].

@@ -52,6 +52,21 @@ final class Servers
         return [$dlockd, $dport, $redis, $rport];
     }
 
+    /**
+     * A pair whose dlockd requires $password (given to it in a file, removed once it
+     * started): [dlockd, dlockd's port, redis, redis's port].
+     */
+    public static function pairWithPassword(string $password): array
+    {
+        $file = tempnam(sys_get_temp_dir(), 'dlock-php-pass-');
+        file_put_contents($file, "$password\n");
+        try {
+            return self::pair(['--requirepass-file', $file]);
+        } finally {
+            unlink($file);
+        }
+    }
+
     /** phpredis connected to dlockd at $port, replies awaited $readTimeout s at most. */
     public static function phpredis(int $port, float $readTimeout = 5.0): \Redis
     {
