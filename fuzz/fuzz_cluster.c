@@ -81,9 +81,9 @@ static void slot_map(const uint8_t *data, size_t size)
             void *obj = NULL;
             if (redisReaderGetReply(reader, &obj) != REDIS_OK || obj == NULL)
                 break;
-            char detail[400] = "";
-            int rc = dlock__cluster_take_map(&node, obj, "seed", detail, sizeof detail);
-            assert(rc == DLOCK_OK || (rc == DLOCK_ERR_PROTOCOL && detail[0] != '\0'));
+            dlock__err detail = {""};
+            int rc = dlock__cluster_take_map(&node, obj, "seed", &detail);
+            assert(rc == DLOCK_OK || (rc == DLOCK_ERR_PROTOCOL && detail.msg[0] != '\0'));
             check_map(&node);
             freeReplyObject(obj);
         }

@@ -113,19 +113,19 @@ static void check_error(int rc, const char *detail)
  * failed (the caller, fanout.c, would close it). */
 static bool pump(dlock__conn *c, int *replies)
 {
-    char detail[160] = "";
-    int rc = dlock__conn_read(c, detail, sizeof detail);
+    dlock__err detail = {""};
+    int rc = dlock__conn_read(c, &detail);
     if (rc != DLOCK_OK) {
-        check_error(rc, detail);
+        check_error(rc, detail.msg);
         return false;
     }
     assert(c->reader->len - c->reader->pos <= DLOCK_REPLY_MAX_BYTES);
     for (;;) {
         redisReply *r;
-        rc = dlock__conn_next_reply(c, &r, detail, sizeof detail);
+        rc = dlock__conn_next_reply(c, &r, &detail);
         if (rc != DLOCK_OK) {
             assert(r == NULL);
-            check_error(rc, detail);
+            check_error(rc, detail.msg);
             return false;
         }
         if (r == NULL)
@@ -154,14 +154,14 @@ static void serve(dlock_client *cl, bool established, const uint8_t *data, size_
 {
     static const size_t pieces[] = {1, 2, 5, 13, 64, 1024, 16384};
     dlock__conn c;
-    char detail[160] = "";
+    dlock__err detail = {""};
     reset_node(&cl->nodes[0]);
     dlock__conn_init(&c, &cl->nodes[0]);
-    int rc = dlock__conn_open(&c, detail, sizeof detail);
+    int rc = dlock__conn_open(&c, &detail);
     assert(rc == DLOCK_OK && c.state == DLOCK_CONN_READY);
     int peer = fs_accept();
     assert(peer >= 0);
-    assert(dlock__conn_flush(&c, detail, sizeof detail) == DLOCK_OK && c.outpos == c.outlen);
+    assert(dlock__conn_flush(&c, &detail) == DLOCK_OK && c.outpos == c.outlen);
     fs_drain(peer);
 
     int replies = 0;

@@ -148,8 +148,8 @@ static void check_round_trip(const dlock__addr *a)
     if (a->user != NULL)
         return;
     dlock__addr b;
-    char err[256];
-    int rc = dlock__url_parse(a->display, strlen(a->display), &b, err, sizeof err);
+    dlock__err err;
+    int rc = dlock__url_parse(a->display, strlen(a->display), &b, &err);
     assert(rc == DLOCK_OK);
     assert(b.is_unix == a->is_unix && b.db == a->db && b.password == NULL && b.tls == a->tls);
     assert(b.sentinel == a->sentinel && b.cluster == a->cluster && b.nhosts == a->nhosts);
@@ -170,9 +170,9 @@ static void check_round_trip(const dlock__addr *a)
 static int parse_once(const char *buf, size_t size)
 {
     dlock__addr a;
-    char err[256];
-    err[0] = '\0';
-    int rc = dlock__url_parse(buf, size, &a, err, sizeof err);
+    dlock__err err;
+    err.msg[0] = '\0';
+    int rc = dlock__url_parse(buf, size, &a, &err);
     assert(rc == DLOCK_OK || rc == DLOCK_ERR_INVALID || rc == DLOCK_ERR_NOMEM);
     if (rc == DLOCK_OK) {
         check_addr(&a);
@@ -180,7 +180,7 @@ static int parse_once(const char *buf, size_t size)
         dlock__addr_clear(&a);
     } else {
         /* Every refusal says why; and a failed parse leaves nothing behind. */
-        assert(err[0] != '\0');
+        assert(err.msg[0] != '\0');
         assert(a.host == NULL && a.path == NULL && a.user == NULL && a.password == NULL &&
                a.display == NULL && a.cacert == NULL && a.key == NULL && a.sni == NULL &&
                a.master_name == NULL && a.nhosts == 0 && a.sentinel_password == NULL);
@@ -202,16 +202,16 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
      * allocations of a plain run are the ones the failing run makes. */
     if (rc == DLOCK_OK) {
         dlock__addr a;
-        char err[256];
+        dlock__err err;
         atomic_store(&dlock__test_hooks.allocs, 0);
-        rc = dlock__url_parse(buf, size, &a, err, sizeof err);
+        rc = dlock__url_parse(buf, size, &a, &err);
         long allocs = atomic_load(&dlock__test_hooks.allocs);
         assert(rc == DLOCK_OK && allocs > 0);
         dlock__addr_clear(&a);
         long k = 1 + (long)((size + data[0]) % (size_t)allocs);
         atomic_store(&dlock__test_hooks.allocs, 0);
         atomic_store(&dlock__test_hooks.fail_at, k);
-        rc = dlock__url_parse(buf, size, &a, err, sizeof err);
+        rc = dlock__url_parse(buf, size, &a, &err);
         atomic_store(&dlock__test_hooks.fail_at, 0);
         assert(rc == DLOCK_ERR_NOMEM);
         assert(a.host == NULL && a.path == NULL && a.user == NULL && a.password == NULL &&
@@ -226,8 +226,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     if (strlen(list) == size) {
         dlock__addr *addrs = NULL;
         int n = 0;
-        char err[512];
-        rc = dlock__url_parse_list(list, DLOCK_SERVERS_MAX, &addrs, &n, err, sizeof err);
+        dlock__err err;
+        rc = dlock__url_parse_list(list, DLOCK_SERVERS_MAX, &addrs, &n, &err);
         assert(rc == DLOCK_OK || rc == DLOCK_ERR_INVALID);
         if (rc == DLOCK_OK) {
             assert(n >= 1 && n <= DLOCK_SERVERS_MAX);

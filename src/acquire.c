@@ -454,7 +454,7 @@ static int acquire(dlock_client *c, const char *name, const dlock_opts *opts, in
 {
     dlock__err e;
     if (out == NULL)
-        return dlock__fail(DLOCK_ERR_INVALID, "out is NULL");
+        return dlock__raise(&e, DLOCK_ERR_INVALID, "out is NULL");
     *out = NULL;
     int64_t ttl_ms = 0, wait_ms = 0;
     int rc = prepare(c, name, opts, &ttl_ms, &wait_ms, &e);
@@ -532,7 +532,7 @@ int dlock_acquire_start(dlock_client *c, const char *name, const dlock_opts *opt
 {
     dlock__err e;
     if (out == NULL)
-        return dlock__fail(DLOCK_ERR_INVALID, "out is NULL");
+        return dlock__raise(&e, DLOCK_ERR_INVALID, "out is NULL");
     *out = NULL;
     return dlock__err_raise(&e, acquire_start(c, name, opts, 0, out, &e));
 }
@@ -543,7 +543,7 @@ int dlock_sem_acquire_start(dlock_client *c, const char *name, int64_t permits,
     dlock__err e;
     int64_t limit = 0;
     if (out == NULL)
-        return dlock__fail(DLOCK_ERR_INVALID, "out is NULL");
+        return dlock__raise(&e, DLOCK_ERR_INVALID, "out is NULL");
     *out = NULL;
     int rc = sem_limit(c, permits, opts, &limit, &e);
     if (rc == DLOCK_OK)

@@ -17,7 +17,7 @@
 
 _Static_assert(DLOCK_ASK_MAX <= DLOCK_SERVERS_MAX, "fanout.c polls at most DLOCK_SERVERS_MAX");
 
-int dlock__ask_run(dlock__ask *a, const dlock__ask_spec *spec, char *detail, size_t n)
+int dlock__ask_run(dlock__ask *a, const dlock__ask_spec *spec, dlock__err *e)
 {
     const dlock__node *from = spec->from;
     const dlock__node_rules *rules = from->rules;
@@ -33,7 +33,7 @@ int dlock__ask_run(dlock__ask *a, const dlock__ask_spec *spec, char *detail, siz
     int len = redisFormatCommandArgv(&a->cmd, spec->argc, spec->argv, NULL);
     if (len < 0) {
         a->cmd = NULL;
-        return dlock__node_detail(detail, n, DLOCK_ERR_NOMEM, from, "out of memory");
+        return dlock__node_err(e, DLOCK_ERR_NOMEM, from, "out of memory");
     }
     int k = spec->k < DLOCK_ASK_MAX ? spec->k : DLOCK_ASK_MAX;
     for (int i = 0; i < k; i++) {
@@ -63,7 +63,7 @@ int dlock__ask_run(dlock__ask *a, const dlock__ask_spec *spec, char *detail, siz
         a->k = i + 1;
         int rc;
         if (from->tls_ctx != NULL &&
-            (rc = dlock__tls_node_share(s, from, spec->tls_name, detail, n)) != DLOCK_OK)
+            (rc = dlock__tls_node_share(s, from, spec->tls_name, e)) != DLOCK_OK)
             return rc;
     }
     if (spec->good != NULL)

@@ -124,7 +124,7 @@ static int refused(const dlock_client *c, const dlock__round *rd, const dlock__t
          * refusal reads as if the holder alone stood in the way. */
         for (int i = 0; i < c->n; i++)
             if (rd->reqs[i].err != DLOCK_OK)
-                dlock__err_append(e, "%s", rd->reqs[i].detail);
+                dlock__err_append(e, "%s", rd->reqs[i].why.msg);
         return rc;
     }
     rc = dlock__tally_undecided(c, t, rd->reqs, e);
@@ -167,10 +167,10 @@ int dlock__attempt_end(dlock_client *c, dlock__round *rd, const dlock__request *
         }
         if (v > fence_max) {
             /* Undone there like any unknown outcome. */
-            snprintf(rd->reqs[i].detail, sizeof rd->reqs[i].detail,
-                     "%s: acquire: fence %lld is more than a day ahead of this host's clock "
-                     "(a server clock that far off, or a server that lies)",
-                     rd->set->conns[i].node->addr.display, v);
+            dlock__err_set(&rd->reqs[i].why, 0,
+                           "%s: acquire: fence %lld is more than a day ahead of this host's clock "
+                           "(a server clock that far off, or a server that lies)",
+                           rd->set->conns[i].node->addr.display, v);
             dlock__tally_failure(&t, &rd->reqs[i], DLOCK_ERR_PROTOCOL);
             continue;
         }

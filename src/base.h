@@ -32,12 +32,13 @@ void dlock__copy_text(char *dst, size_t size, const char *src, size_t len);
 
 /* ---- error.c ---------------------------------------------------------------- */
 
-/* The one rule for messages: internal functions return a code and write why into a
- * buffer of their caller's (a dlock__err here; conn.c and fanout.c write a node's
- * reason into its request); only a public entry point sets the calling thread's
- * message, with dlock__err_raise on its way out, or dlock__fail for a check it makes
- * itself. So no caller saves and restores messages, and a clean-up after a failure
- * writes into its own buffer, never over the error that caused it. */
+/* The one rule for messages: a function that can fail returns a code and writes why
+ * into a dlock__err of its caller's, in every layer (a round's nodes each have theirs,
+ * dlock__req.why, which the round's outcome gathers into its caller's); only a public
+ * entry point makes it the calling thread's message, once, on its way out
+ * (dlock__err_raise, or dlock__raise for a check it makes itself). So no caller saves
+ * and restores messages, and a clean-up after a failure writes into its own dlock__err,
+ * never over the error that caused it. */
 #define DLOCK_ERRMSG_MAX 1024
 typedef struct dlock__err {
     char msg[DLOCK_ERRMSG_MAX];
@@ -50,11 +51,10 @@ int dlock__err_set(dlock__err *e, int code, const char *fmt, ...)
 void dlock__err_append(dlock__err *e, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* Public entry points: make e the thread's message (empty for DLOCK_OK), return code. */
 int dlock__err_raise(const dlock__err *e, int code);
-
-/* Record a detail for the calling thread and return err (so `return dlock__fail(...)`). */
-int dlock__fail(int err, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-/* Empty the calling thread's detail (start of every public call). */
-void dlock__clear_error(void);
+/* Public entry points, for a check they make themselves: the message into e, then as
+ * dlock__err_raise (so `return dlock__raise(&e, ...)`). */
+int dlock__raise(dlock__err *e, int code, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
 
 /* ---- clock.c ---------------------------------------------------------------- */
 
@@ -130,20 +130,18 @@ typedef struct dlock__addr {
 } dlock__addr;
 
 /* Parse one URL of len bytes. On error, returns DLOCK_ERR_INVALID and writes a message
- * naming the bad part to err. *out owns its strings: free with dlock__addr_clear. */
-int dlock__url_parse(const char *url, size_t len, dlock__addr *out, char *err, size_t errlen);
+ * naming the bad part into e. *out owns its strings: free with dlock__addr_clear. */
+int dlock__url_parse(const char *url, size_t len, dlock__addr *out, dlock__err *e);
 void dlock__addr_clear(dlock__addr *a);
-/* A refused address: the formatted reason in err; returns DLOCK_ERR_INVALID. */
-int dlock__url_bad(char *err, size_t errlen, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
+/* A refused address: the formatted reason in e; returns DLOCK_ERR_INVALID. */
+int dlock__url_bad(dlock__err *e, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* The length of the "scheme://" that s (n bytes) starts with, or 0 (url_list.c). */
 size_t dlock__url_scheme_len(const char *s, size_t n);
 /* The value of a hexadecimal digit, or -1 (percent-escapes here, in local.c names). */
 int dlock__hexval(char c);
 /* Parse a comma-separated list into a new array of *n addresses (at most max);
  * url_list.c. */
-int dlock__url_parse_list(const char *list, int max, dlock__addr **out, int *n, char *err,
-                          size_t errlen);
+int dlock__url_parse_list(const char *list, int max, dlock__addr **out, int *n, dlock__err *e);
 
 /* ---- glob.c ----------------------------------------------------------------- */
 

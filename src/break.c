@@ -113,8 +113,8 @@ int dlock_break(dlock_client *c, const char *name, const dlock_break_opts *opts,
                         rep->element[2]->type == REDIS_REPLY_STRING &&
                         rep->element[3]->type == REDIS_REPLY_INTEGER;
             if (!took && (rep->elements != 1 || rep->element[0]->type != REDIS_REPLY_INTEGER)) {
-                snprintf(r->detail, sizeof r->detail, "%s: break: unexpected reply shape",
-                         b.rd.set->conns[i].node->addr.display);
+                dlock__err_set(&r->why, 0, "%s: break: unexpected reply shape",
+                               b.rd.set->conns[i].node->addr.display);
                 dlock__tally_failure(&t, r, DLOCK_ERR_PROTOCOL);
                 continue;
             }

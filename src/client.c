@@ -1,12 +1,12 @@
 /*
- * client.c: dlock_client, its configuration, and its pool of connection sets.
+ * client.c: dlock_client, its configuration, and its free.
  *
  * A client is shared by threads. Each call takes a "connection set" (one connection
- * per node) from the pool for its duration and puts it back after, so calls from
- * different threads run in parallel on different sockets, and a connection is only
- * ever used by one thread at a time without any lock around the I/O. The pool grows
- * to the number of calls that were ever in flight at once, which is bounded by the
- * caller's threads.
+ * per node) from the pool (pool.c) for its duration and puts it back after, so calls
+ * from different threads run in parallel on different sockets, and a connection is
+ * only ever used by one thread at a time without any lock around the I/O. The pool
+ * grows to the number of calls that were ever in flight at once, which is bounded by
+ * the caller's threads.
  */
 #include "internal.h"
 
@@ -33,56 +33,58 @@ _Static_assert(sizeof(void *) != 8 || sizeof(dlock_tls) == 80,
                "dlock_tls changed size: take a reserved word instead");
 
 /* Check cfg and copy its values (or the defaults) into c. */
-static int apply_config(dlock_client *c, const dlock_config *cfg)
+static int apply_config(dlock_client *c, const dlock_config *cfg, dlock__err *e)
 {
     static const dlock_config defaults = {0};
     if (cfg == NULL)
         cfg = &defaults;
-    dlock__err e;
     int rc = dlock__check_reserved(cfg->reserved, sizeof cfg->reserved / sizeof *cfg->reserved,
-                                   "dlock_config", &e);
+                                   "dlock_config", e);
     if (rc != DLOCK_OK)
-        return dlock__err_raise(&e, rc);
+        return rc;
     if (cfg->timeout_ms < 0 || cfg->timeout_ms > 3600000)
-        return dlock__fail(DLOCK_ERR_INVALID, "timeout_ms must be 0 (default) to 3600000");
+        return dlock__err_set(e, DLOCK_ERR_INVALID, "timeout_ms must be 0 (default) to 3600000");
     if (cfg->connect_timeout_ms < 0 || cfg->connect_timeout_ms > 3600000)
-        return dlock__fail(DLOCK_ERR_INVALID, "connect_timeout_ms must be 0 (default) to 3600000");
+        return dlock__err_set(e, DLOCK_ERR_INVALID,
+                              "connect_timeout_ms must be 0 (default) to 3600000");
     if (!(cfg->drift_factor >= 0 && cfg->drift_factor < 0.5))
-        return dlock__fail(DLOCK_ERR_INVALID, "drift_factor must be in [0, 0.5)");
+        return dlock__err_set(e, DLOCK_ERR_INVALID, "drift_factor must be in [0, 0.5)");
     if (cfg->drift_min_ms < 0 || cfg->drift_min_ms > 60000)
-        return dlock__fail(DLOCK_ERR_INVALID, "drift_min_ms must be 0 (default) to 60000");
+        return dlock__err_set(e, DLOCK_ERR_INVALID, "drift_min_ms must be 0 (default) to 60000");
     const char *prefix = cfg->prefix && cfg->prefix[0] ? cfg->prefix : "dlock:";
     size_t plen = strlen(prefix);
     if (plen > DLOCK_PREFIX_MAX)
-        return dlock__fail(DLOCK_ERR_INVALID, "prefix longer than %d bytes", DLOCK_PREFIX_MAX);
+        return dlock__err_set(e, DLOCK_ERR_INVALID, "prefix longer than %d bytes",
+                              DLOCK_PREFIX_MAX);
     if ((c->prefix = dlock__strdup(prefix)) == NULL)
-        return dlock__fail(DLOCK_ERR_NOMEM, "out of memory");
+        return dlock__err_set(e, DLOCK_ERR_NOMEM, "out of memory");
     c->prefix_len = plen;
     if (cfg->password != NULL && cfg->password[0] != '\0' &&
         (c->rules.password = dlock__strdup(cfg->password)) == NULL)
-        return dlock__fail(DLOCK_ERR_NOMEM, "out of memory");
+        return dlock__err_set(e, DLOCK_ERR_NOMEM, "out of memory");
     c->rules.timeout_us = (cfg->timeout_ms ? cfg->timeout_ms : 50) * 1000;
     c->rules.connect_timeout_us = (cfg->connect_timeout_ms ? cfg->connect_timeout_ms : 1000) * 1000;
     c->drift_factor = cfg->drift_factor > 0 ? cfg->drift_factor : DLOCK_DRIFT_FACTOR_DEFAULT;
     c->drift_min_us = (cfg->drift_min_ms ? cfg->drift_min_ms : DLOCK_DRIFT_MIN_MS_DEFAULT) * 1000;
     c->rules.strict = cfg->strict != 0;
     if (cfg->fence_mode != DLOCK_FENCE_DEFAULT && cfg->fence_mode != DLOCK_FENCE_STRICT)
-        return dlock__fail(DLOCK_ERR_INVALID, "fence_mode %d is not a dlock_fence_mode",
-                           cfg->fence_mode);
+        return dlock__err_set(e, DLOCK_ERR_INVALID, "fence_mode %d is not a dlock_fence_mode",
+                              cfg->fence_mode);
     c->fence_mode = cfg->fence_mode;
     if (cfg->restart_voting < DLOCK_RESTART_AUTO || cfg->restart_voting > DLOCK_RESTART_STRICT)
-        return dlock__fail(DLOCK_ERR_INVALID, "restart_voting %d is not a dlock_restart_voting",
-                           cfg->restart_voting);
+        return dlock__err_set(e, DLOCK_ERR_INVALID,
+                              "restart_voting %d is not a dlock_restart_voting",
+                              cfg->restart_voting);
     c->rules.restart_voting = cfg->restart_voting;
     if (cfg->max_lease_ms < 0 || cfg->max_lease_ms > DLOCK_TTL_MAX_MS)
-        return dlock__fail(DLOCK_ERR_INVALID, "max_lease_ms must be 0 (default) to %d",
-                           DLOCK_TTL_MAX_MS);
+        return dlock__err_set(e, DLOCK_ERR_INVALID, "max_lease_ms must be 0 (default) to %d",
+                              DLOCK_TTL_MAX_MS);
     c->rules.max_lease_ms = cfg->max_lease_ms;
     if (cfg->fence_retention_ms != 0 &&
         (cfg->fence_retention_ms < 1000 || cfg->fence_retention_ms > DLOCK_FENCE_RETENTION_MAX_MS))
-        return dlock__fail(DLOCK_ERR_INVALID,
-                           "fence_retention_ms must be 0 (default) or 1000 to %lld",
-                           (long long)DLOCK_FENCE_RETENTION_MAX_MS);
+        return dlock__err_set(e, DLOCK_ERR_INVALID,
+                              "fence_retention_ms must be 0 (default) or 1000 to %lld",
+                              (long long)DLOCK_FENCE_RETENTION_MAX_MS);
     snprintf(c->retention, sizeof c->retention, "%lld",
              (long long)(cfg->fence_retention_ms ? cfg->fence_retention_ms
                                                  : DLOCK_FENCE_RETENTION_DEFAULT_MS));
@@ -91,35 +93,35 @@ static int apply_config(dlock_client *c, const dlock_config *cfg)
     const dlock_tls *tls = cfg->tls;
     if (tls != NULL) {
         rc = dlock__check_reserved(tls->reserved, sizeof tls->reserved / sizeof *tls->reserved,
-                                   "dlock_tls", &e);
+                                   "dlock_tls", e);
         if (rc != DLOCK_OK)
-            return dlock__err_raise(&e, rc);
+            return rc;
         bool cert = tls->cert != NULL && tls->cert[0] != '\0';
         bool key = tls->key != NULL && tls->key[0] != '\0';
         if (cert != key)
-            return dlock__fail(DLOCK_ERR_INVALID, "dlock_tls: %s",
-                               cert ? "cert given without key" : "key given without cert");
+            return dlock__err_set(e, DLOCK_ERR_INVALID, "dlock_tls: %s",
+                                  cert ? "cert given without key" : "key given without cert");
         if (tls->insecure != 0 && tls->insecure != 1)
-            return dlock__fail(DLOCK_ERR_INVALID, "dlock_tls.insecure must be 0 or 1");
+            return dlock__err_set(e, DLOCK_ERR_INVALID, "dlock_tls.insecure must be 0 or 1");
     }
     return DLOCK_OK;
 }
 
 /* The TLS context of every rediss:// node, with cfg's defaults: its files are read
  * here, once, so that a missing one is this call's error. */
-static int init_tls(dlock_client *c, const dlock_config *cfg)
+static int init_tls(dlock_client *c, const dlock_config *cfg, dlock__err *e)
 {
     for (int i = 0; i < c->n; i++) {
         if (!c->nodes[i].addr.tls)
             continue;
-        char err[400];
-        int rc = dlock__tls_node_init(&c->nodes[i], cfg ? cfg->tls : NULL, err, sizeof err);
+        dlock__err why;
+        int rc = dlock__tls_node_init(&c->nodes[i], cfg ? cfg->tls : NULL, &why);
         if (rc == DLOCK_OK)
             continue;
         if (c->n > 1)
-            return dlock__fail(rc, "server %d of %d: %s: %s", i + 1, c->n, c->nodes[i].addr.display,
-                               err);
-        return dlock__fail(rc, "%s: %s", c->nodes[i].addr.display, err);
+            return dlock__err_set(e, rc, "server %d of %d: %s: %s", i + 1, c->n,
+                                  c->nodes[i].addr.display, why.msg);
+        return dlock__err_set(e, rc, "%s: %s", c->nodes[i].addr.display, why.msg);
     }
     return DLOCK_OK;
 }
@@ -143,15 +145,15 @@ static bool nowait_ok(const dlock_client *c)
 
 int dlock_client_new(const char *servers, const dlock_config *cfg, dlock_client **out)
 {
-    dlock__clear_error();
+    dlock__err e;
     if (out == NULL)
-        return dlock__fail(DLOCK_ERR_INVALID, "out is NULL");
+        return dlock__err_raise(&e, dlock__err_set(&e, DLOCK_ERR_INVALID, "out is NULL"));
     *out = NULL;
     if (servers == NULL)
-        return dlock__fail(DLOCK_ERR_INVALID, "servers is NULL");
+        return dlock__err_raise(&e, dlock__err_set(&e, DLOCK_ERR_INVALID, "servers is NULL"));
     dlock_client *c = dlock__calloc(1, sizeof *c);
     if (c == NULL)
-        return dlock__fail(DLOCK_ERR_NOMEM, "out of memory");
+        return dlock__err_raise(&e, dlock__err_set(&e, DLOCK_ERR_NOMEM, "out of memory"));
     c->magic = DLOCK_CLIENT_MAGIC;
     c->pid = getpid();
     c->fork_gen = dlock__fork_gen();
@@ -165,18 +167,14 @@ int dlock_client_new(const char *servers, const dlock_config *cfg, dlock_client 
     host[sizeof host - 1] = '\0';
     snprintf(c->holder, sizeof c->holder, "%s:%ld", host, (long)c->pid);
 
-    int rc = apply_config(c, cfg);
+    int rc = apply_config(c, cfg, &e);
     if (rc == DLOCK_OK && dlock__local_url(servers))
-        return dlock__local_client_new(c, servers, out);
+        return dlock__err_raise(&e, dlock__local_client_new(c, servers, out, &e));
     dlock__addr *addrs = NULL;
-    char err[512] = "out of memory parsing the server list";
-    if (rc == DLOCK_OK) {
-        rc = dlock__url_parse_list(servers, DLOCK_SERVERS_MAX, &addrs, &c->n, err, sizeof err);
-        if (rc != DLOCK_OK)
-            dlock__fail(rc, "%s", err);
-    }
+    if (rc == DLOCK_OK)
+        rc = dlock__url_parse_list(servers, DLOCK_SERVERS_MAX, &addrs, &c->n, &e);
     if (rc == DLOCK_OK && (c->nodes = dlock__calloc((size_t)c->n, sizeof *c->nodes)) == NULL)
-        rc = dlock__fail(DLOCK_ERR_NOMEM, "out of memory");
+        rc = dlock__err_set(&e, DLOCK_ERR_NOMEM, "out of memory");
     if (rc == DLOCK_OK) {
         for (int i = 0; i < c->n; i++) {
             c->nodes[i].addr = addrs[i]; /* the node owns the strings now */
@@ -184,7 +182,7 @@ int dlock_client_new(const char *servers, const dlock_config *cfg, dlock_client 
             c->nodes[i].rules = &c->rules;
             pthread_mutex_init(&c->nodes[i].mu, NULL);
             if (c->nodes[i].addr.cluster && dlock__cluster_new(&c->nodes[i]) != DLOCK_OK)
-                rc = dlock__fail(DLOCK_ERR_NOMEM, "out of memory");
+                rc = dlock__err_set(&e, DLOCK_ERR_NOMEM, "out of memory");
         }
         free(addrs);
         addrs = NULL;
@@ -193,18 +191,15 @@ int dlock_client_new(const char *servers, const dlock_config *cfg, dlock_client 
         if (c->rules.restart_voting == DLOCK_RESTART_AUTO)
             c->rules.restart_voting = c->n > 1 ? DLOCK_RESTART_OBSERVED : DLOCK_RESTART_OFF;
         if (rc == DLOCK_OK)
-            rc = init_tls(c, cfg);
+            rc = init_tls(c, cfg, &e);
     }
-    if (rc == DLOCK_OK) {
-        dlock__err e;
-        if ((rc = dlock__scripts_init(&c->scripts, &e)) != DLOCK_OK)
-            dlock__err_raise(&e, rc);
-    }
+    if (rc == DLOCK_OK)
+        rc = dlock__scripts_init(&c->scripts, &e);
     /* The channel our wake-ups come on: random, like a token, so that no other client
      * hears them. */
     char id[DLOCK_TOKEN_LEN + 1];
     if (rc == DLOCK_OK && (rc = dlock__token_new(id)) != DLOCK_OK)
-        dlock__fail(rc, "getrandom: %s", strerror(errno));
+        dlock__err_set(&e, rc, "getrandom: %s", strerror(errno));
     if (rc == DLOCK_OK)
         snprintf(c->wake_chan, sizeof c->wake_chan, "%swake:%s", c->prefix, id);
     if (rc != DLOCK_OK) {
@@ -215,10 +210,10 @@ int dlock_client_new(const char *servers, const dlock_config *cfg, dlock_client 
             c->n = 0;
         }
         dlock_client_free(c);
-        return rc;
+        return dlock__err_raise(&e, rc);
     }
     *out = c;
-    return DLOCK_OK;
+    return dlock__err_raise(&e, DLOCK_OK);
 }
 
 /* Make every blocking call on c end (its sleep watches close_efd, which stays

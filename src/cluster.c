@@ -190,26 +190,26 @@ static bool is_map(const dlock__req *r, int i, void *arg)
 }
 
 int dlock__cluster_take_map(dlock__node *node, const redisReply *map, const char *asked,
-                            char *detail, size_t n)
+                            dlock__err *e)
 {
     struct dlock__cluster *cl = node->cluster;
     if (!slots_reply(map))
-        return dlock__node_detail(detail, n, DLOCK_ERR_PROTOCOL, node, "not a slot map");
+        return dlock__node_err(e, DLOCK_ERR_PROTOCOL, node, "not a slot map");
     int rc = DLOCK_OK;
     pthread_mutex_lock(&node->mu);
     memset(cl->owner, 0, sizeof cl->owner);
     for (size_t k = 0; k < map->elements && rc == DLOCK_OK; k++) {
-        const redisReply *e = map->element[k];
+        const redisReply *range = map->element[k];
         char host[256];
         int port, m;
-        if (!range_node(e->element[2], asked, host, sizeof host, &port))
+        if (!range_node(range->element[2], asked, host, sizeof host, &port))
             continue; /* a master of unknown address: its slots stay unknown */
         if ((m = master_index(cl, host, port)) < 0) {
-            rc = dlock__node_detail(detail, n, DLOCK_ERR_PROTOCOL, node,
-                                    "more than %d masters in the cluster", MASTERS_MAX);
+            rc = dlock__node_err(e, DLOCK_ERR_PROTOCOL, node, "more than %d masters in the cluster",
+                                 MASTERS_MAX);
             break;
         }
-        for (long long s = e->element[0]->integer; s <= e->element[1]->integer; s++)
+        for (long long s = range->element[0]->integer; s <= range->element[1]->integer; s++)
             cl->owner[s] = (unsigned char)(m + 1);
     }
     cl->loaded = true;
@@ -219,7 +219,7 @@ int dlock__cluster_take_map(dlock__node *node, const redisReply *map, const char
 
 /* Read the map: ask the masters that serve slots (up to half the places) and the seeds
  * at once. */
-static int load_map(dlock__node *node, char *detail, size_t n)
+static int load_map(dlock__node *node, dlock__err *e)
 {
     const dlock__addr *a = &node->addr;
     struct dlock__hostport hosts[DLOCK_ASK_MAX];
@@ -245,25 +245,25 @@ static int load_map(dlock__node *node, char *detail, size_t n)
         .reply_max_elements = MAP_MAX_ELEMENTS,
         .reply_max_bytes = MAP_MAX_BYTES,
     };
-    int rc = dlock__ask_run(&ask, &spec, detail, n);
+    int rc = dlock__ask_run(&ask, &spec, e);
     int got = -1;
     for (int i = 0; rc == DLOCK_OK && i < ask.k && got < 0; i++)
         if (ask.reqs[i].err == DLOCK_OK && is_map(&ask.reqs[i], i, NULL))
             got = i;
     if (rc == DLOCK_OK && got >= 0) {
-        rc = dlock__cluster_take_map(node, ask.reqs[got].reply, hosts[got].host, detail, n);
+        rc = dlock__cluster_take_map(node, ask.reqs[got].reply, hosts[got].host, e);
     } else if (rc == DLOCK_OK) {
         /* Why each node gave no map, in one message; the error the first that
          * answered gave (a refused password, a server without cluster support), else
          * DLOCK_ERR_IO for none reached. */
         rc = DLOCK_ERR_IO;
-        int used = snprintf(detail, n, "%s: no slot map from any node:", a->display);
+        int used = snprintf(e->msg, sizeof e->msg, "%s: no slot map from any node:", a->display);
         for (int i = 0; i < ask.k; i++) {
             dlock__req *r = &ask.reqs[i];
             const redisReply *rep = r->reply;
             char why[512] = "";
             if (r->err != DLOCK_OK) {
-                snprintf(why, sizeof why, "%s", r->detail);
+                snprintf(why, sizeof why, "%s", r->why.msg);
                 if (rc == DLOCK_ERR_IO && r->err != DLOCK_ERR_TIMEOUT)
                     rc = r->err; /* a refused password, say */
             } else if (rep->type == REDIS_REPLY_ERROR) {
@@ -278,8 +278,9 @@ static int load_map(dlock__node *node, char *detail, size_t n)
                 if (rc == DLOCK_ERR_IO)
                     rc = DLOCK_ERR_PROTOCOL;
             }
-            if (used > 0 && (size_t)used < n)
-                used += snprintf(detail + used, n - (size_t)used, "%s %s", i ? ";" : "", why);
+            if (used > 0 && (size_t)used < sizeof e->msg)
+                used += snprintf(e->msg + used, sizeof e->msg - (size_t)used, "%s %s", i ? ";" : "",
+                                 why);
         }
     }
     dlock__ask_end(&ask);
@@ -300,7 +301,7 @@ static bool at(const dlock__conn *c, const char *host, int port)
 
 /* The master for slot (-1: the one c is at if it serves a slot, else the first), into
  * host and port; the map read first when there is none, or a redirection changed it. */
-static int target(dlock__conn *c, int slot, char *host, int *port, char *detail, size_t n)
+static int target(dlock__conn *c, int slot, char *host, int *port, dlock__err *e)
 {
     dlock__node *node = c->node;
     struct dlock__cluster *cl = node->cluster;
@@ -309,7 +310,7 @@ static int target(dlock__conn *c, int slot, char *host, int *port, char *detail,
     cl->stale = false; /* one reading per change: a failed one keeps the map it has */
     pthread_mutex_unlock(&node->mu);
     if (load) {
-        int rc = load_map(node, detail, n);
+        int rc = load_map(node, e);
         pthread_mutex_lock(&node->mu);
         bool loaded = cl->loaded;
         pthread_mutex_unlock(&node->mu);
@@ -334,11 +335,10 @@ static int target(dlock__conn *c, int slot, char *host, int *port, char *detail,
     }
     pthread_mutex_unlock(&node->mu);
     if (m < 0 && slot >= 0)
-        return dlock__node_detail(detail, n, DLOCK_ERR_UNAVAILABLE, node,
-                                  "no master serves slot %d (the cluster is down?)", slot);
+        return dlock__node_err(e, DLOCK_ERR_UNAVAILABLE, node,
+                               "no master serves slot %d (the cluster is down?)", slot);
     if (m < 0)
-        return dlock__node_detail(detail, n, DLOCK_ERR_UNAVAILABLE, node,
-                                  "no master in the slot map");
+        return dlock__node_err(e, DLOCK_ERR_UNAVAILABLE, node, "no master in the slot map");
     return DLOCK_OK;
 }
 
@@ -414,24 +414,24 @@ void dlock__cluster_parked_free(dlock__conn *c, bool forget)
 /* ---- routing ----------------------------------------------------------------------- */
 
 /* Point c at the master for slot (-1: see target). */
-static int point(dlock__conn *c, int slot, char *detail, size_t n)
+static int point(dlock__conn *c, int slot, dlock__err *e)
 {
     char host[256];
     int port = 0;
-    int rc = target(c, slot, host, &port, detail, n);
+    int rc = target(c, slot, host, &port, e);
     if (rc == DLOCK_OK && (rc = switch_to(c, host, port)) != DLOCK_OK)
-        dlock__node_detail(detail, n, rc, c->node, "out of memory");
+        dlock__node_err(e, rc, c->node, "out of memory");
     return rc;
 }
 
-int dlock__cluster_route(dlock__conn *c, const dlock__req *r, char *detail, size_t n)
+int dlock__cluster_route(dlock__conn *c, const dlock__req *r, dlock__err *e)
 {
-    return point(c, r->keyed ? r->slot : -1, detail, n);
+    return point(c, r->keyed ? r->slot : -1, e);
 }
 
-int dlock__cluster_pick(dlock__conn *c, char *detail, size_t n)
+int dlock__cluster_pick(dlock__conn *c, dlock__err *e)
 {
-    return point(c, -1, detail, n);
+    return point(c, -1, e);
 }
 
 bool dlock__cluster_parse_redirect(const char *str, const char *self, bool *ask, int *slot,
@@ -471,10 +471,10 @@ int dlock__cluster_redirect(dlock__conn *c, dlock__req *r, const redisReply *rep
     if (!dlock__cluster_parse_redirect(reply->str, c->host, &ask, &slot, host, sizeof host, &port))
         return DLOCK_OK;
     if (r->redirects++ == DLOCK_CLUSTER_REDIRECTS)
-        return dlock__node_detail(r->detail, sizeof r->detail, DLOCK_ERR_UNAVAILABLE, c->node,
-                                  "%d redirections in one request, the last -%.100s (slots "
-                                  "moving?)",
-                                  DLOCK_CLUSTER_REDIRECTS, reply->str);
+        return dlock__node_err(&r->why, DLOCK_ERR_UNAVAILABLE, c->node,
+                               "%d redirections in one request, the last -%.100s (slots "
+                               "moving?)",
+                               DLOCK_CLUSTER_REDIRECTS, reply->str);
     dlock__node *node = c->node;
     struct dlock__cluster *cl = node->cluster;
     if (!ask) {
@@ -489,8 +489,7 @@ int dlock__cluster_redirect(dlock__conn *c, dlock__req *r, const redisReply *rep
     r->asking = ask;
     *moved = true;
     if (switch_to(c, host, port) != DLOCK_OK)
-        return dlock__node_detail(r->detail, sizeof r->detail, DLOCK_ERR_NOMEM, node,
-                                  "out of memory");
+        return dlock__node_err(&r->why, DLOCK_ERR_NOMEM, node, "out of memory");
     return DLOCK_OK;
 }
 
@@ -519,7 +518,7 @@ static master *master_at(const dlock__conn *c)
     return NULL;
 }
 
-int dlock__cluster_on_info(dlock__conn *c, const redisReply *r, char *detail, size_t n)
+int dlock__cluster_on_info(dlock__conn *c, const redisReply *r, dlock__err *e)
 {
     dlock__node *node = c->node;
     pthread_mutex_lock(&node->mu);
@@ -528,7 +527,7 @@ int dlock__cluster_on_info(dlock__conn *c, const redisReply *r, char *detail, si
     bool promoted = m && m->promoted;
     pthread_mutex_unlock(&node->mu);
     /* Masters are never dropped from the table, so v stays valid. */
-    return dlock__node_on_info_of(node, v, promoted, r, detail, n);
+    return dlock__node_on_info_of(node, v, promoted, r, e);
 }
 
 bool dlock__conn_votes(const dlock__conn *c, int64_t now)

@@ -121,7 +121,7 @@ int dlock__conn_queue(dlock__conn *c, const char *buf, size_t len)
             cap *= 2;
         char *p = dlock__realloc(c->out, cap);
         if (p == NULL)
-            return dlock__fail(DLOCK_ERR_NOMEM, "out of memory queueing a command");
+            return DLOCK_ERR_NOMEM;
         c->out = p;
         c->outcap = cap;
     }
@@ -146,16 +146,16 @@ static int queue_handshake(dlock__conn *c, int step, int argc, const char **argv
 
 /* The TCP (or unix) connect is done: the connection is ready, or for TLS its
  * handshake starts. */
-static int connected(dlock__conn *c, char *detail, size_t n)
+static int connected(dlock__conn *c, dlock__err *e)
 {
     if (c->node->tls_ctx != NULL)
-        return dlock__tls_start(c, detail, n);
+        return dlock__tls_start(c, e);
     c->state = DLOCK_CONN_READY;
     return DLOCK_OK;
 }
 
 /* Start a non-blocking connect to c->ai_next (TCP) or the socket path (unix). */
-static int start_connect(dlock__conn *c, char *detail, size_t n)
+static int start_connect(dlock__conn *c, dlock__err *e)
 {
     const dlock__addr *a = &c->node->addr;
     for (;;) {
@@ -172,7 +172,7 @@ static int start_connect(dlock__conn *c, char *detail, size_t n)
             salen = sizeof sun;
         } else {
             if (c->ai_next == NULL)
-                return DLOCK_ERR_IO; /* detail was set by the last failure */
+                return DLOCK_ERR_IO; /* e was set by the last failure */
             family = c->ai_next->ai_family;
             sa = c->ai_next->ai_addr;
             salen = c->ai_next->ai_addrlen;
@@ -180,8 +180,7 @@ static int start_connect(dlock__conn *c, char *detail, size_t n)
         }
         int fd = socket(family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
         if (fd < 0)
-            return dlock__node_detail(detail, n, DLOCK_ERR_IO, c->node, "socket: %s",
-                                      strerror(errno));
+            return dlock__node_err(e, DLOCK_ERR_IO, c->node, "socket: %s", strerror(errno));
         if (family != AF_UNIX) {
             /* Lock commands are small and latency-bound: never wait for Nagle. */
             int one = 1;
@@ -192,12 +191,12 @@ static int start_connect(dlock__conn *c, char *detail, size_t n)
             rc = connect(fd, sa, salen);
         while (rc < 0 && errno == EINTR);
         if (rc == 0)
-            return connected(c, detail, n);
+            return connected(c, e);
         if (errno == EINPROGRESS) {
             c->state = DLOCK_CONN_CONNECTING;
             return DLOCK_OK;
         }
-        dlock__node_detail(detail, n, DLOCK_ERR_IO, c->node, "connect: %s", strerror(errno));
+        dlock__node_err(e, DLOCK_ERR_IO, c->node, "connect: %s", strerror(errno));
         close(fd);
         c->fd = -1;
         if (a->is_unix)
@@ -205,25 +204,25 @@ static int start_connect(dlock__conn *c, char *detail, size_t n)
     }
 }
 
-int dlock__conn_open(dlock__conn *c, char *detail, size_t n)
+int dlock__conn_open(dlock__conn *c, dlock__err *e)
 {
     const dlock__addr *a = &c->node->addr;
     dlock__conn_close(c);
     if ((c->reader = dlock__reader_new()) == NULL)
-        return dlock__node_detail(detail, n, DLOCK_ERR_NOMEM, c->node, "out of memory");
+        return dlock__node_err(e, DLOCK_ERR_NOMEM, c->node, "out of memory");
     c->cap.max_elements =
         c->node->reply_max_elements ? c->node->reply_max_elements : DLOCK_REPLY_MAX_ELEMENTS;
     c->reresolve = false;
     if (a->cluster) {
         /* The master it is routed to (cluster.c), or one for a connection that is
          * not routed. */
-        int rc = c->host[0] ? DLOCK_OK : dlock__cluster_pick(c, detail, n);
+        int rc = c->host[0] ? DLOCK_OK : dlock__cluster_pick(c, e);
         if (rc != DLOCK_OK) {
             dlock__conn_close(c);
             return rc;
         }
     } else if (a->sentinel) {
-        int rc = dlock__sentinel_master(c->node, c->host, sizeof c->host, &c->port, detail, n);
+        int rc = dlock__sentinel_master(c->node, c->host, sizeof c->host, &c->port, e);
         if (rc != DLOCK_OK) {
             dlock__conn_close(c);
             return rc;
@@ -245,14 +244,14 @@ int dlock__conn_open(dlock__conn *c, char *detail, size_t n)
         if (gai != 0) {
             c->ai = NULL;
             dlock__conn_close(c);
-            return dlock__node_detail(detail, n, DLOCK_ERR_IO, c->node, "cannot resolve host: %s",
-                                      gai_strerror(gai));
+            return dlock__node_err(e, DLOCK_ERR_IO, c->node, "cannot resolve host: %s",
+                                   gai_strerror(gai));
         }
         c->ai_next = c->ai;
     }
     const dlock__node_rules *rules = c->node->rules;
     c->connect_deadline_us = dlock__now_us() + rules->connect_timeout_us + rules->timeout_us;
-    int rc = start_connect(c, detail, n);
+    int rc = start_connect(c, e);
     if (rc == DLOCK_OK) {
         const char *pass = dlock__node_password(c->node);
         if (pass != NULL && a->user != NULL)
@@ -267,29 +266,29 @@ int dlock__conn_open(dlock__conn *c, char *detail, size_t n)
         if (rc == DLOCK_OK && !c->node->query_only)
             rc = queue_handshake(c, HS_INFO, 1, (const char *[]){"INFO"});
         if (rc != DLOCK_OK)
-            dlock__node_detail(detail, n, rc, c->node, "out of memory");
+            dlock__node_err(e, rc, c->node, "out of memory");
     }
     if (rc != DLOCK_OK)
         dlock__conn_close(c);
     return rc;
 }
 
-int dlock__conn_on_connect(dlock__conn *c, char *detail, size_t n)
+int dlock__conn_on_connect(dlock__conn *c, dlock__err *e)
 {
     if (c->tls_handshaking)
-        return dlock__tls_handshake(c, detail, n);
+        return dlock__tls_handshake(c, e);
     int err = 0;
     socklen_t len = sizeof err;
     if (getsockopt(c->fd, SOL_SOCKET, SO_ERROR, &err, &len) < 0)
         err = errno;
     if (err == 0)
-        return connected(c, detail, n);
-    dlock__node_detail(detail, n, DLOCK_ERR_IO, c->node, "connect: %s", strerror(err));
+        return connected(c, e);
+    dlock__node_err(e, DLOCK_ERR_IO, c->node, "connect: %s", strerror(err));
     close(c->fd);
     c->fd = -1;
     /* Try the host's next address (say 127.0.0.1 after ::1); the queued handshake
      * and command stay queued for it. */
-    int rc = c->node->addr.is_unix ? DLOCK_ERR_IO : start_connect(c, detail, n);
+    int rc = c->node->addr.is_unix ? DLOCK_ERR_IO : start_connect(c, e);
     if (rc != DLOCK_OK)
         c->state = DLOCK_CONN_CLOSED;
     return rc;
@@ -297,23 +296,22 @@ int dlock__conn_on_connect(dlock__conn *c, char *detail, size_t n)
 
 /* A send or recv that returned -1: DLOCK_ERR_AGAIN to retry it (EINTR), DLOCK_OK when
  * the socket has no more room or bytes for now, or the error. */
-static int sock_failed(dlock__conn *c, const char *op, const char *hint, char *detail, size_t n)
+static int sock_failed(dlock__conn *c, const char *op, const char *hint, dlock__err *e)
 {
     if (errno == EINTR)
         return DLOCK_ERR_AGAIN;
     if (errno == EAGAIN || errno == EWOULDBLOCK)
         return DLOCK_OK;
-    return dlock__node_detail(detail, n, DLOCK_ERR_IO, c->node, "%s: %s%s", op, strerror(errno),
-                              hint);
+    return dlock__node_err(e, DLOCK_ERR_IO, c->node, "%s: %s%s", op, strerror(errno), hint);
 }
 
-int dlock__conn_flush(dlock__conn *c, char *detail, size_t n)
+int dlock__conn_flush(dlock__conn *c, dlock__err *e)
 {
     if (c->ssl != NULL)
-        return dlock__tls_flush(c, detail, n);
+        return dlock__tls_flush(c, e);
     while (c->outpos < c->outlen) {
         ssize_t w = send(c->fd, c->out + c->outpos, c->outlen - c->outpos, MSG_NOSIGNAL);
-        int rc = w < 0 ? sock_failed(c, "send", "", detail, n) : DLOCK_ERR_AGAIN;
+        int rc = w < 0 ? sock_failed(c, "send", "", e) : DLOCK_ERR_AGAIN;
         if (rc != DLOCK_ERR_AGAIN)
             return rc;
         if (w > 0)
@@ -322,25 +320,24 @@ int dlock__conn_flush(dlock__conn *c, char *detail, size_t n)
     return DLOCK_OK;
 }
 
-int dlock__conn_feed(dlock__conn *c, const char *buf, size_t len, char *detail, size_t n)
+int dlock__conn_feed(dlock__conn *c, const char *buf, size_t len, dlock__err *e)
 {
     /* Refuse to buffer past the cap: a reply that large is not a lock reply. */
     size_t buffered = c->reader->len - c->reader->pos;
     size_t max = c->node->reply_max_bytes ? c->node->reply_max_bytes : DLOCK_REPLY_MAX_BYTES;
     if (buffered + len > max)
-        return dlock__node_detail(detail, n, DLOCK_ERR_PROTOCOL, c->node,
-                                  "reply larger than %zu bytes refused", max);
+        return dlock__node_err(e, DLOCK_ERR_PROTOCOL, c->node,
+                               "reply larger than %zu bytes refused", max);
     if (redisReaderFeed(c->reader, buf, len) != REDIS_OK)
-        return dlock__node_detail(detail, n, DLOCK_ERR_NOMEM, c->node,
-                                  "out of memory reading a reply");
+        return dlock__node_err(e, DLOCK_ERR_NOMEM, c->node, "out of memory reading a reply");
     c->lagging = false; /* the server answers again */
     return DLOCK_OK;
 }
 
-int dlock__conn_read(dlock__conn *c, char *detail, size_t n)
+int dlock__conn_read(dlock__conn *c, dlock__err *e)
 {
     if (c->ssl != NULL)
-        return dlock__tls_read(c, detail, n);
+        return dlock__tls_read(c, e);
     char buf[16384];
     for (;;) {
         ssize_t r = recv(c->fd, buf, sizeof buf, 0);
@@ -350,15 +347,15 @@ int dlock__conn_read(dlock__conn *c, char *detail, size_t n)
                                ? " before any reply (a TLS port? use rediss:// for one)"
                                : "";
         if (r < 0) {
-            int rc = sock_failed(c, "recv", hint, detail, n);
+            int rc = sock_failed(c, "recv", hint, e);
             if (rc == DLOCK_ERR_AGAIN)
                 continue;
             return rc;
         }
         if (r == 0)
-            return dlock__node_detail(detail, n, DLOCK_ERR_IO, c->node,
-                                      "connection closed by the server%s", hint);
-        int rc = dlock__conn_feed(c, buf, (size_t)r, detail, n);
+            return dlock__node_err(e, DLOCK_ERR_IO, c->node, "connection closed by the server%s",
+                                   hint);
+        int rc = dlock__conn_feed(c, buf, (size_t)r, e);
         if (rc != DLOCK_OK)
             return rc;
         if ((size_t)r < sizeof buf)
@@ -367,30 +364,29 @@ int dlock__conn_read(dlock__conn *c, char *detail, size_t n)
 }
 
 /* A handshake reply: AUTH and SELECT must succeed; INFO is informative. */
-static int on_handshake(dlock__conn *c, const redisReply *r, char *detail, size_t n)
+static int on_handshake(dlock__conn *c, const redisReply *r, dlock__err *e)
 {
     int step = c->hs[c->hs_next++];
     c->handshake--;
     if (step == HS_INFO)
-        return c->node->cluster ? dlock__cluster_on_info(c, r, detail, n)
-                                : dlock__node_on_info(c->node, r, detail, n);
+        return c->node->cluster ? dlock__cluster_on_info(c, r, e)
+                                : dlock__node_on_info(c->node, r, e);
     if (r->type != REDIS_REPLY_ERROR)
         return DLOCK_OK;
     int err = dlock__server_error_code(r->str, r->len);
     /* A server that cannot serve yet (loading, at its maxclients) refuses the AUTH too:
      * that is no verdict on the password. */
     if (step == HS_AUTH && err != DLOCK_ERR_UNAVAILABLE)
-        return dlock__node_detail(detail, n, DLOCK_ERR_AUTH, c->node, "AUTH refused: %.200s",
-                                  r->str);
+        return dlock__node_err(e, DLOCK_ERR_AUTH, c->node, "AUTH refused: %.200s", r->str);
     if (step == HS_AUTH)
-        return dlock__node_detail(detail, n, err, c->node, "AUTH: %.200s", r->str);
+        return dlock__node_err(e, err, c->node, "AUTH: %.200s", r->str);
     /* SELECT: -NOAUTH is a missing password, -LOADING a node not ready; a plain -ERR is
      * a database number the server does not have, which is the URL's fault. */
-    return dlock__node_detail(detail, n, err == DLOCK_ERR_PROTOCOL ? DLOCK_ERR_INVALID : err,
-                              c->node, "SELECT %d refused: %.200s", c->node->addr.db, r->str);
+    return dlock__node_err(e, err == DLOCK_ERR_PROTOCOL ? DLOCK_ERR_INVALID : err, c->node,
+                           "SELECT %d refused: %.200s", c->node->addr.db, r->str);
 }
 
-int dlock__conn_next_reply(dlock__conn *c, redisReply **out, char *detail, size_t n)
+int dlock__conn_next_reply(dlock__conn *c, redisReply **out, dlock__err *e)
 {
     *out = NULL;
     for (;;) {
@@ -401,21 +397,21 @@ int dlock__conn_next_reply(dlock__conn *c, redisReply **out, char *detail, size_
         c->reader->privdata = &c->cap;
         if (redisReaderGetReply(c->reader, &obj) != REDIS_OK) {
             if (c->cap.refused)
-                return dlock__node_detail(detail, n, DLOCK_ERR_PROTOCOL, c->node,
-                                          "reply with more than %d elements refused",
-                                          c->cap.max_elements);
+                return dlock__node_err(e, DLOCK_ERR_PROTOCOL, c->node,
+                                       "reply with more than %d elements refused",
+                                       c->cap.max_elements);
             if (c->reader->err == REDIS_ERR_OOM)
-                return dlock__node_detail(detail, n, DLOCK_ERR_NOMEM, c->node,
-                                          "out of memory reading a reply");
-            return dlock__node_detail(detail, n, DLOCK_ERR_PROTOCOL, c->node, "bad reply: %s",
-                                      c->reader->errstr);
+                return dlock__node_err(e, DLOCK_ERR_NOMEM, c->node,
+                                       "out of memory reading a reply");
+            return dlock__node_err(e, DLOCK_ERR_PROTOCOL, c->node, "bad reply: %s",
+                                   c->reader->errstr);
         }
         if (obj == NULL)
             return DLOCK_OK; /* incomplete: wait for more bytes */
         redisReply *r = obj;
         int rc = DLOCK_OK;
         if (c->handshake > 0) {
-            rc = on_handshake(c, r, detail, n);
+            rc = on_handshake(c, r, e);
         } else if (c->skip > 0) {
             c->skip--; /* the late answer to an abandoned command */
             if (c->risky > 0)
@@ -469,10 +465,10 @@ bool dlock__conn_stale(dlock__conn *c)
          * round left going (decided without this node): take them now. A server that
          * sent them and then closed (it restarted) shows its EOF only behind them, and
          * a command sent on that connection would fail the caller's round. */
-        char detail[160];
+        dlock__err scratch; /* a discarded reply's reason: nobody reads it */
         redisReply *extra = NULL;
-        if (dlock__conn_read(c, detail, sizeof detail) != DLOCK_OK ||
-            dlock__conn_next_reply(c, &extra, detail, sizeof detail) != DLOCK_OK)
+        if (dlock__conn_read(c, &scratch) != DLOCK_OK ||
+            dlock__conn_next_reply(c, &extra, &scratch) != DLOCK_OK)
             return true;
         c->lagging = false; /* it answers again */
         if (extra != NULL) {

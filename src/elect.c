@@ -81,8 +81,8 @@ int dlock__leader_read(dlock_client *c, const dlock__keys *k, dlock__leader *out
         for (size_t j = 0; shaped && j < 6; j++)
             shaped = j == 1 || rep->element[j]->type == REDIS_REPLY_STRING;
         if (!shaped) {
-            snprintf(r->detail, sizeof r->detail, "%s: leader: unexpected reply shape",
-                     s.rd.set->conns[i].node->addr.display);
+            dlock__err_set(&r->why, 0, "%s: leader: unexpected reply shape",
+                           s.rd.set->conns[i].node->addr.display);
             dlock__tally_failure(&t, r, DLOCK_ERR_PROTOCOL);
             continue;
         }
@@ -272,7 +272,7 @@ int dlock_elect_start(dlock_client *c, const char *name, const dlock_elect_opts 
 {
     dlock__err e;
     if (out == NULL)
-        return dlock__fail(DLOCK_ERR_INVALID, "out is NULL");
+        return dlock__raise(&e, DLOCK_ERR_INVALID, "out is NULL");
     *out = NULL;
     dlock_opts o;
     int rc = campaign_prepare(c, opts, out, "out", &o, &e);
@@ -284,7 +284,7 @@ int dlock_elect_start(dlock_client *c, const char *name, const dlock_elect_opts 
     if (k == NULL || (k->value = dlock__strdup(opts != NULL && opts->value != NULL ? opts->value
                                                                                    : "")) == NULL) {
         free(k);
-        return dlock__fail(DLOCK_ERR_NOMEM, "out of memory");
+        return dlock__raise(&e, DLOCK_ERR_NOMEM, "out of memory");
     }
     if ((rc = dlock_acquire_start(c, name, &o, &k->acq)) != DLOCK_OK) {
         campaign_destroy(&k->base);

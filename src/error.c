@@ -3,9 +3,8 @@
  *
  * The detail lives in thread-local storage, not on the client: a client is shared by
  * threads, and one thread's failure must not overwrite the detail another thread is
- * about to read. Mutable state outside the handles is this buffer and token.c's pool
- * of random bytes, both per thread by construction, and fork.c's fork generation
- * (written only in a forked child's atfork handler).
+ * about to read. Only dlock__err_raise writes it, at the end of a public call
+ * (base.h's rule for messages).
  */
 #include "base.h"
 
@@ -65,20 +64,6 @@ const char *dlock_version(void)
     return DLOCK_VERSION_STRING;
 }
 
-void dlock__clear_error(void)
-{
-    errbuf[0] = '\0';
-}
-
-int dlock__fail(int err, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(errbuf, sizeof errbuf, fmt, ap);
-    va_end(ap);
-    return err;
-}
-
 int dlock__err_set(dlock__err *e, int code, const char *fmt, ...)
 {
     va_list ap;
@@ -103,4 +88,13 @@ int dlock__err_raise(const dlock__err *e, int code)
     else
         memcpy(errbuf, e->msg, sizeof errbuf);
     return code;
+}
+
+int dlock__raise(dlock__err *e, int code, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(e->msg, sizeof e->msg, fmt, ap);
+    va_end(ap);
+    return dlock__err_raise(e, code);
 }

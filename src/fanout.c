@@ -49,11 +49,11 @@ static int send_cmd(dlock__conn *c, dlock__req *r, const char *cmd, size_t len)
     if (rc == DLOCK_OK)
         rc = dlock__conn_queue(c, cmd, len);
     if (rc != DLOCK_OK) {
-        snprintf(r->detail, sizeof r->detail, "%s: out of memory", c->node->addr.display);
+        dlock__err_set(&r->why, 0, "%s: out of memory", c->node->addr.display);
         return rc;
     }
     if (c->state == DLOCK_CONN_READY)
-        rc = dlock__conn_flush(c, r->detail, sizeof r->detail);
+        rc = dlock__conn_flush(c, &r->why);
     return rc;
 }
 
@@ -65,7 +65,7 @@ static int send_cmd(dlock__conn *c, dlock__req *r, const char *cmd, size_t len)
  * yet run, the leaves among it: a waiter would stay counted until its entry expired. */
 static bool drain_owed(dlock__conn *c, int64_t deadline_us)
 {
-    char detail[160];
+    dlock__err scratch; /* a discarded reply's reason: nobody reads it */
     while (c->skip >= SKIP_MAX) {
         int64_t left = deadline_us - dlock__now_us();
         if (left <= 0)
@@ -77,8 +77,8 @@ static bool drain_owed(dlock__conn *c, int64_t deadline_us)
         if (n <= 0)
             continue;
         redisReply *extra = NULL;
-        if (dlock__conn_read(c, detail, sizeof detail) != DLOCK_OK ||
-            dlock__conn_next_reply(c, &extra, detail, sizeof detail) != DLOCK_OK || extra != NULL) {
+        if (dlock__conn_read(c, &scratch) != DLOCK_OK ||
+            dlock__conn_next_reply(c, &extra, &scratch) != DLOCK_OK || extra != NULL) {
             freeReplyObject(extra); /* a reply nobody owed: out of step */
             return false;
         }
@@ -93,7 +93,7 @@ static void start(dlock__conn *c, dlock__req *r)
     if (dlock__conn_stale(c))
         dlock__conn_close(c);
     if (c->state == DLOCK_CONN_CLOSED) {
-        int rc = dlock__conn_open(c, r->detail, sizeof r->detail);
+        int rc = dlock__conn_open(c, &r->why);
         if (rc != DLOCK_OK) {
             fail(c, r, rc);
             return;
@@ -142,7 +142,7 @@ static void begin(dlock__conn *c, dlock__req *r, int64_t start_us)
 {
     r->reply = NULL;
     r->err = DLOCK_OK;
-    r->detail[0] = '\0';
+    r->why.msg[0] = '\0';
     r->retried = false;
     r->done = false;
     r->held = false; /* set again by start() if the command waits for a handshake */
@@ -151,8 +151,7 @@ static void begin(dlock__conn *c, dlock__req *r, int64_t start_us)
     r->start_us = start_us;
     r->deadline_us = start_us + c->node->rules->timeout_us;
     int rc;
-    if (c->node->cluster != NULL &&
-        (rc = dlock__cluster_route(c, r, r->detail, sizeof r->detail)) != DLOCK_OK) {
+    if (c->node->cluster != NULL && (rc = dlock__cluster_route(c, r, &r->why)) != DLOCK_OK) {
         fail(c, r, rc);
         return;
     }
@@ -188,10 +187,10 @@ static void expire(dlock__conn *c, dlock__req *r)
      * take the failure for a "no". */
     bool sent = c->state != DLOCK_CONN_CONNECTING && c->handshake == 0 && !r->held &&
                 c->outpos == c->outlen;
-    snprintf(r->detail, sizeof r->detail, "%s: no %s within %lld ms%s%s", c->node->addr.display,
-             what, (long long)((r->deadline_us - r->start_us) / 1000),
-             c->tls_handshaking ? " (paused, or not a TLS port?)" : "",
-             sent ? " (outcome unknown: the command may have been applied)" : "");
+    dlock__err_set(&r->why, 0, "%s: no %s within %lld ms%s%s", c->node->addr.display, what,
+                   (long long)((r->deadline_us - r->start_us) / 1000),
+                   c->tls_handshaking ? " (paused, or not a TLS port?)" : "",
+                   sent ? " (outcome unknown: the command may have been applied)" : "");
     r->err = DLOCK_ERR_TIMEOUT;
     r->done = true;
     if (r->await)
@@ -219,7 +218,7 @@ static void step(dlock__conn *c, dlock__req *r, short revents)
         short want = c->tls_handshaking ? c->read_ev : POLLOUT;
         if (!(revents & (want | POLLERR | POLLHUP)))
             return;
-        if ((rc = dlock__conn_on_connect(c, r->detail, sizeof r->detail)) != DLOCK_OK) {
+        if ((rc = dlock__conn_on_connect(c, &r->why)) != DLOCK_OK) {
             fail(c, r, rc);
             return;
         }
@@ -228,7 +227,7 @@ static void step(dlock__conn *c, dlock__req *r, short revents)
         revents |= c->flush_ev;
     }
     if ((revents & c->flush_ev) && c->outpos < c->outlen &&
-        (rc = dlock__conn_flush(c, r->detail, sizeof r->detail)) != DLOCK_OK) {
+        (rc = dlock__conn_flush(c, &r->why)) != DLOCK_OK) {
         fail(c, r, rc);
         return;
     }
@@ -239,13 +238,13 @@ static void step(dlock__conn *c, dlock__req *r, short revents)
     if (!(revents & (c->read_ev | POLLERR | POLLHUP)))
         return;
     DLOCK_PAUSE_POINT(DLOCK_HOOK_BEFORE_READ);
-    if ((rc = dlock__conn_read(c, r->detail, sizeof r->detail)) != DLOCK_OK) {
+    if ((rc = dlock__conn_read(c, &r->why)) != DLOCK_OK) {
         fail(c, r, rc);
         return;
     }
     for (;;) {
         redisReply *reply;
-        rc = dlock__conn_next_reply(c, &reply, r->detail, sizeof r->detail);
+        rc = dlock__conn_next_reply(c, &reply, &r->why);
         if (rc != DLOCK_OK) {
             fail(c, r, rc);
             return;
@@ -276,7 +275,7 @@ static void step(dlock__conn *c, dlock__req *r, short revents)
             }
             if (rc != DLOCK_OK) {
                 freeReplyObject(reply);
-                snprintf(r->detail, sizeof r->detail, "%s: out of memory", c->node->addr.display);
+                dlock__err_set(&r->why, 0, "%s: out of memory", c->node->addr.display);
                 fail(c, r, rc);
                 return;
             }
@@ -324,11 +323,11 @@ static void step(dlock__conn *c, dlock__req *r, short revents)
 static void abandon(dlock__conn *c, dlock__req *r)
 {
     if (r->held) {
-        snprintf(r->detail, sizeof r->detail, "%s: still connecting when a quorum had decided",
-                 c->node->addr.display);
+        dlock__err_set(&r->why, 0, "%s: still connecting when a quorum had decided",
+                       c->node->addr.display);
     } else if (owe_reply(c, r)) {
-        snprintf(r->detail, sizeof r->detail, "%s: no reply yet when a quorum had decided",
-                 c->node->addr.display);
+        dlock__err_set(&r->why, 0, "%s: no reply yet when a quorum had decided",
+                       c->node->addr.display);
     } else {
         return;
     }
@@ -477,7 +476,7 @@ bool dlock__flight_pump(dlock__flight *f, int64_t wait_us)
         /* poll itself failed (ENOMEM): nothing can be waited for. */
         for (int k = 0; k < nfds; k++) {
             dlock__req *r = &reqs[idx[k]];
-            snprintf(r->detail, sizeof r->detail, "poll: %s", strerror(errno));
+            dlock__err_set(&r->why, 0, "poll: %s", strerror(errno));
             fail(&conns[idx[k]], r, DLOCK_ERR_IO);
         }
         return true;

@@ -21,17 +21,17 @@ int dlock_fenced_set(dlock_client *c, const char *key, uint64_t fence, const voi
     if (rc != DLOCK_OK)
         return dlock__err_raise(&e, rc);
     if (c->local != NULL)
-        return dlock__fail(DLOCK_ERR_INVALID,
-                           "dlock_fenced_set needs a Redis server: a file:// client keeps no "
-                           "register (check fences in the resource with dlock_fence_admit)");
+        return dlock__raise(&e, DLOCK_ERR_INVALID,
+                            "dlock_fenced_set needs a Redis server: a file:// client keeps no "
+                            "register (check fences in the resource with dlock_fence_admit)");
     if (key == NULL || key[0] == '\0')
-        return dlock__fail(DLOCK_ERR_INVALID, "key is NULL or empty");
+        return dlock__raise(&e, DLOCK_ERR_INVALID, "key is NULL or empty");
     if (fence == 0)
-        return dlock__fail(DLOCK_ERR_INVALID, "fence 0 is not a fence (adopted handle?)");
+        return dlock__raise(&e, DLOCK_ERR_INVALID, "fence 0 is not a fence (adopted handle?)");
     if (value == NULL && value_len > 0)
-        return dlock__fail(DLOCK_ERR_INVALID, "value is NULL");
+        return dlock__raise(&e, DLOCK_ERR_INVALID, "value is NULL");
     if (value_len > (size_t)512 * 1024 * 1024)
-        return dlock__fail(DLOCK_ERR_INVALID, "value larger than 512 MiB");
+        return dlock__raise(&e, DLOCK_ERR_INVALID, "value larger than 512 MiB");
     char f[24];
     int flen = snprintf(f, sizeof f, "%llu", (unsigned long long)fence);
     const char *args[] = {key, f, value ? value : ""};

@@ -164,30 +164,29 @@ void dlock__lock_mark_lost(dlock_lock *l)
 
 int dlock_lock_detach(dlock_lock *l)
 {
-    dlock__clear_error();
-    if (l == NULL)
-        return dlock__fail(DLOCK_ERR_INVALID, "lock is NULL");
-    if (l->magic != DLOCK_LOCK_MAGIC)
-        return dlock__fail(DLOCK_ERR_INVALID, "not a dlock_lock (released or corrupted?)");
     dlock__err e;
+    if (l == NULL)
+        return dlock__raise(&e, DLOCK_ERR_INVALID, "lock is NULL");
+    if (l->magic != DLOCK_LOCK_MAGIC)
+        return dlock__raise(&e, DLOCK_ERR_INVALID, "not a dlock_lock (released or corrupted?)");
     if (l->client->local != NULL)
         return dlock__err_raise(&e, dlock__local_detach(l, &e));
     dlock__lock_free(l);
-    return DLOCK_OK;
+    return dlock__err_raise(&e, DLOCK_OK);
 }
 
 int dlock_lock_adopt(dlock_client *c, const char *name, const char *token, dlock_lock **out)
 {
     dlock__err e;
     if (out == NULL)
-        return dlock__fail(DLOCK_ERR_INVALID, "out is NULL");
+        return dlock__raise(&e, DLOCK_ERR_INVALID, "out is NULL");
     *out = NULL;
     int rc = dlock__client_enter(c, &e);
     if (rc != DLOCK_OK || (rc = dlock__check_name(name, &e)) != DLOCK_OK)
         return dlock__err_raise(&e, rc);
     if (token == NULL || !dlock__token_valid(token))
-        return dlock__fail(DLOCK_ERR_INVALID, "token must be %d lowercase hex characters",
-                           DLOCK_TOKEN_LEN);
+        return dlock__raise(&e, DLOCK_ERR_INVALID, "token must be %d lowercase hex characters",
+                            DLOCK_TOKEN_LEN);
     dlock_lock *l;
     if ((rc = dlock__lock_new(c, name, &l, &e)) != DLOCK_OK)
         return dlock__err_raise(&e, rc);

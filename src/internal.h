@@ -542,8 +542,9 @@ struct dlock__local_hold;
 bool dlock__local_url(const char *servers);
 /* dlock_client_new for a file: URL, c's config applied: parse it, check the directory
  * (it must exist and be writable; nothing is created), set c->local. On failure c is
- * freed. Sets the thread's message (it ends dlock_client_new). */
-int dlock__local_client_new(struct dlock_client *c, const char *servers, struct dlock_client **out);
+ * freed, and e says why. */
+int dlock__local_client_new(struct dlock_client *c, const char *servers, struct dlock_client **out,
+                            dlock__err *e);
 void dlock__local_client_free(struct dlock_client *c);
 /* limit 0: exclusive; else a shared holder among at most limit (DLOCK_PERMITS_MAX for
  * dlock_opts.shared, K for a semaphore of K >= 2 permits). (local_acquire.c) */

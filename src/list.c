@@ -285,7 +285,7 @@ static int take_reply(dlock_lister *it, int node, dlock__req *r, walk *w, dlock_
 {
     const char *display = it->c->nodes[node].addr.display;
     if (r->err != DLOCK_OK)
-        return dlock__err_set(e, r->err, "%s", r->detail);
+        return dlock__err_set(e, r->err, "%s", r->why.msg);
     redisReply *rep = r->reply;
     if (rep->type == REDIS_REPLY_ERROR)
         return dlock__err_set(e, dlock__server_error_code(rep->str, rep->len), "%s: list: %s",
@@ -338,7 +338,7 @@ static int fresh_map(dlock_client *c, int i, dlock__err *e)
     dlock__fanout(set->conns, reqs, c->n);
     int rc = reqs[i].err;
     if (rc != DLOCK_OK)
-        dlock__err_set(e, rc, "%s", reqs[i].detail);
+        dlock__err_set(e, rc, "%s", reqs[i].why.msg);
     freeReplyObject(reqs[i].reply);
     dlock__connset_put(c, set);
     return rc;
@@ -370,7 +370,6 @@ static int walk_cluster(dlock_lister *it, int i, const char *match, dlock__err *
             const char *argv[PAGE_ARGC];
             page_argv(it->c, match, &w, argv, nums);
             dlock__ask ask;
-            char detail[300];
             dlock__ask_spec spec = {.from = node,
                                     .hosts = &hosts[m],
                                     .k = 1,
@@ -380,10 +379,8 @@ static int walk_cluster(dlock_lister *it, int i, const char *match, dlock__err *
                                     .tls_name = node->tls_name,
                                     .argc = PAGE_ARGC,
                                     .argv = argv};
-            rc = dlock__ask_run(&ask, &spec, detail, sizeof detail);
-            if (rc != DLOCK_OK)
-                rc = dlock__err_set(e, rc, "%s", detail);
-            else
+            rc = dlock__ask_run(&ask, &spec, e);
+            if (rc == DLOCK_OK)
                 rc = take_reply(it, i, &ask.reqs[0], &w, e);
             dlock__ask_end(&ask);
         }
@@ -481,16 +478,16 @@ int dlock_list(dlock_client *c, const char *pattern, dlock_lister **out)
     if (rc != DLOCK_OK)
         return dlock__err_raise(&e, rc);
     if (out == NULL)
-        return dlock__fail(DLOCK_ERR_INVALID, "out is NULL");
+        return dlock__raise(&e, DLOCK_ERR_INVALID, "out is NULL");
     if (pattern == NULL)
         pattern = "*";
     if (strlen(pattern) > DLOCK_NAME_MAX)
-        return dlock__fail(DLOCK_ERR_INVALID, "the pattern is longer than %d bytes",
-                           DLOCK_NAME_MAX);
+        return dlock__raise(&e, DLOCK_ERR_INVALID, "the pattern is longer than %d bytes",
+                            DLOCK_NAME_MAX);
     dlock_lister *it = dlock__calloc(1, sizeof *it);
     if (it == NULL || (it->pattern = dlock__strdup(pattern)) == NULL) {
         free(it);
-        return dlock__fail(DLOCK_ERR_NOMEM, "out of memory");
+        return dlock__raise(&e, DLOCK_ERR_NOMEM, "out of memory");
     }
     it->c = c;
     if (c->local != NULL) {
@@ -510,7 +507,7 @@ int dlock_list(dlock_client *c, const char *pattern, dlock_lister **out)
     char *match = dlock__malloc(2 * c->prefix_len + 4);
     if (match == NULL) {
         dlock_list_free(it);
-        return dlock__fail(DLOCK_ERR_NOMEM, "out of memory");
+        return dlock__raise(&e, DLOCK_ERR_NOMEM, "out of memory");
     }
     size_t ml = 0;
     for (size_t i = 0; i < c->prefix_len; i++) {
@@ -555,11 +552,12 @@ int dlock_list(dlock_client *c, const char *pattern, dlock_lister **out)
 
 int dlock_list_next(dlock_lister *it, const dlock_listed **entry)
 {
+    dlock__err e;
     if (entry == NULL)
-        return dlock__fail(DLOCK_ERR_INVALID, "entry is NULL");
+        return dlock__raise(&e, DLOCK_ERR_INVALID, "entry is NULL");
     *entry = NULL;
     if (it == NULL)
-        return dlock__fail(DLOCK_ERR_INVALID, "the lister is NULL");
+        return dlock__raise(&e, DLOCK_ERR_INVALID, "the lister is NULL");
     while (it->at < it->nrecs) {
         size_t a = it->at, b = a + 1;
         while (b < it->nrecs && it->recs[b].name_len == it->recs[a].name_len &&

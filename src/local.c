@@ -110,40 +110,39 @@ static void read_boot_id(char out[40])
             strcpy(out, "-");
 }
 
-int dlock__local_client_new(dlock_client *c, const char *servers, dlock_client **out)
+int dlock__local_client_new(dlock_client *c, const char *servers, dlock_client **out, dlock__err *e)
 {
-    dlock__err e;
     char path[PATH_MAX];
-    int rc = parse_file_url(servers, path, sizeof path, &e);
+    int rc = parse_file_url(servers, path, sizeof path, e);
     struct dlock__local *lc = NULL;
     if (rc == DLOCK_OK && (lc = dlock__calloc(1, sizeof *lc)) == NULL)
-        rc = dlock__err_set(&e, DLOCK_ERR_NOMEM, "out of memory");
+        rc = dlock__err_set(e, DLOCK_ERR_NOMEM, "out of memory");
     if (rc == DLOCK_OK) {
         lc->dirfd = -1;
         c->local = lc;
         if ((lc->dir = dlock__strdup(path)) == NULL)
-            rc = dlock__err_set(&e, DLOCK_ERR_NOMEM, "out of memory");
+            rc = dlock__err_set(e, DLOCK_ERR_NOMEM, "out of memory");
     }
     /* Checked now, and nothing created: a directory that cannot hold locks is a mistake
      * in the configuration, better told before a job starts than at its first lock. */
     if (rc == DLOCK_OK && (lc->dirfd = open(path, O_PATH | O_DIRECTORY | O_CLOEXEC)) < 0) {
         int err = errno;
-        rc = dlock__err_set(&e, err == ENOMEM ? DLOCK_ERR_NOMEM : DLOCK_ERR_INVALID,
+        rc = dlock__err_set(e, err == ENOMEM ? DLOCK_ERR_NOMEM : DLOCK_ERR_INVALID,
                             "lock directory %s: %s%s", path, strerror(err),
                             err == ENOENT ? " (dlock does not create it)" : "");
     }
     if (rc == DLOCK_OK && faccessat(AT_FDCWD, path, W_OK | X_OK, AT_EACCESS) != 0)
-        rc = dlock__err_set(&e, DLOCK_ERR_INVALID,
+        rc = dlock__err_set(e, DLOCK_ERR_INVALID,
                             "lock directory %s is not writable by this process (uid %ld): %s", path,
                             (long)geteuid(), strerror(errno));
     if (rc != DLOCK_OK) {
         dlock_client_free(c);
-        return dlock__err_raise(&e, rc);
+        return rc;
     }
     read_boot_id(lc->boot_id);
     lc->guard_us = c->rules.timeout_us + c->rules.connect_timeout_us;
     *out = c;
-    return dlock__err_raise(&e, DLOCK_OK);
+    return DLOCK_OK;
 }
 
 void dlock__local_client_free(dlock_client *c)

@@ -30,7 +30,7 @@ int dlock_extend(dlock_lock *l, int64_t ttl_ms)
     if (l->client->local != NULL)
         return dlock__err_raise(&e, dlock__local_extend(l, ttl_ms, &e));
     if (l->lost)
-        return dlock__fail(DLOCK_ERR_LOST, "this handle already found the lock lost");
+        return dlock__raise(&e, DLOCK_ERR_LOST, "this handle already found the lock lost");
     dlock_client *c = l->client;
     dlock__keys k;
     if ((rc = dlock__keys_make(c->prefix, c->prefix_len, l->name, l->name_len, &k, &e)) != DLOCK_OK)
@@ -57,7 +57,8 @@ int dlock_extend(dlock_lock *l, int64_t ttl_ms)
         int64_t now = dlock__now_us();
         int64_t validity = dlock__round_validity_us(c, ttl_ms * 1000, start, now);
         if (validity <= 0)
-            return dlock__fail(DLOCK_ERR_TIMEOUT, "extended, but the round used up the new lease");
+            return dlock__raise(&e, DLOCK_ERR_TIMEOUT,
+                                "extended, but the round used up the new lease");
         l->valid_until_us = now + validity;
     } else if (rc == DLOCK_ERR_LOST) {
         dlock__lock_lost(l);
@@ -90,8 +91,7 @@ static void parse_view(dlock__tally *t, dlock__req *r, const dlock__conn *conn, 
     for (size_t i = 0; shape && i < 6; i++)
         shape = rep->element[i]->type == types[i];
     if (!shape) {
-        snprintf(r->detail, sizeof r->detail, "%s: inspect: unexpected reply shape",
-                 conn->node->addr.display);
+        dlock__err_set(&r->why, 0, "%s: inspect: unexpected reply shape", conn->node->addr.display);
         dlock__tally_failure(t, r, DLOCK_ERR_PROTOCOL);
         return;
     }
@@ -101,8 +101,7 @@ static void parse_view(dlock__tally *t, dlock__req *r, const dlock__conn *conn, 
     v->mine = rep->element[3]->integer;
     v->count = rep->element[4]->integer;
     if (rep->element[5]->len > 0 && (v->list = dlock__strdup(rep->element[5]->str)) == NULL) {
-        snprintf(r->detail, sizeof r->detail, "%s: inspect: out of memory",
-                 conn->node->addr.display);
+        dlock__err_set(&r->why, 0, "%s: inspect: out of memory", conn->node->addr.display);
         dlock__tally_failure(t, r, DLOCK_ERR_NOMEM);
         return;
     }
@@ -207,7 +206,7 @@ int dlock_check(dlock_lock *l)
     if (l->client->local != NULL)
         return dlock__err_raise(&e, dlock__local_check(l, &e));
     if (l->lost)
-        return dlock__fail(DLOCK_ERR_LOST, "this handle already found the lock lost");
+        return dlock__raise(&e, DLOCK_ERR_LOST, "this handle already found the lock lost");
     dlock_client *c = l->client;
     views v;
     if ((rc = inspect_round(c, l->name, l->name_len, l->token, &v, &e)) != DLOCK_OK) {
@@ -232,7 +231,7 @@ int dlock_check(dlock_lock *l)
      * lock is lost; otherwise too few answered to tell. */
     if (answered - ours > c->n - c->quorum) {
         dlock__lock_lost(l);
-        return dlock__fail(DLOCK_ERR_LOST, "the lock is not held with this token");
+        return dlock__raise(&e, DLOCK_ERR_LOST, "the lock is not held with this token");
     }
     return dlock__err_raise(&v.undecided, v.undecided_rc);
 }
@@ -270,7 +269,7 @@ int dlock_inspect(dlock_client *c, const char *name, dlock_holder *out)
 {
     dlock__err e;
     if (out == NULL)
-        return dlock__fail(DLOCK_ERR_INVALID, "out is NULL");
+        return dlock__raise(&e, DLOCK_ERR_INVALID, "out is NULL");
     memset(out, 0, sizeof *out);
     views v;
     int rc = inspect_enter(c, name, &v, &e);
@@ -371,7 +370,7 @@ int dlock_inspect_shared(dlock_client *c, const char *name, dlock_holder *out, i
 {
     dlock__err e;
     if (n == NULL || total == NULL || (out == NULL && max > 0) || max < 0)
-        return dlock__fail(DLOCK_ERR_INVALID, "out, n or total is NULL, or max is negative");
+        return dlock__raise(&e, DLOCK_ERR_INVALID, "out, n or total is NULL, or max is negative");
     *n = 0;
     *total = 0;
     views v;

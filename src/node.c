@@ -17,15 +17,14 @@
 #include <stdlib.h>
 #include <string.h>
 
-int dlock__node_detail(char *detail, size_t n, int err, const dlock__node *node, const char *fmt,
-                       ...)
+int dlock__node_err(dlock__err *e, int err, const dlock__node *node, const char *fmt, ...)
 {
-    int used = snprintf(detail, n, "%s: ", node->addr.display);
-    if (used < 0 || (size_t)used >= n)
+    int used = snprintf(e->msg, sizeof e->msg, "%s: ", node->addr.display);
+    if (used < 0 || (size_t)used >= sizeof e->msg)
         return err;
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(detail + used, n - (size_t)used, fmt, ap);
+    vsnprintf(e->msg + used, sizeof e->msg - (size_t)used, fmt, ap);
     va_end(ap);
     return err;
 }
@@ -52,22 +51,22 @@ bool dlock__info_field(const redisReply *r, const char *field, char *out, size_t
     return false;
 }
 
-int dlock__node_on_info(dlock__node *node, const redisReply *r, char *detail, size_t n)
+int dlock__node_on_info(dlock__node *node, const redisReply *r, dlock__err *e)
 {
-    return dlock__node_on_info_of(node, &node->voter, false, r, detail, n);
+    return dlock__node_on_info_of(node, &node->voter, false, r, e);
 }
 
 int dlock__node_on_info_of(dlock__node *node, dlock__voter *v, bool promoted, const redisReply *r,
-                           char *detail, size_t n)
+                           dlock__err *e)
 {
     const dlock__node_rules *rules = node->rules;
     if (r->type == REDIS_REPLY_ERROR &&
         starts_with(r->str, "NOAUTH")) /* no password given to a server that needs one */
-        return dlock__node_detail(detail, n, DLOCK_ERR_AUTH, node, "%.200s", r->str);
+        return dlock__node_err(e, DLOCK_ERR_AUTH, node, "%.200s", r->str);
     if (r->type == REDIS_REPLY_ERROR &&
         dlock__server_error_code(r->str, r->len) == DLOCK_ERR_UNAVAILABLE &&
         strstr(r->str, "max number of clients") != NULL)
-        return dlock__node_detail(detail, n, DLOCK_ERR_UNAVAILABLE, node, "%.200s", r->str);
+        return dlock__node_err(e, DLOCK_ERR_UNAVAILABLE, node, "%.200s", r->str);
     if (r->type == REDIS_REPLY_ERROR) {
         /* INFO may be denied by an ACL (reported once per node; locking works without
          * it); any other error (-LOADING, -BUSY) is passing: the next connection asks
@@ -85,16 +84,16 @@ int dlock__node_on_info_of(dlock__node *node, dlock__voter *v, bool promoted, co
         return DLOCK_OK;
     }
     if (r->type != REDIS_REPLY_STRING && r->type != REDIS_REPLY_STATUS)
-        return dlock__node_detail(detail, n, DLOCK_ERR_PROTOCOL, node,
-                                  "INFO: unexpected reply type %d", r->type);
+        return dlock__node_err(e, DLOCK_ERR_PROTOCOL, node, "INFO: unexpected reply type %d",
+                               r->type);
     char policy[64] = "", run_id[41] = "", uptime[24] = "", role[16] = "";
     /* A Sentinel's answer may be a moment old: a demoted master must not take locks
      * that its replication would then overwrite. */
     if (node->addr.sentinel && dlock__info_field(r, "role", role, sizeof role) &&
         strcmp(role, "master") != 0)
-        return dlock__node_detail(detail, n, DLOCK_ERR_UNAVAILABLE, node,
-                                  "the Sentinels named a %s, not a master (a failover going on?)",
-                                  role);
+        return dlock__node_err(e, DLOCK_ERR_UNAVAILABLE, node,
+                               "the Sentinels named a %s, not a master (a failover going on?)",
+                               role);
     dlock__info_field(r, "maxmemory_policy", policy, sizeof policy);
     dlock__info_field(r, "run_id", run_id, sizeof run_id);
     dlock__info_field(r, "uptime_in_seconds", uptime, sizeof uptime);
@@ -142,8 +141,8 @@ int dlock__node_on_info_of(dlock__node *node, dlock__voter *v, bool promoted, co
                          "locks; use noeviction",
                          node->addr.display, policy, policy[0] == 'a' ? " and fence counters" : "");
     if (evicting && rules->strict)
-        return dlock__node_detail(detail, n, DLOCK_ERR_UNAVAILABLE, node,
-                                  "maxmemory-policy %s can evict lock keys (strict mode)", policy);
+        return dlock__node_err(e, DLOCK_ERR_UNAVAILABLE, node,
+                               "maxmemory-policy %s can evict lock keys (strict mode)", policy);
     return DLOCK_OK;
 }
 

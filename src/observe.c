@@ -244,7 +244,7 @@ int dlock_observe(dlock_client *c, const char *name, dlock_leader_fn fn, void *u
         return dlock__err_raise(&e, rc);
     dlock_observer *o = dlock__calloc(1, sizeof *o);
     if (o == NULL)
-        return dlock__fail(DLOCK_ERR_NOMEM, "out of memory");
+        return dlock__raise(&e, DLOCK_ERR_NOMEM, "out of memory");
     o->client = c;
     o->fn = fn;
     o->user = user;
@@ -275,14 +275,16 @@ int dlock_observer_fd(const dlock_observer *o)
 {
     if (o != NULL)
         return o->out_fd;
-    dlock__fail(DLOCK_ERR_INVALID, "observer is NULL");
+    dlock__err e;
+    dlock__raise(&e, DLOCK_ERR_INVALID, "observer is NULL");
     return -1;
 }
 
 int dlock_observer_next(dlock_observer *o, dlock_leader_info *info)
 {
+    dlock__err e;
     if (o == NULL || info == NULL)
-        return dlock__fail(DLOCK_ERR_INVALID, "%s is NULL", o == NULL ? "observer" : "info");
+        return dlock__raise(&e, DLOCK_ERR_INVALID, "%s is NULL", o == NULL ? "observer" : "info");
     pthread_mutex_lock(&o->mu);
     struct change *ch = o->first;
     if (ch != NULL) {
@@ -294,7 +296,7 @@ int dlock_observer_next(dlock_observer *o, dlock_leader_info *info)
     }
     pthread_mutex_unlock(&o->mu);
     if (ch == NULL)
-        return dlock__fail(DLOCK_ERR_AGAIN, "no change waits");
+        return dlock__raise(&e, DLOCK_ERR_AGAIN, "no change waits");
     *info = ch->info;
     free(ch);
     return DLOCK_OK;

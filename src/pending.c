@@ -64,16 +64,16 @@ int dlock__pending_run(dlock_pending *p, int cancel_fd, int close_fd, dlock_lock
 
 static int step(dlock_pending *p, dlock_lock **out, bool nowait)
 {
+    dlock__err e;
     if (out != NULL)
         *out = NULL;
     if (p == NULL)
-        return dlock__fail(DLOCK_ERR_INVALID, "pending is NULL");
+        return dlock__raise(&e, DLOCK_ERR_INVALID, "pending is NULL");
     if (out == NULL && !p->lockless)
-        return dlock__fail(DLOCK_ERR_INVALID, "out is NULL (it receives the lock)");
+        return dlock__raise(&e, DLOCK_ERR_INVALID, "out is NULL (it receives the lock)");
     if (p->done)
-        return dlock__fail(DLOCK_ERR_INVALID,
-                           "the operation has finished: only dlock_pending_free is left");
-    dlock__err e;
+        return dlock__raise(&e, DLOCK_ERR_INVALID,
+                            "the operation has finished: only dlock_pending_free is left");
     int rc = p->step(p, out, nowait, &e);
     p->done = rc != DLOCK_ERR_AGAIN && rc != DLOCK_ERR_WOULDBLOCK;
     return dlock__err_raise(&e, rc);

@@ -61,8 +61,8 @@ static bool reached(dlock__req *r, dlock_server_facts *f)
     if (r->err == DLOCK_OK)
         return true;
     f->error = r->err;
-    /* The transport's detail starts with the server's URL, which f->server holds. */
-    const char *d = r->detail;
+    /* The transport's reason starts with the server's URL, which f->server holds. */
+    const char *d = r->why.msg;
     size_t len = strlen(f->server);
     if (strncmp(d, f->server, len) == 0 && strncmp(d + len, ": ", 2) == 0)
         d += len + 2;
@@ -197,7 +197,7 @@ static void take_masters(dlock__node *node, dlock_server_facts *f)
     static const char *info_argv[] = {"INFO"}, *fsync_argv[] = {"CONFIG", "GET", "appendfsync"};
     for (int q = 0; q < 2; q++) {
         dlock__ask ask;
-        char detail[300];
+        dlock__err ignored; /* a master not asked leaves its facts out */
         dlock__ask_spec spec = {.from = node,
                                 .hosts = hosts,
                                 .k = k,
@@ -207,7 +207,7 @@ static void take_masters(dlock__node *node, dlock_server_facts *f)
                                 .tls_name = node->tls_name,
                                 .argc = q == 0 ? 1 : 3,
                                 .argv = q == 0 ? info_argv : fsync_argv};
-        if (dlock__ask_run(&ask, &spec, detail, sizeof detail) == DLOCK_OK) {
+        if (dlock__ask_run(&ask, &spec, &ignored) == DLOCK_OK) {
             for (int i = 0; i < ask.k; i++) {
                 if (ask.reqs[i].err != DLOCK_OK)
                     continue;
@@ -288,12 +288,12 @@ static int begin(dlock_client *c, dlock_server_facts *out, int n, dlock__connset
     if (rc != DLOCK_OK)
         return dlock__err_raise(&e, rc);
     if (out == NULL)
-        return dlock__fail(DLOCK_ERR_INVALID, "out is NULL");
+        return dlock__raise(&e, DLOCK_ERR_INVALID, "out is NULL");
     if (c->local != NULL)
-        return dlock__fail(DLOCK_ERR_INVALID, "a file:// client has no server to ask");
+        return dlock__raise(&e, DLOCK_ERR_INVALID, "a file:// client has no server to ask");
     if (n < c->n)
-        return dlock__fail(DLOCK_ERR_INVALID, "out holds %d facts, the client has %d servers", n,
-                           c->n);
+        return dlock__raise(&e, DLOCK_ERR_INVALID, "out holds %d facts, the client has %d servers",
+                            n, c->n);
     for (int i = 0; i < c->n; i++) {
         dlock_server_facts *f = &out[i];
         memset(f, 0, sizeof *f);
@@ -308,7 +308,7 @@ static int begin(dlock_client *c, dlock_server_facts *out, int n, dlock__connset
     }
     *set = dlock__connset_get(c);
     if (*set == NULL)
-        return dlock__fail(DLOCK_ERR_NOMEM, "out of memory");
+        return dlock__raise(&e, DLOCK_ERR_NOMEM, "out of memory");
     return DLOCK_OK;
 }
 

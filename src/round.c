@@ -191,12 +191,11 @@ bool dlock__tally_reply(dlock__tally *t, dlock__req *r, const dlock__conn *conn,
     if (rep->type == type)
         return true;
     if (rep->type == REDIS_REPLY_ERROR) {
-        snprintf(r->detail, sizeof r->detail, "%s: %s: -%.100s", conn->node->addr.display, what,
-                 rep->str);
+        dlock__err_set(&r->why, 0, "%s: %s: -%.100s", conn->node->addr.display, what, rep->str);
         dlock__tally_failure(t, r, dlock__server_error_code(rep->str, rep->len));
     } else {
-        snprintf(r->detail, sizeof r->detail, "%s: %s: unexpected reply type %d",
-                 conn->node->addr.display, what, rep->type);
+        dlock__err_set(&r->why, 0, "%s: %s: unexpected reply type %d", conn->node->addr.display,
+                       what, rep->type);
         dlock__tally_failure(t, r, DLOCK_ERR_PROTOCOL);
     }
     return false;
@@ -215,12 +214,12 @@ int dlock__tally_undecided(const dlock_client *c, const dlock__tally *t, const d
                            dlock__err *e)
 {
     if (c->n == 1)
-        return dlock__err_set(e, t->last_err, "%s", reqs[0].detail);
+        return dlock__err_set(e, t->last_err, "%s", reqs[0].why.msg);
     dlock__err_set(e, DLOCK_ERR_NOQUORUM, "%d of %d servers answered, %d needed", c->n - t->failed,
                    c->n, c->quorum);
     for (int i = 0; i < c->n; i++)
         if (reqs[i].err != DLOCK_OK)
-            dlock__err_append(e, "%s", reqs[i].detail);
+            dlock__err_append(e, "%s", reqs[i].why.msg);
     return DLOCK_ERR_NOQUORUM;
 }
 
@@ -275,8 +274,8 @@ int dlock__round_yes_no_outcome(const dlock_client *c, dlock__round *rd, const c
         } else if (v == 0) {
             t.no++;
         } else {
-            snprintf(rd->reqs[i].detail, sizeof rd->reqs[i].detail, "%s: %s: unexpected reply %lld",
-                     rd->set->conns[i].node->addr.display, what, v);
+            dlock__err_set(&rd->reqs[i].why, 0, "%s: %s: unexpected reply %lld",
+                           rd->set->conns[i].node->addr.display, what, v);
             dlock__tally_failure(&t, &rd->reqs[i], DLOCK_ERR_PROTOCOL);
         }
     }

@@ -130,10 +130,10 @@ typedef struct dlock__tally {
     int64_t busy_remaining_ms; /* largest holder PTTL seen in a refusal */
 } dlock__tally;
 
-/* Count a node that gave no usable answer (its reason in r->detail). */
+/* Count a node that gave no usable answer (its reason in r->why). */
 void dlock__tally_failure(dlock__tally *t, dlock__req *r, int err);
 /* True when node r answered with a reply of `type`; an error reply or another type
- * counts as a failure, with its reason in r->detail. */
+ * counts as a failure, with its reason in r->why. */
 bool dlock__tally_reply(dlock__tally *t, dlock__req *r, const dlock__conn *conn, const char *what,
                         int type);
 /* The same for an integer reply, read into *v. */

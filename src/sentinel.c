@@ -44,7 +44,7 @@ static bool answer(const dlock__req *r, char *host, size_t hostlen, int *port)
     return true;
 }
 
-/* Why a Sentinel (who: "Sentinel host:port") gave no address, into r->detail when the
+/* Why a Sentinel (who: "Sentinel host:port") gave no address, into r->why.msg when the
  * transport has not. */
 static void explain(const dlock__addr *a, const char *who, dlock__req *r)
 {
@@ -52,16 +52,15 @@ static void explain(const dlock__addr *a, const char *who, dlock__req *r)
     if (r->err != DLOCK_OK)
         return; /* the transport's reason */
     if (rep->type == REDIS_REPLY_NIL)
-        snprintf(r->detail, sizeof r->detail, "%s knows no master named \"%.60s\"", who,
-                 a->master_name);
+        dlock__err_set(&r->why, 0, "%s knows no master named \"%.60s\"", who, a->master_name);
     else if (rep->type == REDIS_REPLY_ERROR)
-        snprintf(r->detail, sizeof r->detail, "%s: -%.100s", who, rep->str);
+        dlock__err_set(&r->why, 0, "%s: -%.100s", who, rep->str);
     else
-        snprintf(r->detail, sizeof r->detail, "%s: not a master's address", who);
+        dlock__err_set(&r->why, 0, "%s: not a master's address", who);
 }
 
 /* The error when no Sentinel named a master: the Sentinels' own words, all of them. */
-static int no_master(const dlock__node *node, const dlock__req *reqs, char *detail, size_t n)
+static int no_master(const dlock__node *node, const dlock__req *reqs, dlock__err *e)
 {
     const dlock__addr *a = &node->addr;
     int err = DLOCK_ERR_IO, unknown = 0, answered = 0;
@@ -78,17 +77,17 @@ static int no_master(const dlock__node *node, const dlock__req *reqs, char *deta
      * retry mends. (One that answered otherwise may be starting up.) */
     if (unknown > 0 && err != DLOCK_ERR_AUTH)
         err = unknown == answered ? DLOCK_ERR_INVALID : DLOCK_ERR_UNAVAILABLE;
-    int used = snprintf(detail, n, "%s: no Sentinel named the master:", a->display);
-    for (int i = 0; i < a->nhosts && used > 0 && (size_t)used < n; i++)
-        used += snprintf(detail + used, n - (size_t)used, "%s %s", i ? ";" : "", reqs[i].detail);
+    int used = snprintf(e->msg, sizeof e->msg, "%s: no Sentinel named the master:", a->display);
+    for (int i = 0; i < a->nhosts && used > 0 && (size_t)used < sizeof e->msg; i++)
+        used += snprintf(e->msg + used, sizeof e->msg - (size_t)used, "%s %s", i ? ";" : "",
+                         reqs[i].why.msg);
     return err;
 }
 
 /* Ask "SENTINEL <sub> <master name>" of every Sentinel, with the Sentinels' own
  * credentials; the replies in sr->reqs. Free with dlock__ask_end, whatever this
  * returns. */
-static int round_run(const dlock__node *node, const char *sub, dlock__ask *sr, char *detail,
-                     size_t n)
+static int round_run(const dlock__node *node, const char *sub, dlock__ask *sr, dlock__err *e)
 {
     const dlock__addr *a = &node->addr;
     dlock__ask_spec spec = {
@@ -101,15 +100,14 @@ static int round_run(const dlock__node *node, const char *sub, dlock__ask *sr, c
         .argc = 3,
         .argv = (const char *[]){"SENTINEL", sub, a->master_name},
     };
-    return dlock__ask_run(sr, &spec, detail, n);
+    return dlock__ask_run(sr, &spec, e);
 }
 
-int dlock__sentinel_master(dlock__node *node, char *host, size_t hostlen, int *port, char *detail,
-                           size_t n)
+int dlock__sentinel_master(dlock__node *node, char *host, size_t hostlen, int *port, dlock__err *e)
 {
     const dlock__addr *a = &node->addr;
     dlock__ask sr;
-    int rc = round_run(node, "get-master-addr-by-name", &sr, detail, n);
+    int rc = round_run(node, "get-master-addr-by-name", &sr, e);
     const dlock__req *reqs = sr.reqs;
     int k = sr.k;
     if (rc == DLOCK_OK) {
@@ -134,7 +132,7 @@ int dlock__sentinel_master(dlock__node *node, char *host, size_t hostlen, int *p
         } else {
             for (int i = 0; i < k; i++)
                 explain(a, sr.display[i], &sr.reqs[i]);
-            rc = no_master(node, reqs, detail, n);
+            rc = no_master(node, reqs, e);
         }
     }
     dlock__ask_end(&sr);
@@ -147,7 +145,10 @@ int dlock__sentinel_quorum(dlock__node *node, int *up, int *ok, char *words, siz
     *up = 0;
     *ok = -1;
     words[0] = '\0';
-    int rc = round_run(node, "ckquorum", &sr, words, n);
+    dlock__err e;
+    int rc = round_run(node, "ckquorum", &sr, &e);
+    if (rc != DLOCK_OK)
+        snprintf(words, n, "%s", e.msg); /* why no Sentinel could say */
     for (int i = 0; rc == DLOCK_OK && i < sr.k; i++) {
         const redisReply *r = sr.reqs[i].reply;
         if (sr.reqs[i].err != DLOCK_OK)

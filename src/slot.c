@@ -108,8 +108,8 @@ static int read_slot(dlock_lock *l, const dlock__keys *k, int64_t period_ms, dlo
         int64_t sec = shaped ? ms_of(rep->element[1]) : -1,
                 us = shaped ? ms_of(rep->element[2]) : -1;
         if (sec < 0 || us < 0) {
-            snprintf(r->detail, sizeof r->detail, "%s: slot read: unexpected reply shape",
-                     rd->set->conns[i].node->addr.display);
+            dlock__err_set(&r->why, 0, "%s: slot read: unexpected reply shape",
+                           rd->set->conns[i].node->addr.display);
             dlock__tally_failure(&t, r, DLOCK_ERR_PROTOCOL);
             continue;
         }
@@ -174,9 +174,8 @@ static int write_slot(dlock_lock *l, const dlock__keys *k, int64_t period_ms, in
             lost += v == 0;
             taken += v == 2;
         } else {
-            snprintf(rd->reqs[i].detail, sizeof rd->reqs[i].detail,
-                     "%s: slot claim: unexpected reply %lld", rd->set->conns[i].node->addr.display,
-                     v);
+            dlock__err_set(&rd->reqs[i].why, 0, "%s: slot claim: unexpected reply %lld",
+                           rd->set->conns[i].node->addr.display, v);
             dlock__tally_failure(&t, &rd->reqs[i], DLOCK_ERR_PROTOCOL);
         }
     }
@@ -204,20 +203,21 @@ int dlock_slot_claim(dlock_lock *l, int64_t period_ms, dlock_slot *out)
     if (rc != DLOCK_OK)
         return dlock__err_raise(&e, rc);
     if (out == NULL)
-        return dlock__fail(DLOCK_ERR_INVALID, "out is NULL");
+        return dlock__raise(&e, DLOCK_ERR_INVALID, "out is NULL");
     memset(out, 0, sizeof *out);
     out->start_ms = out->last_ms = out->last_at_ms = -1;
     if (period_ms < DLOCK_SLOT_PERIOD_MIN_MS || period_ms > DLOCK_SLOT_PERIOD_MAX_MS)
-        return dlock__fail(DLOCK_ERR_INVALID, "period %lld ms out of range (%d ms to %lld ms)",
-                           (long long)period_ms, DLOCK_SLOT_PERIOD_MIN_MS,
-                           (long long)DLOCK_SLOT_PERIOD_MAX_MS);
+        return dlock__raise(&e, DLOCK_ERR_INVALID, "period %lld ms out of range (%d ms to %lld ms)",
+                            (long long)period_ms, DLOCK_SLOT_PERIOD_MIN_MS,
+                            (long long)DLOCK_SLOT_PERIOD_MAX_MS);
     if (l->shared)
-        return dlock__fail(DLOCK_ERR_INVALID, "a slot is claimed by an exclusive holder, not by "
-                                              "a shared holder or a semaphore permit");
+        return dlock__raise(&e, DLOCK_ERR_INVALID,
+                            "a slot is claimed by an exclusive holder, not by "
+                            "a shared holder or a semaphore permit");
     if (l->client->local != NULL)
         return dlock__err_raise(&e, dlock__local_slot_claim(l, period_ms, out, &e));
     if (l->lost)
-        return dlock__fail(DLOCK_ERR_LOST, "this handle already found the lock lost");
+        return dlock__raise(&e, DLOCK_ERR_LOST, "this handle already found the lock lost");
     dlock__keys k;
     rc = dlock__keys_make(l->client->prefix, l->client->prefix_len, l->name, l->name_len, &k, &e);
     int64_t now_ms = 0;

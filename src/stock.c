@@ -156,7 +156,7 @@ int dlock__stock_run(stock_op *op, enum dlock__script_id id, const stock_args *a
          * other failure may have come after the server ran it. */
         if (sent_maybe != NULL)
             *sent_maybe = !r->held && t.last_err != DLOCK_ERR_NOMEM;
-        rc = dlock__err_set(e, t.last_err, "%s", r->detail);
+        rc = dlock__err_set(e, t.last_err, "%s", r->why.msg);
     }
     dlock__call_free(&call);
     return rc;
@@ -174,7 +174,7 @@ void dlock__stock_send_only(stock_op *op, enum dlock__script_id id, const stock_
     dlock__call_free(&call);
 }
 
-/* The integers of an array reply, at least n of them, into v[]; false (with a detail
+/* The integers of an array reply, at least n of them, into v[]; false (with why in e
  * and DLOCK_ERR_PROTOCOL) for another shape. */
 bool dlock__stock_reply_ints(const stock_op *op, const redisReply *r, const char *what,
                              long long *v, size_t n, size_t *got, dlock__err *e)
@@ -258,8 +258,8 @@ int dlock_stock_set(dlock_client *c, const char *sku, int64_t qty, dlock_stock_i
 {
     dlock__err e;
     if (qty < 0 || qty > DLOCK_STOCK_QTY_MAX)
-        return dlock__fail(DLOCK_ERR_INVALID, "stock %lld is outside [0, %lld]", (long long)qty,
-                           (long long)DLOCK_STOCK_QTY_MAX);
+        return dlock__raise(&e, DLOCK_ERR_INVALID, "stock %lld is outside [0, %lld]",
+                            (long long)qty, (long long)DLOCK_STOCK_QTY_MAX);
     int rc = update(c, sku, "set", qty, out, &e);
     return dlock__err_raise(&e, rc);
 }
@@ -268,11 +268,11 @@ int dlock_stock_add(dlock_client *c, const char *sku, int64_t delta, dlock_stock
 {
     dlock__err e;
     if (delta == 0)
-        return dlock__fail(DLOCK_ERR_INVALID, "delta 0 adds nothing");
+        return dlock__raise(&e, DLOCK_ERR_INVALID, "delta 0 adds nothing");
     if (delta < -DLOCK_STOCK_QTY_MAX || delta > DLOCK_STOCK_QTY_MAX)
-        return dlock__fail(DLOCK_ERR_INVALID, "delta %lld is outside [-%lld, %lld]",
-                           (long long)delta, (long long)DLOCK_STOCK_QTY_MAX,
-                           (long long)DLOCK_STOCK_QTY_MAX);
+        return dlock__raise(&e, DLOCK_ERR_INVALID, "delta %lld is outside [-%lld, %lld]",
+                            (long long)delta, (long long)DLOCK_STOCK_QTY_MAX,
+                            (long long)DLOCK_STOCK_QTY_MAX);
     int rc = update(c, sku, "add", delta, out, &e);
     return dlock__err_raise(&e, rc);
 }
@@ -281,7 +281,7 @@ int dlock_stock_status(dlock_client *c, const char *sku, dlock_stock_info *out)
 {
     dlock__err e;
     if (out == NULL)
-        return dlock__fail(DLOCK_ERR_INVALID, "out is NULL");
+        return dlock__raise(&e, DLOCK_ERR_INVALID, "out is NULL");
     memset(out, 0, sizeof *out);
     int rc = update(c, sku, "get", 0, out, &e);
     return dlock__err_raise(&e, rc);

@@ -47,7 +47,7 @@ int dlock__stock_run(stock_op *op, enum dlock__script_id id, const stock_args *a
                      int type, redisReply **out, bool *sent_maybe, dlock__err *e);
 /* Send a script on the SKU's server, not awaited (a reserve that gives up). */
 void dlock__stock_send_only(stock_op *op, enum dlock__script_id id, const stock_args *a);
-/* The integers of an array reply, at least n of them, into v[]; false (with a detail
+/* The integers of an array reply, at least n of them, into v[]; false (with why in e
  * and DLOCK_ERR_PROTOCOL) for another shape. */
 bool dlock__stock_reply_ints(const stock_op *op, const redisReply *r, const char *what,
                              long long *v, size_t n, size_t *got, dlock__err *e);

@@ -264,7 +264,7 @@ int dlock_stock_reserve(dlock_client *c, const char *sku, int64_t qty,
 {
     dlock__err e;
     if (id == NULL)
-        return dlock__fail(DLOCK_ERR_INVALID, "id is NULL (it receives the reservation id)");
+        return dlock__raise(&e, DLOCK_ERR_INVALID, "id is NULL (it receives the reservation id)");
     id[0] = '\0';
     dlock_pending *p;
     int rc = dlock__client_enter(c, &e);
@@ -285,7 +285,7 @@ int dlock_stock_reserve_start(dlock_client *c, const char *sku, int64_t qty,
 {
     dlock__err e;
     if (out == NULL)
-        return dlock__fail(DLOCK_ERR_INVALID, "out is NULL");
+        return dlock__raise(&e, DLOCK_ERR_INVALID, "out is NULL");
     *out = NULL;
     return dlock__err_raise(&e, reserve_start(c, sku, qty, opts, out, &e));
 }

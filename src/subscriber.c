@@ -149,12 +149,12 @@ static int on_push(dlock_client *c, struct dlock__waitsys *ws, int i, const redi
 static void on_readable(dlock_client *c, struct dlock__waitsys *ws, int i)
 {
     dlock__conn *conn = &ws->conns[i];
-    char detail[160];
-    int rc = dlock__conn_read(conn, detail, sizeof detail);
+    dlock__err e; /* the connection is retried: its reason goes nowhere */
+    int rc = dlock__conn_read(conn, &e);
     while (rc == DLOCK_OK) {
         redisReply *r;
         bool was_handshaking = conn->handshake > 0;
-        rc = dlock__conn_next_reply(conn, &r, detail, sizeof detail);
+        rc = dlock__conn_next_reply(conn, &r, &e);
         if (rc != DLOCK_OK)
             break;
         if (was_handshaking && conn->handshake == 0) {
@@ -162,7 +162,7 @@ static void on_readable(dlock_client *c, struct dlock__waitsys *ws, int i)
              * release may have gone by unseen, so every waiter retries once. */
             if ((rc = send_verb(conn, "SUBSCRIBE", c->wake_chan)) != DLOCK_OK ||
                 (rc = sync_listeners(ws, i)) != DLOCK_OK ||
-                (rc = dlock__conn_flush(conn, detail, sizeof detail)) != DLOCK_OK)
+                (rc = dlock__conn_flush(conn, &e)) != DLOCK_OK)
                 break;
             if (ws->connected_once[i]) {
                 pthread_mutex_lock(&ws->mu);
@@ -186,12 +186,11 @@ static void on_readable(dlock_client *c, struct dlock__waitsys *ws, int i)
  * subscribes to none of them when it is remade. */
 static void on_listeners_changed(dlock_client *c, struct dlock__waitsys *ws)
 {
-    char detail[160];
+    dlock__err e; /* the connection is retried: its reason goes nowhere */
     for (int i = 0; i < c->n; i++) {
         dlock__conn *conn = &ws->conns[i];
         if (conn->state == DLOCK_CONN_READY && conn->handshake == 0 &&
-            (sync_listeners(ws, i) != DLOCK_OK ||
-             dlock__conn_flush(conn, detail, sizeof detail) != DLOCK_OK))
+            (sync_listeners(ws, i) != DLOCK_OK || dlock__conn_flush(conn, &e) != DLOCK_OK))
             node_down(ws, i);
     }
     pthread_mutex_lock(&ws->mu);
@@ -209,7 +208,7 @@ static void *subscriber_main(void *arg)
     struct dlock__waitsys *ws = c->wait;
     struct pollfd pfd[DLOCK_SERVERS_MAX + 1];
     int idx[DLOCK_SERVERS_MAX + 1];
-    char detail[160];
+    dlock__err e; /* the connection is retried: its reason goes nowhere */
     for (;;) {
         pthread_mutex_lock(&ws->mu);
         bool stop = ws->stop;
@@ -224,9 +223,8 @@ static void *subscriber_main(void *arg)
         for (int i = 0; i < c->n; i++) {
             dlock__conn *conn = &ws->conns[i];
             if (conn->state == DLOCK_CONN_CLOSED && now >= ws->retry_at_us[i]) {
-                if (dlock__conn_open(conn, detail, sizeof detail) != DLOCK_OK ||
-                    (conn->state == DLOCK_CONN_READY &&
-                     dlock__conn_flush(conn, detail, sizeof detail) != DLOCK_OK))
+                if (dlock__conn_open(conn, &e) != DLOCK_OK ||
+                    (conn->state == DLOCK_CONN_READY && dlock__conn_flush(conn, &e) != DLOCK_OK))
                     node_down(ws, i);
             }
             if (conn->state == DLOCK_CONN_CLOSED) {
@@ -258,15 +256,14 @@ static void *subscriber_main(void *arg)
             int i = idx[k];
             dlock__conn *conn = &ws->conns[i];
             if (conn->state == DLOCK_CONN_CONNECTING) {
-                if (dlock__conn_on_connect(conn, detail, sizeof detail) != DLOCK_OK) {
+                if (dlock__conn_on_connect(conn, &e) != DLOCK_OK) {
                     node_down(ws, i);
                     continue;
                 }
                 if (conn->state != DLOCK_CONN_READY)
                     continue; /* the next address, or the TLS handshake, goes on */
             }
-            if (conn->outpos < conn->outlen &&
-                dlock__conn_flush(conn, detail, sizeof detail) != DLOCK_OK) {
+            if (conn->outpos < conn->outlen && dlock__conn_flush(conn, &e) != DLOCK_OK) {
                 node_down(ws, i);
                 continue;
             }

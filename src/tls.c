@@ -107,53 +107,53 @@ static bool is_ip(const char *host)
 
 /* The server's certificate failed verification: which check, in words a user can act
  * on. A certificate is authentication, so it maps as a refused AUTH does. */
-static int verify_failure(dlock__conn *c, long v, char *detail, size_t n)
+static int verify_failure(dlock__conn *c, long v, dlock__err *e)
 {
     const char *why = X509_verify_cert_error_string(v);
     const char *name = c->node->tls_name ? c->node->tls_name : c->host;
     switch (v) {
     case X509_V_ERR_HOSTNAME_MISMATCH:
     case X509_V_ERR_IP_ADDRESS_MISMATCH:
-        return dlock__node_detail(detail, n, DLOCK_ERR_AUTH, c->node,
-                                  "TLS: host name mismatch: the server's certificate is not for "
-                                  "\"%.60s\" (sni= sets the name to check)",
-                                  name);
+        return dlock__node_err(e, DLOCK_ERR_AUTH, c->node,
+                               "TLS: host name mismatch: the server's certificate is not for "
+                               "\"%.60s\" (sni= sets the name to check)",
+                               name);
     case X509_V_ERR_CERT_HAS_EXPIRED:
     case X509_V_ERR_CERT_NOT_YET_VALID:
-        return dlock__node_detail(
-            detail, n, DLOCK_ERR_AUTH, c->node, "TLS: the server's certificate has %s (%s)",
+        return dlock__node_err(
+            e, DLOCK_ERR_AUTH, c->node, "TLS: the server's certificate has %s (%s)",
             v == X509_V_ERR_CERT_HAS_EXPIRED ? "expired" : "a start date ahead", why);
     default:
-        return dlock__node_detail(detail, n, DLOCK_ERR_AUTH, c->node,
-                                  "TLS: the server's certificate chain is not trusted (%s)", why);
+        return dlock__node_err(e, DLOCK_ERR_AUTH, c->node,
+                               "TLS: the server's certificate chain is not trusted (%s)", why);
     }
 }
 
-/* A TLS call failed with SSL_get_error's e (ret its return value): the reason from
+/* A TLS call failed with SSL_get_error's ssl_err (ret its return value): the reason from
  * the verification result or OpenSSL's error queue. during: "handshake" or "read". */
-static int ssl_failure(dlock__conn *c, int ret, int e, const char *during, char *detail, size_t n)
+static int ssl_failure(dlock__conn *c, int ret, int ssl_err, const char *during, dlock__err *e)
 {
     int saved = errno;
     long v = SSL_get_verify_result(c->ssl);
     unsigned long err = ERR_peek_last_error();
     ERR_clear_error();
     if (c->tls_handshaking && v != X509_V_OK && !c->node->tls_insecure)
-        return verify_failure(c, v, detail, n);
-    if (e == SSL_ERROR_ZERO_RETURN)
-        return dlock__node_detail(detail, n, DLOCK_ERR_IO, c->node,
-                                  "connection closed by the server (TLS %s)", during);
-    if (e == SSL_ERROR_SYSCALL && err == 0)
-        return dlock__node_detail(detail, n, DLOCK_ERR_IO, c->node, "TLS %s: %s", during,
-                                  ret == 0 || saved == 0 ? "connection closed by the server"
-                                                         : strerror(saved));
+        return verify_failure(c, v, e);
+    if (ssl_err == SSL_ERROR_ZERO_RETURN)
+        return dlock__node_err(e, DLOCK_ERR_IO, c->node, "connection closed by the server (TLS %s)",
+                               during);
+    if (ssl_err == SSL_ERROR_SYSCALL && err == 0)
+        return dlock__node_err(e, DLOCK_ERR_IO, c->node, "TLS %s: %s", during,
+                               ret == 0 || saved == 0 ? "connection closed by the server"
+                                                      : strerror(saved));
     int reason = ERR_GET_REASON(err);
     const char *text = ERR_reason_error_string(err);
     if (text == NULL)
         text = "unknown error";
     switch (reason) {
     case SSL_R_UNEXPECTED_EOF_WHILE_READING:
-        return dlock__node_detail(detail, n, DLOCK_ERR_IO, c->node,
-                                  "connection closed by the server (TLS %s)", during);
+        return dlock__node_err(e, DLOCK_ERR_IO, c->node, "connection closed by the server (TLS %s)",
+                               during);
     case SSL_R_TLSV13_ALERT_CERTIFICATE_REQUIRED:
     case SSL_R_SSLV3_ALERT_BAD_CERTIFICATE:
     case SSL_R_SSLV3_ALERT_CERTIFICATE_UNKNOWN:
@@ -162,17 +162,16 @@ static int ssl_failure(dlock__conn *c, int ret, int e, const char *during, char 
     case SSL_R_SSLV3_ALERT_UNSUPPORTED_CERTIFICATE:
     case SSL_R_TLSV1_ALERT_UNKNOWN_CA:
     case SSL_R_TLSV1_ALERT_ACCESS_DENIED:
-        return dlock__node_detail(detail, n, DLOCK_ERR_AUTH, c->node,
-                                  "TLS: the server refused this client's certificate (%s)", text);
+        return dlock__node_err(e, DLOCK_ERR_AUTH, c->node,
+                               "TLS: the server refused this client's certificate (%s)", text);
     case SSL_R_WRONG_VERSION_NUMBER:
     case SSL_R_UNKNOWN_PROTOCOL:
     case SSL_R_PACKET_LENGTH_TOO_LONG:
-        return dlock__node_detail(detail, n, DLOCK_ERR_PROTOCOL, c->node,
-                                  "TLS %s failed: %s (not a TLS port? use redis:// for one)",
-                                  during, text);
+        return dlock__node_err(e, DLOCK_ERR_PROTOCOL, c->node,
+                               "TLS %s failed: %s (not a TLS port? use redis:// for one)", during,
+                               text);
     default:
-        return dlock__node_detail(detail, n, DLOCK_ERR_PROTOCOL, c->node, "TLS %s failed: %s",
-                                  during, text);
+        return dlock__node_err(e, DLOCK_ERR_PROTOCOL, c->node, "TLS %s failed: %s", during, text);
     }
 }
 
@@ -194,14 +193,14 @@ static int on_new_session(SSL *ssl, SSL_SESSION *sess)
     return 1; /* the reference is ours */
 }
 
-static int tls_bad(char *err, size_t n, int code, const char *fmt, ...)
-    __attribute__((format(printf, 4, 5)));
+static int tls_bad(dlock__err *e, int code, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
 
-static int tls_bad(char *err, size_t n, int code, const char *fmt, ...)
+static int tls_bad(dlock__err *e, int code, const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(err, n, fmt, ap);
+    vsnprintf(e->msg, sizeof e->msg, fmt, ap);
     va_end(ap);
     ERR_clear_error();
     return code;
@@ -209,13 +208,13 @@ static int tls_bad(char *err, size_t n, int code, const char *fmt, ...)
 
 /* A file named by a parameter must be there and readable (a directory for cacertdir),
  * checked before OpenSSL reads it, whose own message would not name the parameter. */
-static int check_file(const char *param, const char *path, bool dir, char *err, size_t n)
+static int check_file(const char *param, const char *path, bool dir, dlock__err *e)
 {
     struct stat st;
     if (stat(path, &st) != 0 || access(path, R_OK) != 0)
-        return tls_bad(err, n, DLOCK_ERR_INVALID, "%s %s: %s", param, path, strerror(errno));
+        return tls_bad(e, DLOCK_ERR_INVALID, "%s %s: %s", param, path, strerror(errno));
     if (dir != S_ISDIR(st.st_mode))
-        return tls_bad(err, n, DLOCK_ERR_INVALID, "%s %s: %s", param, path,
+        return tls_bad(e, DLOCK_ERR_INVALID, "%s %s: %s", param, path,
                        dir ? "not a directory" : "is a directory");
     return DLOCK_OK;
 }
@@ -233,41 +232,40 @@ static const char *pick(const char *own, const char *def)
 
 /* Load what the parameters name into ctx. */
 static int load_files(SSL_CTX *ctx, const char *cacert, const char *cadir, const char *cert,
-                      const char *key, bool verify, char *err, size_t n)
+                      const char *key, bool verify, dlock__err *e)
 {
     int rc = DLOCK_OK;
-    if (cacert != NULL && (rc = check_file("cacert", cacert, false, err, n)) != DLOCK_OK)
+    if (cacert != NULL && (rc = check_file("cacert", cacert, false, e)) != DLOCK_OK)
         return rc;
-    if (cadir != NULL && (rc = check_file("cacertdir", cadir, true, err, n)) != DLOCK_OK)
+    if (cadir != NULL && (rc = check_file("cacertdir", cadir, true, e)) != DLOCK_OK)
         return rc;
     if (verify && (cacert != NULL || cadir != NULL)) {
         if (SSL_CTX_load_verify_locations(ctx, cacert, cadir) != 1)
-            return tls_bad(err, n, DLOCK_ERR_INVALID, "cacert %s: no CA certificate read (%s)",
+            return tls_bad(e, DLOCK_ERR_INVALID, "cacert %s: no CA certificate read (%s)",
                            cacert ? cacert : cadir, openssl_reason());
     } else if (verify && SSL_CTX_set_default_verify_paths(ctx) != 1) {
-        return tls_bad(err, n, DLOCK_ERR_INVALID, "the system's CA store cannot be read (%s)",
+        return tls_bad(e, DLOCK_ERR_INVALID, "the system's CA store cannot be read (%s)",
                        openssl_reason());
     }
     if (cert == NULL)
         return DLOCK_OK;
-    if ((rc = check_file("cert", cert, false, err, n)) != DLOCK_OK ||
-        (rc = check_file("key", key, false, err, n)) != DLOCK_OK)
+    if ((rc = check_file("cert", cert, false, e)) != DLOCK_OK ||
+        (rc = check_file("key", key, false, e)) != DLOCK_OK)
         return rc;
     if (SSL_CTX_use_certificate_chain_file(ctx, cert) != 1)
-        return tls_bad(err, n, DLOCK_ERR_INVALID, "cert %s: not a PEM certificate (%s)", cert,
+        return tls_bad(e, DLOCK_ERR_INVALID, "cert %s: not a PEM certificate (%s)", cert,
                        openssl_reason());
     if (SSL_CTX_use_PrivateKey_file(ctx, key, SSL_FILETYPE_PEM) != 1 ||
         SSL_CTX_check_private_key(ctx) != 1) {
         if (ERR_GET_REASON(ERR_peek_last_error()) == X509_R_KEY_VALUES_MISMATCH)
-            return tls_bad(err, n, DLOCK_ERR_INVALID, "key %s is not the key of cert %s", key,
-                           cert);
-        return tls_bad(err, n, DLOCK_ERR_INVALID, "key %s: not a PEM private key (%s)", key,
+            return tls_bad(e, DLOCK_ERR_INVALID, "key %s is not the key of cert %s", key, cert);
+        return tls_bad(e, DLOCK_ERR_INVALID, "key %s: not a PEM private key (%s)", key,
                        openssl_reason());
     }
     return DLOCK_OK;
 }
 
-int dlock__tls_node_init(dlock__node *node, const dlock_tls *def, char *err, size_t n)
+int dlock__tls_node_init(dlock__node *node, const dlock_tls *def, dlock__err *e)
 {
     const dlock__addr *a = &node->addr;
     static const dlock_tls none = {0};
@@ -280,16 +278,16 @@ int dlock__tls_node_init(dlock__node *node, const dlock_tls *def, char *err, siz
     bool insecure = a->insecure >= 0 ? a->insecure == 1 : def->insecure != 0;
     pthread_once(&g_bio_once, bio_method_init);
     if (g_bio_method == NULL)
-        return tls_bad(err, n, DLOCK_ERR_NOMEM, "out of memory");
+        return tls_bad(e, DLOCK_ERR_NOMEM, "out of memory");
     /* A Sentinel URL's master has no name until the Sentinels give its address: each
      * connection then checks that (conn->host), unless sni= names it. */
     if ((name != NULL || a->host != NULL) &&
         (node->tls_name = dlock__strdup(name ? name : a->host)) == NULL)
-        return tls_bad(err, n, DLOCK_ERR_NOMEM, "out of memory");
+        return tls_bad(e, DLOCK_ERR_NOMEM, "out of memory");
     node->tls_insecure = insecure;
     SSL_CTX *ctx = SSL_CTX_new(TLS_client_method());
     if (ctx == NULL)
-        return tls_bad(err, n, DLOCK_ERR_NOMEM, "out of memory making a TLS context");
+        return tls_bad(e, DLOCK_ERR_NOMEM, "out of memory making a TLS context");
     node->tls_ctx = ctx;
     SSL_CTX_set_min_proto_version(ctx, TLS1_2_VERSION);
     /* A flush sends what the socket takes and comes back for the rest, from a buffer
@@ -299,7 +297,7 @@ int dlock__tls_node_init(dlock__node *node, const dlock_tls *def, char *err, siz
     SSL_CTX_sess_set_new_cb(ctx, on_new_session);
     SSL_CTX_set_verify(ctx, insecure ? SSL_VERIFY_NONE : SSL_VERIFY_PEER, NULL);
     int rc = load_files(ctx, pick(a->cacert, def->cacert), pick(a->cacertdir, def->cacertdir), cert,
-                        key, !insecure, err, n);
+                        key, !insecure, e);
     if (rc != DLOCK_OK)
         return rc;
     if (insecure)
@@ -323,10 +321,10 @@ void dlock__tls_node_free(dlock__node *node)
 }
 
 int dlock__tls_node_share(dlock__node *node, const dlock__node *from, const char *name,
-                          char *detail, size_t n)
+                          dlock__err *e)
 {
     if ((node->tls_name = dlock__strdup(name ? name : node->addr.host)) == NULL)
-        return dlock__node_detail(detail, n, DLOCK_ERR_NOMEM, node, "out of memory");
+        return dlock__node_err(e, DLOCK_ERR_NOMEM, node, "out of memory");
     SSL_CTX_up_ref(from->tls_ctx);
     node->tls_ctx = from->tls_ctx;
     node->tls_insecure = from->tls_insecure;
@@ -335,7 +333,7 @@ int dlock__tls_node_share(dlock__node *node, const dlock__node *from, const char
 
 /* ---- a connection ------------------------------------------------------------------- */
 
-int dlock__tls_start(dlock__conn *c, char *detail, size_t n)
+int dlock__tls_start(dlock__conn *c, dlock__err *e)
 {
     dlock__node *node = c->node;
     SSL *ssl = SSL_new(node->tls_ctx);
@@ -343,7 +341,7 @@ int dlock__tls_start(dlock__conn *c, char *detail, size_t n)
     if (bio == NULL) {
         SSL_free(ssl);
         ERR_clear_error();
-        return dlock__node_detail(detail, n, DLOCK_ERR_NOMEM, node, "out of memory (TLS)");
+        return dlock__node_err(e, DLOCK_ERR_NOMEM, node, "out of memory (TLS)");
     }
     BIO_set_data(bio, (void *)(intptr_t)c->fd);
     SSL_set_bio(ssl, bio, bio);
@@ -366,16 +364,16 @@ int dlock__tls_start(dlock__conn *c, char *detail, size_t n)
     if (!ok) {
         SSL_free(ssl);
         ERR_clear_error();
-        return dlock__node_detail(detail, n, DLOCK_ERR_NOMEM, node, "out of memory (TLS)");
+        return dlock__node_err(e, DLOCK_ERR_NOMEM, node, "out of memory (TLS)");
     }
     SSL_set_app_data(ssl, node); /* where on_new_session keeps the session */
     c->ssl = ssl;
     c->state = DLOCK_CONN_CONNECTING;
     c->tls_handshaking = true;
-    return dlock__tls_handshake(c, detail, n);
+    return dlock__tls_handshake(c, e);
 }
 
-int dlock__tls_handshake(dlock__conn *c, char *detail, size_t n)
+int dlock__tls_handshake(dlock__conn *c, dlock__err *e)
 {
     ERR_clear_error();
     int r = SSL_connect(c->ssl);
@@ -388,15 +386,15 @@ int dlock__tls_handshake(dlock__conn *c, char *detail, size_t n)
             atomic_fetch_add(&c->node->tls_resumed, 1);
         return DLOCK_OK;
     }
-    int e = SSL_get_error(c->ssl, r);
-    if (e == SSL_ERROR_WANT_READ || e == SSL_ERROR_WANT_WRITE) {
-        c->read_ev = e == SSL_ERROR_WANT_READ ? POLLIN : POLLOUT;
+    int ssl_err = SSL_get_error(c->ssl, r);
+    if (ssl_err == SSL_ERROR_WANT_READ || ssl_err == SSL_ERROR_WANT_WRITE) {
+        c->read_ev = ssl_err == SSL_ERROR_WANT_READ ? POLLIN : POLLOUT;
         return DLOCK_OK;
     }
-    return ssl_failure(c, r, e, "handshake", detail, n);
+    return ssl_failure(c, r, ssl_err, "handshake", e);
 }
 
-int dlock__tls_flush(dlock__conn *c, char *detail, size_t n)
+int dlock__tls_flush(dlock__conn *c, dlock__err *e)
 {
     while (c->outpos < c->outlen) {
         size_t left = c->outlen - c->outpos;
@@ -406,14 +404,14 @@ int dlock__tls_flush(dlock__conn *c, char *detail, size_t n)
             c->outpos += (size_t)w;
             continue;
         }
-        int e = SSL_get_error(c->ssl, w);
-        if (e == SSL_ERROR_WANT_WRITE || e == SSL_ERROR_WANT_READ) {
+        int ssl_err = SSL_get_error(c->ssl, w);
+        if (ssl_err == SSL_ERROR_WANT_WRITE || ssl_err == SSL_ERROR_WANT_READ) {
             /* Retried with the same bytes (and maybe more behind them) once the
              * socket is ready the way TLS asked. */
-            c->flush_ev = e == SSL_ERROR_WANT_WRITE ? POLLOUT : POLLIN;
+            c->flush_ev = ssl_err == SSL_ERROR_WANT_WRITE ? POLLOUT : POLLIN;
             return DLOCK_OK;
         }
-        int rc = ssl_failure(c, w, e, "write", detail, n);
+        int rc = ssl_failure(c, w, ssl_err, "write", e);
         /* A server that refuses the connection (this client's certificate, under TLS
          * 1.3 only judged after the handshake) sends an alert and closes: a write
          * then fails on the reset, and the alert, already received, says why. */
@@ -421,7 +419,7 @@ int dlock__tls_flush(dlock__conn *c, char *detail, size_t n)
         int r = SSL_read(c->ssl, scratch, sizeof scratch);
         if (r <= 0 && SSL_get_error(c->ssl, r) == SSL_ERROR_SSL &&
             ERR_GET_LIB(ERR_peek_last_error()) == ERR_LIB_SSL)
-            rc = ssl_failure(c, r, SSL_ERROR_SSL, "read", detail, n);
+            rc = ssl_failure(c, r, SSL_ERROR_SSL, "read", e);
         ERR_clear_error();
         return rc;
     }
@@ -429,7 +427,7 @@ int dlock__tls_flush(dlock__conn *c, char *detail, size_t n)
     return DLOCK_OK;
 }
 
-int dlock__tls_read(dlock__conn *c, char *detail, size_t n)
+int dlock__tls_read(dlock__conn *c, dlock__err *e)
 {
     char buf[16384];
     /* Until TLS has nothing left, decrypted or on the socket: a record is decrypted
@@ -439,15 +437,15 @@ int dlock__tls_read(dlock__conn *c, char *detail, size_t n)
         ERR_clear_error();
         int r = SSL_read(c->ssl, buf, sizeof buf);
         if (r <= 0) {
-            int e = SSL_get_error(c->ssl, r);
-            if (e == SSL_ERROR_WANT_READ || e == SSL_ERROR_WANT_WRITE) {
-                c->read_ev = e == SSL_ERROR_WANT_READ ? POLLIN : POLLOUT;
+            int ssl_err = SSL_get_error(c->ssl, r);
+            if (ssl_err == SSL_ERROR_WANT_READ || ssl_err == SSL_ERROR_WANT_WRITE) {
+                c->read_ev = ssl_err == SSL_ERROR_WANT_READ ? POLLIN : POLLOUT;
                 return DLOCK_OK;
             }
-            return ssl_failure(c, r, e, "read", detail, n);
+            return ssl_failure(c, r, ssl_err, "read", e);
         }
         c->read_ev = POLLIN;
-        int rc = dlock__conn_feed(c, buf, (size_t)r, detail, n);
+        int rc = dlock__conn_feed(c, buf, (size_t)r, e);
         if (rc != DLOCK_OK)
             return rc;
     }
@@ -460,9 +458,9 @@ int dlock__tls_peek(dlock__conn *c)
     int r = SSL_peek(c->ssl, &b, 1);
     if (r > 0)
         return 1;
-    int e = SSL_get_error(c->ssl, r);
+    int ssl_err = SSL_get_error(c->ssl, r);
     ERR_clear_error();
-    return e == SSL_ERROR_WANT_READ || e == SSL_ERROR_WANT_WRITE ? -1 : 0;
+    return ssl_err == SSL_ERROR_WANT_READ || ssl_err == SSL_ERROR_WANT_WRITE ? -1 : 0;
 }
 
 bool dlock__conn_buffered(const dlock__conn *c)

@@ -72,17 +72,17 @@ typedef struct dlock__node {
 
 enum dlock__conn_state { DLOCK_CONN_CLOSED, DLOCK_CONN_CONNECTING, DLOCK_CONN_READY };
 
-/* Write "<node's URL>: " and the formatted reason into detail[n]; returns err. */
-int dlock__node_detail(char *detail, size_t n, int err, const dlock__node *node, const char *fmt,
-                       ...) __attribute__((format(printf, 5, 6)));
+/* Write "<node's URL>: " and the formatted reason into e; returns err. */
+int dlock__node_err(dlock__err *e, int err, const dlock__node *node, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
 /* Take what a handshake's INFO reply says of node (restart voting, eviction policy);
  * an error when the node must not be used (a password missing, or in strict mode an
- * evicting policy), with why in detail. (node.c) */
-int dlock__node_on_info(dlock__node *node, const redisReply *r, char *detail, size_t n);
+ * evicting policy), with why in e. (node.c) */
+int dlock__node_on_info(dlock__node *node, const redisReply *r, dlock__err *e);
 /* The same for one voter of node's (a cluster's master; promoted: one that took over
  * slots after the client first read the map, trusted as a Sentinel's new master). */
 int dlock__node_on_info_of(dlock__node *node, dlock__voter *v, bool promoted, const redisReply *r,
-                           char *detail, size_t n);
+                           dlock__err *e);
 /* Copy the value of "field:" from an INFO reply (a string) into out, at most n - 1
  * bytes; false when the reply has no such field. */
 bool dlock__info_field(const redisReply *r, const char *field, char *out, size_t n);
@@ -151,23 +151,24 @@ void dlock__conn_free(dlock__conn *c);
 void dlock__conn_forget(dlock__conn *c);
 
 /* Close any connection and start a new one: non-blocking connect, handshake queued.
- * On failure the connection is closed and detail says why. */
-int dlock__conn_open(dlock__conn *c, char *detail, size_t n);
+ * On failure the connection is closed and e says why. */
+int dlock__conn_open(dlock__conn *c, dlock__err *e);
 /* The socket of a CONNECTING connection became writable: finish, or try the next
  * address. DLOCK_OK while connected or still connecting. */
-int dlock__conn_on_connect(dlock__conn *c, char *detail, size_t n);
-/* Append bytes to the output buffer (sent by dlock__conn_flush). */
+int dlock__conn_on_connect(dlock__conn *c, dlock__err *e);
+/* Append bytes to the output buffer (sent by dlock__conn_flush). DLOCK_ERR_NOMEM, with
+ * no message (the caller says which command). */
 int dlock__conn_queue(dlock__conn *c, const char *buf, size_t len);
 /* Send what the socket takes without blocking. */
-int dlock__conn_flush(dlock__conn *c, char *detail, size_t n);
+int dlock__conn_flush(dlock__conn *c, dlock__err *e);
 /* Hand len bytes read from the server (through TLS or not) to the reader, refusing
  * more than the reply cap. */
-int dlock__conn_feed(dlock__conn *c, const char *buf, size_t len, char *detail, size_t n);
+int dlock__conn_feed(dlock__conn *c, const char *buf, size_t len, dlock__err *e);
 /* Read what the socket has into the reader (refusing more than the reply cap). */
-int dlock__conn_read(dlock__conn *c, char *detail, size_t n);
+int dlock__conn_read(dlock__conn *c, dlock__err *e);
 /* The next complete reply to one of the caller's commands, or *out NULL if none is
  * complete yet. Handshake replies and replies to abandoned commands are consumed. */
-int dlock__conn_next_reply(dlock__conn *c, redisReply **out, char *detail, size_t n);
+int dlock__conn_next_reply(dlock__conn *c, redisReply **out, dlock__err *e);
 /* True when an idle connection must be reopened before use (closed by the server,
  * or out of step). */
 bool dlock__conn_stale(dlock__conn *c);
@@ -180,20 +181,20 @@ bool dlock__conn_buffered(const dlock__conn *c);
 /* TLS on a connection (tls.c), called by conn.c for a node with tls_ctx. */
 /* Make node's SSL_CTX from its address's parameters and the client's defaults (def,
  * may be NULL): DLOCK_ERR_INVALID, with why in err, for a file that cannot be used. */
-int dlock__tls_node_init(dlock__node *node, const dlock_tls *def, char *err, size_t n);
+int dlock__tls_node_init(dlock__node *node, const dlock_tls *def, dlock__err *e);
 /* Free the node's context, session and name (the process's own or a forked child's
  * copy: no lock taken). */
 void dlock__tls_node_free(dlock__node *node);
 /* Give node (a Sentinel or a seed of from's URL) from's TLS context, checking name (NULL:
  * node's own host name); dlock__tls_node_free lets it go. */
 int dlock__tls_node_share(dlock__node *node, const dlock__node *from, const char *name,
-                          char *detail, size_t n);
+                          dlock__err *e);
 /* The TCP connect is done: start the handshake (state stays CONNECTING). */
-int dlock__tls_start(dlock__conn *c, char *detail, size_t n);
+int dlock__tls_start(dlock__conn *c, dlock__err *e);
 /* Go on with the handshake; READY once it is done. */
-int dlock__tls_handshake(dlock__conn *c, char *detail, size_t n);
-int dlock__tls_flush(dlock__conn *c, char *detail, size_t n);
-int dlock__tls_read(dlock__conn *c, char *detail, size_t n);
+int dlock__tls_handshake(dlock__conn *c, dlock__err *e);
+int dlock__tls_flush(dlock__conn *c, dlock__err *e);
+int dlock__tls_read(dlock__conn *c, dlock__err *e);
 /* For dlock__conn_stale: 1 when application bytes are waiting, 0 when the server
  * closed the connection, -1 when nothing is (a TLS record that carries no data, such
  * as a session ticket, is taken on the way). */
@@ -223,7 +224,7 @@ typedef struct dlock__req {
     /* results */
     redisReply *reply; /* the reply (caller frees with freeReplyObject), or NULL */
     int err;           /* DLOCK_OK when reply is set, else why not */
-    char detail[400];  /* why not, for dlock_errmsg */
+    dlock__err why;    /* why not (err is not DLOCK_OK), for dlock_errmsg */
     /* private to fanout.c */
     int64_t start_us, deadline_us;
     bool done, retried, held;
@@ -286,9 +287,8 @@ int dlock__quorum(int n);
  * one round under the node's deadlines (sentinel.c; conn.c asks on each connect).
  * DLOCK_ERR_INVALID when every Sentinel answered that it knows no such master,
  * DLOCK_ERR_AUTH when one refused the credentials, else DLOCK_ERR_IO or
- * DLOCK_ERR_UNAVAILABLE, each Sentinel's reason in detail. */
-int dlock__sentinel_master(dlock__node *node, char *host, size_t hostlen, int *port, char *detail,
-                           size_t n);
+ * DLOCK_ERR_UNAVAILABLE, each Sentinel's reason in e. */
+int dlock__sentinel_master(dlock__node *node, char *host, size_t hostlen, int *port, dlock__err *e);
 /* What a Sentinel URL's Sentinels say of the failover they could make (SENTINEL
  * CKQUORUM): *up of them answered; *ok 1 when one says a quorum and a failover's
  * authorization can be reached, 0 when one says not, -1 when none could say; words,
@@ -330,7 +330,7 @@ typedef struct dlock__ask_spec {
 /* Ask; the replies in a->reqs[0..a->k), each with its host's display (a->display).
  * An error only when the question could not be asked (out of memory, a TLS context);
  * free with dlock__ask_end whatever this returns. */
-int dlock__ask_run(dlock__ask *a, const dlock__ask_spec *spec, char *detail, size_t n);
+int dlock__ask_run(dlock__ask *a, const dlock__ask_spec *spec, dlock__err *e);
 void dlock__ask_end(dlock__ask *a);
 
 /* ---- cluster.c ---------------------------------------------------------------------- */
@@ -345,15 +345,15 @@ void dlock__cluster_free(dlock__node *node);
 /* Point c (a cluster node's) at the master that serves the request r: its key's slot's
  * owner, or for a request without a key the master c is at (any master if none). The
  * slot map is read first when the client has none or a redirection changed it. */
-int dlock__cluster_route(dlock__conn *c, const dlock__req *r, char *detail, size_t n);
+int dlock__cluster_route(dlock__conn *c, const dlock__req *r, dlock__err *e);
 /* For a connection opened without a request (the wake-up channel's): the master it is
  * at while that serves slots, else any that does. */
-int dlock__cluster_pick(dlock__conn *c, char *detail, size_t n);
+int dlock__cluster_pick(dlock__conn *c, dlock__err *e);
 /* A master of node's failed or timed out: its slots may have a new owner (a failover),
  * so the map is read again before the next request. */
 void dlock__cluster_suspect(dlock__node *node);
 /* A reply of c's: when it is -MOVED or -ASK, c now points at the master that it names
- * and r is to be sent again there (*moved); an error, with why in r->detail, after too
+ * and r is to be sent again there (*moved); an error, with why in r->why, after too
  * many redirections. */
 int dlock__cluster_redirect(dlock__conn *c, dlock__req *r, const redisReply *reply, bool *moved);
 /* The parsers of what a cluster says (fuzz_cluster drives them): a -MOVED or -ASK
@@ -364,11 +364,11 @@ int dlock__cluster_redirect(dlock__conn *c, dlock__req *r, const redisReply *rep
 bool dlock__cluster_parse_redirect(const char *str, const char *self, bool *ask, int *slot,
                                    char *host, size_t hostlen, int *port);
 int dlock__cluster_take_map(dlock__node *node, const redisReply *map, const char *asked,
-                            char *detail, size_t n);
+                            dlock__err *e);
 /* The master that owns slot in node's map: its address, or false when none does. */
 bool dlock__cluster_owner(dlock__node *node, int slot, char *host, size_t hostlen, int *port);
 /* The handshake's INFO of a cluster node's connection: the master's own voter. */
-int dlock__cluster_on_info(dlock__conn *c, const redisReply *r, char *detail, size_t n);
+int dlock__cluster_on_info(dlock__conn *c, const redisReply *r, dlock__err *e);
 /* Whether grants of c's server count at now (restart voting): its node's, or for a
  * cluster node the master c is at. */
 bool dlock__conn_votes(const dlock__conn *c, int64_t now);

@@ -39,11 +39,11 @@ typedef struct span {
     size_t n;
 } span;
 
-int dlock__url_bad(char *err, size_t errlen, const char *fmt, ...)
+int dlock__url_bad(dlock__err *e, const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(err, errlen, fmt, ap);
+    vsnprintf(e->msg, sizeof e->msg, fmt, ap);
     va_end(ap);
     return DLOCK_ERR_INVALID;
 }
@@ -62,7 +62,7 @@ int dlock__hexval(char c)
 /* Percent-decode s into a new NUL-terminated string. *out is NULL on a bad escape
  * (or a decoded NUL byte, which a C string cannot carry) and on allocation failure;
  * the return code tells which. */
-static int decode(span s, char **out, const char *what, char *err, size_t errlen)
+static int decode(span s, char **out, const char *what, dlock__err *e)
 {
     *out = NULL;
     char *d = dlock__malloc(s.n + 1);
@@ -78,7 +78,7 @@ static int decode(span s, char **out, const char *what, char *err, size_t errlen
         int lo = i + 2 < s.n ? dlock__hexval(s.p[i + 2]) : -1;
         if (hi < 0 || lo < 0 || (hi == 0 && lo == 0)) {
             free(d);
-            return dlock__url_bad(err, errlen, "bad percent-encoding in the %s", what);
+            return dlock__url_bad(e, "bad percent-encoding in the %s", what);
         }
         d[k++] = (char)(hi * 16 + lo);
         i += 2;
@@ -124,7 +124,7 @@ static bool span_is(span s, const char *word)
 
 /* Split off "[user]:password@" from the front of *rest, if there is an '@' before
  * the first '/' (the host part cannot contain one). */
-static int parse_userinfo(span *rest, dlock__addr *a, bool allow_user, char *err, size_t errlen)
+static int parse_userinfo(span *rest, dlock__addr *a, bool allow_user, dlock__err *e)
 {
     span head = *rest;
     const char *slash = find(head, '/');
@@ -142,7 +142,7 @@ static int parse_userinfo(span *rest, dlock__addr *a, bool allow_user, char *err
                 break;
             }
         if (at == NULL)
-            return dlock__url_bad(err, errlen, "expected \":password@\" before the socket path");
+            return dlock__url_bad(e, "expected \":password@\" before the socket path");
         head.n = (size_t)(at - rest->p) + 1; /* up to and including the '@' */
     }
     const char *at = NULL;
@@ -160,9 +160,8 @@ static int parse_userinfo(span *rest, dlock__addr *a, bool allow_user, char *err
             tail.n = (size_t)(q - tail.p);
         if (find(tail, '@') != NULL)
             return dlock__url_bad(
-                err, errlen,
-                "'@' after the first '/': a '/' in a password must be written %%2F "
-                "(percent-encoded)");
+                e, "'@' after the first '/': a '/' in a password must be written %%2F "
+                   "(percent-encoded)");
     }
     if (at == NULL)
         return DLOCK_OK;
@@ -170,17 +169,16 @@ static int parse_userinfo(span *rest, dlock__addr *a, bool allow_user, char *err
     const char *colon = find(info, ':');
     if (colon == NULL)
         return dlock__url_bad(
-            err, errlen,
-            "\"user@\" without a password is ambiguous: write \":password@\" for a "
-            "password alone, or \"user:password@\"");
+            e, "\"user@\" without a password is ambiguous: write \":password@\" for a "
+               "password alone, or \"user:password@\"");
     span user = {info.p, (size_t)(colon - info.p)};
     span pass = {colon + 1, info.n - user.n - 1};
     if (pass.n == 0)
-        return dlock__url_bad(err, errlen, "empty password before '@'");
+        return dlock__url_bad(e, "empty password before '@'");
     int rc;
-    if (user.n > 0 && (rc = decode(user, &a->user, "user name", err, errlen)) != DLOCK_OK)
+    if (user.n > 0 && (rc = decode(user, &a->user, "user name", e)) != DLOCK_OK)
         return rc;
-    if ((rc = decode(pass, &a->password, "password", err, errlen)) != DLOCK_OK)
+    if ((rc = decode(pass, &a->password, "password", e)) != DLOCK_OK)
         return rc;
     rest->p = at + 1;
     rest->n -= info.n + 1;
@@ -195,7 +193,7 @@ static bool host_char_ok(char c)
 /* One parameter: "name=value", the value percent-decoded. A rediss:// URL takes the
  * TLS parameters; a Sentinel URL takes the Sentinels' credentials and the database,
  * and the TLS ones too over TLS. */
-static int parse_param(span p, dlock__addr *a, char *err, size_t errlen)
+static int parse_param(span p, dlock__addr *a, dlock__err *e)
 {
     const char *eq = find(p, '=');
     span name = {p.p, eq ? (size_t)(eq - p.p) : p.n};
@@ -208,16 +206,16 @@ static int parse_param(span p, dlock__addr *a, char *err, size_t errlen)
     int shown = (int)(name.n > 40 ? 40 : name.n);
     if (a->tls && span_is(name, "insecure")) {
         if (a->insecure >= 0)
-            return dlock__url_bad(err, errlen, "parameter \"insecure\" given twice");
+            return dlock__url_bad(e, "parameter \"insecure\" given twice");
         if (value.n != 1 || (value.p[0] != '0' && value.p[0] != '1'))
-            return dlock__url_bad(err, errlen, "insecure= takes 1 (do not verify the server) or 0");
+            return dlock__url_bad(e, "insecure= takes 1 (do not verify the server) or 0");
         a->insecure = value.p[0] - '0';
         return DLOCK_OK;
     }
     if (a->sentinel && span_is(name, "db")) {
         long v = parse_num(value, 0, 2147483647);
         if (a->db != 0 || v < 0)
-            return dlock__url_bad(err, errlen,
+            return dlock__url_bad(e,
                                   "db= takes the master's database, a non-negative number, once");
         a->db = (int)v;
         return DLOCK_OK;
@@ -228,24 +226,24 @@ static int parse_param(span p, dlock__addr *a, char *err, size_t errlen)
         if (i < TLS_PARAMS ? !a->tls : !a->sentinel)
             break;
         if (*slots[i] != NULL)
-            return dlock__url_bad(err, errlen, "parameter \"%s\" given twice", names[i]);
+            return dlock__url_bad(e, "parameter \"%s\" given twice", names[i]);
         if (value.n == 0)
-            return dlock__url_bad(err, errlen, "parameter \"%s\" has an empty value", names[i]);
-        return decode(value, slots[i], names[i], err, errlen);
+            return dlock__url_bad(e, "parameter \"%s\" has an empty value", names[i]);
+        return decode(value, slots[i], names[i], e);
     }
     if (a->cluster && !a->tls)
-        return dlock__url_bad(err, errlen,
+        return dlock__url_bad(e,
                               "unknown parameter \"%.*s\" (redis-cluster:// takes none; "
                               "rediss-cluster:// takes cacert, cacertdir, cert, key, sni and "
                               "insecure)",
                               shown, name.p);
     if (!a->sentinel)
-        return dlock__url_bad(err, errlen,
+        return dlock__url_bad(e,
                               "unknown parameter \"%.*s\" (%s takes cacert, cacertdir, cert, key, "
                               "sni and insecure)",
                               shown, name.p, a->cluster ? "rediss-cluster://" : "rediss://");
     return dlock__url_bad(
-        err, errlen,
+        e,
         "unknown parameter \"%.*s\" (%s takes sentinel_user, sentinel_password and "
         "db%s)",
         shown, name.p, a->tls ? "rediss-sentinel://" : "redis-sentinel://",
@@ -253,14 +251,14 @@ static int parse_param(span p, dlock__addr *a, char *err, size_t errlen)
 }
 
 /* The parameters of a URL: "name=value" pairs joined by '&'. */
-static int parse_params(span q, dlock__addr *a, char *err, size_t errlen)
+static int parse_params(span q, dlock__addr *a, dlock__err *e)
 {
     while (q.n > 0) {
         const char *amp = find(q, '&');
         span p = {q.p, amp ? (size_t)(amp - q.p) : q.n};
         if (p.n == 0)
-            return dlock__url_bad(err, errlen, "empty parameter between '&'s");
-        int rc = parse_param(p, a, err, errlen);
+            return dlock__url_bad(e, "empty parameter between '&'s");
+        int rc = parse_param(p, a, e);
         if (rc != DLOCK_OK)
             return rc;
         q.p += p.n + (amp ? 1 : 0);
@@ -268,48 +266,48 @@ static int parse_params(span q, dlock__addr *a, char *err, size_t errlen)
     }
     /* A certificate is useless without its key, and the reverse. */
     if ((a->cert == NULL) != (a->key == NULL))
-        return dlock__url_bad(err, errlen, "%s",
+        return dlock__url_bad(e, "%s",
                               a->cert ? "cert= given without key=" : "key= given without cert=");
     return DLOCK_OK;
 }
 
 /* Parse the parameters after a '?' in *rest, if any, and cut them off it. */
-static int take_params(span *rest, dlock__addr *a, char *err, size_t errlen)
+static int take_params(span *rest, dlock__addr *a, dlock__err *e)
 {
     const char *q = find(*rest, '?');
     if (q == NULL)
         return DLOCK_OK;
     span query = {q + 1, rest->n - (size_t)(q - rest->p) - 1};
     if (query.n == 0)
-        return dlock__url_bad(err, errlen, "empty parameter list after '?'");
+        return dlock__url_bad(e, "empty parameter list after '?'");
     rest->n = (size_t)(q - rest->p);
-    return parse_params(query, a, err, errlen);
+    return parse_params(query, a, e);
 }
 
 /* "host[:port]" or "[v6]:port" into a new string and a port. */
 static int parse_hostport(span hostport, int default_port, char **host_out, int *port_out,
-                          char *err, size_t errlen)
+                          dlock__err *e)
 {
     span host, port = {NULL, 0};
 
     if (hostport.n > 0 && hostport.p[0] == '[') {
         const char *close = find(hostport, ']');
         if (close == NULL)
-            return dlock__url_bad(err, errlen, "IPv6 address without its closing ']'");
+            return dlock__url_bad(e, "IPv6 address without its closing ']'");
         host.p = hostport.p + 1;
         host.n = (size_t)(close - host.p);
         span after = {close + 1, hostport.n - host.n - 2};
         if (after.n > 0) {
             if (after.p[0] != ':')
-                return dlock__url_bad(err, errlen, "unexpected text after the IPv6 address");
+                return dlock__url_bad(e, "unexpected text after the IPv6 address");
             port.p = after.p + 1;
             port.n = after.n - 1;
             if (port.n == 0)
-                return dlock__url_bad(err, errlen, "empty port after ':'");
+                return dlock__url_bad(e, "empty port after ':'");
         }
         for (size_t i = 0; i < host.n; i++)
             if (!isxdigit((unsigned char)host.p[i]) && host.p[i] != ':' && host.p[i] != '.')
-                return dlock__url_bad(err, errlen, "bad character in the IPv6 address");
+                return dlock__url_bad(e, "bad character in the IPv6 address");
     } else {
         const char *colon = find(hostport, ':');
         host.p = hostport.p;
@@ -318,23 +316,22 @@ static int parse_hostport(span hostport, int default_port, char **host_out, int 
             port.p = colon + 1;
             port.n = hostport.n - host.n - 1;
             if (port.n == 0)
-                return dlock__url_bad(err, errlen, "empty port after ':'");
+                return dlock__url_bad(e, "empty port after ':'");
         }
         for (size_t i = 0; i < host.n; i++)
             if (!host_char_ok(host.p[i]))
-                return dlock__url_bad(err, errlen, "bad character '%c' in the host name",
-                                      host.p[i]);
+                return dlock__url_bad(e, "bad character '%c' in the host name", host.p[i]);
     }
     if (host.n == 0)
-        return dlock__url_bad(err, errlen, "missing host");
+        return dlock__url_bad(e, "missing host");
     if (host.n > 253)
-        return dlock__url_bad(err, errlen, "host name longer than 253 characters");
+        return dlock__url_bad(e, "host name longer than 253 characters");
     *port_out = default_port;
     if (port.p != NULL) {
         long v = parse_num(port, 1, 65535);
         if (v < 0)
-            return dlock__url_bad(err, errlen, "port \"%.*s\" is not a number from 1 to 65535",
-                                  (int)port.n, port.p);
+            return dlock__url_bad(e, "port \"%.*s\" is not a number from 1 to 65535", (int)port.n,
+                                  port.p);
         *port_out = (int)v;
     }
     if ((*host_out = dup_span(host)) == NULL)
@@ -342,26 +339,25 @@ static int parse_hostport(span hostport, int default_port, char **host_out, int 
     return DLOCK_OK;
 }
 
-static int parse_redis(span rest, dlock__addr *a, char *err, size_t errlen)
+static int parse_redis(span rest, dlock__addr *a, dlock__err *e)
 {
-    int rc = parse_userinfo(&rest, a, true, err, errlen);
+    int rc = parse_userinfo(&rest, a, true, e);
     if (rc != DLOCK_OK)
         return rc;
     const char *q = find(rest, '?');
     if (q != NULL && !a->tls && find((span){rest.p, (size_t)(q - rest.p)}, '/') == NULL)
-        return dlock__url_bad(err, errlen,
-                              "parameters after '?' are for rediss:// (TLS) URLs only");
-    if (a->tls && (rc = take_params(&rest, a, err, errlen)) != DLOCK_OK)
+        return dlock__url_bad(e, "parameters after '?' are for rediss:// (TLS) URLs only");
+    if (a->tls && (rc = take_params(&rest, a, e)) != DLOCK_OK)
         return rc;
     const char *slash = find(rest, '/');
     span hostport = {rest.p, slash ? (size_t)(slash - rest.p) : rest.n};
     span path = {slash ? slash + 1 : rest.p + rest.n, slash ? rest.n - hostport.n - 1 : 0};
-    if ((rc = parse_hostport(hostport, 6379, &a->host, &a->port, err, errlen)) != DLOCK_OK)
+    if ((rc = parse_hostport(hostport, 6379, &a->host, &a->port, e)) != DLOCK_OK)
         return rc;
     if (path.n > 0) {
         long v = parse_num(path, 0, 2147483647);
         if (v < 0)
-            return dlock__url_bad(err, errlen, "database \"%.*s\" is not a non-negative number",
+            return dlock__url_bad(e, "database \"%.*s\" is not a non-negative number",
                                   (int)(path.n > 40 ? 40 : path.n), path.p);
         a->db = (int)v;
     }
@@ -370,16 +366,16 @@ static int parse_redis(span rest, dlock__addr *a, char *err, size_t errlen)
 
 /* The master's name in a Sentinel URL's path: what a Sentinel's configuration calls
  * it ("sentinel monitor NAME ..."), which is one word. */
-static int parse_master_name(span path, dlock__addr *a, char *err, size_t errlen)
+static int parse_master_name(span path, dlock__addr *a, dlock__err *e)
 {
     if (path.n == 0)
         path = (span){"mymaster", 8}; /* the name in Redis's example sentinel.conf */
-    int rc = decode(path, &a->master_name, "master name", err, errlen);
+    int rc = decode(path, &a->master_name, "master name", e);
     if (rc != DLOCK_OK)
         return rc;
     size_t n = strlen(a->master_name);
     if (n > 128)
-        return dlock__url_bad(err, errlen, "master name longer than 128 bytes");
+        return dlock__url_bad(e, "master name longer than 128 bytes");
     for (size_t i = 0; i < n; i++) {
         char ch = a->master_name[i];
         if (isalnum((unsigned char)ch) || strchr("-_.:", ch) != NULL)
@@ -388,8 +384,7 @@ static int parse_master_name(span path, dlock__addr *a, char *err, size_t errlen
         if (isgraph((unsigned char)ch))
             snprintf(what, sizeof what, "'%c'", ch);
         return dlock__url_bad(
-            err, errlen, "master name with %s: it may hold letters, digits, '-', '_', '.' and ':'",
-            what);
+            e, "master name with %s: it may hold letters, digits, '-', '_', '.' and ':'", what);
     }
     return DLOCK_OK;
 }
@@ -398,10 +393,10 @@ static int parse_master_name(span path, dlock__addr *a, char *err, size_t errlen
  * comma-separated hosts (Sentinels, or a cluster's seeds) into a->hosts; what follows
  * the host part's '/' in *path. */
 static int parse_host_list(span rest, int default_port, const char *what, dlock__addr *a,
-                           span *path, char *err, size_t errlen)
+                           span *path, dlock__err *e)
 {
-    int rc = parse_userinfo(&rest, a, true, err, errlen);
-    if (rc != DLOCK_OK || (rc = take_params(&rest, a, err, errlen)) != DLOCK_OK)
+    int rc = parse_userinfo(&rest, a, true, e);
+    if (rc != DLOCK_OK || (rc = take_params(&rest, a, e)) != DLOCK_OK)
         return rc;
     const char *slash = find(rest, '/');
     span hosts = {rest.p, slash ? (size_t)(slash - rest.p) : rest.n};
@@ -417,9 +412,9 @@ static int parse_host_list(span rest, int default_port, const char *what, dlock_
         while (one.n > 0 && one.p[one.n - 1] == ' ')
             one.n--;
         if (a->nhosts == DLOCK_HOSTS_MAX)
-            return dlock__url_bad(err, errlen, "more than %d %s", DLOCK_HOSTS_MAX, what);
+            return dlock__url_bad(e, "more than %d %s", DLOCK_HOSTS_MAX, what);
         struct dlock__hostport *hp = &a->hosts[a->nhosts];
-        if ((rc = parse_hostport(one, default_port, &hp->host, &hp->port, err, errlen)) != DLOCK_OK)
+        if ((rc = parse_hostport(one, default_port, &hp->host, &hp->port, e)) != DLOCK_OK)
             return rc;
         a->nhosts++;
         if (comma == NULL)
@@ -429,44 +424,44 @@ static int parse_host_list(span rest, int default_port, const char *what, dlock_
     }
 }
 
-static int parse_sentinel(span rest, dlock__addr *a, char *err, size_t errlen)
+static int parse_sentinel(span rest, dlock__addr *a, dlock__err *e)
 {
     span path;
-    int rc = parse_host_list(rest, DLOCK_SENTINEL_PORT, "Sentinels", a, &path, err, errlen);
-    return rc != DLOCK_OK ? rc : parse_master_name(path, a, err, errlen);
+    int rc = parse_host_list(rest, DLOCK_SENTINEL_PORT, "Sentinels", a, &path, e);
+    return rc != DLOCK_OK ? rc : parse_master_name(path, a, e);
 }
 
 /* A cluster's seeds: any of its nodes, each able to tell the slot map. */
-static int parse_cluster(span rest, dlock__addr *a, char *err, size_t errlen)
+static int parse_cluster(span rest, dlock__addr *a, dlock__err *e)
 {
     span path;
-    int rc = parse_host_list(rest, 6379, "seeds", a, &path, err, errlen);
+    int rc = parse_host_list(rest, 6379, "seeds", a, &path, e);
     if (rc == DLOCK_OK && path.n > 0)
-        rc = dlock__url_bad(err, errlen, "a Redis Cluster has only database 0: no /db");
+        rc = dlock__url_bad(e, "a Redis Cluster has only database 0: no /db");
     return rc;
 }
 
-static int parse_unix(span rest, dlock__addr *a, char *err, size_t errlen)
+static int parse_unix(span rest, dlock__addr *a, dlock__err *e)
 {
-    int rc = parse_userinfo(&rest, a, false, err, errlen);
+    int rc = parse_userinfo(&rest, a, false, e);
     if (rc != DLOCK_OK)
         return rc;
     if (rest.n == 0)
-        return dlock__url_bad(err, errlen, "missing socket path");
+        return dlock__url_bad(e, "missing socket path");
     if (rest.p[0] != '/')
-        return dlock__url_bad(err, errlen, "the socket path must be absolute (unix:///path)");
+        return dlock__url_bad(e, "the socket path must be absolute (unix:///path)");
     const char *q = find(rest, '?');
     span path = {rest.p, q ? (size_t)(q - rest.p) : rest.n};
     if (path.n >= sizeof(((struct sockaddr_un *)0)->sun_path))
-        return dlock__url_bad(err, errlen, "socket path longer than %zu bytes",
+        return dlock__url_bad(e, "socket path longer than %zu bytes",
                               sizeof(((struct sockaddr_un *)0)->sun_path) - 1);
     if (q != NULL) {
         span query = {q + 1, rest.n - path.n - 1};
         if (query.n < 3 || memcmp(query.p, "db=", 3) != 0)
-            return dlock__url_bad(err, errlen, "the only query parameter is ?db=N");
+            return dlock__url_bad(e, "the only query parameter is ?db=N");
         long v = parse_num((span){query.p + 3, query.n - 3}, 0, 2147483647);
         if (v < 0)
-            return dlock__url_bad(err, errlen, "database in ?db= is not a non-negative number");
+            return dlock__url_bad(e, "database in ?db= is not a non-negative number");
         a->db = (int)v;
     }
     if ((a->path = dup_span(path)) == NULL)
@@ -521,7 +516,7 @@ static int make_display(dlock__addr *a)
     return a->display ? DLOCK_OK : DLOCK_ERR_NOMEM;
 }
 
-int dlock__url_parse(const char *url, size_t len, dlock__addr *out, char *err, size_t errlen)
+int dlock__url_parse(const char *url, size_t len, dlock__addr *out, dlock__err *e)
 {
     memset(out, 0, sizeof *out);
     out->insecure = -1;
@@ -539,9 +534,8 @@ int dlock__url_parse(const char *url, size_t len, dlock__addr *out, char *err, s
     };
     size_t n = dlock__url_scheme_len(url, len);
     int rc = dlock__url_bad(
-        err, errlen,
-        "unsupported scheme: expected redis://, rediss://, unix://, redis-sentinel://, "
-        "rediss-sentinel://, redis-cluster://, rediss-cluster:// or file://");
+        e, "unsupported scheme: expected redis://, rediss://, unix://, redis-sentinel://, "
+           "rediss-sentinel://, redis-cluster://, rediss-cluster:// or file://");
     for (size_t i = 0; i < sizeof schemes / sizeof schemes[0]; i++) {
         if (n != strlen(schemes[i].name) || memcmp(url, schemes[i].name, n) != 0)
             continue;
@@ -550,17 +544,17 @@ int dlock__url_parse(const char *url, size_t len, dlock__addr *out, char *err, s
         out->is_unix = schemes[i].is_unix;
         out->cluster = schemes[i].cluster;
         span rest = {url + n, len - n};
-        rc = out->sentinel  ? parse_sentinel(rest, out, err, errlen)
-             : out->cluster ? parse_cluster(rest, out, err, errlen)
-             : out->is_unix ? parse_unix(rest, out, err, errlen)
-                            : parse_redis(rest, out, err, errlen);
+        rc = out->sentinel  ? parse_sentinel(rest, out, e)
+             : out->cluster ? parse_cluster(rest, out, e)
+             : out->is_unix ? parse_unix(rest, out, e)
+                            : parse_redis(rest, out, e);
         break;
     }
     if (rc == DLOCK_OK)
         rc = make_display(out);
     if (rc != DLOCK_OK) {
         if (rc == DLOCK_ERR_NOMEM)
-            snprintf(err, errlen, "out of memory");
+            dlock__err_set(e, DLOCK_ERR_NOMEM, "out of memory");
         dlock__addr_clear(out);
     }
     return rc;

@@ -66,8 +66,7 @@ static const char *entry_end(const char *p)
     return p + strlen(p);
 }
 
-int dlock__url_parse_list(const char *list, int max, dlock__addr **out, int *n, char *err,
-                          size_t errlen)
+int dlock__url_parse_list(const char *list, int max, dlock__addr **out, int *n, dlock__err *e)
 {
     *out = NULL;
     *n = 0;
@@ -75,11 +74,10 @@ int dlock__url_parse_list(const char *list, int max, dlock__addr **out, int *n, 
     for (const char *p = list; *(p = entry_end(p)) != '\0'; p++)
         count++;
     if (count > max)
-        return dlock__url_bad(err, errlen, "%d servers given, at most %d are supported", count,
-                              max);
+        return dlock__url_bad(e, "%d servers given, at most %d are supported", count, max);
     dlock__addr *addrs = dlock__calloc((size_t)count, sizeof *addrs);
     if (addrs == NULL)
-        return DLOCK_ERR_NOMEM;
+        return dlock__err_set(e, DLOCK_ERR_NOMEM, "out of memory");
     const char *p = list;
     for (int i = 0; i < count; i++) {
         const char *end = entry_end(p);
@@ -89,14 +87,14 @@ int dlock__url_parse_list(const char *list, int max, dlock__addr **out, int *n, 
         size_t len = (size_t)(end - p);
         while (len > 0 && p[len - 1] == ' ')
             len--;
-        char sub[400];
-        int rc = len == 0 ? dlock__url_bad(sub, sizeof sub, "empty address")
-                          : dlock__url_parse(p, len, &addrs[i], sub, sizeof sub);
+        dlock__err sub;
+        int rc = len == 0 ? dlock__url_bad(&sub, "empty address")
+                          : dlock__url_parse(p, len, &addrs[i], &sub);
         if (rc != DLOCK_OK) {
             if (count > 1)
-                snprintf(err, errlen, "server %d of %d: %s", i + 1, count, sub);
+                dlock__err_set(e, rc, "server %d of %d: %s", i + 1, count, sub.msg);
             else
-                snprintf(err, errlen, "%s", sub);
+                dlock__err_set(e, rc, "%s", sub.msg);
             for (int j = 0; j < i; j++)
                 dlock__addr_clear(&addrs[j]);
             free(addrs);
@@ -112,7 +110,7 @@ int dlock__url_parse_list(const char *list, int max, dlock__addr **out, int *n, 
             if (!same_server(&addrs[i], b))
                 continue;
             int rc =
-                dlock__url_bad(err, errlen,
+                dlock__url_bad(e,
                                "servers %d and %d are the same server (%s): each must be a server "
                                "of its own, or it votes twice",
                                j + 1, i + 1, b->display);

@@ -568,21 +568,20 @@ void dlock__watchdog_forget(dlock_client *c)
 
 int dlock_renewal_stats_get(dlock_client *c, dlock_renewal_stats *out)
 {
-    dlock__clear_error();
+    dlock__err e;
     if (out == NULL)
-        return dlock__fail(DLOCK_ERR_INVALID, "out is NULL");
+        return dlock__raise(&e, DLOCK_ERR_INVALID, "out is NULL");
     memset(out, 0, sizeof *out);
     out->margin_min_ms = -1;
-    dlock__err e;
     int rc = dlock__client_enter(c, &e);
     if (rc != DLOCK_OK)
         return dlock__err_raise(&e, rc);
     struct dlock__watchdog *wd = get_wd(c);
     if (wd == NULL)
-        return DLOCK_OK;
+        return dlock__err_raise(&e, DLOCK_OK);
     pthread_mutex_lock(&wd->mu);
     *out = wd->stats;
     out->locks = wd->nlocks;
     pthread_mutex_unlock(&wd->mu);
-    return DLOCK_OK;
+    return dlock__err_raise(&e, DLOCK_OK);
 }
