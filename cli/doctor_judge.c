@@ -317,6 +317,15 @@ static void judge_failover(cli_findings *fs, int i, int n, const char *what)
               : "nothing more; min-replicas-to-write 1 narrows the window");
 }
 
+/* Only up of the `of` members of a group behind a server answered (members: what they
+ * are, "Sentinels"): a note on what the silent ones cost (cost, with its fix). */
+static void judge_silent(cli_findings *fs, int i, const char *kind, int up, int of,
+                         const char *members, const char *cost)
+{
+    if (up < of)
+        add(fs, i, false, kind, "%d of its %d %s answered: %s", up, of, members, cost);
+}
+
 /* A master behind Sentinels: what a failover may cost, and whether one can happen. */
 static void judge_sentinel(cli_findings *fs, int i, const dlock_server_facts *f, int n)
 {
@@ -324,12 +333,10 @@ static void judge_sentinel(cli_findings *fs, int i, const dlock_server_facts *f,
         return;
     judge_failover(fs, i, n,
                    "a master behind Sentinels: replication is asynchronous, so a failover");
-    if (f->sentinels_up < f->sentinels)
-        add(fs, i, false, "sentinel",
-            "%d of its %d Sentinels answered: with none, the master cannot be found after a "
-            "failover or a broken connection, and every lock call on it fails. Fix: make "
-            "them reachable, or list the ones that run",
-            f->sentinels_up, f->sentinels);
+    judge_silent(fs, i, "sentinel", f->sentinels_up, f->sentinels, "Sentinels",
+                 "with none, the master cannot be found after a failover or a broken "
+                 "connection, and every lock call on it fails. Fix: make them reachable, or "
+                 "list the ones that run");
     if (f->sentinel_quorum == 0)
         add(fs, i, false, "sentinel-quorum",
             "its Sentinels cannot fail the master over (%s): if it fails, it stays down and "
@@ -367,12 +374,9 @@ static void judge_cluster(cli_findings *fs, int i, const dlock_server_facts *f, 
             "lock call on a name in them fails (CLUSTERDOWN). Fix: bring the failed "
             "masters back, or assign their slots (redis-cli --cluster fix)",
             f->cluster_state);
-    if (f->cluster_masters_up < f->cluster_masters)
-        add(fs, i, false, "cluster-masters",
-            "%d of its %d masters answered: names in the silent masters' slots cannot be "
-            "locked, and their policies and persistence are not checked. Fix: make them "
-            "reachable from here",
-            f->cluster_masters_up, f->cluster_masters);
+    judge_silent(fs, i, "cluster-masters", f->cluster_masters_up, f->cluster_masters, "masters",
+                 "names in the silent masters' slots cannot be locked, and their policies and "
+                 "persistence are not checked. Fix: make them reachable from here");
     if (f->cluster_ok < 0)
         unknown(fs, i, "cluster-state",
                 "unknown cluster_state: CLUSTER INFO could not be read (an ACL?), so whether "

@@ -76,31 +76,58 @@ static void put_aux(int type, int worker, uint8_t tok, uint64_t fence, int64_t s
     hist_write(&w, &r);
 }
 
-static void put(int type, int worker, uint8_t tok, uint64_t fence, int64_t start_ms, int64_t t_ms,
-                int64_t deadline_ms, uint64_t value, int rc)
-{
-    put_aux(type, worker, tok, fence, start_ms, t_ms, deadline_ms, value, rc, 0);
-}
+/* One step of a history written by hand, by a worker holding token tok with fence:
+ * - SECTION: a whole section, acquired at ok (called at inv), valid until dl, its
+ *   section ended at exit, released at rel;
+ * - WRITE: a register write of value sent at `at` (the lock valid until dl), and its
+ *   outcome one ms later: HIST_WRITE_OK, HIST_WRITE_REJECTED (refused for its fence),
+ *   or 0 for none (the worker died before the reply);
+ * - REC: one record of type, called at start, returned at t (the lock valid until dl),
+ *   with rc and aux.
+ * A kind of 0 ends a history. */
+typedef struct step {
+    char kind;
+    int type, worker;
+    uint8_t tok;
+    uint64_t fence;
+    int64_t t[5];
+    uint64_t value, aux;
+    int rc;
+} step;
+#define SECTION(who, token, f, inv, ok, dl, exit, rel)                                             \
+    {                                                                                              \
+        .kind = 'S', .t = {inv, ok, dl, exit, rel}, .worker = (who), .tok = (token), .fence = (f)  \
+    }
+#define WRITE(who, token, f, at, dl, v, outcome)                                                   \
+    {                                                                                              \
+        .kind = 'W', .t = {at, dl}, .type = (outcome), .worker = (who), .tok = (token),            \
+        .fence = (f), .value = (v)                                                                 \
+    }
+#define REC(typ, who, token, f, start, end, dl, code, extra)                                       \
+    {                                                                                              \
+        .kind = 'R', .t = {start, end, dl}, .type = (typ), .worker = (who), .tok = (token),        \
+        .fence = (f), .rc = (code), .aux = (extra)                                                 \
+    }
 
-/* One whole section: acquired at ok (called at inv), valid until dl, released at rel. */
-static void section(int worker, uint8_t tok, uint64_t fence, int64_t inv, int64_t ok, int64_t dl,
-                    int64_t exit, int64_t rel)
+static void write_step(const step *s)
 {
-    put(HIST_ACQ_OK, worker, tok, fence, inv, ok, dl, 0, 0);
-    put(HIST_EXIT, worker, tok, fence, exit, exit, dl, 0, 0);
-    put(HIST_RELEASE, worker, tok, fence, rel, rel + 1, 0, 0, DLOCK_OK);
-}
-
-/* A register write of value sent at `at` (the lock valid until dl), and its outcome
- * one ms later: HIST_WRITE_OK, HIST_WRITE_REJECTED (refused for its fence), or 0 for
- * none (the worker died before the reply). */
-static void write_rec(int worker, uint8_t tok, uint64_t fence, int64_t at, int64_t dl,
-                      uint64_t value, int outcome)
-{
-    put(HIST_WRITE_INVOKE, worker, tok, fence, at, at, dl, value, 0);
-    if (outcome != 0)
-        put(outcome, worker, tok, fence, at, at + 1, dl, value,
-            outcome == HIST_WRITE_REJECTED ? DLOCK_ERR_FENCED : 0);
+    const int64_t *t = s->t;
+    switch (s->kind) {
+    case 'S':
+        put_aux(HIST_ACQ_OK, s->worker, s->tok, s->fence, t[0], t[1], t[2], 0, 0, 0);
+        put_aux(HIST_EXIT, s->worker, s->tok, s->fence, t[3], t[3], t[2], 0, 0, 0);
+        put_aux(HIST_RELEASE, s->worker, s->tok, s->fence, t[4], t[4] + 1, 0, 0, DLOCK_OK, 0);
+        break;
+    case 'W':
+        put_aux(HIST_WRITE_INVOKE, s->worker, s->tok, s->fence, t[0], t[0], t[1], s->value, 0, 0);
+        if (s->type != 0)
+            put_aux(s->type, s->worker, s->tok, s->fence, t[0], t[0] + 1, t[1], s->value,
+                    s->type == HIST_WRITE_REJECTED ? DLOCK_ERR_FENCED : 0, 0);
+        break;
+    default:
+        put_aux(s->type, s->worker, s->tok, s->fence, t[0], t[1], t[2], 0, s->rc, s->aux);
+        break;
+    }
 }
 
 static hist_report check(int64_t final)
@@ -113,188 +140,213 @@ static hist_report check(int64_t final)
     return rep;
 }
 
-static void test_clean_history(void **state)
-{
-    (void)state;
-    reset();
-    section(0, 1, 10, 0, 1, 100, 5, 6);
-    section(1, 2, 11, 2, 8, 100, 12, 13);
-    hist_report r = check(-1);
-    assert_int_equal(r.sessions, 2);
-    assert_int_equal(r.fence_regressions, 0);
-    assert_int_equal(r.granted_overlaps, 0);
-    assert_int_equal(r.believed_overlaps, 0);
-}
+/* A field of the report and what it must be: value, or at least value. A field of
+ * NULL ends a list. */
+typedef struct want {
+    const char *field;
+    size_t at, size;
+    int64_t value;
+    bool at_least;
+} want;
+#define WANT_IS(f, v, least)                                                                       \
+    {                                                                                              \
+        .field = #f, .at = offsetof(hist_report, f), .size = sizeof(((hist_report *)0)->f),        \
+        .value = (v), .at_least = (least)                                                          \
+    }
+#define WANT(f, v)          WANT_IS(f, v, false)
+#define WANT_AT_LEAST(f, v) WANT_IS(f, v, true)
 
-static void test_granted_overlap(void **state)
-{
-    (void)state;
-    reset();
+/* A history and what the checkers must report on it, given the register's counter at
+ * the end (final; -1: no register). */
+typedef struct hcase {
+    const char *name;
+    step steps[5];
+    int64_t final;
+    want wants[5];
+} hcase;
+
+static hcase cases[] = {
+    {"clean_history",
+     {SECTION(0, 1, 10, 0, 1, 100, 5, 6), SECTION(1, 2, 11, 2, 8, 100, 12, 13)},
+     -1,
+     {WANT(sessions, 2), WANT(fence_regressions, 0), WANT(granted_overlaps, 0),
+      WANT(believed_overlaps, 0)}},
     /* B is granted while A is valid and has not released. */
-    section(0, 1, 10, 0, 1, 100, 5, 50);
-    section(1, 2, 11, 2, 8, 100, 12, 13);
-    hist_report r = check(-1);
-    assert_int_equal(r.granted_overlaps, 1);
-    assert_true(r.granted_overlap_max_ns >= 5 * MS);
+    {"granted_overlap",
+     {SECTION(0, 1, 10, 0, 1, 100, 5, 50), SECTION(1, 2, 11, 2, 8, 100, 12, 13)},
+     -1,
+     {WANT(granted_overlaps, 1), WANT_AT_LEAST(granted_overlap_max_ns, 5 * MS)}},
     /* A's validity ended before B's grant: no overlap, however late A's section ran
      * (its release told LOST, as the servers must tell it then). */
-    reset();
-    put(HIST_ACQ_OK, 0, 1, 10, 0, 1, 7, 0, 0);
-    put(HIST_EXIT, 0, 1, 10, 40, 40, 7, 0, 0);
-    put(HIST_RELEASE, 0, 1, 10, 41, 42, 0, 0, DLOCK_ERR_LOST);
-    section(1, 2, 11, 2, 8, 100, 12, 13);
-    r = check(-1);
-    assert_int_equal(r.granted_overlaps, 0);
-    assert_int_equal(r.believed_overlaps, 2);
-    assert_int_equal(r.late_sections, 1);
+    {"granted_overlap_not_past_validity",
+     {REC(HIST_ACQ_OK, 0, 1, 10, 0, 1, 7, 0, 0), REC(HIST_EXIT, 0, 1, 10, 40, 40, 7, 0, 0),
+      REC(HIST_RELEASE, 0, 1, 10, 41, 42, 0, DLOCK_ERR_LOST, 0),
+      SECTION(1, 2, 11, 2, 8, 100, 12, 13)},
+     -1,
+     {WANT(granted_overlaps, 0), WANT(believed_overlaps, 2), WANT(late_sections, 1)}},
     /* The same, but the servers told the late A its release was of a lock it still
      * held: A held it until then, so B's grant overlaps it. */
-    reset();
-    section(0, 1, 10, 0, 1, 7, 40, 41);
-    section(1, 2, 11, 2, 8, 100, 12, 13);
-    assert_int_equal(check(-1).granted_overlaps, 1);
-}
-
-/* A holder killed inside dlock_release leaves no RELEASE record: from its
- * RELEASE_INVOKE on, the lock may be released, and the next grant is no overlap. */
-static void test_killed_mid_release(void **state)
-{
-    (void)state;
-    reset();
-    put(HIST_ACQ_OK, 0, 1, 10, 0, 1, 100, 0, 0);
-    put(HIST_EXIT, 0, 1, 10, 5, 5, 100, 0, 0);
-    put(HIST_RELEASE_INVOKE, 0, 1, 10, 6, 6, 100, 0, 0);
-    section(1, 2, 11, 2, 8, 100, 12, 13);
-    hist_report r = check(-1);
-    assert_int_equal(r.granted_overlaps, 0);
+    {"granted_overlap_held_late",
+     {SECTION(0, 1, 10, 0, 1, 7, 40, 41), SECTION(1, 2, 11, 2, 8, 100, 12, 13)},
+     -1,
+     {WANT(granted_overlaps, 1)}},
+    /* A holder killed inside dlock_release leaves no RELEASE record: from its
+     * RELEASE_INVOKE on, the lock may be released, and the next grant is no overlap. */
+    {"killed_mid_release",
+     {REC(HIST_ACQ_OK, 0, 1, 10, 0, 1, 100, 0, 0), REC(HIST_EXIT, 0, 1, 10, 5, 5, 100, 0, 0),
+      REC(HIST_RELEASE_INVOKE, 0, 1, 10, 6, 6, 100, 0, 0), SECTION(1, 2, 11, 2, 8, 100, 12, 13)},
+     -1,
+     {WANT(granted_overlaps, 0)}},
     /* Without it, the same history is an overlap: the checker is not blind. */
-    reset();
-    put(HIST_ACQ_OK, 0, 1, 10, 0, 1, 100, 0, 0);
-    put(HIST_EXIT, 0, 1, 10, 5, 5, 100, 0, 0);
-    section(1, 2, 11, 2, 8, 100, 12, 13);
-    assert_int_equal(check(-1).granted_overlaps, 1);
-}
-
-static void test_lost_lock_reports_no_validity(void **state)
-{
-    (void)state;
-    reset();
+    {"killed_before_release",
+     {REC(HIST_ACQ_OK, 0, 1, 10, 0, 1, 100, 0, 0), REC(HIST_EXIT, 0, 1, 10, 5, 5, 100, 0, 0),
+      SECTION(1, 2, 11, 2, 8, 100, 12, 13)},
+     -1,
+     {WANT(granted_overlaps, 1)}},
     /* A lock found lost says 0 ms left: its EXIT "deadline" equals its time and must not
      * stretch the granted interval. */
-    put(HIST_ACQ_OK, 0, 1, 10, 0, 1, 7, 0, 0);
-    put(HIST_EXIT, 0, 1, 10, 40, 40, 40, 0, 0);
-    section(1, 2, 11, 2, 8, 100, 12, 13);
-    hist_report r = check(-1);
-    assert_int_equal(r.granted_overlaps, 0);
-    assert_int_equal(r.late_sections, 1);
+    {"lost_lock_reports_no_validity",
+     {REC(HIST_ACQ_OK, 0, 1, 10, 0, 1, 7, 0, 0), REC(HIST_EXIT, 0, 1, 10, 40, 40, 40, 0, 0),
+      SECTION(1, 2, 11, 2, 8, 100, 12, 13)},
+     -1,
+     {WANT(granted_overlaps, 0), WANT(late_sections, 1)}},
+    {"late_holder_told",
+     {REC(HIST_ACQ_OK, 0, 1, 10, 0, 1, 7, 0, 0), REC(HIST_EXIT, 0, 1, 10, 40, 40, 30, 0, 0),
+      REC(HIST_CHECK, 0, 1, 10, 41, 42, 30, DLOCK_OK, 0),
+      REC(HIST_RELEASE, 0, 1, 10, 43, 44, 0, DLOCK_OK, 0)},
+     -1,
+     {WANT(late_sections, 1), WANT(late_check_not_lost, 1), WANT(late_release_held, 1)}},
+};
+
+/* One case: its history in an empty file, then every field it names checked. */
+static void run_case(void **state)
+{
+    const hcase *c = *state;
+    reset();
+    for (size_t i = 0; i < sizeof c->steps / sizeof c->steps[0] && c->steps[i].kind != 0; i++)
+        write_step(&c->steps[i]);
+    hist_report rep = check(c->final);
+    for (size_t i = 0; i < sizeof c->wants / sizeof c->wants[0] && c->wants[i].field; i++) {
+        const want *w = &c->wants[i];
+        const char *at = (const char *)&rep + w->at;
+        int64_t got;
+        if (w->size == sizeof(int)) {
+            int v;
+            memcpy(&v, at, sizeof v);
+            got = v;
+        } else {
+            memcpy(&got, at, sizeof got);
+        }
+        if (w->at_least ? got < w->value : got != w->value)
+            fail_msg("%s: %s is %lld, want %s%lld", c->name, w->field, (long long)got,
+                     w->at_least ? "at least " : "", (long long)w->value);
+    }
 }
 
-static void test_fence_regression(void **state)
-{
-    (void)state;
-    reset();
+/* Fences in order or not: A's section and B's, and whether B's fence is a regression. */
+static const struct {
+    step a, b;
+    int regressions;
+} fence_cases[] = {
     /* B asked after A returned, and got a smaller fence. */
-    section(0, 1, 10, 0, 1, 4, 2, 3);
-    section(1, 2, 9, 5, 6, 100, 7, 8);
-    assert_int_equal(check(-1).fence_regressions, 1);
+    {SECTION(0, 1, 10, 0, 1, 4, 2, 3), SECTION(1, 2, 9, 5, 6, 100, 7, 8), 1},
     /* Concurrent calls prove nothing by their start: B asked before A returned, and
      * was granted before A's (still running) call returned. */
-    reset();
-    section(0, 1, 10, 0, 6, 9, 7, 8);
-    section(1, 2, 9, 0, 1, 4, 2, 3);
-    assert_int_equal(check(-1).fence_regressions, 0);
+    {SECTION(0, 1, 10, 0, 6, 9, 7, 8), SECTION(1, 2, 9, 0, 1, 4, 2, 3), 0},
     /* The handover of a blocking wait: B asked while A held the lock, and its call
      * returned after A had released; a smaller fence is a regression all the same. */
-    reset();
-    section(0, 1, 10, 1, 2, 100, 5, 6);
-    section(1, 2, 9, 0, 9, 100, 10, 11);
-    assert_int_equal(check(-1).fence_regressions, 1);
+    {SECTION(0, 1, 10, 1, 2, 100, 5, 6), SECTION(1, 2, 9, 0, 9, 100, 10, 11), 1},
     /* The same with the larger fence: in order. */
-    reset();
-    section(0, 1, 10, 1, 2, 100, 5, 6);
-    section(1, 2, 11, 0, 9, 100, 10, 11);
-    assert_int_equal(check(-1).fence_regressions, 0);
-}
+    {SECTION(0, 1, 10, 1, 2, 100, 5, 6), SECTION(1, 2, 11, 0, 9, 100, 10, 11), 0},
+};
 
-static void test_stale_write_accepted(void **state)
+static void test_fence_order(void **state)
 {
     (void)state;
-    reset();
-    write_rec(1, 2, 11, 10, 100, 1, HIST_WRITE_OK);
+    for (size_t i = 0; i < sizeof fence_cases / sizeof fence_cases[0]; i++) {
+        reset();
+        write_step(&fence_cases[i].a);
+        write_step(&fence_cases[i].b);
+        int got = check(-1).fence_regressions;
+        if (got != fence_cases[i].regressions)
+            fail_msg("fence case %zu: %d regressions, want %d", i, got, fence_cases[i].regressions);
+    }
+}
+
+/* Two register writes (the second one may be missing), the counter at the end, and
+ * what the checkers of writes must count: stale writes accepted, accepted late, stale
+ * writes refused, refusals without a cause, lost updates, values written twice,
+ * writes of unknown outcome, and phantom writes. */
+static const struct {
+    step a, b;
+    int64_t final;
+    int64_t counts[8];
+} write_cases[] = {
     /* Sent after fence 11 was accepted, with fence 10: must be refused. */
-    write_rec(0, 1, 10, 12, 5, 2, HIST_WRITE_OK);
-    hist_report r = check(2);
-    assert_int_equal(r.stale_accepted, 1);
-    assert_int_equal(r.late_accepted, 1);
-    assert_int_equal(r.lost_updates, 0);
+    {WRITE(1, 2, 11, 10, 100, 1, HIST_WRITE_OK),
+     WRITE(0, 1, 10, 12, 5, 2, HIST_WRITE_OK),
+     2,
+     {1, 1, 0, 0, 0, 0, 0, 0}},
     /* Refused properly instead. */
-    reset();
-    write_rec(1, 2, 11, 10, 100, 1, HIST_WRITE_OK);
-    write_rec(0, 1, 10, 12, 5, 2, HIST_WRITE_REJECTED);
-    r = check(1);
-    assert_int_equal(r.stale_accepted, 0);
-    assert_int_equal(r.stale_rejected, 1);
-    assert_int_equal(r.spurious_rejections, 0);
-}
-
-static void test_spurious_rejection(void **state)
-{
-    (void)state;
-    reset();
-    write_rec(0, 1, 10, 12, 100, 1, HIST_WRITE_REJECTED);
-    assert_int_equal(check(0).spurious_rejections, 1);
-}
-
-static void test_lost_update(void **state)
-{
-    (void)state;
-    reset();
+    {WRITE(1, 2, 11, 10, 100, 1, HIST_WRITE_OK),
+     WRITE(0, 1, 10, 12, 5, 2, HIST_WRITE_REJECTED),
+     1,
+     {0, 0, 1, 0, 0, 0, 0, 0}},
+    /* Refused with no higher fence accepted first. */
+    {WRITE(0, 1, 10, 12, 100, 1, HIST_WRITE_REJECTED), {0}, 0, {0, 0, 1, 1, 0, 0, 0, 0}},
     /* Two overlapping holders both read 0 and wrote 1 (the lower fence first). */
-    write_rec(0, 1, 10, 5, 100, 1, HIST_WRITE_OK);
-    write_rec(1, 2, 11, 7, 100, 1, HIST_WRITE_OK);
-    hist_report r = check(1);
-    assert_int_equal(r.lost_updates, 1);
-    assert_int_equal(r.duplicate_values, 1);
+    {WRITE(0, 1, 10, 5, 100, 1, HIST_WRITE_OK),
+     WRITE(1, 2, 11, 7, 100, 1, HIST_WRITE_OK),
+     1,
+     {0, 0, 0, 0, 1, 1, 0, 0}},
     /* A write whose worker died before the reply: counted as maybe applied. */
-    reset();
-    write_rec(0, 1, 10, 5, 100, 1, HIST_WRITE_OK);
-    write_rec(1, 2, 11, 7, 100, 2, 0);
-    r = check(2);
-    assert_int_equal(r.writes_unknown, 1);
-    assert_int_equal(r.lost_updates, 0);
-    assert_int_equal(r.phantom, 0);
-    /* A counter above every write that could have happened. */
-    r = check(5);
-    assert_int_equal(r.phantom, 3);
-}
+    {WRITE(0, 1, 10, 5, 100, 1, HIST_WRITE_OK),
+     WRITE(1, 2, 11, 7, 100, 2, 0),
+     2,
+     {0, 0, 0, 0, 0, 0, 1, 0}},
+    /* The same with a counter above every write that could have happened. */
+    {WRITE(0, 1, 10, 5, 100, 1, HIST_WRITE_OK),
+     WRITE(1, 2, 11, 7, 100, 2, 0),
+     5,
+     {0, 0, 0, 0, 0, 0, 1, 3}},
+};
 
-static void test_late_holder_told(void **state)
+static void test_writes(void **state)
 {
     (void)state;
-    reset();
-    put(HIST_ACQ_OK, 0, 1, 10, 0, 1, 7, 0, 0);
-    put(HIST_EXIT, 0, 1, 10, 40, 40, 30, 0, 0);
-    put(HIST_CHECK, 0, 1, 10, 41, 42, 30, 0, DLOCK_OK);
-    put(HIST_RELEASE, 0, 1, 10, 43, 44, 0, 0, DLOCK_OK);
-    hist_report r = check(-1);
-    assert_int_equal(r.late_sections, 1);
-    assert_int_equal(r.late_check_not_lost, 1);
-    assert_int_equal(r.late_release_held, 1);
+    for (size_t i = 0; i < sizeof write_cases / sizeof write_cases[0]; i++) {
+        reset();
+        write_step(&write_cases[i].a);
+        if (write_cases[i].b.kind != 0)
+            write_step(&write_cases[i].b);
+        hist_report r = check(write_cases[i].final);
+        const int64_t got[8] = {r.stale_accepted,      r.late_accepted, r.stale_rejected,
+                                r.spurious_rejections, r.lost_updates,  r.duplicate_values,
+                                r.writes_unknown,      r.phantom};
+        for (int k = 0; k < 8; k++)
+            if (got[k] != write_cases[i].counts[k])
+                fail_msg("write case %zu: count %d is %lld, want %lld", i, k, (long long)got[k],
+                         (long long)write_cases[i].counts[k]);
+    }
 }
 
+/* A's validity ended at 7, its section at 40; B was granted at 20. A release that
+ * found A's token still held means A held the lock past B's grant: an overlap. */
 static void test_late_release_found_held(void **state)
 {
     (void)state;
-    /* A's validity ended at 7, its section at 40; B was granted at 20. A release that
-     * found A's token still held means A held the lock past B's grant: an overlap. */
     for (int held = 0; held <= 1; held++) {
+        /* LOST either way; aux 1: the servers still held the token (the holder's clock
+         * had run its validity out, not theirs the lease). */
+        const step history[] = {
+            REC(HIST_ACQ_OK, 0, 1, 10, 0, 1, 7, 0, 0),
+            REC(HIST_EXIT, 0, 1, 10, 40, 40, 30, 0, 0),
+            REC(HIST_RELEASE, 0, 1, 10, 41, 42, 0, DLOCK_ERR_LOST, (uint64_t)held),
+            SECTION(1, 2, 11, 2, 20, 100, 25, 26),
+        };
         reset();
-        put(HIST_ACQ_OK, 0, 1, 10, 0, 1, 7, 0, 0);
-        put(HIST_EXIT, 0, 1, 10, 40, 40, 30, 0, 0);
-        /* LOST either way; aux 1: the servers still held the token (the holder's
-         * clock had run its validity out, not theirs the lease). */
-        put_aux(HIST_RELEASE, 0, 1, 10, 41, 42, 0, 0, DLOCK_ERR_LOST, (uint64_t)held);
-        section(1, 2, 11, 2, 20, 100, 25, 26);
+        for (size_t i = 0; i < sizeof history / sizeof history[0]; i++)
+            write_step(&history[i]);
         hist_report r = check(-1);
         assert_int_equal(r.late_sections, 1);
         assert_int_equal(r.late_release_held, held);
@@ -333,19 +385,18 @@ static void test_percentile(void **state)
 
 int main(void)
 {
-    const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_clean_history),
-        cmocka_unit_test(test_granted_overlap),
-        cmocka_unit_test(test_killed_mid_release),
-        cmocka_unit_test(test_lost_lock_reports_no_validity),
-        cmocka_unit_test(test_fence_regression),
-        cmocka_unit_test(test_stale_write_accepted),
-        cmocka_unit_test(test_spurious_rejection),
-        cmocka_unit_test(test_lost_update),
-        cmocka_unit_test(test_late_holder_told),
+    const struct CMUnitTest own[] = {
+        cmocka_unit_test(test_fence_order),
+        cmocka_unit_test(test_writes),
         cmocka_unit_test(test_late_release_found_held),
         cmocka_unit_test(test_worker_resources),
         cmocka_unit_test(test_percentile),
     };
+    /* A test a case of the table, named after it, then those of their own. */
+    enum { CASES = sizeof cases / sizeof cases[0], OWN = sizeof own / sizeof own[0] };
+    struct CMUnitTest tests[CASES + OWN];
+    for (size_t i = 0; i < CASES; i++)
+        tests[i] = (struct CMUnitTest){cases[i].name, run_case, NULL, NULL, &cases[i]};
+    memcpy(&tests[CASES], own, sizeof own);
     return cmocka_run_group_tests_name("fault_history", tests, setup, teardown);
 }

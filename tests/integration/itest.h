@@ -59,6 +59,19 @@ void it_wait_queued_on(dh_server *s, int n, const char *name, long long want);
 dlock_pending *it_queue_waiter(dlock_client *w, const char *name, int64_t ttl_ms, dh_server *s,
                                int n);
 
+/* Acquisition in steps (itest_pending.c, linked by the tests that use it).
+ * it_pending_start: dlock_acquire_start of name on c, waiting up to wait_ms (-1: without
+ * end) with a lease of 10 s; asserts success. it_pending_readable: asserts that p's
+ * descriptor becomes readable within 2 s (times the slack). it_pending_done: free p,
+ * then release l, the lock it gave, asserting DLOCK_OK. */
+dlock_pending *it_pending_start(dlock_client *c, const char *name, int64_t wait_ms);
+void it_pending_readable(dlock_pending *p);
+void it_pending_done(dlock_pending *p, dlock_lock *l);
+/* Run check on a client of local locks (file://) in a new directory (it_tmpdir, named
+ * after prefix), then free it and remove the directory: a file:// client waits on its
+ * own thread, so its calls in steps are refused. */
+void it_on_local_client(const char *prefix, void (*check)(dlock_client *local));
+
 /* Servers each behind a fault relay of its own (tests/support/relay.h), shared by the
  * tests of a file: it_relayed_setup (a cmocka setup) starts them and asserts that they
  * came up; it_relayed_urls lists the relays' URLs; it_relayed_teardown stops them. */

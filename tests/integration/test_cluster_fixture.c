@@ -65,6 +65,24 @@ static void reply_is(redisReply *r, const char *want)
     freeReplyObject(r);
 }
 
+/* Write "{tag}k" = "v" on its owner and move its slot, in one go, to the node `step`
+ * after that owner, which then serves the key. The slot, and the two nodes in *from
+ * and *to. */
+static int move_tagged_key(dh_cluster *cl, const char *tag, int step, int *from, int *to)
+{
+    char hashtag[32], key[40];
+    snprintf(hashtag, sizeof hashtag, "{%s}", tag);
+    snprintf(key, sizeof key, "%sk", hashtag);
+    int slot = dh_cluster_keyslot(cl, hashtag);
+    *from = dh_cluster_owner(cl, slot);
+    *to = (*from + step) % 3;
+    assert_int_equal(dh_reply_status(dh_cmd(&cl->node[*from], "SET %s v", key), "SET"), 0);
+    assert_int_equal(dh_cluster_migrate_begin(cl, slot, *from, *to), 0);
+    assert_int_equal(dh_cluster_migrate_finish(cl, slot, *from, *to), 0);
+    reply_is(dh_cmd(&cl->node[*to], "GET %s", key), "v");
+    return slot;
+}
+
 /* Every slot has an owner, in even ranges, and every node's own CLUSTER SLOTS, read
  * here rather than through the fixture, names that owner at its address. */
 static void every_slot_owned(void **state)
@@ -212,12 +230,8 @@ static void with_password(void **state)
     freeReplyObject(r);
     redisFree(c);
 
-    int slot = dh_cluster_keyslot(&cl, "{pw}");
-    int from = dh_cluster_owner(&cl, slot), to = (from + 2) % 3;
-    assert_int_equal(dh_reply_status(dh_cmd(&cl.node[from], "SET {pw}k v"), "SET"), 0);
-    assert_int_equal(dh_cluster_migrate_begin(&cl, slot, from, to), 0);
-    assert_int_equal(dh_cluster_migrate_finish(&cl, slot, from, to), 0);
-    reply_is(dh_cmd(&cl.node[to], "GET {pw}k"), "v");
+    int from, to;
+    int slot = move_tagged_key(&cl, "pw", 2, &from, &to);
     char want[128];
     redirect(want, sizeof want, "MOVED", &cl, slot, to);
     error_is(dh_cmd(&cl.node[from], "GET {pw}k"), want);
@@ -300,12 +314,8 @@ static void with_tls(void **state)
     snprintf(want, sizeof want, "rediss-cluster://127.0.0.1:%d", cl.node[2].tls_port);
     assert_string_equal(url, want);
 
-    int slot = dh_cluster_keyslot(&cl, "{tls}");
-    int from = dh_cluster_owner(&cl, slot), to = (from + 1) % 3;
-    assert_int_equal(dh_reply_status(dh_cmd(&cl.node[from], "SET {tls}k v"), "SET"), 0);
-    assert_int_equal(dh_cluster_migrate_begin(&cl, slot, from, to), 0);
-    assert_int_equal(dh_cluster_migrate_finish(&cl, slot, from, to), 0);
-    reply_is(dh_cmd(&cl.node[to], "GET {tls}k"), "v");
+    int from, to;
+    int slot = move_tagged_key(&cl, "tls", 1, &from, &to);
 
     /* A TLS client is sent to the new owner's TLS port. */
     char line[256];

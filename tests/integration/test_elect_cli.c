@@ -219,6 +219,13 @@ static int reap(pid_t pid, const char *tag, int64_t timeout_ms, int want)
     return status;
 }
 
+/* SIGTERM a spawned dlock, and reap it as reap does, within 5 s. */
+static void stop(pid_t pid, const char *tag, int want)
+{
+    assert_int_equal(kill(pid, SIGTERM), 0);
+    reap(pid, tag, 5000, want);
+}
+
 /* ---- the leader from outside ------------------------------------------------------ */
 
 static void leader_now(dlock_client *c, const char *name, dlock_leader_info *info)
@@ -226,6 +233,17 @@ static void leader_now(dlock_client *c, const char *name, dlock_leader_info *inf
     int rc = dlock_leader(c, name, info);
     if (rc != DLOCK_OK)
         fail_msg("dlock_leader %s: %s (%s)", name, dlock_strerror(rc), dlock_errmsg());
+}
+
+/* Name is led in term (0: no one leads it), by a candidate whose value is want (NULL:
+ * any). */
+static void expect_leader(dlock_client *c, const char *name, uint64_t term, const char *want)
+{
+    dlock_leader_info now;
+    leader_now(c, name, &now);
+    assert_int_equal(now.term, term);
+    if (want != NULL)
+        assert_string_equal(now.value, want);
 }
 
 /* Wait (polling every 20 ms, timeout times the slack) until name is led with a term
@@ -337,15 +355,10 @@ static void test_elect_once(void **state)
     DLOCK(&r, "elect", "-w", "0", "z", "--", "touch", path("z.ran"));
     expect_line(&r, 75, "dlock: elect z: another candidate leads (");
     assert_int_equal(access(path("z.ran"), F_OK), -1);
-    dlock_leader_info still;
-    leader_now(c, "z", &still);
-    assert_int_equal(still.term, info.term);
-    assert_string_equal(still.value, "first");
+    expect_leader(c, "z", info.term, "first");
     /* SIGTERM goes on to CMD (sleep dies of it), and the leader resigns. */
-    assert_int_equal(kill(lead, SIGTERM), 0);
-    reap(lead, "z", 5000, 128 + SIGTERM);
-    leader_now(c, "z", &still);
-    assert_int_equal(still.term, 0);
+    stop(lead, "z", 128 + SIGTERM);
+    expect_leader(c, "z", 0, NULL);
     dlock_client_free(c);
 }
 
@@ -422,23 +435,17 @@ static void test_elect_five(void **state)
      * dies of it (143) and it resigns, which the watcher hears as "no leader". */
     for (int k = 0; k < FIVE; k++) {
         if (cand[k] > 0 && strcmp(val[k], info.value) != 0) {
-            assert_int_equal(kill(cand[k], SIGTERM), 0);
-            reap(cand[k], tag[k], 5000, 75);
+            stop(cand[k], tag[k], 75);
             cand[k] = 0;
         }
     }
-    for (int k = 0; k < FIVE; k++) {
-        if (cand[k] > 0) {
-            assert_int_equal(kill(cand[k], SIGTERM), 0);
-            reap(cand[k], tag[k], 5000, 128 + SIGTERM);
-        }
-    }
-    leader_now(c, "five", &info);
-    assert_int_equal(info.term, 0);
+    for (int k = 0; k < FIVE; k++)
+        if (cand[k] > 0)
+            stop(cand[k], tag[k], 128 + SIGTERM);
+    expect_leader(c, "five", 0, NULL);
     dlock_client_free(c);
     wait_last_line(path("watch.out"), "five: no leader", 3000);
-    assert_int_equal(kill(watcher, SIGTERM), 0);
-    reap(watcher, "watch", 5000, 0);
+    stop(watcher, "watch", 0);
     char *err = it_slurp(path("watch.err"));
     assert_string_equal(err, "");
     free(err);
@@ -543,12 +550,8 @@ static void test_elect_server_paused(void **state)
     free(err);
 
     /* B still leads, undisturbed by A's end. */
-    dlock_leader_info now;
-    leader_now(c, "p", &now);
-    assert_int_equal(now.term, info.term);
-    assert_string_equal(now.value, "b");
-    assert_int_equal(kill(b, SIGTERM), 0);
-    reap(b, "b", 5000, 128 + SIGTERM);
+    expect_leader(c, "p", info.term, "b");
+    stop(b, "b", 128 + SIGTERM);
     dlock_client_free(c);
 }
 

@@ -58,17 +58,18 @@ static int drive(dlock_pending *p, dlock_lock **l, int *handed_back)
     }
 }
 
-static dlock_pending *start(dlock_client *c, const char *name, int64_t wait_ms)
+/* Nothing was left held of name: other (freed here) takes it within within_ms, and
+ * releases it. */
+static void taken_at_once(dlock_client *other, const char *name, int64_t within_ms)
 {
     dlock_opts o = {0};
-    o.wait_ms = wait_ms;
-    o.ttl_ms = 10000;
-    dlock_pending *p = NULL;
-    int rc = dlock_acquire_start(c, name, &o, &p);
-    if (rc != DLOCK_OK)
-        it_show("dlock_acquire_start", rc);
-    assert_int_equal(rc, DLOCK_OK);
-    return p;
+    o.wait_ms = within_ms;
+    dlock_lock *l = NULL;
+    int64_t t0 = dh_now_us();
+    assert_int_equal(dlock_acquire(other, name, &o, &l), DLOCK_OK);
+    assert_true(dh_now_us() - t0 < within_ms * 1000);
+    assert_int_equal(dlock_release(l), DLOCK_OK);
+    dlock_client_free(other);
 }
 
 /* A client of it_node_urls with a per-node timeout of timeout_ms (times the slack). */
@@ -80,17 +81,26 @@ static dlock_client *client(int64_t timeout_ms)
     return it_client_cfg(it_node_urls, &cfg);
 }
 
+/* An attempt on name, free, whose first nowait step sent its round: in flight, no
+ * lock yet. */
+static dlock_pending *round_sent(dlock_client *c, const char *name)
+{
+    dlock_pending *p = it_pending_start(c, name, 0);
+    dlock_lock *l = NULL;
+    assert_int_equal(step_nowait(p, &l), DLOCK_ERR_AGAIN);
+    assert_null(l);
+    assert_int_equal(dlock_pending_in_flight(p), 1);
+    return p;
+}
+
 /* A free name: the first step sends and leaves the round in flight, its descriptor
  * becomes readable with the replies, and the steps that take them give the lock. */
 static void free_name_in_flight_then_held(void **state)
 {
     (void)state;
     dlock_client *c = it_nodes_client();
-    dlock_pending *p = start(c, "nw-free", 0);
+    dlock_pending *p = round_sent(c, "nw-free");
     dlock_lock *l = NULL;
-    assert_int_equal(step_nowait(p, &l), DLOCK_ERR_AGAIN);
-    assert_null(l);
-    assert_int_equal(dlock_pending_in_flight(p), 1);
     struct pollfd pf = {.fd = dlock_pending_fd(p), .events = POLLIN};
     assert_true(pf.fd >= 0);
     assert_true(dlock_pending_due_ms(p) > 0); /* the per-node deadline */
@@ -103,8 +113,7 @@ static void free_name_in_flight_then_held(void **state)
     assert_true(dlock_remaining_ms(l) > 9000);
     for (int i = 0; i < it_nodes; i++)
         it_expect_holder(&it_node[i], "nw-free", dlock_token(l));
-    dlock_pending_free(p);
-    assert_int_equal(dlock_release(l), DLOCK_OK);
+    it_pending_done(p, l);
     dlock_client_free(c);
 }
 
@@ -114,14 +123,13 @@ static void held_name_tried_once_is_busy(void **state)
     (void)state;
     dlock_client *c = it_nodes_client();
     dlock_lock *holder = it_acquire(c, "nw-busy", 0);
-    dlock_pending *p = start(c, "nw-busy", 0);
+    dlock_pending *p = it_pending_start(c, "nw-busy", 0);
     dlock_lock *l = NULL;
     int handed_back = 0;
     assert_int_equal(drive(p, &l, &handed_back), DLOCK_ERR_BUSY);
     assert_null(l);
     assert_int_equal(handed_back, 0);
-    dlock_pending_free(p);
-    assert_int_equal(dlock_release(holder), DLOCK_OK);
+    it_pending_done(p, holder);
     dlock_client_free(c);
 }
 
@@ -134,7 +142,7 @@ static void waiter_joins_on_a_worker_and_takes_the_handoff(void **state)
     dlock_client *c = it_nodes_client();
     dlock_client *other = it_nodes_client();
     dlock_lock *holder = it_acquire(other, "nw-wait", 0);
-    dlock_pending *p = start(c, "nw-wait", -1);
+    dlock_pending *p = it_pending_start(c, "nw-wait", -1);
     dlock_lock *l = NULL;
     int rc;
     while ((rc = step_nowait(p, &l)) == DLOCK_ERR_AGAIN) {
@@ -150,13 +158,11 @@ static void waiter_joins_on_a_worker_and_takes_the_handoff(void **state)
     it_wait_queued("nw-wait", 1);
     uint64_t f1 = dlock_fence(holder);
     assert_int_equal(dlock_release(holder), DLOCK_OK);
-    struct pollfd pf = {.fd = dlock_pending_fd(p), .events = POLLIN};
-    assert_int_equal(poll(&pf, 1, (int)(2000 * dh_slack())), 1);
+    it_pending_readable(p);
     int handed_back = 0;
     assert_int_equal(drive(p, &l, &handed_back), DLOCK_OK);
     assert_true(dlock_fence(l) > f1);
-    dlock_pending_free(p);
-    assert_int_equal(dlock_release(l), DLOCK_OK);
+    it_pending_done(p, l);
     dlock_client_free(other);
     dlock_client_free(c);
 }
@@ -196,14 +202,7 @@ static void paused_server_holds_no_step(void **state)
     }
     dlock_pending_free(p);
     /* The late grant was given back: another client takes the name at once. */
-    dlock_client *other = client(1000);
-    dlock_opts o = {0};
-    o.wait_ms = 5000 * dh_slack();
-    t0 = dh_now_us();
-    assert_int_equal(dlock_acquire(other, "nw-paused", &o, &l), DLOCK_OK);
-    assert_true(dh_now_us() - t0 < 5000000LL * dh_slack());
-    assert_int_equal(dlock_release(l), DLOCK_OK);
-    dlock_client_free(other);
+    taken_at_once(client(1000), "nw-paused", 5000 * dh_slack());
     dlock_client_free(c);
 }
 
@@ -213,22 +212,11 @@ static void freed_in_flight_gives_back(void **state)
 {
     (void)state;
     dlock_client *c = it_nodes_client();
-    dlock_pending *p = start(c, "nw-freed", 0);
-    dlock_lock *l = NULL;
-    assert_int_equal(step_nowait(p, &l), DLOCK_ERR_AGAIN);
-    assert_int_equal(dlock_pending_in_flight(p), 1);
+    dlock_pending *p = round_sent(c, "nw-freed");
     /* Let the servers grant it before it is given up. */
-    struct pollfd pf = {.fd = dlock_pending_fd(p), .events = POLLIN};
-    assert_int_equal(poll(&pf, 1, (int)(2000 * dh_slack())), 1);
+    it_pending_readable(p);
     dlock_pending_free(p);
-    dlock_client *other = it_nodes_client();
-    dlock_opts o = {0};
-    o.wait_ms = 5000;
-    int64_t t0 = dh_now_us();
-    assert_int_equal(dlock_acquire(other, "nw-freed", &o, &l), DLOCK_OK);
-    assert_true(dh_now_us() - t0 < 5000000LL);
-    assert_int_equal(dlock_release(l), DLOCK_OK);
-    dlock_client_free(other);
+    taken_at_once(it_nodes_client(), "nw-freed", 5000);
     dlock_client_free(c);
 }
 
@@ -251,7 +239,7 @@ static void clients_that_would_block_hand_steps_back(void **state)
         cfg.fence_mode = DLOCK_FENCE_STRICT;
         c = it_client_cfg(it_node_urls, &cfg);
     }
-    dlock_pending *p = start(c, "nw-handed-back", 0);
+    dlock_pending *p = it_pending_start(c, "nw-handed-back", 0);
     dlock_lock *l = NULL;
     assert_int_equal(step_nowait(p, &l), DLOCK_ERR_WOULDBLOCK);
     assert_int_equal(dlock_pending_in_flight(p), 0);
@@ -259,8 +247,7 @@ static void clients_that_would_block_hand_steps_back(void **state)
         fail_msg("the message does not say what to do: %s", dlock_errmsg());
     assert_int_equal(dlock_pending_step(p, &l), DLOCK_OK);
     assert_true(dlock_fence(l) > 0);
-    dlock_pending_free(p);
-    assert_int_equal(dlock_release(l), DLOCK_OK);
+    it_pending_done(p, l);
     dlock_client_free(c);
 }
 
@@ -277,7 +264,7 @@ static void rounds_in_flight_are_capped(void **state)
     while (n < TRIES) {
         char name[32];
         snprintf(name, sizeof name, "nw-cap-%d", n);
-        p[n] = start(c, name, 0);
+        p[n] = it_pending_start(c, name, 0);
         rc = step_nowait(p[n], &l[n]);
         n++;
         if (rc == DLOCK_ERR_WOULDBLOCK)
@@ -299,8 +286,7 @@ static void rounds_in_flight_are_capped(void **state)
         if (l[i] == NULL)
             assert_int_equal(drive(p[i], &l[i], &handed_back), DLOCK_OK);
         assert_int_equal(handed_back, 0);
-        dlock_pending_free(p[i]);
-        assert_int_equal(dlock_release(l[i]), DLOCK_OK);
+        it_pending_done(p[i], l[i]);
     }
     dlock_client_free(c);
 }
@@ -371,6 +357,16 @@ static void release_to_a_paused_server_holds_no_step(void **state)
     dlock_client_free(c);
 }
 
+static void release_start_refused(dlock_client *local)
+{
+    dlock_lock *l = NULL;
+    dlock_pending *p = NULL;
+    assert_int_equal(dlock_acquire(local, "x", NULL, &l), DLOCK_OK);
+    assert_int_equal(dlock_release_start(l, &p), DLOCK_ERR_INVALID);
+    assert_null(p);
+    assert_non_null(strstr(dlock_errmsg(), "file://"));
+}
+
 static void bad_arguments(void **state)
 {
     (void)state;
@@ -379,7 +375,7 @@ static void bad_arguments(void **state)
     assert_null(l);
     assert_int_equal(dlock_pending_in_flight(NULL), 0);
     dlock_client *c = it_nodes_client();
-    dlock_pending *p = start(c, "nw-bad", 0);
+    dlock_pending *p = it_pending_start(c, "nw-bad", 0);
     assert_int_equal(dlock_pending_step_nowait(p, NULL), DLOCK_ERR_INVALID);
     int handed_back = 0;
     assert_int_equal(drive(p, &l, &handed_back), DLOCK_OK);
@@ -388,8 +384,7 @@ static void bad_arguments(void **state)
     assert_int_equal(dlock_pending_step_nowait(p, &again), DLOCK_ERR_INVALID);
     assert_null(again);
     assert_int_equal(dlock_pending_in_flight(p), 0);
-    dlock_pending_free(p);
-    assert_int_equal(dlock_release(l), DLOCK_OK);
+    it_pending_done(p, l);
     /* A stock reservation's steps all wait for their replies: handed back. */
     assert_int_equal(dlock_stock_set(c, "nw-sku", 1, NULL), DLOCK_OK);
     assert_int_equal(dlock_stock_reserve_start(c, "nw-sku", 1, NULL, &p), DLOCK_OK);
@@ -403,41 +398,27 @@ static void bad_arguments(void **state)
     l = it_acquire(c, "nw-bad", 0);
     assert_int_equal(dlock_release_start(l, NULL), DLOCK_ERR_INVALID); /* l is freed */
     dlock_client_free(c);
-    char dir[512], url[600];
-    assert_int_equal(it_tmpdir(dir, sizeof dir, "dlock-nowait"), 0);
-    snprintf(url, sizeof url, "file://%s", dir);
-    dlock_client *local = NULL;
-    assert_int_equal(dlock_client_new(url, NULL, &local), DLOCK_OK);
-    assert_int_equal(dlock_acquire(local, "x", NULL, &l), DLOCK_OK);
-    assert_int_equal(dlock_release_start(l, &p), DLOCK_ERR_INVALID);
-    assert_null(p);
-    assert_non_null(strstr(dlock_errmsg(), "file://"));
-    dlock_client_free(local);
-    assert_int_equal(it_tmpdir_remove(dir), 0);
+    it_on_local_client("dlock-nowait", release_start_refused);
 }
+
+/* The tests run on one server and on three; main adds those of one server alone. */
+#define ON_ANY_NODES                                                                               \
+    cmocka_unit_test(free_name_in_flight_then_held),                                               \
+        cmocka_unit_test(held_name_tried_once_is_busy),                                            \
+        cmocka_unit_test(waiter_joins_on_a_worker_and_takes_the_handoff),                          \
+        cmocka_unit_test(paused_server_holds_no_step),                                             \
+        cmocka_unit_test(freed_in_flight_gives_back),                                              \
+        cmocka_unit_test(clients_that_would_block_hand_steps_back),                                \
+        cmocka_unit_test(release_in_steps)
 
 int main(void)
 {
     const struct CMUnitTest one[] = {
-        cmocka_unit_test(free_name_in_flight_then_held),
-        cmocka_unit_test(held_name_tried_once_is_busy),
-        cmocka_unit_test(waiter_joins_on_a_worker_and_takes_the_handoff),
-        cmocka_unit_test(paused_server_holds_no_step),
-        cmocka_unit_test(freed_in_flight_gives_back),
-        cmocka_unit_test(clients_that_would_block_hand_steps_back),
+        ON_ANY_NODES,
         cmocka_unit_test(rounds_in_flight_are_capped),
-        cmocka_unit_test(release_in_steps),
         cmocka_unit_test(release_to_a_paused_server_holds_no_step),
         cmocka_unit_test(bad_arguments),
     };
-    const struct CMUnitTest three[] = {
-        cmocka_unit_test(free_name_in_flight_then_held),
-        cmocka_unit_test(held_name_tried_once_is_busy),
-        cmocka_unit_test(waiter_joins_on_a_worker_and_takes_the_handoff),
-        cmocka_unit_test(paused_server_holds_no_step),
-        cmocka_unit_test(freed_in_flight_gives_back),
-        cmocka_unit_test(clients_that_would_block_hand_steps_back),
-        cmocka_unit_test(release_in_steps),
-    };
+    const struct CMUnitTest three[] = {ON_ANY_NODES};
     return IT_NODES_GROUPS("nowait", one, three);
 }

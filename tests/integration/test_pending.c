@@ -36,25 +36,26 @@ static int drive(dlock_pending *p, dlock_lock **l)
     return rc;
 }
 
-static dlock_pending *start(dlock_client *c, const char *name, int64_t wait_ms)
+/* The client of a test, of it_srv with the timing tests' deadline: made into *state
+ * before the test, freed after it. */
+static int client_setup(void **state)
 {
-    dlock_opts o = {0};
-    o.wait_ms = wait_ms;
-    o.ttl_ms = 10000;
-    dlock_pending *p = NULL;
-    int rc = dlock_acquire_start(c, name, &o, &p);
-    if (rc != DLOCK_OK)
-        it_show("dlock_acquire_start", rc);
-    assert_int_equal(rc, DLOCK_OK);
-    assert_non_null(p);
-    return p;
+    *state = it_client(&it_srv, it_timeout_ms());
+    return 0;
 }
+
+static int client_teardown(void **state)
+{
+    dlock_client_free(*state);
+    return 0;
+}
+
+#define WITH_CLIENT(f) cmocka_unit_test_setup_teardown(f, client_setup, client_teardown)
 
 static void free_name_in_one_step(void **state)
 {
-    (void)state;
-    dlock_client *c = it_client(&it_srv, it_timeout_ms());
-    dlock_pending *p = start(c, "p-free", 0);
+    dlock_client *c = *state;
+    dlock_pending *p = it_pending_start(c, "p-free", 0);
     assert_int_equal(dlock_pending_due_ms(p), 0); /* the first step is due at once */
     dlock_lock *l = NULL;
     assert_int_equal(dlock_pending_step(p, &l), DLOCK_OK);
@@ -66,35 +67,29 @@ static void free_name_in_one_step(void **state)
     assert_int_equal(dlock_pending_step(p, &again), DLOCK_ERR_INVALID);
     assert_null(again);
     assert_int_equal(dlock_pending_fd(p), -1);
-    dlock_pending_free(p);
-    assert_int_equal(dlock_release(l), DLOCK_OK);
-    dlock_client_free(c);
+    it_pending_done(p, l);
 }
 
 static void try_once_on_a_held_name_is_busy(void **state)
 {
-    (void)state;
-    dlock_client *c = it_client(&it_srv, it_timeout_ms());
+    dlock_client *c = *state;
     dlock_lock *holder = it_acquire(c, "p-busy", 0);
-    dlock_pending *p = start(c, "p-busy", 0);
+    dlock_pending *p = it_pending_start(c, "p-busy", 0);
     dlock_lock *l = NULL;
     assert_int_equal(dlock_pending_step(p, &l), DLOCK_ERR_BUSY);
     assert_null(l);
-    dlock_pending_free(p);
-    assert_int_equal(dlock_release(holder), DLOCK_OK);
-    dlock_client_free(c);
+    it_pending_done(p, holder);
 }
 
 /* A waiter parks with an fd; the holder's release makes it readable, and the next
  * step confirms the lock it was handed, with a higher fence. */
 static void release_wakes_the_parked_waiter(void **state)
 {
-    (void)state;
-    dlock_client *c = it_client(&it_srv, it_timeout_ms());
+    dlock_client *c = *state;
     dlock_client *other = it_client(&it_srv, it_timeout_ms());
     dlock_lock *holder = it_acquire(other, "p-wake", 0);
     uint64_t f1 = dlock_fence(holder);
-    dlock_pending *p = start(c, "p-wake", -1);
+    dlock_pending *p = it_pending_start(c, "p-wake", -1);
     dlock_lock *l = NULL;
     assert_int_equal(dlock_pending_step(p, &l), DLOCK_ERR_AGAIN);
     int fd = dlock_pending_fd(p);
@@ -105,23 +100,19 @@ static void release_wakes_the_parked_waiter(void **state)
     assert_null(l);
     int64_t t0 = dh_now_us();
     assert_int_equal(dlock_release(holder), DLOCK_OK);
-    struct pollfd pf = {.fd = dlock_pending_fd(p), .events = POLLIN};
-    assert_int_equal(poll(&pf, 1, (int)(2000 * dh_slack())), 1);
+    it_pending_readable(p);
     assert_int_equal(drive(p, &l), DLOCK_OK);
     printf("FIG pending_handoff_us %lld us\n", (long long)(dh_now_us() - t0));
     assert_true(dlock_fence(l) > f1);
-    dlock_pending_free(p);
-    assert_int_equal(dlock_release(l), DLOCK_OK);
+    it_pending_done(p, l);
     dlock_client_free(other);
-    dlock_client_free(c);
 }
 
 static void deadline_ends_the_wait_with_busy(void **state)
 {
-    (void)state;
-    dlock_client *c = it_client(&it_srv, it_timeout_ms());
+    dlock_client *c = *state;
     dlock_lock *holder = it_acquire(c, "p-deadline", 0);
-    dlock_pending *p = start(c, "p-deadline", 300);
+    dlock_pending *p = it_pending_start(c, "p-deadline", 300);
     dlock_lock *l = NULL;
     int64_t t0 = dh_now_us();
     assert_int_equal(drive(p, &l), DLOCK_ERR_BUSY);
@@ -136,15 +127,13 @@ static void deadline_ends_the_wait_with_busy(void **state)
     it_key(key, sizeof key, "p-deadline");
     assert_int_equal(dlock_release(holder), DLOCK_OK);
     assert_int_equal(it_int_reply(dh_cmd(&it_srv, "ZCARD %s:queue", key)), 0);
-    dlock_client_free(c);
 }
 
 /* A waiter given up between steps leaves the queue: the fair waiter behind it gets the
  * lock at the release, not after a handoff lease nobody confirms. */
 static void freed_waiter_does_not_hold_up_the_next(void **state)
 {
-    (void)state;
-    dlock_client *c = it_client(&it_srv, it_timeout_ms());
+    dlock_client *c = *state;
     dlock_lock *holder = it_acquire(c, "p-gone", 0);
     dlock_opts o = {0};
     o.wait_ms = -1;
@@ -163,9 +152,7 @@ static void freed_waiter_does_not_hold_up_the_next(void **state)
     printf("FIG pending_after_departure_ms %lld ms\n", (long long)took_ms);
     /* A handoff to the departed head would cost its handoff lease (100 ms at least). */
     assert_true(took_ms < 100);
-    dlock_pending_free(second);
-    assert_int_equal(dlock_release(l), DLOCK_OK);
-    dlock_client_free(c);
+    it_pending_done(second, l);
 }
 
 /* A thousand waiters on ten names, parked on this one thread: poll() over their fds
@@ -195,7 +182,7 @@ static void thousand_waiters_on_one_thread(void **state)
     assert_non_null(pf);
     dlock_lock *l = NULL;
     for (int j = 0; j < PARKED; j++) {
-        p[j] = start(c, name[j % NAMES], -1);
+        p[j] = it_pending_start(c, name[j % NAMES], -1);
         assert_int_equal(dlock_pending_step(p[j], &l), DLOCK_ERR_AGAIN);
     }
     int threads = dh_thread_count();
@@ -243,8 +230,7 @@ static void thousand_waiters_on_one_thread(void **state)
 /* A semaphore's permit in steps: the third of two parks, and a release serves it. */
 static void semaphore_permit_in_steps(void **state)
 {
-    (void)state;
-    dlock_client *c = it_client(&it_srv, it_timeout_ms());
+    dlock_client *c = *state;
     dlock_lock *a = NULL, *b = NULL, *l = NULL;
     assert_int_equal(dlock_sem_acquire(c, "p-sem", 2, NULL, &a), DLOCK_OK);
     assert_int_equal(dlock_sem_acquire(c, "p-sem", 2, NULL, &b), DLOCK_OK);
@@ -259,21 +245,18 @@ static void semaphore_permit_in_steps(void **state)
     dlock_holder h;
     assert_int_equal(dlock_inspect(c, "p-sem", &h), DLOCK_OK);
     assert_int_equal(h.shared, 2);
-    dlock_pending_free(p);
-    assert_int_equal(dlock_release(l), DLOCK_OK);
+    it_pending_done(p, l);
     assert_int_equal(dlock_release(b), DLOCK_OK);
     /* The same checks as dlock_sem_acquire. */
     assert_int_equal(dlock_sem_acquire_start(c, "p-sem", 0, &o, &p), DLOCK_ERR_INVALID);
     assert_null(p);
-    dlock_client_free(c);
 }
 
 /* The strings given to a _start call are the caller's only until it returns: a step
  * that names the SKU in its error uses the pending's own copy. */
 static void start_copies_its_strings(void **state)
 {
-    (void)state;
-    dlock_client *c = it_client(&it_srv, it_timeout_ms());
+    dlock_client *c = *state;
     assert_int_equal(dlock_stock_set(c, "p-copied-sku", 0, NULL), DLOCK_OK);
     char *sku = strdup("p-copied-sku");
     assert_non_null(sku);
@@ -285,15 +268,13 @@ static void start_copies_its_strings(void **state)
     if (strstr(dlock_errmsg(), "p-copied-sku") == NULL)
         fail_msg("the error does not name the SKU: %s", dlock_errmsg());
     dlock_pending_free(p);
-    dlock_client_free(c);
 }
 
 /* A stock reservation in steps: it parks while the units are reserved, a cancel serves
  * it, its id commits; one freed while parked leaves no waiter behind. */
 static void stock_reservation_in_steps(void **state)
 {
-    (void)state;
-    dlock_client *c = it_client(&it_srv, it_timeout_ms());
+    dlock_client *c = *state;
     assert_int_equal(dlock_stock_set(c, "p-sku", 1, NULL), DLOCK_OK);
     char first[DLOCK_TOKEN_LEN + 1];
     assert_int_equal(dlock_stock_reserve(c, "p-sku", 1, NULL, first), DLOCK_OK);
@@ -332,13 +313,18 @@ static void stock_reservation_in_steps(void **state)
     /* The same checks as dlock_stock_reserve. */
     assert_int_equal(dlock_stock_reserve_start(c, "p-sku", 0, &ro, &p), DLOCK_ERR_INVALID);
     assert_null(p);
-    dlock_client_free(c);
+}
+
+static void acquire_start_refused(dlock_client *local)
+{
+    dlock_pending *p = NULL;
+    assert_int_equal(dlock_acquire_start(local, "x", NULL, &p), DLOCK_ERR_INVALID);
+    assert_non_null(strstr(dlock_errmsg(), "file://"));
 }
 
 static void bad_arguments(void **state)
 {
-    (void)state;
-    dlock_client *c = it_client(&it_srv, it_timeout_ms());
+    dlock_client *c = *state;
     dlock_pending *p = (dlock_pending *)&p;
     assert_int_equal(dlock_acquire_start(c, "x", NULL, NULL), DLOCK_ERR_INVALID);
     assert_int_equal(dlock_acquire_start(NULL, "x", NULL, &p), DLOCK_ERR_INVALID);
@@ -355,35 +341,25 @@ static void bad_arguments(void **state)
     assert_int_equal(dlock_pending_due_ms(NULL), 0);
     dlock_pending_free(NULL);
     /* An unfinished acquisition freed before any step writes nothing and leaks nothing. */
-    p = start(c, "never-stepped", -1);
+    p = it_pending_start(c, "never-stepped", -1);
     dlock_pending_free(p);
-    dlock_client_free(c);
 
-    /* A file:// client waits on its own thread. */
-    char dir[512], url[600];
-    assert_int_equal(it_tmpdir(dir, sizeof dir, "dlock-pending"), 0);
-    snprintf(url, sizeof url, "file://%s", dir);
-    dlock_client *local = NULL;
-    assert_int_equal(dlock_client_new(url, NULL, &local), DLOCK_OK);
-    assert_int_equal(dlock_acquire_start(local, "x", NULL, &p), DLOCK_ERR_INVALID);
-    assert_non_null(strstr(dlock_errmsg(), "file://"));
-    dlock_client_free(local);
-    assert_int_equal(it_tmpdir_remove(dir), 0);
+    it_on_local_client("dlock-pending", acquire_start_refused);
 }
 
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(free_name_in_one_step),
-        cmocka_unit_test(try_once_on_a_held_name_is_busy),
-        cmocka_unit_test(release_wakes_the_parked_waiter),
-        cmocka_unit_test(deadline_ends_the_wait_with_busy),
-        cmocka_unit_test(freed_waiter_does_not_hold_up_the_next),
+        WITH_CLIENT(free_name_in_one_step),
+        WITH_CLIENT(try_once_on_a_held_name_is_busy),
+        WITH_CLIENT(release_wakes_the_parked_waiter),
+        WITH_CLIENT(deadline_ends_the_wait_with_busy),
+        WITH_CLIENT(freed_waiter_does_not_hold_up_the_next),
         cmocka_unit_test(thousand_waiters_on_one_thread),
-        cmocka_unit_test(semaphore_permit_in_steps),
-        cmocka_unit_test(stock_reservation_in_steps),
-        cmocka_unit_test(start_copies_its_strings),
-        cmocka_unit_test(bad_arguments),
+        WITH_CLIENT(semaphore_permit_in_steps),
+        WITH_CLIENT(stock_reservation_in_steps),
+        WITH_CLIENT(start_copies_its_strings),
+        WITH_CLIENT(bad_arguments),
     };
     return cmocka_run_group_tests_name("pending", tests, it_srv_setup, it_srv_teardown);
 }

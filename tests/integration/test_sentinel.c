@@ -32,7 +32,7 @@ static dh_server master, replica, sentinel;
  * the caller frees it. NULL when the connection fails or is closed before the reply: a
  * Sentinel reconfiguring an old master as a replica kills its normal clients (CLIENT
  * KILL TYPE normal), which a test polling that server's role may be one of. */
-static redisReply *va_admin(dh_server *s, const char *pw, const char *fmt, va_list ap)
+static redisReply *try_admin(dh_server *s, const char *pw, const char *fmt, ...)
 {
     redisContext *ctx = dh_connect(s);
     if (ctx == NULL)
@@ -40,7 +40,10 @@ static redisReply *va_admin(dh_server *s, const char *pw, const char *fmt, va_li
     redisReply *r = redisCommand(ctx, "AUTH %s", pw);
     if (r != NULL && r->type != REDIS_REPLY_ERROR) {
         freeReplyObject(r);
+        va_list ap;
+        va_start(ap, fmt);
         r = redisvCommand(ctx, fmt, ap);
+        va_end(ap);
     } else {
         freeReplyObject(r);
         r = NULL;
@@ -49,26 +52,15 @@ static redisReply *va_admin(dh_server *s, const char *pw, const char *fmt, va_li
     return r;
 }
 
-/* The same, failing the test when s cannot be reached. */
-static redisReply *admin(dh_server *s, const char *pw, const char *fmt, ...)
+/* r, failing the test when it is NULL. */
+static redisReply *reached(redisReply *r)
 {
-    va_list ap;
-    va_start(ap, fmt);
-    redisReply *r = va_admin(s, pw, fmt, ap);
-    va_end(ap);
     assert_non_null(r);
     return r;
 }
 
-/* The same, NULL when the connection is lost. */
-static redisReply *try_admin(dh_server *s, const char *pw, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    redisReply *r = va_admin(s, pw, fmt, ap);
-    va_end(ap);
-    return r;
-}
+/* try_admin, failing the test when s cannot be reached. */
+#define admin(...) reached(try_admin(__VA_ARGS__))
 
 /* The port of the master the Sentinel names now, or 0. */
 static int named_master(void)

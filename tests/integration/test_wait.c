@@ -48,20 +48,27 @@ typedef struct record {
     int32_t who, pad;
 } record;
 
-typedef struct worker_arg {
+/* A waiting thread's work: on client c, waits for name with a 5 s lease, each up to
+ * wait_ms (fair: in arrival order); what its last wait returned and when. A section
+ * worker also logs its sections to fd as id, and counts its failures and its longest
+ * wait. */
+typedef struct waiter_arg {
     dlock_client *c;
-    int id, fd;
+    const char *name;
+    int fair, rc;
+    int64_t got_us;
+    int64_t wait_ms;
+    int id, fd, failures;
     int64_t max_wait_us;
-    int failures;
-} worker_arg;
+} waiter_arg;
 
 static void *section_worker(void *p)
 {
-    worker_arg *a = p;
+    waiter_arg *a = p;
     for (int i = 0; i < SECTIONS; i++) {
         dlock_lock *l;
         int64_t t0 = dh_now_us();
-        int rc = wait_acquire(a->c, "sections", 5000, 30000, 0, &l);
+        int rc = wait_acquire(a->c, a->name, 5000, a->wait_ms, a->fair, &l);
         if (rc != DLOCK_OK) {
             a->failures++;
             continue;
@@ -84,10 +91,11 @@ static int run_four(int first_id, const char *path, int64_t *max_wait_us)
 {
     dlock_client *c = it_nodes_client();
     int fd = open(path, O_WRONLY | O_APPEND | O_CLOEXEC);
-    worker_arg a[4];
+    waiter_arg a[4];
     pthread_t t[4];
     for (int i = 0; i < 4; i++) {
-        a[i] = (worker_arg){.c = c, .id = first_id + i, .fd = fd};
+        a[i] = (waiter_arg){
+            .c = c, .name = "sections", .wait_ms = 30000, .id = first_id + i, .fd = fd};
         pthread_create(&t[i], NULL, section_worker, &a[i]);
     }
     int failures = 0;
@@ -106,6 +114,15 @@ static int by_enter(const void *x, const void *y)
 {
     const record *a = x, *b = y;
     return (a->enter_us > b->enter_us) - (a->enter_us < b->enter_us);
+}
+
+/* The n records of the log at path, in the order their sections were entered. */
+static void read_records(const char *path, record *r, size_t n)
+{
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    assert_int_equal(read(fd, r, n * sizeof *r), (ssize_t)(n * sizeof *r));
+    close(fd);
+    qsort(r, n, sizeof *r, by_enter);
 }
 
 static void eight_threads_two_processes(void **state)
@@ -132,10 +149,7 @@ static void eight_threads_two_processes(void **state)
     assert_true(WIFEXITED(status) && WEXITSTATUS(status) == 0);
 
     record r[8 * SECTIONS];
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    assert_int_equal(read(fd, r, sizeof r), (ssize_t)sizeof r);
-    close(fd);
-    qsort(r, 8 * SECTIONS, sizeof r[0], by_enter);
+    read_records(path, r, 8 * SECTIONS);
     int per[8] = {0}, overlaps = 0, switches = 0;
     for (int i = 0; i < 8 * SECTIONS; i++) {
         per[r[i].who]++;
@@ -259,14 +273,6 @@ static void cancel_fd_stops_a_wait(void **state)
 }
 
 /* ---- woken by the release, not by a timer --------------------------------------- */
-
-typedef struct waiter_arg {
-    dlock_client *c;
-    const char *name;
-    int fair, rc;
-    int64_t got_us;
-    int64_t wait_ms;
-} waiter_arg;
 
 static void *waiter(void *p)
 {
@@ -427,10 +433,7 @@ static void fair_order_across_processes(void **state)
     assert_true(WIFEXITED(status) && WEXITSTATUS(status) == 0);
 
     record r[2 * FAIR_PER_PROC];
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    assert_int_equal(read(fd, r, sizeof r), (ssize_t)sizeof r);
-    close(fd);
-    qsort(r, 2 * FAIR_PER_PROC, sizeof r[0], by_enter);
+    read_records(path, r, 2 * FAIR_PER_PROC);
     for (int i = 0; i < 2 * FAIR_PER_PROC; i++) {
         printf("INFO fair: section %d went to waiter %d\n", i, r[i].who);
         if (i > 0) {

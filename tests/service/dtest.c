@@ -296,52 +296,6 @@ redisReply *dt_reply(redisContext *c)
     return r;
 }
 
-void dt_expect_status(redisReply *r, const char *want)
-{
-    if (r->type != REDIS_REPLY_STATUS || strcmp(r->str, want) != 0)
-        fail_msg("expected +%s, got type %d '%s'", want, r->type, r->str ? r->str : "");
-    freeReplyObject(r);
-}
-
-void dt_expect_int(redisReply *r, long long want)
-{
-    if (r->type != REDIS_REPLY_INTEGER || r->integer != want)
-        fail_msg("expected :%lld, got type %d (%lld, '%s')", want, r->type, r->integer,
-                 r->str ? r->str : "");
-    freeReplyObject(r);
-}
-
-void dt_expect_nil(redisReply *r)
-{
-    if (r->type != REDIS_REPLY_NIL)
-        fail_msg("expected nil, got type %d '%s'", r->type, r->str ? r->str : "");
-    freeReplyObject(r);
-}
-
-void dt_expect_error(redisReply *r, const char *prefix)
-{
-    if (r->type != REDIS_REPLY_ERROR || strncmp(r->str, prefix, strlen(prefix)) != 0)
-        fail_msg("expected -%s..., got type %d '%s'", prefix, r->type, r->str ? r->str : "");
-    freeReplyObject(r);
-}
-
-void dt_expect_lock(redisReply *r, dt_lock *out)
-{
-    if (r->type != REDIS_REPLY_ARRAY || r->elements != 3)
-        fail_msg("expected a LOCK array, got type %d '%s'", r->type, r->str ? r->str : "");
-    assert_int_equal(r->element[0]->type, REDIS_REPLY_STRING);
-    assert_int_equal(r->element[0]->len, 32);
-    assert_int_equal(strspn(r->element[0]->str, "0123456789abcdef"), 32);
-    assert_int_equal(r->element[1]->type, REDIS_REPLY_INTEGER);
-    assert_int_equal(r->element[2]->type, REDIS_REPLY_INTEGER);
-    assert_true(r->element[1]->integer >= 1);
-    assert_true(r->element[2]->integer > 0);
-    memcpy(out->token, r->element[0]->str, 33);
-    out->fence = r->element[1]->integer;
-    out->validity_ms = r->element[2]->integer;
-    freeReplyObject(r);
-}
-
 void dt_expect_close_serves(redisContext *holder, redisContext *waiter, dt_lock *got,
                             const char *fig, int64_t bound_ms)
 {

@@ -102,12 +102,21 @@ void dt_send(redisContext *c, const char *fmt, ...);
 /* The next reply of c; asserts one came. */
 redisReply *dt_reply(redisContext *c);
 
-/* Assertions on a reply, which they free. */
+/* Assertions on a reply, which they free (dexpect.c). */
 void dt_expect_status(redisReply *r, const char *want);
 void dt_expect_int(redisReply *r, long long want);
 void dt_expect_nil(redisReply *r);
 /* An error reply that starts with prefix ("NOAUTH", "ERR unknown command"). */
 void dt_expect_error(redisReply *r, const char *prefix);
+/* A command c must be refused, as dt_cmd sends it (a format without arguments), and
+ * the start of its error. dt_expect_refusals sends each of list[0..n) in turn and
+ * expects its error; DT_EXPECT_REFUSALS does so for a whole array. */
+typedef struct dt_refusal {
+    const char *cmd;
+    const char *error;
+} dt_refusal;
+void dt_expect_refusals(redisContext *c, const dt_refusal *list, size_t n);
+#define DT_EXPECT_REFUSALS(c, list) dt_expect_refusals((c), (list), sizeof(list) / sizeof(list)[0])
 
 /* A LOCK's reply: token, fence, validity. Asserts its shape (a 32-hex token, fence >= 1,
  * validity in (0, ttl]) and frees it. */

@@ -367,9 +367,7 @@ static void test_hostile(void **state)
     dt_expect_error(dt_cmd(c, "CLIENT KILL"),
                     "ERR wrong number of arguments for 'client|kill' command");
     dt_expect_status(dt_cmd(c, "AUTH admin %s", ADMIN_PASS), "OK");
-    static const struct {
-        const char *cmd, *error;
-    } bad[] = {
+    static const dt_refusal bad[] = {
         {"CLIENT KILL", "ERR wrong number of arguments for 'client|kill' command"},
         {"CLIENT KILL ID abc", "ERR client-id should be greater than 0"},
         {"CLIENT KILL ID -1", "ERR client-id should be greater than 0"},
@@ -386,8 +384,7 @@ static void test_hostile(void **state)
         {"CLIENT LIST bogus", "ERR syntax error"},
         {"CLIENT NOSUCH", "ERR unknown subcommand"},
     };
-    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
-        dt_expect_error(dt_cmd(c, bad[i].cmd), bad[i].error);
+    DT_EXPECT_REFUSALS(c, bad);
     /* Filters that match nobody kill nobody. */
     dt_expect_int(dt_cmd(c, "CLIENT KILL ADDR 10.9.8.7:6 SKIPME no"), 0);
     dt_expect_int(dt_cmd(c, "CLIENT KILL USER admin ID 999999"), 0);

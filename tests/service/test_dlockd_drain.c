@@ -155,10 +155,13 @@ static void test_maxhold(void **state)
     redisFree(w);
     assert_true(held("mh-none"));
     dt_expect_int(dt_cmd(none, "UNLOCK mh-none %s", l3.token), 1);
-    dt_expect_error(dt_cmd(none, "LOCK mh-d DETACHED MAXHOLD 10"), "ERR MAXHOLD is for session");
-    dt_expect_error(dt_cmd(none, "LOCK mh-x MAXHOLD -1"), "ERR MAXHOLD must be");
-    dt_expect_error(dt_cmd(none, "LOCK mh-x MAXHOLD"), "ERR LOCK option MAXHOLD needs a value");
-    dt_expect_error(dt_cmd(none, "SEM ACQUIRE mh-s 2 MAXHOLD x"), "ERR MAXHOLD must be");
+    static const dt_refusal bad[] = {
+        {"LOCK mh-d DETACHED MAXHOLD 10", "ERR MAXHOLD is for session"},
+        {"LOCK mh-x MAXHOLD -1", "ERR MAXHOLD must be"},
+        {"LOCK mh-x MAXHOLD", "ERR LOCK option MAXHOLD needs a value"},
+        {"SEM ACQUIRE mh-s 2 MAXHOLD x", "ERR MAXHOLD must be"},
+    };
+    DT_EXPECT_REFUSALS(none, bad);
     dt_lock p;
     dt_expect_lock(dt_cmd(none, "SEM ACQUIRE mh-s 2 TTL 1000 MAXHOLD 1000"), &p);
     int64_t sem_gone = dt_wait_key_gone("mh-s", 1000 + 1000 * dh_slack());

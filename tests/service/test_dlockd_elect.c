@@ -148,12 +148,15 @@ static void test_elect_commands(void **state)
     /* A campaign of the leader's own connection would wait for itself. */
     dt_expect_error(dt_cmd(a, "ELECT el-cmd"), "ERR this connection already holds");
 
-    dt_expect_error(dt_cmd(a, "ELECT el-x TTL 10"), "ERR TTL of a leadership must be at least");
-    dt_expect_error(dt_cmd(a, "ELECT el-x FOO"), "ERR unknown ELECT option 'FOO'");
-    dt_expect_error(dt_cmd(a, "ELECT el-x VALUE"), "ERR ELECT option VALUE needs a value");
-    dt_expect_error(dt_cmd(a, "ELECT el-x TTL 2000 TTL 3000"), "ERR ELECT option TTL given twice");
-    dt_expect_error(dt_cmd(a, "ELECT"), "ERR wrong number of arguments for 'elect'");
-    dt_expect_error(dt_cmd(a, "RESIGN el-cmd"), "ERR wrong number of arguments for 'resign'");
+    static const dt_refusal bad[] = {
+        {"ELECT el-x TTL 10", "ERR TTL of a leadership must be at least"},
+        {"ELECT el-x FOO", "ERR unknown ELECT option 'FOO'"},
+        {"ELECT el-x VALUE", "ERR ELECT option VALUE needs a value"},
+        {"ELECT el-x TTL 2000 TTL 3000", "ERR ELECT option TTL given twice"},
+        {"ELECT", "ERR wrong number of arguments for 'elect'"},
+        {"RESIGN el-cmd", "ERR wrong number of arguments for 'resign'"},
+    };
+    DT_EXPECT_REFUSALS(a, bad);
 
     dt_expect_int(dt_cmd(b, "RESIGN el-cmd %s", l.token), 0);
     dt_expect_int(dt_cmd(a, "RESIGN el-cmd %s", l.token), 1);

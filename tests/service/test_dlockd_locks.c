@@ -56,19 +56,22 @@ static void test_lock_unlock(void **state)
     dt_expect_int(dt_cmd(a, "UNLOCK basic %s", l3.token), 1);
 
     /* Bad arguments, each with its own message. */
-    dt_expect_error(dt_cmd(a, "LOCK x TTL 5"), "ERR TTL must be");
-    dt_expect_error(dt_cmd(a, "LOCK x TTL abc"), "ERR TTL must be");
-    dt_expect_error(dt_cmd(a, "LOCK x TTL"), "ERR LOCK option TTL needs a value");
-    dt_expect_error(dt_cmd(a, "LOCK x WAIT -2"), "ERR WAIT must be");
-    dt_expect_error(dt_cmd(a, "LOCK x BOGUS"), "ERR unknown LOCK option 'BOGUS'");
-    dt_expect_error(dt_cmd(a, "LOCK x TTL 100 TTL 200"), "ERR LOCK option TTL given twice");
+    static const dt_refusal bad[] = {
+        {"LOCK x TTL 5", "ERR TTL must be"},
+        {"LOCK x TTL abc", "ERR TTL must be"},
+        {"LOCK x TTL", "ERR LOCK option TTL needs a value"},
+        {"LOCK x WAIT -2", "ERR WAIT must be"},
+        {"LOCK x BOGUS", "ERR unknown LOCK option 'BOGUS'"},
+        {"LOCK x TTL 100 TTL 200", "ERR LOCK option TTL given twice"},
+        {"UNLOCK x shorttoken", "ERR a token is"},
+        {"EXTEND x 0123456789abcdef0123456789abcdef 0", "ERR TTL must be"},
+    };
+    DT_EXPECT_REFUSALS(a, bad);
     char label[300];
     memset(label, 'l', sizeof label - 1);
     label[sizeof label - 1] = '\0';
     dt_expect_error(dt_cmd(a, "LOCK x LABEL %s", label), "ERR LABEL must be");
     dt_expect_error(dt_cmd(a, "LOCK %b", "a\0b", (size_t)3), "ERR lock name must not");
-    dt_expect_error(dt_cmd(a, "UNLOCK x shorttoken"), "ERR a token is");
-    dt_expect_error(dt_cmd(a, "EXTEND x 0123456789abcdef0123456789abcdef 0"), "ERR TTL must be");
     redisFree(a);
     redisFree(b);
 }

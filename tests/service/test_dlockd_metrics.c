@@ -159,6 +159,41 @@ static void start_with_metrics(dt_daemon *d, const char *servers, int *mport, co
     dt_start(d, servers, "--metrics-port", port, NULL);
 }
 
+/* A dlockd with a metrics port (start_with_metrics) logging to a file of its own, and a
+ * buffer for that port's replies. */
+typedef struct metered {
+    char log[512];
+    dt_daemon d;
+    int mport;
+    http_reply *r;
+} metered;
+
+/* Start one for servers, its log named after what. */
+static void metered_start(metered *m, const char *servers, const char *what)
+{
+    dt_log_path(m->log, sizeof m->log, what);
+    start_with_metrics(&m->d, servers, &m->mport, m->log);
+    m->r = malloc(sizeof *m->r);
+    assert_non_null(m->r);
+}
+
+/* Stop it (dlockd must exit 0), then remove its log and free the buffer. */
+static void metered_stop(metered *m)
+{
+    assert_int_equal(dt_stop(&m->d), 0);
+    unlink(m->log);
+    free(m->r);
+}
+
+/* dlockd still answers on c, which is closed; then stop it and its own lock server s. */
+static void metered_stop_with(metered *m, redisContext *c, dh_server *s)
+{
+    dt_expect_status(dt_cmd(c, "PING"), "PONG");
+    redisFree(c);
+    metered_stop(m);
+    dh_server_stop(s);
+}
+
 /* ---- the tests ----------------------------------------------------------------------- */
 
 static void test_metrics(void **state)
@@ -340,53 +375,43 @@ static void test_health_down_up(void **state)
     (void)state;
     dh_server s;
     assert_int_equal(dh_server_start(&s, NULL), 0);
-    char log[512];
-    dt_log_path(log, sizeof log, "health");
-    dt_daemon d;
-    int mport;
-    start_with_metrics(&d, s.url, &mport, log);
-    http_reply *r = malloc(sizeof *r);
-    assert_non_null(r);
+    metered m;
+    metered_start(&m, s.url, "health");
     int64_t bound = 2000 * dh_slack();
-    wait_health(mport, 200, bound, r);
-    assert_string_equal(r->body, "OK\n");
+    wait_health(m.mport, 200, bound, m.r);
+    assert_string_equal(m.r->body, "OK\n");
 
     dh_server_kill(&s);
-    int64_t down = wait_health(mport, 503, bound, r);
+    int64_t down = wait_health(m.mport, 503, bound, m.r);
     print_message("FIG metrics_health_503_after_stop_ms %lld ms\n", (long long)down);
     char want[256];
     snprintf(want, sizeof want, "lock server %s down: ", s.url);
-    if (strstr(r->body, want) == NULL)
-        fail_msg("/health 503 without '%s': %s", want, r->body);
-    scrape(mport, r);
+    if (strstr(m.r->body, want) == NULL)
+        fail_msg("/health 503 without '%s': %s", want, m.r->body);
+    scrape(m.mport, m.r);
     char series[256];
     snprintf(series, sizeof series, "dlockd_server_up{server=\"%s\"}", s.url);
-    assert_true(metric(r->body, series) == 0);
-    assert_true(metric(r->body, "dlockd_quorum_up") == 0);
+    assert_true(metric(m.r->body, series) == 0);
+    assert_true(metric(m.r->body, "dlockd_quorum_up") == 0);
     /* dlockd itself keeps answering. */
-    redisContext *c = dt_connect(&d);
+    redisContext *c = dt_connect(&m.d);
     dt_expect_status(dt_cmd(c, "PING"), "PONG");
 
     assert_int_equal(dh_server_restart(&s), 0);
-    int64_t up = wait_health(mport, 200, bound, r);
+    int64_t up = wait_health(m.mport, 200, bound, m.r);
     print_message("FIG metrics_health_200_after_return_ms %lld ms\n", (long long)up);
-    scrape(mport, r);
-    assert_true(metric(r->body, series) == 1);
+    scrape(m.mport, m.r);
+    assert_true(metric(m.r->body, series) == 1);
     /* Once each way, and nothing at the first check, when it was up. */
     char prefix[256];
     snprintf(prefix, sizeof prefix, "lock server %s ", s.url);
     int64_t t0 = dh_now_ms();
-    while (log_count(log, prefix, " up") < 1 && dh_now_ms() - t0 < bound)
+    while (log_count(m.log, prefix, " up") < 1 && dh_now_ms() - t0 < bound)
         dh_sleep_ms(10);
     dh_sleep_ms(1000); /* two more checks: no repeated line */
-    assert_int_equal(log_count(log, prefix, " down: "), 1);
-    assert_int_equal(log_count(log, prefix, " up"), 1);
-    dt_expect_status(dt_cmd(c, "PING"), "PONG");
-    redisFree(c);
-    assert_int_equal(dt_stop(&d), 0);
-    dh_server_stop(&s);
-    unlink(log);
-    free(r);
+    assert_int_equal(log_count(m.log, prefix, " down: "), 1);
+    assert_int_equal(log_count(m.log, prefix, " up"), 1);
+    metered_stop_with(&m, c, &s);
 }
 
 /* A wrong password for the lock server: down from the first check, and why. */
@@ -396,33 +421,22 @@ static void test_wrong_password(void **state)
     dh_server s;
     const char *args[] = {"--requirepass", "right-secret", NULL};
     assert_int_equal(dh_server_start(&s, args), 0);
-    char log[512];
-    dt_log_path(log, sizeof log, "wrongpass");
     setenv("DLOCK_PASSWORD", "wrong-secret", 1);
-    dt_daemon d;
-    int mport;
-    start_with_metrics(&d, s.url, &mport, log);
+    metered m;
+    metered_start(&m, s.url, "wrongpass");
     unsetenv("DLOCK_PASSWORD");
-    http_reply *r = malloc(sizeof *r);
-    assert_non_null(r);
-    wait_health(mport, 503, 2000 * dh_slack(), r);
+    wait_health(m.mport, 503, 2000 * dh_slack(), m.r);
     /* The library's reason: the server refused the password. */
-    if (strstr(r->body, "AUTH refused: WRONGPASS") == NULL)
-        fail_msg("/health: %s", r->body);
+    if (strstr(m.r->body, "AUTH refused: WRONGPASS") == NULL)
+        fail_msg("/health: %s", m.r->body);
     char want[256];
     snprintf(want, sizeof want, "lock server %s down: ", s.url);
     int64_t t0 = dh_now_ms();
-    while (log_count(log, want, "WRONGPASS") < 1 && dh_now_ms() - t0 < 2000 * dh_slack())
+    while (log_count(m.log, want, "WRONGPASS") < 1 && dh_now_ms() - t0 < 2000 * dh_slack())
         dh_sleep_ms(10);
-    assert_int_equal(log_count(log, want, "AUTH refused: WRONGPASS"), 1);
-    assert_false(dt_log_has(log, "wrong-secret"));
-    redisContext *c = dt_connect(&d);
-    dt_expect_status(dt_cmd(c, "PING"), "PONG");
-    redisFree(c);
-    assert_int_equal(dt_stop(&d), 0);
-    dh_server_stop(&s);
-    unlink(log);
-    free(r);
+    assert_int_equal(log_count(m.log, want, "AUTH refused: WRONGPASS"), 1);
+    assert_false(dt_log_has(m.log, "wrong-secret"));
+    metered_stop_with(&m, dt_connect(&m.d), &s);
 }
 
 /* dlock_ping: misuse refused as dlock_probe refuses it; each server's answer. */
@@ -514,48 +528,41 @@ static long open_fds(pid_t pid)
 static void test_out_of_descriptors(void **state)
 {
     (void)state;
-    char log[512];
-    dt_log_path(log, sizeof log, "nofile");
-    dt_daemon d;
-    int mport;
-    start_with_metrics(&d, it_srv.url, &mport, log);
-    http_reply *r = malloc(sizeof *r);
-    assert_non_null(r);
-    wait_health(mport, 200, 2000 * dh_slack(), r);
+    metered m;
+    metered_start(&m, it_srv.url, "nofile");
+    wait_health(m.mport, 200, 2000 * dh_slack(), m.r);
     enum { WAITERS = 4 };
-    redisContext *h = dt_connect(&d), *w[WAITERS];
+    redisContext *h = dt_connect(&m.d), *w[WAITERS];
     for (int i = 0; i < WAITERS; i++)
-        w[i] = dt_connect(&d);
+        w[i] = dt_connect(&m.d);
     dt_lock l;
     dt_expect_lock(dt_cmd(h, "LOCK nf:job TTL 10000"), &l);
 
     struct rlimit was;
-    assert_int_equal(prlimit(d.pid, RLIMIT_NOFILE, NULL, &was), 0);
+    assert_int_equal(prlimit(m.d.pid, RLIMIT_NOFILE, NULL, &was), 0);
     /* Well below what it has open: the descriptors the server's close frees do not
      * bring it under. */
-    long open_now = open_fds(d.pid);
+    long open_now = open_fds(m.d.pid);
     print_message("INFO dlockd has %ld descriptors open\n", open_now);
     struct rlimit low = {(rlim_t)(open_now / 2), was.rlim_max};
-    assert_int_equal(prlimit(d.pid, RLIMIT_NOFILE, &low, NULL), 0);
+    assert_int_equal(prlimit(m.d.pid, RLIMIT_NOFILE, &low, NULL), 0);
     freeReplyObject(dh_cmd(&it_srv, "CLIENT KILL TYPE normal SKIPME yes"));
     for (int i = 0; i < WAITERS; i++)
         dt_expect_error(dt_cmd(w[i], "LOCK nf:job WAIT 2000"), "ERR too many open files in dlockd");
     /* Two health checks at least (one each 500 ms) while no socket can be had. */
     dh_sleep_ms(1200);
     /* Logged at most once a second, whichever failed first: a command or a check. */
-    assert_true(dt_log_has(log, "out of descriptors: "));
-    assert_int_equal(log_count(log, "lock server", " down"), 0);
+    assert_true(dt_log_has(m.log, "out of descriptors: "));
+    assert_int_equal(log_count(m.log, "lock server", " down"), 0);
 
-    assert_int_equal(prlimit(d.pid, RLIMIT_NOFILE, &was, NULL), 0);
-    wait_health(mport, 200, 2000 * dh_slack(), r);
+    assert_int_equal(prlimit(m.d.pid, RLIMIT_NOFILE, &was, NULL), 0);
+    wait_health(m.mport, 200, 2000 * dh_slack(), m.r);
     dt_expect_int(dt_cmd(h, "UNLOCK nf:job %s", l.token), 1);
     dt_expect_lock(dt_cmd(w[0], "LOCK nf:job WAIT 2000"), &l);
     for (int i = 0; i < WAITERS; i++)
         redisFree(w[i]);
     redisFree(h);
-    free(r);
-    assert_int_equal(dt_stop(&d), 0);
-    unlink(log);
+    metered_stop(&m);
 }
 
 int main(void)

@@ -583,11 +583,11 @@ static void test_server_down(void **state)
     redisContext *a = dt_fresh_start(&f1, 1);
     expect_stock(dt_cmd(a, "STOCK SET prims-down 3"));
     dh_server_kill(&f1.srv[0]);
-    dt_expect_error(dt_cmd(a, "SEM ACQUIRE prims-down 2"), "UNAVAILABLE ");
-    dt_expect_error(dt_cmd(a, "STOCK STATUS prims-down"), "UNAVAILABLE ");
-    dt_expect_error(dt_cmd(a, "STOCK RESERVE prims-down 1 WAIT 100"), "UNAVAILABLE ");
-    dt_expect_error(dt_cmd(a, "STOCK COMMIT prims-down 0123456789abcdef0123456789abcdef"),
-                    "UNAVAILABLE ");
+    static const char *const down[] = {"SEM ACQUIRE prims-down 2", "STOCK STATUS prims-down",
+                                       "STOCK RESERVE prims-down 1 WAIT 100",
+                                       "STOCK COMMIT prims-down 0123456789abcdef0123456789abcdef"};
+    for (size_t i = 0; i < sizeof down / sizeof down[0]; i++)
+        dt_expect_error(dt_cmd(a, down[i]), "UNAVAILABLE ");
     dt_expect_status(dt_cmd(a, "PING"), "PONG");
     assert_int_equal(dh_server_restart(&f1.srv[0]), 0);
     dt_lock p;

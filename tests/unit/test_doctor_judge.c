@@ -50,6 +50,17 @@ static const cli_finding *find(const char *kind)
     return hit;
 }
 
+/* The one finding of kind, which must be there, its text holding needle (NULL: any). */
+static const cli_finding *found(const char *kind, const char *needle)
+{
+    const cli_finding *x = find(kind);
+    if (x == NULL)
+        fail_msg("no %s finding among %d", kind, fs.n);
+    if (needle != NULL && strstr(x->text, needle) == NULL)
+        fail_msg("\"%s\" lacks \"%s\"", x->text, needle);
+    return x;
+}
+
 /* Exactly one finding, of that kind and level, whose text holds each needle. */
 static void expect_one(const char *kind, bool risk, const char *needle1, const char *needle2)
 {
@@ -309,49 +320,57 @@ static void expect_unknown(const char *kind, const char *needle)
     assert_int_equal(fs.unknowns, 1);
 }
 
-/* Every fact the judge reads, made unknown one at a time ("" or -1, as dlock_probe
- * leaves a fact the server did not give): each is said to be unknown, with why it
- * matters, and counted so that the summary never calls the server fine. */
+/* A healthy server whose fact (named as its field) is unknown: "" or -1, as
+ * dlock_probe leaves a fact the server did not give. */
+static dlock_server_facts without(const char *fact)
+{
+    dlock_server_facts f = healthy(0);
+    char *text = strcmp(fact, "version") == 0            ? f.version
+                 : strcmp(fact, "role") == 0             ? f.role
+                 : strcmp(fact, "maxmemory_policy") == 0 ? f.maxmemory_policy
+                 : strcmp(fact, "appendfsync") == 0      ? f.appendfsync
+                                                         : NULL;
+    int *number = strcmp(fact, "cluster") == 0 ? &f.cluster
+                  : strcmp(fact, "aof") == 0   ? &f.aof
+                                               : NULL;
+    if (text != NULL)
+        text[0] = '\0';
+    else if (number != NULL)
+        *number = -1;
+    else
+        fail_msg("no fact %s", fact);
+    return f;
+}
+
+/* Every fact the judge reads, made unknown one at a time: each is said to be unknown,
+ * with why it matters, and counted so that the summary never calls the server fine. */
 static void unknown_facts_never_fine(void **state)
 {
     (void)state;
-    dlock_server_facts f = healthy(0);
-    f.version[0] = '\0';
-    cli_doctor_judge(&f, 1, TTL_MS, &fs);
-    expect_unknown("version", "scripts");
+    static const struct {
+        const char *fact, *kind, *needle;
+    } unknowns[] = {
+        {"version", "version", "scripts"}, {"role", "role", "replica"},
+        {"cluster", "cluster", "MOVED"},   {"maxmemory_policy", "eviction", "evict lock keys"},
+        {"aof", "persistence", "restart"}, {"appendfsync", "persistence", "cannot be read"},
+    };
+    dlock_server_facts f;
+    for (size_t i = 0; i < sizeof unknowns / sizeof unknowns[0]; i++) {
+        f = without(unknowns[i].fact);
+        cli_doctor_judge(&f, 1, TTL_MS, &fs);
+        expect_unknown(unknowns[i].kind, unknowns[i].needle);
+    }
+    /* A version that is no number is as unknown. */
     f = healthy(0);
     strcpy(f.version, "unstable");
     cli_doctor_judge(&f, 1, TTL_MS, &fs);
     expect_unknown("version", "unstable");
-
-    f = healthy(0);
-    f.role[0] = '\0';
-    cli_doctor_judge(&f, 1, TTL_MS, &fs);
-    expect_unknown("role", "replica");
-    f = healthy(0);
-    f.cluster = -1;
-    cli_doctor_judge(&f, 1, TTL_MS, &fs);
-    expect_unknown("cluster", "MOVED");
-
-    f = healthy(0);
-    f.maxmemory_policy[0] = '\0';
-    cli_doctor_judge(&f, 1, TTL_MS, &fs);
-    expect_unknown("eviction", "evict lock keys");
     /* An evicting policy whose maxmemory is unknown is not "none set": a risk. */
     f = healthy(0);
     strcpy(f.maxmemory_policy, "allkeys-lru");
     f.maxmemory = -1;
     cli_doctor_judge(&f, 1, TTL_MS, &fs);
     expect_one("eviction", true, "allkeys-lru", "maxmemory is unknown");
-
-    f = healthy(0);
-    f.aof = -1;
-    cli_doctor_judge(&f, 1, TTL_MS, &fs);
-    expect_unknown("persistence", "restart");
-    f = healthy(0);
-    f.appendfsync[0] = '\0';
-    cli_doctor_judge(&f, 1, TTL_MS, &fs);
-    expect_unknown("persistence", "cannot be read");
 
     /* A clock that could not be read among several is unknown; alone, nothing is
      * compared with it. */
@@ -380,10 +399,7 @@ static void unknown_facts_never_fine(void **state)
     cli_doctor_judge(h, 3, TTL_MS, &fs);
     assert_int_equal(fs.risks, 0);
     assert_int_equal(fs.unknowns, 1);
-    const cli_finding *x = find("cluster-state");
-    assert_non_null(x);
-    assert_true(x->unknown);
-    assert_non_null(strstr(x->text, "unknown cluster_state"));
+    assert_true(found("cluster-state", "unknown cluster_state")->unknown);
     h[0] = healthy(0);
     h[0].sentinels = h[0].sentinels_up = 3;
     h[0].sentinel_quorum = -1;
@@ -391,14 +407,9 @@ static void unknown_facts_never_fine(void **state)
     cli_doctor_judge(h, 3, TTL_MS, &fs);
     assert_int_equal(fs.risks, 0);
     assert_int_equal(fs.unknowns, 2);
-    x = find("sentinel-quorum");
-    assert_non_null(x);
-    assert_true(x->unknown);
-    assert_non_null(strstr(x->text, "unknown whether its Sentinels can fail the master over"));
-    x = find("replicas");
-    assert_non_null(x);
-    assert_true(x->unknown);
-    assert_non_null(strstr(x->text, "unknown replicas"));
+    assert_true(found("sentinel-quorum", "unknown whether its Sentinels can fail the master over")
+                    ->unknown);
+    assert_true(found("replicas", "unknown replicas")->unknown);
 
     /* And a server whose every fact is known is counted with none unknown. */
     f = healthy(0);
@@ -436,15 +447,9 @@ static void sentinel(void **state)
     f[0].replicas = 0;
     cli_doctor_judge(f, 3, TTL_MS, &fs);
     assert_int_equal(fs.risks, 0);
-    const cli_finding *x = find("sentinel");
-    assert_non_null(x);
-    assert_non_null(strstr(x->text, "1 of its 3 Sentinels answered"));
-    x = find("sentinel-quorum");
-    assert_non_null(x);
-    assert_non_null(strstr(x->text, "NOQUORUM 1 usable"));
-    x = find("replicas");
-    assert_non_null(x);
-    assert_false(x->risk);
+    found("sentinel", "1 of its 3 Sentinels answered");
+    found("sentinel-quorum", "NOQUORUM 1 usable");
+    assert_false(found("replicas", NULL)->risk);
     /* A plain server says nothing of Sentinels, whatever its replicas. */
     dlock_server_facts plain = healthy(0);
     cli_doctor_judge(&plain, 1, TTL_MS, &fs);
@@ -470,12 +475,8 @@ static void whole_cluster(void **state)
     strcpy(f[0].cluster_state, "fail");
     cli_doctor_judge(f, 3, TTL_MS, &fs);
     assert_int_equal(fs.risks, 0);
-    const cli_finding *x = find("cluster-state");
-    assert_non_null(x);
-    assert_non_null(strstr(x->text, "cluster_state is fail"));
-    x = find("cluster-masters");
-    assert_non_null(x);
-    assert_non_null(strstr(x->text, "2 of its 3 masters answered"));
+    found("cluster-state", "cluster_state is fail");
+    found("cluster-masters", "2 of its 3 masters answered");
     assert_null(find("cluster"));
 }
 

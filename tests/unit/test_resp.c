@@ -74,6 +74,20 @@ static void expect_error(const char *s, size_t n, const char *msg)
     assert_non_null(strstr(err, msg));
 }
 
+/* Inputs the parser must refuse, each with what its message says. */
+typedef struct refusal {
+    const char *in;
+    const char *msg;
+} refusal;
+
+static void expect_errors(const refusal *list, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        expect_error(list[i].in, strlen(list[i].in), list[i].msg);
+}
+
+#define EXPECT_ERRORS(list) expect_errors((list), sizeof(list) / sizeof(list)[0])
+
 static void expect_incomplete(const char *s, size_t need)
 {
     size_t argc, used;
@@ -115,12 +129,15 @@ static void test_limits(void **state)
 {
     (void)state;
     /* Refused at the header, before the data it announces. */
-    expect_error("*9\r\n", 4, "too many arguments");
-    expect_error("*2147483647\r\n", 13, "too many arguments");
-    expect_error("*99999999999999999999\r\n", 23, "too many arguments");
-    expect_error("*1\r\n$17\r\n", 9, "longer than the limit");
-    expect_error("*1\r\n$1073741824\r\n", 17, "longer than the limit");
-    expect_error("a b c d e f g h i\n", 18, "too many arguments");
+    static const refusal over[] = {
+        {"*9\r\n", "too many arguments"},
+        {"*2147483647\r\n", "too many arguments"},
+        {"*99999999999999999999\r\n", "too many arguments"},
+        {"*1\r\n$17\r\n", "longer than the limit"},
+        {"*1\r\n$1073741824\r\n", "longer than the limit"},
+        {"a b c d e f g h i\n", "too many arguments"},
+    };
+    EXPECT_ERRORS(over);
     char line[40];
     memset(line, 'x', sizeof line);
     expect_error(line, 32, "inline command longer");
@@ -136,17 +153,20 @@ static void test_limits(void **state)
 static void test_malformed(void **state)
 {
     (void)state;
-    expect_error("*x\r\n", 4, "invalid multibulk length");
-    expect_error("*\r\n", 3, "invalid multibulk length");
-    expect_error("*1\n", 3, "invalid multibulk length");
-    expect_error("*1\rx", 4, "invalid multibulk length");
-    expect_error("*1\r\n+OK\r\n", 9, "expected '$'");
-    expect_error("*1\r\n$-1\r\n", 9, "invalid bulk length");
-    expect_error("*1\r\n$1x\r\n", 9, "invalid bulk length");
-    expect_error("*1\r\n$1\r\nabc", 11, "not followed by CRLF");
-    /* A bad byte in a header is refused at once, not when the line would be too long. */
-    expect_error("*1x", 3, "invalid multibulk length");
-    expect_error("*1\r\n$ ", 6, "invalid bulk length");
+    static const refusal malformed[] = {
+        {"*x\r\n", "invalid multibulk length"},
+        {"*\r\n", "invalid multibulk length"},
+        {"*1\n", "invalid multibulk length"},
+        {"*1\rx", "invalid multibulk length"},
+        {"*1\r\n+OK\r\n", "expected '$'"},
+        {"*1\r\n$-1\r\n", "invalid bulk length"},
+        {"*1\r\n$1x\r\n", "invalid bulk length"},
+        {"*1\r\n$1\r\nabc", "not followed by CRLF"},
+        /* A bad byte in a header is refused at once, not when the line would be too long. */
+        {"*1x", "invalid multibulk length"},
+        {"*1\r\n$ ", "invalid bulk length"},
+    };
+    EXPECT_ERRORS(malformed);
     /* A header that never ends. */
     char hdr[40] = "*";
     memset(hdr + 1, '1', 38);
