@@ -52,9 +52,8 @@ void dlock__err_append(dlock__err *e, const char *fmt, ...) __attribute__((forma
 /* Public entry points: make e the thread's message (empty for DLOCK_OK), return code. */
 int dlock__err_raise(const dlock__err *e, int code);
 /* Public entry points, for a check they make themselves: the message into e, then as
- * dlock__err_raise (so `return dlock__raise(&e, ...)`). */
-int dlock__raise(dlock__err *e, int code, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
+ * dlock__err_raise (so `return dlock__raise(&e, code, fmt, ...)`). */
+#define dlock__raise(e, code, ...) dlock__err_raise((e), dlock__err_set((e), (code), __VA_ARGS__))
 
 /* ---- clock.c ---------------------------------------------------------------- */
 

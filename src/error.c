@@ -89,12 +89,3 @@ int dlock__err_raise(const dlock__err *e, int code)
         memcpy(errbuf, e->msg, sizeof errbuf);
     return code;
 }
-
-int dlock__raise(dlock__err *e, int code, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(e->msg, sizeof e->msg, fmt, ap);
-    va_end(ap);
-    return dlock__err_raise(e, code);
-}

@@ -312,16 +312,25 @@ static int begin(dlock_client *c, dlock_server_facts *out, int n, dlock__connset
     return DLOCK_OK;
 }
 
+/* begin, then the first question (cmd, len) to every server, its answers in reqs. */
+static int first_ask(dlock_client *c, dlock_server_facts *out, int n, const char *cmd, size_t len,
+                     dlock__req *reqs, dlock__connset **set)
+{
+    int rc = begin(c, out, n, set);
+    if (rc != DLOCK_OK)
+        return rc;
+    memset(reqs, 0, (size_t)c->n * sizeof reqs[0]);
+    ask_all(c, *set, reqs, cmd, len, out);
+    return DLOCK_OK;
+}
+
 int dlock_probe(dlock_client *c, dlock_server_facts *out, int n)
 {
     dlock__connset *set;
-    int rc = begin(c, out, n, &set);
+    dlock__req reqs[DLOCK_SERVERS_MAX];
+    int rc = first_ask(c, out, n, INFO_CMD, sizeof INFO_CMD - 1, reqs, &set);
     if (rc != DLOCK_OK)
         return rc;
-    dlock__req reqs[DLOCK_SERVERS_MAX];
-    memset(reqs, 0, sizeof reqs);
-
-    ask_all(c, set, reqs, INFO_CMD, sizeof INFO_CMD - 1, out);
     for (int i = 0; i < c->n; i++)
         if (reached(&reqs[i], &out[i]) && !take_dlockd(reqs[i].reply, &out[i]))
             take_info(reqs[i].reply, &out[i]);
@@ -372,12 +381,10 @@ static void take_pong(const redisReply *r, dlock_server_facts *f)
 int dlock_ping(dlock_client *c, dlock_server_facts *out, int n)
 {
     dlock__connset *set;
-    int rc = begin(c, out, n, &set);
+    dlock__req reqs[DLOCK_SERVERS_MAX];
+    int rc = first_ask(c, out, n, PING_CMD, sizeof PING_CMD - 1, reqs, &set);
     if (rc != DLOCK_OK)
         return rc;
-    dlock__req reqs[DLOCK_SERVERS_MAX];
-    memset(reqs, 0, sizeof reqs);
-    ask_all(c, set, reqs, PING_CMD, sizeof PING_CMD - 1, out);
     for (int i = 0; i < c->n; i++) {
         if (reached(&reqs[i], &out[i]))
             take_pong(reqs[i].reply, &out[i]);
