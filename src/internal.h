@@ -48,6 +48,7 @@
  *               scripts_records.c  the scripts of the records beside locks: the fenced
  *                                  register, a job's slot, a leader's record
  *               stock_scripts.c    the stock's scripts, their key layout and invariant
+ *               scripts_list.c     the listing's page script (dlock_list sends it by EVAL)
  *               script_call.c      a script call: the bodies joined once, their SHA1s,
  *                                  EVALSHA and its EVAL fallback on -NOSCRIPT
  *   rounds      round.h     the client's state, its pool, one round and its vote

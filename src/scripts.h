@@ -119,5 +119,7 @@ extern const char dlock__retire_lua[];
 extern const char *const dlock__stock_update_lua[];
 extern const char *const dlock__stock_reserve_lua[];
 extern const char *const dlock__stock_end_lua[];
+/* The listing's page script, sent whole by EVAL (scripts_list.c). */
+extern const char dlock__list_lua[];
 
 #endif /* DLOCK_SCRIPTS_H */
