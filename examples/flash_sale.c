@@ -32,21 +32,19 @@
 #include <hiredis/hiredis.h>
 
 #include <errno.h>
-#include <fcntl.h>
 #include <inttypes.h>
 #include <limits.h>
-#include <signal.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 #include <sys/time.h>
 #include <sys/types.h>
-#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
+
+#include "example_util.h" /* the plumbing: options, the log, the buyer processes */
 
 #define BUYERS_MAX   256
 #define GIVE_UP_NS   (INT64_C(15) * 1000000000) /* a buyer with no progress this long quits */
@@ -111,79 +109,6 @@ static void usage(FILE *f)
           f);
 }
 
-static bool parse_num(const char *s, long long min, long long max, long long *out)
-{
-    char *end;
-    errno = 0;
-    long long v = strtoll(s, &end, 10);
-    if (errno != 0 || end == s || *end != '\0' || v < min || v > max)
-        return false;
-    *out = v;
-    return true;
-}
-
-/*
- * The stock's server: the first URL of the list, for hiredis. The example reads the
- * plain form only, redis://host[:port][/db] (IPv6 as [::1]); a URL with credentials or a
- * unix:// socket is refused with a message, to keep this part short.
- */
-static bool parse_stock_server(struct sale *s)
-{
-    const char *u = s->servers;
-    size_t len = strcspn(u, ",");
-    if (strncmp(u, "redis://", 8) != 0 || memchr(u, '@', len) != NULL) {
-        fprintf(stderr, "dlock-flash-sale: the first server must be redis://host[:port][/db] "
-                        "(no credentials, no unix socket) in this example\n");
-        return false;
-    }
-    const char *p = u + 8, *end = u + len;
-    const char *host = p, *host_end;
-    if (*p == '[') {
-        host = p + 1;
-        host_end = memchr(host, ']', (size_t)(end - host));
-        if (host_end == NULL)
-            return false;
-        p = host_end + 1;
-    } else {
-        host_end = p;
-        while (host_end < end && *host_end != ':' && *host_end != '/')
-            host_end++;
-        p = host_end;
-    }
-    size_t hlen = (size_t)(host_end - host);
-    if (hlen == 0 || hlen >= sizeof s->stock_host)
-        return false;
-    memcpy(s->stock_host, host, hlen);
-    s->stock_host[hlen] = '\0';
-    s->stock_port = 6379;
-    s->stock_db = 0;
-    char num[16];
-    if (p < end && *p == ':') {
-        size_t n = strcspn(p + 1, "/,");
-        long long v;
-        if (n == 0 || n >= sizeof num)
-            return false;
-        memcpy(num, p + 1, n);
-        num[n] = '\0';
-        if (!parse_num(num, 1, 65535, &v))
-            return false;
-        s->stock_port = (int)v;
-        p += 1 + n;
-    }
-    if (p < end && *p == '/' && p + 1 < end) {
-        size_t n = (size_t)(end - p - 1);
-        long long v;
-        if (n >= sizeof num)
-            return false;
-        memcpy(num, p + 1, n);
-        num[n] = '\0';
-        if (!parse_num(num, 0, 1 << 20, &v))
-            return false;
-        s->stock_db = (int)v;
-    }
-    return true;
-}
-
 /* Connect to the stock's server with deadlines on the connect and on every command. */
 static redisContext *stock_connect(const struct sale *s)
 {
@@ -218,7 +143,7 @@ static long long stock_get(redisContext *r, const struct sale *s)
     long long v = -1;
     if (rep == NULL)
         fprintf(stderr, "dlock-flash-sale: GET %s: %s\n", s->stock_key, r->errstr);
-    else if (rep->type != REDIS_REPLY_STRING || !parse_num(rep->str, 0, LLONG_MAX, &v))
+    else if (rep->type != REDIS_REPLY_STRING || !ex_parse_num(rep->str, 0, LLONG_MAX, &v))
         fprintf(stderr, "dlock-flash-sale: GET %s: not a stock count\n", s->stock_key);
     freeReplyObject(rep);
     return v;
@@ -329,6 +254,21 @@ static int buyer(const struct sale *s, int id, int log_fd, pid_t parent)
     return status;
 }
 
+/* What a buyer process starts from: ex_fork_workers runs start_buyer(id, &bs) in each. */
+struct buyer_start {
+    const struct sale *s;
+    int log_fd;
+    pid_t parent;
+    redisContext *parents_conn; /* the parent's connection: not the buyer's to use */
+};
+
+static int start_buyer(int id, void *arg)
+{
+    const struct buyer_start *bs = arg;
+    redisFree(bs->parents_conn);
+    return buyer(bs->s, id, bs->log_fd, bs->parent);
+}
+
 /* ---- the report --------------------------------------------------------------- */
 
 static int cmp_i64(const void *a, const void *b)
@@ -344,15 +284,6 @@ static int cmp_section(const void *a, const void *b)
     return (x->acquired_ns > y->acquired_ns) - (x->acquired_ns < y->acquired_ns);
 }
 
-/* The q-th percentile (0..100) of sorted v[0..n-1], nearest rank; 0 when n is 0. */
-static int64_t percentile(const int64_t *v, size_t n, int q)
-{
-    if (n == 0)
-        return 0;
-    size_t rank = (n * (size_t)q + 99) / 100;
-    return v[rank > 0 ? rank - 1 : 0];
-}
-
 static double ms(int64_t ns)
 {
     return (double)ns / 1e6;
@@ -365,23 +296,16 @@ static double ms(int64_t ns)
 static bool report(const struct sale *s, int log_fd, long long left, int64_t elapsed_ns,
                    int buyers_failed)
 {
-    struct stat st;
-    if (fstat(log_fd, &st) != 0 || st.st_size % (off_t)sizeof(struct record) != 0) {
-        fprintf(stderr, "dlock-flash-sale: the log is damaged\n");
+    size_t nrec;
+    struct record *recs = ex_log_read("dlock-flash-sale", log_fd, sizeof *recs, &nrec);
+    if (recs == NULL)
         return false;
-    }
-    size_t nrec = (size_t)st.st_size / sizeof(struct record);
-    struct record *recs = malloc(nrec ? nrec * sizeof *recs : 1);
     int64_t *handoffs = malloc(nrec ? nrec * sizeof *handoffs : 1);
     int64_t *waits = malloc(nrec ? nrec * sizeof *waits : 1);
     long long *per_buyer = calloc((size_t)s->buyers, sizeof *per_buyer);
     unsigned char *unit_sold = calloc((size_t)s->stock + 1, 1);
-    if (!recs || !handoffs || !waits || !per_buyer || !unit_sold) {
+    if (!handoffs || !waits || !per_buyer || !unit_sold) {
         fprintf(stderr, "dlock-flash-sale: out of memory\n");
-        exit(1);
-    }
-    if (pread(log_fd, recs, nrec * sizeof *recs, 0) != (ssize_t)(nrec * sizeof *recs)) {
-        fprintf(stderr, "dlock-flash-sale: reading the log: %s\n", strerror(errno));
         exit(1);
     }
 
@@ -453,11 +377,11 @@ static bool report(const struct sale *s, int log_fd, long long left, int64_t ela
         if (locked) {
             printf("  %zu critical sections, none overlapping: %s; %zu handoffs between buyers: "
                    "p50 %.2f ms, p99 %.2f ms\n",
-                   nsec, overlaps ? "NO" : "yes", nhand, ms(percentile(handoffs, nhand, 50)),
-                   ms(percentile(handoffs, nhand, 99)));
+                   nsec, overlaps ? "NO" : "yes", nhand, ms(ex_percentile(handoffs, nhand, 50)),
+                   ms(ex_percentile(handoffs, nhand, 99)));
             printf("  acquire took p50 %.2f ms, p99 %.2f ms, max %.2f ms; failed acquires %zu, "
                    "releases that found the lease gone %zu\n",
-                   ms(percentile(waits, nsec, 50)), ms(percentile(waits, nsec, 99)),
+                   ms(ex_percentile(waits, nsec, 50)), ms(ex_percentile(waits, nsec, 99)),
                    ms(nsec ? waits[nsec - 1] : 0), failed, lost);
             printf("  fences: first %" PRIu64 ", last %" PRIu64 ", strictly increasing: %s\n",
                    fence_first, fence_last, fences_word);
@@ -470,9 +394,9 @@ static bool report(const struct sale *s, int log_fd, long long left, int64_t ela
            "fence_first=%" PRIu64 " fence_last=%" PRIu64 " fences_increasing=%s "
            "buyers_failed=%d elapsed_ms=%lld\n",
            ok ? "yes" : "no", sold, s->stock, oversold, doubles, left, nsec, overlaps, nhand,
-           (long long)(percentile(handoffs, nhand, 50) / 1000),
-           (long long)(percentile(handoffs, nhand, 99) / 1000),
-           (long long)(percentile(waits, nsec, 99) / 1000),
+           (long long)(ex_percentile(handoffs, nhand, 50) / 1000),
+           (long long)(ex_percentile(handoffs, nhand, 99) / 1000),
+           (long long)(ex_percentile(waits, nsec, 99) / 1000),
            (long long)((nsec ? waits[nsec - 1] : 0) / 1000), failed, lost, fence_first, fence_last,
            fences_word, buyers_failed, (long long)(elapsed_ns / 1000000));
     fflush(stdout);
@@ -507,29 +431,29 @@ int main(int argc, char **argv)
             s.servers = optarg;
             break;
         case 'b':
-            if (!parse_num(optarg, 1, BUYERS_MAX, &v))
+            if (!ex_parse_num(optarg, 1, BUYERS_MAX, &v))
                 goto bad;
             s.buyers = (int)v;
             break;
         case 'n':
-            if (!parse_num(optarg, 1, 100000000, &s.stock))
+            if (!ex_parse_num(optarg, 1, 100000000, &s.stock))
                 goto bad;
             break;
         case 'i':
             s.item = optarg;
             break;
         case 't':
-            if (!parse_num(optarg, DLOCK_TTL_MIN_MS, DLOCK_TTL_MAX_MS, &v))
+            if (!ex_parse_num(optarg, DLOCK_TTL_MIN_MS, DLOCK_TTL_MAX_MS, &v))
                 goto bad;
             s.ttl_ms = v;
             break;
         case 'w':
-            if (!parse_num(optarg, -1, DLOCK_TTL_MAX_MS, &v))
+            if (!ex_parse_num(optarg, -1, DLOCK_TTL_MAX_MS, &v))
                 goto bad;
             s.wait_ms = v;
             break;
         case 'T':
-            if (!parse_num(optarg, 1, 60000, &v))
+            if (!ex_parse_num(optarg, 1, 60000, &v))
                 goto bad;
             s.timeout_ms = v;
             break;
@@ -554,7 +478,8 @@ int main(int argc, char **argv)
     if ((size_t)snprintf(s.lock_name, sizeof s.lock_name, "stock:%s", s.item) >= sizeof s.lock_name)
         goto bad;
     snprintf(s.stock_key, sizeof s.stock_key, "%s", s.lock_name);
-    if (!parse_stock_server(&s))
+    if (!ex_first_server("dlock-flash-sale", s.servers, s.stock_host, sizeof s.stock_host,
+                         &s.stock_port, &s.stock_db))
         return 2;
 
     /* Put the stock on the shelf. */
@@ -564,73 +489,19 @@ int main(int argc, char **argv)
 
     /* The log: a named file with -l, else a temporary one unlinked at once (the
      * descriptor, shared with the buyers, keeps it alive; nothing is left behind). */
-    char tmp[] = "/tmp/dlock-flash-sale.XXXXXX";
-    int log_fd;
-    if (s.log_path != NULL) {
-        log_fd = open(s.log_path, O_RDWR | O_CREAT | O_TRUNC | O_APPEND | O_CLOEXEC, 0644);
-    } else {
-        log_fd = mkstemp(tmp);
-        if (log_fd >= 0) {
-            unlink(tmp);
-            if (fcntl(log_fd, F_SETFL, O_APPEND) != 0)
-                log_fd = -1;
-        }
-    }
-    if (log_fd < 0) {
-        fprintf(stderr, "dlock-flash-sale: log: %s\n", strerror(errno));
+    int log_fd = ex_log_open("dlock-flash-sale", s.log_path);
+    if (log_fd < 0)
         return 1;
-    }
 
-    /* Output written before fork() would be flushed once per process. */
-    fflush(NULL);
-    /* The parent waits for the buyers and passes an interrupt on: SIGINT or SIGTERM
-     * (Ctrl-C, or a script ending the sale) stops every buyer, then the parent. The
-     * signals are blocked and taken by sigwaitinfo(), so no handler is needed; each
-     * buyer restores the signal mask right after fork(). */
-    sigset_t sigs, old_mask;
-    sigemptyset(&sigs);
-    sigaddset(&sigs, SIGCHLD);
-    sigaddset(&sigs, SIGINT);
-    sigaddset(&sigs, SIGTERM);
-    sigprocmask(SIG_BLOCK, &sigs, &old_mask);
-    pid_t parent = getpid(), pids[BUYERS_MAX];
+    /* The buyers, each a process of its own. The parent waits for them and passes an
+     * interrupt on: SIGINT or SIGTERM (Ctrl-C, or a script ending the sale) stops every
+     * buyer, then the parent. */
+    struct buyer_start bs = {&s, log_fd, getpid(), r};
     int64_t start = now_ns();
-    for (int i = 0; i < s.buyers; i++) {
-        pids[i] = fork();
-        if (pids[i] < 0) {
-            fprintf(stderr, "dlock-flash-sale: fork: %s\n", strerror(errno));
-            return 1; /* the buyers started so far see getppid() change and stop */
-        }
-        if (pids[i] == 0) {
-            sigprocmask(SIG_SETMASK, &old_mask, NULL);
-            redisFree(r); /* the parent's connection: not ours to use */
-            _exit(buyer(&s, i, log_fd, parent));
-        }
-    }
-    int running = s.buyers, buyers_failed = 0, stop_sig = 0;
-    while (running > 0) {
-        int sig = sigwaitinfo(&sigs, NULL);
-        if (sig == SIGINT || sig == SIGTERM) {
-            stop_sig = sig;
-            for (int i = 0; i < s.buyers; i++)
-                if (pids[i] > 0)
-                    kill(pids[i], SIGTERM);
-            continue;
-        }
-        /* SIGCHLD (several exits may make one signal) or EINTR: reap what has ended. */
-        pid_t pid;
-        int st;
-        while ((pid = waitpid(-1, &st, WNOHANG)) > 0) {
-            for (int i = 0; i < s.buyers; i++) {
-                if (pids[i] != pid)
-                    continue;
-                pids[i] = 0;
-                running--;
-                if (!WIFEXITED(st) || WEXITSTATUS(st) != 0)
-                    buyers_failed++;
-            }
-        }
-    }
+    int buyers_failed;
+    int stop_sig = ex_fork_workers("dlock-flash-sale", s.buyers, start_buyer, &bs, &buyers_failed);
+    if (stop_sig < 0)
+        return 1; /* no fork: the buyers started so far see getppid() change and stop */
     if (stop_sig != 0) {
         fprintf(stderr, "dlock-flash-sale: interrupted; every buyer stopped\n");
         return 128 + stop_sig;

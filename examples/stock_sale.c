@@ -25,18 +25,17 @@
 
 #include <dlock.h>
 
-#include <errno.h>
-#include <fcntl.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 #include <sys/types.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
+
+#include "example_util.h" /* the plumbing: options, the log */
 
 #define BUYERS_MAX 256
 
@@ -66,17 +65,6 @@ static void usage(FILE *f)
           "  -L LEASE_MS  the reservations' lease (default 30000)\n"
           "  -q           print only the RESULT line\n",
           f);
-}
-
-static bool parse_num(const char *s, long long min, long long max, long long *out)
-{
-    char *end;
-    errno = 0;
-    long long v = strtoll(s, &end, 10);
-    if (errno != 0 || end == s || *end != '\0' || v < min || v > max)
-        return false;
-    *out = v;
-    return true;
 }
 
 static dlock_client *connect_or_die(const char *servers)
@@ -165,16 +153,16 @@ int main(int argc, char **argv)
             sku = optarg;
             break;
         case 'b':
-            ok = parse_num(optarg, 1, BUYERS_MAX, &buyers);
+            ok = ex_parse_num(optarg, 1, BUYERS_MAX, &buyers);
             break;
         case 'w':
-            ok = parse_num(optarg, -1, INT32_MAX, &wait_ms);
+            ok = ex_parse_num(optarg, -1, INT32_MAX, &wait_ms);
             break;
         case 'H':
-            ok = parse_num(optarg, 1, DLOCK_STOCK_QTY_MAX, &held);
+            ok = ex_parse_num(optarg, 1, DLOCK_STOCK_QTY_MAX, &held);
             break;
         case 'L':
-            ok = parse_num(optarg, DLOCK_TTL_MIN_MS, DLOCK_TTL_MAX_MS, &lease_ms);
+            ok = ex_parse_num(optarg, DLOCK_TTL_MIN_MS, DLOCK_TTL_MAX_MS, &lease_ms);
             break;
         case 'q':
             quiet = true;
@@ -205,13 +193,9 @@ int main(int argc, char **argv)
         fprintf(stderr, "dlock-stock-sale: status: %s: %s\n", dlock_strerror(rc), dlock_errmsg());
         return 1;
     }
-    char log_path[] = "/tmp/dlock-stock-sale.XXXXXX";
-    int log_fd = mkstemp(log_path);
-    if (log_fd < 0 || fcntl(log_fd, F_SETFL, O_APPEND) != 0) {
-        perror("dlock-stock-sale: log");
+    int log_fd = ex_log_open("dlock-stock-sale", NULL); /* a temporary file, unlinked */
+    if (log_fd < 0)
         return 1;
-    }
-    unlink(log_path);
     if (!quiet)
         printf("selling %lld units of %s (%lld reserved by others) to %lld buyers\n",
                (long long)before.available, sku, (long long)before.reserved, buyers);
@@ -236,14 +220,10 @@ int main(int argc, char **argv)
     int64_t elapsed = now_ms() - t0;
 
     /* Read the log back: every committed id, sorted, to find any sold twice. */
-    struct stat sb;
-    fstat(log_fd, &sb);
-    size_t n = (size_t)sb.st_size / sizeof(struct record);
-    struct record *recs = malloc(n ? n * sizeof *recs : 1);
-    if (recs == NULL || pread(log_fd, recs, n * sizeof *recs, 0) != (ssize_t)(n * sizeof *recs)) {
-        perror("dlock-stock-sale: reading the log");
+    size_t n;
+    struct record *recs = ex_log_read("dlock-stock-sale", log_fd, sizeof *recs, &n);
+    if (recs == NULL)
         return 1;
-    }
     qsort(recs, n, sizeof *recs, cmp_records);
     size_t twice = 0;
     for (size_t i = 1; i < n; i++)

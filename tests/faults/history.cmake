@@ -1,7 +1,8 @@
 # The history file, its checkers and the worker processes (tests/faults/history.c,
-# workers.c), and the process and server scenarios that use them: contention, a
-# holder that crashes, a waiter that dies, paused and restarted servers, a server
-# crash, clock jumps, failover and the lifecycle checks, plus the soak.
+# history_check.c, workers.c, scenario.c), and the process and server scenarios that
+# use them: contention, a holder that crashes, a waiter that dies, paused and
+# restarted servers, a server crash, clock jumps, failover and the lifecycle checks,
+# plus the soak.
 #
 # Labels: "faults;quick" scenarios run in `make test` (together well under 90 s);
 # "faults;slow" only in `make test-faults`; the soak ("soak" only, never "faults")
@@ -11,7 +12,8 @@
 # without linking a build of the library: each test links the shipped or the hooked
 # build (dlock_add_test's HOOKS), and that one resolves the calls.
 add_library(dlock_fault_history STATIC ${CMAKE_CURRENT_LIST_DIR}/history.c
-  ${CMAKE_CURRENT_LIST_DIR}/workers.c)
+  ${CMAKE_CURRENT_LIST_DIR}/history_check.c
+  ${CMAKE_CURRENT_LIST_DIR}/workers.c ${CMAKE_CURRENT_LIST_DIR}/scenario.c)
 target_include_directories(dlock_fault_history PUBLIC ${CMAKE_CURRENT_LIST_DIR}
   PRIVATE ${PROJECT_SOURCE_DIR}/include)
 target_link_libraries(dlock_fault_history PUBLIC dlock_test_support)

@@ -1,11 +1,16 @@
-# The dlock command against real servers (tests/integration/test_cli.c), each test
-# running the built command ($DLOCK_CLI). Included from tests/integration/CMakeLists.txt,
-# whose it_add_tests(... CLI) builds the command first.
-it_add_tests(cli CLI)
+# The dlock command against real servers (tests/integration/test_cli.c; how it fails:
+# test_cli_errors.c), each test running the built command ($DLOCK_CLI). Included from
+# tests/integration/CMakeLists.txt, whose it_add_tests(... CLI) builds the command first.
+it_add_tests(cli cli_errors CLI)
 # `dlock run` (tests/integration/test_run.c): it also checks that the man page
 # (docs/dlock.1 and its source docs/dlock.1.md) names every command and exit code.
-it_add_tests(run CLI)
+# What CMD gets, and runs that do not get the lock: tests/integration/test_run_cmd.c.
+it_add_tests(run run_cmd CLI)
 target_compile_definitions(test_run PRIVATE DLOCK_SOURCE_DIR="${PROJECT_SOURCE_DIR}")
+# The helpers of the command's tests: failures, the token line, dlock in the background.
+foreach(t cli cli_errors run run_cmd)
+  target_sources(test_${t} PRIVATE itest_cli.c)
+endforeach()
 # `dlock run` for a fleet's cron job, -E, -v, --once-per and --min-hold
 # (tests/integration/test_schedule.c): real dlock processes on one server, three and
 # file://, some under libfaketime. Its fleet starts fifteen dlock processes a second

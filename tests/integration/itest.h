@@ -267,4 +267,166 @@ int it_tls_setup(void **state);
 int it_tls_teardown(void **state);
 const char *it_tls_file(const char *name);
 
+/* ---- itest_files.c, and the error tests' sentinel ------------------------------------ */
+
+/* The temporary directories and files above (it_tmpdir, it_tmpdir_remove, it_path,
+ * it_slurp) and the directory of local locks (it_local_dir, it_local_url,
+ * it_local_setup, it_local_teardown, it_srv_local_*) are defined in itest_files.c, which
+ * it_add_tests (tests/integration/CMakeLists.txt) links into every test it defines, and
+ * test_no_randomness links too. The local-lock tests' own helpers are itest_local.c's,
+ * below. */
+
+/* A pointer value no call returns, for an out-parameter that a failing call must
+ * overwrite with NULL: `dlock_lock *l = IT_SENTINEL(l);`. */
+#define IT_SENTINEL(p) ((void *)&(p))
+
+/* ---- itest_stock.c: the stock tests' helpers --------------------------------------- */
+
+/* Linked by test_stock.c and the files split from it; on it_srv. it_stock_client: a
+ * client of it_srv with a per-node deadline of a second (times the slack).
+ * it_stock_field: a field of sku's stock hash ("dlock:{SKU}:stock") on s, -1 when
+ * missing; it_stock_card: the size of its set "dlock:{SKU}:stock:SUFFIX".
+ * it_stock_show: print a code other than DLOCK_OK, with the detail. it_stock_expect:
+ * assert sku's status (stock, available, reserved, sold) and that stock == sold +
+ * reserved + available. it_stock_set: set sku's stock, asserting DLOCK_OK.
+ * it_stock_reserve: reserve qty with a lease and a wait (dlock_stock_reserve's code, the
+ * id in id); it_stock_reserve_ok: the same without a wait, asserting DLOCK_OK and a
+ * well-formed id. */
+typedef char it_res_id[DLOCK_TOKEN_LEN + 1];
+dlock_client *it_stock_client(void);
+long long it_stock_field(dh_server *s, const char *sku, const char *name);
+long long it_stock_card(dh_server *s, const char *sku, const char *suffix);
+void it_stock_show(const char *what, int rc);
+void it_stock_expect(dlock_client *c, const char *sku, int64_t stock, int64_t avail,
+                     int64_t reserved, int64_t sold);
+void it_stock_set(dlock_client *c, const char *sku, int64_t qty);
+int it_stock_reserve(dlock_client *c, const char *sku, int64_t qty, int64_t lease_ms,
+                     int64_t wait_ms, it_res_id id);
+void it_stock_reserve_ok(dlock_client *c, const char *sku, int64_t qty, int64_t lease_ms,
+                         it_res_id id);
+
+/* ---- itest_local.c: the local-lock tests' helpers ---------------------------------- */
+
+/* Linked by test_local.c and the files split from it, whose group shares it_local_dir
+ * (it_local_setup). it_local_client: a client of it_local_url, asserted.
+ * it_local_take: acquire name waiting up to wait_ms, asserting DLOCK_OK.
+ * it_local_expect_busy: a try (no wait; shared or not) that must be refused with
+ * DLOCK_ERR_BUSY and leave the handle NULL. */
+dlock_client *it_local_client(void);
+dlock_lock *it_local_take(dlock_client *c, const char *name, int64_t wait_ms);
+void it_local_expect_busy(dlock_client *c, const char *name, int shared);
+/* Forked children. it_local_child: run fn(arg) in one, which exits with its return
+ * value; it_local_wait_exit: its status as a shell shows it (128 + N for signal N).
+ * it_local_put and it_local_get: write and read whole small messages on a pipe between a
+ * child and the test (a short write exits the child with 90; a read that does not come
+ * within timeout_ms is false). */
+pid_t it_local_child(int (*fn)(void *), void *arg);
+int it_local_wait_exit(pid_t pid);
+void it_local_put(int fd, const void *buf, size_t len);
+bool it_local_get(int fd, void *buf, size_t len, int64_t timeout_ms);
+/* What a child takes, and the pipe it reports on. it_local_child_take, in the child: a
+ * client of its own and the lock a describes, or NULL. it_local_child_started: run fn(a)
+ * in a child that reports on a new pipe p (a->fd is its write end), and wait for its
+ * first report, len bytes into buf. it_local_close_pipe closes both ends.
+ * it_local_child_report: the same for a child that reports once and exits 0. */
+typedef struct it_local_pipe_arg {
+    const char *name;
+    int fd;          /* the write end the child reports on */
+    int64_t wait_ms; /* waiter */
+    int64_t ttl_ms;
+    int shared;
+    const char *label;
+} it_local_pipe_arg;
+dlock_lock *it_local_child_take(const it_local_pipe_arg *a);
+pid_t it_local_child_started(int (*fn)(void *), it_local_pipe_arg *a, int p[2], void *buf,
+                             size_t len);
+void it_local_close_pipe(int p[2]);
+void it_local_child_report(int (*fn)(void *), it_local_pipe_arg *a, void *buf, size_t len);
+
+/* ---- itest_handoff.c: the handoff tests' helpers ---------------------------------- */
+
+/* Linked by test_handoff.c and the files split from it; waiters on it_nodes.
+ * it_queue_entry: name's queue entry at rank `rank` on node s, "<handoff ms> <limit>
+ * <channel length> <channel><value>" (limit 0: an exclusive waiter): copies the value
+ * (what the lock will hold once handed over) into value and returns the handoff lease. */
+long long it_queue_entry(dh_server *s, const char *name, int rank, char *value, size_t len);
+
+/* What a child waiter reports through its pipe: one write, below PIPE_BUF, so that the
+ * reports of several processes never interleave. */
+typedef struct it_waiter_report {
+    int32_t idx, rc;
+    uint64_t fence;
+    int64_t got_us; /* CLOCK_MONOTONIC, which every process on the host shares */
+    char token[DLOCK_TOKEN_LEN + 1];
+} it_waiter_report;
+/* A waiter in a forked child: its own client of it_node_urls (it_config_init), one
+ * blocked acquire, a report, the release; exit status 0 on success. */
+typedef struct it_child_waiter {
+    const char *name;
+    int fair;
+    int64_t wait_ms, ttl_ms;
+    int report_fd; /* -1: none */
+    int go_fd;     /* -1: release at once; else release once a byte (or EOF) arrives */
+    int idx;
+    int nclose, close_fd[2]; /* this test's descriptors the child has no use for */
+} it_child_waiter;
+/* Fork a child waiter w. It dies with this process (PR_SET_PDEATHSIG), so a failed
+ * assertion here leaves no waiter behind. */
+pid_t it_spawn_waiter(const it_child_waiter *w);
+/* it_expect_exit: reap pid (waiting up to 5 s times the slack) and assert that it
+ * exited with code. it_kill_and_reap: SIGKILL pid, reap it, and assert that it died of
+ * that. */
+void it_expect_exit(pid_t pid, int code);
+void it_kill_and_reap(pid_t pid);
+/* Read one report, waiting at most timeout_ms: a child that never reports fails the
+ * test instead of hanging it. */
+void it_read_report(int fd, it_waiter_report *r, int64_t timeout_ms);
+
+/* What the tests keep of a holder's lock (dlock_release frees the handle). */
+typedef struct it_held {
+    uint64_t fence;
+    char token[DLOCK_TOKEN_LEN + 1];
+} it_held;
+it_held it_keep(const dlock_lock *l);
+
+/* ---- itest_cli.c: the dlock command's tests' helpers ------------------------------- */
+
+/* Linked by test_cli.c, test_run.c and the files split from them. it_lock_exists and
+ * it_lock_pttl: EXISTS and PTTL of lock name's key on s. */
+long long it_lock_exists(dh_server *s, const char *name);
+long long it_lock_pttl(dh_server *s, const char *name);
+/* A failure: exit `want`, nothing on stdout, and exactly one line on stderr besides the
+ * library's warnings ("dlock: warning: ..."), the last one, which starts with "dlock: "
+ * and contains needle (NULL: anything). With strict, no warning line either. */
+void it_expect_failure(const it_run *r, int want, const char *needle, bool strict);
+/* stderr err is exactly one line, "dlock: ...", containing needle (NULL: anything). */
+void it_expect_one_line(const char *err, const char *needle);
+/* Parse "TOKEN FENCE\n": 32 lowercase hex characters, one space, a decimal number, one
+ * newline, nothing else. */
+void it_parse_token_line(const char *out, char token[DLOCK_TOKEN_LEN + 1], uint64_t *fence);
+/* `dlock acquire -t TTL -w 0 NAME` against it_srv: asserts that it succeeded, silently,
+ * and returns the token and fence it printed. */
+void it_cli_acquire(const char *name, const char *ttl, char token[DLOCK_TOKEN_LEN + 1],
+                    uint64_t *fence);
+
+/* dlock started in the background (`dlock run` mostly) against it_srv, its stdout and
+ * stderr going to files in it_local_dir: it_run_file(NAME) is it_local_dir/NAME
+ * (it_path), it_wait_for_file waits (timeout_ms times the slack) until a file exists
+ * and is not empty. it_bg_spawn starts the command with the arguments that follow, up
+ * to a NULL, its output into TAG.out and TAG.err, with the default signal dispositions.
+ * it_bg_wait_or_kill: its exit status as a shell shows it, or -1 after killing it when
+ * it did not exit within timeout_ms (times the slack); it_bg_wait: the same, failing the
+ * test on a timeout; it_bg_expect: fail, showing its output, unless status is want. */
+typedef struct it_bg {
+    pid_t pid;
+    int64_t started_ms;
+    char out[600], err[600];
+} it_bg;
+const char *it_run_file(const char *name);
+void it_wait_for_file(const char *file, int64_t timeout_ms);
+void it_bg_spawn(it_bg *b, const char *tag, ...);
+int it_bg_wait_or_kill(it_bg *b, int64_t timeout_ms);
+int it_bg_wait(it_bg *b, int64_t timeout_ms);
+void it_bg_expect(it_bg *b, int status, int want);
+
 #endif /* DLOCK_ITEST_H */

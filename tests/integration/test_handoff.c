@@ -3,12 +3,16 @@
  *
  * Waiters live in other processes (forked children that make their own client) or in
  * threads with clients of their own, so that every wake-up travels through the
- * server. Asserted exactly: the lock's value right after a release (the head's queue
- * entry, with the short handoff lease while the head has not confirmed), fences that
- * go up, arrival order in fair mode, keys that expire. Asserted with DLOCK_TEST_SLACK:
- * what a dead head costs the next waiter (its handoff lease, one refresh period and a
- * margin), how soon a Redlock waiter gets a lock whose queue one node lost, and the
- * commands idle waiters send. Other timings are FIG lines.
+ * server. The handoff to another process and to the releasing client's own waiter, one
+ * never announced, dead heads, a Redlock queue that one node lost, and what idle waiters
+ * cost; the queue's fair order across processes and its keys that expire:
+ * test_handoff_queue.c.
+ *
+ * Asserted exactly: the lock's value right after a release (the head's queue entry, with
+ * the short handoff lease while the head has not confirmed), fences that go up.
+ * Asserted with DLOCK_TEST_SLACK: what a dead head costs the next waiter (its handoff
+ * lease, one refresh period and a margin), how soon a Redlock waiter gets a lock whose
+ * queue one node lost, and the commands idle waiters send. Other timings are FIG lines.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -20,15 +24,11 @@
 #include "internal.h" /* DLOCK_QUEUE_*, DLOCK_HANDOFF_* */
 #include "itest.h"
 
-#include <poll.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/prctl.h>
-#include <sys/wait.h>
-#include <time.h>
 #include <unistd.h>
 
 /* The handoff lease of a waiter whose client has the integration tests' per-node
@@ -46,126 +46,6 @@ static int64_t handoff_ms(int64_t ttl_ms)
 static int64_t dead_head_bound_ms(int64_t ttl_ms)
 {
     return (handoff_ms(ttl_ms) + DLOCK_QUEUE_REFRESH_MS + 500) * dh_slack();
-}
-
-/* The queue entry at rank `rank` on node s: "<handoff ms> <limit> <channel length>
- * <channel><value>" (limit 0: an exclusive waiter). Copies the value (what the lock will hold once
- * handed over) into value and returns the handoff lease. */
-static long long queue_entry(dh_server *s, const char *name, int rank, char *value, size_t len)
-{
-    char key[256];
-    it_queue_key(key, sizeof key, name);
-    redisReply *r = dh_cmd(s, "ZRANGE %s %d %d", key, rank, rank);
-    assert_non_null(r);
-    assert_int_equal(r->type, REDIS_REPLY_ARRAY);
-    assert_int_equal(r->elements, 1);
-    const char *m = r->element[0]->str;
-    long long h = 0, limit = -1, n = 0;
-    int at = 0;
-    assert_int_equal(sscanf(m, "%lld %lld %lld %n", &h, &limit, &n, &at), 3);
-    assert_int_equal(limit, 0);
-    assert_true(at > 0 && n > 0 && (size_t)(at + n) < r->element[0]->len);
-    snprintf(value, len, "%s", m + at + n);
-    freeReplyObject(r);
-    return h;
-}
-
-/* ---- waiters in child processes --------------------------------------------------- */
-
-/* What a child waiter reports through its pipe: one write, below PIPE_BUF, so that the
- * reports of several processes never interleave. */
-typedef struct report {
-    int32_t idx, rc;
-    uint64_t fence;
-    int64_t got_us; /* CLOCK_MONOTONIC, which every process on the host shares */
-    char token[DLOCK_TOKEN_LEN + 1];
-} report;
-
-typedef struct child_waiter {
-    const char *name;
-    int fair;
-    int64_t wait_ms, ttl_ms;
-    int report_fd; /* -1: none */
-    int go_fd;     /* -1: release at once; else release once a byte (or EOF) arrives */
-    int idx;
-    int nclose, close_fd[2]; /* this test's descriptors the child has no use for */
-} child_waiter;
-
-/* The body of a waiter in a forked child: its own client (the parent's must not be
- * used after fork), one blocked acquire, a report, the release. Exit status 0 on
- * success. */
-static int child_wait(const child_waiter *w)
-{
-    dlock_config cfg;
-    it_config_init(&cfg);
-    dlock_client *c = NULL;
-    if (dlock_client_new(it_node_urls, &cfg, &c) != DLOCK_OK)
-        return 2;
-    dlock_opts o = {0};
-    o.ttl_ms = w->ttl_ms;
-    o.wait_ms = w->wait_ms;
-    o.fair = w->fair;
-    dlock_lock *l = NULL;
-    report r = {.idx = w->idx};
-    r.rc = dlock_acquire(c, w->name, &o, &l);
-    r.got_us = dh_now_us();
-    if (r.rc == DLOCK_OK) {
-        r.fence = dlock_fence(l);
-        memcpy(r.token, dlock_token(l), DLOCK_TOKEN_LEN);
-    }
-    if (w->report_fd >= 0 && write(w->report_fd, &r, sizeof r) != (ssize_t)sizeof r)
-        return 3;
-    if (r.rc != DLOCK_OK)
-        return 4;
-    if (w->go_fd >= 0) {
-        char b;
-        ssize_t n = read(w->go_fd, &b, 1);
-        (void)n; /* a byte or EOF: either way, release */
-    }
-    int rc = dlock_release(l);
-    dlock_client_free(c);
-    return rc == DLOCK_OK ? 0 : 5;
-}
-
-/* Fork a child that runs child_wait(w). It dies with this process (PR_SET_PDEATHSIG),
- * so a failed assertion here leaves no waiter behind. */
-static pid_t spawn_waiter(const child_waiter *w)
-{
-    fflush(stdout);
-    pid_t pid = fork();
-    assert_true(pid >= 0);
-    if (pid == 0) {
-        prctl(PR_SET_PDEATHSIG, SIGKILL);
-        for (int i = 0; i < w->nclose; i++)
-            close(w->close_fd[i]);
-        _exit(child_wait(w));
-    }
-    return pid;
-}
-
-static void expect_exit(pid_t pid, int code)
-{
-    int status = 0;
-    dh_reap(pid, 5000 * dh_slack(), &status);
-    assert_true(WIFEXITED(status));
-    assert_int_equal(WEXITSTATUS(status), code);
-}
-
-static void kill_and_reap(pid_t pid)
-{
-    int status = 0;
-    assert_int_equal(kill(pid, SIGKILL), 0);
-    dh_reap(pid, 2000, &status);
-    assert_true(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL);
-}
-
-/* Read one report, waiting at most timeout_ms: a child that never reports fails the
- * test instead of hanging it. */
-static void read_report(int fd, report *r, int64_t timeout_ms)
-{
-    struct pollfd p = {.fd = fd, .events = POLLIN};
-    assert_int_equal(poll(&p, 1, (int)timeout_ms), 1);
-    assert_int_equal(read(fd, r, sizeof *r), (ssize_t)sizeof *r);
 }
 
 /* ---- waiters in threads of this process, each with a client of its own ------------- */
@@ -215,19 +95,6 @@ static void thread_join(thread_waiter *a)
     assert_int_equal(pthread_join(a->t, NULL), 0);
 }
 
-/* What the tests keep of a holder's lock: dlock_release frees the handle. */
-typedef struct held {
-    uint64_t fence;
-    char token[DLOCK_TOKEN_LEN + 1];
-} held;
-
-static held keep(const dlock_lock *l)
-{
-    held h = {.fence = dlock_fence(l)};
-    memcpy(h.token, dlock_token(l), DLOCK_TOKEN_LEN);
-    return h;
-}
-
 /* ---- 1. the handoff reaches another process --------------------------------------- */
 
 static void test_handoff_across_processes(void **state)
@@ -238,23 +105,24 @@ static void test_handoff_across_processes(void **state)
     it_key(key, sizeof key, "h");
     dlock_client *hc = it_nodes_client();
     dlock_lock *a = it_acquire(hc, "h", 10000);
-    held ha = keep(a);
+    it_held ha = it_keep(a);
     int rep[2], go[2];
     assert_int_equal(pipe(rep), 0);
     assert_int_equal(pipe(go), 0);
-    child_waiter w = {.name = "h",
-                      .wait_ms = 10000,
-                      .ttl_ms = ttl_b,
-                      .report_fd = rep[1],
-                      .go_fd = go[0],
-                      .nclose = 2,
-                      .close_fd = {rep[0], go[1]}};
-    pid_t b = spawn_waiter(&w);
+    it_child_waiter w = {.name = "h",
+                         .wait_ms = 10000,
+                         .ttl_ms = ttl_b,
+                         .report_fd = rep[1],
+                         .go_fd = go[0],
+                         .nclose = 2,
+                         .close_fd = {rep[0], go[1]}};
+    pid_t b = it_spawn_waiter(&w);
     close(rep[1]);
     close(go[0]);
     it_wait_queued("h", 1);
     char b_value[512];
-    assert_int_equal(queue_entry(&it_node[0], "h", 0, b_value, sizeof b_value), handoff_ms(ttl_b));
+    assert_int_equal(it_queue_entry(&it_node[0], "h", 0, b_value, sizeof b_value),
+                     handoff_ms(ttl_b));
 
     /* Ask for the lock's value on a connection opened beforehand, so that it is read
      * one round trip after the release returns. */
@@ -281,8 +149,8 @@ static void test_handoff_across_processes(void **state)
     freeReplyObject(pttl);
     redisFree(rc);
 
-    report r;
-    read_report(rep[0], &r, 5000 * dh_slack());
+    it_waiter_report r;
+    it_read_report(rep[0], &r, 5000 * dh_slack());
     assert_int_equal(r.rc, DLOCK_OK);
     assert_memory_equal(r.token, b_value, DLOCK_TOKEN_LEN);
     assert_memory_not_equal(r.token, ha.token, DLOCK_TOKEN_LEN);
@@ -298,7 +166,7 @@ static void test_handoff_across_processes(void **state)
 
     assert_int_equal(write(go[1], "g", 1), 1);
     close(go[1]);
-    expect_exit(b, 0);
+    it_expect_exit(b, 0);
     close(rep[0]);
     assert_int_equal(it_exists(&it_node[0], key), 0);
     dlock_client_free(hc);
@@ -316,7 +184,7 @@ static void test_heir_of_the_same_client(void **state)
     const int64_t ttl_b = 5000;
     dlock_client *hc = it_nodes_client();
     dlock_lock *a = it_acquire(hc, "heir", 10000);
-    held ha = keep(a);
+    it_held ha = it_keep(a);
     thread_waiter b = {.c = hc, .name = "heir", .wait_ms = 20000, .ttl_ms = ttl_b, .keep = true};
     assert_int_equal(pthread_create(&b.t, NULL, thread_wait, &b), 0);
     it_wait_queued("heir", 1);
@@ -395,7 +263,7 @@ static void test_unannounced_handoff_found_by_refresh(void **state)
     thread_start(&b, "quiet-heir", 0, true);
     it_wait_queued("quiet-heir", 1);
     char b_value[512];
-    queue_entry(&it_node[0], "quiet-heir", 0, b_value, sizeof b_value);
+    it_queue_entry(&it_node[0], "quiet-heir", 0, b_value, sizeof b_value);
     int64_t t0 = dh_now_us();
     for (int i = 0; i < it_nodes; i++) {
         redisReply *r = dh_cmd(&it_node[i], "ZPOPMIN %s", qkey);
@@ -446,7 +314,7 @@ static void expect_takeover(thread_waiter *c, const char *name, const char *fig,
 typedef struct dead_head {
     dlock_client *hc;
     dlock_lock *a;
-    held ha;
+    it_held ha;
     pid_t b;
 } dead_head;
 
@@ -454,10 +322,10 @@ static void dead_head_start(dead_head *d, const char *name, int fair, int64_t tt
 {
     d->hc = it_nodes_client();
     d->a = it_acquire(d->hc, name, 10000);
-    d->ha = keep(d->a);
-    child_waiter w = {
+    d->ha = it_keep(d->a);
+    it_child_waiter w = {
         .name = name, .fair = fair, .wait_ms = -1, .ttl_ms = ttl, .report_fd = -1, .go_fd = -1};
-    d->b = spawn_waiter(&w);
+    d->b = it_spawn_waiter(&w);
     it_wait_queued(name, 1);
 }
 
@@ -475,13 +343,13 @@ static void test_dead_head_queued(void **state)
     dead_head d;
     dead_head_start(&d, name, fair, ttl);
     char b_value[512], head[512];
-    queue_entry(&it_node[0], name, 0, b_value, sizeof b_value);
-    kill_and_reap(d.b);
+    it_queue_entry(&it_node[0], name, 0, b_value, sizeof b_value);
+    it_kill_and_reap(d.b);
 
     thread_waiter c;
     thread_start(&c, name, fair, true);
     it_wait_queued(name, 2);
-    queue_entry(&it_node[0], name, 0, head, sizeof head);
+    it_queue_entry(&it_node[0], name, 0, head, sizeof head);
     assert_string_equal(head, b_value); /* the dead entry is first in line */
 
     int64_t t0 = dh_now_us();
@@ -514,7 +382,8 @@ static void test_dead_head_during_handoff(void **state)
     thread_start(&c, name, fair, true);
     it_wait_queued(name, 2);
     char b_value[512];
-    assert_int_equal(queue_entry(&it_node[0], name, 0, b_value, sizeof b_value), handoff_ms(ttl));
+    assert_int_equal(it_queue_entry(&it_node[0], name, 0, b_value, sizeof b_value),
+                     handoff_ms(ttl));
     char pid[32];
     snprintf(pid, sizeof pid, ":%ld", (long)d.b);
     assert_non_null(strstr(b_value, pid)); /* the head is B */
@@ -529,7 +398,7 @@ static void test_dead_head_during_handoff(void **state)
     assert_string_equal(v, b_value);
     free(v);
     assert_true(pttl > 0 && pttl <= handoff_ms(ttl));
-    kill_and_reap(d.b);
+    it_kill_and_reap(d.b);
 
     expect_takeover(&c, name, "dead_head_handoff", fair, t0, ttl, d.ha.fence);
     dlock_client_free(d.hc);
@@ -557,7 +426,7 @@ static void test_redlock_queue_missing_on_one_node(void **state)
         assert_true(tries < 10);
         assert_int_equal(dlock_release(a), DLOCK_OK);
     }
-    held ha = keep(a);
+    it_held ha = it_keep(a);
     thread_waiter b;
     thread_start(&b, "m", 0, true);
     it_wait_queued("m", 1);
@@ -600,153 +469,7 @@ static void test_redlock_queue_missing_on_one_node(void **state)
     dlock_client_free(hc);
 }
 
-/* ---- 5. fair order across processes ----------------------------------------------- */
-
-#define FAIR_MAX 4
-
-typedef struct fair_arg {
-    dlock_client *c;
-    int idx, rep, rc;
-    pthread_t t;
-} fair_arg;
-
-/* A fair waiter for "f" in a child process: reports when it got the lock, holds it
- * for 20 ms, releases it. */
-static void *fair_waiter(void *p)
-{
-    fair_arg *a = p;
-    dlock_opts o = {0};
-    o.ttl_ms = 5000;
-    o.wait_ms = 20000;
-    o.fair = 1;
-    dlock_lock *l = NULL;
-    report r = {.idx = a->idx};
-    r.rc = dlock_acquire(a->c, "f", &o, &l);
-    r.got_us = dh_now_us();
-    if (r.rc == DLOCK_OK) {
-        r.fence = dlock_fence(l);
-        memcpy(r.token, dlock_token(l), DLOCK_TOKEN_LEN);
-    }
-    if (write(a->rep, &r, sizeof r) != (ssize_t)sizeof r)
-        r.rc = -1;
-    if (r.rc != DLOCK_OK) {
-        a->rc = r.rc;
-        return NULL;
-    }
-    dh_sleep_ms(20);
-    a->rc = dlock_release(l);
-    return NULL;
-}
-
-/* A child process that starts a fair waiter for each byte (its index) read from ctl,
- * all on one client, until EOF; then it waits for them. Exit status 0 when all of them
- * got the lock and released it. */
-static int fair_process(int ctl, int rep)
-{
-    dlock_config cfg;
-    it_config_init(&cfg);
-    dlock_client *c = NULL;
-    if (dlock_client_new(it_node_urls, &cfg, &c) != DLOCK_OK)
-        return 2;
-    fair_arg a[FAIR_MAX];
-    int n = 0, bad = 0;
-    unsigned char idx;
-    while (n < FAIR_MAX && read(ctl, &idx, 1) == 1) {
-        a[n] = (fair_arg){.c = c, .idx = idx, .rep = rep};
-        if (pthread_create(&a[n].t, NULL, fair_waiter, &a[n]) != 0)
-            return 3;
-        n++;
-    }
-    for (int i = 0; i < n; i++) {
-        pthread_join(a[i].t, NULL);
-        bad += a[i].rc != DLOCK_OK;
-    }
-    dlock_client_free(c);
-    return bad == 0 ? 0 : 1;
-}
-
-/* Fork a fair_process on ctl[0] and rep[1], closing in the child every other
- * descriptor of this test's pipes (so that closing ctl[1] here means EOF there). */
-static pid_t spawn_fair(const int *fds, int nfds, int ctl, int rep)
-{
-    fflush(stdout);
-    pid_t pid = fork();
-    assert_true(pid >= 0);
-    if (pid == 0) {
-        prctl(PR_SET_PDEATHSIG, SIGKILL);
-        for (int i = 0; i < nfds; i++)
-            if (fds[i] != ctl && fds[i] != rep)
-                close(fds[i]);
-        _exit(fair_process(ctl, rep));
-    }
-    return pid;
-}
-
-static void order(int ctl, unsigned char idx, long long queued)
-{
-    assert_int_equal(write(ctl, &idx, 1), 1);
-    it_wait_queued("f", queued);
-}
-
-/* W1 (process P1), then W2 (P2), then W3 (P1 again), each queued before the next
- * starts: the lock goes to them in that order. */
-static void test_fair_order_two_processes(void **state)
-{
-    (void)state;
-    dlock_client *hc = it_nodes_client();
-    dlock_lock *a = it_acquire(hc, "f", 10000);
-    held ha = keep(a);
-    int rep[2], ctl1[2], ctl2[2];
-    assert_int_equal(pipe(rep), 0);
-    assert_int_equal(pipe(ctl1), 0);
-    assert_int_equal(pipe(ctl2), 0);
-    const int fds[] = {rep[0], rep[1], ctl1[0], ctl1[1], ctl2[0], ctl2[1]};
-    pid_t p1 = spawn_fair(fds, 6, ctl1[0], rep[1]);
-    pid_t p2 = spawn_fair(fds, 6, ctl2[0], rep[1]);
-    close(rep[1]);
-    close(ctl1[0]);
-    close(ctl2[0]);
-    order(ctl1[1], 1, 1);
-    order(ctl2[1], 2, 2);
-    order(ctl1[1], 3, 3);
-    close(ctl1[1]);
-    close(ctl2[1]);
-    /* The queue holds them in arrival order: P1's, P2's, P1's. */
-    const pid_t owner[3] = {p1, p2, p1};
-    for (int i = 0; i < 3; i++) {
-        char value[512], pid[32];
-        queue_entry(&it_node[0], "f", i, value, sizeof value);
-        snprintf(pid, sizeof pid, ":%ld", (long)owner[i]);
-        assert_non_null(strstr(value, pid));
-    }
-
-    int64_t t0 = dh_now_us();
-    assert_int_equal(dlock_release(a), DLOCK_OK);
-    report r[3];
-    for (int i = 0; i < 3; i++) {
-        read_report(rep[0], &r[i], 10000 * dh_slack());
-        printf("INFO fair: section %d went to W%d after %lld us\n", i, r[i].idx,
-               (long long)(r[i].got_us - t0));
-        assert_int_equal(r[i].rc, DLOCK_OK);
-    }
-    for (int i = 0; i < 3; i++) {
-        assert_int_equal(r[i].idx, i + 1);
-        if (i > 0) {
-            /* Each got it after the previous one's 20 ms section. */
-            assert_true(r[i].got_us >= r[i - 1].got_us + 20000);
-            assert_true(r[i].fence > r[i - 1].fence);
-            printf("FIG fair_cross_process_handoff_us %lld us (after a 20 ms section)\n",
-                   (long long)(r[i].got_us - r[i - 1].got_us - 20000));
-        }
-    }
-    assert_true(r[0].fence > ha.fence);
-    expect_exit(p1, 0);
-    expect_exit(p2, 0);
-    close(rep[0]);
-    dlock_client_free(hc);
-}
-
-/* ---- 6. waiters are quiet ----------------------------------------------------------- */
+/* ---- 5. waiters are quiet ----------------------------------------------------------- */
 
 #define QUIET_WAITERS 8
 
@@ -773,7 +496,11 @@ static void test_quiet_waiting(void **state)
     for (int i = 0; i < QUIET_WAITERS; i++)
         thread_start(&w[i], name, fair, false);
     it_wait_queued(name, QUIET_WAITERS);
-    dh_sleep_ms(200);
+    /* Past each waiter's first refresh: a server that never ran the refresh script
+     * answers its EVALSHA with -NOSCRIPT and gets the script itself, a round trip more
+     * than the steady state this counts (so the count does not depend on which test ran
+     * before on the server). */
+    dh_sleep_ms(1200);
     long long before = total_commands();
     dh_sleep_ms(2000);
     /* The first INFO is counted in one of the two readings: take it off. */
@@ -796,83 +523,6 @@ static void test_quiet_waiting(void **state)
     dlock_client_free(hc);
 }
 
-/* ---- 7. keys that expire ------------------------------------------------------------ */
-
-static void test_fence_counter_expires(void **state)
-{
-    (void)state;
-    char fkey[256];
-    it_fence_key(fkey, sizeof fkey, "e");
-    dlock_config cfg;
-    it_config_init(&cfg);
-    cfg.fence_retention_ms = 1000;
-    dlock_client *c = it_client_cfg(it_node_urls, &cfg);
-    dlock_lock *l = it_acquire(c, "e", 5000);
-    uint64_t f1 = dlock_fence(l);
-    long long pttl = it_pttl(&it_node[0], fkey);
-    assert_true(pttl > 0 && pttl <= 1000);
-    assert_int_equal(dlock_release(l), DLOCK_OK);
-    pttl = it_pttl(&it_node[0], fkey);
-    assert_true(pttl > 0 && pttl <= 1000);
-    int64_t t0 = dh_now_ms(), until = t0 + 3000 * dh_slack();
-    while (it_exists(&it_node[0], fkey) != 0 && dh_now_ms() < until)
-        dh_sleep_ms(20);
-    assert_int_equal(it_exists(&it_node[0], fkey), 0);
-    printf("FIG fence_counter_gone_ms %lld ms (retention 1000 ms)\n",
-           (long long)(dh_now_ms() - t0));
-    /* The counter is gone, and fences still go up (the server's clock floors them). */
-    l = it_acquire(c, "e", 5000);
-    assert_true(dlock_fence(l) > f1);
-    assert_int_equal(dlock_release(l), DLOCK_OK);
-    dlock_client_free(c);
-
-    /* Retentions outside 1000 ms to a year are refused. */
-    const int64_t bad[] = {-1, 999, DLOCK_FENCE_RETENTION_MAX_MS + 1};
-    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
-        cfg.fence_retention_ms = bad[i];
-        c = NULL;
-        assert_int_equal(dlock_client_new(it_node_urls, &cfg, &c), DLOCK_ERR_INVALID);
-        assert_null(c);
-    }
-
-    /* The default keeps a counter an hour. */
-    it_fence_key(fkey, sizeof fkey, "e-default");
-    c = it_nodes_client();
-    l = it_acquire(c, "e-default", 5000);
-    pttl = it_pttl(&it_node[0], fkey);
-    assert_true(pttl > 3000000 && pttl <= DLOCK_FENCE_RETENTION_DEFAULT_MS);
-    assert_int_equal(dlock_release(l), DLOCK_OK);
-    dlock_client_free(c);
-}
-
-/* A waiter killed while queued, and no release to pop its entry: the queue key
- * expires DLOCK_QUEUE_TTL_MS after the waiter's last refresh. The holder's lock is
- * untouched. */
-static void test_queue_expires_after_dead_waiter(void **state)
-{
-    (void)state;
-    char qkey[256];
-    it_queue_key(qkey, sizeof qkey, "x");
-    dlock_client *hc = it_nodes_client();
-    dlock_lock *a = it_acquire(hc, "x", 30000);
-    child_waiter w = {.name = "x", .wait_ms = -1, .ttl_ms = 5000, .report_fd = -1, .go_fd = -1};
-    pid_t b = spawn_waiter(&w);
-    it_wait_queued("x", 1);
-    /* Queueing set the queue's lifetime (polled every 5 ms, so it is fresh). */
-    long long pttl = it_pttl(&it_node[0], qkey);
-    assert_true(pttl > DLOCK_QUEUE_TTL_MS - 100 * dh_slack() && pttl <= DLOCK_QUEUE_TTL_MS);
-    kill_and_reap(b);
-    int64_t t_kill = dh_now_ms();
-    int64_t until = t_kill + (DLOCK_QUEUE_TTL_MS + 500) * dh_slack();
-    while (it_exists(&it_node[0], qkey) != 0 && dh_now_ms() < until)
-        dh_sleep_ms(50);
-    assert_int_equal(it_exists(&it_node[0], qkey), 0);
-    printf("FIG queue_gone_after_kill_ms %lld ms\n", (long long)(dh_now_ms() - t_kill));
-    it_expect_holder(&it_node[0], "x", dlock_token(a));
-    assert_int_equal(dlock_release(a), DLOCK_OK);
-    dlock_client_free(hc);
-}
-
 int main(void)
 {
     static int fair = 1, unfair = 0;
@@ -884,11 +534,8 @@ int main(void)
         IT_CASE("test_dead_head_queued_fair", test_dead_head_queued, &fair),
         IT_CASE("test_dead_head_during_handoff", test_dead_head_during_handoff, &unfair),
         IT_CASE("test_dead_head_during_handoff_fair", test_dead_head_during_handoff, &fair),
-        cmocka_unit_test(test_fair_order_two_processes),
         IT_CASE("test_quiet_waiting", test_quiet_waiting, &unfair),
         IT_CASE("test_quiet_waiting_fair", test_quiet_waiting, &fair),
-        cmocka_unit_test(test_fence_counter_expires),
-        cmocka_unit_test(test_queue_expires_after_dead_waiter),
     };
     const struct CMUnitTest three[] = {
         cmocka_unit_test(test_redlock_queue_missing_on_one_node),

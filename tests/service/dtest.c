@@ -373,6 +373,18 @@ long dt_info(redisContext *c, const char *field)
     return v;
 }
 
+long long dt_lockinfo(redisContext *c, const char *name, const char *field)
+{
+    redisReply *r = dt_cmd(c, "LOCKINFO %s", name);
+    assert_int_equal(r->type, REDIS_REPLY_ARRAY);
+    long long v = 0;
+    for (size_t i = 0; i + 1 < r->elements; i += 2)
+        if (strcmp(r->element[i]->str, field) == 0)
+            v = r->element[i + 1]->integer;
+    freeReplyObject(r);
+    return v;
+}
+
 void dt_wait_info(redisContext *c, const char *field, long want, int64_t bound_ms)
 {
     int64_t deadline = dh_now_ms() + bound_ms;

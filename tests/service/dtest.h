@@ -162,6 +162,9 @@ bool dt_raw_exchange(const dt_daemon *d, const void *req, size_t n, char *buf, s
 long dt_info(redisContext *c, const char *field);
 /* Until that field reaches want, within bound_ms; fails naming the field otherwise. */
 void dt_wait_info(redisContext *c, const char *field, long want, int64_t bound_ms);
+/* A field of LOCKINFO name as an integer ("shared" holders, "remaining_ms", ...); 0
+ * when the reply has no such field. */
+long long dt_lockinfo(redisContext *c, const char *name, const char *field);
 /* Until the lock key of name is gone from it_srv, within bound_ms; the time it took,
  * or fails. */
 int64_t dt_wait_key_gone(const char *name, int64_t bound_ms);

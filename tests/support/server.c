@@ -1,5 +1,9 @@
 /*
- * server.c: real redis-server processes for the tests, the bench and the demo.
+ * server.c: real redis-server processes for the tests, the bench and the demo: one
+ * server's life (its directory, port and arguments; spawn, wait until it answers,
+ * stop, kill, restart, pause). The registry that kills them all when this process
+ * ends, a server's own clock and the admin connections are server_registry.c,
+ * server_clock.c and server_admin.c (server_internal.h).
  *
  * How a server is found and kept under control (after hiredis's test.sh, which keeps
  * a PID file and a trap, and Redis's util.tcl find_available_port):
@@ -11,20 +15,14 @@
  *     running server is in a registry that an atexit hook empties: a test that crashes
  *     or forgets a teardown leaves no server behind.
  */
-#include "support.h"
+#include "server_internal.h"
 
-#include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <glob.h>
-#include <netinet/in.h>
-#include <pthread.h>
 #include <signal.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -32,182 +30,6 @@
 #define START_ATTEMPTS   8    /* new ports tried when the chosen one was taken */
 #define READY_TIMEOUT_MS 5000 /* until PING must answer */
 #define STOP_GRACE_MS    2000 /* SIGTERM to SIGKILL */
-#define CMD_TIMEOUT_MS   2000 /* dh_cmd's connect and command timeout */
-#define LIVE_MAX         64
-
-/* The files a server's directory may hold, for the signal handler's clean-up, which
- * cannot walk a directory tree. */
-static const char *const g_files[] = {"redis.log", "redis.log.prev", "stdout.log", "redis.conf",
-                                      "nodes.conf"};
-
-/* ---- registry of running servers, for the atexit hook ------------------------ */
-
-/* The one piece of global state: which servers this process started, so that the
- * atexit hook (and a signal handler, through dh_servers_kill_all_from_signal) can kill
- * them. Guarded by g_mu; g_owner is the PID that registered the hook, so that a forked
- * test child that calls exit() does not kill its parent's servers. */
-static pthread_mutex_t g_mu = PTHREAD_MUTEX_INITIALIZER;
-static pthread_once_t g_once = PTHREAD_ONCE_INIT;
-static pid_t g_owner;
-static struct {
-    volatile pid_t pid;
-    bool keep;
-    char dir[512];
-} g_live[LIVE_MAX];
-
-static bool keep_dirs(void)
-{
-    const char *k = getenv("DLOCK_TEST_KEEP");
-    return k && *k && strcmp(k, "0") != 0;
-}
-
-static void rm_tree(const char *dir, bool keep)
-{
-    if (!keep && !keep_dirs())
-        dh_rm_tree(dir);
-}
-
-/* Kill pid's process group (the server and any BGSAVE child) and reap the server. */
-static void kill_and_reap(pid_t pid)
-{
-    kill(-pid, SIGKILL);
-    kill(pid, SIGKILL);
-    while (waitpid(pid, NULL, 0) < 0 && errno == EINTR)
-        ;
-}
-
-static void atexit_cleanup(void)
-{
-    if (getpid() != g_owner)
-        return;
-    pthread_mutex_lock(&g_mu);
-    for (int i = 0; i < LIVE_MAX; i++) {
-        if (g_live[i].pid > 0) {
-            kill_and_reap(g_live[i].pid);
-            rm_tree(g_live[i].dir, g_live[i].keep);
-            g_live[i].pid = 0;
-        }
-    }
-    pthread_mutex_unlock(&g_mu);
-}
-
-static void register_hook(void)
-{
-    g_owner = getpid();
-    atexit(atexit_cleanup);
-}
-
-/* Lock the registry with the clean-up signals blocked, so that a handler calling
- * dh_servers_kill_all_from_signal never interrupts a change half-way. */
-static void live_lock(sigset_t *old)
-{
-    sigset_t set;
-    sigemptyset(&set);
-    sigaddset(&set, SIGINT);
-    sigaddset(&set, SIGTERM);
-    sigaddset(&set, SIGHUP);
-    pthread_sigmask(SIG_BLOCK, &set, old);
-    pthread_mutex_lock(&g_mu);
-}
-
-static void live_unlock(const sigset_t *old)
-{
-    pthread_mutex_unlock(&g_mu);
-    pthread_sigmask(SIG_SETMASK, old, NULL);
-}
-
-static void live_add(pid_t pid, const char *dir, bool keep)
-{
-    pthread_once(&g_once, register_hook);
-    sigset_t old;
-    live_lock(&old);
-    if (g_owner != getpid()) {
-        /* A forked test child starting its own servers: the inherited entries are
-         * its parent's, not its to kill; the inherited hook now works for it. */
-        memset(g_live, 0, sizeof g_live);
-        g_owner = getpid();
-    }
-    for (int i = 0; i < LIVE_MAX; i++) {
-        if (g_live[i].pid == 0) {
-            snprintf(g_live[i].dir, sizeof g_live[i].dir, "%s", dir);
-            g_live[i].keep = keep || keep_dirs();
-            g_live[i].pid = pid; /* last: the entry is complete once it has a PID */
-            break;
-        }
-    }
-    live_unlock(&old);
-}
-
-static void live_remove(pid_t pid)
-{
-    sigset_t old;
-    live_lock(&old);
-    for (int i = 0; i < LIVE_MAX; i++)
-        if (g_live[i].pid == pid)
-            g_live[i].pid = 0;
-    live_unlock(&old);
-}
-
-/* dir + "/" + name into out, with plain loops: snprintf is not async-signal-safe. */
-static void join_path(char *out, size_t cap, const char *dir, const char *name)
-{
-    size_t n = 0;
-    for (const char *p = dir; *p && n + 1 < cap; p++)
-        out[n++] = *p;
-    if (n + 1 < cap)
-        out[n++] = '/';
-    for (const char *p = name; *p && n + 1 < cap; p++)
-        out[n++] = *p;
-    out[n] = '\0';
-}
-
-void dh_servers_kill_all_from_signal(void)
-{
-    if (getpid() != g_owner)
-        return;
-    for (int i = 0; i < LIVE_MAX; i++) {
-        pid_t pid = g_live[i].pid;
-        if (pid <= 0)
-            continue;
-        kill(-pid, SIGKILL);
-        kill(pid, SIGKILL);
-        waitpid(pid, NULL, 0);
-        if (!g_live[i].keep) {
-            char path[600];
-            for (size_t k = 0; k < sizeof g_files / sizeof g_files[0]; k++) {
-                join_path(path, sizeof path, g_live[i].dir, g_files[k]);
-                unlink(path);
-            }
-            rmdir(g_live[i].dir);
-        }
-        g_live[i].pid = 0;
-    }
-}
-
-/* The directory the signal handler removes after the servers' own (see
- * dh_servers_die_with_signals); written before the handler is installed. */
-static char g_signal_dir[512];
-
-static void on_fatal_signal(int sig)
-{
-    dh_servers_kill_all_from_signal();
-    if (g_signal_dir[0])
-        rmdir(g_signal_dir);
-    signal(sig, SIG_DFL);
-    raise(sig);
-}
-
-void dh_servers_die_with_signals(const char *extra_dir)
-{
-    snprintf(g_signal_dir, sizeof g_signal_dir, "%s", extra_dir ? extra_dir : "");
-    struct sigaction sa;
-    memset(&sa, 0, sizeof sa);
-    sa.sa_handler = on_fatal_signal;
-    sigemptyset(&sa.sa_mask);
-    sigaction(SIGINT, &sa, NULL);
-    sigaction(SIGTERM, &sa, NULL);
-    sigaction(SIGHUP, &sa, NULL);
-}
 
 /* ---- small helpers ----------------------------------------------------------- */
 
@@ -249,14 +71,6 @@ static void dir_file(const dh_server *s, const char *name, char *out, size_t cap
     snprintf(out, cap, "%s/%s", s->dir, name);
 }
 
-const char *dh_server_password(const dh_server *s)
-{
-    for (int i = 0; i + 1 < DH_EXTRA_MAX && s->extra[i]; i++)
-        if (strcmp(s->extra[i], "--requirepass") == 0)
-            return s->extra[i + 1];
-    return NULL;
-}
-
 static int mkdir_p(const char *dir)
 {
     char tmp[512];
@@ -272,94 +86,9 @@ static int mkdir_p(const char *dir)
     return (mkdir(tmp, 0755) < 0 && errno != EEXIST) ? -1 : 0;
 }
 
-long dh_info_long(const redisReply *r, const char *field)
-{
-    if (r == NULL || r->type != REDIS_REPLY_STRING)
-        return -1;
-    size_t flen = strlen(field);
-    for (const char *p = r->str; (p = strstr(p, field)) != NULL; p += flen) {
-        if ((p == r->str || p[-1] == '\n') && p[flen] == ':')
-            return strtol(p + flen + 1, NULL, 10);
-    }
-    return -1;
-}
-
 /* ---- one server ---------------------------------------------------------------- */
 
 /* fork/exec redis-server on s->host:s->port in s->dir. */
-/* ---- a server's own clock ---------------------------------------------------- */
-
-/* libfaketime, and glibc's malloc to preload before it: Debian's redis-server takes its
- * malloc from jemalloc, whose first allocation reads the clock, which libfaketime is
- * still setting itself up to fake (it allocates while it starts): the two wait on each
- * other and the server never starts. With glibc's malloc first in the search order,
- * jemalloc's is never called. */
-static int faketime_libs(char *out, size_t n)
-{
-    glob_t g;
-    const char *lib = getenv("DLOCK_LIBFAKETIME");
-    char found[512] = "";
-    if (lib != NULL && lib[0] != '\0') {
-        snprintf(found, sizeof found, "%s", lib);
-    } else if (glob("/usr/lib/*/faketime/libfaketime.so.1", 0, NULL, &g) == 0) {
-        snprintf(found, sizeof found, "%s", g.gl_pathv[0]);
-        globfree(&g);
-    }
-    if (found[0] == '\0' || access(found, R_OK) != 0) {
-        fprintf(stderr, "dh: FATAL: libfaketime not found (or $DLOCK_LIBFAKETIME); install "
-                        "it: apt-get install libfaketime\n");
-        return -1;
-    }
-    /* The malloc library lives in the same multiarch directory as faketime/. */
-    char dir[512];
-    snprintf(dir, sizeof dir, "%s", found);
-    char *slash = strstr(dir, "/faketime/");
-    if (slash != NULL)
-        *slash = '\0';
-    char malloc_lib[600];
-    snprintf(malloc_lib, sizeof malloc_lib, "%s/libc_malloc_debug.so.0", dir);
-    if (access(malloc_lib, R_OK) != 0) {
-        fprintf(stderr, "dh: FATAL: %s not found (glibc 2.34 or later has it)\n", malloc_lib);
-        return -1;
-    }
-    snprintf(out, n, "LD_PRELOAD=%s:%s", malloc_lib, found);
-    return 0;
-}
-
-static void clock_file(const dh_server *s, char *out, size_t n)
-{
-    dir_file(s, "faketime.rc", out, n);
-}
-
-/* The environment entries of a server on its own clock. */
-static int clock_env(const dh_server *s, char *preload, size_t pn, char *rc, size_t rn)
-{
-    if (faketime_libs(preload, pn) < 0)
-        return -1;
-    char path[600];
-    clock_file(s, path, sizeof path);
-    snprintf(rc, rn, "FAKETIME_TIMESTAMP_FILE=%s", path);
-    return 0;
-}
-
-int dh_server_set_clock(dh_server *s, const char *clock)
-{
-    if (!s->faked_clock) {
-        fprintf(stderr, "dh: FATAL: the server was not started with a clock of its own\n");
-        return -1;
-    }
-    /* Written aside and renamed, so that the server never reads half of it. */
-    char path[600], tmp[620];
-    clock_file(s, path, sizeof path);
-    snprintf(tmp, sizeof tmp, "%s.new", path);
-    FILE *f = fopen(tmp, "w");
-    if (f == NULL || fprintf(f, "%s\n", clock) < 0 || fclose(f) != 0 || rename(tmp, path) != 0) {
-        fprintf(stderr, "dh: FATAL: %s: %s\n", path, strerror(errno));
-        return -1;
-    }
-    return 0;
-}
-
 static int spawn(dh_server *s)
 {
     char exe[512], portstr[16], conf[600], logfile[600], outfile[600];
@@ -407,7 +136,7 @@ static int spawn(dh_server *s)
     char preload[1100], rcfile[640];
     const char *env[] = {preload, rcfile, "FAKETIME_NO_CACHE=1", "FAKETIME_DONT_FAKE_MONOTONIC=1",
                          NULL};
-    if (s->faked_clock && clock_env(s, preload, sizeof preload, rcfile, sizeof rcfile) < 0) {
+    if (s->faked_clock && dh__clock_env(s, preload, sizeof preload, rcfile, sizeof rcfile) < 0) {
         close(out);
         return -1;
     }
@@ -424,14 +153,14 @@ static int spawn(dh_server *s)
     if (pid < 0)
         return -1;
     s->pid = pid;
-    live_add(pid, s->dir, s->keep_dir);
+    dh__live_add(pid, s->dir, s->keep_dir);
     return 0;
 }
 
 /* The server's PID gone from the registry and from *s, once it has been reaped. */
 static void forget(dh_server *s)
 {
-    live_remove(s->pid);
+    dh__live_remove(s->pid);
     s->pid = 0;
 }
 
@@ -500,14 +229,14 @@ static int wait_ready(dh_server *s)
         if (r == READY_OK)
             return 0;
         if (r == READY_FOREIGN) {
-            kill_and_reap(s->pid);
+            dh__kill_and_reap(s->pid);
             forget(s);
             return 1;
         }
         if (dh_now_ms() > deadline) {
             fprintf(stderr, "dh: redis-server on %s:%d did not answer PING within %d ms\n", s->host,
                     s->port, READY_TIMEOUT_MS);
-            kill_and_reap(s->pid);
+            dh__kill_and_reap(s->pid);
             forget(s);
             return -1;
         }
@@ -717,7 +446,7 @@ int dh_servers_start(dh_server *s, int n, const char *const *extra_args)
 void dh_server_kill(dh_server *s)
 {
     if (s->pid > 0) {
-        kill_and_reap(s->pid);
+        dh__kill_and_reap(s->pid);
         forget(s);
     }
 }
@@ -758,7 +487,7 @@ void dh_server_stop(dh_server *s)
         dh_reap(s->pid, STOP_GRACE_MS, NULL);
         forget(s);
     }
-    rm_tree(s->dir, s->keep_dir);
+    dh__remove_dir(s->dir, s->keep_dir);
     s->dir[0] = '\0';
     for (int i = 0; i < DH_EXTRA_MAX; i++) {
         free(s->extra[i]);
@@ -792,68 +521,4 @@ void dh_server_resume(dh_server *s)
 {
     if (s->pid > 0)
         kill(s->pid, SIGCONT);
-}
-
-redisContext *dh_connect(dh_server *s)
-{
-    struct timeval tv = {.tv_sec = CMD_TIMEOUT_MS / 1000, .tv_usec = 0};
-    redisContext *c = redisConnectWithTimeout(s->host, s->port, tv);
-    if (!c || c->err) {
-        fprintf(stderr, "dh: connect to %s:%d: %s\n", s->host, s->port,
-                c ? c->errstr : "out of memory");
-        redisFree(c);
-        return NULL;
-    }
-    redisSetTimeout(c, tv);
-    const char *pw = dh_server_password(s);
-    if (pw) {
-        redisReply *r = redisCommand(c, "AUTH %s", pw);
-        bool ok = r && r->type == REDIS_REPLY_STATUS;
-        if (!ok)
-            fprintf(stderr, "dh: AUTH on %s:%d failed: %s\n", s->host, s->port,
-                    r ? (r->str ? r->str : "?") : c->errstr);
-        freeReplyObject(r);
-        if (!ok) {
-            redisFree(c);
-            return NULL;
-        }
-    }
-    return c;
-}
-
-redisReply *dh_cmd(dh_server *s, const char *fmt, ...)
-{
-    redisContext *c = dh_connect(s);
-    if (!c)
-        return NULL;
-    va_list ap;
-    va_start(ap, fmt);
-    redisReply *r = redisvCommand(c, fmt, ap);
-    va_end(ap);
-    if (!r)
-        fprintf(stderr, "dh: command on %s:%d failed: %s\n", s->host, s->port, c->errstr);
-    redisFree(c);
-    return r;
-}
-
-int dh_reply_integer(redisReply *r, const char *what, long long *out)
-{
-    bool ok = r != NULL && r->type == REDIS_REPLY_INTEGER;
-    if (ok)
-        *out = r->integer;
-    else if (r != NULL)
-        fprintf(stderr, "dh: %s: %s\n", what,
-                r->type == REDIS_REPLY_ERROR ? r->str : "not an integer reply");
-    freeReplyObject(r);
-    return ok ? 0 : -1;
-}
-
-int dh_reply_status(redisReply *r, const char *what)
-{
-    bool ok = r != NULL && r->type == REDIS_REPLY_STATUS;
-    if (r != NULL && !ok)
-        fprintf(stderr, "dh: %s: %s\n", what,
-                r->type == REDIS_REPLY_ERROR ? r->str : "not a status reply");
-    freeReplyObject(r);
-    return ok ? 0 : -1;
 }

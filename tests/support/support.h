@@ -2,9 +2,11 @@
  * support.h: the test-support library (tests/support), shared by the integration
  * tests, the fault suite, the network-namespace scenarios, dlock-bench and the demo.
  *
- * Its concerns, one file each:
+ * Its concerns, each in its own file (or files):
  *   server.c   real redis-server processes: start (any address, port and options),
- *              stop, kill, restart, pause and resume, admin connections;
+ *              stop, kill, restart, pause and resume; with server_registry.c (none
+ *              outlives the process), server_clock.c (a clock of its own) and
+ *              server_admin.c (admin connections), server_internal.h;
  *   cluster.c  a Redis Cluster of such servers, all masters: start, who owns a slot,
  *              and a slot's migration in steps that a test can act between;
  *   process.c  child processes: fork/exec with a clean descriptor table (dh_spawn),
@@ -14,7 +16,8 @@
  *   env.c      the test's environment: clocks, the slack factor, the CLI's path,
  *              removing the directories tests make;
  *   tls.c      certificates for TLS tests: a CA of the test's own and what it signs;
- *   relay.c    the delaying and fault-injecting TCP relay (relay.h);
+ *   relay.c    the delaying and fault-injecting TCP relay (relay.h), with
+ *              relay_pair.c and relay_faults.c (relay_internal.h);
  *   net.c      sockets: sending a whole buffer, a free port.
  *
  * Every server gets its own temporary directory under $DLOCK_TEST_TMP (or /tmp, or
