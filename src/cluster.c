@@ -261,7 +261,7 @@ static int load_map(dlock__node *node, dlock__err *e)
         for (int i = 0; i < ask.k; i++) {
             dlock__req *r = &ask.reqs[i];
             const redisReply *rep = r->reply;
-            char why[512] = "";
+            char why[DLOCK_ERRMSG_MAX] = "";
             if (r->err != DLOCK_OK) {
                 snprintf(why, sizeof why, "%s", r->why.msg);
                 if (rc == DLOCK_ERR_IO && r->err != DLOCK_ERR_TIMEOUT)
