@@ -245,17 +245,22 @@ void it_del(dh_server *s, const char *key)
     freeReplyObject(r);
 }
 
-dlock_lock *it_acquire(dlock_client *c, const char *name, int64_t ttl_ms)
+dlock_lock *it_acquire_opts(dlock_client *c, const char *name, const dlock_opts *o)
 {
-    dlock_opts o = {0};
-    o.ttl_ms = ttl_ms;
     dlock_lock *l = NULL;
-    int rc = dlock_acquire(c, name, &o, &l);
+    int rc = dlock_acquire(c, name, o, &l);
     if (rc != DLOCK_OK)
         fprintf(stderr, "dlock_acquire(%s): %s: %s\n", name, dlock_errname(rc), dlock_errmsg());
     assert_int_equal(rc, DLOCK_OK);
     assert_non_null(l);
     return l;
+}
+
+dlock_lock *it_acquire(dlock_client *c, const char *name, int64_t ttl_ms)
+{
+    dlock_opts o = {0};
+    o.ttl_ms = ttl_ms;
+    return it_acquire_opts(c, name, &o);
 }
 
 int it_rounds_run(const it_rounds *r)

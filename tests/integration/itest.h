@@ -178,7 +178,9 @@ int it_holding(dh_server *s, int n, const char *name, const dlock_lock *l);
  * exactly `want` shared holders hold it, all of them listed. */
 void it_expect_shared(dlock_client *c, const char *name, dlock_holder *list, int max, int want);
 
-/* Acquire with a ttl and no wait; asserts DLOCK_OK and returns the handle. */
+/* Acquire with options o; asserts DLOCK_OK and returns the handle. */
+dlock_lock *it_acquire_opts(dlock_client *c, const char *name, const dlock_opts *o);
+/* The same with a ttl and no wait. */
 dlock_lock *it_acquire(dlock_client *c, const char *name, int64_t ttl_ms);
 
 /* A worker's loop of locked sections, for a thread or a forked child: `rounds` times,

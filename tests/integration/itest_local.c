@@ -29,11 +29,7 @@ dlock_lock *it_local_take(dlock_client *c, const char *name, int64_t wait_ms)
 {
     dlock_opts o = {0};
     o.wait_ms = wait_ms;
-    dlock_lock *l = NULL;
-    int rc = dlock_acquire(c, name, &o, &l);
-    if (rc != DLOCK_OK)
-        fail_msg("acquire %s: %s (%s)", name, dlock_errname(rc), dlock_errmsg());
-    return l;
+    return it_acquire_opts(c, name, &o);
 }
 
 void it_local_expect_busy(dlock_client *c, const char *name, int shared)
