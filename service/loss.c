@@ -122,7 +122,10 @@ void dd_maxhold_start(dd_session *s, int64_t maxhold_ms)
     if (maxhold_ms <= 0)
         return;
     s->maxhold_ms = maxhold_ms;
-    s->maxhold_at_ms = dd_now_ms() + maxhold_ms;
+    /* dd_now_ms counts whole ms, so the grant may have come up to 1 ms after the ms it
+     * reads: a deadline of that ms + maxhold_ms could end the lock that much early. One
+     * ms more, and it is never released before its MAXHOLD. */
+    s->maxhold_at_ms = dd_now_ms() + maxhold_ms + 1;
     maxhold_arm(s->maxhold_at_ms);
 }
 
