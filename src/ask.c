@@ -40,6 +40,7 @@ int dlock__ask_run(dlock__ask *a, const dlock__ask_spec *spec, dlock__err *e)
         dlock__node *s = &a->nodes[i];
         memset(s, 0, sizeof *s);
         s->rules = &a->rules;
+        s->topo = &dlock__topo_direct; /* a Sentinel, a seed or a master: the host asked */
         s->index = from->index;
         s->query_only = true;
         s->reply_max_elements = spec->reply_max_elements;

@@ -181,7 +181,7 @@ int dlock_client_new(const char *servers, const dlock_config *cfg, dlock_client 
             c->nodes[i].index = i;
             c->nodes[i].rules = &c->rules;
             pthread_mutex_init(&c->nodes[i].mu, NULL);
-            if (c->nodes[i].addr.cluster && dlock__cluster_new(&c->nodes[i]) != DLOCK_OK)
+            if (dlock__topo_attach(&c->nodes[i]) != DLOCK_OK)
                 rc = dlock__err_set(&e, DLOCK_ERR_NOMEM, "out of memory");
         }
         free(addrs);
@@ -325,7 +325,7 @@ void dlock_client_free(dlock_client *c)
     }
     for (int i = 0; i < c->n; i++) {
         dlock__tls_node_free(&c->nodes[i]);
-        dlock__cluster_free(&c->nodes[i]);
+        dlock__topo_detach(&c->nodes[i]);
         dlock__addr_clear(&c->nodes[i].addr);
         if (owner)
             pthread_mutex_destroy(&c->nodes[i].mu);

@@ -13,8 +13,8 @@
  * have given its slots to a replica). The first complete answer is taken.
  *
  * Routing: a request carries its keys' slot (script_call.c). Before a round sends it
- * (fanout.c), the node's connection is pointed at the slot's owner: the connections
- * to the other masters stay parked beside it and are swapped in by value, so a client
+ * (fanout.c, through the route op), the node's connection is pointed at the slot's owner: the
+ * connections to the other masters stay parked beside it and are swapped in by value, so a client
  * keeps one connection per master rather than reconnecting per name. A request
  * without keys (the doctor's, the wake-up channel's SUBSCRIBE) takes the master the
  * connection is at: a cluster's pub/sub messages reach every node.
@@ -34,6 +34,10 @@
  * run_id changed has restarted, and one that appeared in the map after the client
  * first read it (a replica promoted by a failover) is trusted as a Sentinel's new
  * master is, a whole lease after the client first meets it.
+ *
+ * All of this is the cluster topology (dlock__topo_cluster, at the end): fanout.c and
+ * conn.c reach routing, redirections, the voters and the parked connections only
+ * through the node's table.
  */
 #include "transport.h"
 
@@ -396,7 +400,9 @@ static int switch_to(dlock__conn *c, const char *host, int port)
     return DLOCK_OK;
 }
 
-void dlock__cluster_parked_free(dlock__conn *c, bool forget)
+/* Free the connections parked beside c (forget: a forked child's copies, as
+ * dlock__conn_forget): the topology's conn_free. */
+static void parked_free(dlock__conn *c, bool forget)
 {
     struct dlock__parked *p = c->parked;
     if (p == NULL)
@@ -424,14 +430,20 @@ static int point(dlock__conn *c, int slot, dlock__err *e)
     return rc;
 }
 
-int dlock__cluster_route(dlock__conn *c, const dlock__req *r, dlock__err *e)
+/* Point c at the master that serves the request r: its key's slot's owner, or for a
+ * request without a key the master c is at (any master if none). The slot map is read
+ * first when the client has none or a redirection changed it. */
+static int route(dlock__conn *c, const dlock__req *r, dlock__err *e)
 {
     return point(c, r->keyed ? r->slot : -1, e);
 }
 
-int dlock__cluster_pick(dlock__conn *c, dlock__err *e)
+/* Where a connection being opened goes: the master a request routed it to, or for one
+ * opened without a request (the wake-up channel's) the master it is at while that
+ * serves slots, else any that does. */
+static int resolve(dlock__conn *c, dlock__err *e)
 {
-    return point(c, -1, e);
+    return c->host[0] ? DLOCK_OK : point(c, -1, e);
 }
 
 bool dlock__cluster_parse_redirect(const char *str, const char *self, bool *ask, int *slot,
@@ -462,7 +474,10 @@ bool dlock__cluster_parse_redirect(const char *str, const char *self, bool *ask,
     return true;
 }
 
-int dlock__cluster_redirect(dlock__conn *c, dlock__req *r, const redisReply *reply, bool *moved)
+/* An error reply of c's: when it is -MOVED or -ASK, c now points at the master that it
+ * names and r is to be sent again there (*moved); an error, with why in r->why, after
+ * too many redirections. */
+static int redirect(dlock__conn *c, dlock__req *r, const redisReply *reply, bool *moved)
 {
     char host[256];
     int slot, port;
@@ -518,26 +533,13 @@ static master *master_at(const dlock__conn *c)
     return NULL;
 }
 
-int dlock__cluster_on_info(dlock__conn *c, const redisReply *r, dlock__err *e)
+/* The voter of the master c is at (the node's own before the map names it), with the
+ * node's mu held. Masters are never dropped from the table, so it stays valid. */
+static dlock__voter *voter(const dlock__conn *c, bool *promoted)
 {
-    dlock__node *node = c->node;
-    pthread_mutex_lock(&node->mu);
     master *m = master_at(c);
-    dlock__voter *v = m ? &m->voter : &node->voter;
-    bool promoted = m && m->promoted;
-    pthread_mutex_unlock(&node->mu);
-    /* Masters are never dropped from the table, so v stays valid. */
-    return dlock__node_on_info_of(node, v, promoted, r, e);
-}
-
-bool dlock__conn_votes(const dlock__conn *c, int64_t now)
-{
-    dlock__node *node = c->node;
-    pthread_mutex_lock(&node->mu);
-    master *m = node->cluster ? master_at(c) : NULL;
-    bool v = (m ? &m->voter : &node->voter)->votes_from_us <= now;
-    pthread_mutex_unlock(&node->mu);
-    return v;
+    *promoted = m != NULL && m->promoted;
+    return m != NULL ? &m->voter : &c->node->voter;
 }
 
 /* ---- the masters, for the doctor and the map ---------------------------------------- */
@@ -560,3 +562,16 @@ int dlock__cluster_masters(dlock__node *node, struct dlock__hostport *hosts, cha
     pthread_mutex_unlock(&node->mu);
     return k;
 }
+
+/* ---- the table ----------------------------------------------------------------------- */
+
+const dlock__topology dlock__topo_cluster = {
+    .node_new = dlock__cluster_new,
+    .node_free = dlock__cluster_free,
+    .resolve = resolve,
+    .route = route,
+    .on_error = redirect,
+    .voter = voter,
+    .suspect = dlock__cluster_suspect,
+    .conn_free = parked_free,
+};

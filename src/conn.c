@@ -87,6 +87,14 @@ void dlock__conn_close(dlock__conn *c)
     c->ai = c->ai_next = NULL;
 }
 
+/* Free what the node's topology keeps beside c (a cluster's parked connections). */
+static void topo_conn_free(dlock__conn *c, bool forget)
+{
+    const dlock__topology *t = c->node->topo;
+    if (t->conn_free != NULL)
+        t->conn_free(c, forget);
+}
+
 void dlock__conn_forget(dlock__conn *c)
 {
     /* The socket is the parent's too: it stays open there, and an option set on it
@@ -97,13 +105,13 @@ void dlock__conn_forget(dlock__conn *c)
     if (c->fd >= 0)
         close(c->fd);
     c->fd = -1;
-    dlock__cluster_parked_free(c, true);
+    topo_conn_free(c, true);
     dlock__conn_free(c);
 }
 
 void dlock__conn_free(dlock__conn *c)
 {
-    dlock__cluster_parked_free(c, false);
+    topo_conn_free(c, false);
     dlock__conn_close(c);
     free(c->out);
     c->out = NULL;
@@ -213,23 +221,12 @@ int dlock__conn_open(dlock__conn *c, dlock__err *e)
     c->cap.max_elements =
         c->node->reply_max_elements ? c->node->reply_max_elements : DLOCK_REPLY_MAX_ELEMENTS;
     c->reresolve = false;
-    if (a->cluster) {
-        /* The master it is routed to (cluster.c), or one for a connection that is
-         * not routed. */
-        int rc = c->host[0] ? DLOCK_OK : dlock__cluster_pick(c, e);
-        if (rc != DLOCK_OK) {
-            dlock__conn_close(c);
-            return rc;
-        }
-    } else if (a->sentinel) {
-        int rc = dlock__sentinel_master(c->node, c->host, sizeof c->host, &c->port, e);
-        if (rc != DLOCK_OK) {
-            dlock__conn_close(c);
-            return rc;
-        }
-    } else if (!a->is_unix) {
-        snprintf(c->host, sizeof c->host, "%s", a->host);
-        c->port = a->port;
+    /* Where it goes is the topology's: the URL's host, the master the Sentinels name,
+     * or a cluster's master. */
+    int rc = c->node->topo->resolve(c, e);
+    if (rc != DLOCK_OK) {
+        dlock__conn_close(c);
+        return rc;
     }
     if (!a->is_unix) {
         /* Name resolution is the one step not bounded by our deadline (getaddrinfo
@@ -251,7 +248,7 @@ int dlock__conn_open(dlock__conn *c, dlock__err *e)
     }
     const dlock__node_rules *rules = c->node->rules;
     c->connect_deadline_us = dlock__now_us() + rules->connect_timeout_us + rules->timeout_us;
-    int rc = start_connect(c, e);
+    rc = start_connect(c, e);
     if (rc == DLOCK_OK) {
         const char *pass = dlock__node_password(c->node);
         if (pass != NULL && a->user != NULL)
@@ -369,8 +366,7 @@ static int on_handshake(dlock__conn *c, const redisReply *r, dlock__err *e)
     int step = c->hs[c->hs_next++];
     c->handshake--;
     if (step == HS_INFO)
-        return c->node->cluster ? dlock__cluster_on_info(c, r, e)
-                                : dlock__node_on_info(c->node, r, e);
+        return dlock__conn_on_info(c, r, e);
     if (r->type != REDIS_REPLY_ERROR)
         return DLOCK_OK;
     int err = dlock__server_error_code(r->str, r->len);
@@ -391,9 +387,10 @@ int dlock__conn_next_reply(dlock__conn *c, redisReply **out, dlock__err *e)
     *out = NULL;
     for (;;) {
         void *obj = NULL;
-        /* Set here, not once: a cluster node's connections are moved (cluster.c parks
-         * them). Not redisReaderSetPrivdata: hiredis 0.14 casts its result to int, which
-         * clang rejects as a pointer truncation. */
+        /* Set here, not once: a topology may move connections by value (a cluster
+         * node's are parked beside the one in use). Not redisReaderSetPrivdata:
+         * hiredis 0.14 casts its result to int, which clang rejects as a pointer
+         * truncation. */
         c->reader->privdata = &c->cap;
         if (redisReaderGetReply(c->reader, &obj) != REDIS_OK) {
             if (c->cap.refused)

@@ -29,13 +29,21 @@
  * clean-up release before the acquire it undoes): so the bound is generous. */
 #define SKIP_MAX 16
 
+/* Tell the node's topology that one of its servers failed or timed out (a cluster
+ * reads its map again: a failover may have moved the slots). */
+static void suspect(const dlock__conn *c)
+{
+    const dlock__topology *t = c->node->topo;
+    if (t->suspect != NULL)
+        t->suspect(c->node);
+}
+
 static void fail(dlock__conn *c, dlock__req *r, int err)
 {
     r->err = err;
     r->done = true;
     dlock__conn_close(c);
-    if (c->node->cluster != NULL)
-        dlock__cluster_suspect(c->node);
+    suspect(c);
 }
 
 /* Send the request's command (or its EVAL retry) on c, after ASKING for a cluster's
@@ -87,7 +95,8 @@ static bool drain_owed(dlock__conn *c, int64_t deadline_us)
 }
 
 /* Send r on c, now or once c's handshake is done: the start of node i's part of the
- * round, and its restart after a cluster's redirection. */
+ * round, and its restart after the topology pointed c elsewhere (a cluster's
+ * redirection). */
 static void start(dlock__conn *c, dlock__req *r)
 {
     if (dlock__conn_stale(c))
@@ -150,8 +159,11 @@ static void begin(dlock__conn *c, dlock__req *r, int64_t start_us)
     r->redirects = 0;
     r->start_us = start_us;
     r->deadline_us = start_us + c->node->rules->timeout_us;
+    /* The node's topology points c at the server that serves r (a cluster's slot's
+     * master) before anything is sent. */
+    const dlock__topology *t = c->node->topo;
     int rc;
-    if (c->node->cluster != NULL && (rc = dlock__cluster_route(c, r, &r->why)) != DLOCK_OK) {
+    if (t->route != NULL && (rc = t->route(c, r, &r->why)) != DLOCK_OK) {
         fail(c, r, rc);
         return;
     }
@@ -195,8 +207,7 @@ static void expire(dlock__conn *c, dlock__req *r)
     r->done = true;
     if (r->await)
         c->lagging = true;
-    if (c->node->cluster != NULL)
-        dlock__cluster_suspect(c->node);
+    suspect(c);
     if (!r->await) {
         dlock__conn_close(c); /* not written in time: the stream may hold half of it */
     } else if (r->held) {
@@ -280,11 +291,15 @@ static void step(dlock__conn *c, dlock__req *r, short revents)
                 return;
             }
         }
-        /* A cluster's slot that moved, or is moving: the request goes where the reply
-         * says, on that master's connection, within this round's deadline. */
-        bool moved = false;
-        if (c->node->cluster != NULL && reply->type == REDIS_REPLY_ERROR &&
-            ((rc = dlock__cluster_redirect(c, r, reply, &moved)) != DLOCK_OK || moved)) {
+        /* An error reply may be the topology's to act on: a cluster's slot that moved,
+         * or is moving, sends the request where the reply says, on that master's
+         * connection, within this round's deadline; a Sentinel URL's demoted master
+         * (-READONLY) is the reply, and its connection is made anew before the next
+         * round. */
+        const dlock__topology *t = c->node->topo;
+        bool resend = false;
+        if (t->on_error != NULL && reply->type == REDIS_REPLY_ERROR &&
+            ((rc = t->on_error(c, r, reply, &resend)) != DLOCK_OK || resend)) {
             freeReplyObject(reply);
             if (rc != DLOCK_OK) {
                 fail(c, r, rc);
@@ -294,10 +309,6 @@ static void step(dlock__conn *c, dlock__req *r, short revents)
             start(c, r);
             return;
         }
-        /* A Sentinel URL's master that was demoted: ask the Sentinels again. */
-        if (c->node->addr.sentinel && reply->type == REDIS_REPLY_ERROR &&
-            strncmp(reply->str, "READONLY", 8) == 0)
-            c->reresolve = true;
         r->reply = reply;
         r->done = true;
         return;

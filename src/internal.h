@@ -26,8 +26,12 @@
  *                           backtracking
  *               reply.c     hiredis's redisReader with our size caps; server errors
  *               hooks.c     the hooks' state (only in the test build's library)
- *   transport   transport.h what a server is and how to talk to N of them at once
- *               node.c      what a server's INFO says: restart voting, eviction policy
+ *   transport   transport.h what a server is and how to talk to N of them at once;
+ *                           a node's topology, a table of operations (where a
+ *                           connection goes, which server a request goes to, what an
+ *                           error reply means) that conn.c and fanout.c call alone
+ *               node.c      what a server's INFO says: restart voting, eviction policy;
+ *                           the direct topology (the URL's own server)
  *               conn.c      one connection: non-blocking connect, handshake, buffers
  *               tls.c       TLS for rediss:// (OpenSSL): each node's context, the
  *                           handshake, encrypted reads and writes, resumed sessions
@@ -35,12 +39,14 @@
  *                           ending early once a caller's predicate (a vote) says so
  *               ask.c       one question to several hosts at once, on connections of
  *                           its own (a URL's Sentinels, a cluster's seeds)
- *               sentinel.c  the master a redis-sentinel:// URL's Sentinels name,
- *                           asked on each connect (through ask.c, for conn.c)
- *               cluster.c   a redis-cluster:// node: key slots, the slot map, routing
- *                           each request to its slot's master over parked
- *                           connections, MOVED and ASK (for fanout.c and conn.c),
- *                           restart voting per master
+ *               sentinel.c  the Sentinel topology: the master a redis-sentinel://
+ *                           URL's Sentinels name, asked on each connect (through
+ *                           ask.c), -READONLY
+ *               cluster.c   the cluster topology: a redis-cluster:// node's key slots,
+ *                           slot map, routing each request to its slot's master over
+ *                           parked connections, MOVED and ASK, restart voting per
+ *                           master
+ *               topo.c      each node's topology, chosen once from its URL
  *   scripts     scripts.h   the Lua, script calls, the key layout
  *               keys.c      the key layout: a name's keys, its hash tag
  *               scripts.c   the lock's Lua scripts (the wait queue, its handoff and the
@@ -110,11 +116,11 @@
  * to it, and it uses their handles and waits, so the two call each other.
  *
  * The transport knows nothing above it: a node carries the rules its connections
- * follow (dlock__node_rules: deadlines, password, voting rule, log), so node.c,
- * conn.c, tls.c, fanout.c and cluster.c never see the client; a request says itself
- * which reply it answers by resending (script_call.c's -NOSCRIPT rule) and which slot
- * it is for, so fanout.c knows no script; and a round may end early by a predicate
- * its caller passes (a vote), whose meaning the transport does not know.
+ * follow (dlock__node_rules: deadlines, password, voting rule, log) and its topology,
+ * so node.c, conn.c, tls.c, fanout.c and cluster.c never see the client; a request
+ * says itself which reply it answers by resending (script_call.c's -NOSCRIPT rule)
+ * and which slot it is for, so fanout.c knows no script; and a round may end early by
+ * a predicate its caller passes (a vote), whose meaning the transport does not know.
  */
 #ifndef DLOCK_INTERNAL_H
 #define DLOCK_INTERNAL_H

@@ -9,6 +9,10 @@
  *     (and allkeys-* the fence counters): reported once per server through the log
  *     callback, and in strict mode the server is refused;
  *   - INFO refused by an ACL: reported once; locking works without it.
+ *
+ * It also holds the direct topology (dlock__topo_direct: a redis://, rediss:// or unix
+ * socket URL, whose server is the one it names), and the generic side of the
+ * topologies' restart voters: whose voter a connection's server has.
  */
 #include "transport.h"
 
@@ -51,15 +55,53 @@ bool dlock__info_field(const redisReply *r, const char *field, char *out, size_t
     return false;
 }
 
-int dlock__node_on_info(dlock__node *node, const redisReply *r, dlock__err *e)
+/* ---- the direct topology ---------------------------------------------------------- */
+
+/* A direct URL's server is the host it names (a unix socket needs no host). */
+static int direct_resolve(dlock__conn *c, dlock__err *e)
 {
-    return dlock__node_on_info_of(node, &node->voter, false, r, e);
+    (void)e;
+    const dlock__addr *a = &c->node->addr;
+    if (!a->is_unix) {
+        snprintf(c->host, sizeof c->host, "%s", a->host);
+        c->port = a->port;
+    }
+    return DLOCK_OK;
 }
 
-int dlock__node_on_info_of(dlock__node *node, dlock__voter *v, bool promoted, const redisReply *r,
-                           dlock__err *e)
+/* One server, always the same: nothing to route, redirect, suspect or park. */
+const dlock__topology dlock__topo_direct = {
+    .resolve = direct_resolve,
+};
+
+/* The voter of the server c is at, as c's topology names it, with the node's mu held. */
+static dlock__voter *voter_of(const dlock__conn *c, bool *promoted)
+{
+    const dlock__topology *t = c->node->topo;
+    *promoted = false;
+    return t->voter != NULL ? t->voter(c, promoted) : &c->node->voter;
+}
+
+bool dlock__conn_votes(const dlock__conn *c, int64_t now)
+{
+    dlock__node *node = c->node;
+    bool promoted;
+    pthread_mutex_lock(&node->mu);
+    bool v = voter_of(c, &promoted)->votes_from_us <= now;
+    pthread_mutex_unlock(&node->mu);
+    return v;
+}
+
+/* ---- INFO ------------------------------------------------------------------------- */
+
+/* Take what INFO says of the server whose restart voter is v (promoted: one that took
+ * over from another after the client first met the node, trusted as a Sentinel's new
+ * master is). */
+static int take_info(dlock__node *node, dlock__voter *v, bool promoted, const redisReply *r,
+                     dlock__err *e)
 {
     const dlock__node_rules *rules = node->rules;
+    bool named = node->topo->named_master;
     if (r->type == REDIS_REPLY_ERROR &&
         starts_with(r->str, "NOAUTH")) /* no password given to a server that needs one */
         return dlock__node_err(e, DLOCK_ERR_AUTH, node, "%.200s", r->str);
@@ -89,8 +131,7 @@ int dlock__node_on_info_of(dlock__node *node, dlock__voter *v, bool promoted, co
     char policy[64] = "", run_id[41] = "", uptime[24] = "", role[16] = "";
     /* A Sentinel's answer may be a moment old: a demoted master must not take locks
      * that its replication would then overwrite. */
-    if (node->addr.sentinel && dlock__info_field(r, "role", role, sizeof role) &&
-        strcmp(role, "master") != 0)
+    if (named && dlock__info_field(r, "role", role, sizeof role) && strcmp(role, "master") != 0)
         return dlock__node_err(e, DLOCK_ERR_UNAVAILABLE, node,
                                "the Sentinels named a %s, not a master (a failover going on?)",
                                role);
@@ -113,7 +154,7 @@ int dlock__node_on_info_of(dlock__node *node, dlock__voter *v, bool promoted, co
      * master took writes until it was demoted). Its uptime says nothing: a whole lease
      * from now. So for a cluster's master first met after it took over slots. */
     promoted = promoted && !known;
-    if ((restarted && node->addr.sentinel) || promoted)
+    if ((restarted && named) || promoted)
         wait_ms = dlock__rules_max_lease_ms(rules);
     bool distrust =
         restarted || promoted || (!known && rules->restart_voting == DLOCK_RESTART_STRICT);
@@ -127,10 +168,10 @@ int dlock__node_on_info_of(dlock__node *node, dlock__voter *v, bool promoted, co
     pthread_mutex_unlock(&node->mu);
     if (restarted || promoted)
         dlock__rules_log(rules, DLOCK_LOG_WARN, "%s %s (%s, up %s s)%s", node->addr.display,
-                         node->addr.sentinel || promoted ? "has a new master" : "restarted",
+                         named || promoted ? "has a new master" : "restarted",
                          promoted ? "it took over slots" : "run_id changed", uptime,
                          rules->restart_voting != DLOCK_RESTART_OFF && wait_ms > 0
-                             ? (node->addr.sentinel || promoted
+                             ? (named || promoted
                                     ? ": its grants do not count for the longest lease"
                                     : ": its grants do not count until it has been up for "
                                       "the longest lease")
@@ -144,6 +185,18 @@ int dlock__node_on_info_of(dlock__node *node, dlock__voter *v, bool promoted, co
         return dlock__node_err(e, DLOCK_ERR_UNAVAILABLE, node,
                                "maxmemory-policy %s can evict lock keys (strict mode)", policy);
     return DLOCK_OK;
+}
+
+int dlock__conn_on_info(dlock__conn *c, const redisReply *r, dlock__err *e)
+{
+    dlock__node *node = c->node;
+    bool promoted;
+    pthread_mutex_lock(&node->mu);
+    dlock__voter *v = voter_of(c, &promoted);
+    pthread_mutex_unlock(&node->mu);
+    /* A topology never drops a voter (a cluster keeps every master it met), so v stays
+     * valid without the lock. */
+    return take_info(node, v, promoted, r, e);
 }
 
 int64_t dlock__restart_wait_ms(int64_t max_lease_ms, long long uptime_s)

@@ -6,14 +6,18 @@
  * (SENTINEL get-master-addr-by-name), then connects there (conn.c). The answer most
  * Sentinels give wins, ties going to the URL's order: in a failover some Sentinels
  * still name the old master for a moment, and the handshake's INFO refuses a node
- * that is not a master (node.c), so a stale answer costs one failed connect, never a
- * lock on a replica.
+ * that is not a master (node.c, for a topology whose named_master is set), so a stale
+ * answer costs one failed connect, never a lock on a replica.
  *
  * A failover is followed because connections are made anew after it: the old master
- * drops its clients when it is demoted, and one that answers -READONLY is closed
- * (fanout.c), so the next round asks the Sentinels again. Asking on each connect,
- * rather than keeping a subscription to the Sentinels' +switch-master events, costs
- * one round trip per connection, and connections live as long as their servers.
+ * drops its clients when it is demoted, and one that answers -READONLY is closed (the
+ * on_error below marks it, and conn.c closes it before the next round), so the next
+ * round asks the Sentinels again. Asking on each connect, rather than keeping a
+ * subscription to the Sentinels' +switch-master events, costs one round trip per
+ * connection, and connections live as long as their servers.
+ *
+ * All of this is the Sentinel topology (dlock__topo_sentinel, at the end): conn.c and
+ * fanout.c reach it only through the node's table.
  *
  * The Sentinels are reached with the transport's own connections (ask.c; TLS for
  * rediss-sentinel://), with the URL's sentinel_user and sentinel_password, never the
@@ -103,7 +107,11 @@ static int round_run(const dlock__node *node, const char *sub, dlock__ask *sr, d
     return dlock__ask_run(sr, &spec, e);
 }
 
-int dlock__sentinel_master(dlock__node *node, char *host, size_t hostlen, int *port, dlock__err *e)
+/* The address of the master that node's Sentinels name now, asked in one round under
+ * the node's deadlines. DLOCK_ERR_INVALID when every Sentinel answered that it knows no
+ * such master, DLOCK_ERR_AUTH when one refused the credentials, else DLOCK_ERR_IO or
+ * DLOCK_ERR_UNAVAILABLE, each Sentinel's reason in e. */
+static int master_addr(dlock__node *node, char *host, size_t hostlen, int *port, dlock__err *e)
 {
     const dlock__addr *a = &node->addr;
     dlock__ask sr;
@@ -138,6 +146,31 @@ int dlock__sentinel_master(dlock__node *node, char *host, size_t hostlen, int *p
     dlock__ask_end(&sr);
     return rc;
 }
+
+/* Where a connection being opened goes: the master the Sentinels name now. */
+static int resolve(dlock__conn *c, dlock__err *e)
+{
+    return master_addr(c->node, c->host, sizeof c->host, &c->port, e);
+}
+
+/* A master that was demoted answers -READONLY: the reply stands, and the connection is
+ * made anew before the next round, asking the Sentinels again. */
+static int on_error(dlock__conn *c, dlock__req *r, const redisReply *reply, bool *resend)
+{
+    (void)r;
+    *resend = false;
+    if (strncmp(reply->str, "READONLY", 8) == 0)
+        c->reresolve = true;
+    return DLOCK_OK;
+}
+
+/* The master is whichever the Sentinels name: no state beyond the connection's host,
+ * one voter (the node's), nothing to route. */
+const dlock__topology dlock__topo_sentinel = {
+    .resolve = resolve,
+    .on_error = on_error,
+    .named_master = true,
+};
 
 int dlock__sentinel_quorum(dlock__node *node, int *up, int *ok, char *words, size_t n)
 {

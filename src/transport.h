@@ -1,8 +1,9 @@
 /*
  * transport.h: the transport layer of src/ (internal.h's map): what a server is and
  * how to talk to N of them at once (node.c, conn.c, tls.c, fanout.c, ask.c,
- * sentinel.c, cluster.c). It knows nothing of scripts or the client: a node carries
- * the rules its connections follow. A round of requests may end early when a
+ * sentinel.c, cluster.c, topo.c). It knows nothing of scripts or the client: a node
+ * carries the rules its connections follow, and the topology (direct, Sentinel,
+ * cluster) that says where they go. A round of requests may end early when a
  * predicate of its caller's says so (dlock__vote_fn, with dlock__quorum's count); what
  * makes a reply a yes is the caller's.
  */
@@ -15,6 +16,9 @@
 #include <stdatomic.h>
 
 /* ---- node.c, conn.c, tls.c, fanout.c ----------------------------------------- */
+
+/* The generic transport (conn.c, fanout.c) never names a kind of server: it asks the
+ * node's topology (dlock__topology, below), as Redis's ae.c asks its event backend. */
 
 /* OpenSSL's types, named without its headers (only tls.c and the tests include them). */
 struct ssl_st;
@@ -43,6 +47,7 @@ typedef struct dlock__voter {
 } dlock__voter;
 
 struct dlock__cluster;
+struct dlock__topology;
 
 /* What the client knows of one server, shared by all its connections. */
 typedef struct dlock__node {
@@ -66,7 +71,12 @@ typedef struct dlock__node {
      * DLOCK_REPLY_MAX_BYTES; more for a cluster's slot map. */
     int reply_max_elements;
     size_t reply_max_bytes;
-    /* redis-cluster:// only: the slot map and the masters' voters (cluster.c) */
+    /* How its server is found and reached: direct, Sentinel or cluster; set once when
+     * the node is made (dlock__topo_attach, or ask.c), never changed. */
+    const struct dlock__topology *topo;
+    /* The cluster topology's state (cluster.c): the slot map and the masters' voters;
+     * NULL for any other node, which is how the calls above the transport tell a
+     * cluster node. */
     struct dlock__cluster *cluster;
 } dlock__node;
 
@@ -75,14 +85,6 @@ enum dlock__conn_state { DLOCK_CONN_CLOSED, DLOCK_CONN_CONNECTING, DLOCK_CONN_RE
 /* Write "<node's URL>: " and the formatted reason into e; returns err. */
 int dlock__node_err(dlock__err *e, int err, const dlock__node *node, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
-/* Take what a handshake's INFO reply says of node (restart voting, eviction policy);
- * an error when the node must not be used (a password missing, or in strict mode an
- * evicting policy), with why in e. (node.c) */
-int dlock__node_on_info(dlock__node *node, const redisReply *r, dlock__err *e);
-/* The same for one voter of node's (a cluster's master; promoted: one that took over
- * slots after the client first read the map, trusted as a Sentinel's new master). */
-int dlock__node_on_info_of(dlock__node *node, dlock__voter *v, bool promoted, const redisReply *r,
-                           dlock__err *e);
 /* Copy the value of "field:" from an INFO reply (a string) into out, at most n - 1
  * bytes; false when the reply has no such field. */
 bool dlock__info_field(const redisReply *r, const char *field, char *out, size_t n);
@@ -126,9 +128,12 @@ typedef struct dlock__conn {
      * master the Sentinels named when it was opened */
     char host[256];
     int port;
-    bool reresolve; /* a Sentinel URL's master said -READONLY: reconnect, asking again */
+    /* The topology asked for a new connection, resolved again (a Sentinel URL's master
+     * said -READONLY): dlock__conn_stale says so before the next use. */
+    bool reresolve;
     /* A cluster node's connections to its other masters, parked while this one is in
-     * use (cluster.c swaps the one a request needs into this place). NULL otherwise. */
+     * use (cluster.c swaps the one a request needs into this place; its conn_free op
+     * frees them). NULL otherwise. */
     struct dlock__parked *parked;
     /* TLS (tls.c): the session on the socket, NULL for a plain connection. While the
      * state is CONNECTING, tls_handshaking says the TCP connect is done and the TLS
@@ -149,6 +154,14 @@ void dlock__conn_free(dlock__conn *c);
 /* In a forked child: free everything, closing the descriptor without touching the
  * socket it shares with the parent. */
 void dlock__conn_forget(dlock__conn *c);
+/* Take what a handshake's INFO reply says of the server c is at (restart voting, for
+ * the voter its topology names; eviction policy); an error when the node must not be
+ * used (a password missing, a Sentinel's master that is not one, or in strict mode an
+ * evicting policy), with why in e. (node.c) */
+int dlock__conn_on_info(dlock__conn *c, const redisReply *r, dlock__err *e);
+/* Whether grants of c's server count at now (restart voting): the voter its topology
+ * names (a cluster node's: the master c is at). (node.c) */
+bool dlock__conn_votes(const dlock__conn *c, int64_t now);
 
 /* Close any connection and start a new one: non-blocking connect, handshake queued.
  * On failure the connection is closed and e says why. */
@@ -225,12 +238,69 @@ typedef struct dlock__req {
     redisReply *reply; /* the reply (caller frees with freeReplyObject), or NULL */
     int err;           /* DLOCK_OK when reply is set, else why not */
     dlock__err why;    /* why not (err is not DLOCK_OK), for dlock_errmsg */
-    /* private to fanout.c */
+    /* private to fanout.c and the topology's ops */
     int64_t start_us, deadline_us;
     bool done, retried, held;
     bool asking;   /* a cluster's -ASK: ASKING goes before each send of the command */
     int redirects; /* -MOVED and -ASK followed */
 } dlock__req;
+
+/* ---- a node's topology: node.c (direct), sentinel.c, cluster.c; topo.c chooses --- */
+
+/* What the generic transport (conn.c, fanout.c) asks of the kind of server a node's URL
+ * names: where a connection goes, which server a request goes to, what a server's error
+ * reply means, whose restart voter a server has. One table per kind, each op's contract
+ * below; a node's is chosen once when it is made and never changes, so the transport
+ * tests no URL flag. An optional op may be NULL: that kind has nothing to do there.
+ * The ops run on the thread that uses the connection and take the node's mu
+ * themselves when they need it, except voter, which is called with it held. */
+typedef struct dlock__topology {
+    /* Make and free the node's own state (cluster: the slot map, node->cluster).
+     * Optional. node_new fails only with DLOCK_ERR_NOMEM; node_free is called after
+     * every connection of the node is freed, also when node_new failed. */
+    int (*node_new)(dlock__node *node);
+    void (*node_free)(dlock__node *node);
+    /* Where the connection c being opened goes: into c->host and c->port (left alone for
+     * a unix socket). Direct: the URL's host; sentinel: the master the Sentinels name
+     * now (one round to them); cluster: the master c was routed to, else any that
+     * serves slots. An error, with why in e, fails the open. Required. */
+    int (*resolve)(dlock__conn *c, dlock__err *e);
+    /* Point c at the server that serves r, before a round sends r (cluster: its slot's
+     * master, the connection to it swapped in from the parked ones). An error, with why
+     * in e, fails the node's part of the round. Optional. */
+    int (*route)(dlock__conn *c, const dlock__req *r, dlock__err *e);
+    /* An error reply to r on c: *resend true when r is to be sent again on c, which now
+     * points elsewhere (cluster: -MOVED, -ASK; r->asking for the latter); false when the
+     * reply is r's answer, which may ask that c be made anew (c->reresolve: sentinel's
+     * -READONLY). An error, with why in r->why, fails the node's part of the round (too
+     * many redirections). Optional. */
+    int (*on_error)(dlock__conn *c, dlock__req *r, const redisReply *reply, bool *resend);
+    /* The restart voter of the server c is at, with the node's mu held, and in *promoted
+     * whether that server took over from another after the client first met the node
+     * (cluster: a master first seen in a later map). Optional: NULL names the node's
+     * own voter, never promoted. */
+    dlock__voter *(*voter)(const dlock__conn *c, bool *promoted);
+    /* A server of node failed or timed out: where its servers are may have changed
+     * (cluster: the map is read again before the next request). Optional. */
+    void (*suspect)(dlock__node *node);
+    /* c is being freed (forget: in a forked child, as by dlock__conn_forget): free what
+     * the topology keeps beside it (cluster: the connections parked beside it).
+     * Optional. */
+    void (*conn_free)(dlock__conn *c, bool forget);
+    /* The server is whichever master others name (sentinel): its INFO must say it is a
+     * master, and a changed run_id is a new master, whose grants wait a whole lease. */
+    bool named_master;
+} dlock__topology;
+
+extern const dlock__topology dlock__topo_direct;   /* redis://, rediss://, unix: node.c */
+extern const dlock__topology dlock__topo_sentinel; /* redis-sentinel://: sentinel.c */
+extern const dlock__topology dlock__topo_cluster;  /* redis-cluster://: cluster.c */
+
+/* Give node (its address set) the topology its URL names, and make that topology's
+ * state: DLOCK_ERR_NOMEM, with no message, when it cannot be made. (topo.c) */
+int dlock__topo_attach(dlock__node *node);
+/* Free node's topology state (after its connections); a node never attached is fine. */
+void dlock__topo_detach(dlock__node *node);
 
 /* Send reqs[i] on conns[i] for every i with a cmd, in parallel, and wait for the
  * awaited replies until each node's deadline: now + timeout (+ connect timeout for a
@@ -283,12 +353,6 @@ void dlock__fanout_post(dlock__conn *conns, dlock__req *reqs, int n);
 /* Quorum of n nodes: n/2 + 1. */
 int dlock__quorum(int n);
 
-/* The address of the master that a Sentinel URL's node's Sentinels name now, asked in
- * one round under the node's deadlines (sentinel.c; conn.c asks on each connect).
- * DLOCK_ERR_INVALID when every Sentinel answered that it knows no such master,
- * DLOCK_ERR_AUTH when one refused the credentials, else DLOCK_ERR_IO or
- * DLOCK_ERR_UNAVAILABLE, each Sentinel's reason in e. */
-int dlock__sentinel_master(dlock__node *node, char *host, size_t hostlen, int *port, dlock__err *e);
 /* What a Sentinel URL's Sentinels say of the failover they could make (SENTINEL
  * CKQUORUM): *up of them answered; *ok 1 when one says a quorum and a failover's
  * authorization can be reached, 0 when one says not, -1 when none could say; words,
@@ -339,23 +403,13 @@ void dlock__ask_end(dlock__ask *a);
 /* The slot of a key: CRC16 of the key, or of its hash tag (the part between the first
  * '{' and the next '}', when not empty), modulo DLOCK_CLUSTER_SLOTS. */
 uint16_t dlock__key_slot(const char *key, size_t len);
-/* A redis-cluster:// node's map (none yet), and its end. */
+/* A redis-cluster:// node's map (none yet), and its end: the cluster topology's
+ * node_new and node_free. */
 int dlock__cluster_new(dlock__node *node);
 void dlock__cluster_free(dlock__node *node);
-/* Point c (a cluster node's) at the master that serves the request r: its key's slot's
- * owner, or for a request without a key the master c is at (any master if none). The
- * slot map is read first when the client has none or a redirection changed it. */
-int dlock__cluster_route(dlock__conn *c, const dlock__req *r, dlock__err *e);
-/* For a connection opened without a request (the wake-up channel's): the master it is
- * at while that serves slots, else any that does. */
-int dlock__cluster_pick(dlock__conn *c, dlock__err *e);
 /* A master of node's failed or timed out: its slots may have a new owner (a failover),
- * so the map is read again before the next request. */
+ * so the map is read again before the next request (the cluster topology's suspect). */
 void dlock__cluster_suspect(dlock__node *node);
-/* A reply of c's: when it is -MOVED or -ASK, c now points at the master that it names
- * and r is to be sent again there (*moved); an error, with why in r->why, after too
- * many redirections. */
-int dlock__cluster_redirect(dlock__conn *c, dlock__req *r, const redisReply *reply, bool *moved);
 /* The parsers of what a cluster says (fuzz_cluster drives them): a -MOVED or -ASK
  * reply's words ("MOVED 3999 10.0.0.2:6381"; an empty host is self's, the replying
  * node's), false for anything else; and a CLUSTER SLOTS reply from the node at asked,
@@ -367,14 +421,6 @@ int dlock__cluster_take_map(dlock__node *node, const redisReply *map, const char
                             dlock__err *e);
 /* The master that owns slot in node's map: its address, or false when none does. */
 bool dlock__cluster_owner(dlock__node *node, int slot, char *host, size_t hostlen, int *port);
-/* The handshake's INFO of a cluster node's connection: the master's own voter. */
-int dlock__cluster_on_info(dlock__conn *c, const redisReply *r, dlock__err *e);
-/* Whether grants of c's server count at now (restart voting): its node's, or for a
- * cluster node the master c is at. */
-bool dlock__conn_votes(const dlock__conn *c, int64_t now);
-/* Free the connections parked beside c (forget: a forked child's copies, as
- * dlock__conn_forget). */
-void dlock__cluster_parked_free(dlock__conn *c, bool forget);
 /* How many masters serve slots in node's map; the first max of them into hosts, each
  * host's name copied into names[i] (hosts[i].host points there). */
 int dlock__cluster_masters(dlock__node *node, struct dlock__hostport *hosts, char (*names)[256],
