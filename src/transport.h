@@ -252,8 +252,8 @@ typedef struct dlock__req {
  * reply means, whose restart voter a server has. One table per kind, each op's contract
  * below; a node's is chosen once when it is made and never changes, so the transport
  * tests no URL flag. An optional op may be NULL: that kind has nothing to do there.
- * The ops run on the thread that uses the connection and take the node's mu
- * themselves when they need it, except voter, which is called with it held. */
+ * An op given a connection runs on the thread that uses it; every op takes the
+ * node's mu itself when it needs it, except voter, which is called with it held. */
 typedef struct dlock__topology {
     /* Make and free the node's own state (cluster: the slot map, node->cluster).
      * Optional. node_new fails only with DLOCK_ERR_NOMEM; node_free is called after
