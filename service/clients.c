@@ -150,7 +150,7 @@ bool dd_client_setname(dd_conn *c, const resp_arg *a, dd_buf *out)
 static int locks_held(const dd_conn *c)
 {
     int n = 0;
-    for (const dd_session *s = c->sessions; s != NULL; s = s->next)
+    for (const dd_session *s = dd_conn_sessions(c); s != NULL; s = s->next)
         n += !atomic_load(&s->lost);
     return n;
 }

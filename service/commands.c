@@ -2,7 +2,9 @@
  * commands.c: the command table, AUTH, the admin gate, and the commands answered on
  * the loop.
  *
- * Besides the lock commands (locks.c, unlock.c), SEM (sem.c), STOCK (stock.c) and CLIENT
+ * The table is filled at the start: each module registers its commands (the locks
+ * module LOCK, UNLOCK, EXTEND, CHECK, LOCKINFO; the operators' LOCKS and BREAK; SEM;
+ * STOCK; ELECT and its kin), and this file its own. Besides those and CLIENT
  * (clients.c), dlockd answers what Redis clients send on connect or by habit, so that
  * they work unchanged: PING, ECHO, QUIT, AUTH, SELECT 0, HELLO 2, COMMAND (empty:
  * clients fall back to their own tables) and INFO (with loading:0, which ioredis waits
@@ -23,16 +25,6 @@
 #include <string.h>
 #include <strings.h>
 #include <unistd.h>
-
-typedef void (*cmd_fn)(dd_conn *c, resp_arg *argv, size_t argc, dd_buf *out);
-
-typedef struct command {
-    const char *name;
-    int arity;   /* exact argument count with the name; -N: at least N */
-    bool noauth; /* allowed before AUTH */
-    bool admin;  /* only for the user admin (a subcommand asks dd_need_admin itself) */
-    cmd_fn fn;
-} command;
 
 /* Compare without an early exit, so that the time taken does not tell a guesser how
  * many leading bytes were right. */
@@ -355,38 +347,31 @@ static void cmd_info(dd_conn *c, resp_arg *argv, size_t argc, dd_buf *out)
     dd_buf_free(&b);
 }
 
-static const command commands[] = {
-    {"lock", -2, false, false, dd_cmd_lock},
-    {"unlock", 3, false, false, dd_cmd_unlock},
-    {"extend", 4, false, false, dd_cmd_extend},
-    {"lockinfo", 2, false, false, dd_cmd_lockinfo},
-    {"check", 3, false, false, dd_cmd_check},
-    {"locks", -1, false, false, dd_cmd_locks},
-    {"break", -2, false, true, dd_cmd_break},
-    {"sem", -2, false, false, dd_cmd_sem},
-    {"stock", -2, false, false, dd_cmd_stock},
-    {"ping", -1, false, false, cmd_ping},
-    {"echo", 2, false, false, cmd_echo},
-    {"quit", -1, true, false, cmd_quit},
-    {"auth", -2, true, false, cmd_auth},
-    {"hello", -1, true, false, cmd_hello},
-    {"select", 2, false, false, cmd_select},
-    {"client", -2, false, false, dd_cmd_client},
-    {"command", -1, false, false, cmd_command},
-    {"info", -1, false, false, cmd_info},
-    {"elect", -2, false, false, dd_cmd_elect},
-    {"resign", 3, false, false, dd_cmd_resign},
-    {"proclaim", 4, false, false, dd_cmd_proclaim},
-    {"leader", 2, false, false, dd_cmd_leader},
-    {"subscribe", -2, false, false, dd_cmd_subscribe},
-    {"unsubscribe", -1, false, false, dd_cmd_unsubscribe},
+/* What dlockd answers as a Redis server would; the modules register the rest. */
+static const dd_command_def commands[] = {
+    {"ping", -1, false, false, true, cmd_ping},
+    {"echo", 2, false, false, false, cmd_echo},
+    {"quit", -1, true, false, true, cmd_quit},
+    {"auth", -2, true, false, false, cmd_auth},
+    {"hello", -1, true, false, false, cmd_hello},
+    {"select", 2, false, false, false, cmd_select},
+    {"client", -2, false, false, false, dd_cmd_client},
+    {"command", -1, false, false, false, cmd_command},
+    {"info", -1, false, false, false, cmd_info},
 };
 
-/* What a connection with subscriptions may still run, as in Redis. */
-static bool subscribed_ok(const command *cmd)
+void dd_commands_register(void)
 {
-    return cmd->fn == dd_cmd_subscribe || cmd->fn == dd_cmd_unsubscribe || cmd->fn == cmd_ping ||
-           cmd->fn == cmd_quit;
+    dd_commands_add(commands, sizeof commands / sizeof commands[0]);
+}
+
+void dd_commands_add(const dd_command_def *defs, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        if (dd_srv.ncommands == DD_COMMANDS_MAX)
+            abort(); /* DD_COMMANDS_MAX is too small for the modules: a bug */
+        dd_srv.commands[dd_srv.ncommands++] = &defs[i];
+    }
 }
 
 /* "-ERR unknown command 'X', with args beginning with: 'a' 'b' ", as Redis words it,
@@ -409,10 +394,10 @@ static void unknown(resp_arg *argv, size_t argc, dd_buf *out)
 void dd_command(dd_conn *c, resp_arg *argv, size_t argc)
 {
     dd_buf out = {0};
-    const command *cmd = NULL;
-    for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++) {
-        if (dd_arg_is(&argv[0], commands[i].name)) {
-            cmd = &commands[i];
+    const dd_command_def *cmd = NULL;
+    for (int i = 0; i < dd_srv.ncommands; i++) {
+        if (dd_arg_is(&argv[0], dd_srv.commands[i]->name)) {
+            cmd = dd_srv.commands[i];
             break;
         }
     }
@@ -428,7 +413,7 @@ void dd_command(dd_conn *c, resp_arg *argv, size_t argc)
         dd_reply_error(&out, "ERR wrong number of arguments for '%s' command", cmd->name);
     } else if (cmd->admin && !dd_need_admin(c, cmd->name, &out)) {
         /* refused: -NOPERM is in out */
-    } else if (c->nsubs > 0 && !subscribed_ok(cmd)) {
+    } else if (c->nsubs > 0 && !cmd->subscribed) {
         dd_reply_error(&out,
                        "ERR Can't execute '%s': only SUBSCRIBE / UNSUBSCRIBE / PING / QUIT are "
                        "allowed in this context",

@@ -115,6 +115,11 @@
  * a refused client is answered and closed at its accept (a TLS one once its error is
  * written), so that even a flood accepted in one turn costs a bounded number. */
 #define DD_REFUSED_LINGER_MAX 32
+/* Room for the modules' registrations: each module's state in a connection, their
+ * hooks at a connection's end, their commands. */
+#define DD_CONN_SLOTS   2
+#define DD_HOOKS_MAX    4
+#define DD_COMMANDS_MAX 32
 
 /* ---- reply.c ------------------------------------------------------------------------ */
 
@@ -199,6 +204,33 @@ typedef struct dd_stats {
                                      their waits ended, by a draining dlockd */
 } dd_stats;
 
+typedef void (*dd_cmd_fn)(struct dd_conn *c, resp_arg *argv, size_t argc, dd_buf *out);
+
+/* A command a module registers (dd_commands_add). */
+typedef struct dd_command_def {
+    const char *name; /* lowercase; matched without regard to case */
+    int arity;        /* exact argument count with the name; -N: at least N */
+    bool noauth;      /* allowed before AUTH */
+    bool admin;       /* only for the user admin (a subcommand asks dd_need_admin itself) */
+    bool subscribed;  /* allowed on a subscribed connection (SUBSCRIBE, PING, ...) */
+    dd_cmd_fn fn;
+} dd_command_def;
+
+/* What a module does at a connection's end (dd_conn_hooks_add); any may be NULL. The
+ * hooks run in the order they were added. */
+typedef struct dd_conn_hooks {
+    /* The connection closes (a job of it may still be in flight). */
+    void (*closing)(struct dd_conn *c);
+    /* The connection is closed, no job of it is in flight and its parked operation is
+     * given up: at its close, and again each time a job it had in flight ends after
+     * that. It may run more than once: what it does, it does once. */
+    void (*closed)(struct dd_conn *c);
+    /* The connection is told to end while still open (the stop after a drain, an
+     * end_msg): what the module holds for it may go now, not at the close, which can
+     * come a linger later. */
+    void (*ending)(struct dd_conn *c);
+} dd_conn_hooks;
+
 typedef struct dd_server {
     uv_loop_t *loop;
     dlock_client *client;
@@ -255,6 +287,12 @@ typedef struct dd_server {
     /* park.c: descriptor watchers by fd */
     struct dd_watch **watch;
     int nwatch;
+    /* the modules' registrations (server.c, commands.c), made at the start */
+    const dd_conn_hooks *hooks[DD_HOOKS_MAX];
+    int nhooks;
+    int nslots;
+    const dd_command_def *commands[DD_COMMANDS_MAX];
+    int ncommands;
 } dd_server;
 
 extern dd_server dd_srv;
@@ -293,12 +331,12 @@ typedef struct dd_conn {
     int64_t accepted_ms, active_ms; /* when accepted; when it last sent or was answered */
     struct dd_conn *preauth_prev, *preauth_next; /* on dd_srv's pre-AUTH list */
     bool on_preauth;
-    dd_tls *tls;                 /* accepted on the TLS listener; NULL: plain */
-    char *name;                  /* CLIENT SETNAME; NULL: none */
-    char addr[64];               /* the peer, "IP:PORT" ("[IP6]:PORT"), or "unix" */
-    struct dd_session *sessions; /* session locks held (permits too) */
-    struct dd_job *parked_job;   /* its operation parked on the loop, or NULL */
-    struct dd_watch *watch;      /* the watcher it is parked on, or NULL */
+    dd_tls *tls;               /* accepted on the TLS listener; NULL: plain */
+    char *name;                /* CLIENT SETNAME; NULL: none */
+    char addr[64];             /* the peer, "IP:PORT" ("[IP6]:PORT"), or "unix" */
+    void *mod[DD_CONN_SLOTS];  /* each module's state for it (dd_conn_slot_new) */
+    struct dd_job *parked_job; /* its operation parked on the loop, or NULL */
+    struct dd_watch *watch;    /* the watcher it is parked on, or NULL */
     struct dd_conn *watch_next;
     struct dd_sub *subs; /* its channels (SUBSCRIBE): in that mode while not NULL */
     int nsubs;
@@ -327,33 +365,26 @@ typedef struct dd_session {
 
 struct dd_steps;
 
-/* A command's work on the pool. */
+/* A command's work on the pool, or an operation in steps (park.c). What the core
+ * knows of it; the command's own arguments are its module's struct, behind args. */
 typedef struct dd_job {
     uv_work_t req;
     dd_conn *conn;
     void (*work)(struct dd_job *j); /* on a pool thread */
     void (*done)(struct dd_job *j); /* on the loop, then the job is freed */
     dd_buf reply;
-    /* arguments */
-    char *name;                      /* a lock name or a SKU */
-    char *label;                     /* LOCK's LABEL; BREAK's REASON */
-    char *by, *extra;                /* BREAK: who breaks; its FENCEKEY */
-    char token[DLOCK_TOKEN_LEN + 1]; /* a lock's token or a reservation's id */
-    int64_t ttl_ms, wait_ms;
-    int64_t permits;    /* SEM ACQUIRE: K; 0 for LOCK */
-    int64_t maxhold_ms; /* LOCK's and SEM ACQUIRE's MAXHOLD (else --max-hold); 0: none */
-    bool maxhold_given; /* MAXHOLD was among the options */
-    int64_t qty;        /* STOCK: units */
-    bool detached, fair, shared;
-    bool elect;                   /* ELECT: a campaign (its VALUE in extra) */
+    void *args;                    /* the command's arguments (dd_job_args), or NULL */
+    void (*args_free)(void *args); /* frees them with the job; NULL: plain free */
+    /* On the pool, before the next step of its pending: what a module must do first
+     * (the locks module: lost session locks of the name released before it is taken
+     * again). A step is never taken on the loop while it is set; it is cleared once
+     * run. NULL: nothing. */
+    void (*before_step)(struct dd_job *j);
     bool waited;                  /* parked at least once (INFO's waits) */
     bool blocked;                 /* parked waiting (blocked_clients), not for a round's
                                      replies */
-    dd_session *sess;             /* the session lock it works on */
     dlock_pending *pending;       /* an operation in steps, in progress */
     const struct dd_steps *steps; /* what its results mean */
-    dd_session *release;          /* session locks to release (a closing connection's, or
-                                     lost ones of the name a LOCK takes again) */
     int rc;
     uint64_t arrived_ns; /* uv_hrtime() when the command came (the wait histogram) */
 } dd_job;
@@ -384,6 +415,16 @@ void dd_conn_end(dd_conn *c, const char *fmt, ...) __attribute__((format(printf,
 void dd_conn_wait_starts(dd_conn *c);
 /* One reference less (a job done, a handle closed); frees c at zero. */
 void dd_conn_unref(dd_conn *c);
+/* A module's hooks at a connection's end (h is kept: static storage). At the start. */
+void dd_conn_hooks_add(const dd_conn_hooks *h);
+/* A module's slot in every connection's mod[], for its state there; at the start. */
+int dd_conn_slot_new(void);
+/* c is closed: once no job of it is in flight, its parked operation is given up and
+ * the modules' closed hooks run (each job's end on a closed connection calls it). */
+void dd_conn_closed_idle(dd_conn *c);
+/* The command in flight of a connection with an end_msg is answered: end it now with
+ * that error, and let the modules' ending hooks give up what it holds. */
+void dd_conn_end_pending(dd_conn *c);
 void dd_log(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 int64_t dd_now_ms(void);
 
@@ -422,6 +463,10 @@ void dd_tls_free(dd_conn *c); /* at the connection's free; plain: nothing */
 
 /* ---- commands.c --------------------------------------------------------------------- */
 
+/* Add a module's commands to the table (defs is kept: static storage); at the start. */
+void dd_commands_add(const dd_command_def *defs, size_t n);
+/* The commands answered here (PING, AUTH, INFO, ...), at the start. */
+void dd_commands_register(void);
 /* Run one parsed command; it may leave c busy (answered later). */
 void dd_command(dd_conn *c, resp_arg *argv, size_t argc);
 /* The error kind of a reply, counted when it is written. */
@@ -451,11 +496,17 @@ char *dd_holder_label(const dd_conn *c, const char *label);
 /* ---- jobs.c ------------------------------------------------------------------------- */
 
 dd_job *dd_job_new(dd_conn *c);
+/* The job's arguments: size bytes zeroed, freed with the job by args_free (NULL: by
+ * free). Returns them; aborts without memory. */
+void *dd_job_args(dd_job *j, size_t size, void (*args_free)(void *args));
 /* Queue j->work on the pool for c (c is busy until j->done ran). */
 void dd_job_queue(dd_job *j);
 /* The job's reply to its connection, then the connection's next commands. */
 void dd_job_answer(dd_job *j);
 void dd_job_free(dd_job *j);
+
+/* ---- args.c ------------------------------------------------------------------------- */
+
 /* Argument checks; those given `out` write the -ERR reply on failure. */
 bool dd_arg_is(const resp_arg *a, const char *word); /* case-insensitive */
 /* A name or label for the library: 1 to max bytes, no NUL; a malloc'd copy or NULL. */
@@ -464,25 +515,55 @@ char *dd_arg_dup(const resp_arg *a, const char *what, size_t max, dd_buf *out);
 char *dd_arg_value(const resp_arg *a, dd_buf *out);
 bool dd_arg_int(const resp_arg *a, int64_t lo, int64_t hi, int64_t *v);
 bool dd_arg_ttl(const resp_arg *a, int64_t *ttl, dd_buf *out);
+/* WAIT's value: -1 (forever) or 0 to DLOCK_TTL_MAX_MS. */
+bool dd_arg_wait(const resp_arg *a, int64_t *wait, dd_buf *out);
 
-/* ---- locks.c ------------------------------------------------------------------------ */
+/* ---- the locks module: locks.c, sessions.c, sem.c, unlock.c, elect.c ---------------- */
 
+/* The arguments of the commands on a lock (LOCK, SEM, ELECT, UNLOCK, EXTEND, CHECK,
+ * LOCKINFO, RESIGN, PROCLAIM, LEADER), each command using its own. */
+typedef struct dd_lock_args {
+    char *name;      /* the lock's name, copied from the command's argument */
+    bool name_taken; /* the session took name over (it frees it) */
+    char *label;     /* LOCK's LABEL, then the holder description made from it */
+    char *value;     /* ELECT's VALUE, PROCLAIM's value */
+    char token[DLOCK_TOKEN_LEN + 1];
+    int64_t ttl_ms, wait_ms;
+    int64_t permits;    /* SEM ACQUIRE: K; 0 for LOCK */
+    int64_t maxhold_ms; /* LOCK's and SEM ACQUIRE's MAXHOLD (else --max-hold); 0: none */
+    bool maxhold_given; /* MAXHOLD was among the options */
+    bool detached, fair, shared;
+    bool elect;          /* ELECT: a campaign (its VALUE in value) */
+    dd_session *sess;    /* the session lock it works on */
+    dd_session *release; /* lost session locks of the name, released before it is taken
+                            again */
+} dd_lock_args;
+
+/* The module's commands and hooks, at the start. */
+void dd_locks_register(void);
+/* A job for a command on a lock, its arguments zeroed in *a. */
+dd_job *dd_lock_job(dd_conn *c, dd_lock_args **a);
 void dd_cmd_lock(dd_conn *c, resp_arg *argv, size_t argc, dd_buf *out);
-/* The options of LOCK, SEM ACQUIRE (j->permits set: no SHARED) and ELECT (j->elect:
- * TTL, WAIT, VALUE, LABEL, FAIR) from argv[first] on, into j; cmd names the command in
- * errors. */
-bool dd_lock_options(resp_arg *argv, size_t argc, size_t first, const char *cmd, dd_job *j,
+/* The options of LOCK, SEM ACQUIRE (a->permits set: no SHARED) and ELECT (a->elect:
+ * TTL, WAIT, VALUE, LABEL, FAIR) from argv[first] on, into a; cmd names the command in
+ * errors (args.c). */
+bool dd_lock_options(resp_arg *argv, size_t argc, size_t first, const char *cmd, dd_lock_args *a,
                      dd_buf *out);
-/* Start the acquisition of j->name (a permit of K = j->permits when set) and run it to
- * its reply; false with the error in out (j stays the caller's to free). */
+/* Start the acquisition of the job's name (a permit of K = permits when set) and run it
+ * to its reply; false with the error in out (j stays the caller's to free). */
 bool dd_lock_start(dd_conn *c, dd_job *j, dd_buf *out);
-/* A closing connection's session locks and parked operation are given up on the pool. */
-void dd_conn_release_all(dd_conn *c);
-/* An ending connection's session locks are released on the pool now, not at its close
- * (unless a job in flight may use them). */
-void dd_conn_release_sessions(dd_conn *c);
+
+/* sessions.c: the connection's slot and hooks, at the start. */
+void dd_sessions_register(void);
+/* The connection's session locks (permits and leaderships too), newest first. */
+dd_session *dd_conn_sessions(const dd_conn *c);
+/* A session just granted joins its connection. */
+void dd_session_link(dd_conn *c, dd_session *s);
 /* The connection's session lock of that name held with that token, or NULL. */
 dd_session *dd_session_find(dd_conn *c, const char *name, size_t len, const char *token);
+/* The sessions of a name the renewal found lost, off the connection's list (each
+ * counted in dd_srv.releasing): dd_sessions_release them before the name is taken. */
+dd_session *dd_sessions_take_lost(dd_conn *c, const char *name);
 /* What the connection holds of a name as session locks, those found lost left out. */
 typedef struct dd_held {
     int exclusive; /* LOCKs, permits of K = 1 */
@@ -513,8 +594,6 @@ void dd_loss_notify(void);
 /* A session lock just granted to its connection: released, and the connection ended,
  * maxhold_ms from now (0: never). */
 void dd_maxhold_start(dd_session *s, int64_t maxhold_ms);
-/* The command in flight of a connection with an end_msg is answered: end it now. */
-void dd_loss_end_pending(dd_conn *c);
 
 /* ---- drain.c ------------------------------------------------------------------------ */
 
@@ -534,7 +613,7 @@ void dd_drain_stop(void);
 
 /* ---- sem.c -------------------------------------------------------------------------- */
 
-void dd_cmd_sem(dd_conn *c, resp_arg *argv, size_t argc, dd_buf *out);
+void dd_sem_register(void);
 
 /* ---- unlock.c ----------------------------------------------------------------------- */
 
@@ -549,10 +628,9 @@ void dd_cmd_lockinfo(dd_conn *c, resp_arg *argv, size_t argc, dd_buf *out);
 
 /* ---- elect.c, pubsub.c ------------------------------------------------------------- */
 
-void dd_cmd_elect(dd_conn *c, resp_arg *argv, size_t argc, dd_buf *out);
-void dd_cmd_resign(dd_conn *c, resp_arg *argv, size_t argc, dd_buf *out);
-void dd_cmd_proclaim(dd_conn *c, resp_arg *argv, size_t argc, dd_buf *out);
-void dd_cmd_leader(dd_conn *c, resp_arg *argv, size_t argc, dd_buf *out);
+/* ELECT, RESIGN, PROCLAIM, LEADER, SUBSCRIBE and UNSUBSCRIBE, and the hook that takes a
+ * closing connection off its channels; at the start. */
+void dd_elect_register(void);
 void dd_cmd_subscribe(dd_conn *c, resp_arg *argv, size_t argc, dd_buf *out);
 void dd_cmd_unsubscribe(dd_conn *c, resp_arg *argv, size_t argc, dd_buf *out);
 /* A subscribed connection's PING: ["pong", ARG or ""], as Redis answers in that mode. */
@@ -562,12 +640,11 @@ void dd_pubsub_conn_closed(dd_conn *c);
 
 /* ---- operators.c -------------------------------------------------------------------- */
 
-void dd_cmd_locks(dd_conn *c, resp_arg *argv, size_t argc, dd_buf *out);
-void dd_cmd_break(dd_conn *c, resp_arg *argv, size_t argc, dd_buf *out);
+void dd_operators_register(void);
 
 /* ---- stock.c ------------------------------------------------------------------------ */
 
-void dd_cmd_stock(dd_conn *c, resp_arg *argv, size_t argc, dd_buf *out);
+void dd_stock_register(void);
 
 /* ---- park.c ------------------------------------------------------------------------- */
 
@@ -599,6 +676,27 @@ void dd_park_give_up(dd_conn *c);
  * with c->end_msg, the connection ended by it (a session lock lost: loss.c). */
 void dd_park_refuse(dd_conn *c);
 void dd_park_shutdown(void);
+
+/* ---- options.c, main.c --------------------------------------------------------------- */
+
+#define DD_EXIT_USAGE 64 /* a mistake on the command line */
+#define DD_EXIT_FAIL  70 /* could not start */
+
+/* What the command line gives besides the options it sets in dd_srv. */
+typedef struct dd_options {
+    const char *servers, *prefix; /* -s, --prefix; NULL: not given */
+    const char *passfile;         /* --requirepass-file */
+    const char *adminfile;        /* --admin-pass-file */
+    long timeout_ms;              /* --timeout */
+    char *pass, *adminpass;       /* the passwords read (dd_srv's), to free at the end */
+} dd_options;
+
+/* The command line into dd_srv and o: -1 to go on, else the exit status (0 after
+ * --help or --version, DD_EXIT_USAGE after a line on stderr). */
+int dd_options_parse(int argc, char **argv, dd_options *o);
+/* The passwords (--requirepass-file or $DLOCKD_REQUIREPASS; --admin-pass-file) into
+ * dd_srv and o: -1 to go on, else the exit status. */
+int dd_options_passwords(dd_options *o);
 
 /* ---- metrics.c ---------------------------------------------------------------------- */
 

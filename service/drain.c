@@ -101,7 +101,7 @@ bool dd_drain_start(void)
     for (dd_conn *c = dd_srv.conns; c != NULL; c = c->next) {
         if (c->closing)
             continue;
-        holders += c->sessions != NULL;
+        holders += dd_conn_sessions(c) != NULL;
         if (c->parked_job != NULL && c->parked_job->blocked) {
             dd_park_refuse(c);
             ended++;

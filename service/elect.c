@@ -23,15 +23,16 @@
 #include <stdlib.h>
 #include <string.h>
 
-void dd_cmd_elect(dd_conn *c, resp_arg *argv, size_t argc, dd_buf *out)
+static void dd_cmd_elect(dd_conn *c, resp_arg *argv, size_t argc, dd_buf *out)
 {
     if (dd_would_wait_for_itself(c, &argv[1], 0, out))
         return;
-    dd_job *j = dd_job_new(c);
-    j->ttl_ms = DLOCK_TTL_DEFAULT_MS;
-    j->elect = true;
-    if (!dd_lock_options(argv, argc, 2, "ELECT", j, out) ||
-        (j->name = dd_arg_dup(&argv[1], "election name", DLOCK_NAME_MAX, out)) == NULL ||
+    dd_lock_args *a;
+    dd_job *j = dd_lock_job(c, &a);
+    a->ttl_ms = DLOCK_TTL_DEFAULT_MS;
+    a->elect = true;
+    if (!dd_lock_options(argv, argc, 2, "ELECT", a, out) ||
+        (a->name = dd_arg_dup(&argv[1], "election name", DLOCK_NAME_MAX, out)) == NULL ||
         !dd_lock_start(c, j, out))
         dd_job_free(j);
 }
@@ -52,22 +53,24 @@ static dd_session *leadership(dd_conn *c, const resp_arg *name, const resp_arg *
 
 static void resign_work(dd_job *j)
 {
-    j->rc = dlock_resign(j->sess->lock); /* the handle is freed whatever it says */
-    j->sess->lock = NULL;
-    if (atomic_load(&j->sess->lost) && j->rc == DLOCK_OK)
+    dd_lock_args *a = j->args;
+    j->rc = dlock_resign(a->sess->lock); /* the handle is freed whatever it says */
+    a->sess->lock = NULL;
+    if (atomic_load(&a->sess->lost) && j->rc == DLOCK_OK)
         j->rc = DLOCK_ERR_LOST;
     dd_reply_held(&j->reply, j->rc);
 }
 
 static void resign_done(dd_job *j)
 {
-    dd_session_free(j->sess);
-    j->sess = NULL;
+    dd_lock_args *a = j->args;
+    dd_session_free(a->sess);
+    a->sess = NULL;
     dd_job_answer(j);
     dd_job_free(j);
 }
 
-void dd_cmd_resign(dd_conn *c, resp_arg *argv, size_t argc, dd_buf *out)
+static void dd_cmd_resign(dd_conn *c, resp_arg *argv, size_t argc, dd_buf *out)
 {
     (void)argc;
     dd_session *s = leadership(c, &argv[1], &argv[2]);
@@ -76,8 +79,9 @@ void dd_cmd_resign(dd_conn *c, resp_arg *argv, size_t argc, dd_buf *out)
         return;
     }
     dd_session_unlink(c, s);
-    dd_job *j = dd_job_new(c);
-    j->sess = s;
+    dd_lock_args *a;
+    dd_job *j = dd_lock_job(c, &a);
+    a->sess = s;
     j->work = resign_work;
     j->done = resign_done;
     dd_job_queue(j);
@@ -85,21 +89,23 @@ void dd_cmd_resign(dd_conn *c, resp_arg *argv, size_t argc, dd_buf *out)
 
 static void proclaim_work(dd_job *j)
 {
-    j->rc = dlock_proclaim(j->sess->lock, j->extra);
+    dd_lock_args *a = j->args;
+    j->rc = dlock_proclaim(a->sess->lock, a->value);
     dd_reply_held(&j->reply, j->rc);
 }
 
 static void proclaim_done(dd_job *j)
 {
+    dd_lock_args *a = j->args;
     /* A leadership found lost stops blocking a new ELECT of its name. */
     if (j->rc == DLOCK_ERR_LOST)
-        atomic_store(&j->sess->lost, 1);
-    j->sess = NULL; /* the connection's still */
+        atomic_store(&a->sess->lost, 1);
+    a->sess = NULL; /* the connection's still */
     dd_job_answer(j);
     dd_job_free(j);
 }
 
-void dd_cmd_proclaim(dd_conn *c, resp_arg *argv, size_t argc, dd_buf *out)
+static void dd_cmd_proclaim(dd_conn *c, resp_arg *argv, size_t argc, dd_buf *out)
 {
     (void)argc;
     dd_session *s = leadership(c, &argv[1], &argv[2]);
@@ -107,12 +113,13 @@ void dd_cmd_proclaim(dd_conn *c, resp_arg *argv, size_t argc, dd_buf *out)
         dd_reply_int(out, 0);
         return;
     }
-    dd_job *j = dd_job_new(c);
-    if ((j->extra = dd_arg_value(&argv[3], out)) == NULL) {
+    dd_lock_args *a;
+    dd_job *j = dd_lock_job(c, &a);
+    if ((a->value = dd_arg_value(&argv[3], out)) == NULL) {
         dd_job_free(j);
         return;
     }
-    j->sess = s; /* stays listed: the connection is busy until the job is done */
+    a->sess = s; /* stays listed: the connection is busy until the job is done */
     j->work = proclaim_work;
     j->done = proclaim_done;
     dd_job_queue(j);
@@ -122,8 +129,9 @@ void dd_cmd_proclaim(dd_conn *c, resp_arg *argv, size_t argc, dd_buf *out)
 
 static void leader_work(dd_job *j)
 {
+    dd_lock_args *a = j->args;
     dlock_leader_info info;
-    j->rc = dlock_leader(dd_srv.client, j->name, &info);
+    j->rc = dlock_leader(dd_srv.client, a->name, &info);
     if (j->rc != DLOCK_OK) {
         dd_reply_dlock_error(&j->reply, j->rc);
     } else if (info.term == 0) {
@@ -143,15 +151,40 @@ static void leader_done(dd_job *j)
     dd_job_free(j);
 }
 
-void dd_cmd_leader(dd_conn *c, resp_arg *argv, size_t argc, dd_buf *out)
+static void dd_cmd_leader(dd_conn *c, resp_arg *argv, size_t argc, dd_buf *out)
 {
     (void)argc;
-    dd_job *j = dd_job_new(c);
-    if ((j->name = dd_arg_dup(&argv[1], "election name", DLOCK_NAME_MAX, out)) == NULL) {
+    dd_lock_args *a;
+    dd_job *j = dd_lock_job(c, &a);
+    if ((a->name = dd_arg_dup(&argv[1], "election name", DLOCK_NAME_MAX, out)) == NULL) {
         dd_job_free(j);
         return;
     }
     j->work = leader_work;
     j->done = leader_done;
     dd_job_queue(j);
+}
+
+/* ---- the module --------------------------------------------------------------------- */
+
+static const dd_command_def commands[] = {
+    {"elect", -2, false, false, false, dd_cmd_elect},
+    {"resign", 3, false, false, false, dd_cmd_resign},
+    {"proclaim", 4, false, false, false, dd_cmd_proclaim},
+    {"leader", 2, false, false, false, dd_cmd_leader},
+    {"subscribe", -2, false, false, true, dd_cmd_subscribe},
+    {"unsubscribe", -1, false, false, true, dd_cmd_unsubscribe},
+};
+
+/* A closing connection leaves its channels at once, whatever job it has in flight. */
+static const dd_conn_hooks hooks = {
+    .closing = dd_pubsub_conn_closed,
+    .closed = NULL,
+    .ending = NULL,
+};
+
+void dd_elect_register(void)
+{
+    dd_commands_add(commands, sizeof commands / sizeof commands[0]);
+    dd_conn_hooks_add(&hooks);
 }

@@ -41,17 +41,7 @@ static void end_after(dd_conn *c, const char *msg)
     if (c->parked_job != NULL && c->parked_job->blocked)
         dd_park_refuse(c);
     else if (!c->busy)
-        dd_loss_end_pending(c);
-}
-
-void dd_loss_end_pending(dd_conn *c)
-{
-    char *msg = c->end_msg;
-    c->end_msg = NULL;
-    dd_conn_end(c, "%s", msg);
-    if (!c->closing)
-        dd_conn_release_sessions(c); /* now: the close may come a linger later */
-    free(msg);
+        dd_conn_end_pending(c);
 }
 
 /* Who holds the connection's locks, for the log: its name or address, and its id. */
@@ -87,7 +77,7 @@ static void on_lost_async(uv_async_t *h)
         if (c->closing)
             continue;
         const dd_session *first = NULL;
-        for (dd_session *s = c->sessions; s != NULL; s = s->next)
+        for (dd_session *s = dd_conn_sessions(c); s != NULL; s = s->next)
             if (atomic_load(&s->lost) && !s->ended) {
                 s->ended = true;
                 if (first == NULL)
@@ -140,7 +130,7 @@ static void on_maxhold(uv_timer_t *t)
         if (c->closing || c->quit)
             continue; /* ending: its sessions are released with it */
         const dd_session *first = NULL;
-        for (dd_session *s = c->sessions; s != NULL; s = s->next) {
+        for (dd_session *s = dd_conn_sessions(c); s != NULL; s = s->next) {
             if (s->maxhold_at_ms == 0 || s->ended || atomic_load(&s->lost))
                 continue;
             if (s->maxhold_at_ms > now) {

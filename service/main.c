@@ -1,5 +1,6 @@
 /*
- * main.c: dlockd's command line, signals, the open-files limit, start and stop.
+ * main.c: dlockd's start and stop: the modules' registration, the lock servers' client,
+ * signals, the open-files limit, the loop. The command line is options.c's.
  *
  *   dlockd [-s URLS] [-p|--port PORT] [--bind ADDR] [--unixsocket PATH]
  *          [--requirepass-file FILE] [--admin-pass-file FILE] [--auth-timeout MS]
@@ -27,158 +28,12 @@
 #include "dlockd.h"
 
 #include <errno.h>
-#include <getopt.h>
 #include <limits.h>
 #include <signal.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
-
-#define EXIT_USAGE 64
-#define EXIT_FAIL  70
-
-static const char usage_text[] =
-    "usage: dlockd [OPTIONS]\n"
-    "A lock service that speaks the Redis protocol (RESP2): any Redis client takes\n"
-    "locks with LOCK, UNLOCK, EXTEND, CHECK and LOCKINFO, semaphores with SEM,\n"
-    "stock with STOCK, and leaders with ELECT, RESIGN, PROCLAIM, LEADER and\n"
-    "SUBSCRIBE leader:NAME (docs/service.md).\n"
-    "\n"
-    "  -s, --servers URLS        lock servers, as for dlock (default $DLOCK_SERVERS,\n"
-    "                            else redis://127.0.0.1:6379); their password from\n"
-    "                            $DLOCK_PASSWORD when the URLs carry none\n"
-    "  -p, --port PORT           TCP port (default 7379; 0: no plain TCP, with\n"
-    "                            --unixsocket or --tls-port)\n"
-    "      --bind ADDR           TCP address (default 127.0.0.1)\n"
-    "      --unixsocket PATH     also listen on a unix socket\n"
-    "      --unixsocketperm MODE its permissions, in octal (e.g. 770; default: as the\n"
-    "                            umask makes them); connecting needs write permission\n"
-    "      --requirepass-file F  clients must AUTH with the first line of F (or set\n"
-    "                            $DLOCKD_REQUIREPASS; never on the command line);\n"
-    "                            at most 16384 bytes\n"
-    "      --admin-pass-file F   enable the user admin, whose password is the first\n"
-    "                            line of F (AUTH admin PASSWORD): admin alone may run\n"
-    "                            CLIENT KILL and BREAK; at most 16384 bytes\n"
-    "      --auth-timeout MS     close a client that has not authenticated MS after\n"
-    "                            connecting (default 10000; 0: never)\n"
-    "      --timeout-idle S      close a client that sent nothing and got no reply for\n"
-    "                            S seconds, releasing its session locks, as\n"
-    "                            redis-server's timeout (default 0: never; a client\n"
-    "                            waiting for a lock is not idle)\n"
-    "      --maxclients N        connections at most (default 10000; lowered to fit the\n"
-    "                            open-files limit, 2 descriptors a client)\n"
-    "      --prefix P            key prefix on the lock servers (default dlock:)\n"
-    "      --timeout MS          per-server deadline of one command to the lock servers\n"
-    "                            (default 200); nothing to do with --timeout-idle\n"
-    "      --max-hold MS         release a session lock held this long, and close its\n"
-    "                            holder's connection, unless its LOCK gives MAXHOLD\n"
-    "                            (default 0: never)\n"
-    "      --shutdown-timeout MS on SIGTERM, wait this long for the session locks held\n"
-    "                            to be UNLOCKed, refusing new ones (default 10000;\n"
-    "                            0: release them at once)\n"
-    "      --tls-port PORT       also listen with TLS on PORT (same --bind)\n"
-    "      --tls-cert-file FILE  the server's certificate (PEM, chain allowed)\n"
-    "      --tls-key-file FILE   its private key (PEM, no passphrase)\n"
-    "      --tls-ca-cert-file F  CA certificates that client certificates must chain to\n"
-    "      --tls-ca-cert-dir DIR the same, a directory by hash (openssl rehash)\n"
-    "      --tls-auth-clients X  yes (default): a client certificate is required;\n"
-    "                            optional: verified when sent; no: not asked for\n"
-    "      --metrics-port PORT   serve Prometheus metrics (GET /metrics) and a health\n"
-    "                            check (GET /health) over HTTP on PORT (default: none)\n"
-    "      --metrics-bind ADDR   its address, IPv4 or IPv6 (default 127.0.0.1)\n"
-    "  -h, --help                this text\n"
-    "  -V, --version             the version\n"
-    "\n"
-    "Exit status: 0 after SIGTERM or SIGINT, 64 usage, 70 could not start.\n";
-
-static int usage_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-static int usage_error(const char *fmt, ...)
-{
-    char msg[512];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(msg, sizeof msg, fmt, ap);
-    va_end(ap);
-    fprintf(stderr, "dlockd: %s (see dlockd --help)\n", msg);
-    return EXIT_USAGE;
-}
-
-static bool parse_int(const char *s, long lo, long hi, long *out)
-{
-    char *end;
-    errno = 0;
-    long v = strtol(s, &end, 10);
-    if (errno != 0 || end == s || *end != '\0' || v < lo || v > hi)
-        return false;
-    *out = v;
-    return true;
-}
-
-/* A password clients can send: before AUTH an argument is at most
- * DD_PREAUTH_MAX_BULK bytes, so a longer one could never be given; refused here
- * rather than cut. */
-static bool password_fits(const char *pass, const char *from)
-{
-    if (strlen(pass) <= DD_PREAUTH_MAX_BULK)
-        return true;
-    fprintf(stderr,
-            "dlockd: %s: the password is %zu bytes, longer than the %d a client may send "
-            "before AUTH\n",
-            from, strlen(pass), DD_PREAUTH_MAX_BULK);
-    return false;
-}
-
-/* The first line of the file, whole, without its newline; option names it in errors. */
-static char *read_password_file(const char *path, const char *option)
-{
-    FILE *f = fopen(path, "r");
-    if (f == NULL) {
-        fprintf(stderr, "dlockd: %s %s: %s\n", option, path, strerror(errno));
-        return NULL;
-    }
-    char *line = NULL;
-    size_t cap = 0;
-    if (getline(&line, &cap, f) < 0) {
-        free(line);
-        line = strdup("");
-    }
-    fclose(f);
-    if (line == NULL)
-        return NULL;
-    line[strcspn(line, "\r\n")] = '\0';
-    if (line[0] == '\0') {
-        fprintf(stderr, "dlockd: %s %s: empty password\n", option, path);
-        free(line);
-        return NULL;
-    }
-    if (!password_fits(line, option)) {
-        free(line);
-        return NULL;
-    }
-    return line;
-}
-
-/* The TLS options make sense together only: a listener needs its certificate and key,
- * files without a listener are a mistake (TLS would seem to be on), and a client
- * certificate can be verified only against CAs (redis-server refuses to start too). */
-static int check_tls_options(void)
-{
-    bool files = dd_srv.tls_cert || dd_srv.tls_key || dd_srv.tls_ca_file || dd_srv.tls_ca_dir;
-    if (dd_srv.tls_port == 0)
-        return files ? usage_error("the --tls-* files need --tls-port") : 0;
-    if (dd_srv.tls_port == dd_srv.port)
-        return usage_error("--tls-port %d is --port too: give another", dd_srv.tls_port);
-    if (dd_srv.tls_cert == NULL || dd_srv.tls_key == NULL)
-        return usage_error("--tls-port needs --tls-cert-file and --tls-key-file");
-    if (dd_srv.tls_auth != DD_TLS_AUTH_NO && dd_srv.tls_ca_file == NULL &&
-        dd_srv.tls_ca_dir == NULL)
-        return usage_error("--tls-auth-clients %s verifies client certificates: give "
-                           "--tls-ca-cert-file or --tls-ca-cert-dir, or --tls-auth-clients no",
-                           dd_srv.tls_auth == DD_TLS_AUTH_YES ? "yes (the default)" : "optional");
-    return 0;
-}
 
 static void library_log(void *user, int level, const char *msg)
 {
@@ -259,154 +114,24 @@ static bool fit_nofile(void)
     return true;
 }
 
-/* --tls-auth-clients: redis-server's words for it. */
-static int parse_tls_auth(const char *arg)
+/* The modules' commands and hooks. The table is searched in this order (LOCK first),
+ * and the hooks at a connection's end run in it: a closing connection leaves its
+ * channels before its session locks are released. */
+static void register_modules(void)
 {
-    static const char *const words[] = {
-        [DD_TLS_AUTH_YES] = "yes", [DD_TLS_AUTH_OPTIONAL] = "optional", [DD_TLS_AUTH_NO] = "no"};
-    for (int i = 0; i < (int)(sizeof words / sizeof words[0]); i++)
-        if (strcmp(arg, words[i]) == 0)
-            return i;
-    return -1;
+    dd_locks_register();
+    dd_operators_register();
+    dd_sem_register();
+    dd_stock_register();
+    dd_commands_register();
+    dd_elect_register();
 }
 
-/* An octal file mode of permission bits alone (redis-server's unixsocketperm): 0 to
- * 0777, digits only; -1 for anything else. */
-static int parse_mode(const char *s)
+/* The library's client of the lock servers: -s, else $DLOCK_SERVERS, else the local
+ * one; their password from $DLOCK_PASSWORD. -1 when made, else the exit status. */
+static int client_start(const dd_options *o)
 {
-    if (*s == '\0' || strlen(s) > 4)
-        return -1;
-    int mode = 0;
-    for (; *s != '\0'; s++) {
-        if (*s < '0' || *s > '7')
-            return -1;
-        mode = mode * 8 + (*s - '0');
-    }
-    return mode <= 0777 ? mode : -1;
-}
-
-int main(int argc, char **argv)
-{
-    const char *servers = NULL, *passfile = NULL, *prefix = NULL, *tls_auth = NULL,
-               *requirepass = NULL, *sockperm = NULL, *adminfile = NULL;
-    long port = DD_PORT_DEF, maxclients = DD_MAXCLIENTS_DEF, timeout_ms = DD_TIMEOUT_DEF,
-         tls_port = 0, auth_timeout = DD_AUTH_TIMEOUT_DEF, idle_timeout = 0, max_hold = 0,
-         shutdown_timeout = DD_SHUTDOWN_TIMEOUT_DEF;
-    dd_srv.bind = "127.0.0.1";
-    dd_srv.unixsocketperm = -1;
-    long metrics_port = 0;
-    /* Every option that takes a value: where it goes, and a number's range. */
-    const struct {
-        const char *name;
-        int letter; /* its short form, or 0 */
-        const char **str;
-        long *num;
-        long lo, hi;
-        const char *range;
-    } opts[] = {
-        {"servers", 's', &servers, NULL, 0, 0, NULL},
-        {"port", 'p', NULL, &port, 0, 65535, "0 to 65535"},
-        {"bind", 0, &dd_srv.bind, NULL, 0, 0, NULL},
-        {"unixsocket", 0, &dd_srv.unixsocket, NULL, 0, 0, NULL},
-        {"unixsocketperm", 0, &sockperm, NULL, 0, 0, NULL},
-        {"requirepass-file", 0, &passfile, NULL, 0, 0, NULL},
-        {"requirepass", 0, &requirepass, NULL, 0, 0, NULL},
-        {"admin-pass-file", 0, &adminfile, NULL, 0, 0, NULL},
-        {"maxclients", 0, NULL, &maxclients, 1, 1000000, "1 to 1000000"},
-        {"auth-timeout", 0, NULL, &auth_timeout, 0, 86400000, "0 to 86400000 ms"},
-        {"timeout-idle", 0, NULL, &idle_timeout, 0, 31536000, "0 to 31536000 s"},
-        {"prefix", 0, &prefix, NULL, 0, 0, NULL},
-        {"timeout", 0, NULL, &timeout_ms, 1, 3600000, "1 to 3600000 ms"},
-        {"max-hold", 0, NULL, &max_hold, 0, DLOCK_TTL_MAX_MS, "0 to 2147483647 ms"},
-        {"shutdown-timeout", 0, NULL, &shutdown_timeout, 0, 86400000, "0 to 86400000 ms"},
-        {"tls-port", 0, NULL, &tls_port, 0, 65535, "0 to 65535"},
-        {"tls-cert-file", 0, &dd_srv.tls_cert, NULL, 0, 0, NULL},
-        {"tls-key-file", 0, &dd_srv.tls_key, NULL, 0, 0, NULL},
-        {"tls-ca-cert-file", 0, &dd_srv.tls_ca_file, NULL, 0, 0, NULL},
-        {"tls-ca-cert-dir", 0, &dd_srv.tls_ca_dir, NULL, 0, 0, NULL},
-        {"tls-auth-clients", 0, &tls_auth, NULL, 0, 0, NULL},
-        {"metrics-port", 0, NULL, &metrics_port, 1, 65535, "1 to 65535"},
-        {"metrics-bind", 0, &dd_srv.metrics_bind, NULL, 0, 0, NULL},
-    };
-    enum { NOPTS = sizeof opts / sizeof opts[0], FIRST = 256 };
-    struct option longopts[NOPTS + 3];
-    for (int i = 0; i < NOPTS; i++)
-        longopts[i] = (struct option){opts[i].name, required_argument, NULL,
-                                      opts[i].letter ? opts[i].letter : FIRST + i};
-    longopts[NOPTS] = (struct option){"help", no_argument, NULL, 'h'};
-    longopts[NOPTS + 1] = (struct option){"version", no_argument, NULL, 'V'};
-    longopts[NOPTS + 2] = (struct option){NULL, 0, NULL, 0};
-    opterr = 0;
-    int opt;
-    while ((opt = getopt_long(argc, argv, ":s:p:hV", longopts, NULL)) != -1) {
-        if (opt == 'h') {
-            fputs(usage_text, stdout);
-            return 0;
-        }
-        if (opt == 'V') {
-            printf("dlockd %s\n", dlock_version());
-            return 0;
-        }
-        if (opt == ':')
-            return usage_error("option %s needs a value", argv[optind - 1]);
-        int i = 0;
-        while (i < NOPTS && (opts[i].letter ? opts[i].letter : FIRST + i) != opt)
-            i++;
-        if (i == NOPTS)
-            return usage_error("unknown option '%s'", argv[optind - 1]);
-        if (opts[i].str != NULL)
-            *opts[i].str = optarg;
-        else if (!parse_int(optarg, opts[i].lo, opts[i].hi, opts[i].num))
-            return usage_error("bad --%s '%s' (%s)", opts[i].name, optarg, opts[i].range);
-    }
-    if (requirepass != NULL)
-        return usage_error("--requirepass is not taken on the command line, where ps "
-                           "shows it: use --requirepass-file FILE or $DLOCKD_REQUIREPASS");
-    if (tls_auth != NULL && (dd_srv.tls_auth = parse_tls_auth(tls_auth)) < 0)
-        return usage_error("bad --tls-auth-clients '%s' (yes, no or optional)", tls_auth);
-    if (sockperm != NULL && (dd_srv.unixsocketperm = parse_mode(sockperm)) < 0)
-        return usage_error("bad --unixsocketperm '%s' (octal, 0 to 777)", sockperm);
-    if (sockperm != NULL && dd_srv.unixsocket == NULL)
-        return usage_error("--unixsocketperm without --unixsocket");
-    dd_srv.port = (int)port;
-    dd_srv.maxclients = (int)maxclients;
-    dd_srv.auth_timeout_ms = auth_timeout;
-    dd_srv.idle_timeout_s = idle_timeout;
-    dd_srv.max_hold_ms = max_hold;
-    dd_srv.shutdown_timeout_ms = shutdown_timeout;
-    dd_srv.tls_port = (int)tls_port;
-    dd_srv.metrics_port = (int)metrics_port;
-    if (dd_srv.metrics_bind != NULL && dd_srv.metrics_port == 0)
-        return usage_error("--metrics-bind without --metrics-port");
-    if (optind < argc)
-        return usage_error("unexpected argument '%s'", argv[optind]);
-    if (dd_srv.port == 0 && dd_srv.unixsocket == NULL && dd_srv.tls_port == 0)
-        return usage_error("--port 0 turns TCP off: give --unixsocket or --tls-port then");
-    int rc = check_tls_options();
-    if (rc != 0)
-        return rc;
-
-    char *pass = NULL;
-    if (passfile != NULL) {
-        pass = read_password_file(passfile, "--requirepass-file");
-        if (pass == NULL)
-            return EXIT_USAGE;
-    } else {
-        const char *env = getenv("DLOCKD_REQUIREPASS");
-        if (env != NULL && env[0] != '\0' && !password_fits(env, "$DLOCKD_REQUIREPASS"))
-            return EXIT_USAGE;
-        if (env != NULL && env[0] != '\0' && (pass = strdup(env)) == NULL)
-            return EXIT_FAIL;
-    }
-    dd_srv.requirepass = pass;
-    char *adminpass = NULL;
-    if (adminfile != NULL &&
-        (adminpass = read_password_file(adminfile, "--admin-pass-file")) == NULL) {
-        free(pass);
-        return EXIT_USAGE;
-    }
-    dd_srv.adminpass = adminpass;
-
+    const char *servers = o->servers;
     if (servers == NULL) {
         servers = getenv("DLOCK_SERVERS");
         if (servers == NULL || servers[0] == '\0')
@@ -414,71 +139,45 @@ int main(int argc, char **argv)
     }
     dlock_config cfg;
     memset(&cfg, 0, sizeof cfg);
-    cfg.prefix = prefix;
-    cfg.timeout_ms = timeout_ms;
+    cfg.prefix = o->prefix;
+    cfg.timeout_ms = o->timeout_ms;
     const char *password = getenv("DLOCK_PASSWORD");
     if (password != NULL && password[0] != '\0')
         cfg.password = password;
     cfg.log = library_log;
     /* The list is not echoed: its URLs may carry passwords; the detail names the bad
      * part without them. */
-    rc = dlock_client_new(servers, &cfg, &dd_srv.client);
+    int rc = dlock_client_new(servers, &cfg, &dd_srv.client);
     if (rc != DLOCK_OK) {
         fprintf(stderr, "dlockd: servers: %s (%s)\n", dlock_strerror(rc), dlock_errmsg());
-        return EXIT_USAGE;
+        return DD_EXIT_USAGE;
     }
     dd_srv.nservers = dlock_client_nservers(dd_srv.client);
-    if (dd_srv.tls_port > 0 && !dd_tls_setup()) {
-        dd_tls_cleanup();
-        dlock_client_free(dd_srv.client);
-        free(pass);
-        free(adminpass);
-        return EXIT_FAIL;
-    }
+    return -1;
+}
 
-    /* Every blocking library call runs on libuv's pool; 8 threads keep the whole
-     * process (loop, pool, the library's wake-up and renewal threads) under 16. The
-     * pool reads this at its first use, below. */
-    setenv("UV_THREADPOOL_SIZE", DD_POOL_DEF, 0);
-    /* A write to a client that has gone must fail with EPIPE, not kill the daemon. */
-    signal(SIGPIPE, SIG_IGN);
-    if (!fit_nofile()) {
-        dd_tls_cleanup();
-        dlock_client_free(dd_srv.client);
-        free(pass);
-        free(adminpass);
-        return EXIT_FAIL;
-    }
+/* What the start made, undone: at the stop, or when the start fails. */
+static void cleanup(dd_options *o)
+{
+    dd_tls_cleanup();
+    /* Every connection's session locks were released by now; nothing else is attached
+     * to the client (detached locks have no handle here). */
+    dlock_client_free(dd_srv.client);
+    free(o->pass);
+    free(o->adminpass);
+}
 
-    dd_srv.limits.max_args = DD_MAX_ARGS;
-    dd_srv.limits.max_bulk = DD_MAX_BULK;
-    dd_srv.limits.max_inline = DD_MAX_INLINE;
-    dd_srv.preauth_limits.max_args = DD_PREAUTH_MAX_ARGS;
-    dd_srv.preauth_limits.max_bulk = DD_PREAUTH_MAX_BULK;
-    dd_srv.preauth_limits.max_inline = DD_PREAUTH_MAX_INLINE;
-    dd_srv.preauth_limits.unauthenticated = 1;
-    static uv_loop_t loop;
-    uv_loop_init(&loop);
-    dd_srv.loop = &loop;
-    dd_srv.started_ms = dd_now_ms();
-    uv_signal_init(&loop, &dd_srv.sigterm);
-    uv_signal_init(&loop, &dd_srv.sigint);
+static void signals_start(uv_loop_t *loop)
+{
+    uv_signal_init(loop, &dd_srv.sigterm);
+    uv_signal_init(loop, &dd_srv.sigint);
     uv_signal_start(&dd_srv.sigterm, on_signal, SIGTERM);
     uv_signal_start(&dd_srv.sigint, on_signal, SIGINT);
-    dd_deadlines_start();
-    dd_loss_start();
-    /* The health checks start before the listeners, so that a lock server down at the
-     * start is in the log before the first client comes. */
-    if (dd_health_start() != 0 || dd_metrics_start() != 0 || dd_server_listen() != 0) {
-        dd_server_stop();
-        uv_run(&loop, UV_RUN_DEFAULT);
-        uv_loop_close(&loop);
-        dd_tls_cleanup();
-        dlock_client_free(dd_srv.client);
-        free(pass);
-        free(adminpass);
-        return EXIT_FAIL;
-    }
+}
+
+/* The line that says dlockd is up, and where. */
+static void log_listening(const dd_options *o)
+{
     char where[PATH_MAX + 64] = "";
     if (dd_srv.port > 0)
         snprintf(where, sizeof where, "%s:%d", dd_srv.bind, dd_srv.port);
@@ -493,17 +192,67 @@ int main(int argc, char **argv)
                  where[0] ? " and " : "", dd_srv.unixsocket);
     dd_log("dlockd %s listening on %s; %d lock server%s; maxclients %d%s%s", dlock_version(), where,
            dd_srv.nservers, dd_srv.nservers > 1 ? "s" : "", dd_srv.maxclients,
-           pass != NULL ? "; AUTH required" : "", adminpass != NULL ? "; user admin enabled" : "");
+           o->pass != NULL ? "; AUTH required" : "",
+           o->adminpass != NULL ? "; user admin enabled" : "");
+}
 
+/* The loop, from its start to its end (the stop after a signal); false when the
+ * listeners (or the health checks, the HTTP listener) could not start. */
+static bool serve(const dd_options *o)
+{
+    dd_srv.limits.max_args = DD_MAX_ARGS;
+    dd_srv.limits.max_bulk = DD_MAX_BULK;
+    dd_srv.limits.max_inline = DD_MAX_INLINE;
+    dd_srv.preauth_limits.max_args = DD_PREAUTH_MAX_ARGS;
+    dd_srv.preauth_limits.max_bulk = DD_PREAUTH_MAX_BULK;
+    dd_srv.preauth_limits.max_inline = DD_PREAUTH_MAX_INLINE;
+    dd_srv.preauth_limits.unauthenticated = 1;
+    static uv_loop_t loop;
+    uv_loop_init(&loop);
+    dd_srv.loop = &loop;
+    dd_srv.started_ms = dd_now_ms();
+    signals_start(&loop);
+    dd_deadlines_start();
+    dd_loss_start();
+    /* The health checks start before the listeners, so that a lock server down at the
+     * start is in the log before the first client comes. */
+    bool ok = dd_health_start() == 0 && dd_metrics_start() == 0 && dd_server_listen() == 0;
+    if (ok)
+        log_listening(o);
+    else
+        dd_server_stop();
     uv_run(&loop, UV_RUN_DEFAULT);
-
     uv_loop_close(&loop);
-    dd_tls_cleanup();
-    /* Every connection's session locks were released by now; nothing else is attached
-     * to the client (detached locks have no handle here). */
-    dlock_client_free(dd_srv.client);
-    free(pass);
-    free(adminpass);
+    return ok;
+}
+
+int main(int argc, char **argv)
+{
+    dd_options o;
+    memset(&o, 0, sizeof o);
+    int rc = dd_options_parse(argc, argv, &o);
+    if (rc < 0)
+        rc = dd_options_passwords(&o);
+    if (rc >= 0)
+        return rc;
+    register_modules();
+    if ((rc = client_start(&o)) >= 0)
+        return rc;
+    if (dd_srv.tls_port > 0 && !dd_tls_setup()) {
+        cleanup(&o);
+        return DD_EXIT_FAIL;
+    }
+    /* Every blocking library call runs on libuv's pool; 8 threads keep the whole
+     * process (loop, pool, the library's wake-up and renewal threads) under 16. The
+     * pool reads this at its first use, in serve. */
+    setenv("UV_THREADPOOL_SIZE", DD_POOL_DEF, 0);
+    /* A write to a client that has gone must fail with EPIPE, not kill the daemon. */
+    signal(SIGPIPE, SIG_IGN);
+    if (!fit_nofile() || !serve(&o)) {
+        cleanup(&o);
+        return DD_EXIT_FAIL;
+    }
+    cleanup(&o);
     /* The pool's threads end here, before OpenSSL's exit handler runs: each frees the
      * per-thread state that rediss:// lock servers gave it (error queue, random
      * generators) as it ends, which after that handler it could not. */

@@ -19,6 +19,31 @@
  * that one reply never gets its client closed. About 15,000 names of one holder. */
 #define LOCKS_REPLY_MAX (DD_OUT_HARD / 2)
 
+/* The arguments of LOCKS (its pattern in name) and BREAK. */
+typedef struct ops_args {
+    char *name;
+    char *reason, *by, *fence_key; /* BREAK's REASON, who breaks, its FENCEKEY */
+} ops_args;
+
+static void ops_args_free(void *p)
+{
+    ops_args *a = p;
+    if (a != NULL) {
+        free(a->name);
+        free(a->reason);
+        free(a->by);
+        free(a->fence_key);
+    }
+    free(a);
+}
+
+static dd_job *ops_job(dd_conn *c, ops_args **a)
+{
+    dd_job *j = dd_job_new(c);
+    *a = dd_job_args(j, sizeof **a, ops_args_free);
+    return j;
+}
+
 static void done(dd_job *j)
 {
     dd_job_answer(j);
@@ -66,8 +91,9 @@ static void reply_listed(dd_buf *b, const dlock_listed *l)
 
 static void locks_work(dd_job *j)
 {
+    ops_args *a = j->args;
     dlock_lister *it;
-    int rc = dlock_list(dd_srv.client, j->name, &it);
+    int rc = dlock_list(dd_srv.client, a->name, &it);
     if (rc != DLOCK_OK) {
         dd_reply_dlock_error(&j->reply, rc);
         return;
@@ -102,15 +128,16 @@ static void locks_work(dd_job *j)
     dd_buf_free(&rows);
 }
 
-void dd_cmd_locks(dd_conn *c, resp_arg *argv, size_t argc, dd_buf *out)
+static void dd_cmd_locks(dd_conn *c, resp_arg *argv, size_t argc, dd_buf *out)
 {
     if (argc > 2) {
         dd_reply_error(out, "ERR syntax error: LOCKS [PATTERN]");
         return;
     }
-    dd_job *j = dd_job_new(c);
-    j->name = argc == 2 ? dd_arg_dup(&argv[1], "pattern", DLOCK_NAME_MAX, out) : strdup("*");
-    if (j->name == NULL) {
+    ops_args *a;
+    dd_job *j = ops_job(c, &a);
+    a->name = argc == 2 ? dd_arg_dup(&argv[1], "pattern", DLOCK_NAME_MAX, out) : strdup("*");
+    if (a->name == NULL) {
         if (argc < 2)
             abort(); /* strdup of a literal: only out of memory */
         dd_job_free(j);
@@ -125,13 +152,14 @@ void dd_cmd_locks(dd_conn *c, resp_arg *argv, size_t argc, dd_buf *out)
 
 static void break_work(dd_job *j)
 {
+    ops_args *a = j->args;
     dlock_break_opts o;
     memset(&o, 0, sizeof o);
-    o.reason = j->label;
-    o.by = j->by;
-    o.fence_key = j->extra;
+    o.reason = a->reason;
+    o.by = a->by;
+    o.fence_key = a->fence_key;
     dlock_break_info b;
-    int rc = dlock_break(dd_srv.client, j->name, &o, &b);
+    int rc = dlock_break(dd_srv.client, a->name, &o, &b);
     if (rc != DLOCK_OK) {
         dd_reply_dlock_error(&j->reply, rc);
         return;
@@ -154,22 +182,23 @@ static void break_work(dd_job *j)
     dd_reply_cstr(r, b.reason);
 }
 
-void dd_cmd_break(dd_conn *c, resp_arg *argv, size_t argc, dd_buf *out)
+static void dd_cmd_break(dd_conn *c, resp_arg *argv, size_t argc, dd_buf *out)
 {
-    dd_job *j = dd_job_new(c);
-    j->name = dd_arg_dup(&argv[1], "lock name", DLOCK_NAME_MAX, out);
-    bool ok = j->name != NULL;
+    ops_args *a;
+    dd_job *j = ops_job(c, &a);
+    a->name = dd_arg_dup(&argv[1], "lock name", DLOCK_NAME_MAX, out);
+    bool ok = a->name != NULL;
     for (size_t i = 2; ok && i < argc; i += 2) {
-        char **into = dd_arg_is(&argv[i], "REASON")     ? &j->label
-                      : dd_arg_is(&argv[i], "FENCEKEY") ? &j->extra
+        char **into = dd_arg_is(&argv[i], "REASON")     ? &a->reason
+                      : dd_arg_is(&argv[i], "FENCEKEY") ? &a->fence_key
                                                         : NULL;
         if (into == NULL || i + 1 == argc || *into != NULL) {
             dd_reply_error(out, "ERR syntax error: BREAK name [REASON text] [FENCEKEY key]");
             ok = false;
             break;
         }
-        *into = dd_arg_dup(&argv[i + 1], into == &j->label ? "REASON" : "FENCEKEY",
-                           into == &j->label ? REASON_MAX : DLOCK_NAME_MAX, out);
+        *into = dd_arg_dup(&argv[i + 1], into == &a->reason ? "REASON" : "FENCEKEY",
+                           into == &a->reason ? REASON_MAX : DLOCK_NAME_MAX, out);
         ok = *into != NULL;
     }
     if (!ok) {
@@ -177,8 +206,17 @@ void dd_cmd_break(dd_conn *c, resp_arg *argv, size_t argc, dd_buf *out)
         return;
     }
     /* Who broke it, in the record: the admin connection, as its locks name it. */
-    j->by = dd_holder_label(c, "admin");
+    a->by = dd_holder_label(c, "admin");
     j->work = break_work;
     j->done = done;
     dd_job_queue(j);
+}
+
+void dd_operators_register(void)
+{
+    static const dd_command_def commands[] = {
+        {"locks", -1, false, false, false, dd_cmd_locks},
+        {"break", -2, false, true, false, dd_cmd_break},
+    };
+    dd_commands_add(commands, sizeof commands / sizeof commands[0]);
 }

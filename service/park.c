@@ -46,14 +46,20 @@ static dd_job *unpark(dd_conn *c);
 
 /* ---- steps -------------------------------------------------------------------------- */
 
+/* On the pool: what the job's module does before its next step, once. */
+static void before_step(dd_job *j)
+{
+    void (*fn)(dd_job * j) = j->before_step;
+    if (fn != NULL) {
+        j->before_step = NULL;
+        fn(j);
+    }
+}
+
 /* On the pool: one step, and at its end what it means for the reply. */
 static void step_work(dd_job *j)
 {
-    if (j->release != NULL) {
-        /* Lost session locks of the name go before it is taken again. */
-        dd_sessions_release(j->release);
-        j->release = NULL;
-    }
+    before_step(j);
     dlock_lock *l = NULL;
     j->rc = dlock_pending_step(j->pending, &l);
     if (j->rc == DLOCK_ERR_AGAIN)
@@ -73,10 +79,7 @@ static void drop_free(dd_job *j)
 /* On the pool: the connection closed while the operation ran or waited. */
 static void give_up_work(dd_job *j)
 {
-    if (j->release != NULL) {
-        dd_sessions_release(j->release);
-        j->release = NULL;
-    }
+    before_step(j);
     dlock_pending_free(j->pending);
     j->pending = NULL;
     if (j->rc == DLOCK_OK)
@@ -89,7 +92,7 @@ static void step_done(dd_job *j)
     if (c->closing) {
         /* Nobody to answer: give up the wait, or undo what the step took. */
         dd_buf_free(&j->reply);
-        if (j->pending == NULL && j->rc != DLOCK_OK && j->release == NULL) {
+        if (j->pending == NULL && j->rc != DLOCK_OK && j->before_step == NULL) {
             drop_free(j);
             return;
         }
@@ -142,10 +145,11 @@ static void undo_done(dd_job *j)
 
 /* On the loop: the next step, if it can be taken without blocking (the library's
  * nowait step: it sends an attempt's round, or takes its replies); false when it must
- * run on the pool. Lost session locks of the name are released first, on the pool. */
+ * run on the pool. The module's work before it (j->before_step) runs first, on the
+ * pool. */
 static bool step_here(dd_job *j)
 {
-    if (j->release != NULL)
+    if (j->before_step != NULL)
         return false;
     dlock_lock *l = NULL;
     j->rc = dlock_pending_step_nowait(j->pending, &l);

@@ -34,16 +34,17 @@ static void sem_acquire(dd_conn *c, resp_arg *argv, size_t argc, dd_buf *out)
     }
     if (dd_would_wait_for_itself(c, &argv[1], permits, out))
         return;
-    dd_job *j = dd_job_new(c);
-    j->permits = permits;
-    j->ttl_ms = DLOCK_TTL_DEFAULT_MS;
-    if (!dd_lock_options(argv, argc, 3, "SEM ACQUIRE", j, out) ||
-        (j->name = dd_arg_dup(&argv[1], "semaphore name", DLOCK_NAME_MAX, out)) == NULL ||
+    dd_lock_args *a;
+    dd_job *j = dd_lock_job(c, &a);
+    a->permits = permits;
+    a->ttl_ms = DLOCK_TTL_DEFAULT_MS;
+    if (!dd_lock_options(argv, argc, 3, "SEM ACQUIRE", a, out) ||
+        (a->name = dd_arg_dup(&argv[1], "semaphore name", DLOCK_NAME_MAX, out)) == NULL ||
         !dd_lock_start(c, j, out))
         dd_job_free(j);
 }
 
-void dd_cmd_sem(dd_conn *c, resp_arg *argv, size_t argc, dd_buf *out)
+static void dd_cmd_sem(dd_conn *c, resp_arg *argv, size_t argc, dd_buf *out)
 {
     if (dd_arg_is(&argv[1], "ACQUIRE")) {
         if (argc < 4) {
@@ -63,4 +64,10 @@ void dd_cmd_sem(dd_conn *c, resp_arg *argv, size_t argc, dd_buf *out)
         dd_reply_error(out, "ERR unknown SEM subcommand '%.*s' (ACQUIRE, RELEASE)",
                        (int)(argv[1].len > 64 ? 64 : argv[1].len), argv[1].p);
     }
+}
+
+void dd_sem_register(void)
+{
+    static const dd_command_def sem = {"sem", -2, false, false, false, dd_cmd_sem};
+    dd_commands_add(&sem, 1);
 }

@@ -105,8 +105,44 @@ void dd_conn_close(dd_conn *c)
      * callback, and free their buffers. */
     uv_close((uv_handle_t *)&c->h.stream, on_handle_closed);
     uv_close((uv_handle_t *)&c->timer, on_handle_closed);
-    dd_pubsub_conn_closed(c);
-    dd_conn_release_all(c);
+    for (int i = 0; i < dd_srv.nhooks; i++)
+        if (dd_srv.hooks[i]->closing != NULL)
+            dd_srv.hooks[i]->closing(c);
+    dd_conn_closed_idle(c);
+}
+
+void dd_conn_closed_idle(dd_conn *c)
+{
+    /* A job in flight may be using what a module keeps for the connection, or its
+     * pending: its end calls here again once it is over. */
+    if (c->jobs > 0)
+        return;
+    dd_park_give_up(c);
+    for (int i = 0; i < dd_srv.nhooks; i++)
+        if (dd_srv.hooks[i]->closed != NULL)
+            dd_srv.hooks[i]->closed(c);
+}
+
+/* The connection ends while open: what the modules hold for it goes now. */
+static void run_ending_hooks(dd_conn *c)
+{
+    for (int i = 0; i < dd_srv.nhooks; i++)
+        if (dd_srv.hooks[i]->ending != NULL)
+            dd_srv.hooks[i]->ending(c);
+}
+
+void dd_conn_hooks_add(const dd_conn_hooks *h)
+{
+    if (dd_srv.nhooks == DD_HOOKS_MAX)
+        abort(); /* DD_HOOKS_MAX is too small for the modules: a bug */
+    dd_srv.hooks[dd_srv.nhooks++] = h;
+}
+
+int dd_conn_slot_new(void)
+{
+    if (dd_srv.nslots == DD_CONN_SLOTS)
+        abort(); /* DD_CONN_SLOTS is too small for the modules: a bug */
+    return dd_srv.nslots++;
 }
 
 /* ---- writing -------------------------------------------------------------------------- */
@@ -346,9 +382,19 @@ void dd_conn_resume(dd_conn *c)
     if (c->closing || c->quit)
         end_if_quit_done(c);
     else if (c->end_msg != NULL)
-        dd_loss_end_pending(c); /* a session lock ended while the command ran */
+        dd_conn_end_pending(c); /* a module ended it while the command ran */
     else
         process(c);
+}
+
+void dd_conn_end_pending(dd_conn *c)
+{
+    char *msg = c->end_msg;
+    c->end_msg = NULL;
+    dd_conn_end(c, "%s", msg);
+    if (!c->closing)
+        run_ending_hooks(c); /* now: the close may come a linger later */
+    free(msg);
 }
 
 void dd_conn_wait_starts(dd_conn *c)
@@ -561,7 +607,7 @@ void dd_server_stop(void)
                 c->quit = true;
                 c->query.len = 0;
                 update_reading(c);
-                dd_conn_release_sessions(c);
+                run_ending_hooks(c);
             }
         }
     }

@@ -31,6 +31,22 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* A STOCK command's arguments. */
+typedef struct stock_args {
+    char *name;                      /* the SKU */
+    char token[DLOCK_TOKEN_LEN + 1]; /* a reservation's id */
+    int64_t qty;                     /* units, or SET's stock, or ADD's delta */
+    int64_t ttl_ms, wait_ms;         /* a reservation's lease; RESERVE's WAIT */
+} stock_args;
+
+static void stock_args_free(void *p)
+{
+    stock_args *a = p;
+    if (a != NULL)
+        free(a->name);
+    free(a);
+}
+
 /* ---- replies ------------------------------------------------------------------------ */
 
 static void reply_info(dd_job *j, int rc, const dlock_stock_info *s)
@@ -55,40 +71,46 @@ static void reply_info(dd_job *j, int rc, const dlock_stock_info *s)
 
 static void set_work(dd_job *j)
 {
+    stock_args *a = j->args;
     dlock_stock_info s;
-    j->rc = dlock_stock_set(dd_srv.client, j->name, j->qty, &s);
+    j->rc = dlock_stock_set(dd_srv.client, a->name, a->qty, &s);
     reply_info(j, j->rc, &s);
 }
 
 static void add_work(dd_job *j)
 {
+    stock_args *a = j->args;
     dlock_stock_info s;
-    j->rc = dlock_stock_add(dd_srv.client, j->name, j->qty, &s);
+    j->rc = dlock_stock_add(dd_srv.client, a->name, a->qty, &s);
     reply_info(j, j->rc, &s);
 }
 
 static void status_work(dd_job *j)
 {
+    stock_args *a = j->args;
     dlock_stock_info s;
-    j->rc = dlock_stock_status(dd_srv.client, j->name, &s);
+    j->rc = dlock_stock_status(dd_srv.client, a->name, &s);
     reply_info(j, j->rc, &s);
 }
 
 static void commit_work(dd_job *j)
 {
-    j->rc = dlock_stock_commit(dd_srv.client, j->name, j->token);
+    stock_args *a = j->args;
+    j->rc = dlock_stock_commit(dd_srv.client, a->name, a->token);
     dd_reply_held(&j->reply, j->rc); /* 0: the reservation is lost */
 }
 
 static void cancel_work(dd_job *j)
 {
-    j->rc = dlock_stock_cancel(dd_srv.client, j->name, j->token);
+    stock_args *a = j->args;
+    j->rc = dlock_stock_cancel(dd_srv.client, a->name, a->token);
     dd_reply_held(&j->reply, j->rc);
 }
 
 static void extend_work(dd_job *j)
 {
-    j->rc = dlock_stock_extend(dd_srv.client, j->name, j->token, j->ttl_ms);
+    stock_args *a = j->args;
+    j->rc = dlock_stock_extend(dd_srv.client, a->name, a->token, a->ttl_ms);
     dd_reply_held(&j->reply, j->rc);
 }
 
@@ -106,11 +128,12 @@ static void simple_done(dd_job *j)
 
 static void reserve_finish(dd_job *j, dlock_lock *l)
 {
+    stock_args *a = j->args;
     (void)l; /* a reservation hands out no lock */
     if (j->rc == DLOCK_OK) {
         /* Kept past the pending, which owns the id, for undo. */
-        memcpy(j->token, dlock_pending_id(j->pending), DLOCK_TOKEN_LEN + 1);
-        dd_reply_cstr(&j->reply, j->token);
+        memcpy(a->token, dlock_pending_id(j->pending), DLOCK_TOKEN_LEN + 1);
+        dd_reply_cstr(&j->reply, a->token);
     } else if (j->rc == DLOCK_ERR_BUSY) {
         dd_reply_nil(&j->reply);
     } else {
@@ -129,7 +152,8 @@ static void reserve_settle(dd_job *j)
 /* On the pool: granted as its connection closed; nobody has the id to commit it. */
 static void reserve_undo(dd_job *j)
 {
-    (void)dlock_stock_cancel(dd_srv.client, j->name, j->token);
+    stock_args *a = j->args;
+    (void)dlock_stock_cancel(dd_srv.client, a->name, a->token);
 }
 
 static const dd_steps reserve_steps = {
@@ -144,6 +168,7 @@ static const dd_steps reserve_steps = {
 /* Options from argv[3] on: TTL ms (the reservation's lease), WAIT ms. */
 static bool reserve_options(resp_arg *argv, size_t argc, dd_job *j, dd_buf *out)
 {
+    stock_args *a = j->args;
     bool ttl = false, wait = false;
     for (size_t i = 4; i < argc; i++) {
         bool is_ttl = dd_arg_is(&argv[i], "TTL");
@@ -163,17 +188,12 @@ static bool reserve_options(resp_arg *argv, size_t argc, dd_job *j, dd_buf *out)
         }
         if (is_ttl) {
             ttl = true;
-            if (!dd_arg_ttl(&argv[++i], &j->ttl_ms, out))
+            if (!dd_arg_ttl(&argv[++i], &a->ttl_ms, out))
                 return false;
         } else {
             wait = true;
-            if (!dd_arg_int(&argv[++i], -1, DLOCK_TTL_MAX_MS, &j->wait_ms)) {
-                dd_reply_error(out,
-                               "ERR WAIT must be -1 (forever) or an integer from 0 to %d "
-                               "(milliseconds)",
-                               DLOCK_TTL_MAX_MS);
+            if (!dd_arg_wait(&argv[++i], &a->wait_ms, out))
                 return false;
-            }
         }
     }
     return true;
@@ -181,15 +201,16 @@ static bool reserve_options(resp_arg *argv, size_t argc, dd_job *j, dd_buf *out)
 
 static bool reserve_start(dd_job *j, resp_arg *argv, size_t argc, dd_buf *out)
 {
-    j->ttl_ms = DLOCK_STOCK_LEASE_DEFAULT_MS;
+    stock_args *a = j->args;
+    a->ttl_ms = DLOCK_STOCK_LEASE_DEFAULT_MS;
     if (!reserve_options(argv, argc, j, out) || dd_drain_refuses(out))
         return false;
     dlock_reserve_opts o;
     memset(&o, 0, sizeof o);
-    o.lease_ms = j->ttl_ms;
-    o.wait_ms = j->wait_ms;
+    o.lease_ms = a->ttl_ms;
+    o.wait_ms = a->wait_ms;
     /* No I/O: the same checks as dlock_stock_reserve, on the loop. */
-    int rc = dlock_stock_reserve_start(dd_srv.client, j->name, j->qty, &o, &j->pending);
+    int rc = dlock_stock_reserve_start(dd_srv.client, a->name, a->qty, &o, &j->pending);
     if (rc != DLOCK_OK) {
         dd_reply_dlock_error(out, rc);
         return false;
@@ -236,43 +257,44 @@ static bool id_arg(const resp_arg *a, char id[DLOCK_TOKEN_LEN + 1], dd_buf *out)
 /* The subcommand's own arguments into j, and its work; false with the error in out. */
 static bool parse(int sub, resp_arg *argv, size_t argc, dd_job *j, dd_buf *out)
 {
+    stock_args *a = j->args;
     const int64_t max = DLOCK_STOCK_QTY_MAX;
     switch (sub) {
     case SET:
         j->work = set_work;
-        if (dd_arg_int(&argv[3], 0, max, &j->qty))
+        if (dd_arg_int(&argv[3], 0, max, &a->qty))
             return true;
         dd_reply_error(out, "ERR qty must be an integer from 0 to %lld", (long long)max);
         return false;
     case ADD:
         j->work = add_work;
-        if (dd_arg_int(&argv[3], -max, max, &j->qty) && j->qty != 0)
+        if (dd_arg_int(&argv[3], -max, max, &a->qty) && a->qty != 0)
             return true;
         dd_reply_error(out, "ERR delta must be a nonzero integer from -%lld to %lld",
                        (long long)max, (long long)max);
         return false;
     case RESERVE:
-        if (!dd_arg_int(&argv[3], 1, max, &j->qty)) {
+        if (!dd_arg_int(&argv[3], 1, max, &a->qty)) {
             dd_reply_error(out, "ERR qty must be an integer from 1 to %lld", (long long)max);
             return false;
         }
         return reserve_start(j, argv, argc, out);
     case COMMIT:
         j->work = commit_work;
-        return id_arg(&argv[3], j->token, out);
+        return id_arg(&argv[3], a->token, out);
     case CANCEL:
         j->work = cancel_work;
-        return id_arg(&argv[3], j->token, out);
+        return id_arg(&argv[3], a->token, out);
     case EXTEND:
         j->work = extend_work;
-        return id_arg(&argv[3], j->token, out) && dd_arg_ttl(&argv[4], &j->ttl_ms, out);
+        return id_arg(&argv[3], a->token, out) && dd_arg_ttl(&argv[4], &a->ttl_ms, out);
     default: /* STATUS */
         j->work = status_work;
         return true;
     }
 }
 
-void dd_cmd_stock(dd_conn *c, resp_arg *argv, size_t argc, dd_buf *out)
+static void dd_cmd_stock(dd_conn *c, resp_arg *argv, size_t argc, dd_buf *out)
 {
     int sub = 0;
     while (sub < NSUBS && !dd_arg_is(&argv[1], subs[sub].name))
@@ -290,8 +312,9 @@ void dd_cmd_stock(dd_conn *c, resp_arg *argv, size_t argc, dd_buf *out)
         return;
     }
     dd_job *j = dd_job_new(c);
-    j->name = dd_arg_dup(&argv[2], "SKU", DLOCK_NAME_MAX, out);
-    if (j->name == NULL || !parse(sub, argv, argc, j, out)) {
+    stock_args *a = dd_job_args(j, sizeof *a, stock_args_free);
+    a->name = dd_arg_dup(&argv[2], "SKU", DLOCK_NAME_MAX, out);
+    if (a->name == NULL || !parse(sub, argv, argc, j, out)) {
         dd_job_free(j);
         return;
     }
@@ -299,4 +322,10 @@ void dd_cmd_stock(dd_conn *c, resp_arg *argv, size_t argc, dd_buf *out)
         return; /* running in steps */
     j->done = simple_done;
     dd_job_queue(j);
+}
+
+void dd_stock_register(void)
+{
+    static const dd_command_def stock = {"stock", -2, false, false, false, dd_cmd_stock};
+    dd_commands_add(&stock, 1);
 }

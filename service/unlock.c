@@ -44,8 +44,9 @@ static void unlock_undo(dd_job *j)
 
 static void unlock_drop(dd_job *j)
 {
-    dd_session_free(j->sess);
-    j->sess = NULL;
+    dd_lock_args *a = j->args;
+    dd_session_free(a->sess);
+    a->sess = NULL;
 }
 
 static const dd_steps unlock_steps = {
@@ -63,14 +64,15 @@ static dd_job *name_token_job(dd_conn *c, const resp_arg *name, const resp_arg *
         dd_reply_error(out, "ERR a token is %d hexadecimal characters", DLOCK_TOKEN_LEN);
         return NULL;
     }
-    dd_job *j = dd_job_new(c);
-    j->name = dd_arg_dup(name, what, DLOCK_NAME_MAX, out);
-    if (j->name == NULL) {
+    dd_lock_args *a;
+    dd_job *j = dd_lock_job(c, &a);
+    a->name = dd_arg_dup(name, what, DLOCK_NAME_MAX, out);
+    if (a->name == NULL) {
         dd_job_free(j);
         return NULL;
     }
-    memcpy(j->token, token->p, DLOCK_TOKEN_LEN);
-    j->token[DLOCK_TOKEN_LEN] = '\0';
+    memcpy(a->token, token->p, DLOCK_TOKEN_LEN);
+    a->token[DLOCK_TOKEN_LEN] = '\0';
     return j;
 }
 
@@ -80,25 +82,26 @@ void dd_unlock(dd_conn *c, const resp_arg *name, const resp_arg *token, const ch
     dd_job *j = name_token_job(c, name, token, what, out);
     if (j == NULL)
         return;
-    dd_session *s = dd_session_find(c, name->p, name->len, j->token);
+    dd_lock_args *a = j->args;
+    dd_session *s = dd_session_find(c, name->p, name->len, a->token);
     dlock_lock *l = NULL;
     int rc = DLOCK_OK;
     if (s != NULL) {
         /* This connection's own session lock: release its handle, which also stops
          * its renewal. */
         dd_session_unlink(c, s);
-        j->sess = s;
+        a->sess = s;
         l = s->lock;
         s->lock = NULL;
     } else {
-        rc = dlock_lock_adopt(dd_srv.client, j->name, j->token, &l);
+        rc = dlock_lock_adopt(dd_srv.client, a->name, a->token, &l);
     }
     if (rc == DLOCK_OK)
         rc = dlock_release_start(l, &j->pending); /* the pending's handle from now on */
     if (rc != DLOCK_OK) {
         dd_reply_held(&j->reply, rc);
         dd_buf_move(out, &j->reply);
-        dd_session_free(j->sess);
+        dd_session_free(a->sess);
         dd_job_free(j);
         return;
     }
@@ -118,13 +121,14 @@ void dd_cmd_unlock(dd_conn *c, resp_arg *argv, size_t argc, dd_buf *out)
  * on the servers whatever the answer. */
 static void on_held(dd_job *j, int (*op)(dlock_lock *l, const dd_job *j))
 {
-    if (j->sess != NULL) {
-        j->rc = op(j->sess->lock, j);
+    dd_lock_args *a = j->args;
+    if (a->sess != NULL) {
+        j->rc = op(a->sess->lock, j);
         dd_reply_held(&j->reply, j->rc);
         return;
     }
     dlock_lock *l;
-    int rc = dlock_lock_adopt(dd_srv.client, j->name, j->token, &l);
+    int rc = dlock_lock_adopt(dd_srv.client, a->name, a->token, &l);
     if (rc == DLOCK_OK) {
         rc = op(l, j);
         /* The reply before the detach, which clears this thread's error detail. */
@@ -137,7 +141,8 @@ static void on_held(dd_job *j, int (*op)(dlock_lock *l, const dd_job *j))
 
 static int extend_op(dlock_lock *l, const dd_job *j)
 {
-    return dlock_extend(l, j->ttl_ms);
+    dd_lock_args *a = j->args;
+    return dlock_extend(l, a->ttl_ms);
 }
 
 static void extend_work(dd_job *j)
@@ -154,9 +159,10 @@ static void simple_done(dd_job *j)
 /* EXTEND's and CHECK's end. */
 static void held_done(dd_job *j)
 {
+    dd_lock_args *a = j->args;
     /* A session lock found lost stops blocking a new LOCK of its name. */
-    if (j->sess != NULL && j->rc == DLOCK_ERR_LOST)
-        atomic_store(&j->sess->lost, 1);
+    if (a->sess != NULL && j->rc == DLOCK_ERR_LOST)
+        atomic_store(&a->sess->lost, 1);
     simple_done(j);
 }
 
@@ -169,10 +175,11 @@ void dd_cmd_extend(dd_conn *c, resp_arg *argv, size_t argc, dd_buf *out)
     dd_job *j = name_token_job(c, &argv[1], &argv[2], "lock name", out);
     if (j == NULL)
         return;
-    j->ttl_ms = ttl;
+    dd_lock_args *a = j->args;
+    a->ttl_ms = ttl;
     /* stays listed: the connection is busy until the job is done */
-    j->sess = dd_session_find(c, argv[1].p, argv[1].len, j->token);
-    if (j->sess != NULL && ttl < DD_SESSION_TTL_MIN_MS) {
+    a->sess = dd_session_find(c, argv[1].p, argv[1].len, a->token);
+    if (a->sess != NULL && ttl < DD_SESSION_TTL_MIN_MS) {
         /* Its renewal goes on with the new TTL: the session floor holds. */
         dd_reply_error(out, "ERR TTL of a session lock must be at least %d ms",
                        DD_SESSION_TTL_MIN_MS);
@@ -201,8 +208,9 @@ void dd_cmd_check(dd_conn *c, resp_arg *argv, size_t argc, dd_buf *out)
     dd_job *j = name_token_job(c, &argv[1], &argv[2], "lock name", out);
     if (j == NULL)
         return;
+    dd_lock_args *a = j->args;
     /* stays listed: the connection is busy until the job is done */
-    j->sess = dd_session_find(c, argv[1].p, argv[1].len, j->token);
+    a->sess = dd_session_find(c, argv[1].p, argv[1].len, a->token);
     j->work = check_work;
     j->done = held_done;
     dd_job_queue(j);
@@ -236,8 +244,9 @@ static int reply_shared_holders(dd_buf *b, const char *name)
 
 static void lockinfo_work(dd_job *j)
 {
+    dd_lock_args *a = j->args;
     dlock_holder h;
-    int rc = dlock_inspect(dd_srv.client, j->name, &h);
+    int rc = dlock_inspect(dd_srv.client, a->name, &h);
     if (rc != DLOCK_OK) {
         dd_reply_dlock_error(&j->reply, rc);
         return;
@@ -250,7 +259,7 @@ static void lockinfo_work(dd_job *j)
     /* Who holds it: the exclusive holder's description, the shared holders' as an
      * array, nil when free. */
     if (h.held && h.shared > 0)
-        rc = reply_shared_holders(&b, j->name);
+        rc = reply_shared_holders(&b, a->name);
     else if (h.held)
         reply_holder(&b, &h);
     else
@@ -275,9 +284,10 @@ static void lockinfo_work(dd_job *j)
 void dd_cmd_lockinfo(dd_conn *c, resp_arg *argv, size_t argc, dd_buf *out)
 {
     (void)argc;
-    dd_job *j = dd_job_new(c);
-    j->name = dd_arg_dup(&argv[1], "lock name", DLOCK_NAME_MAX, out);
-    if (j->name == NULL) {
+    dd_lock_args *a;
+    dd_job *j = dd_lock_job(c, &a);
+    a->name = dd_arg_dup(&argv[1], "lock name", DLOCK_NAME_MAX, out);
+    if (a->name == NULL) {
         dd_job_free(j);
         return;
     }
