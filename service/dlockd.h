@@ -8,22 +8,44 @@
  * libuv's thread pool. An operation that must wait (a LOCK, a SEM ACQUIRE, a STOCK RESERVE) is
  * parked on the loop (a poll on the library's descriptor and a timer), never on a thread.
  *
+ * The core names no lock concept: connections, RESP, jobs, waits, metrics HTTP. The
+ * modules (locks, sem, elect, stock, the operators') register their commands and their
+ * hooks at a connection's end at the start (main.c), and keep their own state in a
+ * connection's slot and their own arguments behind a job's args.
+ *
+ * The core:
  *   resp.c      the request parser: pure, limits checked at each header (fuzzed)
  *   reply.c     growing buffers and the RESP2 replies written into them
  *   server.c    connections, reading, the write queue, the limits; what a client sent
  *               before its FIN
+ *   hooks.c     the modules' hooks at a connection's end (its close, its end while
+ *               open) and their slots in it
  *   listen.c    the listeners: TCP, TLS, the unix socket
  *   deadlines.c how long a client may stay unauthenticated (--auth-timeout) or idle
  *               (--timeout-idle)
  *   tls.c       TLS for clients: the server's context, and each TLS connection's
  *               SSL object between the stream and the query and output buffers
- *   commands.c  the command table, AUTH (the default user and admin), the admin gate,
- *               and the commands answered on the loop
+ *   commands.c  the command table the modules fill, AUTH (the default user and
+ *               admin), the admin gate, and the commands answered on the loop
  *   clients.c   who the clients are: their addresses, the holder description their
  *               locks carry, CLIENT (LIST, KILL, SETNAME, ...)
- *   jobs.c      commands' work on libuv's pool; argument checks
- *   locks.c     LOCK and the session locks (permits too); a closing connection's
- *               release
+ *   jobs.c      commands' work on libuv's pool
+ *   args.c      reading arguments: integers, names, TTL, WAIT, the lock options
+ *   park.c      operations in steps (a dlock_pending): stepped on the loop or the
+ *               pool, parked on the loop between steps (descriptors, timers), given
+ *               up at a close
+ *   metrics.c   the HTTP listener (libmicrohttpd, driven by the loop): GET /metrics in
+ *               Prometheus's text format, GET /health; the wait and hold histograms
+ *   health.c    the lock servers' health: a thread of its own PINGs them twice a
+ *               second; the loop logs each change and answers /health from it
+ *   options.c   the command line, the TLS options' checks, the password files
+ *   main.c      the modules' registration, signals, the open-files limit, start and
+ *               stop
+ * The modules:
+ *   locks.c     LOCK (the acquisition SEM ACQUIRE and ELECT share), the locks
+ *               module's arguments and registration
+ *   sessions.c  the session locks of a connection (permits too), and their release
+ *               at its end (its hooks)
  *   sem.c       SEM ACQUIRE and SEM RELEASE: semaphore permits as locks
  *   unlock.c    UNLOCK (a release in steps), EXTEND, CHECK, LOCKINFO
  *   operators.c LOCKS (every held name) and BREAK (the user admin's), for operators
@@ -36,14 +58,6 @@
  *               ended (the holder's next command fails)
  *   drain.c     the stop on SIGTERM: nothing new taken, waits ended, the held locks'
  *               UNLOCKs awaited up to --shutdown-timeout
- *   park.c      operations in steps (a dlock_pending): stepped on the loop or the
- *               pool, parked on the loop between steps (descriptors, timers), given
- *               up at a close
- *   metrics.c   the HTTP listener (libmicrohttpd, driven by the loop): GET /metrics in
- *               Prometheus's text format, GET /health; the wait and hold histograms
- *   health.c    the lock servers' health: a thread of its own PINGs them twice a
- *               second; the loop logs each change and answers /health from it
- *   main.c      options, signals, the open-files limit, start and stop
  *
  * Threads: the loop thread touches every structure here; a job's work function (on a
  * pool thread) touches only its own dd_job and the library handles it carries, and a
@@ -397,7 +411,7 @@ void dd_server_stop(void);
 /* A listener's new connection (listen.c opens the listeners). */
 void dd_on_connection(uv_stream_t *listener, int status);
 
-/* ---- listen.c ----------------------------------------------------------------------- */
+/* ---- listen.c, hooks.c -------------------------------------------------------------- */
 
 int dd_server_listen(void);
 /* Stop listening (a drain's start); the connections stay. */
@@ -419,6 +433,10 @@ void dd_conn_unref(dd_conn *c);
 void dd_conn_hooks_add(const dd_conn_hooks *h);
 /* A module's slot in every connection's mod[], for its state there; at the start. */
 int dd_conn_slot_new(void);
+/* c closes: the modules' closing hooks (a job of it may be in flight). */
+void dd_conn_hooks_closing(dd_conn *c);
+/* c is told to end while still open: the modules' ending hooks. */
+void dd_conn_hooks_ending(dd_conn *c);
 /* c is closed: once no job of it is in flight, its parked operation is given up and
  * the modules' closed hooks run (each job's end on a closed connection calls it). */
 void dd_conn_closed_idle(dd_conn *c);

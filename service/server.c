@@ -105,44 +105,8 @@ void dd_conn_close(dd_conn *c)
      * callback, and free their buffers. */
     uv_close((uv_handle_t *)&c->h.stream, on_handle_closed);
     uv_close((uv_handle_t *)&c->timer, on_handle_closed);
-    for (int i = 0; i < dd_srv.nhooks; i++)
-        if (dd_srv.hooks[i]->closing != NULL)
-            dd_srv.hooks[i]->closing(c);
+    dd_conn_hooks_closing(c);
     dd_conn_closed_idle(c);
-}
-
-void dd_conn_closed_idle(dd_conn *c)
-{
-    /* A job in flight may be using what a module keeps for the connection, or its
-     * pending: its end calls here again once it is over. */
-    if (c->jobs > 0)
-        return;
-    dd_park_give_up(c);
-    for (int i = 0; i < dd_srv.nhooks; i++)
-        if (dd_srv.hooks[i]->closed != NULL)
-            dd_srv.hooks[i]->closed(c);
-}
-
-/* The connection ends while open: what the modules hold for it goes now. */
-static void run_ending_hooks(dd_conn *c)
-{
-    for (int i = 0; i < dd_srv.nhooks; i++)
-        if (dd_srv.hooks[i]->ending != NULL)
-            dd_srv.hooks[i]->ending(c);
-}
-
-void dd_conn_hooks_add(const dd_conn_hooks *h)
-{
-    if (dd_srv.nhooks == DD_HOOKS_MAX)
-        abort(); /* DD_HOOKS_MAX is too small for the modules: a bug */
-    dd_srv.hooks[dd_srv.nhooks++] = h;
-}
-
-int dd_conn_slot_new(void)
-{
-    if (dd_srv.nslots == DD_CONN_SLOTS)
-        abort(); /* DD_CONN_SLOTS is too small for the modules: a bug */
-    return dd_srv.nslots++;
 }
 
 /* ---- writing -------------------------------------------------------------------------- */
@@ -387,16 +351,6 @@ void dd_conn_resume(dd_conn *c)
         process(c);
 }
 
-void dd_conn_end_pending(dd_conn *c)
-{
-    char *msg = c->end_msg;
-    c->end_msg = NULL;
-    dd_conn_end(c, "%s", msg);
-    if (!c->closing)
-        run_ending_hooks(c); /* now: the close may come a linger later */
-    free(msg);
-}
-
 void dd_conn_wait_starts(dd_conn *c)
 {
     /* After the FIN nobody is left to be served at the wait's end. */
@@ -607,7 +561,7 @@ void dd_server_stop(void)
                 c->quit = true;
                 c->query.len = 0;
                 update_reading(c);
-                run_ending_hooks(c);
+                dd_conn_hooks_ending(c);
             }
         }
     }
