@@ -228,8 +228,8 @@ static int await_turn(acquisition *p, dlock__round *rd, bool nowait)
         return 1;
     if (now < p->base.due_us)
         return 0; /* an early call: nothing happened */
-    /* Waiting locally: no server knows of us, so nothing to refresh; attempt once the
-     * holder is gone. */
+    /* Waiting behind our own client: no server knows of us, so nothing to refresh;
+     * attempt once the holder is gone. */
     int64_t own_until = dlock__wait_behind_own(c, p->w, p->l->name, p->l->name_len, true);
     if (own_until != 0) {
         if (own_until < 0)

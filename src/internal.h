@@ -180,8 +180,11 @@ typedef struct dlock__waiter {
     /* Guarded by the wait system's mutex, read with dlock__wait_grants: */
     uint32_t grants;        /* nodes whose release handed us the lock */
     dlock__handoff handoff; /* what an heir's handoff confirmed */
-    bool local;             /* waits behind a holder of its own client, queued on no server: the
-                               holder's release queues it (dlock__wait_behind_own) */
+    /* Waits behind a holder of its own client (one of c's handles, or an heir a release
+     * of c handed the lock to), queued on no server. The release that ends that hold
+     * queues it as its heir, or wakes it to attempt; an attempt (dlock__wait_grants'
+     * clear) queues it on the servers, and clears this. */
+    bool behind_own;
 } dlock__waiter;
 
 struct dlock__waitsys;
@@ -197,14 +200,14 @@ int dlock__wait_join(struct dlock_client *c, const char *token, bool hot,
                      const struct dlock__request *q, int64_t ticket, dlock__waiter **out);
 /* The nodes whose release handed w the lock since the last clear (a bit per node), and
  * in *h (NULL: not asked) what an heir's handoff confirmed of it. A clear is an
- * attempt's, which queues w on the servers: it waits locally no more. */
+ * attempt's, which queues w on the servers: it waits behind its own client no more. */
 uint32_t dlock__wait_grants(struct dlock_client *c, dlock__waiter *w, bool clear,
                             dlock__handoff *h);
 /* The heir of a release of key (a lock key) by c: the first, by ticket, of c's
  * exclusive waiters for key, the one the release would hand the lock to if it heads the
  * queue. Its member, token and lease (as text) are copied out, and its ticket when it
- * waits locally (the release queues it then; "" otherwise); false when c has none, or
- * when out of memory (the waiter is then woken as any other). */
+ * waits behind its own client (the release queues it then; "" otherwise); false when c
+ * has none, or when out of memory (the waiter is then woken as any other). */
 typedef struct dlock__heir {
     char token[DLOCK_TOKEN_LEN + 1];
     char ttl[24];
@@ -215,9 +218,9 @@ typedef struct dlock__heir {
 bool dlock__wait_heir(struct dlock_client *c, const char *key, size_t key_len, dlock__heir *out);
 /* A release of key by c ended (or was given up). heir (NULL: none named) was handed the
  * lock on the nodes in h->nodes, and may have been on those in unknown (no reply): note
- * them all in its grants and wake it. Then the waiters of key that wait locally: if the
- * heir got the lock from a quorum they wait on behind it, else each is woken to attempt
- * (and so queue on the servers). */
+ * them all in its grants and wake it. Then the waiters of key that wait behind their own
+ * client (behind_own): if the heir got the lock from a quorum they wait on behind it,
+ * else each is woken to attempt (and so queue on the servers). */
 void dlock__wait_released(struct dlock_client *c, const char *key, size_t key_len, const char *heir,
                           const dlock__handoff *h, uint32_t unknown);
 /* Whether w, an exclusive waiter for name (its lock key in w->q), may wait behind a
@@ -225,10 +228,10 @@ void dlock__wait_released(struct dlock_client *c, const char *key, size_t key_le
  * attached handle, exclusive, neither lost nor released, its lease running) or a
  * release just handed it to another of c's waiters on a quorum. A handle whose release
  * is in flight still holds it: the release's end tells w (dlock__wait_released).
- * Marks w local, and
- * returns when that holder's lease is known to end (on dlock__now_us); 0 when w may
- * not. With again, only a waiter that waits locally already is looked at, and -1 says
- * that it waited locally and may no more (its holder is gone: it must attempt). */
+ * Marks w behind_own, and returns when that holder's lease is known to end (on
+ * dlock__now_us); 0 when w may not. With again, only a waiter that waits behind its
+ * own client already is looked at, and -1 says that it waited so and may no more (its
+ * holder is gone: it must attempt). */
 int64_t dlock__wait_behind_own(struct dlock_client *c, dlock__waiter *w, const char *name,
                                size_t name_len, bool again);
 /* Sleep until fd (-1: none) is readable, until_us (dlock__now_us), cancel_fd (0:

@@ -46,9 +46,9 @@ bool dlock__release_has_heirs(const dlock_client *c)
  * which meets at least one of these nodes, hands out a larger fence. With N = 1 the
  * counter is already there. A waiter of our own client for the same name is the heir:
  * if it heads the queue, the release hands it its own lease and a fence, and the reply
- * confirms it (tell_waiters); one that waits locally, queued on no server, is queued
- * first with its ticket. Not with strict fences and N > 1, whose fence must be raised
- * on a quorum in a round of its own. */
+ * confirms it (tell_waiters); one that waits behind its own client, queued on no
+ * server, is queued first with its ticket. Not with strict fences and N > 1, whose
+ * fence must be raised on a quorum in a round of its own. */
 static int format_call(release *r, dlock__err *e)
 {
     dlock_lock *l = r->l;
@@ -113,7 +113,7 @@ static uint32_t heir_handoff(const dlock_client *c, const dlock__round *rd, dloc
  * with its own lease: the heir takes the lock without an attempt if they are a quorum.
  * A node whose reply never came may have handed it too, unannounced: the heir attempts
  * then, and at the latest its next refresh finds the lock its own. The waiters that
- * wait locally wait on behind the heir, or attempt. */
+ * wait behind their own client wait on behind the heir, or attempt. */
 static void tell_waiters(dlock_client *c, release *r, const dlock__round *rd)
 {
     if (r->told)
@@ -182,7 +182,8 @@ static void release_destroy(dlock_pending *base)
     if (r->base.in_flight)
         dlock__flight_drop(&r->sr.rd->flight);
     /* Ended before its round did (given up, or failed to start): the waiters that wait
-     * locally attempt, and an heir it may have handed the lock to finds it so. */
+     * behind their own client attempt, and an heir it may have handed the lock to finds
+     * it so. */
     if (r->k.buf != NULL)
         tell_waiters(c, r, NULL);
     dlock__step_round_free(c, &r->sr);

@@ -115,7 +115,7 @@ uint32_t dlock__wait_grants(dlock_client *c, dlock__waiter *w, bool clear, dlock
     if (clear) {
         w->grants = 0;
         memset(&w->handoff, 0, sizeof w->handoff);
-        w->local = false;
+        w->behind_own = false;
     }
     pthread_mutex_unlock(&c->wait->mu);
     return g;
@@ -156,7 +156,7 @@ bool dlock__wait_heir(dlock_client *c, const char *key, size_t key_len, dlock__h
         memcpy(out->ttl, first->q->ttl, sizeof out->ttl);
         /* A waiter queued on no server is queued by the release, with its own ticket,
          * so that a waiter of another client that came earlier still goes first. */
-        if (first->local)
+        if (first->behind_own)
             snprintf(out->ticket, sizeof out->ticket, "%lld", (long long)first->ticket);
     }
     pthread_mutex_unlock(&ws->mu);
@@ -170,21 +170,22 @@ void dlock__wait_released(dlock_client *c, const char *key, size_t key_len, cons
     if (ws == NULL)
         return;
     pthread_mutex_lock(&ws->mu);
-    bool passed = false; /* the heir holds it now: the local waiters wait behind it */
+    bool passed = false; /* the heir holds it now: the others wait behind it */
     for (dlock__waiter *w = heir != NULL ? ws->waiters : NULL; w != NULL; w = w->next)
         if (memcmp(w->token, heir, DLOCK_TOKEN_LEN) == 0) {
             w->grants |= h->nodes | unknown;
             w->handoff = *h;
             passed = __builtin_popcount(h->nodes) >= c->quorum;
-            /* A local heir that got nothing is queued now, or not at all: it attempts. */
-            if (w->grants != 0 || w->local)
+            /* An heir that waited behind its own client and got nothing is queued now, or
+             * not at all: it attempts. */
+            if (w->grants != 0 || w->behind_own)
                 dlock__kick(w->efd);
-            w->local = false;
+            w->behind_own = false;
             break;
         }
     for (dlock__waiter *w = ws->waiters; w != NULL && !passed; w = w->next)
-        if (w->local && waits_for(w, key, key_len)) {
-            w->local = false;
+        if (w->behind_own && waits_for(w, key, key_len)) {
+            w->behind_own = false;
             dlock__kick(w->efd);
         }
     pthread_mutex_unlock(&ws->mu);
@@ -198,12 +199,12 @@ int64_t dlock__wait_behind_own(dlock_client *c, dlock__waiter *w, const char *na
         return 0;
     int64_t now = dlock__now_us(), until = 0;
     /* Both locks, the client's first (its order everywhere): a release that ends marks
-     * its handle under the client's lock, then wakes the local waiters under the wait
+     * its handle under the client's lock, then wakes the waiters behind it under the wait
      * system's, so a waiter either is found by that or sees the handle released. A
      * release in flight still holds the lock: its end tells the waiters how it went. */
     pthread_mutex_lock(&c->mu);
     pthread_mutex_lock(&ws->mu);
-    if (!again || w->local) {
+    if (!again || w->behind_own) {
         for (const dlock_lock *l = c->locks; l != NULL && until == 0; l = l->next) {
             int64_t end = l->valid_until_us;
             if (l->name_len == name_len && memcmp(l->name, name, name_len) == 0 && !l->shared &&
@@ -214,9 +215,9 @@ int64_t dlock__wait_behind_own(dlock_client *c, dlock__waiter *w, const char *na
             if (x != w && waits_for(x, w->q->k.lock, w->q->k.lock_len) &&
                 __builtin_popcount(x->handoff.nodes) >= c->quorum)
                 until = now + DLOCK_QUEUE_REFRESH_MS * 1000;
-        if (until == 0 && w->local)
+        if (until == 0 && w->behind_own)
             until = -1;
-        w->local = until > 0;
+        w->behind_own = until > 0;
     }
     pthread_mutex_unlock(&ws->mu);
     pthread_mutex_unlock(&c->mu);
