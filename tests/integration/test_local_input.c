@@ -4,7 +4,8 @@
  * server in it, a plain file, a bad percent-escape, a directory its user cannot write)
  * each refused with the reason and nothing created, a percent-encoded path taken as the
  * directory it decodes to; names of any bytes but NUL, none reaching outside the
- * directory and no two sharing a file. No server runs.
+ * directory and no two sharing a file; the calls only servers can answer, each refused
+ * with its message. No server runs.
  *
  * Asserted exactly: every refusal and its message, the directory's entries, the holders.
  */
@@ -172,11 +173,67 @@ static void names_stay_inside(void **state)
     dlock_client_free(c);
 }
 
+/* ---- what only servers do ------------------------------------------------------ */
+
+/* rc must be DLOCK_ERR_INVALID with exactly msg. */
+static void expect_refusal(const char *call, int rc, const char *msg)
+{
+    if (rc != DLOCK_ERR_INVALID || strcmp(dlock_errmsg(), msg) != 0)
+        fail_msg("%s: %s (%s), want DLOCK_ERR_INVALID with \"%s\"", call, dlock_errname(rc),
+                 dlock_errmsg(), msg);
+}
+
+/* Each call a file:// client cannot make is refused with its own message, before the
+ * checks of its later arguments (fenced_set's key, probe's n); the calls in steps refuse
+ * too, a release's freeing its handle. dlock_break_last answers "no record". */
+static void server_calls_refused(void **state)
+{
+    (void)state;
+    dlock_client *c = it_local_client();
+    assert_int_equal(dlock_client_nservers(c), 1);
+    expect_refusal("fenced_set", dlock_fenced_set(c, NULL, 0, NULL, 0),
+                   "dlock_fenced_set needs a Redis server: a file:// client keeps no register "
+                   "(check fences in the resource with dlock_fence_admit)");
+    dlock_server_facts facts;
+    expect_refusal("probe", dlock_probe(c, &facts, 0), "a file:// client has no server to ask");
+    expect_refusal("ping", dlock_ping(c, &facts, 0), "a file:// client has no server to ask");
+    dlock_stock_info si;
+    expect_refusal("stock_set", dlock_stock_set(c, "sku", 1, &si),
+                   "the stock needs a Redis server: a file:// client has none");
+    const char *no_election = "leader election needs Redis servers, not a file:// directory";
+    dlock_lock *lead = NULL;
+    expect_refusal("elect", dlock_elect(c, "e", NULL, &lead), no_election);
+    assert_null(lead);
+    dlock_leader_info li;
+    expect_refusal("leader", dlock_leader(c, "e", &li), no_election);
+    dlock_observer *o = NULL;
+    expect_refusal("observe", dlock_observe(c, "e", NULL, NULL, &o), no_election);
+    assert_null(o);
+    dlock_break_info bi;
+    expect_refusal("break", dlock_break(c, "b", NULL, &bi),
+                   "a file:// lock cannot be broken from another process: its holder keeps it "
+                   "until it exits (the kernel then frees it)");
+    memset(&bi, 0xff, sizeof bi);
+    assert_int_equal(dlock_break_last(c, "b", &bi), DLOCK_OK);
+    assert_int_equal(bi.broken, 0);
+    dlock_pending *p = (dlock_pending *)&p;
+    expect_refusal("acquire_start", dlock_acquire_start(c, "s", NULL, &p),
+                   "a file:// client waits on its calling thread: use dlock_acquire");
+    assert_null(p);
+    dlock_lock *l = it_local_take(c, "s", 0);
+    expect_refusal("release_start", dlock_release_start(l, &p),
+                   "a file:// client releases on its calling thread: use dlock_release");
+    /* The refused release freed the handle, and with it the lock. */
+    dlock_release(it_local_take(c, "s", 0));
+    dlock_client_free(c);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(bad_urls_refused),
         cmocka_unit_test(names_stay_inside),
+        cmocka_unit_test(server_calls_refused),
     };
     return cmocka_run_group_tests(tests, it_local_setup, it_local_teardown);
 }
