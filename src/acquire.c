@@ -118,9 +118,11 @@ static int prepare(dlock_client *c, const char *name, const dlock_opts *opts, in
     return rc;
 }
 
-/* Start an acquisition that prepare() accepted: no I/O yet. */
-static int start(dlock_client *c, const char *name, const dlock_opts *opts, int64_t ttl_ms,
-                 int64_t wait_ms, int64_t limit, dlock_pending **out, dlock__err *e)
+/* Start an acquisition that prepare() accepted: no I/O yet (dlock__backend_redis's
+ * acquire_start). */
+int dlock__redis_acquire_start(dlock_client *c, const char *name, const dlock_opts *opts,
+                               int64_t ttl_ms, int64_t wait_ms, int64_t limit, dlock_pending **out,
+                               dlock__err *e)
 {
     acquisition *p = dlock__pending_new(sizeof *p, run_step, destroy);
     if (p == NULL)
@@ -464,14 +466,21 @@ static int acquire(dlock_client *c, const char *name, const dlock_opts *opts, in
         limit = DLOCK_PERMITS_MAX;
     if ((rc = dlock__client_block_begin(c, &e)) != DLOCK_OK)
         return dlock__err_raise(&e, rc);
+    rc = c->backend->acquire(c, name, opts, ttl_ms, wait_ms, limit, out, &e);
+    return dlock__err_raise(&e, dlock__client_block_end(c, rc, out, &e));
+}
+
+/* dlock__backend_redis's acquire: the steps, with sleeps between them. */
+int dlock__redis_acquire(dlock_client *c, const char *name, const dlock_opts *opts, int64_t ttl_ms,
+                         int64_t wait_ms, int64_t limit, dlock_lock **out, dlock__err *e)
+{
     dlock_pending *p;
-    if (c->local != NULL) {
-        rc = dlock__local_acquire(c, name, opts, ttl_ms, wait_ms, limit, out, &e);
-    } else if ((rc = start(c, name, opts, ttl_ms, wait_ms, limit, &p, &e)) == DLOCK_OK) {
-        rc = dlock__pending_run(p, opts ? opts->cancel_fd : 0, c->close_efd, out, &e);
+    int rc = dlock__redis_acquire_start(c, name, opts, ttl_ms, wait_ms, limit, &p, e);
+    if (rc == DLOCK_OK) {
+        rc = dlock__pending_run(p, opts ? opts->cancel_fd : 0, c->close_efd, out, e);
         destroy(p);
     }
-    return dlock__err_raise(&e, dlock__client_block_end(c, rc, out, &e));
+    return rc;
 }
 
 /* The limit of dlock_sem_acquire's permits, or an error. */
@@ -519,12 +528,11 @@ static int acquire_start(dlock_client *c, const char *name, const dlock_opts *op
 {
     int64_t ttl_ms = 0, wait_ms = 0;
     int rc = prepare(c, name, opts, &ttl_ms, &wait_ms, e);
-    if (rc == DLOCK_OK && c->local != NULL)
-        rc = dlock__err_set(e, DLOCK_ERR_INVALID,
-                            "a file:// client waits on its calling thread: use dlock_acquire");
     if (limit == 0 && opts != NULL && opts->shared)
         limit = DLOCK_PERMITS_MAX;
-    return rc != DLOCK_OK ? rc : start(c, name, opts, ttl_ms, wait_ms, limit, out, e);
+    return rc != DLOCK_OK
+               ? rc
+               : c->backend->acquire_start(c, name, opts, ttl_ms, wait_ms, limit, out, e);
 }
 
 int dlock_acquire_start(dlock_client *c, const char *name, const dlock_opts *opts,

@@ -27,9 +27,10 @@ _Static_assert(sizeof(void *) != 8 || sizeof(dlock_break_info) == 2104,
 _Static_assert(sizeof(void *) != 8 || sizeof(dlock_break_opts) == 56,
                "dlock_break_opts changed size");
 
-/* Enter a break call: the client, the name, the name's keys into k (free k->buf). */
-static int enter(dlock_client *c, const char *name, dlock_break_info *out, dlock__keys *k,
-                 dlock__err *e)
+/* Enter a break call: the client, the name, the backend's gate (dlock_break_last's
+ * with last), the name's keys into k (free k->buf). */
+static int enter(dlock_client *c, const char *name, bool last, dlock_break_info *out,
+                 dlock__keys *k, dlock__err *e)
 {
     k->buf = NULL;
     int rc = dlock__client_enter(c, e);
@@ -40,8 +41,8 @@ static int enter(dlock_client *c, const char *name, dlock_break_info *out, dlock
     memset(out, 0, sizeof *out);
     if ((rc = dlock__check_name(name, e)) != DLOCK_OK)
         return rc;
-    if (c->local != NULL)
-        return DLOCK_ERR_AGAIN; /* the caller says what file:// does */
+    if ((rc = c->backend->gate(c, last ? DLOCK_GATE_BREAK_LAST : DLOCK_GATE_BREAK, e)) != DLOCK_OK)
+        return rc;
     return dlock__keys_make(c->prefix, c->prefix_len, name, strlen(name), k, e);
 }
 
@@ -71,16 +72,12 @@ int dlock_break(dlock_client *c, const char *name, const dlock_break_opts *opts,
 {
     dlock__err e;
     dlock__keys k;
-    int rc = enter(c, name, out, &k, &e);
+    int rc = enter(c, name, false, out, &k, &e);
     const char *reason = opts != NULL && opts->reason != NULL ? opts->reason : "";
     const char *by = opts != NULL && opts->by != NULL ? opts->by : NULL;
     const char *fence_key = opts != NULL ? opts->fence_key : NULL;
     if (rc == DLOCK_OK && fence_key != NULL && fence_key[0] == '\0')
         rc = dlock__err_set(&e, DLOCK_ERR_INVALID, "fence_key is empty");
-    if (rc == DLOCK_ERR_AGAIN)
-        rc = dlock__err_set(&e, DLOCK_ERR_INVALID,
-                            "a file:// lock cannot be broken from another process: its holder "
-                            "keeps it until it exits (the kernel then frees it)");
     if (rc == DLOCK_OK &&
         (strlen(reason) > BREAK_TEXT_MAX || (by != NULL && strlen(by) > BREAK_TEXT_MAX)))
         rc = dlock__err_set(&e, DLOCK_ERR_INVALID, "the reason or by is longer than %d bytes",
@@ -156,9 +153,9 @@ int dlock_break_last(dlock_client *c, const char *name, dlock_break_info *out)
 {
     dlock__err e;
     dlock__keys k;
-    int rc = enter(c, name, out, &k, &e);
+    int rc = enter(c, name, true, out, &k, &e);
     if (rc == DLOCK_ERR_AGAIN)
-        rc = DLOCK_OK; /* a file:// lock is never broken, so has no record */
+        rc = DLOCK_OK; /* the backend's locks are never broken, so have no record */
     if (rc != DLOCK_OK || k.buf == NULL) {
         free(k.buf);
         return dlock__err_raise(&e, rc);

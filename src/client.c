@@ -17,7 +17,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/eventfd.h>
 #include <unistd.h>
 
 /* Options structs only grow by taking reserved words, so that a program built against
@@ -168,8 +167,16 @@ int dlock_client_new(const char *servers, const dlock_config *cfg, dlock_client 
     snprintf(c->holder, sizeof c->holder, "%s:%ld", host, (long)c->pid);
 
     int rc = apply_config(c, cfg, &e);
-    if (rc == DLOCK_OK && dlock__local_url(servers))
-        return dlock__err_raise(&e, dlock__local_client_new(c, servers, out, &e));
+    /* The backend, chosen once: a file: URL's directory, else the servers. */
+    c->backend = dlock__local_url(servers) ? &dlock__backend_file : &dlock__backend_redis;
+    if (rc == DLOCK_OK && c->backend == &dlock__backend_file) {
+        if ((rc = dlock__local_client_new(c, servers, &e)) != DLOCK_OK) {
+            dlock_client_free(c);
+            return dlock__err_raise(&e, rc);
+        }
+        *out = c;
+        return dlock__err_raise(&e, DLOCK_OK);
+    }
     dlock__addr *addrs = NULL;
     if (rc == DLOCK_OK)
         rc = dlock__url_parse_list(servers, DLOCK_SERVERS_MAX, &addrs, &c->n, &e);
@@ -233,47 +240,6 @@ static void end_blocking_calls(dlock_client *c)
     pthread_mutex_unlock(&c->close_mu);
 }
 
-int dlock__client_block_begin(dlock_client *c, dlock__err *e)
-{
-    pthread_mutex_lock(&c->close_mu);
-    int rc = DLOCK_OK;
-    if (c->closing)
-        rc = dlock__err_set(e, DLOCK_ERR_CLOSED, "the client is being freed");
-    else if (c->close_efd < 0 && (c->close_efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)) < 0)
-        rc = dlock__err_set(e, errno == ENOMEM ? DLOCK_ERR_NOMEM : DLOCK_ERR_IO,
-                            "eventfd (to end this call if the client is freed): %s",
-                            strerror(errno));
-    else
-        c->blocking++;
-    pthread_mutex_unlock(&c->close_mu);
-    return rc;
-}
-
-int dlock__client_block_end(dlock_client *c, int rc, dlock_lock **got, dlock__err *e)
-{
-    pthread_mutex_lock(&c->close_mu);
-    bool closing = c->closing;
-    if (!closing)
-        c->blocking--;
-    pthread_mutex_unlock(&c->close_mu);
-    if (!closing)
-        return rc;
-    /* Still counted, so dlock_client_free waits: a lock just got is given back here,
-     * as the free would release it, before the caller could ever see its handle. */
-    if (rc == DLOCK_OK && got != NULL && *got != NULL) {
-        dlock__err ignored;
-        dlock__lock_release(*got, &ignored);
-        *got = NULL;
-        rc = dlock__err_set(e, DLOCK_ERR_CLOSED,
-                            "the client was freed (dlock_client_free) during the call");
-    }
-    pthread_mutex_lock(&c->close_mu);
-    if (--c->blocking == 0)
-        pthread_cond_broadcast(&c->idle);
-    pthread_mutex_unlock(&c->close_mu);
-    return rc;
-}
-
 void dlock_client_free(dlock_client *c)
 {
     if (c == NULL)
@@ -331,7 +297,8 @@ void dlock_client_free(dlock_client *c)
             pthread_mutex_destroy(&c->nodes[i].mu);
     }
     free(c->nodes);
-    dlock__local_client_free(c);
+    if (c->backend->client_free != NULL)
+        c->backend->client_free(c);
     free(c->prefix);
     if (c->rules.password != NULL) {
         memset(c->rules.password, 0, strlen(c->rules.password));
@@ -350,29 +317,42 @@ void dlock_client_free(dlock_client *c)
 
 int dlock_client_nservers(const dlock_client *c)
 {
-    if (c != NULL && c->magic == DLOCK_CLIENT_MAGIC && c->local != NULL)
-        return 1; /* its directory */
-    return c != NULL && c->magic == DLOCK_CLIENT_MAGIC ? c->n : 0;
+    return c != NULL && c->magic == DLOCK_CLIENT_MAGIC ? c->backend->nservers(c) : 0;
 }
 
-bool dlock__client_forked(const dlock_client *c)
-{
-    return dlock__forked_since(c->fork_gen, c->pid);
-}
+/* ---- the Redis backend --------------------------------------------------------- */
 
-int dlock__client_enter(dlock_client *c, dlock__err *e)
+/* dlock__backend_redis's gate: every call runs on the servers. */
+static int redis_runs(dlock_client *c, enum dlock__gate g, dlock__err *e)
 {
-    if (c == NULL)
-        return dlock__err_set(e, DLOCK_ERR_INVALID, "client is NULL");
-    assert(c->magic == DLOCK_CLIENT_MAGIC);
-    if (c->magic != DLOCK_CLIENT_MAGIC)
-        return dlock__err_set(e, DLOCK_ERR_INVALID, "not a dlock_client (freed or corrupted?)");
-    /* After fork() the child shares the parent's sockets: one byte written by the
-     * child would corrupt the parent's stream. The child must make its own client. */
-    if (dlock__client_forked(c))
-        return dlock__err_set(e, DLOCK_ERR_CLOSED,
-                              "client was created by process %ld; create a new client after "
-                              "fork()",
-                              (long)c->pid);
+    (void)c, (void)g, (void)e;
     return DLOCK_OK;
 }
+
+static int redis_nservers(const dlock_client *c)
+{
+    return c->n;
+}
+
+/* Its entries are the calls of the calls layer (internal.h): what each does on the
+ * servers. Nothing of its own to free: dlock_client_free frees the nodes and the pool,
+ * which every client has (none, for another backend's). */
+const dlock__backend dlock__backend_redis = {
+    .acquire = dlock__redis_acquire,
+    .acquire_start = dlock__redis_acquire_start,
+    .release = dlock__redis_release,
+    .release_start = dlock__redis_release_start,
+    .detach = dlock__redis_detach,
+    .extend = dlock__redis_extend,
+    .check = dlock__redis_check,
+    .slot_claim = dlock__redis_slot_claim,
+    .remaining_ms = dlock__lock_valid_ms,
+    .hold_free = NULL,
+    .inspect = dlock__redis_inspect,
+    .inspect_shared = dlock__redis_inspect_shared,
+    .list = dlock__redis_list,
+    .where = dlock__redis_where,
+    .nservers = redis_nservers,
+    .client_free = NULL,
+    .gate = redis_runs,
+};

@@ -159,9 +159,8 @@ int dlock__election_enter(dlock_client *c, const char *name, const void *out, co
         rc = dlock__err_set(e, DLOCK_ERR_INVALID, "%s is NULL", what);
     if (rc == DLOCK_OK && name != NULL)
         rc = dlock__check_name(name, e);
-    if (rc == DLOCK_OK && c->local != NULL)
-        rc = dlock__err_set(e, DLOCK_ERR_INVALID,
-                            "leader election needs Redis servers, not a file:// directory");
+    if (rc == DLOCK_OK)
+        rc = c->backend->gate(c, DLOCK_GATE_ELECT, e);
     return rc;
 }
 

@@ -20,10 +20,8 @@ int dlock_fenced_set(dlock_client *c, const char *key, uint64_t fence, const voi
     int rc = dlock__client_enter(c, &e);
     if (rc != DLOCK_OK)
         return dlock__err_raise(&e, rc);
-    if (c->local != NULL)
-        return dlock__raise(&e, DLOCK_ERR_INVALID,
-                            "dlock_fenced_set needs a Redis server: a file:// client keeps no "
-                            "register (check fences in the resource with dlock_fence_admit)");
+    if ((rc = c->backend->gate(c, DLOCK_GATE_FENCED_SET, &e)) != DLOCK_OK)
+        return dlock__err_raise(&e, rc);
     if (key == NULL || key[0] == '\0')
         return dlock__raise(&e, DLOCK_ERR_INVALID, "key is NULL or empty");
     if (fence == 0)

@@ -140,7 +140,8 @@ void dlock__lock_free(dlock_lock *l)
     }
     if (l->lost_fd >= 0)
         close(l->lost_fd);
-    dlock__local_hold_free(l);
+    if (l->hold != NULL)
+        c->backend->hold_free(l);
     free(l->renew_keys.buf);
     free(l->name);
     l->magic = 0;
@@ -169,10 +170,15 @@ int dlock_lock_detach(dlock_lock *l)
         return dlock__raise(&e, DLOCK_ERR_INVALID, "lock is NULL");
     if (l->magic != DLOCK_LOCK_MAGIC)
         return dlock__raise(&e, DLOCK_ERR_INVALID, "not a dlock_lock (released or corrupted?)");
-    if (l->client->local != NULL)
-        return dlock__err_raise(&e, dlock__local_detach(l, &e));
+    return dlock__err_raise(&e, l->client->backend->detach(l, &e));
+}
+
+/* A server's lock outlives the handle by itself: detaching is freeing the handle. */
+int dlock__redis_detach(dlock_lock *l, dlock__err *e)
+{
+    (void)e;
     dlock__lock_free(l);
-    return dlock__err_raise(&e, DLOCK_OK);
+    return DLOCK_OK;
 }
 
 int dlock_lock_adopt(dlock_client *c, const char *name, const char *token, dlock_lock **out)
@@ -208,8 +214,11 @@ int64_t dlock_remaining_ms(const dlock_lock *l)
 {
     if (l == NULL || l->magic != DLOCK_LOCK_MAGIC || l->lost || l->valid_until_us == 0)
         return 0;
-    if (l->local != NULL)
-        return dlock__local_remaining_ms(l);
+    return l->client->backend->remaining_ms(l);
+}
+
+int64_t dlock__lock_valid_ms(const dlock_lock *l)
+{
     int64_t left = l->valid_until_us - dlock__now_us();
     /* Round down: never claim a millisecond that is not all there. */
     return left > 0 ? left / 1000 : left / 1000 - 1;

@@ -64,7 +64,6 @@
  *               list.h      what list.c and list_merge.c share
  *               stock.h     what the stock's files share
  *               subscriber.h  the subscriber thread, for its users
- *               local.h     what the file:// files share
  *               handle.c    the dlock_lock handle, argument checks, accessors
  *               acquire.c   dlock_acquire and dlock_sem_acquire (exclusive, shared, one
  *                           of K permits) as steps of a dlock_pending: when to attempt,
@@ -103,17 +102,23 @@
  *               stock_reserve.c  the reserve, and its wait for units, in steps
  *               probe.c     what each server says of itself (INFO, CONFIG, TIME), for
  *                           dlock doctor; whether each answers PING (dlock_ping)
- *               client.c    dlock_client: config, the node list, and its free, which
- *                           ends the blocking calls made on it
+ *               call.c      a call on a client: its entry checks, and the count of the
+ *                           calls that may block, which dlock_client_free ends
+ *   backends    local.h     what the file:// files share
  *               local_file.c     the lock file on disk: its name, byte locks, records,
  *                                fence
  *               local_acquire.c  taking a name: one try under the guard; the inotify wait
  *               local.c          file:///DIR clients: every lock call on files of one host,
- *                                reached by a dispatch at the top of each entry point
- *               local_list.c     dlock_list of a directory's held names
+ *                                the file backend's table (dlock__backend_file)
+ *               local_list.c     dlock_list of a directory's held names, and inspect
+ *   api         client.c    dlock_client: config, the node list, the backend chosen for
+ *                           it, and its free, which ends the blocking calls made on it
  *
- * The file:// backend shares the calls layer with the rest: the entry points dispatch
- * to it, and it uses their handles and waits, so the two call each other.
+ * The calls layer checks each public call's arguments and hands its work to the
+ * client's backend (dlock__backend, below): the Redis backend's entries are the calls
+ * of this layer on the servers, gathered in client.c; the file backend is the layer
+ * above, on the handles, waits and sleeps of the calls layer, and nothing below it
+ * names it. client.c, which picks a client's table, sits on top of both.
  *
  * The transport knows nothing above it: a node carries the rules its connections
  * follow (dlock__node_rules: deadlines, password, voting rule, log) and its topology,
@@ -322,8 +327,9 @@ struct dlock_lock {
     void *on_lost_user;
     int wd_pos; /* its index in the renewal's heap; -1: not in it (a new handle's 0 is
                    never read: the heap is used only while renewing) */
-    struct dlock__local_hold *local; /* file:// clients: what it holds (local.c); NULL when
-                                        adopted */
+    void *hold; /* what a backend other than Redis keeps of the lock, which only it reads
+                   (the file backend's: the file's descriptor and record); NULL: none, and
+                   for a handle adopted */
 };
 
 /* Argument checks shared by the lock calls. */
@@ -538,51 +544,116 @@ int dlock__lock_release(struct dlock_lock *l, dlock__err *e);
  * always, but with strict fences and N > 1, whose fence needs a round of its own. */
 bool dlock__release_has_heirs(const struct dlock_client *c);
 
-/* ---- local.c, local_acquire.c ------------------------------------------------ */
+/* ---- the backends ------------------------------------------------------------ */
+
+struct dlock_lister;
+
+/* The calls a backend may refuse as a whole (dlock__backend.gate). */
+enum dlock__gate {
+    DLOCK_GATE_FENCED_SET, /* dlock_fenced_set */
+    DLOCK_GATE_PROBE,      /* dlock_probe, dlock_ping */
+    DLOCK_GATE_STOCK,      /* the stock's calls */
+    DLOCK_GATE_ELECT,      /* the election's calls, and dlock_observe */
+    DLOCK_GATE_BREAK,      /* dlock_break */
+    DLOCK_GATE_BREAK_LAST  /* dlock_break_last */
+};
+
+/* What a client's locks are kept in: its backend, chosen once by dlock_client_new from
+ * the server list (c->backend) and never changed. Each public call checks its
+ * arguments, then hands the work to its client's table, whose code and message it
+ * returns as its own (raised there, once). Two tables: dlock__backend_redis, the
+ * calls of this layer on the servers, and dlock__backend_file, local*.c's files of one
+ * directory (file:///DIR). Every entry is set in both but where one says NULL may do. */
+typedef struct dlock__backend {
+    /* Take name for ttl_ms, waiting up to wait_ms: limit 0 exclusively, else as one of
+     * at most limit shared holders (DLOCK_PERMITS_MAX for dlock_opts.shared, K for a
+     * semaphore of K >= 2 permits). The blocking form (the call counted by
+     * dlock__client_block_begin), and the one in steps (dlock_acquire_start). */
+    int (*acquire)(struct dlock_client *c, const char *name, const dlock_opts *opts, int64_t ttl_ms,
+                   int64_t wait_ms, int64_t limit, struct dlock_lock **out, dlock__err *e);
+    int (*acquire_start)(struct dlock_client *c, const char *name, const dlock_opts *opts,
+                         int64_t ttl_ms, int64_t wait_ms, int64_t limit, dlock_pending **out,
+                         dlock__err *e);
+    /* Release l, then free it, whatever the outcome; in steps, the handle is the
+     * operation's from the call on (freed by it, or now when the start fails). */
+    int (*release)(struct dlock_lock *l, dlock__err *e);
+    int (*release_start)(struct dlock_lock *l, dlock_pending **out, dlock__err *e);
+    /* Free l and leave its lock to its lease (dlock_lock_detach). */
+    int (*detach)(struct dlock_lock *l, dlock__err *e);
+    /* The calls on a handle whose magic was checked (dlock__lock_enter), its arguments
+     * too: dlock_extend, dlock_check, dlock_slot_claim (an exclusive holder's; out
+     * initialized by the caller). */
+    int (*extend)(struct dlock_lock *l, int64_t ttl_ms, dlock__err *e);
+    int (*check)(struct dlock_lock *l, dlock__err *e);
+    int (*slot_claim)(struct dlock_lock *l, int64_t period_ms, dlock_slot *out, dlock__err *e);
+    /* dlock_remaining_ms of a handle neither lost nor of an unknown lease. */
+    int64_t (*remaining_ms)(const struct dlock_lock *l);
+    /* Free what the backend keeps for l (l->hold, set), touching nothing shared: a
+     * forked child's copy lets go of its own references only (dlock__lock_free). NULL
+     * for a backend that keeps nothing there. */
+    void (*hold_free)(struct dlock_lock *l);
+    /* dlock_inspect and dlock_inspect_shared, on a checked client and name (out zeroed,
+     * *n and *total 0). */
+    int (*inspect)(struct dlock_client *c, const char *name, dlock_holder *out, dlock__err *e);
+    int (*inspect_shared)(struct dlock_client *c, const char *name, dlock_holder *out, int max,
+                          int *n, int64_t *total, dlock__err *e);
+    /* dlock_list: the records of every held name into it (it->c and it->pattern set;
+     * list.c sorts them after), and whose records the ones of node are, for messages. */
+    int (*list)(struct dlock_lister *it, dlock__err *e);
+    const char *(*where)(const struct dlock_client *c, int node);
+    /* dlock_client_nservers of a client, and the free of what the backend keeps of it
+     * (dlock_client_free, after every handle is gone; NULL: nothing of its own). */
+    int (*nservers)(const struct dlock_client *c);
+    void (*client_free)(struct dlock_client *c);
+    /* Whether the backend runs a call that only servers can answer, asked once the
+     * call's arguments before it are checked: DLOCK_OK when it does (the call goes on,
+     * on the servers), else the code and message of its refusal. DLOCK_ERR_AGAIN, no
+     * message, for DLOCK_GATE_BREAK_LAST: no lock of the backend is ever broken, so the
+     * call says "no record". */
+    int (*gate)(struct dlock_client *c, enum dlock__gate g, dlock__err *e);
+} dlock__backend;
+
+/* The two backends: the servers' (client.c gathers the entries below) and the files'
+ * of one directory (local.c). */
+extern const dlock__backend dlock__backend_redis;
+extern const dlock__backend dlock__backend_file;
+
+/* The entries of dlock__backend_redis, each in the file of its call. */
+int dlock__redis_acquire(struct dlock_client *c, const char *name, const dlock_opts *opts,
+                         int64_t ttl_ms, int64_t wait_ms, int64_t limit, struct dlock_lock **out,
+                         dlock__err *e);
+int dlock__redis_acquire_start(struct dlock_client *c, const char *name, const dlock_opts *opts,
+                               int64_t ttl_ms, int64_t wait_ms, int64_t limit, dlock_pending **out,
+                               dlock__err *e);
+int dlock__redis_release(struct dlock_lock *l, dlock__err *e);
+int dlock__redis_release_start(struct dlock_lock *l, dlock_pending **out, dlock__err *e);
+int dlock__redis_detach(struct dlock_lock *l, dlock__err *e);
+int dlock__redis_extend(struct dlock_lock *l, int64_t ttl_ms, dlock__err *e);
+int dlock__redis_check(struct dlock_lock *l, dlock__err *e);
+int dlock__redis_slot_claim(struct dlock_lock *l, int64_t period_ms, dlock_slot *out,
+                            dlock__err *e);
+int dlock__redis_inspect(struct dlock_client *c, const char *name, dlock_holder *out,
+                         dlock__err *e);
+int dlock__redis_inspect_shared(struct dlock_client *c, const char *name, dlock_holder *out,
+                                int max, int *n, int64_t *total, dlock__err *e);
+int dlock__redis_list(struct dlock_lister *it, dlock__err *e);
+const char *dlock__redis_where(const struct dlock_client *c, int node);
+/* What is left of l's lease on this host's clock (handle.c): rounded down, never a
+ * millisecond that is not all there. The Redis entry of remaining_ms. */
+int64_t dlock__lock_valid_ms(const struct dlock_lock *l);
+
+/* ---- local.c: the file backend's client ---------------------------------------- */
 
 /* A client for file:///DIR keeps its locks in files of DIR (docs/guide.md, "Local
- * locks"). Each public entry point, once its arguments are checked, hands a call on
- * such a client (c->local set) to the function here, whose code and message it
- * returns as its own; the rest of src/ never sees a local client (local.h, which only
- * the local files include, defines the structs below). */
+ * locks"), through dlock__backend_file; local.h, which only the local files include,
+ * has the rest. */
 struct dlock__local;
-struct dlock__local_hold;
 
 /* True when the server list has a file: URL anywhere (it must then be the only one). */
 bool dlock__local_url(const char *servers);
 /* dlock_client_new for a file: URL, c's config applied: parse it, check the directory
- * (it must exist and be writable; nothing is created), set c->local. On failure c is
- * freed, and e says why. */
-int dlock__local_client_new(struct dlock_client *c, const char *servers, struct dlock_client **out,
-                            dlock__err *e);
-void dlock__local_client_free(struct dlock_client *c);
-/* limit 0: exclusive; else a shared holder among at most limit (DLOCK_PERMITS_MAX for
- * dlock_opts.shared, K for a semaphore of K >= 2 permits). (local_acquire.c) */
-int dlock__local_acquire(struct dlock_client *c, const char *name, const dlock_opts *opts,
-                         int64_t ttl_ms, int64_t wait_ms, int64_t limit, struct dlock_lock **out,
-                         dlock__err *e);
-int dlock__local_extend(struct dlock_lock *l, int64_t ttl_ms, dlock__err *e);
-/* Release l, then free it, whatever the outcome. */
-int dlock__local_release(struct dlock_lock *l, dlock__err *e);
-/* Record l as detached (it lasts its lease), then free it. */
-int dlock__local_detach(struct dlock_lock *l, dlock__err *e);
-int dlock__local_check(struct dlock_lock *l, dlock__err *e);
-/* dlock_slot_claim for a file:// handle: the slot on this host's wall clock, the
- * record in the name's lock file (out initialized by the caller). */
-int dlock__local_slot_claim(struct dlock_lock *l, int64_t period_ms, dlock_slot *out,
-                            dlock__err *e);
-/* dlock_list's records (list.c's format) of every held name in the directory into a
- * malloc'd *blob of *len bytes. */
-int dlock__local_list(struct dlock_client *c, char **blob, size_t *len, dlock__err *e);
-int dlock__local_inspect(struct dlock_client *c, const char *name, dlock_holder *out,
-                         dlock__err *e);
-int dlock__local_inspect_shared(struct dlock_client *c, const char *name, dlock_holder *out,
-                                int max, int *n, int64_t *total, dlock__err *e);
-/* A held handle's lease (l->local set): the lease asked for, since nothing expires
- * while the descriptor holds the lock. */
-int64_t dlock__local_remaining_ms(const struct dlock_lock *l);
-/* Close and free what l holds (from dlock__lock_free), touching no file: a forked
- * child's copy closes its own reference, and the parent's lock stays. */
-void dlock__local_hold_free(struct dlock_lock *l);
+ * (it must exist and be writable; nothing is created), set c->local. On failure e says
+ * why, and the caller frees c. */
+int dlock__local_client_new(struct dlock_client *c, const char *servers, dlock__err *e);
 
 #endif /* DLOCK_INTERNAL_H */

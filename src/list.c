@@ -124,11 +124,15 @@ static int key_name(const dlock_client *c, const char *key, size_t len, dlock__l
 /* Whose records these are, for messages. */
 static const char *where(const dlock_lister *it, int node)
 {
-    return it->c->local != NULL ? "the lock directory" : it->c->nodes[node].addr.display;
+    return it->c->backend->where(it->c, node);
 }
 
-/* The records of one page (blob) from node, those whose names match the pattern. */
-static int take_page(dlock_lister *it, int node, const char *blob, size_t len, dlock__err *e)
+const char *dlock__redis_where(const dlock_client *c, int node)
+{
+    return c->nodes[node].addr.display;
+}
+
+int dlock__list_take_page(dlock_lister *it, int node, const char *blob, size_t len, dlock__err *e)
 {
     const char *p = blob, *end = blob + len;
     while (p < end) {
@@ -246,7 +250,7 @@ static int take_reply(dlock_lister *it, int node, dlock__req *r, walk *w, dlock_
     w->skip = rep->element[1]->integer;
     memcpy(w->sig, rep->element[3]->str, rep->element[3]->len + 1);
     w->done = strcmp(w->cursor, "0") == 0 && w->skip == 0;
-    return take_page(it, node, rep->element[2]->str, rep->element[2]->len, e);
+    return dlock__list_take_page(it, node, rep->element[2]->str, rep->element[2]->len, e);
 }
 
 /* Read cluster node i's slot map afresh (a listing must not miss a master a failover
@@ -419,25 +423,23 @@ int dlock_list(dlock_client *c, const char *pattern, dlock_lister **out)
         return dlock__raise(&e, DLOCK_ERR_NOMEM, "out of memory");
     }
     it->c = c;
-    if (c->local != NULL) {
-        size_t len;
-        rc = dlock__local_list(c, &it->local, &len, &e);
-        if (rc == DLOCK_OK)
-            rc = take_page(it, 0, it->local, len, &e);
-        if (rc != DLOCK_OK) {
-            dlock_list_free(it);
-            return dlock__err_raise(&e, rc);
-        }
-        sort_unique(it);
-        *out = it;
-        return dlock__err_raise(&e, DLOCK_OK);
+    if ((rc = c->backend->list(it, &e)) != DLOCK_OK) {
+        dlock_list_free(it);
+        return dlock__err_raise(&e, rc);
     }
+    sort_unique(it);
+    *out = it;
+    return dlock__err_raise(&e, DLOCK_OK);
+}
+
+/* dlock__backend_redis's list: every node's pages, and every master of a cluster. */
+int dlock__redis_list(dlock_lister *it, dlock__err *e)
+{
+    dlock_client *c = it->c;
     /* SCAN's MATCH: the prefix (its glob characters escaped) and any tag. */
     char *match = dlock__malloc(2 * c->prefix_len + 4);
-    if (match == NULL) {
-        dlock_list_free(it);
-        return dlock__raise(&e, DLOCK_ERR_NOMEM, "out of memory");
-    }
+    if (match == NULL)
+        return dlock__err_set(e, DLOCK_ERR_NOMEM, "out of memory");
     size_t ml = 0;
     for (size_t i = 0; i < c->prefix_len; i++) {
         if (strchr("*?[]\\", c->prefix[i]) != NULL)
@@ -447,19 +449,19 @@ int dlock_list(dlock_client *c, const char *pattern, dlock_lister **out)
     memcpy(match + ml, "{*}", 4);
     bool failed[DLOCK_SERVERS_MAX] = {false};
     int last = DLOCK_ERR_NOQUORUM;
-    rc = walk_nodes(it, match, failed, &last, &e);
+    int rc = walk_nodes(it, match, failed, &last, e);
     for (int i = 0; rc == DLOCK_OK && i < c->n; i++) {
         if (c->nodes[i].cluster == NULL || failed[i])
             continue;
         dlock__err ne;
         int nrc = walk_cluster(it, i, match, &ne);
         if (nrc == DLOCK_ERR_NOMEM) {
-            e = ne;
+            *e = ne;
             rc = nrc;
         } else if (nrc != DLOCK_OK) {
             failed[i] = true;
             last = nrc;
-            e = ne;
+            *e = ne;
         }
     }
     free(match);
@@ -470,13 +472,7 @@ int dlock_list(dlock_client *c, const char *pattern, dlock_lister **out)
      * left for a quorum (with one server, its own). */
     if (rc == DLOCK_OK && c->n - nfailed < c->quorum)
         rc = c->n == 1 ? last : DLOCK_ERR_NOQUORUM;
-    if (rc != DLOCK_OK) {
-        dlock_list_free(it);
-        return dlock__err_raise(&e, rc);
-    }
-    sort_unique(it);
-    *out = it;
-    return dlock__err_raise(&e, DLOCK_OK);
+    return rc;
 }
 
 int dlock_list_next(dlock_lister *it, const dlock_listed **entry)
@@ -523,7 +519,7 @@ void dlock_list_free(dlock_lister *it)
     for (size_t i = 0; i < it->npages; i++)
         freeReplyObject(it->pages[i]);
     free(it->pages);
-    free(it->local);
+    free(it->blob);
     free(it->recs);
     free(it->pattern);
     free(it);

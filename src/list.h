@@ -28,7 +28,7 @@ struct dlock_lister {
     dlock_client *c;
     char *pattern;
     redisReply **pages; /* the replies records point into */
-    char *local;        /* a file:// client's records (dlock__local_list) */
+    char *blob;         /* records a backend made in one piece, which recs point into */
     size_t npages, cap_pages;
     dlock__list_rec *recs;
     size_t nrecs, cap_recs;
@@ -44,6 +44,9 @@ bool dlock__list_field(const char **p, const char *end, const char **s, size_t *
 /* The number a field's bytes s[0..len) write (a field is not NUL-terminated: the next
  * one follows it); 0 when they are not one. */
 long long dlock__list_ll(const char *s, size_t len);
+/* The records of one page (blob, len bytes) from node, those whose names match the
+ * pattern, added to it->recs (they point into blob, which must outlive it). */
+int dlock__list_take_page(dlock_lister *it, int node, const char *blob, size_t len, dlock__err *e);
 /* Sort records by name, then by server. */
 int dlock__list_cmp(const void *a, const void *b);
 /* The views g[0..n) of one name merged into it->entry and it->holders: false when no

@@ -1,16 +1,18 @@
 /*
  * local.c: local locks, for a client made with file:///DIR: the same calls on one host
  * with no server, for a fleet of cron jobs on one machine, a laptop, or `dlock run`
- * where no Redis exists. Every entry point that acts on locks hands a local client's
- * call to a dlock__local_* function first; the rest of src/ never sees a local client.
+ * where no Redis exists. Its client's table (dlock__backend_file, at the end) is
+ * what every public call that acts on locks hands its work to; the rest of src/ never
+ * sees a local client.
  *
- * Three files share local.h. The format on disk and its rules are one concern, which
+ * Four files share local.h. The format on disk and its rules are one concern, which
  * every call follows; taking a name, the one call that waits, is another:
  *   local_file.c     what is on disk: a name's file, its byte locks, the records in it,
  *                    the fence it keeps;
  *   local_acquire.c  taking a name: one try under the guard, and the wait between tries;
  *   local.c          the client (its directory, the boot id), the calls on a held or an
- *                    adopted handle (release, detach, extend, check), and inspect.
+ *                    adopted handle (release, detach, extend, check), the table;
+ *   local_list.c     what the directory holds: dlock_list, inspect.
  */
 #include "local.h"
 
@@ -110,7 +112,7 @@ static void read_boot_id(char out[40])
             strcpy(out, "-");
 }
 
-int dlock__local_client_new(dlock_client *c, const char *servers, dlock_client **out, dlock__err *e)
+int dlock__local_client_new(dlock_client *c, const char *servers, dlock__err *e)
 {
     char path[PATH_MAX];
     int rc = parse_file_url(servers, path, sizeof path, e);
@@ -135,17 +137,14 @@ int dlock__local_client_new(dlock_client *c, const char *servers, dlock_client *
         rc = dlock__err_set(e, DLOCK_ERR_INVALID,
                             "lock directory %s is not writable by this process (uid %ld): %s", path,
                             (long)geteuid(), strerror(errno));
-    if (rc != DLOCK_OK) {
-        dlock_client_free(c);
+    if (rc != DLOCK_OK)
         return rc;
-    }
     read_boot_id(lc->boot_id);
     lc->guard_us = c->rules.timeout_us + c->rules.connect_timeout_us;
-    *out = c;
     return DLOCK_OK;
 }
 
-void dlock__local_client_free(dlock_client *c)
+static void local_client_free(dlock_client *c)
 {
     struct dlock__local *lc = c->local;
     if (lc == NULL)
@@ -245,9 +244,9 @@ static int by_token(dlock_lock *l, enum token_op op, int64_t ttl_ms, dlock__err 
     return rc;
 }
 
-int dlock__local_release(dlock_lock *l, dlock__err *e)
+static int local_release(dlock_lock *l, dlock__err *e)
 {
-    struct dlock__local_hold *h = l->local;
+    struct dlock__local_hold *h = l->hold;
     int rc = DLOCK_OK;
     if (h == NULL) {
         rc = by_token(l, OP_RELEASE, 0, e);
@@ -276,9 +275,9 @@ int dlock__local_release(dlock_lock *l, dlock__err *e)
     return rc;
 }
 
-int dlock__local_detach(dlock_lock *l, dlock__err *e)
+static int local_detach(dlock_lock *l, dlock__err *e)
 {
-    struct dlock__local_hold *h = l->local;
+    struct dlock__local_hold *h = l->hold;
     dlock_client *c = l->client;
     int rc = DLOCK_OK;
     /* An adopted handle holds nothing; a forked child's copy holds its parent's lock. */
@@ -305,8 +304,9 @@ int dlock__local_detach(dlock_lock *l, dlock__err *e)
 static int still_held(dlock_lock *l, dlock__err *e)
 {
     char file[FILE_MAX];
+    const struct dlock__local_hold *h = l->hold;
     int rc = dlock__local_file_name(l->name, l->name_len, file, e);
-    if (rc == DLOCK_OK && !dlock__local_same_file(l->client, l->local->fd, file)) {
+    if (rc == DLOCK_OK && !dlock__local_same_file(l->client, h->fd, file)) {
         dlock__lock_mark_lost(l);
         rc = dlock__err_set(e, DLOCK_ERR_LOST,
                             "%s/%s was removed while held: another process may have taken the "
@@ -316,9 +316,9 @@ static int still_held(dlock_lock *l, dlock__err *e)
     return rc;
 }
 
-int dlock__local_extend(dlock_lock *l, int64_t ttl_ms, dlock__err *e)
+static int local_extend(dlock_lock *l, int64_t ttl_ms, dlock__err *e)
 {
-    struct dlock__local_hold *h = l->local;
+    struct dlock__local_hold *h = l->hold;
     if (h == NULL)
         return by_token(l, OP_EXTEND, ttl_ms, e);
     if (l->lost)
@@ -341,9 +341,9 @@ int dlock__local_extend(dlock_lock *l, int64_t ttl_ms, dlock__err *e)
     return DLOCK_OK;
 }
 
-int dlock__local_check(dlock_lock *l, dlock__err *e)
+static int local_check(dlock_lock *l, dlock__err *e)
 {
-    if (l->local == NULL)
+    if (l->hold == NULL)
         return by_token(l, OP_CHECK, 0, e);
     if (l->lost)
         return dlock__err_set(e, DLOCK_ERR_LOST, "this handle already found the lock lost");
@@ -353,9 +353,9 @@ int dlock__local_check(dlock_lock *l, dlock__err *e)
 /* The slot of this host's wall clock, and the last claim, in the name's lock file: read
  * and written under the guard by the holder of the gate, so no other claim can come
  * between (slot.c says what a claim is). */
-int dlock__local_slot_claim(dlock_lock *l, int64_t period_ms, dlock_slot *out, dlock__err *e)
+static int local_slot_claim(dlock_lock *l, int64_t period_ms, dlock_slot *out, dlock__err *e)
 {
-    struct dlock__local_hold *h = l->local;
+    struct dlock__local_hold *h = l->hold;
     if (h == NULL)
         return dlock__err_set(e, DLOCK_ERR_INVALID,
                               "a file:// slot is claimed with the handle that took the lock, "
@@ -396,107 +396,98 @@ int dlock__local_slot_claim(dlock_lock *l, int64_t period_ms, dlock_slot *out, d
     return rc;
 }
 
-int64_t dlock__local_remaining_ms(const dlock_lock *l)
+/* A held handle's lease is the one asked for, since nothing expires while the
+ * descriptor holds the lock; an adopted one's (by_token set it) runs on the clock. */
+static int64_t local_remaining_ms(const dlock_lock *l)
 {
-    return l->local->ttl_ms;
+    const struct dlock__local_hold *h = l->hold;
+    return h != NULL ? h->ttl_ms : dlock__lock_valid_ms(l);
 }
 
-void dlock__local_hold_free(dlock_lock *l)
+static void local_hold_free(dlock_lock *l)
 {
-    if (l->local == NULL)
-        return;
+    struct dlock__local_hold *h = l->hold;
     /* In a forked child this closes the child's reference only: the parent's lock
      * stays. */
-    if (l->local->fd >= 0)
-        close(l->local->fd);
-    free(l->local);
-    l->local = NULL;
+    if (h->fd >= 0)
+        close(h->fd);
+    free(h);
+    l->hold = NULL;
 }
 
-/* ---- inspect ---------------------------------------------------------------- */
+/* ---- the backend ------------------------------------------------------------ */
 
-/* The view of name's file, read under a read guard; a missing file is a name never
- * held (v zeroed). */
-static int look(dlock_client *c, const char *name, view *v, dlock__err *e)
+/* What a file:// client refuses: the calls in steps, since a file's wait is on the
+ * calling thread, and the calls that only servers can answer. Each says why, and what
+ * the caller may do instead. */
+
+static int local_acquire_start(dlock_client *c, const char *name, const dlock_opts *opts,
+                               int64_t ttl_ms, int64_t wait_ms, int64_t limit, dlock_pending **out,
+                               dlock__err *e)
 {
-    char file[FILE_MAX];
-    int fd;
-    memset(v, 0, sizeof *v);
-    int rc = dlock__local_file_name(name, strlen(name), file, e);
-    if (rc != DLOCK_OK)
-        return rc;
-    if ((rc = dlock__local_open_file(c, file, O_RDONLY, &fd, e)) != DLOCK_OK)
-        return rc == DLOCK_ERR_LOST ? DLOCK_OK : rc;
-    if ((rc = dlock__local_guard_take(c, fd, F_RDLCK, file, e)) == DLOCK_OK) {
-        rc = dlock__local_read_view(c, fd, file, v, e);
-        dlock__local_ofd_unlock(fd, LK_GUARD);
-    }
-    close(fd);
-    return rc;
+    (void)c, (void)name, (void)opts, (void)ttl_ms, (void)wait_ms, (void)limit, (void)out;
+    return dlock__err_set(e, DLOCK_ERR_INVALID,
+                          "a file:// client waits on its calling thread: use dlock_acquire");
 }
 
-static void fill_holder(const record *r, int64_t now, dlock_holder *out)
+/* The handle is the operation's: a refused start frees it, as a failed one does. */
+static int local_release_start(dlock_lock *l, dlock_pending **out, dlock__err *e)
 {
-    out->held = 1;
-    memcpy(out->token, r->token, sizeof out->token);
-    dlock__copy_text(out->description, sizeof out->description, r->desc, strlen(r->desc));
-    out->remaining_ms = dlock__local_record_left_ms(r, now);
+    (void)out;
+    dlock__lock_free(l);
+    return dlock__err_set(e, DLOCK_ERR_INVALID,
+                          "a file:// client releases on its calling thread: use dlock_release");
 }
 
-int dlock__local_inspect(dlock_client *c, const char *name, dlock_holder *out, dlock__err *e)
+/* The calls a file:// client refuses as a whole, and why: each needs a server's clock,
+ * its scripts or its channels (a count that a crashed buyer's lease returns needs a
+ * clock and scripts only a server runs). */
+static int local_gate(dlock_client *c, enum dlock__gate g, dlock__err *e)
 {
-    view v;
-    int rc = look(c, name, &v, e);
-    if (rc != DLOCK_OK)
-        return rc;
-    int64_t now = dlock__now_us();
-    out->fence = v.fence;
-    if (v.excl.live) {
-        fill_holder(&v.excl, now, out);
-    } else if (v.nlive > 0) {
-        out->held = 1;
-        out->shared = v.nlive;
-        for (int64_t j = 0; j < v.nslots; j++)
-            if (v.shared[j].live &&
-                dlock__local_record_left_ms(&v.shared[j], now) > out->remaining_ms)
-                out->remaining_ms = dlock__local_record_left_ms(&v.shared[j], now);
-    }
-    dlock__local_view_free(&v);
-    return DLOCK_OK;
+    static const char *const why[] = {
+        [DLOCK_GATE_FENCED_SET] = "dlock_fenced_set needs a Redis server: a file:// client keeps "
+                                  "no register (check fences in the resource with "
+                                  "dlock_fence_admit)",
+        [DLOCK_GATE_PROBE] = "a file:// client has no server to ask",
+        [DLOCK_GATE_STOCK] = "the stock needs a Redis server: a file:// client has none",
+        [DLOCK_GATE_ELECT] = "leader election needs Redis servers, not a file:// directory",
+        [DLOCK_GATE_BREAK] = "a file:// lock cannot be broken from another process: its holder "
+                             "keeps it until it exits (the kernel then frees it)",
+    };
+    (void)c;
+    if (g == DLOCK_GATE_BREAK_LAST)
+        return DLOCK_ERR_AGAIN; /* a file:// lock is never broken, so has no record */
+    return dlock__err_set(e, DLOCK_ERR_INVALID, "%s", why[g]);
 }
 
-static int cmp_left_desc(const void *a, const void *b)
+static const char *local_where(const dlock_client *c, int node)
 {
-    int64_t x = ((const dlock_holder *)a)->remaining_ms,
-            y = ((const dlock_holder *)b)->remaining_ms;
-    return (x < y) - (x > y);
+    (void)c, (void)node;
+    return "the lock directory";
 }
 
-int dlock__local_inspect_shared(dlock_client *c, const char *name, dlock_holder *out, int max,
-                                int *n, int64_t *total, dlock__err *e)
+static int local_nservers(const dlock_client *c)
 {
-    view v;
-    int rc = look(c, name, &v, e);
-    if (rc != DLOCK_OK)
-        return rc;
-    int64_t now = dlock__now_us();
-    dlock_holder *all = dlock__calloc((size_t)v.nlive + 1, sizeof *all);
-    if (all == NULL) {
-        dlock__local_view_free(&v);
-        return dlock__err_set(e, DLOCK_ERR_NOMEM, "out of memory");
-    }
-    int64_t k = 0;
-    for (int64_t j = 0; j < v.nslots; j++)
-        if (v.shared[j].live)
-            fill_holder(&v.shared[j], now, &all[k++]);
-    qsort(all, (size_t)k, sizeof *all, cmp_left_desc);
-    if (max > DLOCK_INSPECT_SHARED_MAX)
-        max = DLOCK_INSPECT_SHARED_MAX;
-    *n = k < max ? (int)k : max;
-    if (*n > 0)
-        memcpy(out, all, (size_t)*n * sizeof *all);
-    *total = k;
-    free(all);
-    dlock__local_view_free(&v);
-    return DLOCK_OK;
+    (void)c;
+    return 1; /* its directory */
 }
+
+const dlock__backend dlock__backend_file = {
+    .acquire = dlock__local_acquire,
+    .acquire_start = local_acquire_start,
+    .release = local_release,
+    .release_start = local_release_start,
+    .detach = local_detach,
+    .extend = local_extend,
+    .check = local_check,
+    .slot_claim = local_slot_claim,
+    .remaining_ms = local_remaining_ms,
+    .hold_free = local_hold_free,
+    .inspect = dlock__local_inspect,
+    .inspect_shared = dlock__local_inspect_shared,
+    .list = dlock__local_list,
+    .where = local_where,
+    .nservers = local_nservers,
+    .client_free = local_client_free,
+    .gate = local_gate,
+};

@@ -1,8 +1,9 @@
 /*
- * local.h: what the files of local locks (local.c, local_file.c, local_acquire.c) share.
- * No other file of src/ includes it: the rest of the library knows a local client only
- * by the dlock__local_* entry points in internal.h, so the types and constants here keep
- * the short names they had in one file.
+ * local.h: what the files of the file backend (local.c, local_file.c, local_acquire.c,
+ * local_list.c) share. No other file of src/ includes it: the rest of the library knows
+ * a file:// client only by its table, dlock__backend_file, and client.c by the two
+ * entries in internal.h that make one, so the types and constants here keep the short
+ * names they had in one file.
  */
 #ifndef DLOCK_LOCAL_H
 #define DLOCK_LOCAL_H
@@ -56,6 +57,17 @@ typedef struct view {
     int64_t nslots;
     int64_t nlive; /* live shared holders */
 } view;
+
+/* ---- the table's entries outside local.c --------------------------------------- */
+
+/* dlock__backend.acquire (local_acquire.c). */
+int dlock__local_acquire(dlock_client *c, const char *name, const dlock_opts *opts, int64_t ttl_ms,
+                         int64_t wait_ms, int64_t limit, dlock_lock **out, dlock__err *e);
+/* dlock__backend.list, .inspect and .inspect_shared (local_list.c). */
+int dlock__local_list(struct dlock_lister *it, dlock__err *e);
+int dlock__local_inspect(dlock_client *c, const char *name, dlock_holder *out, dlock__err *e);
+int dlock__local_inspect_shared(dlock_client *c, const char *name, dlock_holder *out, int max,
+                                int *n, int64_t *total, dlock__err *e);
 
 /* ---- local_file.c ------------------------------------------------------------- */
 

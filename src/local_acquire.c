@@ -92,7 +92,7 @@ static int64_t claim_slot(int fd, const view *v)
  * DLOCK_ERR_BUSY with *until_us as refusal() says, TRY_REOPEN, or an error. */
 static int try_once(dlock_client *c, dlock_lock *l, request *q, int64_t *until_us, dlock__err *e)
 {
-    struct dlock__local_hold *h = l->local;
+    struct dlock__local_hold *h = l->hold;
     int fd = h->fd;
     *until_us = 0;
     int rc = dlock__local_guard_take(c, fd, F_WRLCK, q->file, e);
@@ -171,24 +171,25 @@ static int new_hold(dlock_client *c, const char *name, const dlock_opts *opts, i
     int rc = dlock__lock_new(c, name, &l, e);
     if (rc != DLOCK_OK)
         return rc;
-    if ((l->local = dlock__calloc(1, sizeof *l->local)) == NULL) {
+    struct dlock__local_hold *h = dlock__calloc(1, sizeof *h);
+    if ((l->hold = h) == NULL) {
         dlock__lock_free(l);
         return dlock__err_set(e, DLOCK_ERR_NOMEM, "out of memory");
     }
-    l->local->fd = -1;
-    l->local->slot = -1;
-    l->local->ttl_ms = ttl_ms;
+    h->fd = -1;
+    h->slot = -1;
+    h->ttl_ms = ttl_ms;
     if ((rc = dlock__token_new(l->token)) != DLOCK_OK)
         dlock__err_set(e, rc, "getrandom: %s", strerror(errno));
     if (rc == DLOCK_OK)
         rc = dlock__local_file_name(name, l->name_len, q->file, e);
     if (rc == DLOCK_OK)
-        rc = dlock__local_open_file(c, q->file, O_RDWR | O_CREAT, &l->local->fd, e);
+        rc = dlock__local_open_file(c, q->file, O_RDWR | O_CREAT, &h->fd, e);
     if (rc != DLOCK_OK) {
         dlock__lock_free(l);
         return rc;
     }
-    record *r = &l->local->rec;
+    record *r = &h->rec;
     r->state = 'A';
     memcpy(r->token, l->token, sizeof r->token);
     r->ttl_ms = ttl_ms;
@@ -211,6 +212,7 @@ int dlock__local_acquire(dlock_client *c, const char *name, const dlock_opts *op
     int rc = new_hold(c, name, opts, ttl_ms, &q, &l, e);
     if (rc != DLOCK_OK)
         return rc;
+    struct dlock__local_hold *h = l->hold;
     int cancel_fd = opts != NULL ? opts->cancel_fd : 0;
     int64_t start = dlock__now_us();
     /* A wait longer than a century is a wait forever (and must not overflow). */
@@ -231,13 +233,12 @@ int dlock__local_acquire(dlock_client *c, const char *name, const dlock_opts *op
         if (rc == TRY_REOPEN) {
             /* The file was removed or replaced: take the one the directory has now, and
              * watch it instead. */
-            close(l->local->fd);
-            l->local->fd = -1;
+            close(h->fd);
+            h->fd = -1;
             if (ifd >= 0)
                 close(ifd);
             ifd = -1;
-            if ((rc = dlock__local_open_file(c, q.file, O_RDWR | O_CREAT, &l->local->fd, e)) !=
-                DLOCK_OK)
+            if ((rc = dlock__local_open_file(c, q.file, O_RDWR | O_CREAT, &h->fd, e)) != DLOCK_OK)
                 break;
             continue;
         }
@@ -248,7 +249,7 @@ int dlock__local_acquire(dlock_client *c, const char *name, const dlock_opts *op
         if (ifd < 0 && !unwatchable) {
             /* Watch first, then try again at once: a release between the try and the
              * watch would otherwise pass unseen. */
-            ifd = watch_file(l->local->fd);
+            ifd = watch_file(h->fd);
             unwatchable = ifd < 0;
             continue;
         }

@@ -1,14 +1,16 @@
 /*
- * local_list.c: dlock_list for a file:///DIR client: every lock file in the directory
- * whose name is held now, read as dlock_inspect reads one (the guard taken to read, so
- * that no try is disturbed), written as the records a server's page holds (list.c reads
- * them the same way, sorted and filtered with the servers').
+ * local_list.c: what a file:///DIR client's directory holds. dlock_list: every lock file
+ * in the directory whose name is held now, read as dlock_inspect reads one (the guard
+ * taken to read, so that no try is disturbed), written as the records a server's page
+ * holds (list.c reads them the same way, sorted and filtered with the servers'). And
+ * dlock_inspect and dlock_inspect_shared of one name.
  *
  * A name is known from its file's name, which encodes it one-to-one, except a name too
  * long for a file name: its file keeps the start of the encoding and a hash, the rest
  * of the name is not on disk, and such a name cannot be listed (local.h says where that
  * limit lies). Waiters of a local lock wait in their own processes, so none is counted.
  */
+#include "list.h"
 #include "local.h"
 
 #include <dirent.h>
@@ -151,7 +153,9 @@ static void put_view(out *o, const dlock_client *c, const char *name, const view
     free(live);
 }
 
-int dlock__local_list(dlock_client *c, char **blob, size_t *len, dlock__err *e)
+/* The records (list.c's format) of every held name in c's directory into a malloc'd
+ * *blob of *len bytes. */
+static int list_dir(dlock_client *c, char **blob, size_t *len, dlock__err *e)
 {
     *blob = NULL;
     *len = 0;
@@ -196,5 +200,100 @@ int dlock__local_list(dlock_client *c, char **blob, size_t *len, dlock__err *e)
     }
     *blob = o.p;
     *len = o.len;
+    return DLOCK_OK;
+}
+
+int dlock__local_list(dlock_lister *it, dlock__err *e)
+{
+    size_t len;
+    int rc = list_dir(it->c, &it->blob, &len, e);
+    return rc != DLOCK_OK ? rc : dlock__list_take_page(it, 0, it->blob, len, e);
+}
+
+/* ---- inspect ---------------------------------------------------------------- */
+
+/* The view of name's file, read under a read guard; a missing file is a name never
+ * held (v zeroed). */
+static int look(dlock_client *c, const char *name, view *v, dlock__err *e)
+{
+    char file[FILE_MAX];
+    int fd;
+    memset(v, 0, sizeof *v);
+    int rc = dlock__local_file_name(name, strlen(name), file, e);
+    if (rc != DLOCK_OK)
+        return rc;
+    if ((rc = dlock__local_open_file(c, file, O_RDONLY, &fd, e)) != DLOCK_OK)
+        return rc == DLOCK_ERR_LOST ? DLOCK_OK : rc;
+    if ((rc = dlock__local_guard_take(c, fd, F_RDLCK, file, e)) == DLOCK_OK) {
+        rc = dlock__local_read_view(c, fd, file, v, e);
+        dlock__local_ofd_unlock(fd, LK_GUARD);
+    }
+    close(fd);
+    return rc;
+}
+
+static void fill_holder(const record *r, int64_t now, dlock_holder *dst)
+{
+    dst->held = 1;
+    memcpy(dst->token, r->token, sizeof dst->token);
+    dlock__copy_text(dst->description, sizeof dst->description, r->desc, strlen(r->desc));
+    dst->remaining_ms = dlock__local_record_left_ms(r, now);
+}
+
+int dlock__local_inspect(dlock_client *c, const char *name, dlock_holder *dst, dlock__err *e)
+{
+    view v;
+    int rc = look(c, name, &v, e);
+    if (rc != DLOCK_OK)
+        return rc;
+    int64_t now = dlock__now_us();
+    dst->fence = v.fence;
+    if (v.excl.live) {
+        fill_holder(&v.excl, now, dst);
+    } else if (v.nlive > 0) {
+        dst->held = 1;
+        dst->shared = v.nlive;
+        for (int64_t j = 0; j < v.nslots; j++)
+            if (v.shared[j].live &&
+                dlock__local_record_left_ms(&v.shared[j], now) > dst->remaining_ms)
+                dst->remaining_ms = dlock__local_record_left_ms(&v.shared[j], now);
+    }
+    dlock__local_view_free(&v);
+    return DLOCK_OK;
+}
+
+static int cmp_left_desc(const void *a, const void *b)
+{
+    int64_t x = ((const dlock_holder *)a)->remaining_ms,
+            y = ((const dlock_holder *)b)->remaining_ms;
+    return (x < y) - (x > y);
+}
+
+int dlock__local_inspect_shared(dlock_client *c, const char *name, dlock_holder *dst, int max,
+                                int *n, int64_t *total, dlock__err *e)
+{
+    view v;
+    int rc = look(c, name, &v, e);
+    if (rc != DLOCK_OK)
+        return rc;
+    int64_t now = dlock__now_us();
+    dlock_holder *all = dlock__calloc((size_t)v.nlive + 1, sizeof *all);
+    if (all == NULL) {
+        dlock__local_view_free(&v);
+        return dlock__err_set(e, DLOCK_ERR_NOMEM, "dst of memory");
+    }
+    int64_t k = 0;
+    for (int64_t j = 0; j < v.nslots; j++)
+        if (v.shared[j].live)
+            fill_holder(&v.shared[j], now, &all[k++]);
+    qsort(all, (size_t)k, sizeof *all, cmp_left_desc);
+    if (max > DLOCK_INSPECT_SHARED_MAX)
+        max = DLOCK_INSPECT_SHARED_MAX;
+    *n = k < max ? (int)k : max;
+    if (*n > 0)
+        memcpy(dst, all, (size_t)*n * sizeof *all);
+    *total = k;
+    free(all);
+    dlock__local_view_free(&v);
     return DLOCK_OK;
 }

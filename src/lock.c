@@ -27,14 +27,18 @@ int dlock_extend(dlock_lock *l, int64_t ttl_ms)
     int rc = dlock__lock_enter(l, &e);
     if (rc != DLOCK_OK || (rc = dlock__check_ttl(ttl_ms, "ttl_ms", &e)) != DLOCK_OK)
         return dlock__err_raise(&e, rc);
-    if (l->client->local != NULL)
-        return dlock__err_raise(&e, dlock__local_extend(l, ttl_ms, &e));
+    return dlock__err_raise(&e, l->client->backend->extend(l, ttl_ms, &e));
+}
+
+int dlock__redis_extend(dlock_lock *l, int64_t ttl_ms, dlock__err *e)
+{
     if (l->lost)
-        return dlock__raise(&e, DLOCK_ERR_LOST, "this handle already found the lock lost");
+        return dlock__err_set(e, DLOCK_ERR_LOST, "this handle already found the lock lost");
     dlock_client *c = l->client;
     dlock__keys k;
-    if ((rc = dlock__keys_make(c->prefix, c->prefix_len, l->name, l->name_len, &k, &e)) != DLOCK_OK)
-        return dlock__err_raise(&e, rc);
+    int rc = dlock__keys_make(c->prefix, c->prefix_len, l->name, l->name_len, &k, e);
+    if (rc != DLOCK_OK)
+        return rc;
     char ttl[24];
     int tlen = snprintf(ttl, sizeof ttl, "%lld", (long long)ttl_ms);
     /* A leader's record (elect.c) keeps the lock's lease, and its observers hear of it:
@@ -50,20 +54,20 @@ int dlock_extend(dlock_lock *l, int64_t ttl_ms)
     int64_t start;
     /* Before the round: no renewal with the old ttl may land after it. */
     dlock__watchdog_set_ttl(c, l, ttl_ms);
-    rc = dlock__round_yes_no(c, &sa, "extend", DLOCK_ERR_LOST, dlock__not_ours, &start, &e);
+    rc = dlock__round_yes_no(c, &sa, "extend", DLOCK_ERR_LOST, dlock__not_ours, &start, e);
     free(k.buf);
     if (rc == DLOCK_OK) {
         /* The new lease runs from when the round started, at the latest. */
         int64_t now = dlock__now_us();
         int64_t validity = dlock__round_validity_us(c, ttl_ms * 1000, start, now);
         if (validity <= 0)
-            return dlock__raise(&e, DLOCK_ERR_TIMEOUT,
-                                "extended, but the round used up the new lease");
+            return dlock__err_set(e, DLOCK_ERR_TIMEOUT,
+                                  "extended, but the round used up the new lease");
         l->valid_until_us = now + validity;
     } else if (rc == DLOCK_ERR_LOST) {
         dlock__lock_lost(l);
     }
-    return dlock__err_raise(&e, rc);
+    return rc;
 }
 
 /* ---- inspect and check ------------------------------------------------------ */
@@ -203,15 +207,19 @@ int dlock_check(dlock_lock *l)
     int rc = dlock__lock_enter(l, &e);
     if (rc != DLOCK_OK)
         return dlock__err_raise(&e, rc);
-    if (l->client->local != NULL)
-        return dlock__err_raise(&e, dlock__local_check(l, &e));
+    return dlock__err_raise(&e, l->client->backend->check(l, &e));
+}
+
+int dlock__redis_check(dlock_lock *l, dlock__err *e)
+{
     if (l->lost)
-        return dlock__raise(&e, DLOCK_ERR_LOST, "this handle already found the lock lost");
+        return dlock__err_set(e, DLOCK_ERR_LOST, "this handle already found the lock lost");
     dlock_client *c = l->client;
     views v;
-    if ((rc = inspect_round(c, l->name, l->name_len, l->token, &v, &e)) != DLOCK_OK) {
+    int rc = inspect_round(c, l->name, l->name_len, l->token, &v, e);
+    if (rc != DLOCK_OK) {
         views_free(&v);
-        return dlock__err_raise(&e, rc);
+        return rc;
     }
     long long pttl = quorum_pttl(c, &v, l->token);
     int answered = c->n - v.t.failed, ours = 0;
@@ -225,26 +233,32 @@ int dlock_check(dlock_lock *l)
             pttl = DLOCK_TTL_MAX_MS;
         int64_t validity = dlock__validity_us(pttl * 1000, 0, c->drift_factor, c->drift_min_us);
         l->valid_until_us = v.start_us + (validity > 0 ? validity : 0);
-        return dlock__err_raise(&e, DLOCK_OK);
+        return DLOCK_OK;
     }
     /* Nodes that answered without our token: if they leave no room for a quorum, the
      * lock is lost; otherwise too few answered to tell. */
     if (answered - ours > c->n - c->quorum) {
         dlock__lock_lost(l);
-        return dlock__raise(&e, DLOCK_ERR_LOST, "the lock is not held with this token");
+        return dlock__err_set(e, DLOCK_ERR_LOST, "the lock is not held with this token");
     }
-    return dlock__err_raise(&v.undecided, v.undecided_rc);
+    *e = v.undecided;
+    return v.undecided_rc;
 }
 
-/* Enter an inspect call: check the arguments and ask every node (a file:// client's
- * caller asks local.c instead). DLOCK_OK when a quorum answered; free v with views_free
+/* Enter an inspect call: check the client and the name. */
+static int inspect_enter(dlock_client *c, const char *name, dlock__err *e)
+{
+    int rc = dlock__client_enter(c, e);
+    return rc != DLOCK_OK ? rc : dlock__check_name(name, e);
+}
+
+/* Ask every node of name: DLOCK_OK when a quorum answered; free v with views_free
  * whatever this returns. */
-static int inspect_enter(dlock_client *c, const char *name, views *v, dlock__err *e)
+static int inspect_ask(dlock_client *c, const char *name, views *v, dlock__err *e)
 {
     memset(v->node, 0, sizeof v->node);
-    int rc = dlock__client_enter(c, e);
-    if (rc != DLOCK_OK || (rc = dlock__check_name(name, e)) != DLOCK_OK || c->local != NULL ||
-        (rc = inspect_round(c, name, strlen(name), "", v, e)) != DLOCK_OK)
+    int rc = inspect_round(c, name, strlen(name), "", v, e);
+    if (rc != DLOCK_OK)
         return rc;
     if (c->n - v->t.failed < c->quorum) {
         *e = v->undecided;
@@ -271,13 +285,17 @@ int dlock_inspect(dlock_client *c, const char *name, dlock_holder *out)
     if (out == NULL)
         return dlock__raise(&e, DLOCK_ERR_INVALID, "out is NULL");
     memset(out, 0, sizeof *out);
+    int rc = inspect_enter(c, name, &e);
+    return dlock__err_raise(&e, rc != DLOCK_OK ? rc : c->backend->inspect(c, name, out, &e));
+}
+
+int dlock__redis_inspect(dlock_client *c, const char *name, dlock_holder *out, dlock__err *e)
+{
     views v;
-    int rc = inspect_enter(c, name, &v, &e);
-    if (rc == DLOCK_OK && c->local != NULL)
-        rc = dlock__local_inspect(c, name, out, &e);
-    if (rc != DLOCK_OK || c->local != NULL) {
+    int rc = inspect_ask(c, name, &v, e);
+    if (rc != DLOCK_OK) {
         views_free(&v);
-        return dlock__err_raise(&e, rc);
+        return rc;
     }
     for (int i = 0; i < c->n; i++) {
         const node_view *nv = &v.node[i];
@@ -310,7 +328,7 @@ int dlock_inspect(dlock_client *c, const char *name, dlock_holder *out)
         dlock__copy_text(out->description, sizeof out->description, s, strlen(s));
     }
     views_free(&v);
-    return dlock__err_raise(&e, DLOCK_OK);
+    return DLOCK_OK;
 }
 
 /* One entry of INSPECT's list, "<token> <ms left> <description length> <description>",
@@ -373,12 +391,17 @@ int dlock_inspect_shared(dlock_client *c, const char *name, dlock_holder *out, i
         return dlock__raise(&e, DLOCK_ERR_INVALID, "out, n or total is NULL, or max is negative");
     *n = 0;
     *total = 0;
+    int rc = inspect_enter(c, name, &e);
+    if (rc == DLOCK_OK)
+        rc = c->backend->inspect_shared(c, name, out, max, n, total, &e);
+    return dlock__err_raise(&e, rc);
+}
+
+int dlock__redis_inspect_shared(dlock_client *c, const char *name, dlock_holder *out, int max,
+                                int *n, int64_t *total, dlock__err *e)
+{
     views v;
-    int rc = inspect_enter(c, name, &v, &e);
-    if (rc == DLOCK_OK && c->local != NULL) {
-        views_free(&v);
-        return dlock__err_raise(&e, dlock__local_inspect_shared(c, name, out, max, n, total, &e));
-    }
+    int rc = inspect_ask(c, name, &v, e);
     /* Each node lists at most DLOCK_INSPECT_SHARED_MAX. */
     size_t cap = rc == DLOCK_OK ? (size_t)DLOCK_INSPECT_SHARED_MAX * (size_t)c->n : 0;
     dlock_holder *all = NULL;
@@ -387,7 +410,7 @@ int dlock_inspect_shared(dlock_client *c, const char *name, dlock_holder *out, i
     if (rc == DLOCK_OK && ((all = dlock__calloc(cap, sizeof *all)) == NULL ||
                            (seen = dlock__calloc(cap, sizeof *seen)) == NULL ||
                            (leases = dlock__calloc(cap * (size_t)c->n, sizeof *leases)) == NULL))
-        rc = dlock__err_set(&e, DLOCK_ERR_NOMEM, "out of memory");
+        rc = dlock__err_set(e, DLOCK_ERR_NOMEM, "out of memory");
     if (rc == DLOCK_OK) {
         int m = 0, kept = 0;
         for (int i = 0; i < c->n; i++)
@@ -409,5 +432,5 @@ int dlock_inspect_shared(dlock_client *c, const char *name, dlock_holder *out, i
     free(seen);
     free(leases);
     views_free(&v);
-    return dlock__err_raise(&e, rc);
+    return rc;
 }

@@ -289,8 +289,8 @@ static int begin(dlock_client *c, dlock_server_facts *out, int n, dlock__connset
         return dlock__err_raise(&e, rc);
     if (out == NULL)
         return dlock__raise(&e, DLOCK_ERR_INVALID, "out is NULL");
-    if (c->local != NULL)
-        return dlock__raise(&e, DLOCK_ERR_INVALID, "a file:// client has no server to ask");
+    if ((rc = c->backend->gate(c, DLOCK_GATE_PROBE, &e)) != DLOCK_OK)
+        return dlock__err_raise(&e, rc);
     if (n < c->n)
         return dlock__raise(&e, DLOCK_ERR_INVALID, "out holds %d facts, the client has %d servers",
                             n, c->n);

@@ -194,8 +194,9 @@ static void release_destroy(dlock_pending *base)
     free(r);
 }
 
-/* A release of l in steps, no I/O yet; the handle is the pending's from now on. */
-static int start(dlock_lock *l, dlock_pending **out, dlock__err *e)
+/* A release of l in steps, no I/O yet; the handle is the pending's from now on
+ * (dlock__backend_redis's release_start). */
+int dlock__redis_release_start(dlock_lock *l, dlock_pending **out, dlock__err *e)
 {
     release *r = dlock__pending_new(sizeof *r, release_step, release_destroy);
     if (r == NULL) {
@@ -217,10 +218,14 @@ static int start(dlock_lock *l, dlock_pending **out, dlock__err *e)
 
 int dlock__lock_release(dlock_lock *l, dlock__err *e)
 {
-    if (l->client->local != NULL)
-        return dlock__local_release(l, e);
+    return l->client->backend->release(l, e);
+}
+
+/* dlock__backend_redis's release: its steps, run at once (a release never waits). */
+int dlock__redis_release(dlock_lock *l, dlock__err *e)
+{
     dlock_pending *p;
-    int rc = start(l, &p, e);
+    int rc = dlock__redis_release_start(l, &p, e);
     if (rc != DLOCK_OK)
         return rc;
     rc = release_step(p, NULL, false, e);
@@ -250,14 +255,11 @@ int dlock_release_start(dlock_lock *l, dlock_pending **out)
     int rc = dlock__lock_enter(l, &e);
     if (rc == DLOCK_OK && out == NULL)
         rc = dlock__err_set(&e, DLOCK_ERR_INVALID, "out is NULL");
-    else if (rc == DLOCK_OK && l->client->local != NULL)
-        rc = dlock__err_set(&e, DLOCK_ERR_INVALID,
-                            "a file:// client releases on its calling thread: use dlock_release");
     if (rc != DLOCK_OK) {
         /* As dlock_release: the handle is freed whatever the result. */
         if (l != NULL && l->magic == DLOCK_LOCK_MAGIC)
             dlock__lock_free(l);
         return dlock__err_raise(&e, rc);
     }
-    return dlock__err_raise(&e, start(l, out, &e));
+    return dlock__err_raise(&e, l->client->backend->release_start(l, out, &e));
 }

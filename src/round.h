@@ -41,8 +41,11 @@ struct dlock_client {
      * address (no host name to resolve, no Sentinels or slot map to ask), and no
      * second round (strict fences with N > 1). */
     bool nowait_ok;
-    struct dlock_lock *locks;   /* attached handles, for dlock_client_free */
-    struct dlock__local *local; /* a file:// client's directory (local.c); NULL: servers */
+    struct dlock_lock *locks; /* attached handles, for dlock_client_free */
+    /* What its locks are kept in, chosen once by dlock_client_new (internal.h): the
+     * calls hand their work to this table. */
+    const struct dlock__backend *backend;
+    struct dlock__local *local; /* the file backend's directory (local.c); NULL: servers */
     /* Calls that can block, and dlock_client_free ending them (client.c). */
     pthread_mutex_t close_mu; /* guards closing and blocking */
     pthread_cond_t idle;      /* blocking fell to 0 while closing */

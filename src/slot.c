@@ -214,18 +214,22 @@ int dlock_slot_claim(dlock_lock *l, int64_t period_ms, dlock_slot *out)
         return dlock__raise(&e, DLOCK_ERR_INVALID,
                             "a slot is claimed by an exclusive holder, not by "
                             "a shared holder or a semaphore permit");
-    if (l->client->local != NULL)
-        return dlock__err_raise(&e, dlock__local_slot_claim(l, period_ms, out, &e));
+    return dlock__err_raise(&e, l->client->backend->slot_claim(l, period_ms, out, &e));
+}
+
+int dlock__redis_slot_claim(dlock_lock *l, int64_t period_ms, dlock_slot *out, dlock__err *e)
+{
     if (l->lost)
-        return dlock__raise(&e, DLOCK_ERR_LOST, "this handle already found the lock lost");
+        return dlock__err_set(e, DLOCK_ERR_LOST, "this handle already found the lock lost");
     dlock__keys k;
-    rc = dlock__keys_make(l->client->prefix, l->client->prefix_len, l->name, l->name_len, &k, &e);
+    int rc =
+        dlock__keys_make(l->client->prefix, l->client->prefix_len, l->name, l->name_len, &k, e);
     int64_t now_ms = 0;
     if (rc == DLOCK_OK)
-        rc = read_slot(l, &k, period_ms, out, &now_ms, &e);
+        rc = read_slot(l, &k, period_ms, out, &now_ms, e);
     if (rc == DLOCK_OK)
-        rc = out->last_ms >= out->start_ms ? dlock__slot_refused(out, &e)
-                                           : write_slot(l, &k, period_ms, now_ms, out, &e);
+        rc = out->last_ms >= out->start_ms ? dlock__slot_refused(out, e)
+                                           : write_slot(l, &k, period_ms, now_ms, out, e);
     free(k.buf);
-    return dlock__err_raise(&e, rc);
+    return rc;
 }

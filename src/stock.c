@@ -85,11 +85,10 @@ int dlock__stock_op_begin(stock_op *op, dlock_client *c, const char *sku, dlock_
     int rc = dlock__client_enter(c, e);
     if (rc != DLOCK_OK || (rc = dlock__check_key_name(sku, "sku", e)) != DLOCK_OK)
         return rc;
-    /* A file:// client has no server: a count that a crashed buyer's lease returns
-     * needs a clock and scripts that only a server runs. */
-    if (c->local != NULL)
-        return dlock__err_set(e, DLOCK_ERR_INVALID,
-                              "the stock needs a Redis server: a file:// client has none");
+    /* A count that a crashed buyer's lease returns needs a clock and scripts that only
+     * a server runs: a backend without them refuses. */
+    if ((rc = c->backend->gate(c, DLOCK_GATE_STOCK, e)) != DLOCK_OK)
+        return rc;
     if ((rc = keys_make(c, sku, &op->k, e)) != DLOCK_OK)
         return rc;
     if ((op->set = dlock__connset_get(c)) == NULL)
