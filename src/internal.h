@@ -563,7 +563,8 @@ enum dlock__gate {
  * arguments, then hands the work to its client's table, whose code and message it
  * returns as its own (raised there, once). Two tables: dlock__backend_redis, the
  * calls of this layer on the servers, and dlock__backend_file, local*.c's files of one
- * directory (file:///DIR). Every entry is set in both but where one says NULL may do. */
+ * directory (file:///DIR). Every entry is set in both, but for the two whose comment
+ * says NULL may do (hold_free, client_free). */
 typedef struct dlock__backend {
     /* Take name for ttl_ms, waiting up to wait_ms: limit 0 exclusively, else as one of
      * at most limit shared holders (DLOCK_PERMITS_MAX for dlock_opts.shared, K for a
