@@ -339,8 +339,12 @@ exec {held_fd}<"$dir/held.out"
 held_line=
 IFS= read -r -t 5 -u "$held_fd" held_line || true
 exec {held_fd}<&-
-kill -KILL "$held_pid" 2>/dev/null || true
-wait "$held_pid" 2>/dev/null || true
+# One block with stderr closed: bash reports a job killed by a signal at the first
+# command that ends after its death, and that line is no part of the demo.
+{
+  kill -KILL "$held_pid"
+  wait "$held_pid"
+} 2>/dev/null || true
 jobs_pids=()
 t_killed=${EPOCHREALTIME/./}
 status_line=$("$cli" -s "$stock_urls" stock status sku-4 2>&1 || true)
