@@ -280,7 +280,7 @@ int dlock__local_inspect_shared(dlock_client *c, const char *name, dlock_holder 
     dlock_holder *all = dlock__calloc((size_t)v.nlive + 1, sizeof *all);
     if (all == NULL) {
         dlock__local_view_free(&v);
-        return dlock__err_set(e, DLOCK_ERR_NOMEM, "dst of memory");
+        return dlock__err_set(e, DLOCK_ERR_NOMEM, "out of memory");
     }
     int64_t k = 0;
     for (int64_t j = 0; j < v.nslots; j++)
