@@ -365,6 +365,30 @@ void it_warm_up(dlock_client *c, const char *name, int64_t ttl_ms)
     assert_int_equal(dlock_release(it_acquire(c, name, ttl_ms)), DLOCK_OK);
 }
 
+dlock_lock *it_acquire_on_all(dlock_client *c, const char *name, int64_t ttl_ms, dh_server *srv,
+                              int n)
+{
+    dlock_server_facts facts[IT_NODES_MAX];
+    int all = dlock_client_nservers(c);
+    assert_true(n <= all && all <= IT_NODES_MAX);
+    assert_int_equal(dlock_ping(c, facts, all), DLOCK_OK);
+    for (int i = 0; i < n; i++)
+        if (facts[i].error != DLOCK_OK)
+            fail_msg("server %d: PING: %s (%s)", i, dlock_errname(facts[i].error), facts[i].detail);
+    dlock_lock *l = it_acquire(c, name, ttl_ms);
+    char key[256];
+    it_key(key, sizeof key, name);
+    int64_t until = dh_now_ms() + 500 * dh_slack();
+    for (int i = 0; i < n; i++) {
+        while (it_pttl(&srv[i], key) <= 0) {
+            if (dh_now_ms() >= until)
+                fail_msg("server %d does not hold %s", i, name);
+            dh_sleep_ms(5);
+        }
+    }
+    return l;
+}
+
 void it_show(const char *what, int err)
 {
     printf("INFO %s -> %s (%s)\n", what, dlock_errname(err), err ? dlock_errmsg() : "");

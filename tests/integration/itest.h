@@ -232,6 +232,16 @@ it_board *it_board_procs(int procs, it_rounds *r, int64_t hold_ms);
  * state (a first EVALSHA is refused with -NOSCRIPT and sent again as EVAL). */
 void it_warm_up(dlock_client *c, const char *name, int64_t ttl_ms);
 
+/* Take name for ttl_ms with c (whose servers' first n are srv) so that each of those n
+ * holds it, asserted (up to 500 ms times the slack; the others may be down). A round
+ * ends at a quorum, and an acquisition given up on a connection still in its handshake
+ * closes it rather than run late, so a fresh client's first lock may reach only a
+ * quorum; a PING to every server first leaves each of c's connections established, so
+ * the acquisition goes out whole to all of them, and what follows on those connections
+ * finds it there. */
+dlock_lock *it_acquire_on_all(dlock_client *c, const char *name, int64_t ttl_ms, dh_server *srv,
+                              int n);
+
 /* Print a code and the thread's detail, for results a test shows but does not assert. */
 void it_show(const char *what, int err);
 

@@ -167,36 +167,6 @@ static void wait_record(dh_server *s, const char *name, int64_t start, rec *out)
     assert_string_equal(out->by, g_holder);
 }
 
-/* Acquire name with c (30 s) so that each of the n servers holds it. A round ends at
- * a quorum, and an acquisition given up on a connection still in its handshake is not
- * sent late: the connection closes, so a fresh client's first lock may reach only a
- * quorum, and a claim then finds a server without the lock (a refusal as lost there,
- * and no record). A PING to every server first leaves each of the client's
- * connections established, so the acquisition goes out whole to all of them and each
- * holds it before the claim that follows on the same connection; asserted here, up to
- * 500 ms times the slack, for the first n (the others may be down). */
-static dlock_lock *acquire_on_all(dlock_client *c, const char *name, dh_server *srv, int n)
-{
-    dlock_server_facts facts[3];
-    assert_true(n <= 3 && dlock_client_nservers(c) == 3);
-    assert_int_equal(dlock_ping(c, facts, 3), DLOCK_OK);
-    for (int i = 0; i < n; i++)
-        if (facts[i].error != DLOCK_OK)
-            fail_msg("server %d: PING: %s (%s)", i, dlock_errname(facts[i].error), facts[i].detail);
-    dlock_lock *l = it_acquire(c, name, 30000);
-    char key[256];
-    it_key(key, sizeof key, name);
-    int64_t until = dh_now_ms() + 500 * dh_slack();
-    for (int i = 0; i < n; i++) {
-        while (it_pttl(&srv[i], key) <= 0) {
-            if (dh_now_ms() >= until)
-                fail_msg("server %d does not hold %s", i, name);
-            dh_sleep_ms(5);
-        }
-    }
-    return l;
-}
-
 static long long slot_pttl(dh_server *s, const char *name)
 {
     char key[256];
@@ -375,7 +345,7 @@ static void test_quorum(void **state)
     (void)state;
     const int64_t P = 1000;
     dlock_client *a = it_nodes_client(), *b = it_nodes_client();
-    dlock_lock *l = acquire_on_all(a, "q", it_node, 3);
+    dlock_lock *l = it_acquire_on_all(a, "q", 30000, it_node, 3);
     dlock_slot s;
     rec r;
     int64_t t0 = fresh_slot(&it_node[0], P), c0 = dh_now_us();
@@ -389,7 +359,7 @@ static void test_quorum(void **state)
 
     dh_server_kill(&it_node[2]);
     t0 = fresh_slot(&it_node[0], P);
-    l = acquire_on_all(a, "q:down", it_node, 2);
+    l = it_acquire_on_all(a, "q:down", 30000, it_node, 2);
     CLAIM(l, P, &s, DLOCK_OK);
     expect_first(&s, P, t0, clock_ms(&it_node[0]));
     rec rs[2];
@@ -437,7 +407,7 @@ static void test_median_clock(void **state)
     it_config_init(&cfg);
     dlock_client *c = it_client_cfg(urls, &cfg);
 
-    dlock_lock *l = acquire_on_all(c, "median", s, 3);
+    dlock_lock *l = it_acquire_on_all(c, "median", 30000, s, 3);
     dlock_slot sl;
     rec r;
     int64_t t0 = clock_ms(&s[0]);
@@ -477,7 +447,7 @@ static void test_record_missed_by_read(void **state)
     dlock_config cfg;
     it_config_init(&cfg);
     dlock_client *c = it_client_cfg(it_relayed_urls, &cfg);
-    dlock_lock *l = acquire_on_all(c, "ghost", it_relayed_srv, 3);
+    dlock_lock *l = it_acquire_on_all(c, "ghost", 30000, it_relayed_srv, 3);
     int64_t t0 = clock_ms(&it_relayed_srv[0]), later = slot_of(t0, P) + 2 * P;
     plant_record(&it_relayed_srv[2], "ghost", later, t0, "ghost:1");
     fr_replace(it_relay[2], FR_ERR, FR_REPLACE_INSTEAD, 1, "EVAL*");
