@@ -445,14 +445,14 @@ static int local_release_start(dlock_lock *l, dlock_pending **out, dlock__err *e
 static int local_gate(dlock_client *c, enum dlock__gate g, dlock__err *e)
 {
     static const char *const why[] = {
-        [DLOCK_GATE_FENCED_SET] = "dlock_fenced_set needs a Redis server: a file:// client keeps "
-                                  "no register (check fences in the resource with "
-                                  "dlock_fence_admit)",
+        [DLOCK_GATE_FENCED_SET] = ("dlock_fenced_set needs a Redis server: a file:// client keeps "
+                                   "no register (check fences in the resource with "
+                                   "dlock_fence_admit)"),
         [DLOCK_GATE_PROBE] = "a file:// client has no server to ask",
         [DLOCK_GATE_STOCK] = "the stock needs a Redis server: a file:// client has none",
         [DLOCK_GATE_ELECT] = "leader election needs Redis servers, not a file:// directory",
-        [DLOCK_GATE_BREAK] = "a file:// lock cannot be broken from another process: its holder "
-                             "keeps it until it exits (the kernel then frees it)",
+        [DLOCK_GATE_BREAK] = ("a file:// lock cannot be broken from another process: its holder "
+                              "keeps it until it exits (the kernel then frees it)"),
     };
     (void)c;
     if (g == DLOCK_GATE_BREAK_LAST)
