@@ -408,6 +408,33 @@ DLOCK_API int dlock_pending_step_nowait(dlock_pending *p, dlock_lock **out);
  * a connection to every server until its replies are in. */
 #define DLOCK_NOWAIT_SETS_MAX 64
 
+/* Pipelining, for an event loop that runs many operations of one client at once (a
+ * lock service's): from this call on, the rounds of the client's nowait steps share one
+ * connection per server, their commands queued one behind the other and sent together
+ * by dlock_client_pump, their replies matched to them in order; no connection set is
+ * taken per round, and DLOCK_NOWAIT_SETS_MAX no longer applies. *fd becomes readable
+ * when the pipes have something for dlock_client_pump. Call it before any nowait step
+ * is in flight; again, it gives the same fd. A step in flight on the pipes has
+ * dlock_pending_fd -1: it is told by the pump (dlock_pending_notify), or at its due
+ * time, when a server that stalls fails every request on its pipe (outcome unknown:
+ * DLOCK_ERR_TIMEOUT, or the unavailability error). A blocking step takes its own
+ * connections as before. DLOCK_ERR_INVALID for a file:// client, or one whose nowait
+ * steps would block (servers found through a host name, Sentinels or a cluster's slot
+ * map, or strict fences with N > 1). */
+DLOCK_API int dlock_client_pipeline(dlock_client *c, int *fd);
+
+/* Send what the pipes have queued (a write per server), take the replies that have
+ * come, and call the notify callback of each pending whose step is now due (in this
+ * call, on this thread, with no lock of the library held: the callback may step it).
+ * Call it when the fd of dlock_client_pipeline is readable, and once per loop turn
+ * after the steps (libuv: a prepare handle), so that each turn's requests leave in one
+ * write. A client without pipes: nothing. Never blocks. */
+DLOCK_API void dlock_client_pump(dlock_client *c);
+
+/* Have the pump call fn(arg) when p's round on the pipes has its replies (or failed):
+ * step it then. fn NULL: no callback (the step is found at its due time). */
+DLOCK_API int dlock_pending_notify(dlock_pending *p, void (*fn)(void *arg), void *arg);
+
 /* 1 while the pending waits only for the replies to a round it sent (a command in
  * progress, to an event loop: not a client blocked on a lock), else 0. */
 DLOCK_API int dlock_pending_in_flight(const dlock_pending *p);

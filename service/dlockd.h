@@ -298,9 +298,13 @@ typedef struct dd_server {
     struct dd_conn *preauth_head, *preauth_tail;
     uv_timer_t auth_timer, idle_timer;
     bool timers_on;
-    /* park.c: descriptor watchers by fd */
+    /* park.c: descriptor watchers by fd; the lock servers' pipes (their descriptor, and
+     * the pump before each poll), when the client pipelines */
     struct dd_watch **watch;
     int nwatch;
+    bool piped;
+    uv_poll_t pipe_poll;
+    uv_prepare_t pipe_prepare;
     /* the modules' registrations (server.c, commands.c), made at the start */
     const dd_conn_hooks *hooks[DD_HOOKS_MAX];
     int nhooks;
@@ -694,6 +698,10 @@ void dd_park_give_up(dd_conn *c);
  * with c->end_msg, the connection ended by it (a session lock lost: loss.c). */
 void dd_park_refuse(dd_conn *c);
 void dd_park_shutdown(void);
+/* Pipeline the requests of every client to the lock servers (dlock_client_pipeline),
+ * pumped on the loop; when the servers cannot be (found through a host name, Sentinels
+ * or a cluster), each round takes connections of its own, as before. */
+void dd_park_start(void);
 
 /* ---- options.c, main.c --------------------------------------------------------------- */
 

@@ -213,6 +213,7 @@ static bool serve(const dd_options *o)
     dd_srv.started_ms = dd_now_ms();
     signals_start(&loop);
     dd_deadlines_start();
+    dd_park_start();
     dd_loss_start();
     /* The health checks start before the listeners, so that a lock server down at the
      * start is in the log before the first client comes. */

@@ -163,9 +163,17 @@ static bool step_here(dd_job *j)
     return true;
 }
 
+/* The pipes' pump says the round in flight of c's job has its replies. */
+static void on_piped(void *arg)
+{
+    wake(arg);
+}
+
 void dd_step(dd_job *j)
 {
     j->conn->busy = true;
+    if (dd_srv.piped)
+        dlock_pending_notify(j->pending, on_piped, j->conn);
     if (step_here(j)) {
         step_done(j);
         return;
@@ -366,8 +374,46 @@ static void on_watch_closed(uv_handle_t *h)
     free(h->data);
 }
 
+/* The pipes have something (a reply, room to write, a connect done), or a loop turn's
+ * steps are over: what they queued goes in one write per lock server. */
+static void on_pipes(uv_poll_t *h, int status, int events)
+{
+    (void)h;
+    (void)status; /* an error: the pump finds what it is */
+    (void)events;
+    dlock_client_pump(dd_srv.client);
+}
+
+static void on_turn(uv_prepare_t *h)
+{
+    (void)h;
+    dlock_client_pump(dd_srv.client);
+}
+
+void dd_park_start(void)
+{
+    int fd;
+    if (dlock_client_pipeline(dd_srv.client, &fd) != DLOCK_OK) {
+        dd_log("lock servers not pipelined: %s", dlock_errmsg());
+        return;
+    }
+    if (uv_poll_init(dd_srv.loop, &dd_srv.pipe_poll, fd) < 0 ||
+        uv_poll_start(&dd_srv.pipe_poll, UV_READABLE, on_pipes) < 0) {
+        /* The client's steps would then be told of nothing. */
+        dd_log("watching the lock servers' pipes failed");
+        abort();
+    }
+    uv_prepare_init(dd_srv.loop, &dd_srv.pipe_prepare);
+    uv_prepare_start(&dd_srv.pipe_prepare, on_turn);
+    dd_srv.piped = true;
+}
+
 void dd_park_shutdown(void)
 {
+    if (dd_srv.piped && !uv_is_closing((uv_handle_t *)&dd_srv.pipe_poll)) {
+        uv_close((uv_handle_t *)&dd_srv.pipe_poll, NULL);
+        uv_close((uv_handle_t *)&dd_srv.pipe_prepare, NULL);
+    }
     for (int fd = 0; fd < dd_srv.nwatch; fd++) {
         dd_watch *w = dd_srv.watch[fd];
         if (w == NULL)

@@ -128,7 +128,7 @@ int dlock__redis_acquire_start(dlock_client *c, const char *name, const dlock_op
     if (p == NULL)
         return dlock__err_set(e, DLOCK_ERR_NOMEM, "out of memory");
     p->c = c;
-    dlock__step_round_init(&p->sr);
+    dlock__step_round_init(&p->sr, &p->base);
     p->ticket = dlock__wallclock_us();
     p->ttl_ms = ttl_ms;
     p->auto_renew = opts != NULL && opts->auto_renew;
@@ -568,7 +568,10 @@ static void destroy(dlock_pending *base)
         /* A blocking step's round (the one in flight, if any): giving up writes what it
          * sends, as it always has. Without a set, finish() sends nothing. */
         dlock__err ignored;
-        bool begun = dlock__step_round_begin(p->c, &p->sr, false, &ignored) == DLOCK_OK;
+        /* A piped round is given up where it is, on the pipes, its replies in or not:
+         * the give-back follows it on the same connections. */
+        bool piped = p->sr.rd != NULL && p->sr.rd->set != NULL && p->sr.rd->set == p->c->pipe_set;
+        bool begun = piped || dlock__step_round_begin(p->c, &p->sr, false, &ignored) == DLOCK_OK;
         if (begun && p->phase == IN_FLIGHT) {
             /* Whatever the round granted so far, or may yet grant, is given back. */
             dlock__flight_drop(&p->sr.rd->flight);

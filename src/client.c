@@ -276,6 +276,21 @@ void dlock_client_free(dlock_client *c)
     }
     if (owner)
         dlock__wait_stop(c);
+    if (c->pipe_set != NULL) {
+        /* What is queued on the pipes (a give-back, a leaving) goes as far as the
+         * sockets take it now. */
+        if (owner)
+            dlock__pipes_pump(c->pipes, 0);
+        for (int i = 0; i < c->n; i++) {
+            if (owner)
+                dlock__conn_free(&c->pipe_set->conns[i]);
+            else
+                dlock__conn_forget(&c->pipe_set->conns[i]);
+        }
+        dlock__pipes_free(c->pipes);
+        free(c->pipes);
+        free(c->pipe_set);
+    }
     while (c->pool != NULL) {
         dlock__connset *s = c->pool;
         c->pool = s->next;

@@ -97,8 +97,12 @@ static bool drain_owed(dlock__conn *c, int64_t deadline_us)
 /* Send r on c, now or once c's handshake is done: the start of node i's part of the
  * round, and its restart after the topology pointed c elsewhere (a cluster's
  * redirection). */
-static void start(dlock__conn *c, dlock__req *r)
+static void start(dlock__conn *c, dlock__req *r, dlock__waker *wk)
 {
+    if (c->pipe != NULL) {
+        dlock__pipe_send(c, r, wk);
+        return;
+    }
     if (dlock__conn_stale(c))
         dlock__conn_close(c);
     if (c->state == DLOCK_CONN_CLOSED) {
@@ -147,7 +151,7 @@ static void start(dlock__conn *c, dlock__req *r)
         fail(c, r, rc);
 }
 
-static void begin(dlock__conn *c, dlock__req *r, int64_t start_us)
+static void begin(dlock__conn *c, dlock__req *r, int64_t start_us, dlock__waker *wk)
 {
     r->reply = NULL;
     r->err = DLOCK_OK;
@@ -167,7 +171,7 @@ static void begin(dlock__conn *c, dlock__req *r, int64_t start_us)
         fail(c, r, rc);
         return;
     }
-    start(c, r);
+    start(c, r, wk);
 }
 
 /* An awaited command given up whose reply is still to come: when it went out whole on
@@ -189,6 +193,10 @@ static bool owe_reply(dlock__conn *c, const dlock__req *r)
 /* The node missed its deadline. */
 static void expire(dlock__conn *c, dlock__req *r)
 {
+    if (c->pipe != NULL) {
+        dlock__pipe_expire(c, r);
+        return;
+    }
     const char *what = c->state == DLOCK_CONN_CONNECTING
                            ? (c->tls_handshaking ? "TLS handshake" : "connect")
                        : c->handshake > 0 ? "handshake reply"
@@ -306,7 +314,7 @@ static void step(dlock__conn *c, dlock__req *r, short revents)
                 return;
             }
             r->retried = false;
-            start(c, r);
+            start(c, r, NULL);
             return;
         }
         r->reply = reply;
@@ -333,6 +341,10 @@ static void step(dlock__conn *c, dlock__req *r, short revents)
  * written or its deadline passes. */
 static void abandon(dlock__conn *c, dlock__req *r)
 {
+    if (c->pipe != NULL) {
+        dlock__pipe_abandon(c, r);
+        return;
+    }
     if (r->held) {
         dlock__err_set(&r->why, 0, "%s: still connecting when a quorum had decided",
                        c->node->addr.display);
@@ -395,10 +407,13 @@ void dlock__fanout_vote(dlock__conn *conns, dlock__req *reqs, int n, dlock__vote
 }
 
 void dlock__flight_start(dlock__flight *f, dlock__conn *conns, dlock__req *reqs, int n,
-                         dlock__vote_fn vote, void *arg, int need)
+                         dlock__vote_fn vote, void *arg, int need, dlock__waker *wk)
 {
-    *f = (dlock__flight){conns, reqs, n, need, vote, arg};
+    *f = (dlock__flight){conns, reqs, n, need, vote, arg, wk};
     int64_t start = dlock__now_us();
+    bool piped = conns[0].pipe != NULL;
+    if (piped)
+        dlock__pipe_lock(conns);
 
     /* Queue and send everything before waiting on anything. */
     int established = 0;
@@ -409,7 +424,7 @@ void dlock__flight_start(dlock__flight *f, dlock__conn *conns, dlock__req *reqs,
             reqs[i].err = DLOCK_OK;
             continue;
         }
-        begin(&conns[i], &reqs[i], start);
+        begin(&conns[i], &reqs[i], start, wk);
         established += !reqs[i].held && reqs[i].err == DLOCK_OK;
     }
     /* In a vote, a node still connecting gets the per-node timeout like the others
@@ -424,6 +439,8 @@ void dlock__flight_start(dlock__flight *f, dlock__conn *conns, dlock__req *reqs,
             ((vote != NULL && established >= need) || conns[i].lagging))
             reqs[i].deadline_us = start + timeout_us;
     }
+    if (piped)
+        dlock__pipe_unlock(conns);
     DLOCK_PAUSE_POINT(DLOCK_HOOK_AFTER_SEND);
 }
 
@@ -437,6 +454,12 @@ static int wanted(const dlock__flight *f, int64_t now, struct pollfd *pfd, int *
         const dlock__req *r = &f->reqs[i];
         if (r->done)
             continue;
+        if (f->conns[i].pipe != NULL) {
+            /* The pipes' pump takes its replies: its deadline is all it adds. */
+            if (r->deadline_us < *next)
+                *next = r->deadline_us;
+            continue;
+        }
         pfd[nfds] =
             (struct pollfd){.fd = f->conns[i].fd, .events = dlock__conn_events(&f->conns[i])};
         idx[nfds++] = i;
@@ -453,11 +476,75 @@ static int wanted(const dlock__flight *f, int64_t now, struct pollfd *pfd, int *
 int dlock__flight_wants(const dlock__flight *f, struct pollfd *pfd, int64_t *due_us)
 {
     int idx[DLOCK_SERVERS_MAX];
-    return wanted(f, dlock__now_us(), pfd, idx, due_us);
+    bool piped = f->conns[0].pipe != NULL;
+    if (piped)
+        dlock__pipe_lock(f->conns);
+    int n = wanted(f, dlock__now_us(), pfd, idx, due_us);
+    if (piped)
+        dlock__pipe_unlock(f->conns);
+    return n;
+}
+
+/* Once the answers so far decide the round, either way, a node still connecting or a
+ * lagging one is not waited for (abandon() says why and what becomes of its reply).
+ * The others are: they answer within a round trip, and their replies keep the
+ * connections in step, the fences exact and the error precise (BUSY or NOQUORUM). */
+static void abandon_undecided(dlock__flight *f)
+{
+    if (f->vote != NULL && decided(f->conns, f->reqs, f->n, f->vote, f->arg, f->need))
+        for (int i = 0; i < f->n; i++)
+            if (f->reqs[i].cmd != NULL && !f->reqs[i].done &&
+                (f->reqs[i].held || f->conns[i].lagging))
+                abandon(&f->conns[i], &f->reqs[i]);
+}
+
+/* The round's state on piped connections (the mutex held): the requests past their
+ * deadline expired (their pipes reset), the undecided abandoned; true once it ended,
+ * else the next deadline in *next. */
+static bool piped_over(dlock__flight *f, int64_t *next)
+{
+    int64_t now = dlock__now_us();
+    *next = INT64_MAX;
+    for (int i = 0; i < f->n; i++)
+        if (!f->reqs[i].done && now >= f->reqs[i].deadline_us)
+            expire(&f->conns[i], &f->reqs[i]);
+    abandon_undecided(f);
+    bool over = true;
+    for (int i = 0; i < f->n; i++) {
+        if (!f->reqs[i].done) {
+            over = false;
+            if (f->reqs[i].deadline_us < *next)
+                *next = f->reqs[i].deadline_us;
+        }
+    }
+    return over;
+}
+
+/* dlock__flight_pump on piped connections: their replies come through the pipes' pump,
+ * which runs here only when the caller waits (a blocking step); an event loop's runs
+ * it itself. */
+static bool pump_piped(dlock__flight *f, int64_t wait_us)
+{
+    int64_t next;
+    dlock__pipe_lock(f->conns);
+    bool over = piped_over(f, &next);
+    dlock__pipe_unlock(f->conns);
+    if (over || wait_us == 0)
+        return over;
+    int64_t wait = next - dlock__now_us();
+    if (wait_us > 0 && wait_us < wait)
+        wait = wait_us;
+    dlock__pipes_pump(dlock__pipe_of(f->conns), wait > 0 ? (int)((wait + 999) / 1000) : 0);
+    dlock__pipe_lock(f->conns);
+    over = piped_over(f, &next);
+    dlock__pipe_unlock(f->conns);
+    return over;
 }
 
 bool dlock__flight_pump(dlock__flight *f, int64_t wait_us)
 {
+    if (f->conns[0].pipe != NULL)
+        return pump_piped(f, wait_us);
     struct pollfd pfd[DLOCK_SERVERS_MAX];
     int idx[DLOCK_SERVERS_MAX];
     dlock__conn *conns = f->conns;
@@ -498,15 +585,7 @@ bool dlock__flight_pump(dlock__flight *f, int64_t wait_us)
         if (pfd[k].revents != 0)
             step(&conns[idx[k]], &reqs[idx[k]], pfd[k].revents);
     }
-    /* Once the answers so far decide the round, either way, a node still connecting
-     * or a lagging one is not waited for (abandon() says why and what becomes of its
-     * reply). The others are: they answer within a round trip, and their replies keep
-     * the connections in step, the fences exact and the error precise (BUSY or
-     * NOQUORUM). */
-    if (f->vote != NULL && decided(conns, reqs, f->n, f->vote, f->arg, f->need))
-        for (int i = 0; i < f->n; i++)
-            if (reqs[i].cmd != NULL && !reqs[i].done && (reqs[i].held || conns[i].lagging))
-                abandon(&conns[i], &reqs[i]);
+    abandon_undecided(f);
     for (int i = 0; i < f->n; i++)
         if (!reqs[i].done)
             return false;
@@ -515,6 +594,8 @@ bool dlock__flight_pump(dlock__flight *f, int64_t wait_us)
 
 bool dlock__flight_settled(dlock__flight *f)
 {
+    if (f->conns[0].pipe != NULL)
+        return pump_piped(f, 0);
     int64_t now = dlock__now_us();
     bool over = true;
     for (int i = 0; i < f->n; i++) {
@@ -527,6 +608,14 @@ bool dlock__flight_settled(dlock__flight *f)
 
 void dlock__flight_drop(dlock__flight *f)
 {
+    if (f->conns[0].pipe != NULL) {
+        dlock__pipe_lock(f->conns);
+        for (int i = 0; i < f->n; i++)
+            if (!f->reqs[i].done)
+                abandon(&f->conns[i], &f->reqs[i]);
+        dlock__pipe_unlock(f->conns);
+        return;
+    }
     for (int i = 0; i < f->n; i++) {
         dlock__req *r = &f->reqs[i];
         if (r->done)
@@ -545,7 +634,7 @@ void dlock__fanout_until(dlock__conn *conns, dlock__req *reqs, int n, dlock__vot
                          void *arg, int need)
 {
     dlock__flight f;
-    dlock__flight_start(&f, conns, reqs, n, vote, arg, need);
+    dlock__flight_start(&f, conns, reqs, n, vote, arg, need, NULL);
     while (!dlock__flight_pump(&f, -1))
         ;
 }
@@ -553,9 +642,14 @@ void dlock__fanout_until(dlock__conn *conns, dlock__req *reqs, int n, dlock__vot
 void dlock__fanout_post(dlock__conn *conns, dlock__req *reqs, int n)
 {
     int64_t start = dlock__now_us();
+    bool piped = conns[0].pipe != NULL;
+    if (piped)
+        dlock__pipe_lock(conns);
     for (int i = 0; i < n; i++) {
         reqs[i].done = true;
         if (reqs[i].cmd != NULL)
-            begin(&conns[i], &reqs[i], start);
+            begin(&conns[i], &reqs[i], start, NULL);
     }
+    if (piped)
+        dlock__pipe_unlock(conns);
 }

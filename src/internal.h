@@ -37,6 +37,9 @@
  *                           handshake, encrypted reads and writes, resumed sessions
  *               fanout.c    one command to N nodes in parallel under one deadline,
  *                           ending early once a caller's predicate (a vote) says so
+ *               pipe.c      a connection per server that many callers' rounds share
+ *                           (a pipelining client's nowait steps): commands queued
+ *                           together, replies matched in order, one pump for all
  *               ask.c       one question to several hosts at once, on connections of
  *                           its own (a URL's Sentinels, a cluster's seeds)
  *               sentinel.c  the Sentinel topology: the master a redis-sentinel://
@@ -400,6 +403,7 @@ struct dlock_pending {
     bool in_flight; /* fd is the sockets of a round in flight */
     bool lockless;  /* its result is no lock (a reservation's id, a release): out may be NULL */
     char id[DLOCK_TOKEN_LEN + 1]; /* the reservation's id once granted, else "" */
+    dlock__waker wk; /* dlock_pending_notify's: told when a piped round's reply comes */
 };
 
 /* A zeroed operation of size bytes (its struct, which begins with a dlock_pending) with
@@ -417,11 +421,15 @@ int dlock__pending_would_block(dlock__err *e);
 typedef struct dlock__step_round {
     dlock__round *rd; /* made by the first begin (NULL: none yet); rd->set NULL: no set */
     bool counted;     /* rd.set came from dlock__connset_try_get */
+    dlock__waker *wk; /* its pending's, told when a piped round's replies come */
 } dlock__step_round;
-void dlock__step_round_init(dlock__step_round *sr);
+/* sr of the pending p (its waker). */
+void dlock__step_round_init(dlock__step_round *sr, dlock_pending *p);
 /* A round for this step in sr->rd, unless one is in flight already: a nowait step's
- * takes a counted set (DLOCK_ERR_WOULDBLOCK when none is left), and posts what it sends
- * unawaited. */
+ * goes on the client's pipes when it has them (dlock_client_pipeline), else takes a
+ * counted set (DLOCK_ERR_WOULDBLOCK when none is left), and posts what it sends
+ * unawaited. A blocking step's round goes on a set of its own, unless a piped one is in
+ * flight (it waits for that one's replies by pumping the pipes). */
 int dlock__step_round_begin(struct dlock_client *c, dlock__step_round *sr, bool nowait,
                             dlock__err *e);
 /* While the round is in flight: the descriptor to wait on (the one socket when that is

@@ -118,11 +118,90 @@ void dlock_pending_free(dlock_pending *p)
         p->destroy(p);
 }
 
+int dlock_pending_notify(dlock_pending *p, void (*fn)(void *arg), void *arg)
+{
+    dlock__err e;
+    if (p == NULL)
+        return dlock__raise(&e, DLOCK_ERR_INVALID, "pending is NULL");
+    p->wk.fn = fn;
+    p->wk.arg = arg;
+    return DLOCK_OK;
+}
+
+/* ---- the pipes ------------------------------------------------------------------ */
+
+int dlock_client_pipeline(dlock_client *c, int *fd)
+{
+    dlock__err e;
+    int rc = dlock__client_enter(c, &e);
+    if (rc == DLOCK_OK && fd == NULL)
+        rc = dlock__err_set(&e, DLOCK_ERR_INVALID, "fd is NULL");
+    if (rc == DLOCK_OK && c->backend != &dlock__backend_redis)
+        rc =
+            dlock__err_set(&e, DLOCK_ERR_INVALID, "a file:// client has no servers to pipeline to");
+    if (rc == DLOCK_OK && !c->nowait_ok)
+        rc = dlock__err_set(&e, DLOCK_ERR_INVALID,
+                            "pipelining needs servers reached directly by address (no host "
+                            "name, Sentinel or cluster) and no strict fences with N > 1");
+    if (rc != DLOCK_OK)
+        return dlock__err_raise(&e, rc);
+    pthread_mutex_lock(&c->mu);
+    bool fresh = c->pipe_set == NULL && c->sets == 0;
+    pthread_mutex_unlock(&c->mu);
+    if (c->pipe_set != NULL) {
+        *fd = c->pipes->epfd;
+        return dlock__err_raise(&e, DLOCK_OK);
+    }
+    if (!fresh)
+        return dlock__raise(&e, DLOCK_ERR_INVALID,
+                            "pipelining must begin before any nowait step is in flight");
+    dlock__connset *s = dlock__malloc(sizeof *s + (size_t)c->n * sizeof s->conns[0]);
+    dlock__pipes *ps = dlock__malloc(sizeof *ps);
+    rc = s != NULL && ps != NULL ? DLOCK_OK : DLOCK_ERR_NOMEM;
+    if (rc == DLOCK_OK) {
+        s->next = NULL;
+        s->post = true;
+        s->epfd = -1;
+        s->nregs = 0;
+        for (int i = 0; i < c->n; i++)
+            dlock__conn_init(&s->conns[i], &c->nodes[i]);
+        rc = dlock__pipes_init(ps, s->conns, c->n);
+        if (rc != DLOCK_OK)
+            dlock__pipes_free(ps);
+    }
+    if (rc != DLOCK_OK) {
+        free(s);
+        free(ps);
+        return dlock__raise(&e, rc,
+                            rc == DLOCK_ERR_NOMEM ? "out of memory" : "epoll_create1 failed");
+    }
+    c->pipes = ps;
+    c->pipe_set = s;
+    *fd = ps->epfd;
+    return dlock__err_raise(&e, DLOCK_OK);
+}
+
+void dlock_client_pump(dlock_client *c)
+{
+    if (c != NULL && c->magic == DLOCK_CLIENT_MAGIC && c->pipes != NULL)
+        dlock__pipes_pump(c->pipes, 0);
+}
+
 /* ---- the round of a step ------------------------------------------------------- */
 
-void dlock__step_round_init(dlock__step_round *sr)
+void dlock__step_round_init(dlock__step_round *sr, dlock_pending *p)
 {
     memset(sr, 0, sizeof *sr);
+    sr->wk = &p->wk;
+}
+
+/* Whether rd (on the pipes) still waits for a reply. */
+static bool piped_in_flight(const dlock_client *c, const dlock__round *rd)
+{
+    for (int i = 0; i < c->n; i++)
+        if (rd->reqs[i].cmd != NULL && !rd->reqs[i].done)
+            return true;
+    return false;
 }
 
 int dlock__step_round_begin(dlock_client *c, dlock__step_round *sr, bool nowait, dlock__err *e)
@@ -136,6 +215,14 @@ int dlock__step_round_begin(dlock_client *c, dlock__step_round *sr, bool nowait,
         sr->rd->set = NULL;
     }
     dlock__round *rd = sr->rd;
+    if (rd->set != NULL && rd->set == c->pipe_set && !nowait && !piped_in_flight(c, rd))
+        dlock__step_round_end(c, sr); /* a blocking step's round goes on a set of its own */
+    if (rd->set == NULL && nowait && c->pipe_set != NULL) {
+        dlock__round_reset(c, rd);
+        rd->set = c->pipe_set;
+        rd->wk = sr->wk;
+        return DLOCK_OK;
+    }
     if (rd->set == NULL) {
         if (!nowait) {
             int rc = dlock__round_begin(c, rd, e);
@@ -148,8 +235,10 @@ int dlock__step_round_begin(dlock_client *c, dlock__step_round *sr, bool nowait,
             sr->counted = true;
         }
     }
-    /* What a nowait step sends unawaited, it must not wait to write. */
-    rd->set->post = nowait;
+    /* What a nowait step sends unawaited, it must not wait to write. (A piped set
+     * always posts.) */
+    if (rd->set != c->pipe_set)
+        rd->set->post = nowait;
     return DLOCK_OK;
 }
 
@@ -157,6 +246,8 @@ int dlock__step_round_fd(dlock__step_round *sr, int64_t *due_us)
 {
     struct pollfd pfd[DLOCK_SERVERS_MAX];
     int n = dlock__flight_wants(&sr->rd->flight, pfd, due_us);
+    if (sr->rd->set->conns[0].pipe != NULL)
+        return -1; /* the pipes' pump tells it (dlock_pending_notify) */
     if (n == 1 && pfd[0].events == POLLIN)
         return pfd[0].fd;
     dlock__connset *set = sr->rd->set;
@@ -186,6 +277,12 @@ void dlock__step_round_end(dlock_client *c, dlock__step_round *sr)
     if (rd == NULL || rd->set == NULL)
         return;
     dlock__round_free_replies(c, rd);
+    if (rd->set == c->pipe_set) {
+        /* Shared: nothing to give back; its waker is told nothing more. */
+        dlock__pipes_forget(c->pipes, sr->wk);
+        rd->set = NULL;
+        return;
+    }
     if (sr->counted)
         dlock__connset_land(c, rd->set);
     else

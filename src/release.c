@@ -156,7 +156,8 @@ static int release_step(dlock_pending *base, dlock_lock **out, bool nowait, dloc
         r->sent = true;
     }
     dlock__round *rd = r->sr.rd;
-    rd->set->post = nowait;
+    if (rd->set != c->pipe_set)
+        rd->set->post = nowait;
     bool over = dlock__round_wait(rd, nowait);
     r->base.in_flight = !over;
     if (!over) {
@@ -205,7 +206,7 @@ int dlock__redis_release_start(dlock_lock *l, dlock_pending **out, dlock__err *e
     }
     r->base.lockless = true;
     r->l = l;
-    dlock__step_round_init(&r->sr);
+    dlock__step_round_init(&r->sr, &r->base);
     int rc = format_call(r, e);
     if (rc != DLOCK_OK) {
         release_destroy(&r->base);

@@ -54,6 +54,7 @@ void dlock__round_reset(const dlock_client *c, dlock__round *rd)
     rd->set = NULL;
     rd->start_us = rd->end_us = 0;
     rd->fresh = false;
+    rd->wk = NULL;
 }
 
 int dlock__round_begin(dlock_client *c, dlock__round *rd, dlock__err *e)
@@ -79,7 +80,7 @@ void dlock__round_start(dlock_client *c, dlock__round *rd, dlock__call *call, dl
     rd->start_us = dlock__now_us();
     rd->fresh = true;
     dlock__flight_start(&rd->flight, rd->set->conns, rd->reqs, c->n, vote, vote_arg ? vote_arg : rd,
-                        dlock__quorum(c->n));
+                        dlock__quorum(c->n), rd->wk);
 }
 
 bool dlock__round_pump(dlock__round *rd, int64_t wait_us)
@@ -141,7 +142,8 @@ void dlock__round_send(dlock_client *c, dlock__connset *set, dlock__call *call, 
             any = true;
         }
     }
-    if (any && set->post)
+    /* A piped set's sends are always posted: its pump writes them. */
+    if (any && (set->post || set->conns[0].pipe != NULL))
         dlock__fanout_post(set->conns, reqs, c->n);
     else if (any)
         dlock__fanout(set->conns, reqs, c->n);

@@ -37,6 +37,10 @@ struct dlock_client {
     pthread_mutex_t mu;          /* guards pool, locks and the creation of wait */
     dlock__connset *pool;
     int sets; /* connection sets in flight in nowait steps (dlock__connset_try_get) */
+    /* dlock_client_pipeline's: the connections that nowait steps share (pipe.c), and
+     * what they share; NULL: none. */
+    dlock__connset *pipe_set;
+    dlock__pipes *pipes;
     /* Whether a nowait step can run an attempt: every server reached through an
      * address (no host name to resolve, no Sentinels or slot map to ask), and no
      * second round (strict fences with N > 1). */
@@ -88,7 +92,8 @@ typedef struct dlock__round {
     dlock__req reqs[DLOCK_SERVERS_MAX];
     dlock__flight flight;
     int64_t start_us, end_us;
-    bool fresh; /* sent, and no reply looked for since */
+    bool fresh;       /* sent, and no reply looked for since */
+    dlock__waker *wk; /* on the client's pipes: told as the replies come (NULL: none) */
 } dlock__round;
 
 /* Zero rd (the requests of c's nodes) and take no set. */

@@ -144,6 +144,9 @@ typedef struct dlock__conn {
     struct ssl_st *ssl;
     bool tls_handshaking;
     short read_ev, flush_ev;
+    /* A connection that rounds of many callers share, their commands pipelined and
+     * their replies matched in order (pipe.c); NULL for a connection of one caller. */
+    struct dlock__pipe *pipe;
 } dlock__conn;
 
 void dlock__conn_init(dlock__conn *c, dlock__node *node);
@@ -238,7 +241,8 @@ typedef struct dlock__req {
     redisReply *reply; /* the reply (caller frees with freeReplyObject), or NULL */
     int err;           /* DLOCK_OK when reply is set, else why not */
     dlock__err why;    /* why not (err is not DLOCK_OK), for dlock_errmsg */
-    /* private to fanout.c and the topology's ops */
+    /* private to fanout.c, pipe.c and the topology's ops */
+    uint64_t pipe_seq; /* its place in its pipe's line of replies (pipe.c) */
     int64_t start_us, deadline_us;
     bool done, retried, held;
     bool asking;   /* a cluster's -ASK: ASKING goes before each send of the command */
@@ -329,11 +333,12 @@ typedef struct dlock__flight {
     int n, need;
     dlock__vote_fn vote; /* NULL: every node is waited for */
     void *arg;
+    struct dlock__waker *wk; /* on piped connections: told as each reply comes (pipe.c) */
 } dlock__flight;
 /* Send reqs[i] on conns[i] for every i with a cmd; vote, arg and need as in
- * dlock__fanout_until. */
+ * dlock__fanout_until; wk (NULL: none) as in dlock__pipe_send, for piped connections. */
 void dlock__flight_start(dlock__flight *f, dlock__conn *conns, dlock__req *reqs, int n,
-                         dlock__vote_fn vote, void *arg, int need);
+                         dlock__vote_fn vote, void *arg, int need, struct dlock__waker *wk);
 /* Act on what the sockets say, waiting for it at most wait_us (0: not at all; -1: until
  * the next node's deadline); true once the round has ended. */
 bool dlock__flight_pump(dlock__flight *f, int64_t wait_us);
@@ -352,6 +357,51 @@ void dlock__flight_drop(dlock__flight *f);
 void dlock__fanout_post(dlock__conn *conns, dlock__req *reqs, int n);
 /* Quorum of n nodes: n/2 + 1. */
 int dlock__quorum(int n);
+
+/* ---- pipe.c: connections that many callers' rounds share ---------------------------- */
+
+/* Who is told when a request on a pipe is done (its reply in, or failed): fn(arg), from
+ * the pipe's pump, on its ready list meanwhile. Owned by the caller of the round. */
+typedef struct dlock__waker {
+    void (*fn)(void *arg);
+    void *arg;
+    struct dlock__waker *next, **prev; /* on the ready list (prev NULL: not on it) */
+} dlock__waker;
+
+/* What the pipes of one client share: the mutex every use of them takes, and the list
+ * of wakers whose requests are done, to be told by the next dlock__pipes_pump. */
+typedef struct dlock__pipes {
+    pthread_mutex_t mu;
+    dlock__waker *ready;
+    int epfd; /* the pipes' sockets, for the pump to wait on (-1: none yet) */
+    int n;
+    struct dlock__conn *conns; /* one per node, each with its pipe */
+    int reg_fd[DLOCK_SERVERS_MAX];
+    uint32_t reg_ev[DLOCK_SERVERS_MAX];
+} dlock__pipes;
+
+/* Give conns[0..n) (initialized, closed) pipes sharing ps: DLOCK_ERR_NOMEM when they
+ * cannot be made. Free with dlock__pipes_free (after their connections' last use). */
+int dlock__pipes_init(dlock__pipes *ps, dlock__conn *conns, int n);
+void dlock__pipes_free(dlock__pipes *ps);
+/* The mutex of piped conns, which every use of them holds; their pipes. */
+void dlock__pipe_lock(const dlock__conn *conns);
+void dlock__pipe_unlock(const dlock__conn *conns);
+dlock__pipes *dlock__pipe_of(const dlock__conn *c);
+/* fanout.c's steps on a piped connection (its mutex held): start r (queued behind the
+ * others, or held until the connection's handshake is done; sent by the next pump),
+ * told to wk when done; r missed its deadline (the server stalls: every request on the
+ * connection fails, the connection is reset); the caller gave r up (its reply, when it
+ * comes, is discarded). */
+void dlock__pipe_send(dlock__conn *c, dlock__req *r, dlock__waker *wk);
+void dlock__pipe_expire(dlock__conn *c, dlock__req *r);
+void dlock__pipe_abandon(dlock__conn *c, dlock__req *r);
+/* Send what is queued, take what has come, and give each reply to its request, waiting
+ * at most wait_ms (0: not at all) for something to happen; then tell the wakers of the
+ * requests that are done (mutex released: a waker may start rounds). */
+void dlock__pipes_pump(dlock__pipes *ps, int wait_ms);
+/* Take r's waker off the ready list, if it is on it (its owner is going). */
+void dlock__pipes_forget(dlock__pipes *ps, dlock__waker *wk);
 
 /* What a Sentinel URL's Sentinels say of the failover they could make (SENTINEL
  * CKQUORUM): *up of them answered; *ok 1 when one says a quorum and a failover's
