@@ -400,8 +400,9 @@ DLOCK_API int dlock_pending_step(dlock_pending *p, dlock_lock **out);
  * step again). Those steps: a client whose servers are found through a host name,
  * Sentinels or a cluster's slot map, or that raises fences in a second round (strict
  * fence mode with N > 1); joining a name's wait queue (a subscription to confirm), and
- * refreshing a place in it; a stock reservation's steps; and an attempt that finds
- * DLOCK_NOWAIT_SETS_MAX of the client's connection sets in flight already. */
+ * refreshing a place in it; a stock reservation's steps; and, on a client that does not
+ * pipeline (dlock_client_pipeline), an attempt that finds DLOCK_NOWAIT_SETS_MAX of the
+ * client's connection sets in flight already. */
 DLOCK_API int dlock_pending_step_nowait(dlock_pending *p, dlock_lock **out);
 
 /* Rounds that dlock_pending_step_nowait keeps in flight at once, per client: each holds

@@ -66,6 +66,16 @@ const char *dlock_version(void)
 
 int dlock__err_set(dlock__err *e, int code, const char *fmt, ...)
 {
+    /* A message with nothing to format (a nowait step's "waiting", every step an
+     * event loop takes) is copied: printf's machinery costs more than the step. */
+    if (strchr(fmt, '%') == NULL) {
+        size_t n = strlen(fmt);
+        if (n >= sizeof e->msg)
+            n = sizeof e->msg - 1;
+        memcpy(e->msg, fmt, n);
+        e->msg[n] = '\0';
+        return code;
+    }
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(e->msg, sizeof e->msg, fmt, ap);

@@ -176,7 +176,8 @@ static void fail_all(dlock__conn *c, int err, const dlock__err *why)
             dlock__err_set(&r->why, 0,
                            "%s: no reply within %lld ms (outcome unknown: the command may "
                            "have been applied)",
-                           c->node->addr.display, (long long)((r->deadline_us - r->start_us) / 1000));
+                           c->node->addr.display,
+                           (long long)((r->deadline_us - r->start_us) / 1000));
         done(p->ps, r, e.wk, err);
     }
     for (size_t k = 0; k < p->nheld; k++) {
@@ -202,8 +203,7 @@ static bool queue(dlock__conn *c, dlock__req *r, dlock__waker *wk, const char *c
     dlock__pipe *p = c->pipe;
     uint64_t seq;
     if (dlock__conn_queue(c, cmd, len) != DLOCK_OK ||
-        !push(p, (pipe_ent){r->await ? r : NULL, r->await ? wk : NULL, r->harmless_late},
-              &seq)) {
+        !push(p, (pipe_ent){r->await ? r : NULL, r->await ? wk : NULL, r->harmless_late}, &seq)) {
         /* The bytes may be queued without their entry: the line is out of step. */
         dlock__err why;
         dlock__err_set(&why, 0, "%s: out of memory", c->node->addr.display);
