@@ -427,10 +427,14 @@ DLOCK_API int dlock_client_pipeline(dlock_client *c, int *fd);
 /* Send what the pipes have queued (a write per server), take the replies that have
  * come, and call the notify callback of each pending whose step is now due (in this
  * call, on this thread, with no lock of the library held: the callback may step it).
- * Call it when the fd of dlock_client_pipeline is readable, and once per loop turn
- * after the steps (libuv: a prepare handle), so that each turn's requests leave in one
- * write. A client without pipes: nothing. Never blocks. */
+ * Call it when the fd of dlock_client_pipeline is readable. A client without pipes:
+ * nothing. Never blocks. */
 DLOCK_API void dlock_client_pump(dlock_client *c);
+
+/* Only send what the pipes have queued (no system call when nothing is), and call the
+ * notify callbacks that are due. Call it once per loop turn after the steps (libuv: a
+ * prepare handle), so that a turn's requests leave in one write per server. */
+DLOCK_API void dlock_client_flush(dlock_client *c);
 
 /* Have the pump call fn(arg) when p's round on the pipes has its replies (or failed):
  * step it then. fn NULL: no callback (the step is found at its due time). */

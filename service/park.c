@@ -387,7 +387,7 @@ static void on_pipes(uv_poll_t *h, int status, int events)
 static void on_turn(uv_prepare_t *h)
 {
     (void)h;
-    dlock_client_pump(dd_srv.client);
+    dlock_client_flush(dd_srv.client);
 }
 
 void dd_park_start(void)

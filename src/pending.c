@@ -187,6 +187,12 @@ void dlock_client_pump(dlock_client *c)
         dlock__pipes_pump(c->pipes, 0);
 }
 
+void dlock_client_flush(dlock_client *c)
+{
+    if (c != NULL && c->magic == DLOCK_CLIENT_MAGIC && c->pipes != NULL)
+        dlock__pipes_flush(c->pipes);
+}
+
 /* ---- the round of a step ------------------------------------------------------- */
 
 void dlock__step_round_init(dlock__step_round *sr, dlock_pending *p)

@@ -445,31 +445,10 @@ static void watch(dlock__pipes *ps)
     }
 }
 
-void dlock__pipes_pump(dlock__pipes *ps, int wait_ms)
+/* Tell the wakers one at a time, each taken off the list under the mutex: a waker may
+ * start rounds, or another thread free a request's owner, meanwhile. */
+static void tell(dlock__pipes *ps)
 {
-    struct epoll_event evs[DLOCK_SERVERS_MAX];
-    uint32_t rev[DLOCK_SERVERS_MAX] = {0};
-    /* Waiting, the mutex is left to the others. */
-    pthread_mutex_lock(&ps->mu);
-    watch(ps);
-    pthread_mutex_unlock(&ps->mu);
-    int n = epoll_wait(ps->epfd, evs, DLOCK_SERVERS_MAX, wait_ms);
-    pthread_mutex_lock(&ps->mu);
-    for (int k = 0; k < n; k++)
-        if (evs[k].data.u32 < (uint32_t)ps->n)
-            rev[evs[k].data.u32] |= evs[k].events;
-    for (int i = 0; i < ps->n; i++) {
-        dlock__conn *c = &ps->conns[i];
-        /* A descriptor reused since it was registered may report for another socket:
-         * only the registered one's events count. */
-        uint32_t ev = c->fd == ps->reg_fd[i] ? rev[i] : 0;
-        if (c->fd >= 0 && (ev != 0 || c->outpos < c->outlen || dlock__conn_buffered(c)))
-            pump_conn(c, ev);
-    }
-    watch(ps);
-    pthread_mutex_unlock(&ps->mu);
-    /* Tell the wakers one at a time, each taken off the list under the mutex: a waker
-     * may start rounds, or another thread free a request's owner, meanwhile. */
     for (;;) {
         pthread_mutex_lock(&ps->mu);
         dlock__waker *wk = ps->ready;
@@ -485,6 +464,54 @@ void dlock__pipes_pump(dlock__pipes *ps, int wait_ms)
             return;
         fn(arg);
     }
+}
+
+void dlock__pipes_pump(dlock__pipes *ps, int wait_ms)
+{
+    struct epoll_event evs[DLOCK_SERVERS_MAX];
+    uint32_t rev[DLOCK_SERVERS_MAX] = {0};
+    pthread_mutex_lock(&ps->mu);
+    watch(ps);
+    /* One server's established connection, looked at without waiting: the read itself
+     * says whether something came (a recv that finds nothing costs what epoll_wait
+     * would, and one that finds the replies saves it). */
+    bool look = wait_ms == 0 && ps->n == 1 && ps->conns[0].state == DLOCK_CONN_READY;
+    int n = 0;
+    if (look) {
+        rev[0] = EPOLLIN;
+    } else {
+        /* Waiting, the mutex is left to the others. */
+        pthread_mutex_unlock(&ps->mu);
+        n = epoll_wait(ps->epfd, evs, DLOCK_SERVERS_MAX, wait_ms);
+        pthread_mutex_lock(&ps->mu);
+    }
+    for (int k = 0; k < n; k++)
+        if (evs[k].data.u32 < (uint32_t)ps->n)
+            rev[evs[k].data.u32] |= evs[k].events;
+    for (int i = 0; i < ps->n; i++) {
+        dlock__conn *c = &ps->conns[i];
+        /* A descriptor reused since it was registered may report for another socket:
+         * only the registered one's events count. */
+        uint32_t ev = look || c->fd == ps->reg_fd[i] ? rev[i] : 0;
+        if (c->fd >= 0 && (ev != 0 || c->outpos < c->outlen || dlock__conn_buffered(c)))
+            pump_conn(c, ev);
+    }
+    watch(ps);
+    pthread_mutex_unlock(&ps->mu);
+    tell(ps);
+}
+
+void dlock__pipes_flush(dlock__pipes *ps)
+{
+    pthread_mutex_lock(&ps->mu);
+    for (int i = 0; i < ps->n; i++) {
+        dlock__conn *c = &ps->conns[i];
+        if (c->state == DLOCK_CONN_READY && c->outpos < c->outlen)
+            pump_conn(c, 0);
+    }
+    watch(ps);
+    pthread_mutex_unlock(&ps->mu);
+    tell(ps);
 }
 
 /* ---- making and freeing ------------------------------------------------------------ */

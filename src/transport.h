@@ -400,6 +400,9 @@ void dlock__pipe_abandon(dlock__conn *c, dlock__req *r);
  * at most wait_ms (0: not at all) for something to happen; then tell the wakers of the
  * requests that are done (mutex released: a waker may start rounds). */
 void dlock__pipes_pump(dlock__pipes *ps, int wait_ms);
+/* Only send what is queued (no system call when nothing is), then tell the wakers of
+ * the requests that are done. */
+void dlock__pipes_flush(dlock__pipes *ps);
 /* Take r's waker off the ready list, if it is on it (its owner is going). */
 void dlock__pipes_forget(dlock__pipes *ps, dlock__waker *wk);
 
