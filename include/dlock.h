@@ -465,6 +465,13 @@ DLOCK_API void dlock_pending_free(dlock_pending *p);
  * included) or an unavailability error (the lock may still be held). */
 DLOCK_API int dlock_extend(dlock_lock *l, int64_t ttl_ms);
 
+/* dlock_extend in steps, for an event loop (see dlock_acquire_start): no I/O yet; the
+ * handle stays the caller's and must outlive the pending. Steps with out NULL end with
+ * dlock_extend's result. A nowait step hands back (DLOCK_ERR_WOULDBLOCK), besides what
+ * it would for an acquisition, an extension whose lock is being renewed at that moment.
+ * A file:// client's handle: DLOCK_ERR_INVALID (use dlock_extend). */
+DLOCK_API int dlock_extend_start(dlock_lock *l, int64_t ttl_ms, dlock_pending **out);
+
 /* Release the lock and free the handle, whatever it returns. Returns DLOCK_OK when
  * a quorum deleted our token, DLOCK_ERR_LOST when the lease had run out or another
  * owner holds the name (nothing of theirs is touched), or an unavailability error.

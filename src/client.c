@@ -359,6 +359,7 @@ const dlock__backend dlock__backend_redis = {
     .release_start = dlock__redis_release_start,
     .detach = dlock__redis_detach,
     .extend = dlock__redis_extend,
+    .extend_start = dlock__redis_extend_start,
     .check = dlock__redis_check,
     .slot_claim = dlock__redis_slot_claim,
     .remaining_ms = dlock__lock_valid_ms,

@@ -76,11 +76,13 @@
  *                           partial grants, joining, refreshing and leaving a place in
  *                           the queue; when to attempt again (backoff, a lease's end)
  *               pending.c   operations in steps (dlock_pending: an acquisition, a
- *                           release, a stock reservation), the sleeping loop blocking
+ *                           release, an extension, a stock reservation), a
+ *                           pipelining client's pump, the sleeping loop blocking
  *                           calls run them in, and the round a nowait step keeps in
  *                           flight
  *               release.c   dlock_release, in one call or in steps
- *               lock.c      extend, check, inspect (and the shared holders)
+ *               extend.c    dlock_extend, in one call or in steps
+ *               lock.c      check, inspect (and the shared holders)
  *               list.c      dlock_list: every held name, a page of them per round trip
  *                           (SCAN in a script), every master of a cluster
  *               list_merge.c     one name's views merged as a quorum sees them
@@ -277,6 +279,9 @@ bool dlock__watchdog_try_remove(struct dlock_client *c, struct dlock_lock *l);
 /* dlock_extend is about to change the lease: renew to the new ttl from now on. Waits
  * for a renewal round that includes l (formatted with the old ttl) to end. */
 void dlock__watchdog_set_ttl(struct dlock_client *c, struct dlock_lock *l, int64_t ttl_ms);
+/* dlock__watchdog_set_ttl without the wait: false, changing nothing, while such a round
+ * is in flight. */
+bool dlock__watchdog_try_set_ttl(struct dlock_client *c, struct dlock_lock *l, int64_t ttl_ms);
 /* Stop the renewal thread and free it (dlock_client_free). */
 void dlock__watchdog_stop(struct dlock_client *c);
 /* In a forked child: free the child's copy of the watchdog, touching no lock. */
@@ -593,6 +598,7 @@ typedef struct dlock__backend {
      * too: dlock_extend, dlock_check, dlock_slot_claim (an exclusive holder's; out
      * initialized by the caller). */
     int (*extend)(struct dlock_lock *l, int64_t ttl_ms, dlock__err *e);
+    int (*extend_start)(struct dlock_lock *l, int64_t ttl_ms, dlock_pending **out, dlock__err *e);
     int (*check)(struct dlock_lock *l, dlock__err *e);
     int (*slot_claim)(struct dlock_lock *l, int64_t period_ms, dlock_slot *out, dlock__err *e);
     /* dlock_remaining_ms of a handle neither lost nor of an unknown lease. */
@@ -638,6 +644,8 @@ int dlock__redis_release(struct dlock_lock *l, dlock__err *e);
 int dlock__redis_release_start(struct dlock_lock *l, dlock_pending **out, dlock__err *e);
 int dlock__redis_detach(struct dlock_lock *l, dlock__err *e);
 int dlock__redis_extend(struct dlock_lock *l, int64_t ttl_ms, dlock__err *e);
+int dlock__redis_extend_start(struct dlock_lock *l, int64_t ttl_ms, dlock_pending **out,
+                              dlock__err *e);
 int dlock__redis_check(struct dlock_lock *l, dlock__err *e);
 int dlock__redis_slot_claim(struct dlock_lock *l, int64_t period_ms, dlock_slot *out,
                             dlock__err *e);

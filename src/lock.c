@@ -1,9 +1,7 @@
 /*
- * lock.c: what is done with a lock once held, besides its release (release.c): extend,
- * check, and inspect (who holds a name, for `dlock status`).
+ * lock.c: what is done with a lock once held, besides its release (release.c) and its
+ * extension (extend.c): check, and inspect (who holds a name, for `dlock status`).
  *
- * Extend is a token-checked script (EXTEND in scripts.c) voted on by a quorum:
- * DLOCK_ERR_LOST when so many nodes no longer hold our token that no quorum can.
  * Check and inspect read every node's view with one INSPECT round.
  */
 #include "internal.h"
@@ -19,55 +17,6 @@ void dlock__lock_lost(dlock_lock *l)
 {
     dlock__watchdog_remove(l->client, l);
     dlock__lock_mark_lost(l);
-}
-
-int dlock_extend(dlock_lock *l, int64_t ttl_ms)
-{
-    dlock__err e;
-    int rc = dlock__lock_enter(l, &e);
-    if (rc != DLOCK_OK || (rc = dlock__check_ttl(ttl_ms, "ttl_ms", &e)) != DLOCK_OK)
-        return dlock__err_raise(&e, rc);
-    return dlock__err_raise(&e, l->client->backend->extend(l, ttl_ms, &e));
-}
-
-int dlock__redis_extend(dlock_lock *l, int64_t ttl_ms, dlock__err *e)
-{
-    if (l->lost)
-        return dlock__err_set(e, DLOCK_ERR_LOST, "this handle already found the lock lost");
-    dlock_client *c = l->client;
-    dlock__keys k;
-    int rc = dlock__keys_make(c->prefix, c->prefix_len, l->name, l->name_len, &k, e);
-    if (rc != DLOCK_OK)
-        return rc;
-    char ttl[24];
-    int tlen = snprintf(ttl, sizeof ttl, "%lld", (long long)ttl_ms);
-    /* A leader's record (elect.c) keeps the lock's lease, and its observers hear of it:
-     * the record is the fourth key then. */
-    const char *args[6] = {k.lock, k.holders, k.info, k.leader};
-    size_t lens[6] = {k.lock_len, k.holders_len, k.info_len, k.leader_len};
-    int n = l->leading ? 4 : 3;
-    args[n] = l->token;
-    lens[n++] = DLOCK_TOKEN_LEN;
-    args[n] = ttl;
-    lens[n++] = (size_t)tlen;
-    const dlock__script_args sa = {DLOCK_SCRIPT_EXTEND, l->leading ? 4 : 3, n, args, lens};
-    int64_t start;
-    /* Before the round: no renewal with the old ttl may land after it. */
-    dlock__watchdog_set_ttl(c, l, ttl_ms);
-    rc = dlock__round_yes_no(c, &sa, "extend", DLOCK_ERR_LOST, dlock__not_ours, &start, e);
-    free(k.buf);
-    if (rc == DLOCK_OK) {
-        /* The new lease runs from when the round started, at the latest. */
-        int64_t now = dlock__now_us();
-        int64_t validity = dlock__round_validity_us(c, ttl_ms * 1000, start, now);
-        if (validity <= 0)
-            return dlock__err_set(e, DLOCK_ERR_TIMEOUT,
-                                  "extended, but the round used up the new lease");
-        l->valid_until_us = now + validity;
-    } else if (rc == DLOCK_ERR_LOST) {
-        dlock__lock_lost(l);
-    }
-    return rc;
 }
 
 /* ---- inspect and check ------------------------------------------------------ */

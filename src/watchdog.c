@@ -509,15 +509,9 @@ bool dlock__watchdog_try_remove(dlock_client *c, dlock_lock *l)
     return idle;
 }
 
-void dlock__watchdog_set_ttl(dlock_client *c, dlock_lock *l, int64_t ttl_ms)
+/* l's renewal takes ttl_ms, from now on (wd->mu held). */
+static void take_ttl(struct dlock__watchdog *wd, dlock_lock *l, int64_t ttl_ms)
 {
-    /* A renewal of l already formatted with the old ttl could reach the servers after
-     * the extend that follows, and shorten the lease again; and its outcome would be
-     * counted with the new ttl, overstating validity. So it ends first: every renewal
-     * formatted from now on uses the new ttl. */
-    struct dlock__watchdog *wd = lock_idle(c, l);
-    if (wd == NULL)
-        return;
     if (l->renewing) {
         l->ttl_ms = ttl_ms;
         l->next_renew_us = dlock__now_us() + ttl_ms * 1000 / 3;
@@ -527,7 +521,32 @@ void dlock__watchdog_set_ttl(dlock_client *c, dlock_lock *l, int64_t ttl_ms)
         }
         pthread_cond_signal(&wd->wake);
     }
+}
+
+void dlock__watchdog_set_ttl(dlock_client *c, dlock_lock *l, int64_t ttl_ms)
+{
+    /* A renewal of l already formatted with the old ttl could reach the servers after
+     * the extend that follows, and shorten the lease again; and its outcome would be
+     * counted with the new ttl, overstating validity. So it ends first: every renewal
+     * formatted from now on uses the new ttl. */
+    struct dlock__watchdog *wd = lock_idle(c, l);
+    if (wd == NULL)
+        return;
+    take_ttl(wd, l, ttl_ms);
     pthread_mutex_unlock(&wd->mu);
+}
+
+bool dlock__watchdog_try_set_ttl(dlock_client *c, dlock_lock *l, int64_t ttl_ms)
+{
+    struct dlock__watchdog *wd = get_wd(c);
+    if (wd == NULL)
+        return true;
+    pthread_mutex_lock(&wd->mu);
+    bool idle = !l->in_batch;
+    if (idle)
+        take_ttl(wd, l, ttl_ms);
+    pthread_mutex_unlock(&wd->mu);
+    return idle;
 }
 
 void dlock__watchdog_stop(dlock_client *c)
