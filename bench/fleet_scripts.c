@@ -22,12 +22,12 @@
  *   acquire  names drawn from 10^8: a free name on all but a few calls in 10,000, which
  *            is the uncontended acquire (SET NX GET, TIME, SET GET of the fence).
  *   release  a release that finds its lock (GET, ZPOPMIN, DEL) needs a lock held with
- *            its token, so 10 x n locks are set first, by one Lua loop, and the n
- *            releases draw their names from those. A name drawn twice is gone the
- *            second time, and that call takes the shorter way (GET, then 0): about 5 %
- *            of them. held_share says exactly how many found their lock (the names
- *            left afterwards tell), and per_s is that mix's rate, a little above what
- *            releases that all found their lock would make.
+ *            its token, so 10 x n locks are set first (Lua loops, 100,000 a call),
+ *            and the n releases draw their names from those. A name drawn twice is
+ *            gone the second time, and that call takes the shorter way (GET, then 0):
+ *            about 5 % of them. held_share says exactly how many found their lock (the
+ *            names left afterwards tell), and per_s is that mix's rate, a little above
+ *            what releases that all found their lock would make.
  */
 #include "bench.h"
 #include "scripts.h"
