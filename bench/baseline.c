@@ -5,7 +5,8 @@
  * the same run: SET at -c 1 (one connection, one request at a time: the round trip)
  * and at -c 8 (eight connections). W1 is compared with the first (an acquire plus a
  * release is two round trips, so 0.5 is the ceiling), W2 with the second, and the
- * median latency at -c 1 is the run's RTT.
+ * median latency at -c 1 is the run's RTT. W7's script limits (fleet_scripts.c) run
+ * it too, on a command of their own, pipelined (baseline_run_args).
  *
  * Redis 7's --csv prints a header line and one row per test:
  *   "test","rps","avg_latency_ms","min_latency_ms","p50_latency_ms","p95_latency_ms",...
@@ -25,7 +26,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#define CSV_FIELDS 16
+#define CSV_FIELDS        16
+#define BASELINE_MAX_ARGS 48 /* after the connection options */
 
 /* Split one CSV line of quoted fields into f[] (modified in place); the count. */
 static int split_csv(char *line, char **f, int max)
@@ -67,7 +69,9 @@ static int find_col(char **hdr, int n, const char *name)
     return -1;
 }
 
-int baseline_parse_csv(const char *text, baseline *out)
+/* The row named row ("SET"), or with row NULL the first row after the header (a
+ * command given on redis-benchmark's command line is its row's name, written out). */
+static int parse_row(const char *text, const char *row, baseline *out)
 {
     out->rps = 0;
     out->p50_us = out->p99_us = -1;
@@ -87,7 +91,7 @@ int baseline_parse_csv(const char *text, baseline *out)
             c_p99 = find_col(f, n, "p99_latency_ms");
             continue;
         }
-        if (strcmp(f[0], "SET") != 0 || c_rps < 0 || c_rps >= n)
+        if ((row != NULL && strcmp(f[0], row) != 0) || c_rps < 0 || c_rps >= n)
             continue;
         out->rps = strtod(f[c_rps], NULL);
         if (c_p50 >= 0 && c_p50 < n)
@@ -99,6 +103,11 @@ int baseline_parse_csv(const char *text, baseline *out)
     }
     free(copy);
     return rc;
+}
+
+int baseline_parse_csv(const char *text, baseline *out)
+{
+    return parse_row(text, "SET", out);
 }
 
 /* Read from both pipes until both close; at most outlen-1 / errlen-1 bytes kept. */
@@ -135,7 +144,8 @@ static void drain(int out_fd, char *out, size_t outlen, int err_fd, char *err, s
     err[en] = '\0';
 }
 
-int baseline_run(const bench_server *s, int clients, long requests, int cpu, baseline *out)
+int baseline_run_args(const bench_server *s, const char *const *args, const char *row,
+                      const char *what, int cpu, baseline *out)
 {
     char exe[512];
     if (dh_find_exe("redis-benchmark", "DLOCK_REDIS_BENCHMARK", exe, sizeof exe) != 0) {
@@ -143,12 +153,10 @@ int baseline_run(const bench_server *s, int clients, long requests, int cpu, bas
                         "$DLOCK_REDIS_BENCHMARK); install it: apt-get install redis-tools\n");
         return -1;
     }
-    char port[16], n[32], c[16], db[16];
+    char port[16], db[16];
     snprintf(port, sizeof port, "%d", s->port);
-    snprintf(n, sizeof n, "%ld", requests);
-    snprintf(c, sizeof c, "%d", clients);
     snprintf(db, sizeof db, "%d", s->db);
-    const char *argv[28];
+    const char *argv[BASELINE_MAX_ARGS + 16];
     int k = 0;
     argv[k++] = exe;
     argv[k++] = "-h";
@@ -172,13 +180,14 @@ int baseline_run(const bench_server *s, int clients, long requests, int cpu, bas
         argv[k++] = "--cacert";
         argv[k++] = s->tls_ca;
     }
-    argv[k++] = "-t";
-    argv[k++] = "set";
-    argv[k++] = "-n";
-    argv[k++] = n;
-    argv[k++] = "-c";
-    argv[k++] = c;
-    argv[k++] = "--csv";
+    for (int i = 0; args[i] != NULL; i++) {
+        if (i == BASELINE_MAX_ARGS) {
+            fprintf(stderr, "dlock-bench: redis-benchmark: more than %d arguments\n",
+                    BASELINE_MAX_ARGS);
+            return -1;
+        }
+        argv[k++] = args[i];
+    }
     argv[k] = NULL;
 
     int po[2], pe[2];
@@ -203,10 +212,22 @@ int baseline_run(const bench_server *s, int clients, long requests, int cpu, bas
     int status = 0;
     while (waitpid(pid, &status, 0) < 0 && errno == EINTR)
         ;
-    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0 || baseline_parse_csv(text, out) != 0) {
-        fprintf(stderr, "dlock-bench: redis-benchmark -c %d failed (status %d):\n%s%s\n", clients,
-                status, text, err);
+    /* It exits 1 on an error reply (a -NOSCRIPT, say), after printing it. */
+    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0 || parse_row(text, row, out) != 0) {
+        fprintf(stderr, "dlock-bench: redis-benchmark %s failed (status %d):\n%s%s\n", what, status,
+                text, err);
         return -1;
     }
     return 0;
+}
+
+int baseline_run(const bench_server *s, int clients, long requests, int cpu, baseline *out)
+{
+    char n[32], c[16];
+    snprintf(n, sizeof n, "%ld", requests);
+    snprintf(c, sizeof c, "%d", clients);
+    char what[32];
+    snprintf(what, sizeof what, "-t set -c %d", clients);
+    const char *const args[] = {"-t", "set", "-n", n, "-c", c, "--csv", NULL};
+    return baseline_run_args(s, args, "SET", what, cpu, out);
 }

@@ -1,9 +1,9 @@
 /*
  * bench.h: what the files of dlock-bench share.
  *
- * dlock-bench measures six workloads (W1 uncontended cycles, W2 the same from 8
+ * dlock-bench measures its workloads (W1 uncontended cycles, W2 the same from 8
  * clients, W3 one contended name, W4 Redlock on 1 to 5 nodes, W5 a flash sale, W6 W1
- * through dlockd) against
+ * through dlockd, W7 dlockd at fleet scale, W8 a leader's changes) against
  * redis-benchmark run on the same servers, under the same CPU placement, in the same
  * run. The parts:
  *   main.c       options, the order of the run, the figures table and BENCH lines
@@ -11,7 +11,7 @@
  *                description, peak RSS
  *   servers.c    redis-server processes of our own (started by tests/support) or
  *                -s URLS, admin connections
- *   baseline.c   redis-benchmark runs and their CSV
+ *   baseline.c   redis-benchmark runs and their CSV (SET, or a command given)
  *   wake.c       baseline/wake: a key's release, publish, wake-up and take in plain
  *                Redis, beside W3
  *   team.c       worker threads: start barrier, progress on stderr, first error
@@ -24,13 +24,19 @@
  *   service.c    W6 (W1 through dlockd)
  *                and W5's PHP sale (php-cli buyers, bench/php/buyer.php) with the
  *                usual PHP recipe and through dlockd
+ *   fleet.c      W7 (1 to 256 connections through dlockd, beside the raw recipe
+ *                on node 1), its figures
+ *   fleet_gen.c  W7's load generator: connections driven by one epoll loop
+ *   fleet_scripts.c  W7/script: the acquire and release scripts' pipelined limit
+ *                (redis-benchmark -P 16), their text compiled in from src/scripts.c
  *   pkgcycles.c  W5/php-raw and W5/php-package, W5/py-raw and W5/py-package,
  *                W5/node-raw and W5/node-package: lock + unlock cycles from one php
  *                (python, node) process (bench/php/cycles.php, bench/python/cycles.py,
  *                bench/node/cycles.js), raw and through the PHP (Python, Node) package
  * W4's emulated network is the fault suite's relay (tests/support/relay.h), delaying.
  *
- * Everything but the relays and the workers runs on the main thread.
+ * Everything but the relays and the workers (W7's generator among them) runs on the
+ * main thread.
  */
 #ifndef DLOCK_BENCH_H
 #define DLOCK_BENCH_H
@@ -62,8 +68,8 @@ enum pin_mode { PIN_SPLIT, PIN_SAME, PIN_NONE };
 extern const char *const bench_pin_names[3]; /* by mode, as --pin takes them */
 
 typedef struct bench_opts {
-    bool run[10];   /* run[1..6]: which of W1..W6; run[7]: W1 over TLS ("TLS"); run[8]:
-                       W1 through a cluster ("CLUSTER"); run[9]: W8 */
+    bool run[11];   /* run[1..6]: which of W1..W6; run[7]: W1 over TLS ("TLS"); run[8]:
+                       W1 through a cluster ("CLUSTER"); run[9]: W8; run[10]: W7 */
     long w1_cycles; /* -n */
     long w6_cycles; /* W6 cycles (as W1's by default) */
     int w2_clients; /* 8 */
@@ -75,6 +81,7 @@ typedef struct bench_opts {
     long wake_cycles; /* baseline/wake hand-overs, 2000 */
     long w8_changes;  /* W8 proclamations observed, 200 */
     long w8_idle_ms;  /* W8's idle windows, 10000 */
+    long w7_seconds;  /* W7: each run's measured time, per client count and side, 3 */
     int w4_nodes[BENCH_MAX_LIST];
     int w4_nnodes;
     long w4_cycles;       /* loopback, 2000 */
@@ -243,6 +250,9 @@ int dlockd_start(bench_dlockd *d, const bench_servers *ss, int nodes, const char
                  int64_t timeout_ms, bool metrics);
 /* SIGTERM, then SIGKILL after 5 s. Safe on one not started. */
 void dlockd_stop(bench_dlockd *d);
+/* dlockd's resident set (VmRSS, KiB) and thread count (Threads), from /proc/PID/status.
+ * 0, or -1 (both -1) when it is not running or the file does not say. */
+int dlockd_status(const bench_dlockd *d, long *rss_kb, long *threads);
 
 /* ---- baseline (baseline.c) ---------------------------------------------------- */
 
@@ -255,6 +265,13 @@ typedef struct baseline {
 /* Run redis-benchmark -t set -n requests -c clients --csv against s, pinned to cpu
  * (-1: not pinned). 0, or -1 after printing why. */
 int baseline_run(const bench_server *s, int clients, long requests, int cpu, baseline *out);
+/* redis-benchmark against s (its address and credentials as baseline_run gives them)
+ * with args after them (NULL-terminated, at most 48; "--csv" among them), pinned to cpu:
+ * the CSV's row named row, or with row NULL its first row (a command given in args).
+ * what names the run in the message of a failure (a non-zero exit: an error reply
+ * makes redis-benchmark exit 1). 0, or -1 after printing why. */
+int baseline_run_args(const bench_server *s, const char *const *args, const char *row,
+                      const char *what, int cpu, baseline *out);
 /* Parse redis-benchmark's --csv output (the SET row, columns found by the header).
  * 0, or -1 when there is no SET row with an rps. */
 int baseline_parse_csv(const char *text, baseline *out);
@@ -330,7 +347,7 @@ typedef void (*team_fn)(team *t, int id, void *arg);
 struct team {
     const char *label; /* for progress lines */
     int n;
-    long total;              /* operations expected, for progress */
+    long total;              /* operations expected, for progress (0: not known) */
     _Atomic long done;       /* operations finished */
     _Atomic int stop;        /* set on the first error */
     pthread_barrier_t ready; /* n workers + main */
@@ -415,6 +432,32 @@ int run_w5_py_cycles(bench_ctx *ctx);
 /* W5/node-raw and W5/node-package (pkgcycles.c), run after them with $DLOCK_NODE, else
  * node on the PATH, and the Node package as built. 0, or -1 after bench_fail. */
 int run_w5_node_cycles(bench_ctx *ctx);
+/* W7 (fleet.c): 1, 16, 64 and 256 connections through a dlockd of its own in front of
+ * node 1, each beside the same connections doing the raw recipe on node 1; then
+ * w7_script_limits. Run in the first round only. 0, or -1 after bench_fail. */
+int run_w7(bench_ctx *ctx);
+/* W7's load generator (fleet_gen.c): nconns connections from one epoll loop, each
+ * cycling LOCK name TTL 10000 + UNLOCK name token through d, or with d NULL SET name
+ * token NX PX 10000 + EVALSHA sha 1 name token on node 1, for secs_ns after a warm-up,
+ * every reply checked; names "<tag>:<connection>:<cycle>". */
+typedef struct fleet_spec {
+    const char *label; /* "W7/c16": for progress and messages */
+    const char *tag;
+    int nconns;
+    const bench_dlockd *d;
+    const char *sha; /* the recipe's compare-and-delete, SCRIPT LOADed on node 1 */
+    int64_t secs_ns;
+} fleet_spec;
+typedef struct fleet_result {
+    double per_s, p50_us, p99_us; /* cycles finished in secs_ns; a cycle's latency */
+    long rss_kb, threads;         /* d's at the end, its connections still open; or -1 */
+} fleet_result;
+/* 0, or -1 after bench_fail (a wrong reply among the reasons). */
+int fleet_run(bench_ctx *ctx, const fleet_spec *spec, fleet_result *res);
+/* W7/script (fleet_scripts.c): the acquire and release scripts run by redis-benchmark
+ * -P 16 -c 16 on node 1: figures W7/script/acquire, /release and /cycle per_s. 0, or
+ * -1 after bench_fail. */
+int w7_script_limits(bench_ctx *ctx);
 /* W6 (service.c): W1 through dlockd, right after W1; W6/detached; W6/metrics through
  * the second dlockd, with --metrics-port. */
 int run_w6(bench_ctx *ctx);

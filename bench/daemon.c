@@ -13,6 +13,7 @@
 #include <netinet/in.h>
 #include <signal.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -128,4 +129,25 @@ void dlockd_stop(bench_dlockd *d)
     if (!dh_reap(d->pid, 5000, &status))
         fprintf(stderr, "dlock-bench: dlockd did not stop within 5 s of SIGTERM: killed\n");
     d->pid = 0;
+}
+
+/* The kernel's own counts, as `ps` and `top` show them: what an operator would see. */
+int dlockd_status(const bench_dlockd *d, long *rss_kb, long *threads)
+{
+    char path[64], line[256];
+    *rss_kb = *threads = -1;
+    if (d->pid <= 0)
+        return -1;
+    snprintf(path, sizeof path, "/proc/%d/status", (int)d->pid);
+    FILE *fp = fopen(path, "r");
+    if (fp == NULL)
+        return -1;
+    while (fgets(line, sizeof line, fp) != NULL) {
+        if (strncmp(line, "VmRSS:", 6) == 0)
+            *rss_kb = strtol(line + 6, NULL, 10);
+        else if (strncmp(line, "Threads:", 8) == 0)
+            *threads = strtol(line + 8, NULL, 10);
+    }
+    fclose(fp);
+    return *rss_kb >= 0 && *threads >= 0 ? 0 : -1;
 }

@@ -3,9 +3,10 @@
  *
  * A run: decide the CPU placement and pin ourselves; start the servers (or take -s);
  * then, `repeat` times, redis-benchmark SET -c 1 on node 1, W1, W6, redis-benchmark SET
- * -c 8, W2, baseline/wake and W3, W4, W5 (those chosen); print the table and then one BENCH line
- * per figure (docs/benchmarks.md explains them), each the median of its rounds, the machine line
- * first. Progress goes to stderr, the figures to stdout.
+ * -c 8, W2, baseline/wake and W3, W8, W4, W5, and in the first round W7 (those chosen);
+ * print the table and then one BENCH line per figure (docs/benchmarks.md explains them),
+ * each the median of its rounds, the machine line first. Progress goes to stderr, the
+ * figures to stdout.
  *
  * Exit status: 0; 1 when a workload failed or a sanity check did not hold (W3's
  * counter, W5's oversold); 64 usage; 69 servers that could not be started or reached.
@@ -169,7 +170,8 @@ static void print_value(FILE *out, double v, int decimals)
 }
 
 /* The table (for people) and the BENCH lines (for scripts), in the order the
- * figures were first recorded: machine, then c1, W1, W6, c8, W2, wake, W3, W8, W4, W5. */
+ * figures were first recorded: machine, then c1, W1, W6, c8, W2, wake, W3, W8, W4, W5,
+ * W7. */
 static void print_report(const bench_ctx *ctx, double other_cpus, double steal_cpus)
 {
     const placement *p = ctx->place;
@@ -339,8 +341,9 @@ int main(int argc, char **argv)
     for (ctx.round = 1; ctx.round <= o.repeat && status == 0; ctx.round++) {
         if (o.repeat > 1)
             progress("round %d of %d", ctx.round, o.repeat);
-        /* c1, W1, W6, c8, W2, wake, W3, W8, W4, W5: the baselines stand next to what they
-         * measure, and W6 next to W1, the denominator of its ratios (so W6 runs W1 too). */
+        /* c1, W1, W6, c8, W2, wake, W3, W8, W4, W5, W7: the baselines stand next to what
+         * they measure, and W6 next to W1, the denominator of its ratios (so W6 runs W1
+         * too). */
         if (run_baseline(&ctx, 1) != 0) {
             status = BENCH_EXIT_SERVERS;
             break;
@@ -365,6 +368,11 @@ int main(int argc, char **argv)
             if (w == 3 && o.run[9])
                 run_w8(&ctx);
         }
+        /* W7 measures for a fixed time (half a minute by default) and compares with its
+         * own recipe of the same run, not with a baseline: once is enough, and three
+         * times would make a W7 run last minutes. */
+        if (o.run[10] && ctx.round == 1)
+            run_w7(&ctx);
     }
     /* dlockd's CPU time is the run's own, like the servers'. */
     pid_t pids[BENCH_MAX_NODES + 2];

@@ -38,12 +38,18 @@ static void usage(FILE *out)
             "and W6 start build/dlockd themselves. TLS is W1 over TLS on a redis-server of\n"
             "its own, beside redis-benchmark --tls. CLUSTER is W1 on a Redis Cluster of three\n"
             "masters of its own: directly on the master of one slot, then through a seed on\n"
-            "the same names, then on names of all slots.\n"
+            "the same names, then on names of all slots. W7 is dlockd at fleet scale: 1, 16,\n"
+            "64 and 256 connections, driven from one epoll loop, cycling LOCK + UNLOCK\n"
+            "through a dlockd of its own in front of node 1, each count beside the same\n"
+            "connections doing SET NX PX + a compare-and-delete EVALSHA on node 1 (its\n"
+            "ratio), then the acquire and release scripts pipelined by redis-benchmark\n"
+            "(W7/script). W7 takes about half a minute, so it is not in the default set,\n"
+            "and it runs in the first round only.\n"
             "\n");
     /* Two strings: C11 compilers need only take 4095 characters in one. */
     fprintf(out,
-            "  -w, --workloads LIST    which of W1,W2,W3,W4,W5,W6,W8,TLS,CLUSTER, or all\n"
-            "                          (default W1-W6 and W8)\n"
+            "  -w, --workloads LIST    which of W1,W2,W3,W4,W5,W6,W7,W8,TLS,CLUSTER, or all\n"
+            "                          (default W1-W6 and W8: not W7, TLS, CLUSTER)\n"
             "  -n, --cycles N          W1 cycles (20000)\n"
             "      --w6-cycles N       W6 cycles (as W1's)\n"
             "      --w2-cycles N       W2 cycles per client (5000)\n"
@@ -55,6 +61,8 @@ static void usage(FILE *out)
             "      --w8-changes N      W8 proclamations observed (200; a quarter as many\n"
             "                          leader hand-overs)\n"
             "      --w8-idle-ms MS     W8's idle window, with and without observers (10000)\n"
+            "      --w7-seconds S      W7: each run's measured time, per client count, for\n"
+            "                          dlockd and for the recipe alike (3)\n"
             "      --w4-nodes LIST     W4 node counts (3,5); the 1-node run is always added\n"
             "      --w4-cycles N       W4 cycles on loopback (2000)\n"
             "      --w4-delay-cycles N W4 cycles through the relays (500)\n"
@@ -122,7 +130,8 @@ static bool parse_list(const char *s, int min, int max, int *v, int *n)
     return *n > 0;
 }
 
-/* "W1,W3,W8,TLS,CLUSTER" (any case) or "all" into o->run[1..9] (W8 is run[9]). */
+/* "W1,W3,W8,TLS,CLUSTER" (any case) or "all" into o->run[1..10] (W8 is run[9], W7
+ * run[10]). */
 static bool parse_workloads(const char *s, bench_opts *o)
 {
     bool *run = o->run;
@@ -136,13 +145,15 @@ static bool parse_workloads(const char *s, bench_opts *o)
             run[tok[1] - '0'] = any = true;
         else if (strcasecmp(tok, "w8") == 0)
             run[9] = any = true;
+        else if (strcasecmp(tok, "w7") == 0)
+            run[10] = any = true;
         else if (strcasecmp(tok, "tls") == 0)
             run[7] = any = true;
         else if (strcasecmp(tok, "cluster") == 0)
             run[8] = any = true;
         else if (strcasecmp(tok, "all") == 0)
-            run[1] = run[2] = run[3] = run[4] = run[5] = run[6] = run[7] = run[8] = run[9] = any =
-                true;
+            for (int w = 1; w <= 10; w++)
+                run[w] = any = true;
         else
             return false;
     }
@@ -173,6 +184,7 @@ static void defaults(bench_opts *o)
     o->run[1] = o->run[2] = o->run[3] = o->run[4] = o->run[5] = o->run[6] = o->run[9] = true;
     o->w8_changes = 200;
     o->w8_idle_ms = 10000;
+    o->w7_seconds = 3;
     o->w1_cycles = 20000;
     o->w6_cycles = 0; /* as w1_cycles, once the options are read */
     o->w2_clients = 8;
@@ -234,6 +246,7 @@ int bench_parse_args(int argc, char **argv, bench_opts *o)
         {"wake-cycles", 0, 1, big, .l = &o->wake_cycles},
         {"w8-changes", 0, 1, big, .l = &o->w8_changes},
         {"w8-idle-ms", 0, 100, 3600000, .l = &o->w8_idle_ms},
+        {"w7-seconds", 0, 1, 3600, .l = &o->w7_seconds},
         {"w4-nodes", 0, 1, BENCH_MAX_NODES, .list = o->w4_nodes, .nlist = &o->w4_nnodes},
         {"w4-cycles", 0, 1, big, .l = &o->w4_cycles},
         {"w4-delay-cycles", 0, 1, big, .l = &o->w4_delay_cycles},
@@ -288,6 +301,7 @@ int bench_parse_args(int argc, char **argv, bench_opts *o)
             o->wake_cycles = 200;
             o->w8_changes = 40;
             o->w8_idle_ms = 1000;
+            o->w7_seconds = 1;
             o->w4_cycles = 300;
             o->w4_delay_cycles = 50;
             o->w5_stock = 200;
