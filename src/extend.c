@@ -124,8 +124,8 @@ int dlock__redis_extend_start(dlock_lock *l, int64_t ttl_ms, dlock_pending **out
     x->lens[n++] = DLOCK_TOKEN_LEN;
     x->args[n] = x->ttl;
     x->lens[n++] = (size_t)tlen;
-    rc = dlock__call_format(&c->scripts, DLOCK_SCRIPT_EXTEND, nkeys, n, x->args, x->lens,
-                            &x->call, e);
+    rc = dlock__call_format(&c->scripts, DLOCK_SCRIPT_EXTEND, nkeys, n, x->args, x->lens, &x->call,
+                            e);
     if (rc != DLOCK_OK) {
         extend_destroy(&x->base);
         return rc;
