@@ -557,6 +557,7 @@ typedef struct dd_lock_args {
     bool detached, fair, shared;
     bool elect;          /* ELECT: a campaign (its VALUE in value) */
     dd_session *sess;    /* the session lock it works on */
+    dlock_lock *adopted; /* EXTEND: the handle borrowed for a lock of no session here */
     dd_session *release; /* lost session locks of the name, released before it is taken
                             again */
 } dd_lock_args;

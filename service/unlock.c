@@ -1,6 +1,6 @@
 /*
- * unlock.c: UNLOCK, a release in steps (park.c), and EXTEND, CHECK and LOCKINFO, each
- * one job on the pool.
+ * unlock.c: UNLOCK, a release in steps, and EXTEND, an extension in steps (park.c),
+ * and CHECK and LOCKINFO, each one job on the pool.
  *
  * LOCKINFO names who holds a name: the holder description each holder's lock carries
  * (for a lock taken through dlockd, the client's label or name, its address, and the
@@ -139,16 +139,34 @@ static void on_held(dd_job *j, int (*op)(dlock_lock *l, const dd_job *j))
     dd_reply_held(&j->reply, rc);
 }
 
-static int extend_op(dlock_lock *l, const dd_job *j)
+/* An EXTEND is an extension in steps (park.c), on the loop unless a step would block,
+ * on the session's handle or on one borrowed for it. */
+static void extend_finish(dd_job *j, dlock_lock *l)
 {
+    (void)l;
     dd_lock_args *a = j->args;
-    return dlock_extend(l, a->ttl_ms);
+    /* A session lock found lost stops blocking a new LOCK of its name. */
+    if (a->sess != NULL && j->rc == DLOCK_ERR_LOST)
+        atomic_store(&a->sess->lost, 1);
+    dd_reply_held(&j->reply, j->rc);
 }
 
-static void extend_work(dd_job *j)
+static void extend_drop(dd_job *j)
 {
-    on_held(j, extend_op);
+    dd_lock_args *a = j->args;
+    /* The borrowed handle goes, the lock stays on the servers whatever the answer; the
+     * pending that used it went first. */
+    if (a->adopted != NULL)
+        dlock_lock_detach(a->adopted);
+    a->adopted = NULL;
 }
+
+static const dd_steps extend_steps = {
+    .finish = extend_finish,
+    .settle = unlock_settle,
+    .undo = unlock_undo, /* an extension takes nothing */
+    .drop = extend_drop,
+};
 
 static void simple_done(dd_job *j)
 {
@@ -186,9 +204,18 @@ void dd_cmd_extend(dd_conn *c, resp_arg *argv, size_t argc, dd_buf *out)
         dd_job_free(j);
         return;
     }
-    j->work = extend_work;
-    j->done = held_done;
-    dd_job_queue(j);
+    int rc = a->sess != NULL ? DLOCK_OK
+                             : dlock_lock_adopt(dd_srv.client, a->name, a->token, &a->adopted);
+    if (rc == DLOCK_OK)
+        rc = dlock_extend_start(a->sess != NULL ? a->sess->lock : a->adopted, ttl, &j->pending);
+    if (rc != DLOCK_OK) {
+        dd_reply_held(out, rc);
+        extend_drop(j);
+        dd_job_free(j);
+        return;
+    }
+    j->steps = &extend_steps;
+    dd_step(j);
 }
 
 static int check_op(dlock_lock *l, const dd_job *j)
