@@ -91,6 +91,9 @@ typedef struct dlock__call {
     uint16_t slot;
 } dlock__call;
 
+/* The whole text of a script (its EVAL form's body). */
+const char *dlock__script_body(enum dlock__script_id id);
+
 int dlock__call_format(const dlock__scripts *s, enum dlock__script_id id, int nkeys, int nargs,
                        const char *const *args, const size_t *lens, dlock__call *out,
                        dlock__err *e);
