@@ -96,14 +96,32 @@ void dd_reply_error(dd_buf *b, const char *fmt, ...)
     dd_buf_append(b, "\r\n", 2);
 }
 
+/* Append "<prefix><v>\r\n": every reply's headers and integers, written without
+ * printf, which cost a lock service under load more than the rest of a reply. */
+static void line(dd_buf *b, char prefix, long long v)
+{
+    char buf[32];
+    char *p = buf + sizeof buf;
+    *--p = '\n';
+    *--p = '\r';
+    unsigned long long u = v < 0 ? 0ULL - (unsigned long long)v : (unsigned long long)v;
+    do
+        *--p = (char)('0' + u % 10);
+    while ((u /= 10) != 0);
+    if (v < 0)
+        *--p = '-';
+    *--p = prefix;
+    dd_buf_append(b, p, (size_t)(buf + sizeof buf - p));
+}
+
 void dd_reply_int(dd_buf *b, long long v)
 {
-    dd_buf_printf(b, ":%lld\r\n", v);
+    line(b, ':', v);
 }
 
 void dd_reply_bulk(dd_buf *b, const void *p, size_t n)
 {
-    dd_buf_printf(b, "$%zu\r\n", n);
+    line(b, '$', (long long)n);
     dd_buf_append(b, p, n);
     dd_buf_append(b, "\r\n", 2);
 }
@@ -120,7 +138,7 @@ void dd_reply_nil(dd_buf *b)
 
 void dd_reply_array(dd_buf *b, size_t n)
 {
-    dd_buf_printf(b, "*%zu\r\n", n);
+    line(b, '*', (long long)n);
 }
 
 bool dd_out_of_descriptors(const char *what, const char *detail)

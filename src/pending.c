@@ -216,9 +216,8 @@ int dlock__step_round_begin(dlock_client *c, dlock__step_round *sr, bool nowait,
      * round is large, and an acquisition or a release that never needs one pays nothing
      * for it. */
     if (sr->rd == NULL) {
-        if ((sr->rd = dlock__malloc(sizeof *sr->rd)) == NULL)
+        if ((sr->rd = dlock__round_new(c)) == NULL)
             return dlock__err_set(e, DLOCK_ERR_NOMEM, "out of memory");
-        sr->rd->set = NULL;
     }
     dlock__round *rd = sr->rd;
     if (rd->set != NULL && rd->set == c->pipe_set && !nowait && !piped_in_flight(c, rd))

@@ -52,6 +52,7 @@ typedef struct dlock__pipe {
     uint64_t head_seq; /* sequence number of ring[head] */
     pipe_ent *held;    /* awaited, waiting for the handshake before they are sent */
     size_t nheld, heldcap;
+    bool stuck; /* the last flush left bytes the socket would not take */
 } dlock__pipe;
 
 /* ---- the mutex and the wakers --------------------------------------------------- */
@@ -406,6 +407,7 @@ static void pump_conn(dlock__conn *c, uint32_t ev)
         fail_all(c, rc, &why);
         return;
     }
+    c->pipe->stuck = c->outpos < c->outlen;
     if (!(ev & (EPOLLIN | EPOLLERR | EPOLLHUP)) && !dlock__conn_buffered(c))
         return;
     if ((rc = dlock__conn_read(c, &why)) != DLOCK_OK) {
@@ -414,18 +416,25 @@ static void pump_conn(dlock__conn *c, uint32_t ev)
     }
     dispatch(c);
     /* What the replies released (the requests held behind the handshake) goes now. */
-    if (c->state == DLOCK_CONN_READY && c->outpos < c->outlen &&
-        (rc = dlock__conn_flush(c, &why)) != DLOCK_OK)
-        fail_all(c, rc, &why);
+    if (c->state == DLOCK_CONN_READY && c->outpos < c->outlen) {
+        if ((rc = dlock__conn_flush(c, &why)) != DLOCK_OK)
+            fail_all(c, rc, &why);
+        else
+            c->pipe->stuck = c->outpos < c->outlen;
+    }
 }
 
 /* Keep the epoll set in step with the connections: each socket, for reading, and for
- * writing while a connect or a flush waits for it. */
+ * writing while a connect or a flush waits for it (bytes merely queued go at the next
+ * flush: watching for room meanwhile would cost two changes of the set per turn). */
 static void watch(dlock__pipes *ps)
 {
     for (int i = 0; i < ps->n; i++) {
         const dlock__conn *c = &ps->conns[i];
-        short pe = c->fd >= 0 ? dlock__conn_events(c) : 0;
+        short pe = c->fd < 0                                 ? 0
+                   : c->state != DLOCK_CONN_READY            ? dlock__conn_events(c)
+                   : c->pipe->stuck && c->outpos < c->outlen ? (short)(c->read_ev | c->flush_ev)
+                                                             : c->read_ev;
         uint32_t ev = ((pe & POLLIN) ? EPOLLIN : 0u) | ((pe & POLLOUT) ? EPOLLOUT : 0u);
         if (c->fd == ps->reg_fd[i] && ev == ps->reg_ev[i])
             continue;

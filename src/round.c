@@ -14,6 +14,7 @@
  */
 #include "round.h"
 
+#include <stddef.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -44,6 +45,15 @@ int64_t dlock_lease_validity_ms(const dlock_config *cfg, int64_t ttl_ms)
 }
 
 /* ---- running a round ---------------------------------------------------------- */
+
+dlock__round *dlock__round_new(const dlock_client *c)
+{
+    dlock__round *rd =
+        dlock__malloc(offsetof(dlock__round, reqs) + (size_t)c->n * sizeof rd->reqs[0]);
+    if (rd != NULL)
+        rd->set = NULL;
+    return rd;
+}
 
 void dlock__round_reset(const dlock_client *c, dlock__round *rd)
 {

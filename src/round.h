@@ -89,12 +89,20 @@ int64_t dlock__round_validity_us(const struct dlock_client *c, int64_t ttl_us, i
 /* One round: a call on every node, awaited, on a connection set from the pool. */
 typedef struct dlock__round {
     dlock__connset *set;
-    dlock__req reqs[DLOCK_SERVERS_MAX];
     dlock__flight flight;
     int64_t start_us, end_us;
     bool fresh;       /* sent, and no reply looked for since */
     dlock__waker *wk; /* on the client's pipes: told as the replies come (NULL: none) */
+    /* Last, so that a round made for c's nodes alone (dlock__round_new) stops after
+     * the c->n requests it uses: a request is a kilobyte, and every operation in steps
+     * makes a round. */
+    dlock__req reqs[DLOCK_SERVERS_MAX];
 } dlock__round;
+
+/* A round on the heap for c's nodes: only reqs[0..c->n) exist, so it is never copied
+ * or zeroed whole (dlock__round_reset zeroes what a round uses); free with free(). NULL
+ * when out of memory. */
+dlock__round *dlock__round_new(const struct dlock_client *c);
 
 /* Zero rd (the requests of c's nodes) and take no set. */
 void dlock__round_reset(const struct dlock_client *c, dlock__round *rd);
