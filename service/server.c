@@ -183,6 +183,23 @@ static void flush(dd_conn *c)
         c->out.len = 0;
     if (c->closing || c->writing > 0 || c->out.len == 0 || dd_tls_handshaking(c))
         return;
+    if (c->tls == NULL && c->reading && !c->quit) {
+        /* A plain connection's replies are written at once when the socket takes them
+         * whole, the common case: no request, no callback, no change to what the loop
+         * watches, and the buffer is kept for the next reply. Then nothing waits on the
+         * write (reading goes on, and no command was held back for it). Anything else
+         * (part written, an error) goes the queued way, which reports it. */
+        uv_buf_t b = uv_buf_init(c->out.p, (unsigned)c->out.len);
+        int n = uv_try_write(&c->h.stream, &b, 1);
+        if (n > 0 && (size_t)n == c->out.len) {
+            c->out.len = 0;
+            return;
+        }
+        if (n > 0) {
+            memmove(c->out.p, c->out.p + n, c->out.len - (size_t)n);
+            c->out.len -= (size_t)n;
+        }
+    }
     write_req *w = calloc(1, sizeof *w);
     if (w == NULL) {
         dd_log("out of memory writing to client %llu", (unsigned long long)c->id);
@@ -238,12 +255,17 @@ void dd_conn_reply(dd_conn *c, dd_buf *b)
 /* ---- reading and running commands ------------------------------------------------------ */
 
 /* A connection told to quit while a command ran (a drain's end): once that command's
- * reply is written, on_written lingers and closes it; with nothing left to write, the
- * close is now. */
+ * reply is written, on_written lingers and closes it. With nothing left to write, now:
+ * a reply written at once (flush) lingers as on_written would have it; replies dropped
+ * (the client reset) leave nothing to linger for, and the close is now. */
 static void end_if_quit_done(dd_conn *c)
 {
-    if (!c->closing && c->quit && !c->busy && !c->lingering && unsent(c) == 0)
+    if (c->closing || !c->quit || c->busy || c->lingering || unsent(c) != 0)
+        return;
+    if (c->out_dead)
         dd_conn_close(c);
+    else
+        linger(c);
 }
 
 void dd_conn_end(dd_conn *c, const char *fmt, ...)
