@@ -1,7 +1,7 @@
 /*
  * park.c: operations in steps, and their waits on the loop.
  *
- * LOCK, SEM ACQUIRE, STOCK RESERVE and UNLOCK are each a dlock_pending (the
+ * LOCK, SEM ACQUIRE, STOCK RESERVE, UNLOCK and EXTEND are each a dlock_pending (the
  * library's step API), driven here the same way. A step is taken on the loop when it
  * need not block (dlock_pending_step_nowait: an attempt's round is sent, and a later
  * step takes its replies), else as a job on the pool (dlock_pending_step). After one
@@ -9,7 +9,13 @@
  * descriptor (dlock_pending_fd: a wake-up from a release, or the sockets of the round
  * in flight) is readable, or its due time (dlock_pending_due_ms) comes, whichever is
  * first; then its next step is taken the same way. So an uncontended LOCK, and an
- * UNLOCK, is two steps on the loop and no thread hand-off. The step that ends it hands
+ * UNLOCK or an EXTEND, is two steps on the loop and no thread hand-off.
+ *
+ * The client pipelines (dd_park_start): the rounds of every connection's steps share one
+ * connection per lock server, written once per loop turn (a prepare handle flushes what
+ * the turn's steps queued) and read when the pipes' descriptor is readable; a job whose
+ * round is on the pipes waits on no descriptor of its own, only its due time, and the
+ * pump names it when its replies are in (dlock_pending_notify). The step that ends it hands
  * the result to the job's dd_steps, which make the reply and keep what the result took
  * (a session lock, a reservation's id).
  *
