@@ -227,6 +227,25 @@ static void expire(dlock__conn *c, dlock__req *r)
     }
 }
 
+int dlock__req_resend(const dlock__conn *c, dlock__req *r, redisReply **reply, const char **cmd,
+                      size_t *len)
+{
+    *cmd = NULL;
+    if (r->resend == NULL || r->retried)
+        return DLOCK_OK;
+    int rc = r->resend(r->resend_arg, *reply, cmd, len);
+    if (rc == DLOCK_OK && *cmd == NULL)
+        return DLOCK_OK;
+    freeReplyObject(*reply);
+    *reply = NULL;
+    if (rc != DLOCK_OK) {
+        *cmd = NULL;
+        return dlock__node_err(&r->why, rc, c->node, "out of memory");
+    }
+    r->retried = true;
+    return DLOCK_OK;
+}
+
 /* Act on poll's report for node i. */
 static void step(dlock__conn *c, dlock__req *r, short revents)
 {
@@ -277,27 +296,18 @@ static void step(dlock__conn *c, dlock__req *r, short revents)
         }
         if (reply == NULL)
             return;
-        if (r->resend != NULL && !r->retried) {
-            /* The sender may answer this reply by sending other bytes, once (a
-             * script the server no longer has is sent whole). */
-            const char *cmd = NULL;
-            size_t len = 0;
-            rc = r->resend(r->resend_arg, reply, &cmd, &len);
-            if (rc == DLOCK_OK && cmd != NULL) {
-                freeReplyObject(reply);
-                r->retried = true;
-                if ((rc = send_cmd(c, r, cmd, len)) != DLOCK_OK) {
-                    fail(c, r, rc);
-                    return;
-                }
-                continue;
-            }
-            if (rc != DLOCK_OK) {
-                freeReplyObject(reply);
-                dlock__err_set(&r->why, 0, "%s: out of memory", c->node->addr.display);
+        const char *cmd = NULL;
+        size_t len = 0;
+        if ((rc = dlock__req_resend(c, r, &reply, &cmd, &len)) != DLOCK_OK) {
+            fail(c, r, rc);
+            return;
+        }
+        if (cmd != NULL) {
+            if ((rc = send_cmd(c, r, cmd, len)) != DLOCK_OK) {
                 fail(c, r, rc);
                 return;
             }
+            continue;
         }
         /* An error reply may be the topology's to act on: a cluster's slot that moved,
          * or is moving, sends the request where the reply says, on that master's

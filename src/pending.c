@@ -136,7 +136,7 @@ int dlock_client_pipeline(dlock_client *c, int *fd)
     int rc = dlock__client_enter(c, &e);
     if (rc == DLOCK_OK && fd == NULL)
         rc = dlock__err_set(&e, DLOCK_ERR_INVALID, "fd is NULL");
-    if (rc == DLOCK_OK && c->backend != &dlock__backend_redis)
+    if (rc == DLOCK_OK && c->nodes == NULL)
         rc =
             dlock__err_set(&e, DLOCK_ERR_INVALID, "a file:// client has no servers to pipeline to");
     if (rc == DLOCK_OK && !c->nowait_ok)

@@ -358,26 +358,19 @@ static void dispatch(dlock__conn *c)
             freeReplyObject(reply);
             continue;
         }
-        if (r->resend != NULL && !r->retried) {
-            /* A script the server no longer has goes again, whole, to the back of the
-             * line. */
-            const char *cmd = NULL;
-            size_t len = 0;
-            rc = r->resend(r->resend_arg, reply, &cmd, &len);
-            if (rc == DLOCK_OK && cmd != NULL) {
-                freeReplyObject(reply);
-                r->retried = true;
-                queue(c, r, e.wk, cmd, len);
-                if (c->state == DLOCK_CONN_CLOSED)
-                    return; /* out of memory: all failed */
-                continue;
-            }
-            if (rc != DLOCK_OK) {
-                freeReplyObject(reply);
-                dlock__err_set(&r->why, 0, "%s: out of memory", c->node->addr.display);
-                done(p->ps, r, e.wk, rc);
-                continue;
-            }
+        /* A script the server no longer has goes again, whole, to the back of the
+         * line. */
+        const char *cmd = NULL;
+        size_t len = 0;
+        if ((rc = dlock__req_resend(c, r, &reply, &cmd, &len)) != DLOCK_OK) {
+            done(p->ps, r, e.wk, rc);
+            continue;
+        }
+        if (cmd != NULL) {
+            queue(c, r, e.wk, cmd, len);
+            if (c->state == DLOCK_CONN_CLOSED)
+                return; /* out of memory: all failed */
+            continue;
         }
         r->reply = reply;
         done(p->ps, r, e.wk, DLOCK_OK);

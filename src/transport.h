@@ -357,6 +357,12 @@ void dlock__flight_drop(dlock__flight *f);
 void dlock__fanout_post(dlock__conn *conns, dlock__req *reqs, int n);
 /* Quorum of n nodes: n/2 + 1. */
 int dlock__quorum(int n);
+/* Whether r's sender answers *reply on c by sending other bytes, once (a script the
+ * server no longer has is sent whole): *cmd and *len are those bytes, *reply freed and
+ * NULL, r->retried set; *cmd NULL: keep the reply. An error (out of memory), with why
+ * in r->why, frees the reply too. (fanout.c) */
+int dlock__req_resend(const dlock__conn *c, dlock__req *r, redisReply **reply, const char **cmd,
+                      size_t *len);
 
 /* ---- pipe.c: connections that many callers' rounds share ---------------------------- */
 
