@@ -155,16 +155,11 @@ int dlock_client_pipeline(dlock_client *c, int *fd)
     if (!fresh)
         return dlock__raise(&e, DLOCK_ERR_INVALID,
                             "pipelining must begin before any nowait step is in flight");
-    dlock__connset *s = dlock__malloc(sizeof *s + (size_t)c->n * sizeof s->conns[0]);
+    dlock__connset *s = dlock__connset_new(c);
     dlock__pipes *ps = dlock__malloc(sizeof *ps);
     rc = s != NULL && ps != NULL ? DLOCK_OK : DLOCK_ERR_NOMEM;
     if (rc == DLOCK_OK) {
-        s->next = NULL;
-        s->post = true;
-        s->epfd = -1;
-        s->nregs = 0;
-        for (int i = 0; i < c->n; i++)
-            dlock__conn_init(&s->conns[i], &c->nodes[i]);
+        s->post = true; /* a pipe's sends are written by the pump */
         rc = dlock__pipes_init(ps, s->conns, c->n);
         if (rc != DLOCK_OK)
             dlock__pipes_free(ps);

@@ -6,16 +6,9 @@
  */
 #include "round.h"
 
-dlock__connset *dlock__connset_get(dlock_client *c)
+dlock__connset *dlock__connset_new(dlock_client *c)
 {
-    pthread_mutex_lock(&c->mu);
-    dlock__connset *s = c->pool;
-    if (s != NULL)
-        c->pool = s->next;
-    pthread_mutex_unlock(&c->mu);
-    if (s != NULL)
-        return s;
-    s = dlock__malloc(sizeof *s + (size_t)c->n * sizeof s->conns[0]);
+    dlock__connset *s = dlock__malloc(sizeof *s + (size_t)c->n * sizeof s->conns[0]);
     if (s == NULL)
         return NULL;
     s->next = NULL;
@@ -25,6 +18,16 @@ dlock__connset *dlock__connset_get(dlock_client *c)
     for (int i = 0; i < c->n; i++)
         dlock__conn_init(&s->conns[i], &c->nodes[i]);
     return s;
+}
+
+dlock__connset *dlock__connset_get(dlock_client *c)
+{
+    pthread_mutex_lock(&c->mu);
+    dlock__connset *s = c->pool;
+    if (s != NULL)
+        c->pool = s->next;
+    pthread_mutex_unlock(&c->mu);
+    return s != NULL ? s : dlock__connset_new(c);
 }
 
 void dlock__connset_put(dlock_client *c, dlock__connset *s)

@@ -63,6 +63,9 @@ struct dlock_client {
 
 /* ---- pool.c ------------------------------------------------------------------ */
 
+/* A new connection set, its connections closed, outside the pool; NULL when out of
+ * memory. */
+dlock__connset *dlock__connset_new(struct dlock_client *c);
 /* Take a connection set from the pool (or make one); NULL when out of memory. */
 dlock__connset *dlock__connset_get(struct dlock_client *c);
 void dlock__connset_put(struct dlock_client *c, dlock__connset *s);
