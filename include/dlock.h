@@ -424,6 +424,12 @@ DLOCK_API int dlock_pending_step_nowait(dlock_pending *p, dlock_lock **out);
  * map, or strict fences with N > 1). */
 DLOCK_API int dlock_client_pipeline(dlock_client *c, int *fd);
 
+/* Commands on a server's pipe at most: a request that finds this many waits in the
+ * client until one is answered, and its per-node deadline starts when it is sent (a
+ * burst waits in the client, not in the server's queue, where the last of a long line
+ * would miss its deadline and fail the whole line). */
+#define DLOCK_PIPELINE_DEPTH 256
+
 /* Send what the pipes have queued (a write per server), take the replies that have
  * come, and call the notify callback of each pending whose step is now due (in this
  * call, on this thread, with no lock of the library held: the callback may step it).

@@ -541,9 +541,13 @@ static bool pump_piped(dlock__flight *f, int64_t wait_us)
     dlock__pipe_unlock(f->conns);
     if (over || wait_us == 0)
         return over;
+    /* A request waiting for room on its line has no deadline yet (INT64_MAX): a wait
+     * of a second at most, then a look again. */
     int64_t wait = next - dlock__now_us();
     if (wait_us > 0 && wait_us < wait)
         wait = wait_us;
+    if (wait > 1000000)
+        wait = 1000000;
     dlock__pipes_pump(dlock__pipe_of(f->conns), wait > 0 ? (int)((wait + 999) / 1000) : 0);
     dlock__pipe_lock(f->conns);
     over = piped_over(f, &next);

@@ -18,6 +18,11 @@
  * - a command that must wait for the connection's handshake (it would run as the wrong
  *   user, or in the wrong database, behind a failed AUTH or SELECT) waits in a list of
  *   its own and gets its entry only when it is sent;
+ * - so does one that finds PIPE_DEPTH commands on the line already: a burst of requests
+ *   waits in the client, its deadline starting when it is sent, rather than in the
+ *   server's queue, where the last of a long line would miss its deadline and fail the
+ *   whole line with it (the pending is told when it is sent, to wait for the new
+ *   deadline);
  * - a reply with no entry left, a read error, the end of the stream, or the oldest
  *   request missing its deadline (a server that stalls) fails every request on the
  *   connection and resets it: nothing on it can be trusted to come in order any more.
@@ -39,6 +44,11 @@
 #include <sys/epoll.h>
 #include <unistd.h>
 
+/* Commands on a line at most (DLOCK_PIPELINE_DEPTH): enough that a loop turn's
+ * requests leave in one write (256 clients' at once), few enough that the server
+ * answers the last of them within a millisecond or two of the first. */
+#define PIPE_DEPTH DLOCK_PIPELINE_DEPTH
+
 typedef struct pipe_ent {
     dlock__req *req;  /* NULL: nobody awaits its reply (never, or given up) */
     dlock__waker *wk; /* told when req is done */
@@ -50,8 +60,10 @@ typedef struct dlock__pipe {
     pipe_ent *ring; /* commands sent, oldest first: ring[(head + k) % cap] for k < len */
     size_t cap, head, len;
     uint64_t head_seq; /* sequence number of ring[head] */
-    pipe_ent *held;    /* awaited, waiting for the handshake before they are sent */
-    size_t nheld, heldcap;
+    /* Awaited, not sent yet, oldest first (held[hhead..nheld)): behind the connection's
+     * handshake, or behind PIPE_DEPTH commands already on the line. */
+    pipe_ent *held;
+    size_t hhead, nheld, heldcap;
     bool stuck; /* the last flush left bytes the socket would not take */
 } dlock__pipe;
 
@@ -181,16 +193,16 @@ static void fail_all(dlock__conn *c, int err, const dlock__err *why)
                            (long long)((r->deadline_us - r->start_us) / 1000));
         done(p->ps, r, e.wk, err);
     }
-    for (size_t k = 0; k < p->nheld; k++) {
+    for (size_t k = p->hhead; k < p->nheld; k++) {
         dlock__req *r = p->held[k].req;
         if (why != NULL)
             r->why = *why;
         else
-            dlock__err_set(&r->why, 0, "%s: not connected within %lld ms", c->node->addr.display,
-                           (long long)((r->deadline_us - r->start_us) / 1000));
+            dlock__err_set(&r->why, 0, "%s: not sent: the connection failed",
+                           c->node->addr.display);
         done(p->ps, r, p->held[k].wk, err);
     }
-    p->nheld = 0;
+    p->hhead = p->nheld = 0;
 }
 
 static void fail_one(dlock__conn *c, dlock__req *r, dlock__waker *wk, int err)
@@ -219,25 +231,63 @@ static bool queue(dlock__conn *c, dlock__req *r, dlock__waker *wk, const char *c
     return true;
 }
 
-/* The handshake is done: send the requests that waited for it. */
+/* Send the requests that wait, oldest first, while the handshake is done and the line
+ * has room; each one's deadline starts now, and the owner of one that waited for room
+ * (with no deadline) is told, to wait for it. */
 static void send_held(dlock__conn *c)
 {
     dlock__pipe *p = c->pipe;
-    size_t n = p->nheld;
-    p->nheld = 0;
-    for (size_t k = 0; k < n; k++) {
-        dlock__req *r = p->held[k].req;
+    int64_t now = dlock__now_us();
+    while (p->hhead < p->nheld && c->state == DLOCK_CONN_READY && c->handshake == 0 &&
+           p->len < PIPE_DEPTH) {
+        pipe_ent e = p->held[p->hhead++];
+        if (p->hhead == p->nheld)
+            p->hhead = p->nheld = 0;
+        dlock__req *r = e.req;
+        bool waited_for_room = r->deadline_us == INT64_MAX;
         r->held = false;
-        if (!queue(c, r, p->held[k].wk, r->cmd, r->cmdlen)) {
-            /* fail_all took those still held: none are, but the rest of ours are. */
-            for (size_t j = k + 1; j < n; j++) {
-                dlock__req *o = p->held[j].req;
-                dlock__err_set(&o->why, 0, "%s: out of memory", c->node->addr.display);
-                fail_one(c, o, p->held[j].wk, DLOCK_ERR_NOMEM);
-            }
-            return;
+        r->start_us = now;
+        r->deadline_us = now + c->node->rules->timeout_us;
+        if (!queue(c, r, e.wk, r->cmd, r->cmdlen))
+            return; /* out of memory: all failed */
+        if (waited_for_room)
+            ready(p->ps, e.wk); /* its owner waits for no due time yet */
+    }
+}
+
+/* Hold r, sent later by send_held; false when out of memory. */
+static bool hold(dlock__pipe *p, dlock__req *r, dlock__waker *wk)
+{
+    if (p->nheld == p->heldcap && p->hhead > 0) {
+        memmove(p->held, p->held + p->hhead, (p->nheld - p->hhead) * sizeof *p->held);
+        p->nheld -= p->hhead;
+        p->hhead = 0;
+    }
+    if (p->nheld == p->heldcap) {
+        size_t cap = p->heldcap ? p->heldcap * 2 : 16;
+        pipe_ent *h = realloc(p->held, cap * sizeof *h);
+        if (h == NULL)
+            return false;
+        p->held = h;
+        p->heldcap = cap;
+    }
+    p->held[p->nheld++] = (pipe_ent){r, wk, r->harmless_late};
+    r->held = true;
+    return true;
+}
+
+/* Take r off the list of those waiting to be sent. */
+static void unhold(dlock__pipe *p, const dlock__req *r)
+{
+    for (size_t k = p->hhead; k < p->nheld; k++) {
+        if (p->held[k].req == r) {
+            memmove(p->held + k, p->held + k + 1, (p->nheld - k - 1) * sizeof *p->held);
+            p->nheld--;
+            break;
         }
     }
+    if (p->hhead == p->nheld)
+        p->hhead = p->nheld = 0;
 }
 
 /* ---- the steps fanout.c takes ------------------------------------------------------ */
@@ -249,7 +299,7 @@ void dlock__pipe_send(dlock__conn *c, dlock__req *r, dlock__waker *wk)
     /* A connection nobody waits on may have been closed by the server (a restart, an
      * idle timeout): reopen it rather than fail the request. With replies owed, the
      * pump sees the end itself. */
-    if (p->len == 0 && p->nheld == 0 && dlock__conn_stale(c))
+    if (p->len == 0 && p->nheld == p->hhead && dlock__conn_stale(c))
         dlock__conn_close(c);
     if (c->state == DLOCK_CONN_CLOSED) {
         int rc = dlock__conn_open(c, &r->why);
@@ -266,21 +316,16 @@ void dlock__pipe_send(dlock__conn *c, dlock__req *r, dlock__waker *wk)
             r->done = true;
         return;
     }
-    if (c->state != DLOCK_CONN_READY || c->handshake > 0) {
-        if (p->nheld == p->heldcap) {
-            size_t cap = p->heldcap ? p->heldcap * 2 : 16;
-            pipe_ent *h = realloc(p->held, cap * sizeof *h);
-            if (h == NULL) {
-                dlock__err_set(&r->why, 0, "%s: out of memory", c->node->addr.display);
-                fail_one(c, r, wk, DLOCK_ERR_NOMEM);
-                return;
-            }
-            p->held = h;
-            p->heldcap = cap;
+    bool connecting = c->state != DLOCK_CONN_READY || c->handshake > 0;
+    if (connecting || p->len >= PIPE_DEPTH || p->nheld > p->hhead) {
+        if (!hold(p, r, wk)) {
+            dlock__err_set(&r->why, 0, "%s: out of memory", c->node->addr.display);
+            fail_one(c, r, wk, DLOCK_ERR_NOMEM);
+            return;
         }
-        p->held[p->nheld++] = (pipe_ent){r, wk, r->harmless_late};
-        r->held = true;
-        if (c->connect_deadline_us > r->deadline_us)
+        if (!connecting)
+            r->deadline_us = INT64_MAX; /* it starts when the request is sent */
+        else if (c->connect_deadline_us > r->deadline_us)
             r->deadline_us = c->connect_deadline_us;
         return;
     }
@@ -291,6 +336,17 @@ static void pump_conn(dlock__conn *c, uint32_t ev);
 
 void dlock__pipe_expire(dlock__conn *c, dlock__req *r)
 {
+    if (r->held && c->state == DLOCK_CONN_READY && c->handshake == 0) {
+        /* Waiting for room on a full line, past the deadline its round gave it (a vote
+         * decided without this node): it alone fails, never sent. */
+        unhold(c->pipe, r);
+        r->held = false;
+        dlock__err_set(&r->why, 0, "%s: not sent within %lld ms: %zu commands ahead of it",
+                       c->node->addr.display, (long long)((r->deadline_us - r->start_us) / 1000),
+                       c->pipe->len);
+        done(c->pipe->ps, r, NULL, DLOCK_ERR_TIMEOUT);
+        return;
+    }
     /* A loop late to pump may have the reply in the socket already: take what is
      * there first. */
     if (!r->held)
@@ -306,14 +362,9 @@ void dlock__pipe_abandon(dlock__conn *c, dlock__req *r)
 {
     dlock__pipe *p = c->pipe;
     if (r->held) {
-        for (size_t k = 0; k < p->nheld; k++) {
-            if (p->held[k].req == r) {
-                p->held[k] = p->held[--p->nheld];
-                break;
-            }
-        }
+        unhold(p, r);
         r->held = false;
-        dlock__err_set(&r->why, 0, "%s: still connecting when a quorum had decided",
+        dlock__err_set(&r->why, 0, "%s: not sent yet when a quorum had decided",
                        c->node->addr.display);
     } else {
         pipe_ent *e = entry_of(p, r);
@@ -342,7 +393,7 @@ static void dispatch(dlock__conn *c)
             fail_all(c, rc, &why);
             return;
         }
-        if (p->nheld > 0 && c->handshake == 0)
+        if (p->nheld > p->hhead)
             send_held(c);
         if (reply == NULL)
             return;
@@ -394,7 +445,7 @@ static void pump_conn(dlock__conn *c, uint32_t ev)
     }
     if (c->state != DLOCK_CONN_READY)
         return;
-    if (c->pipe->nheld > 0 && c->handshake == 0)
+    if (c->pipe->nheld > c->pipe->hhead)
         send_held(c);
     if (c->outpos < c->outlen && (rc = dlock__conn_flush(c, &why)) != DLOCK_OK) {
         fail_all(c, rc, &why);
@@ -408,7 +459,8 @@ static void pump_conn(dlock__conn *c, uint32_t ev)
         return;
     }
     dispatch(c);
-    /* What the replies released (the requests held behind the handshake) goes now. */
+    /* What the replies released (requests held behind the handshake, or for room on
+     * the line) goes now. */
     if (c->state == DLOCK_CONN_READY && c->outpos < c->outlen) {
         if ((rc = dlock__conn_flush(c, &why)) != DLOCK_OK)
             fail_all(c, rc, &why);

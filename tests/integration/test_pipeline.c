@@ -24,175 +24,16 @@
 #include <cmocka.h>
 
 #include "itest.h"
+#include "itest_pipe.h"
 
 #include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#define OPS_MAX 200
-
-typedef struct loop loop;
-
-/* One operation in steps: an acquisition, or a release (steps with out NULL). */
-typedef struct op {
-    loop *lp;
-    char name[32];
-    dlock_pending *p;
-    dlock_lock *l;
-    bool release, done, woken;
-    int rc;
-    int notified;   /* calls of the notify callback while it ran */
-    int64_t end_us; /* when its last step returned */
-} op;
-
-/* The event loop of a pipelining client, and what it saw. */
-struct loop {
-    dlock_client *c;
-    int fd; /* dlock_client_pipeline's */
-    op *ops;
-    int n;
-    int again_in_flight; /* steps that returned DLOCK_ERR_AGAIN, their round in flight */
-    int again_with_fd;   /* of those, the ones whose pending had a descriptor */
-    int handed_back;     /* DLOCK_ERR_WOULDBLOCK: a pipelined try has nothing to hand back */
-    int late_notifies;   /* the callback for a pending that had finished */
-};
-
-static void loop_init(loop *lp, dlock_client *c, op *ops)
-{
-    memset(lp, 0, sizeof *lp);
-    lp->c = c;
-    lp->ops = ops;
-    assert_int_equal(dlock_client_pipeline(c, &lp->fd), DLOCK_OK);
-    assert_true(lp->fd >= 0);
-}
-
-static void on_notify(void *arg)
-{
-    op *o = arg;
-    if (o->done)
-        o->lp->late_notifies++;
-    o->notified++;
-    o->woken = true;
-}
-
-static void watch(op *o)
-{
-    o->done = o->woken = false;
-    o->notified = 0;
-    assert_int_equal(dlock_pending_notify(o->p, on_notify, o), DLOCK_OK);
-}
-
-/* Acquisitions of "PREFIX-I" for i < n, with a lease of ttl_ms and no wait: started,
- * not stepped. */
-static void start_acquisitions(loop *lp, const char *prefix, int n, int64_t ttl_ms)
-{
-    assert_true(n <= OPS_MAX);
-    lp->n = n;
-    dlock_opts o = {0};
-    o.ttl_ms = ttl_ms;
-    for (int i = 0; i < n; i++) {
-        op *a = &lp->ops[i];
-        memset(a, 0, sizeof *a);
-        a->lp = lp;
-        snprintf(a->name, sizeof a->name, "%s-%d", prefix, i);
-        assert_int_equal(dlock_acquire_start(lp->c, a->name, &o, &a->p), DLOCK_OK);
-        watch(a);
-    }
-}
-
-/* The locks the acquisitions gave, released in steps: the acquisitions' pendings freed
- * (the locks stay), a release started for each, not stepped. */
-static void start_releases(loop *lp)
-{
-    for (int i = 0; i < lp->n; i++) {
-        op *o = &lp->ops[i];
-        assert_int_equal(o->rc, DLOCK_OK);
-        dlock_pending_free(o->p);
-        assert_int_equal(dlock_release_start(o->l, &o->p), DLOCK_OK);
-        o->l = NULL;
-        o->release = true;
-        watch(o);
-    }
-}
-
-static void step(loop *lp, op *o)
-{
-    o->woken = false;
-    int rc = dlock_pending_step_nowait(o->p, o->release ? NULL : &o->l);
-    if (rc == DLOCK_ERR_WOULDBLOCK) {
-        /* Taken as a worker would, so that the loop goes on; the test fails on it. */
-        lp->handed_back++;
-        rc = dlock_pending_step(o->p, o->release ? NULL : &o->l);
-    }
-    if (rc == DLOCK_ERR_AGAIN) {
-        if (dlock_pending_in_flight(o->p)) {
-            lp->again_in_flight++;
-            lp->again_with_fd += dlock_pending_fd(o->p) != -1;
-        }
-        return;
-    }
-    o->rc = rc;
-    o->done = true;
-    o->end_us = dh_now_us();
-}
-
-/* The first step of operations from..to-1, together, then one pump that writes them
- * all: each round is then in flight on the pipes, told by the pump (no descriptor of
- * its own), and due by the client's deadlines at the latest. */
-static void first_steps(loop *lp, int from, int to, int64_t due_max_ms)
-{
-    for (int i = from; i < to; i++) {
-        op *o = &lp->ops[i];
-        step(lp, o);
-        assert_false(o->done);
-        assert_int_equal(dlock_pending_in_flight(o->p), 1);
-        assert_int_equal(dlock_pending_fd(o->p), -1);
-        int64_t due = dlock_pending_due_ms(o->p);
-        if (due <= 0 || due > due_max_ms + 1)
-            fail_msg("%s: due in %lld ms, not in (0, %lld]", o->name, (long long)due,
-                     (long long)due_max_ms);
-    }
-    dlock_client_pump(lp->c);
-}
-
-/* Drive every operation to its end; fails after limit_ms. */
-static void loop_run(loop *lp, int64_t limit_ms)
-{
-    int64_t until = dh_now_ms() + limit_ms;
-    for (;;) {
-        for (int i = 0; i < lp->n; i++) {
-            op *o = &lp->ops[i];
-            if (!o->done && (o->woken || dlock_pending_due_ms(o->p) == 0))
-                step(lp, o);
-        }
-        /* What the steps queued leaves now, in one write per server. */
-        dlock_client_pump(lp->c);
-        int left = 0;
-        bool woken = false;
-        int64_t wait_ms = 1000;
-        for (int i = 0; i < lp->n; i++) {
-            const op *o = &lp->ops[i];
-            if (o->done)
-                continue;
-            left++;
-            woken |= o->woken;
-            int64_t due = dlock_pending_due_ms(o->p);
-            if (due < wait_ms)
-                wait_ms = due;
-        }
-        if (left == 0)
-            return;
-        if (dh_now_ms() > until)
-            fail_msg("%d of %d operations not done after %lld ms", left, lp->n,
-                     (long long)limit_ms);
-        if (woken)
-            continue;
-        struct pollfd pf = {.fd = lp->fd, .events = POLLIN};
-        poll(&pf, 1, (int)wait_ms);
-        dlock_client_pump(lp->c);
-    }
-}
+/* Rounds in flight at once: fewer than DLOCK_PIPELINE_DEPTH, all on the line together
+ * (test_pipeline_depth has a burst beyond it). */
+#define MANY 200
 
 /* CMD over the keys of the operations' names (kind 0: the locks, 1: their fence
  * counters), on rc. */
@@ -290,7 +131,7 @@ static void through_the_pipe(dlock_client *c, const char *name)
 static void many_rounds_one_connection(void **state)
 {
     (void)state;
-    static op ops[OPS_MAX];
+    static op ops[MANY];
     long long conn0[IT_NODES_MAX], acc0[IT_NODES_MAX], conn, acc;
     for (int i = 0; i < it_nodes; i++)
         conns_of(&it_node[i], &conn0[i], &acc0[i]);
@@ -302,12 +143,12 @@ static void many_rounds_one_connection(void **state)
     dlock_client *c = it_client_cfg(it_node_urls, &cfg);
     loop lp;
     loop_init(&lp, c, ops);
-    start_acquisitions(&lp, "pl-many", OPS_MAX, 30000);
+    start_acquisitions(&lp, "pl-many", MANY, 30000);
     int64_t t0 = dh_now_us();
     /* A new pipe's first rounds wait for its connection and handshake. */
     first_steps(&lp, 0, lp.n, cfg.connect_timeout_ms + cfg.timeout_ms);
     loop_run(&lp, 10000 * dh_slack());
-    printf("FIG pipeline_acquire_%d_%d_nodes_us %lld us\n", OPS_MAX, it_nodes,
+    printf("FIG pipeline_acquire_%d_%d_nodes_us %lld us\n", MANY, it_nodes,
            (long long)(dh_now_us() - t0));
     printf("FIG pipeline_acquire_%d_nodes_again_in_flight %d steps\n", it_nodes,
            lp.again_in_flight);
@@ -317,11 +158,11 @@ static void many_rounds_one_connection(void **state)
         assert_int_equal(conn - conn0[i], 1);
         assert_int_equal(acc - acc0[i], 2);
     }
-    int held[OPS_MAX] = {0};
-    uint64_t fence[OPS_MAX] = {0};
+    int held[MANY] = {0};
+    uint64_t fence[MANY] = {0};
     for (int i = 0; i < it_nodes; i++)
         check_server(&it_node[i], &lp, held, fence);
-    for (int i = 0; i < OPS_MAX; i++) {
+    for (int i = 0; i < MANY; i++) {
         const op *o = &ops[i];
         if (o->rc != DLOCK_OK)
             fail_msg("%s: %s", o->name, dlock_errname(o->rc));
@@ -339,7 +180,7 @@ static void many_rounds_one_connection(void **state)
             assert_string_not_equal(dlock_token(o->l), dlock_token(ops[j].l));
     }
     /* Every step that waited was told by the pump: none had a descriptor. */
-    assert_true(lp.again_in_flight >= OPS_MAX);
+    assert_true(lp.again_in_flight >= MANY);
     assert_int_equal(lp.again_with_fd, 0);
     assert_int_equal(lp.handed_back, 0);
     assert_int_equal(lp.late_notifies, 0);
@@ -349,16 +190,16 @@ static void many_rounds_one_connection(void **state)
     t0 = dh_now_us();
     first_steps(&lp, 0, lp.n, cfg.timeout_ms);
     loop_run(&lp, 10000 * dh_slack());
-    printf("FIG pipeline_release_%d_%d_nodes_us %lld us\n", OPS_MAX, it_nodes,
+    printf("FIG pipeline_release_%d_%d_nodes_us %lld us\n", MANY, it_nodes,
            (long long)(dh_now_us() - t0));
-    for (int i = 0; i < OPS_MAX; i++) {
+    for (int i = 0; i < MANY; i++) {
         if (ops[i].rc != DLOCK_OK)
             fail_msg("release of %s: %s", ops[i].name, dlock_errname(ops[i].rc));
         assert_true(ops[i].notified >= 1);
         if (it_nodes == 1)
             assert_int_equal(ops[i].notified, 1);
     }
-    assert_true(lp.again_in_flight >= OPS_MAX);
+    assert_true(lp.again_in_flight >= MANY);
     assert_int_equal(lp.again_with_fd, 0);
     assert_int_equal(lp.handed_back, 0);
     assert_int_equal(lp.late_notifies, 0);
@@ -369,7 +210,7 @@ static void many_rounds_one_connection(void **state)
         assert_int_equal(acc - acc0[i], 4);
         assert_int_equal(existing(&it_node[i], &lp, 0), 0);
     }
-    for (int i = 0; i < OPS_MAX; i++)
+    for (int i = 0; i < MANY; i++)
         dlock_pending_free(ops[i].p);
     dlock_client_free(c);
 }
