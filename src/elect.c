@@ -234,6 +234,10 @@ static int campaign_step(dlock_pending *base, dlock_lock **out, bool nowait, dlo
 {
     campaign *k = (campaign *)base;
     if (k->won == NULL) {
+        /* The acquisition's round is the one a pipe's pump tells of: it tells whoever
+         * the campaign's caller named (dlock_pending_notify). */
+        k->acq->wk.fn = k->base.wk.fn;
+        k->acq->wk.arg = k->base.wk.arg;
         int rc = k->acq->step(k->acq, &k->won, nowait, e);
         k->base.fd = k->acq->fd;
         k->base.due_us = k->acq->due_us;

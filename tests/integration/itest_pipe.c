@@ -145,4 +145,3 @@ void loop_run(loop *lp, int64_t limit_ms)
         dlock_client_pump(lp->c);
     }
 }
-

@@ -111,8 +111,8 @@ static void a_stalled_line_fails_what_waits(void **state)
            (long long)(dh_now_ms() - t0), (long long)timeout_ms);
     for (int i = 0; i < N; i++) {
         if (ops[i].rc != DLOCK_ERR_TIMEOUT)
-            fail_msg("%s: %s, not DLOCK_ERR_TIMEOUT (%s)", ops[i].name,
-                     dlock_errname(ops[i].rc), i < DLOCK_PIPELINE_DEPTH ? "on the line" : "waiting");
+            fail_msg("%s: %s, not DLOCK_ERR_TIMEOUT (%s)", ops[i].name, dlock_errname(ops[i].rc),
+                     i < DLOCK_PIPELINE_DEPTH ? "on the line" : "waiting");
         dlock_pending_free(ops[i].p);
     }
     dh_server_resume(&srv);
