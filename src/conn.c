@@ -481,3 +481,22 @@ bool dlock__conn_stale(dlock__conn *c)
     c->lagging = false; /* the late replies it owes are here: it answers again */
     return c->skip == 0 && c->handshake == 0;
 }
+
+int dlock__req_resend(const dlock__conn *c, dlock__req *r, redisReply **reply, const char **cmd,
+                      size_t *len)
+{
+    *cmd = NULL;
+    if (r->resend == NULL || r->retried)
+        return DLOCK_OK;
+    int rc = r->resend(r->resend_arg, *reply, cmd, len);
+    if (rc == DLOCK_OK && *cmd == NULL)
+        return DLOCK_OK;
+    freeReplyObject(*reply);
+    *reply = NULL;
+    if (rc != DLOCK_OK) {
+        *cmd = NULL;
+        return dlock__node_err(&r->why, rc, c->node, "out of memory");
+    }
+    r->retried = true;
+    return DLOCK_OK;
+}

@@ -227,25 +227,6 @@ static void expire(dlock__conn *c, dlock__req *r)
     }
 }
 
-int dlock__req_resend(const dlock__conn *c, dlock__req *r, redisReply **reply, const char **cmd,
-                      size_t *len)
-{
-    *cmd = NULL;
-    if (r->resend == NULL || r->retried)
-        return DLOCK_OK;
-    int rc = r->resend(r->resend_arg, *reply, cmd, len);
-    if (rc == DLOCK_OK && *cmd == NULL)
-        return DLOCK_OK;
-    freeReplyObject(*reply);
-    *reply = NULL;
-    if (rc != DLOCK_OK) {
-        *cmd = NULL;
-        return dlock__node_err(&r->why, rc, c->node, "out of memory");
-    }
-    r->retried = true;
-    return DLOCK_OK;
-}
-
 /* Act on poll's report for node i. */
 static void step(dlock__conn *c, dlock__req *r, short revents)
 {
@@ -421,9 +402,7 @@ void dlock__flight_start(dlock__flight *f, dlock__conn *conns, dlock__req *reqs,
 {
     *f = (dlock__flight){conns, reqs, n, need, vote, arg, wk};
     int64_t start = dlock__now_us();
-    bool piped = conns[0].pipe != NULL;
-    if (piped)
-        dlock__pipe_lock(conns);
+    dlock__pipe_lock(conns);
 
     /* Queue and send everything before waiting on anything. */
     int established = 0;
@@ -449,8 +428,7 @@ void dlock__flight_start(dlock__flight *f, dlock__conn *conns, dlock__req *reqs,
             ((vote != NULL && established >= need) || conns[i].lagging))
             reqs[i].deadline_us = start + timeout_us;
     }
-    if (piped)
-        dlock__pipe_unlock(conns);
+    dlock__pipe_unlock(conns);
     DLOCK_PAUSE_POINT(DLOCK_HOOK_AFTER_SEND);
 }
 
@@ -486,12 +464,9 @@ static int wanted(const dlock__flight *f, int64_t now, struct pollfd *pfd, int *
 int dlock__flight_wants(const dlock__flight *f, struct pollfd *pfd, int64_t *due_us)
 {
     int idx[DLOCK_SERVERS_MAX];
-    bool piped = f->conns[0].pipe != NULL;
-    if (piped)
-        dlock__pipe_lock(f->conns);
+    dlock__pipe_lock(f->conns);
     int n = wanted(f, dlock__now_us(), pfd, idx, due_us);
-    if (piped)
-        dlock__pipe_unlock(f->conns);
+    dlock__pipe_unlock(f->conns);
     return n;
 }
 
@@ -499,7 +474,7 @@ int dlock__flight_wants(const dlock__flight *f, struct pollfd *pfd, int64_t *due
  * lagging one is not waited for (abandon() says why and what becomes of its reply).
  * The others are: they answer within a round trip, and their replies keep the
  * connections in step, the fences exact and the error precise (BUSY or NOQUORUM). */
-static void abandon_undecided(dlock__flight *f)
+void dlock__flight_abandon_decided(dlock__flight *f)
 {
     if (f->vote != NULL && decided(f->conns, f->reqs, f->n, f->vote, f->arg, f->need))
         for (int i = 0; i < f->n; i++)
@@ -508,57 +483,10 @@ static void abandon_undecided(dlock__flight *f)
                 abandon(&f->conns[i], &f->reqs[i]);
 }
 
-/* The round's state on piped connections (the mutex held): the requests past their
- * deadline expired (their pipes reset), the undecided abandoned; true once it ended,
- * else the next deadline in *next. */
-static bool piped_over(dlock__flight *f, int64_t *next)
-{
-    int64_t now = dlock__now_us();
-    *next = INT64_MAX;
-    for (int i = 0; i < f->n; i++)
-        if (!f->reqs[i].done && now >= f->reqs[i].deadline_us)
-            expire(&f->conns[i], &f->reqs[i]);
-    abandon_undecided(f);
-    bool over = true;
-    for (int i = 0; i < f->n; i++) {
-        if (!f->reqs[i].done) {
-            over = false;
-            if (f->reqs[i].deadline_us < *next)
-                *next = f->reqs[i].deadline_us;
-        }
-    }
-    return over;
-}
-
-/* dlock__flight_pump on piped connections: their replies come through the pipes' pump,
- * which runs here only when the caller waits (a blocking step); an event loop's runs
- * it itself. */
-static bool pump_piped(dlock__flight *f, int64_t wait_us)
-{
-    int64_t next;
-    dlock__pipe_lock(f->conns);
-    bool over = piped_over(f, &next);
-    dlock__pipe_unlock(f->conns);
-    if (over || wait_us == 0)
-        return over;
-    /* A request waiting for room on its line has no deadline yet (INT64_MAX): a wait
-     * of a second at most, then a look again. */
-    int64_t wait = next - dlock__now_us();
-    if (wait_us > 0 && wait_us < wait)
-        wait = wait_us;
-    if (wait > 1000000)
-        wait = 1000000;
-    dlock__pipes_pump(dlock__pipe_of(f->conns), wait > 0 ? (int)((wait + 999) / 1000) : 0);
-    dlock__pipe_lock(f->conns);
-    over = piped_over(f, &next);
-    dlock__pipe_unlock(f->conns);
-    return over;
-}
-
 bool dlock__flight_pump(dlock__flight *f, int64_t wait_us)
 {
     if (f->conns[0].pipe != NULL)
-        return pump_piped(f, wait_us);
+        return dlock__pipe_flight_pump(f, wait_us);
     struct pollfd pfd[DLOCK_SERVERS_MAX];
     int idx[DLOCK_SERVERS_MAX];
     dlock__conn *conns = f->conns;
@@ -599,7 +527,7 @@ bool dlock__flight_pump(dlock__flight *f, int64_t wait_us)
         if (pfd[k].revents != 0)
             step(&conns[idx[k]], &reqs[idx[k]], pfd[k].revents);
     }
-    abandon_undecided(f);
+    dlock__flight_abandon_decided(f);
     for (int i = 0; i < f->n; i++)
         if (!reqs[i].done)
             return false;
@@ -609,7 +537,7 @@ bool dlock__flight_pump(dlock__flight *f, int64_t wait_us)
 bool dlock__flight_settled(dlock__flight *f)
 {
     if (f->conns[0].pipe != NULL)
-        return pump_piped(f, 0);
+        return dlock__pipe_flight_pump(f, 0);
     int64_t now = dlock__now_us();
     bool over = true;
     for (int i = 0; i < f->n; i++) {
@@ -656,14 +584,11 @@ void dlock__fanout_until(dlock__conn *conns, dlock__req *reqs, int n, dlock__vot
 void dlock__fanout_post(dlock__conn *conns, dlock__req *reqs, int n)
 {
     int64_t start = dlock__now_us();
-    bool piped = conns[0].pipe != NULL;
-    if (piped)
-        dlock__pipe_lock(conns);
+    dlock__pipe_lock(conns);
     for (int i = 0; i < n; i++) {
         reqs[i].done = true;
         if (reqs[i].cmd != NULL)
             begin(&conns[i], &reqs[i], start, NULL);
     }
-    if (piped)
-        dlock__pipe_unlock(conns);
+    dlock__pipe_unlock(conns);
 }

@@ -37,9 +37,12 @@
  *                           handshake, encrypted reads and writes, resumed sessions
  *               fanout.c    one command to N nodes in parallel under one deadline,
  *                           ending early once a caller's predicate (a vote) says so
+ *               pipe.h      what pipe.c and pipe_pump.c share: a pipe's line
  *               pipe.c      a connection per server that many callers' rounds share
  *                           (a pipelining client's nowait steps): commands queued
- *                           together, replies matched in order, one pump for all
+ *                           together on a line, replies matched in order
+ *               pipe_pump.c the pipes' one pump (writes, reads, the wakers told), and
+ *                           a round in flight on them
  *               ask.c       one question to several hosts at once, on connections of
  *                           its own (a URL's Sentinels, a cluster's seeds)
  *               sentinel.c  the Sentinel topology: the master a redis-sentinel://
@@ -271,17 +274,14 @@ struct dlock__watchdog;
  * client's renewal thread on first use). */
 int dlock__watchdog_add(struct dlock_client *c, struct dlock_lock *l, int64_t ttl_ms,
                         dlock_lost_fn on_lost, void *user, dlock__err *e);
-/* Stop renewing l; waits for a renewal round that includes it to finish. */
-void dlock__watchdog_remove(struct dlock_client *c, struct dlock_lock *l);
-/* dlock__watchdog_remove without the wait: false, changing nothing, while a renewal
- * round that includes l is in flight. */
-bool dlock__watchdog_try_remove(struct dlock_client *c, struct dlock_lock *l);
-/* dlock_extend is about to change the lease: renew to the new ttl from now on. Waits
- * for a renewal round that includes l (formatted with the old ttl) to end. */
-void dlock__watchdog_set_ttl(struct dlock_client *c, struct dlock_lock *l, int64_t ttl_ms);
-/* dlock__watchdog_set_ttl without the wait: false, changing nothing, while such a round
- * is in flight. */
-bool dlock__watchdog_try_set_ttl(struct dlock_client *c, struct dlock_lock *l, int64_t ttl_ms);
+/* Stop renewing l. A renewal round that includes l in flight is waited for (wait), or
+ * (!wait) makes this return false, changing nothing. */
+bool dlock__watchdog_remove(struct dlock_client *c, struct dlock_lock *l, bool wait);
+/* dlock_extend is about to change the lease: renew to the new ttl from now on. A renewal
+ * round that includes l (formatted with the old ttl) is waited for, or makes this return
+ * false, as in dlock__watchdog_remove. */
+bool dlock__watchdog_set_ttl(struct dlock_client *c, struct dlock_lock *l, int64_t ttl_ms,
+                             bool wait);
 /* Stop the renewal thread and free it (dlock_client_free). */
 void dlock__watchdog_stop(struct dlock_client *c);
 /* In a forked child: free the child's copy of the watchdog, touching no lock. */

@@ -390,10 +390,10 @@ typedef struct dlock__pipes {
  * cannot be made. Free with dlock__pipes_free (after their connections' last use). */
 int dlock__pipes_init(dlock__pipes *ps, dlock__conn *conns, int n);
 void dlock__pipes_free(dlock__pipes *ps);
-/* The mutex of piped conns, which every use of them holds; their pipes. */
+/* The mutex of piped conns, which every use of them holds (nothing for conns of one
+ * caller, whose set is never shared). */
 void dlock__pipe_lock(const dlock__conn *conns);
 void dlock__pipe_unlock(const dlock__conn *conns);
-dlock__pipes *dlock__pipe_of(const dlock__conn *c);
 /* fanout.c's steps on a piped connection (its mutex held): start r (queued behind the
  * others, or held until the connection's handshake is done; sent by the next pump),
  * told to wk when done; r missed its deadline (the server stalls: every request on the
@@ -411,6 +411,13 @@ void dlock__pipes_pump(dlock__pipes *ps, int wait_ms);
 void dlock__pipes_flush(dlock__pipes *ps);
 /* Take r's waker off the ready list, if it is on it (its owner is going). */
 void dlock__pipes_forget(dlock__pipes *ps, dlock__waker *wk);
+/* dlock__flight_pump of a round on piped connections (pipe_pump.c): its requests past
+ * their deadline expired, those a decided vote need not wait for abandoned; it waits
+ * (pumping the pipes, and telling their wakers) only when wait_us is not 0. */
+bool dlock__pipe_flight_pump(dlock__flight *f, int64_t wait_us);
+/* Once the answers so far decide a vote, the nodes still connecting or lagging are not
+ * waited for (fanout.c). */
+void dlock__flight_abandon_decided(dlock__flight *f);
 
 /* What a Sentinel URL's Sentinels say of the failover they could make (SENTINEL
  * CKQUORUM): *up of them answered; *ok 1 when one says a quorum and a failover's
