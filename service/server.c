@@ -184,11 +184,8 @@ static void flush(dd_conn *c)
     if (c->closing || c->writing > 0 || c->out.len == 0 || dd_tls_handshaking(c))
         return;
     if (c->tls == NULL && c->reading && !c->quit) {
-        /* A plain connection's replies are written at once when the socket takes them
-         * whole, the common case: no request, no callback, no change to what the loop
-         * watches, and the buffer is kept for the next reply. Then nothing waits on the
-         * write (reading goes on, and no command was held back for it). Anything else
-         * (part written, an error) goes the queued way, which reports it. */
+        /* Written at once when the socket takes it whole (the common case): no request,
+         * no callback, no change to the loop's watch; else queued, which reports errors. */
         uv_buf_t b = uv_buf_init(c->out.p, (unsigned)c->out.len);
         int n = uv_try_write(&c->h.stream, &b, 1);
         if (n > 0 && (size_t)n == c->out.len) {
@@ -254,10 +251,9 @@ void dd_conn_reply(dd_conn *c, dd_buf *b)
 
 /* ---- reading and running commands ------------------------------------------------------ */
 
-/* A connection told to quit while a command ran (a drain's end): once that command's
- * reply is written, on_written lingers and closes it. With nothing left to write, now:
- * a reply written at once (flush) lingers as on_written would have it; replies dropped
- * (the client reset) leave nothing to linger for, and the close is now. */
+/* A connection told to quit while a command ran (a drain's end): on_written lingers
+ * once its reply is written. With nothing left to write, now: lingering after a reply
+ * written at once, closing when the client reset (nothing to linger for). */
 static void end_if_quit_done(dd_conn *c)
 {
     if (c->closing || !c->quit || c->busy || c->lingering || unsent(c) != 0)

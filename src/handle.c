@@ -133,7 +133,7 @@ void dlock__lock_free(dlock_lock *l)
          * copied, and dlock calls never fork). */
         unlink_handle(l);
     } else {
-        dlock__watchdog_remove(c, l);
+        dlock__watchdog_remove(c, l, true);
         pthread_mutex_lock(&c->mu);
         unlink_handle(l);
         pthread_mutex_unlock(&c->mu);

@@ -15,7 +15,7 @@ const char dlock__not_ours[] =
 
 void dlock__lock_lost(dlock_lock *l)
 {
-    dlock__watchdog_remove(l->client, l);
+    dlock__watchdog_remove(l->client, l, true);
     dlock__lock_mark_lost(l);
 }
 

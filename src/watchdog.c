@@ -473,45 +473,49 @@ static struct dlock__watchdog *get_wd(dlock_client *c)
     return wd;
 }
 
-/* The renewal with its lock taken and no batch renewing l, or NULL when there is none:
+/* The renewal with its lock taken and no batch renewing l, waiting for that batch to
+ * end (wait) or not (NULL, *busy set, when one is in flight); NULL when there is none:
  * whatever the caller changes in l then applies to every renewal formatted later. */
-static struct dlock__watchdog *lock_idle(dlock_client *c, dlock_lock *l)
+static struct dlock__watchdog *lock_idle(dlock_client *c, dlock_lock *l, bool wait, bool *busy)
 {
     struct dlock__watchdog *wd = get_wd(c);
+    *busy = false;
     if (wd == NULL)
         return NULL;
     pthread_mutex_lock(&wd->mu);
-    while (l->in_batch)
+    while (l->in_batch) {
+        if (!wait) {
+            pthread_mutex_unlock(&wd->mu);
+            *busy = true;
+            return NULL;
+        }
         pthread_cond_wait(&wd->idle, &wd->mu);
+    }
     return wd;
 }
 
-void dlock__watchdog_remove(dlock_client *c, dlock_lock *l)
+bool dlock__watchdog_remove(dlock_client *c, dlock_lock *l, bool wait)
 {
-    struct dlock__watchdog *wd = lock_idle(c, l);
-    if (wd == NULL)
-        return;
-    if (l->renewing)
-        unlink_lock(wd, l);
-    pthread_mutex_unlock(&wd->mu);
+    bool busy;
+    struct dlock__watchdog *wd = lock_idle(c, l, wait, &busy);
+    if (wd != NULL) {
+        if (l->renewing)
+            unlink_lock(wd, l);
+        pthread_mutex_unlock(&wd->mu);
+    }
+    return !busy;
 }
 
-bool dlock__watchdog_try_remove(dlock_client *c, dlock_lock *l)
+bool dlock__watchdog_set_ttl(dlock_client *c, dlock_lock *l, int64_t ttl_ms, bool wait)
 {
-    struct dlock__watchdog *wd = get_wd(c);
+    /* A renewal of l already formatted with the old ttl could reach the servers after
+     * the extend that follows, and shorten the lease again; and its outcome would be
+     * counted with the new ttl, overstating validity. So it ends first: every renewal
+     * formatted from now on uses the new ttl. */
+    bool busy;
+    struct dlock__watchdog *wd = lock_idle(c, l, wait, &busy);
     if (wd == NULL)
-        return true;
-    pthread_mutex_lock(&wd->mu);
-    bool idle = !l->in_batch;
-    if (idle && l->renewing)
-        unlink_lock(wd, l);
-    pthread_mutex_unlock(&wd->mu);
-    return idle;
-}
-
-/* l's renewal takes ttl_ms, from now on (wd->mu held). */
-static void take_ttl(struct dlock__watchdog *wd, dlock_lock *l, int64_t ttl_ms)
-{
+        return !busy;
     if (l->renewing) {
         l->ttl_ms = ttl_ms;
         l->next_renew_us = dlock__now_us() + ttl_ms * 1000 / 3;
@@ -521,32 +525,8 @@ static void take_ttl(struct dlock__watchdog *wd, dlock_lock *l, int64_t ttl_ms)
         }
         pthread_cond_signal(&wd->wake);
     }
-}
-
-void dlock__watchdog_set_ttl(dlock_client *c, dlock_lock *l, int64_t ttl_ms)
-{
-    /* A renewal of l already formatted with the old ttl could reach the servers after
-     * the extend that follows, and shorten the lease again; and its outcome would be
-     * counted with the new ttl, overstating validity. So it ends first: every renewal
-     * formatted from now on uses the new ttl. */
-    struct dlock__watchdog *wd = lock_idle(c, l);
-    if (wd == NULL)
-        return;
-    take_ttl(wd, l, ttl_ms);
     pthread_mutex_unlock(&wd->mu);
-}
-
-bool dlock__watchdog_try_set_ttl(dlock_client *c, dlock_lock *l, int64_t ttl_ms)
-{
-    struct dlock__watchdog *wd = get_wd(c);
-    if (wd == NULL)
-        return true;
-    pthread_mutex_lock(&wd->mu);
-    bool idle = !l->in_batch;
-    if (idle)
-        take_ttl(wd, l, ttl_ms);
-    pthread_mutex_unlock(&wd->mu);
-    return idle;
+    return true;
 }
 
 void dlock__watchdog_stop(dlock_client *c)
