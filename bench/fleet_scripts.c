@@ -9,11 +9,10 @@
  * The scripts are the library's own text: the bench compiles src/scripts.c (and the two
  * files its table names) and sends the bodies with SCRIPT LOAD, so a change to a script
  * shows here. Their arguments are those attempt.c and release.c send for an exclusive
- * lock, not queued, on one node: ACQUIRE's keys P{name}, :fence, :queue, :holders,
- * :holders:info and ARGV value ("<token> <holder>"), ttl 10000, token, ticket 0, fair 0,
- * the queue member it would use, the queue's ttl, the fence retention (the default
- * hour); RELEASE's the same keys and ARGV token, fence floor 0, no member, the
- * retention, mode 1, ticket 0, no heir.
+ * lock, not queued, on one node: TRY's (the acquire's plain try) keys P{name} and
+ * :fence and ARGV value ("<token> <holder>"), ttl 10000 and the fence retention (the
+ * default hour); RELEASE's keys P{name}, :fence, :queue, :holders, :holders:info and
+ * ARGV token, fence floor 0, no member, the retention, mode 1, ticket 0, no heir.
  *
  * What redis-benchmark cannot do, and what is measured instead. It can vary a command
  * only by __rand_int__, a random number drawn anew at each place in each call (so the
@@ -43,12 +42,7 @@
 #define SCRIPT_FILL_CHUNK 100000      /* locks set (or counted) per EVAL */
 #define SCRIPT_TOKEN      "0123456789abcdef0123456789abcdef"
 #define SCRIPT_VALUE      SCRIPT_TOKEN " dlock-bench:1" /* "<token> <host:pid>" */
-/* The queue member attempt.c formats: "<handoff ms> <limit> <channel length>
- * <channel><value>", the handoff 4 timeouts of 1000 ms, the channel the client's
- * "<prefix>wake:<32 hex>". A plain try does not queue it, but sends it. */
-#define SCRIPT_MEMBER    "4000 0 49 " BENCH_PREFIX "wake:" SCRIPT_TOKEN SCRIPT_VALUE
-#define SCRIPT_QUEUE_TTL "5000"    /* DLOCK_QUEUE_TTL_MS */
-#define SCRIPT_RETENTION "3600000" /* DLOCK_FENCE_RETENTION_DEFAULT_MS */
+#define SCRIPT_RETENTION  "3600000"                     /* DLOCK_FENCE_RETENTION_DEFAULT_MS */
 
 /* Set the locks KEYS[1]{i} for i in [ARGV[1], ARGV[2]] to the value ARGV[3] with a
  * lease of ARGV[4] ms (fill), or delete them and count those there (count); i written
@@ -88,20 +82,23 @@ static int load(bench_ctx *ctx, redisContext *c, int id, const char *what, char 
     return ok ? 0 : -1;
 }
 
-/* redis-benchmark -P 16 -c 16 -n n -r keyspace EVALSHA sha 5 <keys of prefix> args...
- * on node 1; its rate into *per_s. 0, or -1 after bench_fail. */
-static int pipelined(bench_ctx *ctx, const char *what, const char *sha, const char *prefix, long n,
-                     const char *keyspace, const char *const *args, double *per_s)
+/* redis-benchmark -P 16 -c 16 -n n -r keyspace EVALSHA sha nkeys <the first nkeys keys
+ * of prefix> args... on node 1; its rate into *per_s. 0, or -1 after bench_fail. */
+static int pipelined(bench_ctx *ctx, const char *what, const char *sha, int nkeys,
+                     const char *prefix, long n, const char *keyspace, const char *const *args,
+                     double *per_s)
 {
-    char nreq[32], keys[5][128];
+    char nreq[32], nk[8], keys[5][128];
     static const char *const suffix[5] = {"", ":fence", ":queue", ":holders", ":holders:info"};
     snprintf(nreq, sizeof nreq, "%ld", n);
-    for (int i = 0; i < 5; i++)
+    snprintf(nk, sizeof nk, "%d", nkeys);
+    const char *argv[40] = {"-P", SCRIPT_PIPELINE, "-c",    SCRIPT_CLIENTS, "-n", nreq,
+                            "-r", keyspace,        "--csv", "EVALSHA",      sha,  nk};
+    int k = 12;
+    for (int i = 0; i < nkeys && i < 5; i++) {
         snprintf(keys[i], sizeof keys[i], "%s{__rand_int__}%s", prefix, suffix[i]);
-    const char *argv[40] = {"-P",    SCRIPT_PIPELINE, "-c",    SCRIPT_CLIENTS, "-n",   nreq,
-                            "-r",    keyspace,        "--csv", "EVALSHA",      sha,    "5",
-                            keys[0], keys[1],         keys[2], keys[3],        keys[4]};
-    int k = 17;
+        argv[k++] = keys[i];
+    }
     for (int i = 0; args[i] != NULL && k < 39; i++)
         argv[k++] = args[i];
     argv[k] = NULL;
@@ -187,12 +184,11 @@ int w7_script_limits(bench_ctx *ctx)
     snprintf(match, sizeof match, "%s*", pa);
     snprintf(keyspace, sizeof keyspace, "%ld", held);
     double a = 0, r = 0;
-    if (load(ctx, c, DLOCK_SCRIPT_ACQUIRE, "acquire", acq) != 0 ||
+    if (load(ctx, c, DLOCK_SCRIPT_TRY, "acquire", acq) != 0 ||
         load(ctx, c, DLOCK_SCRIPT_RELEASE, "release", rel) != 0)
         goto out;
-    const char *const acq_args[] = {SCRIPT_VALUE,  "10000",          SCRIPT_TOKEN,     "0", "0",
-                                    SCRIPT_MEMBER, SCRIPT_QUEUE_TTL, SCRIPT_RETENTION, NULL};
-    int arc = pipelined(ctx, "acquire", acq, pa, n, SCRIPT_KEYSPACE, acq_args, &a);
+    const char *const acq_args[] = {SCRIPT_VALUE, "10000", SCRIPT_RETENTION, NULL};
+    int arc = pipelined(ctx, "acquire", acq, 2, pa, n, SCRIPT_KEYSPACE, acq_args, &a);
     sweep(c, match);
     if (arc != 0)
         goto out;
@@ -201,7 +197,7 @@ int w7_script_limits(bench_ctx *ctx)
         goto out;
     const char *const rel_args[] = {SCRIPT_TOKEN, "0", "",  SCRIPT_RETENTION, "1", "0", "",
                                     "",           "",  NULL};
-    int rrc = pipelined(ctx, "release", rel, pr, n, keyspace, rel_args, &r);
+    int rrc = pipelined(ctx, "release", rel, 5, pr, n, keyspace, rel_args, &r);
     /* Every lock a release found is gone: the ones left were never found. */
     long long left = chunks(ctx, c, count_lua, pr, held);
     if (rrc != 0 || left < 0)

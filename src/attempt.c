@@ -213,7 +213,8 @@ int dlock__attempt_end(dlock_client *c, dlock__round *rd, const dlock__request *
 }
 
 /* Format the acquire call, a plain try or a queued attempt as q->ticket says: ACQUIRE
- * for an exclusive lock, ACQUIRE_SHARED for a shared one (scripts.c). */
+ * for an exclusive lock (TRY for its plain try, not fair), ACQUIRE_SHARED for a shared
+ * one (scripts.c). */
 int dlock__request_format(dlock_client *c, const dlock__request *q, dlock__acquire_args *a,
                           dlock__call *out, dlock__err *e)
 {
@@ -221,6 +222,14 @@ int dlock__request_format(dlock_client *c, const dlock__request *q, dlock__acqui
     const char *value = q->member + q->value_at;
     size_t vlen = q->member_len - q->value_at;
     dlock__keys_all(k, a->args, a->lens);
+    if (q->limit == 0 && !q->fair && strcmp(q->ticket, "0") == 0) {
+        /* A plain try: TRY reads the lock and fence keys (args[0] and [1]) and these. */
+        const char *args[] = {value, q->ttl, c->retention};
+        const size_t lens[] = {vlen, strlen(q->ttl), strlen(c->retention)};
+        memcpy(a->args + 2, args, sizeof args);
+        memcpy(a->lens + 2, lens, sizeof lens);
+        return dlock__call_format(&c->scripts, DLOCK_SCRIPT_TRY, 2, 5, a->args, a->lens, out, e);
+    }
     if (q->limit == 0) {
         const char *args[] = {value,     q->ttl,  value,       q->ticket, q->fair ? "1" : "0",
                               q->member, q->qttl, c->retention};

@@ -30,12 +30,9 @@
  * dlock_config.fence_retention_ms). A counter that expired is remade by the TIME
  * floor below, which is why an expiry cannot make fences go back (docs/guarantees.md).
  *
- * The helpers are defined only where used: every definition is a closure built on
- * every call. In ACQUIRE and RELEASE, the lock's every use, that is inside the branch
- * that calls them, so that the common path (a plain try on a free name, a release
- * nobody waits for) builds only the fence's: 3 % of the acquire's server time
- * (redis-benchmark -P 16), and more of the release's. replicate_commands lets a Redis
- * older than 5 write after TIME.
+ * The helpers are defined only where used (each definition builds a closure on every
+ * call): the common path, a plain try on a free name or a release nobody waits for,
+ * builds only the fence's. replicate_commands lets a Redis older than 5 write after TIME.
  */
 #define PRELUDE_LUA "if redis.replicate_commands then redis.replicate_commands() end\n"
 /* The fence is max(counter + 1, server TIME in microseconds): a server restarted
@@ -122,16 +119,18 @@
  * an exclusive head takes a free lock, and no one after it is served; a shared head
  * joins the shared holders while fewer than its limit hold the name. A head that
  * cannot be admitted goes back with its ticket. held is the lock's value (false when
- * free). True when anyone was served. A member is "<handoff ms> <limit> <channel
- * length> <channel><value>", limit 0 for an exclusive waiter; value "<token> <holder>".
- * A head that is heir (a waiter of the releasing client) gets its own lease, heir_ttl,
- * and no message: the result is 'heir', and the release takes its fence.
+ * free), first the head if the caller popped it. True when anyone was served. A member
+ * is "<handoff ms> <limit> <channel length> <channel><value>", limit 0 for an exclusive
+ * waiter; value "<token> <holder>". A head that is heir (a waiter of the releasing
+ * client) gets its own lease, heir_ttl, and no message: the result is 'heir', and the
+ * release takes its fence.
  */
 #define DISPATCH_LUA                                                                               \
-    "local function dispatch(lock, queue, holders, info, held, heir, heir_ttl)\n"                  \
+    "local function dispatch(lock, queue, holders, info, held, heir, heir_ttl, first)\n"           \
     "  local served = false\n"                                                                     \
     "  while true do\n"                                                                            \
-    "    local e = redis.call('ZPOPMIN', queue)\n"                                                 \
+    "    local e = first or redis.call('ZPOPMIN', queue)\n"                                        \
+    "    first = nil\n"                                                                            \
     "    if not e[1] then return served end\n"                                                     \
     "    local h, k, n, rest = string.match(e[1], '^(%d+) (%d+) (%d+) (.*)$')\n"                   \
     "    if rest then\n"                                                                           \
@@ -171,6 +170,8 @@
  * ACQUIRE  KEYS: lock, fence, queue, holders, holders info
  *          ARGV: value, ttl_ms, token, ticket ("0": a plain try, not queued), fair ("1"),
  *                member (the queue entry), queue ttl ms, fence retention ms
+ * TRY      KEYS: lock, fence   ARGV: value, ttl_ms, fence retention ms (ACQUIRE's plain
+ *          try, not fair: the same taking, TAKE_LUA, sent only the arguments it reads)
  * Granted: the new fence (> 0). Refused: -(holder's PTTL), 0 when it has none.
  *
  * Three cases, told apart by one SET NX ... GET (Redis 7.0; older servers refuse the
@@ -185,9 +186,29 @@
  * that is refused, SET NX GET, ZADD, PEXPIRE and PTTL; a confirmation, SET NX GET,
  * PEXPIRE, TIME and SET ... GET.
  */
+#define TAKE_LUA                                                                                   \
+    "if held == nil then\n"                                                                        \
+    "  held = redis.pcall('SET', lock, value, 'NX', 'PX', ttl, 'GET')\n"                           \
+    "  if type(held) == 'table' then\n"                                                            \
+    "    held = redis.call('GET', lock)\n"                                                         \
+    "    if not held then redis.call('SET', lock, value, 'PX', ttl) end\n"                         \
+    "  end\n"                                                                                      \
+    "end\n"                                                                                        \
+    "local confirm = held and string.sub(held, 1, 32) == token\n"                                  \
+    "if confirm then redis.call('PEXPIRE', lock, ttl) end\n"                                       \
+    "if confirm or not held then\n"                                                                \
+    "  if queued and not confirm then redis.call('ZREM', KEYS[3], ARGV[6]) end\n"                  \
+    "  return next_fence(KEYS[2], retention)\n"                                                    \
+    "end\n"                                                                                        \
+    "if queued then\n" JOIN_LUA "  join(KEYS[3], ARGV[4], ARGV[6], ARGV[7])\n"                     \
+    "end\n"                                                                                        \
+    "local pttl = redis.call('PTTL', lock)\n"                                                      \
+    "if pttl < 0 then pttl = 0 end\n"                                                              \
+    "return -pttl\n"
 static const char *const acquire_lua[] = {
     PRELUDE_LUA,
     FENCE_LUA,
+    "local lock, value, ttl, retention = KEYS[1], ARGV[1], ARGV[2], ARGV[8]\n"
     "local token, queued = ARGV[3], ARGV[4] ~= '0'\n"
     "local held\n"
     "if ARGV[5] == '1' then\n"
@@ -201,28 +222,14 @@ static const char *const acquire_lua[] = {
     "      held = ''\n"
     "    end\n"
     "  end\n"
-    "end\n"
-    "if held == nil then\n"
-    "  held = redis.pcall('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2], 'GET')\n"
-    "  if type(held) == 'table' then\n"
-    "    held = redis.call('GET', KEYS[1])\n"
-    "    if not held then redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2]) end\n"
-    "  end\n"
-    "end\n"
-    "local confirm = held and string.sub(held, 1, 32) == token\n"
-    "if confirm then redis.call('PEXPIRE', KEYS[1], ARGV[2]) end\n"
-    "if confirm or not held then\n"
-    "  if queued and not confirm then redis.call('ZREM', KEYS[3], ARGV[6]) end\n"
-    "  return next_fence(KEYS[2], ARGV[8])\n"
-    "end\n"
-    "if queued then\n",
-    JOIN_LUA,
-    "  join(KEYS[3], ARGV[4], ARGV[6], ARGV[7])\n"
-    "end\n"
-    "local pttl = redis.call('PTTL', KEYS[1])\n"
-    "if pttl < 0 then pttl = 0 end\n"
-    "return -pttl\n",
+    "end\n",
+    TAKE_LUA,
     NULL};
+static const char *const try_lua[] = {
+    PRELUDE_LUA, FENCE_LUA,
+    "local lock, value, ttl, retention = KEYS[1], ARGV[1], ARGV[2], ARGV[3]\n"
+    "local token, queued, held = string.sub(value, 1, 32), false, nil\n",
+    TAKE_LUA, NULL};
 
 /*
  * ACQUIRE_SHARED  KEYS: lock, fence, queue, holders, holders info
@@ -295,7 +302,8 @@ static const char *const acquire_shared_lua[] = {
  * 0 when the key is gone or another owner's, the heir's fence (> 1) when the lock
  * went to the heir: its lease and fence set here, this reply confirms it.
  * A release serves the queue (dispatch), if anyone waits; with nobody queued it
- * deletes the lock, and the ZPOPMIN that says so costs one command: an uncontended
+ * deletes the lock, and the ZPOPMIN that says so costs one command, taken before the
+ * helpers are defined (dispatch goes on from the entry it popped): an uncontended
  * release is GET, ZPOPMIN and DEL. The fence floor is how Redlock's default mode
  * raises every node's counter to the fence the quorum handed out, without an extra
  * round trip. It is applied even where our key is gone: a counter only ever goes up,
@@ -341,12 +349,14 @@ static const char *const release_lua[] = {
     "    if not held then redis.call('DEL', KEYS[1]) end\n"
     "    return 1\n"
     "  end\n"
-    "end\n",
+    "end\n"
+    "local first = not held and ARGV[7] == '' and redis.call('ZPOPMIN', KEYS[3])\n"
+    "if first and not first[1] then redis.call('DEL', KEYS[1]) return 1 end\n",
     FENCE_LUA,
     SHARED_LUA,
     DISPATCH_LUA,
     "if ARGV[9] and ARGV[9] ~= '' then redis.call('ZADD', KEYS[3], 'NX', ARGV[9], ARGV[7]) end\n"
-    "local served = dispatch(KEYS[1], KEYS[3], KEYS[4], KEYS[5], held, ARGV[7], ARGV[8])\n"
+    "local served = dispatch(KEYS[1], KEYS[3], KEYS[4], KEYS[5], held, ARGV[7], ARGV[8], first)\n"
     "if served == 'heir' then return next_fence(KEYS[2], ARGV[4]) end\n"
     "if not served and not held then redis.call('DEL', KEYS[1]) end\n"
     "return 1\n",
@@ -557,6 +567,7 @@ static const char *const break_record_lua[] = {"return redis.call('HGETALL', KEY
  * bytes), joined once into bodies. */
 static const char *const *const parts[DLOCK_SCRIPT_COUNT] = {
     [DLOCK_SCRIPT_ACQUIRE] = acquire_lua,
+    [DLOCK_SCRIPT_TRY] = try_lua,
     [DLOCK_SCRIPT_RELEASE] = release_lua,
     [DLOCK_SCRIPT_EXTEND] = extend_lua,
     [DLOCK_SCRIPT_INSPECT] = inspect_lua,

@@ -14,6 +14,7 @@
 
 enum dlock__script_id {
     DLOCK_SCRIPT_ACQUIRE,
+    DLOCK_SCRIPT_TRY, /* ACQUIRE's plain try, not fair */
     DLOCK_SCRIPT_RELEASE,
     DLOCK_SCRIPT_EXTEND,
     DLOCK_SCRIPT_INSPECT,
