@@ -49,7 +49,8 @@ static redisReply *eval(redisContext *rc, int id, int nkeys, ...)
     int argc = 3;
     va_list ap;
     va_start(ap, nkeys);
-    for (const char *a = va_arg(ap, const char *); a != NULL && argc < 24; a = va_arg(ap, const char *))
+    for (const char *a = va_arg(ap, const char *); a != NULL && argc < 24;
+         a = va_arg(ap, const char *))
         argv[argc++] = a;
     va_end(ap);
     redisReply *r = redisCommandArgv(rc, argc, argv, NULL);
@@ -118,11 +119,11 @@ static void try_answers_as_acquire(void **state)
         keys_of(&t, nt);
         make(rc, &a, (enum state)s);
         make(rc, &t, (enum state)s);
-        redisReply *ra = eval(rc, DLOCK_SCRIPT_ACQUIRE, 5, a.lock, a.fence, a.queue, a.holders,
-                              a.info, VALUE, "10000", TOKEN, "0", "0", MEMBER, "5000", "3600000",
-                              NULL);
-        redisReply *rt = eval(rc, DLOCK_SCRIPT_TRY, 2, t.lock, t.fence, VALUE, "10000", "3600000",
-                              NULL);
+        redisReply *ra =
+            eval(rc, DLOCK_SCRIPT_ACQUIRE, 5, a.lock, a.fence, a.queue, a.holders, a.info, VALUE,
+                 "10000", TOKEN, "0", "0", MEMBER, "5000", "3600000", NULL);
+        redisReply *rt =
+            eval(rc, DLOCK_SCRIPT_TRY, 2, t.lock, t.fence, VALUE, "10000", "3600000", NULL);
         printf("state %d: ACQUIRE %lld, TRY %lld\n", s, ra->integer, rt->integer);
         assert_int_equal(ra->type, REDIS_REPLY_INTEGER);
         assert_int_equal(rt->type, REDIS_REPLY_INTEGER);
