@@ -399,8 +399,9 @@ DLOCK_API int dlock_pending_step(dlock_pending *p, dlock_lock **out);
  * it with dlock_pending_step on a worker (nothing is lost; after it, either form may
  * step again). Those steps: a client whose servers are found through a host name,
  * Sentinels or a cluster's slot map, or that raises fences in a second round (strict
- * fence mode with N > 1); joining a name's wait queue (a subscription to confirm), and
- * refreshing a place in it; a stock reservation's steps; and, on a client that does not
+ * fence mode with N > 1); joining a name's wait queue while the client does not listen
+ * for wake-ups yet (a subscription to confirm: once per client, and after a lost
+ * connection); a stock reservation's steps; and, on a client that does not
  * pipeline (dlock_client_pipeline), an attempt that finds DLOCK_NOWAIT_SETS_MAX of the
  * client's connection sets in flight already. */
 DLOCK_API int dlock_pending_step_nowait(dlock_pending *p, dlock_lock **out);

@@ -285,12 +285,13 @@ static void cmd_info(dd_conn *c, resp_arg *argv, size_t argc, dd_buf *out)
                       "# Stats\r\ntotal_connections_received:%llu\r\n"
                       "total_commands_processed:%llu\r\nrejected_connections:%llu\r\n"
                       "acl_access_denied_auth:%llu\r\nacl_access_denied_cmd:%llu\r\n"
-                      "auth_timeouts:%llu\r\nidle_timeouts:%llu\r\n\r\n",
+                      "auth_timeouts:%llu\r\nidle_timeouts:%llu\r\npool_jobs:%llu\r\n\r\n",
                       (unsigned long long)st->connections_received,
                       (unsigned long long)st->commands_processed,
                       (unsigned long long)st->rejected_connections,
                       (unsigned long long)st->auth_failures, (unsigned long long)st->admin_refused,
-                      (unsigned long long)st->auth_timeouts, (unsigned long long)st->idle_timeouts);
+                      (unsigned long long)st->auth_timeouts, (unsigned long long)st->idle_timeouts,
+                      (unsigned long long)st->pool_jobs);
     }
     if (want_section(sec, "replication"))
         dd_buf_printf(&b, "# Replication\r\nrole:master\r\nconnected_slaves:0\r\n\r\n");

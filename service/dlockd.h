@@ -210,6 +210,7 @@ typedef struct dd_stats {
                                      (acl_access_denied_cmd) */
     uint64_t auth_timeouts;       /* connections closed by --auth-timeout */
     uint64_t idle_timeouts;       /* connections closed by --timeout-idle */
+    uint64_t pool_jobs;           /* operations handed to the thread pool (dd_job_queue) */
     atomic_ullong released;       /* session locks released at their connection's close */
     atomic_ullong release_failed; /* of those, the releases the servers did not confirm */
     atomic_ullong locks_lost;     /* session locks the renewal found lost (renewal thread) */

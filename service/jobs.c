@@ -35,6 +35,7 @@ static void on_after_work(uv_work_t *req, int status)
 void dd_job_queue(dd_job *j)
 {
     dd_conn *c = j->conn;
+    dd_srv.stats.pool_jobs++;
     c->busy = true;
     c->jobs++;
     c->refs++;

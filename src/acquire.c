@@ -49,12 +49,13 @@ static int check_opts(const dlock_opts *o, int64_t *ttl_ms, int64_t *wait_ms, dl
 
 /* Where an acquisition is between steps. */
 enum phase {
-    ATTEMPT,   /* attempt at the next step */
-    IN_FLIGHT, /* an attempt's round was sent (nowait): take its replies as they come */
-    JOIN,      /* refused, and may wait: join the queue (a step that may block) */
-    AWAIT,     /* queued: wait for a handoff, the holder's lease end, or the refresh time */
-    BACKOFF,   /* not listening for wake-ups: attempt again when due */
-    DONE       /* finished: only dlock_pending_free is left */
+    ATTEMPT,    /* attempt at the next step */
+    IN_FLIGHT,  /* an attempt's round was sent (nowait): take its replies as they come */
+    JOIN,       /* refused, and may wait: join the queue (a step that may block) */
+    AWAIT,      /* queued: wait for a handoff, the holder's lease end, or the refresh time */
+    REFRESHING, /* queued, its refresh's round sent (nowait): take its replies as they come */
+    BACKOFF,    /* not listening for wake-ups: attempt again when due */
+    DONE        /* finished: only dlock_pending_free is left */
 };
 
 /* One acquisition, dlock_acquire's as well as an event loop's: everything that lives
@@ -67,7 +68,9 @@ typedef struct acquisition {
     dlock__request q;
     dlock__acquire_args args; /* borrowed by acq */
     dlock__call acq;
-    dlock__waiter *w; /* listening for wake-ups, or NULL */
+    dlock__acquire_args refresh_args; /* borrowed by refresh */
+    dlock__call refresh;              /* REFRESHING: the refresh's call */
+    dlock__waiter *w;                 /* listening for wake-ups, or NULL */
     dlock__attempt_info info;
     enum phase phase;
     int attempts;
@@ -145,12 +148,11 @@ int dlock__redis_acquire_start(dlock_client *c, const char *name, const dlock_op
     }
     /* A client already listening for wake-ups (it waited moments ago) queues with its
      * first attempt: no try and retry when the lock is busy, as it is when a name
-     * passes from hand to hand. One that holds the name itself makes no attempt at
-     * all: the attempt could only be refused, and its release will queue us. Not a
-     * FAIR waiter: its place in the arrival order is its entry in the servers' queue,
-     * made by its first attempt; waiting in the client instead, it would have none
-     * until its holder's release, and waiters of other clients (another dlockd) that
-     * arrived after it would be served first. */
+     * passes from hand to hand. One that holds the name itself makes no attempt at all:
+     * the attempt could only be refused, and its release will queue us. Not a FAIR
+     * waiter: its place in the arrival order is its queue entry, made by its first
+     * attempt; waiting in the client, it would have none until its holder's release,
+     * and later waiters of other clients (another dlockd) would be served first. */
     int64_t own_until = 0;
     if (rc == DLOCK_OK && wait_ms != 0 &&
         dlock__wait_join(c, p->l->token, true, heir_request(p), p->ticket, &p->w) == DLOCK_OK) {
@@ -207,9 +209,9 @@ static void finish(acquisition *p, dlock__connset *set, int rc)
  * the lock, with N > 1 on a quorum of nodes or one per-node timeout after the first of
  * them; a wake-up of another kind, as when a subscriber connection was remade; the
  * holder's lease end; the deadline). Otherwise the next step is due at p->base.due_us
- * (0); every DLOCK_QUEUE_REFRESH_MS meanwhile it refreshes its place, a round that a
- * nowait step leaves to a blocking one (-1). */
-static int await_turn(acquisition *p, dlock__round *rd, bool nowait)
+ * (0); every DLOCK_QUEUE_REFRESH_MS meanwhile, and at the lease end, it refreshes its
+ * place first (-1). */
+static int await_turn(acquisition *p)
 {
     dlock_client *c = p->c;
     int64_t now = dlock__now_us();
@@ -240,10 +242,17 @@ static int await_turn(acquisition *p, dlock__round *rd, bool nowait)
         return 0;
     }
     /* The lease end or the refresh time: ask before attempting, which costs more. */
-    if (nowait)
-        return -1;
+    return -1;
+}
+
+/* A refresh's replies, in: 1 when it is time to attempt, else 0, due at the lease end
+ * or the next refresh. */
+static int refreshed(acquisition *p, dlock__round *rd)
+{
+    dlock_client *c = p->c;
     int64_t busy_ms;
-    if (dlock__queue_refresh(c, rd, &p->q, &busy_ms))
+    p->phase = AWAIT;
+    if (dlock__queue_refresh_end(c, rd, &p->refresh, &busy_ms))
         return 1;
     p->await_at_us = dlock__retry_at(dlock__now_us(), busy_ms, p->deadline_us);
     p->base.due_us = p->await_at_us;
@@ -278,16 +287,18 @@ static bool inherit(acquisition *p)
 
 /* Join the name's queue after a refusal: listen for wake-ups first, then queue the
  * next attempt. A handoff between the refusal and the subscription would otherwise pass
- * unseen. False when listening cannot start (the backoff still works). */
-static bool join(acquisition *p)
+ * unseen. An error when listening cannot start (the backoff still works); hot, also
+ * DLOCK_ERR_BUSY when the client is not listening yet (that join waits). */
+static int join(acquisition *p, bool hot)
 {
-    if (dlock__wait_join(p->c, p->l->token, false, heir_request(p), p->ticket, &p->w) != DLOCK_OK)
-        return false;
-    if (dlock__queue_up(p->c, &p->q, p->ticket, &p->args, &p->acq) == DLOCK_OK)
-        return true;
+    int rc = dlock__wait_join(p->c, p->l->token, hot, heir_request(p), p->ticket, &p->w);
+    if (rc != DLOCK_OK)
+        return rc;
+    if ((rc = dlock__queue_up(p->c, &p->q, p->ticket, &p->args, &p->acq)) == DLOCK_OK)
+        return DLOCK_OK;
     dlock__wait_leave(p->c, p->w);
     p->w = NULL;
-    return false;
+    return rc;
 }
 
 /* The wait after a failed attempt (rc): queued, for a handoff or the holder's lease end;
@@ -312,7 +323,8 @@ static int schedule(acquisition *p, int rc)
 
 /* What follows an attempt's result rc: the end of the acquisition (rc itself: granted,
  * or failed for good), a wait (DLOCK_ERR_AGAIN), AGAIN_NOW (another attempt at once,
- * queued), or, for a nowait step that must join the queue, DLOCK_ERR_WOULDBLOCK. */
+ * queued), or, for a nowait step that must join the queue and wait for its
+ * subscription, DLOCK_ERR_WOULDBLOCK. */
 #define AGAIN_NOW (-1)
 static int after_attempt(acquisition *p, int rc, bool nowait)
 {
@@ -327,12 +339,13 @@ static int after_attempt(acquisition *p, int rc, bool nowait)
         (rc != DLOCK_ERR_BUSY && p->info.permanent > c->n - c->quorum) || now >= p->deadline_us)
         return rc;
     if (rc == DLOCK_ERR_BUSY && p->w == NULL) {
-        if (nowait) {
+        int joined = join(p, nowait);
+        if (joined == DLOCK_OK)
+            return AGAIN_NOW;
+        if (nowait && joined == DLOCK_ERR_BUSY) {
             p->phase = JOIN;
             return DLOCK_ERR_WOULDBLOCK;
         }
-        if (join(p))
-            return AGAIN_NOW;
     }
     return schedule(p, rc);
 }
@@ -357,14 +370,24 @@ static int step(acquisition *p, dlock__round *rd, bool nowait)
         break;
     case JOIN: /* never nowait: run_step hands it back */
         p->phase = ATTEMPT;
-        if (!join(p))
+        if (join(p, false) != DLOCK_OK)
             return schedule(p, DLOCK_ERR_BUSY);
         break;
     case AWAIT:
         if (inherit(p))
             return DLOCK_OK;
-        if ((rc = await_turn(p, rd, nowait)) <= 0)
-            return rc < 0 ? DLOCK_ERR_WOULDBLOCK : DLOCK_ERR_AGAIN;
+        if ((rc = await_turn(p)) == 0)
+            return DLOCK_ERR_AGAIN;
+        /* The refresh, a round of its own: nowait, its replies come at later steps. */
+        if (rc < 0 && dlock__queue_refresh_start(c, rd, &p->q, &p->refresh_args, &p->refresh)) {
+            p->phase = REFRESHING;
+            if (!dlock__round_wait(rd, nowait) || !refreshed(p, rd))
+                return DLOCK_ERR_AGAIN;
+        }
+        break;
+    case REFRESHING:
+        if (!dlock__round_wait(rd, nowait) || !refreshed(p, rd))
+            return DLOCK_ERR_AGAIN;
         break;
     case BACKOFF:
         if (dlock__now_us() < p->base.due_us)
@@ -410,7 +433,7 @@ static int run_step(dlock_pending *base, dlock_lock **out, bool nowait, dlock__e
         rc = step(p, rd, nowait);
     p->base.in_flight = p->phase == IN_FLIGHT;
     if (rc == DLOCK_ERR_AGAIN || rc == DLOCK_ERR_WOULDBLOCK) {
-        if (p->phase == IN_FLIGHT) {
+        if (p->phase == IN_FLIGHT || p->phase == REFRESHING) {
             p->base.fd = dlock__step_round_fd(&p->sr, &p->base.due_us);
         } else {
             /* An attempt a server may still run keeps its connections: the next
@@ -565,24 +588,23 @@ static void destroy(dlock_pending *base)
 {
     acquisition *p = (acquisition *)base;
     if (p->phase != DONE) {
-        /* A blocking step's round (the one in flight, if any): giving up writes what it
-         * sends, as it always has. Without a set, finish() sends nothing. */
+        /* Giving up writes what it sends on a blocking step's round (the one in flight,
+         * if any), or on the pipes behind a piped round, its replies in or not. Without a
+         * set, finish() sends nothing. */
         dlock__err ignored;
-        /* A piped round is given up where it is, on the pipes, its replies in or not:
-         * the give-back follows it on the same connections. */
         bool piped = p->sr.rd != NULL && p->sr.rd->set != NULL && p->sr.rd->set == p->c->pipe_set;
         bool begun = piped || dlock__step_round_begin(p->c, &p->sr, false, &ignored) == DLOCK_OK;
-        if (begun && p->phase == IN_FLIGHT) {
-            /* Whatever the round granted so far, or may yet grant, is given back. */
+        if (begun && (p->phase == IN_FLIGHT || p->phase == REFRESHING))
             dlock__flight_drop(&p->sr.rd->flight);
+        if (begun && p->phase == IN_FLIGHT) /* what it granted or may grant, given back */
             dlock__attempt_undo(p->c, p->sr.rd, &p->q, p->l);
-        }
         finish(p, begun ? p->sr.rd->set : NULL, DLOCK_ERR_CANCELED);
     }
     dlock__step_round_free(p->c, &p->sr);
     if (p->l != NULL)
         dlock__lock_free(p->l);
     dlock__call_free(&p->acq);
+    dlock__call_free(&p->refresh);
     free(p->q.k.buf);
     free(p);
 }

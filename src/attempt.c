@@ -274,13 +274,12 @@ int dlock__queue_up(dlock_client *c, dlock__request *q, int64_t ticket, dlock__a
     return DLOCK_OK;
 }
 
-/* A queued waiter's refresh (REFRESH in scripts.c) on every node: true when it should
- * attempt now (the lock is free somewhere, or a queue is gone), else the shortest
- * lease left in *busy_ms. */
-bool dlock__queue_refresh(dlock_client *c, dlock__round *rd, const dlock__request *q,
-                          int64_t *busy_ms)
+/* A queued waiter's refresh (REFRESH in scripts.c) on every node, started on rd with
+ * its call in *call and arguments in *a (both live until the round ends); false when it
+ * cannot be formatted (the waiter then attempts). */
+bool dlock__queue_refresh_start(dlock_client *c, dlock__round *rd, const dlock__request *q,
+                                dlock__acquire_args *a, dlock__call *call)
 {
-    dlock__call call;
     dlock__err ignored;
     const char *args[] = {q->k.lock,
                           q->k.queue,
@@ -290,10 +289,20 @@ bool dlock__queue_refresh(dlock_client *c, dlock__round *rd, const dlock__reques
                           q->member + q->value_at};
     const size_t lens[] = {q->k.lock_len,  q->k.queue_len, q->k.holders_len, strlen(q->qttl), 1,
                            DLOCK_TOKEN_LEN};
-    if (dlock__call_format(&c->scripts, DLOCK_SCRIPT_REFRESH, 3, 6, args, lens, &call, &ignored) !=
-        DLOCK_OK)
-        return true;
-    dlock__round_run(c, rd, &call, NULL, NULL);
+    memcpy(a->args, args, sizeof args);
+    memcpy(a->lens, lens, sizeof lens);
+    if (dlock__call_format(&c->scripts, DLOCK_SCRIPT_REFRESH, 3, 6, a->args, a->lens, call,
+                           &ignored) != DLOCK_OK)
+        return false;
+    dlock__round_start(c, rd, call, NULL, NULL);
+    return true;
+}
+
+/* The refresh's replies, once in: true when the waiter should attempt now (the lock is
+ * free somewhere, or a queue is gone), else the shortest lease left in *busy_ms. */
+bool dlock__queue_refresh_end(dlock_client *c, dlock__round *rd, dlock__call *call,
+                              int64_t *busy_ms)
+{
     bool now = false;
     *busy_ms = 0;
     for (int i = 0; i < c->n; i++) {
@@ -306,7 +315,7 @@ bool dlock__queue_refresh(dlock_client *c, dlock__round *rd, const dlock__reques
             *busy_ms = r->integer < DLOCK_TTL_MAX_MS ? r->integer : DLOCK_TTL_MAX_MS;
     }
     dlock__round_free_replies(c, rd);
-    dlock__call_free(&call);
+    dlock__call_free(call);
     return now;
 }
 

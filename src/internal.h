@@ -522,10 +522,14 @@ void dlock__attempt_undo(struct dlock_client *c, dlock__round *rd, const dlock__
 /* Join the queue: from now on the attempts (*acq) carry the ticket. */
 int dlock__queue_up(struct dlock_client *c, dlock__request *q, int64_t ticket,
                     dlock__acquire_args *a, dlock__call *acq);
-/* A queued waiter's refresh on every node: true when it should attempt now, else the
- * shortest lease left in *busy_ms. */
-bool dlock__queue_refresh(struct dlock_client *c, dlock__round *rd, const dlock__request *q,
-                          int64_t *busy_ms);
+/* A queued waiter's refresh on every node, a round started on rd (false: not formatted,
+ * attempt instead); its end, once the replies are in: true when it should attempt now,
+ * else the shortest lease left in *busy_ms. call, and a that it borrows, live from the
+ * start to the end. */
+bool dlock__queue_refresh_start(struct dlock_client *c, dlock__round *rd, const dlock__request *q,
+                                dlock__acquire_args *a, dlock__call *call);
+bool dlock__queue_refresh_end(struct dlock_client *c, dlock__round *rd, dlock__call *call,
+                              int64_t *busy_ms);
 
 /* Between attempts, and leaving the queue. */
 /* The pause before the next attempt of a caller that is not listening for wake-ups:

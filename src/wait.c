@@ -61,10 +61,12 @@ int dlock__wait_join(dlock_client *c, const char *token, bool hot, const dlock__
     ws->waiters = w;
     /* Wait (briefly) until a quorum of nodes confirms the subscription: the caller's
      * next attempt queues it, and a release after that must find it listening. If
-     * they do not confirm in time, the waiter still works, on its timers. */
+     * they do not confirm in time, the waiter still works, on its timers. A hot join
+     * never waits (it may run on an event loop): a subscription lost since the look
+     * above wakes every waiter when it is made again. */
     struct timespec until;
     dlock__cond_deadline(&until, c->rules.timeout_us + c->rules.connect_timeout_us);
-    while (__builtin_popcount(ws->subscribed) < c->quorum && !ws->stop)
+    while (!hot && __builtin_popcount(ws->subscribed) < c->quorum && !ws->stop)
         if (pthread_cond_timedwait(&ws->confirmed, &ws->mu, &until) != 0)
             break;
     pthread_mutex_unlock(&ws->mu);
