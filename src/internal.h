@@ -71,10 +71,12 @@
  *               stock.h     what the stock's files share
  *               subscriber.h  the subscriber thread, for its users
  *               handle.c    the dlock_lock handle, argument checks, accessors
- *               acquire.c   dlock_acquire and dlock_sem_acquire (exclusive, shared, one
- *                           of K permits) as steps of a dlock_pending: when to attempt,
- *                           queue, wait for a handoff or refresh; dlock_acquire sleeps
- *                           between the steps, an event loop can drive them instead
+ *               acquire_calls.c  dlock_acquire, dlock_sem_acquire and their _start
+ *                           forms: the checks of their arguments, then the backend
+ *               acquire.c   an acquisition on Redis servers (exclusive, shared, one of K
+ *                           permits) as steps of a dlock_pending: when to attempt, queue,
+ *                           wait for a handoff or refresh; dlock_acquire sleeps between
+ *                           the steps, an event loop can drive them instead
  *               attempt.c   one attempt: the request and its call, the vote, undoing
  *                           partial grants, joining, refreshing and leaving a place in
  *                           the queue; when to attempt again (backoff, a lease's end)
