@@ -138,4 +138,3 @@ int dlock_sem_acquire_start(dlock_client *c, const char *name, int64_t permits,
         rc = acquire_start(c, name, opts, limit, out, &e);
     return dlock__err_raise(&e, rc);
 }
-
