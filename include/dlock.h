@@ -511,6 +511,14 @@ DLOCK_API int dlock_lock_adopt(dlock_client *c, const char *name, const char *to
  * DLOCK_ERR_LOST or an unavailability error. */
 DLOCK_API int dlock_check(dlock_lock *l);
 
+/* dlock_check in steps, for an event loop (see dlock_acquire_start): no I/O yet; the
+ * handle stays the caller's and must outlive the pending. Steps with out NULL end with
+ * dlock_check's result. A nowait step hands back (DLOCK_ERR_WOULDBLOCK), besides what
+ * it would for an acquisition, a check that found the lock lost while it was being
+ * renewed (its renewal's stop waits for that renewal). A file:// client's handle:
+ * DLOCK_ERR_INVALID (use dlock_check). */
+DLOCK_API int dlock_check_start(dlock_lock *l, dlock_pending **out);
+
 /* Fence of this acquisition: strictly greater than that of every earlier successful
  * acquisition of the same name. 0 for NULL or an adopted handle. */
 DLOCK_API uint64_t dlock_fence(const dlock_lock *l);

@@ -180,7 +180,7 @@ static const struct {
     {"dlockd_idle_timeouts_total", "Connections closed by --timeout-idle.",
      offsetof(dd_stats, idle_timeouts)},
     {"dlockd_pool_jobs_total",
-     "Operations handed to the thread pool: steps that would block, CHECK and LOCKINFO.",
+     "Operations handed to the thread pool: steps that would block, LOCKINFO, STOCK.",
      offsetof(dd_stats, pool_jobs)},
     {"dlockd_maxhold_released_total",
      "Session locks released for being held past MAXHOLD (their connections closed).",

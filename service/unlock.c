@@ -1,6 +1,6 @@
 /*
- * unlock.c: UNLOCK, a release in steps, and EXTEND, an extension in steps (park.c),
- * and CHECK and LOCKINFO, each one job on the pool.
+ * unlock.c: UNLOCK, a release in steps, EXTEND, an extension in steps, and CHECK, a
+ * check in steps (park.c), and LOCKINFO, one job on the pool.
  *
  * LOCKINFO names who holds a name: the holder description each holder's lock carries
  * (for a lock taken through dlockd, the client's label or name, its address, and the
@@ -115,30 +115,6 @@ void dd_cmd_unlock(dd_conn *c, resp_arg *argv, size_t argc, dd_buf *out)
     dd_unlock(c, &argv[1], &argv[2], "lock name", out);
 }
 
-/* EXTEND's and CHECK's work, op: on the session's handle when the token is one of this
- * connection's session locks (so that an extend goes on in its renewal, and a lock found
- * lost is renewed no more), else on a handle borrowed for the call, which keeps the lock
- * on the servers whatever the answer. */
-static void on_held(dd_job *j, int (*op)(dlock_lock *l, const dd_job *j))
-{
-    dd_lock_args *a = j->args;
-    if (a->sess != NULL) {
-        j->rc = op(a->sess->lock, j);
-        dd_reply_held(&j->reply, j->rc);
-        return;
-    }
-    dlock_lock *l;
-    int rc = dlock_lock_adopt(dd_srv.client, a->name, a->token, &l);
-    if (rc == DLOCK_OK) {
-        rc = op(l, j);
-        /* The reply before the detach, which clears this thread's error detail. */
-        dd_reply_held(&j->reply, rc);
-        dlock_lock_detach(l);
-        return;
-    }
-    dd_reply_held(&j->reply, rc);
-}
-
 /* An EXTEND is an extension in steps (park.c), on the loop unless a step would block,
  * on the session's handle or on one borrowed for it. */
 static void extend_finish(dd_job *j, dlock_lock *l)
@@ -172,16 +148,6 @@ static void simple_done(dd_job *j)
 {
     dd_job_answer(j);
     dd_job_free(j);
-}
-
-/* EXTEND's and CHECK's end. */
-static void held_done(dd_job *j)
-{
-    dd_lock_args *a = j->args;
-    /* A session lock found lost stops blocking a new LOCK of its name. */
-    if (a->sess != NULL && j->rc == DLOCK_ERR_LOST)
-        atomic_store(&a->sess->lost, 1);
-    simple_done(j);
 }
 
 void dd_cmd_extend(dd_conn *c, resp_arg *argv, size_t argc, dd_buf *out)
@@ -218,16 +184,15 @@ void dd_cmd_extend(dd_conn *c, resp_arg *argv, size_t argc, dd_buf *out)
     dd_step(j);
 }
 
-static int check_op(dlock_lock *l, const dd_job *j)
-{
-    (void)j;
-    return dlock_check(l);
-}
-
-static void check_work(dd_job *j)
-{
-    on_held(j, check_op);
-}
+/* A CHECK is a check in steps, as an EXTEND is an extension: on the session's handle
+ * (a lock found lost is renewed no more), or on one borrowed for it, which leaves the
+ * lock on the servers whatever the answer. */
+static const dd_steps check_steps = {
+    .finish = extend_finish,
+    .settle = unlock_settle,
+    .undo = unlock_undo, /* a check takes nothing */
+    .drop = extend_drop,
+};
 
 void dd_cmd_check(dd_conn *c, resp_arg *argv, size_t argc, dd_buf *out)
 {
@@ -238,9 +203,18 @@ void dd_cmd_check(dd_conn *c, resp_arg *argv, size_t argc, dd_buf *out)
     dd_lock_args *a = j->args;
     /* stays listed: the connection is busy until the job is done */
     a->sess = dd_session_find(c, argv[1].p, argv[1].len, a->token);
-    j->work = check_work;
-    j->done = held_done;
-    dd_job_queue(j);
+    int rc = a->sess != NULL ? DLOCK_OK
+                             : dlock_lock_adopt(dd_srv.client, a->name, a->token, &a->adopted);
+    if (rc == DLOCK_OK)
+        rc = dlock_check_start(a->sess != NULL ? a->sess->lock : a->adopted, &j->pending);
+    if (rc != DLOCK_OK) {
+        dd_reply_held(out, rc);
+        extend_drop(j);
+        dd_job_free(j);
+        return;
+    }
+    j->steps = &check_steps;
+    dd_step(j);
 }
 
 /* ---- LOCKINFO ----------------------------------------------------------------------- */

@@ -361,6 +361,7 @@ const dlock__backend dlock__backend_redis = {
     .extend = dlock__redis_extend,
     .extend_start = dlock__redis_extend_start,
     .check = dlock__redis_check,
+    .check_start = dlock__redis_check_start,
     .slot_claim = dlock__redis_slot_claim,
     .remaining_ms = dlock__lock_valid_ms,
     .hold_free = NULL,

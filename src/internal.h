@@ -606,6 +606,7 @@ typedef struct dlock__backend {
     int (*extend)(struct dlock_lock *l, int64_t ttl_ms, dlock__err *e);
     int (*extend_start)(struct dlock_lock *l, int64_t ttl_ms, dlock_pending **out, dlock__err *e);
     int (*check)(struct dlock_lock *l, dlock__err *e);
+    int (*check_start)(struct dlock_lock *l, dlock_pending **out, dlock__err *e);
     int (*slot_claim)(struct dlock_lock *l, int64_t period_ms, dlock_slot *out, dlock__err *e);
     /* dlock_remaining_ms of a handle neither lost nor of an unknown lease. */
     int64_t (*remaining_ms)(const struct dlock_lock *l);
@@ -653,6 +654,7 @@ int dlock__redis_extend(struct dlock_lock *l, int64_t ttl_ms, dlock__err *e);
 int dlock__redis_extend_start(struct dlock_lock *l, int64_t ttl_ms, dlock_pending **out,
                               dlock__err *e);
 int dlock__redis_check(struct dlock_lock *l, dlock__err *e);
+int dlock__redis_check_start(struct dlock_lock *l, dlock_pending **out, dlock__err *e);
 int dlock__redis_slot_claim(struct dlock_lock *l, int64_t period_ms, dlock_slot *out,
                             dlock__err *e);
 int dlock__redis_inspect(struct dlock_client *c, const char *name, dlock_holder *out,

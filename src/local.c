@@ -446,6 +446,13 @@ static int local_extend_start(dlock_lock *l, int64_t ttl_ms, dlock_pending **out
                           "a file:// client extends on its calling thread: use dlock_extend");
 }
 
+static int local_check_start(dlock_lock *l, dlock_pending **out, dlock__err *e)
+{
+    (void)l, (void)out;
+    return dlock__err_set(e, DLOCK_ERR_INVALID,
+                          "a file:// client checks on its calling thread: use dlock_check");
+}
+
 /* The calls a file:// client refuses as a whole, and why: each needs a server's clock,
  * its scripts or its channels (a count that a crashed buyer's lease returns needs a
  * clock and scripts only a server runs). */
@@ -487,6 +494,7 @@ const dlock__backend dlock__backend_file = {
     .detach = local_detach,
     .extend = local_extend,
     .extend_start = local_extend_start,
+    .check_start = local_check_start,
     .check = local_check,
     .slot_claim = local_slot_claim,
     .remaining_ms = local_remaining_ms,

@@ -76,37 +76,70 @@ static void views_free(views *v)
         free(v->node[i].list);
 }
 
-/* Ask every node what it holds for the name (and, when token is not "", what lease
- * that token has as a shared holder); v->node[i].ok tells who answered. Free v with
- * views_free, whatever this returns. */
+/* The INSPECT call of a name, with what it borrows for its EVAL form (the keys, the
+ * arguments), alive until its round is over. */
+typedef struct inspect_call {
+    dlock__keys k;
+    char most[16];
+    const char *args[6];
+    size_t lens[6];
+    dlock__call call;
+} inspect_call;
+
+static void inspect_call_free(inspect_call *ic)
+{
+    dlock__call_free(&ic->call); /* formatted or zeroed by dlock__call_format */
+    free(ic->k.buf);
+    ic->k.buf = NULL;
+}
+
+/* Format what every node holds for the name (and, when token is not "", what lease
+ * that token has as a shared holder). Free ic with inspect_call_free, whatever this
+ * returns. */
+static int inspect_format(dlock_client *c, const char *name, size_t name_len, const char *token,
+                          inspect_call *ic, dlock__err *e)
+{
+    memset(ic, 0, sizeof *ic);
+    int rc = dlock__keys_make(c->prefix, c->prefix_len, name, name_len, &ic->k, e);
+    if (rc != DLOCK_OK)
+        return rc;
+    const dlock__keys *k = &ic->k;
+    size_t mlen = (size_t)snprintf(ic->most, sizeof ic->most, "%d", DLOCK_INSPECT_SHARED_MAX);
+    const char *args[] = {k->lock, k->fence, k->holders, k->info, token, ic->most};
+    const size_t lens[] = {k->lock_len, k->fence_len,  k->holders_len,
+                           k->info_len, strlen(token), mlen};
+    memcpy(ic->args, args, sizeof args);
+    memcpy(ic->lens, lens, sizeof lens);
+    return dlock__call_format(&c->scripts, DLOCK_SCRIPT_INSPECT, 4, 6, ic->args, ic->lens,
+                              &ic->call, e);
+}
+
+/* The views of a finished INSPECT round: v->node[i].ok tells who answered. */
+static void inspect_parse(dlock_client *c, dlock__round *rd, views *v)
+{
+    memset(v->node, 0, sizeof v->node);
+    memset(&v->t, 0, sizeof v->t);
+    for (int i = 0; i < c->n; i++)
+        parse_view(&v->t, &rd->reqs[i], &rd->set->conns[i], &v->node[i]);
+    v->start_us = rd->start_us;
+    v->undecided_rc = dlock__tally_undecided(c, &v->t, rd->reqs, &v->undecided);
+}
+
+/* Ask every node what it holds for the name (inspect_format's call), in one blocking
+ * round. Free v with views_free, whatever this returns. */
 static int inspect_round(dlock_client *c, const char *name, size_t name_len, const char *token,
                          views *v, dlock__err *e)
 {
-    dlock__keys k;
-    dlock__call call;
+    inspect_call ic;
     dlock__round rd;
     memset(v->node, 0, sizeof v->node);
-    int rc = dlock__keys_make(c->prefix, c->prefix_len, name, name_len, &k, e);
-    if (rc != DLOCK_OK)
-        return rc;
-    char most[16];
-    snprintf(most, sizeof most, "%d", DLOCK_INSPECT_SHARED_MAX);
-    const char *args[] = {k.lock, k.fence, k.holders, k.info, token, most};
-    const size_t lens[] = {k.lock_len, k.fence_len,   k.holders_len,
-                           k.info_len, strlen(token), strlen(most)};
-    /* k.buf lives until the round is over: the call's EVAL form borrows the keys. */
-    rc = dlock__call_format(&c->scripts, DLOCK_SCRIPT_INSPECT, 4, 6, args, lens, &call, e);
+    int rc = inspect_format(c, name, name_len, token, &ic, e);
     if (rc == DLOCK_OK && (rc = dlock__round_begin(c, &rd, e)) == DLOCK_OK) {
-        dlock__round_run(c, &rd, &call, NULL, NULL);
-        memset(&v->t, 0, sizeof v->t);
-        for (int i = 0; i < c->n; i++)
-            parse_view(&v->t, &rd.reqs[i], &rd.set->conns[i], &v->node[i]);
-        v->start_us = rd.start_us;
-        v->undecided_rc = dlock__tally_undecided(c, &v->t, rd.reqs, &v->undecided);
+        dlock__round_run(c, &rd, &ic.call, NULL, NULL);
+        inspect_parse(c, &rd, v);
         dlock__round_end(c, &rd);
     }
-    dlock__call_free(&call); /* formatted or zeroed by dlock__call_format */
-    free(k.buf);
+    inspect_call_free(&ic);
     return rc;
 }
 
@@ -159,39 +192,156 @@ int dlock_check(dlock_lock *l)
     return dlock__err_raise(&e, l->client->backend->check(l, &e));
 }
 
-int dlock__redis_check(dlock_lock *l, dlock__err *e)
+/* What the views say of l's lock: DLOCK_OK with its validity updated, DLOCK_ERR_LOST
+ * (*lost: the caller marks the handle lost), or the error of a round that could not
+ * tell. */
+static int check_verdict(dlock_lock *l, const views *v, bool *lost, dlock__err *e)
 {
-    if (l->lost)
-        return dlock__err_set(e, DLOCK_ERR_LOST, "this handle already found the lock lost");
     dlock_client *c = l->client;
-    views v;
-    int rc = inspect_round(c, l->name, l->name_len, l->token, &v, e);
-    if (rc != DLOCK_OK) {
-        views_free(&v);
-        return rc;
-    }
-    long long pttl = quorum_pttl(c, &v, l->token);
-    int answered = c->n - v.t.failed, ours = 0;
+    long long pttl = quorum_pttl(c, v, l->token);
+    int answered = c->n - v->t.failed, ours = 0;
     for (int i = 0; i < c->n; i++)
-        ours += lease_of(&v.node[i], l->token) >= 0;
-    views_free(&v);
+        ours += lease_of(&v->node[i], l->token) >= 0;
+    *lost = false;
     if (pttl >= 0) {
         /* The servers' remaining lease, less drift, counted from the round's start.
          * PTTL is the server's word: no lease of ours is longer than DLOCK_TTL_MAX_MS. */
         if (pttl > DLOCK_TTL_MAX_MS)
             pttl = DLOCK_TTL_MAX_MS;
         int64_t validity = dlock__validity_us(pttl * 1000, 0, c->drift_factor, c->drift_min_us);
-        l->valid_until_us = v.start_us + (validity > 0 ? validity : 0);
+        l->valid_until_us = v->start_us + (validity > 0 ? validity : 0);
         return DLOCK_OK;
     }
     /* Nodes that answered without our token: if they leave no room for a quorum, the
      * lock is lost; otherwise too few answered to tell. */
     if (answered - ours > c->n - c->quorum) {
-        dlock__lock_lost(l);
+        *lost = true;
         return dlock__err_set(e, DLOCK_ERR_LOST, "the lock is not held with this token");
     }
-    *e = v.undecided;
-    return v.undecided_rc;
+    *e = v->undecided;
+    return v->undecided_rc;
+}
+
+int dlock__redis_check(dlock_lock *l, dlock__err *e)
+{
+    if (l->lost)
+        return dlock__err_set(e, DLOCK_ERR_LOST, "this handle already found the lock lost");
+    views v;
+    bool lost;
+    int rc = inspect_round(l->client, l->name, l->name_len, l->token, &v, e);
+    if (rc == DLOCK_OK)
+        rc = check_verdict(l, &v, &lost, e);
+    views_free(&v);
+    if (rc == DLOCK_ERR_LOST && lost)
+        dlock__lock_lost(l);
+    return rc;
+}
+
+/* A check in steps: the handle (the caller's), the call, and the verdict once the
+ * replies are in. */
+typedef struct checking {
+    dlock_pending base;
+    dlock_lock *l;
+    inspect_call ic;
+    dlock__step_round sr;
+    bool sent;    /* the round was started */
+    bool decided; /* rc and why hold the verdict */
+    bool lost;    /* the handle is still to be marked lost */
+    int rc;
+    dlock__err why;
+} checking;
+
+static int check_step(dlock_pending *base, dlock_lock **out, bool nowait, dlock__err *e)
+{
+    (void)out; /* a check hands out nothing */
+    checking *x = (checking *)base;
+    dlock_lock *l = x->l;
+    dlock_client *c = l->client;
+    if (!x->decided) {
+        if (!x->sent) {
+            if (nowait && !c->nowait_ok)
+                return dlock__pending_would_block(e);
+            int rc = dlock__step_round_begin(c, &x->sr, nowait, e);
+            if (rc != DLOCK_OK)
+                return rc;
+            dlock__round_start(c, x->sr.rd, &x->ic.call, NULL, NULL);
+            x->sent = true;
+        }
+        dlock__round *rd = x->sr.rd;
+        if (rd->set != c->pipe_set)
+            rd->set->post = nowait;
+        bool over = dlock__round_wait(rd, nowait);
+        x->base.in_flight = !over;
+        if (!over) {
+            x->base.fd = dlock__step_round_fd(&x->sr, &x->base.due_us);
+            return dlock__pending_again(e);
+        }
+        views v;
+        inspect_parse(c, rd, &v);
+        dlock__step_round_end(c, &x->sr);
+        x->rc = check_verdict(l, &v, &x->lost, &x->why);
+        views_free(&v);
+        x->decided = true;
+    }
+    /* A lock found lost is renewed no more: its renewal stops first, which waits for a
+     * renewal of it in flight (a step that would block). */
+    if (x->lost) {
+        if (!dlock__watchdog_remove(c, l, !nowait)) {
+            x->base.fd = -1;
+            x->base.due_us = dlock__now_us();
+            return dlock__pending_would_block(e);
+        }
+        dlock__lock_mark_lost(l);
+        x->lost = false;
+    }
+    *e = x->why;
+    return x->rc;
+}
+
+static void check_destroy(dlock_pending *base)
+{
+    checking *x = (checking *)base;
+    /* A check given up in flight was sent: its replies (a read) are left to a later
+     * round. */
+    if (x->base.in_flight)
+        dlock__flight_drop(&x->sr.rd->flight);
+    dlock__step_round_free(x->l->client, &x->sr);
+    inspect_call_free(&x->ic);
+    free(x);
+}
+
+/* A check of l in steps, no I/O yet (dlock__backend_redis's check_start). */
+int dlock__redis_check_start(dlock_lock *l, dlock_pending **out, dlock__err *e)
+{
+    if (l->lost)
+        return dlock__err_set(e, DLOCK_ERR_LOST, "this handle already found the lock lost");
+    checking *x = dlock__pending_new(sizeof *x, check_step, check_destroy);
+    if (x == NULL)
+        return dlock__err_set(e, DLOCK_ERR_NOMEM, "out of memory");
+    x->base.lockless = true;
+    x->l = l;
+    dlock__step_round_init(&x->sr, &x->base);
+    int rc = inspect_format(l->client, l->name, l->name_len, l->token, &x->ic, e);
+    if (rc != DLOCK_OK) {
+        check_destroy(&x->base);
+        return rc;
+    }
+    x->base.due_us = dlock__now_us();
+    *out = &x->base;
+    return DLOCK_OK;
+}
+
+int dlock_check_start(dlock_lock *l, dlock_pending **out)
+{
+    dlock__err e;
+    if (out != NULL)
+        *out = NULL;
+    int rc = dlock__lock_enter(l, &e);
+    if (rc == DLOCK_OK && out == NULL)
+        rc = dlock__err_set(&e, DLOCK_ERR_INVALID, "out is NULL");
+    if (rc != DLOCK_OK)
+        return dlock__err_raise(&e, rc);
+    return dlock__err_raise(&e, l->client->backend->check_start(l, out, &e));
 }
 
 /* Enter an inspect call: check the client and the name. */

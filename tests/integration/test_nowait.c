@@ -9,7 +9,7 @@
  * host name to look up, strict fences' second round, more rounds in flight than
  * DLOCK_NOWAIT_SETS_MAX) for dlock_pending_step to take, nothing lost; a pending
  * freed with its round in flight gives back whatever the round took; and the same of a
- * release in steps (dlock_release_start).
+ * release in steps (dlock_release_start) and a check in steps (dlock_check_start).
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -339,6 +339,55 @@ static void release_in_steps(void **state)
     dlock_client_free(c);
 }
 
+/* A check in steps (dlock_check_start): one step sends the servers' INSPECT and later
+ * ones take the replies: DLOCK_OK for a held lock, its validity renewed from the
+ * servers' word; DLOCK_ERR_LOST once its key is gone everywhere, the handle then lost
+ * (and no longer renewed); the handle stays the caller's throughout. A blocking step
+ * checks too. */
+static void check_in_steps(void **state)
+{
+    (void)state;
+    dlock_client *c = it_nodes_client();
+    dlock_opts o = {0};
+    o.ttl_ms = 3000;
+    o.auto_renew = 1;
+    dlock_lock *l = NULL;
+    assert_int_equal(dlock_acquire(c, "nw-check", &o, &l), DLOCK_OK);
+    dlock_pending *p = NULL;
+    assert_int_equal(dlock_check_start(l, &p), DLOCK_OK);
+    int handed_back = 0;
+    assert_int_equal(step_nowait(p, NULL), DLOCK_ERR_AGAIN);
+    assert_int_equal(dlock_pending_in_flight(p), 1);
+    assert_int_equal(drive(p, NULL, &handed_back), DLOCK_OK);
+    assert_int_equal(handed_back, 0);
+    dlock_pending_free(p);
+    assert_true(dlock_remaining_ms(l) > 2000);
+    /* The key deleted behind the holder's back on every node. */
+    char key[128];
+    it_key(key, sizeof key, "nw-check");
+    for (int i = 0; i < it_nodes; i++)
+        it_del(&it_node[i], key);
+    assert_int_equal(dlock_check_start(l, &p), DLOCK_OK);
+    /* Found lost while a renewal of it is in flight, the step is handed back. */
+    assert_int_equal(drive(p, NULL, &handed_back), DLOCK_ERR_LOST);
+    dlock_pending_free(p);
+    assert_int_equal(dlock_remaining_ms(l), 0);
+    assert_int_equal(dlock_check_start(l, &p), DLOCK_ERR_LOST);
+    assert_null(p);
+    assert_non_null(strstr(dlock_errmsg(), "already found the lock lost"));
+    assert_int_equal(dlock_lock_detach(l), DLOCK_OK);
+    /* Nothing renews it: the name stays free. */
+    dh_sleep_ms(1200);
+    for (int i = 0; i < it_nodes; i++)
+        assert_int_equal(it_exists(&it_node[i], key), 0);
+    l = it_acquire(c, "nw-check", 0);
+    assert_int_equal(dlock_check_start(l, &p), DLOCK_OK);
+    assert_int_equal(dlock_pending_step(p, NULL), DLOCK_OK);
+    dlock_pending_free(p);
+    assert_int_equal(dlock_release(l), DLOCK_OK);
+    dlock_client_free(c);
+}
+
 /* A release to a paused server ends in its deadline, no step waiting for it. */
 static void release_to_a_paused_server_holds_no_step(void **state)
 {
@@ -362,6 +411,9 @@ static void release_start_refused(dlock_client *local)
     dlock_lock *l = NULL;
     dlock_pending *p = NULL;
     assert_int_equal(dlock_acquire(local, "x", NULL, &l), DLOCK_OK);
+    assert_int_equal(dlock_check_start(l, &p), DLOCK_ERR_INVALID);
+    assert_null(p);
+    assert_non_null(strstr(dlock_errmsg(), "use dlock_check"));
     assert_int_equal(dlock_release_start(l, &p), DLOCK_ERR_INVALID);
     assert_null(p);
     assert_non_null(strstr(dlock_errmsg(), "file://"));
@@ -396,6 +448,9 @@ static void bad_arguments(void **state)
     assert_int_equal(dlock_release_start(NULL, &p), DLOCK_ERR_INVALID);
     assert_null(p);
     l = it_acquire(c, "nw-bad", 0);
+    assert_int_equal(dlock_check_start(NULL, &p), DLOCK_ERR_INVALID);
+    assert_null(p);
+    assert_int_equal(dlock_check_start(l, NULL), DLOCK_ERR_INVALID);   /* l stays the caller's */
     assert_int_equal(dlock_release_start(l, NULL), DLOCK_ERR_INVALID); /* l is freed */
     dlock_client_free(c);
     it_on_local_client("dlock-nowait", release_start_refused);
@@ -409,7 +464,7 @@ static void bad_arguments(void **state)
         cmocka_unit_test(paused_server_holds_no_step),                                             \
         cmocka_unit_test(freed_in_flight_gives_back),                                              \
         cmocka_unit_test(clients_that_would_block_hand_steps_back),                                \
-        cmocka_unit_test(release_in_steps)
+        cmocka_unit_test(release_in_steps), cmocka_unit_test(check_in_steps)
 
 int main(void)
 {

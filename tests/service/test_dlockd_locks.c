@@ -149,7 +149,8 @@ static long long remaining_ms(redisContext *c, const char *name)
     return ms;
 }
 
-/* CHECK says whether a token holds a name, from any connection, and changes nothing. */
+/* CHECK says whether a token holds a name, from any connection, and changes nothing.
+ * It is a check in steps on the loop: no job on the pool. */
 static void test_check(void **state)
 {
     (void)state;
@@ -157,9 +158,11 @@ static void test_check(void **state)
     const char *other = "0123456789abcdef0123456789abcdef";
     dt_lock l;
     dt_expect_lock(dt_cmd(a, "LOCK chk"), &l);
+    long jobs0 = dt_info(b, "pool_jobs");
     dt_expect_int(dt_cmd(a, "CHECK chk %s", l.token), 1); /* a's session lock, its handle */
     dt_expect_int(dt_cmd(b, "CHECK chk %s", l.token), 1); /* adopted by b */
     dt_expect_int(dt_cmd(b, "CHECK chk %s", other), 0);
+    assert_int_equal(dt_info(b, "pool_jobs"), jobs0);
     it_expect_holder(&it_srv, "chk", l.token);
     dt_expect_int(dt_cmd(a, "UNLOCK chk %s", l.token), 1);
     dt_expect_int(dt_cmd(a, "CHECK chk %s", l.token), 0);
