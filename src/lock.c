@@ -227,7 +227,7 @@ int dlock__redis_check(dlock_lock *l, dlock__err *e)
     if (l->lost)
         return dlock__err_set(e, DLOCK_ERR_LOST, "this handle already found the lock lost");
     views v;
-    bool lost;
+    bool lost = false;
     int rc = inspect_round(l->client, l->name, l->name_len, l->token, &v, e);
     if (rc == DLOCK_OK)
         rc = check_verdict(l, &v, &lost, e);
