@@ -52,15 +52,9 @@ static int extend_step(dlock_pending *base, dlock_lock **out, bool nowait, dlock
         dlock__round_start(c, x->sr.rd, &x->call, dlock__vote_one, NULL);
         x->sent = true;
     }
-    dlock__round *rd = x->sr.rd;
-    if (rd->set != c->pipe_set)
-        rd->set->post = nowait;
-    bool over = dlock__round_wait(rd, nowait);
-    x->base.in_flight = !over;
-    if (!over) {
-        x->base.fd = dlock__step_round_fd(&x->sr, &x->base.due_us);
+    if (!dlock__step_round_over(c, &x->sr, &x->base, nowait))
         return dlock__pending_again(e);
-    }
+    dlock__round *rd = x->sr.rd;
     int64_t start = rd->start_us;
     int rc = dlock__round_yes_no_outcome(c, rd, "extend", DLOCK_ERR_LOST, dlock__not_ours, 1, e);
     dlock__step_round_end(c, &x->sr);

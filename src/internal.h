@@ -443,6 +443,11 @@ int dlock__step_round_begin(struct dlock_client *c, dlock__step_round *sr, bool 
  * all it waits for, to read; else the epoll set of the round's connection set), and in *due_us the
  * next deadline; -1 when the set cannot be made (*due_us is then soon, so that the steps poll). */
 int dlock__step_round_fd(dlock__step_round *sr, int64_t *due_us);
+/* The wait of an operation of one round (a release, an extension, a check): true once
+ * its replies are in; false while it is in flight, p then parked on the round
+ * (p->in_flight, p->fd and p->due_us set). A nowait step posts what it writes. */
+bool dlock__step_round_over(struct dlock_client *c, dlock__step_round *sr, dlock_pending *p,
+                            bool nowait);
 /* The round is over: its replies freed, its set given back. */
 void dlock__step_round_end(struct dlock_client *c, dlock__step_round *sr);
 /* dlock__step_round_end, and the round freed. */

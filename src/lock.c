@@ -267,17 +267,10 @@ static int check_step(dlock_pending *base, dlock_lock **out, bool nowait, dlock_
             dlock__round_start(c, x->sr.rd, &x->ic.call, NULL, NULL);
             x->sent = true;
         }
-        dlock__round *rd = x->sr.rd;
-        if (rd->set != c->pipe_set)
-            rd->set->post = nowait;
-        bool over = dlock__round_wait(rd, nowait);
-        x->base.in_flight = !over;
-        if (!over) {
-            x->base.fd = dlock__step_round_fd(&x->sr, &x->base.due_us);
+        if (!dlock__step_round_over(c, &x->sr, &x->base, nowait))
             return dlock__pending_again(e);
-        }
         views v;
-        inspect_parse(c, rd, &v);
+        inspect_parse(c, x->sr.rd, &v);
         dlock__step_round_end(c, &x->sr);
         x->rc = check_verdict(l, &v, &x->lost, &x->why);
         views_free(&v);

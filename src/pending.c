@@ -242,6 +242,18 @@ int dlock__step_round_begin(dlock_client *c, dlock__step_round *sr, bool nowait,
     return DLOCK_OK;
 }
 
+bool dlock__step_round_over(dlock_client *c, dlock__step_round *sr, dlock_pending *p, bool nowait)
+{
+    dlock__round *rd = sr->rd;
+    if (rd->set != c->pipe_set)
+        rd->set->post = nowait;
+    bool over = dlock__round_wait(rd, nowait);
+    p->in_flight = !over;
+    if (!over)
+        p->fd = dlock__step_round_fd(sr, &p->due_us);
+    return over;
+}
+
 int dlock__step_round_fd(dlock__step_round *sr, int64_t *due_us)
 {
     struct pollfd pfd[DLOCK_SERVERS_MAX];

@@ -154,15 +154,9 @@ static int release_step(dlock_pending *base, dlock_lock **out, bool nowait, dloc
         dlock__round_start(c, r->sr.rd, &r->call, dlock__vote_one, NULL);
         r->sent = true;
     }
-    dlock__round *rd = r->sr.rd;
-    if (rd->set != c->pipe_set)
-        rd->set->post = nowait;
-    bool over = dlock__round_wait(rd, nowait);
-    r->base.in_flight = !over;
-    if (!over) {
-        r->base.fd = dlock__step_round_fd(&r->sr, &r->base.due_us);
+    if (!dlock__step_round_over(c, &r->sr, &r->base, nowait))
         return dlock__pending_again(e);
-    }
+    dlock__round *rd = r->sr.rd;
     tell_waiters(c, r, rd);
     int rc = dlock__round_yes_no_outcome(c, rd, "release", DLOCK_ERR_LOST, dlock__not_ours,
                                          r->heir.member != NULL ? LLONG_MAX : 1, e);
