@@ -307,6 +307,34 @@ void dt_expect_close_serves(redisContext *holder, redisContext *waiter, dt_lock 
     assert_true(took < bound_ms);
 }
 
+void dt_serve_in_turn(redisContext **w, bool *served, int n, const char *prefix, int names,
+                      long long *last_fence, int64_t deadline_ms)
+{
+    int done = 0;
+    for (int i = 0; i < n; i++)
+        done += served[i];
+    struct pollfd *p = calloc((size_t)n, sizeof *p);
+    assert_non_null(p);
+    while (done < n) {
+        assert_true(dh_now_ms() < deadline_ms);
+        for (int i = 0; i < n; i++)
+            p[i] = (struct pollfd){.fd = served[i] ? -1 : w[i]->fd, .events = POLLIN};
+        assert_true(poll(p, (nfds_t)n, 1000) >= 0);
+        for (int i = 0; i < n; i++) {
+            if (!(p[i].revents & POLLIN))
+                continue;
+            dt_lock l;
+            dt_expect_lock(dt_reply(w[i]), &l);
+            assert_true(l.fence > last_fence[i % names]);
+            last_fence[i % names] = l.fence;
+            dt_expect_int(dt_cmd(w[i], "UNLOCK %s-%d %s", prefix, i % names, l.token), 1);
+            served[i] = true;
+            done++;
+        }
+    }
+    free(p);
+}
+
 int dt_raw(const dt_daemon *d)
 {
     int fd = connect_port(d->port);

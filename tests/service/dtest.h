@@ -132,6 +132,13 @@ void dt_expect_lock(redisReply *r, dt_lock *out);
 void dt_expect_close_serves(redisContext *holder, redisContext *waiter, dt_lock *got,
                             const char *fig, int64_t bound_ms);
 
+/* Waiters w[0..n), each of which sent `LOCK <prefix>-<i % names> WAIT ...`, served in
+ * turn as the names pass from hand to hand: every one not served[] yet gets its grant,
+ * with a fence above the last of its name (last_fence[names], updated), and UNLOCKs it
+ * at once, which serves the next; all of them before deadline_ms (dh_now_ms). */
+void dt_serve_in_turn(redisContext **w, bool *served, int n, const char *prefix, int names,
+                      long long *last_fence, int64_t deadline_ms);
+
 /* A raw TCP socket to d (blocking, CLOEXEC). Asserts. */
 int dt_raw(const dt_daemon *d);
 /* Write all of p. Asserts. */

@@ -15,7 +15,6 @@
 #include "dtest.h"
 #include "itest.h"
 
-#include <poll.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -370,24 +369,7 @@ static void test_many_waiters(void **state)
         dt_expect_int(dt_cmd(holder, "UNLOCK many-%d %s", i, held[i].token), 1);
     /* Each waiter served unlocks at once, which serves the next of its name. */
     long long last_fence[NAMES] = {0};
-    for (int done = 0; done < WAITERS;) {
-        assert_true(dh_now_ms() < deadline);
-        struct pollfd p[WAITERS];
-        for (int i = 0; i < WAITERS; i++)
-            p[i] = (struct pollfd){.fd = served[i] ? -1 : w[i]->fd, .events = POLLIN};
-        assert_true(poll(p, WAITERS, 1000) >= 0);
-        for (int i = 0; i < WAITERS; i++) {
-            if (!(p[i].revents & POLLIN))
-                continue;
-            dt_lock l;
-            dt_expect_lock(dt_reply(w[i]), &l);
-            assert_true(l.fence > last_fence[i % NAMES]);
-            last_fence[i % NAMES] = l.fence;
-            dt_expect_int(dt_cmd(w[i], "UNLOCK many-%d %s", i % NAMES, l.token), 1);
-            served[i] = true;
-            done++;
-        }
-    }
+    dt_serve_in_turn(w, served, WAITERS, "many", NAMES, last_fence, deadline);
     print_message("FIG dlockd_%d_waiters_served_ms %lld ms\n", WAITERS,
                   (long long)(dh_now_ms() - t0));
     assert_int_equal(dt_info(holder, "blocked_clients"), 0);

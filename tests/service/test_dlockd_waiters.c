@@ -16,7 +16,6 @@
 #include "dtest.h"
 #include "itest.h"
 
-#include <poll.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -76,25 +75,8 @@ static void test_waiters_refresh_on_the_loop(void **state)
     long long last_fence[NAMES];
     for (int i = 0; i < NAMES; i++)
         last_fence[i] = held[i].fence;
-    deadline = dh_now_ms() + 20000 * dh_slack();
-    for (int done = LEAVERS; done < WAITERS;) {
-        assert_true(dh_now_ms() < deadline);
-        struct pollfd p[WAITERS];
-        for (int i = 0; i < WAITERS; i++)
-            p[i] = (struct pollfd){.fd = served[i] ? -1 : w[i]->fd, .events = POLLIN};
-        assert_true(poll(p, WAITERS, 1000) >= 0);
-        for (int i = 0; i < WAITERS; i++) {
-            if (!(p[i].revents & POLLIN))
-                continue;
-            dt_lock l;
-            dt_expect_lock(dt_reply(w[i]), &l);
-            assert_true(l.fence > last_fence[i % NAMES]);
-            last_fence[i % NAMES] = l.fence;
-            dt_expect_int(dt_cmd(w[i], "UNLOCK refresh-%d %s", i % NAMES, l.token), 1);
-            served[i] = true;
-            done++;
-        }
-    }
+    dt_serve_in_turn(w, served, WAITERS, "refresh", NAMES, last_fence,
+                     dh_now_ms() + 20000 * dh_slack());
     assert_int_equal(dt_info(mon, "blocked_clients"), 0);
     for (int i = 0; i < NAMES; i++) {
         char name[32], key[64];
