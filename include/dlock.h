@@ -562,6 +562,16 @@ DLOCK_API int dlock_inspect(dlock_client *c, const char *name, dlock_holder *out
 DLOCK_API int dlock_inspect_shared(dlock_client *c, const char *name, dlock_holder *out, int max,
                                    int *n, int64_t *total);
 
+/* dlock_inspect in steps, for an event loop (see dlock_acquire_start), with
+ * dlock_inspect_shared's list from the same round: no I/O yet. The step that ends
+ * with DLOCK_OK (out NULL) has filled *holder as dlock_inspect does and, when shared
+ * is not NULL and the name has shared holders (holder->shared > 0), shared[0 .. *n)
+ * as dlock_inspect_shared does with max (*n stays 0 otherwise). holder, shared and n
+ * are the caller's and must outlive the pending. A file:// client: DLOCK_ERR_INVALID
+ * (use dlock_inspect). */
+DLOCK_API int dlock_inspect_start(dlock_client *c, const char *name, dlock_holder *holder,
+                                  dlock_holder *shared, int max, int *n, dlock_pending **out);
+
 /*
  * ---- Listing the held locks, for operators ------------------------------------------
  */

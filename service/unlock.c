@@ -1,6 +1,6 @@
 /*
- * unlock.c: UNLOCK, a release in steps, EXTEND, an extension in steps, and CHECK, a
- * check in steps (park.c), and LOCKINFO, one job on the pool.
+ * unlock.c: UNLOCK, a release in steps, EXTEND, an extension in steps, CHECK, a
+ * check in steps, and LOCKINFO, an inspect in steps (park.c).
  *
  * LOCKINFO names who holds a name: the holder description each holder's lock carries
  * (for a lock taken through dlockd, the client's label or name, its address, and the
@@ -144,12 +144,6 @@ static const dd_steps extend_steps = {
     .drop = extend_drop,
 };
 
-static void simple_done(dd_job *j)
-{
-    dd_job_answer(j);
-    dd_job_free(j);
-}
-
 void dd_cmd_extend(dd_conn *c, resp_arg *argv, size_t argc, dd_buf *out)
 {
     (void)argc;
@@ -219,80 +213,91 @@ void dd_cmd_check(dd_conn *c, resp_arg *argv, size_t argc, dd_buf *out)
 
 /* ---- LOCKINFO ----------------------------------------------------------------------- */
 
+/* A LOCKINFO's name, and where the inspect in steps puts its answer. */
+typedef struct lockinfo_args {
+    char *name;
+    dlock_holder holder;
+    dlock_holder *shared; /* DLOCK_INSPECT_SHARED_MAX of them */
+    int n;
+} lockinfo_args;
+
+static void lockinfo_args_free(void *p)
+{
+    lockinfo_args *a = p;
+    free(a->name);
+    free(a->shared);
+    free(a);
+}
+
 static void reply_holder(dd_buf *b, const dlock_holder *h)
 {
     dd_reply_bulk(b, h->description, strnlen(h->description, sizeof h->description));
 }
 
-/* The holder field of a name shared holders hold: each one's description, the longest
- * lease first (at most DLOCK_INSPECT_SHARED_MAX; "shared" says how many there are). */
-static int reply_shared_holders(dd_buf *b, const char *name)
+static void lockinfo_finish(dd_job *j, dlock_lock *l)
 {
-    dlock_holder *all = calloc(DLOCK_INSPECT_SHARED_MAX, sizeof *all);
-    if (all == NULL)
-        abort();
-    int n = 0;
-    int64_t total = 0;
-    int rc = dlock_inspect_shared(dd_srv.client, name, all, DLOCK_INSPECT_SHARED_MAX, &n, &total);
-    if (rc == DLOCK_OK) {
-        dd_reply_array(b, (size_t)n);
-        for (int i = 0; i < n; i++)
-            reply_holder(b, &all[i]);
-    }
-    free(all);
-    return rc;
-}
-
-static void lockinfo_work(dd_job *j)
-{
-    dd_lock_args *a = j->args;
-    dlock_holder h;
-    int rc = dlock_inspect(dd_srv.client, a->name, &h);
-    if (rc != DLOCK_OK) {
-        dd_reply_dlock_error(&j->reply, rc);
+    (void)l;
+    lockinfo_args *a = j->args;
+    const dlock_holder *h = &a->holder;
+    if (j->rc != DLOCK_OK) {
+        dd_reply_dlock_error(&j->reply, j->rc);
         return;
     }
-    dd_buf b = {0};
-    dd_reply_array(&b, h.shared > 0 ? 10 : 8);
-    dd_reply_cstr(&b, "state");
-    dd_reply_cstr(&b, h.held ? "held" : "free");
-    dd_reply_cstr(&b, "holder");
+    dd_buf *b = &j->reply;
+    dd_reply_array(b, h->shared > 0 ? 10 : 8);
+    dd_reply_cstr(b, "state");
+    dd_reply_cstr(b, h->held ? "held" : "free");
+    dd_reply_cstr(b, "holder");
     /* Who holds it: the exclusive holder's description, the shared holders' as an
-     * array, nil when free. */
-    if (h.held && h.shared > 0)
-        rc = reply_shared_holders(&b, a->name);
-    else if (h.held)
-        reply_holder(&b, &h);
-    else
-        dd_reply_nil(&b);
-    if (rc != DLOCK_OK) {
-        dd_buf_free(&b);
-        dd_reply_dlock_error(&j->reply, rc);
-        return;
+     * array (the longest lease first; "shared" says how many there are), nil when
+     * free. */
+    if (h->held && h->shared > 0) {
+        dd_reply_array(b, (size_t)a->n);
+        for (int i = 0; i < a->n; i++)
+            reply_holder(b, &a->shared[i]);
+    } else if (h->held) {
+        reply_holder(b, h);
+    } else {
+        dd_reply_nil(b);
     }
-    dd_reply_cstr(&b, "remaining_ms");
-    dd_reply_int(&b, h.held ? h.remaining_ms : 0);
-    dd_reply_cstr(&b, "fence");
-    dd_reply_int(&b, (long long)h.fence);
-    if (h.shared > 0) {
-        dd_reply_cstr(&b, "shared");
-        dd_reply_int(&b, h.shared);
+    dd_reply_cstr(b, "remaining_ms");
+    dd_reply_int(b, h->held ? h->remaining_ms : 0);
+    dd_reply_cstr(b, "fence");
+    dd_reply_int(b, (long long)h->fence);
+    if (h->shared > 0) {
+        dd_reply_cstr(b, "shared");
+        dd_reply_int(b, h->shared);
     }
-    dd_buf_move(&j->reply, &b);
-    dd_buf_free(&b);
 }
 
+static const dd_steps lockinfo_steps = {
+    .finish = lockinfo_finish,
+    .settle = unlock_settle,
+    .undo = unlock_undo, /* an inspect takes nothing */
+};
+
+/* A LOCKINFO is an inspect in steps (park.c), on the loop unless a step would block:
+ * one round tells the holder and, for a name held shared, every shared holder. */
 void dd_cmd_lockinfo(dd_conn *c, resp_arg *argv, size_t argc, dd_buf *out)
 {
     (void)argc;
-    dd_lock_args *a;
-    dd_job *j = dd_lock_job(c, &a);
+    dd_job *j = dd_job_new(c);
+    lockinfo_args *a = dd_job_args(j, sizeof *a, lockinfo_args_free);
     a->name = dd_arg_dup(&argv[1], "lock name", DLOCK_NAME_MAX, out);
     if (a->name == NULL) {
         dd_job_free(j);
         return;
     }
-    j->work = lockinfo_work;
-    j->done = simple_done;
-    dd_job_queue(j);
+    a->shared = calloc(DLOCK_INSPECT_SHARED_MAX, sizeof *a->shared);
+    if (a->shared == NULL)
+        abort();
+    int rc = dlock_inspect_start(dd_srv.client, a->name, &a->holder, a->shared,
+                                 DLOCK_INSPECT_SHARED_MAX, &a->n, &j->pending);
+    if (rc != DLOCK_OK) {
+        dd_reply_dlock_error(out, rc);
+        dd_job_free(j);
+        return;
+    }
+    j->steps = &lockinfo_steps;
+    dd_step(j);
 }

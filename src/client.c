@@ -367,6 +367,7 @@ const dlock__backend dlock__backend_redis = {
     .hold_free = NULL,
     .inspect = dlock__redis_inspect,
     .inspect_shared = dlock__redis_inspect_shared,
+    .inspect_start = dlock__redis_inspect_start,
     .list = dlock__redis_list,
     .where = dlock__redis_where,
     .nservers = redis_nservers,

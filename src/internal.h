@@ -68,6 +68,7 @@
  *               round.c     one round to N nodes and its vote; validity; tallies
  *   calls       internal.h  this file: what the public calls share
  *               list.h      what list.c and list_merge.c share
+ *               views.h     what views.c, lock.c and inspect.c share: an INSPECT round
  *               stock.h     what the stock's files share
  *               subscriber.h  the subscriber thread, for its users
  *               handle.c    the dlock_lock handle, argument checks, accessors
@@ -87,7 +88,11 @@
  *                           flight
  *               release.c   dlock_release, in one call or in steps
  *               extend.c    dlock_extend, in one call or in steps
- *               lock.c      check, inspect (and the shared holders)
+ *               views.c     one INSPECT round (what every node holds for a name), in
+ *                           one call or in steps, and the quorum's view of it
+ *               lock.c      check, in one call or in steps; a lock found lost
+ *               inspect.c   inspect: a name's holder, its shared holders, in one call
+ *                           or in steps (dlockd's LOCKINFO)
  *               list.c      dlock_list: every held name, a page of them per round trip
  *                           (SCAN in a script), every master of a cluster
  *               list_merge.c     one name's views merged as a quorum sees them
@@ -624,6 +629,9 @@ typedef struct dlock__backend {
     int (*inspect)(struct dlock_client *c, const char *name, dlock_holder *out, dlock__err *e);
     int (*inspect_shared)(struct dlock_client *c, const char *name, dlock_holder *out, int max,
                           int *n, int64_t *total, dlock__err *e);
+    /* dlock_inspect_start, on a checked client and name (holder zeroed, *n 0). */
+    int (*inspect_start)(struct dlock_client *c, const char *name, dlock_holder *holder,
+                         dlock_holder *shared, int max, int *n, dlock_pending **out, dlock__err *e);
     /* dlock_list: the records of every held name into it (it->c and it->pattern set;
      * list.c sorts them after), and whose records the ones of node are, for messages. */
     int (*list)(struct dlock_lister *it, dlock__err *e);
@@ -666,6 +674,9 @@ int dlock__redis_inspect(struct dlock_client *c, const char *name, dlock_holder 
                          dlock__err *e);
 int dlock__redis_inspect_shared(struct dlock_client *c, const char *name, dlock_holder *out,
                                 int max, int *n, int64_t *total, dlock__err *e);
+int dlock__redis_inspect_start(struct dlock_client *c, const char *name, dlock_holder *holder,
+                               dlock_holder *shared, int max, int *n, dlock_pending **out,
+                               dlock__err *e);
 int dlock__redis_list(struct dlock_lister *it, dlock__err *e);
 const char *dlock__redis_where(const struct dlock_client *c, int node);
 /* What is left of l's lease on this host's clock (handle.c): rounded down, never a

@@ -453,6 +453,15 @@ static int local_check_start(dlock_lock *l, dlock_pending **out, dlock__err *e)
                           "a file:// client checks on its calling thread: use dlock_check");
 }
 
+static int local_inspect_start(dlock_client *c, const char *name, dlock_holder *holder,
+                               dlock_holder *shared, int max, int *n, dlock_pending **out,
+                               dlock__err *e)
+{
+    (void)c, (void)name, (void)holder, (void)shared, (void)max, (void)n, (void)out;
+    return dlock__err_set(e, DLOCK_ERR_INVALID,
+                          "a file:// client inspects on its calling thread: use dlock_inspect");
+}
+
 /* The calls a file:// client refuses as a whole, and why: each needs a server's clock,
  * its scripts or its channels (a count that a crashed buyer's lease returns needs a
  * clock and scripts only a server runs). */
@@ -501,6 +510,7 @@ const dlock__backend dlock__backend_file = {
     .hold_free = local_hold_free,
     .inspect = dlock__local_inspect,
     .inspect_shared = dlock__local_inspect_shared,
+    .inspect_start = local_inspect_start,
     .list = dlock__local_list,
     .where = local_where,
     .nservers = local_nservers,

@@ -9,7 +9,8 @@
  * host name to look up, strict fences' second round, more rounds in flight than
  * DLOCK_NOWAIT_SETS_MAX) for dlock_pending_step to take, nothing lost; a pending
  * freed with its round in flight gives back whatever the round took; and the same of a
- * release in steps (dlock_release_start) and a check in steps (dlock_check_start).
+ * release in steps (dlock_release_start), a check in steps (dlock_check_start) and an
+ * inspect in steps (dlock_inspect_start).
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -388,6 +389,79 @@ static void check_in_steps(void **state)
     dlock_client_free(c);
 }
 
+/* An inspect in steps (dlock_inspect_start) answers as dlock_inspect and
+ * dlock_inspect_shared do, from one round: one step sends INSPECT, a later one reads it. */
+static void inspect_in_steps(void **state)
+{
+    (void)state;
+    dlock_client *c = it_nodes_client();
+    dlock_holder h, want, shared[4], want_shared[4];
+    int n = -1, handed_back = 0;
+    dlock_pending *p = NULL;
+    /* Free. */
+    assert_int_equal(dlock_inspect_start(c, "nw-inspect", &h, shared, 4, &n, &p), DLOCK_OK);
+    assert_int_equal(n, 0);
+    assert_int_equal(step_nowait(p, NULL), DLOCK_ERR_AGAIN);
+    assert_int_equal(dlock_pending_in_flight(p), 1);
+    assert_int_equal(drive(p, NULL, &handed_back), DLOCK_OK);
+    dlock_pending_free(p);
+    assert_int_equal(h.held, 0);
+    assert_int_equal(n, 0);
+    /* Held: the holder, its lease and fence, as dlock_inspect says. */
+    dlock_opts o = {0};
+    o.label = "nightly";
+    dlock_lock *l = NULL;
+    assert_int_equal(dlock_acquire(c, "nw-inspect", &o, &l), DLOCK_OK);
+    assert_int_equal(dlock_inspect_start(c, "nw-inspect", &h, NULL, 0, NULL, &p), DLOCK_OK);
+    assert_int_equal(drive(p, NULL, &handed_back), DLOCK_OK);
+    dlock_pending_free(p);
+    assert_int_equal(dlock_inspect(c, "nw-inspect", &want), DLOCK_OK);
+    assert_int_equal(h.held, 1);
+    assert_string_equal(h.token, dlock_token(l));
+    assert_string_equal(h.description, want.description);
+    assert_non_null(strstr(h.description, "nightly"));
+    assert_int_equal(h.fence, dlock_fence(l));
+    assert_true(h.remaining_ms > 0 && h.remaining_ms <= want.remaining_ms + 50);
+    assert_int_equal(h.shared, 0);
+    assert_int_equal(dlock_release(l), DLOCK_OK);
+    /* Shared: both holders listed from the same round, as dlock_inspect_shared lists
+     * them. */
+    dlock_lock *s1 = NULL, *s2 = NULL;
+    o.shared = 1;
+    assert_int_equal(dlock_acquire(c, "nw-inspect", &o, &s1), DLOCK_OK);
+    o.label = "second";
+    assert_int_equal(dlock_acquire(c, "nw-inspect", &o, &s2), DLOCK_OK);
+    assert_int_equal(dlock_inspect_start(c, "nw-inspect", &h, shared, 4, &n, &p), DLOCK_OK);
+    assert_int_equal(drive(p, NULL, &handed_back), DLOCK_OK);
+    dlock_pending_free(p);
+    int wn = 0;
+    int64_t total = 0;
+    assert_int_equal(dlock_inspect_shared(c, "nw-inspect", want_shared, 4, &wn, &total), DLOCK_OK);
+    assert_int_equal(h.held, 1);
+    assert_int_equal(h.shared, 2);
+    assert_int_equal(n, 2);
+    assert_int_equal(wn, 2);
+    assert_int_equal(total, 2);
+    for (int i = 0; i < 2; i++)
+        assert_string_equal(shared[i].token, want_shared[i].token);
+    /* At most max listed; shared NULL lists none. */
+    assert_int_equal(dlock_inspect_start(c, "nw-inspect", &h, shared, 1, &n, &p), DLOCK_OK);
+    assert_int_equal(dlock_pending_step(p, NULL), DLOCK_OK);
+    dlock_pending_free(p);
+    assert_int_equal(n, 1);
+    assert_int_equal(h.shared, 2);
+    /* Freed with its round in flight: the next round of the client is unharmed. */
+    assert_int_equal(dlock_inspect_start(c, "nw-inspect", &h, shared, 4, &n, &p), DLOCK_OK);
+    assert_int_equal(step_nowait(p, NULL), DLOCK_ERR_AGAIN);
+    dlock_pending_free(p);
+    assert_int_equal(dlock_inspect(c, "nw-inspect", &want), DLOCK_OK);
+    assert_int_equal(want.shared, 2);
+    assert_int_equal(handed_back, 0);
+    assert_int_equal(dlock_release(s1), DLOCK_OK);
+    assert_int_equal(dlock_release(s2), DLOCK_OK);
+    dlock_client_free(c);
+}
+
 /* A release to a paused server ends in its deadline, no step waiting for it. */
 static void release_to_a_paused_server_holds_no_step(void **state)
 {
@@ -417,6 +491,10 @@ static void release_start_refused(dlock_client *local)
     assert_int_equal(dlock_release_start(l, &p), DLOCK_ERR_INVALID);
     assert_null(p);
     assert_non_null(strstr(dlock_errmsg(), "file://"));
+    dlock_holder h;
+    assert_int_equal(dlock_inspect_start(local, "x", &h, NULL, 0, NULL, &p), DLOCK_ERR_INVALID);
+    assert_null(p);
+    assert_non_null(strstr(dlock_errmsg(), "use dlock_inspect"));
 }
 
 static void bad_arguments(void **state)
@@ -452,6 +530,19 @@ static void bad_arguments(void **state)
     assert_null(p);
     assert_int_equal(dlock_check_start(l, NULL), DLOCK_ERR_INVALID);   /* l stays the caller's */
     assert_int_equal(dlock_release_start(l, NULL), DLOCK_ERR_INVALID); /* l is freed */
+    /* An inspect in steps: its answer's places, and the name, checked. */
+    dlock_holder h, sh[1];
+    int n = 0;
+    assert_int_equal(dlock_inspect_start(c, "x", &h, NULL, 0, NULL, NULL), DLOCK_ERR_INVALID);
+    assert_int_equal(dlock_inspect_start(c, "x", NULL, NULL, 0, NULL, &p), DLOCK_ERR_INVALID);
+    assert_null(p);
+    assert_int_equal(dlock_inspect_start(c, "x", &h, sh, 1, NULL, &p), DLOCK_ERR_INVALID);
+    assert_int_equal(dlock_inspect_start(c, "x", &h, NULL, 1, &n, &p), DLOCK_ERR_INVALID);
+    assert_int_equal(dlock_inspect_start(c, "x", &h, sh, -1, &n, &p), DLOCK_ERR_INVALID);
+    assert_int_equal(dlock_inspect_start(NULL, "x", &h, NULL, 0, NULL, &p), DLOCK_ERR_INVALID);
+    assert_int_equal(dlock_inspect_start(c, NULL, &h, NULL, 0, NULL, &p), DLOCK_ERR_INVALID);
+    assert_int_equal(dlock_inspect_start(c, "", &h, NULL, 0, NULL, &p), DLOCK_ERR_INVALID);
+    assert_null(p);
     dlock_client_free(c);
     it_on_local_client("dlock-nowait", release_start_refused);
 }
@@ -464,7 +555,8 @@ static void bad_arguments(void **state)
         cmocka_unit_test(paused_server_holds_no_step),                                             \
         cmocka_unit_test(freed_in_flight_gives_back),                                              \
         cmocka_unit_test(clients_that_would_block_hand_steps_back),                                \
-        cmocka_unit_test(release_in_steps), cmocka_unit_test(check_in_steps)
+        cmocka_unit_test(release_in_steps), cmocka_unit_test(check_in_steps),                      \
+        cmocka_unit_test(inspect_in_steps)
 
 int main(void)
 {

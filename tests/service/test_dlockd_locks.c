@@ -79,7 +79,10 @@ static void test_extend_and_lockinfo(void **state)
 {
     (void)state;
     redisContext *a = dt_connect(&dt_one);
+    /* A LOCKINFO is an inspect in steps on the loop: no job on the pool. */
+    long jobs0 = dt_info(a, "pool_jobs");
     redisReply *r = dt_cmd(a, "LOCKINFO info-name");
+    assert_int_equal(dt_info(a, "pool_jobs"), jobs0);
     assert_int_equal(r->type, REDIS_REPLY_ARRAY);
     assert_int_equal(r->elements, 8);
     assert_string_equal(r->element[0]->str, "state");
@@ -121,10 +124,17 @@ static void test_extend_and_lockinfo(void **state)
     dt_lock s1, s2;
     dt_expect_lock(dt_cmd(a, "LOCK info-shared SHARED"), &s1);
     dt_expect_lock(dt_cmd(b, "LOCK info-shared SHARED"), &s2);
+    jobs0 = dt_info(a, "pool_jobs");
     r = dt_cmd(a, "LOCKINFO info-shared");
+    assert_int_equal(dt_info(a, "pool_jobs"), jobs0);
     assert_int_equal(r->type, REDIS_REPLY_ARRAY);
     assert_int_equal(r->elements, 10);
     assert_string_equal(r->element[1]->str, "held");
+    /* Both holders, from the same round. */
+    assert_int_equal(r->element[3]->type, REDIS_REPLY_ARRAY);
+    assert_int_equal(r->element[3]->elements, 2);
+    for (size_t i = 0; i < 2; i++)
+        assert_non_null(strstr(r->element[3]->element[i]->str, "dlockd"));
     assert_string_equal(r->element[8]->str, "shared");
     assert_int_equal(r->element[9]->integer, 2);
     freeReplyObject(r);
