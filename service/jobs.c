@@ -3,11 +3,11 @@
  *
  * A library call can block for the client's timeout when a lock server is slow, so
  * every call that talks to the servers runs as a job on the pool (work() on a pool
- * thread, done() on the loop), except the nowait steps of a LOCK, an UNLOCK or an EXTEND
- * (park.c). A connection has at most one job in flight (it is busy meanwhile), and its
- * steps on the loop run only while none is, so its session handles and its pending
- * acquisition are used by one thread at a time. Jobs are never canceled: each must run to free
- * what it holds.
+ * thread, done() on the loop), except the nowait steps of the operations in steps
+ * (park.c; a closed connection's releases, sessions.c). A connection has at most one job in flight
+ * (it is busy meanwhile), and its steps on the loop run only while none is, so its session handles
+ * and its pending acquisition are used by one thread at a time. Jobs are never canceled: each must
+ * run to free what it holds.
  */
 #include "dlockd.h"
 

@@ -3,13 +3,14 @@
  *
  * A session lock (LOCK without DETACHED, a SEM ACQUIRE's permit, an ELECT's
  * leadership) is held while its connection is open: the library renews it, and the
- * connection's close releases it on the pool. The list of a connection's sessions is
- * the locks module's state in it, in the slot it took at the start (c->mod[slot]); the
- * core knows it only through the hooks registered here: a connection that closes, or
- * is told to end, has its sessions released.
+ * connection's close releases it, in steps on the loop as an UNLOCK releases. The list of a
+ * connection's sessions is the locks module's state in it, in the slot it took at the start
+ * (c->mod[slot]); the core knows it only through the hooks registered here: a connection that
+ * closes, or is told to end, has its sessions released.
  */
 #include "dlockd.h"
 
+#include <poll.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -106,24 +107,38 @@ void dd_session_free(dd_session *s)
 static pthread_mutex_t release_mu = PTHREAD_MUTEX_INITIALIZER;
 static char release_error[256];
 
+/* What a session's release came to, on the thread that took its last step (whose
+ * dlock_errmsg tells why it failed): counted, a failure's reason kept for the summary
+ * at the stop. */
+static void count_release(const dd_session *s, int rc)
+{
+    if (atomic_load(&s->lost)) {
+        /* found lost by the renewal: counted there (session_locks_lost) */
+    } else if (rc == DLOCK_OK) {
+        atomic_fetch_add(&dd_srv.stats.released, 1);
+    } else {
+        atomic_fetch_add(&dd_srv.stats.release_failed, 1);
+        pthread_mutex_lock(&release_mu);
+        snprintf(release_error, sizeof release_error, "%s: %s", dlock_strerror(rc), dlock_errmsg());
+        pthread_mutex_unlock(&release_mu);
+    }
+}
+
+/* A session's end: a leader's tells its observers first (dlock_resign). */
+static int end_session(dd_session *s)
+{
+    int rc = (s->leader ? dlock_resign : dlock_release)(s->lock);
+    s->lock = NULL;
+    count_release(s, rc);
+    return rc;
+}
+
 void dd_sessions_release(dd_session *list)
 {
     while (list != NULL) {
         dd_session *s = list;
         list = s->next;
-        /* A leader's end tells its observers first (dlock_resign). */
-        int rc = (s->leader ? dlock_resign : dlock_release)(s->lock);
-        if (atomic_load(&s->lost)) {
-            /* found lost by the renewal: counted there (session_locks_lost) */
-        } else if (rc == DLOCK_OK) {
-            atomic_fetch_add(&dd_srv.stats.released, 1);
-        } else {
-            atomic_fetch_add(&dd_srv.stats.release_failed, 1);
-            pthread_mutex_lock(&release_mu);
-            snprintf(release_error, sizeof release_error, "%s: %s", dlock_strerror(rc),
-                     dlock_errmsg());
-            pthread_mutex_unlock(&release_mu);
-        }
+        end_session(s);
         atomic_fetch_sub(&dd_srv.releasing, 1);
         dd_session_free(s);
     }
@@ -216,38 +231,142 @@ bool dd_would_wait_for_itself(dd_conn *c, const resp_arg *name, int64_t permits,
 
 /* ---- a connection's end ------------------------------------------------------------- */
 
-/* On the pool: the sessions taken off an ending connection, released. */
-static void release_all_work(dd_job *j)
+/* A session lock of a connection that ended, released in steps on the loop as an
+ * UNLOCK is (its round rides the pipes), or on the pool when a step would block (its
+ * renewal in flight at that moment, lock servers not pipelined) or when it has no step
+ * form (a leader's resignation, which tells its observers). It keeps a reference to
+ * the connection until it is over, so that a stop waits for it. */
+typedef struct ending {
+    dd_conn *conn;
+    dd_session *s;
+    dlock_pending *p; /* the release in steps; NULL: one blocking call on the pool */
+    uv_timer_t timer; /* its due time, between steps on the loop */
+    uv_work_t work;
+} ending;
+
+static void ending_step(ending *e);
+
+static void ending_closed(uv_handle_t *h)
 {
-    dd_sessions_release(j->args);
-    j->args = NULL;
+    ending *e = h->data;
+    dd_conn_unref(e->conn);
+    free(e);
 }
 
-static void release_all_done(dd_job *j)
+/* On the loop: the release is over (counted where its last step ran). */
+static void ending_over(ending *e)
 {
-    dd_job_free(j);
+    dlock_pending_free(e->p);
+    e->p = NULL;
+    atomic_fetch_sub(&dd_srv.releasing, 1);
+    dd_session_free(e->s);
+    e->s = NULL;
+    uv_close((uv_handle_t *)&e->timer, ending_closed);
 }
 
-/* The connection's closed and ending hooks: its session locks are released on the
- * pool, now unless a job in flight may be using a session's handle (then the close, or
- * that job's end after it, comes back here). */
+/* On the pool: the rest of the release, blocking. */
+static void ending_work(uv_work_t *w)
+{
+    ending *e = w->data;
+    if (e->p == NULL) {
+        end_session(e->s);
+        return;
+    }
+    int rc;
+    while ((rc = dlock_pending_step(e->p, NULL)) == DLOCK_ERR_AGAIN) {
+        struct pollfd pf = {.fd = dlock_pending_fd(e->p), .events = POLLIN};
+        int64_t due = dlock_pending_due_ms(e->p);
+        poll(&pf, pf.fd >= 0 ? 1 : 0, (int)(due > 1000 ? 1000 : due));
+    }
+    count_release(e->s, rc);
+}
+
+static void ending_worked(uv_work_t *w, int status)
+{
+    (void)status; /* never canceled */
+    ending_over(w->data);
+}
+
+static void ending_to_pool(ending *e)
+{
+    dd_srv.stats.pool_jobs++;
+    e->work.data = e;
+    if (uv_queue_work(dd_srv.loop, &e->work, ending_work, ending_worked) < 0)
+        abort(); /* only for invalid arguments: a bug */
+}
+
+/* The pipes' pump: the round in flight has its replies. */
+static void ending_told(void *arg)
+{
+    ending *e = arg;
+    uv_timer_stop(&e->timer);
+    ending_step(e);
+}
+
+static void ending_due(uv_timer_t *t)
+{
+    ending_step(t->data);
+}
+
+static void ending_step(ending *e)
+{
+    int rc = dlock_pending_step_nowait(e->p, NULL);
+    if (rc == DLOCK_ERR_WOULDBLOCK || (rc == DLOCK_ERR_AGAIN && dlock_pending_fd(e->p) >= 0)) {
+        /* A step that would block, or a round off the pipes (its descriptor, which
+         * nothing here watches): the rest on the pool. */
+        ending_to_pool(e);
+    } else if (rc == DLOCK_ERR_AGAIN) {
+        int64_t due = dlock_pending_due_ms(e->p);
+        uv_timer_start(&e->timer, ending_due, (uint64_t)(due > 0 ? due : 0), 0);
+    } else {
+        count_release(e->s, rc);
+        ending_over(e);
+    }
+}
+
+static void end_one(dd_conn *c, dd_session *s)
+{
+    ending *e = calloc(1, sizeof *e);
+    if (e == NULL)
+        abort();
+    e->conn = c;
+    e->s = s;
+    c->refs++;
+    uv_timer_init(dd_srv.loop, &e->timer);
+    e->timer.data = e;
+    if (s->leader || !dd_srv.piped) {
+        ending_to_pool(e);
+        return;
+    }
+    /* The handle belongs to the pending from here on, whatever happens. */
+    int rc = dlock_release_start(s->lock, &e->p);
+    s->lock = NULL;
+    if (rc != DLOCK_OK) {
+        count_release(s, rc);
+        ending_over(e);
+        return;
+    }
+    dlock_pending_notify(e->p, ending_told, e);
+    ending_step(e);
+}
+
+/* The connection's closed and ending hooks: its session locks are released, now
+ * unless a job in flight may be using a session's handle (then the close, or that
+ * job's end after it, comes back here). */
 static void release_sessions(dd_conn *c)
 {
     dd_session *list = dd_conn_sessions(c);
     if (c->jobs > 0 || list == NULL)
         return;
-    bool busy = c->busy;
-    dd_job *j = dd_job_new(c);
-    j->args = list; /* a list of sessions: release_all_work frees each */
-    for (dd_session *s = list; s != NULL; s = s->next) {
+    set_sessions(c, NULL);
+    while (list != NULL) {
+        dd_session *s = list;
+        list = s->next;
+        s->next = NULL;
         account(s, -1);
         atomic_fetch_add(&dd_srv.releasing, 1);
+        end_one(c, s);
     }
-    set_sessions(c, NULL);
-    j->work = release_all_work;
-    j->done = release_all_done;
-    dd_job_queue(j);
-    c->busy = busy; /* no command waits behind a release of an ending connection */
 }
 
 static const dd_conn_hooks hooks = {

@@ -245,6 +245,17 @@ static void test_session_and_detached(void **state)
     dt_expect_int(dt_cmd(b, "UNLOCK det %s", dl.token), 1);
     dt_expect_int(dt_cmd(b, "UNLOCK sess %s", l2.token), 1);
     assert_int_equal(dt_info(b, "session_locks"), 0);
+    /* A close's release is a release in steps on the loop, as an UNLOCK is: no job on
+     * the pool. */
+    redisContext *c = dt_connect(&dt_one);
+    dt_expect_lock(dt_cmd(c, "LOCK sess-steps"), &l);
+    dt_expect_lock(dt_cmd(c, "LOCK sess-steps-shared SHARED"), &l2);
+    long jobs0 = dt_info(b, "pool_jobs");
+    redisFree(c);
+    dt_wait_key_gone("sess-steps", 5000 * dh_slack());
+    dt_wait_key_gone("sess-steps-shared", 5000 * dh_slack());
+    assert_int_equal(dt_info(b, "session_locks"), 0);
+    assert_int_equal(dt_info(b, "pool_jobs"), jobs0);
     redisFree(b);
 }
 
