@@ -3,10 +3,10 @@
  *
  * A session lock (LOCK without DETACHED, a SEM ACQUIRE's permit, an ELECT's
  * leadership) is held while its connection is open: the library renews it, and the
- * connection's close releases it, in steps on the loop as an UNLOCK releases. The list of a
- * connection's sessions is the locks module's state in it, in the slot it took at the start
- * (c->mod[slot]); the core knows it only through the hooks registered here: a connection that
- * closes, or is told to end, has its sessions released.
+ * connection's close releases it, in steps on the loop as an UNLOCK releases. The
+ * list of a connection's sessions is the locks module's state in it, in the slot it
+ * took at the start (c->mod[slot]); the core knows it only through the hooks registered
+ * here: a connection that closes, or is told to end, has its sessions released.
  */
 #include "dlockd.h"
 
@@ -289,6 +289,9 @@ static void ending_worked(uv_work_t *w, int status)
 
 static void ending_to_pool(ending *e)
 {
+    /* The pool's thread alone steps it from now on: the pump must not. */
+    if (e->p != NULL)
+        dlock_pending_notify(e->p, NULL, NULL);
     dd_srv.stats.pool_jobs++;
     e->work.data = e;
     if (uv_queue_work(dd_srv.loop, &e->work, ending_work, ending_worked) < 0)
