@@ -1004,6 +1004,19 @@ DLOCK_API int dlock_stock_cancel(dlock_client *c, const char *sku, const char *i
 DLOCK_API int dlock_stock_extend(dlock_client *c, const char *sku, const char *id,
                                  int64_t lease_ms);
 
+/* dlock_stock_commit, dlock_stock_cancel and dlock_stock_extend in steps, for an event
+ * loop (see dlock_acquire_start): the same checks, no I/O yet; steps with out NULL end
+ * with the blocking call's result. A nowait step sends the call (on the pipes of a
+ * pipelining client) and a later one reads its reply. One freed with its call in
+ * flight may still be applied by the server, as a blocking call that timed out may:
+ * repeat a commit to know (it is idempotent). */
+DLOCK_API int dlock_stock_commit_start(dlock_client *c, const char *sku, const char *id,
+                                       dlock_pending **out);
+DLOCK_API int dlock_stock_cancel_start(dlock_client *c, const char *sku, const char *id,
+                                       dlock_pending **out);
+DLOCK_API int dlock_stock_extend_start(dlock_client *c, const char *sku, const char *id,
+                                       int64_t lease_ms, dlock_pending **out);
+
 /* Fill *out for sku. Reservations whose lease ran out are counted back as available
  * (the script returns them to the stock as it reads, and wakes the waiters they fit). */
 DLOCK_API int dlock_stock_status(dlock_client *c, const char *sku, dlock_stock_info *out);

@@ -16,7 +16,9 @@
  * A reservation is a lease, not the connection's: it is typically committed from
  * another request, on another connection, once the payment went through, and one
  * nobody commits gives its units back when its lease runs out. So a connection that
- * closes leaves its reservations alone. A RESERVE that waits is a
+ * closes leaves its reservations alone. COMMIT, CANCEL and EXTEND are calls in steps
+ * (dlock_stock_commit_start ...), on the loop and the lock server's pipe as an UNLOCK
+ * is; SET, ADD and STATUS run on the pool. A RESERVE that waits is a
  * dlock_stock_reserve_start pending, stepped and parked on the loop as a LOCK is
  * (park.c); a connection that closes while it waits gives the wait up, and a
  * reservation granted just as it closed, whose id nobody received, is canceled at once
@@ -93,36 +95,44 @@ static void status_work(dd_job *j)
     reply_info(j, j->rc, &s);
 }
 
-static void commit_work(dd_job *j)
-{
-    stock_args *a = j->args;
-    j->rc = dlock_stock_commit(dd_srv.client, a->name, a->token);
-    dd_reply_held(&j->reply, j->rc); /* 0: the reservation is lost */
-}
-
-static void cancel_work(dd_job *j)
-{
-    stock_args *a = j->args;
-    j->rc = dlock_stock_cancel(dd_srv.client, a->name, a->token);
-    dd_reply_held(&j->reply, j->rc);
-}
-
-static void extend_work(dd_job *j)
-{
-    stock_args *a = j->args;
-    j->rc = dlock_stock_extend(dd_srv.client, a->name, a->token, a->ttl_ms);
-    dd_reply_held(&j->reply, j->rc);
-}
-
 static void simple_done(dd_job *j)
 {
-    if (j->rc == DLOCK_OK && j->work == commit_work)
-        dd_srv.stats.stock_committed++;
-    else if (j->rc == DLOCK_OK && j->work == cancel_work)
-        dd_srv.stats.stock_canceled++;
     dd_job_answer(j);
     dd_job_free(j);
 }
+
+/* ---- COMMIT, CANCEL, EXTEND: a call in steps ---------------------------------------- */
+
+static void end_finish(dd_job *j, dlock_lock *l)
+{
+    (void)l;                         /* the result is the code alone */
+    dd_reply_held(&j->reply, j->rc); /* 0: the reservation is lost */
+}
+
+static void commit_settle(dd_job *j)
+{
+    if (j->rc == DLOCK_OK)
+        dd_srv.stats.stock_committed++;
+}
+
+static void cancel_settle(dd_job *j)
+{
+    if (j->rc == DLOCK_OK)
+        dd_srv.stats.stock_canceled++;
+}
+
+static void end_nothing(dd_job *j)
+{
+    (void)j; /* an EXTEND counts nothing; nothing is undone (the call settles a
+                reservation that outlives its connection) */
+}
+
+static const dd_steps commit_steps = {
+    .finish = end_finish, .settle = commit_settle, .undo = end_nothing};
+static const dd_steps cancel_steps = {
+    .finish = end_finish, .settle = cancel_settle, .undo = end_nothing};
+static const dd_steps extend_steps = {
+    .finish = end_finish, .settle = end_nothing, .undo = end_nothing};
 
 /* ---- RESERVE: an operation in steps ------------------------------------------------- */
 
@@ -254,7 +264,27 @@ static bool id_arg(const resp_arg *a, char id[DLOCK_TOKEN_LEN + 1], dd_buf *out)
     return true;
 }
 
-/* The subcommand's own arguments into j, and its work; false with the error in out. */
+/* A COMMIT, a CANCEL or an EXTEND: its call in steps (park.c), on the loop unless a
+ * step would block; false with the error in out. */
+static bool end_start(int sub, dd_job *j, dd_buf *out)
+{
+    stock_args *a = j->args;
+    dlock_client *c = dd_srv.client;
+    int rc = sub == COMMIT ? dlock_stock_commit_start(c, a->name, a->token, &j->pending)
+             : sub == CANCEL
+                 ? dlock_stock_cancel_start(c, a->name, a->token, &j->pending)
+                 : dlock_stock_extend_start(c, a->name, a->token, a->ttl_ms, &j->pending);
+    if (rc != DLOCK_OK) {
+        dd_reply_dlock_error(out, rc);
+        return false;
+    }
+    j->steps = sub == COMMIT ? &commit_steps : sub == CANCEL ? &cancel_steps : &extend_steps;
+    dd_step(j);
+    return true;
+}
+
+/* The subcommand's own arguments into j, and its work (or, for one in steps, its
+ * start); false with the error in out. */
 static bool parse(int sub, resp_arg *argv, size_t argc, dd_job *j, dd_buf *out)
 {
     stock_args *a = j->args;
@@ -280,14 +310,11 @@ static bool parse(int sub, resp_arg *argv, size_t argc, dd_job *j, dd_buf *out)
         }
         return reserve_start(j, argv, argc, out);
     case COMMIT:
-        j->work = commit_work;
-        return id_arg(&argv[3], a->token, out);
     case CANCEL:
-        j->work = cancel_work;
-        return id_arg(&argv[3], a->token, out);
+        return id_arg(&argv[3], a->token, out) && end_start(sub, j, out);
     case EXTEND:
-        j->work = extend_work;
-        return id_arg(&argv[3], a->token, out) && dd_arg_ttl(&argv[4], &a->ttl_ms, out);
+        return id_arg(&argv[3], a->token, out) && dd_arg_ttl(&argv[4], &a->ttl_ms, out) &&
+               end_start(sub, j, out);
     default: /* STATUS */
         j->work = status_work;
         return true;
@@ -318,7 +345,7 @@ static void dd_cmd_stock(dd_conn *c, resp_arg *argv, size_t argc, dd_buf *out)
         dd_job_free(j);
         return;
     }
-    if (sub == RESERVE)
+    if (sub == RESERVE || sub == COMMIT || sub == CANCEL || sub == EXTEND)
         return; /* running in steps */
     j->done = simple_done;
     dd_job_queue(j);

@@ -453,6 +453,12 @@ int dlock__step_round_fd(dlock__step_round *sr, int64_t *due_us);
  * (p->in_flight, p->fd and p->due_us set). A nowait step posts what it writes. */
 bool dlock__step_round_over(struct dlock_client *c, dlock__step_round *sr, dlock_pending *p,
                             bool nowait);
+/* An operation of one call without a vote (a check, an inspect, a stock call), its
+ * round in steps: sent by the first step (*sent), on every node or, with first_only,
+ * on the first alone (a SKU's server); DLOCK_OK once its replies are in (read them in
+ * sr->rd, then dlock__step_round_end), else dlock__pending_again or a step's error. */
+int dlock__step_call(struct dlock_client *c, dlock__step_round *sr, bool *sent, dlock__call *call,
+                     bool first_only, dlock_pending *p, bool nowait, dlock__err *e);
 /* The round is over: its replies freed, its set given back. */
 void dlock__step_round_end(struct dlock_client *c, dlock__step_round *sr);
 /* dlock__step_round_end, and the round freed. */

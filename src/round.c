@@ -83,14 +83,26 @@ void dlock__round_end(dlock_client *c, dlock__round *rd)
     rd->set = NULL;
 }
 
+/* The call sent to the first n nodes, its flight deciding on need of them. */
+static void start(dlock__round *rd, dlock__call *call, int n, dlock__vote_fn vote, void *vote_arg,
+                  int need)
+{
+    dlock__call_reqs(call, rd->reqs, n, true);
+    rd->start_us = dlock__now_us();
+    rd->fresh = true;
+    dlock__flight_start(&rd->flight, rd->set->conns, rd->reqs, n, vote, vote_arg ? vote_arg : rd,
+                        need, rd->wk);
+}
+
 void dlock__round_start(dlock_client *c, dlock__round *rd, dlock__call *call, dlock__vote_fn vote,
                         void *vote_arg)
 {
-    dlock__call_reqs(call, rd->reqs, c->n, true);
-    rd->start_us = dlock__now_us();
-    rd->fresh = true;
-    dlock__flight_start(&rd->flight, rd->set->conns, rd->reqs, c->n, vote, vote_arg ? vote_arg : rd,
-                        dlock__quorum(c->n), rd->wk);
+    start(rd, call, c->n, vote, vote_arg, dlock__quorum(c->n));
+}
+
+void dlock__round_start_first(dlock__round *rd, dlock__call *call)
+{
+    start(rd, call, 1, NULL, NULL, 1);
 }
 
 bool dlock__round_pump(dlock__round *rd, int64_t wait_us)

@@ -115,6 +115,8 @@ int dlock__round_begin(struct dlock_client *c, dlock__round *rd, dlock__err *e);
  * round ends once decided. Sets start_us. */
 void dlock__round_start(struct dlock_client *c, dlock__round *rd, dlock__call *call,
                         dlock__vote_fn vote, void *vote_arg);
+/* The same on the first node alone (a SKU's server): the others get no command. */
+void dlock__round_start_first(dlock__round *rd, dlock__call *call);
 /* Take the replies that came, waiting at most wait_us (as dlock__flight_pump); true once
  * the round has ended, with end_us set. */
 bool dlock__round_pump(dlock__round *rd, int64_t wait_us);

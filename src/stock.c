@@ -7,7 +7,9 @@
  * what the two share).
  *
  * Where it lives: with N > 1 servers, on the first of the list only: a fan-out of one
- * request, to node 0, on a connection set from the client's pool. A counter needs
+ * request, to node 0, on a connection set from the client's pool (a commit, a cancel
+ * and an extension: a round on node 0 alone, in steps, on the pipes of a pipelining
+ * client). A counter needs
  * every change applied exactly once in one order; a quorum of independent masters
  * cannot give that (a unit sold on nodes 1-2 and another on 2-3 are both "sold" with
  * different counts on each node). Errors are node 0's own, as for N = 1.
@@ -288,44 +290,120 @@ int dlock_stock_status(dlock_client *c, const char *sku, dlock_stock_info *out)
 
 /* ---- commit, cancel, extend ------------------------------------------------------ */
 
-static int end_reservation(dlock_client *c, const char *sku, const char *id, const char *mode,
-                           int64_t ms, dlock__err *e)
+/* What STOCK_END's reply x means for mode. */
+static int end_verdict(const dlock_client *c, const char *sku, const char *mode, long long x,
+                       dlock__err *e)
 {
-    stock_op op;
+    if (x == 1 || x == 2)
+        return DLOCK_OK;
+    if (x == 0)
+        return dlock__err_set(e, DLOCK_ERR_LOST,
+                              "%s: no such reservation of %s (unknown, canceled, or its lease "
+                              "ran out and its units went back)",
+                              mode, sku);
+    if (x == -1)
+        return dlock__err_set(e, DLOCK_ERR_LOST,
+                              "%s: the reservation was committed: its units are sold", mode);
+    return dlock__err_set(e, DLOCK_ERR_PROTOCOL, "%s: %s: unexpected reply %lld",
+                          c->nodes[0].addr.display, mode, x);
+}
+
+/* A commit, a cancel or an extension in steps: one STOCK_END call on the SKU's server,
+ * its round in flight between steps (on the pipes of a pipelining client). The
+ * blocking calls are one blocking step of it. */
+typedef struct stock_end {
+    dlock_pending base;
+    stock_op op; /* the SKU's keys; no set of its own (the round takes one) */
+    char *sku;
+    const char *mode;
+    char id[DLOCK_TOKEN_LEN + 1];
+    char ms[24];
+    stock_args a; /* borrowed by the call's EVAL form */
+    dlock__call call;
+    dlock__step_round sr;
+    bool sent;
+} stock_end;
+
+static int end_step(dlock_pending *base, dlock_lock **out, bool nowait, dlock__err *e)
+{
+    (void)out; /* the result is the code alone */
+    stock_end *x = (stock_end *)base;
+    dlock_client *c = x->op.c;
+    int rc = dlock__step_call(c, &x->sr, &x->sent, &x->call, true, base, nowait, e);
+    if (rc != DLOCK_OK)
+        return rc;
+    dlock__req *r = &x->sr.rd->reqs[0];
+    dlock__tally t = {0};
+    if (dlock__tally_reply(&t, r, &x->sr.rd->set->conns[0], x->mode, REDIS_REPLY_INTEGER))
+        rc = end_verdict(c, x->sku, x->mode, r->reply->integer, e);
+    else
+        rc = dlock__err_set(e, t.last_err, "%s", r->why.msg);
+    dlock__step_round_end(c, &x->sr);
+    return rc;
+}
+
+static void end_destroy(dlock_pending *base)
+{
+    stock_end *x = (stock_end *)base;
+    /* Given up in flight: its reply (a read) is left to a later round. */
+    if (x->base.in_flight)
+        dlock__flight_drop(&x->sr.rd->flight);
+    dlock__step_round_free(x->op.c, &x->sr);
+    dlock__call_free(&x->call); /* formatted or zeroed */
+    dlock__stock_op_end(&x->op);
+    free(x->sku);
+    free(x);
+}
+
+/* The checks of dlock_stock_commit (cancel, extend), and its call ready for the first
+ * step (no I/O). */
+static int end_start(dlock_client *c, const char *sku, const char *id, const char *mode, int64_t ms,
+                     dlock_pending **out, dlock__err *e)
+{
     int rc = check_id(id, e);
     if (rc != DLOCK_OK)
         return rc;
-    if ((rc = dlock__stock_op_begin(&op, c, sku, e)) != DLOCK_OK) {
-        dlock__stock_op_end(&op);
+    stock_end *x = dlock__pending_new(sizeof *x, end_step, end_destroy);
+    if (x == NULL)
+        return dlock__err_set(e, DLOCK_ERR_NOMEM, "out of memory");
+    x->base.lockless = true;
+    dlock__step_round_init(&x->sr, &x->base);
+    rc = dlock__stock_op_begin(&x->op, c, sku, e);
+    if (x->op.set != NULL) {
+        dlock__connset_put(c, x->op.set); /* each round takes its own */
+        x->op.set = NULL;
+    }
+    if (rc == DLOCK_OK && (x->sku = dlock__strdup(sku)) == NULL)
+        rc = dlock__err_set(e, DLOCK_ERR_NOMEM, "out of memory");
+    if (rc == DLOCK_OK) {
+        x->mode = mode;
+        memcpy(x->id, id, sizeof x->id);
+        snprintf(x->ms, sizeof x->ms, "%lld", (long long)ms);
+        dlock__stock_args_init(&x->a, &x->op);
+        dlock__stock_args_add(&x->a, x->id);
+        dlock__stock_args_add(&x->a, mode);
+        dlock__stock_args_add(&x->a, x->ms);
+        rc = format_call(&x->op, DLOCK_SCRIPT_STOCK_END, &x->a, &x->call, e);
+    }
+    if (rc != DLOCK_OK) {
+        end_destroy(&x->base);
         return rc;
     }
-    char v[24];
-    snprintf(v, sizeof v, "%lld", (long long)ms);
-    stock_args a;
-    dlock__stock_args_init(&a, &op);
-    dlock__stock_args_add(&a, id);
-    dlock__stock_args_add(&a, mode);
-    dlock__stock_args_add(&a, v);
-    redisReply *r;
-    rc = dlock__stock_run(&op, DLOCK_SCRIPT_STOCK_END, &a, mode, REDIS_REPLY_INTEGER, &r, NULL, e);
-    if (rc == DLOCK_OK) {
-        long long x = r->integer;
-        if (x == 1 || x == 2)
-            rc = DLOCK_OK;
-        else if (x == 0)
-            rc = dlock__err_set(e, DLOCK_ERR_LOST,
-                                "%s: no such reservation of %s (unknown, canceled, or its lease "
-                                "ran out and its units went back)",
-                                mode, sku);
-        else if (x == -1)
-            rc = dlock__err_set(e, DLOCK_ERR_LOST,
-                                "%s: the reservation was committed: its units are sold", mode);
-        else
-            rc = dlock__err_set(e, DLOCK_ERR_PROTOCOL, "%s: %s: unexpected reply %lld",
-                                c->nodes[0].addr.display, mode, x);
-        freeReplyObject(r);
-    }
-    dlock__stock_op_end(&op);
+    x->base.due_us = dlock__now_us();
+    *out = &x->base;
+    return DLOCK_OK;
+}
+
+/* The blocking form: one blocking step. */
+static int end_reservation(dlock_client *c, const char *sku, const char *id, const char *mode,
+                           int64_t ms, dlock__err *e)
+{
+    dlock_pending *p;
+    int rc = end_start(c, sku, id, mode, ms, &p, e);
+    if (rc != DLOCK_OK)
+        return rc;
+    rc = end_step(p, NULL, false, e);
+    end_destroy(p);
     return rc;
 }
 
@@ -353,4 +431,35 @@ int dlock_stock_extend(dlock_client *c, const char *sku, const char *id, int64_t
     if (rc == DLOCK_OK)
         rc = end_reservation(c, sku, id, "extend", lease_ms, &e);
     return dlock__err_raise(&e, rc);
+}
+
+/* The start forms: out checked, then as their blocking calls. */
+static int end_start_call(dlock_client *c, const char *sku, const char *id, const char *mode,
+                          int64_t ms, dlock_pending **out)
+{
+    dlock__err e;
+    memset(&e, 0, sizeof e);
+    if (out == NULL)
+        return dlock__raise(&e, DLOCK_ERR_INVALID, "out is NULL");
+    *out = NULL;
+    int rc = strcmp(mode, "extend") == 0 ? dlock__check_ttl(ms, "lease_ms", &e) : DLOCK_OK;
+    if (rc == DLOCK_OK)
+        rc = end_start(c, sku, id, mode, ms, out, &e);
+    return dlock__err_raise(&e, rc);
+}
+
+int dlock_stock_commit_start(dlock_client *c, const char *sku, const char *id, dlock_pending **out)
+{
+    return end_start_call(c, sku, id, "commit", DLOCK_STOCK_COMMIT_RETENTION_MS, out);
+}
+
+int dlock_stock_cancel_start(dlock_client *c, const char *sku, const char *id, dlock_pending **out)
+{
+    return end_start_call(c, sku, id, "cancel", 0, out);
+}
+
+int dlock_stock_extend_start(dlock_client *c, const char *sku, const char *id, int64_t lease_ms,
+                             dlock_pending **out)
+{
+    return end_start_call(c, sku, id, "extend", lease_ms, out);
 }

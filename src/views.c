@@ -112,17 +112,9 @@ int dlock__viewing_init(dlock_client *c, dlock__viewing *w, dlock_pending *p, co
 int dlock__viewing_step(dlock_client *c, dlock__viewing *w, dlock_pending *p, bool nowait,
                         dlock__views *v, dlock__err *e)
 {
-    if (!w->sent) {
-        if (nowait && !c->nowait_ok)
-            return dlock__pending_would_block(e);
-        int rc = dlock__step_round_begin(c, &w->sr, nowait, e);
-        if (rc != DLOCK_OK)
-            return rc;
-        dlock__round_start(c, w->sr.rd, &w->call, NULL, NULL);
-        w->sent = true;
-    }
-    if (!dlock__step_round_over(c, &w->sr, p, nowait))
-        return dlock__pending_again(e);
+    int rc = dlock__step_call(c, &w->sr, &w->sent, &w->call, false, p, nowait, e);
+    if (rc != DLOCK_OK)
+        return rc;
     memset(v->node, 0, sizeof v->node);
     parse(c, w->sr.rd, v);
     dlock__step_round_end(c, &w->sr);
