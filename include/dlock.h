@@ -401,7 +401,7 @@ DLOCK_API int dlock_pending_step(dlock_pending *p, dlock_lock **out);
  * Sentinels or a cluster's slot map, or that raises fences in a second round (strict
  * fence mode with N > 1); joining a name's wait queue while the client does not listen
  * for wake-ups yet (a subscription to confirm: once per client, and after a lost
- * connection); a stock reservation's steps; and, on a client that does not
+ * connection; a stock reservation that must listen to wait); and, on a client that does not
  * pipeline (dlock_client_pipeline), an attempt that finds DLOCK_NOWAIT_SETS_MAX of the
  * client's connection sets in flight already. */
 DLOCK_API int dlock_pending_step_nowait(dlock_pending *p, dlock_lock **out);

@@ -16,13 +16,13 @@
  * A reservation is a lease, not the connection's: it is typically committed from
  * another request, on another connection, once the payment went through, and one
  * nobody commits gives its units back when its lease runs out. So a connection that
- * closes leaves its reservations alone. COMMIT, CANCEL and EXTEND are calls in steps
- * (dlock_stock_commit_start ...), on the loop and the lock server's pipe as an UNLOCK
- * is; SET, ADD and STATUS run on the pool. A RESERVE that waits is a
- * dlock_stock_reserve_start pending, stepped and parked on the loop as a LOCK is
- * (park.c); a connection that closes while it waits gives the wait up, and a
- * reservation granted just as it closed, whose id nobody received, is canceled at once
- * rather than left to hold its units for a lease.
+ * closes leaves its reservations alone. A RESERVE is a dlock_stock_reserve_start
+ * pending, stepped and parked on the loop as a LOCK is (park.c), its attempts on the
+ * lock server's pipe; COMMIT, CANCEL and EXTEND are calls in steps
+ * (dlock_stock_commit_start ...), as an UNLOCK is; SET, ADD and STATUS run on the pool.
+ * A connection that closes while its RESERVE waits gives the wait up, and a reservation
+ * granted just as it closed, whose id nobody received, is canceled at once rather than
+ * left to hold its units for a lease.
  *
  * Arguments are checked on the loop, so that a bad one changes nothing on the servers;
  * the library's own refusals (a stock set below what is sold and reserved) come back as

@@ -38,11 +38,6 @@ typedef struct reserve_req {
     bool queued;
 } reserve_req;
 
-/* What a refused attempt learned. */
-typedef struct reserve_busy {
-    long long next_ms; /* until the earliest lease ends; -1: no lease */
-} reserve_busy;
-
 static void reserve_args(const stock_op *op, const reserve_req *q, const char *chan, stock_args *a)
 {
     dlock__stock_args_init(a, op);
@@ -54,48 +49,6 @@ static void reserve_args(const stock_op *op, const reserve_req *q, const char *c
     dlock__stock_args_add(a, q->wttl_s);
 }
 
-/* One attempt: DLOCK_OK granted; DLOCK_ERR_BUSY refused, with why in e and b set;
- * DLOCK_ERR_BUSY with b->next_ms -2 when no wait can help; else the node's error. */
-static int reserve_attempt(stock_op *op, const reserve_req *q, reserve_busy *b, bool *sent_maybe,
-                           dlock__err *e)
-{
-    stock_args a;
-    reserve_args(op, q, op->c->wake_chan, &a);
-    redisReply *r;
-    long long x[8];
-    size_t n;
-    int rc = dlock__stock_run(op, DLOCK_SCRIPT_STOCK_RESERVE, &a, "reserve", REDIS_REPLY_ARRAY, &r,
-                              sent_maybe, e);
-    if (rc != DLOCK_OK)
-        return rc;
-    if (!dlock__stock_reply_ints(op, r, "reserve", x, 2, &n, e)) {
-        /* The script ran: it may have granted. */
-        *sent_maybe = true;
-        rc = DLOCK_ERR_PROTOCOL;
-    } else if (x[0] == 1) {
-        rc = DLOCK_OK;
-    } else if (x[0] == -1 && n >= 3) {
-        b->next_ms = -2;
-        rc = dlock__err_set(e, DLOCK_ERR_BUSY,
-                            "only %lld units of %s are unsold (stock %lld): %lld cannot be "
-                            "reserved without a restock",
-                            x[1], q->sku, x[2], (long long)q->qty);
-    } else if (x[0] == 0 && n >= 6) {
-        b->next_ms = x[4] < DLOCK_TTL_MAX_MS ? x[4] : DLOCK_TTL_MAX_MS;
-        rc = dlock__err_set(e, DLOCK_ERR_BUSY, "%lld units of %s available, %lld wanted",
-                            x[1] > 0 ? x[1] : 0, q->sku, (long long)q->qty);
-        if (x[3] > 0)
-            dlock__err_append(e, "%s%lld earlier waiter(s) come first with %s%lld units",
-                              x[5] ? "at least " : "", x[3], x[5] ? "at least " : "", x[2]);
-    } else {
-        *sent_maybe = true;
-        rc = dlock__err_set(e, DLOCK_ERR_PROTOCOL, "%s: reserve: unexpected reply %lld",
-                            op->c->nodes[0].addr.display, x[0]);
-    }
-    freeReplyObject(r);
-    return rc;
-}
-
 static bool permanent(int err)
 {
     return err == DLOCK_ERR_AUTH || err == DLOCK_ERR_PROTOCOL || err == DLOCK_ERR_INVALID ||
@@ -103,113 +56,220 @@ static bool permanent(int err)
 }
 
 /* A reserve in steps (pending.c): dlock_stock_reserve runs them with sleeps between,
- * an event loop parks it on its wake-up descriptor and due time. Between steps it
- * holds no connection, unless its last attempt's outcome is unknown. */
+ * an event loop parks it on its wake-up descriptor and due time. An attempt is one
+ * call on the SKU's server, sent by a step and read by a later one (on the pipes of a
+ * pipelining client), as a lock's attempt is. Between attempts it holds no connection,
+ * unless its last attempt's outcome is unknown: what follows it (the next attempt, or
+ * the leaving of a reserve given up) must reach the server after it, which only the
+ * same connection ensures. */
 typedef struct reservation {
     dlock_pending base;
-    stock_op op;
+    stock_op op; /* the SKU's keys; the rounds take the connections */
     reserve_req q;
     dlock__waiter *w; /* listening for wake-ups, or NULL */
     int64_t deadline_us;
     int64_t outage_since_us;
     int attempts;
-    bool parked;  /* waiting between steps (on base.fd, until base.due_us) */
-    bool unknown; /* an attempt may have been granted unseen */
+    enum {
+        WAITING,
+        JOINING
+    } phase;           /* between attempts: until due (or woken), or to
+                          listen and then attempt at once */
+    long long next_ms; /* the last refusal's time to the earliest lease end */
+    bool unknown;      /* an attempt may have been granted unseen */
+    stock_args a;      /* the attempt's, borrowed by its call */
+    dlock__call call;
+    dlock__step_round sr;
+    bool sent; /* the attempt's round is in flight */
 } reservation;
 
-/* The end of a reserve, granted or not, on the connection set r->op.set (NULL: none
- * could be had, nothing is sent): stop listening, and for one given up, leave the
- * waiters and give back what an attempt whose reply was lost may have reserved. */
-static void reserve_finish(reservation *r, int rc)
+/* What an attempt's reply says: DLOCK_OK granted; DLOCK_ERR_BUSY refused, with why in
+ * e and r->next_ms set (-2 when no wait can help); else the node's error, with
+ * *sent_maybe telling whether the server may have run it all the same. */
+static int attempt_end(reservation *r, bool *sent_maybe, dlock__err *e)
+{
+    dlock__req *rq = &r->sr.rd->reqs[0];
+    const stock_op *op = &r->op;
+    const reserve_req *q = &r->q;
+    dlock__tally t = {0};
+    r->next_ms = -1;
+    *sent_maybe = false;
+    if (!dlock__tally_reply(&t, rq, &r->sr.rd->set->conns[0], "reserve", REDIS_REPLY_ARRAY)) {
+        /* A command held behind a handshake that never finished was never sent; any
+         * other failure may have come after the server ran it. */
+        *sent_maybe = !rq->held && t.last_err != DLOCK_ERR_NOMEM;
+        return dlock__err_set(e, t.last_err, "%s", rq->why.msg);
+    }
+    long long x[8];
+    size_t n;
+    if (!dlock__stock_reply_ints(op, rq->reply, "reserve", x, 2, &n, e)) {
+        *sent_maybe = true; /* the script ran: it may have granted */
+        return DLOCK_ERR_PROTOCOL;
+    }
+    if (x[0] == 1)
+        return DLOCK_OK;
+    if (x[0] == -1 && n >= 3) {
+        r->next_ms = -2;
+        return dlock__err_set(e, DLOCK_ERR_BUSY,
+                              "only %lld units of %s are unsold (stock %lld): %lld cannot be "
+                              "reserved without a restock",
+                              x[1], q->sku, x[2], (long long)q->qty);
+    }
+    if (x[0] == 0 && n >= 6) {
+        r->next_ms = x[4] < DLOCK_TTL_MAX_MS ? x[4] : DLOCK_TTL_MAX_MS;
+        int rc = dlock__err_set(e, DLOCK_ERR_BUSY, "%lld units of %s available, %lld wanted",
+                                x[1] > 0 ? x[1] : 0, q->sku, (long long)q->qty);
+        if (x[3] > 0)
+            dlock__err_append(e, "%s%lld earlier waiter(s) come first with %s%lld units",
+                              x[5] ? "at least " : "", x[3], x[5] ? "at least " : "", x[2]);
+        return rc;
+    }
+    *sent_maybe = true;
+    return dlock__err_set(e, DLOCK_ERR_PROTOCOL, "%s: reserve: unexpected reply %lld",
+                          op->c->nodes[0].addr.display, x[0]);
+}
+
+/* The end of a reserve, granted or not, on the connection set set (NULL: none could
+ * be had, nothing is sent): stop listening, and for one given up, leave the waiters
+ * and give back what an attempt whose reply was lost may have reserved. */
+static void reserve_finish(reservation *r, dlock__connset *set, int rc)
 {
     if (r->w != NULL)
         dlock__wait_leave(r->op.c, r->w);
     r->w = NULL;
-    if (rc != DLOCK_OK && (r->q.queued || r->unknown) && r->op.set != NULL) {
+    if (rc != DLOCK_OK && (r->q.queued || r->unknown) && set != NULL) {
         stock_args a;
         dlock__stock_args_init(&a, &r->op);
         dlock__stock_args_add(&a, r->q.id);
         dlock__stock_args_add(&a, "leave");
         dlock__stock_args_add(&a, "0");
+        r->op.set = set;
         dlock__stock_send_only(&r->op, DLOCK_SCRIPT_STOCK_END, &a);
+        r->op.set = NULL;
     }
     r->base.done = true;
 }
 
-static int reserve_step(dlock_pending *base, dlock_lock **out, bool nowait, dlock__err *e)
+/* Between attempts: parked until due_us, on the wake-up descriptor when listening. */
+static int park(reservation *r, int rc, int64_t now, dlock__err *e)
 {
-    if (nowait)
-        return dlock__pending_would_block(e); /* its rounds wait for their replies */
-    (void)out;                                /* a reservation's result is its id */
-    reservation *r = (reservation *)base;
+    dlock_pending *base = &r->base;
+    r->phase = WAITING;
+    if (rc == DLOCK_ERR_BUSY && r->w != NULL) {
+        base->fd = r->w->efd;
+        base->due_us = dlock__retry_at(now, r->next_ms >= 0 ? r->next_ms + 1 : 0, r->deadline_us);
+    } else {
+        base->fd = -1;
+        base->due_us = now + dlock__backoff_us(r->attempts++, r->next_ms > 0 ? r->next_ms : 0);
+        if (base->due_us > r->deadline_us)
+            base->due_us = r->deadline_us;
+    }
+    return dlock__pending_again(e);
+}
+
+/* Before an attempt: whether it is due, and, after a refusal, the listening for
+ * wake-ups. DLOCK_OK to attempt now. */
+static int before_attempt(reservation *r, bool nowait, dlock__err *e)
+{
     dlock_client *c = r->op.c;
-    /* Parked: a step before the due time without a wake-up is early, and changes
-     * nothing. */
-    if (r->parked && !(r->w != NULL && base->fd >= 0 && dlock__wait_woken(r->w)) &&
+    dlock_pending *base = &r->base;
+    if (r->phase == JOINING) {
+        /* A nowait step listens only if the client does already; the subscription's
+         * first confirmation is a blocking step's. */
+        if (dlock__wait_join(c, r->q.id, nowait, NULL, 0, &r->w) == DLOCK_OK) {
+            /* Listening now: ask again at once, as a waiter, so that units freed
+             * between the refusal and the subscription are not missed. */
+            r->q.queued = true;
+            r->phase = WAITING;
+            return DLOCK_OK;
+        }
+        if (nowait)
+            return dlock__pending_would_block(e);
+        return park(r, DLOCK_ERR_UNAVAILABLE, dlock__now_us(), e); /* timers then */
+    }
+    /* A step before the due time without a wake-up is early, and changes nothing. */
+    if (!(r->w != NULL && base->fd >= 0 && dlock__wait_woken(r->w)) &&
         dlock__now_us() < base->due_us)
         return dlock__pending_again(e);
-    r->parked = false;
-    if (r->op.set == NULL && (r->op.set = dlock__connset_get(c)) == NULL) {
-        reserve_finish(r, DLOCK_ERR_NOMEM);
-        return dlock__err_set(e, DLOCK_ERR_NOMEM, "out of memory");
-    }
-    int rc;
+    return DLOCK_OK;
+}
+
+static int reserve_step(dlock_pending *base, dlock_lock **out, bool nowait, dlock__err *e)
+{
+    (void)out; /* a reservation's result is its id */
+    reservation *r = (reservation *)base;
+    dlock_client *c = r->op.c;
+    if (nowait && !c->nowait_ok)
+        return dlock__pending_would_block(e);
     for (;;) {
-        reserve_busy b = {-1};
+        int rc;
+        if (!r->sent) {
+            if ((rc = before_attempt(r, nowait, e)) != DLOCK_OK)
+                return rc;
+            dlock__call_free(&r->call);
+            reserve_args(&r->op, &r->q, c->wake_chan, &r->a);
+            rc = dlock__call_format(&c->scripts, DLOCK_SCRIPT_STOCK_RESERVE, STOCK_NKEYS, r->a.n,
+                                    r->a.arg, r->a.len, &r->call, e);
+            if (rc != DLOCK_OK) {
+                reserve_finish(r, NULL, rc);
+                return rc;
+            }
+        }
+        rc = dlock__step_call(c, &r->sr, &r->sent, &r->call, true, base, nowait, e);
+        if (rc != DLOCK_OK)
+            return rc; /* in flight, or a step that would block */
         bool sent_maybe = false;
-        rc = reserve_attempt(&r->op, &r->q, &b, &sent_maybe, e);
+        rc = attempt_end(r, &sent_maybe, e);
+        r->sent = false;
         r->unknown |= sent_maybe;
-        if (rc == DLOCK_OK || (rc == DLOCK_ERR_BUSY && b.next_ms == -2))
-            break;
         int64_t now = dlock__now_us();
         /* The server unreachable for longer than the connect timeout in a row ends
          * even an endless wait, as for a lock: a wait is for units, not for an outage
          * to end. */
-        if (dlock__outage_over(&r->outage_since_us, rc, now, c->rules.connect_timeout_us) ||
-            (rc != DLOCK_ERR_BUSY && permanent(rc)) || now >= r->deadline_us)
-            break;
-        if (rc == DLOCK_ERR_BUSY && r->w == NULL &&
-            dlock__wait_join(c, r->q.id, false, NULL, 0, &r->w) == DLOCK_OK) {
-            /* Listening now: ask again at once, as a waiter, so that units freed
-             * between the refusal and the subscription are not missed. */
-            r->q.queued = true;
-            continue;
+        if (rc == DLOCK_OK || (rc == DLOCK_ERR_BUSY && r->next_ms == -2) ||
+            dlock__outage_over(&r->outage_since_us, rc, now, c->rules.connect_timeout_us) ||
+            (rc != DLOCK_ERR_BUSY && permanent(rc)) || now >= r->deadline_us) {
+            reserve_finish(r, r->sr.rd->set, rc);
+            dlock__step_round_end(c, &r->sr);
+            if (rc == DLOCK_OK)
+                memcpy(base->id, r->q.id, sizeof r->q.id);
+            return rc;
         }
-        if (rc == DLOCK_ERR_BUSY && r->w != NULL) {
-            base->fd = r->w->efd;
-            base->due_us = dlock__retry_at(now, b.next_ms >= 0 ? b.next_ms + 1 : 0, r->deadline_us);
-        } else {
-            base->fd = -1;
-            base->due_us = now + dlock__backoff_us(r->attempts++, b.next_ms > 0 ? b.next_ms : 0);
-            if (base->due_us > r->deadline_us)
-                base->due_us = r->deadline_us;
-        }
-        r->parked = true;
-        /* An attempt the server may still run (its reply never came) keeps its
-         * connections: what follows it, the next attempt or the leaving of a reserve
-         * given up, must reach the server after it, which only the same connection
-         * ensures. */
-        if (!sent_maybe) {
-            dlock__connset_put(c, r->op.set);
-            r->op.set = NULL;
-        }
-        return dlock__pending_again(e);
+        /* An attempt the server may still run keeps its connections. */
+        if (!sent_maybe)
+            dlock__step_round_end(c, &r->sr);
+        else
+            dlock__round_free_replies(c, r->sr.rd);
+        if (rc != DLOCK_ERR_BUSY || r->w != NULL)
+            return park(r, rc, now, e);
+        /* Refused, not listening yet: listen, and ask again at once (before_attempt). */
+        r->phase = JOINING;
+        base->fd = -1;
+        base->due_us = now;
     }
-    reserve_finish(r, rc);
-    if (rc == DLOCK_OK)
-        memcpy(base->id, r->q.id, sizeof r->q.id);
-    return rc;
 }
 
-/* Free a reserve; one not finished gives up first. */
+/* Free a reserve; one not finished gives up first, on the connections of its last
+ * attempt when it has them (in flight or of unknown outcome: what it may have reserved
+ * is given back behind it), else on the pipes or a set of its own. */
 static void reserve_destroy(dlock_pending *base)
 {
     reservation *r = (reservation *)base;
-    if (!base->done) {
-        if (r->op.set == NULL)
-            r->op.set = dlock__connset_get(r->op.c);
-        reserve_finish(r, DLOCK_ERR_CANCELED);
+    dlock_client *c = r->op.c;
+    if (!base->done && c != NULL) {
+        dlock__err ignored;
+        dlock__round *rd = r->sr.rd;
+        bool held = rd != NULL && rd->set != NULL;
+        bool begun =
+            held || dlock__step_round_begin(c, &r->sr, c->pipe_set != NULL, &ignored) == DLOCK_OK;
+        if (begun && base->in_flight) {
+            dlock__flight_drop(&r->sr.rd->flight);
+            r->unknown = true;
+        }
+        reserve_finish(r, begun ? r->sr.rd->set : NULL, DLOCK_ERR_CANCELED);
     }
+    dlock__step_round_free(c, &r->sr);
+    dlock__call_free(&r->call);
     dlock__stock_op_end(&r->op);
     free(r->q.sku);
     free(r);
@@ -223,14 +283,16 @@ static int reserve_start(dlock_client *c, const char *sku, int64_t qty,
     if (r == NULL)
         return dlock__err_set(e, DLOCK_ERR_NOMEM, "out of memory");
     r->base.lockless = true;
+    dlock__step_round_init(&r->sr, &r->base);
     int64_t lease_ms = 0, wait_ms = 0;
     int rc = dlock__stock_op_begin(&r->op, c, sku, e);
-    if (rc == DLOCK_OK) {
-        /* Connections are taken per step. */
+    if (r->op.set != NULL) {
+        /* Connections are taken per attempt. */
         dlock__connset_put(c, r->op.set);
         r->op.set = NULL;
-        rc = check_reserve_opts(opts, &lease_ms, &wait_ms, e);
     }
+    if (rc == DLOCK_OK)
+        rc = check_reserve_opts(opts, &lease_ms, &wait_ms, e);
     if (rc == DLOCK_OK && (qty < 1 || qty > DLOCK_STOCK_QTY_MAX))
         rc = dlock__err_set(e, DLOCK_ERR_INVALID, "qty %lld is outside [1, %lld]", (long long)qty,
                             (long long)DLOCK_STOCK_QTY_MAX);

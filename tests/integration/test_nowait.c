@@ -515,11 +515,12 @@ static void bad_arguments(void **state)
     assert_null(again);
     assert_int_equal(dlock_pending_in_flight(p), 0);
     it_pending_done(p, l);
-    /* A stock reservation's steps all wait for their replies: handed back. */
+    /* A stock reservation's attempt: a nowait step sends it, a later one reads it. */
     assert_int_equal(dlock_stock_set(c, "nw-sku", 1, NULL), DLOCK_OK);
     assert_int_equal(dlock_stock_reserve_start(c, "nw-sku", 1, NULL, &p), DLOCK_OK);
-    assert_int_equal(dlock_pending_step_nowait(p, NULL), DLOCK_ERR_WOULDBLOCK);
-    assert_int_equal(dlock_pending_step(p, NULL), DLOCK_OK);
+    assert_int_equal(step_nowait(p, NULL), DLOCK_ERR_AGAIN);
+    assert_int_equal(dlock_pending_in_flight(p), 1);
+    assert_int_equal(drive(p, NULL, &handed_back), DLOCK_OK);
     assert_int_equal(dlock_stock_cancel(c, "nw-sku", dlock_pending_id(p)), DLOCK_OK);
     dlock_pending_free(p);
     /* A release in steps takes the handle even when it fails. */

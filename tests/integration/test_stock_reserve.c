@@ -1,8 +1,7 @@
 /*
  * test_stock_reserve.c: a stock reservation's life (dlock_stock_*) against a real
  * redis-server: a commit repeated, a cancel, a commit after the lease ran out, status
- * alone returning run-out units, extend; commit, cancel and extend in steps; and
- * reserves that wait: woken by a cancel (one
+ * alone returning run-out units, extend; and reserves that wait: woken by a cancel (one
  * PUBLISH, no polling), by an expiry and by a restock, quiet while they wait, served in
  * arrival order (a 5-unit waiter before 1-unit ones), ended by their deadline or
  * cancel_fd, and a SIGKILLed buyer's units back after its lease. The stock as a whole
@@ -23,7 +22,6 @@
 #include "internal.h" /* DLOCK_QUEUE_REFRESH_MS */
 #include "itest.h"
 
-#include <poll.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
@@ -173,92 +171,6 @@ static void test_extend(void **state)
     assert_int_equal(dlock_stock_commit(c, "ext", id), DLOCK_ERR_LOST);
     it_stock_expect(c, "ext", 1, 1, 0, 0);
     dlock_client_free(c);
-}
-
-/* p run to its end as an event loop would: nowait steps, each one handed back taken
- * blocking, a poll of its descriptor (or a sleep) until its due time between them. The
- * first step sends and must not have the reply yet. */
-static int drive(dlock_pending *p)
-{
-    int rc = dlock_pending_step_nowait(p, NULL);
-    if (rc == DLOCK_ERR_AGAIN)
-        assert_int_equal(dlock_pending_in_flight(p), 1);
-    for (;;) {
-        if (rc == DLOCK_ERR_WOULDBLOCK)
-            rc = dlock_pending_step(p, NULL);
-        if (rc != DLOCK_ERR_AGAIN)
-            return rc;
-        struct pollfd pf = {.fd = dlock_pending_fd(p), .events = POLLIN};
-        int64_t due = dlock_pending_due_ms(p);
-        poll(&pf, pf.fd >= 0 ? 1 : 0, (int)(due > 1000 ? 1000 : due));
-        rc = dlock_pending_step_nowait(p, NULL);
-    }
-}
-
-static void refused_on_files(dlock_client *local)
-{
-    dlock_pending *p = (dlock_pending *)&p;
-    assert_int_equal(dlock_stock_commit_start(local, "s", "0123456789abcdef0123456789abcdef", &p),
-                     DLOCK_ERR_INVALID);
-    assert_null(p);
-    assert_non_null(strstr(dlock_errmsg(), "file://"));
-}
-
-/* Commit, cancel and extend in steps (dlock_stock_*_start): a nowait step sends, a later
- * one reads; the counts move as the blocking calls move them, and the same refusals. */
-static void test_end_in_steps(void **state)
-{
-    (void)state;
-    dlock_client *c = it_stock_client();
-    it_stock_set(c, "steps", 5);
-    it_res_id a, b;
-    it_stock_reserve_ok(c, "steps", 2, 30000, a);
-    it_stock_reserve_ok(c, "steps", 1, 30000, b);
-    dlock_pending *p = NULL;
-    assert_int_equal(dlock_stock_extend_start(c, "steps", a, 60000, &p), DLOCK_OK);
-    assert_int_equal(drive(p), DLOCK_OK);
-    dlock_pending_free(p);
-    assert_int_equal(dlock_stock_commit_start(c, "steps", a, &p), DLOCK_OK);
-    assert_int_equal(drive(p), DLOCK_OK);
-    dlock_pending_free(p);
-    it_stock_expect(c, "steps", 5, 2, 1, 2);
-    /* A blocking step does it whole. */
-    assert_int_equal(dlock_stock_cancel_start(c, "steps", b, &p), DLOCK_OK);
-    assert_int_equal(dlock_pending_step(p, NULL), DLOCK_OK);
-    dlock_pending_free(p);
-    it_stock_expect(c, "steps", 5, 3, 0, 2);
-    /* Lost as the blocking calls are, with their messages. */
-    assert_int_equal(dlock_stock_cancel_start(c, "steps", a, &p), DLOCK_OK);
-    assert_int_equal(drive(p), DLOCK_ERR_LOST);
-    assert_non_null(strstr(dlock_errmsg(), "committed"));
-    dlock_pending_free(p);
-    assert_int_equal(dlock_stock_commit_start(c, "steps", b, &p), DLOCK_OK);
-    assert_int_equal(drive(p), DLOCK_ERR_LOST);
-    assert_non_null(strstr(dlock_errmsg(), "no such reservation"));
-    dlock_pending_free(p);
-    /* Freed with its call in flight: the server may still run it, as it may a blocking
-     * call that timed out; a commit repeated is harmless, and the client goes on. */
-    it_res_id d;
-    it_stock_reserve_ok(c, "steps", 1, 30000, d);
-    assert_int_equal(dlock_stock_commit_start(c, "steps", d, &p), DLOCK_OK);
-    assert_int_equal(dlock_pending_step_nowait(p, NULL), DLOCK_ERR_AGAIN);
-    dlock_pending_free(p);
-    assert_int_equal(dlock_stock_commit(c, "steps", d), DLOCK_OK);
-    it_stock_expect(c, "steps", 5, 2, 0, 3);
-    /* The checks of the blocking calls, and out. */
-    assert_int_equal(dlock_stock_commit_start(c, "steps", a, NULL), DLOCK_ERR_INVALID);
-    p = (dlock_pending *)&p;
-    assert_int_equal(dlock_stock_commit_start(c, "steps", "zz", &p), DLOCK_ERR_INVALID);
-    assert_null(p);
-    assert_non_null(strstr(dlock_errmsg(), "reservation id must be"));
-    assert_int_equal(dlock_stock_cancel_start(c, "steps", NULL, &p), DLOCK_ERR_INVALID);
-    assert_int_equal(dlock_stock_extend_start(c, "steps", a, 0, &p), DLOCK_ERR_INVALID);
-    assert_non_null(strstr(dlock_errmsg(), "lease_ms"));
-    assert_int_equal(dlock_stock_commit_start(c, "", a, &p), DLOCK_ERR_INVALID);
-    assert_int_equal(dlock_stock_commit_start(NULL, "steps", a, &p), DLOCK_ERR_INVALID);
-    assert_null(p);
-    dlock_client_free(c);
-    it_on_local_client("dlock-stock-steps", refused_on_files);
 }
 
 /* ---- waiting -------------------------------------------------------------------------- */
@@ -572,7 +484,6 @@ int main(void)
         cmocka_unit_test(test_commit_after_expiry_is_lost),
         cmocka_unit_test(test_status_alone_shows_expired_units),
         cmocka_unit_test(test_extend),
-        cmocka_unit_test(test_end_in_steps),
         cmocka_unit_test(test_cancel_wakes_waiter),
         cmocka_unit_test(test_waiters_are_quiet),
         cmocka_unit_test(test_expiry_serves_waiter),

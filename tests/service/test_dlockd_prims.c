@@ -96,13 +96,16 @@ static void test_stock_reserve_commit_cancel_extend(void **state)
     redisContext *a = dt_connect(&dt_one), *b = dt_connect(&dt_one);
     expect_stock(dt_cmd(a, "STOCK SET prims-rc 10"));
     char id1[33], id2[33], id3[33];
+    /* RESERVE, COMMIT, CANCEL and EXTEND are calls in steps on the loop: no job on the
+     * pool. */
+    long jobs0 = dt_info(b, "pool_jobs");
     expect_id(dt_cmd(a, "STOCK RESERVE prims-rc 3"), id1);
+    assert_int_equal(dt_info(b, "pool_jobs"), jobs0);
     stock s = expect_stock(dt_cmd(a, "STOCK STATUS prims-rc"));
     expect_counts(s, 10, 7, 3, 0);
     assert_int_equal(s.reservations, 1);
-    /* Committed from another connection, as after a payment; a repeat answers 1 too.
-     * COMMIT, CANCEL and EXTEND are calls in steps on the loop: no job on the pool. */
-    long jobs0 = dt_info(b, "pool_jobs");
+    /* Committed from another connection, as after a payment; a repeat answers 1 too. */
+    jobs0 = dt_info(b, "pool_jobs");
     dt_expect_int(dt_cmd(b, "STOCK COMMIT prims-rc %s", id1), 1);
     dt_expect_int(dt_cmd(b, "STOCK COMMIT prims-rc %s", id1), 1);
     dt_expect_int(dt_cmd(b, "STOCK CANCEL prims-rc %s", id1), 0);
