@@ -55,6 +55,10 @@ static bool permanent(int err)
            err == DLOCK_ERR_NOMEM;
 }
 
+/* Between attempts: until the due time (or a wake-up), or to listen for wake-ups and
+ * then attempt at once. */
+typedef enum { WAITING, JOINING } reserve_phase;
+
 /* A reserve in steps (pending.c): dlock_stock_reserve runs them with sleeps between,
  * an event loop parks it on its wake-up descriptor and due time. An attempt is one
  * call on the SKU's server, sent by a step and read by a later one (on the pipes of a
@@ -70,11 +74,7 @@ typedef struct reservation {
     int64_t deadline_us;
     int64_t outage_since_us;
     int attempts;
-    enum {
-        WAITING,
-        JOINING
-    } phase;           /* between attempts: until due (or woken), or to
-                          listen and then attempt at once */
+    reserve_phase phase;
     long long next_ms; /* the last refusal's time to the earliest lease end */
     bool unknown;      /* an attempt may have been granted unseen */
     stock_args a;      /* the attempt's, borrowed by its call */
