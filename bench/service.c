@@ -15,15 +15,16 @@
  *       second dlockd with --metrics-port, its ratio to W6's of the same round: what
  *       the HTTP listener and its timer cost the lock path (the counters and
  *       histograms are kept either way).
- *   W5/php-recipe, W5/php-dlockd  the flash sale in PHP: 20 php-cli processes
- *       (bench/php/buyer.php, phpredis) started together, selling the W5 stock with
- *       the usual PHP recipe (SET NX EX, usleep(1000) between tries, a Lua release)
- *       or through dlockd (LOCK WAIT 5000, UNLOCK), the stock read and decremented on
- *       the redis-server either way. php-dlockd's sellout_ms carries its ratio to
- *       php-recipe's of the same round (below 1: dlockd sells out faster). With
- *       --php-delay-ms D the pair runs again with the buyers reaching Redis and dlockd
- *       through relays that delay D ms each way (W5/php-recipe/dDms, W5/php-dlockd/dDms):
- *       buyers across a network from their servers, dlockd beside Redis.
+ *   W5/php-recipe, W5/php-dlockd, W5/php-stock  the flash sale in PHP: 20 php-cli
+ *       processes (bench/php/buyer.php, phpredis) started together, selling the W5
+ *       stock with the usual PHP recipe (SET NX EX, usleep(1000) between tries, a Lua
+ *       release) or through dlockd (LOCK WAIT 5000, UNLOCK), the stock read and
+ *       decremented on the redis-server either way; or with no lock, through dlockd's
+ *       STOCK (RESERVE sku 1 WAIT 5000, COMMIT), its STATUS checked after. The other
+ *       two's sellout_ms carries its ratio to php-recipe's of the same round (below 1:
+ *       faster). With --php-delay-ms D the three run again with the buyers reaching
+ *       Redis and dlockd through relays that delay D ms each way (.../dDms): buyers
+ *       across a network from their servers, dlockd beside Redis.
  *   W5/php-raw, W5/php-package (and -predis)  one php process per Redis client
  *       alternating rounds of LOCK + UNLOCK sent raw and through the PHP package
  *       (clients/php) on one connection to dlockd: what the package adds to a cycle
@@ -274,8 +275,30 @@ typedef struct php_route {
     fr_relay *relay[2];
 } php_route;
 
-/* One PHP sale: mode "recipe" or "dlockd". *sellout_ms gets its sellout time;
- * recipe_ms (0: none) is php-recipe's of the same round, for php-dlockd's ratio. */
+/* A STOCK command sent to the bench's dlockd (NULL when it could not be sent); the
+ * reply is the caller's. */
+static redisReply *dlockd_stock(bench_ctx *ctx, const char *fmt, const char *sku, long qty)
+{
+    struct timeval tv = {.tv_sec = 10};
+    redisContext *c = redisConnectWithTimeout("127.0.0.1", ctx->dlockd->port, tv);
+    redisReply *r = NULL;
+    if (c != NULL && !c->err)
+        r = redisCommand(c, fmt, sku, qty);
+    redisFree(c);
+    return r;
+}
+
+/* The field of a STOCK STATUS reply (its flat field/value array), or -1. */
+static long long stock_field(const redisReply *r, const char *field)
+{
+    for (size_t i = 0; r != NULL && r->type == REDIS_REPLY_ARRAY && i + 1 < r->elements; i += 2)
+        if (strcmp(r->element[i]->str, field) == 0)
+            return r->element[i + 1]->integer;
+    return -1;
+}
+
+/* One PHP sale: mode "recipe", "dlockd" or "stock". *sellout_ms gets its sellout time;
+ * recipe_ms (0: none) is php-recipe's of the same round, for the others' ratio. */
 static int php_sale(bench_ctx *ctx, const char *php, const char *mode, const php_route *rt,
                     redisContext *admin, double recipe_ms, double *sellout_ms)
 {
@@ -290,7 +313,8 @@ static int php_sale(bench_ctx *ctx, const char *php, const char *mode, const php
     snprintf(vs, sizeof vs, "W5/php-recipe%s", tag);
     snprintf(script, sizeof script, "%s/buyer.php", php_dir());
     snprintf(prefix, sizeof prefix, "%sw5php:r%d:%s%s:", BENCH_PREFIX, ctx->round, mode, tag);
-    snprintf(name, sizeof name, "w5php:r%d%s:sale", ctx->round, tag);
+    bool stock = strcmp(mode, "stock") == 0;
+    snprintf(name, sizeof name, "w5php:r%d%s:%s", ctx->round, tag, stock ? "sku" : "sale");
     snprintf(port, sizeof port, "%d", rt->port);
     snprintf(db, sizeof db, "%d", s->db);
     snprintf(dport, sizeof dport, "%d", rt->dport);
@@ -298,7 +322,7 @@ static int php_sale(bench_ctx *ctx, const char *php, const char *mode, const php
         bench_fail(ctx, "%s: %s: %s (set $DLOCK_BENCH_PHP_DIR)", label, script, strerror(errno));
         return -1;
     }
-    if (strcmp(mode, "dlockd") == 0 && (ctx->dlockd == NULL || ctx->dlockd->pid <= 0)) {
+    if (strcmp(mode, "recipe") != 0 && (ctx->dlockd == NULL || ctx->dlockd->pid <= 0)) {
         bench_fail(ctx, "%s: dlockd is not running", label);
         return -1;
     }
@@ -306,7 +330,13 @@ static int php_sale(bench_ctx *ctx, const char *php, const char *mode, const php
     snprintf(k_stock, sizeof k_stock, "%sstock", prefix);
     snprintf(k_ready, sizeof k_ready, "%sready", prefix);
     snprintf(k_go, sizeof k_go, "%sgo", prefix);
-    redisReply *r = server_cmd(admin, "SET %s %ld", k_stock, o->w5_stock);
+    /* The units: a counter on the server, or the SKU's stock through dlockd. */
+    redisReply *r = stock ? dlockd_stock(ctx, "STOCK SET %s %ld", name, o->w5_stock)
+                          : server_cmd(admin, "SET %s %ld", k_stock, o->w5_stock);
+    if (r != NULL && r->type == REDIS_REPLY_ERROR) {
+        freeReplyObject(r);
+        r = NULL;
+    }
     freeReplyObject(r);
     if (r != NULL)
         freeReplyObject(r = server_cmd(admin, "DEL %s %s", k_ready, k_go));
@@ -422,8 +452,17 @@ static int php_sale(bench_ctx *ctx, const char *php, const char *mode, const php
     }
     if (have_stats && o->verbose)
         stats_print(label, &before, &after);
-    r = server_cmd(admin, "GET %s", k_stock);
-    long long left = r != NULL && r->type == REDIS_REPLY_STRING ? strtoll(r->str, NULL, 10) : -1;
+    long long left = -1, sold = -1;
+    if (stock) {
+        /* What dlockd says is left (available or still reserved) and sold. */
+        r = dlockd_stock(ctx, "STOCK STATUS %s", name, 0);
+        long long avail = stock_field(r, "available"), held = stock_field(r, "reserved");
+        left = avail < 0 || held < 0 ? -1 : avail + held;
+        sold = stock_field(r, "sold");
+    } else {
+        r = server_cmd(admin, "GET %s", k_stock);
+        left = r != NULL && r->type == REDIS_REPLY_STRING ? strtoll(r->str, NULL, 10) : -1;
+    }
     freeReplyObject(r);
     *sellout_ms = (double)(last_sale - t0) / 1e6;
     fig(label, "sellout_ms", *sellout_ms, 0, recipe_ms > 0 ? *sellout_ms / recipe_ms : -1, vs);
@@ -433,18 +472,22 @@ static int php_sale(bench_ctx *ctx, const char *php, const char *mode, const php
      * buyers' final look at an empty stock included. */
     if (have_stats && bought > 0)
         fig(label, "cmds_per_unit", (double)cmds / (double)bought, 1, -1, NULL);
-    rc = w5_outcome(ctx, label, o->w5_stock, bought, retries, *sellout_ms, left, NULL);
+    rc = w5_outcome(ctx, label, o->w5_stock, bought, retries, *sellout_ms, left,
+                    stock ? &sold : NULL);
 out:
     free(b);
     return rc;
 }
 
-/* The recipe's sale, then dlockd's, the buyers reaching their servers by rt. */
+/* The recipe's sale, then dlockd's with a lock, then with STOCK, the buyers reaching
+ * their servers by rt. */
 static int php_pair(bench_ctx *ctx, const char *php, const php_route *rt, redisContext *admin)
 {
-    double recipe_ms = 0, dlockd_ms = 0;
+    double recipe_ms = 0, dlockd_ms = 0, stock_ms = 0;
     int rc = php_sale(ctx, php, "recipe", rt, admin, 0, &recipe_ms);
     if (php_sale(ctx, php, "dlockd", rt, admin, rc == 0 ? recipe_ms : 0, &dlockd_ms) != 0)
+        rc = -1;
+    if (php_sale(ctx, php, "stock", rt, admin, recipe_ms, &stock_ms) != 0)
         rc = -1;
     return rc;
 }

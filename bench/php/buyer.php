@@ -1,21 +1,26 @@
 <?php
 /*
- * buyer.php: one buyer of dlock-bench's PHP flash sale (W5/php-recipe, W5/php-dlockd).
- * The bench starts 20 of these at once; each buys one unit at a time until it finds
- * the stock gone, every purchase inside a lock taken one of two ways:
+ * buyer.php: one buyer of dlock-bench's PHP flash sale (W5/php-recipe, W5/php-dlockd,
+ * W5/php-stock). The bench starts 20 of these at once; each buys one unit at a time
+ * until it finds the stock gone, one of three ways:
  *
  *   recipe  what PHP code does without a lock service: SET lock token NX EX 10,
  *           usleep(1000) between refused tries, release by a Lua compare-and-delete;
- *   dlockd  LOCK name WAIT 5000 sent to dlockd, UNLOCK name token after.
+ *   dlockd  LOCK name WAIT 5000 sent to dlockd, UNLOCK name token after;
+ *   stock   no lock: STOCK RESERVE name 1 WAIT 5000 sent to dlockd, then STOCK COMMIT
+ *           name id; the sale is over for this buyer when RESERVE answers nil (no
+ *           unsold unit left).
  *
- * Either way the stock is read (GET) and decremented (DECR) on the redis-server
- * itself, so a lock that let two buyers in at once would show as units sold beyond
- * the stock, which the bench counts.
+ * With a lock the stock is read (GET) and decremented (DECR) on the redis-server
+ * itself, so a lock that let two buyers in at once would show as units sold beyond the
+ * stock, which the bench counts; with stock, the bench counts the units dlockd's STOCK
+ * STATUS says are sold against the buyers' purchases.
  *
- * usage: php buyer.php recipe|dlockd HOST PORT PASSWORD DB DLOCKD_PORT KEY_PREFIX NAME ID
+ * usage: php buyer.php recipe|dlockd|stock HOST PORT PASSWORD DB DLOCKD_PORT KEY_PREFIX NAME ID
  *   KEY_PREFIX  prefix of this sale's keys on the redis-server (stock, ready, go, and
  *               the recipe's lock key)
- *   NAME        the lock name given to dlockd (dlockd adds its own key prefix)
+ *   NAME        the lock name given to dlockd (dlockd adds its own key prefix), or the
+ *               SKU for stock
  *
  * Start: the buyer connects, runs one warm-up cycle on a lock of its own (so that
  * connecting and the servers' script caches are not in the figures), INCRs the
@@ -23,8 +28,8 @@
  * buyer. At the end it prints one line on stdout:
  *   bought N last_sale_ns T retries R max_wait_ns W
  * with T the CLOCK_MONOTONIC time (hrtime) of its last purchase, R its refused
- * attempts (recipe: SET NX refusals; dlockd: LOCK replies of nil) and W its longest
- * time to get the lock. Any failure is one line on stderr and exit status 1.
+ * attempts (recipe: SET NX refusals; dlockd: LOCK replies of nil; stock: 0) and W its
+ * longest time to get the lock (stock: the reservation). Any failure is one line on stderr and exit status 1.
  */
 declare(strict_types=1);
 
@@ -35,10 +40,10 @@ function fail(string $msg): void
 }
 
 if ($argc !== 10) {
-    fail('usage: buyer.php recipe|dlockd HOST PORT PASSWORD DB DLOCKD_PORT KEY_PREFIX NAME ID');
+    fail('usage: buyer.php recipe|dlockd|stock HOST PORT PASSWORD DB DLOCKD_PORT KEY_PREFIX NAME ID');
 }
 [, $mode, $host, $port, $password, $db, $dport, $prefix, $name, $id] = $argv;
-if ($mode !== 'recipe' && $mode !== 'dlockd') {
+if ($mode !== 'recipe' && $mode !== 'dlockd' && $mode !== 'stock') {
     fail("unknown mode '$mode'");
 }
 if (!class_exists('Redis')) {
@@ -65,7 +70,7 @@ try {
     if ((int)$db !== 0) {
         $r->select((int)$db);
     }
-    $d = $mode === 'dlockd' ? connect_to('127.0.0.1', (int)$dport) : null;
+    $d = $mode === 'recipe' ? null : connect_to('127.0.0.1', (int)$dport);
 
     $stockKey = $prefix . 'stock';
     $lockKey = $prefix . 'recipe-lock';
@@ -80,6 +85,13 @@ try {
         $token = bin2hex(random_bytes(16));
         $r->set("$lockKey:warm:$id", $token, ['nx', 'ex' => 10]);
         $r->eval($release, ["$lockKey:warm:$id", $token], 1);
+    } elseif ($mode === 'stock') {
+        $d->rawCommand('STOCK', 'SET', "$name:warm:$id", '1');
+        $res = $d->rawCommand('STOCK', 'RESERVE', "$name:warm:$id", '1');
+        if (!is_string($res) || $d->rawCommand('STOCK', 'COMMIT', "$name:warm:$id", $res) !== 1) {
+            fail('warm-up STOCK RESERVE/COMMIT through dlockd failed: ' .
+                ($d->getLastError() ?? '?'));
+        }
     } else {
         $l = $d->rawCommand('LOCK', "$name:warm:$id", 'WAIT', '5000');
         if (!is_array($l) || $d->rawCommand('UNLOCK', "$name:warm:$id", $l[0]) !== 1) {
@@ -96,7 +108,25 @@ try {
     $retries = 0;
     $lastSale = 0;
     $maxWait = 0;
-    for (;;) {
+    while ($mode === 'stock') {
+        $t0 = hrtime(true);
+        $d->clearLastError();
+        $res = $d->rawCommand('STOCK', 'RESERVE', $name, '1', 'WAIT', '5000');
+        if ($d->getLastError() !== null) {
+            fail('STOCK RESERVE: ' . $d->getLastError());
+        }
+        if (!is_string($res)) {
+            break; /* nil: nothing unsold is left */
+        }
+        $maxWait = max($maxWait, hrtime(true) - $t0);
+        $c = $d->rawCommand('STOCK', 'COMMIT', $name, $res);
+        if ($c !== 1) {
+            fail('STOCK COMMIT replied ' . var_export($c, true) . ': ' . ($d->getLastError() ?? ''));
+        }
+        $bought++;
+        $lastSale = hrtime(true);
+    }
+    while ($mode !== 'stock') {
         $t0 = hrtime(true);
         if ($mode === 'recipe') {
             $token = bin2hex(random_bytes(16));
