@@ -29,7 +29,8 @@
  *   bought N last_sale_ns T retries R max_wait_ns W
  * with T the CLOCK_MONOTONIC time (hrtime) of its last purchase, R its refused
  * attempts (recipe: SET NX refusals; dlockd: LOCK replies of nil; stock: 0) and W its
- * longest time to get the lock (stock: the reservation). Any failure is one line on stderr and exit status 1.
+ * longest time to get the lock (stock: the reservation). Any failure is one line on
+ * stderr and exit status 1.
  */
 declare(strict_types=1);
 
