@@ -226,6 +226,36 @@ static void stop(pid_t pid, const char *tag, int want)
     reap(pid, tag, 5000, want);
 }
 
+/* A CMD that records its pid in tmpdir/TAG.pid, then sleeps: the test sees it start. */
+static const char *sleeper(const char *tag, char *buf, size_t len)
+{
+    char name[64];
+    snprintf(name, sizeof name, "%s.pid", tag);
+    snprintf(buf, len, "echo $$ > %s; exec sleep 600", path(name));
+    return buf;
+}
+
+/* The pid a sleeper CMD of TAG recorded once it runs, within 5 s (times the slack): a
+ * candidate the servers name as the leader runs its CMD a moment later, and a SIGTERM
+ * before that is a campaign given up (exit 75), not a CMD ended. */
+static pid_t cmd_started(const char *tag)
+{
+    char name[64];
+    snprintf(name, sizeof name, "%s.pid", tag);
+    int64_t deadline = dh_now_ms() + 5000 * dh_slack();
+    char *text;
+    while ((text = it_slurp(path(name)))[0] == '\0' || strchr(text, '\n') == NULL) {
+        free(text);
+        if (dh_now_ms() >= deadline)
+            fail_msg("%s's CMD did not start within 5 s", tag);
+        dh_sleep_ms(5);
+    }
+    pid_t pid = (pid_t)strtol(text, NULL, 10);
+    free(text);
+    assert_true(pid > 1);
+    return pid;
+}
+
 /* ---- the leader from outside ------------------------------------------------------ */
 
 static void leader_now(dlock_client *c, const char *name, dlock_leader_info *info)
@@ -348,8 +378,9 @@ static void test_elect_once(void **state)
 
     /* A second candidate that tries once finds z led, and never runs its CMD. */
     dlock_client *c = it_client(&srv, it_timeout_ms());
-    pid_t lead =
-        spawn(&srv, "z", "elect", "--value", "first", "z", "--", "sleep", "30", (const char *)NULL);
+    char script[1024];
+    pid_t lead = spawn(&srv, "z", "elect", "--value", "first", "z", "--", "sh", "-c",
+                       sleeper("z", script, sizeof script), (const char *)NULL);
     dlock_leader_info info;
     wait_leader(c, "z", 0, "first", NULL, 5000, &info);
     DLOCK(&r, "elect", "-w", "0", "z", "--", "touch", path("z.ran"));
@@ -357,6 +388,7 @@ static void test_elect_once(void **state)
     assert_int_equal(access(path("z.ran"), F_OK), -1);
     expect_leader(c, "z", info.term, "first");
     /* SIGTERM goes on to CMD (sleep dies of it), and the leader resigns. */
+    cmd_started("z");
     stop(lead, "z", 128 + SIGTERM);
     expect_leader(c, "z", 0, NULL);
     dlock_client_free(c);
@@ -398,8 +430,9 @@ static void test_elect_five(void **state)
     for (int k = 0; k < FIVE; k++) {
         snprintf(tag[k], sizeof tag[k], "five%d", k);
         snprintf(val[k], sizeof val[k], "c%d", k);
-        cand[k] = spawn(&srv, tag[k], "elect", "-t", "1s", "--value", val[k], "five", "--", "sleep",
-                        "600", (const char *)NULL);
+        char script[1024];
+        cand[k] = spawn(&srv, tag[k], "elect", "-t", "1s", "--value", val[k], "five", "--", "sh",
+                        "-c", sleeper(tag[k], script, sizeof script), (const char *)NULL);
     }
     dlock_client *c = it_client(&srv, it_timeout_ms());
     dlock_leader_info info;
@@ -439,9 +472,12 @@ static void test_elect_five(void **state)
             cand[k] = 0;
         }
     }
-    for (int k = 0; k < FIVE; k++)
-        if (cand[k] > 0)
+    for (int k = 0; k < FIVE; k++) {
+        if (cand[k] > 0) {
+            cmd_started(tag[k]);
             stop(cand[k], tag[k], 128 + SIGTERM);
+        }
+    }
     expect_leader(c, "five", 0, NULL);
     dlock_client_free(c);
     wait_last_line(path("watch.out"), "five: no leader", 3000);
@@ -488,22 +524,13 @@ static void test_elect_server_paused(void **state)
     assert_int_equal(dh_server_start(&own, NULL), 0);
     dlock_client *c = it_client(&own, it_timeout_ms());
     char script[1024];
-    snprintf(script, sizeof script, "echo $$ > %s; exec sleep 600", path("a.pid"));
-    pid_t a = spawn(&own, "a", "elect", "-t", "2s", "--value", "a", "p", "--", "sh", "-c", script,
-                    (const char *)NULL);
+    pid_t a = spawn(&own, "a", "elect", "-t", "2s", "--value", "a", "p", "--", "sh", "-c",
+                    sleeper("a", script, sizeof script), (const char *)NULL);
     dlock_leader_info info;
     wait_leader(c, "p", 0, "a", NULL, 5000, &info);
     uint64_t a_term = info.term;
-    int64_t deadline = dh_now_ms() + 5000 * dh_slack();
-    char *pidtext;
-    while ((pidtext = it_slurp(path("a.pid")))[0] == '\0' || strchr(pidtext, '\n') == NULL) {
-        free(pidtext);
-        assert_true(dh_now_ms() < deadline);
-        dh_sleep_ms(5);
-    }
-    pid_t cmd = (pid_t)strtol(pidtext, NULL, 10);
-    free(pidtext);
-    assert_true(cmd > 1 && !gone(cmd));
+    pid_t cmd = cmd_started("a");
+    assert_true(!gone(cmd));
     /* CMD's death is seen through a pidfd, at once; where pidfd_open is missing
      * (valgrind 3.19 does not know it), by /proc every 2 ms. */
     int pidfd = (int)syscall(SYS_pidfd_open, cmd, 0);
@@ -536,8 +563,8 @@ static void test_elect_server_paused(void **state)
         dh_sleep_ms(10);
     dh_server_resume(&own);
     own_paused = false;
-    pid_t b = spawn(&own, "b", "elect", "-t", "2s", "--value", "b", "p", "--", "sleep", "600",
-                    (const char *)NULL);
+    pid_t b = spawn(&own, "b", "elect", "-t", "2s", "--value", "b", "p", "--", "sh", "-c",
+                    sleeper("b", script, sizeof script), (const char *)NULL);
     wait_leader(c, "p", a_term, "b", NULL, 5000, &info);
 
     reap(a, "a", 5000, 73);
@@ -551,6 +578,7 @@ static void test_elect_server_paused(void **state)
 
     /* B still leads, undisturbed by A's end. */
     expect_leader(c, "p", info.term, "b");
+    cmd_started("b");
     stop(b, "b", 128 + SIGTERM);
     dlock_client_free(c);
 }
