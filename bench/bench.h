@@ -21,7 +21,8 @@
  *   elect.c      W8 (a leader's changes as an observer hears them; idle observers)
  *   flashsale.c  W5 (four ways to sell 1000 items to 50 buyers)
  *   daemon.c     dlockd, the lock service, as a process of ours
- *   service.c    W6 (W1 through dlockd)
+ *   hop.c        W6/hop's process in the middle that only passes bytes
+ *   service.c    W6 (W1 through dlockd, and through the hop)
  *                and W5's PHP sale (php-cli buyers, bench/php/buyer.php) with the
  *                usual PHP recipe and through dlockd
  *   fleet.c      W7 (1 to 256 connections through dlockd, beside the raw recipe
@@ -184,6 +185,9 @@ int servers_use(bench_servers *ss, const char *urls);
 void servers_stop(bench_servers *ss);
 /* "url1,url2,..." of nodes [first, first + n). */
 void servers_urls(const bench_servers *ss, int first, int n, char *out, size_t outlen);
+/* The URL of something on 127.0.0.1:port in front of server s (a relay, the hop):
+ * s's credentials and db, that port. */
+void servers_url_at(const bench_server *s, int port, char *out, size_t n);
 /* A connection to s, authenticated, with its db selected and a 10 s timeout; NULL
  * after printing why. Free with redisFree. */
 redisContext *server_connect(const bench_server *s);
@@ -230,6 +234,18 @@ long long stats_commands(const stats_conns *sc, const srv_stats *before, const s
 long long stats_calls(const srv_stats *before, const srv_stats *after, const char *cmd);
 /* Print the per-command differences to stderr, "label: cmd +calls ...". */
 void stats_print(const char *label, const srv_stats *before, const srv_stats *after);
+
+/* ---- the hop (hop.c) ---------------------------------------------------------- */
+
+typedef struct bench_hop {
+    pid_t pid; /* 0: not running */
+    int port;
+} bench_hop;
+
+/* A child process on a free 127.0.0.1 port passing bytes to and from host:port, as
+ * the bench is pinned. 0, or -1 (nothing started). */
+int hop_start(const char *host, int port, bench_hop *out);
+void hop_stop(bench_hop *h); /* kill and reap it; a stopped one is left alone */
 
 /* ---- dlockd (daemon.c) ----------------------------------------------------- */
 
@@ -303,6 +319,7 @@ typedef struct bench_ctx {
     double w1_per_s;       /* W1's cycles/s and p50 of this round, for W6 (0: unknown) */
     double w1_p50_us;
     double w6_per_s;            /* W6's cycles/s of this round, for W6/metrics (0: unknown) */
+    double w6_hop_p50_us;       /* W6/hop's p50 of this round, for W6's (0: unknown) */
     const bench_dlockd *dlockd; /* NULL when no workload of the run needs it */
     const bench_dlockd *dlockd_metrics; /* W6/metrics's, with --metrics-port; or NULL */
     bool failed;                        /* a sanity check failed: exit non-zero */
@@ -380,10 +397,10 @@ static inline bool team_stopped(team *t)
 int run_w1(bench_ctx *ctx);
 /* W1's loop, one client, on the servers of urls, its names "TAG:..." (a tag "{x}" puts
  * them all in one cluster slot): figures cycles_per_s (its ratio to rps, named vs;
- * rps <= 0: none), p50_us, p99_us under label, and the rate in *per_s (may be NULL).
- * 0, or -1 after bench_fail. */
+ * rps <= 0: none), p50_us, p99_us under label, the rate in *per_s and the p50 in
+ * *p50_us (either may be NULL). 0, or -1 after bench_fail. */
 int w1_run_on(bench_ctx *ctx, const char *label, const char *tag, const char *urls, double rps,
-              const char *vs, double *per_s);
+              const char *vs, double *per_s, double *p50_us);
 /* W1 over TLS (tls.c): a TLS redis-server of its own (certificates made for the run),
  * redis-benchmark --tls SET -c 1 on it, then W1 through rediss://. */
 int run_w1_tls(bench_ctx *ctx);

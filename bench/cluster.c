@@ -57,11 +57,11 @@ int run_w1_cluster(bench_ctx *ctx)
         return -1;
     }
     double direct;
-    if (w1_run_on(ctx, "W1/cluster-direct", TAG, g_cl.direct, -1, NULL, &direct) != 0 ||
-        w1_run_on(ctx, "W1/cluster", TAG, g_cl.seed, direct, "W1 direct on its master", NULL) !=
-            0 ||
+    if (w1_run_on(ctx, "W1/cluster-direct", TAG, g_cl.direct, -1, NULL, &direct, NULL) != 0 ||
+        w1_run_on(ctx, "W1/cluster", TAG, g_cl.seed, direct, "W1 direct on its master", NULL,
+                  NULL) != 0 ||
         w1_run_on(ctx, "W1/cluster-spread", "w1cs", g_cl.seed, direct, "W1 direct on its master",
-                  NULL) != 0)
+                  NULL, NULL) != 0)
         return -1;
     return 0;
 }

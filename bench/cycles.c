@@ -174,7 +174,7 @@ static int uncontended(bench_ctx *ctx, const char *w, const char *tag, int clien
 }
 
 int w1_run_on(bench_ctx *ctx, const char *label, const char *tag, const char *urls, double rps,
-              const char *vs, double *per_s)
+              const char *vs, double *per_s, double *p50_us)
 {
     long cycles = ctx->opt->w1_cycles;
     long warm = cycles / 10 < WARMUP_CYCLES ? cycles / 10 : WARMUP_CYCLES;
@@ -186,6 +186,8 @@ int w1_run_on(bench_ctx *ctx, const char *label, const char *tag, const char *ur
     fig(label, "p99_us", (double)r.p99_ns / 1000, 0, -1, NULL);
     if (per_s != NULL)
         *per_s = r.per_s;
+    if (p50_us != NULL)
+        *p50_us = (double)r.p50_ns / 1000;
     return 0;
 }
 
@@ -250,17 +252,6 @@ int run_w2(bench_ctx *ctx)
     return 0;
 }
 
-/* The URL of a relay in front of server s: same credentials and db, relay's port. */
-static void relay_url(const bench_server *s, int port, char *out, size_t n)
-{
-    char auth[400] = "", db[16] = "";
-    if (s->password[0])
-        snprintf(auth, sizeof auth, "%s:%s@", s->user, s->password);
-    if (s->db != 0)
-        snprintf(db, sizeof db, "/%d", s->db);
-    snprintf(out, n, "redis://%s127.0.0.1:%d%s", auth, port, db);
-}
-
 /* W4 for one delay (0: loopback): 1 node first (the ratio's denominator), then each
  * of --w4-nodes. */
 static int w4_delay(bench_ctx *ctx, int delay_ms, int maxn)
@@ -283,7 +274,7 @@ static int w4_delay(bench_ctx *ctx, int delay_ms, int maxn)
             goto out;
         }
         fr_delay(relays[i], delay_ms, delay_ms);
-        relay_url(s, fr_port(relays[i]), one[i], sizeof one[i]);
+        servers_url_at(s, fr_port(relays[i]), one[i], sizeof one[i]);
     }
     char suffix[16] = "";
     if (delay_ms > 0)

@@ -233,6 +233,16 @@ void servers_urls(const bench_servers *ss, int first, int n, char *out, size_t o
     }
 }
 
+void servers_url_at(const bench_server *s, int port, char *out, size_t n)
+{
+    char auth[400] = "", db[16] = "";
+    if (s->password[0])
+        snprintf(auth, sizeof auth, "%s:%s@", s->user, s->password);
+    if (s->db != 0)
+        snprintf(db, sizeof db, "/%d", s->db);
+    snprintf(out, n, "redis://%s127.0.0.1:%d%s", auth, port, db);
+}
+
 /* ---- admin connections ------------------------------------------------------ */
 
 /* Admin commands fail loudly: an error reply is printed and treated like an I/O

@@ -68,7 +68,7 @@ int run_w1_tls(bench_ctx *ctx)
     fig("baseline/c1-tls", "set_rps", b.rps, 0, -1, NULL);
     if (b.p50_us >= 0)
         fig("baseline/c1-tls", "p50_us", b.p50_us, 0, -1, NULL);
-    return w1_run_on(ctx, "W1/tls", "w1tls", g_tls.url, b.rps, "SET rps -c1 tls", NULL);
+    return w1_run_on(ctx, "W1/tls", "w1tls", g_tls.url, b.rps, "SET rps -c1 tls", NULL, NULL);
 }
 
 void w1_tls_stop(void)
