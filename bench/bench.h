@@ -20,6 +20,8 @@
  *   contended.c  W3 (one name, blocking waits)
  *   elect.c      W8 (a leader's changes as an observer hears them; idle observers)
  *   flashsale.c  W5 (four ways to sell 1000 items to 50 buyers)
+ *   peers.c      W5's peers: the same sale with the PHP recipe, redis-py, node-redlock
+ *   sale.c       a sale by processes of another language (the peers', the PHP sale)
  *   daemon.c     dlockd, the lock service, as a process of ours
  *   hop.c        W6/hop's process in the middle that only passes bytes
  *   service.c    W6 (W1 through dlockd, and through the hop)
@@ -430,6 +432,28 @@ int run_w5(bench_ctx *ctx);
  * that keeps no such count). 0, or -1 after bench_fail. */
 int w5_outcome(bench_ctx *ctx, const char *label, long stock, long purchases, long retries,
                double sellout_ms, long long left, const long long *sold);
+/* W5's peers (peers.c): the sale with the PHP recipe spinning and sleeping, redis-py's
+ * Lock and node-redlock, each sellout_ms beside lock_ms, W5/lock's of the round (0:
+ * none). 0, or -1 after bench_fail. */
+int run_w5_peers(bench_ctx *ctx, double lock_ms);
+/* A sale by processes (sale.c), all buyers released at once; what they reported. */
+typedef struct sale_result {
+    long bought, retries;    /* sums over the buyers */
+    int64_t t0_ns;           /* the start signal */
+    int64_t last_sale_ns;    /* the last purchase of any buyer */
+    int64_t max_wait_ns;     /* the longest acquisition of any buyer */
+    bool have_stats;         /* before and after are node 1's counts */
+    srv_stats before, after; /* around the sale */
+    long long cmds;          /* commands node 1 ran in between; -1: unknown */
+} sale_result;
+/* Start nproc processes, argvs[i] each (NULL-ended, argvs[i][0] the executable), pinned
+ * where the bench's clients run; once the counter k_ready on node 1 shows nbuyers,
+ * push one element per process on k_go and wait for them all (60 s at most: then they
+ * are killed), reading "bought N last_sale_ns T retries R max_wait_ns W" lines, one per
+ * buyer, from their stdout into *out. 0, or -1 with why (nothing printed). */
+int sale_run(bench_ctx *ctx, const char *label, const char *const *const *argvs, int nproc,
+             long nbuyers, redisContext *admin, const char *k_ready, const char *k_go,
+             sale_result *out, char *why, size_t whylen);
 /* W5/php-recipe and W5/php-dlockd (service.c), run at the end of W5, then
  * run_w5_php_cycles. */
 int run_w5_php(bench_ctx *ctx);

@@ -471,15 +471,19 @@ int run_w5(bench_ctx *ctx)
         return -1;
     }
     int rc = 0;
-    double script_ms = 0;
+    double script_ms = 0, lock_ms = 0;
     for (int v = V_LOCK; v <= V_STOCK; v++) {
         double ms = 0;
         if (w5_one(ctx, (enum variant)v, urls, admin, script_ms, &ms) != 0)
             rc = -1;
         else if (v == V_SCRIPT)
             script_ms = ms;
+        else if (v == V_LOCK)
+            lock_ms = ms;
     }
     redisFree(admin);
+    if (run_w5_peers(ctx, lock_ms) != 0)
+        rc = -1;
     if (run_w5_php(ctx) != 0)
         rc = -1;
     if (run_w5_py_cycles(ctx) != 0)

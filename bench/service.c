@@ -47,8 +47,6 @@
 #include <unistd.h>
 
 #define W6_WARMUP      100
-#define PHP_READY_MS   30000 /* for every buyer to connect and warm up */
-#define PHP_SALE_MS    60000 /* for the sale itself; the buyers are killed after */
 #define PHP_MAX_BUYERS 256
 
 /* ---- W6 ------------------------------------------------------------------------ */
@@ -237,13 +235,6 @@ int run_w6(bench_ctx *ctx)
 
 /* ---- the PHP flash sale ------------------------------------------------------- */
 
-typedef struct php_buyer {
-    pid_t pid;
-    int out; /* read end of its stdout */
-    int status;
-    bool reaped;
-} php_buyer;
-
 /* The directory of buyer.php and cycles.php: $DLOCK_BENCH_PHP_DIR, else the source
  * tree's bench/php (the bench runs from a build tree; it is not installed). */
 const char *php_dir(void)
@@ -276,37 +267,6 @@ void read_all(int fd, char *buf, size_t len)
         got += (size_t)n;
     }
     buf[got] = '\0';
-}
-
-/* Wait until the sale's "ready" counter reaches n, failing early when a buyer has
- * already exited (php or php-redis missing, a connection refused). */
-static int php_wait_ready(redisContext *admin, const char *k_ready, php_buyer *b, int n, char *why,
-                          size_t whylen)
-{
-    int64_t deadline = now_ns() + (int64_t)PHP_READY_MS * 1000000;
-    while (now_ns() < deadline) {
-        redisReply *r = server_cmd(admin, "GET %s", k_ready);
-        if (r == NULL) {
-            snprintf(why, whylen, "GET of the ready counter failed");
-            return -1;
-        }
-        long ready = r->type == REDIS_REPLY_STRING ? strtol(r->str, NULL, 10) : 0;
-        freeReplyObject(r);
-        if (ready >= n)
-            return 0;
-        for (int i = 0; i < n; i++) {
-            if (!b[i].reaped && dh_exited(b[i].pid, &b[i].status)) {
-                b[i].reaped = true;
-                char st[48];
-                describe_status(b[i].status, st, sizeof st);
-                snprintf(why, whylen, "buyer %d exited before the start (%s)", i, st);
-                return -1;
-            }
-        }
-        dh_sleep_ms(2);
-    }
-    snprintf(why, whylen, "the buyers were not ready within %d ms", PHP_READY_MS);
-    return -1;
 }
 
 /* Where the buyers reach Redis and dlockd: directly (delay_ms 0), or through a relay in
@@ -388,113 +348,32 @@ static int php_sale(bench_ctx *ctx, const char *php, const char *mode, const php
         return -1;
     }
 
-    php_buyer *b = bench_calloc(ctx, label, (size_t)n, sizeof *b);
-    if (b == NULL)
-        return -1;
-    int rc = -1, started = 0;
-    char why[256] = "";
+    /* One buyer per process, its id the last argument. */
+    char(*ids)[16] = bench_calloc(ctx, label, (size_t)n, sizeof *ids);
+    const char *(*argv)[12] = bench_calloc(ctx, label, (size_t)n, sizeof *argv);
+    const char *const **argvs = bench_calloc(ctx, label, (size_t)n, sizeof *argvs);
+    int rc = -1;
+    if (ids == NULL || argv == NULL || argvs == NULL)
+        goto out;
+    for (int i = 0; i < n; i++) {
+        snprintf(ids[i], sizeof ids[i], "%d", i);
+        const char *one[12] = {php, script, mode,   rt->host, port,   s->password,
+                               db,  dport,  prefix, name,     ids[i], NULL};
+        memcpy(argv[i], one, sizeof one);
+        argvs[i] = argv[i];
+    }
     progress("%s: %d php buyers, stock %ld", label, n, o->w5_stock);
-    for (; started < n; started++) {
-        char id[16];
-        snprintf(id, sizeof id, "%d", started);
-        const char *argv[] = {php, script, mode,   rt->host, port, s->password,
-                              db,  dport,  prefix, name,     id,   NULL};
-        int p[2];
-        if (pipe2(p, O_CLOEXEC) != 0) {
-            snprintf(why, sizeof why, "pipe: %s", strerror(errno));
-            break;
-        }
-        /* Pinned where the bench's own client threads run; their errors go to our
-         * stderr as they come. */
-        b[started].pid = place_spawn(argv, ctx->place->client_cpu, p[1], STDERR_FILENO, false);
-        close(p[1]);
-        b[started].out = p[0];
-        if (b[started].pid < 0) {
-            close(p[0]);
-            snprintf(why, sizeof why, "cannot start %s", php);
-            break;
-        }
-    }
-    int64_t t0 = 0;
-    stats_conns sc = {0};
-    srv_stats before, after;
-    bool have_stats = false;
-    if (started == n && php_wait_ready(admin, k_ready, b, n, why, sizeof why) == 0) {
-        /* The server's command counts over the sale: what a unit costs it. */
-        have_stats = stats_open(ctx->servers, 1, &sc) == 0 && stats_take(&sc, &before) == 0;
-        /* One element per buyer: each BLPOP takes one, so all start at once. */
-        const char **argv = calloc((size_t)n + 2, sizeof *argv);
-        if (argv != NULL) {
-            argv[0] = "RPUSH";
-            argv[1] = k_go;
-            for (int i = 0; i < n; i++)
-                argv[2 + i] = "1";
-            t0 = now_ns();
-            r = redisCommandArgv(admin, n + 2, argv, NULL);
-            if (r == NULL || r->type != REDIS_REPLY_INTEGER)
-                t0 = 0;
-            freeReplyObject(r);
-            free(argv);
-        }
-        if (t0 == 0)
-            snprintf(why, sizeof why, "RPUSH of the start signal failed");
-    }
-    /* Every buyer is waited for (or killed) whatever happened, so none outlives the
-     * sale. */
-    int64_t deadline_ms = dh_now_ms() + PHP_SALE_MS;
-    long bought = 0, retries = 0;
-    int64_t last_sale = 0, max_wait = 0;
-    bool bad = started < n || t0 == 0;
-    for (int i = 0; i < started; i++) {
-        if (!b[i].reaped) {
-            int64_t left = deadline_ms - dh_now_ms();
-            if (!dh_reap(b[i].pid, bad || left < 0 ? 0 : left, &b[i].status) && !bad) {
-                snprintf(why, sizeof why, "buyer %d still running after %d ms: killed", i,
-                         PHP_SALE_MS);
-                bad = true;
-            }
-            b[i].reaped = true;
-        }
-        char line[512];
-        read_all(b[i].out, line, sizeof line);
-        close(b[i].out);
-        long nb, nr;
-        long long last, maxw;
-        if (bad)
-            continue;
-        if (b[i].status != 0 || sscanf(line,
-                                       "bought %ld last_sale_ns %lld retries %ld "
-                                       "max_wait_ns %lld",
-                                       &nb, &last, &nr, &maxw) != 4) {
-            char st[48];
-            describe_status(b[i].status, st, sizeof st);
-            snprintf(why, sizeof why, "buyer %d: %s, output '%.*s'", i, st,
-                     (int)strcspn(line, "\n"), line);
-            bad = true;
-            continue;
-        }
-        bought += nb;
-        retries += nr;
-        if (nb > 0 && last > last_sale)
-            last_sale = last;
-        if (maxw > max_wait)
-            max_wait = maxw;
-        /* php's hrtime is CLOCK_MONOTONIC as ours is; a sale before the start signal
-         * would mean it is not, and the sellout time would be nonsense. */
-        if (nb > 0 && last < t0) {
-            snprintf(why, sizeof why, "buyer %d: a sale before the start (clocks differ)", i);
-            bad = true;
-        }
-    }
-    have_stats = have_stats && stats_take(&sc, &after) == 0;
-    long long cmds = have_stats ? stats_commands(&sc, &before, &after) : -1;
-    stats_close(&sc);
-    if (bad) {
+    sale_result res;
+    char why[256] = "";
+    if (sale_run(ctx, label, argvs, n, n, admin, k_ready, k_go, &res, why, sizeof why) != 0) {
         bench_fail(ctx, "%s: %s", label, why);
         goto out;
     }
+    long bought = res.bought, retries = res.retries;
+    long long cmds = res.cmds;
+    bool have_stats = res.have_stats;
     if (have_stats && o->verbose)
-        stats_print(label, &before, &after);
+        stats_print(label, &res.before, &res.after);
     long long left = -1, sold = -1;
     if (stock) {
         /* What dlockd says is left (available or still reserved) and sold. */
@@ -507,10 +386,10 @@ static int php_sale(bench_ctx *ctx, const char *php, const char *mode, const php
         left = r != NULL && r->type == REDIS_REPLY_STRING ? strtoll(r->str, NULL, 10) : -1;
     }
     freeReplyObject(r);
-    *sellout_ms = (double)(last_sale - t0) / 1e6;
+    *sellout_ms = (double)(res.last_sale_ns - res.t0_ns) / 1e6;
     fig(label, "sellout_ms", *sellout_ms, 0, recipe_ms > 0 ? *sellout_ms / recipe_ms : -1, vs);
     fig(label, "retries", (double)retries, 0, -1, NULL);
-    fig(label, "max_wait_ms", (double)max_wait / 1e6, 1, -1, NULL);
+    fig(label, "max_wait_ms", (double)res.max_wait_ns / 1e6, 1, -1, NULL);
     /* Everything the sale made the server do, the start signal's BLPOPs and the
      * buyers' final look at an empty stock included. */
     if (have_stats && bought > 0)
@@ -518,7 +397,9 @@ static int php_sale(bench_ctx *ctx, const char *php, const char *mode, const php
     rc = w5_outcome(ctx, label, o->w5_stock, bought, retries, *sellout_ms, left,
                     stock ? &sold : NULL);
 out:
-    free(b);
+    free(argvs);
+    free(argv);
+    free(ids);
     return rc;
 }
 

@@ -7,7 +7,9 @@
 #   build     compile the library, dlock, dlockd, dlock-bench and the examples (`make`)
 #   demo      run `make demo` and dlock-bench: redis-server, redis-benchmark, php with
 #             phpredis, and predis (dlock-bench's W5/php-package-predis), python3 with
-#             redis-py (W5/py-package), node with the Node package built (W5/node-package)
+#             redis-py (W5/py-package, W5/peer-redis-py), node with the Node package
+#             built (W5/node-package) and node-redlock (W5/peer-node-redlock, the npm
+#             packages bench/peers/package-lock.json pins)
 #   test      build and run every test (`make tests`, `make test`): build and demo, and the
 #             test harness's tools, and the npm packages of the Node tests at the exact
 #             versions their package-lock.json pins (tests/service/clients/node:
@@ -126,11 +128,12 @@ fi
 [ "$npm" = 1 ] || exit 0
 # The npm packages, installed exactly as locked (npm ci), when node_modules is not what
 # the lock file says: a copy of the lock file kept in node_modules records the last
-# install. No install scripts run: neither project needs one. The raw ioredis test
-# (tests/service/clients/node) and the Node package (clients/node, whose TypeScript
-# compiler comes this way too; its test builds it).
+# install. No install scripts run: no project needs one. The raw ioredis test
+# (tests/service/clients/node), the Node package (clients/node, whose TypeScript
+# compiler comes this way too; its test builds it) and dlock-bench's W5 peer
+# node-redlock (bench/peers).
 root="$(cd "$(dirname "$0")/.." && pwd)"
-for node_dir in "$root/tests/service/clients/node" "$root/clients/node"; do
+for node_dir in "$root/tests/service/clients/node" "$root/clients/node" "$root/bench/peers"; do
   stamp="$node_dir/node_modules/.dlock-package-lock.json"
   if ! cmp -s "$node_dir/package-lock.json" "$stamp"; then
     echo "installing the npm packages of $node_dir (npm ci)" >&2

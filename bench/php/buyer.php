@@ -1,22 +1,26 @@
 <?php
 /*
- * buyer.php: one buyer of dlock-bench's PHP flash sale (W5/php-recipe, W5/php-dlockd,
- * W5/php-stock). The bench starts 20 of these at once; each buys one unit at a time
- * until it finds the stock gone, one of three ways:
+ * buyer.php: one buyer of dlock-bench's PHP flash sales (W5/php-recipe, W5/php-dlockd,
+ * W5/php-stock; W5/peer-php-spin and W5/peer-php-sleep). The bench starts 20 (50) of
+ * these at once; each buys one unit at a time until it finds the stock gone, one of
+ * these ways:
  *
  *   recipe  what PHP code does without a lock service: SET lock token NX EX 10,
  *           usleep(1000) between refused tries, release by a Lua compare-and-delete;
+ *   peer-spin, peer-sleep  the same recipe with W5/lock's unit (GET the stock, SET it
+ *           one lower, INCR the sold counter) and usleep(1000) or usleep(100000), the
+ *           sleep most examples of the recipe show: W5/lock's PHP peers;
  *   dlockd  LOCK name WAIT 5000 sent to dlockd, UNLOCK name token after;
  *   stock   no lock: STOCK RESERVE name 1 WAIT 5000 sent to dlockd, then STOCK COMMIT
  *           name id; the sale is over for this buyer when RESERVE answers nil (no
  *           unsold unit left).
  *
- * With a lock the stock is read (GET) and decremented (DECR) on the redis-server
- * itself, so a lock that let two buyers in at once would show as units sold beyond the
+ * With a lock the stock is read (GET) and decremented (DECR; a peer: SET, and INCR of
+ * KEY_PREFIX sold) on the redis-server itself, so a lock that let two buyers in at once would show as units sold beyond the
  * stock, which the bench counts; with stock, the bench counts the units dlockd's STOCK
  * STATUS says are sold against the buyers' purchases.
  *
- * usage: php buyer.php recipe|dlockd|stock HOST PORT PASSWORD DB DLOCKD_PORT KEY_PREFIX NAME ID
+ * usage: php buyer.php MODE HOST PORT PASSWORD DB DLOCKD_PORT KEY_PREFIX NAME ID
  *   KEY_PREFIX  prefix of this sale's keys on the redis-server (stock, ready, go, and
  *               the recipe's lock key)
  *   NAME        the lock name given to dlockd (dlockd adds its own key prefix), or the
@@ -28,7 +32,7 @@
  * buyer. At the end it prints one line on stdout:
  *   bought N last_sale_ns T retries R max_wait_ns W
  * with T the CLOCK_MONOTONIC time (hrtime) of its last purchase, R its refused
- * attempts (recipe: SET NX refusals; dlockd: LOCK replies of nil; stock: 0) and W its
+ * attempts (recipe, peers: SET NX refusals; dlockd: LOCK replies of nil; stock: 0) and W its
  * longest time to get the lock (stock: the reservation). Any failure is one line on
  * stderr and exit status 1.
  */
@@ -41,10 +45,14 @@ function fail(string $msg): void
 }
 
 if ($argc !== 10) {
-    fail('usage: buyer.php recipe|dlockd|stock HOST PORT PASSWORD DB DLOCKD_PORT KEY_PREFIX NAME ID');
+    fail('usage: buyer.php recipe|dlockd|stock|peer-spin|peer-sleep HOST PORT PASSWORD DB ' .
+        'DLOCKD_PORT KEY_PREFIX NAME ID');
 }
 [, $mode, $host, $port, $password, $db, $dport, $prefix, $name, $id] = $argv;
-if ($mode !== 'recipe' && $mode !== 'dlockd' && $mode !== 'stock') {
+/* The recipe's sleep after a refused SET NX, in microseconds; 0: not the recipe. */
+$sleepUs = ['recipe' => 1000, 'peer-spin' => 1000, 'peer-sleep' => 100000][$mode] ?? 0;
+$peer = $mode === 'peer-spin' || $mode === 'peer-sleep';
+if ($sleepUs === 0 && $mode !== 'dlockd' && $mode !== 'stock') {
     fail("unknown mode '$mode'");
 }
 if (!class_exists('Redis')) {
@@ -71,7 +79,7 @@ try {
     if ((int)$db !== 0) {
         $r->select((int)$db);
     }
-    $d = $mode === 'recipe' ? null : connect_to('127.0.0.1', (int)$dport);
+    $d = $sleepUs > 0 ? null : connect_to('127.0.0.1', (int)$dport);
 
     $stockKey = $prefix . 'stock';
     $lockKey = $prefix . 'recipe-lock';
@@ -82,7 +90,7 @@ try {
         "return 0\n";
 
     /* One cycle on a lock of its own, not counted. */
-    if ($mode === 'recipe') {
+    if ($sleepUs > 0) {
         $token = bin2hex(random_bytes(16));
         $r->set("$lockKey:warm:$id", $token, ['nx', 'ex' => 10]);
         $r->eval($release, ["$lockKey:warm:$id", $token], 1);
@@ -129,11 +137,11 @@ try {
     }
     while ($mode !== 'stock') {
         $t0 = hrtime(true);
-        if ($mode === 'recipe') {
+        if ($sleepUs > 0) {
             $token = bin2hex(random_bytes(16));
             while (!$r->set($lockKey, $token, ['nx', 'ex' => 10])) {
                 $retries++;
-                usleep(1000);
+                usleep($sleepUs);
             }
         } else {
             for (;;) {
@@ -152,13 +160,18 @@ try {
         $maxWait = max($maxWait, hrtime(true) - $t0);
 
         $stock = (int)$r->get($stockKey);
-        if ($stock > 0) {
+        if ($stock > 0 && $peer) {
+            $r->set($stockKey, (string)($stock - 1));
+            $r->incr($prefix . 'sold');
+        } elseif ($stock > 0) {
             $r->decr($stockKey);
+        }
+        if ($stock > 0) {
             $bought++;
             $lastSale = hrtime(true);
         }
 
-        if ($mode === 'recipe') {
+        if ($sleepUs > 0) {
             $r->eval($release, [$lockKey, $token], 1);
         } else {
             $u = $d->rawCommand('UNLOCK', $name, $token);
