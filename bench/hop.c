@@ -128,6 +128,7 @@ int hop_start(const char *host, int port, bench_hop *out)
     struct addrinfo hints = {.ai_socktype = SOCK_STREAM}, *ai = NULL;
     if (getaddrinfo(host, service, &hints, &ai) != 0 || ai == NULL) {
         free(h);
+        errno = EHOSTUNREACH; /* for the caller's message: the name did not resolve */
         return -1;
     }
     memcpy(&h->up, ai->ai_addr, ai->ai_addrlen);
