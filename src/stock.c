@@ -91,11 +91,7 @@ int dlock__stock_op_begin(stock_op *op, dlock_client *c, const char *sku, dlock_
      * a server runs: a backend without them refuses. */
     if ((rc = c->backend->gate(c, DLOCK_GATE_STOCK, e)) != DLOCK_OK)
         return rc;
-    if ((rc = keys_make(c, sku, &op->k, e)) != DLOCK_OK)
-        return rc;
-    if ((op->set = dlock__connset_get(c)) == NULL)
-        return dlock__err_set(e, DLOCK_ERR_NOMEM, "out of memory");
-    return DLOCK_OK;
+    return keys_make(c, sku, &op->k, e);
 }
 
 void dlock__stock_op_end(stock_op *op)
@@ -203,6 +199,8 @@ static int update(dlock_client *c, const char *sku, const char *mode, int64_t va
 {
     stock_op op;
     int rc = dlock__stock_op_begin(&op, c, sku, e);
+    if (rc == DLOCK_OK && (op.set = dlock__connset_get(c)) == NULL)
+        rc = dlock__err_set(e, DLOCK_ERR_NOMEM, "out of memory");
     if (rc != DLOCK_OK) {
         dlock__stock_op_end(&op);
         return rc;
@@ -368,11 +366,7 @@ static int end_start(dlock_client *c, const char *sku, const char *id, const cha
         return dlock__err_set(e, DLOCK_ERR_NOMEM, "out of memory");
     x->base.lockless = true;
     dlock__step_round_init(&x->sr, &x->base);
-    rc = dlock__stock_op_begin(&x->op, c, sku, e);
-    if (x->op.set != NULL) {
-        dlock__connset_put(c, x->op.set); /* each round takes its own */
-        x->op.set = NULL;
-    }
+    rc = dlock__stock_op_begin(&x->op, c, sku, e); /* each round takes its connections */
     if (rc == DLOCK_OK && (x->sku = dlock__strdup(sku)) == NULL)
         rc = dlock__err_set(e, DLOCK_ERR_NOMEM, "out of memory");
     if (rc == DLOCK_OK) {

@@ -34,7 +34,9 @@ typedef struct stock_args {
     int n;
 } stock_args;
 
-/* Check the client and the SKU, make the keys, take a connection set from the pool. */
+/* Check the client and the SKU, make the keys. No connection is taken: a call in steps
+ * takes one per round, a blocking one takes op->set itself (dlock__stock_op_end gives
+ * it back). */
 int dlock__stock_op_begin(stock_op *op, dlock_client *c, const char *sku, dlock__err *e);
 void dlock__stock_op_end(stock_op *op);
 /* A script's arguments: the SKU's keys, then each one added. */

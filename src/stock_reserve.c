@@ -285,12 +285,7 @@ static int reserve_start(dlock_client *c, const char *sku, int64_t qty,
     r->base.lockless = true;
     dlock__step_round_init(&r->sr, &r->base);
     int64_t lease_ms = 0, wait_ms = 0;
-    int rc = dlock__stock_op_begin(&r->op, c, sku, e);
-    if (r->op.set != NULL) {
-        /* Connections are taken per attempt. */
-        dlock__connset_put(c, r->op.set);
-        r->op.set = NULL;
-    }
+    int rc = dlock__stock_op_begin(&r->op, c, sku, e); /* connections: per attempt */
     if (rc == DLOCK_OK)
         rc = check_reserve_opts(opts, &lease_ms, &wait_ms, e);
     if (rc == DLOCK_OK && (qty < 1 || qty > DLOCK_STOCK_QTY_MAX))
