@@ -446,12 +446,14 @@ typedef struct sale_result {
     srv_stats before, after; /* around the sale */
     long long cmds;          /* commands node 1 ran in between; -1: unknown */
 } sale_result;
-/* Start nproc processes, argvs[i] each (NULL-ended, argvs[i][0] the executable), pinned
- * where the bench's clients run; once the counter k_ready on node 1 shows nbuyers,
+/* Start nproc processes of argv (NULL-ended, at most 15 arguments, argv[0] the
+ * executable), each given its number (0 to nproc - 1) as one more argument when
+ * numbered, pinned where the bench's clients run; once the counter k_ready on node 1
+ * shows nbuyers,
  * push one element per process on k_go and wait for them all (60 s at most: then they
  * are killed), reading "bought N last_sale_ns T retries R max_wait_ns W" lines, one per
  * buyer, from their stdout into *out. 0, or -1 with why (nothing printed). */
-int sale_run(bench_ctx *ctx, const char *label, const char *const *const *argvs, int nproc,
+int sale_run(bench_ctx *ctx, const char *label, const char *const *argv, int nproc, bool numbered,
              long nbuyers, redisContext *admin, const char *k_ready, const char *k_go,
              sale_result *out, char *why, size_t whylen);
 /* W5/php-recipe and W5/php-dlockd (service.c), run at the end of W5, then

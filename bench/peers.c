@@ -84,23 +84,26 @@ static const char *missing(const peer *p, const peer_exes *x, char *why, size_t 
                  p->kind == PEER_PHP ? "$DLOCK_BENCH_PHP_DIR" : "$DLOCK_BENCH_PEERS_DIR");
         return why;
     }
-    if (p->kind == PEER_PHP && !x->have_php)
+    if (p->kind == PEER_PHP && !x->have_php) {
         snprintf(why, n, "php not found on the PATH nor in $DLOCK_PHP (Debian: php-cli php-redis)");
-    else if (p->kind == PEER_PYTHON && !x->have_python)
+        return why;
+    }
+    if (p->kind == PEER_PYTHON && !x->have_python) {
         snprintf(why, n, "%.300s not found (Debian: python3 python3-redis; or $DLOCK_PYTHON)",
                  x->python);
-    else if (p->kind == PEER_NODE && !x->have_node)
-        snprintf(why, n, "node not found on the PATH nor in $DLOCK_NODE (Debian: nodejs)");
-    else if (p->kind == PEER_NODE) {
-        snprintf(path, sizeof path, "%s/node_modules/redlock/package.json", peers_dir());
-        if (access(path, R_OK) != 0)
-            snprintf(why, n, "%.200s is missing: run tools/ensure-deps.sh demo (npm ci in %.200s)",
-                     path, peers_dir());
-        else
-            return NULL;
-    } else {
-        return NULL;
+        return why;
     }
+    if (p->kind != PEER_NODE)
+        return NULL;
+    if (!x->have_node) {
+        snprintf(why, n, "node not found on the PATH nor in $DLOCK_NODE (Debian: nodejs)");
+        return why;
+    }
+    snprintf(path, sizeof path, "%s/node_modules/redlock/package.json", peers_dir());
+    if (access(path, R_OK) == 0)
+        return NULL;
+    snprintf(why, n, "%.200s is missing: run tools/ensure-deps.sh demo (npm ci in %.200s)", path,
+             peers_dir());
     return why;
 }
 
@@ -136,33 +139,21 @@ static int peer_sale(bench_ctx *ctx, const peer *p, const peer_exes *x, redisCon
         return -1;
     }
 
-    /* PHP: a process per buyer, its id last; Python and Node: one process of them all. */
+    /* PHP: a process per buyer, its number (ID) last; Python and Node: one process of
+     * them all. */
     int nproc = p->kind == PEER_PHP ? o->w5_buyers : 1;
-    char(*ids)[16] = bench_calloc(ctx, label, (size_t)nproc, sizeof *ids);
-    const char *(*argv)[12] = bench_calloc(ctx, label, (size_t)nproc, sizeof *argv);
-    const char *const **argvs = bench_calloc(ctx, label, (size_t)nproc, sizeof *argvs);
-    int rc = -1;
-    if (ids == NULL || argv == NULL || argvs == NULL)
-        goto out;
-    for (int i = 0; i < nproc; i++) {
-        snprintf(ids[i], sizeof ids[i], "%d", i);
-        const char *php[] = {x->php, script, p->mode, s->host, port,   s->password,
-                             db,     "0",    prefix,  "-",     ids[i], NULL};
-        const char *py[] = {x->python,   "-B", script, s->host, port,
-                            s->password, db,   prefix, buyers,  NULL};
-        const char *node[] = {x->node, script, s->host, port, s->password,
-                              db,      prefix, buyers,  NULL};
-        const char **one = p->kind == PEER_PHP ? php : p->kind == PEER_PYTHON ? py : node;
-        for (int k = 0; k < 12 && (k == 0 || one[k - 1] != NULL); k++)
-            argv[i][k] = one[k];
-        argvs[i] = argv[i];
-    }
+    const char *php[] = {x->php, script, p->mode, s->host, port, s->password,
+                         db,     "0",    prefix,  "-",     NULL};
+    const char *py[] = {x->python,   "-B", script, s->host, port,
+                        s->password, db,   prefix, buyers,  NULL};
+    const char *node[] = {x->node, script, s->host, port, s->password, db, prefix, buyers, NULL};
+    const char *const *argv = p->kind == PEER_PHP ? php : p->kind == PEER_PYTHON ? py : node;
     progress("%s: %d buyers in %d processes, stock %ld", label, o->w5_buyers, nproc, o->w5_stock);
     sale_result res;
-    if (sale_run(ctx, label, argvs, nproc, o->w5_buyers, admin, k_ready, k_go, &res, why,
-                 sizeof why) != 0) {
+    if (sale_run(ctx, label, argv, nproc, p->kind == PEER_PHP, o->w5_buyers, admin, k_ready, k_go,
+                 &res, why, sizeof why) != 0) {
         bench_fail(ctx, "%s: %s", label, why);
-        goto out;
+        return -1;
     }
     if (res.have_stats && o->verbose)
         stats_print(label, &res.before, &res.after);
@@ -179,12 +170,7 @@ static int peer_sale(bench_ctx *ctx, const peer *p, const peer_exes *x, redisCon
     fig(label, "max_wait_ms", (double)res.max_wait_ns / 1e6, 1, -1, NULL);
     if (res.have_stats && res.bought > 0)
         fig(label, "cmds_per_unit", (double)res.cmds / (double)res.bought, 1, -1, NULL);
-    rc = w5_outcome(ctx, label, o->w5_stock, res.bought, res.retries, sellout_ms, left, &sold);
-out:
-    free(argvs);
-    free(argv);
-    free(ids);
-    return rc;
+    return w5_outcome(ctx, label, o->w5_stock, res.bought, res.retries, sellout_ms, left, &sold);
 }
 
 int run_w5_peers(bench_ctx *ctx, double lock_ms)

@@ -24,6 +24,7 @@
 #define SALE_READY_MS 30000 /* for every buyer to connect and warm up */
 #define SALE_MS       60000 /* for the sale itself; the processes are killed after */
 #define SALE_OUT      16384 /* what one process may print: a line per buyer */
+#define SALE_ARGS     16    /* a process's arguments, its number included */
 
 typedef struct sale_proc {
     pid_t pid;
@@ -116,12 +117,24 @@ static int add_lines(int i, const char *text, sale_result *out, char *why, size_
     return 0;
 }
 
-int sale_run(bench_ctx *ctx, const char *label, const char *const *const *argvs, int nproc,
+int sale_run(bench_ctx *ctx, const char *label, const char *const *argv, int nproc, bool numbered,
              long nbuyers, redisContext *admin, const char *k_ready, const char *k_go,
              sale_result *out, char *why, size_t whylen)
 {
     memset(out, 0, sizeof *out);
     out->cmds = -1;
+    /* Each process's arguments: argv, then its number when numbered. place_spawn is
+     * done with them when it returns (the child has its own copy), so one array serves
+     * every process. */
+    const char *args[SALE_ARGS + 1];
+    char number[16];
+    int nargs = 0;
+    while (argv[nargs] != NULL && nargs < SALE_ARGS - 1) {
+        args[nargs] = argv[nargs];
+        nargs++;
+    }
+    args[nargs] = numbered ? number : NULL;
+    args[nargs + 1] = NULL;
     sale_proc *p = bench_calloc(ctx, label, (size_t)nproc, sizeof *p);
     char *text = malloc(SALE_OUT);
     if (p == NULL || text == NULL) {
@@ -137,14 +150,14 @@ int sale_run(bench_ctx *ctx, const char *label, const char *const *const *argvs,
             snprintf(why, whylen, "pipe: %s", strerror(errno));
             break;
         }
+        snprintf(number, sizeof number, "%d", started);
         /* Their errors go to our stderr as they come. */
-        p[started].pid =
-            place_spawn(argvs[started], ctx->place->client_cpu, fd[1], STDERR_FILENO, false);
+        p[started].pid = place_spawn(args, ctx->place->client_cpu, fd[1], STDERR_FILENO, false);
         close(fd[1]);
         p[started].out = fd[0];
         if (p[started].pid < 0) {
             close(fd[0]);
-            snprintf(why, whylen, "cannot start %s", argvs[started][0]);
+            snprintf(why, whylen, "cannot start %s", args[0]);
             break;
         }
     }

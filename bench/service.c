@@ -348,31 +348,17 @@ static int php_sale(bench_ctx *ctx, const char *php, const char *mode, const php
         return -1;
     }
 
-    /* One buyer per process, its id the last argument. */
-    char(*ids)[16] = bench_calloc(ctx, label, (size_t)n, sizeof *ids);
-    const char *(*argv)[12] = bench_calloc(ctx, label, (size_t)n, sizeof *argv);
-    const char *const **argvs = bench_calloc(ctx, label, (size_t)n, sizeof *argvs);
-    int rc = -1;
-    if (ids == NULL || argv == NULL || argvs == NULL)
-        goto out;
-    for (int i = 0; i < n; i++) {
-        snprintf(ids[i], sizeof ids[i], "%d", i);
-        const char *one[12] = {php, script, mode,   rt->host, port,   s->password,
-                               db,  dport,  prefix, name,     ids[i], NULL};
-        memcpy(argv[i], one, sizeof one);
-        argvs[i] = argv[i];
-    }
+    /* One buyer per process, its number (ID) the last argument. */
+    const char *argv[] = {php, script, mode,   rt->host, port, s->password,
+                          db,  dport,  prefix, name,     NULL};
     progress("%s: %d php buyers, stock %ld", label, n, o->w5_stock);
     sale_result res;
     char why[256] = "";
-    if (sale_run(ctx, label, argvs, n, n, admin, k_ready, k_go, &res, why, sizeof why) != 0) {
+    if (sale_run(ctx, label, argv, n, true, n, admin, k_ready, k_go, &res, why, sizeof why) != 0) {
         bench_fail(ctx, "%s: %s", label, why);
-        goto out;
+        return -1;
     }
-    long bought = res.bought, retries = res.retries;
-    long long cmds = res.cmds;
-    bool have_stats = res.have_stats;
-    if (have_stats && o->verbose)
+    if (res.have_stats && o->verbose)
         stats_print(label, &res.before, &res.after);
     long long left = -1, sold = -1;
     if (stock) {
@@ -388,19 +374,14 @@ static int php_sale(bench_ctx *ctx, const char *php, const char *mode, const php
     freeReplyObject(r);
     *sellout_ms = (double)(res.last_sale_ns - res.t0_ns) / 1e6;
     fig(label, "sellout_ms", *sellout_ms, 0, recipe_ms > 0 ? *sellout_ms / recipe_ms : -1, vs);
-    fig(label, "retries", (double)retries, 0, -1, NULL);
+    fig(label, "retries", (double)res.retries, 0, -1, NULL);
     fig(label, "max_wait_ms", (double)res.max_wait_ns / 1e6, 1, -1, NULL);
     /* Everything the sale made the server do, the start signal's BLPOPs and the
      * buyers' final look at an empty stock included. */
-    if (have_stats && bought > 0)
-        fig(label, "cmds_per_unit", (double)cmds / (double)bought, 1, -1, NULL);
-    rc = w5_outcome(ctx, label, o->w5_stock, bought, retries, *sellout_ms, left,
-                    stock ? &sold : NULL);
-out:
-    free(argvs);
-    free(argv);
-    free(ids);
-    return rc;
+    if (res.have_stats && res.bought > 0)
+        fig(label, "cmds_per_unit", (double)res.cmds / (double)res.bought, 1, -1, NULL);
+    return w5_outcome(ctx, label, o->w5_stock, res.bought, res.retries, *sellout_ms, left,
+                      stock ? &sold : NULL);
 }
 
 /* The recipe's sale, then dlockd's with a lock, then with STOCK, the buyers reaching
