@@ -359,6 +359,19 @@ static int pick_port(const dh_server *s)
     return -1;
 }
 
+/* A free port other than except: nothing holds a port dh_free_port names until a
+ * server binds it, so the next call may name the same one again (the kernel hands out
+ * the port it just freed). */
+static int free_port_but(const char *host, int except)
+{
+    for (int i = 0; i < 100; i++) {
+        int port = dh_free_port(host);
+        if (port != except)
+            return port;
+    }
+    return -1;
+}
+
 /* Pick a port (unless fixed) and spawn. 0 or -1. */
 static int launch(dh_server *s, int fixed_port)
 {
@@ -371,7 +384,7 @@ static int launch(dh_server *s, int fixed_port)
     if (s->tls_files[0][0] != '\0') {
         /* A restart keeps its TLS port as it keeps its plain one. */
         if (fixed_port <= 0 || s->tls_port <= 0)
-            s->tls_port = dh_free_port(s->host);
+            s->tls_port = free_port_but(s->host, s->port);
         if (s->tls_port <= 0 || s->tls_port == s->port) {
             fprintf(stderr, "dh: FATAL: no second free port on %s\n", s->host);
             return -1;
