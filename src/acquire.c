@@ -55,8 +55,11 @@ typedef struct acquisition {
     int64_t ticket; /* the arrival time: orders fair waiters, the same on every node */
     int64_t deadline_us;
     int64_t outage_since_us;
-    int64_t await_at_us;    /* AWAIT: when to refresh or attempt */
-    int64_t first_grant_us; /* AWAIT: when the first node handed us the lock, or 0 */
+    int64_t await_at_us;     /* AWAIT: when to refresh or attempt */
+    int64_t first_grant_us;  /* AWAIT: when the first node handed us the lock, or 0 */
+    int64_t made_us;         /* when it started, before its token was made */
+    bool gave_back;          /* an attempt gave back a grant: no start on a message */
+    dlock__confirm *confirm; /* taken on a message: its confirmation, for the handle */
     bool auto_renew;
     dlock_lost_fn on_lost;
     void *on_lost_user;
@@ -98,6 +101,7 @@ int dlock__redis_acquire_start(dlock_client *c, const char *name, const dlock_op
     if (p == NULL)
         return dlock__err_set(e, DLOCK_ERR_NOMEM, "out of memory");
     p->c = c;
+    p->made_us = dlock__now_us();
     dlock__step_round_init(&p->sr, &p->base);
     p->ticket = dlock__wallclock_us();
     p->ttl_ms = ttl_ms;
@@ -252,6 +256,47 @@ static bool inherit(acquisition *p)
     return true;
 }
 
+/* Whether the releases of other clients that handed us the lock, on a quorum of nodes
+ * whose grants count, let the section start on their messages alone, without the
+ * confirming attempt's round trip (docs/waiting.md, "Starting on the grant"). Each
+ * message carries its grant's fence; a grant is made with the handoff lease, after our
+ * token was (p->made_us), so it lasts at least until made_us + handoff, unless we gave
+ * it back ourselves: an acquisition whose attempt gave one back (too few nodes, too
+ * late) never starts so, since a late message may name what is another's now. The
+ * validity is counted from made_us, less the drift allowance; with too little of it (a
+ * per-node timeout or less) the attempt confirms as before. Our own lease is asked for
+ * by the confirmation (confirm.c), which run_step starts on this step's round once the
+ * queue is left. A blocking step's only: the confirmation keeps the round's set until
+ * the handle's next call, which the pipes a nowait step shares cannot be held for. Not
+ * with strict fences and N > 1, whose fence must be raised on a quorum in a round of
+ * its own. */
+static bool start_on_grant(acquisition *p, dlock__round *rd)
+{
+    dlock_client *c = p->c;
+    uint64_t fence;
+    uint32_t nodes = dlock__wait_fenced(c, p->w, &fence);
+    if (nodes == 0 || p->gave_back || p->q.limit != 0 || rd->set == NULL ||
+        rd->set == c->pipe_set || (c->n > 1 && c->fence_mode == DLOCK_FENCE_STRICT) ||
+        fence > (uint64_t)(dlock__wallclock_us() + DLOCK_FENCE_AHEAD_MAX_US))
+        return false;
+    DLOCK_PAUSE_POINT(DLOCK_HOOK_GRANT_HEARD);
+    int64_t now = dlock__now_us();
+    int voters = 0;
+    for (int i = 0; i < c->n; i++)
+        voters += (nodes & 1u << i) && dlock__conn_votes(&rd->set->conns[i], now);
+    int64_t validity = dlock__round_validity_us(c, p->q.handoff_ms * 1000, p->made_us, now);
+    if (voters < c->quorum || validity <= c->rules.timeout_us ||
+        (p->confirm = dlock__confirm_new(c, p->l, p->ttl_ms)) == NULL)
+        return false;
+    memset(&p->info, 0, sizeof p->info);
+    for (int i = 0; i < c->n; i++)
+        p->info.refused[i] = !(nodes & 1u << i);
+    p->l->fence = fence;
+    p->l->valid_until_us = now + validity;
+    DLOCK_PAUSE_POINT(DLOCK_HOOK_GRANT_START);
+    return true;
+}
+
 /* Join the name's queue after a refusal: listen for wake-ups first, then queue the
  * next attempt. A handoff between the refusal and the subscription would otherwise pass
  * unseen. An error when listening cannot start (the backoff still works); hot, also
@@ -332,6 +377,7 @@ static int step(acquisition *p, dlock__round *rd, bool nowait)
             return DLOCK_ERR_AGAIN;
         p->phase = ATTEMPT;
         rc = dlock__attempt_end(c, rd, &p->q, p->l, &p->info, &p->e);
+        p->gave_back |= p->info.gave_back;
         if ((rc = after_attempt(p, rc, nowait)) != AGAIN_NOW)
             return rc;
         break;
@@ -341,7 +387,7 @@ static int step(acquisition *p, dlock__round *rd, bool nowait)
             return schedule(p, DLOCK_ERR_BUSY);
         break;
     case AWAIT:
-        if (inherit(p))
+        if (inherit(p) || (!nowait && start_on_grant(p, rd)))
             return DLOCK_OK;
         if ((rc = await_turn(p)) == 0)
             return DLOCK_ERR_AGAIN;
@@ -375,6 +421,7 @@ static int step(acquisition *p, dlock__round *rd, bool nowait)
             return DLOCK_ERR_AGAIN;
         }
         rc = dlock__attempt_end(c, rd, &p->q, p->l, &p->info, &p->e);
+        p->gave_back |= p->info.gave_back;
         if ((rc = after_attempt(p, rc, nowait)) != AGAIN_NOW)
             return rc;
     }
@@ -422,6 +469,15 @@ static int run_step(dlock_pending *base, dlock_lock **out, bool nowait, dlock__e
     if (rc == DLOCK_OK)
         dlock__lock_attach(p->l);
     finish(p, set, rc);
+    if (p->confirm != NULL) {
+        /* After the queue's leaving, sent not awaited on the same set: a connection
+         * discards the replies it does not await before it takes one, so those
+         * commands must go first. */
+        dlock__confirm_start(c, p->confirm, p->sr.rd);
+        p->l->confirm = p->confirm;
+        p->confirm = NULL;
+        p->sr.rd = NULL;
+    }
     dlock__step_round_end(c, &p->sr);
     if (rc != DLOCK_OK)
         return rc;
@@ -471,6 +527,7 @@ static void destroy(dlock_pending *base)
         finish(p, begun ? p->sr.rd->set : NULL, DLOCK_ERR_CANCELED);
     }
     dlock__step_round_free(p->c, &p->sr);
+    dlock__confirm_free(p->c, p->confirm);
     if (p->l != NULL)
         dlock__lock_free(p->l);
     dlock__call_free(&p->acq);

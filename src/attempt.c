@@ -209,6 +209,7 @@ int dlock__attempt_end(dlock_client *c, dlock__round *rd, const dlock__request *
         any |= undo[i];
     if (any)
         undo_grants(c, rd, q, l, undo);
+    info->gave_back |= any;
     return rc;
 }
 
@@ -361,6 +362,7 @@ int dlock__request_make(dlock_client *c, const char *name, size_t name_len, cons
         handoff_ms = DLOCK_HANDOFF_MIN_MS;
     if (handoff_ms > ttl_ms)
         handoff_ms = ttl_ms;
+    q->handoff_ms = handoff_ms;
     /* "<handoff ms> <limit> <channel length> <channel>" (at most 63 bytes and the
      * channel), then the value: "<token> <host:pid>[ <label>]", or "<token> <label>" for
      * a service naming its own client as the holder. */
@@ -440,11 +442,13 @@ void dlock__leave_queue(dlock_client *c, dlock__connset *set, const dlock__keys 
      * the entry stays until a release hands it a lease nobody confirms. */
     dlock__call call;
     dlock__err ignored;
-    const char *args[] = {
-        k->lock, k->queue, k->holders, k->info, member, token, mask == NULL ? "1" : "0"};
-    const size_t lens[] = {
-        k->lock_len, k->queue_len, k->holders_len, k->info_len, member_len, DLOCK_TOKEN_LEN, 1};
-    if (set == NULL || dlock__call_format(&c->scripts, DLOCK_SCRIPT_LEAVE, 4, 7, args, lens, &call,
+    const char *args[] = {k->lock,     k->fence, k->queue, k->holders,
+                          k->info,     member,   token,    mask == NULL ? "1" : "0",
+                          c->retention};
+    const size_t lens[] = {k->lock_len,         k->fence_len, k->queue_len,    k->holders_len,
+                           k->info_len,         member_len,   DLOCK_TOKEN_LEN, 1,
+                           strlen(c->retention)};
+    if (set == NULL || dlock__call_format(&c->scripts, DLOCK_SCRIPT_LEAVE, 5, 9, args, lens, &call,
                                           &ignored) != DLOCK_OK)
         return;
     dlock__round_send(c, set, &call, mask);

@@ -44,7 +44,7 @@ static int extend_step(dlock_pending *base, dlock_lock **out, bool nowait, dlock
         if (nowait && !c->nowait_ok)
             return dlock__pending_would_block(e);
         /* Before the round: no renewal with the old ttl may land after it. */
-        if (!dlock__watchdog_set_ttl(c, l, x->ttl_ms, !nowait))
+        if (!dlock__watchdog_set_ttl(c, l, x->ttl_ms, !nowait) || !dlock__confirm_settle(l, nowait))
             return dlock__pending_would_block(e);
         int rc = dlock__step_round_begin(c, &x->sr, nowait, e);
         if (rc != DLOCK_OK)

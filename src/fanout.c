@@ -483,22 +483,24 @@ void dlock__flight_abandon_decided(dlock__flight *f)
                 abandon(&f->conns[i], &f->reqs[i]);
 }
 
-bool dlock__flight_pump(dlock__flight *f, int64_t wait_us)
+/* One wait of at most wait_us (-1: until the next deadline) on the sockets f waits for,
+ * and the steps they are ready for; the requests past their deadline expire first,
+ * unless late_ok (then what came in is taken, however late). True once every request
+ * is done. */
+static bool pump(dlock__flight *f, int64_t wait_us, bool late_ok)
 {
-    if (f->conns[0].pipe != NULL)
-        return dlock__pipe_flight_pump(f, wait_us);
     struct pollfd pfd[DLOCK_SERVERS_MAX];
     int idx[DLOCK_SERVERS_MAX];
     dlock__conn *conns = f->conns;
     dlock__req *reqs = f->reqs;
     int64_t now = dlock__now_us(), next;
-    for (int i = 0; i < f->n; i++)
+    for (int i = 0; i < f->n && !late_ok; i++)
         if (!reqs[i].done && now >= reqs[i].deadline_us)
             expire(&conns[i], &reqs[i]);
     int nfds = wanted(f, now, pfd, idx, &next);
     if (nfds == 0)
         return true;
-    int64_t wait = next - now;
+    int64_t wait = next > now ? next - now : 0;
     if (wait_us >= 0 && wait_us < wait)
         wait = wait_us;
     struct timespec ts = {(time_t)(wait / 1000000), (long)(wait % 1000000) * 1000};
@@ -532,6 +534,19 @@ bool dlock__flight_pump(dlock__flight *f, int64_t wait_us)
         if (!reqs[i].done)
             return false;
     return true;
+}
+
+bool dlock__flight_pump(dlock__flight *f, int64_t wait_us)
+{
+    if (f->conns[0].pipe != NULL)
+        return dlock__pipe_flight_pump(f, wait_us);
+    return pump(f, wait_us, false);
+}
+
+void dlock__flight_take_arrived(dlock__flight *f)
+{
+    if (f->conns[0].pipe == NULL)
+        pump(f, 0, true);
 }
 
 bool dlock__flight_settled(dlock__flight *f)

@@ -21,7 +21,10 @@ enum dlock__hook_point {
     DLOCK_HOOK_AFTER_SEND = 1,   /* a round's commands were sent; replies not yet read */
     DLOCK_HOOK_BEFORE_READ = 2,  /* about to read a node's reply */
     DLOCK_HOOK_BEFORE_RENEW = 3, /* the renewal thread is about to send a batch */
-    DLOCK_HOOK_ACQUIRED = 4      /* dlock_acquire decided it holds the lock, before returning */
+    DLOCK_HOOK_ACQUIRED = 4,     /* dlock_acquire decided it holds the lock, before returning */
+    DLOCK_HOOK_GRANT_HEARD = 5,  /* a waiter heard its grant's message, before it decides
+                                    whether to start on it (acquire.c) */
+    DLOCK_HOOK_GRANT_START = 6   /* it starts on it, without confirming first */
 };
 
 typedef void (*dlock__pause_fn)(int point);

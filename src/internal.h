@@ -78,6 +78,9 @@
  *                           permits) as steps of a dlock_pending: when to attempt, queue,
  *                           wait for a handoff or refresh; dlock_acquire sleeps between
  *                           the steps, an event loop can drive them instead
+ *               confirm.c   the confirmation of a lock taken on its grant's message:
+ *                           our own lease, sent as the section starts, read by the
+ *                           handle's next call
  *               attempt.c   one attempt: the request and its call, the vote, undoing
  *                           partial grants, joining, refreshing and leaving a place in
  *                           the queue; when to attempt again (backoff, a lease's end)
@@ -199,6 +202,8 @@ typedef struct dlock__waiter {
     int64_t ticket;
     /* Guarded by the wait system's mutex, read with dlock__wait_grants: */
     uint32_t grants;        /* nodes whose release handed us the lock */
+    uint32_t fenced;        /* those of them whose message carried the grant's fence */
+    uint64_t grant_fence;   /* the highest of those fences */
     dlock__handoff handoff; /* what an heir's handoff confirmed */
     /* Waits behind a holder of its own client (one of c's handles, or an heir a release
      * of c handed the lock to), queued on no server. The release that ends that hold
@@ -223,6 +228,9 @@ int dlock__wait_join(struct dlock_client *c, const char *token, bool hot,
  * attempt's, which queues w on the servers: it waits behind its own client no more. */
 uint32_t dlock__wait_grants(struct dlock_client *c, dlock__waiter *w, bool clear,
                             dlock__handoff *h);
+/* Of those nodes, the ones whose message carried the grant's fence, and in *fence the
+ * highest of those fences: what a waiter may start its section on (acquire.c). */
+uint32_t dlock__wait_fenced(struct dlock_client *c, dlock__waiter *w, uint64_t *fence);
 /* The heir of a release of key (a lock key) by c: the first, by ticket, of c's
  * exclusive waiters for key, the one the release would hand the lock to if it heads the
  * queue. Its member, token and lease (as text) are copied out, and its ticket when it
@@ -342,10 +350,25 @@ struct dlock_lock {
     void *on_lost_user;
     int wd_pos; /* its index in the renewal's heap; -1: not in it (a new handle's 0 is
                    never read: the heap is used only while renewing) */
+    /* A lock taken on its grant's message: the round of its confirmation, read by the
+     * next call on the handle (confirm.c); NULL: none. */
+    struct dlock__confirm *confirm;
     void *hold; /* what a backend other than Redis keeps of the lock, which only it reads
                    (the file backend's: the file's descriptor and record); NULL: none, and
                    for a handle adopted */
 };
+
+/* The confirmation of a lock taken on its grant's message (confirm.c): an EXTEND to
+ * our own lease, made for l (NULL when out of memory: the lock is then confirmed by an
+ * attempt, as before), started on the acquisition's round (which it keeps), and
+ * settled by the next call on the handle: its reply read (waiting for it unless
+ * nowait: false when it is not in yet), the validity moved on to what it proves, the
+ * round given back. Freed unread, it is given up. */
+typedef struct dlock__confirm dlock__confirm;
+dlock__confirm *dlock__confirm_new(struct dlock_client *c, const dlock_lock *l, int64_t ttl_ms);
+void dlock__confirm_start(struct dlock_client *c, dlock__confirm *cf, dlock__round *rd);
+bool dlock__confirm_settle(dlock_lock *l, bool nowait);
+void dlock__confirm_free(struct dlock_client *c, dlock__confirm *cf);
 
 /* Argument checks shared by the lock calls. */
 int dlock__check_name(const char *name, dlock__err *e);
@@ -479,7 +502,8 @@ int dlock__pending_run(dlock_pending *p, int cancel_fd, int close_fd, dlock_lock
 typedef struct dlock__request {
     dlock__keys k;
     int64_t ttl_ms;
-    int64_t limit; /* 0: exclusive; else a shared holder among at most limit */
+    int64_t handoff_ms; /* the lease a release hands the waiter, before it confirms */
+    int64_t limit;      /* 0: exclusive; else a shared holder among at most limit */
     char limit_text[24];
     char ttl[24];
     char ticket[24]; /* "0" until the caller queues */
@@ -507,6 +531,9 @@ typedef struct dlock__attempt_info {
     /* A node may run the attempt later (sent, no reply): what follows it there, a queue's
      * leaving among them, must go on the same connections to reach it after. */
     bool unknown;
+    /* It gave back what it was granted (or may have been): that lock may be another's
+     * now, so a wake-up for it is no grant to start on (acquire.c). */
+    bool gave_back;
 } dlock__attempt_info;
 
 /* The arguments of an acquire call. They outlive the formatting: the call borrows them

@@ -92,6 +92,11 @@ static int check_step(dlock_pending *base, dlock_lock **out, bool nowait, dlock_
     dlock_lock *l = x->l;
     dlock_client *c = l->client;
     if (!x->decided) {
+        if (!dlock__confirm_settle(l, nowait)) {
+            x->base.fd = -1;
+            x->base.due_us = dlock__now_us();
+            return dlock__pending_would_block(e);
+        }
         dlock__views v;
         int rc = dlock__viewing_step(c, &x->w, &x->base, nowait, &v, e);
         if (rc != DLOCK_OK)

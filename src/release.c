@@ -145,7 +145,7 @@ static int release_step(dlock_pending *base, dlock_lock **out, bool nowait, dloc
     if (!r->sent) {
         if (nowait && !c->nowait_ok)
             return dlock__pending_would_block(e);
-        if (!dlock__watchdog_remove(c, r->l, !nowait))
+        if (!dlock__watchdog_remove(c, r->l, !nowait) || !dlock__confirm_settle(r->l, nowait))
             return dlock__pending_would_block(e);
         int rc = dlock__step_round_begin(c, &r->sr, nowait, e);
         if (rc != DLOCK_OK)

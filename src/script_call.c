@@ -168,6 +168,18 @@ int dlock__call_eval(dlock__call *call)
                   &call->eval, &call->eval_len);
 }
 
+int dlock__call_as_eval(dlock__call *call)
+{
+    int rc = dlock__call_eval(call);
+    if (rc != DLOCK_OK)
+        return rc;
+    free(call->evalsha);
+    call->evalsha = call->eval;
+    call->evalsha_len = call->eval_len;
+    call->eval = NULL;
+    return DLOCK_OK;
+}
+
 void dlock__call_free(dlock__call *call)
 {
     free(call->evalsha);

@@ -121,12 +121,16 @@
  * cannot be admitted goes back with its ticket. held is the lock's value (false when
  * free), first the head if the caller popped it. True when anyone was served. A member
  * is "<handoff ms> <limit> <channel length> <channel><value>", limit 0 for an exclusive
- * waiter; value "<token> <holder>". A head that is heir (a waiter of the releasing
- * client) gets its own lease, heir_ttl, and no message: the result is 'heir', and the
- * release takes its fence.
+ * waiter; value "<token> <holder>". An exclusive head is handed the lock with a fence
+ * (FENCE_LUA's: fence is the counter's key, retention its ms), published with its token
+ * as "<token> <fence>": the grant is whole when the message arrives, so the waiter may
+ * start its section on it (docs/waiting.md, "Starting on the grant"). A head that is
+ * heir (a waiter of the releasing client) gets its own lease, heir_ttl, and no
+ * message: the result is 'heir', and the release takes its fence.
  */
 #define DISPATCH_LUA                                                                               \
-    "local function dispatch(lock, queue, holders, info, held, heir, heir_ttl, first)\n"           \
+    "local function dispatch(lock, fence, retention, queue, holders, info, held, heir,\n"          \
+    "                        heir_ttl, first)\n"                                                   \
     "  local served = false\n"                                                                     \
     "  while true do\n"                                                                            \
     "    local e = first or redis.call('ZPOPMIN', queue)\n"                                        \
@@ -144,7 +148,8 @@
     "          return 'heir'\n"                                                                    \
     "        end\n"                                                                                \
     "        redis.call('SET', lock, value, 'PX', h)\n"                                            \
-    "        redis.call('PUBLISH', string.sub(rest, 1, n), token)\n"                               \
+    "        local f = string.format('%d', next_fence(fence, retention))\n"                        \
+    "        redis.call('PUBLISH', string.sub(rest, 1, n), token .. ' ' .. f)\n"                   \
     "        return true\n"                                                                        \
     "      end\n"                                                                                  \
     "      if held and held ~= 'shared' then\n"                                                    \
@@ -218,7 +223,7 @@ static const char *const acquire_lua[] = {
     "    if not held then\n",
     SHARED_LUA,
     DISPATCH_LUA,
-    "      dispatch(KEYS[1], KEYS[3], KEYS[4], KEYS[5], false)\n"
+    "      dispatch(KEYS[1], KEYS[2], ARGV[8], KEYS[3], KEYS[4], KEYS[5], false)\n"
     "      held = ''\n"
     "    end\n"
     "  end\n"
@@ -264,7 +269,7 @@ static const char *const acquire_shared_lua[] = {
     "if not granted and free then\n"
     "  local head = redis.call('ZRANGE', KEYS[3], 0, 0)[1]\n"
     "  if head and head ~= ARGV[6] then\n"
-    "    dispatch(KEYS[1], KEYS[3], KEYS[4], KEYS[5], held)\n"
+    "    dispatch(KEYS[1], KEYS[2], ARGV[8], KEYS[3], KEYS[4], KEYS[5], held)\n"
     "    held = redis.call('GET', KEYS[1])\n"
     "    free = not held or held == 'shared'\n"
     "    granted = held == 'shared' and redis.call('ZSCORE', KEYS[4], token)\n"
@@ -356,15 +361,16 @@ static const char *const release_lua[] = {
     SHARED_LUA,
     DISPATCH_LUA,
     "if ARGV[9] and ARGV[9] ~= '' then redis.call('ZADD', KEYS[3], 'NX', ARGV[9], ARGV[7]) end\n"
-    "local served = dispatch(KEYS[1], KEYS[3], KEYS[4], KEYS[5], held, ARGV[7], ARGV[8], first)\n"
+    "local served = dispatch(KEYS[1], KEYS[2], ARGV[4], KEYS[3], KEYS[4], KEYS[5], held, ARGV[7],\n"
+    "                        ARGV[8], first)\n"
     "if served == 'heir' then return next_fence(KEYS[2], ARGV[4]) end\n"
     "if not served and not held then redis.call('DEL', KEYS[1]) end\n"
     "return 1\n",
     NULL};
 
 /*
- * LEAVE  KEYS: lock, queue, holders, holders info
- *        ARGV: member, token, pass ("1": pass the lock on)
+ * LEAVE  KEYS: lock, fence, queue, holders, holders info
+ *        ARGV: member, token, pass ("1": pass the lock on), fence retention ms
  * A waiter gives up (deadline, cancel): it leaves the queue, and a lock handed to it as
  * it gave up, or found free with waiters queued, goes to the next waiter. A waiter that
  * got the lock from a quorum leaves the queues of the nodes that refused it without
@@ -372,18 +378,22 @@ static const char *const release_lua[] = {
  * own release will free.
  */
 static const char *const leave_lua[] = {
-    PRELUDE_LUA, SHARED_LUA, DISPATCH_LUA,
-    "redis.call('ZREM', KEYS[2], ARGV[1])\n"
+    PRELUDE_LUA,
+    FENCE_LUA,
+    SHARED_LUA,
+    DISPATCH_LUA,
+    "redis.call('ZREM', KEYS[3], ARGV[1])\n"
     "if ARGV[3] ~= '1' then return 1 end\n"
     "local v = redis.call('GET', KEYS[1])\n"
     "if v == 'shared' then\n"
     "  local now = now_ms()\n"
-    "  redis.call('ZREM', KEYS[3], ARGV[2])\n"
-    "  redis.call('HDEL', KEYS[4], ARGV[2])\n"
-    "  purge(KEYS[3], KEYS[4], now)\n"
-    "  dispatch(KEYS[1], KEYS[2], KEYS[3], KEYS[4], sync(KEYS[1], KEYS[3], KEYS[4], now) and v)\n"
+    "  redis.call('ZREM', KEYS[4], ARGV[2])\n"
+    "  redis.call('HDEL', KEYS[5], ARGV[2])\n"
+    "  purge(KEYS[4], KEYS[5], now)\n"
+    "  dispatch(KEYS[1], KEYS[2], ARGV[4], KEYS[3], KEYS[4], KEYS[5],\n"
+    "           sync(KEYS[1], KEYS[4], KEYS[5], now) and v)\n"
     "elseif not v or string.sub(v, 1, 32) == ARGV[2] then\n"
-    "  if not dispatch(KEYS[1], KEYS[2], KEYS[3], KEYS[4], false) and v then\n"
+    "  if not dispatch(KEYS[1], KEYS[2], ARGV[4], KEYS[3], KEYS[4], KEYS[5], false) and v then\n"
     "    redis.call('DEL', KEYS[1])\n"
     "  end\n"
     "end\n"
@@ -439,6 +449,20 @@ static const char *const extend_lua[] = {
     "end\n"
     "return 0\n",
     NULL};
+
+/*
+ * CONFIRM  KEYS: lock   ARGV: token, ttl_ms (> 0)
+ * A waiter that started its section on its grant's message asks for its own lease
+ * (acquire.c, confirm.c). 1 when the lock is ours, its lease set; 0 when not. Short:
+ * it is sent as EVAL, its reply read too late to resend it on -NOSCRIPT.
+ */
+static const char *const confirm_lua[] = {"local v = redis.call('GET', KEYS[1])\n"
+                                          "if v and string.sub(v, 1, 32) == ARGV[1] then\n"
+                                          "  redis.call('PEXPIRE', KEYS[1], ARGV[2])\n"
+                                          "  return 1\n"
+                                          "end\n"
+                                          "return 0\n",
+                                          NULL};
 
 /*
  * FENCE  KEYS: lock, fence, holders   ARGV: token, fence, fence retention ms
@@ -556,7 +580,7 @@ static const char *const break_lua[] = {
     "redis.call('HSET', KEYS[6], 'at_ms', now, 'by', ARGV[1], 'reason', ARGV[2], 'holder', old,\n"
     "           'fence', string.format('%d', f))\n"
     "redis.call('PEXPIRE', KEYS[6], ARGV[4])\n"
-    "dispatch(KEYS[1], KEYS[3], KEYS[4], KEYS[5], false)\n"
+    "dispatch(KEYS[1], KEYS[2], ARGV[3], KEYS[3], KEYS[4], KEYS[5], false)\n"
     "return {1, old, string.format('%d', f), now}\n",
     NULL};
 
@@ -584,6 +608,7 @@ static const char *const *const parts[DLOCK_SCRIPT_COUNT] = {
     [DLOCK_SCRIPT_SLOT_CLAIM] = dlock__slot_claim_lua,
     [DLOCK_SCRIPT_PROCLAIM] = dlock__proclaim_lua,
     [DLOCK_SCRIPT_LEADER] = dlock__leader_lua,
+    [DLOCK_SCRIPT_CONFIRM] = confirm_lua,
 };
 
 /* The stock's scripts come after the locks': stock_scripts.c keeps them beside the key

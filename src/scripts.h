@@ -33,6 +33,7 @@ enum dlock__script_id {
     /* leader election's, whose bodies live in scripts_records.c */
     DLOCK_SCRIPT_PROCLAIM,
     DLOCK_SCRIPT_LEADER,
+    DLOCK_SCRIPT_CONFIRM, /* a lock taken on its grant's message: our own lease */
     /* the stock's, whose bodies live in stock_scripts.c (it says why) */
     DLOCK_SCRIPT_STOCK_UPDATE,
     DLOCK_SCRIPT_STOCK_RESERVE,
@@ -103,6 +104,10 @@ void dlock__call_free(dlock__call *call);
  * for a command nobody will read the reply of. DLOCK_ERR_NOMEM, with no message (the
  * caller says where it happened). */
 int dlock__call_eval(dlock__call *call);
+/* Make the EVAL form the command itself (dlock__call_eval, then what dlock__call_reqs
+ * sends): for a call whose reply is read only later, too late to resend it on a
+ * -NOSCRIPT. DLOCK_ERR_NOMEM as dlock__call_eval. */
+int dlock__call_as_eval(dlock__call *call);
 /* Point reqs[0..n) at call, awaited or not, resent as EVAL on -NOSCRIPT. */
 void dlock__call_reqs(dlock__call *call, dlock__req *reqs, int n, bool await);
 /* Give r the slot of call's keys (a cluster node routes by it). */

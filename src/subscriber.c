@@ -115,6 +115,22 @@ static int sync_listeners(struct dlock__waitsys *ws, int i)
     return rc;
 }
 
+/* The fence of a wake-up "<token> <fence>", a handoff's (scripts.c, dispatch): 0 when
+ * it carries none (a shared holder's admission, a release by an older library) or one
+ * that is not a decimal number a fence can be. */
+static uint64_t grant_fence(const char *s, size_t len)
+{
+    if (len <= DLOCK_TOKEN_LEN + 1 || len > DLOCK_TOKEN_LEN + 1 + 19 || s[DLOCK_TOKEN_LEN] != ' ')
+        return 0;
+    uint64_t f = 0;
+    for (size_t k = DLOCK_TOKEN_LEN + 1; k < len; k++) {
+        if (s[k] < '0' || s[k] > '9')
+            return 0;
+        f = f * 10 + (uint64_t)(s[k] - '0');
+    }
+    return f;
+}
+
 /* A push from a subscriber connection: a message, or a subscription's confirmation. */
 static int on_push(dlock_client *c, struct dlock__waitsys *ws, int i, const redisReply *r)
 {
@@ -127,9 +143,15 @@ static int on_push(dlock_client *c, struct dlock__waitsys *ws, int i, const redi
     bool confirmed = strcmp(kind, "subscribe") == 0;
     pthread_mutex_lock(&ws->mu);
     if (strcmp(chan->str, c->wake_chan) == 0) {
+        uint64_t fence = message ? grant_fence(arg->str, arg->len) : 0;
         for (dlock__waiter *w = ws->waiters; message && w != NULL; w = w->next)
-            if (arg->len == DLOCK_TOKEN_LEN && memcmp(w->token, arg->str, DLOCK_TOKEN_LEN) == 0) {
+            if (arg->len >= DLOCK_TOKEN_LEN && memcmp(w->token, arg->str, DLOCK_TOKEN_LEN) == 0) {
                 w->grants |= 1u << i;
+                if (fence > 0) {
+                    w->fenced |= 1u << i;
+                    if (fence > w->grant_fence)
+                        w->grant_fence = fence;
+                }
                 dlock__kick(w->efd);
             }
         if (confirmed) {

@@ -342,6 +342,9 @@ void dlock__flight_start(dlock__flight *f, dlock__conn *conns, dlock__req *reqs,
 /* Act on what the sockets say, waiting for it at most wait_us (0: not at all; -1: until
  * the next node's deadline); true once the round has ended. */
 bool dlock__flight_pump(dlock__flight *f, int64_t wait_us);
+/* Take the replies that have come in already, past their deadline too, without waiting:
+ * a round its caller reads only later (confirm.c). Not for piped connections. */
+void dlock__flight_take_arrived(dlock__flight *f);
 /* Whether the round has ended without looking at any socket: every node answered,
  * failed, or is past its deadline (expired here). */
 bool dlock__flight_settled(dlock__flight *f);

@@ -115,10 +115,20 @@ uint32_t dlock__wait_grants(dlock_client *c, dlock__waiter *w, bool clear, dlock
     if (h != NULL)
         *h = w->handoff;
     if (clear) {
-        w->grants = 0;
+        w->grants = w->fenced = 0;
+        w->grant_fence = 0;
         memset(&w->handoff, 0, sizeof w->handoff);
         w->behind_own = false;
     }
+    pthread_mutex_unlock(&c->wait->mu);
+    return g;
+}
+
+uint32_t dlock__wait_fenced(dlock_client *c, dlock__waiter *w, uint64_t *fence)
+{
+    pthread_mutex_lock(&c->wait->mu);
+    uint32_t g = w->fenced;
+    *fence = w->grant_fence;
     pthread_mutex_unlock(&c->wait->mu);
     return g;
 }

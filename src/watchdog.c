@@ -452,7 +452,12 @@ int dlock__watchdog_add(dlock_client *c, dlock_lock *l, int64_t ttl_ms, dlock_lo
     l->ttl_ms = ttl_ms;
     l->on_lost = on_lost;
     l->on_lost_user = user;
-    l->next_renew_us = dlock__now_us() + ttl_ms * 1000 / 3;
+    /* A third of the lease in, or sooner when less is known of it: a lock taken on a
+     * handoff's message counts only the handoff's lease until its first renewal. */
+    int64_t now = dlock__now_us(), first = ttl_ms * 1000 / 3;
+    if (l->valid_until_us > now && (l->valid_until_us - now) / 2 < first)
+        first = (l->valid_until_us - now) / 2;
+    l->next_renew_us = now + first;
     l->renewing = true;
     wd->nlocks++;
     heap_push(wd, l);

@@ -44,3 +44,5 @@ dlock_history_test(fault_soak test_soak.c soak HOOKS)
 set_tests_properties(fault_soak PROPERTIES TIMEOUT 1200)
 # Holders and waiters SIGKILLed at random instants of the whole lifecycle.
 dlock_history_test(fault_killpoints test_killpoints.c faults slow)
+# Waiters paused and killed at the grant, where they may start on its message.
+dlock_history_test(fault_grant test_grant.c faults quick HOOKS)

@@ -368,7 +368,8 @@ long long it_queue_entry(dh_server *s, const char *name, int rank, char *value, 
 typedef struct it_waiter_report {
     int32_t idx, rc;
     uint64_t fence;
-    int64_t got_us; /* CLOCK_MONOTONIC, which every process on the host shares */
+    int64_t got_us;       /* CLOCK_MONOTONIC, which every process on the host shares */
+    int64_t remaining_ms; /* dlock_remaining_ms as the acquire returned */
     char token[DLOCK_TOKEN_LEN + 1];
 } it_waiter_report;
 /* A waiter in a forked child: its own client of it_node_urls (it_config_init), one

@@ -61,6 +61,7 @@ static int child_wait(const it_child_waiter *w)
     r.got_us = dh_now_us();
     if (r.rc == DLOCK_OK) {
         r.fence = dlock_fence(l);
+        r.remaining_ms = dlock_remaining_ms(l);
         memcpy(r.token, dlock_token(l), DLOCK_TOKEN_LEN);
     }
     if (w->report_fd >= 0 && write(w->report_fd, &r, sizeof r) != (ssize_t)sizeof r)

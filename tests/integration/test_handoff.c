@@ -130,11 +130,15 @@ static void test_handoff_across_processes(void **state)
     assert_non_null(rc);
     int64_t t0 = dh_now_us();
     assert_int_equal(dlock_release(a), DLOCK_OK);
+    char fkey[256];
+    it_fence_key(fkey, sizeof fkey, "h");
     redisAppendCommand(rc, "GET %s", key);
     redisAppendCommand(rc, "PTTL %s", key);
-    redisReply *get = NULL, *pttl = NULL;
+    redisAppendCommand(rc, "GET %s", fkey);
+    redisReply *get = NULL, *pttl = NULL, *handed = NULL;
     assert_int_equal(redisGetReply(rc, (void **)&get), REDIS_OK);
     assert_int_equal(redisGetReply(rc, (void **)&pttl), REDIS_OK);
+    assert_int_equal(redisGetReply(rc, (void **)&handed), REDIS_OK);
     /* B does not release before it is told to: the lock is B's, with the value of its
      * queue entry. Whether B has confirmed it yet is a race (B's wake-up against this
      * GET): the PTTL tells, and the test where B is stopped asserts the handoff lease. */
@@ -145,8 +149,13 @@ static void test_handoff_across_processes(void **state)
     printf("INFO lock right after the release: PTTL %lld ms (%s)\n", pttl->integer,
            pttl->integer <= handoff_ms(ttl_b) ? "handoff lease, not yet confirmed"
                                               : "already confirmed");
+    /* The release handed B the lock with a fence of its own. */
+    assert_int_equal(handed->type, REDIS_REPLY_STRING);
+    uint64_t handoff_fence = strtoull(handed->str, NULL, 10);
+    assert_true(handoff_fence > ha.fence);
     freeReplyObject(get);
     freeReplyObject(pttl);
+    freeReplyObject(handed);
     redisFree(rc);
 
     it_waiter_report r;
@@ -154,13 +163,18 @@ static void test_handoff_across_processes(void **state)
     assert_int_equal(r.rc, DLOCK_OK);
     assert_memory_equal(r.token, b_value, DLOCK_TOKEN_LEN);
     assert_memory_not_equal(r.token, ha.token, DLOCK_TOKEN_LEN);
-    assert_true(r.fence > ha.fence);
+    /* B started its section on the release's message: its validity is the handoff's
+     * lease, counted from before it queued (a confirming attempt would have given it
+     * its own lease), and its fence the release's (node 1's; with N > 1 the highest of
+     * the quorum's). */
+    printf("INFO B's validity as it started: %lld ms (handoff lease %lld ms)\n",
+           (long long)r.remaining_ms, (long long)handoff_ms(ttl_b));
+    assert_true(r.remaining_ms > 0 && r.remaining_ms <= handoff_ms(ttl_b));
+    assert_true(r.fence >= handoff_fence);
     printf("FIG handoff_cross_process_us %lld us\n", (long long)(r.got_us - t0));
     /* B confirmed with its own lease. */
     long long left = it_pttl(&it_node[0], key);
     assert_true(left > handoff_ms(ttl_b) && left <= ttl_b);
-    char fkey[256];
-    it_fence_key(fkey, sizeof fkey, "h");
     left = it_pttl(&it_node[0], fkey);
     assert_true(left > 3000000 && left <= DLOCK_FENCE_RETENTION_DEFAULT_MS);
 
