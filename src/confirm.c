@@ -30,15 +30,21 @@ struct dlock__confirm {
 
 dlock__confirm *dlock__confirm_new(dlock_client *c, const dlock_lock *l, int64_t ttl_ms)
 {
+    if (atomic_fetch_add(&c->confirms, 1) >= DLOCK_CONFIRMS_MAX) {
+        atomic_fetch_sub(&c->confirms, 1);
+        return NULL;
+    }
     dlock__confirm *cf = dlock__calloc(1, sizeof *cf);
     dlock__err ignored;
-    if (cf == NULL)
+    if (cf == NULL) {
+        atomic_fetch_sub(&c->confirms, 1);
         return NULL;
+    }
     cf->ttl_ms = ttl_ms;
     int tlen = snprintf(cf->ttl, sizeof cf->ttl, "%lld", (long long)ttl_ms);
     if (dlock__keys_make(c->prefix, c->prefix_len, l->name, l->name_len, &cf->k, &ignored) !=
         DLOCK_OK) {
-        free(cf);
+        dlock__confirm_free(c, cf);
         return NULL;
     }
     const char *args[] = {cf->k.lock, l->token, cf->ttl};
@@ -46,15 +52,9 @@ dlock__confirm *dlock__confirm_new(dlock_client *c, const dlock_lock *l, int64_t
     memcpy(cf->args, args, sizeof args);
     memcpy(cf->lens, lens, sizeof lens);
     if (dlock__call_format(&c->scripts, DLOCK_SCRIPT_CONFIRM, 1, 3, cf->args, cf->lens, &cf->call,
-                           &ignored) != DLOCK_OK) {
-        free(cf->k.buf);
-        free(cf);
-        return NULL;
-    }
-    if (dlock__call_as_eval(&cf->call) != DLOCK_OK) {
-        dlock__call_free(&cf->call);
-        free(cf->k.buf);
-        free(cf);
+                           &ignored) != DLOCK_OK ||
+        dlock__call_as_eval(&cf->call) != DLOCK_OK) {
+        dlock__confirm_free(c, cf);
         return NULL;
     }
     return cf;
@@ -80,6 +80,7 @@ void dlock__confirm_free(dlock_client *c, dlock__confirm *cf)
     dlock__call_free(&cf->call);
     free(cf->k.buf);
     free(cf);
+    atomic_fetch_sub(&c->confirms, 1);
 }
 
 bool dlock__confirm_settle(dlock_lock *l, bool nowait)

@@ -363,8 +363,13 @@ struct dlock_lock {
  * attempt, as before), started on the acquisition's round (which it keeps), and
  * settled by the next call on the handle: its reply read (waiting for it unless
  * nowait: false when it is not in yet), the validity moved on to what it proves, the
- * round given back. Freed unread, it is given up. */
+ * round given back. Freed unread, it is given up. NULL also when the client holds
+ * DLOCK_CONFIRMS_MAX already. */
 typedef struct dlock__confirm dlock__confirm;
+/* The most a client holds at once: each keeps a connection set (a connection to every
+ * server) until its handle's next call, so a program holding many locks so taken would
+ * hold as many sets; beyond this, a waiter confirms first. */
+#define DLOCK_CONFIRMS_MAX 16
 dlock__confirm *dlock__confirm_new(struct dlock_client *c, const dlock_lock *l, int64_t ttl_ms);
 void dlock__confirm_start(struct dlock_client *c, dlock__confirm *cf, dlock__round *rd);
 bool dlock__confirm_settle(dlock_lock *l, bool nowait);

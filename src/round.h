@@ -37,6 +37,9 @@ struct dlock_client {
     pthread_mutex_t mu;          /* guards pool, locks and the creation of wait */
     dlock__connset *pool;
     int sets; /* connection sets in flight in nowait steps (dlock__connset_try_get) */
+    /* Connection sets held by the confirmations of locks taken on their grant's message,
+     * until the handles' next calls read them (confirm.c): at most DLOCK_CONFIRMS_MAX. */
+    _Atomic int confirms;
     /* dlock_client_pipeline's: the connections that nowait steps share (pipe.c), and
      * what they share; NULL: none. */
     dlock__connset *pipe_set;

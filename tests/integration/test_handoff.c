@@ -21,7 +21,7 @@
 
 #include <cmocka.h>
 
-#include "internal.h" /* DLOCK_QUEUE_*, DLOCK_HANDOFF_* */
+#include "internal.h" /* DLOCK_QUEUE_*, DLOCK_HANDOFF_*, DLOCK_CONFIRMS_MAX */
 #include "itest.h"
 
 #include <pthread.h>
@@ -537,6 +537,64 @@ static void test_quiet_waiting(void **state)
     dlock_client_free(hc);
 }
 
+/* ---- 6. many locks taken on the grant by one client ------------------------------- */
+
+#define MANY_NAMES (DLOCK_CONFIRMS_MAX + 8)
+
+typedef struct many_waiter {
+    dlock_client *c;
+    char name[16];
+    int rc;
+    int64_t remaining_ms;
+    dlock_lock *l;
+    pthread_t t;
+} many_waiter;
+
+static void *many_wait(void *p)
+{
+    many_waiter *w = p;
+    w->rc = dlock_acquire(w->c, w->name, &(dlock_opts){.ttl_ms = 30000, .wait_ms = 20000}, &w->l);
+    if (w->rc == DLOCK_OK)
+        w->remaining_ms = dlock_remaining_ms(w->l);
+    return NULL;
+}
+
+/* A lock taken on its grant's message keeps a connection set for its confirmation
+ * until the handle's next call: one client handed many locks at once holds at most
+ * DLOCK_CONFIRMS_MAX such sets, and its other waiters confirm first, as before. All
+ * get their locks, and every release (which reads a confirmation) is OK. */
+static void test_many_taken_on_the_grant(void **state)
+{
+    (void)state;
+    dlock_client *hc = it_nodes_client(), *wc = it_nodes_client();
+    dlock_lock *held[MANY_NAMES];
+    many_waiter w[MANY_NAMES];
+    for (int i = 0; i < MANY_NAMES; i++) {
+        w[i] = (many_waiter){.c = wc};
+        snprintf(w[i].name, sizeof w[i].name, "many-%d", i);
+        held[i] = it_acquire(hc, w[i].name, 30000);
+    }
+    for (int i = 0; i < MANY_NAMES; i++) {
+        assert_int_equal(pthread_create(&w[i].t, NULL, many_wait, &w[i]), 0);
+        it_wait_queued(w[i].name, 1);
+    }
+    for (int i = 0; i < MANY_NAMES; i++)
+        assert_int_equal(dlock_release(held[i]), DLOCK_OK);
+    int on_grant = 0;
+    for (int i = 0; i < MANY_NAMES; i++) {
+        assert_int_equal(pthread_join(w[i].t, NULL), 0);
+        assert_int_equal(w[i].rc, DLOCK_OK);
+        /* On the grant: the handoff's validity; confirmed first: its own 30 s lease. */
+        on_grant += w[i].remaining_ms <= handoff_ms(30000);
+    }
+    printf("FIG many_on_grant %d of %d locks\n", on_grant, MANY_NAMES);
+    assert_true(on_grant >= 1 && on_grant <= DLOCK_CONFIRMS_MAX);
+    for (int i = 0; i < MANY_NAMES; i++)
+        assert_int_equal(dlock_release(w[i].l), DLOCK_OK);
+    dlock_client_free(wc);
+    dlock_client_free(hc);
+}
+
 int main(void)
 {
     static int fair = 1, unfair = 0;
@@ -550,6 +608,7 @@ int main(void)
         IT_CASE("test_dead_head_during_handoff_fair", test_dead_head_during_handoff, &fair),
         IT_CASE("test_quiet_waiting", test_quiet_waiting, &unfair),
         IT_CASE("test_quiet_waiting_fair", test_quiet_waiting, &fair),
+        cmocka_unit_test(test_many_taken_on_the_grant),
     };
     const struct CMUnitTest three[] = {
         cmocka_unit_test(test_redlock_queue_missing_on_one_node),
