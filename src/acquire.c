@@ -266,8 +266,9 @@ static bool inherit(acquisition *p)
  * validity is counted from made_us, less the drift allowance; with too little of it (a
  * per-node timeout or less) the attempt confirms as before. Our own lease is asked for
  * by the confirmation (confirm.c), which run_step starts on this step's round once the
- * queue is left. A blocking step's only: the confirmation keeps the round's set until
- * the handle's next call, which the pipes a nowait step shares cannot be held for. Not
+ * queue is left. A blocking step's only, on a set of its own: the confirmation keeps
+ * the round's set until the handle's next call, which neither the pipes a nowait step
+ * shares nor a set counted among the nowait steps' can be held for. Not
  * with strict fences and N > 1, whose fence must be raised on a quorum in a round of
  * its own. */
 static bool start_on_grant(acquisition *p, dlock__round *rd)
@@ -276,7 +277,8 @@ static bool start_on_grant(acquisition *p, dlock__round *rd)
     uint64_t fence;
     uint32_t nodes = dlock__wait_fenced(c, p->w, &fence);
     if (nodes == 0 || p->gave_back || p->q.limit != 0 || rd->set == NULL ||
-        rd->set == c->pipe_set || (c->n > 1 && c->fence_mode == DLOCK_FENCE_STRICT) ||
+        rd->set == c->pipe_set || p->sr.counted ||
+        (c->n > 1 && c->fence_mode == DLOCK_FENCE_STRICT) ||
         fence > (uint64_t)(dlock__wallclock_us() + DLOCK_FENCE_AHEAD_MAX_US))
         return false;
     DLOCK_PAUSE_POINT(DLOCK_HOOK_GRANT_HEARD);

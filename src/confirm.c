@@ -4,13 +4,14 @@
  * starts and read by the next call on the handle.
  *
  * A waiter that starts on a handoff's message holds the lock for the handoff's lease,
- * counted from before its token existed. Its own lease is a CONFIRM (scripts.c) sent on the
- * connection set its acquisition used, awaited by nobody at first: the round stays in
- * the handle, and the handle's next release, extension or check reads the reply (it
- * came long before, as a rule) and moves the validity on to what the reply proves.
- * Until then the handle's validity, dlock_remaining_ms's, is the handoff's: never more
- * than is known. A handle freed unread gives the round up, its reply left for the
- * set's next round to discard.
+ * counted from before its token existed. Its own lease is a CONFIRM (scripts.c) sent
+ * on the connection set its acquisition used, awaited by nobody at first: the round
+ * stays in the handle, and the handle's next release, extension or check reads the
+ * reply (it came long before, as a rule) and moves the validity on to what the reply
+ * proves. Until then the handle's validity, dlock_remaining_ms's, is the handoff's:
+ * never more than is known. A handle freed unread gives the round up, its reply left
+ * for the set's next round to discard. Each keeps a set meanwhile, so a client holds
+ * at most DLOCK_CONFIRMS_MAX of them.
  */
 #include "internal.h"
 
