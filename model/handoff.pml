@@ -31,8 +31,9 @@
  *      before it.
  *   Two variants must each fail, or the model could not have failed:
  *   -DFROM_LAST_SEND  validity counted from the waiter's latest request instead of its
- *                     token's making: a late message for a grant that ran out before
- *                     that request (the lock has moved on) makes a second holder;
+ *                     token's making: a waiter starts on a late message for a grant that
+ *                     ran out before that request, after the lock moved on (the search
+ *                     finds its fence below that of a section started before it);
  *   -DIGNORE_GIVEBACK a waiter starts on a message for a grant it gave back (its attempt
  *                     found the key its own, too late): the lock went on to the next head.
  *
