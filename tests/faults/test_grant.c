@@ -139,6 +139,9 @@ static void at_the_grant(void **state)
     for (int i = 0; i < WORKERS; i++) {
         int st = wk_reap(pids[i], 10000 * dh_slack());
         assert_true(st == 0 || st == 128 + SIGKILL);
+        if (st != 0)
+            hist_put(&sc.hw, HIST_FAULT, HIST_F_KILL, 0, NULL, atomic_load(&sc.sh->fence[i]),
+                     (uint64_t)pids[i]);
     }
 
     hist_report rep;
