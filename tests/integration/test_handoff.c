@@ -541,24 +541,6 @@ static void test_quiet_waiting(void **state)
 
 #define MANY_NAMES (DLOCK_CONFIRMS_MAX + 8)
 
-typedef struct many_waiter {
-    dlock_client *c;
-    char name[16];
-    int rc;
-    int64_t remaining_ms;
-    dlock_lock *l;
-    pthread_t t;
-} many_waiter;
-
-static void *many_wait(void *p)
-{
-    many_waiter *w = p;
-    w->rc = dlock_acquire(w->c, w->name, &(dlock_opts){.ttl_ms = 30000, .wait_ms = 20000}, &w->l);
-    if (w->rc == DLOCK_OK)
-        w->remaining_ms = dlock_remaining_ms(w->l);
-    return NULL;
-}
-
 /* A lock taken on its grant's message keeps a connection set for its confirmation
  * until the handle's next call: one client handed many locks at once holds at most
  * DLOCK_CONFIRMS_MAX such sets, and its other waiters confirm first, as before. All
@@ -568,24 +550,27 @@ static void test_many_taken_on_the_grant(void **state)
     (void)state;
     dlock_client *hc = it_nodes_client(), *wc = it_nodes_client();
     dlock_lock *held[MANY_NAMES];
-    many_waiter w[MANY_NAMES];
+    char names[MANY_NAMES][16];
+    thread_waiter w[MANY_NAMES];
     for (int i = 0; i < MANY_NAMES; i++) {
-        w[i] = (many_waiter){.c = wc};
-        snprintf(w[i].name, sizeof w[i].name, "many-%d", i);
-        held[i] = it_acquire(hc, w[i].name, 30000);
+        snprintf(names[i], sizeof names[i], "many-%d", i);
+        held[i] = it_acquire(hc, names[i], 30000);
     }
+    /* Threads of one client, each waiting for its own name. */
     for (int i = 0; i < MANY_NAMES; i++) {
-        assert_int_equal(pthread_create(&w[i].t, NULL, many_wait, &w[i]), 0);
-        it_wait_queued(w[i].name, 1);
+        w[i] = (thread_waiter){
+            .c = wc, .name = names[i], .wait_ms = 20000, .ttl_ms = 30000, .keep = true};
+        assert_int_equal(pthread_create(&w[i].t, NULL, thread_wait, &w[i]), 0);
+        it_wait_queued(names[i], 1);
     }
     for (int i = 0; i < MANY_NAMES; i++)
         assert_int_equal(dlock_release(held[i]), DLOCK_OK);
     int on_grant = 0;
     for (int i = 0; i < MANY_NAMES; i++) {
-        assert_int_equal(pthread_join(w[i].t, NULL), 0);
+        thread_join(&w[i]);
         assert_int_equal(w[i].rc, DLOCK_OK);
         /* On the grant: the handoff's validity; confirmed first: its own 30 s lease. */
-        on_grant += w[i].remaining_ms <= handoff_ms(30000);
+        on_grant += dlock_remaining_ms(w[i].l) <= handoff_ms(30000);
     }
     printf("FIG many_on_grant %d of %d locks\n", on_grant, MANY_NAMES);
     assert_true(on_grant >= 1 && on_grant <= DLOCK_CONFIRMS_MAX);
