@@ -523,10 +523,10 @@ DLOCK_API int dlock_check_start(dlock_lock *l, dlock_pending **out);
  * acquisition of the same name. 0 for NULL or an adopted handle. */
 DLOCK_API uint64_t dlock_fence(const dlock_lock *l);
 
-/* Validity left in ms, from this process's clock: <= 0 when expired or known lost. A
- * lock a waiter took on its handoff's message (docs/waiting.md) says the handoff's
- * validity until the next release, extension or check on the handle reads the reply to
- * its confirmation, and its own lease from then on. */
+/* Validity left in ms, from this process's clock: <= 0 when expired or known lost. For
+ * a lock a waiter took on its handoff's message (docs/waiting.md), the first call reads
+ * the reply to its confirmation, waiting for it at most the rest of a per-node timeout
+ * (it comes within a round trip of the acquisition's return). */
 DLOCK_API int64_t dlock_remaining_ms(const dlock_lock *l);
 
 /* The token (DLOCK_TOKEN_LEN hex characters). Borrowed: valid while l lives. */

@@ -476,7 +476,7 @@ static int run_step(dlock_pending *base, dlock_lock **out, bool nowait, dlock__e
          * discards the replies it does not await before it takes one, so those
          * commands must go first. */
         dlock__confirm_start(c, p->confirm, p->sr.rd);
-        p->l->confirm = p->confirm;
+        atomic_store(&p->l->confirm, p->confirm);
         p->confirm = NULL;
         p->sr.rd = NULL;
     }

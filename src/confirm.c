@@ -8,13 +8,15 @@
  * on the connection set its acquisition used, awaited by nobody at first: the round
  * stays in the handle, and the handle's next release, extension or check reads the
  * reply (it came long before, as a rule) and moves the validity on to what the reply
- * proves. Until then the handle's validity, dlock_remaining_ms's, is the handoff's:
- * never more than is known. A handle freed unread gives the round up, its reply left
- * for the set's next round to discard. Each keeps a set meanwhile, so a client holds
- * at most DLOCK_CONFIRMS_MAX of them.
+ * proves; so does dlock_remaining_ms, waiting for it if need be (at most the rest of a
+ * per-node timeout: it comes within a round trip). Until then the handle's validity is
+ * the handoff's: never more than is known. A handle freed unread gives the round up,
+ * its reply left for the set's next round to discard. Each keeps a set meanwhile, so a
+ * client holds at most DLOCK_CONFIRMS_MAX of them.
  */
 #include "internal.h"
 
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -86,7 +88,7 @@ void dlock__confirm_free(dlock_client *c, dlock__confirm *cf)
 
 bool dlock__confirm_settle(dlock_lock *l, bool nowait)
 {
-    dlock__confirm *cf = l->confirm;
+    dlock__confirm *cf = atomic_exchange(&l->confirm, NULL);
     if (cf == NULL)
         return true;
     dlock_client *c = l->client;
@@ -94,8 +96,10 @@ bool dlock__confirm_settle(dlock_lock *l, bool nowait)
     /* What came in already counts, however late it is read: the round's deadline
      * passed long ago when the section was long. */
     dlock__flight_take_arrived(&rd->flight);
-    if (!dlock__round_wait(rd, nowait))
+    if (!dlock__round_wait(rd, nowait)) {
+        atomic_store(&l->confirm, cf);
         return false;
+    }
     int yes = 0;
     for (int i = 0; i < c->n; i++) {
         const redisReply *r = rd->reqs[i].reply;
@@ -109,7 +113,18 @@ bool dlock__confirm_settle(dlock_lock *l, bool nowait)
                !atomic_compare_exchange_weak(&l->valid_until_us, &was, until))
             ;
     }
-    l->confirm = NULL;
     dlock__confirm_free(c, cf);
     return true;
+}
+
+int64_t dlock__redis_remaining_ms(const dlock_lock *l)
+{
+    /* The public call takes the handle as const, since it changes nothing the caller
+     * sees but what the handle knows of its lease; the handle itself was never made
+     * const (every one is dlock__lock_new's), so writing through it is sound. The reply
+     * comes within a round trip of the section's start, so only a call made at once can
+     * wait for it. Not in a forked child: the connection is the parent's. */
+    if (!dlock__client_forked(l->client))
+        dlock__confirm_settle((dlock_lock *)(uintptr_t)l, false);
+    return dlock__lock_valid_ms(l);
 }

@@ -137,7 +137,7 @@ void dlock__lock_free(dlock_lock *l)
         pthread_mutex_lock(&c->mu);
         unlink_handle(l);
         pthread_mutex_unlock(&c->mu);
-        dlock__confirm_free(c, l->confirm); /* its set goes back to the pool */
+        dlock__confirm_free(c, atomic_exchange(&l->confirm, NULL)); /* its set goes back */
     }
     if (l->lost_fd >= 0)
         close(l->lost_fd);

@@ -351,8 +351,9 @@ struct dlock_lock {
     int wd_pos; /* its index in the renewal's heap; -1: not in it (a new handle's 0 is
                    never read: the heap is used only while renewing) */
     /* A lock taken on its grant's message: the round of its confirmation, read by the
-     * next call on the handle (confirm.c); NULL: none. */
-    struct dlock__confirm *confirm;
+     * next call on the handle (confirm.c); NULL: none. Atomic: whoever reads it takes
+     * it, the owner's call or dlock_remaining_ms in a lost-lock callback. */
+    _Atomic(struct dlock__confirm *) confirm;
     void *hold; /* what a backend other than Redis keeps of the lock, which only it reads
                    (the file backend's: the file's descriptor and record); NULL: none, and
                    for a handle adopted */
@@ -373,6 +374,9 @@ typedef struct dlock__confirm dlock__confirm;
 dlock__confirm *dlock__confirm_new(struct dlock_client *c, const dlock_lock *l, int64_t ttl_ms);
 void dlock__confirm_start(struct dlock_client *c, dlock__confirm *cf, dlock__round *rd);
 bool dlock__confirm_settle(dlock_lock *l, bool nowait);
+/* dlock__backend_redis's remaining_ms: the validity, once a confirmation in flight is
+ * settled (waiting for its reply at most the rest of its per-node timeout). */
+int64_t dlock__redis_remaining_ms(const dlock_lock *l);
 void dlock__confirm_free(struct dlock_client *c, dlock__confirm *cf);
 
 /* Argument checks shared by the lock calls. */

@@ -146,6 +146,28 @@ static void test_holds_while_cmd_runs(void **state)
     assert_non_null(strstr(r.out, "run-hold: free"));
 }
 
+/* A run that waited moments for the lock is handed it, and starts CMD on the handoff's
+ * message (docs/waiting.md): the validity it watches is its own 30 s lease, which the
+ * confirmation proved, not the handoff's, so CMD is not stopped for a renewal that
+ * seemed late. */
+static void test_runs_when_handed_the_lock(void **state)
+{
+    (void)state;
+    dlock_client *c = it_client(&it_srv, it_timeout_ms());
+    dlock_lock *l = it_acquire(c, "run-handed", 30000);
+    it_bg b;
+    it_bg_spawn(&b, "handed", "run", "-w", "10s", "-t", "30s", "run-handed", "--", "sleep", "1",
+                (const char *)NULL);
+    it_wait_queued_on(&it_srv, 1, "run-handed", 1);
+    assert_int_equal(dlock_release(l), DLOCK_OK);
+    int status = it_bg_wait(&b, 10000 * dh_slack());
+    it_bg_expect(&b, status, 0);
+    char *err = it_slurp(b.err);
+    assert_string_equal(err, "");
+    free(err);
+    dlock_client_free(c);
+}
+
 /* ---- losing the lock ------------------------------------------------------------------- */
 
 static void test_lost_when_key_deleted(void **state)
@@ -465,6 +487,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_holds_while_cmd_runs),
+        cmocka_unit_test(test_runs_when_handed_the_lock),
         cmocka_unit_test(test_lost_when_key_deleted),
         cmocka_unit_test(test_kill_after_grace),
         cmocka_unit_test(test_stopped_before_lease_ends_when_server_paused),
