@@ -134,6 +134,16 @@ int wk_judge(const char *history, dh_server *res, const char *reg_key, const cha
     return 0;
 }
 
+pid_t wk_scenario_replace(wk_scenario *sc, const wk_config *cfg, int id, pid_t dead)
+{
+    hist_put(&sc->hw, HIST_FAULT, HIST_F_KILL, 0, NULL, atomic_load(&sc->sh->fence[id]),
+             (uint64_t)dead);
+    atomic_store(&sc->sh->in_section[id], 0);
+    wk_config again = *cfg;
+    again.id = id;
+    return wk_spawn(&again);
+}
+
 int wk_scenario_judge(wk_scenario *sc, hist_report *rep)
 {
     return wk_judge(sc->hist, &wk_res, sc->reg, sc->fig, rep);

@@ -125,12 +125,7 @@ static void at_the_grant(void **state)
             if (waitpid(pids[i], &status, WNOHANG) != pids[i])
                 continue;
             assert_true(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL);
-            hist_put(&sc.hw, HIST_FAULT, HIST_F_KILL, 0, NULL, atomic_load(&sc.sh->fence[i]),
-                     (uint64_t)pids[i]);
-            atomic_store(&sc.sh->in_section[i], 0);
-            wk_config again = cfg;
-            again.id = i;
-            pids[i] = wk_spawn(&again);
+            pids[i] = wk_scenario_replace(&sc, &cfg, i, pids[i]);
             assert_true(pids[i] > 0);
         }
     }

@@ -70,15 +70,10 @@ static void kill_points(void **state)
         else
             victim = (int)wk_rand(0, WORKERS - 1);
         in_section += atomic_load(&sc.sh->in_section[victim]) != 0;
-        uint64_t fence = atomic_load(&sc.sh->fence[victim]);
         kill(pids[victim], SIGKILL);
-        hist_put(&sc.hw, HIST_FAULT, HIST_F_KILL, 0, NULL, fence, (uint64_t)pids[victim]);
         assert_int_equal(wk_reap(pids[victim], 2000), 128 + SIGKILL);
-        atomic_store(&sc.sh->in_section[victim], 0);
         kills++;
-        wk_config again = cfg;
-        again.id = victim;
-        pids[victim] = wk_spawn(&again);
+        pids[victim] = wk_scenario_replace(&sc, &cfg, victim, pids[victim]);
         assert_true(pids[victim] > 0);
     }
     /* Whatever the kills left behind (a dead holder's lease, a dead waiter's handoff,

@@ -174,6 +174,11 @@ int wk_scenario_open_n(wk_scenario *sc, int n, const char *name, const char *fig
 /* Close and free what wk_scenario_open made (the history file stays, for a
  * post-mortem with DLOCK_TEST_KEEP). */
 void wk_scenario_close(wk_scenario *sc);
+/* A worker that died of SIGKILL (reaped already) is replaced, as a supervisor would:
+ * its kill recorded in the scenario's history with the fence it last held, its
+ * section cleared, and a new worker of the same id spawned from cfg. The new pid, or
+ * -1 (fork failed). */
+pid_t wk_scenario_replace(wk_scenario *sc, const wk_config *cfg, int id, pid_t dead);
 /* wk_judge on the scenario's history and register. */
 int wk_scenario_judge(wk_scenario *sc, hist_report *rep);
 
