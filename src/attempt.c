@@ -275,7 +275,7 @@ int dlock__queue_up(dlock_client *c, dlock__request *q, int64_t ticket, dlock__a
     return DLOCK_OK;
 }
 
-/* A queued waiter's refresh (REFRESH in scripts.c) on every node, started on rd with
+/* A queued waiter's refresh (REFRESH in scripts_queue.c) on every node, started on rd with
  * its call in *call and arguments in *a (both live until the round ends); false when it
  * cannot be formatted (the waiter then attempts). */
 bool dlock__queue_refresh_start(dlock_client *c, dlock__round *rd, const dlock__request *q,

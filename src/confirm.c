@@ -4,7 +4,7 @@
  * starts and read by the next call on the handle.
  *
  * A waiter that starts on a handoff's message holds the lock for the handoff's lease,
- * counted from before its token existed. Its own lease is a CONFIRM (scripts.c) sent
+ * counted from before its token existed. Its own lease is a CONFIRM (scripts_queue.c) sent
  * on the connection set its acquisition used, awaited by nobody at first: the round
  * stays in the handle, and the handle's next release, extension or check reads the
  * reply (it came long before, as a rule) and moves the validity on to what the reply

@@ -38,7 +38,7 @@ static void suspect(const dlock__conn *c)
         t->suspect(c->node);
 }
 
-static void fail(dlock__conn *c, dlock__req *r, int err)
+void dlock__req_fail(dlock__conn *c, dlock__req *r, int err)
 {
     r->err = err;
     r->done = true;
@@ -108,7 +108,7 @@ static void start(dlock__conn *c, dlock__req *r, dlock__waker *wk)
     if (c->state == DLOCK_CONN_CLOSED) {
         int rc = dlock__conn_open(c, &r->why);
         if (rc != DLOCK_OK) {
-            fail(c, r, rc);
+            dlock__req_fail(c, r, rc);
             return;
         }
     }
@@ -129,7 +129,7 @@ static void start(dlock__conn *c, dlock__req *r, dlock__waker *wk)
         }
         int rc = send_cmd(c, r, r->cmd, r->cmdlen);
         if (rc != DLOCK_OK) {
-            fail(c, r, rc);
+            dlock__req_fail(c, r, rc);
             return;
         }
         c->skip++;
@@ -139,7 +139,7 @@ static void start(dlock__conn *c, dlock__req *r, dlock__waker *wk)
     if (c->handshake > 0) {
         /* The command waits for the handshake to succeed: pipelined behind a SELECT
          * or an AUTH that fails, it would run in the wrong database or as the wrong
-         * user. step() sends it when the last handshake reply is in. A connection
+         * user. dlock__req_step() sends it when the last handshake reply is in. A connection
          * still being made may take until its connect deadline. */
         r->held = true;
         if (c->connect_deadline_us > r->deadline_us)
@@ -148,7 +148,7 @@ static void start(dlock__conn *c, dlock__req *r, dlock__waker *wk)
     }
     int rc = send_cmd(c, r, r->cmd, r->cmdlen);
     if (rc != DLOCK_OK)
-        fail(c, r, rc);
+        dlock__req_fail(c, r, rc);
 }
 
 static void begin(dlock__conn *c, dlock__req *r, int64_t start_us, dlock__waker *wk)
@@ -168,7 +168,7 @@ static void begin(dlock__conn *c, dlock__req *r, int64_t start_us, dlock__waker 
     const dlock__topology *t = c->node->topo;
     int rc;
     if (t->route != NULL && (rc = t->route(c, r, &r->why)) != DLOCK_OK) {
-        fail(c, r, rc);
+        dlock__req_fail(c, r, rc);
         return;
     }
     start(c, r, wk);
@@ -191,7 +191,7 @@ static bool owe_reply(dlock__conn *c, const dlock__req *r)
 }
 
 /* The node missed its deadline. */
-static void expire(dlock__conn *c, dlock__req *r)
+void dlock__req_expire(dlock__conn *c, dlock__req *r)
 {
     if (c->pipe != NULL) {
         dlock__pipe_expire(c, r);
@@ -227,8 +227,8 @@ static void expire(dlock__conn *c, dlock__req *r)
     }
 }
 
-/* Act on poll's report for node i. */
-static void step(dlock__conn *c, dlock__req *r, short revents)
+/* Act on poll's report for node i (fanout_pump.c's wait calls it). */
+void dlock__req_step(dlock__conn *c, dlock__req *r, short revents)
 {
     int rc;
     if (c->state == DLOCK_CONN_CONNECTING) {
@@ -238,7 +238,7 @@ static void step(dlock__conn *c, dlock__req *r, short revents)
         if (!(revents & (want | POLLERR | POLLHUP)))
             return;
         if ((rc = dlock__conn_on_connect(c, &r->why)) != DLOCK_OK) {
-            fail(c, r, rc);
+            dlock__req_fail(c, r, rc);
             return;
         }
         if (c->state != DLOCK_CONN_READY)
@@ -247,7 +247,7 @@ static void step(dlock__conn *c, dlock__req *r, short revents)
     }
     if ((revents & c->flush_ev) && c->outpos < c->outlen &&
         (rc = dlock__conn_flush(c, &r->why)) != DLOCK_OK) {
-        fail(c, r, rc);
+        dlock__req_fail(c, r, rc);
         return;
     }
     if (!r->await) {
@@ -258,20 +258,20 @@ static void step(dlock__conn *c, dlock__req *r, short revents)
         return;
     DLOCK_PAUSE_POINT(DLOCK_HOOK_BEFORE_READ);
     if ((rc = dlock__conn_read(c, &r->why)) != DLOCK_OK) {
-        fail(c, r, rc);
+        dlock__req_fail(c, r, rc);
         return;
     }
     for (;;) {
         redisReply *reply;
         rc = dlock__conn_next_reply(c, &reply, &r->why);
         if (rc != DLOCK_OK) {
-            fail(c, r, rc);
+            dlock__req_fail(c, r, rc);
             return;
         }
         if (r->held && c->handshake == 0) {
             r->held = false;
             if ((rc = send_cmd(c, r, r->cmd, r->cmdlen)) != DLOCK_OK) {
-                fail(c, r, rc);
+                dlock__req_fail(c, r, rc);
                 return;
             }
         }
@@ -280,12 +280,12 @@ static void step(dlock__conn *c, dlock__req *r, short revents)
         const char *cmd = NULL;
         size_t len = 0;
         if ((rc = dlock__req_resend(c, r, &reply, &cmd, &len)) != DLOCK_OK) {
-            fail(c, r, rc);
+            dlock__req_fail(c, r, rc);
             return;
         }
         if (cmd != NULL) {
             if ((rc = send_cmd(c, r, cmd, len)) != DLOCK_OK) {
-                fail(c, r, rc);
+                dlock__req_fail(c, r, rc);
                 return;
             }
             continue;
@@ -301,7 +301,7 @@ static void step(dlock__conn *c, dlock__req *r, short revents)
             ((rc = t->on_error(c, r, reply, &resend)) != DLOCK_OK || resend)) {
             freeReplyObject(reply);
             if (rc != DLOCK_OK) {
-                fail(c, r, rc);
+                dlock__req_fail(c, r, rc);
                 return;
             }
             r->retried = false;
@@ -432,44 +432,6 @@ void dlock__flight_start(dlock__flight *f, dlock__conn *conns, dlock__req *reqs,
     DLOCK_PAUSE_POINT(DLOCK_HOOK_AFTER_SEND);
 }
 
-/* The nodes the round still waits for, as poll entries (idx: their node), and in
- * *next the earliest of their deadlines (now when TLS holds bytes already read). */
-static int wanted(const dlock__flight *f, int64_t now, struct pollfd *pfd, int *idx, int64_t *next)
-{
-    int nfds = 0;
-    *next = INT64_MAX;
-    for (int i = 0; i < f->n; i++) {
-        const dlock__req *r = &f->reqs[i];
-        if (r->done)
-            continue;
-        if (f->conns[i].pipe != NULL) {
-            /* The pipes' pump takes its replies: its deadline is all it adds. */
-            if (r->deadline_us < *next)
-                *next = r->deadline_us;
-            continue;
-        }
-        pfd[nfds] =
-            (struct pollfd){.fd = f->conns[i].fd, .events = dlock__conn_events(&f->conns[i])};
-        idx[nfds++] = i;
-        if (r->deadline_us < *next)
-            *next = r->deadline_us;
-        /* Bytes TLS already decrypted do not make the socket readable: take them
-         * now rather than wait. */
-        if (dlock__conn_buffered(&f->conns[i]))
-            *next = now;
-    }
-    return nfds;
-}
-
-int dlock__flight_wants(const dlock__flight *f, struct pollfd *pfd, int64_t *due_us)
-{
-    int idx[DLOCK_SERVERS_MAX];
-    dlock__pipe_lock(f->conns);
-    int n = wanted(f, dlock__now_us(), pfd, idx, due_us);
-    dlock__pipe_unlock(f->conns);
-    return n;
-}
-
 /* Once the answers so far decide the round, either way, a node still connecting or a
  * lagging one is not waited for (abandon() says why and what becomes of its reply).
  * The others are: they answer within a round trip, and their replies keep the
@@ -481,86 +443,6 @@ void dlock__flight_abandon_decided(dlock__flight *f)
             if (f->reqs[i].cmd != NULL && !f->reqs[i].done &&
                 (f->reqs[i].held || f->conns[i].lagging))
                 abandon(&f->conns[i], &f->reqs[i]);
-}
-
-/* One wait of at most wait_us (-1: until the next deadline) on the sockets f waits for,
- * and the steps they are ready for; the requests past their deadline expire first,
- * unless late_ok (then what came in is taken, however late). True once every request
- * is done. */
-static bool pump(dlock__flight *f, int64_t wait_us, bool late_ok)
-{
-    struct pollfd pfd[DLOCK_SERVERS_MAX];
-    int idx[DLOCK_SERVERS_MAX];
-    dlock__conn *conns = f->conns;
-    dlock__req *reqs = f->reqs;
-    int64_t now = dlock__now_us(), next;
-    for (int i = 0; i < f->n && !late_ok; i++)
-        if (!reqs[i].done && now >= reqs[i].deadline_us)
-            expire(&conns[i], &reqs[i]);
-    int nfds = wanted(f, now, pfd, idx, &next);
-    if (nfds == 0)
-        return true;
-    int64_t wait = next > now ? next - now : 0;
-    if (wait_us >= 0 && wait_us < wait)
-        wait = wait_us;
-    struct timespec ts = {(time_t)(wait / 1000000), (long)(wait % 1000000) * 1000};
-    /* A look without waiting at one plain socket that only reads (an event loop's step,
-     * when its poll said the socket is readable) is the read itself: a recv that finds
-     * nothing costs what the poll would have, and one that finds the reply saves it. */
-    bool look = wait == 0 && nfds == 1 && pfd[0].events == POLLIN &&
-                conns[idx[0]].state == DLOCK_CONN_READY && conns[idx[0]].ssl == NULL;
-    if (look)
-        pfd[0].revents = POLLIN;
-    int ready = look ? 1 : ppoll(pfd, (nfds_t)nfds, &ts, NULL);
-    if (ready < 0) {
-        if (errno == EINTR)
-            return false;
-        /* poll itself failed (ENOMEM): nothing can be waited for. */
-        for (int k = 0; k < nfds; k++) {
-            dlock__req *r = &reqs[idx[k]];
-            dlock__err_set(&r->why, 0, "poll: %s", strerror(errno));
-            fail(&conns[idx[k]], r, DLOCK_ERR_IO);
-        }
-        return true;
-    }
-    for (int k = 0; k < nfds; k++) {
-        if (dlock__conn_buffered(&conns[idx[k]]))
-            pfd[k].revents |= conns[idx[k]].read_ev;
-        if (pfd[k].revents != 0)
-            step(&conns[idx[k]], &reqs[idx[k]], pfd[k].revents);
-    }
-    dlock__flight_abandon_decided(f);
-    for (int i = 0; i < f->n; i++)
-        if (!reqs[i].done)
-            return false;
-    return true;
-}
-
-bool dlock__flight_pump(dlock__flight *f, int64_t wait_us)
-{
-    if (f->conns[0].pipe != NULL)
-        return dlock__pipe_flight_pump(f, wait_us);
-    return pump(f, wait_us, false);
-}
-
-void dlock__flight_take_arrived(dlock__flight *f)
-{
-    if (f->conns[0].pipe == NULL)
-        pump(f, 0, true);
-}
-
-bool dlock__flight_settled(dlock__flight *f)
-{
-    if (f->conns[0].pipe != NULL)
-        return dlock__pipe_flight_pump(f, 0);
-    int64_t now = dlock__now_us();
-    bool over = true;
-    for (int i = 0; i < f->n; i++) {
-        if (!f->reqs[i].done && now >= f->reqs[i].deadline_us)
-            expire(&f->conns[i], &f->reqs[i]);
-        over &= f->reqs[i].done;
-    }
-    return over;
 }
 
 void dlock__flight_drop(dlock__flight *f)

@@ -36,7 +36,9 @@
  *               tls.c       TLS for rediss:// (OpenSSL): each node's context, the
  *                           handshake, encrypted reads and writes, resumed sessions
  *               fanout.c    one command to N nodes in parallel under one deadline,
- *                           ending early once a caller's predicate (a vote) says so
+ *                           ending early once a caller's predicate (a vote) says so;
+ *                           each request's steps on its connection
+ *               fanout_pump.c  a round's wait: one ppoll on its sockets to the deadline
  *               pipe.h      what pipe.c and pipe_pump.c share: a pipe's line
  *               pipe.c      a connection per server that many callers' rounds share
  *                           (a pipelining client's nowait steps): commands queued
@@ -55,8 +57,10 @@
  *               topo.c      each node's topology, chosen once from its URL
  *   scripts     scripts.h   the Lua, script calls, the key layout
  *               keys.c      the key layout: a name's keys, its hash tag
- *               scripts.c   the lock's Lua scripts (the wait queue, its handoff and the
- *                           shared holders among them, an operator's break)
+ *               scripts.c   the lock's Lua scripts (taking, releasing, renewing, the
+ *                           shared holders, an operator's break)
+ *               scripts_queue.c    the wait queue's Lua: join, the handoff (dispatch),
+ *                                  a waiter's refresh and confirmation
  *               scripts_records.c  the scripts of the records beside locks: the fenced
  *                                  register, a job's slot, a leader's record
  *               stock_scripts.c    the stock's scripts, their key layout and invariant

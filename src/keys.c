@@ -5,7 +5,7 @@
  *   P{name}                the lock: "<32-hex token> <holder description>", with a PX
  *                          lease; or "shared" while shared holders hold it
  *   P{name}:fence          the fence counter
- *   P{name}:queue          waiters, scored by ticket (scripts.c)
+ *   P{name}:queue          waiters, scored by ticket (scripts_queue.c)
  *   P{name}:holders        shared holders and semaphore permits: tokens scored by the
  *                          end of their lease
  *   P{name}:holders:info   their descriptions, by token, and under "limit" the number

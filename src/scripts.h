@@ -113,7 +113,15 @@ void dlock__call_reqs(dlock__call *call, dlock__req *reqs, int n, bool await);
 /* Give r the slot of call's keys (a cluster node routes by it). */
 void dlock__call_slot(const dlock__call *call, dlock__req *r);
 
-/* ---- scripts_records.c and stock_scripts.c: scripts in scripts.c's table ------ */
+/* ---- scripts_queue.c, scripts_records.c, stock_scripts.c: scripts.c's table --- */
+
+/* scripts_queue.c: the wait queue's Lua functions join(queue, ticket, member, qttl) and
+ * dispatch(...), parts of the scripts that take, give up and release, and the
+ * scripts REFRESH and CONFIRM. */
+extern const char dlock__join_lua[];
+extern const char dlock__dispatch_lua[];
+extern const char *const dlock__refresh_lua[];
+extern const char *const dlock__confirm_lua[];
 
 /* Each a NULL-terminated list of parts, as scripts.c's own (joined in script_call.c). */
 extern const char *const dlock__slot_read_lua[];

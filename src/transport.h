@@ -1,7 +1,7 @@
 /*
  * transport.h: the transport layer of src/ (internal.h's map): what a server is and
- * how to talk to N of them at once (node.c, conn.c, tls.c, fanout.c, ask.c,
- * sentinel.c, cluster.c, topo.c). It knows nothing of scripts or the client: a node
+ * how to talk to N of them at once (node.c, conn.c, tls.c, fanout.c, fanout_pump.c,
+ * ask.c, sentinel.c, cluster.c, topo.c). It knows nothing of scripts or the client: a node
  * carries the rules its connections follow, and the topology (direct, Sentinel,
  * cluster) that says where they go. A round of requests may end early when a
  * predicate of its caller's says so (dlock__vote_fn, with dlock__quorum's count); what
@@ -15,7 +15,7 @@
 #include <poll.h>
 #include <stdatomic.h>
 
-/* ---- node.c, conn.c, tls.c, fanout.c ----------------------------------------- */
+/* ---- node.c, conn.c, tls.c, fanout.c, fanout_pump.c -------------------------- */
 
 /* The generic transport (conn.c, fanout.c) never names a kind of server: it asks the
  * node's topology (dlock__topology, below), as Redis's ae.c asks its event backend. */
@@ -421,6 +421,12 @@ bool dlock__pipe_flight_pump(dlock__flight *f, int64_t wait_us);
 /* Once the answers so far decide a vote, the nodes still connecting or lagging are not
  * waited for (fanout.c). */
 void dlock__flight_abandon_decided(dlock__flight *f);
+/* fanout.c's steps of one request on a plain connection, which fanout_pump.c's wait
+ * drives: r failed with err (the connection is closed, its node suspected); r missed
+ * its deadline; act on poll's report (revents) for r's connection. */
+void dlock__req_fail(dlock__conn *c, dlock__req *r, int err);
+void dlock__req_expire(dlock__conn *c, dlock__req *r);
+void dlock__req_step(dlock__conn *c, dlock__req *r, short revents);
 
 /* What a Sentinel URL's Sentinels say of the failover they could make (SENTINEL
  * CKQUORUM): *up of them answered; *ok 1 when one says a quorum and a failover's
