@@ -192,7 +192,7 @@ static int begin(struct cli *cli, char **args, int64_t *qty, char what[WHAT_LEN]
 
 static int run_update(struct cli *cli, char **args, bool add)
 {
-    int64_t qty;
+    int64_t qty = 0; /* set by begin() when it returns 0 */
     char what[WHAT_LEN];
     int code = begin(cli, args, &qty, what);
     if (code != 0)
@@ -216,7 +216,7 @@ static int run_add(struct cli *cli, char **args, const struct cmd_opts *o)
 
 static int run_reserve(struct cli *cli, char **args, const struct cmd_opts *o)
 {
-    int64_t qty;
+    int64_t qty = 0; /* set by begin() when it returns 0 */
     char what[WHAT_LEN];
     int code = begin(cli, args, &qty, what);
     if (code != 0)
