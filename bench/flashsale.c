@@ -2,13 +2,17 @@
  * flashsale.c: W5, 1000 items and 50 buyers, four ways.
  *
  * Stock starts at 1000 on node 1; 50 buyers (threads, each with its own connections)
- * buy one item at a time until they find none left. Three ways to keep the stock
- * from being oversold, side by side (the lock way in two forms):
+ * buy one item at a time until they find none left. Four ways to keep the stock
+ * from being oversold, side by side (the lock way in three forms):
  *   lock    dlock_acquire (wait forever) around GET stock; if > 0, SET stock - 1, then
  *           INCR sold; dlock_release. Three round trips inside the lock, one command
  *           each: the section other lock benchmarks time, so the figures compare;
  *   lock-pipelined  the same with SET and INCR pipelined in one round trip (two in the
  *           lock): how much of lock's sellout is the section's own length;
+ *   lock-linger  lock with dlock_opts.linger_ms (W5_LINGER_MS): a buyer's release
+ *           lingers, and its next acquire takes the lock back while no other buyer
+ *           has waited that long (docs/waiting.md, "Lingering"). It reports
+ *           scripts_per_unit (script calls per purchase) instead of retries;
  *   watch   optimistic: WATCH stock + GET stock (one round trip); if > 0, MULTI, DECR
  *           stock, INCR sold, EXEC (one round trip); an aborted EXEC is retried;
  *   script  one EVALSHA of a decrement-if-enough Lua script: atomic on the server;
@@ -34,12 +38,17 @@
 #include <stdlib.h>
 #include <string.h>
 
-enum variant { V_LOCK, V_LOCK_PIPELINED, V_WATCH, V_SCRIPT, V_STOCK };
-static const char *const variant_names[] = {"lock", "lock-pipelined", "watch", "script", "stock"};
+enum variant { V_LOCK, V_LOCK_PIPELINED, V_LOCK_LINGER, V_WATCH, V_SCRIPT, V_STOCK };
+static const char *const variant_names[] = {"lock",  "lock-pipelined", "lock-linger",
+                                            "watch", "script",         "stock"};
+
+/* W5/lock-linger's dlock_opts.linger_ms: a buyer keeps the lock for its next purchase
+ * while no other buyer has waited this long. */
+#define W5_LINGER_MS 20
 
 static bool is_lock(enum variant v)
 {
-    return v == V_LOCK || v == V_LOCK_PIPELINED;
+    return v == V_LOCK || v == V_LOCK_PIPELINED || v == V_LOCK_LINGER;
 }
 
 /* KEYS: stock, sold. ARGV: quantity. 1 bought, 0 not enough left. */
@@ -146,6 +155,7 @@ static int buy_lock(w5_arg *a, team *t, dlock_client *c, redisContext *rc)
     dlock_opts o = {0};
     o.ttl_ms = BENCH_TTL_MS;
     o.wait_ms = -1;
+    o.linger_ms = a->v == V_LOCK_LINGER ? W5_LINGER_MS : 0;
     while (!team_stopped(t)) {
         dlock_lock *l;
         int64_t t0 = now_ns();
@@ -412,9 +422,10 @@ static int w5_one(bench_ctx *ctx, enum variant v, const char *urls, redisContext
 
     long purchases = a->purchases;
     long retries = a->retries;
+    long long scripts = 0;
     if (is_lock(v) && have_stats) {
-        long long scripts = stats_calls(&a->st.before, &after, "evalsha") +
-                            stats_calls(&a->st.before, &after, "eval");
+        scripts = stats_calls(&a->st.before, &after, "evalsha") +
+                  stats_calls(&a->st.before, &after, "eval");
         /* Every attempt is one script call on each of the lock's nodes. */
         retries = (long)(scripts / stat_nodes - 2 * (long long)a->granted);
     }
@@ -433,8 +444,14 @@ static int w5_one(bench_ctx *ctx, enum variant v, const char *urls, redisContext
     } else {
         fig(label, "sellout_ms", sellout_ms, 0, -1, NULL);
     }
-    if (v != V_STOCK && (!is_lock(v) || have_stats))
+    if (v == V_LOCK_LINGER && have_stats && purchases > 0) {
+        /* A retake is one script call or none: retries do not apply. */
+        fig(label, "scripts_per_unit", (double)scripts / stat_nodes / (double)purchases, 2, -1,
+            NULL);
+        retries = 0;
+    } else if (v != V_STOCK && (!is_lock(v) || have_stats)) {
         fig(label, "retries", (double)retries, 0, -1, NULL);
+    }
     if (is_lock(v))
         fig(label, "max_wait_ms", (double)a->max_wait_ns / 1e6, 1, -1, NULL);
     rc = w5_outcome(ctx, label, a->stock, purchases, retries, sellout_ms, stock_left, &sold);

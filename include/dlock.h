@@ -58,6 +58,7 @@ extern "C" {
 #define DLOCK_SERVERS_MAX                32   /* servers in one client */
 #define DLOCK_TOKEN_LEN                  32   /* a token is 128 random bits in lowercase hex */
 #define DLOCK_PERMITS_MAX                2147483647 /* permits of one semaphore */
+#define DLOCK_LINGER_MAX_MS              1000       /* dlock_opts.linger_ms */
 
 /*
  * Error codes. The list is append-only: a number is never reused or renumbered.
@@ -309,7 +310,14 @@ typedef struct dlock_opts {
                               process's "host:pid" before it: for a service that takes
                               locks for its own clients and names them (dlockd) */
     int spare;             /* must be zero */
-    uint64_t reserved[4];  /* must be zero */
+    int64_t linger_ms;     /* 0: dlock_release releases at once. 1 to DLOCK_LINGER_MAX_MS:
+                              dlock_release keeps the lock up to linger_ms for this
+                              client's next dlock_acquire of the name, which takes it back
+                              with its fence (no one held it in between) in at most one
+                              round trip, passing only waiters that have waited less than
+                              linger_ms (docs/waiting.md, "Lingering"). Exclusive locks of
+                              a client of one server, taken by dlock_acquire */
+    uint64_t reserved[3];  /* must be zero */
 } dlock_opts;
 
 /*
@@ -486,6 +494,10 @@ DLOCK_API int dlock_extend_start(dlock_lock *l, int64_t ttl_ms, dlock_pending **
  * (and deleted it), the LOST's detail (dlock_errmsg) begins "released,": the work
  * after validity was unprotected, yet no other client can have taken the lock
  * meanwhile (on the assumptions of docs/guarantees.md).
+ * A handle taken with dlock_opts.linger_ms lingers instead, when its lease is still
+ * valid and no thread of this client waits for the name: DLOCK_OK at once, with no
+ * round trip, and the lock is released linger_ms later (or by dlock_client_free)
+ * unless this client's next dlock_acquire of the name takes it back first.
  * NULL is DLOCK_ERR_INVALID. */
 DLOCK_API int dlock_release(dlock_lock *l);
 

@@ -502,11 +502,17 @@ int dlock__redis_acquire(dlock_client *c, const char *name, const dlock_opts *op
                          int64_t wait_ms, int64_t limit, dlock_lock **out, dlock__err *e)
 {
     dlock_pending *p;
-    int rc = dlock__redis_acquire_start(c, name, opts, ttl_ms, wait_ms, limit, &p, e);
+    /* A lock of ours that lingers for the name is taken back, or let go first. */
+    int rc = dlock__linger_take(c, name, opts, ttl_ms, limit, out, e);
+    if (rc != DLOCK_ERR_AGAIN)
+        return rc;
+    rc = dlock__redis_acquire_start(c, name, opts, ttl_ms, wait_ms, limit, &p, e);
     if (rc == DLOCK_OK) {
         rc = dlock__pending_run(p, opts ? opts->cancel_fd : 0, c->close_efd, out, e);
         destroy(p);
     }
+    if (rc == DLOCK_OK && opts != NULL)
+        (*out)->linger_us = opts->linger_ms * 1000;
     return rc;
 }
 

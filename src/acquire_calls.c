@@ -29,6 +29,37 @@ static int check_opts(const dlock_opts *o, int64_t *ttl_ms, int64_t *wait_ms, dl
                               "dlock_opts.label_is_holder must be 0 or 1, spare 0");
     if (o->label != NULL && strnlen(o->label, DLOCK_LABEL_MAX + 1) > DLOCK_LABEL_MAX)
         return dlock__err_set(e, DLOCK_ERR_INVALID, "label longer than %d bytes", DLOCK_LABEL_MAX);
+    if (o->linger_ms < 0 || o->linger_ms > DLOCK_LINGER_MAX_MS)
+        return dlock__err_set(e, DLOCK_ERR_INVALID, "dlock_opts.linger_ms %lld: 0 to %d",
+                              (long long)o->linger_ms, DLOCK_LINGER_MAX_MS);
+    if (o->linger_ms > 0 && o->shared)
+        return dlock__err_set(e, DLOCK_ERR_INVALID,
+                              "dlock_opts.linger_ms is for exclusive locks, not shared ones");
+    return DLOCK_OK;
+}
+
+/* Where a lock may linger (dlock_opts.linger_ms): an exclusive one (limit 0) of a client
+ * of one Redis server, taken by dlock_acquire, not in steps (linger.c says why). */
+static int check_linger(const dlock_client *c, const dlock_opts *o, int64_t limit, bool steps,
+                        dlock__err *e)
+{
+    if (o == NULL || o->linger_ms == 0)
+        return DLOCK_OK;
+    if (limit != 0)
+        return dlock__err_set(e, DLOCK_ERR_INVALID,
+                              "dlock_opts.linger_ms is for exclusive locks, not permits");
+    if (steps)
+        return dlock__err_set(e, DLOCK_ERR_INVALID,
+                              "dlock_opts.linger_ms is for dlock_acquire, not its steps");
+    if (c->local != NULL)
+        return dlock__err_set(e, DLOCK_ERR_INVALID,
+                              "dlock_opts.linger_ms is for Redis servers, not a file:// client");
+    if (c->n > 1)
+        return dlock__err_set(e, DLOCK_ERR_INVALID,
+                              "dlock_opts.linger_ms needs a client of one server (this one has "
+                              "%d): across several, a retake could keep the lock on some and "
+                              "hand it on on others",
+                              c->n);
     return DLOCK_OK;
 }
 
@@ -57,7 +88,8 @@ static int acquire(dlock_client *c, const char *name, const dlock_opts *opts, in
         return dlock__err_raise(&e, rc);
     if (limit == 0 && opts != NULL && opts->shared)
         limit = DLOCK_PERMITS_MAX;
-    if ((rc = dlock__client_block_begin(c, &e)) != DLOCK_OK)
+    if ((rc = check_linger(c, opts, limit, false, &e)) != DLOCK_OK ||
+        (rc = dlock__client_block_begin(c, &e)) != DLOCK_OK)
         return dlock__err_raise(&e, rc);
     rc = c->backend->acquire(c, name, opts, ttl_ms, wait_ms, limit, out, &e);
     return dlock__err_raise(&e, dlock__client_block_end(c, rc, out, &e));
@@ -110,6 +142,8 @@ static int acquire_start(dlock_client *c, const char *name, const dlock_opts *op
     int rc = prepare(c, name, opts, &ttl_ms, &wait_ms, e);
     if (limit == 0 && opts != NULL && opts->shared)
         limit = DLOCK_PERMITS_MAX;
+    if (rc == DLOCK_OK)
+        rc = check_linger(c, opts, limit, true, e);
     return rc != DLOCK_OK
                ? rc
                : c->backend->acquire_start(c, name, opts, ttl_ms, wait_ms, limit, out, e);

@@ -252,8 +252,10 @@ void dlock_client_free(dlock_client *c)
     bool owner = !dlock__client_forked(c);
     if (owner)
         end_blocking_calls(c);
-    if (owner)
+    if (owner) {
         dlock__watchdog_stop(c); /* no renewal may race the releases below */
+        dlock__linger_stop(c);   /* nor a lingering release: they go with the others */
+    }
     if (!owner) {
         /* In a forked child, a mutex may have been copied locked: take none. */
         for (dlock_lock *l = c->locks, *next; l != NULL; l = next) {
@@ -262,6 +264,7 @@ void dlock_client_free(dlock_client *c)
         }
         c->locks = NULL;
         dlock__watchdog_forget(c);
+        dlock__linger_forget(c);
         dlock__wait_forget(c);
     }
     while (owner) {

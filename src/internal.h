@@ -94,6 +94,8 @@
  *                           calls run them in, and the round a nowait step keeps in
  *                           flight
  *               release.c   dlock_release, in one call or in steps
+ *               linger.c    dlock_opts.linger_ms: a release held back for the client's
+ *                           next acquire of the name, taken back in a retake
  *               extend.c    dlock_extend, in one call or in steps
  *               views.c     one INSPECT round (what every node holds for a name), in
  *                           one call or in steps, and the quorum's view of it
@@ -248,6 +250,8 @@ typedef struct dlock__heir {
     char *member; /* malloc'd */
 } dlock__heir;
 bool dlock__wait_heir(struct dlock_client *c, const char *key, size_t key_len, dlock__heir *out);
+/* Whether a thread of c waits for the lock key now (any kind of acquisition). */
+bool dlock__wait_any(struct dlock_client *c, const char *key, size_t key_len);
 /* A release of key by c ended (or was given up). heir (NULL: none named) was handed the
  * lock on the nodes in h->nodes, and may have been on those in unknown (no reply): note
  * them all in its grants and wake it. Then the waiters of key that wait behind their own
@@ -358,6 +362,12 @@ struct dlock_lock {
      * next call on the handle (confirm.c); NULL: none. Atomic: whoever reads it takes
      * it, the owner's call or dlock_remaining_ms in a lost-lock callback. */
     _Atomic(struct dlock__confirm *) confirm;
+    /* Lingering (linger.c): linger_us from dlock_opts.linger_ms (0: none); while on the
+     * client's linger list (guarded by its mutex), next on it and when it is released;
+     * fresh_until_us, until when the queue's head, by the last retake's reply, has
+     * waited less than the pass bound (0: unknown). */
+    int64_t linger_us, linger_until_us, fresh_until_us;
+    struct dlock_lock *linger_next;
     void *hold; /* what a backend other than Redis keeps of the lock, which only it reads
                    (the file backend's: the file's descriptor and record); NULL: none, and
                    for a handle adopted */
@@ -403,6 +413,27 @@ int dlock__lock_new(struct dlock_client *c, const char *name, struct dlock_lock 
                     dlock__err *e);
 /* Put l on its client's list, so that dlock_client_free releases it. */
 void dlock__lock_attach(struct dlock_lock *l);
+/* ---- linger.c ----------------------------------------------------------------- */
+
+/* dlock_release of a handle taken with linger_ms: true when it lingers now (the release
+ * returns DLOCK_OK), false when it must be released now (its lease ran out, it is lost,
+ * a thread of the client waits for the name). */
+bool dlock__linger_put(struct dlock_lock *l);
+/* First in a blocking acquisition (acquire.c): a handle of c's that lingers for name is
+ * taken back (DLOCK_OK, *out) when the acquisition lingers too (an exclusive one, limit
+ * 0), in at most one round trip, or else released. DLOCK_ERR_AGAIN: nothing was taken
+ * back, acquire. */
+int dlock__linger_take(struct dlock_client *c, const char *name, const dlock_opts *opts,
+                       int64_t ttl_ms, int64_t limit, struct dlock_lock **out, dlock__err *e);
+/* dlock_client_free: the thread stopped; the lingering handles stay on the client's
+ * list, to be released with the others. In a forked child: _forget. */
+void dlock__linger_stop(struct dlock_client *c);
+void dlock__linger_forget(struct dlock_client *c);
+/* release.c's retake of lingering l (a client of one server): the lock kept with a
+ * lease of ttl_ms while the queue's head has waited less than pass_us (true: l is the
+ * caller's, its validity and fresh_until_us set), else released (false: l is freed). */
+bool dlock__redis_retake(struct dlock_lock *l, int64_t ttl_ms, int64_t pass_us);
+
 /* Free a handle, taking it off the renewal thread and its client's list first. */
 void dlock__lock_free(struct dlock_lock *l);
 /* The handle is lost: say so to dlock_remaining_ms, the lost fd and later calls. */

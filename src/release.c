@@ -27,8 +27,15 @@ typedef struct release {
     dlock__keys k;
     char fence[24];
     dlock__heir heir; /* the waiter of ours the release may hand the lock to */
-    const char *args[15];
-    size_t lens[15];
+    /* A retake (linger.c): the pass bound and the new lease, as the script's last two
+     * arguments; pass_us 0: a plain release. */
+    int64_t pass_us;
+    char pass[24], ttl[24];
+    bool kept;             /* the retake kept the lock: the handle is the caller's again */
+    int64_t kept_age_us;   /* its reply: how long the queue's head had waited (0: none) */
+    int64_t kept_start_us; /* when its round began */
+    const char *args[17];
+    size_t lens[17];
     dlock__call call;
     dlock__step_round sr;
     bool sent;    /* the round was started */
@@ -83,6 +90,12 @@ static int format_call(release *r, dlock__err *e)
     memcpy(r->args + n, argv, sizeof argv);
     memcpy(r->lens + n, lens, sizeof lens);
     n += (int)(sizeof argv / sizeof argv[0]);
+    if (r->pass_us > 0) {
+        r->lens[n] = (size_t)snprintf(r->pass, sizeof r->pass, "%lld", (long long)r->pass_us);
+        r->args[n++] = r->pass;
+        r->lens[n] = strlen(r->ttl);
+        r->args[n++] = r->ttl;
+    }
     return dlock__call_format(&c->scripts, DLOCK_SCRIPT_RELEASE, nkeys, n, r->args, r->lens,
                               &r->call, e);
 }
@@ -157,6 +170,16 @@ static int release_step(dlock_pending *base, dlock_lock **out, bool nowait, dloc
     if (!dlock__step_round_over(c, &r->sr, &r->base, nowait))
         return dlock__pending_again(e);
     dlock__round *rd = r->sr.rd;
+    const redisReply *v = rd->reqs[0].err == DLOCK_OK ? rd->reqs[0].reply : NULL;
+    if (r->pass_us > 0 && c->n == 1 && v != NULL && v->type == REDIS_REPLY_INTEGER &&
+        v->integer < 0) {
+        /* Kept: nothing was released, so no waiter of ours is told anything. */
+        r->kept = r->told = true;
+        r->kept_age_us = -1 - v->integer;
+        r->kept_start_us = rd->start_us;
+        dlock__step_round_end(c, &r->sr);
+        return DLOCK_OK;
+    }
     tell_waiters(c, r, rd);
     int rc = dlock__round_yes_no_outcome(c, rd, "release", DLOCK_ERR_LOST, dlock__not_ours,
                                          r->heir.member != NULL ? LLONG_MAX : 1, e);
@@ -184,7 +207,8 @@ static void release_destroy(dlock_pending *base)
     dlock__call_free(&r->call);
     free(r->heir.member);
     free(r->k.buf);
-    dlock__lock_free(r->l);
+    if (!r->kept)
+        dlock__lock_free(r->l);
     free(r);
 }
 
@@ -210,6 +234,50 @@ int dlock__redis_release_start(dlock_lock *l, dlock_pending **out, dlock__err *e
     return DLOCK_OK;
 }
 
+bool dlock__redis_retake(dlock_lock *l, int64_t ttl_ms, int64_t pass_us)
+{
+    release *r = dlock__pending_new(sizeof *r, release_step, release_destroy);
+    if (r == NULL) {
+        dlock__err ignored;
+        dlock__lock_release(l, &ignored);
+        return false;
+    }
+    r->base.lockless = true;
+    r->l = l;
+    r->pass_us = pass_us;
+    snprintf(r->ttl, sizeof r->ttl, "%lld", (long long)ttl_ms);
+    dlock__step_round_init(&r->sr, &r->base);
+    dlock__err ignored;
+    if (format_call(r, &ignored) != DLOCK_OK) {
+        /* Out of memory: l is released as it is (the retake told nobody anything). */
+        r->kept = r->told = true;
+        release_destroy(&r->base);
+        dlock__lock_release(l, &ignored);
+        return false;
+    }
+    /* Whatever a failed retake says (the lock ran out while it lingered, a server is
+     * unreachable), its caller asks for the lock as if it had not lingered. */
+    bool kept = release_step(&r->base, NULL, false, &ignored) == DLOCK_OK && r->kept;
+    int64_t validity = 0;
+    if (kept) {
+        int64_t start = r->kept_start_us, now = dlock__now_us();
+        validity = dlock__round_validity_us(l->client, ttl_ms * 1000, start, now);
+        l->valid_until_us = now + validity;
+        l->ttl_ms = ttl_ms;
+        /* The head's wait grows from when the server looked, which was after start; a
+         * waiter that came after the look is looked for a quarter of the bound later. */
+        int64_t fresh = pass_us - r->kept_age_us;
+        l->fresh_until_us = start + (fresh < pass_us / 4 ? fresh : pass_us / 4);
+    }
+    release_destroy(&r->base);
+    if (kept && validity <= 0) {
+        /* Kept, but the round used up the lease: let it go, as a release would. */
+        dlock__lock_release(l, &ignored);
+        return false;
+    }
+    return kept;
+}
+
 int dlock__lock_release(dlock_lock *l, dlock__err *e)
 {
     return l->client->backend->release(l, e);
@@ -218,7 +286,7 @@ int dlock__lock_release(dlock_lock *l, dlock__err *e)
 /* dlock__backend_redis's release: its steps, run at once (a release never waits). */
 int dlock__redis_release(dlock_lock *l, dlock__err *e)
 {
-    dlock_pending *p;
+    dlock_pending *p = NULL;
     int rc = dlock__redis_release_start(l, &p, e);
     if (rc != DLOCK_OK)
         return rc;
@@ -238,6 +306,8 @@ int dlock_release(dlock_lock *l)
             dlock__lock_free(l);
         return dlock__err_raise(&e, rc);
     }
+    if (l->linger_us > 0 && dlock__linger_put(l))
+        return dlock__err_raise(&e, DLOCK_OK);
     return dlock__err_raise(&e, dlock__lock_release(l, &e));
 }
 

@@ -34,7 +34,10 @@ struct dlock_client {
 
     struct dlock__waitsys *wait; /* blocking waits; created on first use (under mu) */
     struct dlock__watchdog *wd;  /* renewals; created on first use (under mu) */
-    pthread_mutex_t mu;          /* guards pool, locks and the creation of wait */
+    /* Lingering releases (linger.c): created on first use (under mu), read without it
+     * by every blocking acquire, hence atomic. */
+    _Atomic(struct dlock__linger *) linger;
+    pthread_mutex_t mu; /* guards pool, locks and the creation of wait */
     dlock__connset *pool;
     int sets; /* connection sets in flight in nowait steps (dlock__connset_try_get) */
     /* Connection sets held by the confirmations of locks taken on their grant's message,

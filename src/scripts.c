@@ -238,10 +238,16 @@ static const char *const acquire_shared_lua[] = {
  *          ARGV: token, fence floor ("0": none), member to dequeue ("": none),
  *                fence retention ms, mode ("1": release, "0": give back), ticket, heir
  *                (the member of the releasing client's first waiter for the name, "":
- *                none), its lease ms, its ticket if it waits in its client alone
+ *                none), its lease ms, its ticket if it waits in its client alone;
+ *                then, for a retake (linger.c), the pass bound in microseconds and
+ *                the new lease in ms
  * 1 when our token was released (as the exclusive holder or one of the shared ones),
  * 0 when the key is gone or another owner's, the heir's fence (> 1) when the lock
  * went to the heir: its lease and fence set here, this reply confirms it.
+ * A retake keeps the lock instead, its lease set anew, when the queue's head (if any)
+ * has waited less than the pass bound, by its ticket against the server's TIME: the
+ * reply is then -1 - that wait in microseconds (0 when nobody waits). Otherwise the
+ * retake is the release it would have been, and its caller queues.
  * A release serves the queue (dispatch), if anyone waits; with nobody queued it
  * deletes the lock, and the ZPOPMIN that says so costs one command, taken before the
  * helpers are defined (dispatch goes on from the entry it popped): an uncontended
@@ -276,6 +282,16 @@ static const char *const release_lua[] = {
     "  if sync(KEYS[1], KEYS[4], KEYS[5], now) then held = 'shared' end\n"
     "elseif not v or string.sub(v, 1, 32) ~= ARGV[1] then\n"
     "  return 0\n"
+    "elseif ARGV[10] then\n"
+    "  local head, age = redis.call('ZRANGE', KEYS[3], 0, 0, 'WITHSCORES'), 0\n"
+    "  if head[2] then\n"
+    "    local t = redis.call('TIME')\n"
+    "    age = math.max(tonumber(t[1]) * 1000000 + tonumber(t[2]) - tonumber(head[2]), 0)\n"
+    "  end\n"
+    "  if age < tonumber(ARGV[10]) then\n"
+    "    redis.call('PEXPIRE', KEYS[1], ARGV[11])\n"
+    "    return -1 - age\n"
+    "  end\n"
     "end\n"
     "if ARGV[5] == '1' and KEYS[6] and v ~= 'shared' then\n",
     dlock__retire_lua,

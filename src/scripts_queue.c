@@ -24,11 +24,10 @@
 #include "scripts.h"
 
 /* Take a place in the queue, or keep it, and keep the queue alive qttl ms more. */
-const char dlock__join_lua[] =
-    "local function join(queue, ticket, member, qttl)\n"
-    "  redis.call('ZADD', queue, 'NX', ticket, member)\n"
-    "  redis.call('PEXPIRE', queue, qttl)\n"
-    "end\n";
+const char dlock__join_lua[] = "local function join(queue, ticket, member, qttl)\n"
+                               "  redis.call('ZADD', queue, 'NX', ticket, member)\n"
+                               "  redis.call('PEXPIRE', queue, qttl)\n"
+                               "end\n";
 
 /*
  * Serve the queue (needs scripts.c's SHARED_LUA): while its head can be admitted, hand it what it

@@ -175,6 +175,19 @@ bool dlock__wait_heir(dlock_client *c, const char *key, size_t key_len, dlock__h
     return out->member != NULL;
 }
 
+bool dlock__wait_any(dlock_client *c, const char *key, size_t key_len)
+{
+    struct dlock__waitsys *ws = dlock__subscriber_peek(c);
+    bool any = false;
+    if (ws == NULL)
+        return false;
+    pthread_mutex_lock(&ws->mu);
+    for (const dlock__waiter *w = ws->waiters; w != NULL && !any; w = w->next)
+        any = waits_for(w, key, key_len);
+    pthread_mutex_unlock(&ws->mu);
+    return any;
+}
+
 void dlock__wait_released(dlock_client *c, const char *key, size_t key_len, const char *heir,
                           const dlock__handoff *h, uint32_t unknown)
 {

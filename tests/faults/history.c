@@ -291,11 +291,14 @@ static long build_sessions(const hist_log *log, hist_session **out, tok_map *map
             x->check_ns = r->start_ns ? r->start_ns : r->t_ns;
             break;
         case HIST_RELEASE_INVOKE:
-            if (x->release_ns == 0 || r->t_ns < x->release_ns)
+            /* A lock that lingers (dlock_opts.linger_ms) is taken back with its token and
+             * released again: one session, whose hold ends with its last release. */
+            if (!x->release_invoked || r->t_ns > x->release_ns)
                 x->release_ns = r->t_ns;
+            x->release_invoked = true;
             break;
         case HIST_RELEASE:
-            if (x->release_ns == 0 || r->start_ns < x->release_ns)
+            if (!x->release_invoked && (x->release_ns == 0 || r->start_ns < x->release_ns))
                 x->release_ns = r->start_ns;
             x->release_rc = r->rc;
             x->release_held = r->rc == DLOCK_OK || r->aux == 1;

@@ -46,3 +46,6 @@ set_tests_properties(fault_soak PROPERTIES TIMEOUT 1200)
 dlock_history_test(fault_killpoints test_killpoints.c faults slow)
 # Waiters paused and killed at the grant, where they may start on its message.
 dlock_history_test(fault_grant test_grant.c faults quick HOOKS)
+# Holders whose releases linger (linger_ms), paused and killed while they hold, linger
+# and take the lock back.
+dlock_history_test(fault_linger test_linger.c faults quick)

@@ -144,18 +144,20 @@ typedef struct hist_session {
     uint8_t token[16];
     int worker;
     uint64_t fence;
-    int64_t invoke_ns;   /* dlock_acquire called (the whole call, waiting included) */
-    int64_t ok_ns;       /* it returned OK */
-    int64_t deadline_ns; /* the latest validity deadline seen (ACQ_OK, EXIT) */
-    int64_t exit_ns;     /* section left */
-    int64_t release_ns;  /* dlock_release called */
-    int64_t last_ns;     /* the token's last record */
-    int release_rc;      /* -1: no release record */
-    bool release_held;   /* a quorum still held the token when the release ran */
-    int check_rc;        /* -1: no check */
-    int64_t check_ns;    /* dlock_check called */
-    bool lost;           /* on_lost ran */
-    bool late;           /* the section ended past the validity deadline */
+    int64_t invoke_ns;    /* dlock_acquire called (the whole call, waiting included) */
+    int64_t ok_ns;        /* it returned OK */
+    int64_t deadline_ns;  /* the latest validity deadline seen (ACQ_OK, EXIT) */
+    int64_t exit_ns;      /* section left */
+    int64_t release_ns;   /* dlock_release called (the last time: a lock that lingers is
+                             taken back with its token, one session) */
+    bool release_invoked; /* a RELEASE_INVOKE record was seen */
+    int64_t last_ns;      /* the token's last record */
+    int release_rc;       /* -1: no release record */
+    bool release_held;    /* a quorum still held the token when the release ran */
+    int check_rc;         /* -1: no check */
+    int64_t check_ns;     /* dlock_check called */
+    bool lost;            /* on_lost ran */
+    bool late;            /* the section ended past the validity deadline */
 } hist_session;
 
 /* What the checkers found. */

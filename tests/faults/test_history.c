@@ -160,7 +160,7 @@ typedef struct want {
  * the end (final; -1: no register). */
 typedef struct hcase {
     const char *name;
-    step steps[5];
+    step steps[10];
     int64_t final;
     want wants[5];
 } hcase;
@@ -210,6 +210,28 @@ static hcase cases[] = {
       SECTION(1, 2, 11, 2, 8, 100, 12, 13)},
      -1,
      {WANT(granted_overlaps, 0), WANT(late_sections, 1)}},
+    /* A lock that lingers is taken back with its token (and fence) and released again:
+     * one session, held until its last release, so B's grant after it is no overlap and
+     * its fence no regression... */
+    {"linger_retake",
+     {REC(HIST_ACQ_OK, 0, 1, 10, 0, 1, 100, 0, 0), REC(HIST_EXIT, 0, 1, 10, 5, 5, 100, 0, 0),
+      REC(HIST_RELEASE_INVOKE, 0, 1, 10, 6, 6, 100, 0, 0),
+      REC(HIST_RELEASE, 0, 1, 10, 6, 7, 0, DLOCK_OK, 0),
+      REC(HIST_ACQ_OK, 0, 1, 10, 8, 8, 100, 0, 0), REC(HIST_EXIT, 0, 1, 10, 12, 12, 100, 0, 0),
+      REC(HIST_RELEASE_INVOKE, 0, 1, 10, 13, 13, 100, 0, 0),
+      REC(HIST_RELEASE, 0, 1, 10, 13, 14, 0, DLOCK_OK, 0), SECTION(1, 2, 11, 2, 20, 100, 25, 26)},
+     -1,
+     {WANT(sessions, 2), WANT(fence_regressions, 0), WANT(granted_overlaps, 0)}},
+    /* ...but B granted between the first release and the last is: the lock was A's. */
+    {"linger_retake_overlap",
+     {REC(HIST_ACQ_OK, 0, 1, 10, 0, 1, 100, 0, 0), REC(HIST_EXIT, 0, 1, 10, 5, 5, 100, 0, 0),
+      REC(HIST_RELEASE_INVOKE, 0, 1, 10, 6, 6, 100, 0, 0),
+      REC(HIST_RELEASE, 0, 1, 10, 6, 7, 0, DLOCK_OK, 0),
+      REC(HIST_ACQ_OK, 0, 1, 10, 8, 8, 100, 0, 0), REC(HIST_EXIT, 0, 1, 10, 12, 12, 100, 0, 0),
+      REC(HIST_RELEASE_INVOKE, 0, 1, 10, 13, 13, 100, 0, 0),
+      REC(HIST_RELEASE, 0, 1, 10, 13, 14, 0, DLOCK_OK, 0), SECTION(1, 2, 11, 2, 10, 100, 25, 26)},
+     -1,
+     {WANT(granted_overlaps, 1)}},
     {"late_holder_told",
      {REC(HIST_ACQ_OK, 0, 1, 10, 0, 1, 7, 0, 0), REC(HIST_EXIT, 0, 1, 10, 40, 40, 30, 0, 0),
       REC(HIST_CHECK, 0, 1, 10, 41, 42, 30, DLOCK_OK, 0),

@@ -228,6 +228,7 @@ int wk_main(const wk_config *cfg)
     dlock_opts o = {0};
     o.ttl_ms = cfg->ttl_ms;
     o.wait_ms = cfg->wait_ms;
+    o.linger_ms = cfg->linger_ms;
     o.cancel_fd = cfg->cancel_fd > 0 ? cfg->cancel_fd : 0;
     o.auto_renew = cfg->auto_renew;
     char label[32];

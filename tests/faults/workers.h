@@ -47,6 +47,7 @@ typedef struct wk_config {
     int sections;         /* stop after this many (0: until stopped) */
     int64_t ttl_ms;
     int64_t wait_ms;      /* dlock_opts.wait_ms (-1 forever) */
+    int64_t linger_ms;    /* dlock_opts.linger_ms (0: none) */
     int auto_renew;       /* renewal on */
     int64_t work_ms;      /* sleep between the read and the write */
     int64_t timeout_ms;   /* dlock_config.timeout_ms */
