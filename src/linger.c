@@ -190,8 +190,8 @@ int dlock__linger_take(dlock_client *c, const char *name, const dlock_opts *opts
         return DLOCK_ERR_AGAIN;
     l->linger_us = linger_us;
     int rc = DLOCK_OK;
-    if (opts->auto_renew &&
-        (rc = dlock__watchdog_add(c, l, ttl_ms, opts->on_lost, opts->on_lost_user, e)) != DLOCK_OK) {
+    if (opts->auto_renew && (rc = dlock__watchdog_add(c, l, ttl_ms, opts->on_lost,
+                                                      opts->on_lost_user, e)) != DLOCK_OK) {
         dlock__err ignored;
         dlock__lock_release(l, &ignored);
         return rc;

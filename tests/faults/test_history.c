@@ -165,6 +165,16 @@ typedef struct hcase {
     want wants[5];
 } hcase;
 
+/* Worker 0 holds token 1 (fence 10) from 1 ms, releases at 6, takes it back from its
+ * linger at 8 and releases again at 13. */
+#define LINGERED                                                                                   \
+    REC(HIST_ACQ_OK, 0, 1, 10, 0, 1, 100, 0, 0), REC(HIST_EXIT, 0, 1, 10, 5, 5, 100, 0, 0),        \
+        REC(HIST_RELEASE_INVOKE, 0, 1, 10, 6, 6, 100, 0, 0),                                       \
+        REC(HIST_RELEASE, 0, 1, 10, 6, 7, 0, DLOCK_OK, 0),                                         \
+        REC(HIST_ACQ_OK, 0, 1, 10, 8, 8, 100, 0, 0), REC(HIST_EXIT, 0, 1, 10, 12, 12, 100, 0, 0),  \
+        REC(HIST_RELEASE_INVOKE, 0, 1, 10, 13, 13, 100, 0, 0),                                     \
+        REC(HIST_RELEASE, 0, 1, 10, 13, 14, 0, DLOCK_OK, 0)
+
 static hcase cases[] = {
     {"clean_history",
      {SECTION(0, 1, 10, 0, 1, 100, 5, 6), SECTION(1, 2, 11, 2, 8, 100, 12, 13)},
@@ -214,22 +224,12 @@ static hcase cases[] = {
      * one session, held until its last release, so B's grant after it is no overlap and
      * its fence no regression... */
     {"linger_retake",
-     {REC(HIST_ACQ_OK, 0, 1, 10, 0, 1, 100, 0, 0), REC(HIST_EXIT, 0, 1, 10, 5, 5, 100, 0, 0),
-      REC(HIST_RELEASE_INVOKE, 0, 1, 10, 6, 6, 100, 0, 0),
-      REC(HIST_RELEASE, 0, 1, 10, 6, 7, 0, DLOCK_OK, 0),
-      REC(HIST_ACQ_OK, 0, 1, 10, 8, 8, 100, 0, 0), REC(HIST_EXIT, 0, 1, 10, 12, 12, 100, 0, 0),
-      REC(HIST_RELEASE_INVOKE, 0, 1, 10, 13, 13, 100, 0, 0),
-      REC(HIST_RELEASE, 0, 1, 10, 13, 14, 0, DLOCK_OK, 0), SECTION(1, 2, 11, 2, 20, 100, 25, 26)},
+     {LINGERED, SECTION(1, 2, 11, 2, 20, 100, 25, 26)},
      -1,
      {WANT(sessions, 2), WANT(fence_regressions, 0), WANT(granted_overlaps, 0)}},
     /* ...but B granted between the first release and the last is: the lock was A's. */
     {"linger_retake_overlap",
-     {REC(HIST_ACQ_OK, 0, 1, 10, 0, 1, 100, 0, 0), REC(HIST_EXIT, 0, 1, 10, 5, 5, 100, 0, 0),
-      REC(HIST_RELEASE_INVOKE, 0, 1, 10, 6, 6, 100, 0, 0),
-      REC(HIST_RELEASE, 0, 1, 10, 6, 7, 0, DLOCK_OK, 0),
-      REC(HIST_ACQ_OK, 0, 1, 10, 8, 8, 100, 0, 0), REC(HIST_EXIT, 0, 1, 10, 12, 12, 100, 0, 0),
-      REC(HIST_RELEASE_INVOKE, 0, 1, 10, 13, 13, 100, 0, 0),
-      REC(HIST_RELEASE, 0, 1, 10, 13, 14, 0, DLOCK_OK, 0), SECTION(1, 2, 11, 2, 10, 100, 25, 26)},
+     {LINGERED, SECTION(1, 2, 11, 2, 10, 100, 25, 26)},
      -1,
      {WANT(granted_overlaps, 1)}},
     {"late_holder_told",

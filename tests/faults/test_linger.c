@@ -58,8 +58,8 @@ static void lingering_holders(void **state)
     wk_config cfg = sc.cfg;
     int64_t slack = dh_slack();
     cfg.ttl_ms = TTL_MS * slack;
-    cfg.linger_ms = LINGER_MS * slack > DLOCK_LINGER_MAX_MS ? DLOCK_LINGER_MAX_MS
-                                                              : LINGER_MS * slack;
+    cfg.linger_ms =
+        LINGER_MS * slack > DLOCK_LINGER_MAX_MS ? DLOCK_LINGER_MAX_MS : LINGER_MS * slack;
     cfg.work_ms = WORK_MS;
     pid_t pids[WORKERS];
     assert_int_equal(wk_spawn_all(&cfg, WORKERS, pids), 0);

@@ -256,6 +256,19 @@ dlock_lock *it_acquire_opts(dlock_client *c, const char *name, const dlock_opts 
     return l;
 }
 
+dlock_client *it_hot_client(void)
+{
+    dlock_client *hc = it_nodes_client(), *other = it_nodes_client();
+    dlock_lock *held = it_acquire(other, "warm", 10000);
+    dlock_opts o = {0};
+    o.wait_ms = 50;
+    dlock_lock *l = NULL;
+    assert_int_equal(dlock_acquire(hc, "warm", &o, &l), DLOCK_ERR_BUSY);
+    assert_int_equal(dlock_release(held), DLOCK_OK);
+    dlock_client_free(other);
+    return hc;
+}
+
 dlock_lock *it_acquire(dlock_client *c, const char *name, int64_t ttl_ms)
 {
     dlock_opts o = {0};

@@ -178,6 +178,12 @@ int it_holding(dh_server *s, int n, const char *name, const dlock_lock *l);
  * exactly `want` shared holders hold it, all of them listed. */
 void it_expect_shared(dlock_client *c, const char *name, dlock_holder *list, int max, int want);
 
+/* A client of it_node that listens for wake-ups already: it waited once (for a name
+ * another client holds, until its short wait ran out). Only such a client's waiter
+ * waits in the client, registered, without asking the servers: a client's first wait
+ * of all starts the listening, which may block, so it attempts. */
+dlock_client *it_hot_client(void);
+
 /* Acquire with options o; asserts DLOCK_OK and returns the handle. */
 dlock_lock *it_acquire_opts(dlock_client *c, const char *name, const dlock_opts *o);
 /* The same with a ttl and no wait. */

@@ -8,9 +8,10 @@
  * next one, while the reply vouches for the queue, none; a release nobody takes back
  * goes out by itself; dlock_client_free releases at once; a lock that ran out while it
  * lingered is not taken back; a waiting thread of the same client makes it a plain
- * release, and one that comes while it lingers is served before any retake; another client's waiter is passed over and then served, its section never
- * overlapping the retaker's, its fence larger; and the options refused where a lock
- * cannot linger. The waits are bounded by their bound times DLOCK_TEST_SLACK.
+ * release, and one that comes while it lingers is served before any retake; another client's waiter
+ * is passed over and then served, its section never overlapping the retaker's, its fence larger;
+ * and the options refused where a lock cannot linger. The waits are bounded by their bound times
+ * DLOCK_TEST_SLACK.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -35,6 +36,15 @@ static dlock_opts lingering(int64_t linger_ms)
     return o;
 }
 
+/* Take name on c with o (asserting DLOCK_OK), its token copied into token. */
+static dlock_lock *take(dlock_client *c, const char *name, const dlock_opts *o,
+                        char token[DLOCK_TOKEN_LEN + 1])
+{
+    dlock_lock *l = it_acquire_opts(c, name, o);
+    memcpy(token, dlock_token(l), DLOCK_TOKEN_LEN + 1);
+    return l;
+}
+
 static void expect_free(const char *name)
 {
     char key[256];
@@ -50,9 +60,8 @@ static void test_retake_keeps_the_lock(void **state)
     dlock_client *c = it_nodes_client();
     it_warm_up(c, "retake-warm", 5000); /* the scripts cached: one call each from now */
     dlock_opts o = lingering(DLOCK_LINGER_MAX_MS);
-    dlock_lock *l = it_acquire_opts(c, "retake", &o);
     char token[DLOCK_TOKEN_LEN + 1];
-    memcpy(token, dlock_token(l), sizeof token);
+    dlock_lock *l = take(c, "retake", &o, token);
     uint64_t fence = dlock_fence(l);
 
     long long before = it_script_calls(&it_node[0]);
@@ -86,9 +95,8 @@ static void test_unclaimed_release_goes_out(void **state)
     (void)state;
     dlock_client *c = it_nodes_client();
     dlock_opts o = lingering(200);
-    dlock_lock *l = it_acquire_opts(c, "unclaimed", &o);
     char token[DLOCK_TOKEN_LEN + 1];
-    memcpy(token, dlock_token(l), sizeof token);
+    dlock_lock *l = take(c, "unclaimed", &o, token);
     int64_t t0 = dh_now_ms();
     assert_int_equal(dlock_release(l), DLOCK_OK);
     char key[256];
@@ -145,9 +153,8 @@ static void test_plain_acquire_after_linger(void **state)
     (void)state;
     dlock_client *c = it_nodes_client();
     dlock_opts o = lingering(DLOCK_LINGER_MAX_MS);
-    dlock_lock *l = it_acquire_opts(c, "plain", &o);
     char token[DLOCK_TOKEN_LEN + 1];
-    memcpy(token, dlock_token(l), sizeof token);
+    dlock_lock *l = take(c, "plain", &o, token);
     uint64_t fence = dlock_fence(l);
     assert_int_equal(dlock_release(l), DLOCK_OK);
     l = it_acquire(c, "plain", 5000);
@@ -158,31 +165,15 @@ static void test_plain_acquire_after_linger(void **state)
     dlock_client_free(c);
 }
 
-/* A client that listens for wake-ups already (it waited once, until its short wait ran
- * out): only such a client's waiter waits in the client, registered, without asking. */
-static dlock_client *hot_client(void)
-{
-    dlock_client *hc = it_nodes_client(), *other = it_nodes_client();
-    dlock_lock *held = it_acquire(other, "warm", 10000);
-    dlock_opts o = {0};
-    o.wait_ms = 50;
-    dlock_lock *l = NULL;
-    assert_int_equal(dlock_acquire(hc, "warm", &o, &l), DLOCK_ERR_BUSY);
-    assert_int_equal(dlock_release(held), DLOCK_OK);
-    dlock_client_free(other);
-    return hc;
-}
-
 /* A waiter of the same client for the name makes the release a plain one: by the time
  * dlock_release returns, the key is no longer the releaser's, and the waiter has it. */
 static void test_waiting_thread_gets_it(void **state)
 {
     (void)state;
-    dlock_client *c = hot_client();
+    dlock_client *c = it_hot_client();
     dlock_opts o = lingering(DLOCK_LINGER_MAX_MS);
-    dlock_lock *l = it_acquire_opts(c, "thread", &o);
     char token[DLOCK_TOKEN_LEN + 1];
-    memcpy(token, dlock_token(l), sizeof token);
+    dlock_lock *l = take(c, "thread", &o, token);
     dlock_pending *p = it_pending_start(c, "thread", 20000);
     dlock_lock *got = NULL;
     assert_int_equal(dlock_pending_step_nowait(p, &got), DLOCK_ERR_AGAIN);
@@ -199,8 +190,7 @@ static void test_waiting_thread_gets_it(void **state)
 
     /* A waiter that comes while the lock lingers (queued on no server: its client holds
      * the name) is not passed over: the next acquire releases to it, and is refused. */
-    l = it_acquire_opts(c, "thread", &o);
-    memcpy(token, dlock_token(l), sizeof token);
+    l = take(c, "thread", &o, token);
     assert_int_equal(dlock_release(l), DLOCK_OK);
     it_expect_holder(&it_node[0], "thread", token);
     p = it_pending_start(c, "thread", 20000);

@@ -30,22 +30,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* A client of it_node that listens for wake-ups already: it waited once (for a name
- * another client holds, until its short wait ran out). A client waits in itself only
- * then: its first wait of all starts the listening, which may block, so it attempts. */
-static dlock_client *hot_client(void)
-{
-    dlock_client *hc = it_nodes_client(), *other = it_nodes_client();
-    dlock_lock *held = it_acquire(other, "warm", 10000);
-    dlock_opts o = {0};
-    o.wait_ms = 50;
-    dlock_lock *l = NULL;
-    assert_int_equal(dlock_acquire(hc, "warm", &o, &l), DLOCK_ERR_BUSY);
-    assert_int_equal(dlock_release(held), DLOCK_OK);
-    dlock_client_free(other);
-    return hc;
-}
-
 /* Every waiter's options here: a lease of 5 s, a wait of 20 s. */
 static dlock_opts waiting(void)
 {
@@ -106,7 +90,7 @@ static void expect_queue_len(const char *name, long long want)
 static void test_waits_in_its_client(void **state)
 {
     (void)state;
-    dlock_client *hc = hot_client();
+    dlock_client *hc = it_hot_client();
     dlock_lock *a = it_acquire(hc, "own", 10000);
     uint64_t fence_a = dlock_fence(a);
     long long before[IT_NODES_MAX], after[IT_NODES_MAX];
@@ -165,7 +149,7 @@ static void *other_wait(void *arg)
 static void test_earlier_waiter_of_another_client_first(void **state)
 {
     (void)state;
-    dlock_client *hc = hot_client();
+    dlock_client *hc = it_hot_client();
     dlock_lock *a = it_acquire(hc, "order", 10000);
     uint64_t fence_a = dlock_fence(a);
     other_waiter x = {.c = it_nodes_client()};
@@ -206,7 +190,7 @@ static void test_earlier_waiter_of_another_client_first(void **state)
 static void test_holder_detached(void **state)
 {
     (void)state;
-    dlock_client *hc = hot_client();
+    dlock_client *hc = it_hot_client();
     dlock_lock *a = it_acquire(hc, "gone", 600);
     dlock_pending *b = start_waiter(hc, "gone");
     char key[256];
@@ -265,7 +249,7 @@ static void test_threads_of_one_client(void **state)
 {
     (void)state;
     enum { WAITERS = 4 };
-    team t = {.c = hot_client()};
+    team t = {.c = it_hot_client()};
     pthread_mutex_init(&t.mu, NULL);
     pthread_cond_init(&t.got, NULL);
     dlock_lock *a = it_acquire(t.c, "threads", 10000);
