@@ -161,7 +161,9 @@ const char *const dlock__stock_update_lua[] = {
  *    the earliest lease ends or -1, 1 when the waiters were counted only until they
  *    wanted more than is available}: not enough now;
  *    {-1, unsold, total}: more than is unsold; only a restock could serve it.
- * With no waiters and no lease ended, a grant costs TIME, HMGET, HSET and ZADD. The
+ * With no waiters and no lease ended, a grant costs TIME, HMGET, HSET and ZADD, a
+ * waiting reserve's too: it leaves the waiters only if there are any (a count of 0 means
+ * none: their keys expire together, and only a join counts one in). The
  * time until the earliest lease ends is "next", a lower bound: a waiter that wakes at a
  * "next" made stale by a commit finds nothing ended, and its retry sets it exactly.
  */
@@ -170,11 +172,11 @@ const char *const dlock__stock_reserve_lua[] = {
     "local id, qty, queued = ARGV[1], tonumber(ARGV[2]), ARGV[4] == '1'\n"
     "local avail = total - sold - reserved\n"
     "if mine then\n"
-    "  if queued then drop(id) end\n"
+    "  if queued and waiting > 0 then drop(id) end\n"
     "  return {1, avail}\n"
     "end\n"
     "if qty > total - sold then\n"
-    "  if queued then drop(id) end\n"
+    "  if queued and waiting > 0 then drop(id) end\n"
     "  if freed > 0 then wake() end\n"
     "  return {-1, total - sold, total}\n"
     "end\n"
@@ -198,7 +200,7 @@ const char *const dlock__stock_reserve_lua[] = {
     "  redis.call('HSET', K[1], 'reserved', int(reserved), 'r:' .. id, ARGV[2], 'next',\n"
     "             int(next_end))\n"
     "  redis.call('ZADD', K[2], int(e), id)\n"
-    "  if queued then drop(id) end\n"
+    "  if queued and waiting > 0 then drop(id) end\n"
     "  if freed > 0 then wake() end\n"
     "  return {1, avail - qty}\n"
     "end\n"
