@@ -68,6 +68,11 @@ int64_t dlock__wallclock_us(void);
  * deadline rel_us from now on that clock (condition variables cannot use BOOTTIME). */
 void dlock__cond_init(pthread_cond_t *cv);
 void dlock__cond_deadline(struct timespec *ts, int64_t rel_us);
+/* A wait on cv (made by dlock__cond_init; mu held) until signalled or until due_us on
+ * dlock__now_us()'s clock, now_us being that clock now; due_us INT64_MAX: until
+ * signalled. A wake-up may be early or spurious: the caller looks again. */
+void dlock__cond_wait_until(pthread_cond_t *cv, pthread_mutex_t *mu, int64_t now_us,
+                            int64_t due_us);
 
 /* ---- token.c ---------------------------------------------------------------- */
 

@@ -93,3 +93,14 @@ void dlock__cond_deadline(struct timespec *ts, int64_t rel_us)
     ts->tv_sec += (time_t)(ns / 1000000000);
     ts->tv_nsec = (long)(ns % 1000000000);
 }
+
+void dlock__cond_wait_until(pthread_cond_t *cv, pthread_mutex_t *mu, int64_t now_us, int64_t due_us)
+{
+    if (due_us == INT64_MAX) {
+        pthread_cond_wait(cv, mu);
+        return;
+    }
+    struct timespec ts;
+    dlock__cond_deadline(&ts, due_us - now_us);
+    pthread_cond_timedwait(cv, mu, &ts);
+}

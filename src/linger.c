@@ -74,13 +74,7 @@ static void *linger_main(void *arg)
             continue;
         }
         lg->wake_at_us = next;
-        if (next == INT64_MAX) {
-            pthread_cond_wait(&lg->wake, &lg->mu);
-        } else {
-            struct timespec ts;
-            dlock__cond_deadline(&ts, next - now);
-            pthread_cond_timedwait(&lg->wake, &lg->mu, &ts);
-        }
+        dlock__cond_wait_until(&lg->wake, &lg->mu, now, next);
         lg->wake_at_us = 0;
     }
     pthread_mutex_unlock(&lg->mu);

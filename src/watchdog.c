@@ -337,13 +337,7 @@ static void *watchdog_main(void *arg)
         int64_t next = wd->nheap > 0 ? wd->heap[0]->next_renew_us : INT64_MAX;
         if (next > now) {
             wd->wake_at_us = next;
-            if (next == INT64_MAX) {
-                pthread_cond_wait(&wd->wake, &wd->mu);
-            } else {
-                struct timespec ts;
-                dlock__cond_deadline(&ts, next - now);
-                pthread_cond_timedwait(&wd->wake, &wd->mu, &ts);
-            }
+            dlock__cond_wait_until(&wd->wake, &wd->mu, now, next);
             wd->wake_at_us = 0;
             continue;
         }
