@@ -212,9 +212,10 @@ static void release_destroy(dlock_pending *base)
     free(r);
 }
 
-/* A release of l in steps, no I/O yet; the handle is the pending's from now on
- * (dlock__backend_redis's release_start). */
-int dlock__redis_release_start(dlock_lock *l, dlock_pending **out, dlock__err *e)
+/* A release of l in steps, no I/O yet, the handle the pending's from now on; pass_us >
+ * 0 makes it a retake with a lease of ttl_ms. When it cannot be made, l is freed (its
+ * lease ends by itself) and the error returned. */
+static int release_new(dlock_lock *l, int64_t ttl_ms, int64_t pass_us, release **out, dlock__err *e)
 {
     release *r = dlock__pending_new(sizeof *r, release_step, release_destroy);
     if (r == NULL) {
@@ -223,6 +224,8 @@ int dlock__redis_release_start(dlock_lock *l, dlock_pending **out, dlock__err *e
     }
     r->base.lockless = true;
     r->l = l;
+    r->pass_us = pass_us;
+    snprintf(r->ttl, sizeof r->ttl, "%lld", (long long)ttl_ms);
     dlock__step_round_init(&r->sr, &r->base);
     int rc = format_call(r, e);
     if (rc != DLOCK_OK) {
@@ -230,31 +233,27 @@ int dlock__redis_release_start(dlock_lock *l, dlock_pending **out, dlock__err *e
         return rc;
     }
     r->base.due_us = dlock__now_us();
-    *out = &r->base;
+    *out = r;
     return DLOCK_OK;
+}
+
+/* dlock__backend_redis's release_start. */
+int dlock__redis_release_start(dlock_lock *l, dlock_pending **out, dlock__err *e)
+{
+    release *r = NULL;
+    int rc = release_new(l, 0, 0, &r, e);
+    if (rc == DLOCK_OK)
+        *out = &r->base;
+    return rc;
 }
 
 bool dlock__redis_retake(dlock_lock *l, int64_t ttl_ms, int64_t pass_us)
 {
-    release *r = dlock__pending_new(sizeof *r, release_step, release_destroy);
-    if (r == NULL) {
-        dlock__err ignored;
-        dlock__lock_release(l, &ignored);
-        return false;
-    }
-    r->base.lockless = true;
-    r->l = l;
-    r->pass_us = pass_us;
-    snprintf(r->ttl, sizeof r->ttl, "%lld", (long long)ttl_ms);
-    dlock__step_round_init(&r->sr, &r->base);
+    release *r = NULL;
     dlock__err ignored;
-    if (format_call(r, &ignored) != DLOCK_OK) {
-        /* Out of memory: l is released as it is (the retake told nobody anything). */
-        r->kept = r->told = true;
-        release_destroy(&r->base);
-        dlock__lock_release(l, &ignored);
+    /* Not made (out of memory): l is freed as a release that cannot start frees it. */
+    if (release_new(l, ttl_ms, pass_us, &r, &ignored) != DLOCK_OK)
         return false;
-    }
     /* Whatever a failed retake says (the lock ran out while it lingered, a server is
      * unreachable), its caller asks for the lock as if it had not lingered. */
     bool kept = release_step(&r->base, NULL, false, &ignored) == DLOCK_OK && r->kept;
