@@ -211,6 +211,11 @@ void hist_check(const hist_log *log, int64_t final_value, hist_report *rep)
             int64_t end = s[i].deadline_ns;
             if (s[i].release_ns != 0 && s[i].release_ns < end)
                 end = s[i].release_ns;
+            /* A grant already over when it returned (its lock found lost at once: 0 ms
+             * left, deadline 0) has an empty interval, which ends at its grant, not at
+             * time 0, before every grant of the run. */
+            if (end < s[i].ok_ns)
+                end = s[i].ok_ns;
             oks[i] = (tf){end, s[i].fence};
         }
         prefix_max(oks, (size_t)ns);

@@ -232,6 +232,12 @@ static hcase cases[] = {
      {LINGERED, SECTION(1, 2, 11, 2, 10, 100, 25, 26)},
      -1,
      {WANT(granted_overlaps, 1)}},
+    /* A grant already over when it returned (deadline 0: its lock found lost at once)
+     * ends at its grant: B, granted before it with a lower fence, is no regression. */
+    {"grant_lost_at_once",
+     {SECTION(1, 2, 11, 0, 1, 100, 5, 6), REC(HIST_ACQ_OK, 0, 1, 20, 10, 11, 0, 0, 0)},
+     -1,
+     {WANT(sessions, 2), WANT(fence_regressions, 0)}},
     {"late_holder_told",
      {REC(HIST_ACQ_OK, 0, 1, 10, 0, 1, 7, 0, 0), REC(HIST_EXIT, 0, 1, 10, 40, 40, 30, 0, 0),
       REC(HIST_CHECK, 0, 1, 10, 41, 42, 30, DLOCK_OK, 0),
