@@ -511,8 +511,10 @@ int dlock__redis_acquire(dlock_client *c, const char *name, const dlock_opts *op
         rc = dlock__pending_run(p, opts ? opts->cancel_fd : 0, c->close_efd, out, e);
         destroy(p);
     }
-    if (rc == DLOCK_OK && opts != NULL)
+    if (rc == DLOCK_OK && opts != NULL && opts->linger_ms > 0) {
         (*out)->linger_us = opts->linger_ms * 1000;
+        (*out)->held_since_us = dlock__now_us();
+    }
     return rc;
 }
 

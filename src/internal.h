@@ -365,8 +365,9 @@ struct dlock_lock {
     /* Lingering (linger.c): linger_us from dlock_opts.linger_ms (0: none); while on the
      * client's linger list (guarded by its mutex), next on it and when it is released;
      * fresh_until_us, until when the queue's head, by the last retake's reply, has
-     * waited less than the pass bound (0: unknown). */
-    int64_t linger_us, linger_until_us, fresh_until_us;
+     * been passed over for less than the pass bound (0: unknown); held_since_us, when
+     * the hold began (its dlock_acquire returned; a retake goes on with it). */
+    int64_t linger_us, linger_until_us, fresh_until_us, held_since_us;
     struct dlock_lock *linger_next;
     void *hold; /* what a backend other than Redis keeps of the lock, which only it reads
                    (the file backend's: the file's descriptor and record); NULL: none, and
@@ -430,8 +431,9 @@ int dlock__linger_take(struct dlock_client *c, const char *name, const dlock_opt
 void dlock__linger_stop(struct dlock_client *c);
 void dlock__linger_forget(struct dlock_client *c);
 /* release.c's retake of lingering l (a client of one server): the lock kept with a
- * lease of ttl_ms while the queue's head has waited less than pass_us (true: l is the
- * caller's, its validity and fresh_until_us set), else released (false: l is freed). */
+ * lease of ttl_ms while the queue's head has been passed over for less than pass_us
+ * (true: l is the caller's, its validity and fresh_until_us set), else released (false:
+ * l is freed). */
 bool dlock__redis_retake(struct dlock_lock *l, int64_t ttl_ms, int64_t pass_us);
 
 /* Free a handle, taking it off the renewal thread and its client's list first. */

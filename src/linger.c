@@ -8,19 +8,22 @@
  * linger_ms, dlock_release keeps the lock instead, for at most linger_ms, and the
  * client's next dlock_acquire of the name takes it back: in one round trip (a retake:
  * RELEASE's script in its retake mode, which keeps the lock with a new lease while
- * the queue's head has waited less than linger_ms, and releases it otherwise), or in
- * none while the last retake's reply says that no waiter can have waited linger_ms
- * yet and the lease has at least half its length left. No one can hold the name
- * between the release and the retake: the key stays ours throughout, so the handle
- * keeps its fence, and mutual exclusion is the lease's, as for any held lock.
+ * the queue's head has been passed over for less than linger_ms, and releases it
+ * otherwise), or in none while the last retake's reply says that no waiter can have
+ * been passed over that long yet and the lease has at least half its length left. No
+ * one can hold the name between the release and the retake: the key stays ours
+ * throughout, so the handle keeps its fence, and mutual exclusion is the lease's, as
+ * for any held lock.
  *
- * What it costs the others: a waiter is passed over while it has waited less than
- * linger_ms (measured on its ticket, its arrival time, against the server's clock),
- * then the next release hands it the lock; and a release that nobody takes back goes
- * out linger_ms late, sent by this file's thread. So a waiter waits at most about
- * linger_ms longer than under FIFO handoff, whatever the holder does. A thread of the
- * same client that waits for the name when the release comes makes it a plain
- * release (it is the heir: waiting.md).
+ * What it costs the others: the head of the queue is passed over for at most
+ * linger_ms, counted from when it became the head (the later of its ticket, against
+ * the server's clock, and the hold's start, by the holder's), then the next release
+ * hands it the lock; and a release that nobody takes back goes out linger_ms late,
+ * sent by this file's thread. So each handoff comes at most about linger_ms late,
+ * whatever the holder does. Counting from the ticket alone would stop every retake
+ * once the queue's turn takes longer than linger_ms, which is where lingering pays.
+ * A thread of the same client that waits for the name when the release comes makes
+ * it a plain release (it is the heir: waiting.md).
  *
  * Only for exclusive locks of a client of one server (a Sentinel's master or a
  * Cluster's slot count as one): across N servers a retake could keep the lock on some

@@ -27,15 +27,15 @@ typedef struct release {
     dlock__keys k;
     char fence[24];
     dlock__heir heir; /* the waiter of ours the release may hand the lock to */
-    /* A retake (linger.c): the pass bound and the new lease, as the script's last two
-     * arguments; pass_us 0: a plain release. */
+    /* A retake (linger.c): the pass bound, the new lease and how long the hold has
+     * lasted, as the script's last three arguments; pass_us 0: a plain release. */
     int64_t pass_us;
-    char pass[24], ttl[24];
+    char pass[24], ttl[24], held[24];
     bool kept;             /* the retake kept the lock: the handle is the caller's again */
-    int64_t kept_age_us;   /* its reply: how long the queue's head had waited (0: none) */
+    int64_t kept_age_us;   /* its reply: how long the queue's head had been passed over */
     int64_t kept_start_us; /* when its round began */
-    const char *args[17];
-    size_t lens[17];
+    const char *args[18];
+    size_t lens[18];
     dlock__call call;
     dlock__step_round sr;
     bool sent;    /* the round was started */
@@ -95,6 +95,10 @@ static int format_call(release *r, dlock__err *e)
         r->args[n++] = r->pass;
         r->lens[n] = strlen(r->ttl);
         r->args[n++] = r->ttl;
+        int64_t held = dlock__now_us() - r->l->held_since_us;
+        r->lens[n] =
+            (size_t)snprintf(r->held, sizeof r->held, "%lld", (long long)(held > 0 ? held : 0));
+        r->args[n++] = r->held;
     }
     return dlock__call_format(&c->scripts, DLOCK_SCRIPT_RELEASE, nkeys, n, r->args, r->lens,
                               &r->call, e);
@@ -263,8 +267,9 @@ bool dlock__redis_retake(dlock_lock *l, int64_t ttl_ms, int64_t pass_us)
         validity = dlock__round_validity_us(l->client, ttl_ms * 1000, start, now);
         l->valid_until_us = now + validity;
         l->ttl_ms = ttl_ms;
-        /* The head's wait grows from when the server looked, which was after start; a
-         * waiter that came after the look is looked for a quarter of the bound later. */
+        /* The head's time passed over grows from when the server looked, which was
+         * after start; a waiter that came after the look is looked for a quarter of the
+         * bound later. */
         int64_t fresh = pass_us - r->kept_age_us;
         l->fresh_until_us = start + (fresh < pass_us / 4 ? fresh : pass_us / 4);
     }

@@ -239,15 +239,17 @@ static const char *const acquire_shared_lua[] = {
  *                fence retention ms, mode ("1": release, "0": give back), ticket, heir
  *                (the member of the releasing client's first waiter for the name, "":
  *                none), its lease ms, its ticket if it waits in its client alone;
- *                then, for a retake (linger.c), the pass bound in microseconds and
- *                the new lease in ms
+ *                then, for a retake (linger.c), the pass bound in microseconds, the
+ *                new lease in ms and how long the hold has lasted in microseconds
  * 1 when our token was released (as the exclusive holder or one of the shared ones),
  * 0 when the key is gone or another owner's, the heir's fence (> 1) when the lock
  * went to the heir: its lease and fence set here, this reply confirms it.
  * A retake keeps the lock instead, its lease set anew, when the queue's head (if any)
- * has waited less than the pass bound, by its ticket against the server's TIME: the
- * reply is then -1 - that wait in microseconds (0 when nobody waits). Otherwise the
- * retake is the release it would have been, and its caller queues.
+ * has been passed over for less than the pass bound: since it became the head, the
+ * later of its ticket (against the server's TIME) and the hold's start, so a waiter
+ * that queued behind others waits its turn first. The reply is then -1 - that time in
+ * microseconds (0 when nobody waits). Otherwise the retake is the release it would
+ * have been, and its caller queues.
  * A release serves the queue (dispatch), if anyone waits; with nobody queued it
  * deletes the lock, and the ZPOPMIN that says so costs one command, taken before the
  * helpers are defined (dispatch goes on from the entry it popped): an uncontended
@@ -287,6 +289,7 @@ static const char *const release_lua[] = {
     "  if head[2] then\n"
     "    local t = redis.call('TIME')\n"
     "    age = math.max(tonumber(t[1]) * 1000000 + tonumber(t[2]) - tonumber(head[2]), 0)\n"
+    "    age = math.min(age, tonumber(ARGV[12]))\n"
     "  end\n"
     "  if age < tonumber(ARGV[10]) then\n"
     "    redis.call('PEXPIRE', KEYS[1], ARGV[11])\n"

@@ -9,7 +9,8 @@
  * goes out by itself; dlock_client_free releases at once; a lock that ran out while it
  * lingered is not taken back; a waiting thread of the same client makes it a plain
  * release, and one that comes while it lingers is served before any retake; another client's waiter
- * is passed over and then served, its section never overlapping the retaker's, its fence larger;
+ * is passed over and then served, its section never overlapping the retaker's, its fence larger,
+ * and it is passed over from when it became the head of the queue, not from when it queued;
  * and the options refused where a lock cannot linger. The waits are bounded by their bound times
  * DLOCK_TEST_SLACK.
  */
@@ -207,6 +208,7 @@ static void test_waiting_thread_gets_it(void **state)
 /* Another client's waiter, passed over while it has waited less than linger_ms. */
 typedef struct waiter {
     dlock_client *c;
+    const char *name;
     _Atomic int in_section; /* sections in progress, either side's */
     _Atomic int overlaps;
     _Atomic bool queued, done;
@@ -230,7 +232,7 @@ static void *wait_thread(void *arg)
     dlock_lock *l = NULL;
     int64_t t0 = dh_now_ms();
     atomic_store(&w->queued, true);
-    w->rc = dlock_acquire(w->c, "pass", &o, &l);
+    w->rc = dlock_acquire(w->c, w->name, &o, &l);
     w->waited_ms = dh_now_ms() - t0;
     if (w->rc == DLOCK_OK) {
         enter(w);
@@ -248,25 +250,29 @@ static void test_waiter_passed_then_served(void **state)
     (void)state;
     enum { LINGER = 100 };
     dlock_client *c = it_nodes_client();
-    waiter w = {.c = it_nodes_client()};
+    waiter w = {.c = it_nodes_client(), .name = "pass"};
     dlock_opts o = lingering(LINGER);
     o.wait_ms = 20000 * dh_slack();
     dlock_lock *l = it_acquire_opts(c, "pass", &o);
-    uint64_t fence = dlock_fence(l);
+    /* The hold's fence until the waiter's turn: every retake before it keeps it. */
+    const uint64_t fence = dlock_fence(l);
     pthread_t th;
     assert_int_equal(pthread_create(&th, NULL, wait_thread, &w), 0);
     it_wait_queued("pass", 1);
-    /* Sections back to back until the waiter has had its turn. */
-    long sections = 0, passed = 0;
+    /* Sections back to back until the waiter has had its turn. The retaker may run
+     * some after its own turn before the waiter's thread says it is done. */
+    long sections = 0, passed = 0, handoffs = 0;
+    uint64_t last = fence;
     while (!atomic_load(&w.done)) {
         enter(&w);
         atomic_fetch_sub(&w.in_section, 1);
-        assert_true(dlock_fence(l) >= fence);
-        fence = dlock_fence(l);
         assert_int_equal(dlock_release(l), DLOCK_OK);
         assert_int_equal(dlock_acquire(c, "pass", &o, &l), DLOCK_OK);
         sections++;
-        passed += !atomic_load(&w.done) && dlock_fence(l) == fence;
+        assert_true(dlock_fence(l) >= last);
+        handoffs += dlock_fence(l) != last;
+        last = dlock_fence(l);
+        passed += dlock_fence(l) == fence;
     }
     assert_int_equal(pthread_join(th, NULL), 0);
     printf("FIG linger_waiter_waited_ms %lld (linger %d, %ld sections, %ld retaken while "
@@ -275,6 +281,7 @@ static void test_waiter_passed_then_served(void **state)
     assert_int_equal(w.rc, DLOCK_OK);
     assert_int_equal(atomic_load(&w.overlaps), 0);
     assert_true(passed >= 1);
+    assert_int_equal(handoffs, 1);
     /* Served once it had waited linger_ms, within a quarter more and a retake. */
     assert_true(w.waited_ms >= LINGER);
     assert_true(w.waited_ms <= (LINGER + LINGER / 4 + 500) * dh_slack());
@@ -285,6 +292,72 @@ static void test_waiter_passed_then_served(void **state)
     assert_int_equal(dlock_release(l), DLOCK_OK);
     dlock_client_free(w.c);
     dlock_client_free(c);
+}
+
+/* A holder's acquire that waits in its own thread. */
+typedef struct holder {
+    dlock_client *c;
+    dlock_opts o;
+    dlock_lock *l;
+    int rc;
+} holder;
+
+static void *hold_thread(void *arg)
+{
+    holder *h = arg;
+    h->rc = dlock_acquire(h->c, "turn", &h->o, &h->l);
+    return NULL;
+}
+
+/* A waiter is passed over from when it became the head of the queue, not from when it
+ * queued: a holder that was served before it may take the lock back at once, though
+ * the waiter has queued for far longer than linger_ms, and then serves it within
+ * linger_ms and a quarter of that moment. Counted from its ticket, the waiter would
+ * have stopped every retake. */
+static void test_passed_over_from_the_head(void **state)
+{
+    (void)state;
+    enum { LINGER = 300, FIRST = LINGER * 5 / 2 };
+    dlock_client *first = it_nodes_client();
+    dlock_lock *p = it_acquire(first, "turn", 10000);
+    holder h = {.c = it_nodes_client(), .o = lingering(LINGER)};
+    h.o.wait_ms = 20000 * dh_slack();
+    pthread_t hth, wth;
+    assert_int_equal(pthread_create(&hth, NULL, hold_thread, &h), 0);
+    it_wait_queued("turn", 1);
+    waiter w = {.c = it_nodes_client(), .name = "turn"};
+    assert_int_equal(pthread_create(&wth, NULL, wait_thread, &w), 0);
+    it_wait_queued("turn", 2);
+    dh_sleep_ms(FIRST);
+    assert_int_equal(dlock_release(p), DLOCK_OK);
+    assert_int_equal(pthread_join(hth, NULL), 0);
+    assert_int_equal(h.rc, DLOCK_OK);
+    int64_t head_since = dh_now_ms();
+    uint64_t fence = dlock_fence(h.l);
+    /* The waiter queued FIRST ms ago and heads the queue only now: kept. */
+    assert_int_equal(dlock_release(h.l), DLOCK_OK);
+    assert_int_equal(dlock_acquire(h.c, "turn", &h.o, &h.l), DLOCK_OK);
+    assert_int_equal(dlock_fence(h.l), fence);
+    assert_false(atomic_load(&w.done));
+    while (!atomic_load(&w.done)) {
+        enter(&w);
+        atomic_fetch_sub(&w.in_section, 1);
+        assert_int_equal(dlock_release(h.l), DLOCK_OK);
+        assert_int_equal(dlock_acquire(h.c, "turn", &h.o, &h.l), DLOCK_OK);
+    }
+    int64_t as_head = dh_now_ms() - head_since;
+    assert_int_equal(pthread_join(wth, NULL), 0);
+    printf("FIG linger_head_waited_ms %lld in all, %lld at the head (linger %d)\n",
+           (long long)w.waited_ms, (long long)as_head, LINGER);
+    assert_int_equal(w.rc, DLOCK_OK);
+    assert_int_equal(atomic_load(&w.overlaps), 0);
+    assert_true(w.waited_ms >= FIRST + LINGER);
+    assert_true(as_head <= (LINGER + LINGER / 4 + 500) * dh_slack());
+    assert_true(w.fence > fence && dlock_fence(h.l) > w.fence);
+    assert_int_equal(dlock_release(h.l), DLOCK_OK);
+    dlock_client_free(w.c);
+    dlock_client_free(h.c);
+    dlock_client_free(first);
 }
 
 /* Where a lock cannot linger, the option is refused with a message saying why. */
@@ -344,6 +417,7 @@ int main(void)
         cmocka_unit_test(test_plain_acquire_after_linger),
         cmocka_unit_test(test_waiting_thread_gets_it),
         cmocka_unit_test(test_waiter_passed_then_served),
+        cmocka_unit_test(test_passed_over_from_the_head),
         cmocka_unit_test(test_refused),
     };
     return cmocka_run_group_tests_name("linger", tests, it_nodes_setup1, it_nodes_teardown);
