@@ -112,8 +112,22 @@ static void free_name_in_flight_then_held(void **state)
     assert_int_equal(dlock_pending_in_flight(p), 0);
     assert_true(dlock_fence(l) > 0);
     assert_true(dlock_remaining_ms(l) > 9000);
-    for (int i = 0; i < it_nodes; i++)
-        it_expect_holder(&it_node[i], "nw-free", dlock_token(l));
+    /* Held by a quorum with our token, and by nobody else anywhere. Not always by every
+     * node: the round ends once a quorum's replies decide it, and a node whose
+     * connection was still being made then is never sent the attempt (fanout.c,
+     * abandon), which under load is seen in one run of three. */
+    char key[256];
+    it_key(key, sizeof key, "nw-free");
+    int holding = 0;
+    for (int i = 0; i < it_nodes; i++) {
+        char *v = it_get(&it_node[i], key);
+        if (v != NULL) {
+            assert_memory_equal(v, dlock_token(l), DLOCK_TOKEN_LEN);
+            holding++;
+        }
+        free(v);
+    }
+    assert_true(holding >= it_nodes / 2 + 1);
     it_pending_done(p, l);
     dlock_client_free(c);
 }
