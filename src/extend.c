@@ -31,7 +31,6 @@ typedef struct extension {
     size_t lens[6];
     dlock__call call;
     dlock__step_round sr;
-    bool sent; /* the round was started */
 } extension;
 
 static int extend_step(dlock_pending *base, dlock_lock **out, bool nowait, dlock__err *e)
@@ -40,7 +39,7 @@ static int extend_step(dlock_pending *base, dlock_lock **out, bool nowait, dlock
     extension *x = (extension *)base;
     dlock_lock *l = x->l;
     dlock_client *c = l->client;
-    if (!x->sent) {
+    if (!x->sr.sent) {
         if (nowait && !c->nowait_ok)
             return dlock__pending_would_block(e);
         /* Before the round: no renewal with the old ttl may land after it. */
@@ -50,7 +49,7 @@ static int extend_step(dlock_pending *base, dlock_lock **out, bool nowait, dlock
         if (rc != DLOCK_OK)
             return rc;
         dlock__round_start(c, x->sr.rd, &x->call, dlock__vote_one, NULL);
-        x->sent = true;
+        x->sr.sent = true;
     }
     if (!dlock__step_round_over(c, &x->sr, &x->base, nowait))
         return dlock__pending_again(e);

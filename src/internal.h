@@ -503,6 +503,7 @@ typedef struct dlock__step_round {
     dlock__round *rd; /* made by the first begin (NULL: none yet); rd->set NULL: no set */
     bool counted;     /* rd.set came from dlock__connset_try_get */
     dlock__waker *wk; /* its pending's, told when a piped round's replies come */
+    bool sent;        /* the step's round was started (its owner clears it to send again) */
 } dlock__step_round;
 /* sr of the pending p (its waker). */
 void dlock__step_round_init(dlock__step_round *sr, dlock_pending *p);
@@ -523,10 +524,10 @@ int dlock__step_round_fd(dlock__step_round *sr, int64_t *due_us);
 bool dlock__step_round_over(struct dlock_client *c, dlock__step_round *sr, dlock_pending *p,
                             bool nowait);
 /* An operation of one call without a vote (a check, an inspect, a stock call), its
- * round in steps: sent by the first step (*sent), on every node or, with first_only,
+ * round in steps: sent by the first step (sr->sent), on every node or, with first_only,
  * on the first alone (a SKU's server); DLOCK_OK once its replies are in (read them in
  * sr->rd, then dlock__step_round_end), else dlock__pending_again or a step's error. */
-int dlock__step_call(struct dlock_client *c, dlock__step_round *sr, bool *sent, dlock__call *call,
+int dlock__step_call(struct dlock_client *c, dlock__step_round *sr, dlock__call *call,
                      bool first_only, dlock_pending *p, bool nowait, dlock__err *e);
 /* The round is over: its replies freed, its set given back. */
 void dlock__step_round_end(struct dlock_client *c, dlock__step_round *sr);

@@ -254,10 +254,10 @@ bool dlock__step_round_over(dlock_client *c, dlock__step_round *sr, dlock_pendin
     return over;
 }
 
-int dlock__step_call(dlock_client *c, dlock__step_round *sr, bool *sent, dlock__call *call,
-                     bool first_only, dlock_pending *p, bool nowait, dlock__err *e)
+int dlock__step_call(dlock_client *c, dlock__step_round *sr, dlock__call *call, bool first_only,
+                     dlock_pending *p, bool nowait, dlock__err *e)
 {
-    if (!*sent) {
+    if (!sr->sent) {
         if (nowait && !c->nowait_ok)
             return dlock__pending_would_block(e);
         int rc = dlock__step_round_begin(c, sr, nowait, e);
@@ -267,7 +267,7 @@ int dlock__step_call(dlock_client *c, dlock__step_round *sr, bool *sent, dlock__
             dlock__round_start_first(sr->rd, call);
         else
             dlock__round_start(c, sr->rd, call, NULL, NULL);
-        *sent = true;
+        sr->sent = true;
     }
     return dlock__step_round_over(c, sr, p, nowait) ? DLOCK_OK : dlock__pending_again(e);
 }

@@ -38,7 +38,6 @@ typedef struct release {
     size_t lens[18];
     dlock__call call;
     dlock__step_round sr;
-    bool sent;    /* the round was started */
     bool expired; /* the lease had run out before the release */
     bool told;    /* the client's waiters for the name were told how it ended */
 } release;
@@ -147,7 +146,7 @@ static void tell_waiters(dlock_client *c, release *r, const dlock__round *rd)
         h.start_us = rd->start_us;
         h.end_us = rd->end_us;
         unknown = heir_handoff(c, rd, &h);
-    } else if (r->sent && r->heir.member != NULL) {
+    } else if (r->sr.sent && r->heir.member != NULL) {
         unknown = (1u << c->n) - 1; /* given up in flight: any node may have handed it */
     }
     dlock__wait_released(c, r->k.lock, r->k.lock_len, r->heir.member ? r->heir.token : NULL, &h,
@@ -159,7 +158,7 @@ static int release_step(dlock_pending *base, dlock_lock **out, bool nowait, dloc
     (void)out; /* a release hands out nothing */
     release *r = (release *)base;
     dlock_client *c = r->l->client;
-    if (!r->sent) {
+    if (!r->sr.sent) {
         if (nowait && !c->nowait_ok)
             return dlock__pending_would_block(e);
         if (!dlock__watchdog_remove(c, r->l, !nowait) || !dlock__confirm_settle(r->l, nowait))
@@ -169,7 +168,7 @@ static int release_step(dlock_pending *base, dlock_lock **out, bool nowait, dloc
             return rc;
         r->expired = r->l->valid_until_us != 0 && dlock__now_us() >= r->l->valid_until_us;
         dlock__round_start(c, r->sr.rd, &r->call, dlock__vote_one, NULL);
-        r->sent = true;
+        r->sr.sent = true;
     }
     if (!dlock__step_round_over(c, &r->sr, &r->base, nowait))
         return dlock__pending_again(e);

@@ -319,7 +319,6 @@ typedef struct stock_end {
     stock_args a; /* borrowed by the call's EVAL form */
     dlock__call call;
     dlock__step_round sr;
-    bool sent;
 } stock_end;
 
 static int end_step(dlock_pending *base, dlock_lock **out, bool nowait, dlock__err *e)
@@ -327,7 +326,7 @@ static int end_step(dlock_pending *base, dlock_lock **out, bool nowait, dlock__e
     (void)out; /* the result is the code alone */
     stock_end *x = (stock_end *)base;
     dlock_client *c = x->op.c;
-    int rc = dlock__step_call(c, &x->sr, &x->sent, &x->call, true, base, nowait, e);
+    int rc = dlock__step_call(c, &x->sr, &x->call, true, base, nowait, e);
     if (rc != DLOCK_OK)
         return rc;
     dlock__req *r = &x->sr.rd->reqs[0];

@@ -80,7 +80,6 @@ typedef struct reservation {
     stock_args a;      /* the attempt's, borrowed by its call */
     dlock__call call;
     dlock__step_round sr;
-    bool sent; /* the attempt's round is in flight */
 } reservation;
 
 /* What an attempt's reply says: DLOCK_OK granted; DLOCK_ERR_BUSY refused, with why in
@@ -203,7 +202,7 @@ static int reserve_step(dlock_pending *base, dlock_lock **out, bool nowait, dloc
         return dlock__pending_would_block(e);
     for (;;) {
         int rc;
-        if (!r->sent) {
+        if (!r->sr.sent) {
             if ((rc = before_attempt(r, nowait, e)) != DLOCK_OK)
                 return rc;
             dlock__call_free(&r->call);
@@ -215,12 +214,12 @@ static int reserve_step(dlock_pending *base, dlock_lock **out, bool nowait, dloc
                 return rc;
             }
         }
-        rc = dlock__step_call(c, &r->sr, &r->sent, &r->call, true, base, nowait, e);
+        rc = dlock__step_call(c, &r->sr, &r->call, true, base, nowait, e);
         if (rc != DLOCK_OK)
             return rc; /* in flight, or a step that would block */
         bool sent_maybe = false;
         rc = attempt_end(r, &sent_maybe, e);
-        r->sent = false;
+        r->sr.sent = false;
         r->unknown |= sent_maybe;
         int64_t now = dlock__now_us();
         /* The server unreachable for longer than the connect timeout in a row ends

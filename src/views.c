@@ -112,7 +112,7 @@ int dlock__viewing_init(dlock_client *c, dlock__viewing *w, dlock_pending *p, co
 int dlock__viewing_step(dlock_client *c, dlock__viewing *w, dlock_pending *p, bool nowait,
                         dlock__views *v, dlock__err *e)
 {
-    int rc = dlock__step_call(c, &w->sr, &w->sent, &w->call, false, p, nowait, e);
+    int rc = dlock__step_call(c, &w->sr, &w->call, false, p, nowait, e);
     if (rc != DLOCK_OK)
         return rc;
     memset(v->node, 0, sizeof v->node);

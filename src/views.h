@@ -45,7 +45,6 @@ typedef struct dlock__viewing {
     size_t lens[6];
     dlock__call call;
     dlock__step_round sr;
-    bool sent; /* the round was started */
 } dlock__viewing;
 
 /* Format the call (no I/O) for pending p; free w with dlock__viewing_free, whatever
