@@ -187,6 +187,9 @@ int servers_use(bench_servers *ss, const char *urls);
 void servers_stop(bench_servers *ss);
 /* "url1,url2,..." of nodes [first, first + n). */
 void servers_urls(const bench_servers *ss, int first, int n, char *out, size_t outlen);
+/* Add url to the comma-separated list in out (a string of outlen bytes at most); one
+ * that does not fit is left out whole. */
+void urls_append(char *out, size_t outlen, const char *url);
 /* The URL of something on 127.0.0.1:port in front of server s (a relay, the hop):
  * s's credentials and db, that port. */
 void servers_url_at(const bench_server *s, int port, char *out, size_t n);

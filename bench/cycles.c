@@ -291,10 +291,9 @@ static int w4_delay(bench_ctx *ctx, int delay_ms, int maxn)
     double p50_one = 0;
     for (int k = 0; k < ncounts; k++) {
         int n = counts[k];
-        size_t pos = 0;
         urls[0] = '\0';
         for (int i = 0; i < n; i++)
-            pos += (size_t)snprintf(urls + pos, sizeof urls - pos, "%s%s", i ? "," : "", one[i]);
+            urls_append(urls, sizeof urls, one[i]);
         char label[48], tag[32];
         snprintf(label, sizeof label, "W4/n%d%s", n, suffix);
         snprintf(tag, sizeof tag, "w4n%dd%d", n, delay_ms);

@@ -68,9 +68,8 @@ typedef struct peer_exes {
 static void find_exes(peer_exes *x)
 {
     x->have_php = dh_find_exe("php", "DLOCK_PHP", x->php, sizeof x->php) == 0;
-    const char *py = getenv("DLOCK_PYTHON");
-    snprintf(x->python, sizeof x->python, "%s", py != NULL && py[0] ? py : "/usr/bin/python3");
-    x->have_python = access(x->python, X_OK) == 0;
+    x->have_python =
+        dh_find_exe("/usr/bin/python3", "DLOCK_PYTHON", x->python, sizeof x->python) == 0;
     x->have_node = dh_find_exe("node", "DLOCK_NODE", x->node, sizeof x->node) == 0;
 }
 

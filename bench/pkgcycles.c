@@ -250,14 +250,7 @@ int run_w5_php_cycles(bench_ctx *ctx, const char *php)
 static int run_lang(bench_ctx *ctx, const cycles_lang *l, const char *client, long cycles)
 {
     char exe[PATH_MAX];
-    int rc;
-    if (l->exe[0] == '/') {
-        snprintf(exe, sizeof exe, "%s", env_or(l->exe_env, l->exe));
-        rc = access(exe, X_OK);
-    } else {
-        rc = dh_find_exe(l->exe, l->exe_env, exe, sizeof exe);
-    }
-    if (rc != 0) {
+    if (dh_find_exe(l->exe, l->exe_env, exe, sizeof exe) != 0) {
         bench_fail(ctx, "%s: %s not found or not executable (%s; or set $%s)", l->label,
                    env_or(l->exe_env, l->exe), l->install, l->exe_env);
         return -1;

@@ -221,16 +221,19 @@ void servers_stop(bench_servers *ss)
     ss->tmpdir[0] = '\0';
 }
 
+void urls_append(char *out, size_t outlen, const char *url)
+{
+    size_t pos = strlen(out);
+    int w = snprintf(out + pos, outlen - pos, "%s%s", pos > 0 ? "," : "", url);
+    if (w < 0 || (size_t)w >= outlen - pos)
+        out[pos] = '\0';
+}
+
 void servers_urls(const bench_servers *ss, int first, int n, char *out, size_t outlen)
 {
-    size_t pos = 0;
     out[0] = '\0';
-    for (int i = first; i < first + n && i < ss->n; i++) {
-        int w = snprintf(out + pos, outlen - pos, "%s%s", i > first ? "," : "", ss->s[i].url);
-        if (w < 0 || (size_t)w >= outlen - pos)
-            break;
-        pos += (size_t)w;
-    }
+    for (int i = first; i < first + n && i < ss->n; i++)
+        urls_append(out, outlen, ss->s[i].url);
 }
 
 void servers_url_at(const bench_server *s, int port, char *out, size_t n)

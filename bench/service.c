@@ -189,7 +189,6 @@ static int w6_hop(bench_ctx *ctx)
     char label[32], urls[BENCH_MAX_NODES * 620];
     bench_label(label, sizeof label, "W6", o->nodes, "/hop");
     bench_hop hops[BENCH_MAX_NODES] = {0};
-    size_t pos = 0;
     int rc = 0;
     urls[0] = '\0';
     for (int i = 0; i < o->nodes && i < ctx->servers->n; i++) {
@@ -202,7 +201,7 @@ static int w6_hop(bench_ctx *ctx)
         }
         char one[620];
         servers_url_at(s, hops[i].port, one, sizeof one);
-        pos += (size_t)snprintf(urls + pos, sizeof urls - pos, "%s%s", i ? "," : "", one);
+        urls_append(urls, sizeof urls, one);
     }
     double per_s = 0, p50 = 0;
     bool w1 = ctx->w1_per_s > 0 && ctx->w1_p50_us > 0;

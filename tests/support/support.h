@@ -269,9 +269,10 @@ void dh_cluster_url(const dh_cluster *cl, int i, char *buf, size_t len);
 
 /* ---- child processes (process.c) ------------------------------------------------ */
 
-/* Find an executable: $envvar if set (NULL: none), else name on the PATH, else in
- * /usr/local/sbin, /usr/sbin, /sbin and /usr/bin (a stripped PATH may lack them). 0,
- * or -1 when not found. */
+/* Find an executable: $envvar if set (NULL: none), else name itself when it is a path
+ * (one with a '/': /usr/bin/python3, Debian's, whatever python3 the PATH finds first),
+ * else name on the PATH, else in /usr/local/sbin, /usr/sbin, /sbin and /usr/bin (a
+ * stripped PATH may lack them). 0, or -1 when not found or not executable. */
 int dh_find_exe(const char *name, const char *envvar, char *out, size_t outlen);
 
 typedef struct dh_spawn_opts {
