@@ -442,6 +442,7 @@ int run_w5_peers(bench_ctx *ctx, double lock_ms);
 /* A sale by processes (sale.c), all buyers released at once; what they reported. */
 typedef struct sale_result {
     long bought, retries;    /* sums over the buyers */
+    int served;              /* buyers that bought at least one item */
     int64_t t0_ns;           /* the start signal */
     int64_t last_sale_ns;    /* the last purchase of any buyer */
     int64_t max_wait_ns;     /* the longest acquisition of any buyer */

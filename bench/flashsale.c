@@ -28,6 +28,9 @@
  *   max_wait_ms lock variants: the longest single dlock_acquire call of any buyer, so
  *               that a bound on one buyer's wait (say 50 ms) can be read off. Calls
  *               that did not wait are short and never the maximum;
+ *   buyers_served  lock variants: the buyers that bought at least one item, of the 50.
+ *               A way that lets one buyer take the lock back can sell fast while most
+ *               buyers wait out the whole sale; this says how many did not;
  *   oversold    purchases confirmed beyond the stock. It must be 0, with exactly 1000
  *               purchases, the final stock 0 and the sold counter at 1000; anything
  *               else fails the run.
@@ -72,15 +75,20 @@ typedef struct w5_arg {
     _Atomic long retries;
     _Atomic long granted;        /* lock: acquires that succeeded */
     _Atomic int64_t max_wait_ns; /* lock: the longest dlock_acquire call */
+    _Atomic int served;          /* buyers that bought at least one item */
     _Atomic int64_t last_sale_ns;
     char sku[48]; /* stock: the SKU, new for every run */
     stats_window st;
 } w5_arg;
 
+/* The purchases of the buyer this thread runs, for buyers_served. */
+static _Thread_local long bought_here;
+
 /* A purchase confirmed to its buyer: count it and remember when, for sellout_ms. */
 static void note_sale(w5_arg *a, team *t)
 {
     int64_t now = now_ns();
+    bought_here++;
     atomic_fetch_add(&a->purchases, 1);
     atomic_fetch_add(&t->done, 1);
     int64_t prev = atomic_load(&a->last_sale_ns);
@@ -316,6 +324,7 @@ static void w5_worker(team *t, int id, void *p)
             team_error(t, "buyer %d: %s: %s", id, dlock_strerror(err), dlock_errmsg());
     }
     team_ready(t);
+    bought_here = 0;
     if (!team_stopped(t)) {
         if (is_lock(a->v))
             buy_lock(a, t, c, rc);
@@ -326,6 +335,8 @@ static void w5_worker(team *t, int id, void *p)
         else
             buy_script(a, t, rc);
     }
+    if (bought_here > 0)
+        atomic_fetch_add(&a->served, 1);
     team_end(t);
     dlock_client_free(c);
     redisFree(rc);
@@ -452,8 +463,10 @@ static int w5_one(bench_ctx *ctx, enum variant v, const char *urls, redisContext
     } else if (v != V_STOCK && (!is_lock(v) || have_stats)) {
         fig(label, "retries", (double)retries, 0, -1, NULL);
     }
-    if (is_lock(v))
+    if (is_lock(v)) {
         fig(label, "max_wait_ms", (double)a->max_wait_ns / 1e6, 1, -1, NULL);
+        fig(label, "buyers_served", (double)atomic_load(&a->served), 0, -1, NULL);
+    }
     rc = w5_outcome(ctx, label, a->stock, purchases, retries, sellout_ms, stock_left, &sold);
 out:
     free(a);

@@ -18,8 +18,9 @@
  *                       buyers, a connection each (bench/peers/redlock.js, its packages
  *                       at the versions bench/peers/package-lock.json pins).
  * Each reports sellout_ms, its ratio to W5/lock's of the same round (above 1: dlock sold
- * out first), max_wait_ms (the longest acquisition of any buyer), cmds_per_unit, and
- * oversold with the same checks as every W5 sale.
+ * out first), max_wait_ms (the longest acquisition of any buyer), buyers_served (those
+ * that bought at least one item), cmds_per_unit, and oversold with the same checks as
+ * every W5 sale.
  */
 #include "bench.h"
 
@@ -167,6 +168,7 @@ static int peer_sale(bench_ctx *ctx, const peer *p, const peer_exes *x, redisCon
     if (p->kind == PEER_PHP)
         fig(label, "retries", (double)res.retries, 0, -1, NULL);
     fig(label, "max_wait_ms", (double)res.max_wait_ns / 1e6, 1, -1, NULL);
+    fig(label, "buyers_served", (double)res.served, 0, -1, NULL);
     if (res.have_stats && res.bought > 0)
         fig(label, "cmds_per_unit", (double)res.cmds / (double)res.bought, 1, -1, NULL);
     return w5_outcome(ctx, label, o->w5_stock, res.bought, res.retries, sellout_ms, left, &sold);

@@ -95,6 +95,7 @@ static int add_lines(int i, const char *text, sale_result *out, char *why, size_
             return -1;
         }
         out->bought += nb;
+        out->served += nb > 0;
         out->retries += nr;
         if (nb > 0 && last > out->last_sale_ns)
             out->last_sale_ns = last;

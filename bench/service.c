@@ -22,9 +22,10 @@
  *       decremented on the redis-server either way; or with no lock, through dlockd's
  *       STOCK (RESERVE sku 1 WAIT 5000, COMMIT), its STATUS checked after. The other
  *       two's sellout_ms carries its ratio to php-recipe's of the same round (below 1:
- *       faster). With --php-delay-ms D the three run again with the buyers reaching
- *       Redis and dlockd through relays that delay D ms each way (.../dDms): buyers
- *       across a network from their servers, dlockd beside Redis.
+ *       faster); each reports max_wait_ms and buyers_served as W5's peers do. With
+ *       --php-delay-ms D the three run again with the buyers reaching Redis and
+ *       dlockd through relays that delay D ms each way (.../dDms): buyers across a
+ *       network from their servers, dlockd beside Redis.
  *   W5/php-raw, W5/php-package (and -predis)  one php process per Redis client
  *       alternating rounds of LOCK + UNLOCK sent raw and through the PHP package
  *       (clients/php) on one connection to dlockd: what the package adds to a cycle
@@ -375,6 +376,7 @@ static int php_sale(bench_ctx *ctx, const char *php, const char *mode, const php
     fig(label, "sellout_ms", *sellout_ms, 0, recipe_ms > 0 ? *sellout_ms / recipe_ms : -1, vs);
     fig(label, "retries", (double)res.retries, 0, -1, NULL);
     fig(label, "max_wait_ms", (double)res.max_wait_ns / 1e6, 1, -1, NULL);
+    fig(label, "buyers_served", (double)res.served, 0, -1, NULL);
     /* Everything the sale made the server do, the start signal's BLPOPs and the
      * buyers' final look at an empty stock included. */
     if (res.have_stats && res.bought > 0)
