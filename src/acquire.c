@@ -460,6 +460,7 @@ static int run_step(dlock_pending *base, dlock_lock **out, bool nowait, dlock__e
                 dlock__round_free_replies(c, rd);
             p->base.fd = p->phase == AWAIT ? p->w->efd : -1;
         }
+        p->base.wake_c = p->phase == AWAIT ? c : NULL;
         if (rc == DLOCK_ERR_WOULDBLOCK)
             return dlock__pending_would_block(e);
         return dlock__pending_again(e);

@@ -240,11 +240,13 @@ static int campaign_step(dlock_pending *base, dlock_lock **out, bool nowait, dlo
         k->acq->wk.arg = k->base.wk.arg;
         int rc = k->acq->step(k->acq, &k->won, nowait, e);
         k->base.fd = k->acq->fd;
+        k->base.wake_c = k->acq->wake_c;
         k->base.due_us = k->acq->due_us;
         k->base.in_flight = k->acq->in_flight;
         if (rc != DLOCK_OK)
             return rc;
         k->base.fd = -1;
+        k->base.wake_c = NULL;
         k->base.in_flight = false;
     }
     if (nowait)
@@ -295,6 +297,7 @@ int dlock_elect_start(dlock_client *c, const char *name, const dlock_elect_opts 
     }
     k->opts.value = k->value;
     k->base.fd = k->acq->fd;
+    k->base.wake_c = k->acq->wake_c;
     k->base.due_us = k->acq->due_us;
     *out = &k->base;
     return DLOCK_OK;

@@ -116,7 +116,7 @@
  *                           made into changes in term order, a read when it must be
  *               subscriber.c    the client's subscriber thread: one connection per node,
  *                               subscribed to the wake-up channel and to listeners'
- *                               channels
+ *                               channels; the reading lent to a client's only waiter
  *               wait.c      the client's wake-ups: waiters (the heir a release of the
  *                           same client hands the lock to, those that wait behind a
  *                           holder of their own client)
@@ -274,6 +274,15 @@ int64_t dlock__wait_behind_own(struct dlock_client *c, dlock__waiter *w, const c
  * none) is readable (DLOCK_ERR_CANCELED, no message), or close_fd (the client's
  * close_efd; -1: none) is (DLOCK_ERR_CLOSED, no message). Reads nothing. */
 int dlock__sleep_on(int fd, int64_t until_us, int cancel_fd, int close_fd);
+/* Sleep as dlock__sleep_on does, on fd, a waiter's wake-up descriptor (dlock__waiter's
+ * efd) of c: when it is c's only waiter and c has no listener, reading c's subscriber
+ * connections itself meanwhile, so that its wake-up takes one thread switch and not two
+ * (subscriber.c). */
+int dlock__wait_sleep(struct dlock_client *c, int fd, int64_t until_us, int cancel_fd,
+                      int close_fd);
+/* The subscriber thread reads c's wake-ups again, as soon as no sleeper does: a caller
+ * is about to wait on a waiter's descriptor in a loop of its own. */
+void dlock__wait_recall(struct dlock_client *c);
 /* The message of a sleep's DLOCK_ERR_CANCELED or DLOCK_ERR_CLOSED, set in e. */
 int dlock__sleep_ended(dlock__err *e, int rc);
 /* Whether a wake-up for w arrived since the last call (it is taken: never blocks). */
@@ -478,7 +487,11 @@ struct dlock_pending {
     int (*step)(struct dlock_pending *p, dlock_lock **out, bool nowait, dlock__err *e);
     /* Free it; an operation not finished gives up first (leaves its queue). */
     void (*destroy)(struct dlock_pending *p);
-    int fd;         /* readable: step now; -1: none */
+    int fd; /* readable: step now; -1: none */
+    /* fd is a waiter's wake-up descriptor of this client (NULL: it is not): a blocking
+     * run sleeps on it with dlock__wait_sleep, and a step that returns to an event
+     * loop calls dlock__wait_recall. */
+    struct dlock_client *wake_c;
     int64_t due_us; /* step then, even if fd stays quiet (dlock__now_us) */
     bool done;      /* a step returned something other than DLOCK_ERR_AGAIN or _WOULDBLOCK */
     bool in_flight; /* fd is the sockets of a round in flight */

@@ -53,7 +53,9 @@ int dlock__pending_run(dlock_pending *p, int cancel_fd, int close_fd, dlock_lock
 {
     int rc;
     while ((rc = p->step(p, out, false, e)) == DLOCK_ERR_AGAIN) {
-        int src = dlock__sleep_on(p->fd, p->due_us, cancel_fd, close_fd);
+        int src = p->wake_c != NULL
+                      ? dlock__wait_sleep(p->wake_c, p->fd, p->due_us, cancel_fd, close_fd)
+                      : dlock__sleep_on(p->fd, p->due_us, cancel_fd, close_fd);
         if (src != DLOCK_OK) {
             rc = dlock__sleep_ended(e, src);
             break; /* not finished: freeing it gives up */
@@ -76,6 +78,9 @@ static int step(dlock_pending *p, dlock_lock **out, bool nowait)
                             "the operation has finished: only dlock_pending_free is left");
     int rc = p->step(p, out, nowait, &e);
     p->done = rc != DLOCK_ERR_AGAIN && rc != DLOCK_ERR_WOULDBLOCK;
+    /* The caller's loop waits on the waiter's descriptor: the thread must read. */
+    if (rc == DLOCK_ERR_AGAIN && p->wake_c != NULL)
+        dlock__wait_recall(p->wake_c);
     return dlock__err_raise(&e, rc);
 }
 
@@ -249,8 +254,10 @@ bool dlock__step_round_over(dlock_client *c, dlock__step_round *sr, dlock_pendin
         rd->set->post = nowait;
     bool over = dlock__round_wait(rd, nowait);
     p->in_flight = !over;
-    if (!over)
+    if (!over) {
         p->fd = dlock__step_round_fd(sr, &p->due_us);
+        p->wake_c = NULL;
+    }
     return over;
 }
 

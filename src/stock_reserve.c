@@ -156,9 +156,11 @@ static int park(reservation *r, int rc, int64_t now, dlock__err *e)
     r->phase = WAITING;
     if (rc == DLOCK_ERR_BUSY && r->w != NULL) {
         base->fd = r->w->efd;
+        base->wake_c = r->op.c;
         base->due_us = dlock__retry_at(now, r->next_ms >= 0 ? r->next_ms + 1 : 0, r->deadline_us);
     } else {
         base->fd = -1;
+        base->wake_c = NULL;
         base->due_us = now + dlock__backoff_us(r->attempts++, r->next_ms > 0 ? r->next_ms : 0);
         if (base->due_us > r->deadline_us)
             base->due_us = r->deadline_us;

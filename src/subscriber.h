@@ -37,11 +37,20 @@ typedef struct dlock__unsub {
 } dlock__unsub;
 
 struct dlock__waitsys {
-    pthread_mutex_t mu;       /* everything below, except conns (the thread's own) */
+    pthread_mutex_t mu;       /* everything below, except conns (the reader's own) */
     pthread_cond_t confirmed; /* a subscription was confirmed, or the thread stopped */
+    pthread_cond_t answered;  /* the thread answered a request to lend (lend cleared) */
     pthread_t thread;
     bool stop;
-    int ctl; /* eventfd: wakes the thread to stop, or to (un)subscribe listeners */
+    int ctl;  /* eventfd: wakes the reader to stop, or to (un)subscribe listeners */
+    int park; /* eventfd: wakes the thread while it has lent the reading out */
+    /* Who reads the connections (conns, retry_at_us, backoff_us, connected_once): the
+     * thread, or, while lent, a thread that sleeps in a wait of its own (borrowed:
+     * one does now; lent and not borrowed: nobody does, and what the servers send
+     * waits in the sockets for the next borrower). lend: a sleeper asks for it; recall:
+     * the thread must read again (a second waiter, a listener, a step in an event loop,
+     * a subscription to confirm), as soon as no borrower reads. */
+    bool lent, borrowed, lend, recall;
     dlock__waiter *waiters;
     dlock__listener *listeners;
     dlock__unsub *unsubs;
@@ -52,6 +61,9 @@ struct dlock__waitsys {
     bool *connected_once;
 };
 
+/* With ws->mu: ask for the thread back from a sleeper it lent the reading to (it reads
+ * again once no sleeper does). Nothing when it has not lent it. */
+void dlock__waitsys_recall(struct dlock__waitsys *ws);
 /* Add one to an eventfd's counter (a full counter means a wake-up is pending). */
 void dlock__kick(int fd);
 /* The client's subscriber, started on first use (NULL with the error when it cannot

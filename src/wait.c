@@ -11,9 +11,10 @@
  * In a process, the client's subscriber thread (subscriber.c) hears the wake-ups on
  * the client's channel. A wake-up message carries a token; the thread notes which node
  * sent it in that waiter's grants and writes to its eventfd, and the waiter, asleep in
- * ppoll() on its eventfd and its cancel_fd, retries. The thread starts on a client's
- * first wait and stays subscribed until the client is freed, so a thread that comes
- * back for a busy name queues with its first attempt.
+ * ppoll() on its eventfd and its cancel_fd, retries. A client's only waiter, asleep
+ * in a blocking call, reads the channel itself instead (dlock__wait_sleep). The thread
+ * starts on a client's first wait and stays subscribed until the client is freed, so a
+ * thread that comes back for a busy name queues with its first attempt.
  *
  * Nothing depends on a message arriving: a waiter also retries when the holder's
  * lease should have run out (an expiry publishes nothing), and refreshes its place
@@ -59,6 +60,10 @@ int dlock__wait_join(dlock_client *c, const char *token, bool hot, const dlock__
     pthread_mutex_lock(&ws->mu);
     w->next = ws->waiters;
     ws->waiters = w;
+    /* A second waiter needs the thread to read for both; so does a subscription to be
+     * confirmed while nobody reads. */
+    if (w->next != NULL || (!hot && __builtin_popcount(ws->subscribed) < c->quorum))
+        dlock__waitsys_recall(ws);
     /* Wait (briefly) until a quorum of nodes confirms the subscription: the caller's
      * next attempt queues it, and a release after that must find it listening. If
      * they do not confirm in time, the waiter still works, on its timers. A hot join

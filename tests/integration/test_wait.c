@@ -5,8 +5,8 @@
  * deadline and never before it, a crashed holder's lock never taken before its lease
  * ends, the number of commands waiters cost. Asserted with DLOCK_TEST_SLACK: the
  * bounds the issue names (a wake-up well before the holder's lease or the refresh
- * period, a deadline kept to within a few ms, takeover within the lease plus a
- * margin). Other timings are FIG lines.
+ * period, whichever thread reads it, a deadline kept to within a few ms, takeover
+ * within the lease plus a margin). Other timings are FIG lines.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -19,6 +19,7 @@
 #include "itest.h"
 
 #include <fcntl.h>
+#include <poll.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
@@ -285,27 +286,147 @@ static void *waiter(void *p)
     return NULL;
 }
 
-/* The holder's lease has 10 s left and waiters refresh every second: a waiter that
- * gets the lock within 100 ms of the release was woken by it. */
+/* Release holder, then the waiting thread t (a) must get the lock within bound_us
+ * (times the slack); the gap is printed as FIG fig. */
+static void release_reaches(dlock_lock *holder, pthread_t t, waiter_arg *a, const char *fig,
+                            int64_t bound_us)
+{
+    int64_t released = dh_now_us();
+    assert_int_equal(dlock_release(holder), DLOCK_OK);
+    pthread_join(t, NULL);
+    assert_int_equal(a->rc, DLOCK_OK);
+    int64_t gap = a->got_us - released;
+    printf("FIG %s %lld us (%d nodes)\n", fig, (long long)gap, it_nodes);
+    assert_true(gap < bound_us * dh_slack());
+}
+
+/* A thread of wc waits for name while a holder of hc keeps it for 10 s (waiters
+ * refresh every second), and the release must reach it within 100 ms: it was woken by
+ * it. */
+static void woken_by_release(dlock_client *hc, dlock_client *wc, const char *name, const char *fig)
+{
+    dlock_lock *holder = it_acquire(hc, name, 10000);
+    waiter_arg a = {.c = wc, .name = name, .wait_ms = 20000};
+    pthread_t t;
+    pthread_create(&t, NULL, waiter, &a);
+    dh_sleep_ms(50); /* let it queue up */
+    release_reaches(holder, t, &a, fig, 100000);
+}
+
 static void release_wakes_a_waiter(void **state)
 {
     (void)state;
     dlock_client *holder_c = it_nodes_client(), *wc = it_nodes_client();
-    for (int round = 0; round < 5; round++) {
-        dlock_lock *holder = it_acquire(holder_c, "wake", 10000);
-        waiter_arg a = {.c = wc, .name = "wake", .wait_ms = 20000};
-        pthread_t t;
-        pthread_create(&t, NULL, waiter, &a);
-        dh_sleep_ms(50); /* let it queue up */
-        int64_t released = dh_now_us();
-        assert_int_equal(dlock_release(holder), DLOCK_OK);
-        pthread_join(t, NULL);
-        assert_int_equal(a.rc, DLOCK_OK);
-        int64_t gap = a.got_us - released;
-        printf("FIG release_to_waiter_us %lld us (%d nodes)\n", (long long)gap, it_nodes);
-        assert_true(gap < 100000 * dh_slack());
-    }
+    for (int round = 0; round < 5; round++)
+        woken_by_release(holder_c, wc, "wake", "release_to_waiter_us");
     dlock_client_free(holder_c);
+    dlock_client_free(wc);
+}
+
+/* ---- who reads the wake-ups ------------------------------------------------------ */
+
+/* wc's only waiter woken by a release (woken_by_release): it reads the wake-ups
+ * itself, and leaves the reading lent to its next wait. */
+static void woken_alone(dlock_client *hc, dlock_client *wc, const char *name)
+{
+    woken_by_release(hc, wc, name, "alone_release_to_waiter_us");
+}
+
+/* The subscriber thread lends the reading to a client's only waiter, and must take it
+ * back whenever anything else needs it: a second waiting thread, an event loop's
+ * waiter, an observer. Each of those is tried on a client whose reading is lent, and
+ * must be told at once: nobody reading would leave it to a timer a second or a lease
+ * away. */
+static void lent_reading_comes_back(void **state)
+{
+    (void)state;
+    dlock_client *hc = it_nodes_client(), *wc = it_nodes_client();
+    woken_alone(hc, wc, "lend-a");
+    woken_alone(hc, wc, "lend-a"); /* the reading stays lent between waits */
+
+    /* A second thread: two waiters, the first woken and gone, then the second. */
+    dlock_lock *h1 = it_acquire(hc, "lend-b1", 10000), *h2 = it_acquire(hc, "lend-b2", 10000);
+    waiter_arg a1 = {.c = wc, .name = "lend-b1", .wait_ms = 20000};
+    waiter_arg a2 = {.c = wc, .name = "lend-b2", .wait_ms = 20000};
+    pthread_t t1, t2;
+    pthread_create(&t1, NULL, waiter, &a1);
+    dh_sleep_ms(50);
+    pthread_create(&t2, NULL, waiter, &a2);
+    dh_sleep_ms(50);
+    release_reaches(h1, t1, &a1, "first_release_to_waiter_us", 100000);
+    release_reaches(h2, t2, &a2, "second_release_to_waiter_us", 100000);
+
+    /* An event loop's waiter: its descriptor becomes readable on the release. */
+    woken_alone(hc, wc, "lend-c");
+    dlock_lock *holder = it_acquire(hc, "lend-c", 10000), *l = NULL;
+    dlock_opts o = {0};
+    o.ttl_ms = 5000;
+    o.wait_ms = 20000;
+    dlock_pending *p = NULL;
+    assert_int_equal(dlock_acquire_start(wc, "lend-c", &o, &p), DLOCK_OK);
+    int rc;
+    while ((rc = dlock_pending_step(p, &l)) == DLOCK_ERR_AGAIN && dlock_pending_in_flight(p)) {
+        struct pollfd pf = {.fd = dlock_pending_fd(p), .events = POLLIN};
+        assert_int_equal(poll(&pf, 1, 2000), 1);
+    }
+    assert_int_equal(rc, DLOCK_ERR_AGAIN); /* queued, waiting on its wake-up descriptor */
+    assert_int_equal(dlock_release(holder), DLOCK_OK);
+    struct pollfd pf = {.fd = dlock_pending_fd(p), .events = POLLIN};
+    assert_int_equal(poll(&pf, 1, (int)(2000 * dh_slack())), 1);
+    while ((rc = dlock_pending_step(p, &l)) == DLOCK_ERR_AGAIN) {
+        pf.fd = dlock_pending_fd(p);
+        assert_int_equal(poll(&pf, 1, (int)(2000 * dh_slack())), 1);
+    }
+    assert_int_equal(rc, DLOCK_OK);
+    dlock_pending_free(p);
+    assert_int_equal(dlock_release(l), DLOCK_OK);
+
+    /* An observer: it hears a leader's proclamation, which only the thread reads. */
+    woken_alone(hc, wc, "lend-d");
+    dlock_observer *ob = NULL;
+    assert_int_equal(dlock_observe(wc, "lend-e", NULL, NULL, &ob), DLOCK_OK);
+    struct pollfd po = {.fd = dlock_observer_fd(ob), .events = POLLIN};
+    dlock_leader_info info;
+    assert_int_equal(poll(&po, 1, (int)(2000 * dh_slack())), 1); /* no one leads yet */
+    assert_int_equal(dlock_observer_next(ob, &info), DLOCK_OK);
+    assert_int_equal(info.term, 0);
+    dlock_elect_opts eo = {0};
+    eo.lock.ttl_ms = 10000;
+    eo.value = "here";
+    dlock_lock *lead = NULL;
+    assert_int_equal(dlock_elect(hc, "lend-e", &eo, &lead), DLOCK_OK);
+    assert_int_equal(poll(&po, 1, (int)(2000 * dh_slack())), 1);
+    assert_int_equal(dlock_observer_next(ob, &info), DLOCK_OK);
+    assert_string_equal(info.value, "here");
+    dlock_observer_free(ob);
+    assert_int_equal(dlock_resign(lead), DLOCK_OK);
+    dlock_client_free(hc);
+    dlock_client_free(wc);
+}
+
+/* The subscriber connections killed while the reading is lent: once as nobody reads
+ * (between waits), once under the sleeper that reads. Its reader remakes them, the
+ * waiter attempts once, and the next release still reaches it at once; a release
+ * while they were down is made up by that attempt, well before the refresh. */
+static void lent_reading_survives_a_kill(void **state)
+{
+    (void)state;
+    dlock_client *hc = it_nodes_client(), *wc = it_nodes_client();
+    woken_alone(hc, wc, "lend-k");
+    for (int i = 0; i < it_nodes; i++)
+        assert_true(it_int_reply(dh_cmd(&it_node[i], "CLIENT KILL TYPE pubsub")) >= 1);
+    woken_alone(hc, wc, "lend-k");
+
+    dlock_lock *holder = it_acquire(hc, "lend-k", 10000);
+    waiter_arg a = {.c = wc, .name = "lend-k", .wait_ms = 20000};
+    pthread_t t;
+    pthread_create(&t, NULL, waiter, &a);
+    dh_sleep_ms(50);
+    for (int i = 0; i < it_nodes; i++)
+        assert_true(it_int_reply(dh_cmd(&it_node[i], "CLIENT KILL TYPE pubsub")) >= 1);
+    /* The reconnection waits 100 ms; the refresh comes after a second. */
+    release_reaches(holder, t, &a, "killed_release_to_waiter_us", 500000);
+    dlock_client_free(hc);
     dlock_client_free(wc);
 }
 
@@ -492,12 +613,16 @@ int main(void)
         cmocka_unit_test(wait_deadline_is_kept),
         cmocka_unit_test(cancel_fd_stops_a_wait),
         cmocka_unit_test(release_wakes_a_waiter),
+        cmocka_unit_test(lent_reading_comes_back),
+        cmocka_unit_test(lent_reading_survives_a_kill),
         cmocka_unit_test(waiters_do_not_poll),
         cmocka_unit_test(fair_order_across_processes),
         cmocka_unit_test(fair_dead_waiter_is_skipped),
     };
     const struct CMUnitTest three[] = {
         cmocka_unit_test(release_wakes_a_waiter),
+        cmocka_unit_test(lent_reading_comes_back),
+        cmocka_unit_test(lent_reading_survives_a_kill),
         cmocka_unit_test(eight_threads_two_processes),
         cmocka_unit_test(fair_order_across_processes),
     };
