@@ -116,7 +116,9 @@
  *                           made into changes in term order, a read when it must be
  *               subscriber.c    the client's subscriber thread: one connection per node,
  *                               subscribed to the wake-up channel and to listeners'
- *                               channels; the reading lent to a client's only waiter
+ *                               channels
+ *               subscriber_lend.c  the reading of those connections lent to a client's
+ *                               only waiter, and taken back
  *               wait.c      the client's wake-ups: waiters (the heir a release of the
  *                           same client hands the lock to, those that wait behind a
  *                           holder of their own client)

@@ -12,16 +12,8 @@
  * 2 s) and every channel subscribed again; since a message may have gone by while it
  * was down, every waiter retries once and every listener hears the new confirmation.
  *
- * A wake-up through the thread costs two thread switches, the thread's and the
- * waiter's. So the thread lends the reading to a client's only waiter while it sleeps
- * in a blocking call (dlock__wait_sleep), when no listener needs the connections read:
- * the sleeper runs the thread's own turn (reconnections included) on the connections,
- * with its descriptors beside them, and its wake-up is one switch. The reading stays
- * lent between waits (a program that takes a lock again and again asks once), nobody
- * reading meanwhile: only a waiter's wake-ups come, and each waiter has a reader. The
- * thread takes it back when anything else needs it (dlock__waitsys_recall: a second
- * waiter, an event loop's, a listener, a subscription to confirm), once no sleeper
- * reads. Exactly one of them reads at a time; the mutex orders the hand-overs.
+ * The connections are read by the thread, or by a client's only waiter the thread
+ * lends the reading to (subscriber_lend.c): each runs the turn below.
  */
 #include "subscriber.h"
 
@@ -43,7 +35,7 @@ void dlock__kick(int fd)
     (void)w; /* a full counter means a wake-up is already pending */
 }
 
-static void drain(int fd)
+void dlock__drain(int fd)
 {
     uint64_t v;
     ssize_t r = read(fd, &v, sizeof v);
@@ -235,12 +227,8 @@ static void on_listeners_changed(dlock_client *c, struct dlock__waitsys *ws)
     pthread_mutex_unlock(&ws->mu);
 }
 
-/* One turn of the reader (the thread, or a sleeper it lent the reading to): reconnect
- * the nodes that are due, then wait on the connections, ctl and extra[0..nextra) (their
- * revents set on return) until one is ready or until until_us, and act on what the
- * connections sent. */
-static void turn(dlock_client *c, struct dlock__waitsys *ws, struct pollfd *extra, int nextra,
-                 int64_t until_us)
+void dlock__subscriber_turn(dlock_client *c, struct dlock__waitsys *ws, struct pollfd *extra,
+                            int nextra, int64_t until_us)
 {
     struct pollfd pfd[DLOCK_SERVERS_MAX + 4];
     int idx[DLOCK_SERVERS_MAX + 4];
@@ -287,7 +275,7 @@ static void turn(dlock_client *c, struct dlock__waitsys *ws, struct pollfd *extr
             continue;
         }
         if (idx[k] == -1) {
-            drain(ws->ctl);
+            dlock__drain(ws->ctl);
             on_listeners_changed(c, ws);
             continue;
         }
@@ -310,144 +298,21 @@ static void turn(dlock_client *c, struct dlock__waitsys *ws, struct pollfd *extr
     }
 }
 
-/* With ws->mu: whether a sleeper may read the connections in the thread's stead: it is
- * the only waiter (an event loop's waiter, or a second thread's, needs the thread), no
- * listener needs them read nor channel left unsubscribed, and nothing asked for the
- * thread back. */
-static bool may_lend(const struct dlock__waitsys *ws)
-{
-    return ws->waiters != NULL && ws->waiters->next == NULL && ws->listeners == NULL &&
-           ws->unsubs == NULL && !ws->recall && !ws->stop;
-}
-
-void dlock__waitsys_recall(struct dlock__waitsys *ws)
-{
-    if (!ws->lent || ws->recall)
-        return;
-    ws->recall = true;
-    dlock__kick(ws->ctl);  /* a borrower's turn ends */
-    dlock__kick(ws->park); /* the thread looks */
-}
-
-/* The thread, while it has lent the reading out: it sleeps until asked back, or to stop,
- * and then until no borrower reads. With ws->mu, released meanwhile. */
-static void parked(struct dlock__waitsys *ws)
-{
-    while (ws->lent && (!(ws->recall || ws->stop) || ws->borrowed)) {
-        pthread_mutex_unlock(&ws->mu);
-        struct pollfd p = {.fd = ws->park, .events = POLLIN};
-        if (poll(&p, 1, -1) > 0)
-            drain(ws->park);
-        pthread_mutex_lock(&ws->mu);
-    }
-    ws->lent = ws->recall = false;
-}
-
 static void *subscriber_main(void *arg)
 {
     dlock_client *c = arg;
     struct dlock__waitsys *ws = c->wait;
     for (;;) {
         pthread_mutex_lock(&ws->mu);
-        if (ws->lend) {
-            ws->lent = may_lend(ws);
-            ws->lend = false;
-            pthread_cond_broadcast(&ws->answered);
-        }
-        if (ws->lent)
-            parked(ws);
+        dlock__lend_thread(ws);
         bool stop = ws->stop;
         pthread_mutex_unlock(&ws->mu);
         if (stop)
             break;
         /* At least once a second: a connection down is retried on its own timer. */
-        turn(c, ws, NULL, 0, dlock__now_us() + 1000000);
+        dlock__subscriber_turn(c, ws, NULL, 0, dlock__now_us() + 1000000);
     }
     return NULL;
-}
-
-/* The sleeper's side of lending: with ws->mu, whether this thread now reads. */
-static bool borrow(dlock_client *c, struct dlock__waitsys *ws)
-{
-    if (!may_lend(ws))
-        return false;
-    if (!ws->lent) {
-        /* Asked once per run of waits: the reading stays lent between them. */
-        ws->lend = true;
-        dlock__kick(ws->ctl);
-        struct timespec until;
-        dlock__cond_deadline(&until, c->rules.timeout_us);
-        while (ws->lend && !ws->stop)
-            if (pthread_cond_timedwait(&ws->answered, &ws->mu, &until) != 0)
-                break;
-        ws->lend = false;
-    }
-    if (!ws->lent || ws->borrowed || !may_lend(ws))
-        return false;
-    ws->borrowed = true;
-    return true;
-}
-
-/* Whether fd is readable now. */
-static bool readable(int fd)
-{
-    struct pollfd p = {.fd = fd, .events = POLLIN};
-    return poll(&p, 1, 0) > 0 && (p.revents & POLLIN);
-}
-
-int dlock__wait_sleep(dlock_client *c, int fd, int64_t until_us, int cancel_fd, int close_fd)
-{
-    struct dlock__waitsys *ws = dlock__subscriber_peek(c);
-    if (ws == NULL)
-        return dlock__sleep_on(fd, until_us, cancel_fd, close_fd);
-    pthread_mutex_lock(&ws->mu);
-    bool reads = borrow(c, ws);
-    pthread_mutex_unlock(&ws->mu);
-    if (!reads)
-        return dlock__sleep_on(fd, until_us, cancel_fd, close_fd);
-    int rc = DLOCK_OK;
-    bool handed_back = false;
-    for (;;) {
-        struct pollfd extra[3] = {{.fd = fd, .events = POLLIN},
-                                  {.fd = cancel_fd > 0 ? cancel_fd : -1, .events = POLLIN},
-                                  {.fd = close_fd, .events = POLLIN}};
-        turn(c, ws, extra, 3, until_us);
-        if (extra[2].revents & POLLIN) {
-            rc = DLOCK_ERR_CLOSED;
-            break;
-        }
-        if (extra[1].revents & (POLLIN | POLLHUP | POLLERR)) {
-            rc = DLOCK_ERR_CANCELED;
-            break;
-        }
-        /* A wake-up read in this turn was written to fd after the poll looked. */
-        if ((extra[0].revents & POLLIN) || readable(fd) || dlock__now_us() >= until_us)
-            break;
-        pthread_mutex_lock(&ws->mu);
-        handed_back = !may_lend(ws);
-        pthread_mutex_unlock(&ws->mu);
-        if (handed_back)
-            break;
-    }
-    pthread_mutex_lock(&ws->mu);
-    ws->borrowed = false;
-    if (ws->recall || ws->stop)
-        dlock__kick(ws->park);
-    pthread_mutex_unlock(&ws->mu);
-    /* Asked for the thread back: the rest of the wait is a plain sleep. */
-    if (handed_back)
-        return dlock__sleep_on(fd, until_us, cancel_fd, close_fd);
-    return rc;
-}
-
-void dlock__wait_recall(dlock_client *c)
-{
-    struct dlock__waitsys *ws = dlock__subscriber_peek(c);
-    if (ws == NULL)
-        return;
-    pthread_mutex_lock(&ws->mu);
-    dlock__waitsys_recall(ws);
-    pthread_mutex_unlock(&ws->mu);
 }
 
 /* ---- the client's side ------------------------------------------------------ */
@@ -578,7 +443,7 @@ int dlock__listen(dlock_client *c, const char *chan, dlock__listener **out)
 dlock__heard *dlock__listen_take(dlock_client *c, dlock__listener *l, bool *missed)
 {
     struct dlock__waitsys *ws = c->wait;
-    drain(l->efd);
+    dlock__drain(l->efd);
     pthread_mutex_lock(&ws->mu);
     dlock__heard *h = l->first;
     l->first = NULL;

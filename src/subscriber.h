@@ -1,12 +1,14 @@
 /*
  * subscriber.h: the client's subscriber thread, what subscriber.c (the thread and
- * its connections), wait.c (the waiters it wakes) and observe.c (the leaders'
- * observers it hears for) share.
+ * its connections), subscriber_lend.c (their reading lent to a waiter), wait.c (the
+ * waiters it wakes) and observe.c (the leaders' observers it hears for) share.
  */
 #ifndef DLOCK_SUBSCRIBER_H
 #define DLOCK_SUBSCRIBER_H
 
 #include "internal.h"
+
+#include <poll.h>
 
 /* Something heard on a listener's channel: a message, or the subscription confirmed
  * by a node (after a connection was made or remade: what was published meanwhile was
@@ -64,8 +66,26 @@ struct dlock__waitsys {
 /* With ws->mu: ask for the thread back from a sleeper it lent the reading to (it reads
  * again once no sleeper does). Nothing when it has not lent it. */
 void dlock__waitsys_recall(struct dlock__waitsys *ws);
+/* The thread's side of lending, with ws->mu (released meanwhile): answer a sleeper's
+ * request for the reading, and while it is lent, sleep until it is asked back or the
+ * thread is stopped, and no sleeper reads. */
+void dlock__lend_thread(struct dlock__waitsys *ws);
+/* One turn of the reader (the thread, or a sleeper it lent the reading to): reconnect
+ * the nodes that are due, then wait on the connections, ctl and extra[0..nextra) (their
+ * revents set on return) until one is ready or until until_us, and act on what the
+ * connections sent. */
+void dlock__subscriber_turn(struct dlock_client *c, struct dlock__waitsys *ws, struct pollfd *extra,
+                            int nextra, int64_t until_us);
+/* A sleep's descriptors, as dlock__sleep_on watches them: fd (-1: none), cancel_fd
+ * (0: none) and close_fd (-1: none), each for POLLIN. */
+void dlock__sleep_fds(struct pollfd p[3], int fd, int cancel_fd, int close_fd);
+/* What those descriptors' revents end a sleep with: DLOCK_ERR_CLOSED, then
+ * DLOCK_ERR_CANCELED, else DLOCK_OK (fd readable, or nothing). */
+int dlock__sleep_ends(const struct pollfd p[3]);
 /* Add one to an eventfd's counter (a full counter means a wake-up is pending). */
 void dlock__kick(int fd);
+/* Take an eventfd's count (non-blocking: nothing when none is pending). */
+void dlock__drain(int fd);
 /* The client's subscriber, started on first use (NULL with the error when it cannot
  * be). */
 struct dlock__waitsys *dlock__subscriber(struct dlock_client *c, int *rc);

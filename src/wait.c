@@ -79,11 +79,26 @@ int dlock__wait_join(dlock_client *c, const char *token, bool hot, const dlock__
     return DLOCK_OK;
 }
 
+void dlock__sleep_fds(struct pollfd p[3], int fd, int cancel_fd, int close_fd)
+{
+    p[0] = (struct pollfd){.fd = fd, .events = POLLIN};
+    p[1] = (struct pollfd){.fd = cancel_fd > 0 ? cancel_fd : -1, .events = POLLIN};
+    p[2] = (struct pollfd){.fd = close_fd, .events = POLLIN};
+}
+
+int dlock__sleep_ends(const struct pollfd p[3])
+{
+    if (p[2].revents & POLLIN)
+        return DLOCK_ERR_CLOSED;
+    if (p[1].revents & (POLLIN | POLLHUP | POLLERR))
+        return DLOCK_ERR_CANCELED;
+    return DLOCK_OK;
+}
+
 int dlock__sleep_on(int fd, int64_t until_us, int cancel_fd, int close_fd)
 {
-    struct pollfd p[3] = {{.fd = fd, .events = POLLIN},
-                          {.fd = cancel_fd > 0 ? cancel_fd : -1, .events = POLLIN},
-                          {.fd = close_fd, .events = POLLIN}};
+    struct pollfd p[3];
+    dlock__sleep_fds(p, fd, cancel_fd, close_fd);
     for (;;) {
         int64_t left = until_us - dlock__now_us();
         if (left < 0)
@@ -92,11 +107,7 @@ int dlock__sleep_on(int fd, int64_t until_us, int cancel_fd, int close_fd)
         int r = ppoll(p, 3, &ts, NULL);
         if (r < 0 && errno == EINTR)
             continue;
-        if (r > 0 && (p[2].revents & POLLIN))
-            return DLOCK_ERR_CLOSED;
-        if (r > 0 && (p[1].revents & (POLLIN | POLLHUP | POLLERR)))
-            return DLOCK_ERR_CANCELED;
-        return DLOCK_OK;
+        return r > 0 ? dlock__sleep_ends(p) : DLOCK_OK;
     }
 }
 
