@@ -24,7 +24,7 @@ static void usage(FILE *out)
             "each other through DEL + PUBLISH (one EVAL) and SET NX, the raw hand-over that\n"
             "W3's xgap can at best match. W5 sells with lock (GET, SET, INCR: three round\n"
             "trips in the lock), lock-pipelined (SET and INCR in one), lock-linger (lock\n"
-            "with linger_ms 20: a buyer takes the lock back), watch, script, and\n"
+            "with linger_ms 100: a buyer takes the lock back), watch, script, and\n"
             "stock (the library's reserve + commit, two script calls per unit), then\n"
             "php-recipe, php-dlockd and php-stock: php-cli buyers with SET NX EX +\n"
             "usleep(1000) + a Lua release, through dlockd (LOCK WAIT, UNLOCK), and through\n"

@@ -314,10 +314,13 @@ typedef struct dlock_opts {
                               dlock_release keeps the lock up to linger_ms for this
                               client's next dlock_acquire of the name, which takes it back
                               with its fence (no one held it in between) in at most one
-                              round trip, passing the queue's head for at most linger_ms
-                              from when it became the head (docs/waiting.md,
-                              "Lingering"). Exclusive locks of a client of one server,
-                              taken by dlock_acquire */
+                              round trip, while the queue's head has waited less than
+                              linger_ms in all and has been passed over for less than
+                              linger_ms divided by the number of waiters since it
+                              became the head: lingering brings no wait much past
+                              linger_ms (docs/waiting.md, "Lingering"). Exclusive
+                              locks of a client of one server, taken by
+                              dlock_acquire */
     uint64_t reserved[3];  /* must be zero */
 } dlock_opts;
 

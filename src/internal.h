@@ -375,9 +375,9 @@ struct dlock_lock {
     _Atomic(struct dlock__confirm *) confirm;
     /* Lingering (linger.c): linger_us from dlock_opts.linger_ms (0: none); while on the
      * client's linger list (guarded by its mutex), next on it and when it is released;
-     * fresh_until_us, until when the queue's head, by the last retake's reply, has
-     * been passed over for less than the pass bound (0: unknown); held_since_us, when
-     * the hold began (its dlock_acquire returned; a retake goes on with it). */
+     * fresh_until_us, until when the queue's head, by the last retake's reply, may
+     * still be passed over (0: unknown); held_since_us, when the hold began (its
+     * dlock_acquire returned; a retake goes on with it). */
     int64_t linger_us, linger_until_us, fresh_until_us, held_since_us;
     struct dlock_lock *linger_next;
     void *hold; /* what a backend other than Redis keeps of the lock, which only it reads

@@ -8,20 +8,27 @@
  * linger_ms, dlock_release keeps the lock instead, for at most linger_ms, and the
  * client's next dlock_acquire of the name takes it back: in one round trip (a retake:
  * RELEASE's script in its retake mode, which keeps the lock with a new lease while
- * the queue's head has been passed over for less than linger_ms, and releases it
- * otherwise), or in none while the last retake's reply says that no waiter can have
- * been passed over that long yet and the lease has at least half its length left. No
- * one can hold the name between the release and the retake: the key stays ours
- * throughout, so the handle keeps its fence, and mutual exclusion is the lease's, as
- * for any held lock.
+ * the queue's head has waited less than linger_ms in all and has been passed over for
+ * less than its share of it, and releases it otherwise), or in none while the last
+ * retake's reply says that the head cannot have reached either yet and the lease has
+ * at least half its length left. No one can hold the name between the release and
+ * the retake: the key stays ours throughout, so the handle keeps its fence, and
+ * mutual exclusion is the lease's, as for any held lock.
  *
- * What it costs the others: the head of the queue is passed over for at most
- * linger_ms, counted from when it became the head (the later of its ticket, against
- * the server's clock, and the hold's start, by the holder's), then the next release
- * hands it the lock; and a release that nobody takes back goes out linger_ms late,
- * sent by this file's thread. So each handoff comes at most about linger_ms late,
- * whatever the holder does. Counting from the ticket alone would stop every retake
- * once the queue's turn takes longer than linger_ms, which is where lingering pays.
+ * What it costs the others: a waiter that has waited linger_ms in all (from its
+ * ticket, against the server's clock) is passed over no more, and the head is passed
+ * over for at most linger_ms divided by the number of waiters (its share), counted
+ * from when it became the head (the later of its ticket and the hold's start, by the
+ * holder's clock); then the next release hands it the lock. A release that nobody
+ * takes back goes out linger_ms late, sent by this file's thread. So lingering brings
+ * no wait much past linger_ms (by a share and a handoff), unless the queue's turn
+ * alone takes longer, and the holders ahead of a waiter take turns instead of one of
+ * them keeping the lock for all of it. A whole linger_ms for every holder, counted
+ * from the head, would let the last of 50 waiters wait for 50 of them; counting only
+ * the whole wait, as the first version did, lets one holder keep the lock until the
+ * head has waited linger_ms, after which every head has waited as long and the lock
+ * falls back to FIFO. The share keeps each holder's part small enough for the queue to
+ * come round within linger_ms.
  * A thread of the same client that waits for the name when the release comes makes
  * it a plain release (it is the heir: waiting.md).
  *

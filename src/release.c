@@ -32,7 +32,7 @@ typedef struct release {
     int64_t pass_us;
     char pass[24], ttl[24], held[24];
     bool kept;             /* the retake kept the lock: the handle is the caller's again */
-    int64_t kept_age_us;   /* its reply: how long the queue's head had been passed over */
+    int64_t kept_left_us;  /* its reply: how much longer the queue's head may be passed over */
     int64_t kept_start_us; /* when its round began */
     const char *args[18];
     size_t lens[18];
@@ -178,7 +178,7 @@ static int release_step(dlock_pending *base, dlock_lock **out, bool nowait, dloc
         v->integer < 0) {
         /* Kept: nothing was released, so no waiter of ours is told anything. */
         r->kept = r->told = true;
-        r->kept_age_us = -1 - v->integer;
+        r->kept_left_us = -1 - v->integer;
         r->kept_start_us = rd->start_us;
         dlock__step_round_end(c, &r->sr);
         return DLOCK_OK;
@@ -269,7 +269,7 @@ bool dlock__redis_retake(dlock_lock *l, int64_t ttl_ms, int64_t pass_us)
         /* The head's time passed over grows from when the server looked, which was
          * after start; a waiter that came after the look is looked for a quarter of the
          * bound later. */
-        int64_t fresh = pass_us - r->kept_age_us;
+        int64_t fresh = r->kept_left_us;
         l->fresh_until_us = start + (fresh < pass_us / 4 ? fresh : pass_us / 4);
     }
     release_destroy(&r->base);

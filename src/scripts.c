@@ -244,12 +244,15 @@ static const char *const acquire_shared_lua[] = {
  * 1 when our token was released (as the exclusive holder or one of the shared ones),
  * 0 when the key is gone or another owner's, the heir's fence (> 1) when the lock
  * went to the heir: its lease and fence set here, this reply confirms it.
- * A retake keeps the lock instead, its lease set anew, when the queue's head (if any)
- * has been passed over for less than the pass bound: since it became the head, the
- * later of its ticket (against the server's TIME) and the hold's start, so a waiter
- * that queued behind others waits its turn first. The reply is then -1 - that time in
- * microseconds (0 when nobody waits). Otherwise the retake is the release it would
- * have been, and its caller queues.
+ * A retake keeps the lock instead, its lease set anew, while the queue's head (if any)
+ * has waited less than the pass bound since its ticket (against the server's TIME),
+ * and has been passed over for less than its share of it (the bound divided by the
+ * number of waiters) since it became the head: the later of its ticket and the hold's
+ * start, so a waiter that queued behind others waits its turn first. The first keeps
+ * any waiter's wait near the bound, the second shares the time out among the holders
+ * ahead of it. The reply is then -1 - the time the head may still be passed over, in
+ * microseconds (the whole bound when nobody waits). Otherwise the retake is the
+ * release it would have been, and its caller queues.
  * A release serves the queue (dispatch), if anyone waits; with nobody queued it
  * deletes the lock, and the ZPOPMIN that says so costs one command, taken before the
  * helpers are defined (dispatch goes on from the entry it popped): an uncontended
@@ -285,15 +288,17 @@ static const char *const release_lua[] = {
     "elseif not v or string.sub(v, 1, 32) ~= ARGV[1] then\n"
     "  return 0\n"
     "elseif ARGV[10] then\n"
-    "  local head, age = redis.call('ZRANGE', KEYS[3], 0, 0, 'WITHSCORES'), 0\n"
+    "  local head, left = redis.call('ZRANGE', KEYS[3], 0, 0, 'WITHSCORES'), tonumber(ARGV[10])\n"
     "  if head[2] then\n"
     "    local t = redis.call('TIME')\n"
-    "    age = math.max(tonumber(t[1]) * 1000000 + tonumber(t[2]) - tonumber(head[2]), 0)\n"
-    "    age = math.min(age, tonumber(ARGV[12]))\n"
+    "    local waited = tonumber(t[1]) * 1000000 + tonumber(t[2]) - tonumber(head[2])\n"
+    "    waited = math.max(waited, 0)\n"
+    "    local share = math.floor(left / redis.call('ZCARD', KEYS[3]))\n"
+    "    left = math.min(left - waited, share - math.min(waited, tonumber(ARGV[12])))\n"
     "  end\n"
-    "  if age < tonumber(ARGV[10]) then\n"
+    "  if left > 0 then\n"
     "    redis.call('PEXPIRE', KEYS[1], ARGV[11])\n"
-    "    return -1 - age\n"
+    "    return -1 - left\n"
     "  end\n"
     "end\n"
     "if ARGV[5] == '1' and KEYS[6] and v ~= 'shared' then\n",
