@@ -615,6 +615,10 @@ void dd_loss_stop(void);
 /* Any thread: a session lock was found lost (its flag set); the loop ends its
  * connection. */
 void dd_loss_notify(void);
+/* On the loop: a BREAK evicted `evicted` (dlock_break_info.holder, which names each
+ * evicted holder by its token): this dlockd's session locks among them end their
+ * connections as lost ones do, at once. */
+void dd_loss_broken(const char *evicted);
 /* A session lock just granted to its connection: released, and the connection ended,
  * maxhold_ms from now (0: never). */
 void dd_maxhold_start(dd_session *s, int64_t maxhold_ms);

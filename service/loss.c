@@ -12,7 +12,9 @@
  * ignore; a closed connection is an error that every client library reports.
  *
  * The renewal runs on the library's thread, which sets the session's flag and wakes
- * the loop through an async handle. MAXHOLD deadlines are kept by one timer on the
+ * the loop through an async handle. A BREAK through this dlockd sets the flags of the
+ * session locks it evicted itself, on the loop, so that their holders are told at
+ * once rather than at their next renewal. MAXHOLD deadlines are kept by one timer on the
  * loop, armed for the earliest of them; each firing walks the connections, which is
  * cheap beside the rarity of the event.
  */
@@ -87,6 +89,22 @@ static void on_lost_async(uv_async_t *h)
         if (first != NULL)
             end_for(c, first, false);
     }
+}
+
+void dd_loss_broken(const char *evicted)
+{
+    /* A token is 32 random hex digits: found in the text, it is that holder's. One
+     * that the text lost to its truncation (hundreds of shared holders) is found by its
+     * renewal instead. */
+    bool any = false;
+    for (dd_conn *c = dd_srv.conns; c != NULL; c = c->next)
+        for (dd_session *s = dd_conn_sessions(c); s != NULL; s = s->next)
+            if (!s->ended && strstr(evicted, s->token) != NULL) {
+                atomic_store(&s->lost, 1);
+                any = true;
+            }
+    if (any)
+        on_lost_async(NULL);
 }
 
 void dd_loss_notify(void)

@@ -23,6 +23,7 @@
 typedef struct ops_args {
     char *name;
     char *reason, *by, *fence_key; /* BREAK's REASON, who breaks, its FENCEKEY */
+    char *evicted;                 /* whom a BREAK evicted (dlock_break_info.holder) */
 } ops_args;
 
 static void ops_args_free(void *p)
@@ -33,6 +34,7 @@ static void ops_args_free(void *p)
         free(a->reason);
         free(a->by);
         free(a->fence_key);
+        free(a->evicted);
     }
     free(a);
 }
@@ -168,6 +170,9 @@ static void break_work(dd_job *j)
         dd_reply_nil(&j->reply); /* nobody held it */
         return;
     }
+    a->evicted = strdup(b.holder);
+    if (a->evicted == NULL)
+        abort();
     dd_buf *r = &j->reply;
     dd_reply_array(r, 10);
     dd_reply_cstr(r, "holder");
@@ -180,6 +185,19 @@ static void break_work(dd_job *j)
     dd_reply_cstr(r, b.by);
     dd_reply_cstr(r, "reason");
     dd_reply_cstr(r, b.reason);
+}
+
+/* On the loop: the break answered, and the session locks of this dlockd's clients that
+ * it evicted end their connections now, not at their next renewal. */
+static void break_done(dd_job *j)
+{
+    ops_args *a = j->args;
+    char *evicted = a->evicted;
+    a->evicted = NULL;
+    done(j);
+    if (evicted != NULL)
+        dd_loss_broken(evicted);
+    free(evicted);
 }
 
 static void dd_cmd_break(dd_conn *c, resp_arg *argv, size_t argc, dd_buf *out)
@@ -208,7 +226,7 @@ static void dd_cmd_break(dd_conn *c, resp_arg *argv, size_t argc, dd_buf *out)
     /* Who broke it, in the record: the admin connection, as its locks name it. */
     a->by = dd_holder_label(c, "admin");
     j->work = break_work;
-    j->done = done;
+    j->done = break_done;
     dd_job_queue(j);
 }
 

@@ -456,8 +456,30 @@ static void test_locks_and_break(void **state)
     /* The evicted holder is told at once: its connection ends with -LOST. */
     dt_expect_error(dt_cmd(v, "UNLOCK ops:stuck %s", l.token), "LOST session lock 'ops:stuck'");
     assert_null(redisCommand(v, "PING"));
+    redisFree(v);
     dt_expect_int(dt_cmd(w, "UNLOCK ops:stuck %s", got.token), 1);
     dt_expect_nil(dt_cmd(a, "BREAK ops:stuck"));
+
+    /* With no waiter of this dlockd to be served (which tells the holder too), the
+     * evicted holder is still told at once, before its renewal (a third of its 10 s
+     * lease) could find the lock gone: its next command, whatever it is, is answered
+     * -LOST, its connection ends, and its other session lock is released with it. */
+    redisReply *b;
+    dt_lock quiet, other, freed;
+    v = dt_connect(&adm);
+    dt_expect_lock(dt_cmd(v, "LOCK ops:quiet TTL 10000"), &quiet);
+    dt_expect_lock(dt_cmd(v, "LOCK ops:other TTL 10000"), &other);
+    b = dt_cmd(a, "BREAK ops:quiet");
+    assert_int_equal(b->type, REDIS_REPLY_ARRAY);
+    assert_memory_equal(b->element[1]->str, quiet.token, DLOCK_TOKEN_LEN);
+    freeReplyObject(b);
+    dt_expect_error(dt_cmd(v, "PING"), "LOST session lock 'ops:quiet'");
+    assert_null(redisCommand(v, "PING"));
+    dt_expect_lock(dt_cmd(a, "LOCK ops:other TTL 10000 WAIT %lld", (long long)(2000 * dh_slack())),
+                   &freed);
+    assert_true(freed.fence > other.fence);
+    dt_expect_int(dt_cmd(a, "UNLOCK ops:other %s", freed.token), 1);
+
     dt_expect_error(dt_cmd(a, "BREAK ops:stuck REASON"), "ERR syntax error");
     dt_expect_error(dt_cmd(a, "BREAK ops:stuck COLOR red"), "ERR syntax error");
     dt_expect_error(dt_cmd(a, "LOCKS a b"), "ERR syntax error");
