@@ -90,11 +90,12 @@ final class Client
     public static function connect(string $url): self
     {
         $u = Url::parse($url);
-        $client = new self(
-            $u->client === 'predis' ? $u->predis() : $u->phpredis(),
-            $u->maxHoldMs,
-            $u->name
-        );
+        $redis = $u->client === 'predis' ? $u->predis() : $u->phpredis();
+        $client = new self($redis, $u->maxHoldMs, $u->name);
+        if ($redis instanceof \Redis) {
+            // Connected again from the URL after a failure, TLS options and all.
+            $client->conn = new PhpRedisConnection($redis, $u);
+        }
         $client->url = $u;
         return $client;
     }
@@ -136,7 +137,8 @@ final class Client
      *
      * Throws NotAcquired when the lock was not acquired within the wait, LockLost when
      * the release found it no longer held ($fn's work was not wholly under the lock),
-     * and whatever $fn throws. The other parameters are lock()'s.
+     * and whatever $fn throws. The other parameters are lock()'s, but for $detached:
+     * the lock ends with $fn, so a session lock serves.
      */
     public function synchronized(
         string $name,

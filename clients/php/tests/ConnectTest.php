@@ -8,6 +8,7 @@ use Dlock\Client;
 use Dlock\CommandError;
 use Dlock\InvalidArgument;
 use Dlock\Lock;
+use Dlock\ProtocolError;
 use Dlock\Tests\Support\Process;
 use Dlock\Tests\Support\Helpers;
 use Dlock\Tests\Support\Servers;
@@ -93,6 +94,61 @@ final class ConnectTest extends TestCase
         }
         $e = $this->throws(InvalidArgument::class, fn () => new Client(new \stdClass()));
         $this->assertStringContainsString('stdClass', $e->getMessage());
+    }
+
+    /**
+     * A redis-server where dlockd should be: ProtocolError, that says so, not a
+     * CommandError about a command the application never sent.
+     * @dataProvider clients
+     */
+    public function testNotDlockd(string $kind): void
+    {
+        [$redis, $port] = Servers::redis();
+        try {
+            $c = Client::connect("dlockd://127.0.0.1:$port?client=$kind");
+            $e = $this->throws(ProtocolError::class, fn () => $c->lock('x'));
+            $this->assertStringContainsString("unknown command 'LOCK'", $e->getMessage());
+            $this->assertStringContainsString('is this dlockd', $e->getMessage());
+        } finally {
+            $redis->stop();
+        }
+    }
+
+    /**
+     * dlockds://: over TLS with the URL's cafile, persistent or not; refused without it
+     * (dlockd's certificate is signed by no CA the system trusts), as Unavailable with
+     * the handshake's reason and no PHP warning. And the cafile stays the URL's: PHP's
+     * default stream context is left as it was (predis 1 would write the URL's TLS
+     * options there, for every later TLS stream of the process to use).
+     * @dataProvider clients
+     */
+    public function testTls(string $kind): void
+    {
+        $dir = sys_get_temp_dir() . '/dlock-php-tls-' . getmypid() . "-$kind";
+        @mkdir($dir);
+        [$ca, $cert, $key] = Servers::certificates($dir);
+        $tlsPort = Servers::freePort();
+        [$dlockd, , $redis] = Servers::pair(['--tls-port', (string) $tlsPort, '--tls-cert-file', $cert,
+            '--tls-key-file', $key, '--tls-auth-clients', 'no']);
+        try {
+            $default = stream_context_get_options(stream_context_get_default());
+            $at = "dlockds://localhost:$tlsPort?client=$kind";
+            foreach (['0', '1'] as $persistent) {
+                $c = Client::connect("$at&persistent=$persistent&cafile=" . rawurlencode($ca));
+                $lock = $c->lock($this->name("tls-$kind-$persistent"));
+                $this->assertInstanceOf(Lock::class, $lock, "persistent=$persistent");
+                $this->assertTrue($lock->release());
+            }
+            $this->assertSame($default, stream_context_get_options(stream_context_get_default()));
+            // No '@': a warning would fail the test (PHPUnit turns it into an exception).
+            $e = $this->throws(Unavailable::class, fn () => Client::connect($at));
+            $this->assertStringContainsString('certificate verify failed', $e->getMessage());
+        } finally {
+            $dlockd->stop();
+            $redis->stop();
+            array_map('unlink', glob("$dir/*"));
+            rmdir($dir);
+        }
     }
 
     /**

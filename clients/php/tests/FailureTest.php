@@ -63,6 +63,39 @@ final class FailureTest extends TestCase
     }
 
     /**
+     * dlockd back after a failure: a Client whose dlockd was killed, and whose calls
+     * failed while it was down (phpredis gives up a connection whose reconnect failed,
+     * until it is connected again), works again as soon as dlockd is back, with no new
+     * Client: connected by URL, persistent or not, or given the application's own
+     * connection.
+     * @dataProvider clients
+     */
+    public function testDlockdBack(string $kind): void
+    {
+        [$dlockd, $dport, $redis, $rport] = Servers::pair();
+        $clients = [
+            'url' => Client::connect("dlockd://127.0.0.1:$dport?client=$kind"),
+            'persistent url' => Client::connect("dlockd://127.0.0.1:$dport?client=$kind&persistent=1"),
+            'own' => new Client(Servers::client($kind, $dport)),
+        ];
+        foreach ($clients as $how => $c) {
+            $this->assertSame('free', $c->info("back:$how")['state'], $how);
+        }
+        $dlockd->kill();
+        $this->assertTrue(self::ended($dlockd), 'dlockd was killed');
+        foreach ($clients as $how => $c) {
+            $this->throws(Unavailable::class, fn () => $c->lock("back:$how"));
+            $this->throws(Unavailable::class, fn () => $c->lock("back:$how"));
+        }
+        $dlockd = Servers::dlockdOn($dport, ["redis://127.0.0.1:$rport"]);
+        foreach ($clients as $how => $c) {
+            $lock = $c->lock("back:$how");
+            $this->assertInstanceOf(Lock::class, $lock, $how);
+            $this->assertTrue($lock->release(), $how);
+        }
+    }
+
+    /**
      * dlockd killed while a lock() waits for another connection's lock: Unavailable
      * as soon as the connection breaks, long before the wait would have ended.
      * @dataProvider clients
@@ -154,7 +187,7 @@ final class FailureTest extends TestCase
         $e = $this->throws(CommandError::class, fn () => $c->lock('x', ttlMs: 999));
         $this->assertStringContainsString('TTL of a session lock', $e->getMessage());
 
-        $redis = self::redisOn($rport);
+        $redis = Servers::redisOn($rport);
         $new = $c->lock('x');
         $this->assertInstanceOf(Lock::class, $new);
         $this->assertTrue($new->release());
@@ -271,22 +304,5 @@ final class FailureTest extends TestCase
             usleep(1000);
         }
         return !$p->running();
-    }
-
-    /** A redis-server on $port again (the one a stopped lock server had). */
-    private static function redisOn(int $port): Process
-    {
-        $exe = getenv('DLOCK_REDIS_SERVER') ?: 'redis-server';
-        $p = Process::start([$exe, '--port', (string) $port, '--bind', '127.0.0.1', '--save', '',
-            '--appendonly', 'no'], tempnam(sys_get_temp_dir(), 'dlock-php-redis-'));
-        $deadline = microtime(true) + 10 * Servers::slack();
-        while (($s = @stream_socket_client("tcp://127.0.0.1:$port", $errno, $errstr, 0.2)) === false) {
-            if (!$p->running() || microtime(true) > $deadline) {
-                throw new \RuntimeException("redis-server did not start again on $port: " . file_get_contents($p->log));
-            }
-            usleep(10000);
-        }
-        fclose($s);
-        return $p;
     }
 }

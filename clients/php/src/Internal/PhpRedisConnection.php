@@ -22,19 +22,49 @@ use Dlock\Unavailable;
  */
 final class PhpRedisConnection extends BaseConnection
 {
-    public function __construct(private \Redis $redis)
+    /**
+     * Closed here (drop()): the next command connects it again first. phpredis would
+     * reconnect by itself after close(), but not once a reconnect of its own failed
+     * (dlockd down for one command): from then on every command fails with "went away"
+     * until connect() is called again.
+     */
+    private bool $closed = false;
+
+    /**
+     * How the application connected its \Redis, read while it was connected (phpredis
+     * tells its address, timeouts, persistent id and password only then), for the
+     * connections opened again here and for subscriber(): [host, port, timeout, read
+     * timeout, persistent id or null, auth or null]; null when it was not connected.
+     */
+    private ?array $params;
+
+    /**
+     * @param Url|null $url the URL of Client::connect(), which connects again with
+     *                      everything it named (TLS options included); null: as the
+     *                      application's \Redis was connected, without its TLS stream
+     *                      options, which phpredis does not tell
+     */
+    public function __construct(private \Redis $redis, private ?Url $url = null)
     {
+        $this->params = self::params($redis);
     }
 
     protected function send(array $args, int $waitMs): mixed
     {
-        // A last error left by the application's own commands is not this reply's.
-        $this->redis->clearLastError();
-        $restore = $waitMs !== 0 ? $this->raiseReadTimeout($waitMs) : null;
+        if ($this->closed) {
+            $this->open();
+        }
+        $restore = null;
         try {
+            // A last error left by the application's own commands is not this reply's.
+            $this->redis->clearLastError();
+            $restore = $waitMs !== 0 ? $this->raiseReadTimeout($waitMs) : null;
             $reply = $this->redis->rawCommand(...$args);
         } catch (\RedisException $e) {
             $message = $e->getMessage();
+            if ($this->params === null && $this->url === null && !$this->redis->isConnected()) {
+                throw self::neverConnected($e);
+            }
             throw $this->failure($message, $this->redis->getLastError() === $message, $e);
         } finally {
             if ($restore !== null) {
@@ -55,41 +85,85 @@ final class PhpRedisConnection extends BaseConnection
         return self::nils($reply);
     }
 
-    /**
-     * Connects a \Redis as the application's was: its address, timeouts and password,
-     * which phpredis tells; not its TLS stream options, which it does not (a client
-     * made by Client::connect() gets its subscriber from the URL instead).
-     */
+    /** A \Redis of its own, connected as the application's was, never persistent. */
     public function subscriber(): \Redis
     {
-        $host = $this->redis->getHost();
-        $port = $this->redis->getPort();
-        if (!is_string($host) || $host === '') {
-            throw new Unavailable('dlock: the \\Redis given to Dlock\\Client was never connected');
-        }
         $r = new \Redis();
+        $this->connect($r, false);
+        return $r;
+    }
+
+    /** The application's \Redis connected again, after close(). */
+    private function open(): void
+    {
+        // A \Redis the application connected after giving it to the Client.
+        $this->params ??= self::params($this->redis);
+        $this->connect($this->redis, true);
+        $this->closed = false;
+    }
+
+    /**
+     * Connects $r as the application's \Redis was. $persistent: persistent if it was
+     * (phpredis tells a persistent id only; a pconnect() without one comes back as a
+     * plain connect(), which ends with the request).
+     */
+    private function connect(\Redis $r, bool $persistent): void
+    {
+        if ($this->url !== null) {
+            $this->url->connectPhpredis($r, $persistent ? null : false);
+            return;
+        }
+        if ($this->params === null) {
+            throw self::neverConnected();
+        }
+        [$host, $port, $timeout, $readTimeout, $id, $auth] = $this->params;
+        $where = $port > 0 ? "$host:$port" : $host;
         try {
-            $ok = $r->connect($host, (int) $port, (float) $this->redis->getTimeout(), null, 0, (float) $this->redis->getReadTimeout());
+            $ok = $persistent && $id !== null
+                ? $r->pconnect($host, $port, $timeout, $id, 0, $readTimeout)
+                : $r->connect($host, $port, $timeout, null, 0, $readTimeout);
             if (!$ok) {
-                throw new Unavailable("dlock: cannot connect to dlockd at $host");
+                throw new Unavailable("dlock: cannot connect to dlockd at $where");
             }
-            $auth = $this->redis->getAuth();
-            if ($auth !== null && $auth !== false && !$r->auth($auth)) {
+            if ($auth !== null && !$r->auth($auth)) {
                 throw new AuthFailed('dlockd: ' . ($r->getLastError() ?? 'AUTH refused'));
             }
         } catch (\RedisException $e) {
             $message = $e->getMessage();
             throw Replies::code($message) !== null
                 ? Replies::error($message)
-                : new Unavailable("dlock: cannot connect to dlockd at $host: $message", 0, $e);
+                : new Unavailable("dlock: cannot connect to dlockd at $where: $message", 0, $e);
         }
-        return $r;
+    }
+
+    private static function params(\Redis $redis): ?array
+    {
+        $host = $redis->getHost();
+        if (!is_string($host) || $host === '') {
+            return null;
+        }
+        $id = $redis->getPersistentID();
+        $auth = $redis->getAuth();
+        return [
+            $host,
+            (int) $redis->getPort(),
+            (float) $redis->getTimeout(),
+            (float) $redis->getReadTimeout(),
+            is_string($id) ? $id : null,
+            $auth === false ? null : $auth,
+        ];
+    }
+
+    private static function neverConnected(?\Throwable $e = null): Unavailable
+    {
+        return new Unavailable('dlock: the \\Redis given to Dlock\\Client was never connected', 0, $e);
     }
 
     protected function close(): void
     {
         // close() ends a pconnect() connection too (phpredis 5.3 closes it for good
         // rather than giving it back to the pool).
+        $this->closed = true;
         try {
             $this->redis->close();
         } catch (\RedisException) {

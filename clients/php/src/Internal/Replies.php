@@ -55,6 +55,11 @@ final class Replies
         if (str_starts_with($line, 'ERR Protocol error')) {
             return new ProtocolError("dlockd: $line");
         }
+        // This package sends dlockd's commands only: a server that knows none of them
+        // is not dlockd (a redis-server on that port), or a dlockd older than it.
+        if (str_starts_with($line, 'ERR unknown command')) {
+            return new ProtocolError("dlockd: $line: is this dlockd, and as new as this package?");
+        }
         $class = self::CODES[$code];
         return new $class("dlockd: $line");
     }

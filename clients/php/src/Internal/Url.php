@@ -99,11 +99,22 @@ final class Url
     /** @param bool|null $persistent null: as the URL says */
     public function phpredis(?bool $persistent = null): \Redis
     {
-        $persistent ??= $this->persistent;
         if (!extension_loaded('redis')) {
             throw new InvalidArgument('dlock: the phpredis extension is not loaded (php-redis)');
         }
         $r = new \Redis();
+        $this->connectPhpredis($r, $persistent);
+        return $r;
+    }
+
+    /**
+     * Connects $r (again) to the URL's dlockd, with its TLS options and password.
+     *
+     * @param bool|null $persistent null: as the URL says
+     */
+    public function connectPhpredis(\Redis $r, ?bool $persistent = null): void
+    {
+        $persistent ??= $this->persistent;
         // An IPv6 address without its URL brackets: phpredis adds its own.
         $host = $this->scheme === 'dlockd+unix' ? 'unix://' . $this->host : trim($this->host, '[]');
         if ($this->scheme === 'dlockds') {
@@ -112,11 +123,11 @@ final class Url
         $tls = $this->tls();
         $context = $tls === [] ? [] : ['stream' => $tls];
         try {
-            $ok = $persistent
+            $ok = self::quietly(fn () => $persistent
                 ? $r->pconnect($host, $this->port, $this->timeout, 'dlock', 0, $this->timeout, $context)
-                : $r->connect($host, $this->port, $this->timeout, null, 0, $this->timeout, $context);
+                : $r->connect($host, $this->port, $this->timeout, null, 0, $this->timeout, $context), $warning);
             if (!$ok) {
-                throw new Unavailable("dlock: cannot connect to dlockd at {$this->where()}");
+                throw new Unavailable("dlock: cannot connect to dlockd at {$this->where()}" . $warning);
             }
             if ($this->password !== null) {
                 $auth = $this->user !== null ? [$this->user, $this->password] : $this->password;
@@ -124,22 +135,25 @@ final class Url
                     throw new AuthFailed('dlockd: ' . ($r->getLastError() ?? 'AUTH refused'));
                 }
             }
-            // Once: after a reconnect phpredis does not give the name again, which is
-            // why it is also the label of every lock (Client), where it matters most.
+            // At each connect made here, but not at phpredis's own reconnects (after
+            // dlockd closed an idle connection), which is why the name is also the
+            // label of every lock (Client), where it matters most.
             if ($this->name !== null && $r->client('setname', $this->name) !== true) {
                 throw Replies::error($r->getLastError() ?? 'ERR CLIENT SETNAME refused');
             }
         } catch (\RedisException $e) {
-            throw self::failure($e->getMessage(), $e, $this->where());
+            throw self::failure($e->getMessage() . ($warning ?? ''), $e, $this->where());
         }
-        return $r;
     }
 
     /** @param bool|null $persistent null: as the URL says */
     public function predis(?bool $persistent = null): \Predis\Client
     {
         if (!class_exists(\Predis\Client::class)) {
-            throw new InvalidArgument('dlock: predis is not installed (php-predis, or composer require predis/predis)');
+            throw new InvalidArgument(
+                'dlock: predis is not loaded: composer require predis/predis, or with Debian\'s '
+                . "php-predis, require '/usr/share/php/Predis/autoload.php' first"
+            );
         }
         $params = [
             'scheme' => match ($this->scheme) {
@@ -163,7 +177,10 @@ final class Url
         if ($tls !== []) {
             $params['ssl'] = $tls;
         }
-        $client = new \Predis\Client($params);
+        $client = new \Predis\Client(
+            $params,
+            $this->scheme === 'dlockds' && PredisStream::needed() ? ['connections' => ['tls' => PredisStream::class]] : []
+        );
         // Sent again at every connect, as predis sends its own AUTH: predis 1.1 knows
         // no user names, so AUTH is one of these commands here.
         $node = $client->getConnection();
@@ -177,9 +194,10 @@ final class Url
             $node->addConnectCommand(new \Predis\Command\RawCommand(['CLIENT', 'SETNAME', $this->name]));
         }
         try {
-            $client->connect();
+            self::quietly(fn () => $client->connect(), $warning);
         } catch (\Predis\CommunicationException $e) {
-            throw self::failure(preg_replace('/^`[A-Z]+` failed: /', '', $e->getMessage()), $e, $this->where());
+            $message = preg_replace('/^`[A-Z]+` failed: /', '', $e->getMessage());
+            throw self::failure($message . ($warning ?? ''), $e, $this->where());
         }
         return $client;
     }
@@ -204,6 +222,32 @@ final class Url
             }
         }
         return $tls;
+    }
+
+    /**
+     * Runs $connect with PHP's warnings kept from the application, and returns what it
+     * returned. A TLS handshake that fails warns ("certificate verify failed") before
+     * the client reports it, and a framework that turns warnings into exceptions
+     * (Laravel, PHPUnit) would throw that in place of this package's Unavailable.
+     * $warning: the warnings' reasons, as text to end an exception's message with
+     * ("" when none), also when $connect throws.
+     */
+    private static function quietly(callable $connect, ?string &$warning): mixed
+    {
+        $warning = '';
+        $reasons = [];
+        set_error_handler(static function (int $no, string $text) use (&$reasons, &$warning): bool {
+            // "stream_socket_enable_crypto(): SSL operation failed with code 1. OpenSSL
+            // Error messages:\nerror:0A000086:SSL routines::certificate verify failed"
+            $reasons[] = preg_replace(['/^[\w:]+\(\): /', '/\s+/'], ['', ' '], $text);
+            $warning = ' (' . implode('; ', $reasons) . ')';
+            return true;
+        }, E_WARNING | E_NOTICE);
+        try {
+            return $connect();
+        } finally {
+            restore_error_handler();
+        }
     }
 
     private function where(): string

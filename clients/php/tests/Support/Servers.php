@@ -26,9 +26,13 @@ final class Servers
     /** A redis-server: [process, port]. */
     public static function redis(): array
     {
-        $exe = getenv('DLOCK_REDIS_SERVER') ?: 'redis-server';
-        return self::start(fn (int $port) => [$exe, '--port', (string) $port, '--bind', '127.0.0.1',
-            '--save', '', '--appendonly', 'no'], 'redis');
+        return self::start(fn (int $port) => self::redisArgv($port), 'redis');
+    }
+
+    /** A redis-server again on $port (the one a stopped lock server had). */
+    public static function redisOn(int $port): Process
+    {
+        return self::startOn(self::redisArgv($port), $port, 'redis');
     }
 
     /**
@@ -37,11 +41,27 @@ final class Servers
      */
     public static function dlockd(array $urls, array $extra = []): array
     {
-        $exe = getenv('DLOCKD');
-        return self::start(fn (int $port) => array_merge(
-            [$exe, '-s', implode(',', $urls), '-p', (string) $port, '--shutdown-timeout', '0'],
+        return self::start(fn (int $port) => self::dlockdArgv($port, $urls, $extra), 'dlockd');
+    }
+
+    /** dlockd again on $port (the one a killed dlockd had). */
+    public static function dlockdOn(int $port, array $urls): Process
+    {
+        return self::startOn(self::dlockdArgv($port, $urls, []), $port, 'dlockd');
+    }
+
+    private static function redisArgv(int $port): array
+    {
+        return [getenv('DLOCK_REDIS_SERVER') ?: 'redis-server', '--port', (string) $port,
+            '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no'];
+    }
+
+    private static function dlockdArgv(int $port, array $urls, array $extra): array
+    {
+        return array_merge(
+            [getenv('DLOCKD'), '-s', implode(',', $urls), '-p', (string) $port, '--shutdown-timeout', '0'],
             $extra
-        ), 'dlockd');
+        );
     }
 
     /** A redis-server and a dlockd before it: [dlockd, dlockd's port, redis, redis's port]. */
@@ -65,6 +85,32 @@ final class Servers
         } finally {
             unlink($file);
         }
+    }
+
+    /**
+     * A CA and a server certificate it signed for localhost and 127.0.0.1, written to
+     * $dir: [CA certificate, certificate, key] files, for dlockd's --tls-port.
+     */
+    public static function certificates(string $dir): array
+    {
+        $cnf = "$dir/openssl.cnf";
+        file_put_contents($cnf, "[req]\ndistinguished_name = dn\n[dn]\n"
+            . "[ca]\nbasicConstraints = critical,CA:TRUE\nkeyUsage = critical,keyCertSign,cRLSign\n"
+            . "[server]\nbasicConstraints = CA:FALSE\nsubjectAltName = DNS:localhost,IP:127.0.0.1\n");
+        $key = fn () => openssl_pkey_new(['private_key_type' => OPENSSL_KEYTYPE_EC, 'curve_name' => 'prime256v1']);
+        $opts = fn (string $ext) => ['config' => $cnf, 'digest_alg' => 'sha256', 'x509_extensions' => $ext];
+        $caKey = $key();
+        $ca = openssl_csr_sign(openssl_csr_new(['commonName' => 'dlock test CA'], $caKey, $opts('ca')), null, $caKey, 1, $opts('ca'), 1);
+        $serverKey = $key();
+        $csr = openssl_csr_new(['commonName' => 'localhost'], $serverKey, $opts('server'));
+        $cert = openssl_csr_sign($csr, $ca, $caKey, 1, $opts('server'), 2);
+        if ($ca === false || $cert === false) {
+            throw new \RuntimeException('test certificates: ' . openssl_error_string());
+        }
+        openssl_x509_export_to_file($ca, "$dir/ca.crt");
+        openssl_x509_export_to_file($cert, "$dir/server.crt");
+        openssl_pkey_export_to_file($serverKey, "$dir/server.key");
+        return ["$dir/ca.crt", "$dir/server.crt", "$dir/server.key"];
     }
 
     /** phpredis connected to dlockd at $port, replies awaited $readTimeout s at most. */
@@ -98,22 +144,37 @@ final class Servers
 
     private static function start(callable $argv, string $what): array
     {
-        $dir = sys_get_temp_dir();
         for ($try = 0; $try < 5; $try++) {
             $port = self::freePort();
-            $log = tempnam($dir, "dlock-php-$what-");
-            $p = Process::start($argv($port), $log);
-            $deadline = microtime(true) + 10 * self::slack();
-            while (microtime(true) < $deadline && $p->running()) {
-                $s = @stream_socket_client("tcp://127.0.0.1:$port", $errno, $errstr, 0.2);
-                if ($s !== false) {
-                    fclose($s);
-                    return [$p, $port];
-                }
-                usleep(10000);
+            $p = self::listening($argv($port), $port, $what, $log);
+            if ($p !== null) {
+                return [$p, $port];
             }
-            $p->stop();
         }
         throw new \RuntimeException("$what did not start; its last log: " . file_get_contents($log));
+    }
+
+    private static function startOn(array $argv, int $port, string $what): Process
+    {
+        return self::listening($argv, $port, $what, $log)
+            ?? throw new \RuntimeException("$what did not start again on $port: " . file_get_contents($log));
+    }
+
+    /** $argv's process once it listens on $port; null (and stopped) when it did not. */
+    private static function listening(array $argv, int $port, string $what, ?string &$log): ?Process
+    {
+        $log = tempnam(sys_get_temp_dir(), "dlock-php-$what-");
+        $p = Process::start($argv, $log);
+        $deadline = microtime(true) + 10 * self::slack();
+        while (microtime(true) < $deadline && $p->running()) {
+            $s = @stream_socket_client("tcp://127.0.0.1:$port", $errno, $errstr, 0.2);
+            if ($s !== false) {
+                fclose($s);
+                return $p;
+            }
+            usleep(10000);
+        }
+        $p->stop();
+        return null;
     }
 }
