@@ -69,7 +69,8 @@ export function bytes(raw: string | Buffer): Buffer {
 
 function describe(value: unknown): string {
   if (typeof value === 'string') return JSON.stringify(value.slice(0, 40));
-  if (typeof value === 'number' || typeof value === 'bigint' || typeof value === 'boolean') return String(value);
+  if (typeof value === 'bigint') return `${value}n`; // a BigInt, which is no number here
+  if (typeof value === 'number' || typeof value === 'boolean') return String(value);
   if (value === null) return 'null';
   if (value === undefined) return 'undefined';
   return typeof value;

@@ -215,6 +215,9 @@ test('wait and ttl checks: negative wait, NaN, TTL out of range', async () => {
     const e = await h.rejection(client.acquire(name, opts));
     assert.ok(e instanceof dlock.InvalidArgumentError, `${JSON.stringify(opts)}: ${e}`);
   }
+  // A BigInt is no number here, and the message shows it as one (10000n, not 10000).
+  const big = await h.rejection(client.acquire(name, { ttl: 10000n }));
+  assert.match(big.message, /not 10000n$/);
   const held = await client.acquire(name, { ttl: 5000 });
   const e = await h.rejection(held.extend(10));
   assert.ok(e instanceof dlock.InvalidArgumentError);

@@ -165,9 +165,13 @@ def delta_int(value: Any) -> int:
     return value
 
 
+#: The largest fence: dlockd's are 64-bit.
+FENCE_MAX = 2**64 - 1
+
+
 def fence_int(value: Any) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise InvalidArgument(f"dlock: fence must be an int, 0 or more, not {value!r}")
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= FENCE_MAX:
+        raise InvalidArgument(f"dlock: fence must be an int from 0 to 2**64 - 1, not {value!r}")
     return value
 
 

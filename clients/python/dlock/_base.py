@@ -68,7 +68,9 @@ class PoolBase:
 class LockBase:
     """A lock (or a semaphore's permit) held from dlockd.
 
-    Read-only attributes: ``name`` (str), ``token`` (str, 32 hex characters),
+    Read-only attributes: ``name`` (str), ``name_bytes`` (the name as dlockd has it:
+    a bytes name that is not UTF-8 reads back exactly here only), ``token`` (str, 32
+    hex characters),
     ``fence`` (int, greater than every earlier holder's: hand it to what the lock
     protects), ``validity`` (the seconds of lease left when it was granted: a snapshot
     of that moment, not updated by renewals or ``extend()``), ``detached`` (bool) and
@@ -106,6 +108,10 @@ class LockBase:
     @property
     def name(self) -> str:
         return self._text
+
+    @property
+    def name_bytes(self) -> bytes:
+        return self._name
 
     @property
     def token(self) -> str:

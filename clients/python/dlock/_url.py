@@ -84,48 +84,55 @@ _DIGITS = re.compile(r"[0-9]+")
 _CLIENT_NAME = re.compile(r"[\x21-\x7e]{1,128}")
 
 
+def _shown(url: str) -> str:
+    """The URL as an error message shows it: its password masked, as messages end up
+    in logs."""
+    return re.sub(r"^([^:/?#]*://[^:@/?#]*:)[^@/?#]*@", r"\1***@", url)
+
+
 def parse(url: str) -> Url:
     if not isinstance(url, str):
         raise InvalidArgument(f"dlock: a dlockd URL is a str, not {type(url).__name__}")
+    shown = _shown(url)
     try:
         u = urlsplit(url)
         port = u.port
     except ValueError as e:
-        raise InvalidArgument(f"dlock: {url!r} is not a dlockd URL: {e}") from None
+        raise InvalidArgument(f"dlock: {shown!r} is not a dlockd URL: {e}") from None
     scheme = u.scheme.lower()
     if scheme not in SCHEMES:
-        raise InvalidArgument(f"dlock: {url!r} is not a dlockd://, dlockds:// or dlockd+unix:///PATH URL")
+        raise InvalidArgument(f"dlock: {shown!r} is not a dlockd://, dlockds:// or dlockd+unix:///PATH URL")
     if "#" in url:
-        raise InvalidArgument(f"dlock: {url!r}: a dlockd URL has no #fragment")
+        raise InvalidArgument(f"dlock: {shown!r}: a dlockd URL has no #fragment")
     unix = scheme == "dlockd+unix"
     if unix:
-        host = _unquote(u.path, url)
+        host = _unquote(u.path, shown)
         if u.hostname or port is not None:
             raise InvalidArgument(
-                f"dlock: {url!r}: a dlockd+unix URL names a path, not a host (dlockd+unix:///PATH)"
+                f"dlock: {shown!r}: a dlockd+unix URL names a path, not a host (dlockd+unix:///PATH)"
             )
     else:
         host = u.hostname or ""
         if u.path not in ("", "/"):
-            raise InvalidArgument(f"dlock: {url!r}: a dlockd URL has no path (nor a database number)")
+            raise InvalidArgument(f"dlock: {shown!r}: a dlockd URL has no path (nor a database number)")
     if not host:
-        raise InvalidArgument(f"dlock: {url!r} names no {'socket path' if unix else 'host'}")
+        raise InvalidArgument(f"dlock: {shown!r} names no {'socket path' if unix else 'host'}")
     if unix:
         port = 0
     elif port is None:
         port = DEFAULT_PORT
     elif not 1 <= port <= 65535:
-        raise InvalidArgument(f"dlock: {url!r}: port must be 1 to 65535")
-    user = _unquote(u.username, url) if u.username else None
+        raise InvalidArgument(f"dlock: {shown!r}: port must be 1 to 65535")
+    user = _unquote(u.username, shown) if u.username else None
     if user is not None and user not in ("default", "admin"):
         raise InvalidArgument(f"dlock: dlockd's users are default and admin, not {user!r}")
-    password = _unquote(u.password, url) if u.password is not None else None
+    password = _unquote(u.password, shown) if u.password is not None else None
 
     q: Dict[str, str] = {}
     try:
         pairs = parse_qsl(u.query, keep_blank_values=True, errors="strict")
     except UnicodeDecodeError:
-        raise InvalidArgument(f"dlock: {url!r}: an option with a %-escape that is not UTF-8") from None
+        raise InvalidArgument(f"dlock: {shown!r}: an option with a %-escape that is not UTF-8") from None
     for k, v in pairs:
         if k not in OPTIONS:
             raise InvalidArgument(f"dlock: unknown option {k!r} in a dlockd URL ({', '.join(OPTIONS)})")

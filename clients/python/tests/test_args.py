@@ -83,10 +83,14 @@ def test_labels_flags_and_fences(nowhere):
     with pytest.raises(dlock.InvalidArgument):
         nowhere.semaphore("s", 2, fair="yes")
     token = "0" * 32
-    for bad in ("1", -1, True, 1.0, None):
+    for bad in ("1", -1, True, 1.0, None, 2**64):
         with pytest.raises(dlock.InvalidArgument, match="fence"):
             nowhere.adopt("n", token, bad)
     assert nowhere.adopt("n", token, 7).fence == 7
+    assert nowhere.adopt("n", token, 2**64 - 1).fence == 2**64 - 1
+    raw = b"\xff\xfe"  # a name that is not UTF-8: name_bytes gives it back exactly
+    lk = nowhere.adopt(raw, token)
+    assert lk.name == "\ufffd\ufffd" and lk.name_bytes == raw
 
 
 def test_counts(nowhere):
@@ -178,6 +182,16 @@ def test_bad_urls(url):
         dlock.Client.from_url(url)
     with pytest.raises(dlock.InvalidArgument):
         dlock.asyncio.Client.from_url(url)
+
+
+@pytest.mark.parametrize(
+    "url", ["dlockd://:s3cret@h/0", "dlockd://admin:s3cret@h#x", "dlockd://:s3cret@h:99999", "dlockd://:s3cret%FF@h"]
+)
+def test_bad_url_hides_its_password(url):
+    """An error names the URL, as it ends up in logs: with its password masked."""
+    with pytest.raises(dlock.InvalidArgument) as e:
+        dlock.Client.from_url(url)
+    assert "s3cret" not in str(e.value) and "***@h" in str(e.value)
 
 
 def test_urls():
