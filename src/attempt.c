@@ -305,11 +305,13 @@ bool dlock__queue_refresh_end(dlock_client *c, dlock__round *rd, dlock__call *ca
                               int64_t *busy_ms)
 {
     bool now = false;
+    int answered = 0;
     *busy_ms = 0;
     for (int i = 0; i < c->n; i++) {
         const redisReply *r = rd->reqs[i].err == DLOCK_OK ? rd->reqs[i].reply : NULL;
         if (r == NULL || r->type != REDIS_REPLY_INTEGER)
             continue; /* an attempt would fail there too */
+        answered++;
         if (r->integer == -2 || r->integer == -3)
             now = true;
         else if (r->integer > 0 && (*busy_ms == 0 || r->integer < *busy_ms))
@@ -317,7 +319,10 @@ bool dlock__queue_refresh_end(dlock_client *c, dlock__round *rd, dlock__call *ca
     }
     dlock__round_free_replies(c, rd);
     dlock__call_free(call);
-    return now;
+    /* Too few servers answered: an attempt, whose failure counts toward the outage that
+     * ends even an endless wait (a refresh's would not, and the waiter would refresh
+     * servers that are gone for as long as they stay gone). */
+    return now || answered < c->quorum;
 }
 
 /* v (>= 0) in decimal at buf, NUL-terminated: its length. (snprintf's formatting was a

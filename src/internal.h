@@ -630,8 +630,9 @@ void dlock__attempt_undo(struct dlock_client *c, dlock__round *rd, const dlock__
 int dlock__queue_up(struct dlock_client *c, dlock__request *q, int64_t ticket,
                     dlock__acquire_args *a, dlock__call *acq);
 /* A queued waiter's refresh on every node, a round started on rd (false: not formatted,
- * attempt instead); its end, once the replies are in: true when it should attempt now,
- * else the shortest lease left in *busy_ms. call, and a that it borrows, live from the
+ * attempt instead); its end, once the replies are in: true when it should attempt now
+ * (the lock is free, or too few servers answered), else the shortest lease left in
+ * *busy_ms. call, and a that it borrows, live from the
  * start to the end. */
 bool dlock__queue_refresh_start(struct dlock_client *c, dlock__round *rd, const dlock__request *q,
                                 dlock__acquire_args *a, dlock__call *call);

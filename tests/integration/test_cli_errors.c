@@ -279,6 +279,48 @@ static void test_sigint_cancels_wait(void **state)
     it_expect_status(&r, 0);
 }
 
+/* A server that goes away during an endless wait ends it too, with 69, about the
+ * connect timeout after its going, as one that was gone before the wait does: the
+ * queued waiter's refreshes, which are all it sends while the holder keeps its lease,
+ * meet the outage as its attempts do. It waited on before. */
+static void test_server_gone_while_waiting(void **state)
+{
+    (void)state;
+    dh_server s;
+    assert_int_equal(dh_server_start(&s, NULL), 0);
+    run r;
+    RUN(&r, "-s", s.url, "acquire", "-t", "60s", "cli-gone");
+    it_expect_status(&r, 0);
+    long long before = it_connected_clients(&s);
+    const char *const args[] = {"-s", s.url, "acquire", "cli-gone", NULL}; /* WAIT: forever */
+    int err_fd;
+    pid_t pid = spawn_cli(args, -1, &err_fd);
+    int64_t deadline = dh_now_ms() + 10000 * dh_slack();
+    while (it_connected_clients(&s) <= before) {
+        assert_true(dh_now_ms() < deadline);
+        dh_sleep_ms(10);
+    }
+    dh_sleep_ms(200); /* queued, and waiting */
+    int64_t gone = dh_now_ms();
+    dh_server_kill(&s);
+    int st = 0;
+    while (waitpid(pid, &st, WNOHANG) == 0) {
+        if (dh_now_ms() - gone > 10000 * dh_slack()) {
+            kill(pid, SIGKILL);
+            waitpid(pid, &st, 0);
+            fail_msg("still waiting %d ms after its only server went away",
+                     (int)(dh_now_ms() - gone));
+        }
+        dh_sleep_ms(10);
+    }
+    char err[2048];
+    read_all(err_fd, err, sizeof err);
+    if (!WIFEXITED(st) || WEXITSTATUS(st) != 69)
+        fail_msg("status %d, want exit 69; stderr: %s", st, err);
+    assert_non_null(strstr(err, "acquire cli-gone: "));
+    dh_server_stop(&s);
+}
+
 static void test_closed_stdout_releases(void **state)
 {
     (void)state;
@@ -308,6 +350,7 @@ int main(void)
         cmocka_unit_test(test_auth),
         cmocka_unit_test(test_rediss_refused),
         cmocka_unit_test(test_sigint_cancels_wait),
+        cmocka_unit_test(test_server_gone_while_waiting),
         cmocka_unit_test(test_closed_stdout_releases),
     };
     return cmocka_run_group_tests(tests, it_srv_auth_setup, it_srv_auth_teardown);
