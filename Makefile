@@ -100,8 +100,15 @@ demo:
 
 # Binaries that run where they are installed: an install RPATH of $ORIGIN/../LIBDIR
 # outside the system's library directories (CMakeLists.txt). DESTDIR stages the tree.
+# Installed into the system (no DESTDIR) as root, the dynamic linker's cache is
+# refreshed, as a package's install does: else a program of the user's own, linked with
+# -ldlock, would not find libdlock.so.0 under /usr/local/lib until the next ldconfig.
+# (dlock and dlockd find it anyway: their runpath names PREFIX/lib.)
 install: all
 	DESTDIR=$(DESTDIR) cmake --install $(BUILD) --prefix $(PREFIX)
+	@if [ -z "$(DESTDIR)" ] && [ "$$(id -u)" = 0 ] && command -v ldconfig >/dev/null; then \
+	  ldconfig; \
+	fi
 
 # Debian packages in build/deb/ (debhelper over debian/, lintian after): tools/deb.sh.
 deb:
