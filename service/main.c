@@ -95,20 +95,31 @@ static bool fit_nofile(void)
     getrlimit(RLIMIT_NOFILE, &rl);
     if (rl.rlim_cur == RLIM_INFINITY)
         return true;
-    long long reserve = 32 + DD_REFUSED_LINGER_MAX +
-                        ((long long)dd_srv.nservers + 1) * (DLOCK_NOWAIT_SETS_MAX + 16) +
-                        (dd_srv.metrics_port > 0 ? DD_METRICS_FDS : 0);
+    long long servers = ((long long)dd_srv.nservers + 1) * (DLOCK_NOWAIT_SETS_MAX + 16);
+    int metrics = dd_srv.metrics_port > 0 ? DD_METRICS_FDS : 0;
+    int own = 32 + DD_REFUSED_LINGER_MAX; /* listeners, loop, log; refused clients */
+    long long reserve = servers + metrics + own;
     long long fit = ((long long)rl.rlim_cur - reserve) / DD_FDS_PER_CLIENT;
+    /* Each part named: a total called the lock servers' would be false whenever
+     * --metrics-port or dlockd's own descriptors are in it, and would send an operator
+     * sizing the limit to the wrong place. */
+    char metrics_part[48] = "";
+    if (metrics > 0)
+        snprintf(metrics_part, sizeof metrics_part, ", %d for --metrics-port", metrics);
+    char kept[160];
+    snprintf(kept, sizeof kept,
+             "%lld kept: %lld for the lock servers%s, %d for listeners, loop and refused clients",
+             reserve, servers, metrics_part, own);
     if (fit < 1) {
-        dd_log("the open-files limit %llu leaves no descriptor for clients (%lld are kept for "
-               "the lock servers' connections): raise it (ulimit -n, LimitNOFILE=)",
-               (unsigned long long)rl.rlim_cur, reserve);
+        dd_log("the open-files limit %llu leaves no descriptor for clients (%s): raise it "
+               "(ulimit -n, LimitNOFILE=)",
+               (unsigned long long)rl.rlim_cur, kept);
         return false;
     }
     if (fit < dd_srv.maxclients) {
         dd_log("maxclients lowered from %d to %lld to fit the open-files limit %llu (%d "
-               "descriptors a client, %lld for the lock servers)",
-               dd_srv.maxclients, fit, (unsigned long long)rl.rlim_cur, DD_FDS_PER_CLIENT, reserve);
+               "descriptors a client; %s)",
+               dd_srv.maxclients, fit, (unsigned long long)rl.rlim_cur, DD_FDS_PER_CLIENT, kept);
         dd_srv.maxclients = (int)fit;
     }
     return true;

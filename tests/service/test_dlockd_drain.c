@@ -6,7 +6,8 @@
  * releases a lock held too long the same way. SIGTERM drains: the listener closes,
  * new LOCKs and waits get -SHUTDOWN, and no client of another dlockd in front of the
  * same server gets a lock until its holder UNLOCKs it (renewed meanwhile) or
- * --shutdown-timeout passes; a second signal ends the drain at once. Real dlockd
+ * --shutdown-timeout passes; a second signal ends the drain at once; one holding
+ * nothing exits at once, its threads woken rather than waited out. Real dlockd
  * processes in front of a real redis-server; hiredis clients, and libdlock for the
  * break.
  */
@@ -314,6 +315,40 @@ static void test_grant_after_drain_undone(void **state)
     fr_stop(relay);
 }
 
+/* A rolling restart waits for each dlockd's exit: one that holds nothing exits at once
+ * on SIGTERM, drain included. Every thread the stop joins must be woken by it, never
+ * waited out: the health checks sleep half a second between checks, and the library's
+ * threads (renewal, wake-ups) as long as their next due time. So the dlockd here has
+ * started them all (a lock taken and UNLOCKed, a wait given up) and sits between two
+ * health checks, with two idle clients still connected, when the signal comes. */
+static void test_idle_exit_prompt(void **state)
+{
+    (void)state;
+    char log[512];
+    dt_log_path(log, sizeof log, "idle-exit");
+    dt_next_log(log);
+    dt_daemon d;
+    /* The drain on, as deployed (dt_start turns it off). */
+    dt_start(&d, it_srv.url, "--shutdown-timeout", "10000", NULL);
+    redisContext *holder = dt_connect(&d), *waiter = dt_connect(&d);
+    dt_lock l;
+    dt_expect_lock(dt_cmd(holder, "LOCK dr-idle TTL 3000"), &l);
+    dt_expect_nil(dt_cmd(waiter, "LOCK dr-idle WAIT 100"));
+    dt_expect_int(dt_cmd(holder, "UNLOCK dr-idle %s", l.token), 1);
+    dh_sleep_ms(700);
+    int64_t t0 = dh_now_ms();
+    kill(d.pid, SIGTERM);
+    int status = wait_exit(d.pid, 1000 * dh_slack());
+    d.pid = 0;
+    print_message("FIG dlockd_idle_exit_ms %lld ms\n", (long long)(dh_now_ms() - t0));
+    assert_true(WIFEXITED(status));
+    assert_int_equal(WEXITSTATUS(status), 0);
+    assert_true(dt_log_has(log, "no session lock held any more"));
+    assert_false(held("dr-idle"));
+    redisFree(holder);
+    redisFree(waiter);
+}
+
 int main(void)
 {
     /* A write to a connection dlockd closed fails with EPIPE, as in any real client. */
@@ -324,6 +359,7 @@ int main(void)
         cmocka_unit_test(test_drain_waits_for_holders),
         cmocka_unit_test(test_drain_timeout_and_second_signal),
         cmocka_unit_test(test_grant_after_drain_undone),
+        cmocka_unit_test(test_idle_exit_prompt),
     };
     return cmocka_run_group_tests(tests, it_srv_setup, it_srv_teardown);
 }
