@@ -40,8 +40,9 @@
 enum {
     CLI_EXIT_USAGE = 64,        /* bad command line or invalid argument */
     CLI_EXIT_UNAVAILABLE = 69,  /* servers unreachable, no quorum, timeout */
-    CLI_EXIT_INTERNAL = 70,     /* protocol error, out of memory, anything unexpected */
+    CLI_EXIT_INTERNAL = 70,     /* out of memory, anything unexpected */
     CLI_EXIT_LOST = 73,         /* the lock is gone or held by another owner */
+    CLI_EXIT_PROTOCOL = 76,     /* a server answered what no lock server would */
     CLI_EXIT_NOT_ACQUIRED = 75, /* busy until WAIT ran out, or the wait was canceled */
     CLI_EXIT_AUTH = 77,         /* the servers refused our credentials */
     CLI_EXIT_NOEXEC = 126,      /* run: CMD could not be executed (a shell's convention) */
@@ -124,7 +125,7 @@ int cli_usage_error(const struct command *cmd, const char *fmt, ...)
 
 /* ---- help.c ---- */
 
-extern const char cli_main_help[];
+extern const char cli_main_help[], cli_main_exits[];
 extern const char cli_acquire_help[];
 extern const char cli_extend_help[];
 extern const char cli_release_help[];
@@ -179,11 +180,17 @@ int cli_cmd_elect(struct cli *cli, char **args, const struct cmd_opts *o);
 /* Make cli->client from the global options and the environment. Returns 0, or an
  * exit code after reporting. */
 int cli_client_open(struct cli *cli);
-/* Room for "<verb> NAME", the <what> of every message about a command. */
-#define CLI_WHAT_LEN (DLOCK_NAME_MAX + 16)
+/* Room for "<verb> NAME", the <what> of every message about a command, a long NAME
+ * shortened (cli_what). */
+#define CLI_WHAT_LEN 128
+/* "<verb> NAME" into what, for messages: a NAME of more than 64 bytes shows its start
+ * and its length, as one of up to 4096 bytes would push the message's reason out of
+ * its line. */
+void cli_what(char what[CLI_WHAT_LEN], const char *verb, const char *name);
 /* What a command on one name does first: name itself for its messages ("acquire
- * NAME") and open the client. Returns 0, or an exit code after reporting. */
-int cli_begin(struct cli *cli, const char *verb, const char *name, char what[CLI_WHAT_LEN]);
+ * NAME", with the command's own name) and open the client. Returns 0, or an exit code
+ * after reporting. */
+int cli_begin(struct cli *cli, const char *name, char what[CLI_WHAT_LEN]);
 
 int cli_cmd_acquire(struct cli *cli, char **args, const struct cmd_opts *o);
 /* `dlock sem acquire`: acquire with -n K, which it requires. */

@@ -48,17 +48,29 @@ int cli_client_open(struct cli *cli)
     return rc == DLOCK_OK ? 0 : cli_fail_call("servers", rc);
 }
 
-int cli_begin(struct cli *cli, const char *verb, const char *name, char what[CLI_WHAT_LEN])
+void cli_what(char what[CLI_WHAT_LEN], const char *verb, const char *name)
 {
-    snprintf(what, CLI_WHAT_LEN, "%s %s", verb, name);
+    size_t len = strlen(name);
+    if (len <= 64) {
+        snprintf(what, CLI_WHAT_LEN, "%s %s", verb, name);
+        return;
+    }
+    size_t cut = 48;
+    while (cut > 0 && ((unsigned char)name[cut] & 0xC0) == 0x80)
+        cut--; /* not inside a UTF-8 character */
+    snprintf(what, CLI_WHAT_LEN, "%s %.*s... (a name of %zu bytes)", verb, (int)cut, name, len);
+}
+
+int cli_begin(struct cli *cli, const char *name, char what[CLI_WHAT_LEN])
+{
+    cli_what(what, cli->cmd->name, name);
     return cli_client_open(cli);
 }
 
 /* cli_begin, then a handle for NAME TOKEN, taken by an earlier `dlock acquire`. */
-static int adopt(struct cli *cli, const char *verb, char **args, char what[CLI_WHAT_LEN],
-                 dlock_lock **l)
+static int adopt(struct cli *cli, char **args, char what[CLI_WHAT_LEN], dlock_lock **l)
 {
-    int code = cli_begin(cli, verb, args[0], what);
+    int code = cli_begin(cli, args[0], what);
     if (code != 0)
         return code;
     int rc = dlock_lock_adopt(cli->client, args[0], args[1], l);
@@ -101,7 +113,7 @@ int cli_cmd_acquire(struct cli *cli, char **args, const struct cmd_opts *o)
 {
     const char *name = args[0];
     char what[CLI_WHAT_LEN];
-    int code = cli_begin(cli, "acquire", name, what);
+    int code = cli_begin(cli, name, what);
     if (code != 0)
         return code;
 
@@ -165,7 +177,7 @@ int cli_cmd_extend(struct cli *cli, char **args, const struct cmd_opts *o)
 {
     char what[CLI_WHAT_LEN];
     dlock_lock *l;
-    int code = adopt(cli, "extend", args, what, &l);
+    int code = adopt(cli, args, what, &l);
     if (code != 0)
         return code;
     int rc = dlock_extend(l, o->ttl_ms);
@@ -182,7 +194,7 @@ int cli_cmd_release(struct cli *cli, char **args, const struct cmd_opts *o)
     (void)o;
     char what[CLI_WHAT_LEN];
     dlock_lock *l;
-    int code = adopt(cli, "release", args, what, &l);
+    int code = adopt(cli, args, what, &l);
     if (code != 0)
         return code;
     int rc = dlock_release(l); /* frees l whatever it returns */
@@ -194,7 +206,7 @@ int cli_cmd_status(struct cli *cli, char **args, const struct cmd_opts *o)
     (void)o;
     const char *name = args[0];
     char what[CLI_WHAT_LEN];
-    int code = cli_begin(cli, "status", name, what);
+    int code = cli_begin(cli, name, what);
     if (code != 0)
         return code;
     dlock_holder h, shared[DLOCK_INSPECT_SHARED_MAX];

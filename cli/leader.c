@@ -54,9 +54,16 @@ static void print_leader(const char *name, const dlock_leader_info *info, bool j
 /* Print each change until a signal; 0, or the code of what failed. */
 static int watch(struct cli *cli, const char *name, const char *what)
 {
+    /* The servers are asked once first, so that a watch that cannot start says so and
+     * exits 69, as `dlock leader` does: the observer itself retries a read that fails
+     * without end, keeping the last line printed true meanwhile. */
+    dlock_leader_info now;
+    int rc = dlock_leader(cli->client, name, &now);
+    if (rc != DLOCK_OK)
+        return cli_fail_call(what, rc);
     int cancel = cli_cancel_setup();
     dlock_observer *o;
-    int rc = dlock_observe(cli->client, name, NULL, NULL, &o);
+    rc = dlock_observe(cli->client, name, NULL, NULL, &o);
     if (rc != DLOCK_OK)
         return cli_fail_call(what, rc);
     int code = 0;
@@ -91,7 +98,7 @@ int cli_cmd_leader(struct cli *cli, char **args, const struct cmd_opts *o)
 {
     const char *name = args[0];
     char what[CLI_WHAT_LEN];
-    int code = cli_begin(cli, "leader", name, what);
+    int code = cli_begin(cli, name, what);
     if (code != 0)
         return code;
     if (o->watch)

@@ -21,6 +21,26 @@
  * the holder (a break that reached too few servers leaves the lock valid on the others). */
 #define TOKEN_SHOWN 8
 
+/* A break's record of whom it evicted, its tokens cut to TOKEN_SHOWN characters and
+ * "...": a token is a word of DLOCK_TOKEN_LEN lowercase hex digits ("<n> shared:
+ * <token> <description>; <token> ..." names one per shared holder). */
+static void cut_tokens(const char *holder, char *out, size_t size)
+{
+    size_t o = 0;
+    for (const char *p = holder; *p != '\0' && o + 1 < size;) {
+        size_t hex = strspn(p, "0123456789abcdef");
+        bool word = (p == holder || p[-1] == ' ') && (p[hex] == ' ' || p[hex] == '\0');
+        size_t take = hex == DLOCK_TOKEN_LEN && word ? TOKEN_SHOWN : hex > 0 ? hex : 1;
+        for (size_t i = 0; i < take && o + 1 < size; i++)
+            out[o++] = p[i];
+        if (take == TOKEN_SHOWN && hex == DLOCK_TOKEN_LEN)
+            for (const char *d = "..."; *d != '\0' && o + 1 < size; d++)
+                out[o++] = *d;
+        p += hex > 0 ? hex : 1;
+    }
+    out[o] = '\0';
+}
+
 /* "<description> (token <token>)" of a break's holder, whose record is "<token>
  * <description>" (or "<n> shared: ..." for shared holders, written as it is); the
  * token whole (dlock break, to the operator who broke it), or its first TOKEN_SHOWN
@@ -32,9 +52,13 @@ static void write_evicted(FILE *f, const char *holder, bool whole)
         cli_write_safe(f, holder + tok + 1, len - tok - 1);
         fprintf(f, " (token %.*s%s)", whole ? DLOCK_TOKEN_LEN : TOKEN_SHOWN, holder,
                 whole ? "" : "...");
+    } else if (whole) {
+        cli_write_safe(f, holder, len);
     } else {
-        cli_write_safe(f, holder, whole ? len : strcspn(holder, ";"));
-        if (!whole && holder[strcspn(holder, ";")] != '\0')
+        char cut[sizeof((dlock_break_info *)0)->holder];
+        cut_tokens(holder, cut, sizeof cut);
+        cli_write_safe(f, cut, strcspn(cut, ";"));
+        if (cut[strcspn(cut, ";")] != '\0')
             fputs("; ...", f);
     }
 }
@@ -62,8 +86,12 @@ void cli_print_break(const char *name, const dlock_break_info *b, bool json, con
             const char *desc = b->holder + tok + 1;
             cli_write_json_string(stdout, desc, strlen(desc));
             printf(",\"token\":\"%.*s...\"", TOKEN_SHOWN, b->holder);
-        } else {
+        } else if (whole) {
             cli_write_json_string(stdout, b->holder, strlen(b->holder));
+        } else {
+            char cut[sizeof b->holder];
+            cut_tokens(b->holder, cut, sizeof cut);
+            cli_write_json_string(stdout, cut, strlen(cut));
         }
         fputs(",\"by\":", stdout);
         cli_write_json_string(stdout, b->by, strlen(b->by));
@@ -89,7 +117,7 @@ int cli_cmd_break(struct cli *cli, char **args, const struct cmd_opts *o)
 {
     const char *name = args[0];
     char what[CLI_WHAT_LEN];
-    int code = cli_begin(cli, "break", name, what);
+    int code = cli_begin(cli, name, what);
     if (code != 0)
         return code;
     dlock_break_opts opts;

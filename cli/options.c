@@ -180,7 +180,12 @@ int cli_parse_options(struct cli *cli, const struct command *cmd, int argc, char
             cli->json = true;
             break;
         case 'h':
-            fputs(cmd ? cmd->help : cli_main_help, stdout);
+            if (cmd != NULL) {
+                fputs(cmd->help, stdout);
+            } else {
+                fputs(cli_main_help, stdout);
+                fputs(cli_main_exits, stdout);
+            }
             return text_written();
         case 'V':
             printf("dlock %s (libdlock %s)\n", DLOCK_VERSION_STRING, dlock_version());

@@ -33,8 +33,10 @@ int cli_exit_code(int err)
         return CLI_EXIT_NOT_ACQUIRED;
     case DLOCK_ERR_AUTH:
         return CLI_EXIT_AUTH;
+    case DLOCK_ERR_PROTOCOL:
+        return CLI_EXIT_PROTOCOL;
     default:
-        /* PROTOCOL, NOMEM, CLOSED and codes newer than this program. */
+        /* NOMEM, CLOSED and codes newer than this program. */
         return CLI_EXIT_INTERNAL;
     }
 }
@@ -44,10 +46,13 @@ int cli_fail_call(const char *what, int err)
     /* The detail is copied first: it is only valid until our next dlock call. */
     char detail[1024];
     snprintf(detail, sizeof detail, "%s", dlock_errmsg());
+    /* A server that answers what no lock server would is most often not one (a
+     * dlockd's port, an HTTP server's), which doctor names. */
+    const char *hint = err == DLOCK_ERR_PROTOCOL ? "; `dlock doctor` tells what the server is" : "";
     if (detail[0] != '\0')
-        cli_errline("%s: %s (%s)", what, dlock_strerror(err), detail);
+        cli_errline("%s: %s (%s)%s", what, dlock_strerror(err), detail, hint);
     else
-        cli_errline("%s: %s", what, dlock_strerror(err));
+        cli_errline("%s: %s%s", what, dlock_strerror(err), hint);
     return cli_exit_code(err);
 }
 

@@ -40,7 +40,7 @@ static int run(dlock_client *client, const struct cli_run_args *a)
     r.a = a;
     r.client = client;
     r.sigfd = r.timerfd = r.lostfd = r.tty = -1;
-    snprintf(r.what, sizeof r.what, "%s %s", a->elect ? "elect" : "run", a->name);
+    cli_what(r.what, a->elect ? "elect" : "run", a->name);
 
     /* Before the first dlock_acquire: it may start the library's threads, which must
      * inherit the blocked signals. */

@@ -82,7 +82,7 @@ struct runner {
     const struct cli_run_args *a;
     dlock_client *client;
     dlock_lock *lock;
-    char what[DLOCK_NAME_MAX + 16]; /* "run NAME", for messages */
+    char what[CLI_WHAT_LEN]; /* "run NAME", for messages (cli_what) */
 
     sigset_t handled;   /* what sigfd reads (blocked in every thread) */
     sigset_t orig_mask; /* the mask we were started with, for CMD */

@@ -24,9 +24,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* Room for "stock <verb> SKU", the <what> of every message about a subcommand. */
-#define WHAT_LEN (DLOCK_NAME_MAX + 24)
-
 #define STOCK_EXIT_HELP                                                                            \
     "Exit status: 0 done, 64 usage error or a refused change, 69 server unreachable,\n"            \
     "77 authentication refused (see dlock --help)"
@@ -181,19 +178,19 @@ static int parse_qty(const struct command *cmd, const char *s, int64_t *out)
 
 /* What every subcommand does first: read its QTY (args[1]) if it has one, name itself
  * for its messages and open the client. */
-static int begin(struct cli *cli, char **args, int64_t *qty, char what[WHAT_LEN])
+static int begin(struct cli *cli, char **args, int64_t *qty, char what[CLI_WHAT_LEN])
 {
     int code = qty != NULL ? parse_qty(cli->cmd, args[1], qty) : 0;
     if (code != 0)
         return code;
-    snprintf(what, WHAT_LEN, "%s %s", cli->cmd->name, args[0]);
+    cli_what(what, cli->cmd->name, args[0]);
     return cli_client_open(cli);
 }
 
 static int run_update(struct cli *cli, char **args, bool add)
 {
     int64_t qty = 0; /* set by begin() when it returns 0 */
-    char what[WHAT_LEN];
+    char what[CLI_WHAT_LEN];
     int code = begin(cli, args, &qty, what);
     if (code != 0)
         return code;
@@ -217,7 +214,7 @@ static int run_add(struct cli *cli, char **args, const struct cmd_opts *o)
 static int run_reserve(struct cli *cli, char **args, const struct cmd_opts *o)
 {
     int64_t qty = 0; /* set by begin() when it returns 0 */
-    char what[WHAT_LEN];
+    char what[CLI_WHAT_LEN];
     int code = begin(cli, args, &qty, what);
     if (code != 0)
         return code;
@@ -251,7 +248,7 @@ enum end_kind { END_COMMIT, END_CANCEL, END_EXTEND };
 
 static int run_end(struct cli *cli, char **args, const struct cmd_opts *o, enum end_kind kind)
 {
-    char what[WHAT_LEN];
+    char what[CLI_WHAT_LEN];
     int code = begin(cli, args, NULL, what);
     if (code != 0)
         return code;
@@ -280,7 +277,7 @@ static int run_status(struct cli *cli, char **args, const struct cmd_opts *o)
 {
     (void)o;
     const char *sku = args[0];
-    char what[WHAT_LEN];
+    char what[CLI_WHAT_LEN];
     int code = begin(cli, args, NULL, what);
     if (code != 0)
         return code;

@@ -243,6 +243,13 @@ static void dlockd_is_refused(void **state)
     assert_non_null(strstr(r.out, "\"error\":\"a dlockd (dlockd_version "));
     assert_non_null(strstr(r.out, "\"level\":\"risk\",\"kind\":\"dlockd\""));
     assert_non_null(strstr(r.out, "\"risks\":1,"));
+    /* A lock command given dlockd's port fails with 76, a server that answered what no
+     * lock server would, not 70 (an internal error), and points to doctor. */
+    const char *const env[] = {NULL};
+    it_cli(&r, env, NULL, "-s", url, "acquire", "-w", "0", "x", (const char *)NULL);
+    it_expect_status(&r, 76);
+    assert_non_null(strstr(r.err, "unknown command"));
+    assert_non_null(strstr(r.err, "dlock doctor"));
     assert_int_equal(dt_stop(&d), 0);
 }
 

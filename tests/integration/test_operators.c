@@ -339,6 +339,30 @@ static void test_break_shared(void **state)
     assert_non_null(strstr(b.holder, dlock_token(p2)));
     assert_int_equal(it_exists(&it_srv, "dlock:{brk-sem}"), 0);
     assert_int_equal(it_exists(&it_srv, "dlock:{brk-sem}:holders"), 0);
+    /* `dlock status` shows the record, each evicted token cut to its start, in text
+     * and in JSON: never whole. */
+    const char *const *env = it_cli_env(&it_srv);
+    it_run r;
+    const char *json[] = {NULL, "--json"};
+    for (int i = 0; i < 2; i++) {
+        if (json[i] != NULL)
+            it_cli(&r, env, NULL, json[i], "status", "brk-sem", NULL);
+        else
+            it_cli(&r, env, NULL, "status", "brk-sem", NULL);
+        it_expect_status(&r, 0);
+        assert_true(strstr(r.out, "evicting 2 shared: ") != NULL ||
+                    strstr(r.out, "\"holder\":\"2 shared: ") != NULL);
+        dlock_lock *const permits[] = {p1, p2};
+        int shown = 0;
+        for (int k = 0; k < 2; k++) {
+            char start[16];
+            snprintf(start, sizeof start, "%.8s... ", dlock_token(permits[k]));
+            shown += strstr(r.out, start) != NULL;
+            assert_null(strstr(r.out, dlock_token(permits[k])));
+        }
+        /* The text names the first of them (the longest lease) and "...", JSON both. */
+        assert_int_equal(shown, json[i] != NULL ? 2 : 1);
+    }
     assert_int_equal(dlock_release(p1), DLOCK_ERR_LOST);
     assert_int_equal(dlock_release(p2), DLOCK_ERR_LOST);
     /* The name is free for the next three. */
