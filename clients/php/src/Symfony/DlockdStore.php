@@ -43,10 +43,10 @@ final class DlockdStore implements BlockingStoreInterface, SharedLockStoreInterf
     private Client $dlock;
 
     /**
-     * @param \Redis|\Predis\ClientInterface|Client $redis      connected to dlockd
-     * @param float                                 $initialTtl the lease of a lock in
-     *                                                          seconds until the Lock
-     *                                                          sets its own (refresh)
+     * @param \Redis|\Predis\Client|Client $redis      connected to dlockd
+     * @param float                         $initialTtl the lease of a lock in seconds
+     *                                                  until the Lock sets its own
+     *                                                  (refresh)
      */
     public function __construct(object $redis, private float $initialTtl = 300.0)
     {
