@@ -593,6 +593,7 @@ typedef struct dd_held {
     int exclusive; /* LOCKs, permits of K = 1 */
     int shared;    /* LOCK SHAREDs, permits of K >= 2 */
     int permits;   /* permits of any K */
+    int leads;     /* leaderships (ELECT), counted in exclusive too */
 } dd_held;
 /* True, with the error in out, when what the connection holds of name would make a
  * LOCK (permits 0) or a SEM ACQUIRE of K permits wait for the connection itself. */

@@ -66,7 +66,7 @@ dd_session *dd_session_find(dd_conn *c, const char *name, size_t len, const char
 
 static dd_held dd_session_held(dd_conn *c, const char *name, size_t len)
 {
-    dd_held h = {0, 0, 0};
+    dd_held h = {0, 0, 0, 0};
     for (dd_session *s = dd_conn_sessions(c); s != NULL; s = s->next) {
         if (!named(s, name, len) || atomic_load(&s->lost))
             continue;
@@ -76,6 +76,8 @@ static dd_held dd_session_held(dd_conn *c, const char *name, size_t len)
             h.exclusive++;
         if (s->permit)
             h.permits++;
+        if (s->leader)
+            h.leads++;
     }
     return h;
 }
@@ -210,6 +212,9 @@ bool dd_would_wait_for_itself(dd_conn *c, const resp_arg *name, int64_t permits,
                        "ERR this connection already holds a permit of '%.*s' (SEM RELEASE it "
                        "first): a LOCK would wait for it",
                        shown, name->p);
+    else if (permits == 0 && held.leads > 0)
+        dd_reply_error(out, "ERR this connection already leads '%.*s' (RESIGN it first)", shown,
+                       name->p);
     else if (permits == 0 && held.exclusive + held.shared > 0)
         dd_reply_error(out, "ERR this connection already holds lock '%.*s' (UNLOCK it first)",
                        shown, name->p);

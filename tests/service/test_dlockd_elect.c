@@ -145,8 +145,11 @@ static void test_elect_commands(void **state)
     dt_expect_int(dt_cmd(a, "PROCLAIM el-cmd short v3"), 0);
     assert_true(get_leader(b, "el-cmd", &li));
     assert_string_equal(li.value, "v2");
-    /* A campaign of the leader's own connection would wait for itself. */
-    dt_expect_error(dt_cmd(a, "ELECT el-cmd"), "ERR this connection already holds");
+    /* A campaign of the leader's own connection would wait for itself: refused, in
+     * the words of leadership (so is its LOCK of the name). */
+    dt_expect_error(dt_cmd(a, "ELECT el-cmd"),
+                    "ERR this connection already leads 'el-cmd' (RESIGN");
+    dt_expect_error(dt_cmd(a, "LOCK el-cmd"), "ERR this connection already leads 'el-cmd' (RESIGN");
 
     static const dt_refusal bad[] = {
         {"ELECT el-x TTL 10", "ERR TTL of a leadership must be at least"},
